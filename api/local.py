@@ -1,0 +1,88 @@
+"""Publishing files on the embedded default: store the object, record the event, run the pipeline inline.
+
+Used by ``engram ingest``; the distributed producer (presigned uploads through the API) comes later and
+publishes the same ``MediaEvent``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from schemas.events import LedgerRecord, MediaEvent, MediaKind
+from workers import media
+from workers.ids import object_key
+from workers.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file found for ingestion and what it was detected as (``kind`` None: not media, skipped)."""
+
+    path: Path
+    kind: MediaKind | None
+    mime: str | None
+
+
+def iter_files(paths: Iterable[Path]) -> Iterator[Path]:
+    """Files under ``paths`` (folders recursively, sorted; hidden files and folders left out).
+    Raises FileNotFoundError for a path that does not exist."""
+    for p in paths:
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: no such file or folder")
+        if p.is_dir():
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for f in sorted(files):
+                    if not f.startswith("."):
+                        yield Path(root) / f
+        else:
+            yield p
+
+
+def classify(path: Path) -> Candidate:
+    """Detect the kind of ``path`` by content (see ``workers.media.detect``)."""
+    found = media.detect(path)
+    return Candidate(path, *(found or (None, None)))
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, device_id: str,
+                 captured_at: datetime | None = None, app_name: str | None = None,
+                 window: str | None = None) -> MediaEvent:
+    """Store ``cand``'s bytes at their content-addressed key and record a queued event (not yet run)."""
+    assert cand.kind is not None and cand.mime is not None
+    digest = sha256_file(cand.path)
+    key = object_key(tenant_id, digest, cand.mime)
+    if not rt.objects.exists(key):
+        rt.objects.put_file(key, cand.path, cand.mime)
+    when = captured_at or datetime.fromtimestamp(cand.path.stat().st_mtime, UTC)
+    event = MediaEvent(event_id=uuid.uuid4(), tenant_id=tenant_id, user_id=user_id, device_id=device_id,
+                       kind=cand.kind, object_key=key, sha256=digest, size=cand.path.stat().st_size,
+                       mime_type=cand.mime, captured_at=when, source_name=str(cand.path), app=app_name,
+                       window=window)
+    rt.ledger.record_queued(event)
+    return event
+
+
+def run_event(rt: Runtime, event: MediaEvent) -> LedgerRecord:
+    """Run the pipeline for ``event`` (inline on the embedded default) and return its ledger record."""
+    from workers.ingest import ingest
+
+    ingest.delay(event)
+    record = rt.ledger.get(event.event_id)
+    assert record is not None
+    return record

@@ -1,0 +1,30 @@
+"""engram's shared vocabulary: pydantic v2 models for events, observations, memories, conversations,
+search and settings. No I/O happens in this package."""
+
+from schemas.conversations import Attachment, ConversationMessage
+from schemas.events import EventStatus, LedgerRecord, MediaEvent, MediaKind
+from schemas.memories import (
+    MEMORY_MODELS,
+    MEMORY_TYPES,
+    CoreMemory,
+    EpisodicMemory,
+    KnowledgeVaultEntry,
+    Memory,
+    MemoryBase,
+    MemoryType,
+    ProceduralMemory,
+    Provenance,
+    ResourceMemory,
+    SemanticMemory,
+)
+from schemas.observations import EmbeddedObservation, Observation, OcrLine
+from schemas.search import SearchHit, SearchRequest, SearchResponse
+from schemas.settings import ModelSettings, Settings, get_settings
+
+__all__ = [
+    "Attachment", "ConversationMessage", "EventStatus", "LedgerRecord", "MediaEvent", "MediaKind",
+    "MEMORY_MODELS", "MEMORY_TYPES", "CoreMemory", "EpisodicMemory", "KnowledgeVaultEntry", "Memory",
+    "MemoryBase", "MemoryType", "ProceduralMemory", "Provenance", "ResourceMemory", "SemanticMemory",
+    "EmbeddedObservation", "Observation", "OcrLine", "SearchHit", "SearchRequest", "SearchResponse",
+    "ModelSettings", "Settings", "get_settings",
+]

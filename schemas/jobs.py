@@ -1,0 +1,48 @@
+"""What the pipeline stages pass to one another through the broker (ids and object keys, never bytes)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from schemas.events import MediaEvent
+from schemas.observations import EmbeddedObservation, Observation
+
+
+class Keyframe(BaseModel):
+    """A keyframe cut out of a clip by ingest: its time (s from the clip start) and object key (JPEG)."""
+
+    t: float
+    object_key: str
+
+
+class SegmentJob(BaseModel):
+    """One bounded unit of perception work made by ingest.
+
+    - screenshot: ``segment_index`` 0, the event's object is the image;
+    - audio: one chunk, ``audio_key`` a 16 kHz mono WAV covering ``start_s``..``end_s`` of the recording;
+    - clip: one 30 s segment, its ``keyframes`` and the ``audio_key`` of its audio track;
+    - text: conversation messages ``first_message``..``last_message`` (exclusive) of the event's object.
+    """
+
+    event: MediaEvent
+    segment_index: int = Field(ge=0)
+    start_s: float | None = None
+    end_s: float | None = None
+    audio_key: str | None = None
+    keyframes: list[Keyframe] = Field(default_factory=list)
+    first_message: int | None = None
+    last_message: int | None = None
+
+
+class ObservationBatch(BaseModel):
+    """perceive's output: the observations of one segment."""
+
+    job: SegmentJob
+    observations: list[Observation]
+
+
+class EmbeddedBatch(BaseModel):
+    """embed's and link's output: the observations of one segment with their vectors."""
+
+    job: SegmentJob
+    items: list[EmbeddedObservation]

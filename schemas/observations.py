@@ -1,0 +1,68 @@
+"""Observations: single units of perceived content, before consolidation into memories."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from schemas.events import MediaKind
+
+
+class OcrLine(BaseModel):
+    """One OCR'd text line: its text, recognition confidence in [0, 1] and box (x0, y0, x1, y1) in pixels."""
+
+    text: str
+    confidence: float
+    box: tuple[float, float, float, float]
+
+
+class Observation(BaseModel):
+    """One unit of perceived content.
+
+    An OCR'd screenshot, a transcribed audio segment (``start_s``/``end_s`` in seconds from the start of
+    the recording), a clip segment's keyframe text plus transcript, or one chat message. ``id`` is a
+    UUIDv5 of (tenant, event id, segment index, point kind), so perceiving twice writes the same point.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: uuid.UUID
+    tenant_id: str
+    user_id: str
+    device_id: str
+    event_id: uuid.UUID
+    kind: MediaKind
+    segment_index: int = Field(ge=0)
+    text: str
+    captured_at: AwareDatetime = Field(description="When the observed content happened (UTC).")
+    start_s: float | None = Field(None, ge=0, description="Offset into the recording, seconds.")
+    end_s: float | None = Field(None, ge=0)
+    object_key: str
+    source_name: str | None = None
+    app: str | None = None
+    window: str | None = None
+    # conversation provenance
+    message_id: str | None = None
+    session_id: str | None = None
+    speaker: str | None = None
+    # perception details
+    ocr_lines: list[OcrLine] = Field(default_factory=list)
+    transcript: str | None = None
+    language: str | None = None
+    entity_ids: list[str] = Field(default_factory=list)
+
+    @field_validator("captured_at")
+    @classmethod
+    def _to_utc(cls, value: datetime) -> datetime:
+        return value.astimezone(UTC)
+
+
+class EmbeddedObservation(BaseModel):
+    """An observation with its vectors: dense ``text`` (384 float32, L2-normalised) and sparse ``bm25``."""
+
+    observation: Observation
+    dense: list[float]
+    sparse_indices: list[int]
+    sparse_values: list[float]

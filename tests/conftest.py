@@ -1,0 +1,42 @@
+"""Shared fixtures: an isolated embedded data dir per test, and the real evaluation data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.pop("ENGRAM_BROKER_URL", None)  # tests of the embedded default run eagerly
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def engram_env(tmp_path, monkeypatch):
+    """A fresh embedded default under ``tmp_path/data``; yields its Runtime and closes it afterwards."""
+    from workers.runtime import reset_runtimes, runtime
+
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path / "data"))
+    for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_BROKER_URL"):
+        monkeypatch.delenv(var, raising=False)
+    reset_runtimes()
+    yield runtime()
+    reset_runtimes()
+
+
+def eval_data_dir() -> Path:
+    """``ENGRAM_EVAL_DATA`` or ``../shared/data`` from the repository root."""
+    return Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def eval_data() -> Path:
+    """The real evaluation data folder; skips (with the reason) when it is absent."""
+    path = eval_data_dir()
+    if not (path / "README.md").exists():
+        pytest.skip(f"real evaluation data not found at {path} (set ENGRAM_EVAL_DATA)")
+    return path

@@ -1,0 +1,109 @@
+"""Conversation files into the import record (``schemas.ConversationMessage``).
+
+Accepted: the record itself (a JSON array, ``{"messages": [...]}``, or JSONL), LoCoMo (Maharana et al.,
+2024; ``locomo10.json``: a list of samples or one sample) and LongMemEval (Wu et al., 2024; one question
+file). Benchmark adapters carry dialog turns and image captions only, never annotations (LoCoMo's
+``observation``, ``session_summary``, ``event_summary``, ``qa``; LongMemEval's ``has_answer``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+from pydantic import ValidationError
+
+from schemas.conversations import Attachment, ConversationMessage
+from workers.media import MediaError
+
+TURN_SPACING = timedelta(seconds=30)  # LoCoMo and LongMemEval time sessions, not turns
+
+
+def parse_locomo_datetime(text: str) -> datetime:
+    """LoCoMo's session time, e.g. ``"1:56 pm on 8 May, 2023"``, as UTC. Raises ValueError."""
+    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+
+
+def locomo_sample_messages(sample: dict) -> list[ConversationMessage]:
+    """The dialog turns of one LoCoMo sample, in order; ``message_id`` is the turn's ``dia_id`` and
+    ``session_id`` is ``<sample_id>/session_<n>``. Turn times are the session time plus 30 s per turn."""
+    conv = sample["conversation"]
+    sample_id = str(sample.get("sample_id", "locomo"))
+    sessions = sorted((int(m.group(1)), key) for key in conv if (m := re.fullmatch(r"session_(\d+)", key)))
+    out: list[ConversationMessage] = []
+    for n, key in sessions:
+        start = parse_locomo_datetime(conv[f"session_{n}_date_time"])
+        for i, turn in enumerate(conv[key]):
+            atts = [Attachment(kind="image", caption=turn["blip_caption"])] if turn.get("blip_caption") else []
+            out.append(ConversationMessage(
+                message_id=turn["dia_id"], session_id=f"{sample_id}/session_{n}", speaker=turn["speaker"],
+                text=turn.get("text", ""), timestamp=start + i * TURN_SPACING, attachments=atts))
+    return out
+
+
+def parse_longmemeval_date(text: str) -> datetime:
+    """LongMemEval's ``"2023/04/30 (Sun) 13:59"`` as UTC."""
+    return datetime.strptime(re.sub(r"\s*\(\w+\)\s*", " ", text).strip(), "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
+
+
+def longmemeval_messages(item: dict) -> list[ConversationMessage]:
+    """The haystack of one LongMemEval question: ``session_id`` from ``haystack_session_ids``,
+    ``message_id`` ``<session>:<turn>``, speaker ``user``/``assistant``."""
+    out: list[ConversationMessage] = []
+    for sid, date, session in zip(item["haystack_session_ids"], item["haystack_dates"],
+                                  item["haystack_sessions"], strict=True):
+        start = parse_longmemeval_date(date)
+        for i, turn in enumerate(session):
+            out.append(ConversationMessage(message_id=f"{sid}:{i}", session_id=str(sid), speaker=turn["role"],
+                                           text=turn["content"], timestamp=start + i * TURN_SPACING))
+    return out
+
+
+def _records(items: list) -> list[ConversationMessage]:
+    try:
+        return [ConversationMessage.model_validate(x) for x in items]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise MediaError(f"invalid conversation record at {where}: {first['msg']}") from exc
+
+
+def parse_conversation_file(data: bytes, source_name: str = "") -> list[ConversationMessage]:
+    """Messages of a conversation file in any accepted format. Raises MediaError if it is none of them."""
+    if not data.strip():
+        raise MediaError("empty conversation file")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if doc is None:  # JSONL
+        try:
+            lines = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise MediaError(f"not JSON or JSONL: {exc}") from exc
+        return _records(lines)
+    if isinstance(doc, dict) and "conversation" in doc and "sample_id" in doc:
+        doc = [doc]
+    if isinstance(doc, list) and doc and isinstance(doc[0], dict) and "conversation" in doc[0]:
+        try:
+            return [m for sample in doc for m in locomo_sample_messages(sample)]
+        except (KeyError, ValueError, ValidationError) as exc:
+            raise MediaError(f"malformed LoCoMo file: {exc!r}") from exc
+    if isinstance(doc, dict) and "haystack_sessions" in doc:
+        try:
+            return longmemeval_messages(doc)
+        except (KeyError, ValueError, ValidationError) as exc:
+            raise MediaError(f"malformed LongMemEval file: {exc!r}") from exc
+    if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
+        doc = doc["messages"]
+    if isinstance(doc, list) and all(isinstance(x, dict) for x in doc):
+        if not doc:
+            raise MediaError("conversation file has no messages")
+        return _records(doc)
+    raise MediaError("JSON is not a conversation record, LoCoMo or LongMemEval file")
+
+
+def to_jsonl(messages: list[ConversationMessage]) -> bytes:
+    """The import record as JSONL bytes."""
+    return "".join(m.model_dump_json(exclude_defaults=False) + "\n" for m in messages).encode("utf-8")

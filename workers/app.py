@@ -1,0 +1,84 @@
+"""The Celery app: queues, routes and the beat schedule of DESIGN.md.
+
+One app, two modes. The embedded default (no ``ENGRAM_BROKER_URL``) sets ``task_always_eager``, so the
+same tasks run inline in the calling process. The distributed mode sets a Redis broker and result
+backend. Tasks never depend on which mode runs them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from celery import Celery
+from kombu import Queue as KombuQueue
+
+from schemas.settings import Settings, get_settings
+
+
+class Queue(StrEnum):
+    """Queues, split by kind of work so operators scale each without code changes."""
+
+    ingest = "ingest"
+    perceive_cpu = "perceive.cpu"
+    perceive_gpu = "perceive.gpu"
+    link = "link"
+    store = "store"
+    consolidate = "consolidate"
+    query = "query"
+
+
+#: Queues whose tasks open the vector store. With Qdrant's local mode exactly one ``--pool solo``
+#: worker serves all of them.
+QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
+
+TASK_MODULES = ["workers.ingest", "workers.perceive", "workers.embed", "workers.link", "workers.store",
+                "workers.consolidate", "workers.query"]
+
+ROUTES = {
+    "workers.ingest.*": {"queue": Queue.ingest.value},
+    "workers.perceive.*": {"queue": Queue.perceive_cpu.value},
+    "workers.embed.*": {"queue": Queue.perceive_gpu.value},
+    "workers.link.*": {"queue": Queue.link.value},
+    "workers.store.*": {"queue": Queue.store.value},
+    "workers.consolidate.*": {"queue": Queue.consolidate.value},
+    "workers.query.*": {"queue": Queue.query.value},
+}
+
+CONSOLIDATE_INTERVAL_S = 60.0
+
+
+def configure(app: Celery, settings: Settings) -> None:
+    """Apply ``settings`` to ``app`` (eager in the embedded default)."""
+    broker = settings.broker_url or "memory://"
+    app.conf.update(
+        broker_url=broker,
+        result_backend=settings.result_backend or settings.broker_url or "cache+memory://",
+        task_always_eager=settings.embedded,
+        task_eager_propagates=False,
+        task_store_eager_result=False,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_queues=[KombuQueue(q.value) for q in Queue],
+        task_default_queue=Queue.ingest.value,
+        task_routes=ROUTES,
+        result_expires=3600,
+        broker_transport_options={"visibility_timeout": 1800},
+        broker_connection_retry_on_startup=True,
+        timezone="UTC",
+        enable_utc=True,
+        beat_schedule={
+            "consolidate-due": {
+                "task": "workers.consolidate.consolidate_due",
+                "schedule": CONSOLIDATE_INTERVAL_S,
+                "options": {"expires": CONSOLIDATE_INTERVAL_S * 1.5},
+            },
+        },
+    )
+
+
+app = Celery("engram", include=TASK_MODULES)
+configure(app, get_settings())

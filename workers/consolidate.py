@@ -1,0 +1,132 @@
+"""Stage ``consolidate`` (beat → queue ``consolidate``): observations into typed memories.
+
+This first version writes episodic memories (MIRIX's episodic type): a user's unconsolidated
+observations, in time order, are grouped into episodes — a new episode starts after a gap of
+``episode_gap_seconds``, when the conversation session changes, or after ``episode_max_observations`` —
+and each gets an extractive summary (the observations closest to the episode's embedding centroid,
+in time order; a centroid heuristic in the spirit of TextRank, Mihalcea & Tarau 2004) and its sources.
+Consolidated observations are marked, so each is consolidated once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import numpy as np
+from qdrant_client import models as qm
+
+from schemas.events import MediaKind
+from schemas.memories import EpisodicMemory, MemoryType, Provenance
+from workers.app import app
+from workers.embed import embed_texts, sparse_vectors
+from workers.ids import memory_id
+from workers.runtime import Runtime, log, runtime
+from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE, tenant_filter
+
+_EVENT_TYPES = {MediaKind.text: "conversation", MediaKind.screenshot: "screen_activity",
+                MediaKind.audio: "audio", MediaKind.clip: "video"}
+SUMMARY_CHARS = 240
+
+
+def group_episodes(records: list[qm.Record], gap_s: float, max_obs: int) -> list[list[qm.Record]]:
+    """Split time-ordered observation records into episodes (by gap, session change and size)."""
+    episodes: list[list[qm.Record]] = []
+    for rec in sorted(records, key=lambda r: (r.payload["start_ts"], r.payload.get("segment_index", 0))):
+        cur = episodes[-1] if episodes else None
+        if cur is not None:
+            last = cur[-1].payload
+            same_session = last.get("session_id") == rec.payload.get("session_id")
+            if (rec.payload["start_ts"] - last["end_ts"] <= gap_s and same_session and len(cur) < max_obs):
+                cur.append(rec)
+                continue
+        episodes.append([rec])
+    return episodes
+
+
+def extractive_summary(records: list[qm.Record], n: int) -> str:
+    """The ``n`` observations nearest the episode's mean embedding, in time order, each cut to a length."""
+    vecs = np.array([r.vector[DENSE] for r in records], dtype=np.float32)
+    centroid = vecs.mean(axis=0)
+    picked = sorted(np.argsort(-(vecs @ centroid))[:n])
+    parts = []
+    for i in picked:
+        text = " ".join(records[i].payload["text"].split())
+        parts.append(text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS].rsplit(" ", 1)[0] + "…")
+    return " / ".join(parts)
+
+
+def build_episode(records: list[qm.Record], summary_sentences: int) -> EpisodicMemory:
+    """The episodic memory of one group of observation records (same tenant and user)."""
+    first = records[0].payload
+    payloads = [r.payload for r in records]
+    kinds = {MediaKind(p["kind"]) for p in payloads}
+    speakers = sorted({p["speaker"] for p in payloads if p.get("speaker")})
+    start = datetime.fromtimestamp(min(p["start_ts"] for p in payloads), UTC)
+    end = datetime.fromtimestamp(max(p["end_ts"] for p in payloads), UTC)
+    details = "\n".join(p["text"] for p in payloads)[:4000]
+    now = datetime.now(UTC)
+    uniq = lambda xs: list(dict.fromkeys(x for x in xs if x))  # noqa: E731
+    prov = Provenance(
+        observation_ids=[r.id for r in records], event_ids=uniq(p["event_id"] for p in payloads),
+        message_ids=uniq(p.get("message_id") for p in payloads),
+        session_ids=uniq(p.get("session_id") for p in payloads),
+        object_keys=uniq(p.get("object_key") for p in payloads),
+        source_names=uniq(p.get("source_name") for p in payloads), start=start, end=end)
+    return EpisodicMemory(
+        id=memory_id(first["tenant_id"], first["user_id"], MemoryType.episodic, str(records[0].id)),
+        tenant_id=first["tenant_id"], user_id=first["user_id"], created_at=now, updated_at=now,
+        provenance=prov, occurred_at=start, ended_at=end, actor=first["user_id"],
+        event_type=_EVENT_TYPES[kinds.pop()] if len(kinds) == 1 else "activity",
+        summary=extractive_summary(records, summary_sentences), details=details, entities=speakers)
+
+
+def memory_points(rt: Runtime, memories: list[EpisodicMemory], kinds: list[list[str]]) -> list[qm.PointStruct]:
+    """Qdrant points of memories: payload is the memory plus ``start_ts``/``end_ts`` and source ``kinds``."""
+    texts = [m.index_text() for m in memories]
+    dense = embed_texts(rt, texts)
+    points = []
+    for mem, vec, (si, sv), ks in zip(memories, dense, sparse_vectors(rt.settings, texts), kinds, strict=True):
+        payload = mem.model_dump(mode="json")
+        payload.update(start_ts=mem.provenance.start.timestamp(), end_ts=mem.provenance.end.timestamp(),
+                       kinds=ks)
+        points.append(qm.PointStruct(id=str(mem.id), payload=payload, vector={
+            DENSE: vec.tolist(), SPARSE: qm.SparseVector(indices=si, values=sv)}))
+    return points
+
+
+@app.task(name="workers.consolidate.consolidate_user", acks_late=True, reject_on_worker_lost=True)
+def consolidate_user(tenant_id: str, user_id: str) -> int:
+    """Write episodic memories from the user's unconsolidated observations; returns how many."""
+    rt = runtime()
+    s = rt.settings
+    records = rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant_id, user_id, consolidated=False),
+                                with_vectors=[DENSE])
+    if not records:
+        return 0
+    episodes = group_episodes(records, s.episode_gap_seconds, s.episode_max_observations)
+    memories = [build_episode(ep, s.summary_sentences) for ep in episodes]
+    kinds = [sorted({r.payload["kind"] for r in ep}) for ep in episodes]
+    rt.vectors.upsert(MemoryType.episodic.value, memory_points(rt, memories, kinds))
+    rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})
+    log.info("consolidated", tenant=tenant_id, user=user_id, observations=len(records), episodic=len(memories))
+    return len(memories)
+
+
+def pending_users(rt: Runtime) -> list[tuple[str, str]]:
+    """(tenant, user) pairs that have unconsolidated observations."""
+    flt = qm.Filter(must=[qm.FieldCondition(key="consolidated", match=qm.MatchValue(value=False))])
+    pairs: dict[tuple[str, str], int] = defaultdict(int)
+    for rec in rt.vectors.scroll(OBSERVATIONS, flt):
+        pairs[(rec.payload["tenant_id"], rec.payload["user_id"])] += 1
+    return sorted(pairs)
+
+
+@app.task(name="workers.consolidate.consolidate_due", acks_late=True)
+def consolidate_due() -> int:
+    """Beat entry point: start one consolidation per (tenant, user) with pending observations."""
+    rt = runtime()
+    pairs = pending_users(rt)
+    for tenant_id, user_id in pairs:
+        consolidate_user.delay(tenant_id, user_id)
+    return len(pairs)

@@ -1,0 +1,182 @@
+"""Stage ``ingest`` (queue ``ingest``): fetch the object, verify its sha256, sniff and validate its type,
+decode it, drop exact and near-duplicates, and cut it into bounded segments for perceive.
+
+- screenshot: one segment; near-duplicates of the device's last kept frame (pHash similarity at or above
+  ``near_duplicate_similarity``, as MIRIX and screenpipe skip unchanged screens) are skipped;
+- audio: chunks of ``audio_chunk_seconds`` written as 16 kHz WAV objects;
+- clip: segments of ``clip_segment_seconds`` (M3-Agent's 30 s clips), each with scene-change keyframes
+  (JPEG objects) and its audio track (WAV object);
+- text: batches of ``chat_batch_size`` messages of the conversation record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tempfile
+from pathlib import Path
+
+from celery import chain
+
+from schemas.events import EventStatus, MediaEvent, MediaKind
+from schemas.jobs import Keyframe, SegmentJob
+from workers import media
+from workers.adapters import parse_conversation_file
+from workers.app import Queue, app
+from workers.ids import derived_key
+from workers.objectstore import ObjectNotFound
+from workers.runtime import Runtime, log, runtime, stage
+
+
+@app.task(name="workers.ingest.ingest", pydantic=True, acks_late=True, reject_on_worker_lost=True)
+def ingest(event: MediaEvent) -> None:
+    """Validate ``event``'s object and dispatch one perceive → embed → link → store chain per segment."""
+    rt = runtime()
+    rt.ledger.record_queued(event)
+    rt.ledger.mark(event.event_id, EventStatus.processing, stage="ingest")
+    with stage(rt, event.event_id, "ingest"):
+        jobs = plan(rt, event)
+    if jobs is None:
+        return
+    rt.ledger.expect_segments(event.event_id, len(jobs))
+    for job in jobs:
+        dispatch(job)
+
+
+def dispatch(job: SegmentJob) -> None:
+    """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue."""
+    from workers.embed import embed
+    from workers.link import link
+    from workers.perceive import perceive
+    from workers.store import store
+
+    queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
+    chain(perceive.s(job).set(queue=queue.value), embed.s(), link.s(), store.s()).apply_async()
+
+
+def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:
+    """The segments of ``event``, or None when it was skipped as a duplicate. Raises MediaError."""
+    s = rt.settings
+    try:
+        size = rt.objects.size(event.object_key)
+    except ObjectNotFound as exc:
+        raise media.MediaError(f"object {event.object_key} not found in the object store") from exc
+    if size != event.size:
+        raise media.MediaError(f"size mismatch: event says {event.size} bytes, object has {size}")
+    if size > s.max_object_bytes:
+        raise media.MediaError(f"object too large: {size} bytes exceeds {s.max_object_bytes}")
+    if size == 0:
+        raise media.MediaError("empty file (0 bytes)")
+
+    with tempfile.TemporaryDirectory(prefix="engram-ingest-") as tmp:
+        path = Path(tmp) / "object"
+        rt.objects.download(event.object_key, path)
+        digest = _sha256(path)
+        if digest != event.sha256:
+            raise media.MediaError(f"sha256 mismatch: event says {event.sha256[:12]}…, content is {digest[:12]}…")
+        earlier = rt.ledger.claim_content(event.tenant_id, digest, event.event_id)
+        if earlier is not None:
+            rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest",
+                           reason=f"exact duplicate of event {earlier}")
+            return None
+        match event.kind:
+            case MediaKind.screenshot:
+                return _plan_screenshot(rt, event, path)
+            case MediaKind.audio:
+                return _plan_audio(rt, event, path)
+            case MediaKind.clip:
+                return _plan_clip(rt, event, path)
+            case MediaKind.text:
+                return _plan_text(rt, event, path)
+    raise AssertionError(event.kind)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_sniffed(path: Path, expected: MediaKind) -> None:
+    with open(path, "rb") as fh:
+        found = media.sniff(fh.read(8192))
+    if found is None:
+        raise media.MediaError(f"content is not {expected.value} media (unrecognised format)")
+    if found[0] is not expected and not (expected is MediaKind.audio and found[0] is MediaKind.clip):
+        raise media.MediaError(f"content is {found[1]}, not {expected.value} media")
+
+
+def _plan_screenshot(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob] | None:
+    _check_sniffed(path, MediaKind.screenshot)
+    img = media.load_image(path.read_bytes(), rt.settings.max_image_pixels)
+    phash = media.perceptual_hash(img)
+    threshold = rt.settings.near_duplicate_similarity
+    previous = rt.ledger.swap_frame(event.tenant_id, event.device_id, phash, event.event_id,
+                                    lambda a, b: media.hash_similarity(a, b) >= threshold)
+    if previous is not None:
+        rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest",
+                       reason=f"near-duplicate of the device's previous frame (event {previous})")
+        log.info("near-duplicate dropped", event_id=str(event.event_id), previous=str(previous))
+        return None
+    return [SegmentJob(event=event, segment_index=0)]
+
+
+def _plan_audio(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
+    _check_sniffed(path, MediaKind.audio)
+    info = media.probe(path)
+    if not info.has_audio:
+        raise media.MediaError("no audio stream")
+    audio = media.decode_audio(path)
+    return _audio_chunks(rt, event, audio, rt.settings.audio_chunk_seconds, "chunk")
+
+
+def _audio_chunks(rt: Runtime, event: MediaEvent, audio, seconds: float, prefix: str) -> list[SegmentJob]:
+    n = max(1, math.ceil(len(audio) / (seconds * media.SAMPLE_RATE)))
+    jobs = []
+    for i in range(n):
+        lo, hi = int(i * seconds * media.SAMPLE_RATE), int((i + 1) * seconds * media.SAMPLE_RATE)
+        key = derived_key(event.tenant_id, event.event_id, f"{prefix}-{i:05d}.wav")
+        rt.objects.put_bytes(key, media.wav_bytes(audio[lo:hi]), "audio/wav")
+        jobs.append(SegmentJob(event=event, segment_index=i, start_s=lo / media.SAMPLE_RATE,
+                               end_s=min(hi, len(audio)) / media.SAMPLE_RATE, audio_key=key))
+    return jobs
+
+
+def _plan_clip(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
+    _check_sniffed(path, MediaKind.clip)
+    s = rt.settings
+    info = media.probe(path)
+    if not info.has_video:
+        raise media.MediaError("clip has no video stream")
+    frames = media.keyframes(path, s.clip_segment_seconds, s.clip_keyframes_per_segment)
+    if not frames:
+        raise media.MediaError("clip has no decodable frames")
+    duration = info.duration or (max(frames) + 1) * s.clip_segment_seconds
+    n = max(1, math.ceil(duration / s.clip_segment_seconds - 1e-6))
+    audio = media.decode_audio(path) if info.has_audio else None
+    jobs = []
+    for i in range(n):
+        start, end = i * s.clip_segment_seconds, min(duration, (i + 1) * s.clip_segment_seconds)
+        kfs = []
+        for j, (t, img) in enumerate(frames.get(i, [])):
+            key = derived_key(event.tenant_id, event.event_id, f"seg-{i:05d}-key-{j:02d}.jpg")
+            rt.objects.put_bytes(key, media.jpeg_bytes(img), "image/jpeg")
+            kfs.append(Keyframe(t=t, object_key=key))
+        audio_key = None
+        if audio is not None:
+            lo, hi = int(start * media.SAMPLE_RATE), int(end * media.SAMPLE_RATE)
+            if hi > lo:
+                audio_key = derived_key(event.tenant_id, event.event_id, f"seg-{i:05d}-audio.wav")
+                rt.objects.put_bytes(audio_key, media.wav_bytes(audio[lo:hi]), "audio/wav")
+        jobs.append(SegmentJob(event=event, segment_index=i, start_s=start, end_s=end, audio_key=audio_key,
+                               keyframes=kfs))
+    return jobs
+
+
+def _plan_text(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
+    messages = parse_conversation_file(path.read_bytes(), event.source_name or "")
+    batch = rt.settings.chat_batch_size
+    return [SegmentJob(event=event, segment_index=i, first_message=lo, last_message=min(lo + batch, len(messages)))
+            for i, lo in enumerate(range(0, len(messages), batch))]

@@ -1,0 +1,234 @@
+"""Sniffing, validation and decoding of media. Every problem with the input raises ``MediaError`` whose
+message is one line naming the reason (the caller adds the file); nothing here touches the stores."""
+
+from __future__ import annotations
+
+import io
+import json
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from schemas.events import MediaKind
+
+SAMPLE_RATE = 16_000
+MEDIA_EXTENSIONS = {
+    ".png": MediaKind.screenshot, ".jpg": MediaKind.screenshot, ".jpeg": MediaKind.screenshot,
+    ".webp": MediaKind.screenshot, ".gif": MediaKind.screenshot, ".bmp": MediaKind.screenshot,
+    ".tif": MediaKind.screenshot, ".tiff": MediaKind.screenshot,
+    ".wav": MediaKind.audio, ".flac": MediaKind.audio, ".mp3": MediaKind.audio, ".ogg": MediaKind.audio,
+    ".m4a": MediaKind.audio, ".opus": MediaKind.audio, ".weba": MediaKind.audio,
+    ".mp4": MediaKind.clip, ".mov": MediaKind.clip, ".mkv": MediaKind.clip, ".webm": MediaKind.clip,
+    ".avi": MediaKind.clip,
+}
+CONVERSATION_EXTENSIONS = {".json", ".jsonl", ".ndjson"}
+_GUESS_MIME = {MediaKind.screenshot: "image/png", MediaKind.audio: "audio/wav", MediaKind.clip: "video/mp4",
+               MediaKind.text: "application/x-ndjson"}
+
+
+class MediaError(ValueError):
+    """The content is not valid media of the expected kind. ``str()`` is a one-line reason."""
+
+
+def sniff(head: bytes) -> tuple[MediaKind, str] | None:
+    """(kind, mime type) from the first bytes of a file (magic numbers, via ``filetype``), or None."""
+    import filetype
+
+    guess = filetype.guess(head)
+    if guess is None:
+        return None
+    mime = guess.mime
+    if mime.startswith("image/"):
+        return MediaKind.screenshot, mime
+    if mime.startswith("audio/"):
+        return MediaKind.audio, mime
+    if mime.startswith("video/"):
+        return MediaKind.clip, mime
+    return None
+
+
+def detect(path: Path) -> tuple[MediaKind, str] | None:
+    """What the CLI should publish ``path`` as: media by content, then conversation files by structure.
+
+    A file that claims a media extension but whose content is not media is still returned (kind from the
+    extension) so ingest fails it with a reason; anything else unknown returns None (skipped).
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(8192)
+    found = sniff(head)
+    if found:
+        return found
+    suffix = path.suffix.lower()
+    if suffix in CONVERSATION_EXTENSIONS and _looks_like_conversation(path):
+        return MediaKind.text, "application/json" if suffix == ".json" else "application/x-ndjson"
+    if suffix in MEDIA_EXTENSIONS:
+        kind = MEDIA_EXTENSIONS[suffix]
+        return kind, _GUESS_MIME[kind]
+    return None
+
+
+def _looks_like_conversation(path: Path) -> bool:
+    from workers.adapters import parse_conversation_file
+
+    try:
+        return bool(parse_conversation_file(path.read_bytes(), source_name=path.name))
+    except (MediaError, OSError):
+        return False
+
+
+# --- images -------------------------------------------------------------------------------------------
+
+def load_image(data: bytes, max_pixels: int):
+    """Decode an image fully into RGB. Raises MediaError for empty, truncated, non-image or too large
+    (decompression bomb: declared width*height over ``max_pixels``) input. Returns a PIL RGB image."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not data:
+        raise MediaError("empty file (0 bytes)")
+    Image.MAX_IMAGE_PIXELS = None  # our own limit below, checked before decoding
+    try:
+        img = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError as exc:
+        raise MediaError("not a decodable image") from exc
+    w, h = img.size
+    if w <= 0 or h <= 0:
+        raise MediaError(f"image has no pixels ({w}x{h})")
+    if w * h > max_pixels:
+        raise MediaError(f"image too large: declared {w}x{h} = {w * h / 1e6:.0f} MP exceeds "
+                         f"the {max_pixels / 1e6:.0f} MP limit (possible decompression bomb)")
+    try:
+        img.load()
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise MediaError(f"corrupt or truncated {img.format or 'image'}: {exc}") from exc
+    return img.convert("RGB")
+
+
+def perceptual_hash(img) -> str:
+    """64-bit perceptual hash (DCT pHash, via ``imagehash``) as 16 hex digits."""
+    import imagehash
+
+    return str(imagehash.phash(img, hash_size=8))
+
+
+def hash_similarity(a: str, b: str) -> float:
+    """1 - Hamming distance / 64 between two 64-bit hex hashes: 1.0 = identical."""
+    return 1.0 - bin(int(a, 16) ^ int(b, 16)).count("1") / 64.0
+
+
+# --- audio and video ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AvInfo:
+    """What a container holds: duration in seconds, and whether it has audio and video streams."""
+
+    duration: float
+    has_audio: bool
+    has_video: bool
+
+
+def probe(path: Path) -> AvInfo:
+    """Open ``path`` with PyAV and describe it. Raises MediaError if it is not a readable container."""
+    import av
+
+    if path.stat().st_size == 0:
+        raise MediaError("empty file (0 bytes)")
+    try:
+        with av.open(str(path)) as container:
+            has_audio = bool(container.streams.audio)
+            has_video = bool(container.streams.video)
+            duration = float(container.duration / 1e6) if container.duration else 0.0
+            if not duration:
+                for stream in container.streams:
+                    if stream.duration and stream.time_base:
+                        duration = max(duration, float(stream.duration * stream.time_base))
+    except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
+        raise MediaError(f"not a readable audio/video container: {exc}") from exc
+    if not has_audio and not has_video:
+        raise MediaError("container has neither audio nor video streams")
+    return AvInfo(duration, has_audio, has_video)
+
+
+def decode_audio(path: Path) -> np.ndarray:
+    """The audio track as float32 mono at 16 kHz (PyAV resampler). Raises MediaError if undecodable."""
+    import av
+    from faster_whisper.audio import decode_audio as fw_decode
+
+    try:
+        audio = fw_decode(str(path), sampling_rate=SAMPLE_RATE)
+    except (av.error.FFmpegError, ValueError, IndexError) as exc:
+        raise MediaError(f"audio track cannot be decoded: {exc}") from exc
+    return np.asarray(audio, dtype=np.float32)
+
+
+def wav_bytes(audio: np.ndarray) -> bytes:
+    """16-bit PCM WAV (16 kHz mono) of float32 samples in [-1, 1]."""
+    pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2")
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SAMPLE_RATE)
+        w.writeframes(pcm.tobytes())
+    return buf.getvalue()
+
+
+def read_wav(data: bytes) -> np.ndarray:
+    """float32 samples of a 16-bit mono WAV written by ``wav_bytes``."""
+    with wave.open(io.BytesIO(data), "rb") as w:
+        frames = w.readframes(w.getnframes())
+    return np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32767.0
+
+
+def keyframes(path: Path, segment_seconds: float, per_segment: int, sample_fps: float = 2.0,
+              scene_threshold: float = 12.0) -> dict[int, list[tuple[float, object]]]:
+    """Keyframes of a video by scene change, per segment index: {segment: [(t seconds, PIL RGB image)]}.
+
+    Frames are sampled at ``sample_fps``; a frame is a keyframe when it is the segment's first or its mean
+    absolute difference (32x32 grey, 0-255) from the last keyframe exceeds ``scene_threshold``. At most
+    ``per_segment`` keyframes are kept per segment (the largest changes). Raises MediaError on decode errors.
+    """
+    import av
+
+    out: dict[int, list[tuple[float, float, object]]] = {}
+    last_thumb: np.ndarray | None = None
+    next_t = 0.0
+    try:
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            for frame in container.decode(stream):
+                if frame.time is None or frame.time < next_t:
+                    continue
+                next_t = frame.time + 1.0 / sample_fps
+                seg = int(frame.time // segment_seconds)
+                img = frame.to_image()
+                thumb = np.asarray(img.convert("L").resize((32, 32)), dtype=np.float32)
+                first = seg not in out
+                change = 255.0 if first or last_thumb is None else float(np.abs(thumb - last_thumb).mean())
+                if first or change > scene_threshold:
+                    out.setdefault(seg, []).append((change, float(frame.time), img))
+                    last_thumb = thumb
+    except (av.error.FFmpegError, ValueError, IndexError) as exc:
+        raise MediaError(f"video cannot be decoded: {exc}") from exc
+    result: dict[int, list[tuple[float, object]]] = {}
+    for seg, frames in out.items():
+        best = sorted(frames, key=lambda f: -f[0])[:per_segment]
+        result[seg] = [(t, img) for _, t, img in sorted(best, key=lambda f: f[1])]
+    return result
+
+
+def jpeg_bytes(img, quality: int = 90) -> bytes:
+    """JPEG encoding of a PIL image."""
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def json_or_none(data: bytes):
+    """Parsed JSON, or None if ``data`` is not one JSON document."""
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None

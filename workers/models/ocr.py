@@ -1,0 +1,52 @@
+"""OCR with rapidocr 3.x (PP-OCR detection + recognition models shipped in the wheel), on onnxruntime."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from schemas.observations import OcrLine
+from workers.models.base import Model
+
+
+class RapidOcr(Model):
+    """Text lines of an RGB image with confidence and box. Very tall images are read in overlapping tiles
+    so that the detector's resize does not shrink text past legibility."""
+
+    task = "ocr"
+    tile_height = 1600
+    tile_overlap = 80
+
+    def _load(self):
+        from rapidocr import RapidOCR
+
+        logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+        return RapidOCR(params={"Global.use_cls": False, "Global.log_level": "warning"})
+
+    def read(self, image: np.ndarray, min_confidence: float = 0.5) -> list[OcrLine]:
+        """Lines in reading order (top to bottom, left to right). ``image``: uint8 (h, w, 3) RGB."""
+        engine = self.session
+        h = image.shape[0]
+        lines: list[OcrLine] = []
+        step = self.tile_height - self.tile_overlap
+        top = 0
+        while True:
+            tile = np.ascontiguousarray(image[top: top + self.tile_height, :, ::-1])  # RGB -> BGR
+            with self._predict_lock:
+                out = engine(tile)
+            if out.boxes is not None and out.txts:
+                for box, text, score in zip(out.boxes, out.txts, out.scores, strict=True):
+                    if score < min_confidence or not text.strip():
+                        continue
+                    xs, ys = box[:, 0], box[:, 1] + top
+                    # lines fully inside the overlap of the previous tile were already read
+                    if top and ys.max() < top + self.tile_overlap:
+                        continue
+                    lines.append(OcrLine(text=text.strip(), confidence=float(score),
+                                         box=(float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()))))
+            if top + self.tile_height >= h:
+                break
+            top += step
+        lines.sort(key=lambda ln: (round(ln.box[1] / 12), ln.box[0]))
+        return lines

@@ -1,0 +1,120 @@
+"""Stage ``perceive`` (queues ``perceive.cpu`` and ``perceive.gpu``): turn one segment into observations.
+
+OCR for screenshots and clip keyframes (rapidocr), speech-to-text for audio chunks and clip audio
+(faster-whisper + VAD), conversation messages passed through. Secret redaction belongs here too
+(knowledge vault, a later issue): nothing leaves this stage that should not be stored.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import numpy as np
+
+from schemas.events import MediaEvent, MediaKind
+from schemas.jobs import ObservationBatch, SegmentJob
+from schemas.observations import Observation, OcrLine
+from workers import media
+from workers.adapters import parse_conversation_file
+from workers.app import app
+from workers.ids import point_id
+from workers.models import get_model
+from workers.runtime import Runtime, runtime, stage
+
+
+@app.task(name="workers.perceive.perceive", pydantic=True, acks_late=True, reject_on_worker_lost=True)
+def perceive(job: SegmentJob) -> ObservationBatch:
+    """Observations of one segment (possibly none: a silent chunk, a screen without text)."""
+    rt = runtime()
+    with stage(rt, job.event.event_id, "perceive"):
+        match job.event.kind:
+            case MediaKind.screenshot:
+                observations = _screenshot(rt, job)
+            case MediaKind.audio:
+                observations = _audio(rt, job)
+            case MediaKind.clip:
+                observations = _clip(rt, job)
+            case MediaKind.text:
+                observations = _text(rt, job)
+    return ObservationBatch(job=job, observations=observations)
+
+
+def _base(event: MediaEvent, segment: int, kind: str, text: str, **fields) -> Observation:
+    return Observation(
+        id=point_id(event.tenant_id, event.event_id, segment, kind), tenant_id=event.tenant_id,
+        user_id=event.user_id, device_id=event.device_id, event_id=event.event_id, kind=event.kind,
+        segment_index=segment, text=text, object_key=event.object_key, source_name=event.source_name,
+        app=event.app, window=event.window, **{"captured_at": event.captured_at, **fields})
+
+
+def ocr_image(rt: Runtime, img) -> list[OcrLine]:
+    """OCR lines of a PIL image (RGB)."""
+    return get_model("ocr", rt.settings).read(np.asarray(img), rt.settings.ocr_min_confidence)
+
+
+def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
+    img = media.load_image(rt.objects.get_bytes(job.event.object_key), rt.settings.max_image_pixels)
+    lines = ocr_image(rt, img)
+    text = "\n".join(ln.text for ln in lines)
+    header = " — ".join(x for x in (job.event.app, job.event.window) if x)
+    if header:
+        text = f"{header}\n{text}"
+    if not text.strip():
+        return []
+    return [_base(job.event, 0, "ocr", text, ocr_lines=lines)]
+
+
+def _transcribe(rt: Runtime, key: str):
+    audio = media.read_wav(rt.objects.get_bytes(key))
+    m = rt.settings.models
+    return get_model("asr", rt.settings).transcribe(audio, beam_size=m.asr_beam_size)
+
+
+def _audio(rt: Runtime, job: SegmentJob) -> list[Observation]:
+    segments, language = _transcribe(rt, job.audio_key)
+    offset = job.start_s or 0.0
+    out = []
+    for i, seg in enumerate(segments):
+        start, end = offset + seg.start, offset + seg.end
+        out.append(_base(job.event, job.segment_index, f"asr-{i}", seg.text, transcript=seg.text,
+                         language=language, start_s=start, end_s=end,
+                         captured_at=job.event.captured_at + timedelta(seconds=start)))
+    return out
+
+
+def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
+    from PIL import Image
+
+    seen: set[str] = set()
+    screen_lines: list[OcrLine] = []
+    for kf in job.keyframes:
+        img = Image.open(io.BytesIO(rt.objects.get_bytes(kf.object_key))).convert("RGB")
+        for line in ocr_image(rt, img):
+            if line.text not in seen:  # text that stays on screen across keyframes is kept once
+                seen.add(line.text)
+                screen_lines.append(line)
+    transcript, language = "", None
+    if job.audio_key:
+        segments, language = _transcribe(rt, job.audio_key)
+        transcript = " ".join(s.text for s in segments)
+    parts = [transcript] if transcript else []
+    if screen_lines:
+        parts.append("[on screen] " + " | ".join(ln.text for ln in screen_lines))
+    if not parts:
+        return []
+    start = job.start_s or 0.0
+    return [_base(job.event, job.segment_index, "clip", "\n".join(parts), transcript=transcript or None,
+                  language=language, ocr_lines=screen_lines, start_s=start, end_s=job.end_s,
+                  captured_at=job.event.captured_at + timedelta(seconds=start))]
+
+
+def _text(rt: Runtime, job: SegmentJob) -> list[Observation]:
+    messages = parse_conversation_file(rt.objects.get_bytes(job.event.object_key), job.event.source_name or "")
+    out = []
+    for idx in range(job.first_message or 0, job.last_message or len(messages)):
+        msg = messages[idx]
+        out.append(_base(job.event, job.segment_index, f"msg-{idx}", msg.display_text(),
+                         captured_at=msg.timestamp, message_id=msg.message_id, session_id=msg.session_id,
+                         speaker=msg.speaker))
+    return out

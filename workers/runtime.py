@@ -1,0 +1,96 @@
+"""Per-process access to the stores, built from the current settings and cached by their location.
+
+Tasks call ``runtime()`` at the start of each run: settings are re-read from the environment, so a test or
+the CLI that points ``ENGRAM_DATA_DIR`` elsewhere gets stores there. The vector store is opened lazily,
+only by the tasks of Qdrant-bound queues.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import structlog
+from celery.exceptions import Ignore
+
+from schemas.events import EventStatus
+from schemas.settings import Settings, get_settings
+from workers.ledger import Ledger, open_ledger
+from workers.media import MediaError
+from workers.models import EmbeddingCache
+from workers.objectstore import ObjectStore, open_object_store
+from workers.vectorstore import VectorStore, open_vector_store
+
+log = structlog.get_logger("engram")
+
+
+@dataclass
+class Runtime:
+    """Stores of one configuration, shared by the tasks of one process."""
+
+    settings: Settings
+    objects: ObjectStore
+    ledger: Ledger
+    embedding_cache: EmbeddingCache
+    _vectors: VectorStore | None = field(default=None, repr=False)
+
+    @property
+    def vectors(self) -> VectorStore:
+        """The vector store (opened on first use). Raises vectorstore.StoreBusy in local mode if held."""
+        if self._vectors is None:
+            self._vectors = open_vector_store(self.settings)
+        return self._vectors
+
+
+_runtimes: dict[tuple, Runtime] = {}
+_lock = threading.Lock()
+
+
+def reset_runtimes() -> None:
+    """Forget every cached Runtime and close vector stores (tests; a CLI switching data dirs)."""
+    from workers.vectorstore import close_vector_stores
+
+    with _lock:
+        _runtimes.clear()
+    close_vector_stores()
+
+
+def runtime(settings: Settings | None = None) -> Runtime:
+    """The Runtime for ``settings`` (default: read from the environment now)."""
+    settings = settings or get_settings()
+    key = (str(settings.data_dir), settings.s3_endpoint, settings.s3_bucket, settings.qdrant_url,
+           settings.redis_url, settings.broker_url)
+    with _lock:
+        rt = _runtimes.get(key)
+        if rt is None:
+            rt = _runtimes[key] = Runtime(
+                settings=settings,
+                objects=open_object_store(settings),
+                ledger=open_ledger(settings),
+                embedding_cache=EmbeddingCache(settings.data_dir / "cache" / "embeddings.sqlite"),
+            )
+        else:
+            rt.settings = settings
+        return rt
+
+
+@contextmanager
+def stage(rt: Runtime, event_id: uuid.UUID, name: str) -> Iterator[None]:
+    """Run one stage of one event: bad input (MediaError) marks the event failed with the stage and reason
+    and stops its chain without retrying; any other error marks it failed and is re-raised."""
+    try:
+        yield
+    except MediaError as exc:
+        rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=str(exc))
+        log.warning("event failed", event_id=str(event_id), stage=name, reason=str(exc))
+        raise Ignore() from exc
+    except Ignore:
+        raise
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=reason)
+        log.error("event failed", event_id=str(event_id), stage=name, reason=reason)
+        raise

@@ -1,0 +1,70 @@
+"""Sparse BM25 vectors made without a model download (DESIGN.md "Contracts").
+
+Tokens come from bm25s's tokenizer with English stop words and the Snowball stemmer (PyStemmer); each
+token's index is a stable 32-bit hash (blake2b), its value BM25's term-frequency weight
+``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` (Robertson & Zaragoza, 2009). The collection's
+sparse vector uses Qdrant's IDF modifier, so the product of query and document vectors is BM25.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import Counter
+from functools import lru_cache
+
+_stemmer_lock = threading.Lock()
+_stemmer = None
+
+
+def _get_stemmer():
+    global _stemmer
+    with _stemmer_lock:
+        if _stemmer is None:
+            import Stemmer
+
+            _stemmer = Stemmer.Stemmer("english")
+        return _stemmer
+
+
+def tokenize(texts: list[str]) -> list[list[str]]:
+    """Lower-cased, stop-word-free, stemmed tokens of each text (bm25s tokenizer)."""
+    import bm25s
+
+    if not texts:
+        return []
+    stemmer = _get_stemmer()
+    with _stemmer_lock:  # PyStemmer objects are not thread safe
+        out = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+    return [list(t) for t in out]
+
+
+@lru_cache(maxsize=200_000)
+def token_index(token: str) -> int:
+    """Stable index of a token: the first 4 bytes of its blake2b digest, as an unsigned 32-bit int."""
+    return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=4).digest(), "little")
+
+
+def _weights(tokens: list[str], k1: float, b: float, avgdl: float) -> tuple[list[int], list[float]]:
+    counts = Counter(tokens)
+    dl = len(tokens)
+    merged: dict[int, float] = {}
+    for tok, tf in counts.items():
+        weight = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+        idx = token_index(tok)
+        merged[idx] = merged.get(idx, 0.0) + weight
+    indices = sorted(merged)
+    return indices, [merged[i] for i in indices]
+
+
+def document_vectors(texts: list[str], k1: float = 1.2, b: float = 0.75,
+                     avgdl: float = 24.0) -> list[tuple[list[int], list[float]]]:
+    """BM25 document vectors (indices ascending, TF weights) for each text."""
+    return [_weights(toks, k1, b, avgdl) for toks in tokenize(texts)]
+
+
+def query_vector(text: str) -> tuple[list[int], list[float]]:
+    """The query's sparse vector: weight 1 per distinct token (Qdrant multiplies by IDF)."""
+    toks = tokenize([text])[0]
+    indices = sorted({token_index(t) for t in toks})
+    return indices, [1.0] * len(indices)

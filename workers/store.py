@@ -1,0 +1,38 @@
+"""Stage ``store`` (queue ``store``): upsert observations into Qdrant's ``observations`` collection and
+record the segment in the ledger (the event is done when all its segments are)."""
+
+from __future__ import annotations
+
+from qdrant_client import models as qm
+
+from schemas.jobs import EmbeddedBatch
+from schemas.observations import EmbeddedObservation
+from workers.app import app
+from workers.runtime import log, runtime, stage
+from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE
+
+
+def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
+    """The Qdrant point of an observation: payload is the observation plus float time fields
+    (``start_ts``/``end_ts``, epoch seconds) for range filters and ``consolidated`` for the watermark."""
+    obs = item.observation
+    payload = obs.model_dump(mode="json")
+    ts = obs.captured_at.timestamp()
+    duration = (obs.end_s - obs.start_s) if obs.start_s is not None and obs.end_s is not None else 0.0
+    payload.update(start_ts=ts, end_ts=ts + duration, consolidated=False, memory_type="observation")
+    vector = {DENSE: item.dense}
+    if item.sparse_indices:
+        vector[SPARSE] = qm.SparseVector(indices=item.sparse_indices, values=item.sparse_values)
+    return qm.PointStruct(id=str(obs.id), vector=vector, payload=payload)
+
+
+@app.task(name="workers.store.store", pydantic=True, acks_late=True, reject_on_worker_lost=True)
+def store(batch: EmbeddedBatch) -> int:
+    """Write the segment's observations; returns how many were written."""
+    rt = runtime()
+    event = batch.job.event
+    with stage(rt, event.event_id, "store"):
+        rt.vectors.upsert(OBSERVATIONS, [observation_point(item) for item in batch.items])
+        if rt.ledger.segment_done(event.event_id, batch.job.segment_index, len(batch.items)):
+            log.info("event done", event_id=str(event.event_id), tenant=event.tenant_id)
+    return len(batch.items)

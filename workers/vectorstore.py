@@ -1,0 +1,180 @@
+"""The vector store: Qdrant through qdrant-client, local mode under ``ENGRAM_DATA_DIR/qdrant`` by default or a
+server at ``ENGRAM_QDRANT_URL``.
+
+Collections (shared by all tenants; ``tenant_id`` is in every payload and every filter): ``observations``,
+the six memory types, and ``entities``. Each has a named dense vector ``text`` (384-d, cosine) and a named
+sparse vector ``bm25`` (IDF modifier). Collections are created on first use.
+
+Qdrant's local mode lets one process open a folder. This module keeps one client per process (locked);
+a second process gets ``StoreBusy`` with a clear message.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+
+from schemas.memories import MemoryType
+from schemas.settings import Settings
+
+DENSE = "text"
+SPARSE = "bm25"
+DIM = 384
+OBSERVATIONS = "observations"
+ENTITIES = "entities"
+COLLECTIONS = (OBSERVATIONS, *[t.value for t in MemoryType if t is not MemoryType.observation], ENTITIES)
+
+_INDEXED_FIELDS = {
+    "tenant_id": qm.PayloadSchemaType.KEYWORD,
+    "user_id": qm.PayloadSchemaType.KEYWORD,
+    "device_id": qm.PayloadSchemaType.KEYWORD,
+    "kind": qm.PayloadSchemaType.KEYWORD,
+    "event_id": qm.PayloadSchemaType.KEYWORD,
+    "start_ts": qm.PayloadSchemaType.FLOAT,
+    "end_ts": qm.PayloadSchemaType.FLOAT,
+    "consolidated": qm.PayloadSchemaType.BOOL,
+}
+
+
+class StoreBusy(RuntimeError):
+    """The embedded (local-mode) store is open in another process."""
+
+
+def collection_for(memory_type: MemoryType) -> str:
+    """Qdrant collection name of a memory type (``observation`` lives in ``observations``)."""
+    return OBSERVATIONS if memory_type is MemoryType.observation else memory_type.value
+
+
+class VectorStore:
+    """Thin typed wrapper over one QdrantClient. Owned by one process; safe to share between its threads."""
+
+    def __init__(self, client: QdrantClient, local: bool = False) -> None:
+        self.client = client
+        self.local = local
+        self._ready: set[str] = set()
+        self._lock = threading.Lock()
+
+    def ensure(self, collection: str) -> None:
+        """Create ``collection`` with the engram vectors and payload indexes if it does not exist."""
+        if collection in self._ready:
+            return
+        with self._lock:
+            if collection in self._ready:
+                return
+            if not self.client.collection_exists(collection):
+                try:
+                    self.client.create_collection(
+                        collection,
+                        vectors_config={DENSE: qm.VectorParams(size=DIM, distance=qm.Distance.COSINE)},
+                        sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+                    )
+                except Exception:
+                    if not self.client.collection_exists(collection):  # lost a creation race: fine
+                        raise
+                if not self.local:  # local mode scans; indexes only matter on a server
+                    for field, schema in _INDEXED_FIELDS.items():
+                        self.client.create_payload_index(collection, field, field_schema=schema)
+            self._ready.add(collection)
+
+    def upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
+        """Insert or replace points (ids are deterministic, so repeats overwrite)."""
+        if not points:
+            return
+        self.ensure(collection)
+        self.client.upsert(collection, points=points, wait=True)
+
+    def search(self, collection: str, dense: list[float] | None, sparse: tuple[list[int], list[float]] | None,
+               flt: qm.Filter, limit: int) -> tuple[list[qm.ScoredPoint], list[qm.ScoredPoint]]:
+        """Dense and sparse rankings of ``collection`` under ``flt`` (either may be skipped with None)."""
+        self.ensure(collection)
+        requests, which = [], []
+        if dense is not None:
+            requests.append(qm.QueryRequest(query=dense, using=DENSE, filter=flt, limit=limit, with_payload=True))
+            which.append("dense")
+        if sparse is not None and sparse[0]:
+            requests.append(qm.QueryRequest(query=qm.SparseVector(indices=sparse[0], values=sparse[1]),
+                                            using=SPARSE, filter=flt, limit=limit, with_payload=True))
+            which.append("sparse")
+        results = self.client.query_batch_points(collection, requests=requests) if requests else []
+        got = {w: r.points for w, r in zip(which, results, strict=True)}
+        return got.get("dense", []), got.get("sparse", [])
+
+    def scroll(self, collection: str, flt: qm.Filter, with_vectors: bool = False,
+               batch: int = 256) -> list[qm.Record]:
+        """Every point matching ``flt``."""
+        self.ensure(collection)
+        out: list[qm.Record] = []
+        offset = None
+        while True:
+            points, offset = self.client.scroll(collection, scroll_filter=flt, limit=batch, offset=offset,
+                                                with_payload=True, with_vectors=with_vectors)
+            out.extend(points)
+            if offset is None:
+                return out
+
+    def retrieve(self, collection: str, ids: list[uuid.UUID | str]) -> list[qm.Record]:
+        """Points by id (missing ids are left out)."""
+        self.ensure(collection)
+        return self.client.retrieve(collection, ids=[str(i) for i in ids], with_payload=True)
+
+    def set_payload(self, collection: str, ids: list[uuid.UUID | str], payload: dict[str, Any]) -> None:
+        """Merge ``payload`` into the given points."""
+        if ids:
+            self.ensure(collection)
+            self.client.set_payload(collection, payload=payload, points=[str(i) for i in ids], wait=True)
+
+    def count(self, collection: str, flt: qm.Filter | None = None) -> int:
+        """Exact number of points matching ``flt``."""
+        self.ensure(collection)
+        return self.client.count(collection, count_filter=flt, exact=True).count
+
+
+def tenant_filter(tenant_id: str, user_id: str | None = None, **must: Any) -> qm.Filter:
+    """A filter on tenant (always), user (when given) and exact payload values."""
+    conds: list[qm.Condition] = [qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant_id))]
+    if user_id is not None:
+        conds.append(qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id)))
+    for key, value in must.items():
+        conds.append(qm.FieldCondition(key=key, match=qm.MatchValue(value=value)))
+    return qm.Filter(must=conds)
+
+
+_stores: dict[str, VectorStore] = {}
+_stores_lock = threading.Lock()
+
+
+def open_vector_store(settings: Settings) -> VectorStore:
+    """This process's VectorStore for the configured Qdrant (created once per process and location).
+
+    Raises StoreBusy when the local-mode folder is held by another process.
+    """
+    where = settings.qdrant_url or str(settings.data_dir / "qdrant")
+    with _stores_lock:
+        store = _stores.get(where)
+        if store is None:
+            if settings.qdrant_url:
+                client = QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key, timeout=60)
+            else:
+                (settings.data_dir / "qdrant").mkdir(parents=True, exist_ok=True)
+                try:
+                    client = QdrantClient(path=where)
+                except RuntimeError as exc:
+                    if "already accessed" in str(exc):
+                        raise StoreBusy(
+                            f"the embedded store {where} is open in another engram process; wait for it to "
+                            "finish, or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
+                    raise
+            store = _stores[where] = VectorStore(client, local=not settings.qdrant_url)
+        return store
+
+
+def close_vector_stores() -> None:
+    """Close every client this process opened (releases the local-mode lock)."""
+    with _stores_lock:
+        for store in _stores.values():
+            store.client.close()
+        _stores.clear()
