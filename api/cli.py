@@ -147,7 +147,8 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
     return out
 
 
-@app.command()
+@app.command(epilog="Examples:  engram ingest ~/Pictures/Screenshots --user alice  ·  "
+                     "engram ingest memo.m4a chat.jsonl --captured-at 2024-05-01T09:30:00Z")
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursively). Kind is detected by "
                                                 "content: images, audio, video, conversation JSON/JSONL.")],
@@ -162,8 +163,7 @@ def ingest(
 ) -> None:
     """Ingest media and conversations: validate, perceive (OCR, speech-to-text), embed, store, consolidate.
 
-    Files that are neither media nor conversations are reported as skipped; bad media (empty, truncated,
-    corrupt, too large) is recorded as failed with its reason and does not stop the rest.
+    Files that are neither media nor conversations are reported as skipped; bad media (empty, truncated, corrupt, too large) is recorded as failed with its reason and does not stop the rest.
     """
     from schemas.settings import get_settings
 
@@ -186,8 +186,10 @@ def _print_ingest_summary(result: dict[str, list]) -> None:
                   f"{len(result['ignored'])} not media")
     for path, record in result["skipped"]:
         console.print(f"  skipped {path}: {record.reason}", highlight=False)
-    for path, why in result["ignored"]:
+    for path, why in result["ignored"][:10]:
         console.print(f"  skipped {path}: {why}", highlight=False)
+    if len(result["ignored"]) > 10:
+        console.print(f"  … and {len(result['ignored']) - 10} more files that are not media")
 
 
 def snippet(text: str, query: str, width: int = 110) -> str:
@@ -200,7 +202,8 @@ def snippet(text: str, query: str, width: int = 110) -> str:
     return ("…" if start else "") + out + ("…" if start + width < len(flat) else "")
 
 
-@app.command()
+@app.command(epilog="Examples:  engram search \"budget review\" --since 2024-05-01  ·  "
+                     "engram search receiver_count --kind screenshot -k 3  ·  engram search \"trip\" --type episodic")
 def search(
     query: Annotated[str, typer.Argument(help="What to look for, in words.")],
     user: Annotated[str | None, typer.Option(help="Only this user's memories (default: all users).")] = None,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up engram on a fresh Debian machine: system packages (ffmpeg, espeak-ng, redis-server) when
-# absent, a virtual environment at .venv (unless one is active), torch's CPU build first, then engram.
+# absent, a virtual environment at .venv, torch's CPU build first, then engram (editable).
 # Usage: scripts/setup.sh [--dev]     (--dev adds the test tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,14 +19,12 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if [ -z "${VIRTUAL_ENV:-}" ]; then
-  if [ ! -x .venv/bin/python ]; then
-    echo "==> creating virtual environment .venv"
-    python3 -m venv .venv
-  fi
-  # shellcheck disable=SC1091
-  source .venv/bin/activate
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating virtual environment .venv"
+  python3 -m venv .venv
 fi
+# shellcheck disable=SC1091
+source .venv/bin/activate
 
 python -m pip install -q --upgrade pip
 # torch first: the pinned version resolves to the local CPU wheel; an unpinned torch would pull CUDA.

@@ -61,12 +61,15 @@ def longmemeval_messages(item: dict) -> list[ConversationMessage]:
 
 
 def _records(items: list) -> list[ConversationMessage]:
-    try:
-        return [ConversationMessage.model_validate(x) for x in items]
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise MediaError(f"invalid conversation record at {where}: {first['msg']}") from exc
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(ConversationMessage.model_validate(item))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in (i, *first["loc"]))  # record index first, as pydantic's list loc
+            raise MediaError(f"invalid conversation record at {where}: {first['msg']}") from exc
+    return out
 
 
 def parse_conversation_file(data: bytes, source_name: str = "") -> list[ConversationMessage]:
@@ -79,9 +82,16 @@ def parse_conversation_file(data: bytes, source_name: str = "") -> list[Conversa
         doc = None
     if doc is None:  # JSONL
         try:
-            lines = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
-        except (ValueError, UnicodeDecodeError) as exc:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
             raise MediaError(f"not JSON or JSONL: {exc}") from exc
+        lines = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            try:
+                if line.strip():
+                    lines.append(json.loads(line))
+            except ValueError as exc:
+                raise MediaError(f"not JSON or JSONL: line {n}: {exc}") from exc
         return _records(lines)
     if isinstance(doc, dict) and "conversation" in doc and "sample_id" in doc:
         doc = [doc]
@@ -95,6 +105,8 @@ def parse_conversation_file(data: bytes, source_name: str = "") -> list[Conversa
             return longmemeval_messages(doc)
         except (KeyError, ValueError, ValidationError) as exc:
             raise MediaError(f"malformed LongMemEval file: {exc!r}") from exc
+    if isinstance(doc, dict) and "message_id" in doc:  # JSONL of a single record
+        doc = [doc]
     if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
         doc = doc["messages"]
     if isinstance(doc, list) and all(isinstance(x, dict) for x in doc):

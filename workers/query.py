@@ -1,7 +1,8 @@
 """Stage ``query`` (queue ``query``): hybrid search over observations and memories.
 
-For each collection searched, a dense ranking (MiniLM cosine) and a sparse ranking (BM25 through Qdrant's
-IDF modifier) are taken under the request's filters; all rankings are fused with reciprocal rank fusion
+Under the request's filters, one dense ranking across all collections searched (MiniLM cosine: one model,
+comparable scores) and one sparse ranking per collection (BM25 through Qdrant's IDF modifier, whose
+statistics are per collection) are taken; all rankings are fused with reciprocal rank fusion
 (Cormack, Clarke & Büttcher, 2009: score = Σ 1 / (k + rank)). A memory's sources are listed most
 relevant first: in the order their observations ranked for this query, the others after.
 """
@@ -84,15 +85,19 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     rankings: list[list[str]] = []
     points: dict[str, tuple[MemoryType, qm.ScoredPoint]] = {}
     obs_rank: dict[str, int] = {}
+    dense_all: list[qm.ScoredPoint] = []
     for mtype in dict.fromkeys(req.memory_types):
         if mtype is MemoryType.knowledge_vault:
             continue  # never searched by default; captions only, through its own call (later issue)
         dense_pts, sparse_pts = rt.vectors.search(collection_for(mtype), dense, sparse_q,
                                                   build_filter(req, mtype), depth)
-        for ranking in (dense_pts, sparse_pts):
-            rankings.append([str(p.id) for p in ranking])
-            for p in ranking:
-                points.setdefault(str(p.id), (mtype, p))
+        dense_all.extend(dense_pts)
+        rankings.append([str(p.id) for p in sparse_pts])
+        for p in (*dense_pts, *sparse_pts):
+            points.setdefault(str(p.id), (mtype, p))
+    # cosine scores of one model are comparable across collections: one dense ranking; BM25 scores depend
+    # on each collection's IDF statistics: one sparse ranking per collection.
+    rankings.append([str(p.id) for p in sorted(dense_all, key=lambda p: -p.score)[:depth]])
     fused = rrf(rankings, rt.settings.rrf_k)
     msg_of = {pid: (pt.payload or {}).get("message_id") for pid, (mt, pt) in points.items()
               if mt is MemoryType.observation}
@@ -100,7 +105,9 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
                                            key=lambda x: -x[1])):
         obs_rank[pid] = rank
     hits = []
-    for pid, score in sorted(fused.items(), key=lambda x: -x[1])[: req.limit]:
+    # ties go to observations, the more specific evidence
+    order = sorted(fused.items(), key=lambda x: (-x[1], points[x[0]][0] is not MemoryType.observation))
+    for pid, score in order[: req.limit]:
         mtype, point = points[pid]
         hit = _hit(mtype, point, score)
         if mtype is not MemoryType.observation:

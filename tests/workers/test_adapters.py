@@ -1,0 +1,198 @@
+"""Conversation files into the import record: LoCoMo, LongMemEval, and the record itself (JSON, JSONL)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from schemas.conversations import ConversationMessage
+from workers.adapters import (
+    locomo_sample_messages,
+    parse_conversation_file,
+    parse_locomo_datetime,
+    parse_longmemeval_date,
+    to_jsonl,
+)
+from workers.media import MediaError
+
+ANNOTATION = "ANNOTATION-MARKER"  # only in fields that must never become messages
+
+
+def locomo_sample() -> dict:
+    """A LoCoMo-shaped sample: two sessions (numbered 2 and 10, to check numeric order), one shared image,
+    and every annotation field holding ``ANNOTATION``."""
+    return {
+        "sample_id": "conv-test",
+        "qa": [{"question": f"{ANNOTATION} q", "answer": f"{ANNOTATION} a", "evidence": ["D1:1"], "category": 1}],
+        "observation": {"session_2_observation": {"Ann": [[f"{ANNOTATION} obs", "D1:1"]]}},
+        "session_summary": {"session_2_summary": f"{ANNOTATION} summary"},
+        "event_summary": {"events_session_2": {"Ann": [f"{ANNOTATION} event"], "date": "8 May, 2023"}},
+        "conversation": {
+            "speaker_a": "Ann", "speaker_b": "Bob",
+            "session_10_date_time": "9:05 am on 2 June, 2023",
+            "session_10": [{"speaker": "Bob", "dia_id": "D10:1", "text": "Back from the trip."}],
+            "session_2_date_time": "1:56 pm on 8 May, 2023",
+            "session_2": [
+                {"speaker": "Ann", "dia_id": "D2:1", "text": "Look at my painting!",
+                 "img_url": [f"https://example.invalid/{ANNOTATION}.jpg"], "query": f"{ANNOTATION} query",
+                 "blip_caption": "a photo of a sunrise over a lake"},
+                {"speaker": "Bob", "dia_id": "D2:2", "text": "Lovely colours."},
+            ],
+        },
+    }
+
+
+def record(i: int, **over) -> dict:
+    """One import record (``message_id`` m<i>), with fields overridden by ``over``."""
+    rec = {"message_id": f"m{i}", "session_id": "s1", "speaker": "ann", "text": f"message number {i}",
+           "timestamp": f"2024-05-01T10:0{i}:00Z"}
+    rec.update(over)
+    return rec
+
+
+def test_locomo_datetime():
+    assert parse_locomo_datetime("1:56 pm on 8 May, 2023") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert parse_locomo_datetime(" 12:09 am on 1 January, 2024 ") == datetime(2024, 1, 1, 0, 9, tzinfo=UTC)
+    with pytest.raises(ValueError):
+        parse_locomo_datetime("8 May 2023")
+
+
+def test_locomo_sample_to_messages():
+    msgs = locomo_sample_messages(locomo_sample())
+    assert [m.message_id for m in msgs] == ["D2:1", "D2:2", "D10:1"]  # session 2 before session 10
+    assert [m.session_id for m in msgs] == ["conv-test/session_2", "conv-test/session_2", "conv-test/session_10"]
+    assert [m.speaker for m in msgs] == ["Ann", "Bob", "Bob"]
+    start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert [m.timestamp for m in msgs[:2]] == [start, start + timedelta(seconds=30)]
+    assert msgs[2].timestamp == datetime(2023, 6, 2, 9, 5, tzinfo=UTC)
+    [att] = msgs[0].attachments
+    assert (att.kind, att.caption) == ("image", "a photo of a sunrise over a lake")
+    assert msgs[1].attachments == []
+    assert msgs[0].display_text() == "Ann: Look at my painting! [shared image: a photo of a sunrise over a lake]"
+
+
+def test_locomo_annotations_never_leak():
+    for data in (json.dumps(locomo_sample()), json.dumps([locomo_sample()])):  # one sample or a list
+        msgs = parse_conversation_file(data.encode())
+        assert len(msgs) == 3
+        dumped = to_jsonl(msgs).decode()
+        assert ANNOTATION not in dumped
+        assert "img_url" not in dumped and "example.invalid" not in dumped
+
+
+@pytest.mark.parametrize("broken", [
+    lambda s: s["conversation"].pop("session_2_date_time"),
+    lambda s: s["conversation"].__setitem__("session_2_date_time", "sometime in May"),
+    lambda s: s["conversation"]["session_2"][1].pop("dia_id"),
+])
+def test_malformed_locomo_raises_media_error(broken):
+    sample = locomo_sample()
+    broken(sample)
+    with pytest.raises(MediaError, match="malformed LoCoMo file"):
+        parse_conversation_file(json.dumps([sample]).encode())
+
+
+def test_longmemeval_file():
+    item = {
+        "question_id": "q1", "question_type": "single-session-user", "question": f"{ANNOTATION} question?",
+        "question_date": "2023/06/23 (Fri) 07:31", "answer": f"{ANNOTATION} answer",
+        "answer_session_ids": ["answer_1"],
+        "haystack_dates": ["2023/04/30 (Sun) 13:59", "2023/05/02 (Tue) 08:00"],
+        "haystack_session_ids": ["sharegpt_1", "answer_1"],
+        "haystack_sessions": [
+            [{"role": "user", "content": "How do I keep sneakers fresh?"},
+             {"role": "assistant", "content": "Use a shoe rack."}],
+            [{"role": "user", "content": "I moved my sneakers to the closet.", "has_answer": True}],
+        ],
+    }
+    msgs = parse_conversation_file(json.dumps(item).encode())
+    assert [(m.message_id, m.session_id, m.speaker) for m in msgs] == [
+        ("sharegpt_1:0", "sharegpt_1", "user"), ("sharegpt_1:1", "sharegpt_1", "assistant"),
+        ("answer_1:0", "answer_1", "user")]
+    assert msgs[0].timestamp == datetime(2023, 4, 30, 13, 59, tzinfo=UTC)
+    assert msgs[1].timestamp == datetime(2023, 4, 30, 13, 59, 30, tzinfo=UTC)
+    assert msgs[2].timestamp == parse_longmemeval_date("2023/05/02 (Tue) 08:00")
+    dumped = to_jsonl(msgs).decode()
+    assert ANNOTATION not in dumped and "has_answer" not in dumped
+
+    item["haystack_dates"].pop()  # lengths disagree
+    with pytest.raises(MediaError, match="malformed LongMemEval file"):
+        parse_conversation_file(json.dumps(item).encode())
+
+
+@pytest.mark.parametrize("encode", [
+    lambda recs: "\n".join(json.dumps(r) for r in recs) + "\n",  # JSONL
+    lambda recs: "\n\n".join(json.dumps(r) for r in recs),  # JSONL with blank lines, no final newline
+    lambda recs: json.dumps(recs),  # JSON array
+    lambda recs: json.dumps({"messages": recs}, indent=2),  # {"messages": [...]}
+], ids=["jsonl", "jsonl-blank-lines", "array", "messages-object"])
+def test_import_record_formats(encode):
+    recs = [record(1), record(2, speaker="bob", attachments=[{"kind": "image", "caption": "a red bicycle"}])]
+    msgs = parse_conversation_file(encode(recs).encode())
+    assert [m.message_id for m in msgs] == ["m1", "m2"]
+    assert msgs[1].attachments[0].caption == "a red bicycle"
+    assert msgs[0].timestamp == datetime(2024, 5, 1, 10, 1, tzinfo=UTC)
+
+
+def test_single_record_jsonl():
+    msgs = parse_conversation_file((json.dumps(record(1)) + "\n").encode())
+    assert [m.message_id for m in msgs] == ["m1"]
+
+
+def test_timestamps_naive_are_utc_and_offsets_are_kept():
+    msgs = parse_conversation_file(json.dumps([
+        record(1, timestamp="2024-05-01T10:00:00"), record(2, timestamp="2024-05-01T12:00:00+02:00")]).encode())
+    assert msgs[0].timestamp == datetime(2024, 5, 1, 10, tzinfo=UTC)
+    assert msgs[1].timestamp == datetime(2024, 5, 1, 10, tzinfo=UTC)
+
+
+def test_jsonl_round_trip():
+    msgs = locomo_sample_messages(locomo_sample())
+    assert parse_conversation_file(to_jsonl(msgs)) == msgs
+
+
+@pytest.mark.parametrize(("data", "reason"), [
+    (b"", "empty conversation file"),
+    (b"  \n\n ", "empty conversation file"),
+    (b"[]", "no messages"),
+    (json.dumps({"messages": []}).encode(), "no messages"),
+    (json.dumps({"title": "not a conversation"}).encode(), "not a conversation record"),
+    (json.dumps([1, 2, 3]).encode(), "not a conversation record"),
+    ((json.dumps(record(1)) + "\n{not json\n").encode(), "not JSON or JSONL: line 2"),
+    (b"\xff\xfe binary \x00\x01", "not JSON or JSONL"),
+    (json.dumps([record(1), record(2, speaker="")]).encode(), "record at 1.speaker"),
+    ((json.dumps(record(1)) + "\n" + json.dumps(record(2, timestamp="yesterday"))).encode(),
+     "record at 1.timestamp"),
+    (json.dumps({"messages": [record(1), {k: v for k, v in record(2).items() if k != "text"}]}).encode(),
+     "record at 1.text: Field required"),
+    (json.dumps([record(1, mood="happy")]).encode(), "record at 0.mood"),
+    (json.dumps([record(1, attachments=[{"caption": "x", "exif": "1"}])]).encode(),
+     "record at 0.attachments.0.exif"),
+])
+def test_invalid_files_raise_media_error_with_location(data, reason):
+    with pytest.raises(MediaError) as info:
+        parse_conversation_file(data, "chat.jsonl")
+    assert reason in str(info.value)
+    assert "\n" not in str(info.value)  # one line
+
+
+def test_real_locomo_file(eval_data):
+    raw = (eval_data / "conversations" / "locomo10.json").read_bytes()
+    samples = json.loads(raw)
+    msgs = parse_conversation_file(raw, "locomo10.json")
+    turns = [t for s in samples for k, v in s["conversation"].items() if k.startswith("session_")
+             and not k.endswith("date_time") for t in v]
+    assert len(msgs) == len(turns) == 5882
+    assert all(isinstance(m, ConversationMessage) for m in msgs)
+    assert sum(1 for m in msgs if m.attachments) == sum(1 for t in turns if t.get("blip_caption"))
+    first = msgs[0]
+    assert (first.message_id, first.session_id, first.speaker) == ("D1:1", "conv-26/session_1", "Caroline")
+    assert first.timestamp == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    ids = [(m.session_id.split("/")[0], m.message_id) for m in msgs]
+    assert len(set(ids)) == len(ids)  # dia_id is unique within a sample
+    summary = samples[0]["session_summary"]["session_1_summary"]
+    texts = {m.text for m in msgs}
+    assert summary not in texts
+    assert not any(summary[:60] in m.display_text() for m in msgs)

@@ -1,0 +1,228 @@
+"""The SQLite event ledger: status flow, final statuses, duplicate claims, frame swaps and concurrent use."""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing as mp
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from schemas.events import EventStatus, MediaEvent, MediaKind
+from workers.ledger import SqliteLedger
+
+
+def make_event(tenant: str = "acme", user: str = "alice", device: str = "laptop", content: bytes = b"x",
+               kind: MediaKind = MediaKind.screenshot) -> MediaEvent:
+    """A queued-to-be MediaEvent whose sha256 and object key follow from ``content``."""
+    sha = hashlib.sha256(content).hexdigest()
+    return MediaEvent(tenant_id=tenant, user_id=user, device_id=device, kind=kind,
+                      object_key=f"media/{tenant}/{sha}.png", sha256=sha, size=len(content),
+                      mime_type="image/png", captured_at=datetime(2024, 5, 1, 12, tzinfo=UTC),
+                      source_name=f"{content[:8].decode(errors='replace')}.png")
+
+
+@pytest.fixture
+def ledger(tmp_path) -> SqliteLedger:
+    """A fresh ledger file under ``tmp_path``."""
+    return SqliteLedger(tmp_path / "ledger.sqlite")
+
+
+def test_queued_processing_done_after_all_segments(ledger):
+    ev = make_event()
+    ledger.record_queued(ev)
+    rec = ledger.get(ev.event_id)
+    assert rec.status is EventStatus.queued
+    assert (rec.tenant_id, rec.user_id, rec.device_id, rec.kind) == ("acme", "alice", "laptop", MediaKind.screenshot)
+    assert rec.object_key == ev.object_key and rec.sha256 == ev.sha256
+
+    ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
+    ledger.expect_segments(ev.event_id, 3)
+    assert ledger.segment_done(ev.event_id, 0, 2) is False
+    assert ledger.segment_done(ev.event_id, 0, 2) is False  # repeated (redelivered task): no double count
+    rec = ledger.get(ev.event_id)
+    assert (rec.status, rec.segments_total, rec.segments_done, rec.observations) == \
+        (EventStatus.processing, 3, 1, 2)
+
+    assert ledger.segment_done(ev.event_id, 2, 5) is False
+    assert ledger.get(ev.event_id).status is EventStatus.processing  # segment 1 still missing
+    assert ledger.segment_done(ev.event_id, 1, 0) is True  # the last one completes the event
+    rec = ledger.get(ev.event_id)
+    assert (rec.status, rec.segments_done, rec.observations, rec.stage, rec.reason) == \
+        (EventStatus.done, 3, 7, None, None)
+
+    assert ledger.segment_done(ev.event_id, 1, 0) is False  # done only once
+    assert ledger.get(ev.event_id).segments_done == 3
+
+
+def test_segments_done_before_expectation_do_not_finish(ledger):
+    ev = make_event()
+    ledger.record_queued(ev)
+    assert ledger.segment_done(ev.event_id, 0, 1) is False  # total unknown yet
+    assert ledger.get(ev.event_id).status is EventStatus.queued
+
+
+def test_zero_segments_is_done_at_once(ledger):
+    ev = make_event()
+    ledger.record_queued(ev)
+    ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
+    ledger.expect_segments(ev.event_id, 0)
+    rec = ledger.get(ev.event_id)
+    assert rec.status is EventStatus.done
+    assert rec.segments_total == 0 and rec.reason == "no content to store"
+
+
+@pytest.mark.parametrize("final", [EventStatus.done, EventStatus.skipped, EventStatus.failed])
+def test_final_status_not_overwritten_by_processing_or_queued(ledger, final):
+    ev = make_event()
+    ledger.record_queued(ev)
+    ledger.mark(ev.event_id, final, stage="ingest", reason="why")
+    ledger.mark(ev.event_id, EventStatus.processing, stage="perceive")
+    ledger.mark(ev.event_id, EventStatus.queued)
+    ledger.record_queued(ev)  # a redelivered event is not re-queued
+    rec = ledger.get(ev.event_id)
+    assert (rec.status, rec.stage, rec.reason) == (final, "ingest", "why")
+
+
+def test_segment_done_does_not_revive_a_failed_event(ledger):
+    ev = make_event()
+    ledger.record_queued(ev)
+    ledger.expect_segments(ev.event_id, 2)
+    ledger.segment_done(ev.event_id, 0, 1)
+    ledger.mark(ev.event_id, EventStatus.failed, stage="perceive", reason="OCR crashed")
+    assert ledger.segment_done(ev.event_id, 1, 1) is False
+    rec = ledger.get(ev.event_id)
+    assert (rec.status, rec.stage, rec.reason) == (EventStatus.failed, "perceive", "OCR crashed")
+
+
+def test_record_queued_is_a_no_op_for_known_events(ledger):
+    ev = make_event()
+    ledger.record_queued(ev)
+    ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
+    ledger.record_queued(ev)
+    assert ledger.get(ev.event_id).status is EventStatus.processing
+
+
+def test_unknown_events(ledger):
+    assert ledger.get(uuid.uuid4()) is None
+    with pytest.raises(KeyError):
+        ledger.mark(uuid.uuid4(), EventStatus.done)
+
+
+def test_claim_content_exact_duplicates(ledger):
+    first, second = make_event(content=b"same"), make_event(content=b"same")
+    for ev in (first, second):
+        ledger.record_queued(ev)
+    assert ledger.claim_content("acme", first.sha256, first.event_id) is None
+    assert ledger.claim_content("acme", first.sha256, first.event_id) is None  # re-run of the holder
+    assert ledger.claim_content("acme", second.sha256, second.event_id) == first.event_id
+    other_tenant = make_event(tenant="globex", content=b"same")
+    ledger.record_queued(other_tenant)
+    assert ledger.claim_content("globex", other_tenant.sha256, other_tenant.event_id) is None  # per tenant
+
+
+def test_claim_content_blocked_while_holder_in_flight_or_done(ledger):
+    first, second = make_event(content=b"c"), make_event(content=b"c")
+    for ev in (first, second):
+        ledger.record_queued(ev)
+    ledger.claim_content("acme", first.sha256, first.event_id)
+    for status in (EventStatus.processing, EventStatus.done, EventStatus.skipped):
+        ledger.mark(first.event_id, status)
+        assert ledger.claim_content("acme", second.sha256, second.event_id) == first.event_id
+
+
+def test_failed_earlier_event_does_not_block_retry(ledger):
+    first, second, third = (make_event(content=b"retry") for _ in range(3))
+    for ev in (first, second, third):
+        ledger.record_queued(ev)
+    assert ledger.claim_content("acme", first.sha256, first.event_id) is None
+    ledger.mark(first.event_id, EventStatus.failed, stage="perceive", reason="transient")
+    assert ledger.claim_content("acme", second.sha256, second.event_id) is None  # takes over the content
+    assert ledger.claim_content("acme", third.sha256, third.event_id) == second.event_id
+
+
+def test_swap_frame_near_duplicates(ledger):
+    a, b, c, d = (uuid.uuid4() for _ in range(4))
+    calls: list[tuple[str, str]] = []
+
+    def near(prev: str, new: str) -> bool:
+        calls.append((prev, new))
+        return prev[:2] == new[:2]
+
+    assert ledger.swap_frame("acme", "laptop", "aa01", a, near) is None  # first frame is kept
+    assert calls == []  # nothing to compare with
+    assert ledger.swap_frame("acme", "laptop", "aa02", b, near) == a  # near-duplicate of the kept frame
+    assert calls == [("aa01", "aa02")]
+    assert ledger.swap_frame("acme", "laptop", "bb01", c, near) is None  # different: becomes the kept one
+    assert ledger.swap_frame("acme", "laptop", "aa03", d, near) is None  # compared with bb01, not aa01
+    assert calls[-1] == ("bb01", "aa03")
+    assert ledger.swap_frame("acme", "laptop", "aa03", d, near) is None  # a re-run of the kept frame
+    assert ledger.swap_frame("acme", "phone", "aa04", uuid.uuid4(), near) is None  # per device
+    assert ledger.swap_frame("globex", "laptop", "aa05", uuid.uuid4(), near) is None  # per tenant
+
+
+def test_counts_and_records(ledger):
+    events = [make_event(content=bytes([i])) for i in range(5)]
+    other = make_event(tenant="globex", content=b"g")
+    for ev in (*events, other):
+        ledger.record_queued(ev)
+    ledger.mark(events[0].event_id, EventStatus.failed, stage="ingest", reason="empty file (0 bytes)")
+    ledger.mark(events[1].event_id, EventStatus.skipped, stage="ingest", reason="exact duplicate")
+    ledger.mark(events[2].event_id, EventStatus.processing, stage="perceive")
+    ledger.expect_segments(events[3].event_id, 0)
+
+    assert ledger.counts("acme") == {EventStatus.failed: 1, EventStatus.skipped: 1, EventStatus.processing: 1,
+                                     EventStatus.done: 1, EventStatus.queued: 1}
+    assert ledger.counts("globex") == {EventStatus.queued: 1}
+    assert sum(ledger.counts().values()) == 6
+
+    failed = ledger.records("acme", EventStatus.failed)
+    assert [(r.event_id, r.stage, r.reason) for r in failed] == \
+        [(events[0].event_id, "ingest", "empty file (0 bytes)")]
+    assert {r.event_id for r in ledger.records("acme")} == {e.event_id for e in events}
+    assert [r.event_id for r in ledger.records("globex")] == [other.event_id]
+    assert len(ledger.records(limit=2)) == 2
+    newest = ledger.records("acme", limit=1)[0]  # newest first: the last updated
+    assert newest.event_id == events[3].event_id
+
+
+def test_ledger_persists_across_instances(tmp_path):
+    ev = make_event()
+    SqliteLedger(tmp_path / "l.sqlite").record_queued(ev)
+    again = SqliteLedger(tmp_path / "l.sqlite")
+    assert again.get(ev.event_id).status is EventStatus.queued
+
+
+def _segment_worker(path: str, event_id: str, first: int, count: int, barrier, results) -> None:
+    """Child process: record ``count`` segments from ``first`` on; report how many calls completed the event."""
+    led = SqliteLedger(Path(path))
+    barrier.wait()
+    finished = sum(led.segment_done(uuid.UUID(event_id), i, 1) for i in range(first, first + count))
+    results.put(finished)
+
+
+def test_concurrent_segment_done_from_processes(ledger):
+    procs_n, per_proc = 4, 50
+    ev = make_event()
+    ledger.record_queued(ev)
+    ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
+    # the ranges overlap by half: every segment but the first and last 25 is recorded twice
+    total = per_proc * procs_n // 2 + per_proc // 2
+    ledger.expect_segments(ev.event_id, total)
+    ctx = mp.get_context("spawn")  # the test process may hold threads (models): no fork
+    barrier, results = ctx.Barrier(procs_n), ctx.Queue()
+    procs = [ctx.Process(target=_segment_worker,
+                         args=(str(ledger.path), str(ev.event_id), p * per_proc // 2, per_proc, barrier, results))
+             for p in range(procs_n)]
+    for p in procs:
+        p.start()
+    finished = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    rec = ledger.get(ev.event_id)
+    assert sum(finished) == 1  # exactly one call saw the event complete
+    assert (rec.status, rec.segments_total, rec.segments_done, rec.observations) == \
+        (EventStatus.done, total, total, total)
