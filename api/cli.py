@@ -38,7 +38,7 @@ app = typer.Typer(
          "ENGRAM_BROKER_URL is set.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # per-file failure lines stay one line each, however long
 
 
 def _configure_logging(verbose: bool, log_format: str) -> None:
@@ -185,9 +185,9 @@ def _print_ingest_summary(result: dict[str, list]) -> None:
                   f"{len(result['skipped'])} skipped, [red]{len(result['failed'])} failed[/red], "
                   f"{len(result['ignored'])} not media")
     for path, record in result["skipped"]:
-        console.print(f"  skipped {path}: {record.reason}", highlight=False)
+        console.print(f"  skipped {path}: {record.reason}", highlight=False, soft_wrap=True)
     for path, why in result["ignored"][:10]:
-        console.print(f"  skipped {path}: {why}", highlight=False)
+        console.print(f"  skipped {path}: {why}", highlight=False, soft_wrap=True)
     if len(result["ignored"]) > 10:
         console.print(f"  … and {len(result['ignored']) - 10} more files that are not media")
 
@@ -236,10 +236,11 @@ def run_search(req: SearchRequest) -> SearchResponse:
     return SearchResponse.model_validate(search_task.delay(req).get(timeout=120))
 
 
-def print_hits(resp: SearchResponse) -> None:
-    """The hits as a table: score, type, time, source, snippet."""
+def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
+    """The hits as a table on ``out`` (default: stdout): score, type, time, source, snippet."""
+    out = out or console
     if not resp.hits:
-        console.print(f"no results for {resp.query!r}")
+        out.print(f"no results for {resp.query!r}")
         return
     table = Table(title=f"{resp.query!r} — {len(resp.hits)} results in {resp.took_ms:.0f} ms", expand=True)
     table.add_column("#", no_wrap=True, min_width=2)
@@ -256,7 +257,7 @@ def print_hits(resp: SearchResponse) -> None:
         if hit.message_ids and hit.memory_type is MemoryType.observation:
             src += f" {hit.message_ids[0]}"
         table.add_row(str(i), f"{hit.score:.4f}", hit.memory_type.value, when, src[:40], snippet(hit.text, resp.query))
-    console.print(table)
+    out.print(table)
 
 
 @app.command()

@@ -250,7 +250,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
         for query, expect, message_id in SEARCHES:
             if expect in files:
                 resp = run_search(SearchRequest(query=query, tenant_id="demo", limit=3))
-                print_hits(resp)
+                print_hits(resp, console)
                 searches.append({"query": query, "expect": expect, "message_id": message_id,
                                  "response": resp})
     finally:

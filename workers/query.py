@@ -104,14 +104,21 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     for rank, (pid, _) in enumerate(sorted(((p, s) for p, s in fused.items() if p in msg_of),
                                            key=lambda x: -x[1])):
         obs_rank[pid] = rank
-    hits = []
     # ties go to observations, the more specific evidence
     order = sorted(fused.items(), key=lambda x: (-x[1], points[x[0]][0] is not MemoryType.observation))
-    for pid, score in order[: req.limit]:
+    hits: list[SearchHit] = []
+    shown: set[uuid.UUID] = set()
+    for pid, score in order:
+        if len(hits) >= req.limit:
+            break
         mtype, point = points[pid]
         hit = _hit(mtype, point, score)
         if mtype is not MemoryType.observation:
+            sources = set(hit.observation_ids)
+            if sources and (sources <= shown or (len(sources) == 1 and str(next(iter(sources))) in fused)):
+                continue  # a memory that only repeats observations shown (or about to be) adds nothing
             _order_sources(hit, obs_rank, msg_of)
+        shown.update(hit.observation_ids)
         hits.append(hit)
     return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000)
 

@@ -11,6 +11,7 @@ a second process gets ``StoreBusy`` with a clear message.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import uuid
 from typing import Any
@@ -172,6 +173,7 @@ def open_vector_store(settings: Settings) -> VectorStore:
         return store
 
 
+@atexit.register
 def close_vector_stores() -> None:
     """Close every client this process opened (releases the local-mode lock)."""
     with _stores_lock:

@@ -1,0 +1,33 @@
+"""LoCoMo conversation 0 through the real ingest path: engram's evidence recall@10 (categories 1-4, at a
+budget of 10 turns) must be at least that of BM25 over the raw turns of the same conversation."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(1200)
+def test_engram_recall_at_10_not_below_bm25_on_conversation_0(tmp_path):
+    from bench.locomo import locomo_path
+
+    if not locomo_path().exists():
+        pytest.skip(f"LoCoMo not found at {locomo_path()} (set ENGRAM_EVAL_DATA)")
+    from bench.retrieval import evaluate
+
+    result = evaluate([0], ks=(5, 10, 25), data_dir=tmp_path / "data", progress=False)
+    engram = result["recall"]["engram"]["overall"][10]
+    bm25 = result["recall"]["BM25"]["overall"][10]
+    print(f"LoCoMo {result['conversations'][0]}, {result['questions']} questions: evidence recall@10 "
+          f"engram {engram:.3f}, BM25 {bm25:.3f}, dense {result['recall']['dense']['overall'][10]:.3f}, "
+          f"RRF {result['recall']['RRF']['overall'][10]:.3f}")
+    assert result["questions"] > 100
+    assert result["ingest_files"][result["conversations"][0]]["done"] == 1
+    assert engram >= bm25
