@@ -52,7 +52,7 @@ def _configure_logging(verbose: bool, log_format: str) -> None:
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))  # the current stderr, not the first one
 
 
 @app.callback()
@@ -163,7 +163,8 @@ def ingest(
 ) -> None:
     """Ingest media and conversations: validate, perceive (OCR, speech-to-text), embed, store, consolidate.
 
-    Files that are neither media nor conversations are reported as skipped; bad media (empty, truncated, corrupt, too large) is recorded as failed with its reason and does not stop the rest.
+    Files that are neither media nor conversations are reported as skipped; bad media (empty, truncated,
+    corrupt, too large) is recorded as failed with its reason and does not stop the rest.
     """
     from schemas.settings import get_settings
 
@@ -295,7 +296,8 @@ def status(
 
 @app.command()
 def consolidate(
-    user: Annotated[str | None, typer.Option(help="Only this user (default: every user with new observations).")] = None,
+    user: Annotated[str | None, typer.Option(
+        help="Only this user (default: every user with new observations).")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant (with --user).")] = None,
 ) -> None:
     """Turn new observations into memories now (beat does this periodically in the distributed mode)."""

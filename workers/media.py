@@ -70,10 +70,14 @@ def detect(path: Path) -> tuple[MediaKind, str] | None:
 
 
 def _looks_like_conversation(path: Path) -> bool:
-    from workers.adapters import parse_conversation_file
+    """True for a conversation file, and for one shaped like it but invalid (ingest then fails it with
+    the reason and the record's location); False for other JSON."""
+    from workers.adapters import InvalidConversation, parse_conversation_file
 
     try:
         return bool(parse_conversation_file(path.read_bytes(), source_name=path.name))
+    except InvalidConversation:
+        return True
     except (MediaError, OSError):
         return False
 
@@ -144,10 +148,19 @@ def probe(path: Path) -> AvInfo:
                     if stream.duration and stream.time_base:
                         duration = max(duration, float(stream.duration * stream.time_base))
     except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as exc:
-        raise MediaError(f"not a readable audio/video container: {exc}") from exc
+        raise MediaError(f"not a readable audio/video container: {_av_reason(exc)}") from exc
     if not has_audio and not has_video:
-        raise MediaError("container has neither audio nor video streams")
+        raise MediaError("container has neither audio nor video streams (truncated or not media)")
     return AvInfo(duration, has_audio, has_video)
+
+
+def _av_reason(exc: Exception) -> str:
+    """FFmpeg's message without the (temporary) file name it quotes."""
+    import av
+
+    if isinstance(exc, av.error.FFmpegError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
 
 
 def decode_audio(path: Path) -> np.ndarray:
@@ -158,7 +171,7 @@ def decode_audio(path: Path) -> np.ndarray:
     try:
         audio = fw_decode(str(path), sampling_rate=SAMPLE_RATE)
     except (av.error.FFmpegError, ValueError, IndexError) as exc:
-        raise MediaError(f"audio track cannot be decoded: {exc}") from exc
+        raise MediaError(f"audio track cannot be decoded: {_av_reason(exc)}") from exc
     return np.asarray(audio, dtype=np.float32)
 
 
@@ -211,7 +224,7 @@ def keyframes(path: Path, segment_seconds: float, per_segment: int, sample_fps: 
                     out.setdefault(seg, []).append((change, float(frame.time), img))
                     last_thumb = thumb
     except (av.error.FFmpegError, ValueError, IndexError) as exc:
-        raise MediaError(f"video cannot be decoded: {exc}") from exc
+        raise MediaError(f"video cannot be decoded: {_av_reason(exc)}") from exc
     result: dict[int, list[tuple[float, object]]] = {}
     for seg, frames in out.items():
         best = sorted(frames, key=lambda f: -f[0])[:per_segment]

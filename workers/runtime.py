@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import structlog
 from celery.exceptions import Ignore

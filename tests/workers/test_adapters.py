@@ -25,7 +25,8 @@ def locomo_sample() -> dict:
     and every annotation field holding ``ANNOTATION``."""
     return {
         "sample_id": "conv-test",
-        "qa": [{"question": f"{ANNOTATION} q", "answer": f"{ANNOTATION} a", "evidence": ["D1:1"], "category": 1}],
+        "qa": [{"question": f"{ANNOTATION} q", "answer": f"{ANNOTATION} a", "evidence": ["D1:1"],
+                "category": 1}],
         "observation": {"session_2_observation": {"Ann": [[f"{ANNOTATION} obs", "D1:1"]]}},
         "session_summary": {"session_2_summary": f"{ANNOTATION} summary"},
         "event_summary": {"events_session_2": {"Ann": [f"{ANNOTATION} event"], "date": "8 May, 2023"}},
@@ -62,7 +63,8 @@ def test_locomo_datetime():
 def test_locomo_sample_to_messages():
     msgs = locomo_sample_messages(locomo_sample())
     assert [m.message_id for m in msgs] == ["D2:1", "D2:2", "D10:1"]  # session 2 before session 10
-    assert [m.session_id for m in msgs] == ["conv-test/session_2", "conv-test/session_2", "conv-test/session_10"]
+    assert [m.session_id for m in msgs] == \
+        ["conv-test/session_2", "conv-test/session_2", "conv-test/session_10"]
     assert [m.speaker for m in msgs] == ["Ann", "Bob", "Bob"]
     start = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert [m.timestamp for m in msgs[:2]] == [start, start + timedelta(seconds=30)]
@@ -70,7 +72,8 @@ def test_locomo_sample_to_messages():
     [att] = msgs[0].attachments
     assert (att.kind, att.caption) == ("image", "a photo of a sunrise over a lake")
     assert msgs[1].attachments == []
-    assert msgs[0].display_text() == "Ann: Look at my painting! [shared image: a photo of a sunrise over a lake]"
+    assert msgs[0].display_text() == \
+        "Ann: Look at my painting! [shared image: a photo of a sunrise over a lake]"
 
 
 def test_locomo_annotations_never_leak():
@@ -142,8 +145,8 @@ def test_single_record_jsonl():
 
 
 def test_timestamps_naive_are_utc_and_offsets_are_kept():
-    msgs = parse_conversation_file(json.dumps([
-        record(1, timestamp="2024-05-01T10:00:00"), record(2, timestamp="2024-05-01T12:00:00+02:00")]).encode())
+    msgs = parse_conversation_file(json.dumps([record(1, timestamp="2024-05-01T10:00:00"),
+                                               record(2, timestamp="2024-05-01T12:00:00+02:00")]).encode())
     assert msgs[0].timestamp == datetime(2024, 5, 1, 10, tzinfo=UTC)
     assert msgs[1].timestamp == datetime(2024, 5, 1, 10, tzinfo=UTC)
 

@@ -4,6 +4,7 @@ and never stops the good files of the same batch. Also: not-media files are skip
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import struct
@@ -11,8 +12,6 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
-
-import pytest
 
 from api.cli import ingest_paths
 from schemas.events import EventStatus
@@ -131,7 +130,7 @@ def test_bad_files_fail_with_reasons_and_do_not_stop_good_ones(engram_env, tmp_p
         assert rec.status is EventStatus.failed
         assert rec.stage == "ingest", name
         assert rec.reason and "\n" not in rec.reason, name
-        assert any(w in rec.reason.lower() for w in words), f"{name}: {rec.reason!r} should say one of {words}"
+        assert any(w in rec.reason.lower() for w in words), f"{name}: {rec.reason!r} lacks one of {words}"
 
     # the ledger keeps every failure (the quarantine) with its stage and reason
     ledger = engram_env.ledger
@@ -237,12 +236,25 @@ def test_cli_exits_non_zero_when_every_file_failed(engram_env, tmp_path):
     assert "bomb.png: image too large" in result.stderr
 
 
-@pytest.mark.parametrize("name", ["missing.png"])
-def test_cli_reports_a_missing_path(engram_env, tmp_path, name):
+def test_cli_reports_a_missing_path(engram_env, tmp_path):
     from typer.testing import CliRunner
 
     from api.cli import app
 
-    result = CliRunner().invoke(app, ["ingest", str(tmp_path / name), "--no-consolidate"])
+    result = CliRunner().invoke(app, ["ingest", str(tmp_path / "missing.png"), "--no-consolidate"])
     assert result.exit_code == 2
-    assert name in result.stderr and "no such file" in result.stderr
+    assert "missing.png" in result.stderr and "no such file" in result.stderr
+
+
+def test_invalid_conversation_fails_with_its_location_other_json_is_skipped(engram_env, tmp_path):
+    folder = tmp_path / "convs"
+    folder.mkdir()
+    good = {"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "hi",
+            "timestamp": "2024-05-01T10:00:00Z"}
+    (folder / "broken.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "speaker": ""}) + "\n")
+    (folder / "settings.json").write_text(json.dumps({"theme": "dark", "tests": [1, 2]}))
+    out = ingest_paths([folder], **WHO, quiet=True)
+    failed = {p.name: r for p, r in out["failed"]}
+    assert set(failed) == {"broken.jsonl"}
+    assert "invalid conversation record at 1.speaker" in failed["broken.jsonl"].reason
+    assert [p.name for p, _ in out["ignored"]] == ["settings.json"]

@@ -35,7 +35,8 @@ def test_queued_processing_done_after_all_segments(ledger):
     ledger.record_queued(ev)
     rec = ledger.get(ev.event_id)
     assert rec.status is EventStatus.queued
-    assert (rec.tenant_id, rec.user_id, rec.device_id, rec.kind) == ("acme", "alice", "laptop", MediaKind.screenshot)
+    assert (rec.tenant_id, rec.user_id, rec.device_id, rec.kind) == \
+        ("acme", "alice", "laptop", MediaKind.screenshot)
     assert rec.object_key == ev.object_key and rec.sha256 == ev.sha256
 
     ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
@@ -196,7 +197,7 @@ def test_ledger_persists_across_instances(tmp_path):
 
 
 def _segment_worker(path: str, event_id: str, first: int, count: int, barrier, results) -> None:
-    """Child process: record ``count`` segments from ``first`` on; report how many calls completed the event."""
+    """Child process: record ``count`` segments from ``first`` on; put how many calls finished the event."""
     led = SqliteLedger(Path(path))
     barrier.wait()
     finished = sum(led.segment_done(uuid.UUID(event_id), i, 1) for i in range(first, first + count))
@@ -213,8 +214,8 @@ def test_concurrent_segment_done_from_processes(ledger):
     ledger.expect_segments(ev.event_id, total)
     ctx = mp.get_context("spawn")  # the test process may hold threads (models): no fork
     barrier, results = ctx.Barrier(procs_n), ctx.Queue()
-    procs = [ctx.Process(target=_segment_worker,
-                         args=(str(ledger.path), str(ev.event_id), p * per_proc // 2, per_proc, barrier, results))
+    procs = [ctx.Process(target=_segment_worker, args=(str(ledger.path), str(ev.event_id), p * per_proc // 2,
+                                                       per_proc, barrier, results))
              for p in range(procs_n)]
     for p in procs:
         p.start()

@@ -11,11 +11,12 @@ from workers.objectstore import LocalObjectStore, ObjectNotFound, ObjectStore, S
 
 @pytest.fixture(params=["local", "s3"])
 def store(request, tmp_path) -> ObjectStore:
-    """A LocalObjectStore under ``tmp_path``, or an S3ObjectStore on a fresh bucket of the SeaweedFS server."""
+    """A LocalObjectStore under ``tmp_path``, or an S3ObjectStore on a new bucket of the SeaweedFS server."""
     if request.param == "local":
         return LocalObjectStore(tmp_path / "objects")
     server = request.getfixturevalue("seaweedfs_s3")
-    return S3ObjectStore(server.endpoint, server.access_key, server.secret_key, f"engram-{uuid.uuid4().hex[:12]}")
+    bucket = f"engram-{uuid.uuid4().hex[:12]}"
+    return S3ObjectStore(server.endpoint, server.access_key, server.secret_key, bucket)
 
 
 def test_put_get_size_exists_delete(store: ObjectStore, tmp_path):
@@ -94,7 +95,8 @@ def test_local_store_cannot_escape_its_root(tmp_path):
 def test_s3_wrong_secret_key_is_refused(seaweedfs_s3):
     from minio.error import S3Error
 
-    good = S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key, "engram-auth")
+    s3 = seaweedfs_s3
+    good = S3ObjectStore(s3.endpoint, s3.access_key, s3.secret_key, "engram-auth")
     good.put_bytes("media/t/secret.txt", b"only for the right key")
 
     bad = S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, "not-the-secret", "engram-auth")

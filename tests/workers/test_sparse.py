@@ -86,7 +86,8 @@ def test_weights_follow_k1_b_and_document_length():
     assert w_long < w_short  # longer documents weigh each occurrence less
 
     # b = 0: no length normalisation; the weight is tf (k1 + 1) / (tf + k1)
-    [(i0, v0), (i1, v1)] = sparse.document_vectors(["invoice invoice", "invoice invoice x y z w v u"], k1=2.0, b=0.0)
+    [(i0, v0), (i1, v1)] = sparse.document_vectors(["invoice invoice", "invoice invoice x y z w v u"],
+                                                   k1=2.0, b=0.0)
     assert dict(zip(i0, v0, strict=True))[idx] == pytest.approx(2 * 3 / (2 + 2))
     assert dict(zip(i1, v1, strict=True))[idx] == pytest.approx(2 * 3 / (2 + 2))
 

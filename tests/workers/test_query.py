@@ -1,0 +1,183 @@
+"""Hybrid search filters on a small real corpus (rendered screenshots through OCR, a chat JSONL), and RRF."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from api.cli import ingest_paths
+from schemas.events import EventStatus, MediaKind
+from schemas.memories import MemoryType
+from schemas.search import SearchRequest
+from tests.workers.test_bad_input import render_png
+from workers.query import rrf, search
+
+JAN = datetime(2024, 1, 10, 9, 0, tzinfo=UTC)
+FEB = datetime(2024, 2, 1, 18, 0, tzinfo=UTC)
+MAR = datetime(2024, 3, 5, 9, 0, tzinfo=UTC)
+
+
+@dataclass
+class Corpus:
+    """The ingested data: the runtime, and event ids by tenant and by source file name."""
+
+    rt: object
+    events: dict[str, set[str]]
+    event_of: dict[str, str]
+
+    def find(self, query: str, tenant: str = "acme", **kw):
+        """Hits of a search in ``tenant`` (limit 50 unless given)."""
+        kw.setdefault("limit", 50)
+        return search(self.rt, SearchRequest(query=query, tenant_id=tenant, **kw)).hits
+
+
+def _chat(path: Path) -> Path:
+    msgs = [
+        ("c1", "bob", "Did you approve the quarterly budget review yet?", "2024-02-01T18:00:00Z"),
+        ("c2", "alice", "Yes, the invoice total looked fine to me.", "2024-02-01T18:00:30Z"),
+        ("c3", "bob", "Great, then I will book the flight to Lisbon.", "2024-02-01T18:01:00Z"),
+    ]
+    path.write_text("".join(json.dumps({"message_id": m, "session_id": "chat-1", "speaker": s, "text": t,
+                                        "timestamp": ts}) + "\n" for m, s, t, ts in msgs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Corpus:
+    """Two tenants, two users, screenshots from January and March and a February chat, ingested once into
+    an embedded default of this module (with consolidation, so episodic memories exist)."""
+    from workers.runtime import reset_runtimes, runtime
+
+    root = tmp_path_factory.mktemp("query")
+    src = root / "src"
+    src.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ENGRAM_DATA_DIR", str(root / "data"))
+        for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_BROKER_URL"):
+            mp.delenv(var, raising=False)
+        reset_runtimes()
+        rt = runtime()
+        batches = [
+            ("acme", "alice", "laptop", JAN, [render_png(src / "budget.png", [
+                "Quarterly budget review", "invoice total 4812 dollars"])]),
+            ("acme", "alice", "laptop", MAR, [render_png(src / "trip.png", [
+                "Flight to Lisbon boarding pass", "Gate 42 departs at noon"], size=(700, 160))]),
+            ("acme", "alice", "laptop", None, [_chat(src / "chat.jsonl")]),
+            ("acme", "bob", "desktop", JAN, [render_png(src / "bob.png", [
+                "Bob spreadsheet: quarterly budget", "marketing costs 1200"], size=(660, 220))]),
+            ("globex", "alice", "laptop", JAN, [render_png(src / "globex.png", [
+                "Globex quarterly budget review", "confidential merger plan"], size=(680, 180))]),
+        ]
+        for tenant, user, device, when, files in batches:
+            out = ingest_paths(files, tenant=tenant, user=user, device=device, captured_at=when, quiet=True)
+            assert [p.name for p, _ in out["done"]] == [f.name for f in files], out
+        events: dict[str, set[str]] = {}
+        event_of: dict[str, str] = {}
+        for tenant in ("acme", "globex"):
+            for rec in rt.ledger.records(tenant, EventStatus.done, limit=1000):
+                events.setdefault(tenant, set()).add(str(rec.event_id))
+                event_of[Path(rec.source_name).name] = str(rec.event_id)
+        yield Corpus(rt, events, event_of)
+        reset_runtimes()
+
+
+def test_hits_are_ranked_and_relevant(corpus):
+    hits = corpus.find("Lisbon boarding pass", memory_types=[MemoryType.observation])
+    assert hits and hits[0].source_name.endswith("trip.png")
+    assert "Lisbon" in hits[0].text
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_tenant_isolation(corpus):
+    acme, globex = corpus.events["acme"], corpus.events["globex"]
+    assert acme and globex and not acme & globex
+    for query in ("Globex quarterly budget review confidential merger plan", "budget", "Lisbon"):
+        hits = corpus.find(query)
+        assert hits
+        for hit in hits:
+            assert {str(e) for e in hit.event_ids} <= acme, hit
+            assert "globex" not in hit.text.lower() and "merger" not in hit.text.lower()
+    hits = corpus.find("quarterly budget review", tenant="globex")
+    assert hits and all({str(e) for e in h.event_ids} <= globex for h in hits)
+    assert corpus.find("budget", tenant="initech") == []
+
+
+def test_user_filter(corpus):
+    bob = corpus.find("quarterly budget", user_id="bob")
+    assert bob and all(h.user_id == "bob" for h in bob)
+    assert all({str(e) for e in h.event_ids} == {corpus.event_of["bob.png"]} for h in bob)
+    alice = corpus.find("quarterly budget spreadsheet marketing", user_id="alice")
+    assert alice and all(h.user_id == "alice" for h in alice)
+    assert corpus.event_of["bob.png"] not in {str(e) for h in alice for e in h.event_ids}
+    assert corpus.find("budget", user_id="carol") == []
+
+
+def test_kinds_filter(corpus):
+    shots = corpus.find("quarterly budget invoice", memory_types=[MemoryType.observation],
+                        kinds=[MediaKind.screenshot])
+    assert shots and all(h.kind is MediaKind.screenshot for h in shots)
+    assert not any(h.message_ids for h in shots)
+    chat = corpus.find("quarterly budget invoice", memory_types=[MemoryType.observation],
+                       kinds=[MediaKind.text])
+    assert chat and all(h.kind is MediaKind.text for h in chat)
+    assert {h.message_ids[0] for h in chat} <= {"c1", "c2", "c3"}
+    # memories are kept when one of their sources has the kind
+    episodes = corpus.find("quarterly budget", memory_types=[MemoryType.episodic], kinds=[MediaKind.text])
+    chat_event = corpus.event_of["chat.jsonl"]
+    assert episodes and all({str(e) for e in h.event_ids} == {chat_event} for h in episodes)
+    assert corpus.find("budget", kinds=[MediaKind.audio, MediaKind.clip]) == []
+
+
+def test_time_range_filter(corpus):
+    march_on = corpus.find("budget Lisbon invoice flight", time_from=datetime(2024, 3, 1, tzinfo=UTC),
+                           memory_types=[MemoryType.observation, MemoryType.episodic])
+    assert march_on
+    assert {str(e) for h in march_on for e in h.event_ids} == {corpus.event_of["trip.png"]}
+    assert all(h.time >= datetime(2024, 3, 1, tzinfo=UTC) for h in march_on)
+
+    january = corpus.find("budget Lisbon invoice flight", time_to=datetime(2024, 1, 31, tzinfo=UTC))
+    assert january
+    assert {str(e) for h in january for e in h.event_ids} == {corpus.event_of["budget.png"],
+                                                              corpus.event_of["bob.png"]}
+
+    february = corpus.find("budget Lisbon invoice flight", memory_types=[MemoryType.observation],
+                           time_from=datetime(2024, 2, 1, 17, tzinfo=UTC),
+                           time_to=datetime(2024, 2, 2, tzinfo=UTC))
+    assert sorted(h.message_ids[0] for h in february) == ["c1", "c2", "c3"]
+    assert all(FEB <= h.time <= datetime(2024, 2, 1, 18, 1, tzinfo=UTC) for h in february)
+
+    assert corpus.find("budget", time_from=datetime(2025, 1, 1, tzinfo=UTC)) == []
+
+
+def test_memory_types_filter(corpus):
+    episodic = corpus.find("quarterly budget Lisbon", memory_types=[MemoryType.episodic])
+    assert episodic and all(h.memory_type is MemoryType.episodic for h in episodic)
+    chat_episode = [h for h in episodic if corpus.event_of["chat.jsonl"] in {str(e) for e in h.event_ids}]
+    assert chat_episode and set(chat_episode[0].message_ids) == {"c1", "c2", "c3"}
+    observations = corpus.find("quarterly budget Lisbon", memory_types=[MemoryType.observation])
+    assert observations and all(h.memory_type is MemoryType.observation for h in observations)
+    mixed = {h.memory_type for h in corpus.find("quarterly budget Lisbon")}  # default: all but the vault
+    assert MemoryType.observation in mixed and mixed <= {MemoryType.observation, MemoryType.episodic}
+    assert corpus.find("budget", memory_types=[MemoryType.knowledge_vault]) == []  # never searched here
+
+
+def test_limit(corpus):
+    assert len(corpus.find("budget", limit=2)) == 2
+
+
+def test_rrf_math():
+    scores = rrf([["a", "b", "c"], ["b", "a"]], k=60)
+    assert scores["a"] == pytest.approx(1 / 61 + 1 / 62)
+    assert scores["b"] == pytest.approx(1 / 62 + 1 / 61)
+    assert scores["c"] == pytest.approx(1 / 63)
+    assert set(scores) == {"a", "b", "c"}
+    assert rrf([["x", "y"]], k=1) == {"x": pytest.approx(1 / 2), "y": pytest.approx(1 / 3)}
+    assert rrf([], k=60) == {} and rrf([[], []], k=60) == {}
+    # an item ranked first once beats one ranked second once; appearing in more rankings beats both
+    s = rrf([["p", "q"], ["r"], ["q"]], k=60)
+    assert s["q"] > s["p"] == s["r"]
