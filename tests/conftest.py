@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import seaweedfs_s3  # noqa: F401  (real servers for tests, see tests/servers.py)
+from tests.servers import redis_server, seaweedfs_s3  # noqa: F401  (real servers for tests, see tests/servers.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -127,3 +127,28 @@ def seaweedfs_s3(tmp_path_factory) -> Iterator[S3Server]:
     finally:
         proc.kill()  # SIGTERM takes weed seconds to honour; its data is throw-away
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> Iterator[str]:
+    """A real redis-server (Debian package) on 127.0.0.1 and a free port, with AOF persistence
+    (``appendonly yes``, ``appendfsync always``); yields its URL. Skipped with the reason if absent."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server not installed (scripts/setup.sh installs it)")
+    (port,) = free_ports(1)
+    data = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data), "--appendonly", "yes",
+         "--appendfsync", "always", "--save", "", "--daemonize", "no", "--logfile", str(data / "redis.log")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _port_open(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start; see {data / 'redis.log'}")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -208,6 +208,184 @@ class SqliteLedger:
             return [r for (i,) in ids if (r := self._row(db, i))]
 
 
+class RedisLedger:
+    """The ledger in Redis (the distributed mode), for any number of processes.
+
+    Keys (prefix ``engram:``): ``event:<id>`` (hash of the record), ``event:<id>:segments`` (hash segment
+    index → observations), ``tenant:<t>:events`` (sorted set by update time), ``tenant:<t>:status:<s>``
+    (sorted set per status), ``content:<t>:<sha256>`` and ``frame:<t>:<device>``. Read-modify-write steps
+    run as optimistic transactions (WATCH/MULTI), so concurrent workers never lose an update.
+    """
+
+    def __init__(self, url: str, prefix: str = "engram:") -> None:
+        import redis
+
+        self.url = url
+        self.r = redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+        self.p = prefix
+
+    def _ek(self, event_id: uuid.UUID | str) -> str:
+        return f"{self.p}event:{event_id}"
+
+    def _transact(self, fn, *keys: str):
+        """Run ``fn(pipe)`` under WATCH of ``keys`` until it commits; returns fn's result."""
+        import redis
+
+        with self.r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(*keys)
+                    result = fn(pipe)
+                    pipe.execute()
+                    return result
+                except redis.WatchError:
+                    continue
+
+    def _set_status(self, pipe, rec: dict, status: EventStatus, stage: str | None, reason: str | None) -> None:
+        """Queue (in MULTI) the writes that move ``rec`` to ``status``."""
+        now = datetime.now(UTC)
+        tenant, eid, old = rec["tenant_id"], rec["event_id"], rec.get("status")
+        pipe.hset(self._ek(eid), mapping={"status": status.value, "stage": stage or "", "reason": reason or "",
+                                          "updated_at": now.isoformat()})
+        if old and old != status.value:
+            pipe.zrem(f"{self.p}tenant:{tenant}:status:{old}", eid)
+        pipe.zadd(f"{self.p}tenant:{tenant}:status:{status.value}", {eid: now.timestamp()})
+        pipe.zadd(f"{self.p}tenant:{tenant}:events", {eid: now.timestamp()})
+
+    def record_queued(self, event: MediaEvent) -> None:
+        key = self._ek(event.event_id)
+
+        def fn(pipe):
+            if pipe.exists(key):
+                pipe.multi()
+                return
+            now = datetime.now(UTC).isoformat()
+            rec = {"event_id": str(event.event_id), "tenant_id": event.tenant_id, "user_id": event.user_id,
+                   "device_id": event.device_id, "kind": event.kind.value, "object_key": event.object_key,
+                   "sha256": event.sha256, "source_name": event.source_name or "", "created_at": now,
+                   "updated_at": now, "segments_total": ""}
+            pipe.multi()
+            pipe.hset(key, mapping=rec)
+            self._set_status(pipe, rec, EventStatus.queued, None, None)
+
+        self._transact(fn, key)
+
+    def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
+        rec = self.r.hgetall(self._ek(event_id))
+        if not rec:
+            return None
+        segs = self.r.hvals(self._ek(event_id) + ":segments")
+        return LedgerRecord(
+            event_id=uuid.UUID(rec["event_id"]), tenant_id=rec["tenant_id"], user_id=rec["user_id"],
+            device_id=rec["device_id"], kind=rec["kind"], object_key=rec["object_key"], sha256=rec["sha256"],
+            source_name=rec.get("source_name") or None, status=rec["status"], stage=rec.get("stage") or None,
+            reason=rec.get("reason") or None,
+            segments_total=int(rec["segments_total"]) if rec.get("segments_total") else None,
+            segments_done=len(segs), observations=sum(int(v) for v in segs),
+            updated_at=datetime.fromisoformat(rec["updated_at"]))
+
+    def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
+             reason: str | None = None) -> None:
+        key = self._ek(event_id)
+
+        def fn(pipe):
+            rec = pipe.hgetall(key)
+            if not rec:
+                raise KeyError(f"unknown event {event_id}")
+            pipe.multi()
+            if rec["status"] in FINAL_STATUSES and status not in FINAL_STATUSES:
+                return
+            self._set_status(pipe, rec, status, stage, reason)
+
+        self._transact(fn, key)
+
+    def claim_content(self, tenant_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
+        ckey = f"{self.p}content:{tenant_id}:{sha256}"
+
+        def fn(pipe):
+            holder = pipe.get(ckey)
+            if holder and holder != str(event_id):
+                status = pipe.hget(self._ek(holder), "status")
+                if status not in (None, EventStatus.failed.value):
+                    pipe.multi()
+                    return uuid.UUID(holder)
+            pipe.multi()
+            pipe.set(ckey, str(event_id))
+            return None
+
+        return self._transact(fn, ckey)
+
+    def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
+                   is_near_duplicate) -> uuid.UUID | None:
+        fkey = f"{self.p}frame:{tenant_id}:{device_id}"
+
+        def fn(pipe):
+            prev = pipe.hgetall(fkey)
+            pipe.multi()
+            if prev and prev["event_id"] != str(event_id) and is_near_duplicate(prev["phash"], phash):
+                return uuid.UUID(prev["event_id"])
+            pipe.hset(fkey, mapping={"phash": phash, "event_id": str(event_id)})
+            return None
+
+        return self._transact(fn, fkey)
+
+    def expect_segments(self, event_id: uuid.UUID, total: int) -> None:
+        key = self._ek(event_id)
+
+        def fn(pipe):
+            rec = pipe.hgetall(key)
+            done = pipe.hlen(key + ":segments")
+            pipe.multi()
+            pipe.hset(key, "segments_total", total)
+            if rec.get("status") not in FINAL_STATUSES and done >= total:
+                self._set_status(pipe, rec, EventStatus.done, None, "no content to store" if total == 0 else None)
+
+        self._transact(fn, key, key + ":segments")
+
+    def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
+        key = self._ek(event_id)
+
+        def fn(pipe):
+            rec = pipe.hgetall(key)
+            segs = pipe.hgetall(key + ":segments")
+            segs[str(segment_index)] = str(observations)
+            total = int(rec["segments_total"]) if rec.get("segments_total") else None
+            pipe.multi()
+            pipe.hset(key + ":segments", str(segment_index), observations)
+            if total is not None and len(segs) >= total and rec["status"] not in FINAL_STATUSES:
+                self._set_status(pipe, rec, EventStatus.done, None, None)
+                return True
+            return False
+
+        return self._transact(fn, key, key + ":segments")
+
+    def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
+        tenants = [tenant_id] if tenant_id else self._tenants()
+        out: dict[EventStatus, int] = {}
+        for t in tenants:
+            for st in EventStatus:
+                n = self.r.zcard(f"{self.p}tenant:{t}:status:{st.value}")
+                if n:
+                    out[st] = out.get(st, 0) + n
+        return out
+
+    def _tenants(self) -> list[str]:
+        pat = f"{self.p}tenant:*:events"
+        return sorted({k[len(self.p) + 7:-7] for k in self.r.scan_iter(match=pat)})
+
+    def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
+                limit: int = 100) -> list[LedgerRecord]:
+        out: list[LedgerRecord] = []
+        for t in [tenant_id] if tenant_id else self._tenants():
+            key = f"{self.p}tenant:{t}:status:{status.value}" if status else f"{self.p}tenant:{t}:events"
+            out.extend(r for eid in self.r.zrevrange(key, 0, limit - 1) if (r := self.get(uuid.UUID(eid))))
+        return sorted(out, key=lambda r: r.updated_at, reverse=True)[:limit]
+
+
 def open_ledger(settings) -> Ledger:
-    """The configured ledger: SQLite under ``data_dir`` (the Redis ledger comes with the distributed mode)."""
+    """The configured ledger: Redis when ``redis_url`` or ``broker_url`` is a Redis URL (the distributed
+    mode), else SQLite under ``data_dir`` (the embedded default)."""
+    url = settings.redis_url or settings.broker_url
+    if url and url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisLedger(url)
     return SqliteLedger(settings.data_dir / "ledger.sqlite")

@@ -1,4 +1,5 @@
-"""The SQLite event ledger: status flow, final statuses, duplicate claims, frame swaps and concurrent use."""
+"""The event ledgers (SQLite and Redis, one test body): status flow, final statuses, duplicate claims,
+frame swaps and concurrent use."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from schemas.events import EventStatus, MediaEvent, MediaKind
-from workers.ledger import SqliteLedger
+from workers.ledger import RedisLedger, SqliteLedger
 
 
 def make_event(tenant: str = "acme", user: str = "alice", device: str = "laptop", content: bytes = b"x",
@@ -24,10 +25,28 @@ def make_event(tenant: str = "acme", user: str = "alice", device: str = "laptop"
                       source_name=f"{content[:8].decode(errors='replace')}.png")
 
 
-@pytest.fixture
-def ledger(tmp_path) -> SqliteLedger:
-    """A fresh ledger file under ``tmp_path``."""
-    return SqliteLedger(tmp_path / "ledger.sqlite")
+@pytest.fixture(params=["sqlite", "redis"])
+def ledger(request, tmp_path):
+    """A fresh ledger: a SQLite file under ``tmp_path``, or a real Redis server under a fresh key prefix."""
+    if request.param == "sqlite":
+        return SqliteLedger(tmp_path / "ledger.sqlite")
+    url = request.getfixturevalue("redis_server")
+    return RedisLedger(url, prefix=f"test-{uuid.uuid4().hex[:8]}:")
+
+
+def _open_like(spec: tuple[str, str]):
+    """Reopen a ledger in a child process from (kind, location)."""
+    kind, where = spec
+    if kind == "sqlite":
+        return SqliteLedger(Path(where))
+    url, prefix = where.split("|")
+    return RedisLedger(url, prefix=prefix)
+
+
+def _spec(ledger) -> tuple[str, str]:
+    if isinstance(ledger, SqliteLedger):
+        return ("sqlite", str(ledger.path))
+    return ("redis", f"{ledger.url}|{ledger.p}")
 
 
 def test_queued_processing_done_after_all_segments(ledger):
@@ -196,9 +215,9 @@ def test_ledger_persists_across_instances(tmp_path):
     assert again.get(ev.event_id).status is EventStatus.queued
 
 
-def _segment_worker(path: str, event_id: str, first: int, count: int, barrier, results) -> None:
+def _segment_worker(spec, event_id: str, first: int, count: int, barrier, results) -> None:
     """Child process: record ``count`` segments from ``first`` on; put how many calls finished the event."""
-    led = SqliteLedger(Path(path))
+    led = _open_like(spec)
     barrier.wait()
     finished = sum(led.segment_done(uuid.UUID(event_id), i, 1) for i in range(first, first + count))
     results.put(finished)
@@ -214,7 +233,7 @@ def test_concurrent_segment_done_from_processes(ledger):
     ledger.expect_segments(ev.event_id, total)
     ctx = mp.get_context("spawn")  # the test process may hold threads (models): no fork
     barrier, results = ctx.Barrier(procs_n), ctx.Queue()
-    procs = [ctx.Process(target=_segment_worker, args=(str(ledger.path), str(ev.event_id), p * per_proc // 2,
+    procs = [ctx.Process(target=_segment_worker, args=(_spec(ledger), str(ev.event_id), p * per_proc // 2,
                                                        per_proc, barrier, results))
              for p in range(procs_n)]
     for p in procs:
