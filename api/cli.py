@@ -24,7 +24,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.progress import (  # noqa: E402
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table  # noqa: E402
 
 from schemas.events import EventStatus, MediaKind  # noqa: E402
@@ -345,6 +353,318 @@ def demo(
     from api.demo import run_demo
 
     run_demo(workdir, console)
+
+
+# --- distributed mode: worker and beat processes (api/processes.py holds the rules) ---------------------
+
+def _celery_logging(ctx: typer.Context, loglevel: str) -> None:
+    """structlog at the worker's log level, in the format chosen by the global ``--log-format``."""
+    fmt = (ctx.parent.params.get("log_format") if ctx.parent else None) or "console"
+    _configure_logging(loglevel.upper() in ("DEBUG", "INFO"), fmt)
+    logging.getLogger("celery").setLevel(logging.NOTSET)  # task received/succeeded lines at the worker's level
+
+
+@app.command(epilog="Examples:  engram worker --role cpu --concurrency 2  ·  engram worker --role store  ·  "
+                     "engram worker --queues perceive.gpu --pool threads")
+def worker(
+    ctx: typer.Context,
+    queues: Annotated[str | None, typer.Option(help="Comma-separated queues: ingest, perceive.cpu, perceive.gpu, "
+                                               "link, store, consolidate, query.")] = None,
+    role: Annotated[str | None, typer.Option(help="Queue set shortcut: cpu (ingest, perceive.*), gpu "
+                                             "(perceive.gpu), store (link, store, consolidate, query), all.")] = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Worker processes or threads "
+                                                    "(default: the number of CPUs; 1 with --pool solo).")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", "-P", help="prefork, solo or threads (default: solo for "
+                                             "the store worker on Qdrant's local mode, else prefork).")] = None,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    hostname: Annotated[str | None, typer.Option("--hostname", "-n", help="Celery node name "
+                                                 "(default: <role>-<pid>@<host>).")] = None,
+    events: Annotated[bool, typer.Option("--events", "-E", help="Send task events (for Flower).")] = False,
+) -> None:
+    """Run a Celery worker of the distributed mode (needs ENGRAM_BROKER_URL).
+
+    With Qdrant's local mode (no ENGRAM_QDRANT_URL) exactly one worker serves the Qdrant-bound queues
+    (link, store, consolidate, query), all four, with --pool solo; the others serve ingest and perceive.*.
+    """
+    from api.processes import WorkerConfigError, plan_worker, worker_argv
+    from schemas.settings import get_settings
+
+    settings = get_settings()
+    try:
+        plan = plan_worker(settings, queues, role, pool, concurrency)
+    except WorkerConfigError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    if not settings.qdrant_url and set(plan.queues) & {"link", "store", "consolidate", "query"}:
+        # the one store worker of local mode opens the store now (its solo pool runs tasks in this
+        # process), so a second one fails here with the reason instead of failing every task
+        from workers.runtime import runtime
+        from workers.vectorstore import StoreBusy
+
+        try:
+            runtime(settings).vectors.count("observations")
+        except StoreBusy as exc:
+            err.print(f"[red]error:[/red] {exc}; only one store worker may run on Qdrant's local mode",
+                      highlight=False)
+            raise typer.Exit(3) from exc
+    _celery_logging(ctx, loglevel)
+    from workers.app import app as celery_app
+
+    sys.exit(celery_app.start(worker_argv(plan, loglevel, hostname, events)) or 0)  # = `celery worker ...`
+
+
+@app.command()
+def beat(
+    ctx: typer.Context,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+) -> None:
+    """Run Celery beat: starts consolidation every ENGRAM_CONSOLIDATE_INTERVAL_SECONDS (run exactly one).
+
+    Its schedule state is kept under ENGRAM_DATA_DIR/beat/.
+    """
+    from api.processes import WorkerConfigError, beat_argv
+    from schemas.settings import get_settings
+
+    try:
+        argv = beat_argv(get_settings(), loglevel)
+    except WorkerConfigError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    _celery_logging(ctx, loglevel)
+    from workers.app import app as celery_app
+
+    sys.exit(celery_app.start(argv) or 0)
+
+
+# --- distributed mode: API keys, the API server, and publishing through it (api/app.py, api/client.py) ---
+
+keys_app = typer.Typer(help="API keys per tenant, stored hashed in Redis (ENGRAM_BROKER_URL or ENGRAM_REDIS_URL).",
+                       no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+ApiUrl = Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", show_envvar=True,
+                                            help="The engram API, e.g. http://127.0.0.1:8000.")]
+ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", show_envvar=True,
+                                            show_default=False, help="API key of the tenant to publish as.")]
+
+
+def _keys_redis():
+    from api.keys import redis_client
+    from schemas.settings import get_settings
+
+    try:
+        return redis_client(get_settings())
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+
+
+@keys_app.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="The tenant the key publishes and reads as.")],
+    label: Annotated[str | None, typer.Option(help="A note to recognise the key by in `engram keys list`.")] = None,
+) -> None:
+    """Make an API key for TENANT and print it. It is shown only this once: only its hash is stored."""
+    from api.keys import create_key
+
+    try:
+        key = create_key(_keys_redis(), tenant, label)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    print(key)
+    err.print(f"API key for tenant {tenant!r} (store it now: it cannot be shown again)", highlight=False)
+
+
+@keys_app.command("list")
+def keys_list(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
+) -> None:
+    """List the stored keys (their ids, never the keys themselves)."""
+    from api.keys import list_keys
+
+    table = Table(title="API keys")
+    for col in ("key id", "tenant", "created (UTC)", "label"):
+        table.add_column(col)
+    for k in list_keys(_keys_redis(), tenant):
+        table.add_row(k.key_id, k.tenant, k.created_at.strftime("%Y-%m-%d %H:%M"), k.label or "")
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="Key id from `engram keys list` (≥ 8 characters).")],
+) -> None:
+    """Delete a key: requests with it are refused (401) from now on."""
+    from api.keys import revoke_key
+
+    try:
+        n = revoke_key(_keys_redis(), key_id)
+    except ValueError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    console.print(f"{n} key(s) revoked")
+    if n == 0:
+        raise typer.Exit(1)
+
+
+def _client(api: str | None, api_key: str | None, user: str | None, device: str | None):
+    from api.client import EngramClient
+
+    if not api or not api_key:
+        err.print("[red]error:[/red] give --api and --api-key (or set ENGRAM_API_URL and ENGRAM_API_KEY)")
+        raise typer.Exit(2)
+    return EngramClient(api, api_key, user=user, device=device)
+
+
+def _publish_error(exc: Exception) -> str:
+    import httpx
+
+    from api.client import EngramAPIError
+
+    if isinstance(exc, EngramAPIError):
+        detail = exc.detail if isinstance(exc.detail, str) else "; ".join(
+            f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in exc.detail)
+        return f"HTTP {exc.status}: {detail}"
+    if isinstance(exc, httpx.TransportError):
+        return f"cannot reach the API or object store ({type(exc).__name__})"
+    if isinstance(exc, OSError):
+        return f"cannot read: {exc.strerror or exc}"
+    return str(exc).splitlines()[0]
+
+
+@app.command(epilog="Examples:  engram publish ~/Pictures/Screenshots --api http://engram:8000 --api-key $KEY  ·  "
+                     "ENGRAM_API_URL=... ENGRAM_API_KEY=... engram publish memo.m4a --wait")
+def publish(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursively); kind detected by content.")],
+    api: ApiUrl = None,
+    api_key: ApiKey = None,
+    user: Annotated[str | None, typer.Option(help="User id (default: ENGRAM_USER or the OS user).")] = None,
+    device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
+    kind: Annotated[MediaKind | None, typer.Option(help="Publish as this kind (default: detected).")] = None,
+    captured_at: Annotated[str | None, typer.Option(help="When captured, ISO 8601 (default: file times).")] = None,
+    app_name: Annotated[str | None, typer.Option("--app", help="Foreground application, for screenshots.")] = None,
+    window: Annotated[str | None, typer.Option(help="Window title, for screenshots.")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until every event is done, skipped or failed.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
+) -> None:
+    """Publish files to a running engram (distributed mode): hash, upload through a presigned URL, publish.
+
+    Resumable: content the object store already has is not sent again, and a file published before from
+    the same user and device is not enqueued again, so an interrupted run can simply be repeated.
+    """
+    from api.client import NotMedia
+    from api.local import iter_files
+
+    try:
+        files = list(iter_files(paths))
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    when = _parse_time(captured_at)
+    counts = {"published": 0, "uploaded": 0, "stored": 0, "again": 0, "not media": 0, "failed": 0}
+    ids = []
+    with _client(api, api_key, user, device) as client:
+        total = sum(p.stat().st_size for p in files if p.exists())
+        progress = Progress(TextColumn("[bold]publish"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                            TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err)
+        with progress:
+            task = progress.add_task("publish", total=total, current="")
+            for path in files:
+                progress.update(task, current=path.name[:40])
+                size = path.stat().st_size if path.exists() else 0
+                try:
+                    res = client.publish(path, kind, captured_at=when, app=app_name, window=window)
+                except NotMedia:
+                    counts["not media"] += 1
+                except Exception as exc:  # one bad file does not stop the rest
+                    counts["failed"] += 1
+                    err.print(f"[red]failed[/red] {path}: {_publish_error(exc)}", highlight=False)
+                else:
+                    ids.append(res.event_id)
+                    counts["published"] += 1
+                    counts["uploaded" if res.uploaded else "stored"] += 1
+                    counts["again"] += res.duplicate
+                progress.advance(task, size)
+        console.print(f"{counts['published']} published ({counts['uploaded']} uploaded, {counts['stored']} "
+                      f"already stored, {counts['again']} published before), {counts['not media']} not media, "
+                      f"[red]{counts['failed']} failed[/red]")
+        if wait and ids:
+            try:
+                final = client.wait(ids, timeout=timeout)
+            except TimeoutError as exc:
+                err.print(f"[red]error:[/red] {exc}")
+                raise typer.Exit(1) from exc
+            by = {s: sum(1 for r in final.values() if r.status is s) for s in (EventStatus.done, EventStatus.skipped,
+                                                                              EventStatus.failed)}
+            console.print(f"{by[EventStatus.done]} done, {by[EventStatus.skipped]} skipped, "
+                          f"[red]{by[EventStatus.failed]} failed[/red]")
+            for eid, r in final.items():
+                if r.status is EventStatus.failed:
+                    console.print(f"  failed {eid} [{r.stage}]: {r.reason}", highlight=False)
+    if counts["failed"] and not counts["published"]:
+        raise typer.Exit(1)
+
+
+@app.command(epilog="Example:  engram watch ~/Pictures/Screenshots --api http://engram:8000 --api-key $KEY")
+def watch(
+    folder: Annotated[Path, typer.Argument(help="The folder to watch (recursively).")],
+    api: ApiUrl = None,
+    api_key: ApiKey = None,
+    user: Annotated[str | None, typer.Option(help="User id (default: ENGRAM_USER or the OS user).")] = None,
+    device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
+    settle: Annotated[float, typer.Option(help="Seconds a file's size must stay unchanged before it is "
+                                          "published.")] = 2.0,
+    existing: Annotated[bool, typer.Option("--existing", help="Also publish the files already in the folder "
+                                           "(those published before are not sent again).")] = False,
+) -> None:
+    """Publish new files in FOLDER as they appear, once each is completely written. Ctrl-C stops."""
+    import threading
+
+    from api.client import NotMedia
+    from api.watch import FolderWatcher
+
+    with _client(api, api_key, user, device) as client:
+        def send(path: Path) -> None:
+            res = client.publish(path)
+            note = "published before" if res.duplicate else ("uploaded" if res.uploaded else "already stored")
+            console.print(f"published {path} ({note}): {res.event_id}", highlight=False, soft_wrap=True)
+
+        def failed(path: Path, exc: Exception) -> None:
+            if not isinstance(exc, NotMedia):
+                err.print(f"[red]failed[/red] {path}: {_publish_error(exc)}", highlight=False)
+
+        try:
+            watcher = FolderWatcher(folder, send, settle=settle, existing=existing, on_error=failed,
+                                    on_ready=lambda: err.print(f"watching {folder} (Ctrl-C stops)", highlight=False))
+        except NotADirectoryError as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from exc
+        try:
+            watcher.run(threading.Event())
+        except KeyboardInterrupt:
+            err.print("stopped")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    workers: Annotated[int, typer.Option(help="Server processes.")] = 1,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Run the HTTP API (uvicorn api.app:app). Needs ENGRAM_BROKER_URL (Redis) and, for uploads, S3."""
+    import uvicorn
+
+    from api.keys import redis_client
+    from schemas.settings import get_settings
+
+    try:
+        redis_client(get_settings())
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    uvicorn.run("api.app:app", host=host, port=port, workers=workers, log_level=log_level)
 
 
 def main() -> None:

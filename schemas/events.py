@@ -5,11 +5,16 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 _ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}$"
+MAX_METADATA_ITEMS = 64
+
+MetadataKey = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+MetadataValue = Annotated[str, StringConstraints(max_length=2048)]
 
 
 class MediaKind(StrEnum):
@@ -42,7 +47,9 @@ class MediaEvent(BaseModel):
     source_name: str | None = Field(None, max_length=1024, description="Original file name or path.")
     app: str | None = Field(None, max_length=256, description="Foreground application, if known.")
     window: str | None = Field(None, max_length=1024, description="Window title, if known.")
-    metadata: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[MetadataKey, MetadataValue] = Field(
+        default_factory=dict, max_length=MAX_METADATA_ITEMS,
+        description="Free-form device metadata: at most 64 items, keys ≤ 128 and values ≤ 2048 characters.")
 
     @field_validator("captured_at")
     @classmethod

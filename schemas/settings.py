@@ -53,12 +53,26 @@ class Settings(BaseSettings):
     s3_secure: bool = Field(False, description="Use TLS to reach the S3 endpoint.")
     s3_region: str | None = None
     redis_url: str | None = Field(None, description="Redis for the ledger in distributed mode; default broker_url.")
+    broker_visibility_timeout: float = Field(
+        1800.0, gt=0,
+        description="Seconds after which the Redis transport hands an unacknowledged task to another worker "
+        "(a killed worker's tasks come back after this). Keep it above the longest task.")
+    consolidate_interval_seconds: float = Field(
+        60.0, gt=0, description="How often beat starts consolidation for users with new observations.")
     tenant: str = Field("default", description="Tenant used by the CLI.")
     user: str | None = Field(None, description="User id used by the CLI (default: the OS user).")
     device: str | None = Field(None, description="Device id used by the CLI (default: the host name).")
     eval_data: Path = Field(_REPO_ROOT.parent / "shared" / "data", description="Real evaluation data.")
 
     models: ModelSettings = Field(default_factory=ModelSettings)
+
+    # api
+    s3_public_endpoint: str | None = Field(
+        None, description="S3 endpoint put in presigned upload URLs, as devices reach it (host:port, or a URL "
+        "with http:// or https://); default s3_endpoint.")
+    upload_url_expiry_seconds: int = Field(900, ge=1, le=7 * 86400, description="Lifetime of a presigned PUT URL.")
+    api_max_body_bytes: int = Field(1024**2, ge=1024, description="Largest accepted API request body; larger: 413.")
+    api_search_timeout_seconds: float = Field(30.0, gt=0, description="How long the API waits for a query worker.")
 
     # ingest
     max_object_bytes: int = Field(2 * 1024**3, description="Largest accepted object, bytes.")

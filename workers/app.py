@@ -44,12 +44,21 @@ ROUTES = {
     "workers.query.*": {"queue": Queue.query.value},
 }
 
-CONSOLIDATE_INTERVAL_S = 60.0
+
+def transport_options(settings: Settings) -> dict:
+    """Redis transport options: the visibility timeout, and a sweep for unacknowledged tasks about every
+    twentieth of it (1 s to 100 s), so a killed worker's task comes back soon after the timeout."""
+    vt = settings.broker_visibility_timeout
+    interval = min(10, max(1, round(vt / 20)))
+    return {"visibility_timeout": vt, "unacked_restore_interval": interval,
+            "unacked_restore_throttle": min(10, max(1, round(vt / 20 / interval)))}
 
 
 def configure(app: Celery, settings: Settings) -> None:
-    """Apply ``settings`` to ``app`` (eager in the embedded default)."""
+    """Apply ``settings`` to ``app`` (eager in the embedded default). Safe to call again (tests switch
+    brokers): broker connections and the result backend made for the previous settings are dropped."""
     broker = settings.broker_url or "memory://"
+    interval = settings.consolidate_interval_seconds
     app.conf.update(
         broker_url=broker,
         result_backend=settings.result_backend or settings.broker_url or "cache+memory://",
@@ -66,18 +75,25 @@ def configure(app: Celery, settings: Settings) -> None:
         task_default_queue=Queue.ingest.value,
         task_routes=ROUTES,
         result_expires=3600,
-        broker_transport_options={"visibility_timeout": 1800},
+        broker_transport_options=transport_options(settings),
         broker_connection_retry_on_startup=True,
+        worker_cancel_long_running_tasks_on_connection_loss=True,  # redelivered, not run twice at once
         timezone="UTC",
         enable_utc=True,
         beat_schedule={
             "consolidate-due": {
                 "task": "workers.consolidate.consolidate_due",
-                "schedule": CONSOLIDATE_INTERVAL_S,
-                "options": {"expires": CONSOLIDATE_INTERVAL_S * 1.5},
+                "schedule": interval,
+                "options": {"expires": interval * 1.5},
             },
         },
     )
+    # forget the broker connection pools and result backend made for earlier settings (Celery caches them)
+    app._pool = None
+    if "amqp" in app.__dict__:
+        app.amqp._producer_pool = None
+    app._backend_cache = None
+    app._local.__dict__.pop("backend", None)
 
 
 app = Celery("engram", include=TASK_MODULES)

@@ -1,0 +1,360 @@
+"""The HTTP API of the distributed mode (FastAPI): uploads, events, search, health.
+
+Data flow (DESIGN.md): a device asks ``POST /v1/uploads`` for a presigned PUT URL of the content-addressed
+key ``media/<tenant>/<sha256>.<ext>``, PUTs the bytes straight to the object store, then publishes the
+``MediaEvent`` with ``POST /v1/events``, which records it as queued in the ledger and sends it to the
+``ingest`` queue. ``POST /v1/search`` goes through the ``query`` queue: the API never opens the vector
+store. Every request is scoped to the tenant of its API key (``Authorization: Bearer <key>``).
+
+Ownership: ``create_app`` builds the app; its ``Services`` (Redis client, ledger, object store, Celery
+producer) are made at start-up by the lifespan and shared by the request threads (FastAPI runs the sync
+endpoints in its thread pool; each client here is thread-safe, and Celery keeps one result backend per
+thread). Run with ``uvicorn api.app:app`` or ``engram serve``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import structlog
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from redis.exceptions import RedisError
+
+from api import keys
+from schemas.api import (
+    ApiError,
+    EventStatusResponse,
+    PublishRequest,
+    PublishResponse,
+    SearchQuery,
+    UploadRequest,
+    UploadResponse,
+)
+from schemas.events import EventStatus, MediaEvent, MediaKind
+from schemas.search import SearchRequest, SearchResponse
+from schemas.settings import Settings, get_settings
+from workers.ids import EXTENSIONS, object_key
+
+log = structlog.get_logger("engram.api")
+
+INGEST_TASK = "workers.ingest.ingest"
+SEARCH_TASK = "workers.query.search"
+CLAIM_PREFIX = "engram:published:"
+
+#: Which event kinds each supported mime type may carry (audio may come in a video container).
+_TEXT_MIMES = {"application/json", "application/x-ndjson", "text/plain"}
+
+
+def kinds_for_mime(mime_type: str) -> set[MediaKind]:
+    """The event kinds ``mime_type`` may carry; empty when it is not a supported type
+    (``workers.ids.EXTENSIONS`` lists the supported ones)."""
+    if mime_type not in EXTENSIONS:
+        return set()
+    if mime_type in _TEXT_MIMES:
+        return {MediaKind.text}
+    family = mime_type.split("/", 1)[0]
+    return {"image": {MediaKind.screenshot}, "audio": {MediaKind.audio},
+            "video": {MediaKind.clip, MediaKind.audio}}.get(family, set())
+
+
+@dataclass
+class Services:
+    """What the endpoints use, made once per app at start-up (see the module docstring for ownership)."""
+
+    settings: Settings
+    redis: Any  # redis.Redis: API keys and publish claims
+    ledger: Any  # workers.ledger.Ledger
+    objects: Any  # workers.objectstore.ObjectStore
+    presigner: Any | None  # minio.Minio for the public S3 endpoint, None without S3
+    celery: Any  # celery.Celery producer configured from ``settings``
+
+
+def _minio(endpoint: str, settings: Settings, secure: bool):
+    """A Minio client with short timeouts (the SDK's default connect timeout is 5 minutes) and the region
+    set, so presigning never needs a network round trip."""
+    import certifi
+    import urllib3
+    from minio import Minio
+
+    http = urllib3.PoolManager(
+        timeout=urllib3.Timeout(connect=3, read=30), maxsize=16, cert_reqs="CERT_REQUIRED",
+        ca_certs=os.environ.get("SSL_CERT_FILE") or certifi.where(),
+        retries=urllib3.Retry(total=2, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]))
+    return Minio(endpoint, access_key=settings.s3_access_key, secret_key=settings.s3_secret_key, secure=secure,
+                 region=settings.s3_region or "us-east-1", http_client=http)
+
+
+def build_services(settings: Settings, celery=None) -> Services:
+    """Open the API's clients for ``settings``. ``celery``: a configured producer app (default: a new
+    Celery app configured from ``settings``, so the API never depends on the process-wide one).
+    Raises RuntimeError without a Redis URL (API keys, claims and the ledger live in Redis)."""
+    from celery import Celery
+
+    from workers.app import configure
+    from workers.ledger import open_ledger
+    from workers.objectstore import S3ObjectStore, open_object_store
+
+    r = keys.redis_client(settings)
+    if celery is None:
+        celery = Celery("engram-api")
+        configure(celery, settings)
+    objects = open_object_store(settings)
+    presigner = None
+    if isinstance(objects, S3ObjectStore):
+        objects.client = _minio(settings.s3_endpoint, settings, settings.s3_secure)
+        public = settings.s3_public_endpoint or settings.s3_endpoint
+        secure = settings.s3_secure
+        if "://" in public:
+            parts = urlsplit(public)
+            public, secure = parts.netloc, parts.scheme == "https"
+        presigner = _minio(public, settings, secure)
+    return Services(settings, r, open_ledger(settings), objects, presigner, celery)
+
+
+def _invalid(field: str, msg: str) -> HTTPException:
+    """A 422 shaped like a body validation error, naming ``field``."""
+    return HTTPException(422, [{"loc": ["body", field], "msg": msg, "type": "value_error"}])
+
+
+_bearer = HTTPBearer(auto_error=False, description="An API key from `engram keys create --tenant T`.")
+
+
+def _services(request: Request) -> Services:
+    return request.app.state.services
+
+
+def _tenant_of(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
+    """The tenant of the request's API key; 401 without a key or with an unknown one."""
+    if creds is None:
+        raise HTTPException(401, "missing API key (send Authorization: Bearer <key>)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    tenant = keys.tenant_for(_services(request).redis, creds.credentials)
+    if tenant is None:
+        raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
+    return tenant
+
+
+Svc = Annotated[Services, Depends(_services)]
+Tenant = Annotated[str, Depends(_tenant_of)]
+
+
+def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
+    """The FastAPI app for ``settings`` (default: read from the environment at start-up).
+
+    ``celery``: see ``build_services``. The services are opened by the lifespan, so importing this
+    module or building the app needs no server; start-up fails with a clear error without Redis.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.services = build_services(settings or get_settings(), celery)
+        yield
+        app.state.services.redis.close()
+        if celery is None:  # made by build_services: ours to close
+            app.state.services.celery.close()
+
+    limit = (settings or get_settings()).api_max_body_bytes
+    errors = {c: {"model": ApiError} for c in (401, 403, 404, 409, 413, 422, 503)}
+    app = FastAPI(title="engram", version="0.1.0", lifespan=lifespan, max_body_size=limit,
+                  description="Long-term multimodal memory for AI agents: publish media, follow its "
+                              "ingestion, search memories. Authenticate with `Authorization: Bearer <API key>`.")
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # the offending input is not echoed back: it may be 10 kB of hostile text
+        detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "invalid"), "type": e.get("type", "")}
+                  for e in exc.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(RedisError)
+    async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
+        log.error("redis unavailable", path=request.url.path, error=f"{type(exc).__name__}: {exc}")
+        return JSONResponse({"detail": "service unavailable, try again"}, status_code=503)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("request failed", path=request.url.path, error=f"{type(exc).__name__}: {exc}")
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    def _unavailable(what: str, exc: Exception) -> HTTPException:
+        log.error(f"{what} unavailable", error=f"{type(exc).__name__}: {exc}")
+        return HTTPException(503, f"{what} unavailable, try again")
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], responses={503: {"description": "a dependency is not ready"}})
+    def readyz(svc: Svc) -> JSONResponse:
+        """Readiness: the broker answers, the object store is reachable and a worker consumes the query
+        queue. 200 with every check ``ok``, else 503 naming the failed ones."""
+        broker = _check_broker(svc)
+        checks = {"broker": broker, "object_store": _check_objects(svc),
+                  "query_worker": _check_query_worker(svc) if broker == "ok" else "unknown (no broker)"}
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks},
+                            status_code=200 if ok else 503)
+
+    @app.post("/v1/uploads", tags=["publish"], response_model=UploadResponse, responses=errors)
+    def create_upload(body: UploadRequest, tenant: Tenant, svc: Svc) -> UploadResponse:
+        """A presigned PUT URL for the content-addressed key of (sha256, mime type), or ``exists`` when the
+        object is already stored with this size (the client then skips the PUT). 413 over the size limit,
+        422 for an unsupported mime type."""
+        if not kinds_for_mime(body.mime_type):
+            raise _invalid("mime_type", f"unsupported mime type; supported: {', '.join(sorted(EXTENSIONS))}")
+        if body.size > svc.settings.max_object_bytes:
+            raise HTTPException(413, f"object too large: {body.size} bytes exceeds the limit of "
+                                     f"{svc.settings.max_object_bytes}")
+        key = object_key(tenant, body.sha256, body.mime_type)
+        if _stored_size(svc, key) == body.size:
+            return UploadResponse(object_key=key, url="", exists=True, expires_in=0)
+        if svc.presigner is None:
+            raise HTTPException(501, "this server has no S3 object store for uploads (set ENGRAM_S3_ENDPOINT)")
+        expiry = svc.settings.upload_url_expiry_seconds
+        url = svc.presigner.presigned_put_object(svc.objects.bucket, key, expires=timedelta(seconds=expiry))
+        return UploadResponse(object_key=key, url=url, exists=False, expires_in=expiry)
+
+    @app.post("/v1/events", tags=["publish"], status_code=202, response_model=PublishResponse, responses=errors)
+    def publish_event(body: PublishRequest, tenant: Tenant, svc: Svc) -> PublishResponse:
+        """Publish a MediaEvent whose object was uploaded: record it as queued and send it to ingest.
+
+        Idempotent by ``event_id``: publishing it again returns its current status with ``duplicate`` set
+        and enqueues nothing. 403 for a body naming another tenant; 404 when the object is not stored,
+        409 when its size differs (or the event id belongs to someone else); 413 over the size limit;
+        422 for an invalid body.
+        """
+        if body.tenant_id is not None and body.tenant_id != tenant:
+            raise HTTPException(403, "this API key cannot publish for another tenant")
+        kinds = kinds_for_mime(body.mime_type)
+        if not kinds:
+            raise _invalid("mime_type", f"unsupported mime type; supported: {', '.join(sorted(EXTENSIONS))}")
+        if body.kind not in kinds:
+            raise _invalid("kind", f"a {body.mime_type} object cannot be a {body.kind.value} event")
+        key = object_key(tenant, body.sha256, body.mime_type)
+        if body.object_key is not None and body.object_key != key:
+            raise _invalid("object_key", f"must be {key} (as returned by POST /v1/uploads), or left out")
+        event = MediaEvent.model_validate({**body.model_dump(exclude={"tenant_id", "object_key"}),
+                                           "tenant_id": tenant, "object_key": key})
+        claim = CLAIM_PREFIX + str(event.event_id)
+        if (owner := svc.redis.get(claim)) is not None:
+            return _already_published(svc, event.event_id, owner, tenant)
+        if (rec := svc.ledger.get(event.event_id)) is not None and rec.tenant_id != tenant:
+            raise HTTPException(409, "event_id already in use; publish with a new event id")
+        if event.size > svc.settings.max_object_bytes:
+            raise HTTPException(413, f"object too large: {event.size} bytes exceeds the limit of "
+                                     f"{svc.settings.max_object_bytes}")
+        stored = _stored_size(svc, key)
+        if stored is None:
+            raise HTTPException(404, "object not uploaded: PUT it to the URL from POST /v1/uploads first")
+        if stored != event.size:
+            raise HTTPException(409, f"stored object has {stored} bytes, the event says {event.size}")
+        if not svc.redis.set(claim, tenant, nx=True):  # another request published it a moment ago
+            return _already_published(svc, event.event_id, svc.redis.get(claim), tenant)
+        try:
+            svc.ledger.record_queued(event)
+            svc.celery.send_task(INGEST_TASK, args=[event.model_dump(mode="json")], task_id=str(event.event_id))
+        except Exception as exc:
+            svc.redis.delete(claim)  # not enqueued: publishing it again must enqueue it
+            raise _unavailable("queue", exc) from exc
+        log.info("event published", tenant=tenant, event_id=str(event.event_id), kind=event.kind.value, size=event.size)
+        return PublishResponse(event_id=event.event_id, status=EventStatus.queued)
+
+    @app.get("/v1/events/{event_id}", tags=["publish"], response_model=EventStatusResponse, responses=errors)
+    def event_status(event_id: uuid.UUID, tenant: Tenant, svc: Svc) -> EventStatusResponse:
+        """The event's ledger status (queued, processing, done, skipped, failed with stage and reason).
+        404 for an unknown event and for another tenant's (the two are indistinguishable)."""
+        rec = svc.ledger.get(event_id)
+        if rec is None or rec.tenant_id != tenant:
+            raise HTTPException(404, "event not found")
+        return EventStatusResponse.model_validate(rec.model_dump())
+
+    @app.post("/v1/search", tags=["search"], response_model=SearchResponse,
+              responses={**errors, 502: {"model": ApiError}, 504: {"model": ApiError}})
+    def search(body: SearchQuery, tenant: Tenant, svc: Svc) -> SearchResponse:
+        """Hybrid search over the key's tenant, run by a query worker. 403 for a body naming another
+        tenant; 504 when no query worker answers in time; 502 when the search failed."""
+        from celery.exceptions import TimeoutError as CeleryTimeout
+
+        if body.tenant_id is not None and body.tenant_id != tenant:
+            raise HTTPException(403, "this API key cannot search another tenant")
+        req = SearchRequest.model_validate({**body.model_dump(exclude={"tenant_id"}), "tenant_id": tenant})
+        try:
+            result = svc.celery.send_task(SEARCH_TASK, args=[req.model_dump(mode="json")])
+        except Exception as exc:
+            raise _unavailable("queue", exc) from exc
+        timeout = svc.settings.api_search_timeout_seconds
+        try:
+            return SearchResponse.model_validate(result.get(timeout=timeout))
+        except CeleryTimeout as exc:
+            raise HTTPException(504, f"no query worker answered within {timeout:g} s") from exc
+        except Exception as exc:
+            log.error("search failed", error=f"{type(exc).__name__}: {exc}")
+            raise HTTPException(502, "search failed") from exc
+        finally:
+            result.forget()
+
+    return app
+
+
+def _stored_size(svc: Services, key: str) -> int | None:
+    """The stored object's size in bytes, or None when it is absent."""
+    from workers.objectstore import ObjectNotFound
+
+    try:
+        return svc.objects.size(key)
+    except ObjectNotFound:
+        return None
+
+
+def _already_published(svc: Services, event_id: uuid.UUID, owner: str | None, tenant: str) -> PublishResponse:
+    if owner != tenant:
+        raise HTTPException(409, "event_id already in use; publish with a new event id")
+    rec = svc.ledger.get(event_id)
+    return PublishResponse(event_id=event_id, status=rec.status if rec else EventStatus.queued, duplicate=True)
+
+
+def _check_broker(svc: Services) -> str:
+    try:
+        with svc.celery.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=2)
+        return "ok"
+    except Exception as exc:
+        log.warning("broker not ready", error=f"{type(exc).__name__}: {exc}")
+        return "unreachable"
+
+
+def _check_objects(svc: Services) -> str:
+    try:
+        client = getattr(svc.objects, "client", None)
+        if client is not None:
+            client.bucket_exists(svc.objects.bucket)
+        elif not svc.objects.root.is_dir():
+            return "missing folder"
+        return "ok"
+    except Exception as exc:
+        log.warning("object store not ready", error=f"{type(exc).__name__}: {exc}")
+        return "unreachable"
+
+
+def _check_query_worker(svc: Services) -> str:
+    try:
+        queues = svc.celery.control.inspect(timeout=1.0).active_queues() or {}
+    except Exception as exc:
+        log.warning("cannot ask workers", error=f"{type(exc).__name__}: {exc}")
+        return "unreachable"
+    if any(q.get("name") == "query" for qs in queues.values() for q in qs or ()):
+        return "ok"
+    return "no worker consumes the query queue"
+
+
+app = create_app()

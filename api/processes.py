@@ -1,0 +1,142 @@
+"""Worker and beat processes of the distributed mode: which queues a worker serves, and the ``celery``
+command lines that ``engram worker`` and ``engram beat`` run.
+
+The rule of DESIGN.md for Qdrant-bound queues (``link``, ``store``, ``consolidate``, ``query``) is
+enforced here: with a Qdrant server (``ENGRAM_QDRANT_URL``) any number of workers may serve them; with
+Qdrant's local mode one process may open the store, so exactly one worker serves all four, with
+``--pool solo`` and concurrency 1. Nothing here opens a store or a broker connection.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from schemas.settings import Settings
+
+# the queue names of workers.app.Queue, repeated here so that this module imports no Celery
+INGEST, PERCEIVE_CPU, PERCEIVE_GPU = "ingest", "perceive.cpu", "perceive.gpu"
+LINK, STORE, CONSOLIDATE, QUERY = "link", "store", "consolidate", "query"
+ALL_QUEUES = (INGEST, PERCEIVE_CPU, PERCEIVE_GPU, LINK, STORE, CONSOLIDATE, QUERY)
+QDRANT_BOUND = (LINK, STORE, CONSOLIDATE, QUERY)
+
+
+class Role(StrEnum):
+    """Shortcuts for the queue sets of DESIGN.md's worker kinds."""
+
+    cpu = "cpu"      # ingest and perception on CPU; serves the GPU queue too where there is no GPU worker
+    gpu = "gpu"      # speech-to-text, captioning, text embedding
+    store = "store"  # the Qdrant-bound queues
+    all = "all"      # everything in one process (a single-machine cluster)
+
+
+ROLE_QUEUES: dict[Role, tuple[str, ...]] = {
+    Role.cpu: (INGEST, PERCEIVE_CPU, PERCEIVE_GPU),
+    Role.gpu: (PERCEIVE_GPU,),
+    Role.store: QDRANT_BOUND,
+    Role.all: ALL_QUEUES,
+}
+
+POOLS = ("prefork", "solo", "threads")
+
+
+class WorkerConfigError(ValueError):
+    """A worker command line that engram refuses to start; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What one worker process serves and how: queues in DESIGN.md order, Celery pool and concurrency
+    (None: Celery's default, the number of CPUs)."""
+
+    queues: tuple[str, ...]
+    pool: str
+    concurrency: int | None
+    role: str
+
+
+def plan_worker(settings: Settings, queues: str | None = None, role: Role | str | None = None,
+                pool: str | None = None, concurrency: int | None = None) -> WorkerPlan:
+    """Check a worker's options against the settings and fill in defaults. Raises WorkerConfigError.
+
+    ``queues`` is a comma-separated list of queue names, ``role`` a shortcut for one (give one or
+    both: they are joined). With Qdrant's local mode a worker serving any Qdrant-bound queue must serve
+    all four, and defaults to (and must use) ``--pool solo`` with concurrency 1. Other workers default
+    to the prefork pool.
+    """
+    if not settings.broker_url:
+        raise WorkerConfigError(
+            "ENGRAM_BROKER_URL is not set: on the embedded default there are no workers (tasks run inside "
+            "`engram ingest`). Point it at the cluster's Redis, e.g. ENGRAM_BROKER_URL=redis://localhost:6379/0.")
+    names: list[str] = []
+    if role is not None:
+        try:
+            names.extend(ROLE_QUEUES[Role(role)])
+        except ValueError as exc:
+            raise WorkerConfigError(f"unknown role {role!r}; choose one of {', '.join(r.value for r in Role)}") from exc
+    for name in (queues or "").split(","):
+        name = name.strip()
+        if not name:
+            continue
+        if name not in ALL_QUEUES:
+            raise WorkerConfigError(f"unknown queue {name!r}; queues are {', '.join(ALL_QUEUES)}")
+        names.append(name)
+    if not names:
+        raise WorkerConfigError(f"say which queues to serve: --queues {','.join(ALL_QUEUES[:3])} or "
+                                f"--role {'|'.join(r.value for r in Role)}")
+    served = tuple(q for q in ALL_QUEUES if q in names)
+    if pool is not None and pool not in POOLS:
+        raise WorkerConfigError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
+    if concurrency is not None and concurrency < 1:
+        raise WorkerConfigError("--concurrency must be at least 1")
+
+    bound = [q for q in served if q in QDRANT_BOUND]
+    if bound and not settings.qdrant_url:
+        missing = [q for q in QDRANT_BOUND if q not in served]
+        rule = ("with Qdrant's local mode (ENGRAM_QDRANT_URL unset) only one process can open the vector "
+                f"store, so exactly one worker serves all of {', '.join(QDRANT_BOUND)}, with --pool solo and "
+                "concurrency 1 (run `engram worker --role store`); set ENGRAM_QDRANT_URL to a Qdrant server "
+                "to run more.")
+        if missing:
+            raise WorkerConfigError(f"this worker serves {', '.join(bound)} but not {', '.join(missing)}: {rule}")
+        if pool not in (None, "solo"):
+            raise WorkerConfigError(f"--pool {pool} is not allowed here: {rule}")
+        if concurrency not in (None, 1):
+            raise WorkerConfigError(f"--concurrency {concurrency} is not allowed here: {rule}")
+        pool, concurrency = "solo", 1
+    pool = pool or "prefork"
+    if pool == "solo" and concurrency not in (None, 1):
+        raise WorkerConfigError("--pool solo runs one task at a time: use --concurrency 1 or another pool")
+    label = Role(role).value if role is not None else "worker"
+    return WorkerPlan(queues=served, pool=pool, concurrency=1 if pool == "solo" else concurrency, role=label)
+
+
+def worker_argv(plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None = None,
+                events: bool = False) -> list[str]:
+    """The ``celery worker`` arguments for ``plan`` (for ``app.worker_main``). The default node name,
+    ``<role>-<pid>@<host>``, keeps several workers on one host apart."""
+    argv = ["worker", "--queues", ",".join(plan.queues), "--pool", plan.pool, "--loglevel", loglevel.upper(),
+            "--hostname", hostname or f"{plan.role}-{os.getpid()}@%h"]
+    if plan.concurrency is not None:
+        argv += ["--concurrency", str(plan.concurrency)]
+    if events:
+        argv.append("--task-events")
+    return argv
+
+
+def beat_schedule_path(settings: Settings) -> Path:
+    """Where beat keeps its schedule state: ``$ENGRAM_DATA_DIR/beat/celerybeat-schedule``."""
+    return settings.data_dir / "beat" / "celerybeat-schedule"
+
+
+def beat_argv(settings: Settings, loglevel: str = "INFO") -> list[str]:
+    """The ``celery beat`` arguments (for ``app.start``). Raises WorkerConfigError without a broker."""
+    if not settings.broker_url:
+        raise WorkerConfigError(
+            "ENGRAM_BROKER_URL is not set: beat schedules consolidation for workers of the distributed mode; "
+            "on the embedded default run `engram consolidate` instead.")
+    schedule = beat_schedule_path(settings)
+    schedule.parent.mkdir(parents=True, exist_ok=True)
+    return ["beat", "--schedule", str(schedule), "--loglevel", loglevel.upper()]

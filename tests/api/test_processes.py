@@ -1,0 +1,108 @@
+"""`engram worker` / `engram beat`: queue sets, the Qdrant local-mode rule, and the celery command lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from api.processes import (
+    ALL_QUEUES,
+    QDRANT_BOUND,
+    WorkerConfigError,
+    beat_argv,
+    plan_worker,
+    worker_argv,
+)
+from schemas.settings import Settings
+
+BROKER = "redis://127.0.0.1:1/0"
+
+
+def settings(tmp_path: Path, **kw) -> Settings:
+    return Settings(data_dir=tmp_path, broker_url=BROKER, **kw)
+
+
+def test_roles_pick_queue_sets(tmp_path):
+    s = settings(tmp_path)
+    cpu = plan_worker(s, role="cpu", concurrency=2)
+    assert cpu.queues == ("ingest", "perceive.cpu", "perceive.gpu") and cpu.pool == "prefork" and cpu.concurrency == 2
+    assert plan_worker(s, role="gpu").queues == ("perceive.gpu",)
+    store = plan_worker(s, role="store")
+    assert store.queues == QDRANT_BOUND and (store.pool, store.concurrency) == ("solo", 1)
+    assert plan_worker(s, role="all").queues == ALL_QUEUES
+    assert plan_worker(s, queues=" ingest , perceive.cpu").queues == ("ingest", "perceive.cpu")
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"queues": "store,link"}, "not consolidate, query"),
+    ({"queues": "query"}, "exactly one worker serves all of link, store, consolidate, query"),
+    ({"role": "store", "pool": "prefork"}, "--pool prefork is not allowed"),
+    ({"role": "all", "pool": "threads"}, "--pool threads is not allowed"),
+    ({"role": "store", "concurrency": 2}, "--concurrency 2 is not allowed"),
+    ({"queues": "ingest,search"}, "unknown queue 'search'"),
+    ({"role": "tpu"}, "unknown role 'tpu'"),
+    ({}, "say which queues"),
+    ({"role": "cpu", "pool": "solo", "concurrency": 4}, "--pool solo runs one task at a time"),
+    ({"role": "cpu", "pool": "gevent"}, "unknown pool"),
+])
+def test_refused_on_local_qdrant(tmp_path, kw, message):
+    with pytest.raises(WorkerConfigError) as info:
+        plan_worker(settings(tmp_path), **kw)
+    assert message in str(info.value)
+
+
+def test_qdrant_server_allows_any_number_of_store_workers(tmp_path):
+    s = settings(tmp_path, qdrant_url="http://qdrant:6333")
+    plan = plan_worker(s, queues="query", pool="prefork", concurrency=4)
+    assert plan.queues == ("query",) and plan.pool == "prefork" and plan.concurrency == 4
+    assert plan_worker(s, role="store").pool == "prefork"
+
+
+def test_no_broker_no_workers(tmp_path):
+    with pytest.raises(WorkerConfigError, match="ENGRAM_BROKER_URL is not set"):
+        plan_worker(Settings(data_dir=tmp_path), role="cpu")
+    with pytest.raises(WorkerConfigError, match="ENGRAM_BROKER_URL is not set"):
+        beat_argv(Settings(data_dir=tmp_path))
+
+
+def test_celery_argv(tmp_path):
+    plan = plan_worker(settings(tmp_path), role="store")
+    argv = worker_argv(plan, "info", events=True)
+    assert argv[:7] == ["worker", "--queues", "link,store,consolidate,query", "--pool", "solo", "--loglevel", "INFO"]
+    assert argv[argv.index("--hostname") + 1] == f"store-{os.getpid()}@%h"
+    assert argv[-3:] == ["--concurrency", "1", "--task-events"]
+    beat = beat_argv(settings(tmp_path))
+    assert beat[:3] == ["beat", "--schedule", str(tmp_path / "beat" / "celerybeat-schedule")]
+    assert (tmp_path / "beat").is_dir()
+
+
+def test_cli_refuses_with_reason(monkeypatch, tmp_path):
+    from api.cli import app
+
+    monkeypatch.delenv("ENGRAM_BROKER_URL", raising=False)
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path))
+    runner = CliRunner()
+    res = runner.invoke(app, ["worker", "--role", "cpu"])
+    assert res.exit_code == 2 and "ENGRAM_BROKER_URL is not set" in res.output
+    res = runner.invoke(app, ["beat"])
+    assert res.exit_code == 2 and "engram consolidate" in res.output
+    monkeypatch.setenv("ENGRAM_BROKER_URL", BROKER)
+    monkeypatch.delenv("ENGRAM_QDRANT_URL", raising=False)
+    res = runner.invoke(app, ["worker", "--queues", "ingest,store"])
+    assert res.exit_code == 2 and "--role store" in res.output
+
+
+def test_second_store_worker_fails_fast(engram_env, tmp_path):
+    """On local mode the store is held by one process: another store worker exits 3 before serving."""
+    engram_env.vectors.count("observations")  # this process holds the local store now
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update(ENGRAM_DATA_DIR=str(engram_env.settings.data_dir), ENGRAM_BROKER_URL=BROKER)
+    proc = subprocess.run([str(Path(sys.executable).parent / "engram"), "worker", "--role", "store"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "only one store worker" in proc.stderr

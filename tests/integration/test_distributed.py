@@ -1,0 +1,372 @@
+"""The distributed mode with real processes: a real redis-server (broker, result backend, ledger), a shared
+temporary ENGRAM_DATA_DIR (local object store, Qdrant's local mode), and ``engram worker`` / ``engram beat``
+processes started as a user starts them: one ``--role cpu`` worker (ingest, perceive.cpu, perceive.gpu,
+prefork) and the one store worker that local mode allows (link, store, consolidate, query; ``--pool solo``).
+
+The test process publishes with ``api.local.publish_file`` (object stored, event queued in the Redis ledger)
+and ``send_task`` of the ingest task. Qdrant is opened here only after the store worker has stopped (local
+mode: one process at a time).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from schemas.conversations import ConversationMessage
+from schemas.events import EventStatus, MediaEvent
+from schemas.memories import MemoryType
+from schemas.search import SearchRequest, SearchResponse
+from tests.cluster import Cluster
+from tests.servers import S3Server
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+TENANT = "dist"
+USERS = ("alice", "bob", "carol")
+FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
+QUEUES = ("ingest", "perceive.cpu", "perceive.gpu", "link", "store", "consolidate", "query")
+FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+TOPICS = ["quarterly budget review", "flight to Lisbon on Friday", "dentist appointment moved",
+          "kubernetes upgrade plan", "birthday gift for Sam", "invoice 4471 overdue", "marathon training week",
+          "sourdough starter recipe", "rent increase letter", "guitar lesson schedule"]
+
+
+@dataclass
+class Item:
+    """One file to publish, who publishes it, and how many observations it must yield when done."""
+
+    path: Path
+    user: str
+    device: str
+    observations: int
+    app: str | None = None
+    window: str | None = None
+    captured_at: datetime | None = None
+
+
+def _font(size: int):
+    return ImageFont.truetype(str(FONT), size) if FONT.exists() else ImageFont.load_default(size=size)
+
+
+def make_screenshot(path: Path, title: str, lines: list[str], seed: int) -> None:
+    """A small window-like PNG with a title bar and a few lines of text (OCR reads them)."""
+    img = Image.new("RGB", (640, 360), (250, 250, 250) if seed % 2 else (30, 32, 40))
+    draw = ImageDraw.Draw(img)
+    draw.rectangle([0, 0, 640, 36], fill=(60 + 40 * (seed % 4), 90, 160))
+    draw.text((12, 8), title, font=_font(18), fill="white")
+    for i, line in enumerate(lines):
+        draw.text((24, 70 + 44 * i), line, font=_font(24), fill=(20, 20, 20) if seed % 2 else (230, 230, 230))
+    img.save(path)
+
+
+def make_conversation(path: Path, session: str, speakers: tuple[str, str], topic: str, start: datetime) -> int:
+    """A JSONL conversation of four messages about ``topic``; returns the number of messages."""
+    from workers.adapters import to_jsonl
+
+    texts = [f"Did you see the note about the {topic}?", f"Yes, the {topic} is on my list for this week.",
+             f"Let's talk about the {topic} tomorrow morning.", "Sounds good, I will bring the details."]
+    msgs = [ConversationMessage(message_id=f"{session}:{i}", session_id=session, speaker=speakers[i % 2],
+                                text=t, timestamp=start + timedelta(minutes=2 * i)) for i, t in enumerate(texts)]
+    path.write_bytes(to_jsonl(msgs))
+    return len(msgs)
+
+
+def make_items(folder: Path, per_user: int, tag: str) -> list[Item]:
+    """``per_user`` files for each user, alternating conversations and screenshots (distinct content)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    items: list[Item] = []
+    start = datetime(2024, 5, 1, 9, tzinfo=UTC)
+    n = 0
+    for u, user in enumerate(USERS):
+        for i in range(per_user):
+            topic = TOPICS[(u * per_user + i) % len(TOPICS)]
+            when = start + timedelta(days=u, hours=i)
+            if i % 2 == 0:
+                path = folder / f"{tag}-{user}-chat-{i}.jsonl"
+                count = make_conversation(path, f"{tag}-{user}-s{i}", (user, "friend"), topic, when)
+                items.append(Item(path, user, f"{user}-phone", count))
+            else:
+                path = folder / f"{tag}-{user}-screen-{i}.png"
+                make_screenshot(path, f"Notes {i} - {user}", [topic, f"item {n} for {user}", tag], seed=n)
+                # a device per screenshot stream, so no frame is a near-duplicate of another by chance
+                items.append(Item(path, user, f"{user}-laptop-{i}", 1, app="Notes", window=f"{topic} ({tag})",
+                                  captured_at=when))
+            n += 1
+    return items
+
+
+def publish(rt, items: list[Item]) -> list[MediaEvent]:
+    """Store each file and queue its event in the ledger (``api.local.publish_file``), then send ingest."""
+    from api.local import classify, publish_file
+    from workers.app import app
+
+    events = []
+    for it in items:
+        event = publish_file(rt, classify(it.path), TENANT, it.user, it.device, it.captured_at, it.app, it.window)
+        app.send_task("workers.ingest.ingest", args=[event.model_dump(mode="json")])
+        events.append(event)
+    return events
+
+
+def wait_final(rt, cluster: Cluster, event_ids: list[uuid.UUID], timeout: float) -> dict:
+    """Ledger records of ``event_ids`` once all are final; fails with the workers' logs on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = {eid: rt.ledger.get(eid) for eid in event_ids}
+        pending = [eid for eid, r in records.items() if r is None or r.status not in FINAL]
+        if not pending:
+            return records
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(pending)} events not final after {timeout:.0f} s, e.g. "
+                                 f"{records[pending[0]]}\n{cluster.tails()}")
+        time.sleep(0.5)
+
+
+def search(query: str, user: str, types: list[MemoryType]) -> SearchResponse:
+    """A search through the query queue (the store worker), answered through the Redis result backend."""
+    from workers.app import app
+
+    req = SearchRequest(query=query, tenant_id=TENANT, user_id=user, memory_types=types, limit=5)
+    return SearchResponse.model_validate(
+        app.send_task("workers.query.search", args=[req.model_dump(mode="json")]).get(timeout=60))
+
+
+def wait_memories(cluster: Cluster, timeout: float) -> None:
+    """Until every user has episodic memories, written by consolidation that beat started."""
+    deadline = time.monotonic() + timeout
+    missing = list(USERS)
+    while missing:
+        missing = [u for u in missing if not search("notes and plans", u, [MemoryType.episodic]).hits]
+        if missing and time.monotonic() > deadline:
+            raise AssertionError(f"no episodic memories for {missing} after {timeout:.0f} s\n{cluster.tails()}")
+        time.sleep(1.0)
+
+
+def wait_quiet(redis_url: str, timeout: float) -> None:
+    """Until no task waits in any queue and none is delivered but unacknowledged (duplicates included)."""
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + timeout
+    while True:
+        waiting = {q: n for q in QUEUES if (n := r.llen(q))}
+        unacked = r.hlen("unacked")
+        if not waiting and not unacked:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"broker not quiet after {timeout:.0f} s: queued {waiting}, unacked {unacked}")
+        time.sleep(0.5)
+
+
+def cpu_tasks_unacked(redis_url: str) -> list[str]:
+    """Names of delivered but unacknowledged tasks of the cpu worker's queues (kombu's ``unacked`` hash:
+    JSON [message, exchange, routing key] per delivery tag)."""
+    import json
+
+    import redis
+
+    out = []
+    for raw in redis.Redis.from_url(redis_url).hvals("unacked"):
+        message, _, routing_key = json.loads(raw)
+        if routing_key in ("ingest", "perceive.cpu", "perceive.gpu"):
+            out.append(message["headers"]["task"])
+    return out
+
+
+def drain_consolidation(timeout: float = 120.0) -> None:
+    """Run ``consolidate_due`` through the consolidate queue until no user has unconsolidated observations
+    (the queue is FIFO on the single store worker, so the user consolidations it started ran before)."""
+    from workers.app import app
+
+    deadline = time.monotonic() + timeout
+    while app.send_task("workers.consolidate.consolidate_due").get(timeout=60):
+        assert time.monotonic() < deadline, "consolidation did not settle"
+        time.sleep(0.5)
+
+
+@pytest.fixture
+def make_cluster(redis_server, tmp_path, monkeypatch):
+    """A factory for a running cluster on a fresh Redis database and data dir; configures this process's
+    Celery app for it and restores the eager default (the rest of the suite) afterwards."""
+    import redis
+
+    from schemas.settings import get_settings
+    from workers.app import app, configure
+    from workers.runtime import reset_runtimes
+
+    made: list[Cluster] = []
+
+    def start(visibility_timeout: float = 1800.0, cpu_concurrency: int = 2,
+              s3: S3Server | None = None) -> tuple[Cluster, str]:
+        url = redis_server.rsplit("/", 1)[0] + "/7"  # a database of its own on the session's redis-server
+        redis.Redis.from_url(url).flushdb()
+        env = {"ENGRAM_BROKER_URL": url, "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+               "ENGRAM_BROKER_VISIBILITY_TIMEOUT": str(visibility_timeout),
+               "ENGRAM_CONSOLIDATE_INTERVAL_SECONDS": "3", "ENGRAM_TENANT": TENANT}
+        if s3 is not None:  # objects in S3 (SeaweedFS), a bucket of this test's own
+            env.update(ENGRAM_S3_ENDPOINT=s3.endpoint, ENGRAM_S3_ACCESS_KEY=s3.access_key,
+                       ENGRAM_S3_SECRET_KEY=s3.secret_key, ENGRAM_S3_BUCKET=f"dist-{uuid.uuid4().hex[:12]}")
+        for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_S3_BUCKET", "ENGRAM_RESULT_BACKEND",
+                    "ENGRAM_REDIS_URL"):
+            monkeypatch.delenv(var, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        reset_runtimes()
+        configure(app, get_settings())
+        cluster = Cluster.create(tmp_path, env)
+        made.append(cluster)
+        cluster.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@test",
+                                "--loglevel", "INFO"])
+        cluster.start("cpu", ["worker", "--role", "cpu", "--concurrency", str(cpu_concurrency),
+                              "--hostname", "cpu@test", "--loglevel", "INFO"])
+        cluster.start("beat", ["beat", "--loglevel", "INFO"])
+        cluster.wait_ready(app, ["store@test", "cpu@test"])
+        return cluster, url
+
+    yield start
+    for cluster in made:
+        cluster.stop_all()
+    monkeypatch.undo()
+    reset_runtimes()
+    configure(app, get_settings())
+    assert app.conf.task_always_eager
+
+
+def stop_and_open_store(cluster: Cluster, redis_url: str):
+    """Stop beat, let every queued task and consolidation finish, stop the workers, then open the vector
+    store here (local mode: only now is it free)."""
+    from workers.runtime import reset_runtimes, runtime
+
+    cluster.kill("beat", signal.SIGTERM)
+    wait_quiet(redis_url, 120)
+    drain_consolidation()
+    wait_quiet(redis_url, 60)
+    for name in ("cpu", "store"):
+        assert cluster.kill(name, signal.SIGTERM) == 0, cluster.tail(name)
+    reset_runtimes()
+    return runtime()
+
+
+def check_exactly_once(rt, items_by_event: dict[uuid.UUID, Item], records: dict) -> None:
+    """Each done event's observations are stored once (count per event as expected, nothing from other
+    events) and marked consolidated; every user has episodic memories; then, each observation is in exactly
+    one episodic memory (an expected failure, with the counts, until consolidation has its watermark)."""
+    from workers.vectorstore import OBSERVATIONS, tenant_filter
+
+    points = rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))
+    per_event = Counter(p.payload["event_id"] for p in points)
+    expected = {str(eid): items_by_event[eid].observations for eid, r in records.items()
+                if r.status is EventStatus.done}
+    assert dict(per_event) == expected
+    for eid, rec in records.items():
+        if rec.status is EventStatus.done:
+            assert rec.observations == items_by_event[eid].observations, rec
+    assert all(p.payload["consolidated"] for p in points), "observations left unconsolidated"
+
+    memories = rt.vectors.scroll(MemoryType.episodic.value, tenant_filter(TENANT))
+    assert {m.payload["user_id"] for m in memories} == set(USERS)
+    covered = Counter(str(o) for m in memories for o in m.payload["provenance"]["observation_ids"])
+    uncovered = {str(p.id) for p in points} - set(covered)
+    twice = [o for o, n in covered.items() if n > 1]
+    if uncovered or twice:
+        # at-least-once delivery can store an observation again after it was consolidated: the upsert resets
+        # `consolidated`, the next run consolidates it again, and its episode id (from the first observation)
+        # can overwrite an earlier, larger episode. Issue 3's consolidation watermark is to remove this.
+        pytest.xfail(f"consolidation not exactly-once yet: {len(uncovered)} observations in no episodic memory, "
+                     f"{len(twice)} in more than one")
+
+
+def test_events_through_worker_processes(make_cluster, tmp_path):
+    """~20 events (chats, screenshots, a duplicate, a corrupt file, one event sent twice): all final in the
+    Redis ledger, observations stored exactly once, searchable through the query worker, episodic
+    memories for every user from beat's consolidation."""
+    from workers.app import app
+    from workers.runtime import runtime
+
+    t0 = time.monotonic()
+    cluster, url = make_cluster(cpu_concurrency=1)
+    started = time.monotonic() - t0
+    rt = runtime()
+    items = make_items(tmp_path / "media", per_user=6, tag="run")
+    bad = tmp_path / "media" / "run-alice-broken.png"
+    bad.write_bytes(items[1].path.read_bytes()[:200])  # a PNG cut short: detected as an image, fails to decode
+    items.append(Item(bad, "alice", "alice-laptop-x", 0))
+    dup = Item(items[0].path, items[0].user, items[0].device, items[0].observations)  # same content again
+    items.append(dup)
+    events = publish(rt, items)
+    app.send_task("workers.ingest.ingest", args=[events[3].model_dump(mode="json")])  # the same event twice
+    by_event = {e.event_id: it for e, it in zip(events, items, strict=True)}
+
+    records = wait_final(rt, cluster, list(by_event), timeout=180)
+    processed = time.monotonic() - t0 - started
+    statuses = Counter(r.status for r in records.values())
+    assert statuses == {EventStatus.done: 18, EventStatus.skipped: 1, EventStatus.failed: 1}, statuses
+    broken = records[events[-2].event_id]
+    assert broken.status is EventStatus.failed and broken.stage == "ingest" and broken.reason
+    pair = sorted(records[e.event_id].status.value for e in (events[0], events[-1]))
+    assert pair == ["done", "skipped"]  # whichever ran first is stored, the other is an exact duplicate
+    skipped = next(r for r in records.values() if r.status is EventStatus.skipped)
+    assert "exact duplicate" in skipped.reason
+
+    screen = next(it for it in items if it.user == "bob" and it.path.suffix == ".png")
+    topic = screen.window.split(" (")[0]  # rendered on bob's screenshot only: found by OCR in the worker
+    hits = search(topic, "bob", [MemoryType.observation]).hits
+    assert hits and topic.split()[0] in hits[0].text.lower() and hits[0].kind == "screenshot", hits[:1]
+    wait_memories(cluster, timeout=60)
+
+    rt = stop_and_open_store(cluster, url)
+    check_exactly_once(rt, by_event, records)
+    print(f"\ncluster ready in {started:.1f} s; {len(events)} events final in {processed:.1f} s; "
+          f"total {time.monotonic() - t0:.1f} s")
+
+
+def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
+    """30 events; the cpu worker (main process and pool children) is SIGKILLed while it works and started
+    again: its unacknowledged tasks come back after the visibility timeout and every event ends final with
+    each observation stored exactly once. Objects live in S3 (SeaweedFS) here when it is installed."""
+    from workers.runtime import runtime
+
+    try:
+        s3 = request.getfixturevalue("seaweedfs_s3")
+    except pytest.skip.Exception:
+        s3 = None  # the local folder then; the kill is what this test is about
+    t0 = time.monotonic()
+    cluster, url = make_cluster(visibility_timeout=8.0, cpu_concurrency=1, s3=s3)
+    rt = runtime()
+    items = make_items(tmp_path / "media", per_user=10, tag="kill")
+    events = publish(rt, items)
+    by_event = {e.event_id: it for e, it in zip(events, items, strict=True)}
+
+    deadline = time.monotonic() + 120
+    while True:  # kill once a few events are done and most are not
+        done = sum(1 for e in events if (r := rt.ledger.get(e.event_id)) and r.status in FINAL)
+        if done >= 3:
+            break
+        assert time.monotonic() < deadline, cluster.tails()
+        time.sleep(0.1)
+    cluster.kill("cpu", signal.SIGKILL)
+    at_kill = done
+    assert at_kill < len(events), "every event finished before the kill; nothing was tested"
+    lost = cpu_tasks_unacked(url)
+    assert lost, "the killed worker held no task; nothing was tested"
+    cluster.restart("cpu")
+
+    records = wait_final(rt, cluster, list(by_event), timeout=180)
+    assert all(r.status is EventStatus.done for r in records.values()), \
+        [(r.source_name, r.status, r.reason) for r in records.values() if r.status is not EventStatus.done]
+    wait_memories(cluster, timeout=60)
+    rt = stop_and_open_store(cluster, url)
+    check_exactly_once(rt, by_event, records)
+    print(f"\nkilled the cpu worker with {at_kill}/{len(events)} events final and {len(lost)} tasks in hand "
+          f"({', '.join(sorted(set(lost)))}); "
+          f"all final and stored once; objects in {'S3' if s3 else 'the local folder'}; "
+          f"total {time.monotonic() - t0:.1f} s")
