@@ -75,6 +75,7 @@ def configure(app: Celery, settings: Settings) -> None:
         task_default_queue=Queue.ingest.value,
         task_routes=ROUTES,
         result_expires=3600,
+        task_ignore_result=True,  # stage results travel down their chain; only query/consolidate keep one
         broker_transport_options=transport_options(settings),
         broker_connection_retry_on_startup=True,
         worker_cancel_long_running_tasks_on_connection_loss=True,  # redelivered, not run twice at once

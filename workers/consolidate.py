@@ -74,7 +74,8 @@ def build_episode(records: list[qm.Record], summary_sentences: int) -> EpisodicM
         object_keys=uniq(p.get("object_key") for p in payloads),
         source_names=uniq(p.get("source_name") for p in payloads), start=start, end=end)
     return EpisodicMemory(
-        id=memory_id(first["tenant_id"], first["user_id"], MemoryType.episodic, str(records[0].id)),
+        id=memory_id(first["tenant_id"], first["user_id"], MemoryType.episodic,
+                     ",".join(sorted(str(r.id) for r in records))),
         tenant_id=first["tenant_id"], user_id=first["user_id"], created_at=now, updated_at=now,
         provenance=prov, occurred_at=start, ended_at=end, actor=first["user_id"],
         event_type=_EVENT_TYPES[kinds.pop()] if len(kinds) == 1 else "activity",
@@ -95,7 +96,7 @@ def memory_points(rt: Runtime, memories: list[EpisodicMemory], kinds: list[list[
     return points
 
 
-@app.task(name="workers.consolidate.consolidate_user", acks_late=True, reject_on_worker_lost=True)
+@app.task(name="workers.consolidate.consolidate_user", ignore_result=False, acks_late=True, reject_on_worker_lost=True)
 def consolidate_user(tenant_id: str, user_id: str) -> int:
     """Write episodic memories from the user's unconsolidated observations; returns how many."""
     rt = runtime()
@@ -122,7 +123,7 @@ def pending_users(rt: Runtime) -> list[tuple[str, str]]:
     return sorted(pairs)
 
 
-@app.task(name="workers.consolidate.consolidate_due", acks_late=True)
+@app.task(name="workers.consolidate.consolidate_due", ignore_result=False, acks_late=True)
 def consolidate_due() -> int:
     """Beat entry point: start one consolidation per (tenant, user) with pending observations."""
     rt = runtime()

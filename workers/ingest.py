@@ -24,6 +24,7 @@ from workers import media
 from workers.adapters import parse_conversation_file
 from workers.app import Queue, app
 from workers.ids import derived_key
+from workers.ledger import FINAL_STATUSES
 from workers.objectstore import ObjectNotFound
 from workers.runtime import Runtime, log, runtime, stage
 
@@ -33,6 +34,10 @@ def ingest(event: MediaEvent) -> None:
     """Validate ``event``'s object and dispatch one perceive → embed → link → store chain per segment."""
     rt = runtime()
     rt.ledger.record_queued(event)
+    known = rt.ledger.get(event.event_id)
+    if known is not None and known.status in FINAL_STATUSES:
+        log.info("event already final", event_id=str(event.event_id), status=known.status.value)
+        return  # published twice, or redelivered after it finished: nothing to do
     rt.ledger.mark(event.event_id, EventStatus.processing, stage="ingest")
     with stage(rt, event.event_id, "ingest"):
         jobs = plan(rt, event)

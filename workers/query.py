@@ -123,7 +123,7 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000)
 
 
-@app.task(name="workers.query.search", pydantic=True, acks_late=True)
+@app.task(name="workers.query.search", ignore_result=False, pydantic=True, acks_late=True)
 def search_task(request: SearchRequest) -> SearchResponse:
     """The query worker's search."""
     return search(runtime(), request)

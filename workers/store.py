@@ -32,7 +32,13 @@ def store(batch: EmbeddedBatch) -> int:
     rt = runtime()
     event = batch.job.event
     with stage(rt, event.event_id, "store"):
-        rt.vectors.upsert(OBSERVATIONS, [observation_point(item) for item in batch.items])
+        points = [observation_point(item) for item in batch.items]
+        # a redelivered segment must not make consolidated observations pending again
+        already = {str(r.id) for r in rt.vectors.retrieve(OBSERVATIONS, [p.id for p in points])
+                   if (r.payload or {}).get("consolidated")}
+        for point in points:
+            point.payload["consolidated"] = point.id in already
+        rt.vectors.upsert(OBSERVATIONS, points)
         if rt.ledger.segment_done(event.event_id, batch.job.segment_index, len(batch.items)):
             log.info("event done", event_id=str(event.event_id), tenant=event.tenant_id)
     return len(batch.items)

@@ -277,12 +277,8 @@ def check_exactly_once(rt, items_by_event: dict[uuid.UUID, Item], records: dict)
     covered = Counter(str(o) for m in memories for o in m.payload["provenance"]["observation_ids"])
     uncovered = {str(p.id) for p in points} - set(covered)
     twice = [o for o, n in covered.items() if n > 1]
-    if uncovered or twice:
-        # at-least-once delivery can store an observation again after it was consolidated: the upsert resets
-        # `consolidated`, the next run consolidates it again, and its episode id (from the first observation)
-        # can overwrite an earlier, larger episode. Issue 3's consolidation watermark is to remove this.
-        pytest.xfail(f"consolidation not exactly-once yet: {len(uncovered)} observations in no episodic memory, "
-                     f"{len(twice)} in more than one")
+    assert not uncovered, f"{len(uncovered)} observations in no episodic memory"
+    assert not twice, f"{len(twice)} observations in more than one episodic memory"
 
 
 def test_events_through_worker_processes(make_cluster, tmp_path):
