@@ -21,7 +21,7 @@ from schemas.memories import EpisodicMemory, MemoryType, Provenance
 from workers.app import app
 from workers.embed import embed_texts, sparse_vectors
 from workers.ids import memory_id
-from workers.runtime import Runtime, log, runtime
+from workers.runtime import TRANSIENT_ERRORS, Runtime, log, runtime
 from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE, tenant_filter
 
 _EVENT_TYPES = {MediaKind.text: "conversation", MediaKind.screenshot: "screen_activity",
@@ -96,20 +96,34 @@ def memory_points(rt: Runtime, memories: list[EpisodicMemory], kinds: list[list[
     return points
 
 
-@app.task(name="workers.consolidate.consolidate_user", ignore_result=False, acks_late=True, reject_on_worker_lost=True)
+CONSOLIDATE_LOCK_TTL_S = 600.0
+
+
+@app.task(name="workers.consolidate.consolidate_user", ignore_result=False, acks_late=True,
+          reject_on_worker_lost=True, autoretry_for=TRANSIENT_ERRORS, retry_backoff=2, max_retries=5)
 def consolidate_user(tenant_id: str, user_id: str) -> int:
-    """Write episodic memories from the user's unconsolidated observations; returns how many."""
+    """Write episodic memories from the user's unconsolidated observations; returns how many.
+
+    Runs under a per-(tenant, user) lock shared by all processes: two beats or two workers never
+    consolidate one user at once (the second returns 0 and beat comes back on its next tick). The
+    ``consolidated`` flag of each observation is the watermark: set after its memory is written, so an
+    observation is consolidated once, and one that arrives late (any capture time) is never skipped.
+    """
     rt = runtime()
     s = rt.settings
-    records = rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant_id, user_id, consolidated=False),
-                                with_vectors=[DENSE])
-    if not records:
-        return 0
-    episodes = group_episodes(records, s.episode_gap_seconds, s.episode_max_observations)
-    memories = [build_episode(ep, s.summary_sentences) for ep in episodes]
-    kinds = [sorted({r.payload["kind"] for r in ep}) for ep in episodes]
-    rt.vectors.upsert(MemoryType.episodic.value, memory_points(rt, memories, kinds))
-    rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})
+    with rt.ledger.try_lock(f"consolidate:{tenant_id}:{user_id}", CONSOLIDATE_LOCK_TTL_S) as got:
+        if not got:
+            log.info("consolidation already running", tenant=tenant_id, user=user_id)
+            return 0
+        records = rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant_id, user_id, consolidated=False),
+                                    with_vectors=[DENSE])
+        if not records:
+            return 0
+        episodes = group_episodes(records, s.episode_gap_seconds, s.episode_max_observations)
+        memories = [build_episode(ep, s.summary_sentences) for ep in episodes]
+        kinds = [sorted({r.payload["kind"] for r in ep}) for ep in episodes]
+        rt.vectors.upsert(MemoryType.episodic.value, memory_points(rt, memories, kinds))
+        rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})
     log.info("consolidated", tenant=tenant_id, user=user_id, observations=len(records), episodic=len(memories))
     return len(memories)
 

@@ -11,7 +11,7 @@ from schemas.settings import Settings
 from workers import sparse
 from workers.app import app
 from workers.models import embed_cached, get_model
-from workers.runtime import Runtime, runtime, stage
+from workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
 
 
 def embed_texts(rt: Runtime, texts: list[str]) -> np.ndarray:
@@ -25,7 +25,7 @@ def sparse_vectors(settings: Settings, texts: list[str]) -> list[tuple[list[int]
     return sparse.document_vectors(texts, settings.bm25_k1, settings.bm25_b, settings.bm25_avgdl)
 
 
-@app.task(name="workers.embed.embed", pydantic=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(name="workers.embed.embed", **STAGE_TASK_OPTIONS)
 def embed(batch: ObservationBatch) -> EmbeddedBatch:
     """Vectors for every observation of one segment."""
     rt = runtime()

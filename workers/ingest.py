@@ -26,10 +26,10 @@ from workers.app import Queue, app
 from workers.ids import derived_key
 from workers.ledger import FINAL_STATUSES
 from workers.objectstore import ObjectNotFound
-from workers.runtime import Runtime, log, runtime, stage
+from workers.runtime import STAGE_TASK_OPTIONS, Runtime, log, runtime, stage
 
 
-@app.task(name="workers.ingest.ingest", pydantic=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(name="workers.ingest.ingest", **STAGE_TASK_OPTIONS)
 def ingest(event: MediaEvent) -> None:
     """Validate ``event``'s object and dispatch one perceive → embed → link → store chain per segment."""
     rt = runtime()

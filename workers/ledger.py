@@ -9,9 +9,10 @@ stay in the ledger with their reason and object key: that is the quarantine.
 from __future__ import annotations
 
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -52,6 +53,10 @@ class Ledger(Protocol):
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         """Number of events per status."""
 
+    def try_lock(self, name: str, ttl_s: float) -> AbstractContextManager[bool]:
+        """A lock shared by every process, held at most ``ttl_s`` seconds (a crashed holder cannot block
+        others longer). Yields True when acquired, False (without waiting) when someone else holds it."""
+
     def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
                 limit: int = 100) -> list[LedgerRecord]:
         """Recent records, newest first."""
@@ -73,6 +78,7 @@ CREATE TABLE IF NOT EXISTS segments (
   PRIMARY KEY (event_id, segment_index));
 CREATE TABLE IF NOT EXISTS content (
   tenant_id TEXT NOT NULL, sha256 TEXT NOT NULL, event_id TEXT NOT NULL, PRIMARY KEY (tenant_id, sha256));
+CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, token TEXT NOT NULL, expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS frames (
   tenant_id TEXT NOT NULL, device_id TEXT NOT NULL, phash TEXT NOT NULL, event_id TEXT NOT NULL,
   PRIMARY KEY (tenant_id, device_id));
@@ -191,6 +197,20 @@ class SqliteLedger:
             q = "SELECT status, COUNT(*) FROM events" + (" WHERE tenant_id=?" if tenant_id else "")
             rows = db.execute(q + " GROUP BY status", (tenant_id,) if tenant_id else ()).fetchall()
         return {EventStatus(s): n for s, n in rows}
+
+    @contextmanager
+    def try_lock(self, name: str, ttl_s: float) -> Iterator[bool]:
+        token = uuid.uuid4().hex
+        with self._tx() as db:
+            db.execute("DELETE FROM locks WHERE name=? AND expires < ?", (name, time.time()))
+            got = db.execute("INSERT OR IGNORE INTO locks (name, token, expires) VALUES (?,?,?)",
+                             (name, token, time.time() + ttl_s)).rowcount == 1
+        try:
+            yield got
+        finally:
+            if got:
+                with self._tx() as db:
+                    db.execute("DELETE FROM locks WHERE name=? AND token=?", (name, token))
 
     def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
                 limit: int = 100) -> list[LedgerRecord]:
@@ -369,6 +389,19 @@ class RedisLedger:
                     out[st] = out.get(st, 0) + n
         return out
 
+    @contextmanager
+    def try_lock(self, name: str, ttl_s: float) -> Iterator[bool]:
+        lock = self.r.lock(f"{self.p}lock:{name}", timeout=ttl_s, blocking=False)
+        got = lock.acquire()
+        try:
+            yield got
+        finally:
+            if got:
+                try:
+                    lock.release()
+                except Exception:  # expired meanwhile: another holder may own it now; leave it
+                    log_lock_expired(name)
+
     def _tenants(self) -> list[str]:
         pat = f"{self.p}tenant:*:events"
         return sorted({k[len(self.p) + 7:-7] for k in self.r.scan_iter(match=pat)})
@@ -380,6 +413,13 @@ class RedisLedger:
             key = f"{self.p}tenant:{t}:status:{status.value}" if status else f"{self.p}tenant:{t}:events"
             out.extend(r for eid in self.r.zrevrange(key, 0, limit - 1) if (r := self.get(uuid.UUID(eid))))
         return sorted(out, key=lambda r: r.updated_at, reverse=True)[:limit]
+
+
+def log_lock_expired(name: str) -> None:
+    """Note a lock that outlived its ttl (its work took longer than the ttl allows)."""
+    import structlog
+
+    structlog.get_logger("engram").warning("lock expired before release", lock=name)
 
 
 def open_ledger(settings) -> Ledger:

@@ -15,7 +15,7 @@ from schemas.jobs import EmbeddedBatch
 from workers.app import app
 from workers.embed import embed_texts
 from workers.ids import ENGRAM_NAMESPACE
-from workers.runtime import runtime, stage
+from workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
 from workers.vectorstore import DENSE, ENTITIES
 
 
@@ -24,7 +24,7 @@ def entity_id(tenant_id: str, name: str) -> uuid.UUID:
     return uuid.uuid5(ENGRAM_NAMESPACE, f"{tenant_id}\x1fperson\x1f{' '.join(name.lower().split())}")
 
 
-@app.task(name="workers.link.link", pydantic=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(name="workers.link.link", **STAGE_TASK_OPTIONS)
 def link(batch: EmbeddedBatch) -> EmbeddedBatch:
     """Attach entity ids to the batch's observations and upsert the entities they name."""
     rt = runtime()

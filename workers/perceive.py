@@ -20,10 +20,10 @@ from workers.adapters import parse_conversation_file
 from workers.app import app
 from workers.ids import point_id
 from workers.models import get_model
-from workers.runtime import Runtime, runtime, stage
+from workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
 
 
-@app.task(name="workers.perceive.perceive", pydantic=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(name="workers.perceive.perceive", **STAGE_TASK_OPTIONS)
 def perceive(job: SegmentJob) -> ObservationBatch:
     """Observations of one segment (possibly none: a silent chunk, a screen without text)."""
     rt = runtime()

@@ -13,8 +13,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import httpx
+import redis
 import structlog
+import urllib3
+from celery import current_task
 from celery.exceptions import Ignore
+from qdrant_client.http.exceptions import ResponseHandlingException
 
 from schemas.events import EventStatus
 from schemas.settings import Settings, get_settings
@@ -22,9 +27,21 @@ from workers.ledger import Ledger, open_ledger
 from workers.media import MediaError
 from workers.models import EmbeddingCache
 from workers.objectstore import ObjectStore, open_object_store
-from workers.vectorstore import VectorStore, open_vector_store
+from workers.vectorstore import StoreBusy, VectorStore, open_vector_store
 
 log = structlog.get_logger("engram")
+
+#: Errors worth retrying: a server that is restarting or unreachable for a moment, a store held by
+#: another process. Anything else (bad input, bugs) fails at once.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionError, TimeoutError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+    httpx.TransportError, urllib3.exceptions.HTTPError, ResponseHandlingException, StoreBusy)
+
+#: Options shared by the pipeline's stage tasks: pydantic arguments, late acks (a killed worker's task is
+#: redelivered), and retries with exponential backoff and jitter on transient errors only.
+STAGE_TASK_OPTIONS = dict(pydantic=True, acks_late=True, reject_on_worker_lost=True,
+                          autoretry_for=TRANSIENT_ERRORS, retry_backoff=2, retry_backoff_max=300,
+                          retry_jitter=True, max_retries=5)
 
 
 @dataclass
@@ -80,7 +97,8 @@ def runtime(settings: Settings | None = None) -> Runtime:
 @contextmanager
 def stage(rt: Runtime, event_id: uuid.UUID, name: str) -> Iterator[None]:
     """Run one stage of one event: bad input (MediaError) marks the event failed with the stage and reason
-    and stops its chain without retrying; any other error marks it failed and is re-raised."""
+    and stops its chain without retrying; a transient error is re-raised for the task's retry policy and
+    marks the event failed only when no retry is left; any other error marks it failed and is re-raised."""
     try:
         yield
     except MediaError as exc:
@@ -89,6 +107,13 @@ def stage(rt: Runtime, event_id: uuid.UUID, name: str) -> Iterator[None]:
         raise Ignore() from exc
     except Ignore:
         raise
+    except TRANSIENT_ERRORS as exc:
+        task = current_task
+        if task is None or task.request.retries >= (task.max_retries or 0):
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
+            rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=f"{reason} (retries exhausted)")
+            log.error("event failed", event_id=str(event_id), stage=name, reason=reason)
+        raise  # retried with backoff by the task's autoretry policy
     except Exception as exc:
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=reason)

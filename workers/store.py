@@ -8,7 +8,7 @@ from qdrant_client import models as qm
 from schemas.jobs import EmbeddedBatch
 from schemas.observations import EmbeddedObservation
 from workers.app import app
-from workers.runtime import log, runtime, stage
+from workers.runtime import STAGE_TASK_OPTIONS, log, runtime, stage
 from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE
 
 
@@ -26,7 +26,7 @@ def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
     return qm.PointStruct(id=str(obs.id), vector=vector, payload=payload)
 
 
-@app.task(name="workers.store.store", pydantic=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(name="workers.store.store", **STAGE_TASK_OPTIONS)
 def store(batch: EmbeddedBatch) -> int:
     """Write the segment's observations; returns how many were written."""
     rt = runtime()

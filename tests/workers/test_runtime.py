@@ -1,0 +1,62 @@
+"""Stage error handling: bad input fails at once, transient errors are retried and fail only when the
+retries are exhausted, with the stage and reason in the ledger."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from schemas.events import EventStatus, MediaEvent, MediaKind
+from workers.app import app
+from workers.media import MediaError
+from workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
+
+calls: list[str] = []
+
+
+def _event() -> MediaEvent:
+    sha = hashlib.sha256(b"x").hexdigest()
+    return MediaEvent(tenant_id="acme", user_id="alice", device_id="laptop", kind=MediaKind.text,
+                      object_key=f"media/acme/{sha}.json", sha256=sha, size=1, mime_type="application/json",
+                      captured_at=datetime(2024, 5, 1, tzinfo=UTC))
+
+
+@app.task(name="tests.flaky", **{**STAGE_TASK_OPTIONS, "max_retries": 2, "retry_backoff": False,
+                                 "retry_jitter": False, "default_retry_delay": 0})
+def flaky(event: MediaEvent, fail_times: int, error: str) -> str:
+    """Raise ``error`` the first ``fail_times`` calls, inside the stage guard."""
+    rt = runtime()
+    with stage(rt, event.event_id, "flaky"):
+        calls.append(error)
+        if len(calls) <= fail_times:
+            raise ConnectionError("broker restarting") if error == "transient" else MediaError("corrupt thing")
+    return "ok"
+
+
+def _run(engram_env, fail_times: int, error: str):
+    calls.clear()
+    ev = _event()
+    engram_env.ledger.record_queued(ev)
+    result = flaky.apply(args=[ev, fail_times, error])
+    return ev, result
+
+
+def test_transient_error_is_retried_then_succeeds(engram_env):
+    ev, result = _run(engram_env, fail_times=2, error="transient")
+    assert result.get() == "ok" and len(calls) == 3
+    assert engram_env.ledger.get(ev.event_id).status is EventStatus.queued  # never marked failed
+
+
+def test_transient_error_fails_when_retries_are_exhausted(engram_env):
+    ev, result = _run(engram_env, fail_times=10, error="transient")
+    assert len(calls) == 3  # the first try and two retries
+    rec = engram_env.ledger.get(ev.event_id)
+    assert rec.status is EventStatus.failed and rec.stage == "flaky"
+    assert "ConnectionError: broker restarting (retries exhausted)" == rec.reason
+
+
+def test_bad_input_fails_at_once_without_retry(engram_env):
+    ev, _ = _run(engram_env, fail_times=10, error="bad")
+    assert len(calls) == 1
+    rec = engram_env.ledger.get(ev.event_id)
+    assert (rec.status, rec.stage, rec.reason) == (EventStatus.failed, "flaky", "corrupt thing")
