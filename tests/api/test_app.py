@@ -248,17 +248,19 @@ def test_wrong_sha256_event_fails_in_ingest_with_reason(client, api_keys, api_se
 
 
 def test_expired_or_tampered_presigned_url_is_refused(api_settings, api_keys):
-    short = api_settings.model_copy(update={"upload_url_expiry_seconds": 1})
-    with TestClient(create_app(short)) as c:
-        data = png_bytes(7)
-        sha = hashlib.sha256(data).hexdigest()
-        resp = c.post("/v1/uploads", json={"sha256": sha, "size": len(data), "mime_type": "image/png"},
-                      headers=auth(api_keys["acme"]))
-        url = resp.json()["url"]
-        assert resp.json()["expires_in"] == 1
+    data = png_bytes(7)
+    sha = hashlib.sha256(data).hexdigest()
+    ask = {"sha256": sha, "size": len(data), "mime_type": "image/png"}
+    with TestClient(create_app(api_settings)) as c:  # a long-lived URL, so only the signature is wrong
+        url = c.post("/v1/uploads", json=ask, headers=auth(api_keys["acme"])).json()["url"]
         tampered = url.replace("X-Amz-Signature=", "X-Amz-Signature=0")
         refused = httpx.put(tampered, content=data)
         assert refused.status_code == 403 and "SignatureDoesNotMatch" in refused.text
+    short = api_settings.model_copy(update={"upload_url_expiry_seconds": 1})
+    with TestClient(create_app(short)) as c:
+        resp = c.post("/v1/uploads", json=ask, headers=auth(api_keys["acme"]))
+        url = resp.json()["url"]
+        assert resp.json()["expires_in"] == 1
         time.sleep(2.1)
         expired = httpx.put(url, content=data)
         assert expired.status_code == 403 and "expired" in expired.text
