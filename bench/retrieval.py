@@ -268,6 +268,8 @@ def _quiet_logs() -> None:
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    import bm25s  # noqa: F401  (it sets its own logger to DEBUG on import)
+
     for name in ("bm25s", "kombu", "celery"):
         logging.getLogger(name).setLevel(logging.ERROR)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),

@@ -1,9 +1,9 @@
 """Stage ``query`` (queue ``query``): hybrid search over observations and memories.
 
 Under the request's filters, one dense ranking across all collections searched (MiniLM cosine: one model,
-comparable scores) and one sparse ranking per collection (BM25 through Qdrant's IDF modifier, whose
-statistics are per collection) are taken; all rankings are fused with reciprocal rank fusion
-(Cormack, Clarke & Büttcher, 2009: score = Σ 1 / (k + rank)). A memory's sources are listed most
+comparable scores) and one sparse ranking per collection (BM25 through Qdrant's IDF modifier, IDF counted
+over the searching tenant's and user's own points) are taken; all rankings are fused with reciprocal rank
+fusion (Cormack, Clarke & Büttcher, 2009: score = Σ 1 / (k + rank)). A memory's sources are listed most
 relevant first: in the order their observations ranked for this query, the others after.
 """
 
@@ -90,7 +90,8 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
         if mtype is MemoryType.knowledge_vault:
             continue  # never searched by default; captions only, through its own call (later issue)
         dense_pts, sparse_pts = rt.vectors.search(collection_for(mtype), dense, sparse_q,
-                                                  build_filter(req, mtype), depth)
+                                                  build_filter(req, mtype), depth,
+                                                  idf_corpus=tenant_filter(req.tenant_id, req.user_id))
         dense_all.extend(dense_pts)
         rankings.append([str(p.id) for p in sparse_pts])
         for p in (*dense_pts, *sparse_pts):

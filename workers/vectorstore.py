@@ -89,8 +89,13 @@ class VectorStore:
         self.client.upsert(collection, points=points, wait=True)
 
     def search(self, collection: str, dense: list[float] | None, sparse: tuple[list[int], list[float]] | None,
-               flt: qm.Filter, limit: int) -> tuple[list[qm.ScoredPoint], list[qm.ScoredPoint]]:
-        """Dense and sparse rankings of ``collection`` under ``flt`` (either may be skipped with None)."""
+               flt: qm.Filter, limit: int, idf_corpus: qm.Filter | None = None
+               ) -> tuple[list[qm.ScoredPoint], list[qm.ScoredPoint]]:
+        """Dense and sparse rankings of ``collection`` under ``flt`` (either may be skipped with None).
+
+        ``idf_corpus`` limits the points BM25's IDF is counted over (e.g. one tenant and user): without it
+        Qdrant counts the whole collection, so one tenant's scores would depend on another's content.
+        """
         self.ensure(collection)
         requests, which = [], []
         if dense is not None:
@@ -98,7 +103,9 @@ class VectorStore:
             which.append("dense")
         if sparse is not None and sparse[0]:
             requests.append(qm.QueryRequest(query=qm.SparseVector(indices=sparse[0], values=sparse[1]),
-                                            using=SPARSE, filter=flt, limit=limit, with_payload=True))
+                                            using=SPARSE, filter=flt, limit=limit, with_payload=True,
+                                            params=qm.SearchParams(idf=qm.IdfCorpusParams(corpus=idf_corpus))
+                                            if idf_corpus is not None else None))
             which.append("sparse")
         results = self.client.query_batch_points(collection, requests=requests) if requests else []
         got = {w: r.points for w, r in zip(which, results, strict=True)}
