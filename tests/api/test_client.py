@@ -174,10 +174,11 @@ def test_watch_command_publishes_and_stops_on_ctrl_c(api_server, api_keys, api_r
 
     folder = tmp_path / "recorder"
     folder.mkdir()
-    env = {**os.environ, "ENGRAM_API_URL": api_server, "ENGRAM_API_KEY": api_keys["acme"]}
+    env = {**os.environ, "ENGRAM_API_URL": api_server, "ENGRAM_API_KEY": api_keys["acme"], "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "api.cli", "watch", str(folder), "--settle", "0.3",
                              "--device", "recorder"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    printed = ""
     try:
         ready = select.select([proc.stderr], [], [], 30)[0] and proc.stderr.readline()
         assert ready and ready.startswith("watching"), ready  # printed once the observer runs
@@ -187,9 +188,15 @@ def test_watch_command_publishes_and_stops_on_ctrl_c(api_server, api_keys, api_r
         while queue_length(api_redis) == before and time.monotonic() < deadline:
             time.sleep(0.05)
         assert queue_length(api_redis) == before + 1
+        # the event is enqueued before the CLI has its response: wait for its line before Ctrl-C
+        printed = ""
+        while "memo.wav" not in printed and time.monotonic() < deadline + 15:
+            if select.select([proc.stdout], [], [], 1)[0]:
+                printed += proc.stdout.readline()
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=15)
+    out = printed + out
     assert "published" in out and "memo.wav (uploaded)" in out, out
     assert proc.returncode == 0, err
     assert "stopped" in err
