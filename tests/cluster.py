@@ -4,6 +4,11 @@ started as a user starts them (the venv's ``engram`` command), on a test Redis a
 Each process runs in its own session (process group), so ``kill(name, SIGKILL)`` takes down a prefork
 worker together with its pool children, as when a machine or container dies. Logs go to files under
 ``<root>/logs``; ``tail(name)`` shows them when an assertion fails.
+
+Shared helpers of the distributed tests: ``start_distributed`` (two cpu workers, the store worker, beat),
+``producer`` (a Celery app of the test process for a cluster, apart from the eager process-wide one),
+``wait_quiet`` / ``drain_consolidation`` (let the cluster settle), ``local_store`` (read Qdrant's local
+mode once the store worker has stopped) and ``serve_api`` (the HTTP API in a thread).
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,15 +68,20 @@ class Cluster:
     def wait_ready(self, app, nodes: Iterable[str], timeout: float = 90.0) -> None:
         """Until every Celery node in ``nodes`` answers a ping through the broker."""
         want = set(nodes)
+        last: Exception | None = None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
-            replies = app.control.ping(timeout=1.0) or []
+            try:
+                replies = app.control.ping(timeout=1.0) or []
+            except Exception as exc:  # a broker connection made before a broker restart: ask again
+                last, replies = exc, []
+                time.sleep(0.5)
             if want <= {node for reply in replies for node in reply}:
                 return
-        raise TimeoutError(f"workers {sorted(want)} not ready after {timeout:.0f} s:\n{self.tails()}")
+        raise TimeoutError(f"workers {sorted(want)} not ready after {timeout:.0f} s ({last!r}):\n{self.tails()}")
 
     def kill(self, name: str, sig: int = signal.SIGKILL, timeout: float = 60.0) -> int:
         """Send ``sig`` to the process group of ``name`` and wait for its leader to exit; returns its code.
@@ -106,3 +118,121 @@ class Cluster:
     def tails(self, chars: int = 3000) -> str:
         """The ends of every log, for assertion messages."""
         return "\n".join(f"--- {name}\n{self.tail(name, chars)}" for name in self.procs)
+
+    # --- the standard distributed layout, and its state ----------------------------------------------
+
+    def start_distributed(self, cpu_workers: int = 2, cpu_concurrency: int = 1, beat: bool = True,
+                          tag: str = "test") -> list[str]:
+        """Start DESIGN.md's layout on Qdrant's local mode as a user starts it: ``cpu_workers`` processes of
+        ``engram worker --role cpu`` (prefork, ``cpu_concurrency`` children each), the one store worker
+        (``--role store --pool solo``) and, with ``beat``, ``engram beat``. Returns the Celery node names
+        (``cpu1@<tag>``, ..., ``store@<tag>``) for ``wait_ready``."""
+        nodes = [f"store@{tag}"]
+        self.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", nodes[0],
+                             "--loglevel", "INFO"])
+        for i in range(1, cpu_workers + 1):
+            nodes.append(f"cpu{i}@{tag}")
+            self.start(f"cpu{i}", ["worker", "--role", "cpu", "--concurrency", str(cpu_concurrency),
+                                   "--hostname", nodes[-1], "--loglevel", "INFO"])
+        if beat:
+            self.start("beat", ["beat", "--loglevel", "INFO"])
+        return nodes
+
+    def exited(self) -> dict[str, int]:
+        """Processes that are no longer running, with their exit codes."""
+        return {name: proc.returncode for name, proc in self.procs.items() if proc.poll() is not None}
+
+    def count_in_logs(self, text: str, prefix: str = "") -> int:
+        """How many times ``text`` occurs in the logs of the processes whose name starts with ``prefix``."""
+        return sum(self.log_path(n).read_text(errors="replace").count(text)
+                   for n in self.procs if n.startswith(prefix) and self.log_path(n).exists())
+
+
+QUEUES = ("ingest", "perceive.cpu", "perceive.gpu", "link", "store", "consolidate", "query")
+
+
+def producer(settings):
+    """A Celery app configured from ``settings`` for the test process (pings, ``send_task``, results),
+    apart from the process-wide ``workers.app.app``, which keeps running the rest of the suite eagerly."""
+    from celery import Celery
+
+    from workers.app import configure
+
+    app = Celery(f"engram-test-{os.getpid()}")
+    configure(app, settings)
+    return app
+
+
+def broker_state(redis_url: str) -> tuple[dict[str, int], int]:
+    """(messages waiting per non-empty queue, deliveries not yet acknowledged) on a Redis broker."""
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    try:
+        return {q: n for q in QUEUES if (n := r.llen(q))}, r.hlen("unacked")
+    finally:
+        r.close()
+
+
+def wait_quiet(redis_url: str, timeout: float, cluster: Cluster | None = None) -> None:
+    """Until no task waits in any queue and none is delivered but unacknowledged (retries with a countdown
+    included: a worker holds them unacknowledged)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        waiting, unacked = broker_state(redis_url)
+        if not waiting and not unacked:
+            return
+        if time.monotonic() > deadline:
+            logs = f"\n{cluster.tails()}" if cluster else ""
+            raise AssertionError(f"broker not quiet after {timeout:.0f} s: queued {waiting}, unacked {unacked}{logs}")
+        time.sleep(0.5)
+
+
+def drain_consolidation(app, timeout: float = 120.0) -> None:
+    """Run ``consolidate_due`` through the consolidate queue (``app``: see ``producer``) until no user has
+    unconsolidated observations (FIFO on the single store worker: the consolidations it started ran first)."""
+    deadline = time.monotonic() + timeout
+    while app.send_task("workers.consolidate.consolidate_due").get(timeout=60):
+        assert time.monotonic() < deadline, "consolidation did not settle"
+        time.sleep(0.5)
+
+
+@contextmanager
+def local_store(data_dir: Path) -> Iterator:
+    """The VectorStore of Qdrant's local mode under ``data_dir`` (open it only once the store worker has
+    stopped: one process at a time), closed on exit."""
+    from qdrant_client import QdrantClient
+
+    from workers.vectorstore import VectorStore
+
+    client = QdrantClient(path=str(data_dir / "qdrant"))
+    try:
+        yield VectorStore(client, local=True)
+    finally:
+        client.close()
+
+
+@contextmanager
+def serve_api(settings, timeout: float = 20.0) -> Iterator[str]:
+    """The API (``api.app.create_app(settings)``) served by uvicorn in a thread on a free port, as
+    ``engram serve`` serves it; yields its base URL and stops it on exit."""
+    import uvicorn
+
+    from api.app import create_app
+    from tests.servers import free_ports
+
+    (port,) = free_ports(1)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

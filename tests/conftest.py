@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import redis_server, seaweedfs_s3  # noqa: F401  (real servers for tests, see tests/servers.py)
+from tests.servers import (  # noqa: F401  (real servers for tests, see tests/servers.py)
+    redis_server,
+    restartable_redis,
+    seaweedfs_s3,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
