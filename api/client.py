@@ -33,6 +33,7 @@ from schemas.api import EventStatusResponse, PublishRequest, PublishResponse, Up
 from schemas.events import EventStatus, MediaKind
 from schemas.memories import MemoryType
 from schemas.search import SearchResponse
+from workers.ids import sha256_file
 
 FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 _PUBLISH_NAMESPACE = uuid.UUID("0b7e0c1e-55a4-5f61-9d0e-3a1f2c4b5d6e")
@@ -72,15 +73,6 @@ def safe_id(value: str) -> str:
     """``value`` as a tenant/user/device id: characters outside ``[A-Za-z0-9._@:+-]`` become ``-``."""
     cleaned = "".join(c if c.isalnum() and c.isascii() or c in "._@:+-" else "-" for c in value).strip("-._@:+")
     return cleaned[:128] or "unknown"
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def detect(path: Path, kind: MediaKind | None = None) -> tuple[MediaKind, str]:

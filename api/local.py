@@ -6,7 +6,6 @@ publishes the same ``MediaEvent``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from schemas.events import LedgerRecord, MediaEvent, MediaKind
 from workers import media
-from workers.ids import object_key
+from workers.ids import object_key, sha256_file
 from workers.runtime import Runtime
 
 
@@ -49,15 +48,6 @@ def classify(path: Path) -> Candidate:
     """Detect the kind of ``path`` by content (see ``workers.media.detect``)."""
     found = media.detect(path)
     return Candidate(path, *(found or (None, None)))
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, device_id: str,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
+from pathlib import Path
 
 ENGRAM_NAMESPACE = uuid.UUID("6f1c9b52-3d0e-5a8e-9c47-2b1e0d6a7f10")
 
@@ -35,3 +37,12 @@ def object_key(tenant_id: str, sha256: str, mime_type: str) -> str:
 def derived_key(tenant_id: str, event_id: uuid.UUID | str, name: str) -> str:
     """``derived/<tenant>/<event id>/<name>``: objects cut out of an event by ingest."""
     return f"derived/{tenant_id}/{event_id}/{name}"
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's content (the content address of media), read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -11,7 +11,6 @@ decode it, drop exact and near-duplicates, and cut it into bounded segments for 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ from schemas.jobs import Keyframe, SegmentJob
 from workers import media
 from workers.adapters import parse_conversation_file
 from workers.app import Queue, app
-from workers.ids import derived_key
+from workers.ids import derived_key, sha256_file
 from workers.ledger import FINAL_STATUSES
 from workers.objectstore import ObjectNotFound
 from workers.runtime import STAGE_TASK_OPTIONS, Runtime, log, runtime, stage
@@ -76,7 +75,7 @@ def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:
     with tempfile.TemporaryDirectory(prefix="engram-ingest-") as tmp:
         path = Path(tmp) / "object"
         rt.objects.download(event.object_key, path)
-        digest = _sha256(path)
+        digest = sha256_file(path)
         if digest != event.sha256:
             raise media.MediaError(f"sha256 mismatch: event says {event.sha256[:12]}…, content is {digest[:12]}…")
         earlier = rt.ledger.claim_content(event.tenant_id, digest, event.event_id)
@@ -94,14 +93,6 @@ def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:
             case MediaKind.text:
                 return _plan_text(rt, event, path)
     raise AssertionError(event.kind)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _check_sniffed(path: Path, expected: MediaKind) -> None:
