@@ -335,11 +335,7 @@ def _check_broker(svc: Services) -> str:
 
 def _check_objects(svc: Services) -> str:
     try:
-        client = getattr(svc.objects, "client", None)
-        if client is not None:
-            client.bucket_exists(svc.objects.bucket)
-        elif not svc.objects.root.is_dir():
-            return "missing folder"
+        svc.objects.ping()
         return "ok"
     except Exception as exc:
         log.warning("object store not ready", error=f"{type(exc).__name__}: {exc}")

@@ -44,6 +44,9 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
 
+    def ping(self) -> None:
+        """Check the store is reachable and usable; raises OSError (or the SDK's error) if not."""
+
 
 def _check_key(key: str) -> str:
     parts = key.split("/")
@@ -110,6 +113,10 @@ class LocalObjectStore:
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+    def ping(self) -> None:
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"object store folder {self.root} is missing")
 
 
 class S3ObjectStore:
@@ -191,6 +198,9 @@ class S3ObjectStore:
     def delete(self, key: str) -> None:
         self._ensure_bucket()
         self.client.remove_object(self.bucket, _check_key(key))
+
+    def ping(self) -> None:
+        self.client.bucket_exists(self.bucket)
 
 
 def open_object_store(settings: Settings) -> ObjectStore:
