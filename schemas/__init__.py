@@ -17,7 +17,7 @@ from schemas.memories import (
     ResourceMemory,
     SemanticMemory,
 )
-from schemas.observations import EmbeddedObservation, Observation, OcrLine
+from schemas.observations import EmbeddedObservation, FaceDetection, Observation, OcrLine, WordTiming
 from schemas.search import SearchHit, SearchRequest, SearchResponse
 from schemas.settings import ModelSettings, Settings, get_settings
 
@@ -25,6 +25,7 @@ __all__ = [
     "Attachment", "ConversationMessage", "EventStatus", "LedgerRecord", "MediaEvent", "MediaKind",
     "MEMORY_MODELS", "MEMORY_TYPES", "CoreMemory", "EpisodicMemory", "KnowledgeVaultEntry", "Memory",
     "MemoryBase", "MemoryType", "ProceduralMemory", "Provenance", "ResourceMemory", "SemanticMemory",
-    "EmbeddedObservation", "Observation", "OcrLine", "SearchHit", "SearchRequest", "SearchResponse",
+    "EmbeddedObservation", "FaceDetection", "Observation", "OcrLine", "WordTiming", "SearchHit", "SearchRequest",
+    "SearchResponse",
     "ModelSettings", "Settings", "get_settings",
 ]

@@ -18,6 +18,27 @@ class OcrLine(BaseModel):
     box: tuple[float, float, float, float]
 
 
+class WordTiming(BaseModel):
+    """One recognised word: its text, start/end in seconds from the start of the recording, and the ASR's
+    probability in [0, 1]."""
+
+    word: str
+    start_s: float = Field(ge=0)
+    end_s: float = Field(ge=0)
+    probability: float | None = None
+
+
+class FaceDetection(BaseModel):
+    """One detected face: box (x0, y0, x1, y1) in pixels of the full-size frame, its 128-d embedding (dlib's
+    ResNet face descriptor via ``face_recognition``; faces of one person lie within about 0.6 Euclidean
+    distance), the frame's offset into the recording in seconds (clips) and, after linking, its entity."""
+
+    box: tuple[float, float, float, float]
+    embedding: list[float] = Field(min_length=128, max_length=128)
+    frame_s: float | None = Field(None, ge=0)
+    entity_id: str | None = None
+
+
 class Observation(BaseModel):
     """One unit of perceived content.
 
@@ -51,6 +72,13 @@ class Observation(BaseModel):
     ocr_lines: list[OcrLine] = Field(default_factory=list)
     transcript: str | None = None
     language: str | None = None
+    words: list[WordTiming] = Field(default_factory=list)
+    voice_embedding: list[float] | None = Field(
+        None, description="Speaker embedding of this speech segment (resemblyzer d-vector, 256-d, L2-normalised).")
+    speaker_label: str | None = Field(
+        None, description="Speaker cluster within one recording (spk0, spk1, ...), before entity linking.")
+    faces: list[FaceDetection] = Field(default_factory=list)
+    caption: str | None = Field(None, description="Caption by a vision-language model, when one is configured.")
     entity_ids: list[str] = Field(default_factory=list)
 
     @field_validator("captured_at")
