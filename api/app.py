@@ -49,6 +49,9 @@ log = structlog.get_logger("engram.api")
 
 INGEST_TASK = "workers.ingest.ingest"
 SEARCH_TASK = "workers.query.search"
+#: A request publishing to the broker answers 503 within about 2 s when the broker is down (workers wait
+#: longer: see ``task_publish_retry_policy`` in workers.app); the client retries the request.
+REQUEST_PUBLISH_RETRY = {"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
 CLAIM_PREFIX = "engram:published:"
 
 #: Which event kinds each supported mime type may carry (audio may come in a video container).
@@ -262,7 +265,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             return _already_published(svc, event.event_id, svc.redis.get(claim), tenant)
         try:
             svc.ledger.record_queued(event)
-            svc.celery.send_task(INGEST_TASK, args=[event.model_dump(mode="json")], task_id=str(event.event_id))
+            svc.celery.send_task(INGEST_TASK, args=[event.model_dump(mode="json")], task_id=str(event.event_id),
+                                 retry_policy=REQUEST_PUBLISH_RETRY)
         except Exception as exc:
             svc.redis.delete(claim)  # not enqueued: publishing it again must enqueue it
             raise _unavailable("queue", exc) from exc
@@ -289,7 +293,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise HTTPException(403, "this API key cannot search another tenant")
         req = SearchRequest.model_validate({**body.model_dump(exclude={"tenant_id"}), "tenant_id": tenant})
         try:
-            result = svc.celery.send_task(SEARCH_TASK, args=[req.model_dump(mode="json")])
+            result = svc.celery.send_task(SEARCH_TASK, args=[req.model_dump(mode="json")],
+                                          retry_policy=REQUEST_PUBLISH_RETRY)
         except Exception as exc:
             raise _unavailable("queue", exc) from exc
         timeout = svc.settings.api_search_timeout_seconds

@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         1800.0, gt=0,
         description="Seconds after which the Redis transport hands an unacknowledged task to another worker "
         "(a killed worker's tasks come back after this). Keep it above the longest task.")
+    stalled_after_seconds: float | None = Field(
+        None, gt=0, description="Events queued or processing without progress for this long are published "
+        "again by beat (their task was lost, e.g. while the broker restarted). Default: twice the visibility "
+        "timeout.")
+    max_redeliveries: int = Field(
+        3, ge=0, description="Times a stalled event is published again before it is marked failed.")
     consolidate_interval_seconds: float = Field(
         60.0, gt=0, description="How often beat starts consolidation for users with new observations.")
     tenant: str = Field("default", description="Tenant used by the CLI.")
@@ -98,6 +104,11 @@ class Settings(BaseSettings):
     bm25_k1: float = Field(1.2, description="BM25 term-frequency saturation.")
     bm25_b: float = Field(0.75, description="BM25 length normalisation.")
     bm25_avgdl: float = Field(24.0, gt=0, description="Assumed average document length in tokens.")
+
+    @property
+    def stalled_after(self) -> float:
+        """Seconds without progress after which an event counts as stalled (see ``stalled_after_seconds``)."""
+        return self.stalled_after_seconds or 2 * self.broker_visibility_timeout
 
     @property
     def embedded(self) -> bool:

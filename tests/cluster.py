@@ -188,12 +188,13 @@ def wait_quiet(redis_url: str, timeout: float, cluster: Cluster | None = None) -
         time.sleep(0.5)
 
 
-def drain_consolidation(app, timeout: float = 120.0) -> None:
+def drain_consolidation(app, timeout: float = 120.0, cluster: Cluster | None = None) -> None:
     """Run ``consolidate_due`` through the consolidate queue (``app``: see ``producer``) until no user has
     unconsolidated observations (FIFO on the single store worker: the consolidations it started ran first)."""
     deadline = time.monotonic() + timeout
-    while app.send_task("workers.consolidate.consolidate_due").get(timeout=60):
-        assert time.monotonic() < deadline, "consolidation did not settle"
+    while pending := app.send_task("workers.consolidate.consolidate_due").get(timeout=60):
+        assert time.monotonic() < deadline, f"consolidation did not settle: {pending} users pending" + (
+            f"\n{cluster.tails()}" if cluster else "")
         time.sleep(0.5)
 
 

@@ -59,6 +59,7 @@ def configure(app: Celery, settings: Settings) -> None:
     brokers): broker connections and the result backend made for the previous settings are dropped."""
     broker = settings.broker_url or "memory://"
     interval = settings.consolidate_interval_seconds
+    sweep = min(300.0, max(5.0, settings.stalled_after / 4))
     app.conf.update(
         broker_url=broker,
         result_backend=settings.result_backend or settings.broker_url or "cache+memory://",
@@ -78,6 +79,10 @@ def configure(app: Celery, settings: Settings) -> None:
         task_ignore_result=True,  # stage results travel down their chain; only query/consolidate keep one
         broker_transport_options=transport_options(settings),
         broker_connection_retry_on_startup=True,
+        # a chain's next step is published from inside a task: ride out a broker restart of up to about a
+        # minute instead of Celery's default 0.6 s, or the step is lost with its message already acknowledged
+        task_publish_retry_policy={"max_retries": 20, "interval_start": 0.5, "interval_step": 1.0,
+                                   "interval_max": 5.0},
         worker_cancel_long_running_tasks_on_connection_loss=True,  # redelivered, not run twice at once
         timezone="UTC",
         enable_utc=True,
@@ -86,6 +91,11 @@ def configure(app: Celery, settings: Settings) -> None:
                 "task": "workers.consolidate.consolidate_due",
                 "schedule": interval,
                 "options": {"expires": interval * 1.5},
+            },
+            "redeliver-stalled": {
+                "task": "workers.ingest.redeliver_stalled",
+                "schedule": sweep,
+                "options": {"expires": sweep * 1.5},
             },
         },
     )

@@ -43,8 +43,29 @@ def ingest(event: MediaEvent) -> None:
     if jobs is None:
         return
     rt.ledger.expect_segments(event.event_id, len(jobs))
+    done = rt.ledger.done_segments(event.event_id)  # a redelivered event: only the segments not yet stored
     for job in jobs:
-        dispatch(job)
+        if job.segment_index not in done:
+            dispatch(job)
+
+
+@app.task(name="workers.ingest.redeliver_stalled")
+def redeliver_stalled() -> dict[str, int]:
+    """Beat's sweep for lost work: publish ``ingest`` again for events queued or processing without progress
+    for ``stalled_after_seconds`` (default twice the visibility timeout), up to ``max_redeliveries`` times,
+    then mark them failed with the reason. A task is lost when its message was acknowledged but its chain
+    did not go on, e.g. while redis-server restarted; the pipeline is idempotent, so running an event again
+    stores nothing twice, and ingest skips segments already stored. Returns {"redelivered": n, "failed": m}."""
+    rt = runtime()
+    s = rt.settings
+    events, given_up = rt.ledger.claim_stalled(s.stalled_after, s.max_redeliveries)
+    for event in events:
+        ingest.apply_async(args=[event.model_dump(mode="json")])
+        log.warning("stalled event published again", event_id=str(event.event_id), tenant=event.tenant_id,
+                    stalled_after_s=s.stalled_after)
+    for event_id in given_up:
+        log.error("stalled event failed", event_id=str(event_id), max_redeliveries=s.max_redeliveries)
+    return {"redelivered": len(events), "failed": len(given_up)}
 
 
 def dispatch(job: SegmentJob) -> None:

@@ -61,9 +61,25 @@ class Ledger(Protocol):
                 limit: int = 100) -> list[LedgerRecord]:
         """Recent records, newest first."""
 
+    def done_segments(self, event_id: uuid.UUID) -> set[int]:
+        """Indexes of the event's segments already stored."""
+
+    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
+                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        """Events queued or processing without progress for ``older_than_s`` seconds (their task was lost:
+        acknowledged while the broker restarted, or a chain's next publish failed). Each is claimed for
+        one redelivery (its progress time is reset, so the next sweep leaves it alone for another
+        ``older_than_s``); one already redelivered ``max_redeliveries`` times is marked failed instead.
+        Returns (events to publish again, event ids given up)."""
+
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _stalled_reason(stage: str | None, older_than_s: float, redeliveries: int) -> str:
+    return (f"stalled: no progress for {older_than_s:.0f} s after {redeliveries} redeliveries"
+            + (f" (last stage {stage})" if stage else ""))
 
 
 _SCHEMA = """
@@ -71,8 +87,9 @@ CREATE TABLE IF NOT EXISTS events (
   event_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, device_id TEXT NOT NULL,
   kind TEXT NOT NULL, object_key TEXT NOT NULL, sha256 TEXT NOT NULL, source_name TEXT,
   status TEXT NOT NULL, stage TEXT, reason TEXT, segments_total INTEGER,
-  created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+  created_at TEXT NOT NULL, updated_at TEXT NOT NULL, event_json TEXT, redeliveries INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS events_tenant_status ON events(tenant_id, status);
+CREATE INDEX IF NOT EXISTS events_status_updated ON events(status, updated_at);
 CREATE TABLE IF NOT EXISTS segments (
   event_id TEXT NOT NULL, segment_index INTEGER NOT NULL, observations INTEGER NOT NULL,
   PRIMARY KEY (event_id, segment_index));
@@ -93,6 +110,10 @@ class SqliteLedger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with closing(sqlite3.connect(self.path, timeout=60)) as db:
             db.execute("PRAGMA journal_mode=WAL")
+            have = {row[1] for row in db.execute("PRAGMA table_info(events)")}
+            if have and "event_json" not in have:  # a ledger written before redelivery existed
+                db.execute("ALTER TABLE events ADD COLUMN event_json TEXT")
+                db.execute("ALTER TABLE events ADD COLUMN redeliveries INTEGER NOT NULL DEFAULT 0")
             db.executescript(_SCHEMA)
 
     @contextmanager
@@ -112,9 +133,10 @@ class SqliteLedger:
         with self._tx() as db:
             db.execute(
                 "INSERT OR IGNORE INTO events (event_id, tenant_id, user_id, device_id, kind, object_key, sha256,"
-                " source_name, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " source_name, status, created_at, updated_at, event_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (str(event.event_id), event.tenant_id, event.user_id, event.device_id, event.kind.value,
-                 event.object_key, event.sha256, event.source_name, EventStatus.queued.value, now, now))
+                 event.object_key, event.sha256, event.source_name, EventStatus.queued.value, now, now,
+                 event.model_dump_json()))
 
     def _row(self, db: sqlite3.Connection, event_id: str) -> LedgerRecord | None:
         row = db.execute(
@@ -183,6 +205,7 @@ class SqliteLedger:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO segments (event_id, segment_index, observations) VALUES (?,?,?)",
                        (str(event_id), segment_index, observations))
+            db.execute("UPDATE events SET updated_at=? WHERE event_id=?", (_now(), str(event_id)))  # progress
             total, status = db.execute("SELECT segments_total, status FROM events WHERE event_id=?",
                                        (str(event_id),)).fetchone()
             done = db.execute("SELECT COUNT(*) FROM segments WHERE event_id=?", (str(event_id),)).fetchone()[0]
@@ -226,6 +249,33 @@ class SqliteLedger:
             ids = db.execute(f"SELECT event_id FROM events{clause} ORDER BY updated_at DESC LIMIT ?",
                              (*args, limit)).fetchall()
             return [r for (i,) in ids if (r := self._row(db, i))]
+
+    def done_segments(self, event_id: uuid.UUID) -> set[int]:
+        with self._tx() as db:
+            rows = db.execute("SELECT segment_index FROM segments WHERE event_id=?", (str(event_id),))
+            return {i for (i,) in rows}
+
+    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
+                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        cutoff = datetime.fromtimestamp(time.time() - older_than_s, UTC).isoformat()
+        republish, given_up = [], []
+        with self._tx() as db:
+            rows = db.execute(
+                "SELECT event_id, event_json, redeliveries, stage FROM events WHERE status IN (?,?)"
+                " AND updated_at < ? ORDER BY updated_at LIMIT ?",
+                (EventStatus.queued.value, EventStatus.processing.value, cutoff, limit)).fetchall()
+            for event_id, event_json, redeliveries, stage in rows:
+                if event_json is None or redeliveries >= max_redeliveries:
+                    reason = (_stalled_reason(stage, older_than_s, redeliveries) if event_json
+                              else "stalled, and recorded before redelivery existed: publish it again")
+                    db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
+                               (EventStatus.failed.value, stage or "ingest", reason, _now(), event_id))
+                    given_up.append(uuid.UUID(event_id))
+                else:
+                    db.execute("UPDATE events SET redeliveries=redeliveries+1, updated_at=? WHERE event_id=?",
+                               (_now(), event_id))
+                    republish.append(MediaEvent.model_validate_json(event_json))
+        return republish, given_up
 
 
 class RedisLedger:
@@ -272,6 +322,13 @@ class RedisLedger:
         pipe.zadd(f"{self.p}tenant:{tenant}:status:{status.value}", {eid: now.timestamp()})
         pipe.zadd(f"{self.p}tenant:{tenant}:events", {eid: now.timestamp()})
 
+    def _touch(self, pipe, rec: dict) -> None:
+        """Queue (in MULTI) a new progress time for ``rec`` without changing its status."""
+        now = datetime.now(UTC)
+        pipe.hset(self._ek(rec["event_id"]), "updated_at", now.isoformat())
+        pipe.zadd(f"{self.p}tenant:{rec['tenant_id']}:status:{rec['status']}", {rec["event_id"]: now.timestamp()})
+        pipe.zadd(f"{self.p}tenant:{rec['tenant_id']}:events", {rec["event_id"]: now.timestamp()})
+
     def record_queued(self, event: MediaEvent) -> None:
         key = self._ek(event.event_id)
 
@@ -283,7 +340,8 @@ class RedisLedger:
             rec = {"event_id": str(event.event_id), "tenant_id": event.tenant_id, "user_id": event.user_id,
                    "device_id": event.device_id, "kind": event.kind.value, "object_key": event.object_key,
                    "sha256": event.sha256, "source_name": event.source_name or "", "created_at": now,
-                   "updated_at": now, "segments_total": ""}
+                   "updated_at": now, "segments_total": "", "event_json": event.model_dump_json(),
+                   "redeliveries": 0}
             pipe.multi()
             pipe.hset(key, mapping=rec)
             self._set_status(pipe, rec, EventStatus.queued, None, None)
@@ -372,9 +430,12 @@ class RedisLedger:
             total = int(rec["segments_total"]) if rec.get("segments_total") else None
             pipe.multi()
             pipe.hset(key + ":segments", str(segment_index), observations)
-            if total is not None and len(segs) >= total and rec["status"] not in FINAL_STATUSES:
+            if rec["status"] in FINAL_STATUSES:
+                return False
+            if total is not None and len(segs) >= total:
                 self._set_status(pipe, rec, EventStatus.done, None, None)
                 return True
+            self._touch(pipe, rec)  # progress: the stalled-event sweep leaves it alone
             return False
 
         return self._transact(fn, key, key + ":segments")
@@ -397,10 +458,68 @@ class RedisLedger:
             yield got
         finally:
             if got:
-                try:
-                    lock.release()
-                except Exception:  # expired meanwhile: another holder may own it now; leave it
-                    log_lock_expired(name)
+                self._release(lock, name)
+
+    @staticmethod
+    def _release(lock, name: str) -> None:
+        """Release ``lock``, riding out a Redis restart of up to 30 s (else the lock would block its work
+        until its ttl ends); a lock that expired meanwhile is left to its new holder."""
+        import redis
+        from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+        token = lock.local.token  # Lock.release() forgets the token before it talks to Redis: retry with it
+
+        @retry(retry=retry_if_exception_type((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)),
+               stop=stop_after_delay(30), wait=wait_exponential(multiplier=0.2, max=3), reraise=True)
+        def release() -> None:
+            lock.do_release(token)
+
+        try:
+            release()
+        except redis.exceptions.LockError:
+            log_lock_expired(name)
+        except redis.exceptions.RedisError as exc:
+            import structlog
+
+            structlog.get_logger("engram").error("lock not released: it blocks its work until its ttl ends",
+                                                 lock=name, error=str(exc))
+
+    def done_segments(self, event_id: uuid.UUID) -> set[int]:
+        return {int(i) for i in self.r.hkeys(self._ek(event_id) + ":segments")}
+
+    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
+                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        cutoff = time.time() - older_than_s
+        republish: list[MediaEvent] = []
+        given_up: list[uuid.UUID] = []
+        for tenant in self._tenants():
+            for status in (EventStatus.queued, EventStatus.processing):
+                zkey = f"{self.p}tenant:{tenant}:status:{status.value}"
+                for eid in self.r.zrangebyscore(zkey, "-inf", cutoff, start=0, num=limit):
+                    key = self._ek(eid)
+
+                    def fn(pipe, key=key, status=status):
+                        rec = pipe.hgetall(key)
+                        pipe.multi()
+                        if rec.get("status") != status.value or \
+                                datetime.fromisoformat(rec["updated_at"]).timestamp() >= cutoff:
+                            return None  # it moved on meanwhile
+                        done = int(rec.get("redeliveries") or 0)
+                        if not rec.get("event_json") or done >= max_redeliveries:
+                            reason = (_stalled_reason(rec.get("stage"), older_than_s, done) if rec.get("event_json")
+                                      else "stalled, and recorded before redelivery existed: publish it again")
+                            self._set_status(pipe, rec, EventStatus.failed, rec.get("stage") or "ingest", reason)
+                            return False
+                        pipe.hset(key, "redeliveries", done + 1)
+                        self._touch(pipe, rec)
+                        return MediaEvent.model_validate_json(rec["event_json"])
+
+                    outcome = self._transact(fn, key)
+                    if outcome is False:
+                        given_up.append(uuid.UUID(eid))
+                    elif outcome is not None:
+                        republish.append(outcome)
+        return republish, given_up
 
     def _tenants(self) -> list[str]:
         pat = f"{self.p}tenant:*:events"

@@ -246,3 +246,38 @@ def test_concurrent_segment_done_from_processes(ledger):
     assert sum(finished) == 1  # exactly one call saw the event complete
     assert (rec.status, rec.segments_total, rec.segments_done, rec.observations) == \
         (EventStatus.done, total, total, total)
+
+
+def test_stalled_events_are_claimed_for_redelivery_then_given_up(ledger):
+    """Events queued or processing without progress are handed back (the full event, for publishing again)
+    once per stall period; after ``max_redeliveries`` they are failed with the reason. Done events, events
+    that progressed and fresh events are left alone."""
+    import time
+
+    queued, processing, progressing, done, fresh = (make_event(content=c) for c in (b"q", b"p", b"g", b"d", b"f"))
+    for ev in (queued, processing, progressing, done):
+        ledger.record_queued(ev)
+    for ev in (processing, progressing):
+        ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
+        ledger.expect_segments(ev.event_id, 3)
+    ledger.mark(done.event_id, EventStatus.done)
+    time.sleep(0.4)
+    ledger.segment_done(progressing.event_id, 0, 2)  # progress resets its stall clock
+    ledger.record_queued(fresh)
+    assert ledger.done_segments(progressing.event_id) == {0}
+
+    events, given_up = ledger.claim_stalled(0.3, max_redeliveries=1)
+    assert sorted(e.event_id for e in events) == sorted([queued.event_id, processing.event_id])
+    assert {e.event_id: e for e in events}[queued.event_id] == queued  # the whole event, for publishing again
+    assert given_up == []
+    assert ledger.claim_stalled(0.3, max_redeliveries=1) == ([], [])  # claimed: left alone for a stall period
+    assert ledger.get(processing.event_id).status is EventStatus.processing
+
+    time.sleep(0.4)
+    events, given_up = ledger.claim_stalled(0.3, max_redeliveries=1)
+    assert events == [] or {e.event_id for e in events} <= {progressing.event_id, fresh.event_id}
+    assert sorted(given_up) == sorted([queued.event_id, processing.event_id])
+    rec = ledger.get(processing.event_id)
+    assert rec.status is EventStatus.failed and rec.stage == "ingest"
+    assert rec.reason.startswith("stalled: no progress for 0 s after 1 redeliveries")
+    assert ledger.get(done.event_id).status is EventStatus.done
