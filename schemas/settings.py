@@ -7,9 +7,10 @@ Flat names for the main settings (DESIGN.md "Contracts"); ``__`` only for nested
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from platformdirs import user_data_dir
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +28,34 @@ class ModelSettings(BaseModel):
     asr_beam_size: int = Field(5, ge=1, description="Beam size for speech-to-text decoding.")
     device: str = Field("cpu", description="'cpu' or 'cuda'; GPU paths fall back to CPU here.")
     cpu_threads: int = Field(0, ge=0, description="Threads per model (0: the library's default).")
+    # faces (dlib via face_recognition)
+    face_max_side: int = Field(1024, ge=64, description="Frames are downscaled to this longer side before face "
+                               "detection (boxes are mapped back to full size).")
+    face_upsample: int = Field(1, ge=0, le=3, description="HOG detector upsamplings (1 finds faces of about 40 px "
+                               "in the downscaled frame; each one costs about 4x).")
+    face_cnn_fallback: bool = Field(True, description="On clip keyframes where the HOG detector finds no face, run "
+                                    "dlib's CNN detector (finds turned heads; about 2 s per 640x360 frame on CPU).")
+    face_cnn_max_side: int = Field(640, ge=64, description="Longer side frames are downscaled to for the CNN "
+                                   "detector.")
+    face_jitters: int = Field(1, ge=1, description="Re-sampled crops averaged per face embedding (1: none).")
+    faces_on_screenshots: bool = Field(True, description="Detect faces on screenshots too (HOG only, about "
+                                       "0.3 s per frame); keyframes always.")
+    # captions by a vision-language model (off by default)
+    vlm_provider: Literal["none", "openai", "gemini"] = Field(
+        "none", description="'openai' (any OpenAI-compatible server: OpenAI, vLLM, Ollama), 'gemini' "
+        "(google-genai), or 'none' (no captions).")
+    vlm_model: str = Field("gpt-4o-mini", description="Model name sent to the VLM endpoint.")
+    vlm_base_url: str | None = Field(None, description="VLM endpoint, e.g. http://localhost:11434/v1 for Ollama; "
+                                     "unset: the provider's own.")
+    vlm_api_key: SecretStr | None = Field(None, description="API key of the VLM endpoint.")
+    vlm_timeout_seconds: float = Field(60.0, gt=0, description="Timeout of one captioning request.")
+    vlm_max_retries: int = Field(2, ge=0, description="Retries (exponential backoff) of a failed request.")
+    vlm_max_tokens: int = Field(200, ge=1, description="Longest caption, tokens.")
+    vlm_prompt: str = Field("Describe this image in one or two sentences: what is shown, which app or place, "
+                            "and what the person is doing.", description="Instruction sent with each image.")
+    vlm_required: bool = Field(False, description="If true, a caption that cannot be had fails the perceive stage "
+                               "(retried, then the event fails with the reason); if false, the observation is "
+                               "stored without a caption and a warning is logged.")
 
 
 class Settings(BaseSettings):
@@ -84,10 +113,17 @@ class Settings(BaseSettings):
     max_object_bytes: int = Field(2 * 1024**3, description="Largest accepted object, bytes.")
     max_image_pixels: int = Field(60_000_000, description="Largest accepted decoded image (w*h); bombs fail.")
     near_duplicate_similarity: float = Field(
-        0.92, ge=0, le=1,
+        0.9, ge=0, le=1,
         description="A screenshot whose perceptual-hash similarity to the device's previous frame is at or "
-        "above this is dropped as a near-duplicate (1 - hamming/64 of a 64-bit pHash).",
+        "above this is a near-duplicate candidate (1 - hamming/64 of a 64-bit pHash); candidates are "
+        "confirmed by near_duplicate_ssim.",
     )
+    near_duplicate_ssim: float = Field(
+        0.997, ge=0, le=1,
+        description="A near-duplicate candidate is dropped when the structural similarity (SSIM) of the two "
+        "frames' greyscale thumbnails (near_duplicate_thumb_side px wide) is at or above this.")
+    near_duplicate_thumb_side: int = Field(
+        256, ge=16, le=1024, description="Width of the greyscale thumbnail compared by SSIM, pixels.")
     clip_segment_seconds: float = Field(30.0, gt=0, description="Clip segment length (M3-Agent: 30 s).")
     clip_keyframes_per_segment: int = Field(4, ge=1, description="Upper bound on keyframes per clip segment.")
     audio_chunk_seconds: float = Field(300.0, gt=0, description="Audio is transcribed in chunks this long.")

@@ -2,7 +2,8 @@
 decode it, drop exact and near-duplicates, and cut it into bounded segments for perceive.
 
 - screenshot: one segment; near-duplicates of the device's last kept frame (pHash similarity at or above
-  ``near_duplicate_similarity``, as MIRIX and screenpipe skip unchanged screens) are skipped;
+  ``near_duplicate_similarity``, then SSIM of greyscale thumbnails at or above ``near_duplicate_ssim``, as
+  MIRIX and screenpipe skip unchanged screens) are skipped;
 - audio: chunks of ``audio_chunk_seconds`` written as 16 kHz WAV objects;
 - clip: segments of ``clip_segment_seconds`` (M3-Agent's 30 s clips), each with scene-change keyframes
   (JPEG objects) and its audio track (WAV object);
@@ -127,11 +128,12 @@ def _check_sniffed(path: Path, expected: MediaKind) -> None:
 
 def _plan_screenshot(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob] | None:
     _check_sniffed(path, MediaKind.screenshot)
-    img = media.load_image(path.read_bytes(), rt.settings.max_image_pixels)
-    phash = media.perceptual_hash(img)
-    threshold = rt.settings.near_duplicate_similarity
-    previous = rt.ledger.swap_frame(event.tenant_id, event.device_id, phash, event.event_id,
-                                    lambda a, b: media.hash_similarity(a, b) >= threshold)
+    s = rt.settings
+    img = media.load_image(path.read_bytes(), s.max_image_pixels)
+    signature = media.frame_signature(img, s.near_duplicate_thumb_side)
+    previous = rt.ledger.swap_frame(
+        event.tenant_id, event.device_id, signature, event.event_id,
+        lambda a, b: media.is_near_duplicate(a, b, s.near_duplicate_similarity, s.near_duplicate_ssim))
     if previous is not None:
         rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest",
                        reason=f"near-duplicate of the device's previous frame (event {previous})")

@@ -3,6 +3,7 @@ message is one line naming the reason (the caller adds the file); nothing here t
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import wave
@@ -119,6 +120,53 @@ def perceptual_hash(img) -> str:
 def hash_similarity(a: str, b: str) -> float:
     """1 - Hamming distance / 64 between two 64-bit hex hashes: 1.0 = identical."""
     return 1.0 - bin(int(a, 16) ^ int(b, 16)).count("1") / 64.0
+
+
+def frame_signature(img, thumb_side: int = 256) -> str:
+    """What near-duplicate filtering keeps of a device's last frame: ``<pHash hex>:<base64 PNG>`` of a
+    ``thumb_side`` x ``thumb_side`` greyscale thumbnail (area-averaged, so text strokes survive as shading)."""
+    import cv2
+
+    grey = np.asarray(img.convert("L"))
+    thumb = cv2.resize(grey, (thumb_side, thumb_side), interpolation=cv2.INTER_AREA)
+    ok, png = cv2.imencode(".png", thumb)
+    if not ok:
+        raise MediaError("cannot encode the frame thumbnail")
+    return f"{perceptual_hash(img)}:{base64.b64encode(png.tobytes()).decode('ascii')}"
+
+
+def frame_similarity(a: str, b: str) -> tuple[float, float | None]:
+    """(pHash similarity, SSIM) of two ``frame_signature`` strings. SSIM (Wang et al., 2004, via
+    scikit-image) of the greyscale thumbnails is in [-1, 1], 1 = identical; None when either signature is a
+    bare pHash (written before thumbnails were kept) or the thumbnails differ in size."""
+    ha, _, ta = a.partition(":")
+    hb, _, tb = b.partition(":")
+    return hash_similarity(ha, hb), _thumb_ssim(ta, tb)
+
+
+def _thumb_ssim(ta: str, tb: str) -> float | None:
+    import cv2
+    from skimage.metrics import structural_similarity
+
+    if not ta or not tb:
+        return None
+    ga, gb = (cv2.imdecode(np.frombuffer(base64.b64decode(t), np.uint8), cv2.IMREAD_GRAYSCALE) for t in (ta, tb))
+    if ga is None or gb is None or ga.shape != gb.shape:
+        return None
+    return float(structural_similarity(ga, gb, data_range=255))
+
+
+def is_near_duplicate(a: str, b: str, hash_min: float, ssim_min: float) -> bool:
+    """Whether frame ``b`` repeats frame ``a`` (two ``frame_signature`` strings), as screenpipe and MIRIX
+    skip unchanged screens: the cheap pHash similarity must reach ``hash_min``, then the thumbnails' SSIM
+    must reach ``ssim_min`` (a moved cursor or a ticking clock stays above 0.997 on a 256 px thumbnail; a new
+    line of text or a 20 px scroll falls below it). Without thumbnails, the pHash test alone decides."""
+    ha, _, ta = a.partition(":")
+    hb, _, tb = b.partition(":")
+    if hash_similarity(ha, hb) < hash_min:
+        return False
+    ssim = _thumb_ssim(ta, tb)
+    return ssim is None or ssim >= ssim_min
 
 
 # --- audio and video ----------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """Stage ``perceive`` (queues ``perceive.cpu`` and ``perceive.gpu``): turn one segment into observations.
 
-OCR for screenshots and clip keyframes (rapidocr), speech-to-text for audio chunks and clip audio
+OCR (rapidocr, cached by image hash), faces (dlib) and optional VLM captions for screenshots and clip
+keyframes (``workers.vision``), speech-to-text for audio chunks and clip audio
 (faster-whisper + VAD), conversation messages passed through. Secret redaction belongs here too
 (knowledge vault, a later issue): nothing leaves this stage that should not be stored.
 """
 
 from __future__ import annotations
 
-import io
 from datetime import timedelta
 
 import numpy as np
@@ -15,7 +15,7 @@ import numpy as np
 from schemas.events import MediaEvent, MediaKind
 from schemas.jobs import ObservationBatch, SegmentJob
 from schemas.observations import Observation, OcrLine
-from workers import media
+from workers import media, vision
 from workers.adapters import parse_conversation_file
 from workers.app import app
 from workers.ids import point_id
@@ -48,21 +48,24 @@ def _base(event: MediaEvent, segment: int, kind: str, text: str, **fields) -> Ob
         app=event.app, window=event.window, **{"captured_at": event.captured_at, **fields})
 
 
-def ocr_image(rt: Runtime, img) -> list[OcrLine]:
-    """OCR lines of a PIL image (RGB)."""
-    return get_model("ocr", rt.settings).read(np.asarray(img), rt.settings.ocr_min_confidence)
-
-
 def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
-    img = media.load_image(rt.objects.get_bytes(job.event.object_key), rt.settings.max_image_pixels)
-    lines = ocr_image(rt, img)
-    text = "\n".join(ln.text for ln in lines)
-    header = " — ".join(x for x in (job.event.app, job.event.window) if x)
-    if header:
-        text = f"{header}\n{text}"
-    if not text.strip():
+    """One observation: the OCR text under the event's app/window header, faces, and a caption when a VLM is
+    configured; none for a screen with nothing of these."""
+    event = job.event
+    img = media.load_image(rt.objects.get_bytes(event.object_key), rt.settings.max_image_pixels)
+    pixels = np.asarray(img)
+    lines = vision.ocr_lines(rt, event.tenant_id, pixels)
+    faces = vision.faces(rt, [pixels], [None], keyframes=False)
+    caption = vision.caption(rt, img, str(event.event_id))
+    parts = [" — ".join(x for x in (event.app, event.window) if x), "\n".join(ln.text for ln in lines)]
+    if caption:
+        parts.append(f"[caption] {caption}")
+    text = "\n".join(p for p in parts if p)
+    if not text and faces:
+        text = f"[{len(faces)} face{'s' if len(faces) > 1 else ''} on screen, no text]"
+    if not text:
         return []
-    return [_base(job.event, 0, "ocr", text, ocr_lines=lines)]
+    return [_base(event, 0, "ocr", text, ocr_lines=lines, faces=faces, caption=caption)]
 
 
 def _transcribe(rt: Runtime, key: str):
@@ -84,16 +87,20 @@ def _audio(rt: Runtime, job: SegmentJob) -> list[Observation]:
 
 
 def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
-    from PIL import Image
-
+    """One observation per clip segment: transcript, text on screen, faces of the keyframes (each with its
+    ``frame_s`` from the start of the clip) and the keyframes' captions."""
     seen: set[str] = set()
     screen_lines: list[OcrLine] = []
-    for kf in job.keyframes:
-        img = Image.open(io.BytesIO(rt.objects.get_bytes(kf.object_key))).convert("RGB")
-        for line in ocr_image(rt, img):
+    images = [media.load_image(rt.objects.get_bytes(kf.object_key), rt.settings.max_image_pixels)
+              for kf in job.keyframes]
+    frames = [np.asarray(img) for img in images]
+    for pixels in frames:
+        for line in vision.ocr_lines(rt, job.event.tenant_id, pixels):
             if line.text not in seen:  # text that stays on screen across keyframes is kept once
                 seen.add(line.text)
                 screen_lines.append(line)
+    faces = vision.faces(rt, frames, [kf.t for kf in job.keyframes], keyframes=True)
+    captions = list(dict.fromkeys(c for img in images if (c := vision.caption(rt, img, str(job.event.event_id)))))
     transcript, language = "", None
     if job.audio_key:
         segments, language = _transcribe(rt, job.audio_key)
@@ -101,12 +108,16 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     parts = [transcript] if transcript else []
     if screen_lines:
         parts.append("[on screen] " + " | ".join(ln.text for ln in screen_lines))
+    if captions:
+        parts.append("[caption] " + " | ".join(captions))
+    if not parts and faces:
+        parts.append(f"[{len(faces)} face{'s' if len(faces) > 1 else ''} on keyframes, no speech or text]")
     if not parts:
         return []
     start = job.start_s or 0.0
     return [_base(job.event, job.segment_index, "clip", "\n".join(parts), transcript=transcript or None,
-                  language=language, ocr_lines=screen_lines, start_s=start, end_s=job.end_s,
-                  captured_at=job.event.captured_at + timedelta(seconds=start))]
+                  language=language, ocr_lines=screen_lines, faces=faces, caption=" | ".join(captions) or None,
+                  start_s=start, end_s=job.end_s, captured_at=job.event.captured_at + timedelta(seconds=start))]
 
 
 def _text(rt: Runtime, job: SegmentJob) -> list[Observation]:

@@ -14,70 +14,23 @@ import signal
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from PIL import Image, ImageDraw, ImageFont
 
-from schemas.conversations import ConversationMessage
 from schemas.events import EventStatus, MediaEvent
 from schemas.memories import MemoryType
 from schemas.search import SearchRequest, SearchResponse
 from tests.cluster import Cluster
 from tests.servers import S3Server
+from tests.workload import TOPICS, USERS, Item, make_conversation, make_screenshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 TENANT = "dist"
-USERS = ("alice", "bob", "carol")
 FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 QUEUES = ("ingest", "perceive.cpu", "perceive.gpu", "link", "store", "consolidate", "query")
-FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
-TOPICS = ["quarterly budget review", "flight to Lisbon on Friday", "dentist appointment moved",
-          "kubernetes upgrade plan", "birthday gift for Sam", "invoice 4471 overdue", "marathon training week",
-          "sourdough starter recipe", "rent increase letter", "guitar lesson schedule"]
-
-
-@dataclass
-class Item:
-    """One file to publish, who publishes it, and how many observations it must yield when done."""
-
-    path: Path
-    user: str
-    device: str
-    observations: int
-    app: str | None = None
-    window: str | None = None
-    captured_at: datetime | None = None
-
-
-def _font(size: int):
-    return ImageFont.truetype(str(FONT), size) if FONT.exists() else ImageFont.load_default(size=size)
-
-
-def make_screenshot(path: Path, title: str, lines: list[str], seed: int) -> None:
-    """A small window-like PNG with a title bar and a few lines of text (OCR reads them)."""
-    img = Image.new("RGB", (640, 360), (250, 250, 250) if seed % 2 else (30, 32, 40))
-    draw = ImageDraw.Draw(img)
-    draw.rectangle([0, 0, 640, 36], fill=(60 + 40 * (seed % 4), 90, 160))
-    draw.text((12, 8), title, font=_font(18), fill="white")
-    for i, line in enumerate(lines):
-        draw.text((24, 70 + 44 * i), line, font=_font(24), fill=(20, 20, 20) if seed % 2 else (230, 230, 230))
-    img.save(path)
-
-
-def make_conversation(path: Path, session: str, speakers: tuple[str, str], topic: str, start: datetime) -> int:
-    """A JSONL conversation of four messages about ``topic``; returns the number of messages."""
-    from workers.adapters import to_jsonl
-
-    texts = [f"Did you see the note about the {topic}?", f"Yes, the {topic} is on my list for this week.",
-             f"Let's talk about the {topic} tomorrow morning.", "Sounds good, I will bring the details."]
-    msgs = [ConversationMessage(message_id=f"{session}:{i}", session_id=session, speaker=speakers[i % 2],
-                                text=t, timestamp=start + timedelta(minutes=2 * i)) for i, t in enumerate(texts)]
-    path.write_bytes(to_jsonl(msgs))
-    return len(msgs)
 
 
 def make_items(folder: Path, per_user: int, tag: str) -> list[Item]:

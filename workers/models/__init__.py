@@ -9,11 +9,14 @@ from schemas.settings import Settings
 from workers.models.asr import WhisperAsr
 from workers.models.base import Model, ModelUnavailable, cached
 from workers.models.embeddings import EmbeddingCache, MiniLMEmbedder, embed_cached
+from workers.models.faces import DlibFaces
 from workers.models.ocr import RapidOcr
+from workers.models.vlm import CaptionUnavailable, GeminiCaptioner, OpenAiCaptioner
 
 
 def get_model(task: str, settings: Settings) -> Model:
-    """The process's model for ``task`` (``embedding``, ``ocr`` or ``asr``). Raises ValueError otherwise."""
+    """The process's model for ``task`` (``embedding``, ``ocr``, ``asr``, ``faces`` or ``caption``). Raises
+    ValueError for another task, ModelUnavailable for ``caption`` when no VLM provider is configured."""
     m = settings.models
     match task:
         case "embedding":
@@ -24,9 +27,22 @@ def get_model(task: str, settings: Settings) -> Model:
             device = m.device
             compute = m.asr_compute_type if device == "cpu" else "float16"
             return cached(WhisperAsr, m.asr_model, device=device, compute_type=compute, cpu_threads=m.cpu_threads)
+        case "faces":
+            return cached(DlibFaces, "dlib-resnet-v1", max_side=m.face_max_side, upsample=m.face_upsample,
+                          cnn_max_side=m.face_cnn_max_side, jitters=m.face_jitters)
+        case "caption":
+            options = dict(base_url=m.vlm_base_url, timeout=m.vlm_timeout_seconds, max_retries=m.vlm_max_retries,
+                           max_tokens=m.vlm_max_tokens,
+                           api_key=m.vlm_api_key.get_secret_value() if m.vlm_api_key else None)
+            match m.vlm_provider:
+                case "openai":
+                    return cached(OpenAiCaptioner, m.vlm_model, **options)
+                case "gemini":
+                    return cached(GeminiCaptioner, m.vlm_model, **options)
+            raise ModelUnavailable("no VLM configured (ENGRAM_MODELS__VLM_PROVIDER is 'none')")
         case _:
             raise ValueError(f"unknown model task {task!r}")
 
 
-__all__ = ["EmbeddingCache", "MiniLMEmbedder", "Model", "ModelUnavailable", "RapidOcr", "WhisperAsr",
-           "embed_cached", "get_model"]
+__all__ = ["CaptionUnavailable", "DlibFaces", "EmbeddingCache", "GeminiCaptioner", "MiniLMEmbedder", "Model",
+           "ModelUnavailable", "OpenAiCaptioner", "RapidOcr", "WhisperAsr", "embed_cached", "get_model"]
