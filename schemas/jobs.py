@@ -19,7 +19,9 @@ class SegmentJob(BaseModel):
     """One bounded unit of perception work made by ingest.
 
     - screenshot: ``segment_index`` 0, the event's object is the image;
-    - audio: one chunk, ``audio_key`` a 16 kHz mono WAV covering ``start_s``..``end_s`` of the recording;
+    - audio: one chunk whose core is ``start_s``..``end_s`` of the recording; ``audio_key`` is a 16 kHz mono
+      WAV starting at ``audio_start_s`` that also covers the overlap with the neighbouring chunks (words
+      there are kept by the chunk whose core holds their midpoint);
     - clip: one 30 s segment, its ``keyframes`` and the ``audio_key`` of its audio track;
     - text: conversation messages ``first_message``..``last_message`` (exclusive) of the event's object.
     """
@@ -29,6 +31,8 @@ class SegmentJob(BaseModel):
     start_s: float | None = None
     end_s: float | None = None
     audio_key: str | None = None
+    audio_start_s: float | None = Field(None, ge=0, description="Where the audio_key WAV starts in the recording, "
+                                        "seconds (None: at start_s).")
     keyframes: list[Keyframe] = Field(default_factory=list)
     first_message: int | None = None
     last_message: int | None = None

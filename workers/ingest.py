@@ -4,7 +4,8 @@ decode it, drop exact and near-duplicates, and cut it into bounded segments for 
 - screenshot: one segment; near-duplicates of the device's last kept frame (pHash similarity at or above
   ``near_duplicate_similarity``, then SSIM of greyscale thumbnails at or above ``near_duplicate_ssim``, as
   MIRIX and screenpipe skip unchanged screens) are skipped;
-- audio: chunks of ``audio_chunk_seconds`` written as 16 kHz WAV objects;
+- audio: decoded as a stream into chunks of ``audio_chunk_seconds`` written as 16 kHz WAV objects, each
+  with ``audio_chunk_overlap_seconds`` of its neighbours on either side;
 - clip: segments of ``clip_segment_seconds`` (M3-Agent's 30 s clips), each with scene-change keyframes
   (JPEG objects) and its audio track (WAV object);
 - text: batches of ``chat_batch_size`` messages of the conversation record.
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 from celery import chain
 
 from schemas.events import EventStatus, MediaEvent, MediaKind
@@ -147,19 +150,40 @@ def _plan_audio(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
     info = media.probe(path)
     if not info.has_audio:
         raise media.MediaError("no audio stream")
-    audio = media.decode_audio(path)
-    return _audio_chunks(rt, event, audio, rt.settings.audio_chunk_seconds, "chunk")
+    s = rt.settings
+    blocks = media.audio_blocks(path, int(media.SAMPLE_RATE * min(s.audio_chunk_seconds, 30.0)) or 1)
+    return _audio_chunks(rt, event, blocks, s.audio_chunk_seconds, s.audio_chunk_overlap_seconds, "chunk")
 
 
-def _audio_chunks(rt: Runtime, event: MediaEvent, audio, seconds: float, prefix: str) -> list[SegmentJob]:
-    n = max(1, math.ceil(len(audio) / (seconds * media.SAMPLE_RATE)))
-    jobs = []
-    for i in range(n):
-        lo, hi = int(i * seconds * media.SAMPLE_RATE), int((i + 1) * seconds * media.SAMPLE_RATE)
+def _audio_chunks(rt: Runtime, event: MediaEvent, blocks: Iterator[np.ndarray], seconds: float, overlap: float,
+                  prefix: str) -> list[SegmentJob]:
+    """Cut streamed audio into chunks whose cores are ``seconds`` long, each written as a WAV object that also
+    holds ``overlap`` seconds of its neighbours on either side (``audio_start_s`` says where it starts), so a
+    word cut by a core's edge is heard whole by the chunk that keeps it (``workers.speech``). At most one
+    chunk plus its overlaps is held in memory; a recording of any length gives at least one chunk."""
+    rate = media.SAMPLE_RATE
+    core, pad = max(1, int(seconds * rate)), int(overlap * rate)
+    jobs: list[SegmentJob] = []
+    buf, buf_start = np.zeros(0, dtype=np.float32), 0  # samples held, and where they start in the recording
+
+    def emit(i: int, hi: int, end: int) -> None:
+        nonlocal buf, buf_start
+        lo = max(0, i * core - pad)
         key = derived_key(event.tenant_id, event.event_id, f"{prefix}-{i:05d}.wav")
-        rt.objects.put_bytes(key, media.wav_bytes(audio[lo:hi]), "audio/wav")
-        jobs.append(SegmentJob(event=event, segment_index=i, start_s=lo / media.SAMPLE_RATE,
-                               end_s=min(hi, len(audio)) / media.SAMPLE_RATE, audio_key=key))
+        rt.objects.put_bytes(key, media.wav_bytes(buf[lo - buf_start: hi - buf_start]), "audio/wav")
+        jobs.append(SegmentJob(event=event, segment_index=i, start_s=i * core / rate, end_s=end / rate,
+                               audio_key=key, audio_start_s=lo / rate))
+        keep = max(0, (i + 1) * core - pad)  # where the next chunk's audio starts
+        buf, buf_start = buf[keep - buf_start:], keep
+
+    for block in blocks:
+        buf = np.concatenate([buf, block])
+        while buf_start + len(buf) >= (len(jobs) + 1) * core + pad + 1:  # a later sample exists: not the last
+            i = len(jobs)
+            emit(i, (i + 1) * core + pad, (i + 1) * core)
+    total = buf_start + len(buf)
+    if not jobs or total > len(jobs) * core:
+        emit(len(jobs), total, total)
     return jobs
 
 

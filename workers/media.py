@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import io
+import itertools
 import json
 import wave
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,6 +223,32 @@ def decode_audio(path: Path) -> np.ndarray:
     except (av.error.FFmpegError, ValueError, IndexError) as exc:
         raise MediaError(f"audio track cannot be decoded: {_av_reason(exc)}") from exc
     return np.asarray(audio, dtype=np.float32)
+
+
+def audio_blocks(path: Path, block_samples: int = 30 * SAMPLE_RATE) -> Iterator[np.ndarray]:
+    """The audio track as consecutive float32 mono 16 kHz blocks of ``block_samples`` (the last one shorter),
+    decoded and resampled as a stream (PyAV), so memory stays bounded whatever the recording's length.
+    Raises MediaError if the track cannot be decoded."""
+    import av
+
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+    pending: list[np.ndarray] = []
+    have = 0
+    try:
+        with av.open(str(path), metadata_errors="ignore") as container:
+            for frame in itertools.chain(container.decode(audio=0), [None]):
+                for out in resampler.resample(frame):
+                    pcm = out.to_ndarray().reshape(-1)
+                    pending.append(pcm.astype(np.float32) / 32768.0)
+                    have += len(pcm)
+                while have >= block_samples:
+                    joined = np.concatenate(pending)
+                    yield joined[:block_samples]
+                    pending, have = [joined[block_samples:]], len(joined) - block_samples
+    except (av.error.FFmpegError, ValueError, IndexError) as exc:
+        raise MediaError(f"audio track cannot be decoded: {_av_reason(exc)}") from exc
+    if have:
+        yield np.concatenate(pending)
 
 
 def wav_bytes(audio: np.ndarray) -> bytes:

@@ -1,9 +1,10 @@
 """Stage ``perceive`` (queues ``perceive.cpu`` and ``perceive.gpu``): turn one segment into observations.
 
 OCR (rapidocr, cached by image hash), faces (dlib) and optional VLM captions for screenshots and clip
-keyframes (``workers.vision``), speech-to-text for audio chunks and clip audio
-(faster-whisper + VAD), conversation messages passed through. Secret redaction belongs here too
-(knowledge vault, a later issue): nothing leaves this stage that should not be stored.
+keyframes (``workers.vision``), speech-to-text with word timings, speakers and voice embeddings for audio
+chunks and clip audio (``workers.speech``: faster-whisper + VAD, Resemblyzer), conversation messages
+passed through. Secret redaction belongs here too (knowledge vault, a later issue): nothing leaves this
+stage that should not be stored.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ import numpy as np
 
 from schemas.events import MediaEvent, MediaKind
 from schemas.jobs import ObservationBatch, SegmentJob
-from schemas.observations import Observation, OcrLine
-from workers import media, vision
+from schemas.observations import Observation, OcrLine, WordTiming
+from workers import media, speech, vision
 from workers.adapters import parse_conversation_file
 from workers.app import app
 from workers.ids import point_id
-from workers.models import get_model
 from workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
 
 
@@ -68,22 +68,17 @@ def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
     return [_base(event, 0, "ocr", text, ocr_lines=lines, faces=faces, caption=caption)]
 
 
-def _transcribe(rt: Runtime, key: str):
-    audio = media.read_wav(rt.objects.get_bytes(key))
-    m = rt.settings.models
-    return get_model("asr", rt.settings).transcribe(audio, beam_size=m.asr_beam_size)
-
-
 def _audio(rt: Runtime, job: SegmentJob) -> list[Observation]:
-    segments, language = _transcribe(rt, job.audio_key)
-    offset = job.start_s or 0.0
-    out = []
-    for i, seg in enumerate(segments):
-        start, end = offset + seg.start, offset + seg.end
-        out.append(_base(job.event, job.segment_index, f"asr-{i}", seg.text, transcript=seg.text,
-                         language=language, start_s=start, end_s=end,
-                         captured_at=job.event.captured_at + timedelta(seconds=start)))
-    return out
+    """One observation per utterance of the chunk (a Whisper segment, split where the speaker changes) with
+    its words, language, speaker label and voice embedding; none for silence."""
+    heard = speech.transcribe_job(rt, job)
+    return [_base(job.event, job.segment_index, f"asr-{i}", u.text, transcript=u.text, language=heard.language,
+                  start_s=u.start, end_s=u.end, speaker_label=u.speaker,
+                  words=[WordTiming(word=w.word.strip(), start_s=max(0.0, w.start), end_s=max(0.0, w.end),
+                                    probability=w.probability) for w in u.words],
+                  voice_embedding=None if u.voice is None else u.voice.tolist(),
+                  captured_at=job.event.captured_at + timedelta(seconds=u.start))
+            for i, u in enumerate(heard.utterances)]
 
 
 def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
@@ -103,8 +98,8 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     captions = list(dict.fromkeys(c for img in images if (c := vision.caption(rt, img, str(job.event.event_id)))))
     transcript, language = "", None
     if job.audio_key:
-        segments, language = _transcribe(rt, job.audio_key)
-        transcript = " ".join(s.text for s in segments)
+        heard = speech.transcribe_job(rt, job)
+        transcript, language = " ".join(u.text for u in heard.utterances), heard.language
     parts = [transcript] if transcript else []
     if screen_lines:
         parts.append("[on screen] " + " | ".join(ln.text for ln in screen_lines))

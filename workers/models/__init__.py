@@ -12,11 +12,12 @@ from workers.models.embeddings import EmbeddingCache, MiniLMEmbedder, embed_cach
 from workers.models.faces import DlibFaces
 from workers.models.ocr import RapidOcr
 from workers.models.vlm import CaptionUnavailable, GeminiCaptioner, OpenAiCaptioner
+from workers.models.voices import ResemblyzerVoice
 
 
 def get_model(task: str, settings: Settings) -> Model:
-    """The process's model for ``task`` (``embedding``, ``ocr``, ``asr``, ``faces`` or ``caption``). Raises
-    ValueError for another task, ModelUnavailable for ``caption`` when no VLM provider is configured."""
+    """The process's model for ``task`` (``embedding``, ``ocr``, ``asr``, ``voice``, ``faces`` or ``caption``).
+    Raises ValueError for another task, ModelUnavailable for ``caption`` when no VLM provider is configured."""
     m = settings.models
     match task:
         case "embedding":
@@ -26,7 +27,10 @@ def get_model(task: str, settings: Settings) -> Model:
         case "asr":
             device = m.device
             compute = m.asr_compute_type if device == "cpu" else "float16"
-            return cached(WhisperAsr, m.asr_model, device=device, compute_type=compute, cpu_threads=m.cpu_threads)
+            return cached(WhisperAsr, m.asr_model, device=device, compute_type=compute, cpu_threads=m.cpu_threads,
+                          cache_dir=str(m.cache_dir))
+        case "voice":
+            return cached(ResemblyzerVoice, "resemblyzer", device=m.device)
         case "faces":
             return cached(DlibFaces, "dlib-resnet-v1", max_side=m.face_max_side, upsample=m.face_upsample,
                           cnn_max_side=m.face_cnn_max_side, jitters=m.face_jitters)
@@ -45,4 +49,5 @@ def get_model(task: str, settings: Settings) -> Model:
 
 
 __all__ = ["CaptionUnavailable", "DlibFaces", "EmbeddingCache", "GeminiCaptioner", "MiniLMEmbedder", "Model",
-           "ModelUnavailable", "OpenAiCaptioner", "RapidOcr", "WhisperAsr", "embed_cached", "get_model"]
+           "ModelUnavailable", "OpenAiCaptioner", "RapidOcr", "ResemblyzerVoice", "WhisperAsr", "embed_cached",
+           "get_model"]
