@@ -9,7 +9,12 @@ order given; recall@k keeps the first k distinct turns (``../shared/data/README.
 figures are counted"). Baselines over the raw turns of the same conversation: BM25 (bm25s), dense MiniLM,
 and their reciprocal rank fusion (k=60).
 
+LongMemEval-S (``--longmemeval``): each question's haystack is ingested fresh as its own user (a new data
+dir per question), the question is searched, and hits expand into their ``session_ids``; recall_any@k at a
+budget of k sessions beside BM25, dense and RRF over the haystack's sessions as documents.
+
     python bench/retrieval.py [--conversations 0 1 ...] [--ks 5 10 25] [--data-dir DIR] [--json out.json]
+    python bench/retrieval.py --longmemeval [--questions N] [--embedding-cache DIR] [--json out.json]
 """
 
 from __future__ import annotations
@@ -77,19 +82,32 @@ def embedded_data_dir(path: Path) -> Iterator[None]:
                 os.environ[var] = value
 
 
-def _search_sources(rt, query: str, user: str, limit: int, need: int,
-                    memory_types=None) -> tuple[list[list[str]], list[str], float]:
-    """Hits of one search as (message ids per hit, memory type per hit, milliseconds). The limit grows
-    (up to 1000) while the hits expand to fewer than ``need`` distinct turns and more hits may exist."""
+def share_embedding_cache(data_dir: Path, cache_dir: Path | None) -> None:
+    """Make ``data_dir/cache`` (where the runtime keeps ``embeddings.sqlite``) a link to ``cache_dir``, so a
+    fresh data dir starts with a warm embedding cache. Does nothing without ``cache_dir``."""
+    if cache_dir is None:
+        return
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    link = data_dir / "cache"
+    if not link.exists():
+        link.symlink_to(Path(cache_dir).resolve(), target_is_directory=True)
+
+
+def _search_sources(rt, query: str, user: str, limit: int, need: int, memory_types=None,
+                    tenant: str = TENANT, unit: str = "message_ids") -> tuple[list[list[str]], list[str], float]:
+    """Hits of one search as (sources per hit — its ``unit``, message or session ids —, memory type per hit,
+    milliseconds). The limit grows (up to 1000) while the hits expand to fewer than ``need`` distinct sources
+    and more hits may exist."""
     from schemas.search import SearchRequest
     from workers.query import search
 
     extra = {"memory_types": memory_types} if memory_types else {}
     while True:
         t0 = time.perf_counter()
-        resp = search(rt, SearchRequest(query=query, tenant_id=TENANT, user_id=user, limit=limit, **extra))
+        resp = search(rt, SearchRequest(query=query, tenant_id=tenant, user_id=user, limit=limit, **extra))
         ms = (time.perf_counter() - t0) * 1000
-        sources = [list(h.message_ids) for h in resp.hits]
+        sources = [list(getattr(h, unit)) for h in resp.hits]
         if len(kept_turns(sources, need)) >= need or len(resp.hits) < limit or limit >= 1000:
             return sources, [h.memory_type.value for h in resp.hits], ms
         limit = min(1000, limit * 4)
@@ -101,14 +119,16 @@ def _mean(xs: Sequence[float]) -> float:
 
 def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int] = (5, 10, 25),
              data_dir: Path | None = None, eval_data: Path | None = None, progress: bool = True,
-             variants: dict[str, list[str]] | None = None, console: Console | None = None) -> dict:
+             variants: dict[str, list[str]] | None = None, console: Console | None = None,
+             embedding_cache: Path | None = None) -> dict:
     """Ingest the chosen LoCoMo conversations through the real path and compute evidence recall@k at a
     budget of k turns for engram and the raw-turn baselines (BM25, dense, RRF).
 
     ``conversation_indices``: positions in ``locomo10.json`` (default: all). ``data_dir``: engram's data
     dir (default: a fresh temporary one). ``eval_data``: the evaluation data folder (default
     ``ENGRAM_EVAL_DATA`` or ``../shared/data``). ``variants``: extra engram rows, name → memory types
-    searched (diagnostics). Returns a JSON-serialisable dict: ``recall[system]["overall"][k]``,
+    searched (diagnostics). ``embedding_cache``: a folder whose ``embeddings.sqlite`` is kept across runs
+    (default: inside the data dir). Returns a JSON-serialisable dict: ``recall[system]["overall"][k]``,
     ``recall[system]["by_category"][cat][k]``, question counts, ingest seconds, search latency, per
     conversation figures and diagnostics of what fills engram's turn budget.
     """
@@ -136,6 +156,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
         store_dir = Path(data_dir) if data_dir else tmp_path / "data"
         conv_dir = tmp_path / "conversations"
         conv_dir.mkdir()
+        share_embedding_cache(store_dir, embedding_cache)
         with embedded_data_dir(store_dir):
             bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                            TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,
@@ -199,6 +220,100 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
         "engram_budget": {key: _mean(vals) for key, vals in sorted(diag.items())},
     }
     return result
+
+
+LME_KS = (1, 5, 10)
+
+
+def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, eval_data: Path | None = None,
+                         progress: bool = True, console: Console | None = None,
+                         embedding_cache: Path | None = None) -> dict:
+    """LongMemEval-S session recall_any@k (budget of k sessions) for engram and the session baselines.
+
+    Each of the first ``limit`` counted questions (default: all 98) is ingested through the real path
+    into a fresh temporary data dir as its own user (``embedding_cache`` shares the embedding cache across
+    them and across runs), then searched once. Returns ``recall[system]["overall"][k]``,
+    ``recall[system]["by_type"][question_type][k]``, the question count, ingest seconds (total and
+    median per question) and the search latency median."""
+    from api.cli import ingest_paths
+    from bench.longmemeval import SessionBaselines, load_longmemeval, recall_any_at_budget
+    from workers.adapters import longmemeval_messages, to_jsonl
+    from workers.runtime import runtime
+
+    ks = sorted({int(k) for k in ks})
+    questions = load_longmemeval(eval_data)[:limit]
+    systems = list(SYSTEMS)
+    rows: list[dict] = []
+    ingest_s: list[float] = []
+    latencies: list[float] = []
+    err = console or Console(stderr=True)
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[current]}"), console=err, disable=not progress)
+    with bar:
+        task = bar.add_task("LongMemEval", total=len(questions), current="")
+        for q in questions:
+            bar.update(task, current=q.question_id)
+            with tempfile.TemporaryDirectory(prefix="engram-lme-") as tmp:
+                store_dir = Path(tmp) / "data"
+                share_embedding_cache(store_dir, embedding_cache)
+                path = Path(tmp) / f"{q.question_id}.jsonl"
+                path.write_bytes(to_jsonl(longmemeval_messages(q.item)))
+                with embedded_data_dir(store_dir):
+                    t0 = time.perf_counter()
+                    out = ingest_paths([path], tenant=TENANT, user=q.question_id, device="bench", consolidate=True,
+                                       quiet=True)
+                    ingest_s.append(time.perf_counter() - t0)
+                    if out["failed"]:
+                        raise RuntimeError(f"ingest of {q.question_id} failed: {out['failed'][0][1]}")
+                    rt = runtime()
+                    sources, _, ms = _search_sources(rt, q.question, q.question_id, 2 * ks[-1], ks[-1],
+                                                     unit="session_ids")
+                    latencies.append(ms)
+                    ranked = {"engram": sources}
+                    base = SessionBaselines(q.item, rt.settings, rt.embedding_cache)
+                    for name, ranking in base.rankings(q.question).items():
+                        ranked[name] = [[sid] for sid in ranking]
+            answers = set(q.answer_sessions)
+            rows.append({"question_id": q.question_id, "type": q.question_type, "recall": {
+                s: {k: recall_any_at_budget(ranked[s], answers, k) for k in ks} for s in systems}})
+            bar.advance(task)
+
+    def summary(sel: list[dict]) -> dict:
+        return {s: {k: _mean([r["recall"][s][k] for r in sel]) for k in ks} for s in systems}
+
+    types = sorted({r["type"] for r in rows})
+    by_type = {t: summary([r for r in rows if r["type"] == t]) for t in types}
+    overall = summary(rows)
+    return {
+        "benchmark": "LongMemEval-S", "ks": ks, "systems": systems, "questions": len(rows),
+        "type_counts": {t: sum(r["type"] == t for r in rows) for t in types},
+        "recall": {s: {"overall": overall[s], "by_type": {t: by_type[t][s] for t in types}} for s in systems},
+        "ingest_seconds": sum(ingest_s), "ingest_seconds_median": statistics.median(ingest_s) if ingest_s else 0.0,
+        "search_ms_median": statistics.median(latencies) if latencies else float("nan"),
+        "misses_at_1": [r["question_id"] for r in rows if r["recall"]["engram"][ks[0]] < 1],
+    }
+
+
+def print_longmemeval_report(result: dict, console: Console | None = None) -> None:
+    """The LongMemEval table: systems × recall_any@k overall and per question type at the middle k."""
+    console = console or Console()
+    ks = result["ks"]
+    kc = 5 if 5 in ks else ks[len(ks) // 2]
+    table = Table(title=f"LongMemEval-S session recall_any at a budget of k sessions — {result['questions']} "
+                        "questions (no abstention)")
+    table.add_column("system")
+    for k in ks:
+        table.add_column(f"R@{k}", justify="right")
+    types = list(result["type_counts"])
+    for t in types:
+        table.add_column(f"{t} @{kc}\n(n={result['type_counts'][t]})", justify="right")
+    for s in result["systems"]:
+        rec = result["recall"][s]
+        table.add_row(s, *[f"{rec['overall'][k]:.3f}" for k in ks], *[f"{rec['by_type'][t][kc]:.3f}" for t in types])
+    console.print(table)
+    console.print(f"ingest: {result['ingest_seconds']:.1f} s total, median {result['ingest_seconds_median']:.1f} s "
+                  f"per question; search latency median {result['search_ms_median']:.1f} ms")
+    console.print(f"engram misses at R@{ks[0]}: {', '.join(result['misses_at_1']) or 'none'}")
 
 
 def _budget_diagnostics(diag: dict[str, list], sources: list[list[str]], types: list[str],
@@ -286,16 +401,33 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="engram data dir (ENGRAM_DATA_DIR) to ingest into (default: a temporary one)")
     ap.add_argument("--eval-data", type=Path, default=None,
                     help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
+    ap.add_argument("--embedding-cache", type=Path, default=None,
+                    help="folder of an embedding cache kept across runs (default: none, a cold cache)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     ap.add_argument("--diagnose", action="store_true",
                     help="extra engram rows: observations only, episodic only")
+    ap.add_argument("--longmemeval", action="store_true",
+                    help="LongMemEval-S session recall instead of LoCoMo (--ks default 1 5 10)")
+    ap.add_argument("--questions", type=int, default=None, help="LongMemEval: only the first N questions")
     args = ap.parse_args(argv)
     _quiet_logs()
+    console = Console(width=None if sys.stdout.isatty() else 170)
+    if args.longmemeval:
+        try:
+            result = evaluate_longmemeval(args.questions, LME_KS if args.ks == [5, 10, 25] else args.ks,
+                                          args.eval_data, embedding_cache=args.embedding_cache)
+        except FileNotFoundError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            return 2
+        print_longmemeval_report(result, console)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
+        return 0
     variants = ({"engram obs-only": ["observation"], "engram episodic-only": ["episodic"]}
                 if args.diagnose else None)
-    console = Console(width=None if sys.stdout.isatty() else 170)
     try:
-        result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants)
+        result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants,
+                          embedding_cache=args.embedding_cache)
     except FileNotFoundError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2

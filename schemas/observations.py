@@ -80,6 +80,12 @@ class Observation(BaseModel):
     faces: list[FaceDetection] = Field(default_factory=list)
     caption: str | None = Field(None, description="Caption by a vision-language model, when one is configured.")
     entity_ids: list[str] = Field(default_factory=list)
+    context_before: list[str] = Field(
+        default_factory=list, description="Texts of the chat turns just before this one in its session (nearest "
+        "last), indexed with it (contextual retrieval); not part of its text.")
+    context_after: list[str] = Field(
+        default_factory=list, description="Texts of the chat turns just after this one in its session (nearest "
+        "first), indexed with it.")
 
     @field_validator("captured_at")
     @classmethod

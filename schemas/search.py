@@ -23,8 +23,9 @@ DEFAULT_SEARCH_TYPES: tuple[MemoryType, ...] = (
 class SearchRequest(BaseModel):
     """A hybrid search: dense + BM25 over the chosen collections, fused by reciprocal rank fusion.
 
-    ``time_from``/``time_to`` bound when the content happened (UTC). ``kinds`` filters observations by
-    media kind (memories are kept when any of their sources has one of the kinds).
+    ``time_from``/``time_to`` bound when the content happened (UTC). ``kinds``, ``devices``, ``apps`` and
+    ``entities`` (entity ids) filter observations by their own fields; memories are kept when any of their
+    sources matches.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -34,6 +35,9 @@ class SearchRequest(BaseModel):
     user_id: str | None = None
     memory_types: list[MemoryType] = Field(default_factory=lambda: list(DEFAULT_SEARCH_TYPES))
     kinds: list[MediaKind] | None = None
+    devices: list[str] | None = None
+    apps: list[str] | None = None
+    entities: list[str] | None = None
     time_from: AwareDatetime | None = None
     time_to: AwareDatetime | None = None
     limit: int = Field(10, ge=1, le=1000)

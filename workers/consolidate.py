@@ -6,6 +6,11 @@ observations, in time order, are grouped into episodes — a new episode starts 
 and each gets an extractive summary (the observations closest to the episode's embedding centroid,
 in time order; a centroid heuristic in the spirit of TextRank, Mihalcea & Tarau 2004) and its sources.
 Consolidated observations are marked, so each is consolidated once.
+
+An episode is indexed for hierarchical retrieval (the query worker fuses an episode's score into its
+turns' scores): its dense vector is the normalised centroid of its observations' vectors (every turn counts,
+where one embedding of the text would see only its first 256 word pieces) and BM25 indexes the full text of
+its observations.
 """
 
 from __future__ import annotations
@@ -82,15 +87,37 @@ def build_episode(records: list[qm.Record], summary_sentences: int) -> EpisodicM
         summary=extractive_summary(records, summary_sentences), details=details, entities=speakers)
 
 
-def memory_points(rt: Runtime, memories: list[EpisodicMemory], kinds: list[list[str]]) -> list[qm.PointStruct]:
-    """Qdrant points of memories: payload is the memory plus ``start_ts``/``end_ts`` and source ``kinds``."""
+def episode_vector(records: list[qm.Record]) -> np.ndarray:
+    """The dense vector of an episode (384,): the unit-length centroid of its observations' vectors."""
+    centroid = np.array([r.vector[DENSE] for r in records], dtype=np.float32).mean(axis=0)
+    return centroid / max(float(np.linalg.norm(centroid)), 1e-12)
+
+
+def source_fields(records: list[qm.Record]) -> dict[str, list[str]]:
+    """What a memory's filters match on, from its source observations: ``kinds``, ``device_ids``, ``apps``
+    and ``entity_ids`` (each sorted, without repeats)."""
+    def values(key: str) -> list[str]:
+        got = (r.payload.get(key) for r in records)
+        return sorted({str(x) for v in got if v for x in (v if isinstance(v, list) else [v])})
+    return {"kinds": values("kind"), "device_ids": values("device_id"), "apps": values("app"),
+            "entity_ids": values("entity_ids")}
+
+
+def memory_points(rt: Runtime, memories: list[EpisodicMemory], fields: list[dict[str, list[str]]],
+                  dense: np.ndarray | None = None, sparse_texts: list[str] | None = None) -> list[qm.PointStruct]:
+    """Qdrant points of memories: payload is the memory plus ``start_ts``/``end_ts`` and ``fields`` (what its
+    sources are, ``source_fields``).
+
+    ``dense`` (n, 384) and ``sparse_texts`` default to the embedding and the BM25 vector of each memory's
+    ``index_text()``."""
     texts = [m.index_text() for m in memories]
-    dense = embed_texts(rt, texts)
+    dense = embed_texts(rt, texts) if dense is None else dense
+    sparse_vecs = sparse_vectors(rt.settings, sparse_texts or texts)
     points = []
-    for mem, vec, (si, sv), ks in zip(memories, dense, sparse_vectors(rt.settings, texts), kinds, strict=True):
+    for mem, vec, (si, sv), extra in zip(memories, dense, sparse_vecs, fields, strict=True):
         payload = mem.model_dump(mode="json")
         payload.update(start_ts=mem.provenance.start.timestamp(), end_ts=mem.provenance.end.timestamp(),
-                       kinds=ks)
+                       **extra)
         points.append(qm.PointStruct(id=str(mem.id), payload=payload, vector={
             DENSE: vec.tolist(), SPARSE: qm.SparseVector(indices=si, values=sv)}))
     return points
@@ -121,8 +148,10 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
             return 0
         episodes = group_episodes(records, s.episode_gap_seconds, s.episode_max_observations)
         memories = [build_episode(ep, s.summary_sentences) for ep in episodes]
-        kinds = [sorted({r.payload["kind"] for r in ep}) for ep in episodes]
-        rt.vectors.upsert(MemoryType.episodic.value, memory_points(rt, memories, kinds))
+        vectors = np.stack([episode_vector(ep) for ep in episodes])
+        texts = ["\n".join(r.payload["text"] for r in ep) for ep in episodes]
+        rt.vectors.upsert(MemoryType.episodic.value, memory_points(rt, memories, [source_fields(ep) for ep in episodes],
+                                                                      vectors, texts))
         rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})
     log.info("consolidated", tenant=tenant_id, user=user_id, observations=len(records), episodic=len(memories))
     return len(memories)

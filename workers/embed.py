@@ -1,17 +1,28 @@
 """Stage ``embed`` (queue ``perceive.gpu``; CPU workers can serve it): dense MiniLM embeddings, batched and
-cached on disk by (model, sha256 of text), and sparse BM25 vectors of each observation."""
+cached on disk by (model, sha256 of text), and sparse BM25 vectors of each observation.
+
+Contextual indexing ("contextual retrieval", Anthropic 2024; the neighbouring-turn windows of LoCoMo's
+retrieval baselines, Maharana et al. 2024): an observation that carries ``context`` (the texts of its
+neighbouring chat turns in the same session, ``context_before``/``context_after``) is BM25-indexed as its
+date, its own text and that context, and its dense vector is its own embedding plus ``CONTEXT_WEIGHT`` times
+that of each adjacent turn (one either side), re-normalised.
+The neighbours are embedded as the observations they are, so the context costs cache look-ups, not model
+time. An observation without context is indexed as its text alone.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from schemas.jobs import EmbeddedBatch, ObservationBatch
-from schemas.observations import EmbeddedObservation
+from schemas.observations import EmbeddedObservation, Observation
 from schemas.settings import Settings
 from workers import sparse
 from workers.app import app
 from workers.models import embed_cached, get_model
 from workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
+
+CONTEXT_WEIGHT = 0.5  # a neighbour's embedding counts half as much as the observation's own
 
 
 def embed_texts(rt: Runtime, texts: list[str]) -> np.ndarray:
@@ -25,14 +36,36 @@ def sparse_vectors(settings: Settings, texts: list[str]) -> list[tuple[list[int]
     return sparse.document_vectors(texts, settings.bm25_k1, settings.bm25_b, settings.bm25_avgdl)
 
 
+def sparse_text(obs: Observation) -> str:
+    """What BM25 indexes for an observation: with context, ``<day month year> <text> <context…>``."""
+    if not (obs.context_before or obs.context_after):
+        return obs.text
+    return " ".join([obs.captured_at.strftime("%-d %B %Y"), *obs.context_before, obs.text, *obs.context_after])
+
+
+def contextual_vectors(rt: Runtime, observations: list[Observation]) -> np.ndarray:
+    """Dense vectors (n, 384), unit length: each observation's embedding plus ``CONTEXT_WEIGHT`` times the
+    embedding of each adjacent turn, re-normalised (its own embedding when it has no context)."""
+    adjacent = [[*o.context_before[-1:], *o.context_after[:1]] for o in observations]
+    texts = list(dict.fromkeys([t for o, adj in zip(observations, adjacent, strict=True) for t in (o.text, *adj)]))
+    where = {t: i for i, t in enumerate(texts)}
+    vecs = embed_texts(rt, texts)
+    out = np.empty((len(observations), vecs.shape[1]), dtype=np.float32)
+    for n, (obs, adj) in enumerate(zip(observations, adjacent, strict=True)):
+        v = vecs[where[obs.text]].copy()
+        for t in adj:
+            v += CONTEXT_WEIGHT * vecs[where[t]]
+        out[n] = v / max(float(np.linalg.norm(v)), 1e-12)
+    return out
+
+
 @app.task(name="workers.embed.embed", **STAGE_TASK_OPTIONS)
 def embed(batch: ObservationBatch) -> EmbeddedBatch:
     """Vectors for every observation of one segment."""
     rt = runtime()
     with stage(rt, batch.job.event.event_id, "embed"):
-        texts = [o.text for o in batch.observations]
-        dense = embed_texts(rt, texts)
-        sparse_vecs = sparse_vectors(rt.settings, texts)
+        dense = contextual_vectors(rt, batch.observations)
+        sparse_vecs = sparse_vectors(rt.settings, [sparse_text(o) for o in batch.observations])
         items = [EmbeddedObservation(observation=o, dense=d.tolist(), sparse_indices=si, sparse_values=sv)
                  for o, d, (si, sv) in zip(batch.observations, dense, sparse_vecs, strict=True)]
     return EmbeddedBatch(job=batch.job, items=items)

@@ -115,12 +115,25 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
                   start_s=start, end_s=job.end_s, captured_at=job.event.captured_at + timedelta(seconds=start))]
 
 
+CONTEXT_TURNS = 2  # neighbouring turns of the same session, either side, indexed with a message
+
+
+def message_context(messages: list, idx: int, turns: int = CONTEXT_TURNS) -> tuple[list[str], list[str]]:
+    """Display texts of up to ``turns`` messages before and after ``messages[idx]`` in its session, in
+    conversation order (the context of contextual indexing, ``workers.embed``)."""
+    sid = messages[idx].session_id
+    before = [m.display_text() for m in messages[max(0, idx - turns):idx] if m.session_id == sid]
+    after = [m.display_text() for m in messages[idx + 1:idx + 1 + turns] if m.session_id == sid]
+    return before, after
+
+
 def _text(rt: Runtime, job: SegmentJob) -> list[Observation]:
     messages = parse_conversation_file(rt.objects.get_bytes(job.event.object_key), job.event.source_name or "")
     out = []
     for idx in range(job.first_message or 0, job.last_message or len(messages)):
         msg = messages[idx]
+        before, after = message_context(messages, idx)
         out.append(_base(job.event, job.segment_index, f"msg-{idx}", msg.display_text(),
                          captured_at=msg.timestamp, message_id=msg.message_id, session_id=msg.session_id,
-                         speaker=msg.speaker))
+                         speaker=msg.speaker, context_before=before, context_after=after))
     return out

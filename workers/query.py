@@ -1,14 +1,25 @@
-"""Stage ``query`` (queue ``query``): hybrid search over observations and memories.
+"""Stage ``query`` (queue ``query``): hybrid, hierarchical search over observations and memories.
 
-Under the request's filters, one dense ranking across all collections searched (MiniLM cosine: one model,
-comparable scores) and one sparse ranking per collection (BM25 through Qdrant's IDF modifier, IDF counted
-over the searching tenant's and user's own points) are taken; all rankings are fused with reciprocal rank
-fusion (Cormack, Clarke & Büttcher, 2009: score = Σ 1 / (k + rank)). A memory's sources are listed most
-relevant first: in the order their observations ranked for this query, the others after.
+1. Under the request's filters, each collection is ranked twice — dense (MiniLM cosine) and sparse (BM25
+   through Qdrant's IDF modifier, IDF counted over the searching tenant's and user's own points) — and the
+   two rankings are fused by reciprocal rank fusion (Cormack, Clarke & Büttcher, 2009: Σ 1 / (k + rank)).
+   Observations are indexed with their neighbouring turns (contextual indexing, ``workers.embed``).
+2. Hierarchical retrieval: a memory scores as a whole (an episode is the centroid and full text of its
+   turns), and each observation adds ``MEMORY_PRIOR`` times the best score of the memories built from it,
+   as a session/document prior fused into passage scores (Callan 1994's passage + document evidence; the
+   session-then-turn retrieval of LoCoMo and LongMemEval systems). The turns of the best memories join the
+   candidates even when neither ranking reached them.
+3. Entities named in the query (a person entity's name, e.g. a chat speaker) boost the observations linked
+   to them by ``ENTITY_BOOST``: a soft entity filter.
+
+Hits come back in descending score: turns first where their own evidence and their memory agree, memories
+as evidence pointers whose sources are listed most relevant first (the order their observations ranked
+for this query, the others after). A memory that only repeats observations already shown is left out.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections import defaultdict
@@ -21,7 +32,12 @@ from workers import sparse
 from workers.app import app
 from workers.embed import embed_texts
 from workers.runtime import Runtime, runtime
-from workers.vectorstore import collection_for, tenant_filter
+from workers.vectorstore import ENTITIES, OBSERVATIONS, collection_for, tenant_filter
+
+MEMORY_PRIOR = 1.0  # weight of a memory's fused score in the scores of the observations it was built from
+MEMORY_EXPAND = 5  # the sources of this many best memories join the candidate observations
+ENTITY_BOOST = 0.01  # added to an observation linked to an entity the query names (≈ 0.6 / k at k = 60)
+MIN_DEPTH = 200  # candidates per ranking, at least
 
 
 def rrf(rankings: list[list[str]], k: int) -> dict[str, float]:
@@ -34,20 +50,39 @@ def rrf(rankings: list[list[str]], k: int) -> dict[str, float]:
 
 
 def build_filter(req: SearchRequest, memory_type: MemoryType) -> qm.Filter:
-    """Tenant (always), user, time range and media kind conditions for one collection."""
+    """Tenant (always), user, time range, media kind, device, app and entity conditions for one collection.
+
+    Memories match a device, app or entity through their sources' fields copied at consolidation
+    (``device_ids``, ``apps``, ``entities``); observations through their own (``device_id``, ``app``,
+    ``entity_ids``)."""
     flt = tenant_filter(req.tenant_id, req.user_id)
     conds = list(flt.must)
+    obs = memory_type is MemoryType.observation
     if req.time_from:
         conds.append(qm.FieldCondition(key="end_ts", range=qm.Range(gte=req.time_from.timestamp())))
     if req.time_to:
         conds.append(qm.FieldCondition(key="start_ts", range=qm.Range(lte=req.time_to.timestamp())))
-    if req.kinds:
-        key = "kind" if memory_type is MemoryType.observation else "kinds"
-        conds.append(qm.FieldCondition(key=key, match=qm.MatchAny(any=[k.value for k in req.kinds])))
+    for values, obs_key, mem_key in ((req.kinds and [k.value for k in req.kinds], "kind", "kinds"),
+                                     (req.devices, "device_id", "device_ids"),
+                                     (req.apps, "app", "apps"),
+                                     (req.entities, "entity_ids", "entity_ids")):
+        if values:
+            conds.append(qm.FieldCondition(key=obs_key if obs else mem_key, match=qm.MatchAny(any=list(values))))
     return qm.Filter(must=conds)
 
 
-def _hit(memory_type: MemoryType, point: qm.ScoredPoint, score: float) -> SearchHit:
+def named_entities(rt: Runtime, tenant_id: str, query: str) -> set[str]:
+    """Ids of the tenant's entities whose name appears in ``query`` as whole words (case ignored)."""
+    low = query.lower()
+    out = set()
+    for rec in rt.vectors.scroll(ENTITIES, tenant_filter(tenant_id)):
+        for name in (rec.payload or {}).get("names", []):
+            if name and re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", low):
+                out.add(str(rec.id))
+    return out
+
+
+def _hit(memory_type: MemoryType, point: qm.ScoredPoint | qm.Record, score: float) -> SearchHit:
     p = point.payload or {}
     if memory_type is MemoryType.observation:
         return SearchHit(
@@ -77,51 +112,69 @@ def _order_sources(hit: SearchHit, obs_rank: dict[str, int], msg_of: dict[str, s
 
 
 def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
-    """Fused hybrid search; hits in descending RRF score, at most ``req.limit``."""
+    """Fused hierarchical hybrid search; hits in descending score, at most ``req.limit``."""
     t0 = time.perf_counter()
     dense = embed_texts(rt, [req.query])[0].tolist()
     sparse_q = sparse.query_vector(req.query)
-    depth = max(50, req.limit * 5)
-    rankings: list[list[str]] = []
-    points: dict[str, tuple[MemoryType, qm.ScoredPoint]] = {}
-    obs_rank: dict[str, int] = {}
-    dense_all: list[qm.ScoredPoint] = []
+    depth = max(MIN_DEPTH, req.limit * 5)
+    points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]] = {}
+    scores: dict[str, float] = {}
     for mtype in dict.fromkeys(req.memory_types):
         if mtype is MemoryType.knowledge_vault:
             continue  # never searched by default; captions only, through its own call (later issue)
         dense_pts, sparse_pts = rt.vectors.search(collection_for(mtype), dense, sparse_q,
                                                   build_filter(req, mtype), depth,
                                                   idf_corpus=tenant_filter(req.tenant_id, req.user_id))
-        dense_all.extend(dense_pts)
-        rankings.append([str(p.id) for p in sparse_pts])
         for p in (*dense_pts, *sparse_pts):
             points.setdefault(str(p.id), (mtype, p))
-    # cosine scores of one model are comparable across collections: one dense ranking; BM25 scores depend
-    # on each collection's IDF statistics: one sparse ranking per collection.
-    rankings.append([str(p.id) for p in sorted(dense_all, key=lambda p: -p.score)[:depth]])
-    fused = rrf(rankings, rt.settings.rrf_k)
-    msg_of = {pid: (pt.payload or {}).get("message_id") for pid, (mt, pt) in points.items()
-              if mt is MemoryType.observation}
-    for rank, (pid, _) in enumerate(sorted(((p, s) for p, s in fused.items() if p in msg_of),
-                                           key=lambda x: -x[1])):
-        obs_rank[pid] = rank
+        scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k))
+    is_obs = {pid for pid, (mt, _) in points.items() if mt is MemoryType.observation}
+    memories = sorted((pid for pid in scores if pid not in is_obs), key=lambda pid: -scores[pid])
+    if MemoryType.observation in req.memory_types:
+        _add_memory_sources(rt, req, memories[:MEMORY_EXPAND], points, is_obs)
+        prior: dict[str, float] = defaultdict(float)
+        for mid in memories:
+            for oid in (points[mid][1].payload or {}).get("provenance", {}).get("observation_ids", []):
+                prior[str(oid)] = max(prior[str(oid)], scores[mid])
+        named = named_entities(rt, req.tenant_id, req.query)
+        for pid in is_obs:
+            linked = named & set((points[pid][1].payload or {}).get("entity_ids") or [])
+            scores[pid] = scores.get(pid, 0.0) + MEMORY_PRIOR * prior[pid] + (ENTITY_BOOST if linked else 0.0)
+    msg_of = {pid: (points[pid][1].payload or {}).get("message_id") for pid in is_obs}
+    obs_rank = {pid: rank for rank, pid in enumerate(sorted(is_obs, key=lambda p: -scores[p]))}
     # ties go to observations, the more specific evidence
-    order = sorted(fused.items(), key=lambda x: (-x[1], points[x[0]][0] is not MemoryType.observation))
+    order = sorted(scores, key=lambda pid: (-scores[pid], pid not in is_obs))
     hits: list[SearchHit] = []
     shown: set[uuid.UUID] = set()
-    for pid, score in order:
+    for pid in order:
         if len(hits) >= req.limit:
             break
         mtype, point = points[pid]
-        hit = _hit(mtype, point, score)
+        hit = _hit(mtype, point, scores[pid])
         if mtype is not MemoryType.observation:
             sources = set(hit.observation_ids)
-            if sources and (sources <= shown or (len(sources) == 1 and str(next(iter(sources))) in fused)):
+            if sources and (sources <= shown or (len(sources) == 1 and str(next(iter(sources))) in scores)):
                 continue  # a memory that only repeats observations shown (or about to be) adds nothing
             _order_sources(hit, obs_rank, msg_of)
         shown.update(hit.observation_ids)
         hits.append(hit)
     return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000)
+
+
+def _add_memory_sources(rt: Runtime, req: SearchRequest, memory_ids: list[str],
+                        points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]], is_obs: set[str]) -> None:
+    """Fetch the source observations of the given memories that no ranking reached (same filters)."""
+    missing = list(dict.fromkeys(
+        str(oid) for mid in memory_ids
+        for oid in (points[mid][1].payload or {}).get("provenance", {}).get("observation_ids", [])
+        if str(oid) not in points))
+    if not missing:
+        return
+    flt = build_filter(req, MemoryType.observation)
+    flt.must.append(qm.HasIdCondition(has_id=missing))
+    for rec in rt.vectors.scroll(OBSERVATIONS, flt):
+        points[str(rec.id)] = (MemoryType.observation, rec)
+        is_obs.add(str(rec.id))
 
 
 @app.task(name="workers.query.search", ignore_result=False, pydantic=True, acks_late=True)

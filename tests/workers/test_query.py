@@ -181,3 +181,46 @@ def test_rrf_math():
     # an item ranked first once beats one ranked second once; appearing in more rankings beats both
     s = rrf([["p", "q"], ["r"], ["q"]], k=60)
     assert s["q"] > s["p"] == s["r"]
+
+
+def test_device_and_app_filters(corpus):
+    desk = corpus.find("quarterly budget", devices=["desktop"])
+    assert desk and {str(e) for h in desk for e in h.event_ids} == {corpus.event_of["bob.png"]}
+    assert {h.memory_type for h in corpus.find("quarterly budget", devices=["laptop"])} >= {MemoryType.observation}
+    assert corpus.find("quarterly budget", devices=["phone"]) == []
+    assert corpus.find("quarterly budget", apps=["Slack"]) == []
+
+
+def test_entity_filter(corpus):
+    from workers.link import entity_id
+
+    alice = str(entity_id("acme", "alice"))
+    hits = corpus.find("budget invoice flight", entities=[alice])
+    assert hits and all(h.message_ids for h in hits)
+    assert {h.message_ids[0] for h in hits if h.memory_type is MemoryType.observation} == {"c2"}
+    # the chat's episode names alice among its sources, and lists alice's turn first
+    episodes = [h for h in hits if h.memory_type is MemoryType.episodic]
+    assert all(h.message_ids[0] == "c2" for h in episodes)
+
+
+def test_named_speaker_boosts_their_turns(corpus):
+    # bob's turns say "budget"; the query names alice, so her turn comes first
+    hits = corpus.find("what did alice say about the quarterly budget review", kinds=[MediaKind.text],
+                       memory_types=[MemoryType.observation])
+    assert hits[0].message_ids == ["c2"]
+    plain = corpus.find("what was said about the quarterly budget review", kinds=[MediaKind.text],
+                        memory_types=[MemoryType.observation])
+    assert plain[0].message_ids == ["c1"]
+
+
+def test_turns_are_indexed_with_their_neighbours(corpus):
+    from workers import sparse
+    from workers.vectorstore import OBSERVATIONS, tenant_filter
+
+    # only c3 says "Lisbon"; BM25 finds c1 and c2 through their neighbouring turns (contextual indexing)
+    _, found = corpus.rt.vectors.search(OBSERVATIONS, None, sparse.query_vector("Lisbon"),
+                                        tenant_filter("acme", "alice"), 10)
+    assert {p.payload.get("message_id") for p in found} >= {"c1", "c2", "c3"}
+    hits = corpus.find("Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation])
+    assert hits[0].message_ids == ["c3"]
+    assert all("Lisbon" not in h.text for h in hits[1:])  # a hit's text is the turn itself
