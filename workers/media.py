@@ -90,7 +90,7 @@ def _looks_like_conversation(path: Path) -> bool:
 def load_image(data: bytes, max_pixels: int):
     """Decode an image fully into RGB. Raises MediaError for empty, truncated, non-image or too large
     (decompression bomb: declared width*height over ``max_pixels``) input. Returns a PIL RGB image."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageFile, UnidentifiedImageError
 
     if not data:
         raise MediaError("empty file (0 bytes)")
@@ -105,6 +105,8 @@ def load_image(data: bytes, max_pixels: int):
     if w * h > max_pixels:
         raise MediaError(f"image too large: declared {w}x{h} = {w * h / 1e6:.0f} MP exceeds "
                          f"the {max_pixels / 1e6:.0f} MP limit (possible decompression bomb)")
+    # strict: a truncated image is bad input (face_recognition's import sets this flag process-wide)
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:
         img.load()
     except (OSError, SyntaxError, ValueError) as exc:
