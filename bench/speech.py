@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
+import resource
+import tempfile
+import time
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,23 @@ def wer(reference: str, hypothesis: str) -> float:
     import jiwer
 
     return float(jiwer.wer(normalize(reference), normalize(hypothesis)))
+
+
+def wer_basic(reference: str, hypothesis: str) -> float:
+    """WER after Whisper's language-independent basic normaliser (case, punctuation): for non-English text."""
+    import jiwer
+    from whisper_normalizer.basic import BasicTextNormalizer
+
+    norm = BasicTextNormalizer()
+    return float(jiwer.wer(norm(reference), norm(hypothesis)))
+
+
+def cosine_distance(a, b) -> float:
+    """1 - cosine similarity of two vectors (0: same direction)."""
+    import numpy as np
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def pairwise_f1(reference: Sequence[Hashable], predicted: Sequence[Hashable]) -> tuple[float, float, float]:
@@ -120,3 +142,94 @@ def perceive_file(path: Path, tenant: str = "bench", user: str = "bench", device
     jobs = plan(rt, event) or []
     batches = [ObservationBatch.model_validate(perceive(job)) for job in jobs]  # the task returns its JSON form
     return [obs for batch in batches for obs in batch.observations]
+
+
+@contextmanager
+def settings_env(**variables: str) -> Iterator[None]:
+    """Set ``ENGRAM_*`` environment variables for the duration (the runtime re-reads settings per task)."""
+    old = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def main_voice(observations: list):
+    """The voice of the speaker who talks longest in ``observations``: the duration-weighted mean of their
+    utterances' voice embeddings, L2-normalised (256,). Raises ValueError when no observation has a voice."""
+    import numpy as np
+
+    talk: Counter = Counter()
+    for o in observations:
+        if o.voice_embedding is not None:
+            talk[o.speaker_label] += o.end_s - o.start_s
+    if not talk:
+        raise ValueError("no observation carries a voice embedding")
+    speaker = talk.most_common(1)[0][0]
+    vec = sum(np.asarray(o.voice_embedding) * (o.end_s - o.start_s) for o in observations
+              if o.speaker_label == speaker and o.voice_embedding is not None)
+    return vec / np.linalg.norm(vec)
+
+
+def half_voices(path: Path) -> tuple:
+    """The main voices of the two halves of a recording, each perceived as a recording of its own."""
+    from workers import media
+
+    audio = media.decode_audio(path)
+    mid = len(audio) // 2
+    with tempfile.TemporaryDirectory(prefix="engram-halves-") as tmp:
+        voices = []
+        for i, part in enumerate((audio[:mid], audio[mid:])):
+            half = Path(tmp) / f"{path.stem}-half{i}.wav"
+            half.write_bytes(media.wav_bytes(part))
+            voices.append(main_voice(perceive_file(half)))
+    return tuple(voices)
+
+
+def looped_recording(audio_dir: Path, out: Path, seconds: float) -> Path:
+    """A FLAC of ``seconds`` made by looping the real English recordings (jfk, leopard, pyannote) with 1 s of
+    silence between them, written as a stream with PyAV (never held whole in memory)."""
+    import av
+    import numpy as np
+
+    from workers import media
+
+    parts = [media.decode_audio(audio_dir / n) for n in ("jfk.flac", "leopard_test.wav",
+                                                        "leopard_diarization_test.wav", "pyannote_sample.wav")]
+    gap = np.zeros(media.SAMPLE_RATE, dtype=np.float32)
+    with av.open(str(out), "w") as container:
+        stream = container.add_stream("flac", rate=media.SAMPLE_RATE, layout="mono")
+        written, i = 0, 0
+        while written < seconds * media.SAMPLE_RATE:
+            block = np.concatenate([parts[i % len(parts)], gap])
+            block = block[: int(seconds * media.SAMPLE_RATE) - written]
+            pcm = (np.clip(block, -1, 1) * 32767).astype(np.int16).reshape(1, -1)
+            frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+            frame.sample_rate = media.SAMPLE_RATE
+            for packet in stream.encode(frame):
+                container.mux(packet)
+            written += len(block)
+            i += 1
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return out
+
+
+def transcribe_in_child(path: str, data_dir: str, queue) -> None:
+    """Child-process body of the long-recording bench: ingest + perceive ``path`` on a fresh embedded data
+    dir and put {peak_rss_mb, seconds, chunks, observations, words} (or {error}) on ``queue``."""
+    os.environ["ENGRAM_DATA_DIR"] = str(Path(data_dir) / "data")
+    try:
+        started = time.perf_counter()
+        observations = perceive_file(Path(path), tenant="bench-long")
+        queue.put({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                   "seconds": time.perf_counter() - started,
+                   "chunks": len({o.segment_index for o in observations}),
+                   "observations": len(observations), "words": sum(len(o.words) for o in observations)})
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        queue.put({"error": f"{type(exc).__name__}: {exc}"})

