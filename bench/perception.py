@@ -204,6 +204,176 @@ def audio_long(ctx: Context) -> list[Row]:
              f"{result['seconds'] / 60:.1f} min ({result['seconds'] / (hours * 3600):.3f} x real time)", "-")]
 
 
+# --- vision -----------------------------------------------------------------------------------------------
+
+def _pixels(path: Path):
+    import numpy as np
+
+    from workers import media
+    from workers.runtime import runtime
+
+    return np.asarray(media.load_image(path.read_bytes(), runtime().settings.max_image_pixels))
+
+
+def vision_ocr_finds(ctx: Context) -> list[Row]:
+    """The strings the data README names, found by OCR (rapidocr through ``workers.vision.ocr_lines``)."""
+    from workers import vision
+    from workers.runtime import runtime
+
+    rows = []
+    for name, needle in (("screenpipe_testing_OCR.png", "receiver_count"),
+                         ("screenpipe_testing_OCR_chinese.png", "管理分支")):
+        lines = vision.ocr_lines(runtime(), "bench", _pixels(ctx.data / "screens" / name))
+        found = any(needle in ln.text for ln in lines)
+        rows.append((f"OCR finds {needle!r}", f"screens/{name}", "found" if found else "NOT found", "found"))
+    return rows
+
+
+def vision_ocr_recall(ctx: Context) -> list[Row]:
+    """OCR word recall of each webui viewport (floor 0.85) and full page against its accessibility tree."""
+    from bench import vision as ev
+    from workers import vision
+    from workers.runtime import runtime
+
+    rows = []
+    for viewport, shot, full in ev.webui_pages(ctx.data / "screens" / "webui"):
+        for kind, path in (("viewport", shot), ("full page", full)):
+            pixels = _pixels(path)
+            ref = ev.webui_reference(shot, pixels.shape[0])
+            lines = vision.ocr_lines(runtime(), "bench", pixels)
+            recall, missed = ev.word_recall(ref, [w for ln in lines for w in ev.words(ln.text)])
+            note = f" (missed {', '.join(sorted(missed))})" if missed else ""
+            rows.append((f"OCR word recall, {kind}", f"webui {viewport}: {pixels.shape[1]}x{pixels.shape[0]}, "
+                         f"{sum(ref.values())} words", f"{recall:.3f}{note}", "≥ 0.85" if kind == "viewport" else "-"))
+    return rows
+
+
+def vision_faces(ctx: Context) -> list[Row]:
+    """Face clustering (average-linkage agglomerative at dlib's 0.6) and plain verification at 0.6, pairwise
+    P/R/F1 over the labelled pairs of both deepface lists."""
+    from bench import vision as ev
+    from workers.models.faces import SAME_PERSON_DISTANCE, cluster_faces, face_distance
+
+    folder = ctx.data / "faces" / "deepface"
+    pairs = ev.deepface_pairs(folder)
+    names = sorted({n for a, b, _ in pairs for n in (a, b)})
+    faces = {n: f for n in names if (f := ev.largest_face(folder / n)) is not None}
+    found = sorted(faces)
+    labels = dict(zip(found, cluster_faces([faces[n].embedding for n in found]), strict=True))
+    clustered = ev.pair_scores(pairs, lambda a, b: a in labels and b in labels and labels[a] == labels[b])
+    verified = ev.pair_scores(pairs, lambda a, b: a in faces and b in faces and
+                              face_distance(faces[a].embedding, faces[b].embedding) < SAME_PERSON_DISTANCE)
+    data = (f"faces/deepface: {len(pairs)} pairs ({sum(p[2] for p in pairs)} same), faces on "
+            f"{len(found)}/{len(names)} images")
+    fmt = lambda s: f"F1 {s['f1']:.3f} (P {s['precision']:.3f} R {s['recall']:.3f})"  # noqa: E731
+    return [(f"face clustering pairwise F1, average linkage at {SAME_PERSON_DISTANCE}", data, fmt(clustered)
+             + f", {len(set(labels.values()))} clusters", "≥ 0.9"),
+            (f"face verification pairwise F1, distance < {SAME_PERSON_DISTANCE}", data, fmt(verified), "-")]
+
+
+def vision_clip_faces(ctx: Context) -> list[Row]:
+    """Faces on the Hamilton clip's keyframes against the two reference faces."""
+    from bench import vision as ev
+    from workers.models.faces import SAME_PERSON_DISTANCE
+
+    video = ctx.data / "video"
+    refs = ev.reference_faces(video)
+    faces = ev.clip_faces(video / "short_hamilton_clip.mp4")
+    best = ev.match_references(faces, refs)
+    times = sorted({round(f.frame_s, 2) for f in faces if f.frame_s is not None})
+    return [(f"clip: {person} on keyframes", f"video/short_hamilton_clip.mp4: {len(faces)} faces at {times} s",
+             f"distance {d:.3f}" + ("" if d < SAME_PERSON_DISTANCE else " (NOT matched)"),
+             f"< {SAME_PERSON_DISTANCE}") for person, d in best.items()]
+
+
+def vision_near_duplicates(ctx: Context) -> list[Row]:
+    """Near-duplicate filtering with the settings' thresholds: drop rate on a static screen (moving pointer,
+    ticking clock), screens with new content kept, distinct real screens kept, webui viewports compared."""
+    import itertools
+
+    from PIL import Image
+
+    from bench import vision as ev
+    from workers import media
+    from workers.runtime import runtime
+
+    s = runtime().settings
+    sig = lambda img: media.frame_signature(img, s.near_duplicate_thumb_side)  # noqa: E731
+    dup = lambda a, b: media.is_near_duplicate(a, b, s.near_duplicate_similarity, s.near_duplicate_ssim)  # noqa: E731
+    screens = ctx.data / "screens"
+    base = Image.open(screens / "screenpipe_testing_OCR.png").convert("RGB")
+    frames = [sig(f) for f in ev.static_screen(base, 12)]
+    kept, dropped = frames[0], 0
+    for f in frames[1:]:  # as ingest does: each frame against the device's last kept frame
+        if dup(kept, f):
+            dropped += 1
+        else:
+            kept = f
+    rows = [("near-duplicate drop rate, static screen", "screens/screenpipe_testing_OCR.png, 12 frames: pointer "
+             "moves, clock ticks", f"{dropped}/{len(frames) - 1} repeats dropped ({dropped / len(frames):.2f} of "
+             "frames)", "most dropped")]
+    for what, img in ev.changed_screens(base).items():
+        h, ssim = media.frame_similarity(frames[0], sig(img))
+        rows.append((f"near-duplicate: {what}", "screens/screenpipe_testing_OCR.png",
+                     f"{'dropped' if dup(frames[0], sig(img)) else 'kept'} (pHash {h:.3f}, SSIM {ssim:.4f})", "kept"))
+    real = [sig(Image.open(p).convert("RGB")) for p in sorted(screens.glob("screenpipe_*.png"))]
+    wrong = sum(dup(a, b) for a, b in itertools.permutations(real, 2))
+    rows.append(("near-duplicate: distinct real screens", f"screens/screenpipe_*.png, {len(real)} screens",
+                 f"{wrong} of {len(real) * (len(real) - 1)} ordered pairs dropped", "0"))
+    pages = [(v, sig(Image.open(shot).convert("RGB"))) for v, shot, _ in ev.webui_pages(screens / "webui")]
+    sims = []
+    for (va, a), (vb, b) in itertools.combinations(pages, 2):
+        h, ssim = media.frame_similarity(a, b)
+        sims.append(f"{va}~{vb} {h:.2f}/{ssim:.2f}" + (" dropped" if dup(a, b) else ""))
+    rows.append(("near-duplicate across webui viewports (pHash/SSIM)", "screens/webui, 4 viewports of one page",
+                 "; ".join(sims), "reported"))
+    return rows
+
+
+def vision_speed(ctx: Context) -> list[Row]:
+    """CPU milliseconds per item: OCR per screenshot, face detection + embedding per photo and per keyframe
+    (HOG; the CNN fallback on a keyframe where HOG finds no face), near-duplicate signature per screenshot
+    (medians of ``runs``; models loaded before timing)."""
+    import numpy as np
+    from PIL import Image
+
+    from workers import media
+    from workers.models import get_model
+    from workers.runtime import runtime
+
+    s = runtime().settings
+    ocr, faces = get_model("ocr", s), get_model("faces", s)
+    shot_img = Image.open(ctx.data / "screens" / "screenpipe_testing_OCR.png").convert("RGB")
+    shot = np.asarray(shot_img)
+    photo = _pixels(ctx.data / "faces" / "deepface" / "img1.jpg")
+    keyframes = [np.asarray(img) for _, img in media.keyframes(
+        ctx.data / "video" / "short_hamilton_clip.mp4", s.clip_segment_seconds, s.clip_keyframes_per_segment)[0]]
+    no_hog = [k for k in keyframes if not faces.detect([k])[0]]  # also loads the face models
+    ocr.read(shot[:64])  # load
+
+    def cpu_ms(fn) -> float:
+        t = time.process_time()
+        fn()
+        return (time.process_time() - t) * 1000
+
+    side = s.models.face_max_side
+    runs = {f"OCR per screenshot ({shot.shape[1]}x{shot.shape[0]})": lambda: ocr.read(shot),
+            f"faces per photo, HOG + embedding ({photo.shape[1]}x{photo.shape[0]} downscaled to {side})":
+                lambda: faces.detect([photo]),
+            f"faces per keyframe, HOG + embedding ({keyframes[0].shape[1]}x{keyframes[0].shape[0]})":
+                lambda: faces.detect([keyframes[0]]),
+            "near-duplicate signature per screenshot (pHash + thumbnail)":
+                lambda: media.frame_signature(shot_img, s.near_duplicate_thumb_side)}
+    if no_hog:
+        runs["faces per keyframe where HOG finds none, + CNN fallback"] = (
+            lambda: faces.detect([no_hog[0]], cnn_fallback=True))
+    rows = []
+    for what, fn in runs.items():
+        ms = [cpu_ms(fn) for _ in range(ctx.runs)]
+        rows.append((f"CPU ms, {what}", "real data", f"{statistics.median(ms):.0f} ms", f"median of {ctx.runs}"))
+    return rows
+
+
 SECTIONS: list[Section] = [
     Section("audio", audio_wer),
     Section("audio", audio_seams),
@@ -211,6 +381,12 @@ SECTIONS: list[Section] = [
     Section("audio", audio_speakers),
     Section("audio", audio_speed),
     Section("audio", audio_long, long=True),
+    Section("vision", vision_ocr_finds),
+    Section("vision", vision_ocr_recall),
+    Section("vision", vision_faces),
+    Section("vision", vision_clip_faces),
+    Section("vision", vision_near_duplicates),
+    Section("vision", vision_speed),
 ]
 
 

@@ -100,3 +100,17 @@ def _downscale(frame: np.ndarray, max_side: int) -> tuple[np.ndarray, float]:
 def face_distance(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     """Euclidean distance between two 128-d face descriptors (< ``SAME_PERSON_DISTANCE``: same person)."""
     return float(np.linalg.norm(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)))
+
+
+def cluster_faces(embeddings: Sequence[Sequence[float]] | np.ndarray,
+                  threshold: float = SAME_PERSON_DISTANCE) -> np.ndarray:
+    """Cluster labels (n,) of n face descriptors: agglomerative clustering with average linkage (scikit-learn)
+    cut at ``threshold`` Euclidean distance, so two clusters merge while their faces are on average closer
+    than dlib's same-person distance. One face: label 0; none: an empty array."""
+    x = np.asarray(embeddings, dtype=np.float64)
+    if len(x) < 2:
+        return np.zeros(len(x), dtype=int)
+    from sklearn.cluster import AgglomerativeClustering
+
+    return AgglomerativeClustering(n_clusters=None, distance_threshold=threshold, linkage="average",
+                                   metric="euclidean").fit_predict(x)
