@@ -5,7 +5,8 @@ The file is a list of sections (``SECTIONS``); each is a function of a ``Context
 through ingest's plan (streamed, overlapping chunks) and the ``perceive`` task (faster-whisper + VAD, Resemblyzer
 speaker windows, clustering) on a temporary embedded data dir.
 
-    python bench/perception.py [--only audio|vision] [--runs 5] [--json out.json] [--long [--long-hours 3]]
+    python bench/perception.py [--only audio|vision] [--section NAME ...] [--runs 5] [--json out.json]
+                               [--long [--long-hours 3]]
 
 ``--long`` adds the long-recording section: a recording of ``--long-hours`` made by looping the real audio files
 (in a temporary folder), ingested and transcribed in a child process that reports its peak RSS and time.
@@ -394,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the sections asked for, print a table (rich), optionally write JSON. Returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["audio", "vision"], help="run one group of sections")
+    parser.add_argument("--section", nargs="+", metavar="NAME", help="run only these sections (function names, "
+                        "e.g. audio_wer audio_long)")
     parser.add_argument("--runs", type=int, default=5, help="timing runs per figure (median)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON to this file")
     parser.add_argument("--long", action="store_true", help="add the long-recording section (slow)")
@@ -410,16 +413,19 @@ def main(argv: list[str] | None = None) -> int:
     table = Table("what", "data", "figure", "floor", title="engram perception")
     out = []
     for section in SECTIONS:
-        if (args.only and section.group != args.only) or (section.long and not args.long):
+        name = section.run.__name__
+        if args.section and name not in args.section:
+            continue
+        if not args.section and ((args.only and section.group != args.only) or (section.long and not args.long)):
             continue
         started = time.perf_counter()
         rows = section.run(ctx)
         took = time.perf_counter() - started
-        print(f"{section.run.__name__}: {took:.1f} s", file=sys.stderr)
+        print(f"{name}: {took:.1f} s", file=sys.stderr)
         for row in rows:
             table.add_row(*row)
             out.append(dict(zip(("what", "data", "figure", "floor"), row, strict=True),
-                            section=section.run.__name__, group=section.group))
+                            section=name, group=section.group))
     Console(width=200).print(table)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, ensure_ascii=False))
