@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import structlog
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from redis.exceptions import RedisError
 
@@ -44,6 +44,8 @@ from schemas.events import EventStatus, MediaEvent, MediaKind
 from schemas.search import SearchRequest, SearchResponse
 from schemas.settings import Settings, get_settings
 from workers.ids import EXTENSIONS, object_key
+from workers.metrics import SEARCH_SECONDS, render
+from workers.metrics import registry as metrics_registry
 
 log = structlog.get_logger("engram.api")
 
@@ -80,6 +82,7 @@ class Services:
     objects: Any  # workers.objectstore.ObjectStore
     presigner: Any | None  # minio.Minio for the public S3 endpoint, None without S3
     celery: Any  # celery.Celery producer configured from ``settings``
+    metrics: Any  # prometheus_client.CollectorRegistry served on /metrics
 
 
 def _minio(endpoint: str, settings: Settings, secure: bool):
@@ -121,7 +124,10 @@ def build_services(settings: Settings, celery=None) -> Services:
             parts = urlsplit(public)
             public, secure = parts.netloc, parts.scheme == "https"
         presigner = _minio(public, settings, secure)
-    return Services(settings, r, open_ledger(settings), objects, presigner, celery)
+    from workers.app import Queue
+
+    registry = metrics_registry(settings.redis_url or settings.broker_url, [q.value for q in Queue])
+    return Services(settings, r, open_ledger(settings), objects, presigner, celery, registry)
 
 
 def _invalid(field: str, msg: str) -> HTTPException:
@@ -191,6 +197,13 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
     def _unavailable(what: str, exc: Exception) -> HTTPException:
         log.error(f"{what} unavailable", error=f"{type(exc).__name__}: {exc}")
         return HTTPException(503, f"{what} unavailable, try again")
+
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    def metrics(svc: Svc) -> Response:
+        """Prometheus metrics: this process's (or, with PROMETHEUS_MULTIPROC_DIR, every api process's) and
+        the depth of each Celery queue, read from the broker now."""
+        body, content_type = render(svc.metrics)
+        return Response(body, media_type=content_type)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
@@ -299,7 +312,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise _unavailable("queue", exc) from exc
         timeout = svc.settings.api_search_timeout_seconds
         try:
-            return SearchResponse.model_validate(result.get(timeout=timeout))
+            with SEARCH_SECONDS.time():
+                return SearchResponse.model_validate(result.get(timeout=timeout))
         except CeleryTimeout as exc:
             raise HTTPException(504, f"no query worker answered within {timeout:g} s") from exc
         except Exception as exc:

@@ -53,12 +53,22 @@ def _configure_logging(verbose: bool, log_format: str) -> None:
     import structlog
 
     level = logging.INFO if verbose else logging.ERROR
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    if log_format == "json":  # the libraries' stdlib log lines (Celery's too) as JSON as well
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+            processor=structlog.processors.JSONRenderer(),
+            foreign_pre_chain=[structlog.contextvars.merge_contextvars, structlog.stdlib.add_logger_name,
+                               structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso")]))
+        logging.basicConfig(level=level, handlers=[handler], force=True)
+    else:
+        logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("RapidOCR", "faster_whisper", "sentence_transformers", "httpx", "celery"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     renderer = structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer()
     structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
+        # contextvars: the event id, stage, task id and tenant bound by workers.runtime.stage
+        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
+                    structlog.processors.TimeStamper(fmt="iso"), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))  # the current stderr, not the first one
 
@@ -361,6 +371,10 @@ def _celery_logging(ctx: typer.Context, loglevel: str) -> None:
     """structlog at the worker's log level, in the format chosen by the global ``--log-format``."""
     fmt = (ctx.parent.params.get("log_format") if ctx.parent else None) or "console"
     _configure_logging(loglevel.upper() in ("DEBUG", "INFO"), fmt)
+    if fmt == "json":  # keep the JSON handler: Celery would install its own text format
+        from celery.signals import setup_logging
+
+        setup_logging.connect(lambda **_: None, weak=False)
     logging.getLogger("celery").setLevel(logging.NOTSET)  # task received/succeeded lines at the worker's level
 
 
@@ -380,16 +394,24 @@ def worker(
     hostname: Annotated[str | None, typer.Option("--hostname", "-n", help="Celery node name "
                                                  "(default: <role>-<pid>@<host>).")] = None,
     events: Annotated[bool, typer.Option("--events", "-E", help="Send task events (for Flower).")] = False,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on this port (default: "
+                                                     "ENGRAM_METRICS_PORT; unset: no metrics server).")] = None,
 ) -> None:
     """Run a Celery worker of the distributed mode (needs ENGRAM_BROKER_URL).
 
     With Qdrant's local mode (no ENGRAM_QDRANT_URL) exactly one worker serves the Qdrant-bound queues
     (link, store, consolidate, query), all four, with --pool solo; the others serve ingest and perceive.*.
+    With a metrics port, the worker serves the metrics of all its pool processes there (prometheus-client's
+    multiprocess mode, in PROMETHEUS_MULTIPROC_DIR or a fresh temporary folder).
     """
     from api.processes import WorkerConfigError, plan_worker, worker_argv
     from schemas.settings import get_settings
 
+    if metrics_port is not None:
+        os.environ["ENGRAM_METRICS_PORT"] = str(metrics_port)
     settings = get_settings()
+    if settings.metrics_port:
+        _prepare_multiprocess_metrics()
     try:
         plan = plan_worker(settings, queues, role, pool, concurrency)
     except WorkerConfigError as exc:
@@ -411,6 +433,22 @@ def worker(
     from workers.app import app as celery_app
 
     sys.exit(celery_app.start(worker_argv(plan, loglevel, hostname, events)) or 0)  # = `celery worker ...`
+
+
+def _prepare_multiprocess_metrics() -> None:
+    """Point prometheus-client's multiprocess mode at an empty folder of this worker's own, before any
+    metric is created (the variable is read when prometheus_client is imported)."""
+    import shutil
+    import tempfile
+
+    if "prometheus_client" in sys.modules and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        raise RuntimeError("prometheus_client was imported before its multiprocess folder was set")
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:  # given by the operator (e.g. an emptyDir volume): start from an empty folder
+        shutil.rmtree(folder, ignore_errors=True)
+        os.makedirs(folder, exist_ok=True)
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="engram-metrics-")
 
 
 @app.command()

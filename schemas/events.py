@@ -84,4 +84,5 @@ class LedgerRecord(BaseModel):
     segments_total: int | None = None
     segments_done: int = 0
     observations: int = 0
+    created_at: AwareDatetime | None = Field(None, description="When the event was published (recorded).")
     updated_at: AwareDatetime

@@ -101,6 +101,10 @@ class Settings(BaseSettings):
         "timeout.")
     max_redeliveries: int = Field(
         3, ge=0, description="Times a stalled event is published again before it is marked failed.")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Port on which `engram worker` serves Prometheus /metrics (its own and "
+        "its pool processes', through PROMETHEUS_MULTIPROC_DIR); unset: no metrics server. The api serves "
+        "/metrics on its own port.")
     consolidate_interval_seconds: float = Field(
         60.0, gt=0, description="How often beat starts consolidation for users with new observations.")
     tenant: str = Field("default", description="Tenant used by the CLI.")

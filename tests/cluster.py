@@ -35,6 +35,7 @@ class Cluster:
     env: dict[str, str]
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     argv: dict[str, list[str]] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def create(cls, root: Path, settings_env: dict[str, str]) -> Cluster:
@@ -122,18 +123,27 @@ class Cluster:
     # --- the standard distributed layout, and its state ----------------------------------------------
 
     def start_distributed(self, cpu_workers: int = 2, cpu_concurrency: int = 1, beat: bool = True,
-                          tag: str = "test") -> list[str]:
+                          tag: str = "test", metrics: bool = False) -> list[str]:
         """Start DESIGN.md's layout on Qdrant's local mode as a user starts it: ``cpu_workers`` processes of
         ``engram worker --role cpu`` (prefork, ``cpu_concurrency`` children each), the one store worker
-        (``--role store --pool solo``) and, with ``beat``, ``engram beat``. Returns the Celery node names
+        (``--role store --pool solo``) and, with ``beat``, ``engram beat``. With ``metrics`` each worker
+        serves /metrics on a free port (``metrics_ports[name]``). Returns the Celery node names
         (``cpu1@<tag>``, ..., ``store@<tag>``) for ``wait_ready``."""
+        from tests.servers import free_ports
+
+        def metrics_args(name: str) -> list[str]:
+            if not metrics:
+                return []
+            (self.metrics_ports[name],) = free_ports(1)
+            return ["--metrics-port", str(self.metrics_ports[name])]
+
         nodes = [f"store@{tag}"]
         self.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", nodes[0],
-                             "--loglevel", "INFO"])
+                             "--loglevel", "INFO", *metrics_args("store")])
         for i in range(1, cpu_workers + 1):
             nodes.append(f"cpu{i}@{tag}")
             self.start(f"cpu{i}", ["worker", "--role", "cpu", "--concurrency", str(cpu_concurrency),
-                                   "--hostname", nodes[-1], "--loglevel", "INFO"])
+                                   "--hostname", nodes[-1], "--loglevel", "INFO", *metrics_args(f"cpu{i}")])
         if beat:
             self.start("beat", ["beat", "--loglevel", "INFO"])
         return nodes
@@ -146,6 +156,21 @@ class Cluster:
         """How many times ``text`` occurs in the logs of the processes whose name starts with ``prefix``."""
         return sum(self.log_path(n).read_text(errors="replace").count(text)
                    for n in self.procs if n.startswith(prefix) and self.log_path(n).exists())
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """The samples of a Prometheus /metrics page: {(sample name, sorted label items): value}."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url, timeout=10).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def total(samples: dict[tuple[str, tuple], float], name: str, **labels: str) -> float:
+    """The sum of the samples called ``name`` whose labels include ``labels``."""
+    return sum(v for (n, items), v in samples.items() if n == name and set(labels.items()) <= set(items))
 
 
 QUEUES = ("ingest", "perceive.cpu", "perceive.gpu", "link", "store", "consolidate", "query")

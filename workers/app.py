@@ -10,6 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from celery import Celery
+from celery.signals import worker_init, worker_process_shutdown
 from kombu import Queue as KombuQueue
 
 from schemas.settings import Settings, get_settings
@@ -109,3 +110,23 @@ def configure(app: Celery, settings: Settings) -> None:
 
 app = Celery("engram", include=TASK_MODULES)
 configure(app, get_settings())
+
+
+@worker_init.connect
+def _serve_metrics(**_) -> None:
+    """In the worker's main process: serve /metrics on ``ENGRAM_METRICS_PORT`` when it is set."""
+    port = get_settings().metrics_port
+    if port:
+        from workers.metrics import serve_metrics
+
+        serve_metrics(port)
+
+
+@worker_process_shutdown.connect
+def _forget_pool_process(pid: int | None = None, **_) -> None:
+    """A pool process exits: drop its live samples (prometheus-client multiprocess mode)."""
+    import os
+
+    from workers.metrics import mark_process_dead
+
+    mark_process_dead(pid or os.getpid())

@@ -28,6 +28,7 @@ from workers.adapters import parse_conversation_file
 from workers.app import Queue, app
 from workers.ids import derived_key, sha256_file
 from workers.ledger import FINAL_STATUSES
+from workers.metrics import NEAR_DUPLICATES
 from workers.objectstore import ObjectNotFound
 from workers.runtime import STAGE_TASK_OPTIONS, Runtime, log, runtime, stage
 
@@ -42,7 +43,7 @@ def ingest(event: MediaEvent) -> None:
         log.info("event already final", event_id=str(event.event_id), status=known.status.value)
         return  # published twice, or redelivered after it finished: nothing to do
     rt.ledger.mark(event.event_id, EventStatus.processing, stage="ingest")
-    with stage(rt, event.event_id, "ingest"):
+    with stage(rt, event, "ingest"):
         jobs = plan(rt, event)
     if jobs is None:
         return
@@ -141,6 +142,7 @@ def _plan_screenshot(rt: Runtime, event: MediaEvent, path: Path) -> list[Segment
         rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest",
                        reason=f"near-duplicate of the device's previous frame (event {previous})")
         log.info("near-duplicate dropped", event_id=str(event.event_id), previous=str(previous))
+        NEAR_DUPLICATES.labels(kind=event.kind.value).inc()
         return None
     return [SegmentJob(event=event, segment_index=0)]
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from schemas.events import EventStatus, LedgerRecord, MediaEvent
+from workers.metrics import EVENTS_RECEIVED, count_finished
 
 FINAL_STATUSES = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 
@@ -131,29 +132,33 @@ class SqliteLedger:
     def record_queued(self, event: MediaEvent) -> None:
         now = _now()
         with self._tx() as db:
-            db.execute(
+            created = db.execute(
                 "INSERT OR IGNORE INTO events (event_id, tenant_id, user_id, device_id, kind, object_key, sha256,"
                 " source_name, status, created_at, updated_at, event_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (str(event.event_id), event.tenant_id, event.user_id, event.device_id, event.kind.value,
                  event.object_key, event.sha256, event.source_name, EventStatus.queued.value, now, now,
-                 event.model_dump_json()))
+                 event.model_dump_json())).rowcount
+        if created:
+            EVENTS_RECEIVED.labels(kind=event.kind.value).inc()
 
     def _row(self, db: sqlite3.Connection, event_id: str) -> LedgerRecord | None:
         row = db.execute(
             "SELECT e.event_id, tenant_id, user_id, device_id, kind, object_key, sha256, source_name, status,"
-            " stage, reason, segments_total, updated_at, COUNT(s.segment_index), COALESCE(SUM(s.observations),0)"
+            " stage, reason, segments_total, created_at, updated_at, COUNT(s.segment_index),"
+            " COALESCE(SUM(s.observations),0)"
             " FROM events e LEFT JOIN segments s ON s.event_id = e.event_id WHERE e.event_id = ?"
             " GROUP BY e.event_id", (event_id,)).fetchone()
         return self._record(row) if row else None
 
     @staticmethod
     def _record(row: tuple) -> LedgerRecord:
-        (event_id, tenant, user, device, kind, key, sha, name, status, stage, reason, total, updated,
+        (event_id, tenant, user, device, kind, key, sha, name, status, stage, reason, total, created, updated,
          done, obs) = row
         return LedgerRecord(event_id=uuid.UUID(event_id), tenant_id=tenant, user_id=user, device_id=device,
                             kind=kind, object_key=key, sha256=sha, source_name=name, status=status,
                             stage=stage, reason=reason, segments_total=total, segments_done=done,
-                            observations=obs, updated_at=datetime.fromisoformat(updated))
+                            observations=obs, created_at=datetime.fromisoformat(created),
+                            updated_at=datetime.fromisoformat(updated))
 
     def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
         with self._tx() as db:
@@ -162,13 +167,15 @@ class SqliteLedger:
     def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
              reason: str | None = None) -> None:
         with self._tx() as db:
-            row = db.execute("SELECT status FROM events WHERE event_id=?", (str(event_id),)).fetchone()
+            row = db.execute("SELECT status, kind FROM events WHERE event_id=?", (str(event_id),)).fetchone()
             if row is None:
                 raise KeyError(f"unknown event {event_id}")
             if row[0] in FINAL_STATUSES and status not in FINAL_STATUSES:
                 return
             db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
                        (status.value, stage, reason, _now(), str(event_id)))
+        if status in FINAL_STATUSES and row[0] not in FINAL_STATUSES:
+            count_finished(row[1], status.value, stage, reason)
 
     def claim_content(self, tenant_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
         with self._tx() as db:
@@ -196,24 +203,29 @@ class SqliteLedger:
         with self._tx() as db:
             db.execute("UPDATE events SET segments_total=?, updated_at=? WHERE event_id=?",
                        (total, _now(), str(event_id)))
-            if total == 0:
-                db.execute("UPDATE events SET status=?, stage=NULL, reason=? WHERE event_id=? AND status NOT IN"
-                           " (?,?,?)", (EventStatus.done.value, "no content to store", str(event_id),
-                                        *(s.value for s in FINAL_STATUSES)))
+            finished = total == 0 and db.execute(
+                "UPDATE events SET status=?, stage=NULL, reason=? WHERE event_id=? AND status NOT IN (?,?,?)",
+                (EventStatus.done.value, "no content to store", str(event_id),
+                 *(s.value for s in FINAL_STATUSES))).rowcount == 1
+            kind = db.execute("SELECT kind FROM events WHERE event_id=?", (str(event_id),)).fetchone()
+        if finished:
+            count_finished(kind[0], EventStatus.done.value, None, "no content to store")
 
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO segments (event_id, segment_index, observations) VALUES (?,?,?)",
                        (str(event_id), segment_index, observations))
             db.execute("UPDATE events SET updated_at=? WHERE event_id=?", (_now(), str(event_id)))  # progress
-            total, status = db.execute("SELECT segments_total, status FROM events WHERE event_id=?",
-                                       (str(event_id),)).fetchone()
+            total, status, kind = db.execute("SELECT segments_total, status, kind FROM events WHERE event_id=?",
+                                             (str(event_id),)).fetchone()
             done = db.execute("SELECT COUNT(*) FROM segments WHERE event_id=?", (str(event_id),)).fetchone()[0]
-            if total is not None and done >= total and status not in FINAL_STATUSES:
+            finished = total is not None and done >= total and status not in FINAL_STATUSES
+            if finished:
                 db.execute("UPDATE events SET status=?, stage=NULL, reason=NULL, updated_at=? WHERE event_id=?",
                            (EventStatus.done.value, _now(), str(event_id)))
-                return True
-            return False
+        if finished:
+            count_finished(kind, EventStatus.done.value, None, None)
+        return finished
 
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         with self._tx() as db:
@@ -258,23 +270,26 @@ class SqliteLedger:
     def claim_stalled(self, older_than_s: float, max_redeliveries: int,
                       limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         cutoff = datetime.fromtimestamp(time.time() - older_than_s, UTC).isoformat()
-        republish, given_up = [], []
+        republish, given_up, failed = [], [], []
         with self._tx() as db:
             rows = db.execute(
-                "SELECT event_id, event_json, redeliveries, stage FROM events WHERE status IN (?,?)"
+                "SELECT event_id, event_json, redeliveries, stage, kind FROM events WHERE status IN (?,?)"
                 " AND updated_at < ? ORDER BY updated_at LIMIT ?",
                 (EventStatus.queued.value, EventStatus.processing.value, cutoff, limit)).fetchall()
-            for event_id, event_json, redeliveries, stage in rows:
+            for event_id, event_json, redeliveries, stage, kind in rows:
                 if event_json is None or redeliveries >= max_redeliveries:
                     reason = (_stalled_reason(stage, older_than_s, redeliveries) if event_json
                               else "stalled, and recorded before redelivery existed: publish it again")
                     db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
                                (EventStatus.failed.value, stage or "ingest", reason, _now(), event_id))
                     given_up.append(uuid.UUID(event_id))
+                    failed.append((kind, stage or "ingest", reason))
                 else:
                     db.execute("UPDATE events SET redeliveries=redeliveries+1, updated_at=? WHERE event_id=?",
                                (_now(), event_id))
                     republish.append(MediaEvent.model_validate_json(event_json))
+        for kind, stage, reason in failed:
+            count_finished(kind, EventStatus.failed.value, stage, reason)
         return republish, given_up
 
 
@@ -311,8 +326,10 @@ class RedisLedger:
                 except redis.WatchError:
                     continue
 
-    def _set_status(self, pipe, rec: dict, status: EventStatus, stage: str | None, reason: str | None) -> None:
-        """Queue (in MULTI) the writes that move ``rec`` to ``status``."""
+    def _set_status(self, pipe, rec: dict, status: EventStatus, stage: str | None,
+                    reason: str | None) -> tuple | None:
+        """Queue (in MULTI) the writes that move ``rec`` to ``status``; returns the arguments of
+        ``metrics.count_finished`` when this enters a final status, to count once the transaction commits."""
         now = datetime.now(UTC)
         tenant, eid, old = rec["tenant_id"], rec["event_id"], rec.get("status")
         pipe.hset(self._ek(eid), mapping={"status": status.value, "stage": stage or "", "reason": reason or "",
@@ -321,6 +338,9 @@ class RedisLedger:
             pipe.zrem(f"{self.p}tenant:{tenant}:status:{old}", eid)
         pipe.zadd(f"{self.p}tenant:{tenant}:status:{status.value}", {eid: now.timestamp()})
         pipe.zadd(f"{self.p}tenant:{tenant}:events", {eid: now.timestamp()})
+        if status in FINAL_STATUSES and old not in FINAL_STATUSES:
+            return (rec["kind"], status.value, stage, reason)
+        return None
 
     def _touch(self, pipe, rec: dict) -> None:
         """Queue (in MULTI) a new progress time for ``rec`` without changing its status."""
@@ -335,7 +355,7 @@ class RedisLedger:
         def fn(pipe):
             if pipe.exists(key):
                 pipe.multi()
-                return
+                return False
             now = datetime.now(UTC).isoformat()
             rec = {"event_id": str(event.event_id), "tenant_id": event.tenant_id, "user_id": event.user_id,
                    "device_id": event.device_id, "kind": event.kind.value, "object_key": event.object_key,
@@ -345,8 +365,10 @@ class RedisLedger:
             pipe.multi()
             pipe.hset(key, mapping=rec)
             self._set_status(pipe, rec, EventStatus.queued, None, None)
+            return True
 
-        self._transact(fn, key)
+        if self._transact(fn, key):
+            EVENTS_RECEIVED.labels(kind=event.kind.value).inc()
 
     def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
         rec = self.r.hgetall(self._ek(event_id))
@@ -360,7 +382,7 @@ class RedisLedger:
             reason=rec.get("reason") or None,
             segments_total=int(rec["segments_total"]) if rec.get("segments_total") else None,
             segments_done=len(segs), observations=sum(int(v) for v in segs),
-            updated_at=datetime.fromisoformat(rec["updated_at"]))
+            created_at=datetime.fromisoformat(rec["created_at"]), updated_at=datetime.fromisoformat(rec["updated_at"]))
 
     def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
              reason: str | None = None) -> None:
@@ -372,10 +394,11 @@ class RedisLedger:
                 raise KeyError(f"unknown event {event_id}")
             pipe.multi()
             if rec["status"] in FINAL_STATUSES and status not in FINAL_STATUSES:
-                return
-            self._set_status(pipe, rec, status, stage, reason)
+                return None
+            return self._set_status(pipe, rec, status, stage, reason)
 
-        self._transact(fn, key)
+        if finished := self._transact(fn, key):
+            count_finished(*finished)
 
     def claim_content(self, tenant_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
         ckey = f"{self.p}content:{tenant_id}:{sha256}"
@@ -416,9 +439,12 @@ class RedisLedger:
             pipe.multi()
             pipe.hset(key, "segments_total", total)
             if rec.get("status") not in FINAL_STATUSES and done >= total:
-                self._set_status(pipe, rec, EventStatus.done, None, "no content to store" if total == 0 else None)
+                return self._set_status(pipe, rec, EventStatus.done, None,
+                                        "no content to store" if total == 0 else None)
+            return None
 
-        self._transact(fn, key, key + ":segments")
+        if finished := self._transact(fn, key, key + ":segments"):
+            count_finished(*finished)
 
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
         key = self._ek(event_id)
@@ -431,14 +457,15 @@ class RedisLedger:
             pipe.multi()
             pipe.hset(key + ":segments", str(segment_index), observations)
             if rec["status"] in FINAL_STATUSES:
-                return False
+                return None
             if total is not None and len(segs) >= total:
-                self._set_status(pipe, rec, EventStatus.done, None, None)
-                return True
+                return self._set_status(pipe, rec, EventStatus.done, None, None)
             self._touch(pipe, rec)  # progress: the stalled-event sweep leaves it alone
-            return False
+            return None
 
-        return self._transact(fn, key, key + ":segments")
+        if finished := self._transact(fn, key, key + ":segments"):
+            count_finished(*finished)
+        return finished is not None
 
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         tenants = [tenant_id] if tenant_id else self._tenants()
@@ -508,15 +535,16 @@ class RedisLedger:
                         if not rec.get("event_json") or done >= max_redeliveries:
                             reason = (_stalled_reason(rec.get("stage"), older_than_s, done) if rec.get("event_json")
                                       else "stalled, and recorded before redelivery existed: publish it again")
-                            self._set_status(pipe, rec, EventStatus.failed, rec.get("stage") or "ingest", reason)
-                            return False
+                            return self._set_status(pipe, rec, EventStatus.failed, rec.get("stage") or "ingest",
+                                                    reason)
                         pipe.hset(key, "redeliveries", done + 1)
                         self._touch(pipe, rec)
                         return MediaEvent.model_validate_json(rec["event_json"])
 
                     outcome = self._transact(fn, key)
-                    if outcome is False:
+                    if isinstance(outcome, tuple):
                         given_up.append(uuid.UUID(eid))
+                        count_finished(*outcome)
                     elif outcome is not None:
                         republish.append(outcome)
         return republish, given_up

@@ -29,7 +29,7 @@ def link(batch: EmbeddedBatch) -> EmbeddedBatch:
     """Attach entity ids to the batch's observations and upsert the entities they name."""
     rt = runtime()
     event = batch.job.event
-    with stage(rt, event.event_id, "link"):
+    with stage(rt, event, "link"):
         seen: dict[uuid.UUID, dict] = {}
         for item in batch.items:
             obs = item.observation

@@ -21,10 +21,11 @@ from celery import current_task
 from celery.exceptions import Ignore
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from schemas.events import EventStatus
+from schemas.events import EventStatus, MediaEvent
 from schemas.settings import Settings, get_settings
 from workers.ledger import Ledger, open_ledger
 from workers.media import MediaError
+from workers.metrics import STAGE_ERRORS, STAGE_SECONDS
 from workers.models import EmbeddingCache
 from workers.objectstore import ObjectStore, open_object_store
 from workers.vectorstore import StoreBusy, VectorStore, open_vector_store
@@ -95,27 +96,39 @@ def runtime(settings: Settings | None = None) -> Runtime:
 
 
 @contextmanager
-def stage(rt: Runtime, event_id: uuid.UUID, name: str) -> Iterator[None]:
+def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str) -> Iterator[None]:
     """Run one stage of one event: bad input (MediaError) marks the event failed with the stage and reason
     and stops its chain without retrying; a transient error is re-raised for the task's retry policy and
-    marks the event failed only when no retry is left; any other error marks it failed and is re-raised."""
-    try:
-        yield
-    except MediaError as exc:
-        rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=str(exc))
-        log.warning("event failed", event_id=str(event_id), stage=name, reason=str(exc))
-        raise Ignore() from exc
-    except Ignore:
-        raise
-    except TRANSIENT_ERRORS as exc:
-        task = current_task
-        if task is None or task.request.retries >= (task.max_retries or 0):
-            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
-            rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=f"{reason} (retries exhausted)")
-            log.error("event failed", event_id=str(event_id), stage=name, reason=reason)
-        raise  # retried with backoff by the task's autoretry policy
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-        rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=reason)
-        log.error("event failed", event_id=str(event_id), stage=name, reason=reason)
-        raise
+    marks the event failed only when no retry is left; any other error marks it failed and is re-raised.
+
+    The stage's wall time goes to ``engram_stage_duration_seconds{stage}``, its errors to
+    ``engram_stage_errors_total{stage, error}``; log lines inside carry the event id, the stage and the task
+    id, and the tenant when ``event`` is the MediaEvent (structlog contextvars)."""
+    event_id = event.event_id if isinstance(event, MediaEvent) else event
+    context = {"tenant": event.tenant_id} if isinstance(event, MediaEvent) else {}
+    task_id = getattr(getattr(current_task, "request", None), "id", None)
+    with structlog.contextvars.bound_contextvars(event_id=str(event_id), stage=name, task_id=task_id, **context), \
+            STAGE_SECONDS.labels(stage=name).time():
+        try:
+            yield
+        except Ignore:
+            raise
+        except MediaError as exc:
+            STAGE_ERRORS.labels(stage=name, error="bad_input").inc()
+            rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=str(exc))
+            log.warning("event failed", reason=str(exc))
+            raise Ignore() from exc  # no retry: the input will not change
+        except TRANSIENT_ERRORS as exc:
+            STAGE_ERRORS.labels(stage=name, error="transient").inc()
+            task = current_task
+            if task is None or task.request.retries >= (task.max_retries or 0):
+                reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
+                rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=f"{reason} (retries exhausted)")
+                log.error("event failed", reason=reason)
+            raise  # retried with backoff by the task's autoretry policy
+        except Exception as exc:
+            STAGE_ERRORS.labels(stage=name, error="error").inc()
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=reason)
+            log.error("event failed", reason=reason)
+            raise

@@ -3,11 +3,14 @@ record the segment in the ledger (the event is done when all its segments are)."
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from qdrant_client import models as qm
 
 from schemas.jobs import EmbeddedBatch
 from schemas.observations import EmbeddedObservation
 from workers.app import app
+from workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
 from workers.runtime import STAGE_TASK_OPTIONS, log, runtime, stage
 from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE
 
@@ -31,7 +34,7 @@ def store(batch: EmbeddedBatch) -> int:
     """Write the segment's observations; returns how many were written."""
     rt = runtime()
     event = batch.job.event
-    with stage(rt, event.event_id, "store"):
+    with stage(rt, event, "store"):
         points = [observation_point(item) for item in batch.items]
         # a redelivered segment must not make consolidated observations pending again
         already = {str(r.id) for r in rt.vectors.retrieve(OBSERVATIONS, [p.id for p in points])
@@ -39,6 +42,11 @@ def store(batch: EmbeddedBatch) -> int:
         for point in points:
             point.payload["consolidated"] = point.id in already
         rt.vectors.upsert(OBSERVATIONS, points)
+        OBSERVATIONS_WRITTEN.labels(kind=event.kind.value).inc(len(points))
         if rt.ledger.segment_done(event.event_id, batch.job.segment_index, len(batch.items)):
-            log.info("event done", event_id=str(event.event_id), tenant=event.tenant_id)
+            log.info("event done")
+            rec = rt.ledger.get(event.event_id)
+            if rec is not None and rec.created_at is not None:
+                PUBLISH_TO_SEARCHABLE.labels(kind=event.kind.value).observe(
+                    (datetime.now(UTC) - rec.created_at).total_seconds())
     return len(batch.items)

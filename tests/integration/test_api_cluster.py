@@ -26,15 +26,25 @@ from pathlib import Path
 import pytest
 
 from api.client import FINAL, EngramClient
-from schemas.events import EventStatus
+from schemas.events import EventStatus, MediaKind
 from schemas.memories import MemoryType
 from schemas.settings import Settings
-from tests.cluster import Cluster, broker_state, drain_consolidation, local_store, producer, serve_api, wait_quiet
+from tests.cluster import (
+    Cluster,
+    broker_state,
+    drain_consolidation,
+    local_store,
+    producer,
+    scrape,
+    serve_api,
+    total,
+    wait_quiet,
+)
 from tests.conftest import eval_data_dir
 from tests.servers import S3Server
 from tests.workload import USERS, Item, chats_and_screens, speech_files
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 @dataclass
 class Stack:
@@ -92,7 +102,7 @@ def make_stack(seaweedfs_s3: S3Server, tmp_path) -> Iterator:
     stacks = ExitStack()
 
     def make(redis_url: str, tenant: str, cpu_workers: int = 2, visibility_timeout: float = 1800.0,
-             beat: bool = True) -> Stack:
+             beat: bool = True, metrics: bool = False) -> Stack:
         redis.Redis.from_url(redis_url).flushdb()
         data = tmp_path / "data"
         values = dict(broker_url=redis_url, data_dir=data, s3_endpoint=seaweedfs_s3.endpoint,
@@ -104,7 +114,7 @@ def make_stack(seaweedfs_s3: S3Server, tmp_path) -> Iterator:
                if not k.startswith("api_")} | {"ENGRAM_TENANT": tenant}
         cluster = Cluster.create(tmp_path / "cluster", env)
         stacks.callback(cluster.stop_all)
-        nodes = cluster.start_distributed(cpu_workers=cpu_workers, beat=beat)
+        nodes = cluster.start_distributed(cpu_workers=cpu_workers, beat=beat, metrics=metrics)
         app = producer(settings)
         stacks.callback(app.close)
         url = stacks.enter_context(serve_api(settings))
@@ -202,6 +212,38 @@ def wait_memories(stack: Stack, client: EngramClient, users, timeout: float) -> 
         time.sleep(1.0)
 
 
+def check_metrics(stack: Stack, api_before: dict, final: dict) -> None:
+    """The api's /metrics (a delta: the api runs in the test process) counts every event received and the
+    queue depths; the workers' /metrics together count each event's final status once, by kind, and the
+    observations written, equal to the ledger's figures."""
+    api = scrape(f"{stack.api_url}/metrics")
+    assert total(api, "engram_events_received_total") - total(api_before, "engram_events_received_total") \
+        == len(final)
+    searches = "engram_search_duration_seconds_count"
+    assert total(api, searches) > total(api_before, searches)
+    assert {dict(items)["queue"] for (n, items) in api if n == "engram_queue_depth"} >= {"ingest", "store", "query"}
+
+    workers = [scrape(f"http://127.0.0.1:{port}/metrics") for port in stack.cluster.metrics_ports.values()]
+    assert len(workers) == 3
+
+    def summed(name: str, **labels: str) -> float:
+        return sum(total(w, name, **labels) for w in workers)
+
+    for status in ("done", "skipped", "failed"):
+        assert summed("engram_events_finished_total", status=status) == \
+            sum(st.status.value == status for st in final.values()), status
+    assert summed("engram_events_finished_total", status="skipped", reason="exact_duplicate") == 1
+    assert summed("engram_events_finished_total", status="failed", stage="ingest", reason="bad_input") == 1
+    done_kinds = Counter(st.kind.value for st in final.values() if st.status is EventStatus.done)
+    for kind, n in done_kinds.items():
+        assert summed("engram_events_finished_total", status="done", kind=kind) == n, kind
+    assert summed("engram_observations_written_total") == sum(st.observations for st in final.values())
+    for name in ("ingest", "perceive", "embed", "link", "store"):
+        assert summed("engram_stage_duration_seconds_count", stage=name) > 0, name
+    stored = sum(1 for st in final.values() if st.status is EventStatus.done and st.segments_total)
+    assert summed("engram_publish_to_searchable_seconds_count") == stored
+
+
 def stop_and_count(stack: Stack, final: dict, users) -> dict[str, int]:
     """Stop beat, let every task and consolidation finish, stop the workers (a clean exit each), then in
     Qdrant's local mode: per event exactly the ledger's number of observations (none for skipped or failed
@@ -244,15 +286,17 @@ def test_sixty_mixed_events_through_the_api(make_stack, redis_server, tmp_path):
     """60 mixed events (conversations, screenshots, speech, real files) from three users, published by the
     SDK to two cpu workers, the store worker and beat: every event ends done, skipped or failed with a
     reason; each observation is stored exactly once; every user gets episodic memories; a screenshot's text
-    is found through POST /v1/search."""
+    is found through POST /v1/search. The /metrics of the api and of each worker (prefork children counted
+    through the multiprocess folder) count exactly what the ledger says was processed."""
     t0 = time.monotonic()
-    stack = make_stack(db_url(redis_server, 5), "apimix")
+    stack = make_stack(db_url(redis_server, 5), "apimix", metrics=True)
     ready = time.monotonic() - t0
     items = mixed_items(tmp_path / "media")
+    api_before = scrape(f"{stack.api_url}/metrics")
     with stack.client() as client:
         by_event = publish(client, items)
         published = time.monotonic() - t0
-        final = wait_final(stack, client, list(by_event), timeout=180)
+        final = wait_final(stack, client, list(by_event), timeout=360)
         processed = time.monotonic() - t0
         check_final(by_event, final)
         statuses = Counter(s.status.value for s in final.values())
@@ -263,7 +307,8 @@ def test_sixty_mixed_events_through_the_api(make_stack, redis_server, tmp_path):
         # the text of one synthetic screenshot, rendered there only, is found by OCR and search
         screen_eid, screen = next((e, it) for e, it in by_event.items() if it.user == "bob" and it.app == "Notes")
         topic = screen.window.split(" (")[0]
-        hits = client.search(topic, user="bob", memory_types=[MemoryType.observation], limit=3).hits
+        hits = client.search(screen.window, user="bob", memory_types=[MemoryType.observation],
+                             kinds=[MediaKind.screenshot], limit=3).hits
         assert hits and hits[0].kind.value == "screenshot" and hits[0].event_ids == [screen_eid], hits[:1]
         assert all(w in hits[0].text.lower() for w in topic.lower().split()), hits[0].text
         real = next((it for it in items if it.path.name == "screenpipe_testing_OCR.png"), None)
@@ -271,6 +316,7 @@ def test_sixty_mixed_events_through_the_api(make_stack, redis_server, tmp_path):
             hits = client.search("receiver_count", user="alice", memory_types=[MemoryType.observation]).hits
             assert any("receiver_count" in h.text for h in hits), [h.text[:80] for h in hits]
         wait_memories(stack, client, USERS, timeout=90)
+    check_metrics(stack, api_before, final)
     counts = stop_and_count(stack, final, USERS)
     kinds = Counter(it.path.suffix for it in items)
     print(f"\n60 events ({dict(kinds)}; {statuses}): cluster ready {ready:.1f} s, published {published:.1f} s, "
