@@ -30,6 +30,8 @@ class ModelSettings(BaseModel):
                                      "model; unset: detected per chunk.")
     asr_compute_type: str = Field("int8", description="CTranslate2 compute type for ASR.")
     asr_beam_size: int = Field(5, ge=1, description="Beam size for speech-to-text decoding.")
+    asr_batch_size: int = Field(1, ge=1, description="Speech pieces decoded together (faster-whisper's batched "
+                                "pipeline; worth it on a GPU); 1: sequential.")
     device: str = Field("cpu", description="'cpu' or 'cuda'; GPU paths fall back to CPU here.")
     cpu_threads: int = Field(0, ge=0, description="Threads per model (0: the library's default).")
     cache_dir: Path = Field(default_factory=lambda: Path(user_cache_dir("engram")) / "models",

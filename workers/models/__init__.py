@@ -28,7 +28,7 @@ def get_model(task: str, settings: Settings) -> Model:
             device = m.device
             compute = m.asr_compute_type if device == "cpu" else "float16"
             return cached(WhisperAsr, m.asr_model, device=device, compute_type=compute, cpu_threads=m.cpu_threads,
-                          cache_dir=str(m.cache_dir))
+                          cache_dir=str(m.cache_dir), batch_size=m.asr_batch_size)
         case "voice":
             return cached(ResemblyzerVoice, "resemblyzer", device=m.device)
         case "faces":
