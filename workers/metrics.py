@@ -15,7 +15,8 @@ Where each family is counted:
 - observations and memories written: the store and consolidate stages; near-duplicate drops: ingest;
 - publish-to-searchable: the store stage, when an event's last segment is stored (ledger ``created_at`` to
   now); search latency: the query stage;
-- queue depth: ``QueueDepthCollector``, read from Redis at scrape time by the api.
+- queue depth: ``QueueDepthCollector``, read from Redis at scrape time by the api;
+- worker CPU and memory (with the pool processes): ``WorkerResourcesCollector``, on the worker's port.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 #: Latency buckets from 5 ms to 10 min (stages, publish-to-searchable).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -143,6 +144,39 @@ class _ThisProcess:
         yield from REGISTRY.collect()
 
 
+class WorkerResourcesCollector:
+    """``engram_worker_cpu_seconds_total`` and ``engram_worker_resident_memory_bytes``: CPU time and resident
+    memory of this process together with its child processes (a prefork worker's pool), read with psutil
+    at scrape time. (prometheus-client's own process metrics cover one process and are not exported in
+    multiprocess mode.)"""
+
+    def __init__(self, pid: int | None = None) -> None:
+        import psutil
+
+        self.proc = psutil.Process(pid)
+
+    def collect(self):
+        import psutil
+
+        cpu = CounterMetricFamily("engram_worker_cpu_seconds", "CPU seconds (user + system) of the worker "
+                                "and its pool processes.")
+        rss = GaugeMetricFamily("engram_worker_resident_memory_bytes", "Resident memory of the worker and its "
+                                "pool processes, bytes.")
+        total_cpu = total_rss = 0.0
+        for p in [self.proc, *self.proc.children(recursive=True)]:
+            try:
+                with p.oneshot():
+                    times = p.cpu_times()
+                    total_cpu += times.user + times.system
+                    total_rss += p.memory_info().rss
+            except psutil.Error:  # a pool process that exited meanwhile
+                continue
+        cpu.add_metric([], total_cpu)
+        rss.add_metric([], total_rss)
+        yield cpu
+        yield rss
+
+
 def multiprocess_dir() -> str | None:
     """``PROMETHEUS_MULTIPROC_DIR`` when set (prefork workers, several api processes), else None."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
@@ -171,7 +205,9 @@ def serve_metrics(port: int, addr: str = "0.0.0.0") -> None:
     daemon thread (prometheus_client's HTTP server). Raises OSError when the port is taken."""
     from prometheus_client import start_http_server
 
-    start_http_server(port, addr=addr, registry=registry())
+    reg = registry()
+    reg.register(WorkerResourcesCollector())
+    start_http_server(port, addr=addr, registry=reg)
 
 
 def mark_process_dead(pid: int) -> None:
