@@ -69,13 +69,13 @@ SEARCH_SECONDS = Histogram("engram_search_duration_seconds", "Hybrid search late
 
 _REASONS = (("exact duplicate", "exact_duplicate"), ("near-duplicate", "near_duplicate"),
             ("stalled", "stalled"), ("retries exhausted", "retries_exhausted"), ("no content", "no_content"))
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Timeout)\b")
+_EXCEPTION = re.compile(r"^[A-Z][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*: ")  # "KeyError: ...", "UnexpectedResponse: ..."
 
 
 def reason_class(status: str, reason: str | None) -> str:
     """A bounded label for a free-text ledger reason: ``none``, ``exact_duplicate``, ``near_duplicate``,
-    ``stalled``, ``retries_exhausted``, ``no_content``, ``error`` (an unexpected exception: its reason starts
-    with the exception's class name) or ``bad_input`` (any other failure: stage() records bad input by its
+    ``stalled``, ``retries_exhausted``, ``no_content``, ``error`` (an unexpected exception: stage() writes its
+    reason as "ClassName: message") or ``bad_input`` (any other failure: stage() records bad input by its
     message alone)."""
     if not reason:
         return "none"

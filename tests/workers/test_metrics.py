@@ -1,0 +1,77 @@
+"""Metrics and structured logs: the ledgers count each final transition once, reasons map to bounded
+labels, and log lines carry tenant, event id, stage and task id (JSON with ``--log-format json``)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from prometheus_client import REGISTRY
+
+from schemas.events import EventStatus
+from tests.workers.test_ledger import ledger, make_event  # noqa: F401  (the ledger fixture: SQLite and Redis)
+from workers.metrics import reason_class
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.parametrize(("status", "reason", "label"), [
+    ("done", None, "none"),
+    ("skipped", "exact duplicate of event 1234", "exact_duplicate"),
+    ("skipped", "near-duplicate of the device's previous frame (event 9)", "near_duplicate"),
+    ("failed", "stalled: no progress for 3600 s after 3 redeliveries", "stalled"),
+    ("failed", "ConnectionError: refused (retries exhausted)", "retries_exhausted"),
+    ("failed", "KeyError: 'x'", "error"),
+    ("failed", "UnexpectedResponse: 500 (Internal Server Error)", "error"),
+    ("failed", "Invalid conversation record at line 3: missing text", "bad_input"),
+    ("failed", "corrupt or truncated PNG: image file is truncated", "bad_input"),
+    ("done", "no content to store", "no_content"),
+])
+def test_reason_classes_are_bounded(status, reason, label):
+    assert reason_class(status, reason) == label
+
+
+def test_ledger_counts_each_transition_once(ledger):  # noqa: F811
+    """Received once per new event; finished once per event, whatever marks it again afterwards."""
+    kind = "screenshot"
+    received = sample("engram_events_received_total", kind=kind)
+    done = sample("engram_events_finished_total", kind=kind, status="done", stage="none", reason="none")
+    failed = sample("engram_events_finished_total", kind=kind, status="failed", stage="perceive", reason="bad_input")
+
+    a, b = make_event(content=f"a{uuid.uuid4()}".encode()), make_event(content=f"b{uuid.uuid4()}".encode())
+    for ev in (a, b, a):
+        ledger.record_queued(ev)
+    ledger.expect_segments(a.event_id, 2)
+    ledger.segment_done(a.event_id, 0, 1)
+    ledger.segment_done(a.event_id, 1, 1)
+    ledger.segment_done(a.event_id, 1, 1)  # redelivered
+    ledger.mark(a.event_id, EventStatus.failed, stage="perceive", reason="corrupt")  # already final
+    ledger.mark(b.event_id, EventStatus.failed, stage="perceive", reason="corrupt or truncated PNG")
+    ledger.mark(b.event_id, EventStatus.failed, stage="perceive", reason="corrupt or truncated PNG")
+
+    assert sample("engram_events_received_total", kind=kind) - received == 2
+    assert sample("engram_events_finished_total", kind=kind, status="done", stage="none", reason="none") - done == 1
+    assert sample("engram_events_finished_total", kind=kind, status="failed", stage="perceive",
+                  reason="bad_input") - failed == 1
+
+
+def test_json_logs_carry_tenant_event_stage_and_task(engram_env, tmp_path):
+    """``engram --log-format json`` writes one JSON object per log line; a failing event's line names the
+    tenant, the event id, the stage and the task id."""
+    from typer.testing import CliRunner
+
+    from api.cli import app
+
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+    result = CliRunner().invoke(app, ["--log-format", "json", "-v", "ingest", str(bad), "--tenant", "acme",
+                                      "--user", "alice", "--device", "laptop", "--no-consolidate"])
+    lines = [json.loads(ln) for ln in result.stderr.splitlines() if ln.startswith("{")]
+    failed = [ln for ln in lines if ln.get("event") == "event failed"]
+    assert failed, result.stderr
+    line = failed[0]
+    assert line["tenant"] == "acme" and line["stage"] == "ingest" and uuid.UUID(line["event_id"])
+    assert "task_id" in line and line["level"] == "warning" and "timestamp" in line
