@@ -19,6 +19,9 @@ from workers.models.base import Model
 
 #: dlib's own threshold for "same person" on its face descriptor (Euclidean distance).
 SAME_PERSON_DISTANCE = 0.6
+#: Side of the CNN detector's sliding window, pixels: it finds no smaller face without upsampling (and dlib
+#: raises on frames smaller than the network's receptive field), so smaller frames are not given to it.
+CNN_WINDOW = 80
 
 
 class DlibFaces(Model):
@@ -67,6 +70,8 @@ class DlibFaces(Model):
                 by_shape.setdefault(frames[i].shape, []).append(i)
         for idx in by_shape.values():
             scaled = [_downscale(frames[i], self.options.get("cnn_max_side", 640)) for i in idx]
+            if min(scaled[0][0].shape[:2]) < CNN_WINDOW:  # no room for a face it can find
+                continue
             with self._predict_lock:
                 batches = self.session.batch_face_locations([s for s, _ in scaled], number_of_times_to_upsample=0,
                                                             batch_size=8)
