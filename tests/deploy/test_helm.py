@@ -1,0 +1,364 @@
+"""helm/engram: `helm lint --strict`, `helm template` under several value sets, the rendered core kinds
+validated offline by kubernetes-validate (strict: unknown fields fail), the KEDA and Prometheus-operator
+kinds (no schemas there) checked field by field, and the chart's rules: probes on /healthz and /readyz, one
+beat, GPU requests, every queue served by a worker command engram accepts, no secret in the ConfigMap.
+
+The helm binary comes from scripts/get_helm.sh (run by `scripts/setup.sh --dev`); without it these tests
+skip and say so."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from api.processes import ALL_QUEUES, plan_worker
+from schemas.settings import Settings
+from tests.deploy.test_compose import _setting_exists, _tool
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "engram"
+K8S_VERSION = "1.33.0"  # a release kubernetes-validate has schemas for
+RELEASE = "eg"
+OPERATOR_KINDS = {"ScaledObject", "TriggerAuthentication", "ServiceMonitor"}  # CRDs: no schemas offline
+ALL_GROUPS = ("cpu", "gpu", "store", "query")
+
+SCENARIOS: dict[str, dict] = {
+    "default": {},
+    "gpu": {"workers": {"gpu": {"enabled": True}}},
+    "keda": {"keda": {"enabled": True}, "redis": {"existingSecret": "eg-redis"},
+             "workers": {g: {"enabled": True, "autoscaling": {"enabled": True}} for g in ALL_GROUPS}},
+    "hpa": {"api": {"autoscaling": {"enabled": True}},
+            "workers": {g: {"autoscaling": {"enabled": True}} for g in ("cpu", "store", "query")}},
+    "ingress": {"api": {"ingress": {"enabled": True, "className": "nginx",
+                                    "tls": [{"secretName": "engram-tls", "hosts": ["engram.example.com"]}]}}},
+    "servicemonitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+    "secrets": {"redis": {"password": "redis-pw-1"}, "s3": {"accessKey": "s3-user-1", "secretKey": "s3-secret-1"},
+                "qdrant": {"apiKey": "qdrant-key-1"},
+                "secrets": {"vlmApiKey": "vlm-key-1", "extra": {"ENGRAM_VAULT_KEY": "vault-key-1"}}},
+    "existing": {"redis": {"existingSecret": "eg-redis"}, "s3": {"existingSecret": "eg-minio"},
+                 "qdrant": {"existingSecret": "eg-qdrant"}, "secrets": {"existingSecret": "engram-env"}},
+}
+SECRET_VALUES = ["redis-pw-1", "s3-user-1", "s3-secret-1", "qdrant-key-1", "vlm-key-1", "vault-key-1"]
+
+
+@functools.cache
+def helm_binary() -> str | None:
+    return _tool("helm")
+
+
+def helm(*args: str, values: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run helm with ``values`` given as a values file (JSON is YAML); skips when helm is absent."""
+    binary = helm_binary()
+    if binary is None:
+        pytest.skip("helm not found: `bash scripts/setup.sh --dev` puts it in .venv/bin (scripts/get_helm.sh)")
+    with tempfile.TemporaryDirectory() as tmp:
+        values_file = Path(tmp) / "values.json"
+        values_file.write_text(json.dumps(values or {}))
+        proc = subprocess.run([binary, *args, "-f", str(values_file)], capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+@functools.cache
+def _render(name: str) -> tuple[dict, ...]:
+    out = helm("template", RELEASE, str(CHART), "--namespace", "memory", values=SCENARIOS[name]).stdout
+    return tuple(d for d in yaml.safe_load_all(out) if d)
+
+
+def render(name: str) -> list[dict]:
+    return list(_render(name))
+
+
+def find(docs: list[dict], kind: str, name: str | None = None) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def one(docs: list[dict], kind: str, name: str) -> dict:
+    found = find(docs, kind, name)
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} rendered"
+    return found[0]
+
+
+def workers(docs: list[dict]) -> dict[str, dict]:
+    """Worker Deployments by group name."""
+    prefix = f"{RELEASE}-engram-worker-"
+    return {d["metadata"]["name"].removeprefix(prefix): d for d in find(docs, "Deployment")
+            if d["metadata"]["name"].startswith(prefix)}
+
+
+def container(deployment: dict) -> dict:
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def option(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+@pytest.mark.parametrize("scenario", ["default", "gpu"])
+def test_lint_strict(scenario):
+    proc = helm("lint", "--strict", str(CHART), values=SCENARIOS[scenario])
+    assert "0 chart(s) failed" in proc.stdout
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_rendered_core_kinds_are_valid(scenario):
+    """Every core object passes kubernetes-validate's strict schema of K8S_VERSION (unknown fields fail)."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]'")
+    docs = render(scenario)
+    assert {"Deployment", "Service", "ConfigMap", "Secret", "ServiceAccount"} <= {d["kind"] for d in docs} | (
+        {"Secret"} if scenario == "existing" else set())
+    for doc in docs:
+        if doc["kind"] in OPERATOR_KINDS:
+            continue
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_api_probes_service_and_ingress():
+    docs = render("ingress")
+    api = one(docs, "Deployment", f"{RELEASE}-engram-api")
+    c = container(api)
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in c["ports"]
+    assert c["args"][:1] == ["serve"] and option(c["args"], "--port") == "8000"
+    svc = one(docs, "Service", f"{RELEASE}-engram-api")
+    assert svc["spec"]["selector"].items() <= api["spec"]["template"]["metadata"]["labels"].items()
+    ingress = one(docs, "Ingress", f"{RELEASE}-engram-api")
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": svc["metadata"]["name"], "port": {"name": "http"}}
+    assert ingress["spec"]["tls"][0]["secretName"] == "engram-tls"
+    assert not find(render("default"), "Ingress")
+
+
+@pytest.mark.parametrize("scenario", ["default", "gpu", "keda"])
+def test_beat_is_a_single_replica(scenario):
+    beat = one(render(scenario), "Deployment", f"{RELEASE}-engram-beat")
+    assert beat["spec"]["replicas"] == 1
+    assert beat["spec"]["strategy"] == {"type": "Recreate"}
+    assert container(beat)["args"] == ["beat"]
+    beats = [d for d in find(render(scenario), "Deployment") if container(d)["args"][:1] == ["beat"]]
+    assert len(beats) == 1
+
+
+def test_gpu_worker_requests_a_gpu_and_takes_the_gpu_queue():
+    default, gpu_on = workers(render("default")), workers(render("gpu"))
+    assert "gpu" not in default  # off by default; the CPU workers serve perceive.gpu meanwhile
+    assert "perceive.gpu" in option(container(default["cpu"])["args"], "--queues").split(",")
+    gpu = gpu_on["gpu"]
+    c = container(gpu)
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert c["image"].startswith("engram-worker-gpu:")
+    assert {"name": "ENGRAM_MODELS__DEVICE", "value": "cuda"} in c["env"]
+    spec = gpu["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert option(c["args"], "--queues") == "perceive.gpu"
+    assert "perceive.gpu" not in option(container(gpu_on["cpu"])["args"], "--queues").split(",")
+    for name, deployment in gpu_on.items():  # no other pod asks for a GPU
+        if name != "gpu":
+            assert "nvidia.com/gpu" not in str(container(deployment)["resources"])
+
+
+def _pod_environment(docs: list[dict], deployment: dict) -> dict[str, str]:
+    """The variables a pod would see: its ConfigMap and chart Secret, then its env (secret refs as 'x')."""
+    env: dict[str, str] = {}
+    for source in container(deployment).get("envFrom", []):
+        if ref := source.get("configMapRef"):
+            env.update(one(docs, "ConfigMap", ref["name"])["data"])
+        elif (ref := source.get("secretRef")) and find(docs, "Secret", ref["name"]):
+            env.update(one(docs, "Secret", ref["name"])["stringData"])
+    for var in container(deployment)["env"]:
+        value = var.get("value", "x")
+        for name, known in env.items():  # Kubernetes' $(VAR) expansion of earlier variables
+            value = value.replace(f"$({name})", known)
+        env[var["name"]] = value
+    return env
+
+
+@pytest.mark.parametrize("scenario", ["default", "gpu", "keda", "secrets"])
+def test_worker_commands_are_accepted_and_serve_every_queue(scenario, monkeypatch):
+    """Each worker's arguments pass `engram worker`'s own check (api.processes.plan_worker) with the
+    settings its pod gets, and together the workers serve all seven queues of workers/app.py."""
+    docs = render(scenario)
+    served: set[str] = set()
+    for deployment in workers(docs).values():
+        args = container(deployment)["args"]
+        assert args[0] == "worker"
+        for var in [v for v in os.environ if v.startswith("ENGRAM_")]:
+            monkeypatch.delenv(var)
+        for var, value in _pod_environment(docs, deployment).items():
+            monkeypatch.setenv(var, value)
+        settings = Settings()
+        assert settings.qdrant_url and settings.broker_url.startswith("redis://")
+        assert "$(" not in settings.broker_url
+        plan = plan_worker(settings, option(args, "--queues"), None, option(args, "--pool"),
+                           int(option(args, "--concurrency")))
+        served.update(plan.queues)
+    assert served == set(ALL_QUEUES)
+
+
+@pytest.mark.parametrize("scenario", ["default", "secrets", "existing"])
+def test_environment_names_are_engram_settings(scenario):
+    docs = render(scenario)
+    names = set(one(docs, "ConfigMap", f"{RELEASE}-engram-config")["data"])
+    for secret in find(docs, "Secret"):
+        names |= set(secret["stringData"])
+    for deployment in find(docs, "Deployment"):
+        names |= {v["name"] for v in container(deployment)["env"]}
+    for name in names - {"ENGRAM_VAULT_KEY"}:  # the vault's key rides in secrets.extra until the vault lands
+        if name.startswith("ENGRAM_"):
+            assert _setting_exists(name.removeprefix("ENGRAM_")), f"{name} is not a setting"
+
+
+def test_secrets_stay_out_of_the_configmap():
+    docs = render("secrets")
+    config = one(docs, "ConfigMap", f"{RELEASE}-engram-config")
+    text = yaml.safe_dump(config)
+    for value in SECRET_VALUES:
+        assert value not in text
+    secret = one(docs, "Secret", f"{RELEASE}-engram-secrets")
+    assert set(secret["stringData"].values()) == set(SECRET_VALUES)
+    for deployment in find(docs, "Deployment"):  # the Redis password reaches the URLs only by reference
+        env = {v["name"]: v for v in container(deployment)["env"]}
+        assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"],
+                                                                        "key": "REDIS_PASSWORD"}
+        assert env["ENGRAM_BROKER_URL"]["value"].startswith("redis://:$(REDIS_PASSWORD)@")
+        assert not any(value in yaml.safe_dump(deployment) for value in SECRET_VALUES)
+
+
+def test_existing_secrets_are_referenced_not_created():
+    docs = render("existing")
+    assert not find(docs, "Secret")
+    api = container(one(docs, "Deployment", f"{RELEASE}-engram-api"))
+    refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in api["env"] if "valueFrom" in v}
+    assert refs == {"REDIS_PASSWORD": {"name": "eg-redis", "key": "redis-password"},
+                    "ENGRAM_S3_ACCESS_KEY": {"name": "eg-minio", "key": "rootUser"},
+                    "ENGRAM_S3_SECRET_KEY": {"name": "eg-minio", "key": "rootPassword"},
+                    "ENGRAM_QDRANT_API_KEY": {"name": "eg-qdrant", "key": "api-key"}}
+    assert {"secretRef": {"name": "engram-env"}} in api["envFrom"]
+
+
+def test_keda_scaled_objects_have_their_required_fields():
+    """ScaledObject (keda.sh/v1alpha1): scaleTargetRef naming a rendered Deployment, one redis trigger
+    per queue of that worker (listName = Celery's Redis list, listLength a number), auth by reference."""
+    docs = render("keda")
+    deployments = workers(docs)
+    scaled = {d["spec"]["scaleTargetRef"]["name"]: d for d in find(docs, "ScaledObject")}
+    assert set(scaled) == {d["metadata"]["name"] for d in deployments.values()}
+    assert not find(docs, "HorizontalPodAutoscaler", f"{RELEASE}-engram-worker-cpu")
+    auth = one(docs, "TriggerAuthentication", f"{RELEASE}-engram-redis")
+    assert auth["apiVersion"] == "keda.sh/v1alpha1"
+    assert auth["spec"]["secretTargetRef"] == [{"parameter": "password", "name": "eg-redis", "key": "redis-password"}]
+    for deployment in deployments.values():
+        obj = scaled[deployment["metadata"]["name"]]
+        assert obj["apiVersion"] == "keda.sh/v1alpha1"
+        assert "replicas" not in deployment["spec"]  # the autoscaler owns it
+        assert obj["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                                 "name": deployment["metadata"]["name"]}
+        assert 1 <= obj["spec"]["minReplicaCount"] <= obj["spec"]["maxReplicaCount"]
+        queues = option(container(deployment)["args"], "--queues").split(",")
+        triggers = obj["spec"]["triggers"]
+        assert [t["metadata"]["listName"] for t in triggers] == queues
+        for trigger in triggers:
+            assert trigger["type"] == "redis"
+            meta = trigger["metadata"]
+            assert meta["listLength"].isdigit() and int(meta["listLength"]) > 0
+            assert meta["address"] == "engram-redis-master:6379" and meta["databaseIndex"] == "0"
+            assert trigger["authenticationRef"] == {"name": auth["metadata"]["name"]}
+
+
+def test_hpa_on_cpu_without_keda():
+    docs = render("hpa")
+    hpas = {h["spec"]["scaleTargetRef"]["name"]: h for h in find(docs, "HorizontalPodAutoscaler")}
+    expected = {f"{RELEASE}-engram-{n}" for n in ("api", "worker-cpu", "worker-store", "worker-query")}
+    assert set(hpas) == expected
+    for name, hpa in hpas.items():
+        assert "replicas" not in one(docs, "Deployment", name)["spec"]
+        (metric,) = hpa["spec"]["metrics"]
+        assert metric["resource"]["name"] == "cpu" and metric["resource"]["target"]["type"] == "Utilization"
+    assert not find(docs, "ScaledObject")
+
+
+def test_service_monitors_select_services_with_their_ports():
+    """ServiceMonitor (monitoring.coreos.com/v1): a selector matching a rendered Service and endpoints
+    naming a port of it with the /metrics path; worker pods expose ENGRAM_METRICS_PORT as that port."""
+    docs = render("servicemonitor")
+    monitors = find(docs, "ServiceMonitor")
+    assert len(monitors) == 2 and not find(render("default"), "ServiceMonitor")
+    for monitor in monitors:
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        services = [s for s in find(docs, "Service") if selector.items() <= s["metadata"]["labels"].items()]
+        assert len(services) == 1, monitor["metadata"]["name"]
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics" and endpoint["interval"]
+        assert endpoint["port"] in {p["name"] for p in services[0]["spec"]["ports"]}
+    metrics_svc = one(docs, "Service", f"{RELEASE}-engram-worker-metrics")
+    for deployment in workers(docs).values():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert metrics_svc["spec"]["selector"].items() <= labels.items()
+        c = container(deployment)
+        assert {"name": "metrics", "containerPort": 9808, "protocol": "TCP"} in c["ports"]
+        assert {"name": "ENGRAM_METRICS_PORT", "value": "9808"} in c["env"]
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/port"] == "9808"
+
+
+def test_pod_disruption_budgets_select_their_pods():
+    docs = render("gpu")
+    pdbs = find(docs, "PodDisruptionBudget")
+    assert len(pdbs) == 5  # api and four worker groups; beat has none (one replica)
+    pod_labels = [d["spec"]["template"]["metadata"]["labels"] for d in find(docs, "Deployment")]
+    for pdb in pdbs:
+        selector = pdb["spec"]["selector"]["matchLabels"]
+        assert sum(selector.items() <= labels.items() for labels in pod_labels) == 1
+        assert pdb["spec"]["maxUnavailable"] == 1
+
+
+@pytest.mark.parametrize(("values", "reason"), [
+    ({"workers": {"query": {"enabled": False}}}, "no enabled worker group serves query"),
+    ({"workers": {"cpu": {"gpuFallback": False}}}, "no enabled worker group serves perceive.gpu"),
+    ({"workers": {"store": {"queues": ["link", "store", "consolidate", "stores"]}}}, 'unknown queue "stores"'),
+    ({"workers": {"cpu": {"pool": "gevent"}}}, "is not one of prefork, solo, threads"),
+    ({"qdrant": {"url": ""}}, "qdrant.url is required"),
+    ({"config": {"ENGRAM_S3_SECRET_KEY": "x"}}, "looks like a secret"),
+    ({"secrets": {"existingSecret": "env", "vlmApiKey": "k"}}, "secrets.existingSecret is set"),
+])
+def test_bad_values_fail_with_the_reason(values, reason):
+    proc = helm("template", RELEASE, str(CHART), values=values, check=False)
+    assert proc.returncode != 0 and reason in proc.stderr, proc.stderr
+
+
+def _value_paths(node: dict, prefix: str = "") -> list[str]:
+    """Dotted paths of values.yaml down to its documented leaves (free-form maps count as one value)."""
+    free_form = {"resources", "nodeSelector", "tolerations", "affinity", "env", "podAnnotations", "annotations",
+                 "labels", "config", "extra", "livenessProbe", "readinessProbe", "podSecurityContext",
+                 "containerSecurityContext", "hosts", "tls"}
+    paths = []
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in free_form:
+            paths += _value_paths(value, path + ".")
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_readme_documents_every_value():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    readme = (CHART / "README.md").read_text()
+    documented = {line.split("|")[1].strip().strip("`") for line in readme.splitlines() if line.startswith("| `")}
+    for path in _value_paths(values):
+        generic = path.replace(".cpu.", ".<group>.").replace(".gpu.", ".<group>.").replace(
+            ".store.", ".<group>.").replace(".query.", ".<group>.")
+        assert path in documented or generic in documented, f"{path} is not in helm/engram/README.md's table"
