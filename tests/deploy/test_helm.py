@@ -328,8 +328,10 @@ def test_pod_disruption_budgets_select_their_pods():
 @pytest.mark.parametrize(("values", "reason"), [
     ({"workers": {"query": {"enabled": False}}}, "no enabled worker group serves query"),
     ({"workers": {"cpu": {"gpuFallback": False}}}, "no enabled worker group serves perceive.gpu"),
-    ({"workers": {"store": {"queues": ["link", "store", "consolidate", "stores"]}}}, 'unknown queue "stores"'),
-    ({"workers": {"cpu": {"pool": "gevent"}}}, "is not one of prefork, solo, threads"),
+    ({"workers": {"store": {"queues": ["link", "store", "consolidate", "stores"]}}}, "value must be one of"),
+    ({"workers": {"cpu": {"pool": "gevent"}}}, "value must be one of 'prefork', 'solo', 'threads'"),
+    ({"workers": {"cpu": {"concurency": 4}}}, "additional properties 'concurency' not allowed"),
+    ({"config": {"S3_BUCKET": "b"}}, "'S3_BUCKET' does not match pattern '^ENGRAM_"),
     ({"qdrant": {"url": ""}}, "qdrant.url is required"),
     ({"config": {"ENGRAM_S3_SECRET_KEY": "x"}}, "looks like a secret"),
     ({"secrets": {"existingSecret": "env", "vlmApiKey": "k"}}, "secrets.existingSecret is set"),
