@@ -87,10 +87,10 @@ def speech_files(folder: Path) -> list[Path]:
     return [p for p in (audio / "jfk.flac", audio / "leopard_test.wav") if p.exists()]
 
 
-def chats_and_screens(folder: Path, n: int, tag: str, offset: int = 0) -> list[Item]:
-    """``n`` items spread over the users, alternating conversations (4 messages) and screenshots (1 OCR
-    observation), each with distinct text. Each screenshot gets a device of its own, so that no frame is a
-    near-duplicate of the previous one of its device stream by chance."""
+def chats_and_screens(folder: Path, n: int, tag: str, offset: int = 0, kind: str | None = None) -> list[Item]:
+    """``n`` items spread over the users: conversations (4 messages) and screenshots (1 OCR observation)
+    alternating, or only ``kind`` ("text" or "screenshot"), each with distinct text. Each screenshot gets a
+    device of its own, so that no frame is a near-duplicate of the previous one of its device stream."""
     folder.mkdir(parents=True, exist_ok=True)
     start = datetime(2024, 5, 1, 9, tzinfo=UTC)
     items = []
@@ -98,13 +98,14 @@ def chats_and_screens(folder: Path, n: int, tag: str, offset: int = 0) -> list[I
         user = USERS[k % len(USERS)]
         topic = TOPICS[k % len(TOPICS)]
         when = start + timedelta(hours=k)
-        if (k // len(USERS)) % 2 == 0:
+        chat = kind == "text" if kind else (k // len(USERS)) % 2 == 0
+        if chat:
             path = folder / f"{tag}-{k}-{user}-chat.jsonl"
             count = make_conversation(path, f"{tag}-{user}-s{k}", (user, "friend"), f"{topic} ({tag} {k})", when)
             items.append(Item(path, user, f"{user}-phone", count, captured_at=when))
         else:
             path = folder / f"{tag}-{k}-{user}-screen.png"
             make_screenshot(path, f"Notes {k} - {user}", [topic, f"ticket {tag}-{k} for {user}"], seed=k)
-            items.append(Item(path, user, f"{user}-laptop-{k}", 1, app="Notes", window=f"{topic} ({tag} {k})",
-                              captured_at=when))
+            items.append(Item(path, user, f"{user}-laptop-{tag}-{k}", 1, app="Notes",
+                              window=f"{topic} ({tag} {k})", captured_at=when))
     return items
