@@ -109,7 +109,7 @@ def audio_seams(ctx: Context) -> list[Row]:
     whole = " ".join(w.word for w in _words(_observations(ctx, "jfk.flac")))
     stitched = " ".join(w.word for w in _words(chunked))
     n = len({o.segment_index for o in chunked})
-    return [("WER stitched vs. unchunked", f"audio/jfk.flac in {n} chunks of 5 s, 1 s overlap",
+    return [("WER stitched vs. unchunked", f"audio/jfk.flac, 5 s chunks with 1 s overlap (words from {n})",
              f"{speech.wer(whole, stitched):.1%}", "≈ 0")]
 
 
