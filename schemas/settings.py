@@ -67,6 +67,17 @@ class ModelSettings(BaseModel):
     vlm_required: bool = Field(False, description="If true, a caption that cannot be had fails the perceive stage "
                                "(retried, then the event fails with the reason); if false, the observation is "
                                "stored without a caption and a warning is logged.")
+    # a text LLM for `ask` (M3-Agent's search-then-decide loop) and LLM extraction (off by default)
+    llm_provider: Literal["none", "openai", "gemini"] = Field(
+        "none", description="'openai' (any OpenAI-compatible server: OpenAI, vLLM, Ollama), 'gemini' "
+        "(google-genai), or 'none' (ask returns the ranked evidence without an answer).")
+    llm_model: str = Field("gpt-4o-mini", description="Model name sent to the LLM endpoint.")
+    llm_base_url: str | None = Field(None, description="LLM endpoint, e.g. http://localhost:11434/v1 for Ollama; "
+                                     "unset: the provider's own.")
+    llm_api_key: SecretStr | None = Field(None, description="API key of the LLM endpoint.")
+    llm_timeout_seconds: float = Field(60.0, gt=0, description="Timeout of one LLM request.")
+    llm_max_retries: int = Field(2, ge=0, description="Retries (exponential backoff) of a failed LLM request.")
+    llm_max_tokens: int = Field(800, ge=1, description="Longest LLM reply, tokens.")
 
 
 class Settings(BaseSettings):
@@ -123,6 +134,8 @@ class Settings(BaseSettings):
     upload_url_expiry_seconds: int = Field(900, ge=1, le=7 * 86400, description="Lifetime of a presigned PUT URL.")
     api_max_body_bytes: int = Field(1024**2, ge=1024, description="Largest accepted API request body; larger: 413.")
     api_search_timeout_seconds: float = Field(30.0, gt=0, description="How long the API waits for a query worker.")
+    api_ask_timeout_seconds: float = Field(180.0, gt=0, description="How long the API waits for a query worker's "
+                                           "`ask` (up to 5 rounds of search and LLM calls).")
 
     # ingest
     max_object_bytes: int = Field(2 * 1024**3, description="Largest accepted object, bytes.")

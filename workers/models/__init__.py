@@ -10,14 +10,16 @@ from workers.models.asr import WhisperAsr
 from workers.models.base import Model, ModelUnavailable, cached
 from workers.models.embeddings import EmbeddingCache, MiniLMEmbedder, embed_cached
 from workers.models.faces import DlibFaces
+from workers.models.llm import ChatLlm, GeminiChat, LlmUnavailable, OpenAiChat
 from workers.models.ocr import RapidOcr
 from workers.models.vlm import CaptionUnavailable, GeminiCaptioner, OpenAiCaptioner
 from workers.models.voices import ResemblyzerVoice
 
 
 def get_model(task: str, settings: Settings) -> Model:
-    """The process's model for ``task`` (``embedding``, ``ocr``, ``asr``, ``voice``, ``faces`` or ``caption``).
-    Raises ValueError for another task, ModelUnavailable for ``caption`` when no VLM provider is configured."""
+    """The process's model for ``task`` (``embedding``, ``ocr``, ``asr``, ``voice``, ``faces``, ``caption`` or
+    ``llm``). Raises ValueError for another task, ModelUnavailable for ``caption`` / ``llm`` when no VLM / LLM
+    provider is configured."""
     m = settings.models
     match task:
         case "embedding":
@@ -44,10 +46,20 @@ def get_model(task: str, settings: Settings) -> Model:
                 case "gemini":
                     return cached(GeminiCaptioner, m.vlm_model, **options)
             raise ModelUnavailable("no VLM configured (ENGRAM_MODELS__VLM_PROVIDER is 'none')")
+        case "llm":
+            options = dict(base_url=m.llm_base_url, timeout=m.llm_timeout_seconds, max_retries=m.llm_max_retries,
+                           max_tokens=m.llm_max_tokens,
+                           api_key=m.llm_api_key.get_secret_value() if m.llm_api_key else None)
+            match m.llm_provider:
+                case "openai":
+                    return cached(OpenAiChat, m.llm_model, **options)
+                case "gemini":
+                    return cached(GeminiChat, m.llm_model, **options)
+            raise ModelUnavailable("no LLM configured (ENGRAM_MODELS__LLM_PROVIDER is 'none')")
         case _:
             raise ValueError(f"unknown model task {task!r}")
 
 
-__all__ = ["CaptionUnavailable", "DlibFaces", "EmbeddingCache", "GeminiCaptioner", "MiniLMEmbedder", "Model",
-           "ModelUnavailable", "OpenAiCaptioner", "RapidOcr", "ResemblyzerVoice", "WhisperAsr", "embed_cached",
-           "get_model"]
+__all__ = ["CaptionUnavailable", "ChatLlm", "DlibFaces", "EmbeddingCache", "GeminiCaptioner", "GeminiChat",
+           "LlmUnavailable", "MiniLMEmbedder", "Model", "ModelUnavailable", "OpenAiCaptioner", "OpenAiChat",
+           "RapidOcr", "ResemblyzerVoice", "WhisperAsr", "embed_cached", "get_model"]
