@@ -15,6 +15,7 @@ marked failed with that reason).
 from __future__ import annotations
 
 import base64
+import importlib
 
 from workers.media import jpeg_bytes
 from workers.models.base import Model
@@ -40,13 +41,29 @@ class VlmCaptioner(Model):
             return self._ask(jpeg_bytes(img, quality=85), prompt).strip()
         except CaptionUnavailable:
             raise
-        except Exception as exc:  # the SDK's errors after its own retries; reported with the endpoint
+        except self._sdk_errors() + _http_errors() as exc:  # after the SDK's own retries
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             where = self.options.get("base_url") or "the provider's default endpoint"
             raise CaptionUnavailable(f"captioning with {self.name!r} at {where} failed: {reason}") from exc
 
     def _ask(self, jpeg: bytes, prompt: str) -> str:
         raise NotImplementedError
+
+    def _sdk_errors(self) -> tuple[type[BaseException], ...]:
+        """The SDK's own error classes (status errors, and transport errors it wraps)."""
+        raise NotImplementedError
+
+
+def _http_errors() -> tuple[type[BaseException], ...]:
+    """Transport errors the SDKs may let through: OS-level ones and those of their HTTP client (httpx; some
+    builds ship it as ``httpx2``)."""
+    found: list[type[BaseException]] = [OSError]
+    for name in ("httpx", "httpx2"):
+        try:
+            found.append(importlib.import_module(name).HTTPError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
 
 
 class OpenAiCaptioner(VlmCaptioner):
@@ -68,6 +85,11 @@ class OpenAiCaptioner(VlmCaptioner):
         if not resp.choices or not resp.choices[0].message.content:
             raise CaptionUnavailable(f"captioning with {self.name!r}: the endpoint answered with no text")
         return resp.choices[0].message.content
+
+    def _sdk_errors(self) -> tuple[type[BaseException], ...]:
+        import openai
+
+        return (openai.OpenAIError,)
 
 
 class GeminiCaptioner(VlmCaptioner):
@@ -92,3 +114,8 @@ class GeminiCaptioner(VlmCaptioner):
         if not resp.text:
             raise CaptionUnavailable(f"captioning with {self.name!r}: the endpoint answered with no text")
         return resp.text
+
+    def _sdk_errors(self) -> tuple[type[BaseException], ...]:
+        from google.genai import errors
+
+        return (errors.APIError,)
