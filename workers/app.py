@@ -33,7 +33,7 @@ class Queue(StrEnum):
 QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 
 TASK_MODULES = ["workers.ingest", "workers.perceive", "workers.embed", "workers.link", "workers.store",
-                "workers.consolidate", "workers.query"]
+                "workers.consolidate", "workers.query", "workers.ask", "workers.memory_admin"]
 
 ROUTES = {
     "workers.ingest.*": {"queue": Queue.ingest.value},
@@ -43,6 +43,8 @@ ROUTES = {
     "workers.store.*": {"queue": Queue.store.value},
     "workers.consolidate.*": {"queue": Queue.consolidate.value},
     "workers.query.*": {"queue": Queue.query.value},
+    "workers.ask.*": {"queue": Queue.query.value},  # ask and memory management read the vector store
+    "workers.memory_admin.*": {"queue": Queue.query.value},
 }
 
 

@@ -65,6 +65,16 @@ class Ledger(Protocol):
     def done_segments(self, event_id: uuid.UUID) -> set[int]:
         """Indexes of the event's segments already stored."""
 
+    def user_events(self, tenant_id: str, user_id: str) -> list[LedgerRecord]:
+        """Every event of one user of a tenant, any status, oldest first."""
+
+    def forget_events(self, tenant_id: str, event_ids: list[uuid.UUID]) -> int:
+        """Delete the tenant's records of these events and what is kept about them (segments, the content
+        hashes and last kept frames they hold), as forgetting a user needs; returns the records deleted."""
+
+    def object_references(self, tenant_id: str, object_key: str) -> int:
+        """How many of the tenant's events (any status) reference ``object_key``."""
+
     def claim_stalled(self, older_than_s: float, max_redeliveries: int,
                       limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         """Events queued or processing without progress for ``older_than_s`` seconds (their task was lost:
@@ -266,6 +276,28 @@ class SqliteLedger:
         with self._tx() as db:
             rows = db.execute("SELECT segment_index FROM segments WHERE event_id=?", (str(event_id),))
             return {i for (i,) in rows}
+
+    def user_events(self, tenant_id: str, user_id: str) -> list[LedgerRecord]:
+        with self._tx() as db:
+            ids = db.execute("SELECT event_id FROM events WHERE tenant_id=? AND user_id=? ORDER BY created_at",
+                             (tenant_id, user_id)).fetchall()
+            return [r for (i,) in ids if (r := self._row(db, i))]
+
+    def forget_events(self, tenant_id: str, event_ids: list[uuid.UUID]) -> int:
+        deleted = 0
+        with self._tx() as db:
+            for eid in map(str, event_ids):
+                n = db.execute("DELETE FROM events WHERE event_id=? AND tenant_id=?", (eid, tenant_id)).rowcount
+                if n:
+                    for table in ("segments", "content", "frames"):
+                        db.execute(f"DELETE FROM {table} WHERE event_id=?", (eid,))  # fixed table names
+                deleted += n
+        return deleted
+
+    def object_references(self, tenant_id: str, object_key: str) -> int:
+        with self._tx() as db:
+            return db.execute("SELECT COUNT(*) FROM events WHERE tenant_id=? AND object_key=?",
+                              (tenant_id, object_key)).fetchone()[0]
 
     def claim_stalled(self, older_than_s: float, max_redeliveries: int,
                       limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
@@ -513,6 +545,45 @@ class RedisLedger:
 
     def done_segments(self, event_id: uuid.UUID) -> set[int]:
         return {int(i) for i in self.r.hkeys(self._ek(event_id) + ":segments")}
+
+    def _tenant_fields(self, tenant_id: str, *fields: str) -> list[tuple[str, list[str | None]]]:
+        """(event id, values of ``fields``) of every event of the tenant, oldest first (pipelined HMGETs)."""
+        eids = self.r.zrange(f"{self.p}tenant:{tenant_id}:events", 0, -1)
+        with self.r.pipeline(transaction=False) as pipe:
+            for eid in eids:
+                pipe.hmget(self._ek(eid), list(fields))
+            return list(zip(eids, pipe.execute(), strict=True))
+
+    def user_events(self, tenant_id: str, user_id: str) -> list[LedgerRecord]:
+        mine = [eid for eid, (user,) in self._tenant_fields(tenant_id, "user_id") if user == user_id]
+        return sorted((r for eid in mine if (r := self.get(uuid.UUID(eid)))), key=lambda r: r.created_at)
+
+    def forget_events(self, tenant_id: str, event_ids: list[uuid.UUID]) -> int:
+        deleted = 0
+        for eid in map(str, event_ids):
+            key = self._ek(eid)
+            rec = self.r.hgetall(key)
+            if not rec or rec["tenant_id"] != tenant_id:
+                continue
+            ckey = f"{self.p}content:{tenant_id}:{rec['sha256']}"
+            fkey = f"{self.p}frame:{tenant_id}:{rec['device_id']}"
+
+            def fn(pipe, key=key, eid=eid, ckey=ckey, fkey=fkey):
+                holds_content = pipe.get(ckey) == eid
+                holds_frame = pipe.hget(fkey, "event_id") == eid
+                pipe.multi()
+                pipe.delete(key, key + ":segments", *([ckey] if holds_content else []),
+                            *([fkey] if holds_frame else []))
+                pipe.zrem(f"{self.p}tenant:{tenant_id}:events", eid)
+                for st in EventStatus:
+                    pipe.zrem(f"{self.p}tenant:{tenant_id}:status:{st.value}", eid)
+
+            self._transact(fn, key, ckey, fkey)
+            deleted += 1
+        return deleted
+
+    def object_references(self, tenant_id: str, object_key: str) -> int:
+        return sum(key == object_key for _, (key,) in self._tenant_fields(tenant_id, "object_key"))
 
     def claim_stalled(self, older_than_s: float, max_redeliveries: int,
                       limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:

@@ -44,6 +44,9 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove ``key`` if present."""
 
+    def keys(self, prefix: str) -> list[str]:
+        """Every key starting with ``prefix`` (e.g. ``derived/<tenant>/<event id>/``), sorted."""
+
     def ping(self) -> None:
         """Check the store is reachable and usable; raises OSError (or the SDK's error) if not."""
 
@@ -113,6 +116,15 @@ class LocalObjectStore:
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
+
+    def keys(self, prefix: str) -> list[str]:
+        base = self.root / _check_key(prefix.rstrip("/"))
+        start = base if base.is_dir() else base.parent
+        if not start.is_dir():
+            return []
+        found = (p.relative_to(self.root).as_posix() for p in start.rglob("*")
+                 if p.is_file() and not p.name.startswith(".tmp-"))
+        return sorted(k for k in found if k.startswith(prefix))
 
     def ping(self) -> None:
         if not self.root.is_dir():
@@ -198,6 +210,10 @@ class S3ObjectStore:
     def delete(self, key: str) -> None:
         self._ensure_bucket()
         self.client.remove_object(self.bucket, _check_key(key))
+
+    def keys(self, prefix: str) -> list[str]:
+        self._ensure_bucket()
+        return sorted(o.object_name for o in self.client.list_objects(self.bucket, prefix=prefix, recursive=True))
 
     def ping(self) -> None:
         self.client.bucket_exists(self.bucket)

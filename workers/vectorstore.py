@@ -135,6 +135,25 @@ class VectorStore:
             self.ensure(collection)
             self.client.set_payload(collection, payload=payload, points=[str(i) for i in ids], wait=True)
 
+    def delete(self, collection: str, selector: list[uuid.UUID | str] | qm.Filter) -> None:
+        """Delete the points with these ids, or every point matching a filter."""
+        self.ensure(collection)
+        points = selector if isinstance(selector, qm.Filter) else [str(i) for i in selector]
+        if points:
+            self.client.delete(collection, points_selector=points, wait=True)
+
+    def newest(self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts") -> list[qm.Record]:
+        """The first ``limit`` points matching ``flt`` by descending payload ``key`` (points without it come
+        last, in storage order). Qdrant orders by an indexed payload field (``_INDEXED_FIELDS``)."""
+        self.ensure(collection)
+        order = qm.OrderBy(key=key, direction=qm.Direction.DESC)
+        out, _ = self.client.scroll(collection, scroll_filter=flt, limit=limit, order_by=order, with_payload=True)
+        if len(out) < limit:
+            rest = qm.Filter(must=[*(flt.must or []), qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))])
+            more, _ = self.client.scroll(collection, scroll_filter=rest, limit=limit - len(out), with_payload=True)
+            out.extend(more)
+        return out
+
     def count(self, collection: str, flt: qm.Filter | None = None) -> int:
         """Exact number of points matching ``flt``."""
         self.ensure(collection)

@@ -1,0 +1,203 @@
+"""Memory management (queue ``query``): get, list, delete, export, and forget a user entirely.
+
+Every call is scoped to a tenant: an id of another tenant is treated as unknown. Items are read from the
+vector store as stored, with ``schemas.memory_admin.HIDDEN_FIELDS`` removed (a knowledge-vault entry comes
+without its encrypted secret).
+
+Forgetting a user (the right to erasure) deletes, for one (tenant, user):
+
+1. the user's points in every collection (observations, the six memory types including the knowledge
+   vault, and user-scoped entities);
+2. the tenant's entities that only the user's observations named (a chat speaker known from the user's
+   chats alone);
+3. the ledger's records of the user's events (with their segments, content hashes and last kept frames);
+4. the objects of those events: what ingest cut from them (``derived/<tenant>/<event>/``: keyframes, audio
+   chunks) and each published object (``media/<tenant>/<sha256>.<ext>``) that no remaining event of the
+   tenant references in the ledger and no remaining observation names as its ``object_key``. Objects are
+   content-addressed per tenant, so another user who published the same bytes keeps them. The OCR text
+   cached for a deleted image is deleted with it.
+
+Events of the user still queued or processing may write points after a forget; forget once ingestion
+has settled (``engram status``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import numpy as np
+import structlog
+from qdrant_client import models as qm
+
+from schemas.memories import MemoryType
+from schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage, MemoryRecord, UserExport
+from workers import media
+from workers.app import app
+from workers.models import get_model
+from workers.objectstore import ObjectNotFound
+from workers.runtime import Runtime, runtime
+from workers.vectorstore import COLLECTIONS, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
+
+log = structlog.get_logger("engram.memory_admin")
+
+_IMAGE_SUFFIXES = (".png", ".jpg", ".webp", ".gif", ".bmp", ".tif")
+
+
+def _time(ts: float | None) -> datetime | None:
+    return datetime.fromtimestamp(ts, UTC) if ts is not None else None
+
+
+def to_record(memory_type: MemoryType, point: qm.Record) -> MemoryRecord:
+    """A stored point as a MemoryRecord (hidden fields removed)."""
+    p = point.payload or {}
+    return MemoryRecord(
+        id=uuid.UUID(str(point.id)), memory_type=memory_type, tenant_id=p["tenant_id"], user_id=p.get("user_id"),
+        time=_time(p.get("start_ts")), time_end=_time(p.get("end_ts")),
+        text=p.get("text") or p.get("summary") or p.get("caption") or p.get("value") or p.get("title") or "",
+        payload={k: v for k, v in p.items() if k not in HIDDEN_FIELDS})
+
+
+def _find(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> tuple[MemoryType, qm.Record] | None:
+    for mtype in MemoryType:
+        for point in rt.vectors.retrieve(collection_for(mtype), [memory_id]):
+            if (point.payload or {}).get("tenant_id") == tenant_id:
+                return mtype, point
+    return None
+
+
+def get_memory(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
+    """The tenant's observation or memory with this id (any type), or None (unknown or another tenant's)."""
+    found = _find(rt, tenant_id, memory_id)
+    return to_record(*found) if found else None
+
+
+def list_memories(rt: Runtime, tenant_id: str, memory_type: MemoryType, user_id: str | None = None,
+                  limit: int = 50, offset: int = 0) -> MemoryPage:
+    """A page of one type, newest content first (by the start of the span it covers). Cost grows with
+    ``offset + limit`` (Qdrant's ordered scroll has no offset)."""
+    flt = tenant_filter(tenant_id, user_id)
+    coll = collection_for(memory_type)
+    points = rt.vectors.newest(coll, flt, offset + limit)[offset:]
+    return MemoryPage(memory_type=memory_type, user_id=user_id, total=rt.vectors.count(coll, flt), limit=limit,
+                      offset=offset, items=[to_record(memory_type, p) for p in points])
+
+
+def delete_memory(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
+    """Delete the tenant's observation or memory with this id; returns its type, or None when unknown.
+    Memories built from a deleted observation keep it in their provenance."""
+    found = _find(rt, tenant_id, memory_id)
+    if found is None:
+        return None
+    rt.vectors.delete(collection_for(found[0]), [memory_id])
+    log.info("memory deleted", tenant=tenant_id, memory_id=str(memory_id), memory_type=found[0].value)
+    return found[0]
+
+
+def export_user(rt: Runtime, tenant_id: str, user_id: str) -> UserExport:
+    """Everything stored about the user: ledger events and every observation and memory, with provenance,
+    each type newest first, vault entries without their secrets."""
+    flt = tenant_filter(tenant_id, user_id)
+    memories = {}
+    for mtype in MemoryType:
+        points = rt.vectors.scroll(collection_for(mtype), flt)
+        points.sort(key=lambda p: -(p.payload or {}).get("start_ts", float("-inf")))
+        memories[mtype] = [to_record(mtype, p) for p in points]
+    return UserExport(tenant_id=tenant_id, user_id=user_id, exported_at=datetime.now(UTC),
+                      events=rt.ledger.user_events(tenant_id, user_id), memories=memories)
+
+
+def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
+    """Delete everything stored about one user of a tenant (see the module docstring for what and in which
+    order); returns what was deleted and which shared objects were kept."""
+    owned = tenant_filter(tenant_id, user_id)
+    events = rt.ledger.user_events(tenant_id, user_id)
+    observations = rt.vectors.scroll(OBSERVATIONS, owned)
+    payloads = [o.payload or {} for o in observations]
+    event_ids = list(dict.fromkeys([*(r.event_id for r in events),
+                                    *(uuid.UUID(p["event_id"]) for p in payloads if p.get("event_id"))]))
+    media_keys = sorted({r.object_key for r in events} | {p["object_key"] for p in payloads if p.get("object_key")})
+    named = {e for p in payloads for e in p.get("entity_ids") or []}
+
+    deleted: dict[str, int] = {}
+    for coll in COLLECTIONS:
+        deleted[coll] = rt.vectors.count(coll, owned)
+        if deleted[coll]:
+            rt.vectors.delete(coll, owned)
+    orphans = [e for e in sorted(named) if not rt.vectors.count(OBSERVATIONS, tenant_filter(tenant_id, entity_ids=e))]
+    if orphans:
+        rt.vectors.delete(ENTITIES, qm.Filter(must=[*tenant_filter(tenant_id).must, qm.HasIdCondition(has_id=orphans)]))
+    rt.ledger.forget_events(tenant_id, event_ids)
+
+    objects_deleted, objects_kept = [], []
+    for eid in event_ids:
+        for key in rt.objects.keys(f"derived/{tenant_id}/{eid}/"):
+            _delete_object(rt, tenant_id, key, objects_deleted)
+    for key in media_keys:
+        if not key.startswith(f"media/{tenant_id}/"):
+            continue  # not this tenant's content-addressed media: never ours to delete
+        if rt.ledger.object_references(tenant_id, key) or rt.vectors.count(
+                OBSERVATIONS, tenant_filter(tenant_id, object_key=key)):
+            objects_kept.append(key)
+        elif rt.objects.exists(key):
+            _delete_object(rt, tenant_id, key, objects_deleted)
+    report = ForgetReport(tenant_id=tenant_id, user_id=user_id, points_deleted=deleted, event_ids=event_ids,
+                          objects_deleted=objects_deleted, objects_kept=objects_kept, entities_deleted=len(orphans))
+    log.info("user forgotten", tenant=tenant_id, user=user_id, points=sum(deleted.values()), events=len(event_ids),
+             objects_deleted=len(objects_deleted), objects_kept=len(objects_kept), entities=len(orphans))
+    return report
+
+
+def _delete_object(rt: Runtime, tenant_id: str, key: str, deleted: list[str]) -> None:
+    """Delete ``key`` and, for an image, the OCR text cached for its pixels (``workers.vision``)."""
+    if key.lower().endswith(_IMAGE_SUFFIXES):
+        from workers.vision import ocr_cache_key, pixels_sha256
+
+        try:
+            pixels = np.asarray(media.load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))
+        except (ObjectNotFound, media.MediaError):
+            pass  # never decoded, so nothing was cached for it
+        else:
+            cache = ocr_cache_key(tenant_id, get_model("ocr", rt.settings).name, pixels_sha256(pixels))
+            if rt.objects.exists(cache):
+                rt.objects.delete(cache)
+                deleted.append(cache)
+    rt.objects.delete(key)
+    deleted.append(key)
+
+
+# --- tasks of the query worker (the API never opens the vector store) ---------------------------------------
+
+_OPTS = dict(ignore_result=False, pydantic=True, acks_late=True)
+
+
+@app.task(name="workers.memory_admin.get", **_OPTS)
+def get_task(tenant_id: str, memory_id: str) -> MemoryRecord | None:
+    """``get_memory`` on the query worker."""
+    return get_memory(runtime(), tenant_id, uuid.UUID(memory_id))
+
+
+@app.task(name="workers.memory_admin.list", **_OPTS)
+def list_task(tenant_id: str, memory_type: str, user_id: str | None = None, limit: int = 50,
+              offset: int = 0) -> MemoryPage:
+    """``list_memories`` on the query worker."""
+    return list_memories(runtime(), tenant_id, MemoryType(memory_type), user_id, limit, offset)
+
+
+@app.task(name="workers.memory_admin.delete", **_OPTS)
+def delete_task(tenant_id: str, memory_id: str) -> str | None:
+    """``delete_memory`` on the query worker; returns the deleted item's type, or None."""
+    found = delete_memory(runtime(), tenant_id, uuid.UUID(memory_id))
+    return found.value if found else None
+
+
+@app.task(name="workers.memory_admin.export", **_OPTS)
+def export_task(tenant_id: str, user_id: str) -> UserExport:
+    """``export_user`` on the query worker."""
+    return export_user(runtime(), tenant_id, user_id)
+
+
+@app.task(name="workers.memory_admin.forget", **_OPTS)
+def forget_task(tenant_id: str, user_id: str) -> ForgetReport:
+    """``forget_user`` on the query worker."""
+    return forget_user(runtime(), tenant_id, user_id)
