@@ -3,8 +3,9 @@
 Data flow (DESIGN.md): a device asks ``POST /v1/uploads`` for a presigned PUT URL of the content-addressed
 key ``media/<tenant>/<sha256>.<ext>``, PUTs the bytes straight to the object store, then publishes the
 ``MediaEvent`` with ``POST /v1/events``, which records it as queued in the ledger and sends it to the
-``ingest`` queue. ``POST /v1/search`` goes through the ``query`` queue: the API never opens the vector
-store. Every request is scoped to the tenant of its API key (``Authorization: Bearer <key>``).
+``ingest`` queue. ``POST /v1/search``, ``POST /v1/ask`` and memory management (``/v1/memories``, forgetting and
+exporting a user under ``/v1/users``) go through the ``query`` queue: the API never opens the vector store.
+Every request is scoped to the tenant of its API key (``Authorization: Bearer <key>``).
 
 Ownership: ``create_app`` builds the app; its ``Services`` (Redis client, ledger, object store, Celery
 producer) are made at start-up by the lifespan and shared by the request threads (FastAPI runs the sync
@@ -17,14 +18,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import structlog
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -40,7 +41,10 @@ from schemas.api import (
     UploadRequest,
     UploadResponse,
 )
-from schemas.events import EventStatus, MediaEvent, MediaKind
+from schemas.ask import AskFailed, AskQuery, AskRequest, AskResponse
+from schemas.events import _ID_PATTERN, EventStatus, MediaEvent, MediaKind
+from schemas.memories import MemoryType
+from schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
 from schemas.search import SearchRequest, SearchResponse
 from schemas.settings import Settings, get_settings
 from workers.ids import EXTENSIONS, object_key
@@ -51,6 +55,8 @@ log = structlog.get_logger("engram.api")
 
 INGEST_TASK = "workers.ingest.ingest"
 SEARCH_TASK = "workers.query.search"
+ASK_TASK = "workers.ask.ask"
+MEMORY_TASK = "workers.memory_admin."  # + get, list, delete, export, forget
 #: A request publishing to the broker answers 503 within about 2 s when the broker is down (workers wait
 #: longer: see ``task_publish_retry_policy`` in workers.app); the client retries the request.
 REQUEST_PUBLISH_RETRY = {"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
@@ -174,6 +180,7 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
 
     limit = (settings or get_settings()).api_max_body_bytes
     errors = {c: {"model": ApiError} for c in (401, 403, 404, 409, 413, 422, 503)}
+    query_errors = {**errors, 502: {"model": ApiError}, 504: {"model": ApiError}}
     app = FastAPI(title="engram", version="0.1.0", lifespan=lifespan, max_body_size=limit,
                   description="Long-term multimodal memory for AI agents: publish media, follow its "
                               "ingestion, search memories. Authenticate with `Authorization: Bearer <API key>`.")
@@ -197,6 +204,30 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
     def _unavailable(what: str, exc: Exception) -> HTTPException:
         log.error(f"{what} unavailable", error=f"{type(exc).__name__}: {exc}")
         return HTTPException(503, f"{what} unavailable, try again")
+
+    def _on_query_worker(svc: Services, task: str, args: list, timeout: float, what: str,
+                         timer: AbstractContextManager | None = None) -> Any:
+        """Send ``task`` to the query queue and wait for its JSON result. 503 when the broker refuses it,
+        504 when no query worker answers within ``timeout`` seconds, 502 when the task failed (with the
+        reason when it is an ``AskFailed``, whose message is ours)."""
+        from celery.exceptions import TimeoutError as CeleryTimeout
+
+        try:
+            result = svc.celery.send_task(task, args=args, retry_policy=REQUEST_PUBLISH_RETRY)
+        except Exception as exc:
+            raise _unavailable("queue", exc) from exc
+        try:
+            with timer or nullcontext():
+                return result.get(timeout=timeout)
+        except CeleryTimeout as exc:
+            raise HTTPException(504, f"no query worker answered within {timeout:g} s") from exc
+        except AskFailed as exc:
+            raise HTTPException(502, f"{what} failed: {exc}") from exc
+        except Exception as exc:
+            log.error(f"{what} failed", error=f"{type(exc).__name__}: {exc}")
+            raise HTTPException(502, f"{what} failed") from exc
+        finally:
+            result.forget()
 
     @app.get("/metrics", tags=["health"], response_class=Response)
     def metrics(svc: Svc) -> Response:
@@ -295,32 +326,82 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise HTTPException(404, "event not found")
         return EventStatusResponse.model_validate(rec.model_dump())
 
-    @app.post("/v1/search", tags=["search"], response_model=SearchResponse,
-              responses={**errors, 502: {"model": ApiError}, 504: {"model": ApiError}})
+    @app.post("/v1/search", tags=["search"], response_model=SearchResponse, responses=query_errors)
     def search(body: SearchQuery, tenant: Tenant, svc: Svc) -> SearchResponse:
         """Hybrid search over the key's tenant, run by a query worker. 403 for a body naming another
         tenant; 504 when no query worker answers in time; 502 when the search failed."""
-        from celery.exceptions import TimeoutError as CeleryTimeout
-
         if body.tenant_id is not None and body.tenant_id != tenant:
             raise HTTPException(403, "this API key cannot search another tenant")
         req = SearchRequest.model_validate({**body.model_dump(exclude={"tenant_id"}), "tenant_id": tenant})
-        try:
-            result = svc.celery.send_task(SEARCH_TASK, args=[req.model_dump(mode="json")],
-                                          retry_policy=REQUEST_PUBLISH_RETRY)
-        except Exception as exc:
-            raise _unavailable("queue", exc) from exc
-        timeout = svc.settings.api_search_timeout_seconds
-        try:
-            with SEARCH_SECONDS.time():
-                return SearchResponse.model_validate(result.get(timeout=timeout))
-        except CeleryTimeout as exc:
-            raise HTTPException(504, f"no query worker answered within {timeout:g} s") from exc
-        except Exception as exc:
-            log.error("search failed", error=f"{type(exc).__name__}: {exc}")
-            raise HTTPException(502, "search failed") from exc
-        finally:
-            result.forget()
+        return SearchResponse.model_validate(_on_query_worker(
+            svc, SEARCH_TASK, [req.model_dump(mode="json")], svc.settings.api_search_timeout_seconds, "search",
+            SEARCH_SECONDS.time()))
+
+    @app.post("/v1/ask", tags=["search"], response_model=AskResponse, responses=query_errors)
+    def ask(body: AskQuery, tenant: Tenant, svc: Svc) -> AskResponse:
+        """Answer a question from the tenant's memories, run by a query worker: with an LLM configured on
+        the workers, up to ``max_rounds`` rounds of search-then-decide (M3-Agent), returning the answer and
+        the memories it cites; without one, the ranked evidence with ``answer`` null. 403 for a body naming
+        another tenant; 502 when the LLM failed (the reason is given) or the ask failed; 504 when no query
+        worker answers within ``ENGRAM_API_ASK_TIMEOUT_SECONDS``."""
+        if body.tenant_id is not None and body.tenant_id != tenant:
+            raise HTTPException(403, "this API key cannot ask about another tenant")
+        req = AskRequest.model_validate({**body.model_dump(exclude={"tenant_id"}), "tenant_id": tenant})
+        return AskResponse.model_validate(_on_query_worker(
+            svc, ASK_TASK, [req.model_dump(mode="json")], svc.settings.api_ask_timeout_seconds, "ask"))
+
+    # --- memory management (tenant-scoped; another tenant's ids answer 404 like unknown ones) ---------------
+
+    @app.get("/v1/memories/{memory_id}", tags=["memories"], response_model=MemoryRecord, responses=query_errors)
+    def get_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> MemoryRecord:
+        """One observation or memory of any type, as stored (vault entries without their secret). 404 for
+        an unknown id and for another tenant's."""
+        got = _on_query_worker(svc, MEMORY_TASK + "get", [tenant, str(memory_id)],
+                               svc.settings.api_search_timeout_seconds, "get")
+        if got is None:
+            raise HTTPException(404, "memory not found")
+        return MemoryRecord.model_validate(got)
+
+    @app.get("/v1/memories", tags=["memories"], response_model=MemoryPage, responses=query_errors)
+    def list_memories(tenant: Tenant, svc: Svc,
+                      memory_type: Annotated[MemoryType, Query(alias="type", description="Which collection.")],
+                      user: Annotated[str | None, Query(pattern=_ID_PATTERN, description="Only this user's.")] = None,
+                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                      offset: Annotated[int, Query(ge=0, le=100_000)] = 0) -> MemoryPage:
+        """A page of one memory type of the tenant, newest content first, with the total."""
+        return MemoryPage.model_validate(_on_query_worker(
+            svc, MEMORY_TASK + "list", [tenant, memory_type.value, user, limit, offset],
+            svc.settings.api_search_timeout_seconds, "list"))
+
+    @app.delete("/v1/memories/{memory_id}", tags=["memories"], status_code=204, response_class=Response,
+                responses=query_errors)
+    def delete_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> Response:
+        """Delete one observation or memory. 404 for an unknown id and for another tenant's."""
+        if _on_query_worker(svc, MEMORY_TASK + "delete", [tenant, str(memory_id)],
+                            svc.settings.api_search_timeout_seconds, "delete") is None:
+            raise HTTPException(404, "memory not found")
+        return Response(status_code=204)
+
+    UserId = Annotated[str, Path(pattern=_ID_PATTERN, description="A user of the key's tenant.")]
+
+    @app.delete("/v1/users/{user_id}", tags=["memories"], response_model=ForgetReport, responses=query_errors)
+    def forget_user(user_id: UserId, tenant: Tenant, svc: Svc) -> ForgetReport:
+        """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of
+        the user's events, and the objects no other user of the tenant references. Publishing the same
+        files again afterwards ingests them anew."""
+        report = ForgetReport.model_validate(_on_query_worker(
+            svc, MEMORY_TASK + "forget", [tenant, user_id], svc.settings.api_ask_timeout_seconds, "forget"))
+        if report.event_ids:  # the events' publish claims: a device publishing them again is heard again
+            svc.redis.delete(*(CLAIM_PREFIX + str(e) for e in report.event_ids))
+        log.info("user forgotten", tenant=tenant, user=user_id, events=len(report.event_ids))
+        return report
+
+    @app.get("/v1/users/{user_id}/export", tags=["memories"], response_model=UserExport, responses=query_errors)
+    def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> UserExport:
+        """Everything stored about a user as JSON: ledger events and every observation and memory with its
+        provenance, newest first per type; vault entries without their secrets."""
+        return UserExport.model_validate(_on_query_worker(
+            svc, MEMORY_TASK + "export", [tenant, user_id], svc.settings.api_ask_timeout_seconds, "export"))
 
     return app
 

@@ -67,6 +67,16 @@ class ModelSettings(BaseModel):
     vlm_required: bool = Field(False, description="If true, a caption that cannot be had fails the perceive stage "
                                "(retried, then the event fails with the reason); if false, the observation is "
                                "stored without a caption and a warning is logged.")
+    # the LLM of the memory extractor (off by default: the offline rules extractor runs)
+    llm_provider: Literal["none", "openai", "gemini"] = Field(
+        "none", description="LLM used by consolidation's extractor when ``extractor`` is 'llm': 'openai' (any "
+        "OpenAI-compatible server) or 'gemini' (google-genai).")
+    llm_model: str = Field("gpt-4o-mini", description="Model name sent to the LLM endpoint.")
+    llm_base_url: str | None = Field(None, description="LLM endpoint, e.g. http://localhost:11434/v1; unset: the "
+                                     "provider's own.")
+    llm_api_key: SecretStr | None = Field(None, description="API key of the LLM endpoint.")
+    llm_timeout_seconds: float = Field(120.0, gt=0, description="Timeout of one LLM request.")
+    llm_max_retries: int = Field(2, ge=0, description="Retries (exponential backoff, the SDK's) of a failed request.")
     # a text LLM for `ask` (M3-Agent's search-then-decide loop) and LLM extraction (off by default)
     llm_provider: Literal["none", "openai", "gemini"] = Field(
         "none", description="'openai' (any OpenAI-compatible server: OpenAI, vLLM, Ollama), 'gemini' "
@@ -135,7 +145,7 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(1024**2, ge=1024, description="Largest accepted API request body; larger: 413.")
     api_search_timeout_seconds: float = Field(30.0, gt=0, description="How long the API waits for a query worker.")
     api_ask_timeout_seconds: float = Field(180.0, gt=0, description="How long the API waits for a query worker's "
-                                           "`ask` (up to 5 rounds of search and LLM calls).")
+                                           "`ask` (up to 5 rounds of search and LLM calls), export or forget.")
 
     # ingest
     max_object_bytes: int = Field(2 * 1024**3, description="Largest accepted object, bytes.")
@@ -175,6 +185,37 @@ class Settings(BaseSettings):
     episode_gap_seconds: float = Field(1800.0, gt=0, description="A gap this long starts a new episode.")
     episode_max_observations: int = Field(12, ge=1, description="Observations per episodic memory, at most.")
     summary_sentences: int = Field(3, ge=1, description="Sentences in an extractive episode summary.")
+    consolidate_min_observations: int = Field(
+        20, ge=1, description="Beat consolidates a user once this many observations are pending (MIRIX: 20 "
+        "messages); the LLM extractor reads them in batches of this size.")
+    consolidate_idle_seconds: float | None = Field(
+        None, gt=0, description="... or once the newest pending observation is this old (stored this long ago); "
+        "default: consolidate_interval_seconds. `engram ingest` and `engram consolidate` consolidate at once.")
+    extractor: Literal["rules", "llm"] = Field(
+        "rules", description="Typed-memory extractor: 'rules' (offline patterns, no LLM) or 'llm' (MIRIX's "
+        "meta-memory routing through models.llm_provider).")
+    llm_extract_required: bool = Field(
+        False, description="If the LLM extractor fails (endpoint down, an answer that does not validate): false "
+        "logs the reason and falls back to the rules extractor; true fails the consolidation with the reason "
+        "(retried on the next beat).")
+    memory_merge_similarity: float = Field(
+        0.9, ge=0, le=1, description="A new semantic, procedural or resource memory whose cosine similarity to "
+        "an existing one of the same user and type reaches this reinforces it instead of being added (Mem0).")
+    memory_stability_days: float = Field(
+        30.0, gt=0, description="MemoryBank's strength S of a memory never recalled, days: retention is "
+        "exp(-t / (S * (1 + recalls))), t the days since the last recall.")
+    memory_archive_retention: float = Field(
+        0.05, ge=0, lt=1, description="Beat archives memories whose retention fell below this (never deletes).")
+    core_memory_limit: int = Field(2000, ge=100, description="Characters of a core memory block, at most.")
+
+    # knowledge vault
+    vault_key: SecretStr | None = Field(
+        None, description="Fernet key(s) encrypting vault secrets (comma-separated: the first encrypts, all "
+        "decrypt). Unset: the embedded default generates one into data_dir/vault.key; the distributed mode "
+        "fails an event that holds a secret, with the reason.")
+    vault_redact: bool = Field(True, description="Detect secrets in perceive and replace them by vault "
+                               "placeholders before anything is stored.")
+    vault_phone_region: str = Field("US", description="Region of phone numbers written without a country code.")
 
     # query
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant (Cormack et al., 2009).")
