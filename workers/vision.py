@@ -30,7 +30,7 @@ def pixels_sha256(pixels: np.ndarray) -> str:
 
 
 def ocr_cache_key(tenant_id: str, model: str, digest: str) -> str:
-    """``cache/<tenant>/ocr/<model>/<sha256 of pixels>.json``: kept per tenant, so deleting a tenant's objects
+    """``cache/<tenant>/ocr/<model id>/<sha256 of pixels>.json``: kept per tenant, so deleting a tenant's objects
     deletes its cached text too."""
     return f"cache/{tenant_id}/ocr/{model}/{digest}.json"
 
@@ -42,7 +42,7 @@ def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray) -> list[OcrLine]:
     confidence floor is applied on the way out, so changing it needs no new OCR. Writing the cache twice
     writes the same bytes (idempotent)."""
     model = get_model("ocr", rt.settings)
-    key = ocr_cache_key(tenant_id, model.name, pixels_sha256(pixels))
+    key = ocr_cache_key(tenant_id, model.cache_id, pixels_sha256(pixels))
     try:
         lines = _LINES.validate_json(rt.objects.get_bytes(key))
     except ObjectNotFound:

@@ -67,7 +67,11 @@ def test_ocr_cache_is_keyed_by_pixels_and_read_back(engram_env, tmp_path):
     shot = pixels(render_png(tmp_path / "a.png", ["Quarterly budget review"]))
     lines = vision.ocr_lines(rt, "acme", shot)
     assert "budget" in " ".join(ln.text for ln in lines).lower()
-    key = vision.ocr_cache_key("acme", "pp-ocr", vision.pixels_sha256(shot))
+    from workers.models import get_model
+
+    model_id = get_model("ocr", rt.settings).cache_id
+    assert model_id.startswith("pp-ocr.rapidocr-")
+    key = vision.ocr_cache_key("acme", model_id, vision.pixels_sha256(shot))
     assert rt.objects.exists(key)
     # the same pixels re-encoded hash alike; what the cache holds is what a re-perceive returns (no model run),
     # and the confidence floor is applied on the way out
@@ -79,7 +83,7 @@ def test_ocr_cache_is_keyed_by_pixels_and_read_back(engram_env, tmp_path):
                OcrLine(text="too faint", confidence=0.1, box=(0, 2, 1, 3))]
     rt.objects.put_bytes(key, TypeAdapter(list[OcrLine]).dump_json(planted))
     assert [ln.text for ln in vision.ocr_lines(rt, "acme", again)] == ["from the cache"]
-    assert not rt.objects.exists(vision.ocr_cache_key("globex", "pp-ocr", vision.pixels_sha256(shot)))
+    assert not rt.objects.exists(vision.ocr_cache_key("globex", model_id, vision.pixels_sha256(shot)))
 
 
 def test_screenshot_keeps_lines_app_and_window(engram_env, tmp_path):

@@ -24,6 +24,14 @@ class RapidOcr(Model):
         logging.getLogger("RapidOCR").setLevel(logging.WARNING)
         return RapidOCR(params={"Global.use_cls": False, "Global.log_level": "warning"})
 
+    @property
+    def cache_id(self) -> str:
+        """Names the model and the rapidocr release that shipped it, e.g. ``pp-ocr.rapidocr-3.10.0``: cached
+        OCR results are kept under it, so an upgrade does not serve text read by older models."""
+        from importlib.metadata import version
+
+        return f"{self.name}.rapidocr-{version('rapidocr')}"
+
     def read(self, image: np.ndarray, min_confidence: float = 0.5) -> list[OcrLine]:
         """Lines in reading order (top to bottom, left to right). ``image``: uint8 (h, w, 3) RGB."""
         engine = self.session
