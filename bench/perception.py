@@ -3,7 +3,9 @@
 The file is a list of sections (``SECTIONS``); each is a function of a ``Context`` returning rows
 ``(what, data, figure, floor)``, grouped as ``audio`` or ``vision``. Audio runs engram's real path: files go
 through ingest's plan (streamed, overlapping chunks) and the ``perceive`` task (faster-whisper + VAD, Resemblyzer
-speaker windows, clustering) on a temporary embedded data dir.
+speaker windows, clustering) on a temporary embedded data dir. Vision calls engram's own functions
+(``workers.vision``: OCR with its cache, faces; ``workers.media``: near-duplicate signatures; clips through
+ingest's plan and the ``perceive`` task) with the evaluation helpers of ``bench/vision.py``.
 
     python bench/perception.py [--only audio|vision] [--section NAME ...] [--runs 5] [--json out.json]
                                [--long [--long-hours 3]]
