@@ -4,6 +4,7 @@
         event_id = client.publish_file("shot.png", user="alice", device="laptop")
         client.wait([event_id], timeout=120)
         hits = client.search("budget review").hits
+        answer = client.ask("when is the budget review?").answer
 
 Resumable: the server answers ``exists`` for content it already stores (the bytes are not sent again),
 and the default event id is derived from (API key, user, device, sha256), so publishing the same file
@@ -30,8 +31,10 @@ import httpx
 import tenacity
 
 from schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
+from schemas.ask import AskResponse
 from schemas.events import EventStatus, MediaKind
 from schemas.memories import MemoryType
+from schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
 from schemas.search import SearchResponse
 from workers.ids import sha256_file
 
@@ -95,6 +98,11 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, EngramAPIError) and (exc.status == 429 or (exc.status >= 500 and exc.status != 501))
 
 
+def _transient_for_ask(exc: BaseException) -> bool:
+    """As ``_transient``, but a 502 (the LLM failed, or broke the protocol) is the answer, not retried."""
+    return _transient(exc) and not (isinstance(exc, EngramAPIError) and exc.status == 502)
+
+
 class EngramClient:
     """A client of one engram API as one tenant (the API key's).
 
@@ -134,21 +142,23 @@ class EngramClient:
 
     # --- HTTP ---------------------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        """One API call with retries; returns the JSON answer. Raises EngramAPIError for error answers
-        (after the retries for transient ones) and httpx.TransportError when the server stays unreachable."""
+    def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
+              retry_if=_transient) -> Any:
+        """One API call with retries (of the errors ``retry_if`` accepts); returns the JSON answer, None for
+        an empty one (204). Raises EngramAPIError for error answers (after the retries for transient ones)
+        and httpx.TransportError when the server stays unreachable."""
 
         def once() -> Any:
-            resp = self._api.request(method, path, json=body)
+            resp = self._api.request(method, path, json=body, params=params)
             if resp.status_code >= 400:
                 try:
                     detail = resp.json().get("detail", resp.text)
                 except ValueError:
                     detail = resp.text[:500]
                 raise EngramAPIError(resp.status_code, detail, path)
-            return resp.json()
+            return resp.json() if resp.content else None
 
-        return self._retrying(once)
+        return self._retrying.copy(retry=tenacity.retry_if_exception(retry_if))(once)
 
     def _put(self, url: str, path: Path, mime_type: str, size: int) -> None:
         """PUT the file's bytes to a presigned URL (streamed, with retries)."""
@@ -227,6 +237,43 @@ class EngramClient:
             if t is not None:
                 body[name] = t.isoformat()
         return SearchResponse.model_validate(self._call("POST", "/v1/search", body))
+
+    def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
+            limit: int = 10, max_rounds: int = 5) -> AskResponse:
+        """``POST /v1/ask``: an answer from memory with the memories it cites (M3-Agent's multi-round
+        retrieval when the workers have an LLM), or the ranked evidence with ``answer`` None. ``limit``: hits
+        per round. EngramAPIError 502 (not retried) when the LLM failed, with the reason."""
+        body: dict[str, Any] = {"question": question, "limit": limit, "max_rounds": max_rounds}
+        if user:
+            body["user_id"] = user
+        if memory_types is not None:
+            body["memory_types"] = [MemoryType(t).value for t in memory_types]
+        return AskResponse.model_validate(self._call("POST", "/v1/ask", body, retry_if=_transient_for_ask))
+
+    def get_memory(self, memory_id: uuid.UUID | str) -> MemoryRecord:
+        """``GET /v1/memories/{id}``: one observation or memory. EngramAPIError 404 when unknown (or another
+        tenant's)."""
+        return MemoryRecord.model_validate(self._call("GET", f"/v1/memories/{memory_id}"))
+
+    def list_memories(self, memory_type: MemoryType | str, user: str | None = None, limit: int = 50,
+                      offset: int = 0) -> MemoryPage:
+        """``GET /v1/memories``: a page of one type, newest content first."""
+        params: dict[str, Any] = {"type": MemoryType(memory_type).value, "limit": limit, "offset": offset}
+        if user:
+            params["user"] = user
+        return MemoryPage.model_validate(self._call("GET", "/v1/memories", params=params))
+
+    def delete_memory(self, memory_id: uuid.UUID | str) -> None:
+        """``DELETE /v1/memories/{id}``. EngramAPIError 404 when unknown (or another tenant's)."""
+        self._call("DELETE", f"/v1/memories/{memory_id}")
+
+    def forget_user(self, user: str) -> ForgetReport:
+        """``DELETE /v1/users/{user}``: forget the user entirely; returns what was deleted."""
+        return ForgetReport.model_validate(self._call("DELETE", f"/v1/users/{user}"))
+
+    def export_user(self, user: str) -> UserExport:
+        """``GET /v1/users/{user}/export``: everything stored about the user (vault entries without secrets)."""
+        return UserExport.model_validate(self._call("GET", f"/v1/users/{user}/export"))
 
     def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
              interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:
