@@ -412,31 +412,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     _quiet_logs()
     console = Console(width=None if sys.stdout.isatty() else 170)
-    if args.longmemeval:
-        try:
-            result = evaluate_longmemeval(args.questions, LME_KS if args.ks == [5, 10, 25] else args.ks,
-                                          args.eval_data, embedding_cache=args.embedding_cache)
-        except FileNotFoundError as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            return 2
-        print_longmemeval_report(result, console)
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=2))
-        return 0
     variants = ({"engram obs-only": ["observation"], "engram episodic-only": ["episodic"]}
                 if args.diagnose else None)
     try:
-        result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants,
-                          embedding_cache=args.embedding_cache)
+        if args.longmemeval:
+            result = evaluate_longmemeval(args.questions, LME_KS if args.ks == [5, 10, 25] else args.ks,
+                                          args.eval_data, embedding_cache=args.embedding_cache)
+        else:
+            result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants,
+                              embedding_cache=args.embedding_cache)
     except FileNotFoundError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
-    print_report(result, console)
+    (print_longmemeval_report if args.longmemeval else print_report)(result, console)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
         console.print(f"wrote {args.json}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

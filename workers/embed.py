@@ -1,13 +1,13 @@
 """Stage ``embed`` (queue ``perceive.gpu``; CPU workers can serve it): dense MiniLM embeddings, batched and
 cached on disk by (model, sha256 of text), and sparse BM25 vectors of each observation.
 
-Contextual indexing ("contextual retrieval", Anthropic 2024; the neighbouring-turn windows of LoCoMo's
-retrieval baselines, Maharana et al. 2024): an observation that carries ``context`` (the texts of its
+Contextual indexing (Anthropic's "contextual retrieval", 2024, with the surrounding turns as the context
+instead of an LLM-written one): an observation that carries context (the texts of its
 neighbouring chat turns in the same session, ``context_before``/``context_after``) is BM25-indexed as its
-date, its own text and that context, and its dense vector is its own embedding plus ``CONTEXT_WEIGHT`` times
-that of each adjacent turn (one either side), re-normalised.
-The neighbours are embedded as the observations they are, so the context costs cache look-ups, not model
-time. An observation without context is indexed as its text alone.
+date, its own text and that context (length-normalised as that many turns), and its dense vector is its own
+embedding plus ``CONTEXT_WEIGHT`` times that of each adjacent turn (one either side), re-normalised. The
+neighbours are embedded as the observations they are, so the context costs cache look-ups, not model time.
+An observation without context is indexed as its text alone.
 """
 
 from __future__ import annotations
@@ -31,9 +31,13 @@ def embed_texts(rt: Runtime, texts: list[str]) -> np.ndarray:
     return embed_cached(model, rt.embedding_cache, texts, rt.settings.models.embedding_batch_size)
 
 
-def sparse_vectors(settings: Settings, texts: list[str]) -> list[tuple[list[int], list[float]]]:
-    """BM25 document vectors with the configured k1, b and average length."""
-    return sparse.document_vectors(texts, settings.bm25_k1, settings.bm25_b, settings.bm25_avgdl)
+def sparse_vectors(settings: Settings, texts: list[str],
+                   units: list[int] | None = None) -> list[tuple[list[int], list[float]]]:
+    """BM25 document vectors with the configured k1 and b. A text made of ``units[i]`` observations' texts
+    (a turn with its context, an episode) is length-normalised against ``units[i]`` times the configured
+    average length (default: one unit each)."""
+    avgdl = [settings.bm25_avgdl * max(1, u) for u in units] if units else settings.bm25_avgdl
+    return sparse.document_vectors(texts, settings.bm25_k1, settings.bm25_b, avgdl)
 
 
 def sparse_text(obs: Observation) -> str:
@@ -65,7 +69,9 @@ def embed(batch: ObservationBatch) -> EmbeddedBatch:
     rt = runtime()
     with stage(rt, batch.job.event.event_id, "embed"):
         dense = contextual_vectors(rt, batch.observations)
-        sparse_vecs = sparse_vectors(rt.settings, [sparse_text(o) for o in batch.observations])
+        obs = batch.observations
+        sparse_vecs = sparse_vectors(rt.settings, [sparse_text(o) for o in obs],
+                                     [1 + len(o.context_before) + len(o.context_after) for o in obs])
         items = [EmbeddedObservation(observation=o, dense=d.tolist(), sparse_indices=si, sparse_values=sv)
                  for o, d, (si, sv) in zip(batch.observations, dense, sparse_vecs, strict=True)]
     return EmbeddedBatch(job=batch.job, items=items)

@@ -34,7 +34,7 @@ from workers.embed import embed_texts
 from workers.runtime import Runtime, runtime
 from workers.vectorstore import ENTITIES, OBSERVATIONS, collection_for, tenant_filter
 
-MEMORY_PRIOR = 1.0  # weight of a memory's fused score in the scores of the observations it was built from
+MEMORY_PRIOR = 0.5  # weight of a memory's fused score in the scores of the observations it was built from
 MEMORY_EXPAND = 5  # the sources of this many best memories join the candidate observations
 ENTITY_BOOST = 0.01  # added to an observation linked to an entity the query names (≈ 0.6 / k at k = 60)
 MIN_DEPTH = 200  # candidates per ranking, at least

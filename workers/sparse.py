@@ -58,9 +58,16 @@ def _weights(tokens: list[str], k1: float, b: float, avgdl: float) -> tuple[list
 
 
 def document_vectors(texts: list[str], k1: float = 1.2, b: float = 0.75,
-                     avgdl: float = 24.0) -> list[tuple[list[int], list[float]]]:
-    """BM25 document vectors (indices ascending, TF weights) for each text."""
-    return [_weights(toks, k1, b, avgdl) for toks in tokenize(texts)]
+                     avgdl: float | list[float] = 24.0) -> list[tuple[list[int], list[float]]]:
+    """BM25 document vectors (indices ascending, TF weights) for each text.
+
+    ``avgdl`` is the average document length in tokens that length normalisation compares each text with:
+    one value for all, or one per text (e.g. a turn indexed with four neighbours is compared with five
+    turns' worth of tokens, so context does not make it look long)."""
+    avgdls = avgdl if isinstance(avgdl, list) else [avgdl] * len(texts)
+    if len(avgdls) != len(texts):
+        raise ValueError("one avgdl per text")
+    return [_weights(toks, k1, b, a) for toks, a in zip(tokenize(texts), avgdls, strict=True)]
 
 
 def query_vector(text: str) -> tuple[list[int], list[float]]:
