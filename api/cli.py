@@ -365,6 +365,12 @@ def demo(
     run_demo(workdir, console)
 
 
+# ask, memories list|get|delete, forget, export: through the query worker (api/memory_cli.py)
+from api.memory_cli import register as _register_memory_commands  # noqa: E402
+
+_register_memory_commands(app)
+
+
 # --- distributed mode: worker and beat processes (api/processes.py holds the rules) ---------------------
 
 def _celery_logging(ctx: typer.Context, loglevel: str) -> None:

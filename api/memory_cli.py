@@ -1,0 +1,194 @@
+"""The ``engram`` commands that read memory through the query worker: ``ask``, ``memories list|get|delete``,
+``forget`` and ``export`` (registered on the main app by ``api.cli``).
+
+Each runs its task with ``.delay(...).get()``: inline on the embedded default, through the ``query`` queue
+when ``ENGRAM_BROKER_URL`` is set. The tenant is ``--tenant``, else ``ENGRAM_TENANT`` (``default``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from schemas.ask import AskFailed, AskRequest, AskResponse
+from schemas.memories import MemoryType
+from schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from schemas.search import DEFAULT_SEARCH_TYPES, SearchResponse
+
+TASK_TIMEOUT_S = 600
+TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
+
+memories_app = typer.Typer(help="Look at, page through and delete stored observations and memories.",
+                           no_args_is_help=True)
+
+
+def _tenant(tenant: str | None) -> str:
+    from schemas.settings import get_settings
+
+    return tenant or get_settings().tenant
+
+
+def run_ask(req: AskRequest) -> AskResponse:
+    """Run ``ask`` through its task (inline on the embedded default). Raises AskFailed."""
+    from workers.ask import ask_task
+
+    return AskResponse.model_validate(ask_task.delay(req).get(timeout=TASK_TIMEOUT_S))
+
+
+def ask(
+    question: Annotated[str, typer.Argument(help="The question, in words.")],
+    user: Annotated[str | None, typer.Option(help="Only this user's memories (default: all users).")] = None,
+    tenant: TenantOpt = None,
+    memory_type: Annotated[list[MemoryType] | None, typer.Option("--type", help="Collections to search "
+                                                                 "(repeatable; default: all but the vault).")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=50, help="Hits per search round.")] = 10,
+    rounds: Annotated[int, typer.Option(min=1, max=5, help="Search rounds at most (with an LLM).")] = 5,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the AskResponse as JSON.")] = False,
+) -> None:
+    """Answer a question from memory. With an LLM (ENGRAM_MODELS__LLM_PROVIDER), up to 5 rounds of
+    search-then-decide (M3-Agent) and the memories the answer cites; without one, the ranked evidence."""
+    from api.cli import err, print_hits
+
+    req = AskRequest(question=question, tenant_id=_tenant(tenant), user_id=user, limit=limit, max_rounds=rounds,
+                     memory_types=memory_type or list(DEFAULT_SEARCH_TYPES))
+    try:
+        resp = run_ask(req)
+    except AskFailed as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from exc
+    if as_json:
+        print(resp.model_dump_json(indent=2))
+        return
+    from api.cli import console
+
+    if resp.llm is None:
+        console.print("[dim]no LLM configured (ENGRAM_MODELS__LLM_PROVIDER): the ranked evidence[/dim]")
+    elif resp.answer is None:
+        console.print(f"[yellow]no answer after {len(resp.rounds)} rounds[/yellow]")
+    else:
+        console.print(f"[bold]{resp.answer}[/bold]  [dim]({resp.llm}, {len(resp.rounds)} round(s): "
+                      f"{' → '.join(repr(r.query) for r in resp.rounds)})[/dim]", highlight=False)
+    print_hits(SearchResponse(query=question, hits=resp.memories, took_ms=resp.took_ms))
+
+
+def _records_table(title: str, items: list[MemoryRecord]) -> Table:
+    from api.cli import snippet
+
+    table = Table(title=title, expand=True)
+    for col, opts in (("id", {"no_wrap": True, "min_width": 36}), ("type", {"no_wrap": True}),
+                      ("time", {"no_wrap": True, "min_width": 16}), ("user", {"no_wrap": True}),
+                      ("text", {"ratio": 1, "overflow": "fold"})):
+        table.add_column(col, **opts)
+    for m in items:
+        table.add_row(str(m.id), m.memory_type.value, m.time.strftime("%Y-%m-%d %H:%M") if m.time else "",
+                      m.user_id or "", snippet(m.text, ""))
+    return table
+
+
+@memories_app.command("list")
+def memories_list(
+    memory_type: Annotated[MemoryType, typer.Option("--type", help="Which collection.")] = MemoryType.episodic,
+    user: Annotated[str | None, typer.Option(help="Only this user's (default: all users).")] = None,
+    tenant: TenantOpt = None,
+    limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=500, help="Items per page.")] = 20,
+    offset: Annotated[int, typer.Option(min=0, help="Items to skip (newest first).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the page as JSON.")] = False,
+) -> None:
+    """A page of one memory type, newest content first."""
+    from api.cli import console
+    from workers.memory_admin import list_task
+
+    page = MemoryPage.model_validate(list_task.delay(_tenant(tenant), memory_type.value, user, limit, offset)
+                                     .get(timeout=TASK_TIMEOUT_S))
+    if as_json:
+        print(page.model_dump_json(indent=2))
+        return
+    last = offset + len(page.items)
+    console.print(_records_table(f"{memory_type.value}: {offset + 1 if page.items else 0}-{last} of {page.total}",
+                                 page.items))
+
+
+@memories_app.command("get")
+def memories_get(
+    memory_id: Annotated[str, typer.Argument(help="The id of an observation or memory of any type.")],
+    tenant: TenantOpt = None,
+) -> None:
+    """Print one observation or memory as JSON (vault entries without their secret)."""
+    from api.cli import err
+    from workers.memory_admin import get_task
+
+    got = get_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
+    if got is None:
+        err.print(f"[red]error:[/red] no memory {memory_id}", highlight=False)
+        raise typer.Exit(1)
+    print(MemoryRecord.model_validate(got).model_dump_json(indent=2))
+
+
+@memories_app.command("delete")
+def memories_delete(
+    memory_id: Annotated[str, typer.Argument(help="The id of an observation or memory of any type.")],
+    tenant: TenantOpt = None,
+) -> None:
+    """Delete one observation or memory."""
+    from api.cli import console, err
+    from workers.memory_admin import delete_task
+
+    kind = delete_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
+    if kind is None:
+        err.print(f"[red]error:[/red] no memory {memory_id}", highlight=False)
+        raise typer.Exit(1)
+    console.print(f"deleted {kind} {memory_id}", highlight=False)
+
+
+def _uuid(value: str) -> str:
+    import uuid
+
+    try:
+        return str(uuid.UUID(value))
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r} is not a memory id (a UUID)") from exc
+
+
+def forget(
+    user: Annotated[str, typer.Option(help="The user to forget.")],
+    tenant: TenantOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of the
+    user's events, and the objects no other user of the tenant references. Cannot be undone."""
+    from api.cli import console
+    from workers.memory_admin import forget_task
+
+    tenant = _tenant(tenant)
+    if not yes:
+        typer.confirm(f"Forget everything about user {user!r} of tenant {tenant!r}? This cannot be undone",
+                      abort=True)
+    report = ForgetReport.model_validate(forget_task.delay(tenant, user).get(timeout=TASK_TIMEOUT_S))
+    points = ", ".join(f"{n} {c}" for c, n in report.points_deleted.items() if n) or "no points"
+    console.print(f"forgot {user!r}: {points}; {len(report.event_ids)} events, {report.entities_deleted} entities, "
+                  f"{len(report.objects_deleted)} objects deleted, {len(report.objects_kept)} shared objects kept",
+                  highlight=False)
+
+
+def export(
+    user: Annotated[str, typer.Option(help="The user to export.")],
+    tenant: TenantOpt = None,
+) -> None:
+    """Print everything stored about a user as JSON (events, every memory type with provenance; vault
+    entries without secrets): ``engram export --user U > file.json``."""
+    from workers.memory_admin import export_task
+
+    data = UserExport.model_validate(export_task.delay(_tenant(tenant), user).get(timeout=TASK_TIMEOUT_S))
+    print(json.dumps(data.model_dump(mode="json"), indent=2, ensure_ascii=False))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ask``, ``memories``, ``forget`` and ``export`` to the ``engram`` app."""
+    app.command(epilog="Examples:  engram ask \"when is the budget review?\"  ·  "
+                       "engram ask \"where did Alice fly to?\" --user alice --json")(ask)
+    app.add_typer(memories_app, name="memories")
+    app.command(epilog="Example:  engram forget --user alice --yes")(forget)
+    app.command(epilog="Example:  engram export --user alice > alice.json")(export)
