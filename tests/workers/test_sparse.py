@@ -108,3 +108,16 @@ def test_query_and_document_share_indices():
     doc_idx, _ = sparse.document_vectors(["Melanie painted a sunrise at the lake"])[0]
     q_idx, _ = sparse.query_vector("painting sunrises")
     assert set(q_idx) <= set(doc_idx)  # stemming maps both forms to the same index
+
+
+def test_avgdl_per_text_normalises_joined_texts_as_that_many_units():
+    from workers.sparse import document_vectors
+
+    turn = "the blue bicycle is parked by the library"
+    joined = " ".join([turn] * 5)  # a turn with four neighbours of the same length
+    (_, alone), (_, ctx) = document_vectors([turn, joined], avgdl=[8.0, 40.0])
+    (_, ctx_fixed), = document_vectors([joined], avgdl=8.0)
+    assert max(ctx) > max(alone)  # five occurrences still weigh more than one
+    assert max(ctx_fixed) < max(ctx)  # but a fixed avgdl would call the joined text long and shrink it
+    with pytest.raises(ValueError):
+        document_vectors([turn, joined], avgdl=[8.0])
