@@ -19,6 +19,7 @@ from schemas.observations import EmbeddedObservation, Observation
 from schemas.settings import Settings
 from workers import sparse
 from workers.app import app
+from workers.metrics import model_timer
 from workers.models import embed_cached, get_model
 from workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
 
@@ -28,7 +29,8 @@ CONTEXT_WEIGHT = 0.5  # a neighbour's embedding counts half as much as the obser
 def embed_texts(rt: Runtime, texts: list[str]) -> np.ndarray:
     """Dense embeddings (n, 384) float32, unit length, through the on-disk cache."""
     model = get_model("embedding", rt.settings)
-    return embed_cached(model, rt.embedding_cache, texts, rt.settings.models.embedding_batch_size)
+    with model_timer("embedding", items=len(texts)):  # cache hits included: the time a text costs the stage
+        return embed_cached(model, rt.embedding_cache, texts, rt.settings.models.embedding_batch_size)
 
 
 def sparse_vectors(settings: Settings, texts: list[str],

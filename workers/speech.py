@@ -24,6 +24,7 @@ import numpy as np
 
 from schemas.jobs import SegmentJob
 from workers import media
+from workers.metrics import model_timer
 from workers.models import get_model
 from workers.models.asr import Segment, Word
 from workers.runtime import Runtime
@@ -128,7 +129,8 @@ def diarize(audio: np.ndarray, segments: list[Segment], offset: float, rt: Runti
     duration = len(audio) / media.SAMPLE_RATE
     spans = [(g.start - offset, g.end - offset) for g in segments]
     starts = window_starts(spans, s.speaker_window_seconds, s.speaker_hop_seconds, duration)
-    vectors = get_model("voice", s).embed_windows(audio, starts, s.speaker_window_seconds)
+    with model_timer("voice", items=len(starts)):
+        vectors = get_model("voice", s).embed_windows(audio, starts, s.speaker_window_seconds)
     smoothed = smooth_windows(vectors, starts, s.speaker_smoothing_seconds)
     labels = cluster_speakers(smoothed, s.speaker_distance_threshold, s.speaker_min_windows)
     centres = np.array(starts) + s.speaker_window_seconds / 2 + offset
@@ -160,8 +162,9 @@ def transcribe_chunk(rt: Runtime, audio: np.ndarray, offset: float, core_start: 
     """Utterances of ``audio`` (float32 16 kHz mono starting ``offset`` s into the recording) whose words'
     midpoints lie in the core ``[core_start, core_end)`` (default: all of it), with speakers."""
     m = rt.settings.models
-    transcript = get_model("asr", rt.settings).transcribe(audio, beam_size=m.asr_beam_size,
-                                                          language=m.asr_language)
+    with model_timer("asr", items=len(audio) / media.SAMPLE_RATE):  # per audio second
+        transcript = get_model("asr", rt.settings).transcribe(audio, beam_size=m.asr_beam_size,
+                                                              language=m.asr_language)
     segments = keep_core(transcript.segments, offset, offset if core_start is None else core_start, core_end)
     return ChunkTranscript(diarize(audio, segments, offset, rt), transcript.language)
 

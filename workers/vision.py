@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import TypeAdapter
 
 from schemas.observations import FaceDetection, OcrLine
+from workers.metrics import model_timer
 from workers.models import CaptionUnavailable, get_model
 from workers.objectstore import ObjectNotFound
 from workers.runtime import Runtime, log
@@ -46,7 +47,8 @@ def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray) -> list[OcrLine]:
     try:
         lines = _LINES.validate_json(rt.objects.get_bytes(key))
     except ObjectNotFound:
-        lines = model.read(pixels, min_confidence=0.0)
+        with model_timer("ocr"):
+            lines = model.read(pixels, min_confidence=0.0)
         rt.objects.put_bytes(key, _LINES.dump_json(lines), "application/json")
     floor = rt.settings.ocr_min_confidence
     return [ln for ln in lines if ln.confidence >= floor]
@@ -59,7 +61,9 @@ def faces(rt: Runtime, frames: list[np.ndarray], times: list[float | None], keyf
     m = rt.settings.models
     if not frames or (not keyframes and not m.faces_on_screenshots):
         return []
-    per_frame = get_model("faces", rt.settings).detect(frames, times, cnn_fallback=keyframes and m.face_cnn_fallback)
+    with model_timer("faces", items=len(frames)):
+        per_frame = get_model("faces", rt.settings).detect(frames, times,
+                                                           cnn_fallback=keyframes and m.face_cnn_fallback)
     return [face for found in per_frame for face in found]
 
 
@@ -73,7 +77,8 @@ def caption(rt: Runtime, image, event_id: str) -> str | None:
     if m.vlm_provider == "none":
         return None
     try:
-        return get_model("caption", rt.settings).caption(image, m.vlm_prompt) or None
+        with model_timer("caption"):
+            return get_model("caption", rt.settings).caption(image, m.vlm_prompt) or None
     except CaptionUnavailable as exc:
         if m.vlm_required:
             raise
