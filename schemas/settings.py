@@ -178,6 +178,19 @@ class Settings(BaseSettings):
         "windows' d-vectors) are merged into one speaker.")
     speaker_min_windows: int = Field(3, ge=1, description="A speaker cluster of fewer windows joins the nearest "
                                      "cluster.")
+    entity_face_distance: float = Field(
+        0.6, gt=0, description="A face (cluster of one segment) joins the nearest person entity whose face centroid "
+        "is within this Euclidean distance of its descriptors' mean (dlib's same-person distance); else it founds "
+        "a new entity.")
+    entity_voice_similarity: float = Field(
+        0.72, gt=0, lt=1, description="A voice (one speaker's utterances in a chunk) joins the nearest person "
+        "entity whose voice centroid has at least this cosine similarity with it; else it founds a new entity. "
+        "Measured: jfk.flac's halves 0.82, the closest of jfk / leopard_test / pyannote_sample 0.65.")
+    entity_cooccurrence_merge: int = Field(
+        3, ge=1, description="A face entity and a voice entity seen together in this many clip segments, each the "
+        "other's most frequent partner, are merged into one person (face-voice equivalence).")
+    entity_samples: int = Field(16, ge=1, description="Face and voice embeddings kept per entity (each); the "
+                                "oldest are dropped first.")
     chat_batch_size: int = Field(64, ge=1, description="Conversation messages per perceive task.")
     ocr_min_confidence: float = Field(0.5, ge=0, le=1, description="OCR lines below this score are dropped.")
 

@@ -1,57 +1,164 @@
-"""Stage ``link`` (queue ``link``): link observations to persistent entities.
+"""Stage ``link`` (queue ``link``): link observations to persistent person entities (M3-Agent's entity-centric
+memory, Long et al. 2025; the entity store is ``workers.entities``).
 
-This first version links chat speakers by name: each distinct speaker of a tenant is one ``person``
-entity (id: UUIDv5 of tenant and normalised name) in the ``entities`` collection, with first/last seen
-times. Faces and voices (M3-Agent's entity-centric memory) join these entities in the perception issue.
+- **Chat speakers** bind by name: each speaker is the entity holding that name (first: the one with id
+  ``entity_id(tenant, name)``).
+- **Voices.** Utterances of one speaker label in a chunk (speaker clustering within the recording, stage
+  ``perceive``) are linked together first: their duration-weighted mean voice joins the nearest entity whose voice
+  centroid has cosine similarity ≥ ``entity_voice_similarity``, or founds a new one.
+- **Faces** of a segment are clustered (average linkage at ``entity_face_distance``, ``cluster_faces``); each
+  cluster's mean joins the nearest entity whose face centroid is within ``entity_face_distance``, or founds one.
+- **Names.** "my name is X", "I'm X", "this is X speaking" in an utterance name its voice's entity.
+- **Face-voice equivalence.** A face entity and a voice entity seen in the same clip segments
+  (``entity_cooccurrence_merge`` of them), each the other's most frequent partner, are merged: M3-Agent's
+  equivalence edges, counted here instead of asked of a multimodal model.
+
+Idempotent: an observation already stored with its entities takes them back unchanged, and entities keep the keys
+of their recent contributions, so a redelivered batch adds no sample, link or count twice. A batch of chat text
+costs one name look-up and no model but the (cached) text embedding of the names.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 
-from qdrant_client import models as qm
+import numpy as np
 
+from schemas.entities import Entity
 from schemas.jobs import EmbeddedBatch
+from schemas.observations import Observation
 from workers.app import app
-from workers.embed import embed_texts
-from workers.ids import ENGRAM_NAMESPACE
+from workers.entities import EntityMemory, entity_id, founded_id, name_key, names_in_transcript
+from workers.models.faces import cluster_faces
 from workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
-from workers.vectorstore import DENSE, ENTITIES
+from workers.vectorstore import OBSERVATIONS
 
-
-def entity_id(tenant_id: str, name: str) -> uuid.UUID:
-    """The id of the person entity called ``name`` in ``tenant_id`` (case and spacing ignored)."""
-    return uuid.uuid5(ENGRAM_NAMESPACE, f"{tenant_id}\x1fperson\x1f{' '.join(name.lower().split())}")
+__all__ = ["entity_id", "link", "link_observations"]
 
 
 @app.task(name="workers.link.link", **STAGE_TASK_OPTIONS)
 def link(batch: EmbeddedBatch) -> EmbeddedBatch:
-    """Attach entity ids to the batch's observations and upsert the entities they name."""
+    """Fill the ``entity_ids`` of the batch's observations (and each face's ``entity_id``) and write the
+    entities they link to."""
     rt = runtime()
     event = batch.job.event
     with stage(rt, event, "link"):
-        seen: dict[uuid.UUID, dict] = {}
-        for item in batch.items:
-            obs = item.observation
-            if not obs.speaker:
-                continue
-            eid = entity_id(obs.tenant_id, obs.speaker)
-            obs.entity_ids = sorted({*obs.entity_ids, str(eid)})
-            ts = obs.captured_at.timestamp()
-            cur = seen.setdefault(eid, {"name": obs.speaker, "first": ts, "last": ts})
-            cur["first"], cur["last"] = min(cur["first"], ts), max(cur["last"], ts)
-        if seen:
-            existing = {uuid.UUID(str(p.id)): p.payload for p in rt.vectors.retrieve(ENTITIES, list(seen))}
-            names = [v["name"] for v in seen.values()]
-            vecs = embed_texts(rt, names)
-            points = []
-            for (eid, cur), vec in zip(seen.items(), vecs, strict=True):
-                old = existing.get(eid) or {}
-                points.append(qm.PointStruct(id=str(eid), vector={DENSE: vec.tolist()}, payload={
-                    "tenant_id": event.tenant_id, "entity_type": "person",
-                    "names": sorted({*old.get("names", []), cur["name"]}),
-                    "first_seen_ts": min(old.get("first_seen_ts", cur["first"]), cur["first"]),
-                    "last_seen_ts": max(old.get("last_seen_ts", cur["last"]), cur["last"]),
-                }))
-            rt.vectors.upsert(ENTITIES, points)
+        link_observations(EntityMemory(rt, event.tenant_id), [item.observation for item in batch.items])
     return batch
+
+
+def link_observations(memory: EntityMemory, observations: list[Observation]) -> None:
+    """Link chat speakers, voices, faces and names of ``observations`` (one tenant's) to entities, merge faces and
+    voices that co-occur often enough, and save. Changes the observations in place."""
+    _speakers(memory, [o for o in observations if o.speaker])
+    perceived = _not_yet_linked(memory, [o for o in observations if o.faces or o.voice_embedding is not None])
+    voice_of = _voices(memory, perceived)
+    face_entities = _faces(memory, perceived)
+    for obs in perceived:
+        if obs.transcript and str(obs.id) in voice_of:
+            memory.add_names(memory.entities[voice_of[str(obs.id)]], names_in_transcript(obs.transcript))
+    _equivalences(memory, perceived, voice_of, face_entities)
+    memory.save()
+    memory.relabel(observations)
+
+
+def _speakers(memory: EntityMemory, observations: list[Observation]) -> None:
+    if not observations:
+        return
+    holders = memory.by_names([o.speaker for o in observations])
+    for obs in observations:
+        entity = holders.get(name_key(obs.speaker))
+        if entity is None:
+            entity = holders[name_key(obs.speaker)] = memory.create(entity_id(memory.tenant_id, obs.speaker))
+        memory.add_names(entity, [obs.speaker])
+        memory.add_observation(entity, obs)
+
+
+def _not_yet_linked(memory: EntityMemory, observations: list[Observation]) -> list[Observation]:
+    """The observations to link; those already stored with their entities (a redelivered batch) take them back."""
+    if not observations:
+        return []
+    found = memory.rt.vectors.retrieve(OBSERVATIONS, [o.id for o in observations])
+    stored = {str(r.id): r.payload or {} for r in found}
+    todo = []
+    for obs in observations:
+        p = stored.get(str(obs.id))
+        faces = (p or {}).get("faces") or []
+        done = (p is not None and len(faces) == len(obs.faces) and all(f.get("entity_id") for f in faces)
+                and (obs.voice_embedding is None or p.get("entity_ids")))
+        if not done:
+            todo.append(obs)
+            continue
+        obs.entity_ids = sorted({*obs.entity_ids, *p["entity_ids"]})
+        for face, old in zip(obs.faces, faces, strict=True):
+            face.entity_id = old["entity_id"]
+    return todo
+
+
+def _voices(memory: EntityMemory, observations: list[Observation]) -> dict[str, uuid.UUID]:
+    """Link each speaker cluster's voice to an entity; returns {observation id: voice entity id}."""
+    clusters: dict[str, list[Observation]] = {}
+    for obs in observations:
+        if obs.voice_embedding is not None:
+            key = f"{obs.event_id}:{obs.segment_index}:{obs.speaker_label}" if obs.speaker_label else str(obs.id)
+            clusters.setdefault(key, []).append(obs)
+    out = {}
+    for key, members in clusters.items():
+        weights = [max((o.end_s or 0.0) - (o.start_s or 0.0), 1e-3) for o in members]
+        mean = np.average([o.voice_embedding for o in members], axis=0, weights=weights)
+        voice = mean / max(float(np.linalg.norm(mean)), 1e-12)
+        entity = memory.nearest("voice", voice) or memory.get(founded_id(memory.tenant_id, "voice", key)) \
+            or memory.create(founded_id(memory.tenant_id, "voice", key))
+        memory.add_sample(entity, "voice", key, voice, min(o.captured_at.timestamp() for o in members))
+        for obs in members:
+            memory.add_observation(entity, obs)
+            out[str(obs.id)] = entity.id
+    return out
+
+
+def _faces(memory: EntityMemory, observations: list[Observation]) -> dict[str, set[uuid.UUID]]:
+    """Cluster the faces of the batch, link each cluster to an entity; returns {observation id: face entity ids}."""
+    faces = [(obs, i, face) for obs in observations for i, face in enumerate(obs.faces)]
+    if not faces:
+        return {}
+    labels = cluster_faces([f.embedding for _, _, f in faces], memory.rt.settings.entity_face_distance)
+    out: dict[str, set[uuid.UUID]] = {}
+    for label in dict.fromkeys(labels.tolist()):
+        members = [faces[k] for k in np.flatnonzero(labels == label)]
+        keys = [f"{obs.id}#{i}" for obs, i, _ in members]
+        mean = np.mean([f.embedding for _, _, f in members], axis=0)
+        entity = memory.nearest("face", mean) or memory.get(founded_id(memory.tenant_id, "face", keys[0])) \
+            or memory.create(founded_id(memory.tenant_id, "face", keys[0]))
+        for key, (obs, _, face) in zip(keys, members, strict=True):
+            at = obs.captured_at.timestamp() + (face.frame_s or 0.0) - (obs.start_s or 0.0)
+            memory.add_sample(entity, "face", key, np.asarray(face.embedding), at)
+            memory.add_observation(entity, obs)
+            face.entity_id = str(entity.id)
+            out.setdefault(str(obs.id), set()).add(entity.id)
+    return out
+
+
+def _equivalences(memory: EntityMemory, observations: list[Observation], voice_of: dict[str, uuid.UUID],
+                  face_entities: dict[str, set[uuid.UUID]]) -> None:
+    """Count face-voice co-occurrences per observation and merge the pairs that reach the setting."""
+    need = memory.rt.settings.entity_cooccurrence_merge
+    for obs in observations:
+        v = voice_of.get(str(obs.id))
+        for f in face_entities.get(str(obs.id), set()) if v else ():
+            voice = memory.entities.get(uuid.UUID(memory.resolve(str(v))))
+            face = memory.entities.get(uuid.UUID(memory.resolve(str(f))))
+            if voice is None or face is None or voice.id == face.id:
+                continue
+            if memory.cooccur(face, voice, str(obs.id)) >= need and _mutual_best(face, voice) \
+                    and _mutual_best(voice, face):
+                keep, drop = sorted((face, voice), key=lambda e: (not e.names, e.first_seen_ts or 0.0))
+                n = len(face.cooccurrence[str(voice.id)])
+                memory.merge(keep, drop, f"face-voice co-occurrence in {n} segments")
+
+
+def _mutual_best(a: Entity, b: Entity) -> bool:
+    """True when ``b`` is ``a``'s partner in strictly more observations than any other."""
+    counts = Counter({other: len(seen) for other, seen in a.cooccurrence.items()})
+    top = counts.most_common(2)
+    return bool(top) and top[0][0] == str(b.id) and (len(top) == 1 or top[0][1] > top[1][1])

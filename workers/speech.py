@@ -157,6 +157,21 @@ def _utterance(seg: Segment, run: list[int], nearest: list[int], labels: np.ndar
                      speaker=f"spk{labels[wins[0]]}", voice=voice.astype(np.float32))
 
 
+def dominant_voice(utterances: list[Utterance]) -> tuple[str | None, np.ndarray | None]:
+    """(speaker label, voice) of the speaker who talks longest in ``utterances``: the duration-weighted mean of
+    their utterances' voice embeddings, L2-normalised (256,); (None, None) when no utterance has a voice. A
+    clip segment's observation carries this one voice for entity linking (``workers.entities``)."""
+    talk: dict[str, float] = {}
+    for u in utterances:
+        if u.voice is not None and u.speaker is not None:
+            talk[u.speaker] = talk.get(u.speaker, 0.0) + max(u.end - u.start, 1e-3)
+    if not talk:
+        return None, None
+    speaker = max(talk, key=talk.get)
+    vec = sum(u.voice * max(u.end - u.start, 1e-3) for u in utterances if u.speaker == speaker and u.voice is not None)
+    return speaker, (vec / (np.linalg.norm(vec) or 1.0)).astype(np.float32)
+
+
 def transcribe_chunk(rt: Runtime, audio: np.ndarray, offset: float, core_start: float | None = None,
                      core_end: float | None = None) -> ChunkTranscript:
     """Utterances of ``audio`` (float32 16 kHz mono starting ``offset`` s into the recording) whose words'

@@ -3,7 +3,11 @@ server at ``ENGRAM_QDRANT_URL``.
 
 Collections (shared by all tenants; ``tenant_id`` is in every payload and every filter): ``observations``,
 the six memory types, and ``entities``. Each has a named dense vector ``text`` (384-d, cosine) and a named
-sparse vector ``bm25`` (IDF modifier). Collections are created on first use.
+sparse vector ``bm25`` (IDF modifier); ``entities`` also has ``face`` (128-d dlib face descriptor, Euclidean) and
+``voice`` (256-d Resemblyzer d-vector, cosine), the centroids nearest-entity search runs on, and the samples they
+are the means of as multivectors ``face_samples``/``voice_samples`` (a point may lack any of its named vectors).
+Collections are created on first use; an ``entities`` collection made before it had these vectors is rebuilt
+with them, its points copied (Qdrant cannot add a named vector in place).
 
 Qdrant's local mode lets one process open a folder. This module keeps one client per process (locked);
 a second process gets ``StoreBusy`` with a clear message.
@@ -25,9 +29,25 @@ from schemas.settings import Settings
 DENSE = "text"
 SPARSE = "bm25"
 DIM = 384
+FACE = "face"
+VOICE = "voice"
+FACE_SAMPLES = "face_samples"
+VOICE_SAMPLES = "voice_samples"
 OBSERVATIONS = "observations"
 ENTITIES = "entities"
 COLLECTIONS = (OBSERVATIONS, *[t.value for t in MemoryType if t is not MemoryType.observation], ENTITIES)
+
+_SAMPLES = dict(multivector_config=qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM),
+                hnsw_config=qm.HnswConfigDiff(m=0))  # kept, not searched: no graph to build
+
+#: Named dense vectors a collection has besides ``text``: an entity's face and voice centroids (searched) and
+#: its samples (multivectors, read back to recompute the centroids).
+EXTRA_VECTORS: dict[str, dict[str, qm.VectorParams]] = {
+    ENTITIES: {FACE: qm.VectorParams(size=128, distance=qm.Distance.EUCLID),
+               VOICE: qm.VectorParams(size=256, distance=qm.Distance.COSINE),
+               FACE_SAMPLES: qm.VectorParams(size=128, distance=qm.Distance.EUCLID, **_SAMPLES),
+               VOICE_SAMPLES: qm.VectorParams(size=256, distance=qm.Distance.COSINE, **_SAMPLES)},
+}
 
 _INDEXED_FIELDS = {
     "tenant_id": qm.PayloadSchemaType.KEYWORD,
@@ -38,6 +58,8 @@ _INDEXED_FIELDS = {
     "start_ts": qm.PayloadSchemaType.FLOAT,
     "end_ts": qm.PayloadSchemaType.FLOAT,
     "consolidated": qm.PayloadSchemaType.BOOL,
+    "entity_ids": qm.PayloadSchemaType.KEYWORD,
+    "name_keys": qm.PayloadSchemaType.KEYWORD,
 }
 
 
@@ -66,11 +88,18 @@ class VectorStore:
         with self._lock:
             if collection in self._ready:
                 return
+            extra = EXTRA_VECTORS.get(collection, {})
+            kept: list[qm.Record] = []
+            if extra and self.client.collection_exists(collection):
+                have = self.client.get_collection(collection).config.params.vectors or {}
+                if not set(extra) <= set(have):  # made by an older engram: rebuild it with the new vectors
+                    kept = self._scroll(collection, None, with_vectors=True)
+                    self.client.delete_collection(collection)
             if not self.client.collection_exists(collection):
                 try:
                     self.client.create_collection(
                         collection,
-                        vectors_config={DENSE: qm.VectorParams(size=DIM, distance=qm.Distance.COSINE)},
+                        vectors_config={DENSE: qm.VectorParams(size=DIM, distance=qm.Distance.COSINE), **extra},
                         sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
                     )
                 except Exception:
@@ -79,6 +108,9 @@ class VectorStore:
                 if not self.local:  # local mode scans; indexes only matter on a server
                     for field, schema in _INDEXED_FIELDS.items():
                         self.client.create_payload_index(collection, field, field_schema=schema)
+            if kept:
+                self.client.upsert(collection, points=[qm.PointStruct(id=r.id, vector=r.vector or {},
+                                                                      payload=r.payload) for r in kept], wait=True)
             self._ready.add(collection)
 
     def upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
@@ -115,6 +147,10 @@ class VectorStore:
                batch: int = 256) -> list[qm.Record]:
         """Every point matching ``flt``."""
         self.ensure(collection)
+        return self._scroll(collection, flt, with_vectors, batch)
+
+    def _scroll(self, collection: str, flt: qm.Filter | None, with_vectors: bool = False,
+                batch: int = 256) -> list[qm.Record]:
         out: list[qm.Record] = []
         offset = None
         while True:
@@ -124,10 +160,29 @@ class VectorStore:
             if offset is None:
                 return out
 
-    def retrieve(self, collection: str, ids: list[uuid.UUID | str]) -> list[qm.Record]:
+    def nearest(self, collection: str, using: str, vector: list[float], flt: qm.Filter, limit: int = 1,
+                score_threshold: float | None = None) -> list[qm.ScoredPoint]:
+        """The points whose named vector ``using`` is nearest ``vector`` under ``flt``, best first. ``score`` is
+        Qdrant's: cosine similarity (higher is nearer) or Euclidean distance (lower is nearer); with
+        ``score_threshold`` points beyond it (below a similarity, above a distance) are left out. Points
+        without that vector are never returned."""
+        self.ensure(collection)
+        return self.client.query_points(collection, query=vector, using=using, query_filter=flt, limit=limit,
+                                        score_threshold=score_threshold, with_payload=True).points
+
+    def retrieve(self, collection: str, ids: list[uuid.UUID | str], with_vectors: bool = False) -> list[qm.Record]:
         """Points by id (missing ids are left out)."""
         self.ensure(collection)
-        return self.client.retrieve(collection, ids=[str(i) for i in ids], with_payload=True)
+        return self.client.retrieve(collection, ids=[str(i) for i in ids], with_payload=True,
+                                    with_vectors=with_vectors)
+
+    def set_payloads(self, collection: str, payloads: dict[str, dict[str, Any]]) -> None:
+        """Merge a different payload into each point ({point id: payload}) in one batch request."""
+        if payloads:
+            self.ensure(collection)
+            self.client.batch_update_points(collection, update_operations=[
+                qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=[str(pid)]))
+                for pid, p in payloads.items()], wait=True)
 
     def set_payload(self, collection: str, ids: list[uuid.UUID | str], payload: dict[str, Any]) -> None:
         """Merge ``payload`` into the given points."""

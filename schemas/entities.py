@@ -1,0 +1,92 @@
+"""Entities: the persistent people of M3-Agent's entity-centric memory (Long et al., "Seeing, Listening,
+Remembering, and Reasoning: A Multimodal Agent with Long-Term Memory", 2025), one Qdrant point each in the
+``entities`` collection.
+
+An entity gathers what identifies one person across recordings: a bounded sample of face embeddings (dlib,
+128-d, Euclidean) and of voice embeddings (Resemblyzer, 256-d, cosine), the names it was called by, when it was
+first and last seen, and links to the observations it appears in. Nothing here does I/O (``workers.entities``
+reads and writes them).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+
+class EntitySample(BaseModel):
+    """One embedding an entity was linked with: ``key`` names its source (``<observation id>#<face index>`` for a
+    face, ``<event id>:<segment>:<speaker label>`` for a voice cluster), ``vector`` the embedding (128 floats for
+    a face, 256 L2-normalised floats for a voice), ``at_ts`` when it was seen (epoch seconds)."""
+
+    key: str
+    vector: list[float]
+    at_ts: float
+
+
+class MergeRecord(BaseModel):
+    """An entity merged into this one: its id and names, when (UTC) and why (``manual``, ``face-voice
+    co-occurrence in N segments``, ...)."""
+
+    entity_id: str
+    names: list[str] = Field(default_factory=list)
+    at: AwareDatetime
+    reason: str
+
+    @field_validator("at")
+    @classmethod
+    def _to_utc(cls, value: datetime) -> datetime:
+        return value.astimezone(UTC)
+
+
+class Entity(BaseModel):
+    """One person: one ``entities`` point. Its payload is this model without the sample vectors (plus
+    ``name_keys``, the normalised names filters match); the sample vectors are the point's multivectors.
+
+    ``face_samples``/``voice_samples`` are the most recent embeddings linked (at most ``entity_samples`` each,
+    oldest dropped first); their means are the entity's named vectors ``face`` and ``voice`` that nearest-entity
+    search runs on. ``face_count``/``voice_count``/``observation_count`` count every face, voice cluster and
+    observation ever linked; ``observation_ids`` keeps the most recent links and ``recent_keys`` the most recent
+    contribution keys (observation ids, face and voice sample keys), so a redelivered batch adds nothing twice.
+    ``cooccurrence`` maps another entity's id to the observations (clip segments) where this entity's face and
+    that one's voice, or the other way round, were seen together (M3-Agent's face-voice equivalence evidence).
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: uuid.UUID
+    tenant_id: str
+    entity_type: Literal["person"] = "person"
+    names: list[str] = Field(default_factory=list)
+    face_samples: list[EntitySample] = Field(default_factory=list)
+    voice_samples: list[EntitySample] = Field(default_factory=list)
+    face_count: int = Field(0, ge=0)
+    voice_count: int = Field(0, ge=0)
+    observation_count: int = Field(0, ge=0)
+    observation_ids: list[str] = Field(default_factory=list)
+    recent_keys: list[str] = Field(default_factory=list)
+    cooccurrence: dict[str, list[str]] = Field(default_factory=dict)
+    first_seen_ts: float | None = None
+    last_seen_ts: float | None = None
+    merged_from: list[MergeRecord] = Field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The entity's names joined, or its short id when it has none."""
+        return ", ".join(self.names) or f"person {str(self.id)[:8]}"
+
+
+class EntitySummary(BaseModel):
+    """What ``engram entities`` lists: an entity's id, names, counts and first/last seen (UTC)."""
+
+    id: uuid.UUID
+    names: list[str]
+    faces: int
+    voices: int
+    observations: int
+    first_seen: AwareDatetime | None = None
+    last_seen: AwareDatetime | None = None
+    merged_from: list[str] = Field(default_factory=list)
