@@ -232,6 +232,8 @@ def search(
     kind: Annotated[list[MediaKind] | None, typer.Option(help="Only content from these media kinds.")] = None,
     since: Annotated[str | None, typer.Option(help="Only content from this time on (ISO 8601).")] = None,
     until: Annotated[str | None, typer.Option(help="Only content up to this time (ISO 8601).")] = None,
+    entity: Annotated[list[str] | None, typer.Option(help="Only content linked to these entities (ids from "
+                                                     "`engram entities`; repeatable).")] = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Number of results.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print the SearchResponse as JSON.")] = False,
 ) -> None:
@@ -239,7 +241,7 @@ def search(
     from schemas.settings import get_settings
 
     req = SearchRequest(query=query, tenant_id=tenant or get_settings().tenant, user_id=user,
-                        memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind,
+                        memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind, entities=entity,
                         time_from=_parse_time(since), time_to=_parse_time(until), limit=limit)
     resp = run_search(req)
     if as_json:
@@ -310,6 +312,36 @@ def status(
     skipped = rt.ledger.records(tenant, EventStatus.skipped, limit=failures)
     for rec in skipped:
         console.print(f"skipped {rec.source_name or rec.object_key}: {rec.reason}", highlight=False)
+
+
+@app.command(epilog="Examples:  engram entities --tenant acme  ·  engram entities --merge <kept id> <merged id>")
+def entities(
+    tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
+    merge: Annotated[tuple[str, str] | None, typer.Option(
+        help="Merge the second entity into the first (samples, names and links move; recorded in the first).",
+        metavar="KEEP DROP")] = None,
+) -> None:
+    """People linked from faces, voices and chat speakers (M3-Agent's entities): names and counts."""
+    from schemas.settings import get_settings
+    from workers.entities import list_entities, merge_entities
+
+    tenant = tenant or get_settings().tenant
+    rt = _runtime()
+    if merge:
+        try:
+            kept = merge_entities(rt, tenant, *merge)
+        except (KeyError, ValueError) as exc:
+            err.print(f"cannot merge: {exc.args[0]}")
+            raise typer.Exit(1) from exc
+        console.print(f"merged {merge[1]} into {kept.id} ({kept.label})")
+    table = Table(title=f"entities of tenant {tenant!r}")
+    for column in ("id", "names", "faces", "voices", "observations", "first seen", "last seen", "merged from"):
+        table.add_column(column, justify="right" if column in ("faces", "voices", "observations") else "left")
+    fmt = lambda t: t.strftime("%Y-%m-%d %H:%M") if t else ""  # noqa: E731
+    for e in list_entities(rt, tenant):
+        table.add_row(str(e.id), ", ".join(e.names), str(e.faces), str(e.voices), str(e.observations),
+                      fmt(e.first_seen), fmt(e.last_seen), ", ".join(m[:8] for m in e.merged_from))
+    console.print(table)
 
 
 @app.command()
