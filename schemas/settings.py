@@ -67,16 +67,6 @@ class ModelSettings(BaseModel):
     vlm_required: bool = Field(False, description="If true, a caption that cannot be had fails the perceive stage "
                                "(retried, then the event fails with the reason); if false, the observation is "
                                "stored without a caption and a warning is logged.")
-    # the LLM of the memory extractor (off by default: the offline rules extractor runs)
-    llm_provider: Literal["none", "openai", "gemini"] = Field(
-        "none", description="LLM used by consolidation's extractor when ``extractor`` is 'llm': 'openai' (any "
-        "OpenAI-compatible server) or 'gemini' (google-genai).")
-    llm_model: str = Field("gpt-4o-mini", description="Model name sent to the LLM endpoint.")
-    llm_base_url: str | None = Field(None, description="LLM endpoint, e.g. http://localhost:11434/v1; unset: the "
-                                     "provider's own.")
-    llm_api_key: SecretStr | None = Field(None, description="API key of the LLM endpoint.")
-    llm_timeout_seconds: float = Field(120.0, gt=0, description="Timeout of one LLM request.")
-    llm_max_retries: int = Field(2, ge=0, description="Retries (exponential backoff, the SDK's) of a failed request.")
     # a text LLM for `ask` (M3-Agent's search-then-decide loop) and LLM extraction (off by default)
     llm_provider: Literal["none", "openai", "gemini"] = Field(
         "none", description="'openai' (any OpenAI-compatible server: OpenAI, vLLM, Ollama), 'gemini' "
@@ -206,7 +196,7 @@ class Settings(BaseSettings):
         "default: consolidate_interval_seconds. `engram ingest` and `engram consolidate` consolidate at once.")
     extractor: Literal["rules", "llm"] = Field(
         "rules", description="Typed-memory extractor: 'rules' (offline patterns, no LLM) or 'llm' (MIRIX's "
-        "meta-memory routing through models.llm_provider).")
+        "meta-memory routing through the models.llm_* LLM).")
     llm_extract_required: bool = Field(
         False, description="If the LLM extractor fails (endpoint down, an answer that does not validate): false "
         "logs the reason and falls back to the rules extractor; true fails the consolidation with the reason "
