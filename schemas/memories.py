@@ -1,8 +1,10 @@
 """The six memory types of MIRIX (Wang & Chen, 2025, "MIRIX: Multi-Agent Memory System"), with provenance.
 
 Every memory keeps where it came from (observation ids, event ids, message ids such as LoCoMo's
-``dia_id``, and the time span it covers) and a strength in [0, 1] (MemoryBank's forgetting curve; later
-issues reinforce and decay it).
+``dia_id``, and the time span it covers) and its memory dynamics: a strength in [0, 1] with the recalls
+that reinforce it (MemoryBank's forgetting curve, ``workers.dynamics``), and its history: a memory that a
+newer one contradicts is ``superseded_by`` it from ``valid_to`` on (Mem0's UPDATE/DELETE, kept as
+history instead of deleted); one whose retention decayed below the threshold is ``archived``.
 """
 
 from __future__ import annotations
@@ -55,6 +57,15 @@ class MemoryBase(BaseModel):
     updated_at: AwareDatetime
     strength: float = Field(1.0, ge=0, le=1, description="Retention strength (MemoryBank); 1 = fresh.")
     provenance: Provenance = Field(default_factory=Provenance)
+    recalls: int = Field(0, ge=0, description="Times the memory was recalled or reinforced by a repeat "
+                         "(MemoryBank: each one lengthens its stability S).")
+    last_recalled_at: AwareDatetime | None = Field(
+        None, description="When it was last recalled or reinforced; the forgetting curve counts from here "
+        "(unset: from updated_at).")
+    archived: bool = Field(False, description="Retention fell below the archive threshold: kept, not searched "
+                           "by default.")
+    superseded_by: uuid.UUID | None = Field(None, description="The newer memory that contradicts this one.")
+    valid_to: AwareDatetime | None = Field(None, description="Until when this memory held (set when superseded).")
 
     def index_text(self) -> str:
         """The text that is embedded and BM25-indexed for this memory."""
@@ -85,6 +96,9 @@ class SemanticMemory(MemoryBase):
     summary: str
     details: str = ""
     source: str = ""
+    attribute: str = Field("", description="What the fact says about ``name`` (lives_in, works_at, ...); with "
+                           "``value``, lets a newer fact on the same attribute supersede an older one.")
+    value: str = ""
 
     def index_text(self) -> str:
         return f"{self.name}: {self.summary}\n{self.details}".strip()

@@ -154,6 +154,9 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
         fields = [source_fields(ep) for ep in episodes]
         rt.vectors.upsert(MemoryType.episodic.value,
                           memory_points(rt, memories, fields, vectors, texts, [len(ep) for ep in episodes]))
+        from workers.typed import consolidate_typed  # semantic, procedural, resource, core, vault index
+
+        consolidate_typed(rt, tenant_id, user_id, records)
         rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})
     log.info("consolidated", tenant=tenant_id, user=user_id, observations=len(records), episodic=len(memories))
     return len(memories)
@@ -170,9 +173,13 @@ def pending_users(rt: Runtime) -> list[tuple[str, str]]:
 
 @app.task(name="workers.consolidate.consolidate_due", ignore_result=False, acks_late=True)
 def consolidate_due() -> int:
-    """Beat entry point: start one consolidation per (tenant, user) with pending observations."""
+    """Beat entry point: start one consolidation per (tenant, user) that is due (``workers.typed.due_users``:
+    enough pending observations, or idle long enough); returns how many users have pending observations
+    (started now or still waiting), so a caller can loop until it is 0."""
+    from workers.typed import due_users
+
     rt = runtime()
-    pairs = pending_users(rt)
-    for tenant_id, user_id in pairs:
+    due, pending = due_users(rt)
+    for tenant_id, user_id in due:
         consolidate_user.delay(tenant_id, user_id)
-    return len(pairs)
+    return pending

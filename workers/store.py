@@ -3,6 +3,7 @@ record the segment in the ledger (the event is done when all its segments are)."
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from qdrant_client import models as qm
@@ -17,12 +18,14 @@ from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE
 
 def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
     """The Qdrant point of an observation: payload is the observation plus float time fields
-    (``start_ts``/``end_ts``, epoch seconds) for range filters and ``consolidated`` for the watermark."""
+    (``start_ts``/``end_ts``, epoch seconds) for range filters, ``consolidated`` for the watermark and
+    ``stored_at`` (epoch seconds) for consolidation's idle timeout."""
     obs = item.observation
     payload = obs.model_dump(mode="json")
     ts = obs.captured_at.timestamp()
     duration = (obs.end_s - obs.start_s) if obs.start_s is not None and obs.end_s is not None else 0.0
-    payload.update(start_ts=ts, end_ts=ts + duration, consolidated=False, memory_type="observation")
+    payload.update(start_ts=ts, end_ts=ts + duration, consolidated=False, memory_type="observation",
+                   stored_at=time.time())  # consolidation's idle timeout counts from here
     vector = {DENSE: item.dense}
     if item.sparse_indices:
         vector[SPARSE] = qm.SparseVector(indices=item.sparse_indices, values=item.sparse_values)

@@ -1,0 +1,26 @@
+"""Extractors of typed memories (MIRIX's semantic, procedural, resource and core types) from observations.
+
+Two behind one interface (``base.Extractor``): ``rules.RulesExtractor``, the offline default (patterns, no
+LLM), and ``llm.LlmExtractor`` (MIRIX's meta-memory routing through an OpenAI-compatible endpoint or
+Gemini). ``extractor_for`` picks one from settings.
+"""
+
+from __future__ import annotations
+
+from schemas.settings import Settings
+from workers.extract.base import ExtractionFailed, Extractor, Seen
+
+
+def extractor_for(settings: Settings) -> Extractor:
+    """The configured extractor: ``llm`` when ``extractor`` is 'llm' (raises ExtractionFailed when no LLM
+    provider is set), else the rules extractor."""
+    from workers.extract.rules import RulesExtractor
+
+    if settings.extractor == "llm":
+        from workers.extract.llm import LlmExtractor
+
+        return LlmExtractor.from_settings(settings)
+    return RulesExtractor()
+
+
+__all__ = ["ExtractionFailed", "Extractor", "Seen", "extractor_for"]

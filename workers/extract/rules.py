@@ -1,0 +1,194 @@
+"""The offline extractor: patterns, no LLM, no network. Precision first: it writes a memory only where the
+text says something in a recognisable form, and leaves the rest to episodic memory and search.
+
+- semantic: facts of the form subject + attribute + value ("I live in Paris", "Ann moved to Berlin", "my
+  favourite band is Muse"), the subject being the speaker (first person) or a known name (a speaker, the
+  user); single-valued attributes (lives_in, works_at, age, ...) carry ``attribute``/``value`` so a newer
+  value supersedes an older one (``workers.dynamics``);
+- procedural: numbered step lists and "first ..., then ..., finally ..." sequences of instructions;
+- resource: URLs, file names and, for screenshots, the window seen (title, app, its text);
+- core (``human`` block): the facts whose subject is the user, as ``attribute: value`` lines (DigitalLife's
+  user profile, rewritten by ``workers.dynamics.merge_block``).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from schemas.extraction import CoreDraft, Extraction, ProceduralDraft, ResourceDraft, SemanticDraft
+from workers.extract.base import Extractor, Seen
+
+_NAME = r"[A-Z][a-z]+(?: [A-Z][a-z]+)?"
+_PLACE = r"(?P<value>[A-Z][\w'.&-]*(?:(?:,? |-)[A-Z][\w'.&-]*){0,3})"
+_PHRASE = r"(?P<value>[\w'&-]+(?: [\w'&-]+){0,4}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|with|now|too)\b|$)"
+_SUBJ = r"(?:(?<=^)|(?<=[\s,;(]))(?P<subj>I|" + _NAME + r")"
+_POSS = r"(?:(?<=^)|(?<=[\s,;(]))(?P<subj>[Mm]y|" + _NAME + r"'s)"
+
+#: (attribute, single-valued, summary template, pattern)
+FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [(a, single, tpl, re.compile(p)) for a, single, tpl, p in [
+    ("lives_in", True, "{s} lives in {v}", _SUBJ + r"(?: now| currently)?(?: live| lives| am living|'m living"
+                                             r"| is living) in " + _PLACE),
+    ("lives_in", True, "{s} lives in {v}", _SUBJ + r"(?:'ve|'s)? (?:just |recently |finally )?(?:have |has |had )?"
+                                             r"(?:moved|relocated) to " + _PLACE),
+    ("works_at", True, "{s} works at {v}", _SUBJ + r"(?: now| currently)?(?: work| works| am working|'m working|"
+                                             r" is working| started working| got a job) (?:at|for) " + _PLACE),
+    ("occupation", True, "{s} works as {v}", _SUBJ + r"(?: now| currently)?(?: work| works| am working|'m working|"
+                                               r" is working) as (?:a|an) " + _PHRASE),
+    ("age", True, "{s} is {v} years old", _SUBJ + r"(?: am|'m| is| just turned| turned) (?P<value>\d{1,3}) years old"),
+    ("origin", True, "{s} is from {v}", _SUBJ + r"(?: am|'m| is| come| comes) (?:originally )?from " + _PLACE),
+    ("grew_up_in", True, "{s} grew up in {v}", _SUBJ + r" grew up in " + _PLACE),
+    ("spouse", True, "{s} is married to {v}", _SUBJ + r"(?: am|'m| is| got) married to (?P<value>" + _NAME + r")"),
+    ("birthday", True, "{s}'s birthday is {v}", _POSS + r" birthday is (?:on )?(?P<value>(?:\d{1,2}(?:st|nd|rd|th)? "
+                                                 r"[A-Z][a-z]+|[A-Z][a-z]+ \d{1,2}(?:st|nd|rd|th)?))"),
+    ("favourite", True, "{s}'s favourite {w} is {v}", _POSS + r" (?:all-time )?favou?rite (?P<what>[a-z]+(?: [a-z]+)?)"
+                                                        r" is " + _PHRASE),
+    ("studies", True, "{s} studies {v}", _SUBJ + r"(?: study| studies| am studying|'m studying| is studying| major in|"
+                                           r" majored in) " + _PHRASE),
+    ("pet", False, "{s} has a {v}", _SUBJ + r" (?:have|has|got|adopted) (?:a|an) (?P<value>(?:\w+ )?(?:dog|cat|puppy|"
+                                     r"kitten|parrot|rabbit|hamster|horse|turtle|fish)(?: named [A-Z][a-z]+)?)"),
+    ("likes", False, "{s} likes {v}", _SUBJ + r" (?:really |absolutely |just )?(?:love|loves|enjoy|enjoys) "
+                                       r"(?:to )?" + _PHRASE),
+]]
+_NOT_VALUES = {"it", "that", "this", "you", "them", "him", "her", "those", "these", "me", "us", "the", "a", "an",
+               "what", "how", "when", "being", "having", "doing", "seeing", "hearing", "your", "my"}
+_NOT_NAMES = {"The", "Then", "So", "And", "But", "We", "They", "He", "She", "It", "This", "That", "Yes", "No",
+              "Oh", "Wow", "Well", "Also", "Now", "Today", "Yesterday", "Thanks", "Hey", "Hi", "Sure", "Maybe"}
+
+_NUMBERED = re.compile(r"^\s*(?:step\s*)?(\d{1,2})[.):]\s+(\S.*)$", re.IGNORECASE | re.MULTILINE)
+_SEQUENCE = re.compile(r"\b(?:first(?:ly)?|then|next|after that|afterwards|finally|lastly)\b,?\s*", re.IGNORECASE)
+_NOT_IMPERATIVE = {"i", "we", "he", "she", "they", "it", "my", "our", "his", "her", "their", "me", "us"}
+
+_URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"'()\[\]{}]+")
+_FILE = re.compile(r"(?<![\w/.@-])([\w][\w.-]{0,80}\.(pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|odt|ods|txt"
+                   r"|py|ipynb|js|ts|json|ya?ml|md|sql|sh))\b")
+_FILE_TYPES = {"pdf": "document", "doc": "document", "docx": "document", "odt": "document", "txt": "document",
+               "md": "document", "xls": "spreadsheet", "xlsx": "spreadsheet", "ods": "spreadsheet",
+               "csv": "spreadsheet", "ppt": "presentation", "pptx": "presentation", "png": "image",
+               "jpg": "image", "jpeg": "image", "mp4": "video", "mov": "video", "zip": "archive"}
+_BROWSERS = ("chrome", "firefox", "safari", "edge", "brave", "opera", "arc", "chromium", "vivaldi")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split into sentences and lines (whitespace kept inside each)."""
+    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+
+
+def _clean_value(value: str) -> str:
+    return value.strip(" ,.;:!?'\"").removeprefix("the ").strip()
+
+
+class RulesExtractor(Extractor):
+    """The offline default extractor (see the module docstring). Stateless; safe to share between threads."""
+
+    name = "rules"
+
+    def extract(self, seen: list[Seen], user_id: str) -> Extraction:
+        """Drafts of every observation of ``seen``, each citing the one observation it was read from."""
+        names = {s.speaker.lower() for s in seen if s.speaker} | {user_id.lower()}
+        out = Extraction()
+        for i, obs in enumerate(seen):
+            text = obs.own_text()
+            for sentence in sentences(text):
+                self._facts(sentence, i, obs, names, user_id, out)
+            out.procedural.extend(procedures(text, i))
+            out.resource.extend(resources(obs, i))
+        return out
+
+    def _facts(self, sentence: str, i: int, obs: Seen, names: set[str], user_id: str, out: Extraction) -> None:
+        for attribute, single, template, pattern in FACT_PATTERNS:
+            for m in pattern.finditer(sentence):
+                subj = m.group("subj")
+                first_person = subj in ("I", "My", "my")
+                if first_person:
+                    if not obs.speaker:
+                        continue  # a transcript's or a screen's "I" is not known to be anyone
+                    subject = user_id if obs.about_user else obs.speaker
+                else:
+                    subject = subj.removesuffix("'s")
+                    if subject in _NOT_NAMES or subject.lower() not in names:
+                        continue
+                    if subject.lower() == user_id.lower():
+                        subject = user_id
+                value = _clean_value(m.group("value"))
+                if not value or value.lower().split()[0] in _NOT_VALUES:
+                    continue
+                what = m.groupdict().get("what") or ""
+                attr = f"{attribute}_{what.replace(' ', '_')}" if what else attribute
+                summary = template.format(s=subject, v=value, w=what)
+                out.semantic.append(SemanticDraft(
+                    name=subject, summary=summary, details=sentence[:4000], sources=[i],
+                    attribute=attr if single else "", value=value if single else ""))
+                if first_person and obs.about_user or subject == user_id:
+                    label = attr.replace("_", " ")
+                    out.core.append(CoreDraft(label="human", sources=[i], facts=[f"{label}: {value}"]))
+
+
+def procedures(text: str, i: int) -> list[ProceduralDraft]:
+    """Step lists in ``text``: numbered lines (1., 2., ... in order) and "first ..., then ..., finally ..."
+    sequences whose steps read as instructions (not "I went ..., then we ...")."""
+    out = []
+    lines = text.splitlines()
+    matches = list(_NUMBERED.finditer(text))
+    run: list[re.Match] = []
+    for m in [*matches, None]:
+        if m is not None and (not run and m.group(1) == "1" or run and int(m.group(1)) == int(run[-1].group(1)) + 1):
+            run.append(m)
+            continue
+        if len(run) >= 2:
+            line_no = text[:run[0].start()].count("\n") + (1 if text[run[0].start()] == "\n" else 0)
+            heading = next((ln.strip().rstrip(":") for ln in reversed(lines[:line_no]) if ln.strip()), "")
+            steps = [r.group(2).strip() for r in run]
+            out.append(ProceduralDraft(entry_type="guide", summary=(heading or steps[0])[:500], steps=steps,
+                                       sources=[i]))
+        run = [m] if m is not None and m.group(1) == "1" else []
+    for sentence in sentences(text):
+        low = sentence.lower()
+        if not re.search(r"\bfirst(?:ly)?\b", low) or not re.search(r"\b(?:then|next|finally|lastly)\b", low):
+            continue
+        parts = _SEQUENCE.split(sentence)
+        head, steps = parts[0].strip(" ,:;-"), [p.strip(" ,;.") for p in parts[1:] if p.strip(" ,;.")]
+        steps = [re.sub(r"^(?:and|you)\s+", "", s, flags=re.IGNORECASE) for s in steps]
+        if len(steps) < 2 or any(len(s.split()) < 2 or s.split()[0].lower() in _NOT_IMPERATIVE for s in steps):
+            continue
+        summary = head if len(head.split()) >= 2 else f"{steps[0]} … {steps[-1]}"
+        out.append(ProceduralDraft(entry_type="workflow", summary=summary[:500], steps=steps, sources=[i]))
+    return out
+
+
+def resources(obs: Seen, i: int) -> list[ResourceDraft]:
+    """URLs and file names in the text, and the window of a screenshot."""
+    text = obs.text
+    out: list[ResourceDraft] = []
+    where = f"shared by {obs.speaker}" if obs.speaker else f"seen on {obs.kind}"
+    spans = []
+    for m in _URL.finditer(text):
+        url = m.group(0).rstrip(".,;:!?")
+        spans.append((m.start(), m.end()))
+        host = urlsplit(url if "://" in url else f"http://{url}").hostname or url
+        out.append(ResourceDraft(title=url[:500], resource_type="url", summary=f"link to {host} {where}"[:1000],
+                                 content=_around(text, m.start(), m.end()), sources=[i]))
+    for m in _FILE.finditer(text):
+        if any(a <= m.start() < b for a, b in spans):
+            continue
+        name, ext = m.group(1), m.group(2).lower()
+        base = name[: -len(ext) - 1]
+        if ext in ("js", "ts", "md", "json", "py", "sh", "sql", "yml", "yaml", "txt") and not (
+                base.islower() or any(c in base for c in "_-0123456789")):
+            continue  # "Node.js" names a technology, "notes.md" a file
+        out.append(ResourceDraft(title=name, resource_type=_FILE_TYPES.get(ext, "code"),
+                                 summary=f"file {name} {where}", content=_around(text, m.start(), m.end()),
+                                 sources=[i]))
+    if obs.kind == "screenshot" and (obs.window or obs.app):
+        title = obs.window or obs.app or ""
+        kind = "page" if any(b in (obs.app or "").lower() for b in _BROWSERS) else "window"
+        summary = " — ".join(x for x in (obs.app, obs.window) if x)
+        out.append(ResourceDraft(title=title[:500], resource_type=kind, summary=f"{summary} (on screen)"[:1000],
+                                 content=text[:8000], sources=[i]))
+    return out
+
+
+def _around(text: str, start: int, end: int, width: int = 300) -> str:
+    """The text around ``[start, end)``, about ``width`` characters either side."""
+    return text[max(0, start - width):end + width].strip()

@@ -1,0 +1,396 @@
+"""The knowledge vault (MIRIX's sixth memory type): secrets found in content, redacted before anything is
+stored and kept encrypted.
+
+Runs in ``perceive`` (DESIGN.md "Contracts"): every text an observation carries (its text, transcript,
+caption, window title, OCR lines, ASR words and the chat context indexed with it) is searched for secrets;
+each one is replaced by a placeholder ``[vault:<entry id> <entry type>]`` and written, Fernet-encrypted
+(``cryptography``), to the object store at ``vault/<tenant>/<entry id>.json`` (a ``KnowledgeVaultEntry``).
+So no observation, embedding, memory, log line or search result holds the secret; consolidation indexes the
+entries its observations point to into the ``knowledge_vault`` collection (caption only, plus the
+ciphertext), and only ``reveal`` (``engram vault reveal ID``) decrypts one.
+
+Detection favours precision: tokens with a known shape (AWS key ids, ``sk-``/``ghp_``/``xox?-``/``AIza``
+tokens), values after "password:"/"api key:" labels, card numbers that pass Luhn, IBANs that pass mod 97
+(``python-stdnum``), phone numbers valid for their region (``phonenumbers``, Google's libphonenumber),
+e-mail addresses and street addresses with a street-type word.
+
+Keys: ``ENGRAM_VAULT_KEY`` (Fernet keys, comma-separated for rotation: ``MultiFernet``). When it is unset
+the embedded default generates one into ``<data_dir>/vault.key`` (mode 0600) on the first secret, so a
+laptop works out of the box; the distributed mode has no shared place for a generated key, so an event
+holding a secret fails there with ``VaultKeyMissing`` and the reason (set the key, publish again). Entry
+ids are an HMAC of the secret under the key, so the same secret seen twice is one entry and an id does not
+let anyone test guesses of a short secret (a PIN, a phone number) without the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import phonenumbers
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from stdnum import iban, luhn
+
+from schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
+from schemas.observations import Observation, WordTiming
+from schemas.settings import Settings
+from workers.objectstore import ObjectNotFound
+from workers.runtime import Runtime, log
+
+PLACEHOLDER = re.compile(r"\[vault:([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) ([a-z_]+)\]")
+
+
+class VaultError(RuntimeError):
+    """A vault operation failed (missing entry, undecryptable secret, bad key)."""
+
+
+class VaultKeyMissing(VaultError):
+    """A secret was found but no vault key is configured (distributed mode)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One secret in a text: its type, span ``[start, end)`` in characters, value and sensitivity."""
+
+    entry_type: str
+    start: int
+    end: int
+    secret: str
+    sensitivity: str
+
+
+LABELS = {"aws_access_key": "AWS access key id", "aws_secret_key": "AWS secret access key",
+          "api_key": "API key or token", "password": "password", "credit_card": "payment card number",
+          "iban": "bank account (IBAN)", "phone_number": "phone number", "email": "e-mail address",
+          "address": "street address"}
+SENSITIVITY = {"aws_access_key": "high", "aws_secret_key": "high", "api_key": "high", "password": "high",
+               "credit_card": "high", "iban": "high", "phone_number": "medium", "address": "medium",
+               "email": "low"}
+
+# (entry type, pattern, group holding the secret, a cheap test the text must pass first), tried in this
+# order; earlier spans win overlaps
+_DIGIT_RUN = re.compile(r"\d[\d \t().-]{5,}\d")
+_PATTERNS: list[tuple[str, re.Pattern, int, Callable[[str, str], bool]]] = [
+    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), 0, lambda t, low: "AKIA" in t or "ASIA" in t),
+    ("aws_secret_key", re.compile(r"(?i)aws_?secret_?(?:access_?)?key\s*[:=]\s*[\"']?"
+                                  r"([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"), 1, lambda t, low: "secret" in low),
+    ("api_key", re.compile(r"\b(?:sk-(?:[a-z]+-)?[A-Za-z0-9_-]{20,}|sk_(?:live|test)_[A-Za-z0-9]{16,}"
+                           r"|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+                           r"|AIza[0-9A-Za-z_-]{35}|glpat-[A-Za-z0-9_-]{20,})"), 0,
+     lambda t, low: any(x in t for x in ("sk-", "sk_", "_", "xox", "AIza", "glpat-"))),
+    ("api_key", re.compile(r"(?i)\b(?:api[_ -]?key|access[_ -]?token|secret[_ -]?key|auth[_ -]?token)\b\s*[:=]\s*"
+                           r"[\"']?((?=[A-Za-z0-9_./+-]*\d)(?=[A-Za-z0-9_./+-]*[A-Za-z])[A-Za-z0-9_./+-]{16,})"), 1,
+     lambda t, low: "key" in low or "token" in low),
+    ("password", re.compile(r"(?i)\b(?:password|passwd|passcode|passphrase)\b\s*"
+                            r"(?:[:=]\s*[\"']?(?P<v1>[^\s\"']{4,})"
+                            r"|is\s+[\"']?(?P<v2>(?=[^\s\"']*[^A-Za-z\s\"'.,;:!?])[^\s\"']{4,}))"), -1,
+     lambda t, low: "pass" in low),
+    ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"), 0,
+     lambda t, low: _DIGIT_RUN.search(t) is not None),
+    ("credit_card", re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"), 0,
+     lambda t, low: _DIGIT_RUN.search(t) is not None),
+    ("email", re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"), 0,
+     lambda t, low: "@" in t),
+    ("address", re.compile(r"\b\d{1,5}[ \t]+(?:[A-Z][a-z]+[ \t]+){1,3}"
+                           r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Way|Place|Pl"
+                           r"|Terrace)\b\.?(?:,?\s*(?:Apt|Suite|Unit)\.?\s*\w+)?"
+                           r"(?:,\s*[A-Z][a-z]+(?:\s[A-Z][a-z]+)*)?(?:,\s*[A-Z]{2}\s+\d{5})?"), 0,
+     lambda t, low: any(c.isdigit() for c in t)),
+]
+_TRAILING = ".,;:!?)]}>'\""
+
+
+def _valid(entry_type: str, secret: str) -> bool:
+    digits = re.sub(r"\D", "", secret)
+    match entry_type:
+        case "credit_card":
+            return 13 <= len(digits) <= 19 and digits[0] in "23456" and len(set(digits)) > 1 and luhn.is_valid(digits)
+        case "iban":
+            return iban.is_valid(secret)
+        case "password":  # not a masked field, nor a template's stand-in ("your_password", "<password>")
+            low = secret.lower()
+            stand_in = "password" in low or low.startswith(("your", "<", "{", "$", "%"))
+            return not (set(secret) <= set("*•●·x.") or stand_in)
+    return True
+
+
+_PHONE_WORDS = re.compile(r"(?i)\b(?:phone|call|tel|mobile|cell|number|text me|whatsapp|fax)\b")
+
+
+def _phone_shaped(raw: str, before: str) -> bool:
+    """Written as a phone number is: international (``+``), with an area code in parentheses, or in groups of
+    at most four digits; a bare digit run only after a word such as "call" or "phone". Keeps table cells,
+    decimals and ids out."""
+    groups = re.findall(r"\d+", raw)
+    if raw.startswith("+") or (raw.startswith("(") and max(map(len, groups)) <= 4):
+        return True
+    if len(groups) >= 3 and max(map(len, groups)) <= 4 and not re.search(r"\d\.\d{5}", raw):
+        return True
+    return len(groups) == 1 and bool(_PHONE_WORDS.search(before))
+
+
+def detect(text: str, phone_region: str = "US") -> list[Finding]:
+    """The secrets in ``text``, by start, without overlaps. Pure: no I/O, never logs the text."""
+    found: list[Finding] = []
+
+    def add(entry_type: str, start: int, end: int) -> None:
+        secret = text[start:end]
+        stripped = secret.rstrip(_TRAILING)
+        end -= len(secret) - len(stripped)
+        if stripped and _valid(entry_type, stripped) and not any(f.start < end and start < f.end for f in found):
+            found.append(Finding(entry_type, start, end, stripped, SENSITIVITY[entry_type]))
+
+    low = text.lower()
+    for entry_type, pattern, group, gate in _PATTERNS:
+        if not gate(text, low):
+            continue
+        for m in pattern.finditer(text):
+            if group == -1:
+                name = "v1" if m.group("v1") is not None else "v2"
+                add(entry_type, m.start(name), m.end(name))
+            else:
+                add(entry_type, m.start(group), m.end(group))
+    if _DIGIT_RUN.search(text):
+        for m in phonenumbers.PhoneNumberMatcher(text, phone_region, leniency=phonenumbers.Leniency.VALID):
+            if _phone_shaped(m.raw_string, text[max(0, m.start - 24):m.start]):
+                add("phone_number", m.start, m.end)
+    return sorted(found, key=lambda f: f.start)
+
+
+# keys ------------------------------------------------------------------------------------------------
+
+
+def _keys(settings: Settings) -> list[bytes]:
+    if settings.vault_key is not None:
+        return [k.strip().encode() for k in settings.vault_key.get_secret_value().split(",") if k.strip()]
+    if not settings.embedded:
+        raise VaultKeyMissing("a secret was found but ENGRAM_VAULT_KEY is not set: set the same Fernet key on "
+                              "every worker (`engram vault keygen` prints one) and publish the event again")
+    path = settings.data_dir / "vault.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process made it first
+        else:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(Fernet.generate_key())
+            log.warning("vault key generated; set ENGRAM_VAULT_KEY to keep it elsewhere", path=str(path))
+    return [path.read_bytes().strip()]
+
+
+def fernet(settings: Settings) -> MultiFernet:
+    """The vault's cipher: ``MultiFernet`` of the configured keys (the first encrypts). Raises
+    VaultKeyMissing (distributed mode without a key) or VaultError (a malformed key)."""
+    try:
+        return MultiFernet([Fernet(k) for k in _keys(settings)])
+    except (ValueError, TypeError) as exc:
+        raise VaultError("ENGRAM_VAULT_KEY is not a Fernet key (32 url-safe base64-encoded bytes)") from exc
+
+
+def entry_id(key: bytes, tenant_id: str, user_id: str, entry_type: str, secret: str) -> uuid.UUID:
+    """The id of the vault entry of ``secret``: HMAC-SHA256 under the vault key, as a UUID."""
+    digest = hmac.new(base64.urlsafe_b64decode(key), f"{tenant_id}\x1f{user_id}\x1f{entry_type}\x1f{secret}".encode(),
+                      hashlib.sha256).digest()
+    return uuid.UUID(bytes=digest[:16], version=5)
+
+
+def object_key(tenant_id: str, entry: uuid.UUID | str) -> str:
+    """``vault/<tenant>/<entry id>.json``: where an entry is kept at rest."""
+    return f"vault/{tenant_id}/{entry}.json"
+
+
+# redaction -------------------------------------------------------------------------------------------
+
+
+class Redactor:
+    """Redacts the observations of one perceive task and collects their vault entries.
+
+    Owned by the task that made it (not shared between threads); ``flush`` writes the entries."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self._fernet: MultiFernet | None = None
+        self._key: bytes = b""
+        self.entries: dict[uuid.UUID, KnowledgeVaultEntry] = {}
+
+    def _cipher(self) -> MultiFernet:
+        if self._fernet is None:
+            self._fernet = fernet(self.rt.settings)
+            self._key = _keys(self.rt.settings)[0]
+        return self._fernet
+
+    def text(self, text: str | None, obs: Observation) -> str | None:
+        """``text`` with every secret replaced by its placeholder; entries recorded for ``obs``."""
+        if not text:
+            return text
+        findings = detect(text, self.rt.settings.vault_phone_region)
+        for f in reversed(findings):
+            text = text[:f.start] + self._placeholder(f, obs) + text[f.end:]
+        return text
+
+    def words(self, words: list[WordTiming], obs: Observation) -> list[WordTiming]:
+        """ASR words with each secret's words merged into one word holding its placeholder (first start,
+        last end)."""
+        if not words:
+            return words
+        spans, pos = [], 0
+        for w in words:
+            spans.append((pos, pos + len(w.word)))
+            pos += len(w.word) + 1
+        findings = detect(" ".join(w.word for w in words), self.rt.settings.vault_phone_region)
+        if not findings:
+            return words
+        out, skip = [], set()
+        for f in findings:
+            hit = [i for i, (a, b) in enumerate(spans) if a < f.end and f.start < b]
+            if hit:
+                first, last = words[hit[0]], words[hit[-1]]
+                out.append((hit[0], first.model_copy(update={"word": self._placeholder(f, obs), "end_s": last.end_s})))
+                skip.update(hit)
+        kept = [(i, w) for i, w in enumerate(words) if i not in skip]
+        return [w for _, w in sorted([*kept, *out], key=lambda x: x[0])]
+
+    def _placeholder(self, f: Finding, obs: Observation) -> str:
+        cipher = self._cipher()
+        eid = entry_id(self._key, obs.tenant_id, obs.user_id, f.entry_type, f.secret)
+        entry = self.entries.get(eid)
+        if entry is None:
+            now = datetime.now(UTC)
+            entry = self.entries[eid] = KnowledgeVaultEntry(
+                id=eid, tenant_id=obs.tenant_id, user_id=obs.user_id, created_at=now, updated_at=now,
+                entry_type=f.entry_type, sensitivity=f.sensitivity, source=_where(obs),
+                caption=f"{LABELS[f.entry_type]}{_hint(f)} seen in {_where(obs)}",
+                secret_ciphertext=cipher.encrypt(f.secret.encode()).decode("ascii"))
+        _add_source(entry.provenance, obs)
+        return f"[vault:{eid} {f.entry_type}]"
+
+    def observation(self, obs: Observation) -> Observation:
+        """A copy of ``obs`` with no secret left in any of its texts."""
+        if not self.rt.settings.vault_redact:
+            return obs
+        return obs.model_copy(update={
+            "text": self.text(obs.text, obs) or "", "transcript": self.text(obs.transcript, obs),
+            "caption": self.text(obs.caption, obs), "window": self.text(obs.window, obs),
+            "ocr_lines": [ln.model_copy(update={"text": self.text(ln.text, obs)}) for ln in obs.ocr_lines],
+            "words": self.words(obs.words, obs),
+            "context_before": [self.text(t, obs) for t in obs.context_before],
+            "context_after": [self.text(t, obs) for t in obs.context_after]})
+
+    def flush(self) -> int:
+        """Write the collected entries (merged with what the store already holds for them); returns how many."""
+        for eid, entry in self.entries.items():
+            key = object_key(entry.tenant_id, eid)
+            try:
+                old = KnowledgeVaultEntry.model_validate_json(self.rt.objects.get_bytes(key))
+            except ObjectNotFound:
+                old = None
+            if old is not None:
+                entry.provenance = _merge(old.provenance, entry.provenance)
+                entry.created_at = old.created_at
+            self.rt.objects.put_bytes(key, entry.model_dump_json().encode(), "application/json")
+        if self.entries:
+            log.info("secrets redacted", vault_entries=len(self.entries),
+                     types=sorted({e.entry_type for e in self.entries.values()}))
+        return len(self.entries)
+
+
+def redact_observations(rt: Runtime, observations: list[Observation]) -> list[Observation]:
+    """Perceive's last step: the observations with every secret replaced by a vault placeholder, after the
+    vault entries are written. Raises VaultKeyMissing (distributed mode, no key) when a secret is found."""
+    redactor = Redactor(rt)
+    out = [redactor.observation(o) for o in observations]
+    redactor.flush()
+    return out
+
+
+def _where(obs: Observation) -> str:
+    if obs.message_id:
+        return f"chat message {obs.message_id}" + (f" by {obs.speaker}" if obs.speaker else "")
+    return {"screenshot": "a screenshot", "audio": "audio", "clip": "a video clip"}.get(obs.kind.value, obs.kind.value)
+
+
+def _hint(f: Finding) -> str:
+    """The last digits of a card or account number (as receipts show them), nothing of other secrets."""
+    if f.entry_type in ("credit_card", "iban"):
+        return " ending " + re.sub(r"\W", "", f.secret)[-4:]
+    return ""
+
+
+def _add_source(prov: Provenance, obs: Observation) -> None:
+    def add(values: list, value) -> None:
+        if value and value not in values:
+            values.append(value)
+    add(prov.observation_ids, obs.id)
+    add(prov.event_ids, obs.event_id)
+    add(prov.message_ids, obs.message_id)
+    add(prov.session_ids, obs.session_id)
+    add(prov.object_keys, obs.object_key)
+    add(prov.source_names, obs.source_name)
+    prov.start = min(filter(None, [prov.start, obs.captured_at]))
+    prov.end = max(filter(None, [prov.end, obs.captured_at]))
+
+
+def _merge(a: Provenance, b: Provenance) -> Provenance:
+    """The union of two provenances (lists in order, without repeats; the wider time span)."""
+    data = {k: list(dict.fromkeys([*getattr(a, k), *getattr(b, k)]))
+            for k in ("observation_ids", "event_ids", "message_ids", "session_ids", "object_keys", "source_names")}
+    starts = [t for t in (a.start, b.start) if t]
+    ends = [t for t in (a.end, b.end) if t]
+    return Provenance(**data, start=min(starts) if starts else None, end=max(ends) if ends else None)
+
+
+# reading ---------------------------------------------------------------------------------------------
+
+
+def get_entry(rt: Runtime, tenant_id: str, entry: uuid.UUID | str) -> KnowledgeVaultEntry:
+    """The stored entry (with its ciphertext). Raises VaultError if the tenant has no such entry."""
+    try:
+        return KnowledgeVaultEntry.model_validate_json(rt.objects.get_bytes(object_key(tenant_id, entry)))
+    except (ObjectNotFound, ValueError) as exc:
+        raise VaultError(f"no vault entry {entry} for tenant {tenant_id!r}") from exc
+
+
+def reveal(rt: Runtime, tenant_id: str, entry: uuid.UUID | str) -> str:
+    """The decrypted secret of one entry: the only way to read a secret back (logged, without the value).
+    Raises VaultError (no such entry, or a key that cannot decrypt it)."""
+    stored = get_entry(rt, tenant_id, entry)
+    try:
+        secret = fernet(rt.settings).decrypt(stored.secret_ciphertext.encode()).decode()
+    except InvalidToken as exc:
+        raise VaultError(f"vault entry {entry} cannot be decrypted with the configured ENGRAM_VAULT_KEY") from exc
+    log.info("vault entry revealed", tenant=tenant_id, entry_id=str(entry), entry_type=stored.entry_type)
+    return secret
+
+
+def referenced_entries(texts: list[str]) -> list[uuid.UUID]:
+    """Entry ids of the placeholders in ``texts``, first seen first."""
+    return list(dict.fromkeys(uuid.UUID(m.group(1)) for t in texts for m in PLACEHOLDER.finditer(t or "")))
+
+
+def index_entries(rt: Runtime, tenant_id: str, texts: list[str]) -> int:
+    """Consolidation: upsert the entries that ``texts`` point to into the ``knowledge_vault`` collection
+    (embedding and BM25 of the caption; the payload holds the caption and the ciphertext, never the secret).
+    Entries missing from the object store are logged and skipped. Returns how many were indexed."""
+    from workers.consolidate import memory_points
+
+    entries = []
+    for eid in referenced_entries(texts):
+        try:
+            entries.append(get_entry(rt, tenant_id, eid))
+        except VaultError as exc:
+            log.warning("vault entry missing", tenant=tenant_id, entry_id=str(eid), reason=str(exc))
+    for e in entries:  # a memory point needs a time span
+        e.provenance.start = e.provenance.start or e.created_at
+        e.provenance.end = e.provenance.end or e.provenance.start
+    fields = [{"kinds": [], "device_ids": [], "apps": [], "entity_ids": []} for _ in entries]
+    rt.vectors.upsert(MemoryType.knowledge_vault.value, memory_points(rt, entries, fields))
+    return len(entries)
