@@ -3,8 +3,8 @@
 OCR (rapidocr, cached by image hash), faces (dlib) and optional VLM captions for screenshots and clip
 keyframes (``workers.vision``), speech-to-text with word timings, speakers and voice embeddings for audio
 chunks and clip audio (``workers.speech``: faster-whisper + VAD, Resemblyzer), conversation messages
-passed through. Secret redaction belongs here too (knowledge vault, a later issue): nothing leaves this
-stage that should not be stored.
+passed through. Last, secrets are redacted (``workers.vault``: each one replaced by a knowledge-vault
+placeholder and kept encrypted): nothing leaves this stage that should not be stored.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from schemas.events import MediaEvent, MediaKind
 from schemas.jobs import ObservationBatch, SegmentJob
 from schemas.observations import Observation, OcrLine, WordTiming
-from workers import media, speech, vision
+from workers import media, speech, vault, vision
 from workers.adapters import parse_conversation_file
 from workers.app import app
 from workers.ids import point_id
@@ -37,6 +37,7 @@ def perceive(job: SegmentJob) -> ObservationBatch:
                 observations = _clip(rt, job)
             case MediaKind.text:
                 observations = _text(rt, job)
+        observations = vault.redact_observations(rt, observations)
     return ObservationBatch(job=job, observations=observations)
 
 
