@@ -7,7 +7,9 @@ without its encrypted secret).
 Forgetting a user (the right to erasure) deletes, for one (tenant, user):
 
 1. the user's points in every collection (observations, the six memory types including the knowledge
-   vault, and user-scoped entities);
+   vault, and user-scoped entities), and the user's encrypted vault entries at rest
+   (``vault/<tenant>/<entry id>.json``, ``workers.vault``): those indexed in ``knowledge_vault`` and those
+   the user's observations point to with a ``[vault:<entry id> ...]`` placeholder;
 2. the tenant's entities that only the user's observations named (a chat speaker known from the user's
    chats alone);
 3. the ledger's records of the user's events (with their segments, content hashes and last kept frames);
@@ -15,7 +17,7 @@ Forgetting a user (the right to erasure) deletes, for one (tenant, user):
    chunks) and each published object (``media/<tenant>/<sha256>.<ext>``) that no remaining event of the
    tenant references in the ledger and no remaining observation names as its ``object_key``. Objects are
    content-addressed per tenant, so another user who published the same bytes keeps them. The OCR text
-   cached for a deleted image is deleted with it.
+   cached for a deleted image (``cache/<tenant>/ocr/<model>/<sha256 of its pixels>.json``) goes with it.
 
 Events of the user still queued or processing may write points after a forget; forget once ingestion
 has settled (``engram status``).
@@ -23,6 +25,8 @@ has settled (``engram status``).
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from datetime import UTC, datetime
 
@@ -34,7 +38,6 @@ from schemas.memories import MemoryType
 from schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage, MemoryRecord, UserExport
 from workers import media
 from workers.app import app
-from workers.models import get_model
 from workers.objectstore import ObjectNotFound
 from workers.runtime import Runtime, runtime
 from workers.vectorstore import COLLECTIONS, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
@@ -42,6 +45,7 @@ from workers.vectorstore import COLLECTIONS, ENTITIES, OBSERVATIONS, collection_
 log = structlog.get_logger("engram.memory_admin")
 
 _IMAGE_SUFFIXES = (".png", ".jpg", ".webp", ".gif", ".bmp", ".tif")
+_VAULT_REF = re.compile(r"\[vault:([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})[ \]]")
 
 
 def _time(ts: float | None) -> datetime | None:
@@ -118,6 +122,8 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
                                     *(uuid.UUID(p["event_id"]) for p in payloads if p.get("event_id"))]))
     media_keys = sorted({r.object_key for r in events} | {p["object_key"] for p in payloads if p.get("object_key")})
     named = {e for p in payloads for e in p.get("entity_ids") or []}
+    vault_ids = sorted({str(p.id) for p in rt.vectors.scroll(collection_for(MemoryType.knowledge_vault), owned)}
+                       | {v for p in payloads for v in _VAULT_REF.findall(json.dumps(p))})
 
     deleted: dict[str, int] = {}
     for coll in COLLECTIONS:
@@ -129,10 +135,11 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
         rt.vectors.delete(ENTITIES, qm.Filter(must=[*tenant_filter(tenant_id).must, qm.HasIdCondition(has_id=orphans)]))
     rt.ledger.forget_events(tenant_id, event_ids)
 
-    objects_deleted, objects_kept = [], []
+    doomed, objects_kept = [], []
+    # vault entry ids are per user (an HMAC over tenant, user and secret): never shared
+    doomed += [k for vid in vault_ids if rt.objects.exists(k := f"vault/{tenant_id}/{vid}.json")]
     for eid in event_ids:
-        for key in rt.objects.keys(f"derived/{tenant_id}/{eid}/"):
-            _delete_object(rt, tenant_id, key, objects_deleted)
+        doomed += rt.objects.keys(f"derived/{tenant_id}/{eid}/")
     for key in media_keys:
         if not key.startswith(f"media/{tenant_id}/"):
             continue  # not this tenant's content-addressed media: never ours to delete
@@ -140,7 +147,8 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
                 OBSERVATIONS, tenant_filter(tenant_id, object_key=key)):
             objects_kept.append(key)
         elif rt.objects.exists(key):
-            _delete_object(rt, tenant_id, key, objects_deleted)
+            doomed.append(key)
+    objects_deleted = _delete_objects(rt, tenant_id, doomed)
     report = ForgetReport(tenant_id=tenant_id, user_id=user_id, points_deleted=deleted, event_ids=event_ids,
                           objects_deleted=objects_deleted, objects_kept=objects_kept, entities_deleted=len(orphans))
     log.info("user forgotten", tenant=tenant_id, user=user_id, points=sum(deleted.values()), events=len(event_ids),
@@ -148,22 +156,24 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
     return report
 
 
-def _delete_object(rt: Runtime, tenant_id: str, key: str, deleted: list[str]) -> None:
-    """Delete ``key`` and, for an image, the OCR text cached for its pixels (``workers.vision``)."""
-    if key.lower().endswith(_IMAGE_SUFFIXES):
-        from workers.vision import ocr_cache_key, pixels_sha256
+def _delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
+    """Delete ``keys`` and the OCR text cached for the pixels of the images among them (by any OCR model);
+    returns every key deleted."""
+    from workers.vision import pixels_sha256
 
-        try:
-            pixels = np.asarray(media.load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))
-        except (ObjectNotFound, media.MediaError):
-            pass  # never decoded, so nothing was cached for it
-        else:
-            cache = ocr_cache_key(tenant_id, get_model("ocr", rt.settings).name, pixels_sha256(pixels))
-            if rt.objects.exists(cache):
-                rt.objects.delete(cache)
-                deleted.append(cache)
-    rt.objects.delete(key)
-    deleted.append(key)
+    digests = set()
+    for key in keys:
+        if key.lower().endswith(_IMAGE_SUFFIXES):
+            try:
+                digests.add(pixels_sha256(np.asarray(
+                    media.load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))))
+            except (ObjectNotFound, media.MediaError):
+                pass  # never decoded, so nothing was cached for it
+    cached = [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in digests] \
+        if digests else []
+    for key in [*keys, *cached]:
+        rt.objects.delete(key)
+    return [*keys, *cached]
 
 
 # --- tasks of the query worker (the API never opens the vector store) ---------------------------------------
