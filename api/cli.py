@@ -512,6 +512,52 @@ def beat(
     sys.exit(celery_app.start(argv) or 0)
 
 
+# --- the knowledge vault (workers/vault.py): secrets redacted in perceive, kept Fernet-encrypted ---
+
+vault_app = typer.Typer(help="Secrets found in content (keys, passwords, card numbers, ...), kept encrypted.",
+                        no_args_is_help=True)
+app.add_typer(vault_app, name="vault")
+
+
+@vault_app.command("list")
+def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None,
+               user: Annotated[str | None, typer.Option(help="Only this user's entries.")] = None) -> None:
+    """List vault entries: id, type, sensitivity, user and caption (never the secret)."""
+    from schemas.memories import KnowledgeVaultEntry
+    from schemas.settings import get_settings
+
+    rt = _runtime()
+    tenant = tenant or get_settings().tenant
+    table = Table("id", "type", "sensitivity", "user", "caption")
+    for key in sorted(rt.objects.keys(f"vault/{tenant}/")):
+        entry = KnowledgeVaultEntry.model_validate_json(rt.objects.get_bytes(key))
+        if user is None or entry.user_id == user:
+            table.add_row(str(entry.id), entry.entry_type, entry.sensitivity, entry.user_id, entry.caption)
+    console.print(table)
+
+
+@vault_app.command("reveal")
+def vault_reveal(entry_id: Annotated[str, typer.Argument(help="The entry id (from a [vault:ID type] placeholder).")],
+                 tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None) -> None:
+    """Print one entry's decrypted secret (the only way to read a secret back; the reveal is logged)."""
+    from schemas.settings import get_settings
+    from workers.vault import VaultError, reveal
+
+    try:
+        print(reveal(_runtime(), tenant or get_settings().tenant, entry_id))
+    except VaultError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from exc
+
+
+@vault_app.command("keygen")
+def vault_keygen() -> None:
+    """Print a new Fernet key for ENGRAM_VAULT_KEY (the same on every worker)."""
+    from cryptography.fernet import Fernet
+
+    print(Fernet.generate_key().decode())
+
+
 # --- distributed mode: API keys, the API server, and publishing through it (api/app.py, api/client.py) ---
 
 keys_app = typer.Typer(help="API keys per tenant, stored hashed in Redis (ENGRAM_BROKER_URL or ENGRAM_REDIS_URL).",
