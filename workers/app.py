@@ -33,7 +33,7 @@ class Queue(StrEnum):
 QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 
 TASK_MODULES = ["workers.ingest", "workers.perceive", "workers.embed", "workers.link", "workers.store",
-                "workers.consolidate", "workers.query", "workers.ask", "workers.memory_admin"]
+                "workers.consolidate", "workers.dynamics", "workers.query", "workers.ask", "workers.memory_admin"]
 
 ROUTES = {
     "workers.ingest.*": {"queue": Queue.ingest.value},
@@ -42,6 +42,7 @@ ROUTES = {
     "workers.link.*": {"queue": Queue.link.value},
     "workers.store.*": {"queue": Queue.store.value},
     "workers.consolidate.*": {"queue": Queue.consolidate.value},
+    "workers.dynamics.*": {"queue": Queue.consolidate.value},
     "workers.query.*": {"queue": Queue.query.value},
     "workers.ask.*": {"queue": Queue.query.value},  # ask and memory management read the vector store
     "workers.memory_admin.*": {"queue": Queue.query.value},
@@ -94,6 +95,11 @@ def configure(app: Celery, settings: Settings) -> None:
                 "task": "workers.consolidate.consolidate_due",
                 "schedule": interval,
                 "options": {"expires": interval * 1.5},
+            },
+            "archive-decayed": {  # MemoryBank's forgetting: hourly is plenty for a curve counted in days
+                "task": "workers.dynamics.archive_task",
+                "schedule": 3600.0,
+                "options": {"expires": 5400.0},
             },
             "redeliver-stalled": {
                 "task": "workers.ingest.redeliver_stalled",
