@@ -38,7 +38,8 @@ COOCCURRENCE_KEPT = 32  # observation ids kept per co-occurring partner
 
 # --- names ---------------------------------------------------------------------------------------------------
 
-_WORD = r"[A-Z][a-z]+(?:[-'][A-Z][a-z]+)?"
+_UPPER, _LOWER = "A-ZÀ-ÖØ-Þ", "a-zß-öø-ÿ"  # Latin letters with their accented forms
+_WORD = rf"[{_UPPER}][{_LOWER}]+(?:[-'][{_UPPER}][{_LOWER}]+)?(?!\w)"
 _NAME = rf"(?P<name>{_WORD}(?:[ \t]+{_WORD})?)"
 _INTRODUCTIONS = [re.compile(p) for p in (
     rf"\b(?i:my\s+name\s+is|my\s+name['’]s|call\s+me)\s+{_NAME}",

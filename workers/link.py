@@ -141,20 +141,21 @@ def _faces(memory: EntityMemory, observations: list[Observation]) -> dict[str, s
 
 def _equivalences(memory: EntityMemory, observations: list[Observation], voice_of: dict[str, uuid.UUID],
                   face_entities: dict[str, set[uuid.UUID]]) -> None:
-    """Count face-voice co-occurrences per observation and merge the pairs that reach the setting."""
-    need = memory.rt.settings.entity_cooccurrence_merge
+    """Count face-voice co-occurrences per observation, then merge the pairs that reach the setting."""
+    pairs: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
     for obs in observations:
         v = voice_of.get(str(obs.id))
         for f in face_entities.get(str(obs.id), set()) if v else ():
-            voice = memory.entities.get(uuid.UUID(memory.resolve(str(v))))
-            face = memory.entities.get(uuid.UUID(memory.resolve(str(f))))
-            if voice is None or face is None or voice.id == face.id:
-                continue
-            if memory.cooccur(face, voice, str(obs.id)) >= need and _mutual_best(face, voice) \
-                    and _mutual_best(voice, face):
-                keep, drop = sorted((face, voice), key=lambda e: (not e.names, e.first_seen_ts or 0.0))
-                n = len(face.cooccurrence[str(voice.id)])
-                memory.merge(keep, drop, f"face-voice co-occurrence in {n} segments")
+            if f != v:
+                pairs[(f, v)] = memory.cooccur(memory.entities[f], memory.entities[v], str(obs.id))
+    for (f, v), count in pairs.items():
+        face = memory.entities.get(uuid.UUID(memory.resolve(str(f))))
+        voice = memory.entities.get(uuid.UUID(memory.resolve(str(v))))
+        if face is None or voice is None or face.id == voice.id or count < memory.rt.settings.entity_cooccurrence_merge:
+            continue
+        if _mutual_best(face, voice) and _mutual_best(voice, face):
+            keep, drop = sorted((face, voice), key=lambda e: (not e.names, e.first_seen_ts or 0.0))
+            memory.merge(keep, drop, f"face-voice co-occurrence in {count} segments")
 
 
 def _mutual_best(a: Entity, b: Entity) -> bool:
