@@ -84,7 +84,8 @@ def _audio(rt: Runtime, job: SegmentJob) -> list[Observation]:
 
 def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     """One observation per clip segment: transcript, text on screen, faces of the keyframes (each with its
-    ``frame_s`` from the start of the clip) and the keyframes' captions."""
+    ``frame_s`` from the start of the clip), the keyframes' captions, and the voice of the segment's main
+    speaker (``speech.dominant_voice``)."""
     seen: set[str] = set()
     screen_lines: list[OcrLine] = []
     images = [media.load_image(rt.objects.get_bytes(kf.object_key), rt.settings.max_image_pixels)
@@ -97,10 +98,11 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
                 screen_lines.append(line)
     faces = vision.faces(rt, frames, [kf.t for kf in job.keyframes], keyframes=True)
     captions = list(dict.fromkeys(c for img in images if (c := vision.caption(rt, img, str(job.event.event_id)))))
-    transcript, language = "", None
+    transcript, language, speaker, voice = "", None, None, None
     if job.audio_key:
         heard = speech.transcribe_job(rt, job)
         transcript, language = " ".join(u.text for u in heard.utterances), heard.language
+        speaker, voice = speech.dominant_voice(heard.utterances)  # the voice stage link ties to an entity
     parts = [transcript] if transcript else []
     if screen_lines:
         parts.append("[on screen] " + " | ".join(ln.text for ln in screen_lines))
@@ -113,7 +115,8 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     start = job.start_s or 0.0
     return [_base(job.event, job.segment_index, "clip", "\n".join(parts), transcript=transcript or None,
                   language=language, ocr_lines=screen_lines, faces=faces, caption=" | ".join(captions) or None,
-                  start_s=start, end_s=job.end_s, captured_at=job.event.captured_at + timedelta(seconds=start))]
+                  speaker_label=speaker, voice_embedding=None if voice is None else voice.tolist(), start_s=start,
+                  end_s=job.end_s, captured_at=job.event.captured_at + timedelta(seconds=start))]
 
 
 CONTEXT_TURNS = 2  # neighbouring turns of the same session, either side, indexed with a message
