@@ -161,6 +161,7 @@ def _tenant_of(request: Request, creds: Annotated[HTTPAuthorizationCredentials |
 
 Svc = Annotated[Services, Depends(_services)]
 Tenant = Annotated[str, Depends(_tenant_of)]
+UserId = Annotated[str, Path(pattern=_ID_PATTERN, description="A user of the key's tenant.")]
 
 
 def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
@@ -381,8 +382,6 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
                             svc.settings.api_search_timeout_seconds, "delete") is None:
             raise HTTPException(404, "memory not found")
         return Response(status_code=204)
-
-    UserId = Annotated[str, Path(pattern=_ID_PATTERN, description="A user of the key's tenant.")]
 
     @app.delete("/v1/users/{user_id}", tags=["memories"], response_model=ForgetReport, responses=query_errors)
     def forget_user(user_id: UserId, tenant: Tenant, svc: Svc) -> ForgetReport:

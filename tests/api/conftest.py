@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -111,15 +112,15 @@ def chat_jsonl(lines: list[tuple[str, str]], session: str = "s1") -> bytes:
     return "\n".join(json.dumps(r) for r in recs).encode() + b"\n"
 
 
-@pytest.fixture(scope="module")
-def api_server(api_settings) -> Iterator[str]:
-    """The API served by uvicorn in a thread on a free port; yields its base URL."""
+@contextmanager
+def served(settings: Settings) -> Iterator[str]:
+    """The API for ``settings`` served by uvicorn in a thread on a free port; yields its base URL."""
     import uvicorn
 
     from api.app import create_app
 
     (port,) = free_ports(1)
-    server = uvicorn.Server(uvicorn.Config(create_app(api_settings), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
@@ -128,32 +129,39 @@ def api_server(api_settings) -> Iterator[str]:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
-def query_worker(redis_server, seaweedfs_s3, tmp_path_factory) -> Iterator[Settings]:
-    """A real Celery worker process (``celery -A workers.app worker --pool solo``) serving every queue on
-    ``WORKER_DB``, with Qdrant's local mode in a temporary data dir; yields the settings of an API that
-    talks to it. The worker is the fixture's own process, terminated at teardown."""
-    data = tmp_path_factory.mktemp("worker-data")
-    settings = make_settings(redis_server, seaweedfs_s3, data, db=WORKER_DB)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
-    env.update(ENGRAM_BROKER_URL=settings.broker_url, ENGRAM_S3_ENDPOINT=seaweedfs_s3.endpoint,
-               ENGRAM_S3_ACCESS_KEY=seaweedfs_s3.access_key, ENGRAM_S3_SECRET_KEY=seaweedfs_s3.secret_key,
-               ENGRAM_S3_BUCKET=settings.s3_bucket, ENGRAM_DATA_DIR=str(data), HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+def api_server(api_settings) -> Iterator[str]:
+    """The API served by uvicorn in a thread on a free port (``served``); yields its base URL."""
+    with served(api_settings) as url:
+        yield url
+
+
+@contextmanager
+def worker_process(settings: Settings, s3, **env: str) -> Iterator[None]:
+    """A real Celery worker process (``celery -A workers.app worker --pool solo``) serving every queue for
+    ``settings`` (its broker, the S3 server ``s3`` and its data dir, Qdrant's local mode), with ``env`` added
+    to its environment; terminated on exit. Its log is ``<data dir>/worker.log``."""
+    data = settings.data_dir
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    base.update(ENGRAM_BROKER_URL=settings.broker_url, ENGRAM_S3_ENDPOINT=s3.endpoint,
+                ENGRAM_S3_ACCESS_KEY=s3.access_key, ENGRAM_S3_SECRET_KEY=s3.secret_key,
+                ENGRAM_S3_BUCKET=settings.s3_bucket, ENGRAM_DATA_DIR=str(data), HF_HUB_OFFLINE="1",
+                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **env)
     queues = "ingest,perceive.cpu,perceive.gpu,link,store,consolidate,query"
-    log = data / "worker.log"
-    with open(log, "wb") as out:
+    with open(data / "worker.log", "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues, "--pool", "solo",
              "-n", f"apitest-{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle", "-l", "warning"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            cwd=REPO, env=base, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        yield settings
+        yield
     finally:
         proc.terminate()
         try:
@@ -161,3 +169,12 @@ def query_worker(redis_server, seaweedfs_s3, tmp_path_factory) -> Iterator[Setti
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def query_worker(redis_server, seaweedfs_s3, tmp_path_factory) -> Iterator[Settings]:
+    """A real Celery worker process serving every queue on ``WORKER_DB`` (``worker_process``), with Qdrant's
+    local mode in a temporary data dir; yields the settings of an API that talks to it."""
+    settings = make_settings(redis_server, seaweedfs_s3, tmp_path_factory.mktemp("worker-data"), db=WORKER_DB)
+    with worker_process(settings, seaweedfs_s3):
+        yield settings
