@@ -281,3 +281,31 @@ def test_stalled_events_are_claimed_for_redelivery_then_given_up(ledger):
     assert rec.status is EventStatus.failed and rec.stage == "ingest"
     assert rec.reason.startswith("stalled: no progress for 0 s after 1 redeliveries")
     assert ledger.get(done.event_id).status is EventStatus.done
+
+
+def test_forgetting_a_users_events(ledger):
+    """user_events lists one user's events; forget_events drops them with their segments, content claims and
+    last kept frames; object_references counts what still references an object."""
+    mine = [make_event(content=b"shared"), make_event(content=b"mine", device="phone")]
+    theirs = make_event(user="bob", content=b"shared")
+    other_tenant = make_event(tenant="globex", content=b"mine")
+    for ev in (*mine, theirs, other_tenant):
+        ledger.record_queued(ev)
+    ledger.expect_segments(mine[0].event_id, 1)
+    ledger.segment_done(mine[0].event_id, 0, 3)
+    assert ledger.claim_content("acme", mine[1].sha256, mine[1].event_id) is None
+    assert ledger.swap_frame("acme", "phone", "ff" * 8, mine[1].event_id, lambda a, b: a == b) is None
+    assert [r.event_id for r in ledger.user_events("acme", "alice")] == [e.event_id for e in mine]
+    assert ledger.object_references("acme", mine[0].object_key) == 2
+
+    assert ledger.forget_events("globex", [e.event_id for e in mine]) == 0  # another tenant's ids: untouched
+    assert ledger.forget_events("acme", [e.event_id for e in mine]) == 2
+    assert ledger.user_events("acme", "alice") == [] and ledger.get(mine[0].event_id) is None
+    assert ledger.done_segments(mine[0].event_id) == set()
+    assert ledger.object_references("acme", mine[0].object_key) == 1  # bob's event still references it
+    assert ledger.object_references("acme", mine[1].object_key) == 0
+    assert ledger.counts("acme") == {EventStatus.queued: 1} and ledger.get(other_tenant.event_id) is not None
+    # the same content and frame are new again
+    again = make_event(content=b"mine", device="phone")
+    assert ledger.claim_content("acme", again.sha256, again.event_id) is None
+    assert ledger.swap_frame("acme", "phone", "ff" * 8, again.event_id, lambda a, b: a == b) is None
