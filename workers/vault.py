@@ -228,13 +228,14 @@ class Redactor:
             self._key = _keys(self.rt.settings)[0]
         return self._fernet
 
-    def text(self, text: str | None, obs: Observation) -> str | None:
-        """``text`` with every secret replaced by its placeholder; entries recorded for ``obs``."""
+    def text(self, text: str | None, obs: Observation, own: bool = True) -> str | None:
+        """``text`` with every secret replaced by its placeholder; entries recorded for ``obs`` (as a source
+        only when ``own``: a neighbouring turn's text indexed as context is not where the secret was seen)."""
         if not text:
             return text
         findings = detect(text, self.rt.settings.vault_phone_region)
         for f in reversed(findings):
-            text = text[:f.start] + self._placeholder(f, obs) + text[f.end:]
+            text = text[:f.start] + self._placeholder(f, obs, own) + text[f.end:]
         return text
 
     def words(self, words: list[WordTiming], obs: Observation) -> list[WordTiming]:
@@ -259,18 +260,20 @@ class Redactor:
         kept = [(i, w) for i, w in enumerate(words) if i not in skip]
         return [w for _, w in sorted([*kept, *out], key=lambda x: x[0])]
 
-    def _placeholder(self, f: Finding, obs: Observation) -> str:
+    def _placeholder(self, f: Finding, obs: Observation, own: bool = True) -> str:
         cipher = self._cipher()
         eid = entry_id(self._key, obs.tenant_id, obs.user_id, f.entry_type, f.secret)
         entry = self.entries.get(eid)
-        if entry is None:
+        if entry is None or (own and not entry.provenance.observation_ids):  # described by where it was seen
             now = datetime.now(UTC)
+            where = _where(obs) if own else "a neighbouring chat message"
             entry = self.entries[eid] = KnowledgeVaultEntry(
                 id=eid, tenant_id=obs.tenant_id, user_id=obs.user_id, created_at=now, updated_at=now,
-                entry_type=f.entry_type, sensitivity=f.sensitivity, source=_where(obs),
-                caption=f"{LABELS[f.entry_type]}{_hint(f)} seen in {_where(obs)}",
+                entry_type=f.entry_type, sensitivity=f.sensitivity, source=where,
+                caption=f"{LABELS[f.entry_type]}{_hint(f)} seen in {where}",
                 secret_ciphertext=cipher.encrypt(f.secret.encode()).decode("ascii"))
-        _add_source(entry.provenance, obs)
+        if own:
+            _add_source(entry.provenance, obs)
         return f"[vault:{eid} {f.entry_type}]"
 
     def observation(self, obs: Observation) -> Observation:
@@ -282,8 +285,8 @@ class Redactor:
             "caption": self.text(obs.caption, obs), "window": self.text(obs.window, obs),
             "ocr_lines": [ln.model_copy(update={"text": self.text(ln.text, obs)}) for ln in obs.ocr_lines],
             "words": self.words(obs.words, obs),
-            "context_before": [self.text(t, obs) for t in obs.context_before],
-            "context_after": [self.text(t, obs) for t in obs.context_after]})
+            "context_before": [self.text(t, obs, own=False) for t in obs.context_before],
+            "context_after": [self.text(t, obs, own=False) for t in obs.context_after]})
 
     def flush(self) -> int:
         """Write the collected entries (merged with what the store already holds for them); returns how many."""
@@ -294,6 +297,10 @@ class Redactor:
             except ObjectNotFound:
                 old = None
             if old is not None:
+                if not entry.provenance.observation_ids:
+                    continue  # seen only as a neighbour's context: what is stored already says more
+                if old.provenance.observation_ids:
+                    entry.caption, entry.source = old.caption, old.source  # described where first seen
                 entry.provenance = _merge(old.provenance, entry.provenance)
                 entry.created_at = old.created_at
             self.rt.objects.put_bytes(key, entry.model_dump_json().encode(), "application/json")
