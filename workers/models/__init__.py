@@ -16,6 +16,14 @@ from workers.models.vlm import CaptionUnavailable, GeminiCaptioner, OpenAiCaptio
 from workers.models.voices import ResemblyzerVoice
 
 
+def _endpoint_options(settings: Settings, prefix: str) -> dict:
+    """Options of a remote model endpoint from the ``models.<prefix>_*`` settings (``vlm`` or ``llm``)."""
+    get = lambda name: getattr(settings.models, f"{prefix}_{name}")  # noqa: E731
+    key = get("api_key")
+    return dict(base_url=get("base_url"), timeout=get("timeout_seconds"), max_retries=get("max_retries"),
+                max_tokens=get("max_tokens"), api_key=key.get_secret_value() if key else None)
+
+
 def get_model(task: str, settings: Settings) -> Model:
     """The process's model for ``task`` (``embedding``, ``ocr``, ``asr``, ``voice``, ``faces``, ``caption`` or
     ``llm``). Raises ValueError for another task, ModelUnavailable for ``caption`` / ``llm`` when no VLM / LLM
@@ -37,9 +45,7 @@ def get_model(task: str, settings: Settings) -> Model:
             return cached(DlibFaces, "dlib-resnet-v1", max_side=m.face_max_side, upsample=m.face_upsample,
                           cnn_max_side=m.face_cnn_max_side, jitters=m.face_jitters)
         case "caption":
-            options = dict(base_url=m.vlm_base_url, timeout=m.vlm_timeout_seconds, max_retries=m.vlm_max_retries,
-                           max_tokens=m.vlm_max_tokens,
-                           api_key=m.vlm_api_key.get_secret_value() if m.vlm_api_key else None)
+            options = _endpoint_options(settings, "vlm")
             match m.vlm_provider:
                 case "openai":
                     return cached(OpenAiCaptioner, m.vlm_model, **options)
@@ -47,9 +53,7 @@ def get_model(task: str, settings: Settings) -> Model:
                     return cached(GeminiCaptioner, m.vlm_model, **options)
             raise ModelUnavailable("no VLM configured (ENGRAM_MODELS__VLM_PROVIDER is 'none')")
         case "llm":
-            options = dict(base_url=m.llm_base_url, timeout=m.llm_timeout_seconds, max_retries=m.llm_max_retries,
-                           max_tokens=m.llm_max_tokens,
-                           api_key=m.llm_api_key.get_secret_value() if m.llm_api_key else None)
+            options = _endpoint_options(settings, "llm")
             match m.llm_provider:
                 case "openai":
                     return cached(OpenAiChat, m.llm_model, **options)
