@@ -1,13 +1,14 @@
 """Perception figures on the real data (``ENGRAM_EVAL_DATA``, default ``../shared/data``), issue 4's table.
 
 The file is a list of sections (``SECTIONS``); each is a function of a ``Context`` returning rows
-``(what, data, figure, floor)``, grouped as ``audio`` or ``vision``. Audio runs engram's real path: files go
-through ingest's plan (streamed, overlapping chunks) and the ``perceive`` task (faster-whisper + VAD, Resemblyzer
-speaker windows, clustering) on a temporary embedded data dir. Vision calls engram's own functions
+``(what, data, figure, floor)``, grouped as ``audio``, ``vision`` or ``entities``. Audio runs engram's real path:
+files go through ingest's plan (streamed, overlapping chunks) and the ``perceive`` task (faster-whisper + VAD,
+Resemblyzer speaker windows, clustering) on a temporary embedded data dir. Vision calls engram's own functions
 (``workers.vision``: OCR with its cache, faces; ``workers.media``: near-duplicate signatures; clips through
-ingest's plan and the ``perceive`` task) with the evaluation helpers of ``bench/vision.py``.
+ingest's plan and the ``perceive`` task) with the evaluation helpers of ``bench/vision.py``. Entities ingest
+real media through the whole path, link included (``bench/entities.py``).
 
-    python bench/perception.py [--only audio|vision] [--section NAME ...] [--runs 5] [--json out.json]
+    python bench/perception.py [--only audio|vision|entities] [--section NAME ...] [--runs 5] [--json out.json]
                                [--long [--long-hours 3]]
 
 ``--long`` adds the long-recording section: a recording of ``--long-hours`` made by looping the real audio files
@@ -54,7 +55,7 @@ class Context:
 
 @dataclass(frozen=True)
 class Section:
-    """One block of figures: its group (``audio`` or ``vision``) and the function that measures it."""
+    """One block of figures: its group (``audio``, ``vision`` or ``entities``) and the function that measures it."""
 
     group: str
     run: Callable[[Context], list[Row]]
@@ -377,6 +378,69 @@ def vision_speed(ctx: Context) -> list[Row]:
     return rows
 
 
+# --- entities ---------------------------------------------------------------------------------------------
+
+def _entity_observations(ctx: Context) -> dict[str, list]:
+    """jfk.flac's halves, leopard_test.wav, pyannote_sample.wav and the Hamilton clip through the whole path
+    (link included) into tenant ``bench-entities`` (once per run of the bench)."""
+    from bench import entities as be
+
+    if "entities" not in ctx.cache:
+        halves = be.jfk_halves(ctx.data / "audio", Path(tempfile.mkdtemp(prefix="engram-bench-halves-")))
+        ctx.cache["entities"] = be.ingest_observations(
+            [*halves, ctx.data / "audio" / "leopard_test.wav", ctx.data / "audio" / "pyannote_sample.wav",
+             ctx.data / "video" / "short_hamilton_clip.mp4"], "bench-entities")
+    return ctx.cache["entities"]
+
+
+def entities_voices(ctx: Context) -> list[Row]:
+    """Voices linked to entities across recordings: jfk.flac's halves (two events) to one entity; jfk,
+    leopard_test and pyannote_sample to three; the cosine similarities of the entities' voice centroids beside
+    the linking threshold."""
+    import itertools
+    import uuid
+
+    from bench import entities as be
+    from workers.entities import EntityMemory, centroid, closeness
+    from workers.runtime import runtime
+
+    rt = runtime()
+    threshold = rt.settings.entity_voice_similarity
+    by_file = _entity_observations(ctx)
+    halves = [be.voice_entities(by_file[f"jfk-half{i}.wav"]) for i in (0, 1)]
+    names = ("jfk-half0.wav", "leopard_test.wav", "pyannote_sample.wav")
+    linked = {n: be.voice_entities(by_file[n]) for n in names}
+    memory = EntityMemory(rt, "bench-entities")
+    voice = {n: centroid(memory.get(uuid.UUID(next(iter(linked[n])))), "voice") for n in names}
+    cross = max(closeness("voice", voice[a], voice[b]) for a, b in itertools.combinations(names, 2))
+    jfk = memory.get(uuid.UUID(next(iter(halves[0]))))
+    same = closeness("voice", *[s.vector for s in jfk.voice_samples[:2]]) if len(jfk.voice_samples) > 1 else 1.0
+    n_same = len(halves[0] | halves[1])
+    return [("same voice → one entity", "audio/jfk.flac halves, two events",
+             f"{n_same} entit{'y' if n_same == 1 else 'ies'}; halves' voices {same:.2f}", "1 (asserted)"),
+            ("different voices → different entities", "jfk vs leopard_test vs pyannote_sample",
+             f"{len(set().union(*linked.values()))} entities; closest voice centroids {cross:.2f}",
+             f"3 (asserted); link at ≥ {threshold}")]
+
+
+def entities_clip(ctx: Context) -> list[Row]:
+    """The Hamilton clip's faces linked to entities, each reference face against the nearest entity centroid."""
+    from bench import entities as be
+    from bench import vision as ev
+    from workers.runtime import runtime
+
+    threshold = runtime().settings.entity_face_distance
+    (clip,) = _entity_observations(ctx)["short_hamilton_clip.mp4"]
+    matches = be.reference_matches("bench-entities", clip, ev.reference_faces(ctx.data / "video"))
+    distinct = len({eid for eid, _ in matches.values()})
+    rows = [(f"clip: {person} → entity {eid[:8]}", f"video/short_hamilton_clip.mp4: {len(clip.faces)} faces, "
+             f"{len({f.entity_id for f in clip.faces})} face entities", f"centroid distance {d:.3f}",
+             f"< {threshold}") for person, (eid, d) in matches.items()]
+    rows.append(("clip: references on different entities", "ref_*.png", f"{distinct} of {len(matches)}",
+                 "all (asserted)"))
+    return rows
+
+
 SECTIONS: list[Section] = [
     Section("audio", audio_wer),
     Section("audio", audio_seams),
@@ -390,13 +454,15 @@ SECTIONS: list[Section] = [
     Section("vision", vision_clip_faces),
     Section("vision", vision_near_duplicates),
     Section("vision", vision_speed),
+    Section("entities", entities_voices),
+    Section("entities", entities_clip),
 ]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the sections asked for, print a table (rich), optionally write JSON. Returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=["audio", "vision"], help="run one group of sections")
+    parser.add_argument("--only", choices=["audio", "vision", "entities"], help="run one group of sections")
     parser.add_argument("--section", nargs="+", metavar="NAME", help="run only these sections (function names, "
                         "e.g. audio_wer audio_long)")
     parser.add_argument("--runs", type=int, default=5, help="timing runs per figure (median)")

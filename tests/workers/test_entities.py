@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench import entities as be
 from schemas.events import MediaKind
 from schemas.observations import EmbeddedObservation, Observation
 from schemas.search import SearchRequest
@@ -28,17 +29,10 @@ def ingested(eval_data: Path, tmp_path_factory):
     """jfk.flac's two halves (two recordings), leopard_test.wav, pyannote_sample.wav, the Hamilton clip and, when
     espeak-ng is installed, a synthesised "my name is Alice" ingested into tenant ``ent``; yields
     (runtime, {file name: its observations as stored})."""
-    from api.cli import ingest_paths
-    from workers import media
     from workers.runtime import reset_runtimes, runtime
-    from workers.vectorstore import OBSERVATIONS, tenant_filter
 
     media_dir = tmp_path_factory.mktemp("entity-media")
-    audio = media.decode_audio(eval_data / "audio" / "jfk.flac")
-    mid = len(audio) // 2
-    (media_dir / "jfk-half0.wav").write_bytes(media.wav_bytes(audio[:mid]))
-    (media_dir / "jfk-half1.wav").write_bytes(media.wav_bytes(audio[mid:]))
-    files = [media_dir / "jfk-half0.wav", media_dir / "jfk-half1.wav", eval_data / "audio" / "leopard_test.wav",
+    files = [*be.jfk_halves(eval_data / "audio", media_dir), eval_data / "audio" / "leopard_test.wav",
              eval_data / "audio" / "pyannote_sample.wav", eval_data / "video" / "short_hamilton_clip.mp4"]
     if shutil.which("espeak-ng"):
         subprocess.run(["espeak-ng", "-s", "140", "-w", str(media_dir / "alice.wav"), "Hello, my name is Alice. "
@@ -49,19 +43,11 @@ def ingested(eval_data: Path, tmp_path_factory):
         for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
             mp.delenv(var, raising=False)
         reset_runtimes()
-        result = ingest_paths(files, tenant=TENANT, user="tester", device="laptop", consolidate=False, quiet=True)
-        assert not result["failed"], result["failed"]
-        rt = runtime()
-        by_file: dict[str, list[Observation]] = {}
-        for rec in rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT)):
-            payload = {k: v for k, v in rec.payload.items() if k in Observation.model_fields}
-            by_file.setdefault(Path(rec.payload["source_name"]).name, []).append(Observation.model_validate(payload))
-        yield rt, by_file
+        yield runtime(), be.ingest_observations(files, TENANT)
         reset_runtimes()
 
 
-def _voice_entities(observations: list[Observation]) -> set[str]:
-    return {e for o in observations if o.voice_embedding is not None for e in o.entity_ids}
+_voice_entities = be.voice_entities
 
 
 def _entity(rt, tenant: str, eid: str):
@@ -88,21 +74,16 @@ def test_different_speakers_are_different_entities(ingested):
 
 def test_clip_people_are_linked_to_entities_matching_the_references(ingested, eval_data):
     from bench import vision as ev
-    from workers.entities import centroid
-    from workers.models.faces import SAME_PERSON_DISTANCE, face_distance
+    from workers.models.faces import SAME_PERSON_DISTANCE
 
-    rt, by_file = ingested
+    _, by_file = ingested
     (clip,) = by_file["short_hamilton_clip.mp4"]
     assert clip.kind is MediaKind.clip and clip.faces
     assert all(f.entity_id and f.entity_id in clip.entity_ids for f in clip.faces)
     assert clip.voice_embedding is not None  # the segment's main speaker, linked too
-    entities = {eid: _entity(rt, TENANT, eid) for eid in {f.entity_id for f in clip.faces}}
-    matched = {}
-    for person, ref in ev.reference_faces(eval_data / "video").items():
-        dist = {eid: face_distance(centroid(e, "face"), ref) for eid, e in entities.items()}
-        matched[person] = min(dist, key=dist.get)
-        assert dist[matched[person]] < SAME_PERSON_DISTANCE, (person, dist)
-    assert len(set(matched.values())) == 2, matched  # two people, two entities
+    matched = be.reference_matches(TENANT, clip, ev.reference_faces(eval_data / "video"))
+    assert all(d < SAME_PERSON_DISTANCE for _, d in matched.values()), matched
+    assert len({eid for eid, _ in matched.values()}) == 2, matched  # two people, two entities
 
 
 def test_a_spoken_name_binds_to_the_voice_entity(ingested):

@@ -1,0 +1,63 @@
+"""Entity-linking evaluation helpers: real media ingested through engram's whole path (ingest, perceive, embed,
+link, store), then the entities their observations were linked to.
+
+Used by ``bench/perception.py`` (the figures) and ``tests/workers/test_entities.py`` (the floors).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def jfk_halves(audio_dir: Path, out_dir: Path) -> list[Path]:
+    """jfk.flac cut in two halves, written as two WAV recordings in ``out_dir``."""
+    from workers import media
+
+    audio = media.decode_audio(audio_dir / "jfk.flac")
+    mid = len(audio) // 2
+    paths = []
+    for i, part in enumerate((audio[:mid], audio[mid:])):
+        paths.append(out_dir / f"jfk-half{i}.wav")
+        paths[-1].write_bytes(media.wav_bytes(part))
+    return paths
+
+
+def ingest_observations(paths: list[Path], tenant: str) -> dict[str, list]:
+    """Ingest ``paths`` as events of ``tenant`` on the current runtime (without consolidation) and return
+    {file name: its stored observations (``Observation``)}. Raises RuntimeError when a file fails."""
+    from api.cli import ingest_paths
+    from schemas.observations import Observation
+    from workers.runtime import runtime
+    from workers.vectorstore import OBSERVATIONS, tenant_filter
+
+    result = ingest_paths(paths, tenant=tenant, user="bench", device="bench", consolidate=False, quiet=True)
+    if result["failed"]:
+        raise RuntimeError(f"ingest failed: {result['failed']}")
+    out: dict[str, list] = {}
+    for rec in runtime().vectors.scroll(OBSERVATIONS, tenant_filter(tenant)):
+        payload = {k: v for k, v in rec.payload.items() if k in Observation.model_fields}
+        out.setdefault(Path(rec.payload["source_name"]).name, []).append(Observation.model_validate(payload))
+    return out
+
+
+def voice_entities(observations: list) -> set[str]:
+    """Ids of the entities the voices of ``observations`` were linked to."""
+    return {e for o in observations if o.voice_embedding is not None for e in o.entity_ids}
+
+
+def reference_matches(tenant: str, clip_observation, refs: dict[str, list[float]]) -> dict[str, tuple[str, float]]:
+    """{person: (id of the clip's face entity whose face centroid is nearest the reference, its distance)}."""
+    import uuid
+
+    from workers.entities import EntityMemory, centroid
+    from workers.models.faces import face_distance
+    from workers.runtime import runtime
+
+    memory = EntityMemory(runtime(), tenant)
+    entities = {eid: memory.get(uuid.UUID(eid)) for eid in {f.entity_id for f in clip_observation.faces}}
+    out = {}
+    for person, ref in refs.items():
+        dist = {eid: face_distance(centroid(e, "face"), ref) for eid, e in entities.items()}
+        best = min(dist, key=dist.get)
+        out[person] = (best, dist[best])
+    return out
