@@ -276,6 +276,10 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
             answers = set(q.answer_sessions)
             rows.append({"question_id": q.question_id, "type": q.question_type, "recall": {
                 s: {k: recall_any_at_budget(ranked[s], answers, k) for k in ks} for s in systems}})
+            if progress:
+                bar.console.print(f"{len(rows)} {q.question_id} ({q.question_type}, ingest {ingest_s[-1]:.1f} s): "
+                                  + "; ".join(f"{s} " + "/".join(f"{rows[-1]['recall'][s][k]:.0f}" for k in ks)
+                                              for s in systems))
             bar.advance(task)
 
     def summary(sel: list[dict]) -> dict:

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-QUESTIONS = 4
+QUESTIONS = 3
 
 
 @pytest.mark.integration
@@ -31,4 +31,4 @@ def test_engram_session_recall_on_first_longmemeval_questions():
         f"{s} R@1 {r[1]:.2f} R@5 {r[5]:.2f}" for s, r in rec.items()))
     assert result["questions"] == QUESTIONS
     assert rec["engram"][5] >= rec["RRF"][5]
-    assert rec["engram"][5] >= 0.75
+    assert rec["engram"][5] >= 2 / 3
