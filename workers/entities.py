@@ -150,7 +150,8 @@ class EntityMemory:
         keys = list(dict.fromkeys(name_key(n) for n in names))
         flt = tenant_filter(self.tenant_id)
         flt.must.append(qm.FieldCondition(key="name_keys", match=qm.MatchAny(any=keys)))
-        self.load([uuid.UUID(str(r.id)) for r in self.rt.vectors.scroll(ENTITIES, flt)])
+        found = [uuid.UUID(str(r.id)) for r in self.rt.vectors.scroll(ENTITIES, flt)]
+        self.load([*found, *(entity_id(self.tenant_id, k) for k in keys)])  # also points written before name_keys
         out: dict[str, Entity] = {}
         for key in keys:
             holders = [e for e in self.entities.values() if key in {name_key(n) for n in e.names}]

@@ -1,0 +1,66 @@
+"""The entities collection on its own (no real media needed): an entities collection written before faces and
+voices is rebuilt with their vectors and its people kept; chat speakers and spoken names bind to entities."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import numpy as np
+from qdrant_client import models as qm
+
+from schemas.events import MediaKind
+from schemas.observations import Observation
+
+
+def _observation(tenant: str, n: int, **fields) -> Observation:
+    event = uuid.uuid5(uuid.NAMESPACE_URL, f"{tenant}-{n}")
+    return Observation(id=uuid.uuid5(event, "obs"), tenant_id=tenant, user_id="u", device_id="d", event_id=event,
+                       segment_index=0, captured_at=datetime(2024, 5, 1, 9, n, tzinfo=UTC), object_key="media/x",
+                       **fields)
+
+
+def test_an_old_entities_collection_is_rebuilt_and_its_people_kept(engram_env):
+    from workers.entities import EntityMemory, entity_id, list_entities
+    from workers.link import link_observations
+    from workers.vectorstore import ENTITIES, FACE, VOICE
+
+    rt = engram_env
+    old = entity_id("t", "Alice")
+    rt.vectors.client.create_collection(ENTITIES, vectors_config={"text": qm.VectorParams(
+        size=384, distance=qm.Distance.COSINE)})  # as the first link stage made it
+    rt.vectors.client.upsert(ENTITIES, [qm.PointStruct(id=str(old), vector={"text": [1.0] + [0.0] * 383}, payload={
+        "tenant_id": "t", "entity_type": "person", "names": ["Alice"], "first_seen_ts": 100.0, "last_seen_ts": 200.0})])
+    msg = _observation("t", 1, kind=MediaKind.text, text="Lisbon is booked", speaker="alice")
+    link_observations(EntityMemory(rt, "t"), [msg])
+    assert msg.entity_ids == [str(old)]
+    (alice,) = list_entities(rt, "t")
+    assert alice.names == ["Alice"] and alice.observations == 1 and alice.first_seen.timestamp() == 100.0
+    assert {FACE, VOICE} <= set(rt.vectors.client.get_collection(ENTITIES).config.params.vectors)
+
+
+def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(engram_env):
+    from workers.entities import EntityMemory, list_entities
+    from workers.link import link_observations
+
+    rt = engram_env
+    rng = np.random.default_rng(0)
+    voice = rng.normal(size=256)
+    voice /= np.linalg.norm(voice)
+    said = _observation("t", 1, kind=MediaKind.audio, text="Hi, my name is Carol and I run the budget review.",
+                        transcript="Hi, my name is Carol and I run the budget review.", start_s=0.0, end_s=3.0,
+                        voice_embedding=voice.tolist(), speaker_label="spk0")
+    later = _observation("t", 2, kind=MediaKind.audio, text="The review moved to Friday.", start_s=0.0, end_s=2.0,
+                         transcript="The review moved to Friday.", voice_embedding=voice.tolist(), speaker_label="spk0")
+    other = rng.normal(size=256)
+    stranger = _observation("t", 3, kind=MediaKind.audio, text="I'm going home.", transcript="I'm going home.",
+                            start_s=0.0, end_s=1.0, voice_embedding=(other / np.linalg.norm(other)).tolist())
+    for obs in (said, later, stranger):
+        link_observations(EntityMemory(rt, "t"), [obs])
+    assert said.entity_ids == later.entity_ids != stranger.entity_ids
+    people = {str(e.id): e for e in list_entities(rt, "t")}
+    assert people[said.entity_ids[0]].names == ["Carol"] and people[said.entity_ids[0]].voices == 2
+    assert people[stranger.entity_ids[0]].names == []
+    chat = _observation("t", 4, kind=MediaKind.text, text="see you there", speaker="Carol")
+    link_observations(EntityMemory(rt, "t"), [chat])
+    assert chat.entity_ids == said.entity_ids  # the chat speaker is the entity holding that name
