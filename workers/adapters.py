@@ -82,7 +82,33 @@ def _records(items: list) -> list[ConversationMessage]:
 
 
 def parse_conversation_file(data: bytes, source_name: str = "") -> list[ConversationMessage]:
-    """Messages of a conversation file in any accepted format. Raises MediaError if it is none of them."""
+    """Messages of a conversation file in any accepted format. Raises MediaError if it is none of them (the
+    reason names the record and field: a missing timestamp, a text over 100,000 characters, bytes that are
+    not UTF-8), so the file is quarantined whole with it and nothing is half-imported.
+
+    Messages with nothing to remember (no text, no attachment caption) are left out; a message repeated with
+    the same ``message_id`` and content is kept once; two different messages under one id in one session
+    raise (a memory citing that id could not say which one it means)."""
+    messages = _parse_conversation(data, source_name)
+    out: list[ConversationMessage] = []
+    first: dict[tuple[str, str], int] = {}
+    for i, msg in enumerate(messages):
+        if not msg.text.strip() and not any(a.caption for a in msg.attachments):
+            continue
+        key = (msg.session_id, msg.message_id)  # unique within a session (LoCoMo's dia_ids repeat per sample)
+        if key in first:
+            if messages[first[key]] != msg:
+                raise InvalidConversation(f"message_id {msg.message_id!r} names two different messages "
+                                          f"(records {first[key]} and {i})")
+            continue
+        first[key] = i
+        out.append(msg)
+    if not out:
+        raise MediaError("conversation file has no messages with text")
+    return out
+
+
+def _parse_conversation(data: bytes, source_name: str = "") -> list[ConversationMessage]:
     if not data.strip():
         raise MediaError("empty conversation file")
     try:
@@ -93,6 +119,8 @@ def parse_conversation_file(data: bytes, source_name: str = "") -> list[Conversa
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
+            if _is_conversation(data.decode("utf-8", errors="replace").encode("utf-8")):
+                raise InvalidConversation(f"conversation file is not UTF-8: {exc}") from exc
             raise MediaError(f"not JSON or JSONL: {exc}") from exc
         lines = []
         for n, line in enumerate(text.splitlines(), start=1):
@@ -123,6 +151,16 @@ def parse_conversation_file(data: bytes, source_name: str = "") -> list[Conversa
             raise MediaError("conversation file has no messages")
         return _records(doc)
     raise MediaError("JSON is not a conversation record, LoCoMo or LongMemEval file")
+
+
+def _is_conversation(data: bytes) -> bool:
+    """True when ``data`` parses as a conversation file (valid or shaped like one)."""
+    try:
+        return bool(_parse_conversation(data))
+    except InvalidConversation:
+        return True
+    except MediaError:
+        return False
 
 
 def to_jsonl(messages: list[ConversationMessage]) -> bytes:

@@ -9,6 +9,7 @@ import pytest
 
 from schemas.conversations import ConversationMessage
 from workers.adapters import (
+    InvalidConversation,
     locomo_sample_messages,
     parse_conversation_file,
     parse_locomo_datetime,
@@ -199,3 +200,28 @@ def test_real_locomo_file(eval_data):
     texts = {m.text for m in msgs}
     assert summary not in texts
     assert not any(summary[:60] in m.display_text() for m in msgs)
+
+
+def test_bad_conversations_imported_or_rejected_with_a_reason():
+    # empty messages are left out, exact repeats kept once; the rest is imported
+    msgs = parse_conversation_file(json.dumps([record(1), record(2, text="   "), record(1), record(3)]).encode())
+    assert [m.message_id for m in msgs] == ["m1", "m3"]
+    # an image with a caption but no text is something to remember
+    assert parse_conversation_file(json.dumps([record(1, text="", attachments=[{"caption": "a cat"}])]).encode())
+    with pytest.raises(MediaError, match="no messages with text"):
+        parse_conversation_file(json.dumps([record(1, text=""), record(2, text="\n")]).encode())
+    # one id for two different messages of a session: which one would a memory cite?
+    with pytest.raises(MediaError, match=r"message_id 'm1' names two different messages \(records 0 and 2\)"):
+        parse_conversation_file(json.dumps([record(1), record(2), record(1, text="changed")]).encode())
+    assert len(parse_conversation_file(json.dumps([record(1), record(1, session_id="s2")]).encode())) == 2
+    # a missing timestamp, an over-long text, bytes that are not UTF-8: the file is rejected, saying where
+    with pytest.raises(MediaError, match="record at 1.timestamp: Field required"):
+        parse_conversation_file(json.dumps([record(1), {k: v for k, v in record(2).items() if k != "timestamp"}])
+                                .encode())
+    assert len(parse_conversation_file(json.dumps([record(1, text="x" * 100_000)]).encode())[0].text) == 100_000
+    with pytest.raises(MediaError, match="record at 0.text: String should have at most 100000 characters"):
+        parse_conversation_file(json.dumps([record(1, text="x" * 100_001)]).encode())
+    latin1 = json.dumps([record(1, text="café")], ensure_ascii=False).encode("latin-1")
+    with pytest.raises(InvalidConversation, match="conversation file is not UTF-8: 'utf-8' codec can't decode byte "
+                       "0xe9 in position"):
+        parse_conversation_file(latin1)

@@ -154,3 +154,29 @@ def test_beat_waits_for_count_or_idle(engram_env, tmp_path, monkeypatch):
     assert due_users(rt, now=datetime.now(UTC).timestamp() + 601) == ([(TENANT, USER)], 1)  # idle
     ingest(chat(tmp_path / "b.jsonl", [("alice", "three")], session="s2", prefix="n"), consolidate=False)
     assert due_users(rt) == ([(TENANT, USER)], 1)  # count reached
+
+
+def test_bad_conversations_in_one_batch(engram_env, tmp_path):
+    """Bad conversation files fail with their reason; the good ones of the batch, a 100,000-character message
+    included, go all the way to memories."""
+    rt = engram_env
+    good = chat(tmp_path / "good.jsonl", [("alice", "I live in Lisbon."), ("Bob", "")])
+    long = chat(tmp_path / "long.jsonl", [("alice", "word " * 20_000), ("alice", "I work at Acme Corp.")],
+                session="s2", prefix="n")
+    dup = chat(tmp_path / "dup.jsonl", [("alice", "one"), ("alice", "two")], session="s3", prefix="d")
+    dup.write_text(dup.read_text().replace('"d2"', '"d1"'))
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(json.dumps({"message_id": "l1", "session_id": "s", "speaker": "a", "text": "café",
+                                  "timestamp": T0.isoformat()}, ensure_ascii=False).encode("latin-1"))
+    no_ts = tmp_path / "nots.jsonl"
+    no_ts.write_text(json.dumps({"message_id": "t1", "session_id": "s", "speaker": "a", "text": "hi"}) + "\n")
+    out = ingest_paths([good, long, dup, latin, no_ts], tenant=TENANT, user=USER, device="d", quiet=True)
+    reasons = {Path(p).name: r.reason for p, r in out["failed"]}
+    assert set(reasons) == {"dup.jsonl", "latin.jsonl", "nots.jsonl"}
+    assert "names two different messages" in reasons["dup.jsonl"]
+    assert "not UTF-8: 'utf-8' codec can't decode byte 0xe9" in reasons["latin.jsonl"]
+    assert "record at 0.timestamp: Field required" in reasons["nots.jsonl"]
+    msgs = {r.payload["message_id"]: r.payload for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))}
+    assert set(msgs) == {"m1", "n1", "n2"}  # Bob's empty message is left out
+    assert len(msgs["n1"]["text"]) == len("alice: ") + 100_000 - 1
+    assert {m["value"] for m in memories(rt, MemoryType.semantic)} == {"Lisbon", "Acme Corp"}
