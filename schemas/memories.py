@@ -44,6 +44,14 @@ class Provenance(BaseModel):
     start: AwareDatetime | None = None
     end: AwareDatetime | None = None
 
+    def union(self, other: Provenance) -> Provenance:
+        """Both provenances: each id list in order without repeats (``self``'s first), the wider time span."""
+        lists = {k: list(dict.fromkeys([*getattr(self, k), *getattr(other, k)]))
+                 for k in ("observation_ids", "event_ids", "message_ids", "session_ids", "object_keys", "source_names")}
+        starts = [t for t in (self.start, other.start) if t]
+        ends = [t for t in (self.end, other.end) if t]
+        return Provenance(**lists, start=min(starts) if starts else None, end=max(ends) if ends else None)
+
 
 class MemoryBase(BaseModel):
     """Fields shared by all memory types."""

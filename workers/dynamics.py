@@ -30,7 +30,7 @@ from enum import StrEnum
 import numpy as np
 from qdrant_client import models as qm
 
-from schemas.memories import MEMORY_TYPES, MemoryBase, MemoryType, ResourceMemory, SemanticMemory
+from schemas.memories import MEMORY_TYPES, MemoryBase, MemoryType, Provenance, ResourceMemory, SemanticMemory
 from workers.app import app
 from workers.runtime import Runtime, log, runtime
 from workers.vectorstore import tenant_filter
@@ -144,20 +144,10 @@ def history(rt: Runtime, tenant_id: str, user_id: str, memory_type: MemoryType, 
 
 
 def _merge_provenance(old: dict, new: MemoryBase) -> tuple[dict, bool]:
-    """``old`` provenance (a payload dict) with ``new``'s sources added; and whether anything was new."""
-    merged, grew = dict(old), False
-    fresh = new.provenance.model_dump(mode="json")
-    for key, values in fresh.items():
-        if isinstance(values, list):
-            have = list(merged.get(key) or [])
-            add = [v for v in values if v not in have]
-            grew |= key == "observation_ids" and bool(add)
-            merged[key] = have + add
-    starts = [x for x in (old.get("start"), fresh.get("start")) if x]
-    ends = [x for x in (old.get("end"), fresh.get("end")) if x]
-    merged["start"] = min(starts, key=_ts) if starts else None
-    merged["end"] = max(ends, key=_ts) if ends else None
-    return merged, grew
+    """``old`` provenance (a payload dict) with ``new``'s sources added (JSON), and whether a source was new."""
+    before = Provenance.model_validate(old or {})
+    merged = before.union(new.provenance)
+    return merged.model_dump(mode="json"), len(merged.observation_ids) > len(before.observation_ids)
 
 
 def _update_fields(payload: dict, new: MemoryBase, now: datetime) -> dict | None:
@@ -194,11 +184,7 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
         # 1. the same key: an exact repeat
         same = next((p for p in pending if p[0].id == mem.id), None)
         if same is not None:
-            merged, grew = _merge_provenance(same[0].provenance.model_dump(mode="json"), mem)
-            if grew:
-                same[0].provenance = type(mem.provenance).model_validate(merged)
-                same[0].recalls += 1
-            ops[Op.update if grew else Op.noop] += 1
+            ops[_fold(same[0], mem)] += 1
             continue
         if str(mem.id) in existing:
             upd = _update_fields(existing[str(mem.id)], mem, now)
@@ -216,10 +202,7 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
         # 3. a near-duplicate by meaning
         near = _nearest_pending(pending, mem, vec, s.memory_merge_similarity)
         if near is not None:
-            merged, grew = _merge_provenance(near.provenance.model_dump(mode="json"), mem)
-            near.provenance = type(mem.provenance).model_validate(merged)
-            near.recalls += int(grew)
-            ops[Op.update if grew else Op.noop] += 1
+            ops[_fold(near, mem)] += 1
             continue
         hits, _ = rt.vectors.search(coll, vec.tolist(), None, active_filter(base), 3)
         hit = next((h for h in hits if h.score >= s.memory_merge_similarity
@@ -237,6 +220,15 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
         mems = [p[0] for p in pending]
         rt.vectors.upsert(coll, memory_points(rt, mems, [p[2] for p in pending], np.stack([p[1] for p in pending])))
     return ops
+
+
+def _fold(into: MemoryBase, new: MemoryBase) -> Op:
+    """Fold ``new`` into a memory of this run not yet written: its sources join, the repeat is a recall."""
+    merged = into.provenance.union(new.provenance)
+    if len(merged.observation_ids) == len(into.provenance.observation_ids):
+        return Op.noop
+    into.provenance, into.recalls = merged, into.recalls + 1
+    return Op.update
 
 
 def _share_source(observation_ids: list, mem: MemoryBase) -> bool:

@@ -142,10 +142,7 @@ def write_core(rt: Runtime, tenant_id: str, user_id: str, label: str, facts: lis
     if old:
         payload = old[0].payload or {}
         value, created = payload.get("value", ""), datetime.fromisoformat(payload["created_at"])
-        merged, _ = dynamics._merge_provenance(payload.get("provenance") or {}, CoreMemory(
-            id=mid, tenant_id=tenant_id, user_id=user_id, created_at=now, updated_at=now, label=label, value="",
-            provenance=prov))
-        prov = Provenance.model_validate(merged)
+        prov = Provenance.model_validate(payload.get("provenance") or {}).union(prov)
     block = CoreMemory(id=mid, tenant_id=tenant_id, user_id=user_id, created_at=created, updated_at=now,
                        provenance=prov, label=label, value=dynamics.merge_block(value, facts, limit), limit=limit)
     fields = {"kinds": [], "device_ids": [], "apps": [], "entity_ids": []}

@@ -301,7 +301,7 @@ class Redactor:
                     continue  # seen only as a neighbour's context: what is stored already says more
                 if old.provenance.observation_ids:
                     entry.caption, entry.source = old.caption, old.source  # described where first seen
-                entry.provenance = _merge(old.provenance, entry.provenance)
+                entry.provenance = old.provenance.union(entry.provenance)
                 entry.created_at = old.created_at
             self.rt.objects.put_bytes(key, entry.model_dump_json().encode(), "application/json")
         if self.entries:
@@ -344,15 +344,6 @@ def _add_source(prov: Provenance, obs: Observation) -> None:
     add(prov.source_names, obs.source_name)
     prov.start = min(filter(None, [prov.start, obs.captured_at]))
     prov.end = max(filter(None, [prov.end, obs.captured_at]))
-
-
-def _merge(a: Provenance, b: Provenance) -> Provenance:
-    """The union of two provenances (lists in order, without repeats; the wider time span)."""
-    data = {k: list(dict.fromkeys([*getattr(a, k), *getattr(b, k)]))
-            for k in ("observation_ids", "event_ids", "message_ids", "session_ids", "object_keys", "source_names")}
-    starts = [t for t in (a.start, b.start) if t]
-    ends = [t for t in (a.end, b.end) if t]
-    return Provenance(**data, start=min(starts) if starts else None, end=max(ends) if ends else None)
 
 
 # reading ---------------------------------------------------------------------------------------------
