@@ -64,3 +64,23 @@ def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(eng
     chat = _observation("t", 4, kind=MediaKind.text, text="see you there", speaker="Carol")
     link_observations(EntityMemory(rt, "t"), [chat])
     assert chat.entity_ids == said.entity_ids  # the chat speaker is the entity holding that name
+
+
+def test_engram_entities_lists_and_merges(engram_env, capsys):
+    from api.cli import entities
+    from workers.entities import EntityMemory, list_entities
+    from workers.link import link_observations
+
+    rt = engram_env
+    turns = [_observation("t", n, kind=MediaKind.text, text=f"turn {n}", speaker=s)
+             for n, s in enumerate(["Ann", "Ben", "Ann"])]
+    link_observations(EntityMemory(rt, "t"), turns)
+    ann, ben = (str(e.id) for e in list_entities(rt, "t"))  # most observations first
+    entities(tenant="t", merge=None)  # the command's function, without the CLI's logging set-up
+    out = capsys.readouterr().out
+    assert "Ann" in out and "Ben" in out and ann[:8] in out
+    entities(tenant="t", merge=(ann, ben))
+    out = capsys.readouterr().out
+    assert f"merged {ben} into {ann}" in out
+    (person,) = list_entities(rt, "t")
+    assert person.names == ["Ann", "Ben"] and person.observations == 3 and person.merged_from == [ben]
