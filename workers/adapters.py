@@ -87,8 +87,8 @@ def parse_conversation_file(data: bytes, source_name: str = "") -> list[Conversa
     not UTF-8), so the file is quarantined whole with it and nothing is half-imported.
 
     Messages with nothing to remember (no text, no attachment caption) are left out; a message repeated with
-    the same ``message_id`` and content is kept once; two different messages under one id in one session
-    raise (a memory citing that id could not say which one it means)."""
+    the same ``message_id`` and content is kept once; a different message under an id already used in its
+    session is kept as ``<id>#2`` (``#3``, ...), so a memory citing an id names one message."""
     messages = _parse_conversation(data, source_name)
     out: list[ConversationMessage] = []
     first: dict[tuple[str, str], int] = {}
@@ -97,10 +97,13 @@ def parse_conversation_file(data: bytes, source_name: str = "") -> list[Conversa
             continue
         key = (msg.session_id, msg.message_id)  # unique within a session (LoCoMo's dia_ids repeat per sample)
         if key in first:
-            if messages[first[key]] != msg:
-                raise InvalidConversation(f"message_id {msg.message_id!r} names two different messages "
-                                          f"(records {first[key]} and {i})")
-            continue
+            if messages[first[key]] == msg:
+                continue
+            n = 2  # another message under a used id (LongMemEval repeats session ids): kept, as <id>#2, #3, ...
+            while (msg.session_id, f"{msg.message_id}#{n}") in first:
+                n += 1
+            msg = msg.model_copy(update={"message_id": f"{msg.message_id}#{n}"})
+            key = (msg.session_id, msg.message_id)
         first[key] = i
         out.append(msg)
     if not out:

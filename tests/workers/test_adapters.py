@@ -210,9 +210,11 @@ def test_bad_conversations_imported_or_rejected_with_a_reason():
     assert parse_conversation_file(json.dumps([record(1, text="", attachments=[{"caption": "a cat"}])]).encode())
     with pytest.raises(MediaError, match="no messages with text"):
         parse_conversation_file(json.dumps([record(1, text=""), record(2, text="\n")]).encode())
-    # one id for two different messages of a session: which one would a memory cite?
-    with pytest.raises(MediaError, match=r"message_id 'm1' names two different messages \(records 0 and 2\)"):
-        parse_conversation_file(json.dumps([record(1), record(2), record(1, text="changed")]).encode())
+    # one id for two different messages of a session (LongMemEval repeats session ids): both kept, one renamed
+    msgs = parse_conversation_file(json.dumps([record(1), record(2), record(1, text="changed"),
+                                               record(1, text="again")]).encode())
+    assert [(m.message_id, m.text) for m in msgs] == [("m1", "message number 1"), ("m2", "message number 2"),
+                                                      ("m1#2", "changed"), ("m1#3", "again")]
     assert len(parse_conversation_file(json.dumps([record(1), record(1, session_id="s2")]).encode())) == 2
     # a missing timestamp, an over-long text, bytes that are not UTF-8: the file is rejected, saying where
     with pytest.raises(MediaError, match="record at 1.timestamp: Field required"):

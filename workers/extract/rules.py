@@ -58,6 +58,21 @@ _NOT_NAMES = {"The", "Then", "So", "And", "But", "We", "They", "He", "She", "It"
 _NUMBERED = re.compile(r"^\s*(?:step\s*)?(\d{1,2})[.):]\s+(\S.*)$", re.IGNORECASE | re.MULTILINE)
 _SEQUENCE = re.compile(r"\b(?:first(?:ly)?|then|next|after that|afterwards|finally|lastly)\b,?\s*", re.IGNORECASE)
 _NOT_IMPERATIVE = {"i", "we", "he", "she", "they", "it", "my", "our", "his", "her", "their", "me", "us"}
+#: Verbs a step of a how-to starts with. A numbered list is a procedure when most of its steps start with one
+#: (a list of recommendations or facts is not).
+IMPERATIVE = set("""add adjust apply ask attach bake beat blend boil book bring buy call change check choose chop clean
+click close combine configure connect copy cover create cut decide define deploy download drag drain drain drink
+edit enable enter fill find fold follow gather get go grab heat hold install keep knead launch leave let log look
+make measure melt mix move navigate note open order pack paste pay pick place plan plug pour prepare preheat press
+print pull push put read register reinstall remove repeat replace reset restart return review rinse roll run save
+scroll search season select send serve set share sign simmer slice soak sort spread start stir stop store submit
+switch take tap test tighten toggle transfer try turn type unplug update upload use verify visit wait wash watch
+whisk wipe write""".split())
+
+
+def _imperative(step: str) -> bool:
+    words = re.sub(r"[*_`#>\[\]]", " ", step).split()
+    return bool(words) and words[0].lower().strip(":,.") in IMPERATIVE
 
 _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"'()\[\]{}]+")
 _FILE = re.compile(r"(?<![\w/.@-])([\w][\w.-]{0,80}\.(pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|odt|ods|txt"
@@ -126,8 +141,9 @@ class RulesExtractor(Extractor):
 
 
 def procedures(text: str, i: int) -> list[ProceduralDraft]:
-    """Step lists in ``text``: numbered lines (1., 2., ... in order) and "first ..., then ..., finally ..."
-    sequences whose steps read as instructions (not "I went ..., then we ...")."""
+    """Step lists in ``text``: numbered lines (1., 2., ... in order) most of which start with an imperative
+    verb, and "first ..., then ..., finally ..." sequences whose steps read as instructions (not "I went ...,
+    then we ...")."""
     out = []
     lines = text.splitlines()
     matches = list(_NUMBERED.finditer(text))
@@ -136,7 +152,7 @@ def procedures(text: str, i: int) -> list[ProceduralDraft]:
         if m is not None and (not run and m.group(1) == "1" or run and int(m.group(1)) == int(run[-1].group(1)) + 1):
             run.append(m)
             continue
-        if len(run) >= 2:
+        if 2 <= len(run) <= 30 and sum(map(_imperative, (r.group(2) for r in run))) * 2 > len(run):
             line_no = text[:run[0].start()].count("\n") + (1 if text[run[0].start()] == "\n" else 0)
             heading = next((ln.strip().rstrip(":") for ln in reversed(lines[:line_no]) if ln.strip()), "")
             steps = [r.group(2).strip() for r in run]
