@@ -33,7 +33,7 @@ from qdrant_client import models as qm
 from schemas.memories import MEMORY_TYPES, MemoryBase, MemoryType, Provenance, ResourceMemory, SemanticMemory
 from workers.app import app
 from workers.runtime import Runtime, log, runtime
-from workers.vectorstore import tenant_filter
+from workers.vectorstore import DENSE, tenant_filter
 
 #: Memory types that decay and get archived (core memory and the vault are kept as they are).
 DECAYING = (MemoryType.episodic, MemoryType.semantic, MemoryType.procedural, MemoryType.resource)
@@ -180,7 +180,8 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
     pending: list[tuple[MemoryBase, np.ndarray, dict]] = []  # ADDs of this run, written at the end
     existing = {str(r.id): r.payload or {} for r in rt.vectors.retrieve(coll, [m.id for m in memories])}
     base = tenant_filter(memories[0].tenant_id, memories[0].user_id)
-    for mem, vec, extra in zip(memories, vectors, fields, strict=True):
+    neighbours = _nearest_stored(rt, coll, vectors, active_filter(base))
+    for mem, vec, extra, hits in zip(memories, vectors, fields, neighbours, strict=True):
         # 1. the same key: an exact repeat
         same = next((p for p in pending if p[0].id == mem.id), None)
         if same is not None:
@@ -204,7 +205,6 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
         if near is not None:
             ops[_fold(near, mem)] += 1
             continue
-        hits, _ = rt.vectors.search(coll, vec.tolist(), None, active_filter(base), 3)
         hit = next((h for h in hits if h.score >= s.memory_merge_similarity
                     and not _share_source((h.payload or {}).get("provenance", {}).get("observation_ids", []), mem)),
                    None)
@@ -220,6 +220,15 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
         mems = [p[0] for p in pending]
         rt.vectors.upsert(coll, memory_points(rt, mems, [p[2] for p in pending], np.stack([p[1] for p in pending])))
     return ops
+
+
+def _nearest_stored(rt: Runtime, collection: str, vectors: np.ndarray, flt: qm.Filter,
+                    limit: int = 3) -> list[list[qm.ScoredPoint]]:
+    """The ``limit`` stored points nearest each vector (dense cosine, under ``flt``), in one batch request."""
+    rt.vectors.ensure(collection)
+    requests = [qm.QueryRequest(query=v.tolist(), using=DENSE, filter=flt, limit=limit, with_payload=True)
+                for v in vectors]
+    return [r.points for r in rt.vectors.client.query_batch_points(collection, requests=requests)]
 
 
 def _fold(into: MemoryBase, new: MemoryBase) -> Op:
