@@ -26,6 +26,7 @@ from schemas.memories import EpisodicMemory, MemoryType, Provenance
 from workers.app import app
 from workers.embed import embed_texts, sparse_vectors
 from workers.ids import memory_id
+from workers.metrics import MEMORIES_WRITTEN
 from workers.runtime import TRANSIENT_ERRORS, Runtime, log, runtime
 from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE, tenant_filter
 
@@ -154,6 +155,7 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
         fields = [source_fields(ep) for ep in episodes]
         rt.vectors.upsert(MemoryType.episodic.value,
                           memory_points(rt, memories, fields, vectors, texts, [len(ep) for ep in episodes]))
+        MEMORIES_WRITTEN.labels(memory_type=MemoryType.episodic.value).inc(len(memories))
         from workers.typed import consolidate_typed  # semantic, procedural, resource, core, vault index
 
         consolidate_typed(rt, tenant_id, user_id, records)

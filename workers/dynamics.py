@@ -32,6 +32,7 @@ from qdrant_client import models as qm
 
 from schemas.memories import MEMORY_TYPES, MemoryBase, MemoryType, Provenance, ResourceMemory, SemanticMemory
 from workers.app import app
+from workers.metrics import MEMORIES_WRITTEN
 from workers.runtime import Runtime, log, runtime
 from workers.vectorstore import DENSE, tenant_filter
 
@@ -219,6 +220,7 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
     if pending:
         mems = [p[0] for p in pending]
         rt.vectors.upsert(coll, memory_points(rt, mems, [p[2] for p in pending], np.stack([p[1] for p in pending])))
+        MEMORIES_WRITTEN.labels(memory_type=coll).inc(len(mems))
     return ops
 
 

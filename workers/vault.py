@@ -41,6 +41,7 @@ from stdnum import iban, luhn
 from schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
 from schemas.observations import Observation, WordTiming
 from schemas.settings import Settings
+from workers.metrics import MEMORIES_WRITTEN
 from workers.objectstore import ObjectNotFound
 from workers.runtime import Runtime, log
 
@@ -391,4 +392,5 @@ def index_entries(rt: Runtime, tenant_id: str, texts: list[str]) -> int:
         e.provenance.end = e.provenance.end or e.provenance.start
     fields = [{"kinds": [], "device_ids": [], "apps": [], "entity_ids": []} for _ in entries]
     rt.vectors.upsert(MemoryType.knowledge_vault.value, memory_points(rt, entries, fields))
+    MEMORIES_WRITTEN.labels(memory_type=MemoryType.knowledge_vault.value).inc(len(entries))
     return len(entries)
