@@ -65,7 +65,7 @@ def test_llm_routing_then_extraction(llm_env, tmp_path, provider):
     assert proc["steps"][0] == "feed the starter" and proc["provenance"]["message_ids"] == ["m2", "m3"]
 
 
-def test_malformed_answer_falls_back_to_rules(llm_env, tmp_path, caplog, capsys):
+def test_malformed_answer_falls_back_to_rules(llm_env, tmp_path, log_events):
     bad = {**ANSWERS, "meta memory manager": {"memory_types": ["everything"]}}
     with ScriptedLlm([by_prompt(bad)] * 3) as stub:
         llm_env(stub)
@@ -76,8 +76,8 @@ def test_malformed_answer_falls_back_to_rules(llm_env, tmp_path, caplog, capsys)
     assert len(stub.requests) == 1  # the routing answer failed validation: no further calls
     [fact] = memories(rt, MemoryType.semantic)  # the rules extractor's reading of "I live in Paris"
     assert fact["summary"] == "alice lives in Paris"
-    out = capsys.readouterr().out + caplog.text
-    assert "LLM extraction failed" in out and "routing answer does not validate: memory_types.0" in out
+    [warning] = [e for e in log_events if e["event"].startswith("LLM extraction failed")]
+    assert "routing answer does not validate: memory_types.0" in warning["reason"]
 
 
 def test_required_llm_fails_the_consolidation_with_the_reason(llm_env, tmp_path):
