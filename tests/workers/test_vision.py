@@ -5,11 +5,8 @@ and clips. Real-data tests read ``ENGRAM_EVAL_DATA`` (default ``../shared/data``
 from __future__ import annotations
 
 import io
-import json
 import random
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +19,7 @@ from bench import vision as ev
 from bench.speech import perceive_file
 from schemas.events import EventStatus
 from schemas.observations import OcrLine
+from tests.llm_stub import ScriptedLlm
 from tests.workers.test_bad_input import render_png
 from workers import media, vision
 from workers.models.faces import SAME_PERSON_DISTANCE, cluster_faces
@@ -154,41 +152,12 @@ def test_large_frames_are_downscaled_and_boxes_mapped_back(engram_env, eval_data
 
 # --- captions (a stub HTTP server stands in for the VLM endpoint) ------------------------------------------
 
-class _Stub(BaseHTTPRequestHandler):
-    requests: list = []
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.requests.append((self.path, body))
-        if self.path.endswith("/chat/completions"):
-            answer = {"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                      "choices": [{"index": 0, "finish_reason": "stop",
-                                   "message": {"role": "assistant", "content": " A mail client inbox. "}}]}
-        else:  # Gemini generateContent
-            answer = {"candidates": [{"content": {"role": "model", "parts": [{"text": "A mail client inbox."}]},
-                                      "finishReason": "STOP"}]}
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def vlm_stub():
-    """A local HTTP server answering OpenAI chat completions and Gemini generateContent; yields its URL and
-    the (path, JSON body) of each request it got."""
-    _Stub.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", _Stub.requests
-    server.shutdown()
-    server.server_close()
+    """A local HTTP server (tests.llm_stub) answering OpenAI chat completions and Gemini generateContent with
+    one caption; yields its URL and the (path, JSON body) of each request it got."""
+    with ScriptedLlm([" A mail client inbox. "] * 20) as stub:
+        yield stub.url, stub.requests
 
 
 def _closed_port() -> int:
