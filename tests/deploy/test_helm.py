@@ -41,7 +41,7 @@ SCENARIOS: dict[str, dict] = {
     "servicemonitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
     "secrets": {"redis": {"password": "redis-pw-1"}, "s3": {"accessKey": "s3-user-1", "secretKey": "s3-secret-1"},
                 "qdrant": {"apiKey": "qdrant-key-1"},
-                "secrets": {"vlmApiKey": "vlm-key-1", "extra": {"ENGRAM_VAULT_KEY": "vault-key-1"}}},
+                "secrets": {"vlmApiKey": "vlm-key-1", "vaultKey": "vault-key-1"}},
     "existing": {"redis": {"existingSecret": "eg-redis"}, "s3": {"existingSecret": "eg-minio"},
                  "qdrant": {"existingSecret": "eg-qdrant"}, "secrets": {"existingSecret": "engram-env"}},
 }
@@ -233,6 +233,16 @@ def test_secrets_stay_out_of_the_configmap():
                                                                         "key": "REDIS_PASSWORD"}
         assert env["ENGRAM_BROKER_URL"]["value"].startswith("redis://:$(REDIS_PASSWORD)@")
         assert not any(value in yaml.safe_dump(deployment) for value in SECRET_VALUES)
+
+
+def test_vault_key_is_made_when_not_given():
+    """Without ``secrets.vaultKey`` the chart's Secret holds a new Fernet key (at install; an upgrade keeps
+    the one the Secret already has, through ``lookup``, which ``helm template`` cannot show)."""
+    from cryptography.fernet import Fernet
+
+    secret = one(render("default"), "Secret", f"{RELEASE}-engram-secrets")
+    key = secret["stringData"]["ENGRAM_VAULT_KEY"]
+    assert Fernet(key.encode()).decrypt(Fernet(key.encode()).encrypt(b"x")) == b"x"
 
 
 def test_existing_secrets_are_referenced_not_created():
