@@ -235,6 +235,9 @@ def search(
     entity: Annotated[list[str] | None, typer.Option(help="Only content linked to these entities (ids from "
                                                      "`engram entities`; repeatable).")] = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Number of results.")] = 10,
+    as_of: Annotated[str | None, typer.Option(help="Resolve time words in the query (\"last Tuesday\") against "
+                                              "this time (ISO 8601; default: now).")] = None,
+    history: Annotated[bool, typer.Option("--history", help="Include superseded and archived memories.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the SearchResponse as JSON.")] = False,
 ) -> None:
     """Hybrid search (dense MiniLM + BM25, fused by reciprocal rank fusion) over observations and memories."""
@@ -242,7 +245,8 @@ def search(
 
     req = SearchRequest(query=query, tenant_id=tenant or get_settings().tenant, user_id=user,
                         memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind, entities=entity,
-                        time_from=_parse_time(since), time_to=_parse_time(until), limit=limit)
+                        time_from=_parse_time(since), time_to=_parse_time(until), limit=limit,
+                        reference_time=_parse_time(as_of), include_history=history)
     resp = run_search(req)
     if as_json:
         print(resp.model_dump_json(indent=2))
@@ -260,6 +264,10 @@ def run_search(req: SearchRequest) -> SearchResponse:
 def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     """The hits as a table on ``out`` (default: stdout): score, type, time, source, snippet."""
     out = out or console
+    if resp.time_range:
+        tr = resp.time_range
+        out.print(f"time: {tr.expression!r} → {tr.start:%Y-%m-%d %H:%M} to {tr.end:%Y-%m-%d %H:%M} UTC "
+                  f"(as of {tr.reference_time:%Y-%m-%d}; ranked first, not a filter)")
     if not resp.hits:
         out.print(f"no results for {resp.query!r}")
         return

@@ -95,14 +95,17 @@ def share_embedding_cache(data_dir: Path, cache_dir: Path | None) -> None:
 
 
 def _search_sources(rt, query: str, user: str, limit: int, need: int, memory_types=None,
-                    tenant: str = TENANT, unit: str = "message_ids") -> tuple[list[list[str]], list[str], float]:
+                    tenant: str = TENANT, unit: str = "message_ids", reference_time=None
+                    ) -> tuple[list[list[str]], list[str], float]:
     """Hits of one search as (sources per hit — its ``unit``, message or session ids —, memory type per hit,
     milliseconds). The limit grows (up to 1000) while the hits expand to fewer than ``need`` distinct sources
-    and more hits may exist."""
+    and more hits may exist. ``reference_time``: the question's date (time expressions resolve against it).
+    Searches do not reinforce memories (``reinforce=False``), so a re-run on a kept data dir ranks alike."""
     from schemas.search import SearchRequest
     from workers.query import search
 
     extra = {"memory_types": memory_types} if memory_types else {}
+    extra.update(reference_time=reference_time, reinforce=False)
     while True:
         t0 = time.perf_counter()
         resp = search(rt, SearchRequest(query=query, tenant_id=tenant, user_id=user, limit=limit, **extra))
@@ -120,7 +123,7 @@ def _mean(xs: Sequence[float]) -> float:
 def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int] = (5, 10, 25),
              data_dir: Path | None = None, eval_data: Path | None = None, progress: bool = True,
              variants: dict[str, list[str]] | None = None, console: Console | None = None,
-             embedding_cache: Path | None = None) -> dict:
+             embedding_cache: Path | None = None, search_only: bool = False) -> dict:
     """Ingest the chosen LoCoMo conversations through the real path and compute evidence recall@k at a
     budget of k turns for engram and the raw-turn baselines (BM25, dense, RRF).
 
@@ -128,9 +131,11 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     dir (default: a fresh temporary one). ``eval_data``: the evaluation data folder (default
     ``ENGRAM_EVAL_DATA`` or ``../shared/data``). ``variants``: extra engram rows, name → memory types
     searched (diagnostics). ``embedding_cache``: a folder whose ``embeddings.sqlite`` is kept across runs
-    (default: inside the data dir). Returns a JSON-serialisable dict: ``recall[system]["overall"][k]``,
-    ``recall[system]["by_category"][cat][k]``, question counts, ingest seconds, search latency, per
-    conversation figures and diagnostics of what fills engram's turn budget.
+    (default: inside the data dir). ``search_only``: ``data_dir`` already holds the conversations (from an
+    earlier run with the same ``data_dir``): skip the ingest and only search, e.g. after a change to the
+    query worker (raises FileNotFoundError without a data dir that holds a store). Returns a JSON-serialisable
+    dict: ``recall[system]["overall"][k]``, ``recall[system]["by_category"][cat][k]``, question counts,
+    ingest seconds, search latency, per conversation figures and diagnostics of what fills engram's turn budget.
     """
     from api.cli import ingest_paths
     from workers.adapters import to_jsonl
@@ -146,6 +151,8 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     err = console or Console(stderr=True)
 
     # per question: system -> {k: recall}
+    if search_only and not (data_dir and (Path(data_dir) / "qdrant").is_dir()):
+        raise FileNotFoundError(f"--search-only needs --data-dir with an ingested store (got {data_dir})")
     rows: list[dict] = []
     ingest_s: dict[str, float] = {}
     ingest_counts: dict[str, dict[str, int]] = {}
@@ -167,28 +174,34 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                     sample = samples[ci]
                     sid = str(sample.get("sample_id", ci))
                     user = f"locomo-{sid}"
-                    bar.update(task, current=f"{sid}: ingest")
-                    path = conv_dir / f"{sid}.jsonl"
-                    path.write_bytes(to_jsonl(sample_turns(sample)))
-                    t0 = time.perf_counter()
-                    out = ingest_paths([path], tenant=TENANT, user=user, device="bench", consolidate=True,
-                                       quiet=True)
-                    ingest_s[sid] = time.perf_counter() - t0
-                    ingest_counts[sid] = {k: len(v) for k, v in out.items()}
-                    if out["failed"]:
-                        raise RuntimeError(f"ingest of {sid} failed: {out['failed'][0][1]}")
+                    msgs = sample_turns(sample)
+                    if not search_only:
+                        bar.update(task, current=f"{sid}: ingest")
+                        path = conv_dir / f"{sid}.jsonl"
+                        path.write_bytes(to_jsonl(msgs))
+                        t0 = time.perf_counter()
+                        out = ingest_paths([path], tenant=TENANT, user=user, device="bench", consolidate=True,
+                                           quiet=True)
+                        ingest_s[sid] = time.perf_counter() - t0
+                        ingest_counts[sid] = {k: len(v) for k, v in out.items()}
+                        if out["failed"]:
+                            raise RuntimeError(f"ingest of {sid} failed: {out['failed'][0][1]}")
                     rt = runtime()
+                    # LoCoMo questions carry no date: time expressions resolve against the last session's
+                    reference = max(m.timestamp for m in msgs)
                     bar.update(task, current=f"{sid}: search")
                     base = turn_baselines(sample, rt.settings, rt.embedding_cache)
                     for q in sample_questions(sample, ci):
                         ev = set(q.evidence)
-                        sources, types, ms = _search_sources(rt, q.question, user, 2 * kmax, kmax)
+                        sources, types, ms = _search_sources(rt, q.question, user, 2 * kmax, kmax,
+                                                             reference_time=reference)
                         latencies.append(ms)
                         ranked = {"engram": sources}
                         for name, ranking in base.rankings(q.question).items():
                             ranked[name] = [[t] for t in ranking]
                         for name, mtypes in variants.items():
-                            ranked[name] = _search_sources(rt, q.question, user, 2 * kmax, kmax, mtypes)[0]
+                            ranked[name] = _search_sources(rt, q.question, user, 2 * kmax, kmax, mtypes,
+                                                           reference_time=reference)[0]
                         rows.append({"sample_id": sid, "category": q.category, "recall": {
                             s: {k: recall_at_budget(ranked[s], ev, k) for k in ks} for s in systems}})
                         _budget_diagnostics(diag, sources, types, ks)
@@ -227,17 +240,21 @@ LME_KS = (1, 5, 10)
 
 def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, eval_data: Path | None = None,
                          progress: bool = True, console: Console | None = None,
-                         embedding_cache: Path | None = None) -> dict:
+                         embedding_cache: Path | None = None, data_dir: Path | None = None,
+                         search_only: bool = False) -> dict:
     """LongMemEval-S session recall_any@k (budget of k sessions) for engram and the session baselines.
 
     Each of the first ``limit`` counted questions (default: all 98) is ingested through the real path
     into a fresh temporary data dir as its own user (``embedding_cache`` shares the embedding cache across
-    them and across runs), then searched once. Returns ``recall[system]["overall"][k]``,
+    them and across runs), then searched once, with the question's ``question_date`` as the reference time
+    of time expressions. ``data_dir``: keep each question's store in ``data_dir/<question id>`` instead;
+    ``search_only``: search those kept stores without ingesting again (FileNotFoundError when one is
+    missing). Returns ``recall[system]["overall"][k]``,
     ``recall[system]["by_type"][question_type][k]``, the question count, ingest seconds (total and
     median per question) and the search latency median."""
     from api.cli import ingest_paths
     from bench.longmemeval import SessionBaselines, load_longmemeval, recall_any_at_budget
-    from workers.adapters import longmemeval_messages, to_jsonl
+    from workers.adapters import longmemeval_messages, parse_longmemeval_date, to_jsonl
     from workers.runtime import runtime
 
     ks = sorted({int(k) for k in ks})
@@ -254,20 +271,24 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
         for q in questions:
             bar.update(task, current=q.question_id)
             with tempfile.TemporaryDirectory(prefix="engram-lme-") as tmp:
-                store_dir = Path(tmp) / "data"
+                store_dir = Path(data_dir) / q.question_id if data_dir else Path(tmp) / "data"
+                if search_only and not (store_dir / "qdrant").is_dir():
+                    raise FileNotFoundError(f"--search-only: no ingested store at {store_dir}")
                 share_embedding_cache(store_dir, embedding_cache)
                 path = Path(tmp) / f"{q.question_id}.jsonl"
                 path.write_bytes(to_jsonl(longmemeval_messages(q.item)))
                 with embedded_data_dir(store_dir):
-                    t0 = time.perf_counter()
-                    out = ingest_paths([path], tenant=TENANT, user=q.question_id, device="bench", consolidate=True,
-                                       quiet=True)
-                    ingest_s.append(time.perf_counter() - t0)
-                    if out["failed"]:
-                        raise RuntimeError(f"ingest of {q.question_id} failed: {out['failed'][0][1]}")
+                    if not search_only:
+                        t0 = time.perf_counter()
+                        out = ingest_paths([path], tenant=TENANT, user=q.question_id, device="bench",
+                                           consolidate=True, quiet=True)
+                        ingest_s.append(time.perf_counter() - t0)
+                        if out["failed"]:
+                            raise RuntimeError(f"ingest of {q.question_id} failed: {out['failed'][0][1]}")
                     rt = runtime()
+                    reference = parse_longmemeval_date(q.question_date) if q.question_date else None
                     sources, _, ms = _search_sources(rt, q.question, q.question_id, 2 * ks[-1], ks[-1],
-                                                     unit="session_ids")
+                                                     unit="session_ids", reference_time=reference)
                     latencies.append(ms)
                     ranked = {"engram": sources}
                     base = SessionBaselines(q.item, rt.settings, rt.embedding_cache)
@@ -277,7 +298,8 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
             rows.append({"question_id": q.question_id, "type": q.question_type, "recall": {
                 s: {k: recall_any_at_budget(ranked[s], answers, k) for k in ks} for s in systems}})
             if progress:
-                bar.console.print(f"{len(rows)} {q.question_id} ({q.question_type}, ingest {ingest_s[-1]:.1f} s): "
+                took = f"ingest {ingest_s[-1]:.1f} s" if ingest_s and not search_only else "search only"
+                bar.console.print(f"{len(rows)} {q.question_id} ({q.question_type}, {took}): "
                                   + "; ".join(f"{s} " + "/".join(f"{rows[-1]['recall'][s][k]:.0f}" for k in ks)
                                               for s in systems))
             bar.advance(task)
@@ -402,7 +424,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="LoCoMo conversation positions 0-9 (default: all)")
     ap.add_argument("--ks", type=int, nargs="+", default=[5, 10, 25], help="turn budgets")
     ap.add_argument("--data-dir", type=Path, default=None,
-                    help="engram data dir (ENGRAM_DATA_DIR) to ingest into (default: a temporary one)")
+                    help="engram data dir (ENGRAM_DATA_DIR) to ingest into and keep (default: a temporary one); "
+                         "LongMemEval: one sub-folder per question")
+    ap.add_argument("--search-only", action="store_true",
+                    help="reuse what an earlier run ingested into --data-dir: only search (after a query change)")
     ap.add_argument("--eval-data", type=Path, default=None,
                     help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
     ap.add_argument("--embedding-cache", type=Path, default=None,
@@ -421,10 +446,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.longmemeval:
             result = evaluate_longmemeval(args.questions, LME_KS if args.ks == [5, 10, 25] else args.ks,
-                                          args.eval_data, embedding_cache=args.embedding_cache)
+                                          args.eval_data, embedding_cache=args.embedding_cache,
+                                          data_dir=args.data_dir, search_only=args.search_only)
         else:
             result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants,
-                              embedding_cache=args.embedding_cache)
+                              embedding_cache=args.embedding_cache, search_only=args.search_only)
     except FileNotFoundError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2

@@ -11,6 +11,16 @@
    candidates even when neither ranking reached them.
 3. Entities named in the query (a person entity's name, e.g. a chat speaker) boost the observations linked
    to them by ``ENTITY_BOOST``: a soft entity filter.
+4. Time expressions in the query ("last Tuesday", "in May 2023"; ``workers.timeexpr``) are resolved against
+   the request's ``reference_time`` (default now) into a range; points whose time span overlaps it gain
+   ``TIME_BOOST``: a soft time filter, because the time a message was written is often not the time of the
+   event it tells (measured on LoCoMo: see the README). ``time_from``/``time_to`` stay hard filters.
+5. Memory dynamics (MemoryBank; ``workers.dynamics``): superseded and archived memories are left out
+   (``active_filter``) unless ``include_history``; a memory's fused score is multiplied by its
+   ``decayed_score`` (retention since its last recall) before it enters the prior; the memories returned
+   are reinforced (one recall each) unless ``reinforce`` is off.
+6. Neighbouring context: with ``context_turns`` = n, each observation hit carries the n turns before and
+   after it in its session (or the segments of its event) as ``SearchHit.context``, for ``ask``'s LLM.
 
 Hits come back in descending score: turns first where their own evidence and their memory agree, memories
 as evidence pointers whose sources are listed most relevant first (the order their observations ranked
@@ -23,21 +33,25 @@ import re
 import time
 import uuid
 from collections import defaultdict
+from datetime import UTC, datetime
 
 from qdrant_client import models as qm
 
 from schemas.memories import MemoryType
-from schemas.search import SearchHit, SearchRequest, SearchResponse
+from schemas.search import ContextTurn, SearchHit, SearchRequest, SearchResponse, TimeRange
 from workers import sparse
 from workers.app import app
+from workers.dynamics import active_filter, decayed_score, reinforce
 from workers.embed import embed_texts
 from workers.runtime import Runtime, runtime
+from workers.timeexpr import resolve
 from workers.vectorstore import ENTITIES, OBSERVATIONS, collection_for, tenant_filter
 
 MEMORY_PRIOR = 0.5  # weight of a memory's fused score in the scores of the observations it was built from
 MEMORY_EXPAND = 5  # the sources of this many best memories join the candidate observations
 ENTITY_BOOST = 0.01  # added to an observation linked to an entity the query names (≈ 0.6 / k at k = 60)
 MIN_DEPTH = 200  # candidates per ranking, at least
+TIME_BOOST = 0.01  # added to a point whose time span overlaps the query's resolved time expression
 
 
 def rrf(rankings: list[list[str]], k: int) -> dict[str, float]:
@@ -50,7 +64,8 @@ def rrf(rankings: list[list[str]], k: int) -> dict[str, float]:
 
 
 def build_filter(req: SearchRequest, memory_type: MemoryType) -> qm.Filter:
-    """Tenant (always), user, time range, media kind, device, app and entity conditions for one collection.
+    """Tenant (always), user, time range, media kind, device, app and entity conditions for one collection,
+    and for memories (unless ``req.include_history``) only active ones (``workers.dynamics.active_filter``).
 
     Memories match a device, app or entity through their sources' fields copied at consolidation
     (``device_ids``, ``apps``, ``entities``); observations through their own (``device_id``, ``app``,
@@ -68,7 +83,15 @@ def build_filter(req: SearchRequest, memory_type: MemoryType) -> qm.Filter:
                                      (req.entities, "entity_ids", "entity_ids")):
         if values:
             conds.append(qm.FieldCondition(key=obs_key if obs else mem_key, match=qm.MatchAny(any=list(values))))
-    return qm.Filter(must=conds)
+    flt = qm.Filter(must=conds)
+    return flt if obs or req.include_history else active_filter(flt)
+
+
+def _in_range(payload: dict, span: TimeRange) -> bool:
+    start, end = payload.get("start_ts"), payload.get("end_ts")
+    if start is None:
+        return False
+    return start < span.end.timestamp() and (end if end is not None else start) >= span.start.timestamp()
 
 
 def named_entities(rt: Runtime, tenant_id: str, query: str) -> set[str]:
@@ -112,8 +135,11 @@ def _order_sources(hit: SearchHit, obs_rank: dict[str, int], msg_of: dict[str, s
 
 
 def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
-    """Fused hierarchical hybrid search; hits in descending score, at most ``req.limit``."""
+    """Fused hierarchical hybrid search; hits in descending score, at most ``req.limit`` (see the module
+    docstring for the steps)."""
     t0 = time.perf_counter()
+    now = datetime.now(UTC)
+    span = resolve(req.query, req.reference_time) if req.resolve_time else None
     dense = embed_texts(rt, [req.query])[0].tolist()
     sparse_q = sparse.query_vector(req.query)
     depth = max(MIN_DEPTH, req.limit * 5)
@@ -129,6 +155,13 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
             points.setdefault(str(p.id), (mtype, p))
         scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k))
     is_obs = {pid for pid, (mt, _) in points.items() if mt is MemoryType.observation}
+    stability = rt.settings.memory_stability_days
+    for pid in scores:
+        payload = points[pid][1].payload or {}
+        if pid not in is_obs:
+            scores[pid] *= decayed_score(payload, now, stability)
+        if span is not None and _in_range(payload, span):
+            scores[pid] += TIME_BOOST
     memories = sorted((pid for pid in scores if pid not in is_obs), key=lambda pid: -scores[pid])
     if MemoryType.observation in req.memory_types:
         _add_memory_sources(rt, req, memories[:MEMORY_EXPAND], points, is_obs)
@@ -158,7 +191,54 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
             _order_sources(hit, obs_rank, msg_of)
         shown.update(hit.observation_ids)
         hits.append(hit)
-    return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000)
+    if req.context_turns:
+        attach_context(rt, req, hits, [points[str(h.id)][1] for h in hits])
+    recalled = [h.id for h in hits if h.memory_type is not MemoryType.observation]
+    if req.reinforce and recalled:
+        reinforce(rt, req.tenant_id, recalled, now)
+    return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000, time_range=span)
+
+
+def _sequence_key(payload: dict) -> tuple[str, str] | None:
+    """What a point's neighbours share: its session (chat turns), else its event (segments of one media)."""
+    if payload.get("session_id"):
+        return "session_id", payload["session_id"]
+    if payload.get("event_id"):
+        return "event_id", payload["event_id"]
+    return None
+
+
+def attach_context(rt: Runtime, req: SearchRequest, hits: list[SearchHit],
+                   points: list[qm.ScoredPoint | qm.Record]) -> None:
+    """Set ``hit.context`` of each observation hit to the ``req.context_turns`` observations before and after
+    it in its session (or event), ordered by time then segment index, the hit itself left out. One scroll per
+    kind of key (sessions, events) under the tenant and the hit's user; memories get no context."""
+    keys: dict[str, set[str]] = defaultdict(set)
+    for hit, point in zip(hits, points, strict=True):
+        if hit.memory_type is MemoryType.observation and (key := _sequence_key(point.payload or {})):
+            keys[key[0]].add(key[1])
+    sequences: dict[tuple[str, str], list[qm.Record]] = defaultdict(list)
+    for field, values in keys.items():
+        flt = tenant_filter(req.tenant_id, req.user_id)
+        flt.must.append(qm.FieldCondition(key=field, match=qm.MatchAny(any=sorted(values))))
+        for rec in rt.vectors.scroll(OBSERVATIONS, flt):
+            p = rec.payload or {}
+            if (key := _sequence_key(p)) and key[0] == field:
+                sequences[key].append(rec)
+    for seq in sequences.values():
+        seq.sort(key=lambda r: ((r.payload or {}).get("start_ts") or 0.0, (r.payload or {}).get("segment_index", 0),
+                                str(r.id)))
+    n = req.context_turns
+    for hit, point in zip(hits, points, strict=True):
+        key = _sequence_key(point.payload or {}) if hit.memory_type is MemoryType.observation else None
+        seq = sequences.get(key, []) if key else []
+        pos = next((i for i, r in enumerate(seq) if str(r.id) == str(hit.id)), None)
+        if pos is None:
+            continue
+        hit.context = [
+            ContextTurn(id=uuid.UUID(str(r.id)), offset=i - pos, text=(r.payload or {}).get("text", ""),
+                        time=(r.payload or {}).get("captured_at"), message_id=(r.payload or {}).get("message_id"))
+            for i, r in enumerate(seq[max(0, pos - n):pos + n + 1], start=max(0, pos - n)) if i != pos]
 
 
 def _add_memory_sources(rt: Runtime, req: SearchRequest, memory_ids: list[str],

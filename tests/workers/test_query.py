@@ -224,3 +224,84 @@ def test_turns_are_indexed_with_their_neighbours(corpus):
     hits = corpus.find("Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation])
     assert hits[0].message_ids == ["c3"]
     assert all("Lisbon" not in h.text for h in hits[1:])  # a hit's text is the turn itself
+
+
+def test_hits_carry_their_neighbouring_turns(corpus):
+    hits = corpus.find("Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation], user_id="alice",
+                       context_turns=1)
+    by_msg = {h.message_ids[0]: h for h in hits}
+    assert [(c.message_id, c.offset) for c in by_msg["c3"].context] == [("c2", -1)]
+    assert [(c.message_id, c.offset) for c in by_msg["c2"].context] == [("c1", -1), ("c3", 1)]
+    assert "invoice total" in by_msg["c3"].context[0].text
+    two = corpus.find("Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation], user_id="alice",
+                      context_turns=2)
+    assert [c.message_id for c in next(h for h in two if h.message_ids == ["c3"]).context] == ["c1", "c2"]
+    assert all(not h.context for h in corpus.find("Lisbon", user_id="alice"))  # none unless asked for
+
+
+def test_time_expression_is_resolved_and_boosts_its_range(corpus):
+    ref = datetime(2024, 3, 20, 12, 0, tzinfo=UTC)
+    resp = search(corpus.rt, SearchRequest(query="quarterly budget review in January", tenant_id="acme",
+                                           user_id="alice", reference_time=ref, limit=20,
+                                           memory_types=[MemoryType.observation]))
+    assert resp.time_range is not None and resp.time_range.expression == "in January"
+    assert (resp.time_range.start, resp.time_range.end) == (datetime(2024, 1, 1, tzinfo=UTC),
+                                                            datetime(2024, 2, 1, tzinfo=UTC))
+    assert resp.hits[0].time.month == 1  # the January screenshot, over the February chat that says the same
+    resp = search(corpus.rt, SearchRequest(query="quarterly budget review in February", tenant_id="acme",
+                                           user_id="alice", reference_time=ref, limit=20,
+                                           memory_types=[MemoryType.observation]))
+    assert resp.hits[0].time.month == 2
+    # a soft boost: what lies outside the range is still found
+    assert {h.time.month for h in resp.hits} >= {1, 2}
+    off = search(corpus.rt, SearchRequest(query="quarterly budget review in February", tenant_id="acme",
+                                          reference_time=ref, resolve_time=False))
+    assert off.time_range is None
+
+
+def _episode(corpus, query="quarterly budget invoice"):
+    hits = corpus.find(query, user_id="alice", memory_types=[MemoryType.episodic], reinforce=False)
+    assert hits, "the chat's episode"
+    return hits[0]
+
+
+def test_superseded_and_archived_memories_are_left_out_unless_history(corpus):
+    from workers.vectorstore import collection_for
+
+    coll = collection_for(MemoryType.episodic)
+    ep = _episode(corpus)
+    try:
+        for change in ({"archived": True}, {"superseded_by": "00000000-0000-0000-0000-000000000001"}):
+            corpus.rt.vectors.set_payload(coll, [ep.id], change)
+            found = corpus.find("quarterly budget invoice", user_id="alice", reinforce=False)
+            assert ep.id not in {h.id for h in found}
+            history = corpus.find("quarterly budget invoice", user_id="alice", reinforce=False,
+                                  include_history=True, memory_types=[MemoryType.episodic])
+            assert ep.id in {h.id for h in history}
+            corpus.rt.vectors.set_payload(coll, [ep.id], {"archived": False, "superseded_by": None})
+    finally:
+        corpus.rt.vectors.set_payload(coll, [ep.id], {"archived": False, "superseded_by": None})
+    assert _episode(corpus).id == ep.id
+
+
+def test_faded_memories_rank_lower_and_returned_ones_are_reinforced(corpus):
+    from workers.vectorstore import collection_for
+
+    coll = collection_for(MemoryType.episodic)
+    ep = _episode(corpus)
+    before = corpus.rt.vectors.retrieve(coll, [ep.id])[0].payload
+    old = datetime(2020, 1, 1, tzinfo=UTC).isoformat()
+    try:
+        corpus.rt.vectors.set_payload(coll, [ep.id], {"last_recalled_at": old, "updated_at": old, "recalls": 0})
+        faded = next(h for h in corpus.find("quarterly budget invoice", user_id="alice", reinforce=False,
+                                            memory_types=[MemoryType.episodic]) if h.id == ep.id)
+        assert faded.score < 0.6 * ep.score  # retention ~0: the floor of decayed_score (0.5)
+        assert corpus.rt.vectors.retrieve(coll, [ep.id])[0].payload["recalls"] == 0  # reinforce=False
+        hits = corpus.find("quarterly budget invoice", user_id="alice", memory_types=[MemoryType.episodic])
+        assert ep.id in {h.id for h in hits}
+        after = corpus.rt.vectors.retrieve(coll, [ep.id])[0].payload
+        assert after["recalls"] == 1 and after["last_recalled_at"] > old
+        assert _episode(corpus).score == pytest.approx(ep.score, rel=0.02)  # recalled now: fresh again
+    finally:
+        corpus.rt.vectors.set_payload(coll, [ep.id], {k: before.get(k) for k in
+                                                     ("last_recalled_at", "updated_at", "recalls", "strength")})

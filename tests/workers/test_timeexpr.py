@@ -1,0 +1,55 @@
+"""Time expressions in queries resolved against fixed reference dates (``workers.timeexpr``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from workers.timeexpr import resolve
+
+REF = datetime(2023, 5, 20, 15, 30, tzinfo=UTC)  # a Saturday
+
+
+def day(y: int, m: int, d: int) -> datetime:
+    return datetime(y, m, d, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("query", "start", "end"), [
+    ("What did I do last Tuesday?", day(2023, 5, 16), day(2023, 5, 17)),
+    ("What happened in May 2023?", day(2023, 5, 1), day(2023, 6, 1)),
+    ("Who did I meet yesterday?", day(2023, 5, 19), day(2023, 5, 20)),
+    ("What did I buy two weeks ago?", day(2023, 5, 1), day(2023, 5, 8)),  # the ISO week of May 6
+    ("What did we discuss last month?", day(2023, 4, 1), day(2023, 5, 1)),
+    ("Where did I travel last year?", day(2022, 1, 1), day(2023, 1, 1)),
+    ("What did I eat on 7 May 2023?", day(2023, 5, 7), day(2023, 5, 8)),
+    ("What did Maria do on April 10, 2023?", day(2023, 4, 10), day(2023, 4, 11)),  # one date, not three
+    ("Which book did Jolene read in January 2023?", day(2023, 1, 1), day(2023, 2, 1)),
+    ("Which outdoor spot did Joanna visit in June?", day(2022, 6, 1), day(2022, 7, 1)),  # the June before REF
+    ("Where was John between August 11 and August 15 2022?", day(2022, 8, 11), day(2022, 8, 16)),
+    ("What did they do the weekend before 4th October, 2022?", day(2022, 9, 20), day(2022, 10, 5)),
+    ("What did they plan on the Saturday after October 28, 2022?", day(2022, 10, 28), day(2022, 11, 12)),
+])
+def test_expressions_resolve_to_their_range(query, start, end):
+    got = resolve(query, REF)
+    assert got is not None, query
+    assert (got.start, got.end) == (start, end), got.expression
+    assert got.reference_time == REF
+
+
+@pytest.mark.parametrize("query", [
+    "When did Caroline go to the LGBTQ support group?",
+    "May I ask what you recommended for my headache?",  # the modal verb, not the month
+    "How long ago was Caroline's 18th birthday?",  # an ordinal alone is no date
+    "How many days a week do I attend fitness classes?",
+    "When did James try Cyberpunk 2077?",  # a number past the reference year is no date
+    "What do 6S and MAJA implement?",
+    "What did we discuss?",
+])
+def test_words_that_only_look_like_dates_are_ignored(query):
+    assert resolve(query, REF) is None
+
+
+def test_reference_defaults_to_now():
+    got = resolve("what did I read yesterday")
+    assert got is not None and (datetime.now(UTC) - got.end).total_seconds() < 86400 + 60

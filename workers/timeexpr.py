@@ -1,0 +1,118 @@
+"""Time expressions in queries ("last Tuesday", "in May 2023", "yesterday", "two weeks ago") resolved into a
+UTC range against a reference time (the question's date).
+
+``dateparser`` (``search_dates`` with ``RELATIVE_BASE``, dates preferred from the past, as memory questions
+look back) finds the expressions and their dates; ``DateDataParser`` gives each one's period (day, week,
+month, year), which becomes the range: the day, the ISO week (Monday to Monday), the calendar month or the
+calendar year around the resolved date. Matches that only spaces or commas separate are read as one
+("April 10, 2023"); of nested ranges the narrowest is kept; several others give the span covering them all.
+
+``search_dates`` also reads ordinary words as dates ("may" the verb, "we" as Wednesday, "second"); a match
+is kept only when it carries a year (19xx, 20xx), a relative word (yesterday, ago, last, this, ...) or a
+capitalised month or weekday name ("May" not at the start of the query, where it is the modal verb).
+An expression relative to another date ("the week before August 3", "the Saturday after October 28")
+resolves to that date's range widened by ``RELATION_WINDOW`` on the side the relation points to.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from schemas.search import TimeRange
+
+_RELATIVE = re.compile(r"\b(yesterday|today|tonight|ago|last|past|previous|this|next|recently)\b", re.IGNORECASE)
+_NAMES = re.compile(r"\b(January|February|March|April|June|July|August|September|October|November|December|Monday|"
+                    r"Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|Jan|Feb|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|"
+                    r"Dec)\b")
+_YEAR = re.compile(r"\b(19|20)\d\d\b")
+_RELATION = re.compile(r"\b(before|after|since|until)\b", re.IGNORECASE)
+RELATION_WINDOW = timedelta(days=14)  # "before/after <date>": the range reaches this far from the date
+_STANDALONE_WORDS = {"now", "today", "this", "next", "last", "past", "ago", "recently"}
+
+
+def _plausible(expr: str, query: str) -> bool:
+    """Whether a ``search_dates`` match looks like a real time expression (see the module docstring)."""
+    words = expr.lower().split()
+    if len(words) == 1 and words[0] in _STANDALONE_WORDS:
+        return False
+    if _YEAR.search(expr) or _RELATIVE.search(expr) or _NAMES.search(expr):
+        return True
+    return bool(re.search(r"\bMay\b", expr)) and not query.lstrip().startswith(expr.lstrip())
+
+
+def _merge_adjacent(query: str, found: list[tuple[str, datetime]]) -> list[tuple[int | None, str]]:
+    """The matched substrings with their positions in ``query`` (None when not found verbatim), matches
+    separated only by spaces or commas joined into one ("April", "10", "2023" become "April 10, 2023")."""
+    spans, pos = [], 0
+    for expr, _ in found:
+        i = query.find(expr, pos)
+        if i < 0:
+            spans.append([None, None, expr])
+            continue
+        if spans and spans[-1][1] is not None and re.fullmatch(r"[\s,]*", query[spans[-1][1]:i]):
+            spans[-1][1] = i + len(expr)
+            spans[-1][2] = query[spans[-1][0]:i + len(expr)]
+        else:
+            spans.append([i, i + len(expr), expr])
+        pos = i + len(expr)
+    return [(i, e) for i, _, e in spans]
+
+
+def _bounds(when: datetime, period: str) -> tuple[datetime, datetime]:
+    day = when.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "year":
+        return day.replace(month=1, day=1), day.replace(year=day.year + 1, month=1, day=1)
+    if period == "month":
+        start = day.replace(day=1)
+        return start, (start + timedelta(days=32)).replace(day=1)
+    if period == "week":
+        start = day - timedelta(days=day.weekday())
+        return start, start + timedelta(days=7)
+    return day, day + timedelta(days=1)  # day, time
+
+
+def resolve(query: str, reference: datetime | None = None) -> TimeRange | None:
+    """The UTC range ``[start, end)`` the time expressions of ``query`` name, resolved against ``reference``
+    (timezone-aware; default: now), or None when the query names no time. Dates are read as UTC."""
+    from dateparser.date import DateDataParser
+    from dateparser.search import search_dates
+
+    reference = (reference or datetime.now(UTC)).astimezone(UTC)
+    settings = {"RELATIVE_BASE": reference.replace(tzinfo=None), "PREFER_DATES_FROM": "past",
+                "RETURN_AS_TIMEZONE_AWARE": False}
+    found = search_dates(query, languages=["en"], settings=settings) or []
+    parser = DateDataParser(languages=["en"], settings=settings)
+    spans, exprs = [], []
+    for pos, expr in _merge_adjacent(query, found):
+        relation = None
+        if (rel := _RELATION.search(expr)) is not None:  # "the Saturday after October 28": October 28 is the anchor
+            before, after = expr[:rel.start()].strip(" ,"), expr[rel.end():].strip(" ,")
+            if after and _plausible(after, query):
+                relation, expr = rel.group(1).lower(), after
+            else:  # "in December 2023 after a long time"
+                expr = before
+        elif pos is not None and (rel := re.search(r"\b(before|after|since|until)\s+(the\s+)?$", query[:pos], re.I)):
+            relation = rel.group(1).lower()  # "the week before April 10, 2023"
+        expr = expr.strip(" ,")
+        if not expr or not _plausible(expr, query):
+            continue
+        data = parser.get_date_data(re.sub(r"^(in|on|at|of|during|from|by|as of)\s+", "", expr, flags=re.I))
+        if data.date_obj is None or data.date_obj.year > reference.year + 1:
+            continue  # unreadable once joined, or a number that only looks like a year ("Cyberpunk 2077")
+        start, end = _bounds(data.date_obj, data.period or "day")
+        if relation in ("before", "until"):
+            start -= RELATION_WINDOW
+        elif relation in ("after", "since"):
+            end += RELATION_WINDOW
+        spans.append((start, end))
+        exprs.append(f"{relation} {expr}" if relation else expr)
+    # an expression inside another's range is the more specific one ("on May 3" beside "in 2023")
+    narrow = [i for i, (s, e) in enumerate(spans)
+              if not any(j != i and s <= s2 and e2 <= e and (s2, e2) != (s, e) for j, (s2, e2) in enumerate(spans))]
+    spans, exprs = [spans[i] for i in narrow], [exprs[i] for i in narrow]
+    if not spans:
+        return None
+    start, end = min(s for s, _ in spans), max(e for _, e in spans)
+    return TimeRange(expression="; ".join(exprs), start=start.replace(tzinfo=UTC), end=end.replace(tzinfo=UTC),
+                     reference_time=reference)
