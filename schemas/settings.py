@@ -168,6 +168,9 @@ class Settings(BaseSettings):
         "windows' d-vectors) are merged into one speaker.")
     speaker_min_windows: int = Field(3, ge=1, description="A speaker cluster of fewer windows joins the nearest "
                                      "cluster.")
+    speaker_spectral: bool = Field(True, description="When agglomerative clustering finds one speaker in a chunk "
+                                   "but a GMM-BIC test on the windows' affinities finds more, spectral clustering "
+                                   "splits voices closer than speaker_distance_threshold (workers.speech).")
     entity_face_distance: float = Field(
         0.6, gt=0, description="A face (cluster of one segment) joins the nearest person entity whose face centroid "
         "is within this Euclidean distance of its descriptors' mean (dlib's same-person distance); else it founds "

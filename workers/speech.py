@@ -10,10 +10,16 @@ Called by the ``perceive`` task in the worker process; models come from the per-
   Resemblyzer d-vectors of sliding windows (``speaker_window_seconds``, hop ``speaker_hop_seconds``) over the
   speech, smoothed over their neighbours (``speaker_smoothing_seconds``), agglomerative clustering (average
   linkage, cosine distance, a threshold instead of a speaker count: ``speaker_distance_threshold``; clusters
-  of fewer than ``speaker_min_windows`` windows join the nearest), each word takes the speaker of the window centred
-  nearest its midpoint, and segments are split where the speaker changes, so every utterance has one speaker. Labels
-  (``spk0``, ``spk1``, ... in order of first appearance) are local to the chunk; the voice embedding of each utterance
-  is what links voices across chunks and recordings (stage ``link``).
+  of fewer than ``speaker_min_windows`` windows join the nearest). Voices closer than the threshold (two similar
+  speakers) are one cluster there, so when it finds a single speaker, a single-vs-multi test (a 1- vs 2-component
+  GMM on the windows' affinities, compared by BIC) decides whether the recording has more, and if so spectral
+  clustering (``speaker_spectral``: refined affinity, number of speakers by the normalised maximum eigengap) splits
+  them: the multi-stage scheme of Wang et al., "Highly Efficient Real-Time Streaming and Fully On-Device Speaker
+  Diarization with Multi-Stage Clustering", 2022, with Park et al.'s NME auto-tuning (IEEE SPL 2019), through
+  Google's ``spectralcluster`` library. Each word takes the speaker of the window centred nearest its midpoint, and
+  segments are split where the speaker changes, so every utterance has one speaker. Labels (``spk0``, ``spk1``, ...
+  in order of first appearance) are local to the chunk; the voice embedding of each utterance is what links voices
+  across chunks and recordings (stage ``link``).
 """
 
 from __future__ import annotations
@@ -106,6 +112,14 @@ def cluster_speakers(vectors: np.ndarray, threshold: float, min_windows: int = 1
 
     labels = AgglomerativeClustering(n_clusters=None, distance_threshold=threshold, metric="cosine",
                                      linkage="average").fit_predict(vectors)
+    return absorb_small_clusters(vectors, labels, min_windows)
+
+
+def absorb_small_clusters(vectors: np.ndarray, labels: np.ndarray, min_windows: int) -> np.ndarray:
+    """``labels`` (n,) of unit-length ``vectors`` (n, d) after each cluster of fewer than ``min_windows`` rows,
+    smallest first, joined the cluster whose centroid is nearest in cosine similarity; renumbered by first
+    appearance (0, 1, ...)."""
+    labels = np.asarray(labels).copy()
     while True:
         ids, counts = np.unique(labels, return_counts=True)
         if len(ids) < 2 or counts.min() >= min_windows:
@@ -117,6 +131,58 @@ def cluster_speakers(vectors: np.ndarray, threshold: float, min_windows: int = 1
         labels[labels == small] = others[int(np.argmax(centroids @ vectors[labels == small].mean(axis=0)))]
     order = {c: i for i, c in enumerate(dict.fromkeys(labels.tolist()))}
     return np.array([order[c] for c in labels.tolist()], dtype=int)
+
+
+MAX_SPEAKERS = 8  # the most speakers spectral clustering looks for in one chunk
+
+
+def single_speaker(vectors: np.ndarray) -> bool:
+    """Whether unit-length d-vectors (n, d) are one speaker's: their affinities ``(cos + 1) / 2`` (the pairs
+    above the diagonal) are fitted with a 1- and a 2-component Gaussian mixture and the one with the lower BIC
+    wins, as in ``spectralcluster``'s ``AffinityGmmBic`` single-cluster condition (Wang et al. 2022), seeded
+    here so the decision is reproducible. True for fewer than 3 rows."""
+    if len(vectors) < 3:
+        return True
+    from sklearn.mixture import GaussianMixture
+
+    affinity = (vectors @ vectors.T + 1) / 2
+    values = affinity[np.triu_indices(len(vectors), 1)][:, None].astype(np.float64)
+    bic = [GaussianMixture(k, random_state=0).fit(values).bic(values) for k in (1, 2)]
+    return bool(bic[0] <= bic[1])
+
+
+def spectral_speakers(vectors: np.ndarray, max_speakers: int = MAX_SPEAKERS) -> np.ndarray:
+    """Speaker index per row of unit-length d-vectors (n, d), at least 2 speakers: spectral clustering of
+    Google's ``spectralcluster`` with the Turn-to-Diarize configuration (Xia et al., ICASSP 2022): row-wise
+    percentile thresholding of the cosine affinity, binarised and symmetrised, graph-cut Laplacian, the number of
+    speakers by the largest eigengap with the pruning percentile auto-tuned by the normalised maximum eigengap
+    (Park et al., IEEE SPL 2019), k-means on row-normalised spectral embeddings. Needs ``n`` > ``max_speakers``."""
+    from spectralcluster import AutoTune, LaplacianType, RefinementOptions, SpectralClusterer
+    from spectralcluster.refinement import RefinementName, SymmetrizeType, ThresholdType
+
+    refinement = RefinementOptions(  # fresh objects per call: the library updates them while it tunes
+        thresholding_soft_multiplier=0.01, thresholding_type=ThresholdType.Percentile,
+        thresholding_with_binarization=True, thresholding_preserve_diagonal=True,
+        symmetrize_type=SymmetrizeType.Average,
+        refinement_sequence=[RefinementName.RowWiseThreshold, RefinementName.Symmetrize])
+    clusterer = SpectralClusterer(
+        min_clusters=2, max_clusters=max_speakers, refinement_options=refinement,
+        autotune=AutoTune(p_percentile_min=0.40, p_percentile_max=0.95, init_search_step=0.05, search_level=1),
+        laplacian_type=LaplacianType.GraphCut, row_wise_renorm=True, custom_dist="cosine")
+    return np.asarray(clusterer.predict(vectors.astype(np.float64)), dtype=int)
+
+
+def speaker_labels(vectors: np.ndarray, starts: list[float], settings) -> np.ndarray:
+    """Speaker index per speaker window (n,) from the windows' d-vectors (n, 256) and start times: agglomerative
+    clustering of the smoothed d-vectors (``cluster_speakers``); when that finds one speaker and
+    ``settings.speaker_spectral`` is on, the raw d-vectors are tested for one speaker (``single_speaker``) and, if
+    there are more, split by ``spectral_speakers``. Small clusters join their nearest (``speaker_min_windows``)."""
+    smoothed = smooth_windows(vectors, starts, settings.speaker_smoothing_seconds)
+    labels = cluster_speakers(smoothed, settings.speaker_distance_threshold, settings.speaker_min_windows)
+    if (settings.speaker_spectral and labels.max(initial=0) == 0 and len(vectors) > MAX_SPEAKERS
+            and not single_speaker(vectors)):
+        labels = absorb_small_clusters(vectors, spectral_speakers(vectors), settings.speaker_min_windows)
+    return labels
 
 
 def diarize(audio: np.ndarray, segments: list[Segment], offset: float, rt: Runtime) -> list[Utterance]:
@@ -131,8 +197,7 @@ def diarize(audio: np.ndarray, segments: list[Segment], offset: float, rt: Runti
     starts = window_starts(spans, s.speaker_window_seconds, s.speaker_hop_seconds, duration)
     with model_timer("voice", items=len(starts)):
         vectors = get_model("voice", s).embed_windows(audio, starts, s.speaker_window_seconds)
-    smoothed = smooth_windows(vectors, starts, s.speaker_smoothing_seconds)
-    labels = cluster_speakers(smoothed, s.speaker_distance_threshold, s.speaker_min_windows)
+    labels = speaker_labels(vectors, starts, s)
     centres = np.array(starts) + s.speaker_window_seconds / 2 + offset
     out = []
     for seg in segments:
