@@ -241,7 +241,7 @@ LME_KS = (1, 5, 10)
 def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, eval_data: Path | None = None,
                          progress: bool = True, console: Console | None = None,
                          embedding_cache: Path | None = None, data_dir: Path | None = None,
-                         search_only: bool = False) -> dict:
+                         search_only: bool = False, checkpoint: Path | None = None) -> dict:
     """LongMemEval-S session recall_any@k (budget of k sessions) for engram and the session baselines.
 
     Each of the first ``limit`` counted questions (default: all 98) is ingested through the real path
@@ -250,8 +250,10 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     of time expressions. ``data_dir``: keep each question's store in ``data_dir/<question id>`` instead;
     ``search_only``: search those kept stores without ingesting again (FileNotFoundError when one is
     missing). Returns ``recall[system]["overall"][k]``,
-    ``recall[system]["by_type"][question_type][k]``, the question count, ingest seconds (total and
-    median per question) and the search latency median."""
+    ``recall[system]["by_type"][question_type][k]``, the question count, ingest seconds (total, median and
+    per question) and the search latency median. ``checkpoint``: a JSON file rewritten with the figures so
+    far after each question (``"complete": false`` until the last), so a run stopped early still leaves the
+    figures of the questions it finished."""
     from api.cli import ingest_paths
     from bench.longmemeval import SessionBaselines, load_longmemeval, recall_any_at_budget
     from workers.adapters import longmemeval_messages, parse_longmemeval_date, to_jsonl
@@ -303,7 +305,15 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
                                   + "; ".join(f"{s} " + "/".join(f"{rows[-1]['recall'][s][k]:.0f}" for k in ks)
                                               for s in systems))
             bar.advance(task)
+            if checkpoint is not None:
+                done = _longmemeval_summary(rows, ks, systems, ingest_s, latencies)
+                Path(checkpoint).write_text(json.dumps({**done, "complete": len(rows) == len(questions)}, indent=2))
+    return _longmemeval_summary(rows, ks, systems, ingest_s, latencies)
 
+
+def _longmemeval_summary(rows: list[dict], ks: list[int], systems: list[str], ingest_s: list[float],
+                         latencies: list[float]) -> dict:
+    """The LongMemEval figures of the question ``rows`` done so far (see ``evaluate_longmemeval``)."""
     def summary(sel: list[dict]) -> dict:
         return {s: {k: _mean([r["recall"][s][k] for r in sel]) for k in ks} for s in systems}
 
@@ -315,6 +325,8 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
         "type_counts": {t: sum(r["type"] == t for r in rows) for t in types},
         "recall": {s: {"overall": overall[s], "by_type": {t: by_type[t][s] for t in types}} for s in systems},
         "ingest_seconds": sum(ingest_s), "ingest_seconds_median": statistics.median(ingest_s) if ingest_s else 0.0,
+        "ingest_seconds_by_question": (dict(zip([r["question_id"] for r in rows], ingest_s, strict=True))
+                                       if len(ingest_s) == len(rows) else {}),
         "search_ms_median": statistics.median(latencies) if latencies else float("nan"),
         "misses_at_1": [r["question_id"] for r in rows if r["recall"]["engram"][ks[0]] < 1],
     }
@@ -432,7 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
     ap.add_argument("--embedding-cache", type=Path, default=None,
                     help="folder of an embedding cache kept across runs (default: none, a cold cache)")
-    ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="also write the figures as JSON here (LongMemEval: rewritten after each question)")
     ap.add_argument("--diagnose", action="store_true",
                     help="extra engram rows: observations only, episodic only")
     ap.add_argument("--longmemeval", action="store_true",
@@ -447,7 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.longmemeval:
             result = evaluate_longmemeval(args.questions, LME_KS if args.ks == [5, 10, 25] else args.ks,
                                           args.eval_data, embedding_cache=args.embedding_cache,
-                                          data_dir=args.data_dir, search_only=args.search_only)
+                                          data_dir=args.data_dir, search_only=args.search_only,
+                                          checkpoint=args.json)
         else:
             result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants,
                               embedding_cache=args.embedding_cache, search_only=args.search_only)
