@@ -6,6 +6,7 @@ Flat names for the main settings (DESIGN.md "Contracts"); ``__`` only for nested
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -240,6 +241,22 @@ class Settings(BaseSettings):
         return not self.broker_url
 
 
+_ENV_KEYS = ("HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME")  # what the default folders depend on
+_settings_cache: dict[tuple, Settings] = {}
+
+
 def get_settings() -> Settings:
-    """Read settings from the environment now (not cached: tests and the CLI change the environment)."""
-    return Settings()
+    """The settings of the environment as it is now (a copy each call; nested groups are shared, read-only).
+
+    Tests and the CLI change the environment, so nothing is cached across changes: a Settings is built once
+    per distinct set of ``ENGRAM_*`` variables (names matched case-insensitively, as pydantic-settings does)
+    and of the variables the default folders depend on, and reused while they are unchanged (building one
+    costs tens of milliseconds, and every task of the pipeline asks for it)."""
+    key = tuple(sorted((k, v) for k, v in os.environ.items()
+                       if k.upper().startswith("ENGRAM_") or k in _ENV_KEYS))
+    cached = _settings_cache.get(key)
+    if cached is None:
+        if len(_settings_cache) > 64:
+            _settings_cache.clear()
+        cached = _settings_cache[key] = Settings()
+    return cached.model_copy()
