@@ -531,16 +531,13 @@ app.add_typer(vault_app, name="vault")
 def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None,
                user: Annotated[str | None, typer.Option(help="Only this user's entries.")] = None) -> None:
     """List vault entries: id, type, sensitivity, user and caption (never the secret)."""
-    from schemas.memories import KnowledgeVaultEntry
     from schemas.settings import get_settings
+    from workers.vault import list_entries
 
     rt = _runtime()
-    tenant = tenant or get_settings().tenant
     table = Table("id", "type", "sensitivity", "user", "caption")
-    for key in sorted(rt.objects.keys(f"vault/{tenant}/")):
-        entry = KnowledgeVaultEntry.model_validate_json(rt.objects.get_bytes(key))
-        if user is None or entry.user_id == user:
-            table.add_row(str(entry.id), entry.entry_type, entry.sensitivity, entry.user_id, entry.caption)
+    for entry in list_entries(rt, tenant or get_settings().tenant, user):
+        table.add_row(str(entry.id), entry.entry_type, entry.sensitivity, entry.user_id, entry.caption)
     console.print(table)
 
 

@@ -7,9 +7,10 @@ without its encrypted secret).
 Forgetting a user (the right to erasure) deletes, for one (tenant, user):
 
 1. the user's points in every collection (observations, the six memory types including the knowledge
-   vault, and user-scoped entities), and the user's encrypted vault entries at rest
-   (``vault/<tenant>/<entry id>.json``, ``workers.vault``): those indexed in ``knowledge_vault`` and those
-   the user's observations point to with a ``[vault:<entry id> ...]`` placeholder;
+   vault, and user-scoped entities), and the user's encrypted vault entries at rest, through the vault's
+   own API (``workers.vault.list_entries`` / ``delete_entries``): every entry kept for the user, those
+   indexed in ``knowledge_vault`` and those the user's observations point to with a
+   ``[vault:<entry id> ...]`` placeholder;
 2. the tenant's entities that only the user's observations named (a chat speaker known from the user's
    chats alone);
 3. the ledger's records of the user's events (with their segments, content hashes and last kept frames);
@@ -26,7 +27,6 @@ has settled (``engram status``).
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from datetime import UTC, datetime
 
@@ -36,7 +36,7 @@ from qdrant_client import models as qm
 
 from schemas.memories import MemoryType
 from schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage, MemoryRecord, UserExport
-from workers import media
+from workers import media, vault
 from workers.app import app
 from workers.objectstore import ObjectNotFound
 from workers.runtime import Runtime, runtime
@@ -45,7 +45,6 @@ from workers.vectorstore import COLLECTIONS, ENTITIES, OBSERVATIONS, collection_
 log = structlog.get_logger("engram.memory_admin")
 
 _IMAGE_SUFFIXES = (".png", ".jpg", ".webp", ".gif", ".bmp", ".tif")
-_VAULT_REF = re.compile(r"\[vault:([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})[ \]]")
 
 
 def _time(ts: float | None) -> datetime | None:
@@ -123,7 +122,8 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
     media_keys = sorted({r.object_key for r in events} | {p["object_key"] for p in payloads if p.get("object_key")})
     named = {e for p in payloads for e in p.get("entity_ids") or []}
     vault_ids = sorted({str(p.id) for p in rt.vectors.scroll(collection_for(MemoryType.knowledge_vault), owned)}
-                       | {v for p in payloads for v in _VAULT_REF.findall(json.dumps(p))})
+                       | {str(v) for v in vault.referenced_entries([json.dumps(p) for p in payloads])}
+                       | {str(e.id) for e in vault.list_entries(rt, tenant_id, user_id)})
 
     deleted: dict[str, int] = {}
     for coll in COLLECTIONS:
@@ -137,7 +137,7 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
 
     doomed, objects_kept = [], []
     # vault entry ids are per user (an HMAC over tenant, user and secret): never shared
-    doomed += [k for vid in vault_ids if rt.objects.exists(k := f"vault/{tenant_id}/{vid}.json")]
+    vault_deleted = vault.delete_entries(rt, tenant_id, vault_ids)
     for eid in event_ids:
         doomed += rt.objects.keys(f"derived/{tenant_id}/{eid}/")
     for key in media_keys:
@@ -148,7 +148,7 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
             objects_kept.append(key)
         elif rt.objects.exists(key):
             doomed.append(key)
-    objects_deleted = _delete_objects(rt, tenant_id, doomed)
+    objects_deleted = [*vault_deleted, *_delete_objects(rt, tenant_id, doomed)]
     report = ForgetReport(tenant_id=tenant_id, user_id=user_id, points_deleted=deleted, event_ids=event_ids,
                           objects_deleted=objects_deleted, objects_kept=objects_kept, entities_deleted=len(orphans))
     log.info("user forgotten", tenant=tenant_id, user=user_id, points=sum(deleted.values()), events=len(event_ids),

@@ -370,6 +370,33 @@ def reveal(rt: Runtime, tenant_id: str, entry: uuid.UUID | str) -> str:
     return secret
 
 
+def list_entries(rt: Runtime, tenant_id: str, user_id: str | None = None) -> list[KnowledgeVaultEntry]:
+    """The tenant's entries at rest (with their ciphertexts; nothing is decrypted), optionally only one user's,
+    sorted by id. An entry that does not parse is logged and skipped."""
+    out = []
+    for key in sorted(rt.objects.keys(f"vault/{tenant_id}/")):
+        try:
+            entry = KnowledgeVaultEntry.model_validate_json(rt.objects.get_bytes(key))
+        except (ObjectNotFound, ValueError) as exc:
+            log.warning("vault entry unreadable", tenant=tenant_id, key=key, reason=str(exc)[:200])
+            continue
+        if entry.tenant_id == tenant_id and (user_id is None or entry.user_id == user_id):
+            out.append(entry)
+    return out
+
+
+def delete_entries(rt: Runtime, tenant_id: str, entries: list[uuid.UUID | str]) -> list[str]:
+    """Delete the tenant's entries at rest by id (the right to erasure; ``workers.memory_admin.forget_user``);
+    ids with no entry are skipped. Returns the object keys deleted. The ``knowledge_vault`` points that index
+    them are the caller's to delete."""
+    keys = [k for e in dict.fromkeys(str(e) for e in entries) if rt.objects.exists(k := object_key(tenant_id, e))]
+    for key in keys:
+        rt.objects.delete(key)
+    if keys:
+        log.info("vault entries deleted", tenant=tenant_id, count=len(keys))
+    return keys
+
+
 def referenced_entries(texts: list[str]) -> list[uuid.UUID]:
     """Entry ids of the placeholders in ``texts``, first seen first."""
     return list(dict.fromkeys(uuid.UUID(m.group(1)) for t in texts for m in PLACEHOLDER.finditer(t or "")))

@@ -22,21 +22,24 @@ T = "default"
 CIPHERTEXT = "gAAAAABn-not-a-real-fernet-token-but-must-never-leave-the-store"
 
 
-def add_vault_entry(rt, user: str) -> KnowledgeVaultEntry:
-    """Index a vault entry for ``user`` as consolidation does (caption and ciphertext) and keep it at rest."""
+def add_vault_entry(rt, user: str, what: str = "wifi", index: bool = True) -> KnowledgeVaultEntry:
+    """Keep a vault entry for ``user`` at rest and (``index``) index it as consolidation does (caption and
+    ciphertext); without ``index`` it is as perceive left it before any consolidation."""
     from workers.embed import embed_texts
     from workers.ids import memory_id
+    from workers.vault import object_key
 
     now = datetime(2024, 5, 3, 12, tzinfo=UTC)
     entry = KnowledgeVaultEntry(
-        id=memory_id(T, user, "knowledge_vault", "wifi"), tenant_id=T, user_id=user, created_at=now, updated_at=now,
-        entry_type="password", caption="home wifi password", secret_ciphertext=CIPHERTEXT,
+        id=memory_id(T, user, "knowledge_vault", what), tenant_id=T, user_id=user, created_at=now, updated_at=now,
+        entry_type="password", caption=f"home {what} password", secret_ciphertext=CIPHERTEXT,
         provenance=Provenance(start=now, end=now))
-    payload = entry.model_dump(mode="json") | {"start_ts": now.timestamp(), "end_ts": now.timestamp()}
-    vec = embed_texts(rt, [entry.index_text()])[0].tolist()
-    rt.vectors.upsert(collection_for(MemoryType.knowledge_vault),
-                      [qm.PointStruct(id=str(entry.id), vector={DENSE: vec}, payload=payload)])
-    rt.objects.put_bytes(f"vault/{T}/{entry.id}.json", entry.model_dump_json().encode())
+    if index:
+        payload = entry.model_dump(mode="json") | {"start_ts": now.timestamp(), "end_ts": now.timestamp()}
+        vec = embed_texts(rt, [entry.index_text()])[0].tolist()
+        rt.vectors.upsert(collection_for(MemoryType.knowledge_vault),
+                          [qm.PointStruct(id=str(entry.id), vector={DENSE: vec}, payload=payload)])
+    rt.objects.put_bytes(object_key(T, entry.id), entry.model_dump_json().encode())
     return entry
 
 
@@ -151,12 +154,16 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
     from api.cli import ingest_paths
     from workers.memory_admin import forget_user
     from workers.query import search
+    from workers.vault import list_entries, object_key
     rt = people
     alice, bob = keys_of(rt, "alice"), keys_of(rt, "bob")
     shared, own, shot = alice["shared.jsonl"], alice["alice.jsonl"], alice["alice.png"]
     assert bob["shared.jsonl"] == shared
     [ocr] = rt.objects.keys(f"cache/{T}/ocr/")  # the screenshot's OCR text, cached by its pixels
-    vault_obj = next(k for k in rt.objects.keys(f"vault/{T}/"))
+    [vault_obj] = [object_key(T, e.id) for e in list_entries(rt, T, "alice")]
+    # an entry of alice's not indexed yet (no consolidation since perceive kept it), and one of bob's
+    unindexed = object_key(T, add_vault_entry(rt, "alice", "garage", index=False).id)
+    bobs = object_key(T, add_vault_entry(rt, "bob", "garage").id)
 
     report = forget_user(rt, T, "alice")
 
@@ -166,6 +173,8 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
     assert rt.ledger.user_events(T, "alice") == [] and len(report.event_ids) == 3
     assert not rt.objects.exists(own) and not rt.objects.exists(shot) and not rt.objects.exists(ocr)
     assert not rt.objects.exists(vault_obj) and {own, shot, ocr, vault_obj} <= set(report.objects_deleted)
+    assert not rt.objects.exists(unindexed) and unindexed in report.objects_deleted
+    assert rt.objects.exists(bobs) and [e.user_id for e in list_entries(rt, T)] == ["bob"]
     assert rt.objects.exists(shared) and report.objects_kept == [shared]  # bob's event still references it
     names = {n for p in rt.vectors.scroll(ENTITIES, tenant_filter(T)) for n in (p.payload or {}).get("names", [])}
     assert "Bob" in names and not names & {"Alice", "Dan", "Erin"}  # only alice's chats named them
@@ -174,6 +183,7 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
         assert search(rt, SearchRequest(query=query, tenant_id=T, user_id="alice")).hits == []
         assert all(h.user_id == "bob" for h in search(rt, SearchRequest(query=query, tenant_id=T)).hits)
     assert len(rt.ledger.user_events(T, "bob")) == 2 and rt.vectors.count(OBSERVATIONS, tenant_filter(T, "bob")) == 2
+    assert rt.vectors.count(collection_for(MemoryType.knowledge_vault), tenant_filter(T, "bob")) == 1
 
     # nothing of alice's is a duplicate any more: the same file is ingested anew
     again = ingest_paths([tmp_path / "alice.jsonl"], T, "alice", "laptop", quiet=True)
