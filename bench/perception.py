@@ -62,6 +62,14 @@ class Section:
     long: bool = False  # only with --long
 
 
+def cpu_ms(fn: Callable[[], object]) -> float:
+    """Process CPU milliseconds of one call of ``fn`` (all threads of this process; steadier than wall time on a
+    shared machine)."""
+    t = time.process_time()
+    fn()
+    return (time.process_time() - t) * 1000
+
+
 # --- audio ----------------------------------------------------------------------------------------------
 
 def _observations(ctx: Context, name: str) -> list:
@@ -171,11 +179,6 @@ def audio_speed(ctx: Context) -> list[Row]:
     starts = [i * s.speaker_hop_seconds for i in range(int((seconds - s.speaker_window_seconds)
                                                            / s.speaker_hop_seconds))]
     voice.embed_windows(audio, starts[:2], s.speaker_window_seconds)  # load
-
-    def cpu_ms(fn) -> float:
-        t = time.process_time()
-        fn()
-        return (time.process_time() - t) * 1000
 
     asr_ms = [cpu_ms(lambda: asr.transcribe(audio, beam_size=s.models.asr_beam_size)) / seconds
               for _ in range(ctx.runs)]
@@ -354,11 +357,6 @@ def vision_speed(ctx: Context) -> list[Row]:
         ctx.data / "video" / "short_hamilton_clip.mp4", s.clip_segment_seconds, s.clip_keyframes_per_segment)[0]]
     no_hog = [k for k in keyframes if not faces.detect([k])[0]]  # also loads the face models
     ocr.read(shot[:64])  # load
-
-    def cpu_ms(fn) -> float:
-        t = time.process_time()
-        fn()
-        return (time.process_time() - t) * 1000
 
     side = s.models.face_max_side
     runs = {f"OCR per screenshot ({shot.shape[1]}x{shot.shape[0]})": lambda: ocr.read(shot),
