@@ -39,6 +39,16 @@ class FaceDetection(BaseModel):
     entity_id: str | None = None
 
 
+class SpeakerVoice(BaseModel):
+    """One speaker's voice in a clip segment: the speaker cluster (``spk0``, ...), the duration-weighted mean of
+    their utterances' voice embeddings (Resemblyzer d-vector, 256-d, L2-normalised) and how long they talk, in
+    seconds."""
+
+    speaker_label: str
+    embedding: list[float] = Field(min_length=256, max_length=256)
+    seconds: float = Field(ge=0)
+
+
 class Observation(BaseModel):
     """One unit of perceived content.
 
@@ -77,6 +87,9 @@ class Observation(BaseModel):
         None, description="Speaker embedding of this speech segment (resemblyzer d-vector, 256-d, L2-normalised).")
     speaker_label: str | None = Field(
         None, description="Speaker cluster within one recording (spk0, spk1, ...), before entity linking.")
+    speaker_voices: list[SpeakerVoice] = Field(
+        default_factory=list, description="A clip segment's speakers, each with their voice (longest talker first; "
+        "``voice_embedding``/``speaker_label`` are the first's), so entity linking links every voice of the clip.")
     faces: list[FaceDetection] = Field(default_factory=list)
     caption: str | None = Field(None, description="Caption by a vision-language model, when one is configured.")
     entity_ids: list[str] = Field(default_factory=list)

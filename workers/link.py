@@ -4,8 +4,10 @@ memory, Long et al. 2025; the entity store is ``workers.entities``).
 - **Chat speakers** bind by name: each speaker is the entity holding that name (first: the one with id
   ``entity_id(tenant, name)``).
 - **Voices.** Utterances of one speaker label in a chunk (speaker clustering within the recording, stage
-  ``perceive``) are linked together first: their duration-weighted mean voice joins the nearest entity whose voice
-  centroid has cosine similarity ≥ ``entity_voice_similarity``, or founds a new one.
+  ``perceive``), or one speaker's voice in a clip segment (``speaker_voices``: every speaker of the segment), are
+  linked together first: their duration-weighted mean voice joins the nearest entity whose voice centroid has cosine
+  similarity ≥ ``entity_voice_similarity``, or founds a new one. A name said in a clip segment with several voices
+  binds to none of them (who said it is not known).
 - **Faces** of a segment are clustered (average linkage at ``entity_face_distance``, ``cluster_faces``); each
   cluster's mean joins the nearest entity whose face centroid is within ``entity_face_distance``, or founds one.
 - **Names.** "my name is X", "I'm X", "this is X speaking" in an utterance name its voice's entity.
@@ -55,9 +57,9 @@ def link_observations(memory: EntityMemory, observations: list[Observation]) -> 
     perceived = _not_yet_linked(memory, [o for o in observations if o.faces or o.voice_embedding is not None])
     voice_of = _voices(memory, perceived)
     face_entities = _faces(memory, perceived)
-    for obs in perceived:
-        if obs.transcript and str(obs.id) in voice_of:
-            memory.add_names(memory.entities[voice_of[str(obs.id)]], names_in_transcript(obs.transcript))
+    for obs in perceived:  # a clip segment with several voices: who said the name is not known
+        if obs.transcript and len(voice_of.get(str(obs.id), [])) == 1:
+            memory.add_names(memory.entities[voice_of[str(obs.id)][0]], names_in_transcript(obs.transcript))
     _equivalences(memory, perceived, voice_of, face_entities)
     memory.save()
     memory.relabel(observations)
@@ -96,24 +98,29 @@ def _not_yet_linked(memory: EntityMemory, observations: list[Observation]) -> li
     return todo
 
 
-def _voices(memory: EntityMemory, observations: list[Observation]) -> dict[str, uuid.UUID]:
-    """Link each speaker cluster's voice to an entity; returns {observation id: voice entity id}."""
-    clusters: dict[str, list[Observation]] = {}
+def _voices(memory: EntityMemory, observations: list[Observation]) -> dict[str, list[uuid.UUID]]:
+    """Link each speaker cluster's voice to an entity; returns {observation id: its voices' entity ids, the main
+    speaker's first}. An audio observation is one utterance of its cluster; a clip segment carries every speaker's
+    voice (``speaker_voices``), each its own cluster."""
+    clusters: dict[str, list[tuple[Observation, list[float], float]]] = {}
     for obs in observations:
-        if obs.voice_embedding is not None:
-            key = f"{obs.event_id}:{obs.segment_index}:{obs.speaker_label}" if obs.speaker_label else str(obs.id)
-            clusters.setdefault(key, []).append(obs)
-    out = {}
+        voices = [(v.speaker_label, v.embedding, v.seconds) for v in obs.speaker_voices]
+        if not voices and obs.voice_embedding is not None:
+            voices = [(obs.speaker_label, obs.voice_embedding, (obs.end_s or 0.0) - (obs.start_s or 0.0))]
+        for label, embedding, seconds in voices:
+            key = f"{obs.event_id}:{obs.segment_index}:{label}" if label else str(obs.id)
+            clusters.setdefault(key, []).append((obs, embedding, max(seconds, 1e-3)))
+    out: dict[str, list[uuid.UUID]] = {}
     for key, members in clusters.items():
-        weights = [max((o.end_s or 0.0) - (o.start_s or 0.0), 1e-3) for o in members]
-        mean = np.average([o.voice_embedding for o in members], axis=0, weights=weights)
+        mean = np.average([e for _, e, _ in members], axis=0, weights=[w for _, _, w in members])
         voice = mean / max(float(np.linalg.norm(mean)), 1e-12)
         entity = memory.nearest("voice", voice) or memory.get(founded_id(memory.tenant_id, "voice", key)) \
             or memory.create(founded_id(memory.tenant_id, "voice", key))
-        memory.add_sample(entity, "voice", key, voice, min(o.captured_at.timestamp() for o in members))
-        for obs in members:
+        memory.add_sample(entity, "voice", key, voice, min(o.captured_at.timestamp() for o, _, _ in members))
+        for obs, _, _ in members:
             memory.add_observation(entity, obs)
-            out[str(obs.id)] = entity.id
+            if entity.id not in out.setdefault(str(obs.id), []):
+                out[str(obs.id)].append(entity.id)
     return out
 
 
@@ -139,15 +146,16 @@ def _faces(memory: EntityMemory, observations: list[Observation]) -> dict[str, s
     return out
 
 
-def _equivalences(memory: EntityMemory, observations: list[Observation], voice_of: dict[str, uuid.UUID],
+def _equivalences(memory: EntityMemory, observations: list[Observation], voice_of: dict[str, list[uuid.UUID]],
                   face_entities: dict[str, set[uuid.UUID]]) -> None:
-    """Count face-voice co-occurrences per observation, then merge the pairs that reach the setting."""
+    """Count face-voice co-occurrences per observation (every face with every voice of it), then merge the pairs
+    that reach the setting and are each other's most frequent partner."""
     pairs: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
     for obs in observations:
-        v = voice_of.get(str(obs.id))
-        for f in face_entities.get(str(obs.id), set()) if v else ():
-            if f != v:
-                pairs[(f, v)] = memory.cooccur(memory.entities[f], memory.entities[v], str(obs.id))
+        for v in voice_of.get(str(obs.id), []):
+            for f in face_entities.get(str(obs.id), set()):
+                if f != v:
+                    pairs[(f, v)] = memory.cooccur(memory.entities[f], memory.entities[v], str(obs.id))
     for (f, v), count in pairs.items():
         face = memory.entities.get(uuid.UUID(memory.resolve(str(f))))
         voice = memory.entities.get(uuid.UUID(memory.resolve(str(v))))

@@ -15,7 +15,7 @@ import numpy as np
 
 from schemas.events import MediaEvent, MediaKind
 from schemas.jobs import ObservationBatch, SegmentJob
-from schemas.observations import Observation, OcrLine, WordTiming
+from schemas.observations import Observation, OcrLine, SpeakerVoice, WordTiming
 from workers import media, speech, vault, vision
 from workers.adapters import parse_conversation_file
 from workers.app import app
@@ -84,8 +84,8 @@ def _audio(rt: Runtime, job: SegmentJob) -> list[Observation]:
 
 def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     """One observation per clip segment: transcript, text on screen, faces of the keyframes (each with its
-    ``frame_s`` from the start of the clip), the keyframes' captions, and the voice of the segment's main
-    speaker (``speech.dominant_voice``)."""
+    ``frame_s`` from the start of the clip), the keyframes' captions, and the voice of each of the segment's
+    speakers (``speech.speaker_voices``; the main speaker's is also ``voice_embedding``)."""
     seen: set[str] = set()
     screen_lines: list[OcrLine] = []
     images = [media.load_image(rt.objects.get_bytes(kf.object_key), rt.settings.max_image_pixels)
@@ -98,11 +98,13 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
                 screen_lines.append(line)
     faces = vision.faces(rt, frames, [kf.t for kf in job.keyframes], keyframes=True)
     captions = list(dict.fromkeys(c for img in images if (c := vision.caption(rt, img, str(job.event.event_id)))))
-    transcript, language, speaker, voice = "", None, None, None
+    transcript, language, voices = "", None, []
     if job.audio_key:
         heard = speech.transcribe_job(rt, job)
         transcript, language = " ".join(u.text for u in heard.utterances), heard.language
-        speaker, voice = speech.dominant_voice(heard.utterances)  # the voice stage link ties to an entity
+        voices = [SpeakerVoice(speaker_label=label, embedding=voice.tolist(), seconds=round(seconds, 3))
+                  for label, voice, seconds in speech.speaker_voices(heard.utterances)]  # stage link links each
+    speaker, voice = (voices[0].speaker_label, voices[0].embedding) if voices else (None, None)
     parts = [transcript] if transcript else []
     if screen_lines:
         parts.append("[on screen] " + " | ".join(ln.text for ln in screen_lines))
@@ -115,7 +117,7 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     start = job.start_s or 0.0
     return [_base(job.event, job.segment_index, "clip", "\n".join(parts), transcript=transcript or None,
                   language=language, ocr_lines=screen_lines, faces=faces, caption=" | ".join(captions) or None,
-                  speaker_label=speaker, voice_embedding=None if voice is None else voice.tolist(), start_s=start,
+                  speaker_label=speaker, voice_embedding=voice, speaker_voices=voices, start_s=start,
                   end_s=job.end_s, captured_at=job.event.captured_at + timedelta(seconds=start))]
 
 

@@ -134,6 +134,11 @@ def absorb_small_clusters(vectors: np.ndarray, labels: np.ndarray, min_windows: 
 
 
 MAX_SPEAKERS = 8  # the most speakers spectral clustering looks for in one chunk
+#: Fewer speaker windows than this (10 s of speech at the default hop) stay with agglomerative clustering: the
+#: affinity statistics of a few windows are too noisy for the single-vs-multi test and the eigengap (the fallback
+#: clusterer of short inputs in Wang et al. 2022's multi-stage clustering). Measured: a 10 s rap over a piano
+#: (the Hamilton clip, 16 windows) passes the test and spectral clustering cuts it into 4 speakers.
+SPECTRAL_MIN_WINDOWS = 20
 
 
 def single_speaker(vectors: np.ndarray) -> bool:
@@ -174,12 +179,13 @@ def spectral_speakers(vectors: np.ndarray, max_speakers: int = MAX_SPEAKERS) -> 
 
 def speaker_labels(vectors: np.ndarray, starts: list[float], settings) -> np.ndarray:
     """Speaker index per speaker window (n,) from the windows' d-vectors (n, 256) and start times: agglomerative
-    clustering of the smoothed d-vectors (``cluster_speakers``); when that finds one speaker and
-    ``settings.speaker_spectral`` is on, the raw d-vectors are tested for one speaker (``single_speaker``) and, if
-    there are more, split by ``spectral_speakers``. Small clusters join their nearest (``speaker_min_windows``)."""
+    clustering of the smoothed d-vectors (``cluster_speakers``); when that finds one speaker in at least
+    ``SPECTRAL_MIN_WINDOWS`` windows and ``settings.speaker_spectral`` is on, the raw d-vectors are tested for
+    one speaker (``single_speaker``) and, if there are more, split by ``spectral_speakers``. Small clusters join
+    their nearest (``speaker_min_windows``)."""
     smoothed = smooth_windows(vectors, starts, settings.speaker_smoothing_seconds)
     labels = cluster_speakers(smoothed, settings.speaker_distance_threshold, settings.speaker_min_windows)
-    if (settings.speaker_spectral and labels.max(initial=0) == 0 and len(vectors) > MAX_SPEAKERS
+    if (settings.speaker_spectral and labels.max(initial=0) == 0 and len(vectors) >= SPECTRAL_MIN_WINDOWS
             and not single_speaker(vectors)):
         labels = absorb_small_clusters(vectors, spectral_speakers(vectors), settings.speaker_min_windows)
     return labels
@@ -222,19 +228,20 @@ def _utterance(seg: Segment, run: list[int], nearest: list[int], labels: np.ndar
                      speaker=f"spk{labels[wins[0]]}", voice=voice.astype(np.float32))
 
 
-def dominant_voice(utterances: list[Utterance]) -> tuple[str | None, np.ndarray | None]:
-    """(speaker label, voice) of the speaker who talks longest in ``utterances``: the duration-weighted mean of
-    their utterances' voice embeddings, L2-normalised (256,); (None, None) when no utterance has a voice. A
-    clip segment's observation carries this one voice for entity linking (``workers.entities``)."""
+def speaker_voices(utterances: list[Utterance]) -> list[tuple[str, np.ndarray, float]]:
+    """Each speaker of ``utterances`` with a voice: (speaker label, the duration-weighted mean of their utterances'
+    voice embeddings L2-normalised (256,), seconds of talk), longest talker first; empty when no utterance has a
+    voice. A clip segment's observation carries them all for entity linking (``workers.link``)."""
     talk: dict[str, float] = {}
+    sums: dict[str, np.ndarray] = {}
     for u in utterances:
         if u.voice is not None and u.speaker is not None:
-            talk[u.speaker] = talk.get(u.speaker, 0.0) + max(u.end - u.start, 1e-3)
-    if not talk:
-        return None, None
-    speaker = max(talk, key=talk.get)
-    vec = sum(u.voice * max(u.end - u.start, 1e-3) for u in utterances if u.speaker == speaker and u.voice is not None)
-    return speaker, (vec / (np.linalg.norm(vec) or 1.0)).astype(np.float32)
+            seconds = max(u.end - u.start, 1e-3)
+            talk[u.speaker] = talk.get(u.speaker, 0.0) + seconds
+            sums[u.speaker] = sums.get(u.speaker, 0.0) + u.voice * seconds
+    out = [(speaker, (sums[speaker] / (np.linalg.norm(sums[speaker]) or 1.0)).astype(np.float32), talk[speaker])
+           for speaker in talk]
+    return sorted(out, key=lambda x: -x[2])
 
 
 def transcribe_chunk(rt: Runtime, audio: np.ndarray, offset: float, core_start: float | None = None,

@@ -18,7 +18,7 @@ import pytest
 
 from bench import entities as be
 from schemas.events import MediaKind
-from schemas.observations import EmbeddedObservation, Observation
+from schemas.observations import EmbeddedObservation, Observation, SpeakerVoice
 from schemas.search import SearchRequest
 
 TENANT = "ent"
@@ -76,11 +76,14 @@ def test_clip_people_are_linked_to_entities_matching_the_references(ingested, ev
     from bench import vision as ev
     from workers.models.faces import SAME_PERSON_DISTANCE
 
-    _, by_file = ingested
+    rt, by_file = ingested
     (clip,) = by_file["short_hamilton_clip.mp4"]
     assert clip.kind is MediaKind.clip and clip.faces
     assert all(f.entity_id and f.entity_id in clip.entity_ids for f in clip.faces)
-    assert clip.voice_embedding is not None  # the segment's main speaker, linked too
+    assert clip.voice_embedding is not None and clip.speaker_voices  # every speaker of the segment, linked too
+    assert clip.speaker_voices[0].embedding == clip.voice_embedding
+    voices = {e for e in clip.entity_ids if _entity(rt, TENANT, e).voice_samples}
+    assert len(voices) == len({v.speaker_label for v in clip.speaker_voices})
     matched = be.reference_matches(TENANT, clip, ev.reference_faces(eval_data / "video"))
     assert all(d < SAME_PERSON_DISTANCE for _, d in matched.values()), matched
     assert len({eid for eid, _ in matched.values()}) == 2, matched  # two people, two entities
@@ -204,12 +207,33 @@ def test_search_by_entity_returns_only_its_observations(ingested):
     assert {Path(h.source_name).name for h in hits} == {"jfk-half0.wav", "jfk-half1.wav"}
 
 
-def _clip_like(source: Observation, tenant: str, n: int, faces: list, voice: list[float]) -> Observation:
+def _clip_like(source: Observation, tenant: str, n: int, faces: list, voice: list[float],
+               *others: list[float]) -> Observation:
+    """A copy of clip observation ``source`` in ``tenant`` (segment ``n`` of a new event) with these faces, main
+    voice and other speakers' voices."""
     event = uuid.uuid5(source.event_id, f"{tenant}-{n}")
+    voices = [SpeakerVoice(speaker_label=f"spk{i}", embedding=v, seconds=10.0 - i)
+              for i, v in enumerate([voice, *others])]
     return source.model_copy(deep=True, update={
         "tenant_id": tenant, "event_id": event, "id": uuid.uuid5(event, "clip"), "entity_ids": [],
         "faces": [f.model_copy(update={"entity_id": None}) for f in faces], "voice_embedding": voice,
-        "speaker_label": "spk0"})
+        "speaker_label": "spk0", "speaker_voices": voices})
+
+
+def test_every_voice_of_a_clip_segment_is_linked(ingested):
+    """A clip segment where jfk and the leopard speaker talk: both voices link to their own entities (those of
+    their recordings), and a name said in it binds to neither."""
+    from workers.entities import EntityMemory
+    from workers.link import link_observations
+
+    rt, by_file = ingested
+    (clip,) = by_file["short_hamilton_clip.mp4"]
+    jfk, leopard = by_file["jfk-half0.wav"][0], by_file["leopard_test.wav"][0]
+    obs = _clip_like(clip, TENANT, 0, [], jfk.voice_embedding, leopard.voice_embedding)
+    obs.transcript = "Hello, my name is Zed."
+    link_observations(EntityMemory(rt, TENANT), [obs])
+    assert set(obs.entity_ids) == _voice_entities([jfk]) | _voice_entities([leopard])
+    assert all("Zed" not in _entity(rt, TENANT, e).names for e in obs.entity_ids)
 
 
 @pytest.mark.parametrize("both_faces", [False, True])
