@@ -42,6 +42,7 @@ from schemas.api import (
     UploadResponse,
 )
 from schemas.ask import AskFailed, AskQuery, AskRequest, AskResponse
+from schemas.entities import EntityList, EntityMergeRequest, EntitySummary
 from schemas.events import _ID_PATTERN, EventStatus, MediaEvent, MediaKind
 from schemas.memories import MemoryType
 from schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
@@ -57,6 +58,7 @@ INGEST_TASK = "workers.ingest.ingest"
 SEARCH_TASK = "workers.query.search"
 ASK_TASK = "workers.ask.ask"
 MEMORY_TASK = "workers.memory_admin."  # + get, list, delete, export, forget
+ENTITY_TASK = "workers.entities."  # + list, merge
 #: A request publishing to the broker answers 503 within about 2 s when the broker is down (workers wait
 #: longer: see ``task_publish_retry_policy`` in workers.app); the client retries the request.
 REQUEST_PUBLISH_RETRY = {"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
@@ -401,6 +403,31 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
         provenance, newest first per type; vault entries without their secrets."""
         return UserExport.model_validate(_on_query_worker(
             svc, MEMORY_TASK + "export", [tenant, user_id], svc.settings.api_ask_timeout_seconds, "export"))
+
+    # --- entities (M3-Agent's people; tenant-scoped like memories) ----------------------------------------------
+
+    @app.get("/v1/entities", tags=["entities"], response_model=EntityList, responses=query_errors)
+    def list_entities(tenant: Tenant, svc: Svc) -> EntityList:
+        """The tenant's person entities (faces, voices and names linked across recordings) with their names,
+        counts and first/last seen, most observations first."""
+        return EntityList.model_validate(_on_query_worker(
+            svc, ENTITY_TASK + "list", [tenant], svc.settings.api_search_timeout_seconds, "entities"))
+
+    @app.post("/v1/entities/{entity_id}/merge", tags=["entities"], response_model=EntitySummary,
+              responses=query_errors)
+    def merge_entities(entity_id: uuid.UUID, body: EntityMergeRequest, tenant: Tenant, svc: Svc) -> EntitySummary:
+        """Merge ``body.entity_id`` into ``entity_id`` (two entities found for one person): the kept entity takes
+        the other's samples, names, links and counts, the merge is recorded in its ``merged_from``, and stored
+        observations and memories naming the other name it. 404 when either is unknown or another tenant's;
+        422 for an entity merged with itself."""
+        if body.entity_id == entity_id:
+            raise _invalid("entity_id", "an entity cannot be merged with itself")
+        kept = _on_query_worker(svc, ENTITY_TASK + "merge", [tenant, str(entity_id), str(body.entity_id), body.reason],
+                                svc.settings.api_ask_timeout_seconds, "merge")
+        if kept is None:
+            raise HTTPException(404, "entity not found")
+        log.info("entities merged", tenant=tenant, kept=str(entity_id), dropped=str(body.entity_id))
+        return EntitySummary.model_validate(kept)
 
     return app
 

@@ -32,6 +32,7 @@ import tenacity
 
 from schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
 from schemas.ask import AskResponse
+from schemas.entities import EntityList, EntitySummary
 from schemas.events import EventStatus, MediaKind
 from schemas.memories import MemoryType
 from schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
@@ -274,6 +275,16 @@ class EngramClient:
     def export_user(self, user: str) -> UserExport:
         """``GET /v1/users/{user}/export``: everything stored about the user (vault entries without secrets)."""
         return UserExport.model_validate(self._call("GET", f"/v1/users/{user}/export"))
+
+    def list_entities(self) -> EntityList:
+        """``GET /v1/entities``: the tenant's person entities with names, counts and first/last seen."""
+        return EntityList.model_validate(self._call("GET", "/v1/entities"))
+
+    def merge_entities(self, keep: uuid.UUID | str, drop: uuid.UUID | str, reason: str = "manual") -> EntitySummary:
+        """``POST /v1/entities/{keep}/merge``: merge entity ``drop`` into ``keep``; returns the kept entity.
+        EngramAPIError 404 when either is unknown (or another tenant's), 422 when they are the same."""
+        return EntitySummary.model_validate(self._call("POST", f"/v1/entities/{keep}/merge",
+                                                       {"entity_id": str(drop), "reason": reason}))
 
     def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
              interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:

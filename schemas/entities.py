@@ -90,3 +90,21 @@ class EntitySummary(BaseModel):
     first_seen: AwareDatetime | None = None
     last_seen: AwareDatetime | None = None
     merged_from: list[str] = Field(default_factory=list)
+
+
+class EntityList(BaseModel):
+    """A tenant's entities (``GET /v1/entities``), most observations first."""
+
+    items: list[EntitySummary]
+    total: int = Field(ge=0)
+
+
+class EntityMergeRequest(BaseModel):
+    """``POST /v1/entities/{id}/merge``: the entity to merge into the one in the path (it is deleted, its
+    samples, names, links and counts kept by the other, and every stored reference to it rewritten)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    entity_id: uuid.UUID = Field(description="The entity merged away.")
+    reason: str = Field("manual", min_length=1, max_length=200, description="Recorded in the kept entity's "
+                        "``merged_from``.")

@@ -33,7 +33,8 @@ class Queue(StrEnum):
 QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 
 TASK_MODULES = ["workers.ingest", "workers.perceive", "workers.embed", "workers.link", "workers.store",
-                "workers.consolidate", "workers.dynamics", "workers.query", "workers.ask", "workers.memory_admin"]
+                "workers.consolidate", "workers.dynamics", "workers.query", "workers.ask", "workers.memory_admin",
+                "workers.entities"]
 
 ROUTES = {
     "workers.ingest.*": {"queue": Queue.ingest.value},
@@ -46,6 +47,7 @@ ROUTES = {
     "workers.query.*": {"queue": Queue.query.value},
     "workers.ask.*": {"queue": Queue.query.value},  # ask and memory management read the vector store
     "workers.memory_admin.*": {"queue": Queue.query.value},
+    "workers.entities.*": {"queue": Queue.query.value},  # listing and merging entities for the API
 }
 
 

@@ -25,10 +25,11 @@ from typing import Literal
 import numpy as np
 from qdrant_client import models as qm
 
-from schemas.entities import Entity, EntitySample, EntitySummary, MergeRecord
+from schemas.entities import Entity, EntityList, EntitySample, EntitySummary, MergeRecord
 from schemas.observations import Observation
+from workers.app import app
 from workers.ids import ENGRAM_NAMESPACE
-from workers.runtime import Runtime
+from workers.runtime import Runtime, runtime
 from workers.vectorstore import COLLECTIONS, DENSE, ENTITIES, FACE, FACE_SAMPLES, VOICE, VOICE_SAMPLES, tenant_filter
 
 Modality = Literal["face", "voice"]
@@ -365,13 +366,50 @@ def merge_entities(rt: Runtime, tenant_id: str, keep_id: uuid.UUID | str, drop_i
     return kept
 
 
+def summary(e: Entity) -> EntitySummary:
+    """What lists show of an entity: id, names, counts, first/last seen (UTC) and the ids merged into it."""
+    when = [None if t is None else datetime.fromtimestamp(t, UTC) for t in (e.first_seen_ts, e.last_seen_ts)]
+    return EntitySummary(id=e.id, names=e.names, faces=e.face_count, voices=e.voice_count,
+                         observations=e.observation_count, first_seen=when[0], last_seen=when[1],
+                         merged_from=[m.entity_id for m in e.merged_from])
+
+
 def list_entities(rt: Runtime, tenant_id: str) -> list[EntitySummary]:
     """The tenant's entities with their names and counts, most observations first."""
-    out = []
-    for rec in rt.vectors.scroll(ENTITIES, tenant_filter(tenant_id)):
-        e = entity_from_record(rec)
-        when = [None if t is None else datetime.fromtimestamp(t, UTC) for t in (e.first_seen_ts, e.last_seen_ts)]
-        out.append(EntitySummary(id=e.id, names=e.names, faces=e.face_count, voices=e.voice_count,
-                                 observations=e.observation_count, first_seen=when[0], last_seen=when[1],
-                                 merged_from=[m.entity_id for m in e.merged_from]))
+    out = [summary(entity_from_record(rec)) for rec in rt.vectors.scroll(ENTITIES, tenant_filter(tenant_id))]
     return sorted(out, key=lambda s: (-s.observations, -s.faces - s.voices, str(s.id)))
+
+
+def entity_names(rt: Runtime, tenant_id: str) -> list[tuple[str, list[str]]]:
+    """(entity id, names) of each of the tenant's entities that has a name, reading only the ``names`` payload
+    field (no samples, links or vectors): what name matching in a query needs, e.g. ``workers.query``."""
+    rt.vectors.ensure(ENTITIES)
+    out: list[tuple[str, list[str]]] = []
+    offset = None
+    while True:
+        points, offset = rt.vectors.client.scroll(ENTITIES, scroll_filter=tenant_filter(tenant_id), limit=512,
+                                                  offset=offset, with_payload=["names"], with_vectors=False)
+        out.extend((str(p.id), list((p.payload or {}).get("names") or [])) for p in points)
+        if offset is None:
+            return [(eid, names) for eid, names in out if names]
+
+
+# --- query-worker tasks (``GET /v1/entities``, ``POST /v1/entities/{id}/merge``) --------------------------------
+
+_OPTS = dict(ignore_result=False, pydantic=True, acks_late=True)
+
+
+@app.task(name="workers.entities.list", **_OPTS)
+def list_task(tenant_id: str) -> EntityList:
+    """``list_entities`` on the query worker."""
+    items = list_entities(runtime(), tenant_id)
+    return EntityList(items=items, total=len(items))
+
+
+@app.task(name="workers.entities.merge", **_OPTS)
+def merge_task(tenant_id: str, keep_id: str, drop_id: str, reason: str = "manual") -> EntitySummary | None:
+    """``merge_entities`` on the query worker, returning the kept entity; None when either is not the tenant's."""
+    try:
+        return summary(merge_entities(runtime(), tenant_id, keep_id, drop_id, reason))
+    except KeyError:
+        return None
