@@ -22,7 +22,8 @@ MAX_ROUNDS = 5  # M3-Agent's limit of search rounds per question
 
 class AskRequest(BaseModel):
     """A question over one tenant's memories. ``limit``: hits per search round. The filters (user, memory
-    types, time range) apply to every round's search."""
+    types, time range) apply to every round's search; ``reference_time`` (the question's date, default now)
+    is what time words in the question and in later queries ("last Tuesday") are resolved against."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -32,10 +33,11 @@ class AskRequest(BaseModel):
     memory_types: list[MemoryType] = Field(default_factory=lambda: list(DEFAULT_SEARCH_TYPES))
     time_from: AwareDatetime | None = None
     time_to: AwareDatetime | None = None
+    reference_time: AwareDatetime | None = None
     limit: int = Field(10, ge=1, le=50)
     max_rounds: int = Field(MAX_ROUNDS, ge=1, le=MAX_ROUNDS)
 
-    @field_validator("time_from", "time_to")
+    @field_validator("time_from", "time_to", "reference_time")
     @classmethod
     def _to_utc(cls, value: datetime | None) -> datetime | None:
         return value.astimezone(UTC) if value else None

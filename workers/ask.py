@@ -10,6 +10,11 @@ endpoint that still fails after the SDK's retries, raises ``AskFailed``. The cit
 the evidence: an id the LLM made up is dropped.
 
 Without an LLM, ``ask`` is one search round: the ranked hits, ``answer`` None.
+
+Each observation hit comes with ``CONTEXT_TURNS`` neighbouring turns of its session (``SearchHit.context``),
+shown to the LLM under it, so a reply ("Yes, that one!") is read with what it answers. The searches do not
+reinforce memories; the memories the answer cites (without an LLM: the hits returned) are reinforced once
+at the end (MemoryBank: what is recalled and used fades more slowly).
 """
 
 from __future__ import annotations
@@ -21,14 +26,18 @@ import uuid
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.ask import AnswerDecision, AskFailed, AskRequest, AskResponse, AskRound, LlmDecision, SearchDecision
+from schemas.memories import MemoryType
 from schemas.search import SearchHit, SearchRequest
 from workers.app import app
+from workers.dynamics import reinforce
 from workers.models import LlmUnavailable, get_model
 from workers.query import search
 from workers.runtime import Runtime, runtime
 
 EVIDENCE_CHARS = 600  # of one hit's text shown to the LLM
 EVIDENCE_BUDGET = 24_000  # characters of evidence per prompt; the earliest (best) hits are kept
+CONTEXT_TURNS = 2  # neighbouring turns on each side of an observation hit, shown under it
+CONTEXT_CHARS = 200  # of one neighbouring turn's text
 
 SYSTEM_PROMPT = """You answer questions about a user's life from their long-term memory: observations \
 (chat messages, screen text, speech transcripts) and memories consolidated from them (episodes, facts, \
@@ -52,16 +61,22 @@ def parse_decision(text: str) -> AnswerDecision | SearchDecision:
     return _DECISION.validate_json(m.group(1) if m else text.strip())
 
 
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def evidence_block(hits: list[SearchHit]) -> str:
-    """The evidence as numbered lines: ``[id] type, time, source: text`` (text cut to EVIDENCE_CHARS), within
+    """The evidence as numbered lines: ``[id] type, time, source: text`` (text cut to EVIDENCE_CHARS), each
+    followed by its neighbouring turns as indented ``(context -1) text`` lines (cut to CONTEXT_CHARS), within
     EVIDENCE_BUDGET characters."""
     lines, used = [], 0
     for hit in hits:
         when = hit.time.strftime("%Y-%m-%d %H:%M") if hit.time else "time unknown"
         src = f", {hit.source_name}" if hit.source_name else ""
-        text = " ".join(hit.text.split())
-        text = text if len(text) <= EVIDENCE_CHARS else text[:EVIDENCE_CHARS] + "…"
-        line = f"[{hit.id}] {hit.memory_type.value}, {when}{src}: {text}"
+        line = f"[{hit.id}] {hit.memory_type.value}, {when}{src}: {_cut(hit.text, EVIDENCE_CHARS)}"
+        if hit.context:
+            line += "".join(f"\n    (context {c.offset:+d}) {_cut(c.text, CONTEXT_CHARS)}" for c in hit.context)
         if used + len(line) > EVIDENCE_BUDGET:
             break
         lines.append(line)
@@ -107,11 +122,13 @@ def ask(rt: Runtime, req: AskRequest) -> AskResponse:
     evidence: dict[uuid.UUID, SearchHit] = {}
     rounds: list[AskRound] = []
     query = req.question
-    search_fields = req.model_dump(include={"tenant_id", "user_id", "memory_types", "time_from", "time_to", "limit"})
+    search_fields = req.model_dump(include={"tenant_id", "user_id", "memory_types", "time_from", "time_to",
+                                            "reference_time", "limit"})
     answer: str | None = None
     cited: list[SearchHit] = []
     while len(rounds) < req.max_rounds:
-        hits = search(rt, SearchRequest(query=query, **search_fields)).hits
+        hits = search(rt, SearchRequest(query=query, context_turns=CONTEXT_TURNS, reinforce=False,
+                                        **search_fields)).hits
         new = [h for h in hits if h.id not in evidence]
         evidence.update((h.id, h) for h in new)
         rounds.append(AskRound(query=query, hit_ids=[h.id for h in hits], new_hits=len(new)))
@@ -125,6 +142,9 @@ def ask(rt: Runtime, req: AskRequest) -> AskResponse:
             cited = [evidence[i] for i in dict.fromkeys(decision.memory_ids) if i in evidence]
             break
         query = decision.query
+    used = [h.id for h in cited if h.memory_type is not MemoryType.observation]
+    if used:
+        reinforce(rt, req.tenant_id, used)
     return AskResponse(question=req.question, answer=answer, memories=cited, evidence=list(evidence.values()),
                        rounds=rounds, llm=None if provider == "none" else f"{provider}:{rt.settings.models.llm_model}",
                        took_ms=(time.perf_counter() - t0) * 1000)

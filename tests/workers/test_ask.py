@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from schemas.ask import AskFailed, AskRequest
+from schemas.memories import MemoryType
 from schemas.search import SearchRequest
 from tests.llm_stub import ScriptedLlm, last_user_text
+from workers.vectorstore import tenant_filter
 
 TENANT = "default"
 QUESTION = "Where is Alice flying to for the budget review?"
@@ -109,6 +111,37 @@ def test_llm_searches_again_then_answers_with_the_memories_it_used(chats, monkey
     assert first["messages"][0]["role"] == "system" and '"action": "search"' in first["messages"][0]["content"]
     assert QUESTION in last_user_text(first) and "Round 1 of 5" in last_user_text(first)
     assert "'Alice flights booked'" in last_user_text(second) and "Round 2 of 5" in last_user_text(second)
+
+
+def test_evidence_shows_neighbouring_turns_and_the_cited_memories_are_reinforced(chats, monkeypatch):
+    from workers.vectorstore import collection_for
+
+    coll = collection_for(MemoryType.episodic)
+    shown: set[str] = set()
+
+    def recalls_now() -> dict[str, int]:
+        return {str(r.id): (r.payload or {}).get("recalls", 0)
+                for r in chats.vectors.scroll(coll, tenant_filter(TENANT))}
+
+    def cite_first_episode(body):
+        shown.update(re.findall(r"^\[([0-9a-f-]{36})\] episodic", last_user_text(body), re.M))
+        return {"action": "answer", "answer": "The cello.", "memory_ids": [evidence_id(body, "] episodic")]}
+
+    question = "What instrument did Bob start learning?"
+    recalls = recalls_now()
+    cello = {"action": "answer", "answer": "The cello.", "memory_ids": []}
+    with ScriptedLlm([cello, cite_first_episode]) as llm:
+        use_llm(monkeypatch, llm.openai_url)
+        run(question, user_id="alice", memory_types=[MemoryType.observation])
+        resp = run(question, user_id="alice", memory_types=[MemoryType.episodic])
+    # the cello turn is shown with the reply that follows it in its chat
+    prompt = last_user_text(llm.requests[0][1])
+    assert re.search(r"started learning the cello.*\n    \(context \+1\) .*sister plays the violin", prompt)
+    [used] = resp.memories
+    assert used.memory_type is MemoryType.episodic and len(shown) >= 2
+    after = recalls_now()
+    assert after[str(used.id)] == recalls[str(used.id)] + 1  # the cited memory, once
+    assert all(after[e] == recalls[e] for e in shown - {str(used.id)})  # shown (searched) but not cited: untouched
 
 
 def test_a_malformed_reply_is_sent_back_once(chats, monkeypatch):
