@@ -40,7 +40,7 @@ def test_an_old_entities_collection_is_rebuilt_and_its_people_kept(engram_env):
 
 
 def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(engram_env):
-    from workers.entities import EntityMemory, list_entities
+    from workers.entities import EntityMemory, entity_names, list_entities
     from workers.link import link_observations
 
     rt = engram_env
@@ -64,6 +64,8 @@ def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(eng
     chat = _observation("t", 4, kind=MediaKind.text, text="see you there", speaker="Carol")
     link_observations(EntityMemory(rt, "t"), [chat])
     assert chat.entity_ids == said.entity_ids  # the chat speaker is the entity holding that name
+    # what query's name matching reads: named entities only, names without samples or links
+    assert entity_names(rt, "t") == [(said.entity_ids[0], ["Carol"])] and entity_names(rt, "nobody") == []
 
 
 def test_engram_entities_lists_and_merges(engram_env, capsys):
