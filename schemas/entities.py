@@ -72,6 +72,9 @@ class Entity(BaseModel):
     first_seen_ts: float | None = None
     last_seen_ts: float | None = None
     merged_from: list[MergeRecord] = Field(default_factory=list)
+    recording_speakers: dict[str, str] = Field(
+        default_factory=dict, description="The speaker label this entity's voice has in each recent recording "
+        "(event id -> label), so every chunk of a long recording gives one voice one label (``workers.link``).")
 
     @property
     def label(self) -> str:

@@ -36,6 +36,7 @@ Modality = Literal["face", "voice"]
 RECENT_OBSERVATIONS = 64  # links kept per entity (the counts go on)
 RECENT_KEYS = 128  # contribution keys kept per entity to recognise a redelivered batch
 COOCCURRENCE_KEPT = 32  # observation ids kept per co-occurring partner
+RECENT_RECORDINGS = 64  # recordings whose speaker label an entity keeps
 
 # --- names ---------------------------------------------------------------------------------------------------
 
@@ -212,6 +213,18 @@ class EntityMemory:
             obs.entity_ids = sorted({*obs.entity_ids, str(entity.id)})
         self.dirty.add(entity.id)
 
+    def recording_speaker(self, entity: Entity, event_id: str, label: str) -> str:
+        """The speaker label of the entity's voice in recording ``event_id``: the one it was given first, else
+        ``label``, which it keeps from now on (the most recent ``RECENT_RECORDINGS`` recordings are kept)."""
+        known = entity.recording_speakers.get(event_id)
+        if known is not None:
+            return known
+        entity.recording_speakers[event_id] = label
+        for old in list(entity.recording_speakers)[:-RECENT_RECORDINGS]:
+            del entity.recording_speakers[old]
+        self.dirty.add(entity.id)
+        return label
+
     def add_names(self, entity: Entity, names: list[str]) -> None:
         """Give the entity these names (kept once each, case and spacing ignored)."""
         have = {name_key(n) for n in entity.names}
@@ -256,6 +269,7 @@ class EntityMemory:
             merged.extend(o for o in seen if o not in merged)
         for own in (str(keep.id), str(drop.id)):
             keep.cooccurrence.pop(own, None)
+        keep.recording_speakers = {**drop.recording_speakers, **keep.recording_speakers}
         keep.merged_from.append(MergeRecord(entity_id=str(drop.id), names=drop.names, at=datetime.now(UTC),
                                             reason=reason))
         self.redirects[str(drop.id)] = str(keep.id)

@@ -10,6 +10,9 @@ memory, Long et al. 2025; the entity store is ``workers.entities``).
   binds to none of them (who said it is not known).
 - **Faces** of a segment are clustered (average linkage at ``entity_face_distance``, ``cluster_faces``); each
   cluster's mean joins the nearest entity whose face centroid is within ``entity_face_distance``, or founds one.
+- **Speaker labels** are made recording-wide: speaker clustering labels each chunk of a long recording on its
+  own (``spk0`` of chunk 3 need not be ``spk0`` of chunk 0); a voice entity keeps the label it has in a
+  recording, so the same voice gets it in every chunk (``_recording_speakers``).
 - **Names.** "my name is X", "I'm X", "this is X speaking" in an utterance name its voice's entity.
 - **Face-voice equivalence.** A face entity and a voice entity seen in the same clip segments
   (``entity_cooccurrence_merge`` of them), each the other's most frequent partner, are merged: M3-Agent's
@@ -93,16 +96,21 @@ def _not_yet_linked(memory: EntityMemory, observations: list[Observation]) -> li
             todo.append(obs)
             continue
         obs.entity_ids = sorted({*obs.entity_ids, *p["entity_ids"]})
+        obs.speaker_label = p.get("speaker_label", obs.speaker_label)  # its recording-wide label
+        for voice, old in zip(obs.speaker_voices, p.get("speaker_voices") or [], strict=False):
+            voice.speaker_label = old.get("speaker_label", voice.speaker_label)
         for face, old in zip(obs.faces, faces, strict=True):
             face.entity_id = old["entity_id"]
     return todo
 
 
 def _voices(memory: EntityMemory, observations: list[Observation]) -> dict[str, list[uuid.UUID]]:
-    """Link each speaker cluster's voice to an entity; returns {observation id: its voices' entity ids, the main
-    speaker's first}. An audio observation is one utterance of its cluster; a clip segment carries every speaker's
-    voice (``speaker_voices``), each its own cluster."""
+    """Link each speaker cluster's voice to an entity and give it its recording-wide speaker label
+    (``_recording_speakers``); returns {observation id: its voices' entity ids, the main speaker's first}. An
+    audio observation is one utterance of its cluster; a clip segment carries every speaker's voice
+    (``speaker_voices``), each its own cluster."""
     clusters: dict[str, list[tuple[Observation, list[float], float]]] = {}
+    label_of: dict[str, tuple[str, int, str]] = {}  # cluster key -> (event id, segment, chunk-local label)
     for obs in observations:
         voices = [(v.speaker_label, v.embedding, v.seconds) for v in obs.speaker_voices]
         if not voices and obs.voice_embedding is not None:
@@ -110,18 +118,58 @@ def _voices(memory: EntityMemory, observations: list[Observation]) -> dict[str, 
         for label, embedding, seconds in voices:
             key = f"{obs.event_id}:{obs.segment_index}:{label}" if label else str(obs.id)
             clusters.setdefault(key, []).append((obs, embedding, max(seconds, 1e-3)))
+            if label:
+                label_of[key] = (str(obs.event_id), obs.segment_index, label)
     out: dict[str, list[uuid.UUID]] = {}
+    linked: dict[str, Entity] = {}
     for key, members in clusters.items():
         mean = np.average([e for _, e, _ in members], axis=0, weights=[w for _, _, w in members])
         voice = mean / max(float(np.linalg.norm(mean)), 1e-12)
         entity = memory.nearest("voice", voice) or memory.get(founded_id(memory.tenant_id, "voice", key)) \
             or memory.create(founded_id(memory.tenant_id, "voice", key))
         memory.add_sample(entity, "voice", key, voice, min(o.captured_at.timestamp() for o, _, _ in members))
+        linked[key] = entity
         for obs, _, _ in members:
             memory.add_observation(entity, obs)
             if entity.id not in out.setdefault(str(obs.id), []):
                 out[str(obs.id)].append(entity.id)
+    _recording_speakers(memory, {k: (label_of[k], linked[k], clusters[k]) for k in label_of})
     return out
+
+
+def _recording_speakers(memory: EntityMemory, clusters: dict) -> None:
+    """Relabel chunk-local speaker clusters with labels that hold across the chunks of a recording: a cluster
+    whose voice entity already has a label in this recording takes it; otherwise it keeps its local label in
+    the first chunk (``spk1``) and is ``spk1@3`` in chunk 3 (first heard as ``spk1`` there), and its entity
+    keeps that label for the recording's later chunks. Two clusters of one chunk that link to one entity stay
+    apart (the first, who talks longest, takes the entity's label). ``clusters``: {cluster key: ((event id,
+    segment index, local label), entity, [(observation, voice, seconds)])}. Changes ``speaker_label`` and
+    ``speaker_voices`` labels in place. Chunks linked out of order (distributed workers) may number a speaker
+    by a later chunk, but still consistently."""
+    by_chunk: dict[tuple[str, int], list] = {}
+    for (event, segment, local), entity, members in clusters.values():
+        by_chunk.setdefault((event, segment), []).append((local, entity, members))
+    relabel: dict[tuple[str, int, str], str] = {}
+    for (event, segment), found in sorted(by_chunk.items(), key=lambda kv: kv[0][1]):
+        taken: set[str] = set()
+        for local, entity, _members in sorted(found, key=lambda c: -sum(w for _, _, w in c[2])):
+            own = local if segment == 0 else f"{local}@{segment}"
+            label = memory.recording_speaker(entity, event, own)
+            if label in taken:
+                label = own
+            taken.add(label)
+            relabel[(event, segment, local)] = label
+    seen: set[str] = set()
+    for _, _, members in clusters.values():
+        for obs, _, _ in members:
+            if str(obs.id) in seen:
+                continue
+            seen.add(str(obs.id))
+            chunk = (str(obs.event_id), obs.segment_index)
+            if obs.speaker_label:
+                obs.speaker_label = relabel.get((*chunk, obs.speaker_label), obs.speaker_label)
+            for v in obs.speaker_voices:
+                v.speaker_label = relabel.get((*chunk, v.speaker_label), v.speaker_label)
 
 
 def _faces(memory: EntityMemory, observations: list[Observation]) -> dict[str, set[uuid.UUID]]:

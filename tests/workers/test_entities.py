@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from bench import entities as be
+from bench import speech as bench_speech
 from schemas.events import MediaKind
 from schemas.observations import EmbeddedObservation, Observation, SpeakerVoice
 from schemas.search import SearchRequest
@@ -264,3 +265,27 @@ def test_a_face_and_a_voice_seen_together_often_become_one_person(ingested, both
     assert person.faces == need and person.voices == need and person.observations == need
     kept = _entity(rt, tenant, str(person.id))
     assert kept.merged_from[0].reason == f"face-voice co-occurrence in {need} segments"
+
+
+def test_speaker_labels_hold_across_the_chunks_of_a_recording(ingested, eval_data, tmp_path):
+    """jfk, 2 s of silence, the leopard speaker, 2 s, jfk again, transcribed in 12 s chunks: chunk 0 hears jfk,
+    chunk 1 the leopard speaker and jfk, chunk 2 jfk. Chunk-local labels restart per chunk; after linking,
+    jfk has one label throughout and the leopard speaker another."""
+    from workers.media import SAMPLE_RATE, decode_audio, wav_bytes
+
+    rt, _ = ingested
+    jfk, leopard = (decode_audio(eval_data / "audio" / n) for n in ("jfk.flac", "leopard_test.wav"))
+    gap = np.zeros(2 * SAMPLE_RATE, dtype=np.float32)
+    (tmp_path / "talk.wav").write_bytes(wav_bytes(np.concatenate([jfk, gap, leopard, gap, jfk])))
+    leopard_span = ((len(jfk) + len(gap)) / SAMPLE_RATE, (len(jfk) + len(gap) + len(leopard)) / SAMPLE_RATE)
+    with bench_speech.settings_env(ENGRAM_AUDIO_CHUNK_SECONDS="12", ENGRAM_AUDIO_CHUNK_OVERLAP_SECONDS="1"):
+        observations = be.ingest_observations([tmp_path / "talk.wav"], "chunks")["talk.wav"]
+    assert len({o.segment_index for o in observations}) == 3
+    labels: dict[str, set[str]] = {"jfk": set(), "leopard": set()}
+    for o in observations:
+        mid = (o.start_s + o.end_s) / 2
+        labels["leopard" if leopard_span[0] <= mid <= leopard_span[1] else "jfk"].add(o.speaker_label)
+    assert len(labels["jfk"]) == 1 and len(labels["leopard"]) == 1 and labels["jfk"] != labels["leopard"], labels
+    # jfk, first heard in chunk 0, keeps spk0 (in chunk 1 it was the local spk1); the leopard speaker, first heard as
+    # spk0 of chunk 1, is spk0@1
+    assert labels == {"jfk": {"spk0"}, "leopard": {"spk0@1"}}
