@@ -33,20 +33,26 @@ def embed_texts(rt: Runtime, texts: list[str]) -> np.ndarray:
         return embed_cached(model, rt.embedding_cache, texts, rt.settings.models.embedding_batch_size)
 
 
-def sparse_vectors(settings: Settings, texts: list[str],
+def sparse_vectors(settings: Settings, texts: list[str | list[str]],
                    units: list[int] | None = None) -> list[tuple[list[int], list[float]]]:
     """BM25 document vectors with the configured k1 and b. A text made of ``units[i]`` observations' texts
     (a turn with its context, an episode) is length-normalised against ``units[i]`` times the configured
-    average length (default: one unit each)."""
+    average length (default: one unit each). A text may be given as its parts (``sparse.tokenize_parts``)."""
     avgdl = [settings.bm25_avgdl * max(1, u) for u in units] if units else settings.bm25_avgdl
     return sparse.document_vectors(texts, settings.bm25_k1, settings.bm25_b, avgdl)
 
 
-def sparse_text(obs: Observation) -> str:
-    """What BM25 indexes for an observation: with context, ``<day month year> <text> <context…>``."""
+def sparse_parts(obs: Observation) -> list[str]:
+    """What BM25 indexes for an observation, as the parts ``sparse_text`` joins."""
     if not (obs.context_before or obs.context_after):
-        return obs.text
-    return " ".join([obs.captured_at.strftime("%-d %B %Y"), *obs.context_before, obs.text, *obs.context_after])
+        return [obs.text]
+    return [obs.captured_at.strftime("%-d %B %Y"), *obs.context_before, obs.text, *obs.context_after]
+
+
+def sparse_text(obs: Observation) -> str:
+    """What BM25 indexes for an observation: with context, ``<day month year> <context before> <text>
+    <context after>``."""
+    return " ".join(sparse_parts(obs))
 
 
 def contextual_vectors(rt: Runtime, observations: list[Observation]) -> np.ndarray:
@@ -72,7 +78,7 @@ def embed(batch: ObservationBatch) -> EmbeddedBatch:
     with stage(rt, batch.job.event.event_id, "embed"):
         dense = contextual_vectors(rt, batch.observations)
         obs = batch.observations
-        sparse_vecs = sparse_vectors(rt.settings, [sparse_text(o) for o in obs],
+        sparse_vecs = sparse_vectors(rt.settings, [sparse_parts(o) for o in obs],
                                      [1 + len(o.context_before) + len(o.context_after) for o in obs])
         items = [EmbeddedObservation(observation=o, dense=d.tolist(), sparse_indices=si, sparse_values=sv)
                  for o, d, (si, sv) in zip(batch.observations, dense, sparse_vecs, strict=True)]

@@ -57,9 +57,21 @@ def _weights(tokens: list[str], k1: float, b: float, avgdl: float) -> tuple[list
     return indices, [merged[i] for i in indices]
 
 
-def document_vectors(texts: list[str], k1: float = 1.2, b: float = 0.75,
+def tokenize_parts(docs: list[str | list[str]]) -> list[list[str]]:
+    """Tokens of each document, given as one text or as its parts (the texts it joins with spaces or line
+    breaks): the tokens of ``" ".join(parts)``, with each distinct part tokenized once. A token never spans
+    the separator between two parts, so the result equals ``tokenize`` of the joined texts; a turn indexed
+    with its neighbours as context is then tokenized once, not once per document it appears in."""
+    parts = [[d] if isinstance(d, str) else list(d) for d in docs]
+    uniq = list(dict.fromkeys(p for ps in parts for p in ps))
+    toks = dict(zip(uniq, tokenize(uniq), strict=True))
+    return [[t for p in ps for t in toks[p]] for ps in parts]
+
+
+def document_vectors(texts: list[str | list[str]], k1: float = 1.2, b: float = 0.75,
                      avgdl: float | list[float] = 24.0) -> list[tuple[list[int], list[float]]]:
-    """BM25 document vectors (indices ascending, TF weights) for each text.
+    """BM25 document vectors (indices ascending, TF weights) for each text (a string, or its parts as
+    ``tokenize_parts`` takes them).
 
     ``avgdl`` is the average document length in tokens that length normalisation compares each text with:
     one value for all, or one per text (e.g. a turn indexed with four neighbours is compared with five
@@ -67,7 +79,7 @@ def document_vectors(texts: list[str], k1: float = 1.2, b: float = 0.75,
     avgdls = avgdl if isinstance(avgdl, list) else [avgdl] * len(texts)
     if len(avgdls) != len(texts):
         raise ValueError("one avgdl per text")
-    return [_weights(toks, k1, b, a) for toks, a in zip(tokenize(texts), avgdls, strict=True)]
+    return [_weights(toks, k1, b, a) for toks, a in zip(tokenize_parts(texts), avgdls, strict=True)]
 
 
 def query_vector(text: str) -> tuple[list[int], list[float]]:

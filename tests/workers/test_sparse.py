@@ -121,3 +121,13 @@ def test_avgdl_per_text_normalises_joined_texts_as_that_many_units():
     assert max(ctx_fixed) < max(ctx)  # but a fixed avgdl would call the joined text long and shrink it
     with pytest.raises(ValueError):
         document_vectors([turn, joined], avgdl=[8.0])
+
+
+def test_a_document_given_as_parts_gets_the_vector_of_the_joined_text():
+    turns = ["Caroline went to the LGBTQ support group yesterday.", "That's great! How did it go?",
+             "It was really empowering; ΟΔΟΣ naïve café—résumé.", "", "I'm painting a lake sunrise.\nIt's calm."]
+    docs = [["8 May 2023", *turns[max(0, i - 2):i], turns[i], *turns[i + 1:i + 3]] for i in range(len(turns))]
+    avgdl = [24.0 * len(d) for d in docs]
+    assert sparse.document_vectors(docs, avgdl=avgdl) == sparse.document_vectors([" ".join(d) for d in docs],
+                                                                                 avgdl=avgdl)
+    assert sparse.tokenize_parts([["Painting", "lakes"], "painted lake"]) == [["paint", "lake"], ["paint", "lake"]]
