@@ -172,6 +172,9 @@ class Settings(BaseSettings):
     speaker_spectral: bool = Field(True, description="When agglomerative clustering finds one speaker in a chunk "
                                    "but a GMM-BIC test on the windows' affinities finds more, spectral clustering "
                                    "splits voices closer than speaker_distance_threshold (workers.speech).")
+    speaker_min_turn_seconds: float = Field(2.0, ge=0, description="A spectral split of a chunk is kept only when "
+                                            "its speaker turns last this long on average (one voice split by what "
+                                            "is said changes label about every second).")
     entity_face_distance: float = Field(
         0.6, gt=0, description="A face (cluster of one segment) joins the nearest person entity whose face centroid "
         "is within this Euclidean distance of its descriptors' mean (dlib's same-person distance); else it founds "

@@ -139,6 +139,8 @@ MAX_SPEAKERS = 8  # the most speakers spectral clustering looks for in one chunk
 #: clusterer of short inputs in Wang et al. 2022's multi-stage clustering). Measured: a 10 s rap over a piano
 #: (the Hamilton clip, 16 windows) passes the test and spectral clustering cuts it into 4 speakers.
 SPECTRAL_MIN_WINDOWS = 20
+#: Measured mean turns of spectral splits (hop 0.5 s): pyannote_sample's two speakers 3.4 s; one voice repeated
+#: (jfk x3, leopard_test x4, the Hamilton rap x2) 1.1-1.5 s, cut by position in the sentence into 4-6 "speakers".
 
 
 def single_speaker(vectors: np.ndarray) -> bool:
@@ -181,13 +183,18 @@ def speaker_labels(vectors: np.ndarray, starts: list[float], settings) -> np.nda
     """Speaker index per speaker window (n,) from the windows' d-vectors (n, 256) and start times: agglomerative
     clustering of the smoothed d-vectors (``cluster_speakers``); when that finds one speaker in at least
     ``SPECTRAL_MIN_WINDOWS`` windows and ``settings.speaker_spectral`` is on, the raw d-vectors are tested for
-    one speaker (``single_speaker``) and, if there are more, split by ``spectral_speakers``. Small clusters join
-    their nearest (``speaker_min_windows``)."""
+    one speaker (``single_speaker``) and, if there are more, split by ``spectral_speakers``; the split is kept
+    only when its speaker turns last ``speaker_min_turn_seconds`` on average (a minimum-duration prior, as in
+    diarization's resegmentation): one voice cut by what is said flips label every second or so. Small clusters
+    join their nearest (``speaker_min_windows``)."""
     smoothed = smooth_windows(vectors, starts, settings.speaker_smoothing_seconds)
     labels = cluster_speakers(smoothed, settings.speaker_distance_threshold, settings.speaker_min_windows)
     if (settings.speaker_spectral and labels.max(initial=0) == 0 and len(vectors) >= SPECTRAL_MIN_WINDOWS
             and not single_speaker(vectors)):
-        labels = absorb_small_clusters(vectors, spectral_speakers(vectors), settings.speaker_min_windows)
+        split = absorb_small_clusters(vectors, spectral_speakers(vectors), settings.speaker_min_windows)
+        turns = 1 + int(np.count_nonzero(np.diff(split)))  # runs of one label over the windows in time order
+        if len(split) / turns * settings.speaker_hop_seconds >= settings.speaker_min_turn_seconds:
+            labels = split
     return labels
 
 

@@ -196,6 +196,26 @@ def test_single_speaker_test_and_spectral_clustering_on_real_voices(eval_data):
     assert f1 >= 0.95
 
 
+def test_one_voice_said_three_times_stays_one_speaker(eval_data):
+    """jfk's sentence three times over (54 windows): the GMM-BIC test finds 'more than one speaker' and spectral
+    clustering cuts the voice by position in the sentence (5 clusters, turns of 1.5 s); the minimum mean turn
+    (``speaker_min_turn_seconds``) keeps it one speaker."""
+    from schemas.settings import Settings
+    from workers.models import get_model
+    from workers.speech import single_speaker, speaker_labels, spectral_speakers
+
+    s = Settings()
+    jfk = media.decode_audio(eval_data / "audio" / "jfk.flac")
+    audio = np.concatenate([jfk, np.zeros(8000, np.float32)] * 3)
+    speech = [(g.start, g.end) for g in get_model("asr", s).transcribe(jfk).segments]  # windows over speech only
+    copy_s = len(jfk) / 16_000 + 0.5
+    spans = [(a + k * copy_s, b + k * copy_s) for k in range(3) for a, b in speech]
+    starts = window_starts(spans, s.speaker_window_seconds, s.speaker_hop_seconds, len(audio) / 16_000)
+    vectors = get_model("voice", s).embed_windows(audio, starts, s.speaker_window_seconds)
+    assert not single_speaker(vectors) and spectral_speakers(vectors).max() >= 2  # what the guard is for
+    assert speaker_labels(vectors, starts, s).max() == 0
+
+
 def test_batched_decoding_gives_the_same_words(perceived, eval_data):
     from schemas.settings import Settings
     from workers.models import get_model
