@@ -11,15 +11,16 @@ Called by the ``perceive`` task in the worker process; models come from the per-
   speech, smoothed over their neighbours (``speaker_smoothing_seconds``), agglomerative clustering (average
   linkage, cosine distance, a threshold instead of a speaker count: ``speaker_distance_threshold``; clusters
   of fewer than ``speaker_min_windows`` windows join the nearest). Voices closer than the threshold (two similar
-  speakers) are one cluster there, so when it finds a single speaker, a single-vs-multi test (a 1- vs 2-component
-  GMM on the windows' affinities, compared by BIC) decides whether the recording has more, and if so spectral
-  clustering (``speaker_spectral``: refined affinity, number of speakers by the normalised maximum eigengap) splits
-  them: the multi-stage scheme of Wang et al., "Highly Efficient Real-Time Streaming and Fully On-Device Speaker
-  Diarization with Multi-Stage Clustering", 2022, with Park et al.'s NME auto-tuning (IEEE SPL 2019), through
-  Google's ``spectralcluster`` library. Each word takes the speaker of the window centred nearest its midpoint, and
-  segments are split where the speaker changes, so every utterance has one speaker. Labels (``spk0``, ``spk1``, ...
-  in order of first appearance) are local to the chunk; the voice embedding of each utterance is what links voices
-  across chunks and recordings (stage ``link``).
+  speakers) are one cluster there, so, opt-in (``speaker_spectral``; see ``speaker_labels``), when it finds one
+  speaker a single-vs-multi test (a 1- vs 2-component GMM on the windows' affinities, compared by BIC) decides
+  whether the recording has more, and if so spectral clustering (refined affinity, number of speakers by the
+  normalised maximum eigengap) splits them: the multi-stage scheme of Wang et al., "Highly Efficient Real-Time
+  Streaming and Fully On-Device Speaker Diarization with Multi-Stage Clustering", 2022, with Park et al.'s NME
+  auto-tuning (IEEE SPL 2019), through Google's ``spectralcluster`` library. Each word takes the speaker of the
+  window centred nearest its midpoint, and segments are split where the speaker changes, so every utterance has
+  one speaker. Labels (``spk0``, ``spk1``, ... in order of first appearance) are local to the chunk; the voice
+  embedding of each utterance is what links voices across chunks and recordings, and stage ``link`` makes the
+  labels recording-wide.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ MAX_SPEAKERS = 8  # the most speakers spectral clustering looks for in one chunk
 #: (the Hamilton clip, 16 windows) passes the test and spectral clustering cuts it into 4 speakers.
 SPECTRAL_MIN_WINDOWS = 20
 #: Measured mean turns of spectral splits (hop 0.5 s): pyannote_sample's two speakers 3.4 s; one voice repeated
-#: (jfk x3, leopard_test x4, the Hamilton rap x2) 1.1-1.5 s, cut by position in the sentence into 4-6 "speakers".
+#: (jfk x3, leopard_test x4, the Hamilton rap x2) 1.1-1.5 s, cut by position in the sentence into 4-6 "speakers";
+#: jfk looped for 5 min still splits (4 speakers, ~10 CPU s): hence ``speaker_spectral`` is off by default.
 
 
 def single_speaker(vectors: np.ndarray) -> bool:
