@@ -305,3 +305,20 @@ def test_faded_memories_rank_lower_and_returned_ones_are_reinforced(corpus):
     finally:
         corpus.rt.vectors.set_payload(coll, [ep.id], {k: before.get(k) for k in
                                                      ("last_recalled_at", "updated_at", "recalls", "strength")})
+
+
+def test_search_output_shows_the_resolved_time_range():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from api.cli import print_hits
+    from schemas.search import SearchResponse
+    from workers.timeexpr import resolve
+
+    ref = datetime(2023, 5, 20, 12, tzinfo=UTC)
+    resp = SearchResponse(query="what did I buy last Tuesday", hits=[], took_ms=1.0,
+                          time_range=resolve("what did I buy last Tuesday", ref))
+    out = StringIO()
+    print_hits(resp, Console(file=out, width=200))
+    assert "'last Tuesday' → 2023-05-16 00:00 to 2023-05-17 00:00 UTC (as of 2023-05-20" in out.getvalue()
