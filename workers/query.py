@@ -46,9 +46,10 @@ from workers import sparse
 from workers.app import app
 from workers.dynamics import active_filter, decayed_score, reinforce
 from workers.embed import embed_texts
+from workers.entities import entity_names
 from workers.runtime import Runtime, runtime
 from workers.timeexpr import resolve
-from workers.vectorstore import ENTITIES, OBSERVATIONS, collection_for, tenant_filter
+from workers.vectorstore import OBSERVATIONS, collection_for, tenant_filter
 
 MEMORY_PRIOR = 0.5  # weight of a memory's fused score in the scores of the observations it was built from
 MEMORY_EXPAND = 5  # the sources of this many best memories join the candidate observations
@@ -99,14 +100,11 @@ def _in_range(payload: dict, span: TimeRange) -> bool:
 
 
 def named_entities(rt: Runtime, tenant_id: str, query: str) -> set[str]:
-    """Ids of the tenant's entities whose name appears in ``query`` as whole words (case ignored)."""
+    """Ids of the tenant's entities whose name appears in ``query`` as whole words (case ignored); reads only
+    the entities' names (``workers.entities.entity_names``)."""
     low = query.lower()
-    out = set()
-    for rec in rt.vectors.scroll(ENTITIES, tenant_filter(tenant_id)):
-        for name in (rec.payload or {}).get("names", []):
-            if name and re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", low):
-                out.add(str(rec.id))
-    return out
+    return {eid for eid, names in entity_names(rt, tenant_id)
+            if any(name and re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", low) for name in names)}
 
 
 def _hit(memory_type: MemoryType, point: qm.ScoredPoint | qm.Record, score: float) -> SearchHit:
