@@ -123,7 +123,7 @@ def _mean(xs: Sequence[float]) -> float:
 def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int] = (5, 10, 25),
              data_dir: Path | None = None, eval_data: Path | None = None, progress: bool = True,
              variants: dict[str, list[str]] | None = None, console: Console | None = None,
-             embedding_cache: Path | None = None, search_only: bool = False) -> dict:
+             embedding_cache: Path | None = None, search_only: bool = False, ingest_only: bool = False) -> dict:
     """Ingest the chosen LoCoMo conversations through the real path and compute evidence recall@k at a
     budget of k turns for engram and the raw-turn baselines (BM25, dense, RRF).
 
@@ -133,7 +133,8 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     searched (diagnostics). ``embedding_cache``: a folder whose ``embeddings.sqlite`` is kept across runs
     (default: inside the data dir). ``search_only``: ``data_dir`` already holds the conversations (from an
     earlier run with the same ``data_dir``): skip the ingest and only search, e.g. after a change to the
-    query worker (raises FileNotFoundError without a data dir that holds a store). Returns a JSON-serialisable
+    query worker (raises FileNotFoundError without a data dir that holds a store). ``ingest_only``: time the
+    ingest (through consolidation) and skip the searches (no recall figures). Returns a JSON-serialisable
     dict: ``recall[system]["overall"][k]``, ``recall[system]["by_category"][cat][k]``, question counts,
     ingest seconds, search latency, per conversation figures and diagnostics of what fills engram's turn budget.
     """
@@ -186,6 +187,10 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                         ingest_counts[sid] = {k: len(v) for k, v in out.items()}
                         if out["failed"]:
                             raise RuntimeError(f"ingest of {sid} failed: {out['failed'][0][1]}")
+                    if ingest_only:
+                        bar.console.print(f"{sid}: ingest {ingest_s[sid]:.1f} s, {len(msgs)} turns")
+                        bar.advance(task)
+                        continue
                     rt = runtime()
                     # LoCoMo questions carry no date: time expressions resolve against the last session's
                     reference = max(m.timestamp for m in msgs)
@@ -440,6 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "LongMemEval: one sub-folder per question")
     ap.add_argument("--search-only", action="store_true",
                     help="reuse what an earlier run ingested into --data-dir: only search (after a query change)")
+    ap.add_argument("--ingest-only", action="store_true",
+                    help="LoCoMo: time the ingest through consolidation, no searches")
     ap.add_argument("--eval-data", type=Path, default=None,
                     help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
     ap.add_argument("--embedding-cache", type=Path, default=None,
@@ -464,11 +471,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           checkpoint=args.json)
         else:
             result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants,
-                              embedding_cache=args.embedding_cache, search_only=args.search_only)
+                              embedding_cache=args.embedding_cache, search_only=args.search_only,
+                              ingest_only=args.ingest_only)
     except FileNotFoundError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
-    (print_longmemeval_report if args.longmemeval else print_report)(result, console)
+    if args.ingest_only and not args.longmemeval:
+        by_conv = result["ingest_seconds_by_conversation"]
+        console.print(f"ingest through consolidation: {len(by_conv)} conversations in {result['ingest_seconds']:.1f} s "
+                      f"(median {statistics.median(by_conv.values()):.1f} s per conversation)")
+    else:
+        (print_longmemeval_report if args.longmemeval else print_report)(result, console)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
         console.print(f"wrote {args.json}")
