@@ -84,19 +84,17 @@ def reinforce(rt: Runtime, tenant_id: str, memory_ids: list[uuid.UUID | str], no
     """Record a recall of each memory (MemoryBank: its stability grows, its clock restarts; an archived one is
     active again). Only the tenant's memories are touched; unknown ids are ignored. Returns how many.
 
-    The query worker calls this with the ids of the memories it returned (not wired yet: see the report)."""
+    The query worker calls this with the ids of the memories it returned (``workers.query.search``)."""
     now = now or datetime.now(UTC)
     ids = [str(i) for i in memory_ids]
     done = 0
     for mtype in MEMORY_TYPES:
-        for rec in rt.vectors.retrieve(mtype.value, ids):
-            p = rec.payload or {}
-            if p.get("tenant_id") != tenant_id:
-                continue
-            rt.vectors.set_payload(mtype.value, [rec.id], {
-                "recalls": int(p.get("recalls") or 0) + 1, "last_recalled_at": now.isoformat(), "strength": 1.0,
-                "archived": False})
-            done += 1
+        found = {rec.id: rec.payload or {} for rec in rt.vectors.retrieve(mtype.value, ids)
+                 if (rec.payload or {}).get("tenant_id") == tenant_id}
+        rt.vectors.set_payloads(mtype.value, {pid: {  # one batch request per type
+            "recalls": int(p.get("recalls") or 0) + 1, "last_recalled_at": now.isoformat(), "strength": 1.0,
+            "archived": False} for pid, p in found.items()})
+        done += len(found)
     return done
 
 
@@ -110,8 +108,7 @@ def archive_decayed(rt: Runtime, now: datetime | None = None) -> dict[str, int]:
         flt = qm.Filter(must_not=[qm.FieldCondition(key="archived", match=qm.MatchValue(value=True))])
         faded = [(rec.id, r) for rec in rt.vectors.scroll(mtype.value, flt)
                  if (r := retention(rec.payload or {}, now, s.memory_stability_days)) < s.memory_archive_retention]
-        for pid, r in faded:
-            rt.vectors.set_payload(mtype.value, [pid], {"archived": True, "strength": round(r, 4)})
+        rt.vectors.set_payloads(mtype.value, {pid: {"archived": True, "strength": round(r, 4)} for pid, r in faded})
         out[mtype.value] = len(faded)
     if any(out.values()):
         log.info("memories archived", **out)
