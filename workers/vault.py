@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 
 import phonenumbers
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -78,6 +79,7 @@ SENSITIVITY = {"aws_access_key": "high", "aws_secret_key": "high", "api_key": "h
 # (entry type, pattern, group holding the secret, a cheap test the text must pass first), tried in this
 # order; earlier spans win overlaps
 _DIGIT_RUN = re.compile(r"\d[\d \t().-]{5,}\d")
+_DIGIT = re.compile(r"\d")  # the address pattern needs a \d: one regex scan instead of a Python loop per character
 _PATTERNS: list[tuple[str, re.Pattern, int, Callable[[str, str], bool]]] = [
     ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), 0, lambda t, low: "AKIA" in t or "ASIA" in t),
     ("aws_secret_key", re.compile(r"(?i)aws_?secret_?(?:access_?)?key\s*[:=]\s*[\"']?"
@@ -103,7 +105,7 @@ _PATTERNS: list[tuple[str, re.Pattern, int, Callable[[str, str], bool]]] = [
                            r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Way|Place|Pl"
                            r"|Terrace)\b\.?(?:,?\s*(?:Apt|Suite|Unit)\.?\s*\w+)?"
                            r"(?:,\s*[A-Z][a-z]+(?:\s[A-Z][a-z]+)*)?(?:,\s*[A-Z]{2}\s+\d{5})?"), 0,
-     lambda t, low: any(c.isdigit() for c in t)),
+     lambda t, low: _DIGIT.search(t) is not None),
 ]
 _TRAILING = ".,;:!?)]}>'\""
 
@@ -138,7 +140,20 @@ def _phone_shaped(raw: str, before: str) -> bool:
 
 
 def detect(text: str, phone_region: str = "US") -> list[Finding]:
-    """The secrets in ``text``, by start, without overlaps. Pure: no I/O, never logs the text."""
+    """The secrets in ``text``, by start, without overlaps. Pure: no I/O, never logs the text.
+
+    Results are memoised per (text, region) in this process (``_detect``, an LRU of ``DETECT_CACHE_SIZE``
+    texts): a chat turn is read as its own text and again as up to four neighbours' context, and a turn
+    at a batch edge by two perceive tasks, so each distinct text is searched once. The memo holds texts
+    that may contain secrets, in this process's memory only (as the task's own variables do)."""
+    return list(_detect(text, phone_region))
+
+
+DETECT_CACHE_SIZE = 4096
+
+
+@lru_cache(maxsize=DETECT_CACHE_SIZE)
+def _detect(text: str, phone_region: str) -> tuple[Finding, ...]:
     found: list[Finding] = []
 
     def add(entry_type: str, start: int, end: int) -> None:
@@ -162,7 +177,7 @@ def detect(text: str, phone_region: str = "US") -> list[Finding]:
         for m in phonenumbers.PhoneNumberMatcher(text, phone_region, leniency=phonenumbers.Leniency.VALID):
             if _phone_shaped(m.raw_string, text[max(0, m.start - 24):m.start]):
                 add("phone_number", m.start, m.end)
-    return sorted(found, key=lambda f: f.start)
+    return tuple(sorted(found, key=lambda f: f.start))
 
 
 # keys ------------------------------------------------------------------------------------------------
