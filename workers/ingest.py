@@ -24,7 +24,6 @@ from celery import chain
 from schemas.events import EventStatus, MediaEvent, MediaKind
 from schemas.jobs import Keyframe, SegmentJob
 from workers import media
-from workers.adapters import parse_conversation_file
 from workers.app import Queue, app
 from workers.ids import derived_key, sha256_file
 from workers.ledger import FINAL_STATUSES
@@ -221,7 +220,9 @@ def _plan_clip(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
 
 
 def _plan_text(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
-    messages = parse_conversation_file(path.read_bytes(), event.source_name or "")
+    from workers.perceive import conversation_messages  # parsed once, kept for the perceive tasks
+
+    messages = conversation_messages(rt, event, path.read_bytes())
     batch = rt.settings.chat_batch_size
     return [SegmentJob(event=event, segment_index=i, first_message=lo, last_message=min(lo + batch, len(messages)))
             for i, lo in enumerate(range(0, len(messages), batch))]

@@ -9,6 +9,8 @@ placeholder and kept encrypted): nothing leaves this stage that should not be st
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from datetime import timedelta
 
 import numpy as np
@@ -133,8 +135,37 @@ def message_context(messages: list, idx: int, turns: int = CONTEXT_TURNS) -> tup
     return before, after
 
 
+_PARSED: OrderedDict[tuple[str, str, str], list] = OrderedDict()
+_PARSED_LOCK = threading.Lock()
+PARSED_CACHE_SIZE = 4  # conversation files whose parsed messages are kept (most recently used)
+
+
+def conversation_messages(rt: Runtime, event: MediaEvent, data: bytes | None = None) -> list:
+    """The messages of a text event's conversation file (``adapters.parse_conversation_file``), parsed once
+    per process: ingest plans the segments and each of the file's perceive tasks reads its slice of the
+    same list (a 500-turn file is cut into ~10 segments). Kept by (object key, sha256, source name) for the
+    ``PARSED_CACHE_SIZE`` files used last; the object key is content-addressed, so a kept list is what
+    parsing the object again would give. ``data``: the object's bytes when the caller has them (else they are
+read from the object store). Callers must not modify the list or its messages. Raises
+    MediaError for a file that does not parse (not kept)."""
+    key = (event.object_key, event.sha256, event.source_name or "")
+    with _PARSED_LOCK:
+        messages = _PARSED.get(key)
+        if messages is not None:
+            _PARSED.move_to_end(key)
+            return messages
+    if data is None:
+        data = rt.objects.get_bytes(event.object_key)
+    messages = parse_conversation_file(data, event.source_name or "")
+    with _PARSED_LOCK:
+        _PARSED[key] = messages
+        while len(_PARSED) > PARSED_CACHE_SIZE:
+            _PARSED.popitem(last=False)
+    return messages
+
+
 def _text(rt: Runtime, job: SegmentJob) -> list[Observation]:
-    messages = parse_conversation_file(rt.objects.get_bytes(job.event.object_key), job.event.source_name or "")
+    messages = conversation_messages(rt, job.event)
     out = []
     for idx in range(job.first_message or 0, job.last_message or len(messages)):
         msg = messages[idx]
