@@ -50,6 +50,38 @@ FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [(a, single, tpl, re.co
     ("likes", False, "{s} likes {v}", _SUBJ + r" (?:really |absolutely |just )?(?:love|loves|enjoy|enjoys) "
                                        r"(?:to )?" + _PHRASE),
 ]]
+#: For each of ``FACT_PATTERNS`` (same order), literals a sentence must contain for the pattern to match
+#: there: every group must have one of its literals in the sentence (each pattern's text requires them, e.g.
+#: ``lives_in`` needs " live..." or "living in "). Sentences without them skip that pattern's regex, whose
+#: look-behind subject makes a scan slow; the drafts are the same (``tests/workers/test_rules_gates.py``).
+FACT_GATES: list[tuple[tuple[str, ...], ...]] = [
+    ((" live", "living in "),),
+    (("moved to ", "relocated to "),),
+    (("work", "got a job"), (" at ", " for ")),
+    (("work",), (" as a",)),
+    ((" years old",),),
+    (("from ",),),
+    ((" grew up in ",),),
+    ((" married to ",),),
+    ((" birthday is ",),),
+    (("favourite ", "favorite "), (" is ",)),
+    ((" stud", " major"),),
+    (("dog", "cat", "puppy", "kitten", "parrot", "rabbit", "hamster", "horse", "turtle", "fish"), (" a ", " an ")),
+    (("love", "enjoy"),),
+]
+
+
+def _passes(sentence: str, gate: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether ``sentence`` holds a literal of every group of ``gate`` (see ``FACT_GATES``)."""
+    for group in gate:  # loops, not all(any(...)): this runs ~13 times per sentence of every observation
+        for lit in group:
+            if lit in sentence:
+                break
+        else:
+            return False
+    return True
+
+
 _NOT_VALUES = {"it", "that", "this", "you", "them", "him", "her", "those", "these", "me", "us", "the", "a", "an",
                "what", "how", "when", "being", "having", "doing", "seeing", "hearing", "your", "my"}
 _NOT_NAMES = {"The", "Then", "So", "And", "But", "We", "They", "He", "She", "It", "This", "That", "Yes", "No",
@@ -112,7 +144,9 @@ class RulesExtractor(Extractor):
         return out
 
     def _facts(self, sentence: str, i: int, obs: Seen, names: set[str], user_id: str, out: Extraction) -> None:
-        for attribute, single, template, pattern in FACT_PATTERNS:
+        for (attribute, single, template, pattern), gate in zip(FACT_PATTERNS, FACT_GATES, strict=True):
+            if not _passes(sentence, gate):
+                continue
             for m in pattern.finditer(sentence):
                 subj = m.group("subj")
                 first_person = subj in ("I", "My", "my")

@@ -1,0 +1,76 @@
+"""The rules extractor's literal gates (``workers.extract.rules.FACT_GATES``) skip only sentences a fact pattern
+cannot match: on example sentences of every pattern and on every sentence of LoCoMo's conversations (when the
+evaluation data is there), a pattern that matches a sentence always passes its gate, and the gated extractor
+gives the same drafts as running every pattern on every sentence."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from schemas.settings import get_settings
+from workers.extract.base import Seen
+from workers.extract.rules import FACT_GATES, FACT_PATTERNS, RulesExtractor, _passes, sentences
+
+EXAMPLES = [
+    "I live in Paris now.", "Ann lives in New York, and she likes it.", "I'm living in Berlin", "I am living in Rome.",
+    "I've just moved to Lisbon.", "Ann has relocated to San Francisco", "I work at Google.",
+    "I'm working for Acme Corp.", "Ann got a job at Siemens.", "I started working at the Louvre",
+    "I work as a nurse.", "I'm working as an engineer at a startup.", "I am 34 years old.",
+    "I just turned 40 years old",
+    "I'm from Lyon.", "Ann comes originally from Osaka.", "I grew up in Ohio.", "I'm married to John.",
+    "My birthday is on 3rd May.", "Ann's birthday is June 12th", "My favourite band is Muse.",
+    "My all-time favorite film genre is horror, but I watch dramas too.", "I study physics.",
+    "I'm studying law at Yale.", "Ann majored in history", "I have a dog named Rex.", "I adopted an old cat.",
+    "Ann got a puppy", "I love hiking in the Alps.", "I really enjoy to cook with friends.", "Ann loves jazz",
+]
+
+
+def _ungated(extractor: RulesExtractor, seen: list[Seen], user_id: str):
+    """The extraction with every pattern run on every sentence (the gates bypassed)."""
+    import workers.extract.rules as rules
+
+    saved = rules.FACT_GATES
+    rules.FACT_GATES = [()] * len(FACT_PATTERNS)  # an empty gate passes every sentence
+    try:
+        return extractor.extract(seen, user_id)
+    finally:
+        rules.FACT_GATES = saved
+
+
+def _check(texts: list[str], speakers: list[str | None]) -> None:
+    for text in texts:
+        for sentence in sentences(text):
+            for (attribute, _, _, pattern), gate in zip(FACT_PATTERNS, FACT_GATES, strict=True):
+                if pattern.search(sentence):
+                    assert _passes(sentence, gate), (attribute, sentence)
+    when = datetime(2024, 5, 1, tzinfo=UTC)
+    seen = [Seen(text=t, kind="text", captured_at=when, speaker=s, about_user=s == "user")
+            for t, s in zip(texts, speakers, strict=True)]
+    extractor = RulesExtractor()
+    assert extractor.extract(seen, "user") == _ungated(extractor, seen, "user")
+
+
+def test_gates_pass_every_example():
+    assert len(FACT_GATES) == len(FACT_PATTERNS)
+    _check(EXAMPLES, ["user" if i % 2 else "Ann" for i in range(len(EXAMPLES))])
+    assert RulesExtractor().extract([Seen(text=t, kind="text", captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+                                          speaker="user", about_user=True) for t in EXAMPLES], "user").semantic
+
+
+def test_gates_on_locomo():
+    path = get_settings().eval_data / "conversations" / "locomo10.json"
+    if not path.exists():
+        pytest.skip(f"no LoCoMo data at {path}")
+    texts, speakers = [], []
+    for sample in json.loads(path.read_text()):
+        conv = sample["conversation"]
+        for key, turns in conv.items():
+            if key.startswith("session_") and isinstance(turns, list):
+                for turn in turns:
+                    texts.append(turn.get("text") or "")
+                    speakers.append(turn.get("speaker"))
+    assert len(texts) > 1000
+    _check(texts, speakers)
