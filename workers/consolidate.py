@@ -105,13 +105,14 @@ def source_fields(records: list[qm.Record]) -> dict[str, list[str]]:
 
 
 def memory_points(rt: Runtime, memories: list[EpisodicMemory], fields: list[dict[str, list[str]]],
-                  dense: np.ndarray | None = None, sparse_texts: list[str] | None = None,
+                  dense: np.ndarray | None = None, sparse_texts: list[str | list[str]] | None = None,
                   sparse_units: list[int] | None = None) -> list[qm.PointStruct]:
     """Qdrant points of memories: payload is the memory plus ``start_ts``/``end_ts`` and ``fields`` (what its
     sources are, ``source_fields``).
 
     ``dense`` (n, 384) and ``sparse_texts`` default to the embedding and the BM25 vector of each memory's
-    ``index_text()``; ``sparse_units`` says how many observations' texts each sparse text joins."""
+    ``index_text()`` (a sparse text may be given as its parts, ``sparse.tokenize_parts``); ``sparse_units`` says
+    how many observations' texts each sparse text joins."""
     texts = [m.index_text() for m in memories]
     dense = embed_texts(rt, texts) if dense is None else dense
     sparse_vecs = sparse_vectors(rt.settings, sparse_texts or texts, sparse_units)
@@ -151,7 +152,9 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
         episodes = group_episodes(records, s.episode_gap_seconds, s.episode_max_observations)
         memories = [build_episode(ep, s.summary_sentences) for ep in episodes]
         vectors = np.stack([episode_vector(ep) for ep in episodes])
-        texts = ["\n".join(r.payload["text"] for r in ep) for ep in episodes]
+        # BM25 of each episode's joined texts, given as its turns (tokens never span the line breaks, and the
+        # turns' tokens are still cached from the embed stage: sparse.tokenize_parts)
+        texts = [[r.payload["text"] for r in ep] for ep in episodes]
         fields = [source_fields(ep) for ep in episodes]
         rt.vectors.upsert(MemoryType.episodic.value,
                           memory_points(rt, memories, fields, vectors, texts, [len(ep) for ep in episodes]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from functools import lru_cache
 
 _stemmer_lock = threading.Lock()
@@ -49,22 +49,50 @@ def _weights(tokens: list[str], k1: float, b: float, avgdl: float) -> tuple[list
     counts = Counter(tokens)
     dl = len(tokens)
     merged: dict[int, float] = {}
+    k1_plus_1, norm = k1 + 1, k1 * (1 - b + b * dl / avgdl)  # the same float operations, done once per text
     for tok, tf in counts.items():
-        weight = tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+        weight = tf * k1_plus_1 / (tf + norm)
         idx = token_index(tok)
         merged[idx] = merged.get(idx, 0.0) + weight
     indices = sorted(merged)
     return indices, [merged[i] for i in indices]
 
 
+#: Tokens of the texts tokenized last (text -> tokens), so a text indexed again (a turn as its neighbours'
+#: context in the next segment, the turns of an episode at consolidation) is not tokenized again.
+TOKEN_CACHE_SIZE = 50_000
+_tokens: OrderedDict[str, list[str]] = OrderedDict()
+_tokens_lock = threading.Lock()
+
+
+def _cached_tokens(texts: list[str]) -> dict[str, list[str]]:
+    """Tokens of each distinct text of ``texts`` (``tokenize``), through the process's token cache."""
+    out: dict[str, list[str]] = {}
+    with _tokens_lock:
+        for t in texts:
+            got = _tokens.get(t)
+            if got is not None:
+                _tokens.move_to_end(t)
+                out[t] = got
+    missing = [t for t in dict.fromkeys(texts) if t not in out]
+    if missing:
+        fresh = dict(zip(missing, tokenize(missing), strict=True))
+        out.update(fresh)
+        with _tokens_lock:
+            _tokens.update(fresh)
+            while len(_tokens) > TOKEN_CACHE_SIZE:
+                _tokens.popitem(last=False)
+    return out
+
+
 def tokenize_parts(docs: list[str | list[str]]) -> list[list[str]]:
     """Tokens of each document, given as one text or as its parts (the texts it joins with spaces or line
     breaks): the tokens of ``" ".join(parts)``, with each distinct part tokenized once. A token never spans
     the separator between two parts, so the result equals ``tokenize`` of the joined texts; a turn indexed
-    with its neighbours as context is then tokenized once, not once per document it appears in."""
+    with its neighbours as context is then tokenized once, not once per document it appears in (and a part
+    seen lately, by an earlier call in this process, is not tokenized again: ``TOKEN_CACHE_SIZE``)."""
     parts = [[d] if isinstance(d, str) else list(d) for d in docs]
-    uniq = list(dict.fromkeys(p for ps in parts for p in ps))
-    toks = dict(zip(uniq, tokenize(uniq), strict=True))
+    toks = _cached_tokens([p for ps in parts for p in ps])
     return [[t for p in ps for t in toks[p]] for ps in parts]
 
 
