@@ -18,6 +18,8 @@ from __future__ import annotations
 import atexit
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from qdrant_client import QdrantClient
@@ -70,6 +72,29 @@ class StoreBusy(RuntimeError):
 def collection_for(memory_type: MemoryType) -> str:
     """Qdrant collection name of a memory type (``observation`` lives in ``observations``)."""
     return OBSERVATIONS if memory_type is MemoryType.observation else memory_type.value
+
+
+class _DeferredCommits:
+    """Stands in for a local-mode collection's SQLite connection while one request writes many points: it runs
+    every statement on the connection, but its ``with`` block does not commit (``VectorStore._one_commit``
+    commits once at the end). Anything else is the connection's."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> Any:
+        return self._conn
+
+    def __exit__(self, *exc: object) -> bool:
+        return False  # a failed statement changed nothing (SQLite statements are atomic); the error propagates
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+#: Local mode reads a scroll in pages this large: qdrant-client's local mode evaluates the filter over the whole
+#: collection for every page, so one page instead of many is the same points in the same order, in less time.
+LOCAL_SCROLL_PAGE = 1_000_000
 
 
 class VectorStore:
@@ -135,12 +160,41 @@ class VectorStore:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
 
+    def _persistence(self, collection: str) -> Any:
+        """Local mode: qdrant-client's ``CollectionPersistence`` of ``collection`` (None on a server, for an
+        in-memory collection, or when the client's internals differ)."""
+        if not self.local:
+            return None
+        coll = getattr(getattr(self.client, "_client", None), "collections", {}).get(collection)
+        persistence = getattr(coll, "storage", None)
+        return persistence if hasattr(persistence, "storage") else None
+
+    @contextmanager
+    def _one_commit(self, collection: str) -> Iterator[None]:
+        """Local mode: the writes of one request to ``collection`` are committed to its SQLite file together,
+        once at the end, instead of once per point (qdrant-client's local mode commits each point it writes,
+        and an upsert or a payload update of a conversation's ~500 points spent more time committing than
+        writing). What is stored is the same; statements that ran before an error are committed too, as they
+        were one by one. Elsewhere it does nothing."""
+        persistence = self._persistence(collection)
+        if persistence is None or isinstance(persistence.storage, _DeferredCommits):
+            yield
+            return
+        conn = persistence.storage
+        persistence.storage = _DeferredCommits(conn)
+        try:
+            yield
+        finally:
+            persistence.storage = conn
+            conn.commit()
+
     def upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
         """Insert or replace points (ids are deterministic, so repeats overwrite)."""
         if not points:
             return
         self.ensure(collection)
-        self.client.upsert(collection, points=points, wait=True)
+        with self._one_commit(collection):
+            self.client.upsert(collection, points=points, wait=True)
 
     def search(self, collection: str, dense: list[float] | None, sparse: tuple[list[int], list[float]] | None,
                flt: qm.Filter, limit: int, idf_corpus: qm.Filter | None = None
@@ -175,6 +229,8 @@ class VectorStore:
                 batch: int = 256) -> list[qm.Record]:
         out: list[qm.Record] = []
         offset = None
+        if self.local:
+            batch = max(batch, LOCAL_SCROLL_PAGE)
         while True:
             points, offset = self.client.scroll(collection, scroll_filter=flt, limit=batch, offset=offset,
                                                 with_payload=True, with_vectors=with_vectors)
@@ -202,22 +258,25 @@ class VectorStore:
         """Merge a different payload into each point ({point id: payload}) in one batch request."""
         if payloads:
             self.ensure(collection)
-            self.client.batch_update_points(collection, update_operations=[
-                qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=[str(pid)]))
-                for pid, p in payloads.items()], wait=True)
+            with self._one_commit(collection):
+                self.client.batch_update_points(collection, update_operations=[
+                    qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=[str(pid)]))
+                    for pid, p in payloads.items()], wait=True)
 
     def set_payload(self, collection: str, ids: list[uuid.UUID | str], payload: dict[str, Any]) -> None:
         """Merge ``payload`` into the given points."""
         if ids:
             self.ensure(collection)
-            self.client.set_payload(collection, payload=payload, points=[str(i) for i in ids], wait=True)
+            with self._one_commit(collection):
+                self.client.set_payload(collection, payload=payload, points=[str(i) for i in ids], wait=True)
 
     def delete(self, collection: str, selector: list[uuid.UUID | str] | qm.Filter) -> None:
         """Delete the points with these ids, or every point matching a filter."""
         self.ensure(collection)
         points = selector if isinstance(selector, qm.Filter) else [str(i) for i in selector]
         if points:
-            self.client.delete(collection, points_selector=points, wait=True)
+            with self._one_commit(collection):
+                self.client.delete(collection, points_selector=points, wait=True)
 
     def newest(self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts") -> list[qm.Record]:
         """The first ``limit`` points matching ``flt`` by descending payload ``key`` (points without it come
