@@ -219,21 +219,23 @@ class VectorStore:
         got = {w: r.points for w, r in zip(which, results, strict=True)}
         return got.get("dense", []), got.get("sparse", [])
 
-    def scroll(self, collection: str, flt: qm.Filter, with_vectors: bool = False,
-               batch: int = 256) -> list[qm.Record]:
-        """Every point matching ``flt``."""
+    def scroll(self, collection: str, flt: qm.Filter, with_vectors: bool | list[str] = False,
+               batch: int = 256, without: list[str] | None = None) -> list[qm.Record]:
+        """Every point matching ``flt``; ``without``: payload keys left out of the records (less to copy
+        and send when the caller does not read them)."""
         self.ensure(collection)
-        return self._scroll(collection, flt, with_vectors, batch)
+        return self._scroll(collection, flt, with_vectors, batch, without)
 
-    def _scroll(self, collection: str, flt: qm.Filter | None, with_vectors: bool = False,
-                batch: int = 256) -> list[qm.Record]:
+    def _scroll(self, collection: str, flt: qm.Filter | None, with_vectors: bool | list[str] = False,
+                batch: int = 256, without: list[str] | None = None) -> list[qm.Record]:
         out: list[qm.Record] = []
         offset = None
         if self.local:
             batch = max(batch, LOCAL_SCROLL_PAGE)
+        payload: bool | qm.PayloadSelectorExclude = qm.PayloadSelectorExclude(exclude=without) if without else True
         while True:
             points, offset = self.client.scroll(collection, scroll_filter=flt, limit=batch, offset=offset,
-                                                with_payload=True, with_vectors=with_vectors)
+                                                with_payload=payload, with_vectors=with_vectors)
             out.extend(points)
             if offset is None:
                 return out
