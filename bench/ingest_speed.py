@@ -1,0 +1,109 @@
+"""Warm ingest time of LongMemEval-S haystacks: seconds per question through the real path, no searches.
+
+Each of the first N LongMemEval-S questions' haystack (~40-50 sessions, ~500 turns) is written as engram's
+JSONL conversation record and ingested through ``api.cli.ingest_paths(..., consolidate=True)`` into a fresh
+data dir as its own user, exactly as ``bench/retrieval.py --longmemeval`` does, with the embedding cache
+shared across questions and runs (``--embedding-cache``). Prints each question's seconds and stored counts
+per collection, then the median. With ``--passes 2`` the first pass warms the cache and only the last pass
+is reported. ``--profile FILE`` writes cProfile statistics of the reported pass (``python -m pstats FILE``).
+
+A haystack holding a secret gets vault placeholders whose ids depend on the data dir's vault key (a new one
+per fresh data dir unless ``ENGRAM_VAULT_KEY`` is set, or ``--fixed-vault-key``): their texts then miss the
+warm cache and are embedded (the model is loaded once per process).
+
+    python bench/ingest_speed.py --questions 10 --embedding-cache /tmp/emb [--passes 2] [--fixed-vault-key]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+#: A Fernet key used only by ``--fixed-vault-key`` (benchmark data holds no real secrets).
+BENCH_VAULT_KEY = "q0ZVuNhzjXjuHnBcHEGoeCcB8ebwZMVLtTrP8k8kDv4="
+
+
+def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = None,
+                   profile: cProfile.Profile | None = None) -> list[tuple[str, float, dict[str, int]]]:
+    """(question id, warm ingest seconds, points per collection) for each of the first ``limit`` questions.
+    ``profile``: enabled around each ingest only. Raises FileNotFoundError without the LongMemEval data and
+    RuntimeError when an ingest fails."""
+    from api.cli import ingest_paths
+    from bench.longmemeval import load_longmemeval
+    from bench.retrieval import TENANT, embedded_data_dir, share_embedding_cache
+    from workers.adapters import longmemeval_messages, to_jsonl
+    from workers.runtime import runtime
+
+    out = []
+    for q in load_longmemeval(eval_data)[:limit]:
+        with tempfile.TemporaryDirectory(prefix="engram-ingest-speed-") as tmp:
+            store_dir = Path(tmp) / "data"
+            share_embedding_cache(store_dir, embedding_cache)
+            path = Path(tmp) / f"{q.question_id}.jsonl"
+            path.write_bytes(to_jsonl(longmemeval_messages(q.item)))
+            with embedded_data_dir(store_dir):
+                if profile is not None:
+                    profile.enable()
+                t0 = time.perf_counter()
+                done = ingest_paths([path], tenant=TENANT, user=q.question_id, device="bench", consolidate=True,
+                                    quiet=True)
+                took = time.perf_counter() - t0
+                if profile is not None:
+                    profile.disable()
+                if done["failed"]:
+                    raise RuntimeError(f"ingest of {q.question_id} failed: {done['failed'][0][1]}")
+                vectors = runtime().vectors
+                counts = {c.name: vectors.count(c.name) for c in vectors.client.get_collections().collections}
+        out.append((q.question_id, took, dict(sorted(counts.items()))))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--questions", type=int, default=10, help="the first N LongMemEval-S questions (default 10)")
+    ap.add_argument("--embedding-cache", type=Path, required=True,
+                    help="folder of the embedding cache kept across runs (warm it with --passes 2 or a bench run)")
+    ap.add_argument("--passes", type=int, default=1, help="ingest the questions this many times; report the last")
+    ap.add_argument("--fixed-vault-key", action="store_true",
+                    help="use one vault key for every data dir, so vault placeholders' texts hit the cache")
+    ap.add_argument("--profile", type=Path, default=None, help="write cProfile statistics of the last pass here")
+    ap.add_argument("--eval-data", type=Path, default=None,
+                    help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
+    args = ap.parse_args(argv)
+    if args.fixed_vault_key:
+        os.environ["ENGRAM_VAULT_KEY"] = BENCH_VAULT_KEY
+    from bench.retrieval import _quiet_logs
+
+    _quiet_logs()
+    rows: list[tuple[str, float, dict[str, int]]] = []
+    for n in range(max(1, args.passes)):
+        last = n == max(1, args.passes) - 1
+        prof = cProfile.Profile() if args.profile and last else None
+        rows = ingest_seconds(args.questions, args.embedding_cache, args.eval_data, prof)
+        if prof is not None:
+            prof.dump_stats(args.profile)
+    for qid, took, counts in rows:
+        print(f"{qid}  {took:6.2f} s  " + " ".join(f"{k}={v}" for k, v in counts.items()))
+    secs = [t for _, t, _ in rows]
+    print(f"median warm ingest {statistics.median(secs):.2f} s per question over {len(secs)} questions "
+          f"(total {sum(secs):.1f} s; load {os.getloadavg()[0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
