@@ -28,15 +28,11 @@ from workers.embed import embed_texts, sparse_vectors
 from workers.ids import memory_id
 from workers.metrics import MEMORIES_WRITTEN
 from workers.runtime import TRANSIENT_ERRORS, Runtime, log, runtime
-from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE, tenant_filter
+from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE, UNREAD_OBSERVATION_FIELDS, tenant_filter
 
 _EVENT_TYPES = {MediaKind.text: "conversation", MediaKind.screenshot: "screen_activity",
                 MediaKind.audio: "audio", MediaKind.clip: "video"}
 SUMMARY_CHARS = 240
-#: Observation payload fields consolidation never reads (the chat context indexed with a turn, OCR lines, ASR
-#: words, faces, voices): left out of its scroll, so the store copies less.
-UNREAD_FIELDS = ["context_before", "context_after", "ocr_lines", "words", "faces", "speaker_voices",
-                 "voice_embedding"]
 
 
 def group_episodes(records: list[qm.Record], gap_s: float, max_obs: int) -> list[list[qm.Record]]:
@@ -150,7 +146,7 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
             log.info("consolidation already running", tenant=tenant_id, user=user_id)
             return 0
         records = rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant_id, user_id, consolidated=False),
-                                    with_vectors=[DENSE], without=UNREAD_FIELDS)
+                                    with_vectors=[DENSE], without=UNREAD_OBSERVATION_FIELDS)
         if not records:
             return 0
         episodes = group_episodes(records, s.episode_gap_seconds, s.episode_max_observations)

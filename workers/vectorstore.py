@@ -92,6 +92,12 @@ class _DeferredCommits:
         return getattr(self._conn, name)
 
 
+#: Observation payload fields that only the observation itself needs (the chat context indexed with a turn, OCR
+#: lines, ASR words, faces, voices): consolidation never reads them, and leaves them out of its scroll
+#: (``without=``), so local mode, which copies every payload it returns, copies less.
+UNREAD_OBSERVATION_FIELDS = ["context_before", "context_after", "ocr_lines", "words", "faces", "speaker_voices",
+                             "voice_embedding"]
+
 #: Local mode reads a scroll in pages this large: qdrant-client's local mode evaluates the filter over the whole
 #: collection for every page, so one page instead of many is the same points in the same order, in less time.
 LOCAL_SCROLL_PAGE = 1_000_000
