@@ -1,7 +1,7 @@
-"""The rules extractor's literal gates (``workers.extract.rules.FACT_GATES``) skip only sentences a fact pattern
-cannot match: on example sentences of every pattern and on every sentence of LoCoMo's conversations (when the
-evaluation data is there), a pattern that matches a sentence always passes its gate, and the gated extractor
-gives the same drafts as running every pattern on every sentence."""
+"""The rules extractor's literal gates (``workers.extract.rules.FACT_GATES``, and the URL and file-name
+pre-scans of ``resources``) skip only texts a pattern cannot match: on example sentences of every pattern and on
+every turn of LoCoMo's conversations (when the evaluation data is there), a pattern that matches a text always
+passes its gate, and the gated extractor gives the same drafts as running every fact pattern on every sentence."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from schemas.settings import get_settings
 from workers.extract.base import Seen
-from workers.extract.rules import FACT_GATES, FACT_PATTERNS, RulesExtractor, _passes, sentences
+from workers.extract.rules import _FILE, _FILE_EXT, _URL, FACT_GATES, FACT_PATTERNS, RulesExtractor, _passes, sentences
 
 EXAMPLES = [
     "I live in Paris now.", "Ann lives in New York, and she likes it.", "I'm living in Berlin", "I am living in Rome.",
@@ -25,6 +25,7 @@ EXAMPLES = [
     "My all-time favorite film genre is horror, but I watch dramas too.", "I study physics.",
     "I'm studying law at Yale.", "Ann majored in history", "I have a dog named Rex.", "I adopted an old cat.",
     "Ann got a puppy", "I love hiking in the Alps.", "I really enjoy to cook with friends.", "Ann loves jazz",
+    "See https://example.org/a and www.b.com", "open notes_v2.md then report.PDF and data.json or budget.xlsx",
 ]
 
 
@@ -42,6 +43,10 @@ def _ungated(extractor: RulesExtractor, seen: list[Seen], user_id: str):
 
 def _check(texts: list[str], speakers: list[str | None]) -> None:
     for text in texts:
+        if _FILE.search(text):  # resources() skips the file-name scan of a text without a .<extension>
+            assert _FILE_EXT.search(text), text
+        if _URL.search(text):  # ... and the URL scan of a text without "http" or "www."
+            assert "http" in text or "www." in text, text
         for sentence in sentences(text):
             for (attribute, _, _, pattern), gate in zip(FACT_PATTERNS, FACT_GATES, strict=True):
                 if pattern.search(sentence):

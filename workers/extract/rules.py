@@ -113,6 +113,10 @@ _FILE_TYPES = {"pdf": "document", "doc": "document", "docx": "document", "odt": 
                "md": "document", "xls": "spreadsheet", "xlsx": "spreadsheet", "ods": "spreadsheet",
                "csv": "spreadsheet", "ppt": "presentation", "pptx": "presentation", "png": "image",
                "jpg": "image", "jpeg": "image", "mp4": "video", "mov": "video", "zip": "archive"}
+#: The ``.<extension>`` every ``_FILE`` match ends with: a text without one has no file name (a fast scan
+#: before the slow one).
+_FILE_EXT = re.compile(r"\.(?:pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|odt|ods|txt|py|ipynb|js|ts|json|ya?ml"
+                       r"|md|sql|sh)\b")
 _BROWSERS = ("chrome", "firefox", "safari", "edge", "brave", "opera", "arc", "chromium", "vivaldi")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -137,9 +141,10 @@ class RulesExtractor(Extractor):
         out = Extraction()
         for i, obs in enumerate(seen):
             text = obs.own_text()
-            for sentence in sentences(text):
+            sents = sentences(text)
+            for sentence in sents:
                 self._facts(sentence, i, obs, names, user_id, out)
-            out.procedural.extend(procedures(text, i))
+            out.procedural.extend(procedures(text, i, sents))
             out.resource.extend(resources(obs, i))
         return out
 
@@ -174,12 +179,11 @@ class RulesExtractor(Extractor):
                     out.core.append(CoreDraft(label="human", sources=[i], facts=[f"{label}: {value}"]))
 
 
-def procedures(text: str, i: int) -> list[ProceduralDraft]:
+def procedures(text: str, i: int, sents: list[str] | None = None) -> list[ProceduralDraft]:
     """Step lists in ``text``: numbered lines (1., 2., ... in order) most of which start with an imperative
     verb, and "first ..., then ..., finally ..." sequences whose steps read as instructions (not "I went ...,
-    then we ...")."""
+    then we ..."). ``sents``: ``sentences(text)`` when the caller has them."""
     out = []
-    lines = text.splitlines()
     matches = list(_NUMBERED.finditer(text))
     run: list[re.Match] = []
     for m in [*matches, None]:
@@ -188,14 +192,16 @@ def procedures(text: str, i: int) -> list[ProceduralDraft]:
             continue
         if 2 <= len(run) <= 30 and sum(map(_imperative, (r.group(2) for r in run))) * 2 > len(run):
             line_no = text[:run[0].start()].count("\n") + (1 if text[run[0].start()] == "\n" else 0)
+            lines = text.splitlines()
             heading = next((ln.strip().rstrip(":") for ln in reversed(lines[:line_no]) if ln.strip()), "")
             steps = [r.group(2).strip() for r in run]
             out.append(ProceduralDraft(entry_type="guide", summary=(heading or steps[0])[:500], steps=steps,
                                        sources=[i]))
         run = [m] if m is not None and m.group(1) == "1" else []
-    for sentence in sentences(text):
+    for sentence in sentences(text) if sents is None else sents:
         low = sentence.lower()
-        if not re.search(r"\bfirst(?:ly)?\b", low) or not re.search(r"\b(?:then|next|finally|lastly)\b", low):
+        if ("first" not in low or not re.search(r"\bfirst(?:ly)?\b", low)  # the substring test first: cheaper
+                or not re.search(r"\b(?:then|next|finally|lastly)\b", low)):
             continue
         parts = _SEQUENCE.split(sentence)
         head, steps = parts[0].strip(" ,:;-"), [p.strip(" ,;.") for p in parts[1:] if p.strip(" ,;.")]
@@ -213,13 +219,13 @@ def resources(obs: Seen, i: int) -> list[ResourceDraft]:
     out: list[ResourceDraft] = []
     where = f"shared by {obs.speaker}" if obs.speaker else f"seen on {obs.kind}"
     spans = []
-    for m in _URL.finditer(text):
+    for m in (_URL.finditer(text) if "http" in text or "www." in text else ()):  # a URL holds one of these
         url = m.group(0).rstrip(".,;:!?")
         spans.append((m.start(), m.end()))
         host = urlsplit(url if "://" in url else f"http://{url}").hostname or url
         out.append(ResourceDraft(title=url[:500], resource_type="url", summary=f"link to {host} {where}"[:1000],
                                  content=_around(text, m.start(), m.end()), sources=[i]))
-    for m in _FILE.finditer(text):
+    for m in (_FILE.finditer(text) if _FILE_EXT.search(text) else ()):  # a file name holds a .<extension>
         if any(a <= m.start() < b for a, b in spans):
             continue
         name, ext = m.group(1), m.group(2).lower()
