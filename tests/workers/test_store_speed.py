@@ -49,3 +49,39 @@ def test_settings_follow_the_environment(monkeypatch, tmp_path):
     assert get_settings().episode_max_observations == 7
     monkeypatch.delenv("ENGRAM_EPISODE_MAX_OBSERVATIONS")
     assert get_settings().episode_max_observations == first.episode_max_observations
+
+
+def test_one_commit_per_request_keeps_every_point_and_scroll_pages_alike(engram_env):
+    """Local mode commits a write request once (``VectorStore._one_commit``): a request's points, payload
+    changes and deletions are all on disk after a reopen, and points written before a request fails are
+    committed too. A scroll in one page gives the points of many pages, in the same order; ``without``
+    leaves payload keys out."""
+    rt = engram_env
+    pts = _points(300)
+    for p in pts:
+        p.payload["context_before"] = ["a neighbour's text"]
+    rt.vectors.upsert(OBSERVATIONS, pts)
+    rt.vectors.set_payloads(OBSERVATIONS, {IDS[i]: {"n": i} for i in range(0, 300, 3)})
+    rt.vectors.delete(OBSERVATIONS, IDS[:10])
+    bad = qm.PointStruct(id=str(uuid.UUID(int=10_000)), vector={DENSE: [1.0] * 3}, payload={"tenant_id": "t"})
+    try:  # a wrong vector size fails the request; no point of it is kept
+        rt.vectors.upsert(OBSERVATIONS, [bad])
+    except Exception:  # noqa: BLE001 (qdrant-client's local mode raises ValueError, a server an HTTP error)
+        pass
+    whole = rt.vectors.scroll(OBSERVATIONS, None)
+    paged = []
+    offset = None
+    while True:  # qdrant's own paging, 64 points a page
+        page, offset = rt.vectors.client.scroll(OBSERVATIONS, limit=64, offset=offset, with_payload=True)
+        paged.extend(page)
+        if offset is None:
+            break
+    assert [r.id for r in whole] == [r.id for r in paged] and [r.payload for r in whole] == [r.payload for r in paged]
+    slim = rt.vectors.scroll(OBSERVATIONS, None, without=["context_before"])
+    assert [r.id for r in slim] == [r.id for r in whole]
+    assert all("context_before" not in r.payload and r.payload["tenant_id"] == "t" for r in slim)
+    reset_runtimes()  # close and reopen: what each request wrote was committed
+    again = runtime().vectors
+    assert again.count(OBSERVATIONS) == 290
+    kept = {str(r.id): r.payload for r in again.scroll(OBSERVATIONS, None)}
+    assert IDS[0] not in kept and kept[IDS[12]]["n"] == 12 and "n" not in kept[IDS[13]]
