@@ -59,8 +59,10 @@ def _weights(tokens: list[str], k1: float, b: float, avgdl: float) -> tuple[list
 
 
 #: Tokens of the texts tokenized last (text -> tokens), so a text indexed again (a turn as its neighbours'
-#: context in the next segment, the turns of an episode at consolidation) is not tokenized again.
-TOKEN_CACHE_SIZE = 50_000
+#: context in the next segment, the turns of an episode at consolidation) is not tokenized again. Sized for a
+#: conversation of a few thousand turns between its embed stage and its consolidation (~3 MB per 1,000
+#: turns of a few hundred tokens).
+TOKEN_CACHE_SIZE = 4096
 _tokens: OrderedDict[str, list[str]] = OrderedDict()
 _tokens_lock = threading.Lock()
 
