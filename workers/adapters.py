@@ -126,11 +126,15 @@ def _parse_conversation(data: bytes, source_name: str = "") -> list[Conversation
                 raise InvalidConversation(f"conversation file is not UTF-8: {exc}") from exc
             raise MediaError(f"not JSON or JSONL: {exc}") from exc
         lines = []
-        for n, line in enumerate(text.splitlines(), start=1):
+        # JSON Lines separates records by "\n" only: str.splitlines() would also split inside a record at the
+        # U+2028/U+2029, \x85, \x0b, \x0c and \x1c-\x1e characters JSON strings may hold unescaped
+        for n, line in enumerate(text.split("\n"), start=1):
             try:
                 if line.strip():
                     lines.append(json.loads(line))
             except ValueError as exc:
+                if lines and isinstance(lines[0], dict) and _RECORD_FIELDS & set(lines[0]):
+                    raise InvalidConversation(f"invalid conversation record at line {n}: not JSON: {exc}") from exc
                 raise MediaError(f"not JSON or JSONL: line {n}: {exc}") from exc
         return _records(lines)
     if isinstance(doc, dict) and "conversation" in doc and "sample_id" in doc:

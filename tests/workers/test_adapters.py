@@ -145,6 +145,18 @@ def test_single_record_jsonl():
     assert [m.message_id for m in msgs] == ["m1"]
 
 
+def test_jsonl_keeps_unicode_line_separators_inside_records():
+    """JSON strings may hold U+2028/U+2029, NEL and form feeds unescaped; only "\\n" ends a JSONL record
+    (a LongMemEval haystack has U+2028 inside a turn)."""
+    text = "rewrite this.\u2028\u2028 Instructions:\u2029 a\x85b\x0bc\x0cd\x1ce"
+    data = (json.dumps(record(1, text=text), ensure_ascii=False) + "\r\n"
+            + json.dumps(record(2), ensure_ascii=False) + "\n").encode()
+    msgs = parse_conversation_file(data, "chat.jsonl")
+    assert [m.message_id for m in msgs] == ["m1", "m2"]
+    assert msgs[0].text == text
+    assert parse_conversation_file(to_jsonl(msgs)) == msgs
+
+
 def test_timestamps_naive_are_utc_and_offsets_are_kept():
     msgs = parse_conversation_file(json.dumps([record(1, timestamp="2024-05-01T10:00:00"),
                                                record(2, timestamp="2024-05-01T12:00:00+02:00")]).encode())
@@ -164,7 +176,8 @@ def test_jsonl_round_trip():
     (json.dumps({"messages": []}).encode(), "no messages"),
     (json.dumps({"title": "not a conversation"}).encode(), "not a conversation record"),
     (json.dumps([1, 2, 3]).encode(), "not a conversation record"),
-    ((json.dumps(record(1)) + "\n{not json\n").encode(), "not JSON or JSONL: line 2"),
+    ((json.dumps(record(1)) + "\n{not json\n").encode(), "invalid conversation record at line 2: not JSON"),
+    (b'{"title": 1}\n{not json\n', "not JSON or JSONL: line 2"),
     (b"\xff\xfe binary \x00\x01", "not JSON or JSONL"),
     (json.dumps([record(1), record(2, speaker="")]).encode(), "record at 1.speaker"),
     ((json.dumps(record(1)) + "\n" + json.dumps(record(2, timestamp="yesterday"))).encode(),

@@ -252,9 +252,11 @@ def test_invalid_conversation_fails_with_its_location_other_json_is_skipped(engr
     good = {"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "hi",
             "timestamp": "2024-05-01T10:00:00Z"}
     (folder / "broken.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "speaker": ""}) + "\n")
+    (folder / "cut.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "message_id": "m2"})[:30])
     (folder / "settings.json").write_text(json.dumps({"theme": "dark", "tests": [1, 2]}))
     out = ingest_paths([folder], **WHO, quiet=True)
     failed = {p.name: r for p, r in out["failed"]}
-    assert set(failed) == {"broken.jsonl"}
+    assert set(failed) == {"broken.jsonl", "cut.jsonl"}
     assert "invalid conversation record at 1.speaker" in failed["broken.jsonl"].reason
+    assert "invalid conversation record at line 2: not JSON" in failed["cut.jsonl"].reason  # failed, not ignored
     assert [p.name for p, _ in out["ignored"]] == ["settings.json"]
