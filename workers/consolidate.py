@@ -35,18 +35,32 @@ _EVENT_TYPES = {MediaKind.text: "conversation", MediaKind.screenshot: "screen_ac
 SUMMARY_CHARS = 240
 
 
+def _time_order(rec: qm.Record) -> tuple:
+    p = rec.payload
+    return p["start_ts"], p.get("segment_index", 0), p.get("message_id") or "", str(rec.id)
+
+
 def group_episodes(records: list[qm.Record], gap_s: float, max_obs: int) -> list[list[qm.Record]]:
-    """Split time-ordered observation records into episodes (by gap, session change and size)."""
+    """Split observation records into episodes, each in time order, the episodes ordered by their start.
+
+    Observations of one conversation session (``session_id``; all observations without one form one
+    stream) are split by a gap over ``gap_s`` seconds and after ``max_obs`` observations; different
+    sessions never share an episode, also when their times interleave (two sessions on the same date).
+    Ties in time go by segment index, message id, then point id, so the same records give the same
+    episodes on every run."""
+    streams: dict[str | None, list[qm.Record]] = defaultdict(list)
+    for rec in records:
+        streams[rec.payload.get("session_id")].append(rec)
     episodes: list[list[qm.Record]] = []
-    for rec in sorted(records, key=lambda r: (r.payload["start_ts"], r.payload.get("segment_index", 0))):
-        cur = episodes[-1] if episodes else None
-        if cur is not None:
-            last = cur[-1].payload
-            same_session = last.get("session_id") == rec.payload.get("session_id")
-            if (rec.payload["start_ts"] - last["end_ts"] <= gap_s and same_session and len(cur) < max_obs):
+    for stream in streams.values():
+        cur: list[qm.Record] | None = None
+        for rec in sorted(stream, key=_time_order):
+            if cur is not None and rec.payload["start_ts"] - cur[-1].payload["end_ts"] <= gap_s and len(cur) < max_obs:
                 cur.append(rec)
                 continue
-        episodes.append([rec])
+            cur = [rec]
+            episodes.append(cur)
+    episodes.sort(key=lambda ep: _time_order(ep[0]))
     return episodes
 
 
