@@ -7,11 +7,10 @@ shared across questions and runs (``--embedding-cache``). Prints each question's
 per collection, then the median. With ``--passes 2`` the first pass warms the cache and only the last pass
 is reported. ``--profile FILE`` writes cProfile statistics of the reported pass (``python -m pstats FILE``).
 
-A haystack holding a secret gets vault placeholders whose ids depend on the data dir's vault key (a new one
-per fresh data dir unless ``ENGRAM_VAULT_KEY`` is set, or ``--fixed-vault-key``): their texts then miss the
-warm cache and are embedded (the model is loaded once per process).
+The data dirs share one vault key (``ENGRAM_VAULT_KEY`` or ``bench.retrieval.BENCH_VAULT_KEY``), so the vault
+placeholders in turns that hold a secret are the same on every run and hit the warm cache.
 
-    python bench/ingest_speed.py --questions 10 --embedding-cache /tmp/emb [--passes 2] [--fixed-vault-key]
+    python bench/ingest_speed.py --questions 10 --embedding-cache /tmp/emb [--passes 2]
 """
 
 from __future__ import annotations
@@ -32,10 +31,6 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-#: A Fernet key used only by ``--fixed-vault-key`` (benchmark data holds no real secrets).
-BENCH_VAULT_KEY = "q0ZVuNhzjXjuHnBcHEGoeCcB8ebwZMVLtTrP8k8kDv4="
-
 
 def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = None,
                    profile: cProfile.Profile | None = None) -> list[tuple[str, float, dict[str, int]]]:
@@ -79,14 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedding-cache", type=Path, required=True,
                     help="folder of the embedding cache kept across runs (warm it with --passes 2 or a bench run)")
     ap.add_argument("--passes", type=int, default=1, help="ingest the questions this many times; report the last")
-    ap.add_argument("--fixed-vault-key", action="store_true",
-                    help="use one vault key for every data dir, so vault placeholders' texts hit the cache")
     ap.add_argument("--profile", type=Path, default=None, help="write cProfile statistics of the last pass here")
     ap.add_argument("--eval-data", type=Path, default=None,
                     help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
     args = ap.parse_args(argv)
-    if args.fixed_vault_key:
-        os.environ["ENGRAM_VAULT_KEY"] = BENCH_VAULT_KEY
     from bench.retrieval import _quiet_logs
 
     _quiet_logs()
