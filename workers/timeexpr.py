@@ -12,6 +12,10 @@ is kept only when it carries a year (19xx, 20xx), a relative word (yesterday, ag
 capitalised month or weekday name ("May" not at the start of the query, where it is the modal verb).
 An expression relative to another date ("the week before August 3", "the Saturday after October 28")
 resolves to that date's range widened by ``RELATION_WINDOW`` on the side the relation points to.
+
+What ``dateparser`` does not read is resolved here first: vague counts back in time ("a couple of days ago",
+"a few weeks ago", "several months ago": ``VAGUE_COUNTS`` units back, a range as wide as the vagueness) and
+"last weekend" (Saturday to Monday before the reference's ISO week).
 """
 
 from __future__ import annotations
@@ -29,6 +33,29 @@ _YEAR = re.compile(r"\b(19|20)\d\d\b")
 _RELATION = re.compile(r"\b(before|after|since|until)\b", re.IGNORECASE)
 RELATION_WINDOW = timedelta(days=14)  # "before/after <date>": the range reaches this far from the date
 _STANDALONE_WORDS = {"now", "today", "this", "next", "last", "past", "ago", "recently"}
+#: "a couple of days ago" reaches 1 to 3 days back, "a few" 2 to 5, "several" 3 to 8 (units back, inclusive)
+VAGUE_COUNTS = {"couple": (1, 3), "few": (2, 5), "several": (3, 8)}
+_UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
+_VAGUE_AGO = re.compile(r"\b(?:an?\s+)?(couple|few|several)(?:\s+of)?\s+(day|week|month|year)s?\s+ago\b", re.I)
+_LAST_WEEKEND = re.compile(r"\b(?:last|past|previous)\s+weekend\b", re.I)
+
+
+def _vague(query: str, reference: datetime) -> tuple[str, list[tuple[datetime, datetime]], list[str]]:
+    """The vague expressions of ``query`` (see the module docstring) as ranges, and the query with them blanked
+    out (so ``search_dates`` does not read "days ago" again)."""
+    today = reference.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+    spans, exprs = [], []
+    for m in _VAGUE_AGO.finditer(query):
+        lo, hi = VAGUE_COUNTS[m.group(1).lower()]
+        unit = timedelta(days=_UNIT_DAYS[m.group(2).lower()])
+        spans.append((today - hi * unit, today - lo * unit + timedelta(days=1)))
+        exprs.append(m.group(0))
+    for m in _LAST_WEEKEND.finditer(query):
+        monday = today - timedelta(days=today.weekday())
+        spans.append((monday - timedelta(days=2), monday))
+        exprs.append(m.group(0))
+    blanked = _LAST_WEEKEND.sub(lambda m: " " * len(m.group(0)), _VAGUE_AGO.sub(lambda m: " " * len(m.group(0)), query))
+    return blanked, spans, exprs
 
 
 def _plausible(expr: str, query: str) -> bool:
@@ -81,9 +108,9 @@ def resolve(query: str, reference: datetime | None = None) -> TimeRange | None:
     reference = (reference or datetime.now(UTC)).astimezone(UTC)
     settings = {"RELATIVE_BASE": reference.replace(tzinfo=None), "PREFER_DATES_FROM": "past",
                 "RETURN_AS_TIMEZONE_AWARE": False}
+    query, spans, exprs = _vague(query, reference)
     found = search_dates(query, languages=["en"], settings=settings) or []
     parser = DateDataParser(languages=["en"], settings=settings)
-    spans, exprs = [], []
     for pos, expr in _merge_adjacent(query, found):
         relation = None
         if (rel := _RELATION.search(expr)) is not None:  # "the Saturday after October 28": October 28 is the anchor

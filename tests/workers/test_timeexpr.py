@@ -29,6 +29,10 @@ def day(y: int, m: int, d: int) -> datetime:
     ("Where was John between August 11 and August 15 2022?", day(2022, 8, 11), day(2022, 8, 16)),
     ("What did they do the weekend before 4th October, 2022?", day(2022, 9, 20), day(2022, 10, 5)),
     ("What did they plan on the Saturday after October 28, 2022?", day(2022, 10, 28), day(2022, 11, 12)),
+    ("I cooked something for a friend a couple of days ago. What was it?", day(2023, 5, 17), day(2023, 5, 20)),
+    ("Which museum did I visit a few weeks ago?", day(2023, 4, 15), day(2023, 5, 7)),
+    ("What did I start several months ago?", day(2022, 9, 22), day(2023, 2, 20)),
+    ("Where did I go hiking last weekend?", day(2023, 5, 13), day(2023, 5, 15)),  # REF is a Saturday
 ])
 def test_expressions_resolve_to_their_range(query, start, end):
     got = resolve(query, REF)
