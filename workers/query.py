@@ -10,7 +10,10 @@
    session-then-turn retrieval of LoCoMo and LongMemEval systems). The turns of the best memories join the
    candidates even when neither ranking reached them.
 3. Entities named in the query (a person entity's name, e.g. a chat speaker) boost the observations linked
-   to them by ``ENTITY_BOOST``: a soft entity filter.
+   to them by ``ENTITY_BOOST``: a soft entity filter. As in self-querying retrieval (the query split into a
+   structured filter and the content to match), those names are left out of the dense query
+   (``DENSE_WITHOUT_NAMES``): "What digestive issue did Sam have?" embeds as its content, not as a question
+   about Sam, which would draw every turn of Sam's; BM25 keeps the whole query.
 4. Time expressions in the query ("last Tuesday", "in May 2023"; ``workers.timeexpr``) are resolved against
    the request's ``reference_time`` (default now) into a range; points whose time span overlaps it gain
    ``TIME_BOOST``: a soft time filter, because the time a message was written is often not the time of the
@@ -56,6 +59,7 @@ MEMORY_EXPAND = 5  # the sources of this many best memories join the candidate o
 ENTITY_BOOST = 0.01  # added to an observation linked to an entity the query names (≈ 0.6 / k at k = 60)
 MIN_DEPTH = 200  # candidates per ranking, at least
 TIME_BOOST = 0.01  # added to a point whose time span overlaps the query's resolved time expression
+DENSE_WITHOUT_NAMES = True
 TIME_AS_FILTER = False  # True: the resolved range is a hard filter instead (loses evidence: see the README)
 
 
@@ -99,12 +103,20 @@ def _in_range(payload: dict, span: TimeRange) -> bool:
     return start < span.end.timestamp() and (end if end is not None else start) >= span.start.timestamp()
 
 
-def named_entities(rt: Runtime, tenant_id: str, query: str) -> set[str]:
-    """Ids of the tenant's entities whose name appears in ``query`` as whole words (case ignored); reads only
-    the entities' names (``workers.entities.entity_names``)."""
-    low = query.lower()
-    return {eid for eid, names in entity_names(rt, tenant_id)
-            if any(name and re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", low) for name in names)}
+def _name_pattern(name: str) -> re.Pattern:
+    return re.compile(rf"(?<!\w){re.escape(name)}(?:'s)?(?!\w)", re.IGNORECASE)
+
+
+def named_entities(rt: Runtime, tenant_id: str, query: str) -> tuple[set[str], str]:
+    """(ids of the tenant's entities whose name appears in ``query`` as whole words, case ignored; the query
+    with those names taken out). Reads only the entities' names (``workers.entities.entity_names``)."""
+    ids, rest = set(), query
+    for eid, names in entity_names(rt, tenant_id):
+        for name in names:
+            if name and (pat := _name_pattern(name)).search(query):
+                ids.add(eid)
+                rest = pat.sub(" ", rest)
+    return ids, " ".join(rest.split())
 
 
 def _hit(memory_type: MemoryType, point: qm.ScoredPoint | qm.Record, score: float) -> SearchHit:
@@ -145,7 +157,9 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     if span is not None and TIME_AS_FILTER:  # the alternative measured against the boost (README)
         req = req.model_copy(update={"time_from": max(filter(None, [req.time_from, span.start])),
                                      "time_to": min(filter(None, [req.time_to, span.end]))})
-    dense = embed_texts(rt, [req.query])[0].tolist()
+    named, content = named_entities(rt, req.tenant_id, req.query)
+    # self-query: the names the query gives act through the entity boost; the dense query keeps its content
+    dense = embed_texts(rt, [content if DENSE_WITHOUT_NAMES and content else req.query])[0].tolist()
     sparse_q = sparse.query_vector(req.query)
     depth = max(MIN_DEPTH, req.limit * 5)
     points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]] = {}
@@ -174,7 +188,6 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
         for mid in memories:
             for oid in (points[mid][1].payload or {}).get("provenance", {}).get("observation_ids", []):
                 prior[str(oid)] = max(prior[str(oid)], scores[mid])
-        named = named_entities(rt, req.tenant_id, req.query)
         for pid in is_obs:
             linked = named & set((points[pid][1].payload or {}).get("entity_ids") or [])
             scores[pid] = scores.get(pid, 0.0) + MEMORY_PRIOR * prior[pid] + (ENTITY_BOOST if linked else 0.0)

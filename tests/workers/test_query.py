@@ -213,6 +213,16 @@ def test_named_speaker_boosts_their_turns(corpus):
     assert plain[0].message_ids == ["c1"]
 
 
+def test_names_in_the_query_become_entities_and_leave_the_dense_query(corpus):
+    from workers.link import entity_id
+    from workers.query import named_entities
+
+    ids, content = named_entities(corpus.rt, "acme", "What did ALICE's team and Bob say about the budget?")
+    assert ids == {str(entity_id("acme", "alice")), str(entity_id("acme", "bob"))}
+    assert content == "What did team and say about the budget?"
+    assert named_entities(corpus.rt, "acme", "What did Alicea say?") == (set(), "What did Alicea say?")
+
+
 def test_turns_are_indexed_with_their_neighbours(corpus):
     from workers import sparse
     from workers.vectorstore import OBSERVATIONS, tenant_filter
