@@ -1,5 +1,5 @@
 """LoCoMo conversation 0 through the real ingest path: engram's evidence recall@10 (categories 1-4, at a
-budget of 10 turns) must reach a floor (0.70; 0.75-0.77 measured) and beat reciprocal rank fusion of BM25
+budget of 10 turns) must reach a floor (0.75; 0.81 measured) and beat reciprocal rank fusion of BM25
 and dense over the raw turns of the same conversation overall and in every category."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_engram_recall_at_10_beats_raw_turn_rrf_on_conversation_0(tmp_path):
           f"RRF {result['recall']['RRF']['overall'][10]:.3f}")
     assert result["questions"] > 100
     assert result["ingest_files"][result["conversations"][0]]["done"] == 1
-    assert engram >= 0.70
+    assert engram >= 0.75
     assert engram >= bm25 + 0.1
     for cat, rec in result["recall"]["engram"]["by_category"].items():
         assert rec[10] > result["recall"]["RRF"]["by_category"][cat][10], cat
