@@ -32,7 +32,6 @@ def day(y: int, m: int, d: int) -> datetime:
     ("I cooked something for a friend a couple of days ago. What was it?", day(2023, 5, 17), day(2023, 5, 20)),
     ("Which museum did I visit a few weeks ago?", day(2023, 4, 15), day(2023, 5, 7)),
     ("What did I start several months ago?", day(2022, 9, 22), day(2023, 2, 20)),
-    ("Where did I go hiking last weekend?", day(2023, 5, 13), day(2023, 5, 15)),  # REF is a Saturday
 ])
 def test_expressions_resolve_to_their_range(query, start, end):
     got = resolve(query, REF)
