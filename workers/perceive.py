@@ -146,7 +146,7 @@ def conversation_messages(rt: Runtime, event: MediaEvent, data: bytes | None = N
     same list (a 500-turn file is cut into ~10 segments). Kept by (object key, sha256, source name) for the
     ``PARSED_CACHE_SIZE`` files used last; the object key is content-addressed, so a kept list is what
     parsing the object again would give. ``data``: the object's bytes when the caller has them (else they are
-read from the object store). Callers must not modify the list or its messages. Raises
+    read from the object store). Callers must not modify the list or its messages. Raises
     MediaError for a file that does not parse (not kept)."""
     key = (event.object_key, event.sha256, event.source_name or "")
     with _PARSED_LOCK:
