@@ -746,6 +746,7 @@ def watch(
                                            "(those published before are not sent again).")] = False,
 ) -> None:
     """Publish new files in FOLDER as they appear, once each is completely written. Ctrl-C stops."""
+    import signal
     import threading
 
     from api.client import NotMedia
@@ -767,10 +768,16 @@ def watch(
         except NotADirectoryError as exc:
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from exc
+        # Ctrl-C (SIGINT) or SIGTERM sets the stop event: the watcher finishes the publish under way and returns,
+        # instead of a KeyboardInterrupt raised wherever the main thread is (inside a lock, a request)
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            watcher.run(threading.Event())
-        except KeyboardInterrupt:
-            err.print("stopped")
+            watcher.run(stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        err.print("stopped")
 
 
 @app.command()
