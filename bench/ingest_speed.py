@@ -28,9 +28,6 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = None,
                    profile: cProfile.Profile | None = None) -> list[tuple[str, float, dict[str, int]]]:
@@ -39,7 +36,7 @@ def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = N
     RuntimeError when an ingest fails."""
     from api.cli import ingest_paths
     from bench.longmemeval import load_longmemeval
-    from bench.retrieval import TENANT, embedded_data_dir, share_embedding_cache
+    from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
     from workers.adapters import longmemeval_messages, to_jsonl
     from workers.runtime import runtime
 
@@ -59,8 +56,7 @@ def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = N
                 took = time.perf_counter() - t0
                 if profile is not None:
                     profile.disable()
-                if done["failed"]:
-                    raise RuntimeError(f"ingest of {q.question_id} failed: {done['failed'][0][1]}")
+                check_ingest(q.question_id, done)
                 vectors = runtime().vectors
                 counts = {c.name: vectors.count(c.name) for c in vectors.client.get_collections().collections}
         out.append((q.question_id, took, dict(sorted(counts.items()))))

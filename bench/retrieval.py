@@ -35,12 +35,6 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -98,6 +92,13 @@ def share_embedding_cache(data_dir: Path, cache_dir: Path | None) -> None:
     link = data_dir / "cache"
     if not link.exists():
         link.symlink_to(Path(cache_dir).resolve(), target_is_directory=True)
+
+
+def check_ingest(name: str, out: dict[str, list]) -> None:
+    """Raise RuntimeError (with the first reason) unless ``api.cli.ingest_paths``'s result ``out`` stored the
+    conversation: a failed file, and one ignored as not a conversation, both stop the bench."""
+    if out["failed"] or not out["done"]:
+        raise RuntimeError(f"ingest of {name} failed: {(out['failed'] or out['ignored'])[0][1]}")
 
 
 def _search_sources(rt, query: str, user: str, limit: int, need: int, memory_types=None,
@@ -191,8 +192,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                                            quiet=True)
                         ingest_s[sid] = time.perf_counter() - t0
                         ingest_counts[sid] = {k: len(v) for k, v in out.items()}
-                        if out["failed"] or not out["done"]:
-                            raise RuntimeError(f"ingest of {sid} failed: {(out['failed'] or out['ignored'])[0][1]}")
+                        check_ingest(sid, out)
                     if ingest_only:
                         bar.console.print(f"{sid}: ingest {ingest_s[sid]:.1f} s, {len(msgs)} turns")
                         bar.advance(task)
@@ -296,9 +296,7 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
                         out = ingest_paths([path], tenant=TENANT, user=q.question_id, device="bench",
                                            consolidate=True, quiet=True)
                         ingest_s.append(time.perf_counter() - t0)
-                        if out["failed"] or not out["done"]:
-                            raise RuntimeError(f"ingest of {q.question_id} failed: "
-                                               f"{(out['failed'] or out['ignored'])[0][1]}")
+                        check_ingest(q.question_id, out)
                     rt = runtime()
                     reference = parse_longmemeval_date(q.question_date) if q.question_date else None
                     sources, _, ms = _search_sources(rt, q.question, q.question_id, 2 * ks[-1], ks[-1],
