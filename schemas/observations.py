@@ -107,9 +107,12 @@ class Observation(BaseModel):
 
 
 class EmbeddedObservation(BaseModel):
-    """An observation with its vectors: dense ``text`` (384 float32, L2-normalised) and sparse ``bm25``."""
+    """An observation with its vectors: dense ``text`` (384 float32, L2-normalised), sparse ``bm25`` and
+    ``sentences``, the multivector its dense search scores by MaxSim (``workers.embed.sentence_vectors``):
+    ``dense`` first, then one vector per sentence of a short turn of several sentences (None: ``dense`` alone)."""
 
     observation: Observation
     dense: list[float]
     sparse_indices: list[int]
     sparse_values: list[float]
+    sentences: list[list[float]] | None = None

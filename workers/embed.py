@@ -3,11 +3,20 @@ cached on disk by (model, sha256 of text), and sparse BM25 vectors of each obser
 
 Contextual indexing (Anthropic's "contextual retrieval", 2024, with the surrounding turns as the context
 instead of an LLM-written one): an observation that carries context (the texts of its
-neighbouring chat turns in the same session, ``context_before``/``context_after``) is BM25-indexed as its
-date, its own text and that context (length-normalised as that many turns), and its dense vector is its own
+neighbouring chat turns in the same session, ``context_before``/``context_after``) is BM25-indexed as two
+fields (BM25F, ``workers.sparse.fielded_vectors``): its date and own text, and that context (normalised
+against that many turns' worth of length, weighted ``CONTEXT_TF_WEIGHT``), so two long answers beside a
+one-line turn do not drown its own words; its dense vector is its own
 embedding plus ``CONTEXT_WEIGHT`` times that of each adjacent turn (one either side), re-normalised. The
 neighbours are embedded as the observations they are, so the context costs cache look-ups, not model time.
 An observation without context is indexed as its text alone.
+
+Sentence vectors (Dense X Retrieval, Chen et al. 2023: smaller retrieval units; scored by MaxSim as in ColBERT,
+Khattab & Zaharia 2020): a turn of ``SENTENCE_MAX_WORDS`` words or fewer that has several sentences also gets
+one embedding per sentence, and its dense search scores it by the best of its contextual vector and those
+(``sentence_vectors``; Qdrant multivector, ``MAX_SIM``). A fact told in passing ("By the way, I got a 10%
+discount on my first purchase") is then found on its own, not blurred into the rest of the turn. Long turns
+(documents, an assistant's essay) are left whole: their sentences would multiply the embedding time.
 """
 
 from __future__ import annotations
@@ -19,11 +28,14 @@ from schemas.observations import EmbeddedObservation, Observation
 from schemas.settings import Settings
 from workers import sparse
 from workers.app import app
+from workers.extract.rules import sentences
 from workers.metrics import model_timer
 from workers.models import embed_cached, get_model
 from workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
 
 CONTEXT_WEIGHT = 0.5  # a neighbour's embedding counts half as much as the observation's own
+CONTEXT_TF_WEIGHT = 0.5  # BM25F weight of the context field's term frequencies (the turn's own field: 1)
+SENTENCE_MAX_WORDS = 120  # turns longer than this get no sentence vectors
 
 
 def embed_texts(rt: Runtime, texts: list[str]) -> np.ndarray:
@@ -42,17 +54,24 @@ def sparse_vectors(settings: Settings, texts: list[str | list[str]],
     return sparse.document_vectors(texts, settings.bm25_k1, settings.bm25_b, avgdl)
 
 
-def sparse_parts(obs: Observation) -> list[str]:
-    """What BM25 indexes for an observation, as the parts ``sparse_text`` joins."""
-    if not (obs.context_before or obs.context_after):
-        return [obs.text]
-    return [obs.captured_at.strftime("%-d %B %Y"), *obs.context_before, obs.text, *obs.context_after]
-
-
-def sparse_text(obs: Observation) -> str:
-    """What BM25 indexes for an observation: with context, ``<day month year> <context before> <text>
-    <context after>``."""
-    return " ".join(sparse_parts(obs))
+def observation_sparse_vectors(settings: Settings, observations: list[Observation]
+                               ) -> list[tuple[list[int], list[float]]]:
+    """BM25 vectors of observations: its text alone for one without context; for one with context BM25F over
+    two fields, ``<day month year> <text>`` (weight 1, the configured average length) and its context turns
+    (weight ``CONTEXT_TF_WEIGHT``, that many times the average length)."""
+    out: list[tuple[list[int], list[float]] | None] = [None] * len(observations)
+    plain = [i for i, o in enumerate(observations) if not (o.context_before or o.context_after)]
+    fielded = [i for i, o in enumerate(observations) if o.context_before or o.context_after]
+    for i, vec in zip(plain, sparse_vectors(settings, [observations[i].text for i in plain]), strict=True):
+        out[i] = vec
+    avgdl = settings.bm25_avgdl
+    docs = [[([o.captured_at.strftime("%-d %B %Y"), o.text], 1.0, avgdl),
+             ([*o.context_before, *o.context_after], CONTEXT_TF_WEIGHT,
+              avgdl * (len(o.context_before) + len(o.context_after)))]
+            for o in (observations[i] for i in fielded)]
+    for i, vec in zip(fielded, sparse.fielded_vectors(docs, settings.bm25_k1, settings.bm25_b), strict=True):
+        out[i] = vec
+    return out  # type: ignore[return-value]
 
 
 def contextual_vectors(rt: Runtime, observations: list[Observation]) -> np.ndarray:
@@ -71,15 +90,29 @@ def contextual_vectors(rt: Runtime, observations: list[Observation]) -> np.ndarr
     return out
 
 
+def sentence_vectors(rt: Runtime, observations: list[Observation], dense: np.ndarray) -> list[np.ndarray]:
+    """Each observation's dense multivector (k, 384), unit rows: its row of ``dense`` (n, 384; the contextual
+    vectors) first, then, for a text of at most ``SENTENCE_MAX_WORDS`` words with two or more sentences
+    (``workers.extract.rules.sentences``), one embedding per sentence (through the embedding cache)."""
+    split = [sentences(o.text) if len(o.text.split()) <= SENTENCE_MAX_WORDS else [] for o in observations]
+    split = [ss if len(ss) > 1 else [] for ss in split]
+    texts = list(dict.fromkeys(t for ss in split for t in ss))
+    vecs = embed_texts(rt, texts) if texts else np.empty((0, dense.shape[1]), dtype=np.float32)
+    where = {t: i for i, t in enumerate(texts)}
+    return [np.vstack([dense[n:n + 1], vecs[[where[t] for t in ss]]]) if ss else dense[n:n + 1]
+            for n, ss in enumerate(split)]
+
+
 @app.task(name="workers.embed.embed", **STAGE_TASK_OPTIONS)
 def embed(batch: ObservationBatch) -> EmbeddedBatch:
     """Vectors for every observation of one segment."""
     rt = runtime()
     with stage(rt, batch.job.event.event_id, "embed"):
-        dense = contextual_vectors(rt, batch.observations)
         obs = batch.observations
-        sparse_vecs = sparse_vectors(rt.settings, [sparse_parts(o) for o in obs],
-                                     [1 + len(o.context_before) + len(o.context_after) for o in obs])
-        items = [EmbeddedObservation(observation=o, dense=d.tolist(), sparse_indices=si, sparse_values=sv)
-                 for o, d, (si, sv) in zip(batch.observations, dense, sparse_vecs, strict=True)]
+        dense = contextual_vectors(rt, obs)
+        multi = sentence_vectors(rt, obs, dense)
+        sparse_vecs = observation_sparse_vectors(rt.settings, obs)
+        items = [EmbeddedObservation(observation=o, dense=d.tolist(), sparse_indices=si, sparse_values=sv,
+                                     sentences=m.tolist() if len(m) > 1 else None)
+                 for o, d, m, (si, sv) in zip(obs, dense, multi, sparse_vecs, strict=True)]
     return EmbeddedBatch(job=batch.job, items=items)

@@ -2,8 +2,11 @@
 
 1. Under the request's filters, each collection is ranked twice — dense (MiniLM cosine) and sparse (BM25
    through Qdrant's IDF modifier, IDF counted over the searching tenant's and user's own points) — and the
-   two rankings are fused by reciprocal rank fusion (Cormack, Clarke & Büttcher, 2009: Σ 1 / (k + rank)).
-   Observations are indexed with their neighbouring turns (contextual indexing, ``workers.embed``).
+   two rankings are fused by weighted reciprocal rank fusion (Cormack, Clarke & Büttcher, 2009: Σ w / (k +
+   rank)), the dense ranking weighing ``DENSE_WEIGHT``: with sentence vectors (an observation's dense score is
+   its best sentence's, ``workers.embed``) a lone strong dense match — a fact told in passing, a preference
+   never named in the question's words — is worth more than an average rank in both lists. Observations are
+   indexed with their neighbouring turns (contextual indexing, BM25F, ``workers.embed``).
 2. Hierarchical retrieval: a memory scores as a whole (an episode is the centroid and full text of its
    turns), and each observation adds ``MEMORY_PRIOR`` times the best score of the memories built from it,
    as a session/document prior fused into passage scores (Callan 1994's passage + document evidence; the
@@ -54,6 +57,7 @@ from workers.runtime import Runtime, runtime
 from workers.timeexpr import resolve
 from workers.vectorstore import OBSERVATIONS, collection_for, tenant_filter
 
+DENSE_WEIGHT = 1.5  # weight of the dense ranking in the fusion (BM25's: 1)
 MEMORY_PRIOR = 0.5  # weight of a memory's fused score in the scores of the observations it was built from
 MEMORY_EXPAND = 5  # the sources of this many best memories join the candidate observations
 ENTITY_BOOST = 0.01  # added to an observation linked to an entity the query names (≈ 0.6 / k at k = 60)
@@ -63,12 +67,16 @@ DENSE_WITHOUT_NAMES = True
 TIME_AS_FILTER = False  # True: the resolved range is a hard filter instead (loses evidence: see the README)
 
 
-def rrf(rankings: list[list[str]], k: int) -> dict[str, float]:
-    """Reciprocal rank fusion of ranked id lists (rank 1 first): {id: Σ 1/(k + rank)}."""
+def rrf(rankings: list[list[str]], k: int, weights: list[float] | None = None) -> dict[str, float]:
+    """Weighted reciprocal rank fusion of ranked id lists (rank 1 first): {id: Σ w / (k + rank)}, each
+    ranking's weight ``w`` from ``weights`` (default 1 each). Raises ValueError when the counts differ."""
+    weights = [1.0] * len(rankings) if weights is None else weights
+    if len(weights) != len(rankings):
+        raise ValueError("one weight per ranking")
     scores: dict[str, float] = defaultdict(float)
-    for ranking in rankings:
+    for ranking, weight in zip(rankings, weights, strict=True):
         for rank, pid in enumerate(ranking, start=1):
-            scores[pid] += 1.0 / (k + rank)
+            scores[pid] += weight / (k + rank)
     return scores
 
 
@@ -172,7 +180,8 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
                                                   idf_corpus=tenant_filter(req.tenant_id, req.user_id))
         for p in (*dense_pts, *sparse_pts):
             points.setdefault(str(p.id), (mtype, p))
-        scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k))
+        scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k,
+                          [DENSE_WEIGHT, 1.0]))
     is_obs = {pid for pid, (mt, _) in points.items() if mt is MemoryType.observation}
     stability = rt.settings.memory_stability_days
     for pid in scores:

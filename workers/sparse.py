@@ -4,6 +4,12 @@ Tokens come from bm25s's tokenizer with English stop words and the Snowball stem
 token's index is a stable 32-bit hash (blake2b), its value BM25's term-frequency weight
 ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` (Robertson & Zaragoza, 2009). The collection's
 sparse vector uses Qdrant's IDF modifier, so the product of query and document vectors is BM25.
+
+A document made of fields (a turn and the neighbouring turns it is indexed with) gets BM25F's weight
+(Robertson, Zaragoza & Taylor, 2004, "Simple BM25 extension to multiple weighted fields"): each field's term
+frequency is length-normalised against that field's own average length and weighted, the sum saturated once,
+``tf~ = sum_f w_f * tf_f / (1 - b + b * dl_f / avgdl_f)``, weight ``tf~ * (k1 + 1) / (tf~ + k1)``. One field of
+weight 1 gives plain BM25; a long field (a neighbour's 500-word answer) then dilutes only itself.
 """
 
 from __future__ import annotations
@@ -45,15 +51,20 @@ def token_index(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=4).digest(), "little")
 
 
-def _weights(tokens: list[str], k1: float, b: float, avgdl: float) -> tuple[list[int], list[float]]:
-    counts = Counter(tokens)
-    dl = len(tokens)
+def _field_weights(fields: list[tuple[list[str], float, float]], k1: float, b: float
+                   ) -> tuple[list[int], list[float]]:
+    """BM25F weights of one document given as (tokens, weight, avgdl) per field."""
+    pseudo: dict[str, float] = {}
+    for tokens, weight, avgdl in fields:
+        if not tokens or weight <= 0:
+            continue
+        scale = weight / (1 - b + b * len(tokens) / avgdl)
+        for tok, tf in Counter(tokens).items():
+            pseudo[tok] = pseudo.get(tok, 0.0) + tf * scale
     merged: dict[int, float] = {}
-    k1_plus_1, norm = k1 + 1, k1 * (1 - b + b * dl / avgdl)  # the same float operations, done once per text
-    for tok, tf in counts.items():
-        weight = tf * k1_plus_1 / (tf + norm)
+    for tok, tf in pseudo.items():
         idx = token_index(tok)
-        merged[idx] = merged.get(idx, 0.0) + weight
+        merged[idx] = merged.get(idx, 0.0) + tf * (k1 + 1) / (tf + k1)
     indices = sorted(merged)
     return indices, [merged[i] for i in indices]
 
@@ -109,7 +120,20 @@ def document_vectors(texts: list[str | list[str]], k1: float = 1.2, b: float = 0
     avgdls = avgdl if isinstance(avgdl, list) else [avgdl] * len(texts)
     if len(avgdls) != len(texts):
         raise ValueError("one avgdl per text")
-    return [_weights(toks, k1, b, a) for toks, a in zip(tokenize_parts(texts), avgdls, strict=True)]
+    return [_field_weights([(toks, 1.0, a)], k1, b) for toks, a in zip(tokenize_parts(texts), avgdls, strict=True)]
+
+
+def fielded_vectors(docs: list[list[tuple[list[str], float, float]]], k1: float = 1.2, b: float = 0.75
+                    ) -> list[tuple[list[int], list[float]]]:
+    """BM25F document vectors (indices ascending, TF weights; see the module docstring) of documents given as
+    fields, each field ``(parts, weight, avgdl)``: its texts (tokenized as ``tokenize_parts`` does), its weight
+    and the average length in tokens its length is compared with. E.g. a chat turn as ``[([date, text], 1.0,
+    24.0), (neighbours, 0.5, 4 * 24.0)]``. Raises ValueError for a non-positive avgdl."""
+    flat = [(parts, weight, avgdl) for doc in docs for parts, weight, avgdl in doc]
+    if any(avgdl <= 0 for _, _, avgdl in flat):
+        raise ValueError("avgdl must be positive")
+    tokens = iter(tokenize_parts([list(parts) for parts, _, _ in flat]))
+    return [_field_weights([(next(tokens), weight, avgdl) for _, weight, avgdl in doc], k1, b) for doc in docs]
 
 
 def query_vector(text: str) -> tuple[list[int], list[float]]:

@@ -13,7 +13,7 @@ from schemas.observations import EmbeddedObservation
 from workers.app import app
 from workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
 from workers.runtime import STAGE_TASK_OPTIONS, log, runtime, stage
-from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE
+from workers.vectorstore import DENSE, OBSERVATIONS, SENTENCES, SPARSE
 
 
 def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
@@ -27,6 +27,8 @@ def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
     payload.update(start_ts=ts, end_ts=ts + duration, consolidated=False, memory_type="observation",
                    stored_at=time.time())  # consolidation's idle timeout counts from here
     vector = {DENSE: item.dense}
+    if item.sentences:  # else the store gives it its own vector as its one row (``VectorStore.upsert``)
+        vector[SENTENCES] = item.sentences
     if item.sparse_indices:
         vector[SPARSE] = qm.SparseVector(indices=item.sparse_indices, values=item.sparse_values)
     return qm.PointStruct(id=str(obs.id), vector=vector, payload=payload)

@@ -35,16 +35,20 @@ FACE = "face"
 VOICE = "voice"
 FACE_SAMPLES = "face_samples"
 VOICE_SAMPLES = "voice_samples"
+SENTENCES = "sentences"  # an observation's contextual vector and its sentences' (``workers.embed``), MaxSim
 OBSERVATIONS = "observations"
 ENTITIES = "entities"
 COLLECTIONS = (OBSERVATIONS, *[t.value for t in MemoryType if t is not MemoryType.observation], ENTITIES)
 
-_SAMPLES = dict(multivector_config=qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM),
+_MAX_SIM = qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM)
+_SAMPLES = dict(multivector_config=_MAX_SIM,
                 hnsw_config=qm.HnswConfigDiff(m=0))  # kept, not searched: no graph to build
 
 #: Named dense vectors a collection has besides ``text``: an entity's face and voice centroids (searched) and
-#: its samples (multivectors, read back to recompute the centroids).
+#: its samples (multivectors, read back to recompute the centroids); an observation's sentence multivector
+#: (what its dense search scores, by MaxSim).
 EXTRA_VECTORS: dict[str, dict[str, qm.VectorParams]] = {
+    OBSERVATIONS: {SENTENCES: qm.VectorParams(size=DIM, distance=qm.Distance.COSINE, multivector_config=_MAX_SIM)},
     ENTITIES: {FACE: qm.VectorParams(size=128, distance=qm.Distance.EUCLID),
                VOICE: qm.VectorParams(size=256, distance=qm.Distance.COSINE),
                FACE_SAMPLES: qm.VectorParams(size=128, distance=qm.Distance.EUCLID, **_SAMPLES),
@@ -103,6 +107,17 @@ UNREAD_OBSERVATION_FIELDS = ["context_before", "context_after", "ocr_lines", "wo
 LOCAL_SCROLL_PAGE = 1_000_000
 
 
+def _complete(points: list[qm.PointStruct], collection: str) -> list[qm.PointStruct]:
+    """``points`` with an observation's ``SENTENCES`` multivector set to its own ``DENSE`` vector where it has
+    none (written by an older engram or a caller that knows no sentences): a point lacking the vector its dense
+    search uses would never be found by it."""
+    if collection == OBSERVATIONS:
+        for p in points:
+            if isinstance(p.vector, dict) and DENSE in p.vector and SENTENCES not in p.vector:
+                p.vector[SENTENCES] = [p.vector[DENSE]]
+    return points
+
+
 class VectorStore:
     """Thin typed wrapper over one QdrantClient. Owned by one process; safe to share between its threads."""
 
@@ -141,8 +156,9 @@ class VectorStore:
                         self.client.create_payload_index(collection, field, field_schema=schema)
             self._local_write_ahead_log(collection)
             if kept:
-                self.client.upsert(collection, points=[qm.PointStruct(id=r.id, vector=r.vector or {},
-                                                                      payload=r.payload) for r in kept], wait=True)
+                self.client.upsert(collection, points=_complete([qm.PointStruct(id=r.id, vector=r.vector or {},
+                                                                                payload=r.payload) for r in kept],
+                                                                collection), wait=True)
             self._ready.add(collection)
 
     def _local_write_ahead_log(self, collection: str) -> None:
@@ -200,12 +216,14 @@ class VectorStore:
             return
         self.ensure(collection)
         with self._one_commit(collection):
-            self.client.upsert(collection, points=points, wait=True)
+            self.client.upsert(collection, points=_complete(points, collection), wait=True)
 
     def search(self, collection: str, dense: list[float] | None, sparse: tuple[list[int], list[float]] | None,
                flt: qm.Filter, limit: int, idf_corpus: qm.Filter | None = None
                ) -> tuple[list[qm.ScoredPoint], list[qm.ScoredPoint]]:
-        """Dense and sparse rankings of ``collection`` under ``flt`` (either may be skipped with None).
+        """Dense and sparse rankings of ``collection`` under ``flt`` (either may be skipped with None). Observations
+        are ranked dense by their ``SENTENCES`` multivector (MaxSim: the best of their own and their sentences'
+        cosine), other collections by ``DENSE``.
 
         ``idf_corpus`` limits the points BM25's IDF is counted over (e.g. one tenant and user): without it
         Qdrant counts the whole collection, so one tenant's scores would depend on another's content.
@@ -213,7 +231,9 @@ class VectorStore:
         self.ensure(collection)
         requests, which = [], []
         if dense is not None:
-            requests.append(qm.QueryRequest(query=dense, using=DENSE, filter=flt, limit=limit, with_payload=True))
+            # observations score by MaxSim over their sentence multivector (its first row is their own vector)
+            query, using = ([dense], SENTENCES) if collection == OBSERVATIONS else (dense, DENSE)
+            requests.append(qm.QueryRequest(query=query, using=using, filter=flt, limit=limit, with_payload=True))
             which.append("dense")
         if sparse is not None and sparse[0]:
             requests.append(qm.QueryRequest(query=qm.SparseVector(indices=sparse[0], values=sparse[1]),

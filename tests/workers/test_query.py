@@ -332,3 +332,15 @@ def test_search_output_shows_the_resolved_time_range():
     out = StringIO()
     print_hits(resp, Console(file=out, width=200))
     assert "'last Tuesday' → 2023-05-16 00:00 to 2023-05-17 00:00 UTC (as of 2023-05-20" in out.getvalue()
+
+
+def test_weighted_rrf():
+    from workers.query import rrf
+
+    plain = rrf([["a", "b"], ["b", "c"]], k=60)
+    assert plain["b"] == pytest.approx(1 / 62 + 1 / 61) and plain["a"] == pytest.approx(1 / 61)
+    weighted = rrf([["a", "b"], ["b", "c"]], k=60, weights=[2.0, 1.0])
+    assert weighted["a"] == pytest.approx(2 / 61) and weighted["c"] == pytest.approx(1 / 62)
+    assert max(weighted, key=weighted.get) == "b"
+    with pytest.raises(ValueError):
+        rrf([["a"]], k=60, weights=[1.0, 1.0])

@@ -131,3 +131,33 @@ def test_a_document_given_as_parts_gets_the_vector_of_the_joined_text():
     assert sparse.document_vectors(docs, avgdl=avgdl) == sparse.document_vectors([" ".join(d) for d in docs],
                                                                                  avgdl=avgdl)
     assert sparse.tokenize_parts([["Painting", "lakes"], "painted lake"]) == [["paint", "lake"], ["paint", "lake"]]
+
+
+def test_one_field_of_weight_one_is_plain_bm25():
+    docs = ["the quarterly invoice total invoice", "Melanie painted a sunrise at the lake today"]
+    plain = sparse.document_vectors(docs, avgdl=[24.0, 30.0])
+    fielded = sparse.fielded_vectors([[([docs[0]], 1.0, 24.0)], [([docs[1]], 1.0, 30.0)]])
+    for (i0, v0), (i1, v1) in zip(plain, fielded, strict=True):
+        assert i0 == i1 and v0 == pytest.approx(v1, rel=1e-12)
+
+
+def test_a_long_context_field_dilutes_only_itself():
+    """BM25F: a turn's own words keep their weight however long its neighbours are (a 500-word answer beside a
+    one-line turn); joined into one text they would be normalised away with the answer's length."""
+    turn = "I got a 10% discount on my first purchase from that new clothing brand"
+    answer = " ".join(f"tip{i} engagement" for i in range(250))
+    alone = dict(zip(*sparse.document_vectors([turn])[0], strict=True))
+    (idx, vals), = sparse.fielded_vectors([[([turn], 1.0, 24.0), ([answer], 1.0, 24.0)]])
+    fielded = dict(zip(idx, vals, strict=True))
+    (jidx, jvals), = sparse.document_vectors([[turn, answer]], avgdl=48.0)
+    joined = dict(zip(jidx, jvals, strict=True))
+    discount = sparse.token_index("discount")
+    assert fielded[discount] > 0.9 * alone[discount]
+    assert joined[discount] < 0.5 * alone[discount]
+    # a term in both fields counts more than in one; a weight of 0 drops the context field
+    both = sparse.fielded_vectors([[([turn], 1.0, 24.0), (["discount codes"], 1.0, 24.0)]])[0]
+    assert dict(zip(*both, strict=True))[discount] > fielded[discount]
+    (zidx, _), = sparse.fielded_vectors([[([turn], 1.0, 24.0), ([answer], 0.0, 24.0)]])
+    assert zidx == sparse.document_vectors([turn])[0][0]
+    with pytest.raises(ValueError):
+        sparse.fielded_vectors([[([turn], 1.0, 0.0)]])

@@ -1,0 +1,112 @@
+"""Sentence vectors: a short turn of several sentences is searched by the best of its own vector and its
+sentences' (MaxSim over a Qdrant multivector), so a fact told in passing is found."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+from qdrant_client import models as qm
+
+from schemas.events import MediaKind
+from schemas.observations import Observation
+from workers.embed import SENTENCE_MAX_WORDS, contextual_vectors, embed_texts, sentence_vectors
+from workers.vectorstore import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
+
+ASIDE = ("user: I'm thinking of exploring Instagram and Twitter to promote my writing services. Do you have tips "
+         "for getting started? By the way, I got a 10% discount on my first purchase from that new clothing brand.")
+OTHERS = ["user: Can you recommend a content calendar template for my blog?",
+          "assistant: Post consistently, reply to comments and track engagement metrics every week.",
+          "user: What are the best hours to post on Instagram for engagement?"]
+QUERY = "What was the discount I got on my first purchase from the new clothing brand?"
+
+
+def _obs(text: str, i: int = 0) -> Observation:
+    return Observation(id=uuid.uuid4(), tenant_id="t", user_id="u", device_id="d", event_id=uuid.uuid4(),
+                       kind=MediaKind.text, segment_index=i, text=text, object_key="k",
+                       captured_at=datetime(2023, 5, 23, 5, 40, tzinfo=UTC))
+
+
+def test_short_turns_of_several_sentences_get_one_row_per_sentence(engram_env):
+    rt = engram_env
+    long_turn = " ".join(["This sentence is part of a long answer."] * (SENTENCE_MAX_WORDS // 8 + 1))
+    obs = [_obs(ASIDE), _obs(OTHERS[0]), _obs(long_turn)]
+    dense = contextual_vectors(rt, obs)
+    multi = sentence_vectors(rt, obs, dense)
+    assert [m.shape for m in multi] == [(4, DIM), (1, DIM), (1, DIM)]  # three sentences; one; too long to split
+    assert all(np.array_equal(m[0], d) for m, d in zip(multi, dense, strict=True))  # own vector first
+    aside = embed_texts(rt, ["By the way, I got a 10% discount on my first purchase from that new clothing brand."])
+    assert np.allclose(multi[0][3], aside[0], atol=1e-6)
+    assert np.allclose(np.linalg.norm(multi[0], axis=1), 1.0, atol=1e-5)
+
+
+def test_dense_search_scores_an_observation_by_its_best_sentence(engram_env):
+    rt = engram_env
+    obs = [_obs(t, i) for i, t in enumerate([ASIDE, *OTHERS])]
+    dense = contextual_vectors(rt, obs)
+    multi = sentence_vectors(rt, obs, dense)
+    rt.vectors.upsert(OBSERVATIONS, [
+        qm.PointStruct(id=str(o.id), vector={DENSE: d.tolist(), SENTENCES: m.tolist()},
+                       payload={"tenant_id": "t", "user_id": "u", "text": o.text})
+        for o, d, m in zip(obs, dense, multi, strict=True)])
+    q = embed_texts(rt, [QUERY])[0]
+    found, _ = rt.vectors.search(OBSERVATIONS, q.tolist(), None, tenant_filter("t", "u"), 10)
+    assert found[0].payload["text"] == ASIDE
+    assert found[0].score == pytest.approx(float((multi[0] @ q).max()), abs=1e-5)
+    assert found[0].score > float(dense[0] @ q) + 0.05  # the sentence, not the whole turn, matched
+
+
+def test_observations_without_sentences_stay_searchable(engram_env):
+    """A point written without the multivector (an older engram, another writer) gets its own vector as its
+    only row, and a collection made before sentence vectors is rebuilt with them, keeping its points."""
+    rt = engram_env
+    unit = [1.0] + [0.0] * (DIM - 1)
+    rt.vectors.upsert(OBSERVATIONS, [qm.PointStruct(id=str(uuid.UUID(int=1)), vector={DENSE: unit},
+                                                    payload={"tenant_id": "t", "user_id": "u"})])
+    found, _ = rt.vectors.search(OBSERVATIONS, unit, None, tenant_filter("t", "u"), 5)
+    assert [str(p.id) for p in found] == [str(uuid.UUID(int=1))]
+
+    client = rt.vectors.client
+    client.delete_collection(OBSERVATIONS)
+    client.create_collection(OBSERVATIONS, vectors_config={DENSE: qm.VectorParams(size=DIM,
+                                                                                  distance=qm.Distance.COSINE)},
+                             sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
+    client.upsert(OBSERVATIONS, points=[qm.PointStruct(id=str(uuid.UUID(int=2)), vector={DENSE: unit},
+                                                       payload={"tenant_id": "t", "user_id": "u"})])
+    rt.vectors._ready.discard(OBSERVATIONS)  # as a new process opening the old store would
+    found, _ = rt.vectors.search(OBSERVATIONS, unit, None, tenant_filter("t", "u"), 5)
+    assert [str(p.id) for p in found] == [str(uuid.UUID(int=2))]
+    assert SENTENCES in client.get_collection(OBSERVATIONS).config.params.vectors
+
+
+ANSWER = " ".join(f"Tip {i}: post at peak engagement hours and reply to comments." for i in range(60))
+TURN = "By the way, I got a 10% discount on my first purchase from that new clothing brand last month."
+
+
+def _weights(vec: tuple[list[int], list[float]]) -> dict[int, float]:
+    return dict(zip(*vec, strict=True))
+
+
+def test_a_turn_keeps_its_own_words_weight_beside_long_neighbours():
+    """BM25F: a turn and its neighbours are two fields, each normalised by its own length, so two 600-word
+    answers beside a one-line turn do not drown its words (joined into one text they would)."""
+    from schemas.settings import Settings
+    from workers import sparse
+    from workers.embed import CONTEXT_TF_WEIGHT, observation_sparse_vectors
+
+    settings = Settings()
+    with_ctx = [_obs(TURN).model_copy(update={"context_before": b, "context_after": a})
+                for b, a in ((["Any tips for Instagram?"], ["Sure, post often."]), ([ANSWER + " Instagram"], [ANSWER]))]
+    alone, short_ctx, long_ctx = observation_sparse_vectors(settings, [_obs(TURN), *with_ctx])
+    assert alone == sparse.document_vectors([TURN], settings.bm25_k1, settings.bm25_b, settings.bm25_avgdl)[0]
+    discount = sparse.token_index("discount")
+    assert _weights(long_ctx)[discount] > 0.9 * _weights(alone)[discount]
+    joined = sparse.document_vectors([["23 May 2023", ANSWER, TURN, ANSWER]], settings.bm25_k1, settings.bm25_b,
+                                     3 * settings.bm25_avgdl)[0]
+    assert _weights(joined)[discount] < 0.5 * _weights(alone)[discount]
+    # the context and the date still index the turn; a long context's words weigh less than the turn's own
+    assert {sparse.token_index("instagram"), sparse.token_index("may"), sparse.token_index("2023")} <= set(short_ctx[0])
+    assert 0 < CONTEXT_TF_WEIGHT < 1
+    assert _weights(long_ctx)[sparse.token_index("instagram")] < 0.5 * _weights(long_ctx)[discount]
