@@ -295,13 +295,17 @@ def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
     events = publish(rt, items)
     by_event = {e.event_id: it for e, it in zip(events, items, strict=True)}
 
+    # Kill once a few events are final while the worker holds a task (acks are late and prefetch is one, so
+    # between two tasks it may hold none: poll until it does, then kill at once; a task takes far longer than
+    # the poll-to-kill gap). The tasks still unacknowledged after the kill are the ones it died holding.
     deadline = time.monotonic() + 120
-    while True:  # kill once a few events are done and most are not
+    while True:
         done = sum(1 for e in events if (r := rt.ledger.get(e.event_id)) and r.status in FINAL)
-        if done >= 3:
+        if done >= 3 and cpu_tasks_unacked(url):
             break
-        assert time.monotonic() < deadline, cluster.tails()
-        time.sleep(0.1)
+        assert time.monotonic() < deadline, \
+            f"never saw the cpu worker hold a task with {done}/{len(events)} events final\n{cluster.tails()}"
+        time.sleep(0.05)
     cluster.kill("cpu", signal.SIGKILL)
     at_kill = done
     assert at_kill < len(events), "every event finished before the kill; nothing was tested"
