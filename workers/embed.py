@@ -14,7 +14,7 @@ An observation without context is indexed as its text alone.
 Sentence vectors (Dense X Retrieval, Chen et al. 2023: smaller retrieval units; scored by MaxSim as in ColBERT,
 Khattab & Zaharia 2020): a turn of ``SENTENCE_MAX_WORDS`` words or fewer that has several sentences also gets
 one embedding per sentence, and its dense search scores it by the best of its contextual vector and those
-(``sentence_vectors``; Qdrant multivector, ``MAX_SIM``). A fact told in passing ("By the way, I got a 10%
+(``dense_vectors``; Qdrant multivector, ``MAX_SIM``). A fact told in passing ("By the way, I got a 10%
 discount on my first purchase") is then found on its own, not blurred into the rest of the turn. Long turns
 (documents, an assistant's essay) are left whole: their sentences would multiply the embedding time.
 """
@@ -74,33 +74,31 @@ def observation_sparse_vectors(settings: Settings, observations: list[Observatio
     return out  # type: ignore[return-value]
 
 
-def contextual_vectors(rt: Runtime, observations: list[Observation]) -> np.ndarray:
-    """Dense vectors (n, 384), unit length: each observation's embedding plus ``CONTEXT_WEIGHT`` times the
-    embedding of each adjacent turn, re-normalised (its own embedding when it has no context)."""
+def dense_vectors(rt: Runtime, observations: list[Observation]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each observation's contextual vector and its sentence multivector, from one pass through the
+    embedding cache and model over every text they need (own texts, adjacent turns, sentences).
+
+    Returns ``(dense, multi)``: ``dense`` (n, 384), unit rows, the observation's embedding plus
+    ``CONTEXT_WEIGHT`` times the embedding of each adjacent turn (one either side), re-normalised (its own
+    embedding when it has no context); ``multi[i]`` (k, 384), unit rows, ``dense[i]`` first and then, for a
+    text of at most ``SENTENCE_MAX_WORDS`` words with two or more sentences
+    (``workers.extract.rules.sentences``), one embedding per sentence (k = 1 otherwise)."""
     adjacent = [[*o.context_before[-1:], *o.context_after[:1]] for o in observations]
-    texts = list(dict.fromkeys([t for o, adj in zip(observations, adjacent, strict=True) for t in (o.text, *adj)]))
+    split = [sentences(o.text) if len(o.text.split()) <= SENTENCE_MAX_WORDS else [] for o in observations]
+    split = [ss if len(ss) > 1 else [] for ss in split]
+    texts = list(dict.fromkeys([t for o, adj, ss in zip(observations, adjacent, split, strict=True)
+                                for t in (o.text, *adj, *ss)]))
     where = {t: i for i, t in enumerate(texts)}
     vecs = embed_texts(rt, texts)
-    out = np.empty((len(observations), vecs.shape[1]), dtype=np.float32)
+    dense = np.empty((len(observations), vecs.shape[1]), dtype=np.float32)
     for n, (obs, adj) in enumerate(zip(observations, adjacent, strict=True)):
         v = vecs[where[obs.text]].copy()
         for t in adj:
             v += CONTEXT_WEIGHT * vecs[where[t]]
-        out[n] = v / max(float(np.linalg.norm(v)), 1e-12)
-    return out
-
-
-def sentence_vectors(rt: Runtime, observations: list[Observation], dense: np.ndarray) -> list[np.ndarray]:
-    """Each observation's dense multivector (k, 384), unit rows: its row of ``dense`` (n, 384; the contextual
-    vectors) first, then, for a text of at most ``SENTENCE_MAX_WORDS`` words with two or more sentences
-    (``workers.extract.rules.sentences``), one embedding per sentence (through the embedding cache)."""
-    split = [sentences(o.text) if len(o.text.split()) <= SENTENCE_MAX_WORDS else [] for o in observations]
-    split = [ss if len(ss) > 1 else [] for ss in split]
-    texts = list(dict.fromkeys(t for ss in split for t in ss))
-    vecs = embed_texts(rt, texts) if texts else np.empty((0, dense.shape[1]), dtype=np.float32)
-    where = {t: i for i, t in enumerate(texts)}
-    return [np.vstack([dense[n:n + 1], vecs[[where[t] for t in ss]]]) if ss else dense[n:n + 1]
-            for n, ss in enumerate(split)]
+        dense[n] = v / max(float(np.linalg.norm(v)), 1e-12)
+    multi = [np.vstack([dense[n:n + 1], vecs[[where[t] for t in ss]]]) if ss else dense[n:n + 1]
+             for n, ss in enumerate(split)]
+    return dense, multi
 
 
 @app.task(name="workers.embed.embed", **STAGE_TASK_OPTIONS)
@@ -109,8 +107,7 @@ def embed(batch: ObservationBatch) -> EmbeddedBatch:
     rt = runtime()
     with stage(rt, batch.job.event.event_id, "embed"):
         obs = batch.observations
-        dense = contextual_vectors(rt, obs)
-        multi = sentence_vectors(rt, obs, dense)
+        dense, multi = dense_vectors(rt, obs)
         sparse_vecs = observation_sparse_vectors(rt.settings, obs)
         items = [EmbeddedObservation(observation=o, dense=d.tolist(), sparse_indices=si, sparse_values=sv,
                                      sentences=m.tolist() if len(m) > 1 else None)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-import threading
 from contextlib import closing
 from pathlib import Path
 
@@ -54,7 +53,6 @@ class EmbeddingCache:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
         with closing(self._connect()) as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, sha TEXT, vec BLOB, PRIMARY KEY(model, sha))")
