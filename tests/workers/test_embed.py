@@ -12,7 +12,7 @@ from qdrant_client import models as qm
 
 from schemas.events import MediaKind
 from schemas.observations import Observation
-from workers.embed import SENTENCE_MAX_WORDS, contextual_vectors, embed_texts, sentence_vectors
+from workers.embed import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts
 from workers.vectorstore import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
 
 ASIDE = ("user: I'm thinking of exploring Instagram and Twitter to promote my writing services. Do you have tips "
@@ -33,8 +33,7 @@ def test_short_turns_of_several_sentences_get_one_row_per_sentence(engram_env):
     rt = engram_env
     long_turn = " ".join(["This sentence is part of a long answer."] * (SENTENCE_MAX_WORDS // 8 + 1))
     obs = [_obs(ASIDE), _obs(OTHERS[0]), _obs(long_turn)]
-    dense = contextual_vectors(rt, obs)
-    multi = sentence_vectors(rt, obs, dense)
+    dense, multi = dense_vectors(rt, obs)
     assert [m.shape for m in multi] == [(4, DIM), (1, DIM), (1, DIM)]  # three sentences; one; too long to split
     assert all(np.array_equal(m[0], d) for m, d in zip(multi, dense, strict=True))  # own vector first
     aside = embed_texts(rt, ["By the way, I got a 10% discount on my first purchase from that new clothing brand."])
@@ -42,11 +41,22 @@ def test_short_turns_of_several_sentences_get_one_row_per_sentence(engram_env):
     assert np.allclose(np.linalg.norm(multi[0], axis=1), 1.0, atol=1e-5)
 
 
+def test_contextual_vector_adds_the_adjacent_turns_at_half_weight(engram_env):
+    """A turn with context: its own embedding plus ``CONTEXT_WEIGHT`` times each adjacent turn's (only the
+    nearest either side), re-normalised; its sentence rows stay its own sentences'."""
+    rt = engram_env
+    turn = _obs(ASIDE).model_copy(update={"context_before": [OTHERS[0], OTHERS[1]], "context_after": [OTHERS[2]]})
+    dense, multi = dense_vectors(rt, [turn])
+    own, before, after = embed_texts(rt, [ASIDE, OTHERS[1], OTHERS[2]])
+    expected = own + CONTEXT_WEIGHT * (before + after)
+    assert np.allclose(dense[0], expected / np.linalg.norm(expected), atol=1e-5)
+    assert multi[0].shape == (4, DIM) and np.array_equal(multi[0][0], dense[0])
+
+
 def test_dense_search_scores_an_observation_by_its_best_sentence(engram_env):
     rt = engram_env
     obs = [_obs(t, i) for i, t in enumerate([ASIDE, *OTHERS])]
-    dense = contextual_vectors(rt, obs)
-    multi = sentence_vectors(rt, obs, dense)
+    dense, multi = dense_vectors(rt, obs)
     rt.vectors.upsert(OBSERVATIONS, [
         qm.PointStruct(id=str(o.id), vector={DENSE: d.tolist(), SENTENCES: m.tolist()},
                        payload={"tenant_id": "t", "user_id": "u", "text": o.text})
@@ -110,3 +120,36 @@ def test_a_turn_keeps_its_own_words_weight_beside_long_neighbours():
     assert {sparse.token_index("instagram"), sparse.token_index("may"), sparse.token_index("2023")} <= set(short_ctx[0])
     assert 0 < CONTEXT_TF_WEIGHT < 1
     assert _weights(long_ctx)[sparse.token_index("instagram")] < 0.5 * _weights(long_ctx)[discount]
+
+
+def test_local_max_sim_ranks_as_the_client_does(engram_env):
+    """In local mode the observations' MaxSim ranking is computed in one matrix product over the filtered
+    points (``VectorStore._local_max_sim``): same points, order and scores as qdrant-client's own multivector
+    query, under a filter, with points deleted and points written without sentences."""
+    rt = engram_env
+    rng = np.random.default_rng(7)
+
+    def unit(n: int) -> np.ndarray:
+        m = rng.normal(size=(n, DIM)).astype(np.float32)
+        return m / np.linalg.norm(m, axis=1, keepdims=True)
+
+    points = []
+    for i in range(300):
+        rows = unit(int(rng.integers(1, 5)))
+        vector = {DENSE: rows[0].tolist()} if i % 7 == 0 else {DENSE: rows[0].tolist(), SENTENCES: rows.tolist()}
+        points.append(qm.PointStruct(id=str(uuid.UUID(int=i + 1)), vector=vector,
+                                     payload={"tenant_id": "t", "user_id": "u" if i % 3 else "v", "n": i}))
+    rt.vectors.upsert(OBSERVATIONS, points)
+    rt.vectors.client.delete(OBSERVATIONS, points_selector=[str(uuid.UUID(int=i + 1)) for i in range(0, 300, 10)])
+    flt = tenant_filter("t", "u")
+    for q in unit(5):
+        fast = rt.vectors._local_max_sim(OBSERVATIONS, SENTENCES, q.tolist(), flt, 40)
+        assert fast is not None and len(fast) == 40
+        slow = rt.vectors.client.query_points(OBSERVATIONS, query=[q.tolist()], using=SENTENCES, query_filter=flt,
+                                              limit=40, with_payload=True).points
+        assert [str(p.id) for p in fast] == [str(p.id) for p in slow]
+        assert [p.score for p in fast] == pytest.approx([p.score for p in slow], abs=1e-5)
+        assert [p.payload for p in fast] == [p.payload for p in slow]
+        assert all(p.payload["user_id"] == "u" and p.payload["n"] % 10 for p in fast)
+    found, _ = rt.vectors.search(OBSERVATIONS, unit(1)[0].tolist(), None, tenant_filter("t", "nobody"), 10)
+    assert found == []
