@@ -10,10 +10,10 @@ placeholder and kept encrypted): nothing leaves this stage that should not be st
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from datetime import timedelta
 
 import numpy as np
+from cachetools import LRUCache
 
 from schemas.events import MediaEvent, MediaKind
 from schemas.jobs import ObservationBatch, SegmentJob
@@ -135,9 +135,9 @@ def message_context(messages: list, idx: int, turns: int = CONTEXT_TURNS) -> tup
     return before, after
 
 
-_PARSED: OrderedDict[tuple[str, str, str], list] = OrderedDict()
-_PARSED_LOCK = threading.Lock()
 PARSED_CACHE_SIZE = 4  # conversation files whose parsed messages are kept (most recently used)
+_PARSED: LRUCache[tuple[str, str, str], list] = LRUCache(maxsize=PARSED_CACHE_SIZE)
+_PARSED_LOCK = threading.Lock()  # LRUCache is not thread safe
 
 
 def conversation_messages(rt: Runtime, event: MediaEvent, data: bytes | None = None) -> list:
@@ -150,17 +150,14 @@ def conversation_messages(rt: Runtime, event: MediaEvent, data: bytes | None = N
     MediaError for a file that does not parse (not kept)."""
     key = (event.object_key, event.sha256, event.source_name or "")
     with _PARSED_LOCK:
-        messages = _PARSED.get(key)
+        messages = _PARSED.get(key)  # a hit counts as a use
         if messages is not None:
-            _PARSED.move_to_end(key)
             return messages
     if data is None:
         data = rt.objects.get_bytes(event.object_key)
     messages = parse_conversation_file(data, event.source_name or "")
     with _PARSED_LOCK:
         _PARSED[key] = messages
-        while len(_PARSED) > PARSED_CACHE_SIZE:
-            _PARSED.popitem(last=False)
     return messages
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from functools import lru_cache
+
+from cachetools import LRUCache
 
 _stemmer_lock = threading.Lock()
 _stemmer = None
@@ -74,8 +76,8 @@ def _field_weights(fields: list[tuple[list[str], float, float]], k1: float, b: f
 #: conversation of a few thousand turns between its embed stage and its consolidation (~3 MB per 1,000
 #: turns of a few hundred tokens).
 TOKEN_CACHE_SIZE = 4096
-_tokens: OrderedDict[str, list[str]] = OrderedDict()
-_tokens_lock = threading.Lock()
+_tokens: LRUCache[str, list[str]] = LRUCache(maxsize=TOKEN_CACHE_SIZE)
+_tokens_lock = threading.Lock()  # LRUCache is not thread safe
 
 
 def _cached_tokens(texts: list[str]) -> dict[str, list[str]]:
@@ -83,9 +85,8 @@ def _cached_tokens(texts: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     with _tokens_lock:
         for t in texts:
-            got = _tokens.get(t)
+            got = _tokens.get(t)  # a hit counts as a use
             if got is not None:
-                _tokens.move_to_end(t)
                 out[t] = got
     missing = [t for t in dict.fromkeys(texts) if t not in out]
     if missing:
@@ -93,8 +94,6 @@ def _cached_tokens(texts: list[str]) -> dict[str, list[str]]:
         out.update(fresh)
         with _tokens_lock:
             _tokens.update(fresh)
-            while len(_tokens) > TOKEN_CACHE_SIZE:
-                _tokens.popitem(last=False)
     return out
 
 
