@@ -134,13 +134,15 @@ def test_watch_publishes_new_files_once_complete(api_server, api_keys, api_redis
     published, errors = [], []
     before = queue_length(api_redis)
     with EngramClient(api_server, api_keys["acme"], device="watcher") as client:
-        watcher = FolderWatcher(folder, lambda p: published.append((p, client.publish(p))), settle=0.4, poll=0.05,
-                                on_error=lambda p, e: errors.append((p, e)))
+        # settle 1.5 s against a 0.2 s pause in the write: a loaded machine may stretch the pause, not by 1.3 s
+        ready = threading.Event()
+        watcher = FolderWatcher(folder, lambda p: published.append((p, client.publish(p))), settle=1.5, poll=0.05,
+                                on_error=lambda p, e: errors.append((p, e)), on_ready=ready.set)
         stop = threading.Event()
         thread = threading.Thread(target=watcher.run, args=(stop,))
         thread.start()
         try:
-            time.sleep(0.3)  # the observer is watching
+            assert ready.wait(30)  # the observer is watching
             data = png_bytes(seed=uuid.uuid4().int % 10_000)
             with open(folder / "shot.png", "wb") as fh:  # written in two steps, 0.2 s apart
                 fh.write(data[: len(data) // 2])
@@ -150,10 +152,10 @@ def test_watch_publishes_new_files_once_complete(api_server, api_keys, api_redis
                 fh.write(data[len(data) // 2:])
             (folder / "download.png.part").write_bytes(data)  # in-progress names are ignored
             (folder / "notes.txt").write_text("not media")
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 20
             while not (published and errors) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            time.sleep(0.6)  # nothing else arrives
+            time.sleep(2.0)  # nothing else arrives (longer than settle)
         finally:
             stop.set()
             thread.join(timeout=10)
