@@ -56,22 +56,17 @@ def sparse_vectors(settings: Settings, texts: list[str | list[str]],
 
 def observation_sparse_vectors(settings: Settings, observations: list[Observation]
                                ) -> list[tuple[list[int], list[float]]]:
-    """BM25 vectors of observations: its text alone for one without context; for one with context BM25F over
-    two fields, ``<day month year> <text>`` (weight 1, the configured average length) and its context turns
-    (weight ``CONTEXT_TF_WEIGHT``, that many times the average length)."""
-    out: list[tuple[list[int], list[float]] | None] = [None] * len(observations)
-    plain = [i for i, o in enumerate(observations) if not (o.context_before or o.context_after)]
-    fielded = [i for i, o in enumerate(observations) if o.context_before or o.context_after]
-    for i, vec in zip(plain, sparse_vectors(settings, [observations[i].text for i in plain]), strict=True):
-        out[i] = vec
+    """BM25 vectors of observations, one BM25F pass (``sparse.fielded_vectors``): an observation without context
+    is one field, its text (weight 1, the configured average length: plain BM25); one with context is two,
+    ``<day month year> <text>`` (weight 1, the configured average length) and its context turns (weight
+    ``CONTEXT_TF_WEIGHT``, that many times the average length)."""
     avgdl = settings.bm25_avgdl
     docs = [[([o.captured_at.strftime("%-d %B %Y"), o.text], 1.0, avgdl),
              ([*o.context_before, *o.context_after], CONTEXT_TF_WEIGHT,
               avgdl * (len(o.context_before) + len(o.context_after)))]
-            for o in (observations[i] for i in fielded)]
-    for i, vec in zip(fielded, sparse.fielded_vectors(docs, settings.bm25_k1, settings.bm25_b), strict=True):
-        out[i] = vec
-    return out  # type: ignore[return-value]
+            if o.context_before or o.context_after else [([o.text], 1.0, avgdl)]
+            for o in observations]
+    return sparse.fielded_vectors(docs, settings.bm25_k1, settings.bm25_b)
 
 
 def dense_vectors(rt: Runtime, observations: list[Observation]) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -115,11 +115,13 @@ def document_vectors(texts: list[str | list[str]], k1: float = 1.2, b: float = 0
 
     ``avgdl`` is the average document length in tokens that length normalisation compares each text with:
     one value for all, or one per text (e.g. a turn indexed with four neighbours is compared with five
-    turns' worth of tokens, so context does not make it look long)."""
+    turns' worth of tokens, so context does not make it look long). Plain BM25 is BM25F with one field of
+    weight 1 (``fielded_vectors``). Raises ValueError for a count of avgdl values other than one per text."""
     avgdls = avgdl if isinstance(avgdl, list) else [avgdl] * len(texts)
     if len(avgdls) != len(texts):
         raise ValueError("one avgdl per text")
-    return [_field_weights([(toks, 1.0, a)], k1, b) for toks, a in zip(tokenize_parts(texts), avgdls, strict=True)]
+    return fielded_vectors([[([t] if isinstance(t, str) else t, 1.0, a)] for t, a in zip(texts, avgdls, strict=True)],
+                           k1, b)
 
 
 def fielded_vectors(docs: list[list[tuple[list[str], float, float]]], k1: float = 1.2, b: float = 0.75
