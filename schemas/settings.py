@@ -174,9 +174,10 @@ class Settings(BaseSettings):
                                    "splits voices closer than speaker_distance_threshold (workers.speech). Off by "
                                    "default: pyannote_sample 0.67 -> 0.87 pairwise F1, but 5 min of one voice "
                                    "looped became 4 speakers, and it costs about 10 CPU s per 5 min chunk.")
-    speaker_min_turn_seconds: float = Field(2.0, ge=0, description="A spectral split of a chunk is kept only when "
+    speaker_min_turn_seconds: float = Field(3.0, ge=0, description="A spectral split of a chunk is kept only when "
                                             "its speaker turns last this long on average (one voice split by what "
-                                            "is said changes label about every second).")
+                                            "is said changes label every 1-2.3 s; pyannote_sample's two speakers "
+                                            "every 3.4 s).")
     entity_face_distance: float = Field(
         0.6, gt=0, description="A face (cluster of one segment) joins the nearest person entity whose face centroid "
         "is within this Euclidean distance of its descriptors' mean (dlib's same-person distance); else it founds "

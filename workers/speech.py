@@ -141,7 +141,8 @@ MAX_SPEAKERS = 8  # the most speakers spectral clustering looks for in one chunk
 #: (the Hamilton clip, 16 windows) passes the test and spectral clustering cuts it into 4 speakers.
 SPECTRAL_MIN_WINDOWS = 20
 #: Measured mean turns of spectral splits (hop 0.5 s): pyannote_sample's two speakers 3.4 s; one voice repeated
-#: (jfk x3, leopard_test x4, the Hamilton rap x2) 1.1-1.5 s, cut by position in the sentence into 4-6 "speakers";
+#: (jfk x3, leopard_test x4, the Hamilton rap x2) 1.1-1.5 s, cut by position in the sentence into 4-6 "speakers"
+#: (scikit-learn 1.9's k-means cuts jfk x3 into 4 at 2.25 s: hence ``speaker_min_turn_seconds`` 3.0, was 2.0);
 #: jfk looped for 5 min still splits (4 speakers, ~10 CPU s): hence ``speaker_spectral`` is off by default.
 
 
