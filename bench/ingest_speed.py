@@ -58,7 +58,7 @@ def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = N
                     profile.disable()
                 check_ingest(q.question_id, done)
                 vectors = runtime().vectors
-                counts = {c.name: vectors.count(c.name) for c in vectors.client.get_collections().collections}
+                counts = {c: vectors.count(c) for c in vectors.collections()}
         out.append((q.question_id, took, dict(sorted(counts.items()))))
     return out
 

@@ -225,17 +225,15 @@ def drain_consolidation(app, timeout: float = 120.0, cluster: Cluster | None = N
 
 @contextmanager
 def local_store(data_dir: Path) -> Iterator:
-    """The VectorStore of Qdrant's local mode under ``data_dir`` (open it only once the store worker has
+    """The embedded VectorStore (Qdrant Edge) under ``data_dir`` (open it only once the store worker has
     stopped: one process at a time), closed on exit."""
-    from qdrant_client import QdrantClient
+    from workers.vectorstore import EdgeVectorStore
 
-    from workers.vectorstore import VectorStore
-
-    client = QdrantClient(path=str(data_dir / "qdrant"))
+    store = EdgeVectorStore(data_dir / "vectors")
     try:
-        yield VectorStore(client, local=True)
+        yield store
     finally:
-        client.close()
+        store.close()
 
 
 @contextmanager

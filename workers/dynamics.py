@@ -224,10 +224,7 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
 def _nearest_stored(rt: Runtime, collection: str, vectors: np.ndarray, flt: qm.Filter,
                     limit: int = 3) -> list[list[qm.ScoredPoint]]:
     """The ``limit`` stored points nearest each vector (dense cosine, under ``flt``), in one batch request."""
-    rt.vectors.ensure(collection)
-    requests = [qm.QueryRequest(query=v.tolist(), using=DENSE, filter=flt, limit=limit, with_payload=True)
-                for v in vectors]
-    return [r.points for r in rt.vectors.client.query_batch_points(collection, requests=requests)]
+    return rt.vectors.nearest_batch(collection, DENSE, (v.tolist() for v in vectors), flt, limit)
 
 
 def _fold(into: MemoryBase, new: MemoryBase) -> Op:

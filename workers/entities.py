@@ -397,15 +397,8 @@ def list_entities(rt: Runtime, tenant_id: str) -> list[EntitySummary]:
 def entity_names(rt: Runtime, tenant_id: str) -> list[tuple[str, list[str]]]:
     """(entity id, names) of each of the tenant's entities that has a name, reading only the ``names`` payload
     field (no samples, links or vectors): what name matching in a query needs, e.g. ``workers.query``."""
-    rt.vectors.ensure(ENTITIES)
-    out: list[tuple[str, list[str]]] = []
-    offset = None
-    while True:
-        points, offset = rt.vectors.client.scroll(ENTITIES, scroll_filter=tenant_filter(tenant_id), limit=512,
-                                                  offset=offset, with_payload=["names"], with_vectors=False)
-        out.extend((str(p.id), list((p.payload or {}).get("names") or [])) for p in points)
-        if offset is None:
-            return [(eid, names) for eid, names in out if names]
+    points = rt.vectors.scroll(ENTITIES, tenant_filter(tenant_id), with_payload=["names"])
+    return [(str(p.id), names) for p in points if (names := list((p.payload or {}).get("names") or []))]
 
 
 # --- query-worker tasks (``GET /v1/entities``, ``POST /v1/entities/{id}/merge``) --------------------------------

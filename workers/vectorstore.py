@@ -1,16 +1,28 @@
-"""The vector store: Qdrant through qdrant-client, local mode under ``ENGRAM_DATA_DIR/qdrant`` by default or a
-server at ``ENGRAM_QDRANT_URL``.
+"""The vector store: one ``VectorStore`` interface over two Qdrant backends.
+
+- ``EdgeVectorStore``, the embedded default: Qdrant's own engine in-process (Qdrant Edge, ``qdrant-edge-py``),
+  one shard per collection under ``ENGRAM_DATA_DIR/vectors/<collection>``, with payload indexes (``tenant_id``
+  as Qdrant's tenant index), a write-ahead log (a write acknowledged before a crash is there on reopen) and no
+  server.
+- ``ClientVectorStore``: qdrant-client against a Qdrant server (``ENGRAM_QDRANT_URL``; the distributed mode at
+  scale). qdrant-client's local mode (``QdrantClient(path=...)``, a pure-Python stand-in for a server whose
+  search time grows linearly with the points) is used only as the server's stand-in in tests and to read stores
+  written by engram before Qdrant Edge (``migrate_local_store``).
+
+Both speak qdrant-client's model types (``qdrant_client.models``: ``Filter``, ``PointStruct``, ``Record``,
+``ScoredPoint``), so callers do not know which backend runs; ``tests/workers/test_vectorstore_contract.py``
+holds them to the same ids, order and scores.
 
 Collections (shared by all tenants; ``tenant_id`` is in every payload and every filter): ``observations``,
 the six memory types, and ``entities``. Each has a named dense vector ``text`` (384-d, cosine) and a named
 sparse vector ``bm25`` (IDF modifier); ``entities`` also has ``face`` (128-d dlib face descriptor, Euclidean) and
 ``voice`` (256-d Resemblyzer d-vector, cosine), the centroids nearest-entity search runs on, and the samples they
-are the means of as multivectors ``face_samples``/``voice_samples`` (a point may lack any of its named vectors).
-Collections are created on first use; an ``entities`` collection made before it had these vectors is rebuilt
-with them, its points copied (Qdrant cannot add a named vector in place).
+are the means of as multivectors ``face_samples``/``voice_samples`` (a point may lack any of its named vectors);
+``observations`` has ``sentences``, the multivector its dense search scores by MaxSim.
 
-Qdrant's local mode lets one process open a folder. This module keeps one client per process (locked);
-a second process gets ``StoreBusy`` with a clear message.
+An embedded store is opened by one process at a time (Qdrant Edge holds a lock on each shard's write-ahead log):
+a second process gets ``StoreBusy``. A shard folder that exists but cannot be opened raises ``StoreCorrupt``
+naming it; nothing is silently made in its place.
 """
 
 from __future__ import annotations
@@ -18,8 +30,10 @@ from __future__ import annotations
 import atexit
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,42 +55,63 @@ OBSERVATIONS = "observations"
 ENTITIES = "entities"
 COLLECTIONS = (OBSERVATIONS, *[t.value for t in MemoryType if t is not MemoryType.observation], ENTITIES)
 
-_MAX_SIM = qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM)
-_SAMPLES = dict(multivector_config=_MAX_SIM,
-                hnsw_config=qm.HnswConfigDiff(m=0))  # kept, not searched: no graph to build
 
-#: Named dense vectors a collection has besides ``text``: an entity's face and voice centroids (searched) and
-#: its samples (multivectors, read back to recompute the centroids); an observation's sentence multivector
-#: (what its dense search scores, by MaxSim).
-EXTRA_VECTORS: dict[str, dict[str, qm.VectorParams]] = {
-    OBSERVATIONS: {SENTENCES: qm.VectorParams(size=DIM, distance=qm.Distance.COSINE, multivector_config=_MAX_SIM)},
-    ENTITIES: {FACE: qm.VectorParams(size=128, distance=qm.Distance.EUCLID),
-               VOICE: qm.VectorParams(size=256, distance=qm.Distance.COSINE),
-               FACE_SAMPLES: qm.VectorParams(size=128, distance=qm.Distance.EUCLID, **_SAMPLES),
-               VOICE_SAMPLES: qm.VectorParams(size=256, distance=qm.Distance.COSINE, **_SAMPLES)},
+@dataclass(frozen=True)
+class VectorSpec:
+    """One named dense vector of a collection: ``size`` dimensions, ``distance`` ('cosine' or 'euclid'),
+    ``multi``: a multivector scored by MaxSim, ``searched``: False for vectors only read back (no HNSW graph)."""
+
+    size: int
+    distance: str = "cosine"
+    multi: bool = False
+    searched: bool = True
+
+
+#: Every collection's named dense vectors (besides these, one sparse vector ``bm25`` with the IDF modifier).
+VECTORS: dict[str, dict[str, VectorSpec]] = {
+    name: {DENSE: VectorSpec(DIM)} for name in COLLECTIONS
 }
+VECTORS[OBSERVATIONS][SENTENCES] = VectorSpec(DIM, multi=True)
+VECTORS[ENTITIES].update({FACE: VectorSpec(128, "euclid"), VOICE: VectorSpec(256),
+                          FACE_SAMPLES: VectorSpec(128, "euclid", multi=True, searched=False),
+                          VOICE_SAMPLES: VectorSpec(256, multi=True, searched=False)})
 
 #: Collections whose dense search scores a multivector by MaxSim instead of the single ``text`` vector: the
 #: multivector's first row is the point's own ``text`` vector (an observation: its contextual vector, then its
 #: sentences'). A point written without it gets ``[text]`` as its one row (``_complete``).
 DENSE_SEARCH_MULTIVECTOR: dict[str, str] = {OBSERVATIONS: SENTENCES}
 
-_INDEXED_FIELDS = {
-    "tenant_id": qm.PayloadSchemaType.KEYWORD,
-    "user_id": qm.PayloadSchemaType.KEYWORD,
-    "device_id": qm.PayloadSchemaType.KEYWORD,
-    "kind": qm.PayloadSchemaType.KEYWORD,
-    "event_id": qm.PayloadSchemaType.KEYWORD,
-    "start_ts": qm.PayloadSchemaType.FLOAT,
-    "end_ts": qm.PayloadSchemaType.FLOAT,
-    "consolidated": qm.PayloadSchemaType.BOOL,
-    "entity_ids": qm.PayloadSchemaType.KEYWORD,
-    "name_keys": qm.PayloadSchemaType.KEYWORD,
+#: Payload indexes of every collection: what filters, tenancy and ``order_by`` (``newest``) use. ``tenant_id`` is
+#: Qdrant's tenant index (points of one tenant stored together).
+INDEXED_FIELDS = {
+    "tenant_id": "keyword",
+    "user_id": "keyword",
+    "device_id": "keyword",
+    "kind": "keyword",
+    "event_id": "keyword",
+    "start_ts": "float",
+    "end_ts": "float",
+    "consolidated": "bool",
+    "entity_ids": "keyword",
+    "name_keys": "keyword",
 }
+
+#: Observation payload fields that only the observation itself needs (the chat context indexed with a turn, OCR
+#: lines, ASR words, faces, voices): consolidation never reads them and leaves them out of its scroll
+#: (``without=``), so less is copied out of the engine.
+UNREAD_OBSERVATION_FIELDS = ["context_before", "context_after", "ocr_lines", "words", "faces", "speaker_voices",
+                             "voice_embedding"]
+
+PointId = uuid.UUID | str
+Payload = bool | list[str]
 
 
 class StoreBusy(RuntimeError):
-    """The embedded (local-mode) store is open in another process."""
+    """The embedded store is open in another process."""
+
+
+class StoreCorrupt(RuntimeError):
+    """A shard of the embedded store exists but cannot be opened (a file damaged or removed)."""
 
 
 def collection_for(memory_type: MemoryType) -> str:
@@ -84,33 +119,22 @@ def collection_for(memory_type: MemoryType) -> str:
     return OBSERVATIONS if memory_type is MemoryType.observation else memory_type.value
 
 
-class _DeferredCommits:
-    """Stands in for a local-mode collection's SQLite connection while one request writes many points: it runs
-    every statement on the connection, but its ``with`` block does not commit (``VectorStore._one_commit``
-    commits once at the end). Anything else is the connection's."""
+@dataclass
+class VectorQuery:
+    """One ranking request: the points under ``filter`` nearest ``vector`` by the named vector ``using``.
 
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
+    ``vector``: a dense query (list of floats), a multivector query (list of rows, for MaxSim) or a sparse one
+    (``qm.SparseVector``). ``idf_corpus``: the points BM25's IDF is counted over (sparse only; None = the whole
+    collection). ``with_payload``: True, False or the payload keys to return. ``score_threshold``: Qdrant's
+    (below a similarity, above a Euclidean distance is left out)."""
 
-    def __enter__(self) -> Any:
-        return self._conn
-
-    def __exit__(self, *exc: object) -> bool:
-        return False  # a failed statement changed nothing (SQLite statements are atomic); the error propagates
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-
-#: Observation payload fields that only the observation itself needs (the chat context indexed with a turn, OCR
-#: lines, ASR words, faces, voices): consolidation never reads them, and leaves them out of its scroll
-#: (``without=``), so local mode, which copies every payload it returns, copies less.
-UNREAD_OBSERVATION_FIELDS = ["context_before", "context_after", "ocr_lines", "words", "faces", "speaker_voices",
-                             "voice_embedding"]
-
-#: Local mode reads a scroll in pages this large: qdrant-client's local mode evaluates the filter over the whole
-#: collection for every page, so one page instead of many is the same points in the same order, in less time.
-LOCAL_SCROLL_PAGE = 1_000_000
+    using: str
+    vector: list[float] | list[list[float]] | qm.SparseVector
+    filter: qm.Filter | None
+    limit: int
+    with_payload: Payload = True
+    idf_corpus: qm.Filter | None = None
+    score_threshold: float | None = None
 
 
 def _complete(points: list[qm.PointStruct], collection: str) -> list[qm.PointStruct]:
@@ -125,136 +149,72 @@ def _complete(points: list[qm.PointStruct], collection: str) -> list[qm.PointStr
     return points
 
 
-class VectorStore:
-    """Thin typed wrapper over one QdrantClient. Owned by one process; safe to share between its threads."""
+class VectorStore(ABC):
+    """The collections of one Qdrant (embedded or a server). Owned by one process; safe to share between its
+    threads. Point ids are UUIDs (returned as strings); filters, points and results are qdrant-client models."""
 
-    def __init__(self, client: QdrantClient, local: bool = False) -> None:
-        self.client = client
-        self.local = local
+    def __init__(self) -> None:
         self._ready: set[str] = set()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
+    # --- what a backend implements -------------------------------------------------------------------------
+    @abstractmethod
+    def _create(self, collection: str) -> None:
+        """Make ``collection`` (its ``VECTORS``, sparse ``bm25`` and ``INDEXED_FIELDS``) when it does not exist."""
+
+    @abstractmethod
+    def _upsert(self, collection: str, points: list[qm.PointStruct]) -> None: ...
+
+    @abstractmethod
+    def _query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]: ...
+
+    @abstractmethod
+    def _scroll_page(self, collection: str, flt: qm.Filter | None, limit: int, offset: Any, with_payload: Any,
+                     with_vectors: bool | list[str], order_by: str | None = None
+                     ) -> tuple[list[qm.Record], Any]: ...
+
+    @abstractmethod
+    def _retrieve(self, collection: str, ids: list[str], with_payload: Payload,
+                  with_vectors: bool | list[str]) -> list[qm.Record]: ...
+
+    @abstractmethod
+    def _set_payloads(self, collection: str, payloads: dict[str, dict[str, Any]]) -> None: ...
+
+    @abstractmethod
+    def _delete(self, collection: str, selector: list[str] | qm.Filter) -> None: ...
+
+    @abstractmethod
+    def _count(self, collection: str, flt: qm.Filter | None) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush and release the store (the embedded store's lock)."""
+
+    # --- the interface ---------------------------------------------------------------------------------------
     def ensure(self, collection: str) -> None:
         """Create ``collection`` with the engram vectors and payload indexes if it does not exist."""
         if collection in self._ready:
             return
         with self._lock:
-            if collection in self._ready:
-                return
-            extra = EXTRA_VECTORS.get(collection, {})
-            kept: list[qm.Record] = []
-            if extra and self.client.collection_exists(collection):
-                have = self.client.get_collection(collection).config.params.vectors or {}
-                if not set(extra) <= set(have):  # made by an older engram: rebuild it with the new vectors
-                    kept = self._scroll(collection, None, with_vectors=True)
-                    self.client.delete_collection(collection)
-            if not self.client.collection_exists(collection):
-                try:
-                    self.client.create_collection(
-                        collection,
-                        vectors_config={DENSE: qm.VectorParams(size=DIM, distance=qm.Distance.COSINE), **extra},
-                        sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
-                    )
-                except Exception:
-                    if not self.client.collection_exists(collection):  # lost a creation race: fine
-                        raise
-                if not self.local:  # local mode scans; indexes only matter on a server
-                    for field, schema in _INDEXED_FIELDS.items():
-                        self.client.create_payload_index(collection, field, field_schema=schema)
-            self._local_write_ahead_log(collection)
-            if kept:
-                self.client.upsert(collection, points=_complete([qm.PointStruct(id=r.id, vector=r.vector or {},
-                                                                                payload=r.payload) for r in kept],
-                                                                collection), wait=True)
-            self._ready.add(collection)
-
-    def _local_write_ahead_log(self, collection: str) -> None:
-        """Local mode only: put the collection's SQLite file in write-ahead-log mode with ``synchronous=NORMAL``.
-
-        qdrant-client's local mode commits every point it writes on its own (an upsert of n points, or a payload
-        set on n points, is n commits); in SQLite's default rollback-journal mode each commit waits for fsync
-        (~10-15 ms here), which made storing and consolidating a conversation spend most of its time waiting on
-        the disk. In WAL mode with ``synchronous=NORMAL`` a commit is an append to the log, synced at checkpoints
-        (SQLite's recommended setting for WAL, https://www.sqlite.org/pragma.html#pragma_synchronous): a crash of
-        the process loses nothing committed and the file stays consistent; a power or OS failure may lose the
-        last commits (never corrupt the file). Does nothing on a server or
-        when the client's internals differ (then writes are just slower)."""
-        conn = getattr(getattr(self._local_collection(collection), "storage", None), "storage", None)
-        if conn is None:
-            return
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-
-    def _local_collection(self, collection: str) -> Any:
-        """Local mode: qdrant-client's ``LocalCollection`` of ``collection`` (None on a server or when the
-        client's internals differ)."""
-        if not self.local:
-            return None
-        return getattr(getattr(self.client, "_client", None), "collections", {}).get(collection)
-
-    def _persistence(self, collection: str) -> Any:
-        """Local mode: qdrant-client's ``CollectionPersistence`` of ``collection`` (None on a server, for an
-        in-memory collection, or when the client's internals differ)."""
-        persistence = getattr(self._local_collection(collection), "storage", None)
-        return persistence if hasattr(persistence, "storage") else None
-
-    def _local_max_sim(self, collection: str, name: str, dense: list[float], flt: qm.Filter,
-                       limit: int) -> list[qm.ScoredPoint] | None:
-        """Local mode: the points of ``collection`` under ``flt`` ranked by MaxSim of the query ``dense`` (one
-        384-d row) against their multivector ``name`` (the best cosine of its rows), best first, at most ``limit``,
-        with payloads; what ``query_points(query=[dense], using=name)`` returns, in one matrix product over the
-        filtered points' rows instead of qdrant-client's Python loop over every point of the collection (which
-        cost a search over 6,000 chat turns ~0.2 s; this ~0.03 s). Ties may come in another order. None on a server
-        or when the client's internals differ (the caller then asks the client)."""
-        coll = self._local_collection(collection)
-        try:
-            mask = coll._payload_and_non_deleted_mask(flt, vector_name=name)
-            ids_inv = coll.ids_inv
-            idx = np.flatnonzero(mask[:len(ids_inv)])
-            rows = [coll.multivectors[name][i] for i in idx]  # unit rows: the client normalises cosine on write
-        except (AttributeError, KeyError, TypeError, IndexError):
-            return None
-        if not rows or limit <= 0:
-            return []
-        starts = np.cumsum([0] + [len(m) for m in rows[:-1]])
-        query = np.asarray(dense, dtype=np.float32)
-        query /= max(float(np.linalg.norm(query)), 1e-12)
-        best = np.maximum.reduceat(np.concatenate(rows) @ query, starts)
-        top = np.argsort(-best, kind="stable")[:limit]
-        ids = [ids_inv[idx[t]] for t in top]
-        payloads = {str(r.id): r.payload for r in self.client.retrieve(collection, ids, with_payload=True)}
-        return [qm.ScoredPoint(id=pid, version=0, score=float(best[t]), payload=payloads.get(str(pid)))
-                for pid, t in zip(ids, top, strict=True)]
-
-    @contextmanager
-    def _one_commit(self, collection: str) -> Iterator[None]:
-        """Local mode: the writes of one request to ``collection`` are committed to its SQLite file together,
-        once at the end, instead of once per point (qdrant-client's local mode commits each point it writes,
-        and an upsert or a payload update of a conversation's ~500 points spent more time committing than
-        writing). What is stored is the same; statements that ran before an error are committed too, as they
-        were one by one. Elsewhere it does nothing."""
-        persistence = self._persistence(collection)
-        if persistence is None or isinstance(persistence.storage, _DeferredCommits):
-            yield
-            return
-        conn = persistence.storage
-        persistence.storage = _DeferredCommits(conn)
-        try:
-            yield
-        finally:
-            persistence.storage = conn
-            conn.commit()
+            if collection not in self._ready:
+                self._create(collection)
+                self._ready.add(collection)
 
     def upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
         """Insert or replace points (ids are deterministic, so repeats overwrite)."""
-        if not points:
-            return
+        if points:
+            self.ensure(collection)
+            self._upsert(collection, _complete(points, collection))
+
+    def query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]:
+        """Each query's ranking (best first, at most its ``limit``), in one request."""
+        if not queries:
+            return []
         self.ensure(collection)
-        with self._one_commit(collection):
-            self.client.upsert(collection, points=_complete(points, collection), wait=True)
+        return self._query(collection, queries)
 
     def search(self, collection: str, dense: list[float] | None, sparse: tuple[list[int], list[float]] | None,
-               flt: qm.Filter, limit: int, idf_corpus: qm.Filter | None = None
+               flt: qm.Filter, limit: int, idf_corpus: qm.Filter | None = None, with_payload: Payload = True,
                ) -> tuple[list[qm.ScoredPoint], list[qm.ScoredPoint]]:
         """Dense and sparse rankings of ``collection`` under ``flt`` (either may be skipped with None). A
         collection in ``DENSE_SEARCH_MULTIVECTOR`` (observations) is ranked dense by that multivector (MaxSim:
@@ -262,48 +222,19 @@ class VectorStore:
 
         ``idf_corpus`` limits the points BM25's IDF is counted over (e.g. one tenant and user): without it
         Qdrant counts the whole collection, so one tenant's scores would depend on another's content.
+        ``with_payload``: the payload keys the caller ranks by (True: all of it).
         """
-        self.ensure(collection)
-        requests, which = [], []
-        got: dict[str, list[qm.ScoredPoint]] = {}
-        multi = DENSE_SEARCH_MULTIVECTOR.get(collection)
-        if dense is not None and multi is not None and self.local:
-            if (found := self._local_max_sim(collection, multi, dense, flt, limit)) is not None:
-                got["dense"] = found
-        if dense is not None and "dense" not in got:
-            query, using = ([dense], multi) if multi is not None else (dense, DENSE)
-            requests.append(qm.QueryRequest(query=query, using=using, filter=flt, limit=limit, with_payload=True))
+        queries, which = [], []
+        if dense is not None:
+            multi = DENSE_SEARCH_MULTIVECTOR.get(collection)
+            queries.append(VectorQuery(multi or DENSE, [dense] if multi else dense, flt, limit, with_payload))
             which.append("dense")
         if sparse is not None and sparse[0]:
-            requests.append(qm.QueryRequest(query=qm.SparseVector(indices=sparse[0], values=sparse[1]),
-                                            using=SPARSE, filter=flt, limit=limit, with_payload=True,
-                                            params=qm.SearchParams(idf=qm.IdfCorpusParams(corpus=idf_corpus))
-                                            if idf_corpus is not None else None))
+            queries.append(VectorQuery(SPARSE, qm.SparseVector(indices=list(sparse[0]), values=list(sparse[1])),
+                                       flt, limit, with_payload, idf_corpus=idf_corpus))
             which.append("sparse")
-        results = self.client.query_batch_points(collection, requests=requests) if requests else []
-        got.update({w: r.points for w, r in zip(which, results, strict=True)})
+        got = dict(zip(which, self.query(collection, queries), strict=True))
         return got.get("dense", []), got.get("sparse", [])
-
-    def scroll(self, collection: str, flt: qm.Filter, with_vectors: bool | list[str] = False,
-               batch: int = 256, without: list[str] | None = None) -> list[qm.Record]:
-        """Every point matching ``flt``; ``without``: payload keys left out of the records (less to copy
-        and send when the caller does not read them)."""
-        self.ensure(collection)
-        return self._scroll(collection, flt, with_vectors, batch, without)
-
-    def _scroll(self, collection: str, flt: qm.Filter | None, with_vectors: bool | list[str] = False,
-                batch: int = 256, without: list[str] | None = None) -> list[qm.Record]:
-        out: list[qm.Record] = []
-        offset = None
-        if self.local:
-            batch = max(batch, LOCAL_SCROLL_PAGE)
-        payload: bool | qm.PayloadSelectorExclude = qm.PayloadSelectorExclude(exclude=without) if without else True
-        while True:
-            points, offset = self.client.scroll(collection, scroll_filter=flt, limit=batch, offset=offset,
-                                                with_payload=payload, with_vectors=with_vectors)
-            out.extend(points)
-            if offset is None:
-                return out
 
     def nearest(self, collection: str, using: str, vector: list[float], flt: qm.Filter, limit: int = 1,
                 score_threshold: float | None = None) -> list[qm.ScoredPoint]:
@@ -311,56 +242,504 @@ class VectorStore:
         Qdrant's: cosine similarity (higher is nearer) or Euclidean distance (lower is nearer); with
         ``score_threshold`` points beyond it (below a similarity, above a distance) are left out. Points
         without that vector are never returned."""
-        self.ensure(collection)
-        return self.client.query_points(collection, query=vector, using=using, query_filter=flt, limit=limit,
-                                        score_threshold=score_threshold, with_payload=True).points
+        return self.query(collection, [VectorQuery(using, vector, flt, limit, score_threshold=score_threshold)])[0]
 
-    def retrieve(self, collection: str, ids: list[uuid.UUID | str], with_vectors: bool = False) -> list[qm.Record]:
+    def nearest_batch(self, collection: str, using: str, vectors: Iterable[list[float]], flt: qm.Filter,
+                      limit: int) -> list[list[qm.ScoredPoint]]:
+        """``nearest`` for each of ``vectors``, in one request."""
+        return self.query(collection, [VectorQuery(using, list(v), flt, limit) for v in vectors])
+
+    def scroll(self, collection: str, flt: qm.Filter | None, with_vectors: bool | list[str] = False,
+               batch: int = 1024, without: list[str] | None = None, with_payload: Payload = True
+               ) -> list[qm.Record]:
+        """Every point matching ``flt``, in id order. ``with_payload``: True, False or the keys to return;
+        ``without``: payload keys left out instead (less to copy when the caller does not read them)."""
+        self.ensure(collection)
+        payload: Any = ("exclude", without) if without else with_payload
+        out: list[qm.Record] = []
+        offset = None
+        while True:
+            points, offset = self._scroll_page(collection, flt, batch, offset, payload, with_vectors)
+            out.extend(points)
+            if offset is None:
+                return out
+
+    def retrieve(self, collection: str, ids: Iterable[PointId], with_vectors: bool | list[str] = False,
+                 with_payload: Payload = True) -> list[qm.Record]:
         """Points by id (missing ids are left out)."""
         self.ensure(collection)
-        return self.client.retrieve(collection, ids=[str(i) for i in ids], with_payload=True,
-                                    with_vectors=with_vectors)
+        wanted = [str(i) for i in ids]
+        return self._retrieve(collection, wanted, with_payload, with_vectors) if wanted else []
 
     def set_payloads(self, collection: str, payloads: dict[str, dict[str, Any]]) -> None:
         """Merge a different payload into each point ({point id: payload}) in one batch request."""
         if payloads:
             self.ensure(collection)
-            with self._one_commit(collection):
-                self.client.batch_update_points(collection, update_operations=[
-                    qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=[str(pid)]))
-                    for pid, p in payloads.items()], wait=True)
+            self._set_payloads(collection, {str(k): v for k, v in payloads.items()})
 
-    def set_payload(self, collection: str, ids: list[uuid.UUID | str], payload: dict[str, Any]) -> None:
+    def set_payload(self, collection: str, ids: Iterable[PointId], payload: dict[str, Any]) -> None:
         """Merge ``payload`` into the given points."""
-        if ids:
-            self.ensure(collection)
-            with self._one_commit(collection):
-                self.client.set_payload(collection, payload=payload, points=[str(i) for i in ids], wait=True)
+        self.set_payloads(collection, {str(i): payload for i in ids})
 
-    def delete(self, collection: str, selector: list[uuid.UUID | str] | qm.Filter) -> None:
+    def delete(self, collection: str, selector: list[PointId] | qm.Filter) -> None:
         """Delete the points with these ids, or every point matching a filter."""
         self.ensure(collection)
         points = selector if isinstance(selector, qm.Filter) else [str(i) for i in selector]
         if points:
-            with self._one_commit(collection):
-                self.client.delete(collection, points_selector=points, wait=True)
+            self._delete(collection, points)
 
     def newest(self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts") -> list[qm.Record]:
         """The first ``limit`` points matching ``flt`` by descending payload ``key`` (points without it come
-        last, in storage order). Qdrant orders by an indexed payload field (``_INDEXED_FIELDS``)."""
+        last, in id order). Qdrant orders by an indexed payload field (``INDEXED_FIELDS``)."""
         self.ensure(collection)
-        order = qm.OrderBy(key=key, direction=qm.Direction.DESC)
-        out, _ = self.client.scroll(collection, scroll_filter=flt, limit=limit, order_by=order, with_payload=True)
+        out, _ = self._scroll_page(collection, flt, limit, None, True, False, order_by=key)
         if len(out) < limit:
             rest = qm.Filter(must=[*(flt.must or []), qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))])
-            more, _ = self.client.scroll(collection, scroll_filter=rest, limit=limit - len(out), with_payload=True)
+            more, _ = self._scroll_page(collection, rest, limit - len(out), None, True, False)
             out.extend(more)
         return out
 
     def count(self, collection: str, flt: qm.Filter | None = None) -> int:
         """Exact number of points matching ``flt``."""
         self.ensure(collection)
+        return self._count(collection, flt)
+
+    def collections(self) -> list[str]:
+        """The engram collections this store holds points in or has made."""
+        return [c for c in COLLECTIONS if self.has_collection(c)]
+
+    @abstractmethod
+    def has_collection(self, collection: str) -> bool:
+        """Whether ``collection`` exists (without making it)."""
+
+
+# --- qdrant-client: a Qdrant server (or its local mode, the server's stand-in in tests) --------------------------
+
+_QM_DISTANCE = {"cosine": qm.Distance.COSINE, "euclid": qm.Distance.EUCLID}
+_QM_INDEX = {"keyword": qm.PayloadSchemaType.KEYWORD, "float": qm.PayloadSchemaType.FLOAT,
+             "bool": qm.PayloadSchemaType.BOOL}
+
+
+def _qm_vector_params(spec: VectorSpec) -> qm.VectorParams:
+    return qm.VectorParams(
+        size=spec.size, distance=_QM_DISTANCE[spec.distance],
+        multivector_config=qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM) if spec.multi else None,
+        hnsw_config=None if spec.searched else qm.HnswConfigDiff(m=0))
+
+
+class ClientVectorStore(VectorStore):
+    """``VectorStore`` through qdrant-client: a Qdrant server, or qdrant-client's local mode (``local=True``; no
+    payload indexes, which it does not use). Uses only qdrant-client's public API."""
+
+    def __init__(self, client: QdrantClient, local: bool = False) -> None:
+        super().__init__()
+        self.client = client
+        self.local = local
+
+    def has_collection(self, collection: str) -> bool:
+        return self.client.collection_exists(collection)
+
+    def _create(self, collection: str) -> None:
+        extra = {n: s for n, s in VECTORS[collection].items() if n != DENSE}
+        kept: list[qm.Record] = []
+        if extra and self.client.collection_exists(collection):
+            have = self.client.get_collection(collection).config.params.vectors or {}
+            if not set(extra) <= set(have):  # made by an older engram: rebuild it with the new vectors
+                kept = self._scroll_all(collection)
+                self.client.delete_collection(collection)
+        if not self.client.collection_exists(collection):
+            try:
+                self.client.create_collection(
+                    collection, vectors_config={n: _qm_vector_params(s) for n, s in VECTORS[collection].items()},
+                    sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
+            except Exception:
+                if not self.client.collection_exists(collection):  # lost a creation race: fine
+                    raise
+            if not self.local:  # local mode scans; indexes only matter on a server
+                for field, schema in INDEXED_FIELDS.items():
+                    self.client.create_payload_index(
+                        collection, field, field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD,
+                                                                              is_tenant=True)
+                        if field == "tenant_id" else _QM_INDEX[schema])
+        if kept:
+            self._upsert(collection, _complete([qm.PointStruct(id=r.id, vector=r.vector or {}, payload=r.payload)
+                                                for r in kept], collection))
+
+    def _scroll_all(self, collection: str) -> list[qm.Record]:
+        out, offset = [], None
+        while True:
+            page, offset = self.client.scroll(collection, limit=1024, offset=offset, with_payload=True,
+                                              with_vectors=True)
+            out.extend(page)
+            if offset is None:
+                return out
+
+    def _upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
+        self.client.upsert(collection, points=points, wait=True)
+
+    def _query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]:
+        requests = [qm.QueryRequest(
+            query=q.vector, using=q.using, filter=q.filter, limit=q.limit, with_payload=q.with_payload,
+            score_threshold=q.score_threshold,
+            params=qm.SearchParams(idf=qm.IdfCorpusParams(corpus=q.idf_corpus)) if q.idf_corpus is not None
+            else None) for q in queries]
+        return [r.points for r in self.client.query_batch_points(collection, requests=requests)]
+
+    def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
+        if isinstance(with_payload, tuple):
+            with_payload = qm.PayloadSelectorExclude(exclude=with_payload[1])
+        order = qm.OrderBy(key=order_by, direction=qm.Direction.DESC) if order_by else None
+        points, nxt = self.client.scroll(collection, scroll_filter=flt, limit=limit, offset=offset,
+                                         order_by=order, with_payload=with_payload, with_vectors=with_vectors)
+        return points, None if order else nxt
+
+    def _retrieve(self, collection, ids, with_payload, with_vectors):
+        return self.client.retrieve(collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors)
+
+    def _set_payloads(self, collection, payloads):
+        by_payload: dict[str, tuple[dict, list[str]]] = {}
+        for pid, p in payloads.items():  # one operation per distinct payload
+            by_payload.setdefault(repr(sorted(p.items())), (p, []))[1].append(pid)
+        self.client.batch_update_points(collection, update_operations=[
+            qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=ids))
+            for p, ids in by_payload.values()], wait=True)
+
+    def _delete(self, collection, selector):
+        self.client.delete(collection, points_selector=selector, wait=True)
+
+    def _count(self, collection, flt):
         return self.client.count(collection, count_filter=flt, exact=True).count
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# --- Qdrant Edge: the embedded default ---------------------------------------------------------------------------
+
+def _edge():
+    import qdrant_edge  # the embedded default's engine; imported when an embedded store is opened
+
+    return qdrant_edge
+
+
+def _listify(conds: Any) -> list:
+    if conds is None:
+        return []
+    return list(conds) if isinstance(conds, list) else [conds]
+
+
+def edge_filter(flt: qm.Filter | None) -> Any:
+    """qdrant-client's ``Filter`` as Qdrant Edge's (same semantics). Raises ValueError for a condition engram
+    does not use (geo conditions)."""
+    if flt is None:
+        return None
+    qe = _edge()
+    min_should = None
+    if flt.min_should is not None:
+        min_should = qe.MinShould([_edge_condition(c) for c in flt.min_should.conditions], flt.min_should.min_count)
+    return qe.Filter(must=[_edge_condition(c) for c in _listify(flt.must)] or None,
+                     should=[_edge_condition(c) for c in _listify(flt.should)] or None,
+                     must_not=[_edge_condition(c) for c in _listify(flt.must_not)] or None,
+                     min_should=min_should)
+
+
+def _edge_condition(cond: Any) -> Any:
+    qe = _edge()
+    if isinstance(cond, qm.Filter):
+        return edge_filter(cond)
+    if isinstance(cond, qm.FieldCondition):
+        kw: dict[str, Any] = {}
+        m = cond.match
+        if isinstance(m, qm.MatchValue):
+            # qdrant-edge-py 0.9 reads a Python bool as the integer 1 or 0 (bool is an int), which never matches a
+            # stored bool; numpy's bool is read as a bool
+            kw["match"] = qe.MatchValue(np.bool_(m.value) if isinstance(m.value, bool) else m.value)
+        elif isinstance(m, qm.MatchAny):
+            kw["match"] = qe.MatchAny(list(m.any))
+        elif isinstance(m, qm.MatchExcept):
+            kw["match"] = qe.MatchExcept(list(m.except_))
+        elif isinstance(m, qm.MatchText):
+            kw["match"] = qe.MatchText(m.text)
+        elif m is not None:
+            raise ValueError(f"unsupported match in a filter: {m!r}")
+        r = cond.range
+        if isinstance(r, qm.DatetimeRange):
+            kw["range"] = qe.RangeDateTime(**{k: (v.isoformat() if hasattr(v, "isoformat") else v)
+                                              for k, v in r.model_dump(exclude_none=True).items()})
+        elif r is not None:
+            kw["range"] = qe.RangeFloat(gte=r.gte, gt=r.gt, lte=r.lte, lt=r.lt)
+        if cond.values_count is not None:
+            vc = cond.values_count
+            kw["values_count"] = qe.ValuesCount(lt=vc.lt, gt=vc.gt, lte=vc.lte, gte=vc.gte)
+        if cond.is_empty is not None:
+            kw["is_empty"] = cond.is_empty
+        if cond.is_null is not None:
+            kw["is_null"] = cond.is_null
+        if cond.geo_bounding_box or cond.geo_radius or cond.geo_polygon:
+            raise ValueError("geo conditions are not used by engram")
+        return qe.FieldCondition(cond.key, **kw)
+    if isinstance(cond, qm.IsEmptyCondition):
+        return qe.IsEmptyCondition(cond.is_empty.key)
+    if isinstance(cond, qm.IsNullCondition):
+        return qe.IsNullCondition(cond.is_null.key)
+    if isinstance(cond, qm.HasIdCondition):
+        return qe.HasIdCondition({str(i) for i in cond.has_id})
+    if isinstance(cond, qm.HasVectorCondition):
+        return qe.HasVectorCondition(cond.has_vector)
+    if isinstance(cond, qm.NestedCondition):
+        return qe.NestedCondition(cond.nested.key, edge_filter(cond.nested.filter))
+    raise ValueError(f"unsupported filter condition: {cond!r}")
+
+
+def _edge_vector(vector: Any) -> Any:
+    if isinstance(vector, dict):
+        return {name: _edge_vector(v) for name, v in vector.items()}
+    if isinstance(vector, qm.SparseVector):
+        return _edge().SparseVector(list(vector.indices), [float(x) for x in vector.values])
+    if hasattr(vector, "tolist"):
+        return vector.tolist()
+    return vector
+
+
+def _qm_vector(vector: Any) -> Any:
+    if isinstance(vector, dict):
+        return {name: _qm_vector(v) for name, v in vector.items()}
+    if vector is not None and hasattr(vector, "indices"):
+        return qm.SparseVector(indices=list(vector.indices), values=list(vector.values))
+    return vector
+
+
+def _edge_payload(with_payload: Any) -> Any:
+    if isinstance(with_payload, tuple):  # ("exclude", keys)
+        return _edge().PayloadSelector.Exclude(list(with_payload[1]))
+    if isinstance(with_payload, list):
+        return _edge().PayloadSelector.Include(with_payload)
+    return bool(with_payload)
+
+
+def _record(p: Any) -> qm.Record:
+    return qm.Record.model_construct(id=str(p.id), payload=p.payload, vector=_qm_vector(p.vector), shard_key=None,
+                                     order_value=None)
+
+
+def _scored(p: Any) -> qm.ScoredPoint:
+    return qm.ScoredPoint.model_construct(id=str(p.id), version=p.version, score=p.score, payload=p.payload,
+                                          vector=_qm_vector(p.vector), shard_key=None, order_value=None)
+
+
+class EdgeVectorStore(VectorStore):
+    """``VectorStore`` on Qdrant Edge: one ``EdgeShard`` per collection under ``root/<collection>``, opened on
+    first use, created when its folder does not exist. Raises ``StoreBusy`` when another process holds a shard,
+    ``StoreCorrupt`` (naming the folder) when a shard exists but does not open."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = Path(root)
+        self._shards: dict[str, Any] = {}
+
+    def has_collection(self, collection: str) -> bool:
+        return collection in self._shards or (self.root / collection).is_dir()
+
+    def _shard(self, collection: str) -> Any:
+        shard = self._shards.get(collection)
+        if shard is None:
+            self.ensure(collection)
+            shard = self._shards[collection]
+        return shard
+
+    def _create(self, collection: str) -> None:
+        qe = _edge()
+        path = self.root / collection
+        if path.is_dir() and any(path.iterdir()):
+            try:
+                shard = qe.EdgeShard.load(str(path))
+            except Exception as exc:
+                text = str(exc)
+                if "WouldBlock" in text:  # the write-ahead log's lock, held by another process
+                    raise StoreBusy(
+                        f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
+                        "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
+                raise StoreCorrupt(f"the embedded store's shard {path} cannot be opened ({text}); restore the folder "
+                                   "from a backup, or move it away to start that collection empty") from exc
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            shard = qe.EdgeShard.create(str(path), self._config(collection))
+            for field, schema in INDEXED_FIELDS.items():
+                shard.update(qe.UpdateOperation.create_field_index(
+                    field, qe.KeywordIndexParams(is_tenant=True) if field == "tenant_id" else
+                    {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
+                     "bool": qe.PayloadSchemaType.Bool}[schema]))
+        self._shards[collection] = shard
+
+    @staticmethod
+    def _config(collection: str) -> Any:
+        qe = _edge()
+        distance = {"cosine": qe.Distance.Cosine, "euclid": qe.Distance.Euclid}
+        maxsim = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
+        vectors = {name: qe.EdgeVectorParams(size=s.size, distance=distance[s.distance],
+                                             multivector_config=maxsim if s.multi else None,
+                                             hnsw_config=None if s.searched else
+                                             qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000))
+                   for name, s in VECTORS[collection].items()}
+        return qe.EdgeConfig(vectors=vectors,
+                             sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)})
+
+    def _upsert(self, collection, points):
+        qe = _edge()
+        self._shard(collection).update(qe.UpdateOperation.upsert_points(
+            [qe.Point(str(p.id), _edge_vector(p.vector), p.payload) for p in points]))
+
+    def _query(self, collection, queries):
+        qe = _edge()
+        requests = [qe.QueryRequest(
+            limit=q.limit, query=qe.Query.Nearest(_edge_vector(q.vector), using=q.using),
+            filter=edge_filter(q.filter), with_payload=_edge_payload(q.with_payload), with_vector=False,
+            score_threshold=q.score_threshold,
+            params=qe.SearchParams(idf=qe.IdfParams(corpus=edge_filter(q.idf_corpus)))
+            if q.idf_corpus is not None else None) for q in queries]
+        shard = self._shard(collection)
+        if len(requests) == 1:
+            return [[_scored(p) for p in shard.query(requests[0])]]
+        return [[_scored(p) for p in ranked] for ranked in shard.query_batch(qe.QueryBatchRequest(requests))]
+
+    def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
+        qe = _edge()
+        order = qe.OrderBy(order_by, direction=qe.Direction.Desc) if order_by else None
+        points, nxt = self._shard(collection).scroll(qe.ScrollRequest(
+            offset=offset, limit=limit, filter=edge_filter(flt), with_payload=_edge_payload(with_payload),
+            with_vector=with_vectors, order_by=order))
+        return [_record(p) for p in points], None if order else nxt
+
+    def _retrieve(self, collection, ids, with_payload, with_vectors):
+        found = {str(p.id): p for p in self._shard(collection).retrieve(ids, _edge_payload(with_payload),
+                                                                         with_vectors)}
+        return [_record(found[i]) for i in dict.fromkeys(ids) if i in found]
+
+    def _set_payloads(self, collection, payloads):
+        qe = _edge()
+        shard = self._shard(collection)
+        by_payload: dict[str, tuple[dict, list[str]]] = {}
+        for pid, p in payloads.items():
+            by_payload.setdefault(repr(sorted(p.items())), (p, []))[1].append(pid)
+        for p, ids in by_payload.values():
+            shard.update(qe.UpdateOperation.set_payload(ids, p))
+
+    def _delete(self, collection, selector):
+        qe = _edge()
+        op = (qe.UpdateOperation.delete_points_by_filter(edge_filter(selector)) if isinstance(selector, qm.Filter)
+              else qe.UpdateOperation.delete_points(selector))
+        self._shard(collection).update(op)
+
+    def _count(self, collection, flt):
+        return self._shard(collection).count(_edge().CountRequest(exact=True, filter=edge_filter(flt)))
+
+    def flush(self) -> None:
+        """Write every shard's pending changes to its segments (the write-ahead log already holds them)."""
+        with self._lock:
+            for shard in self._shards.values():
+                shard.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for shard in self._shards.values():
+                shard.flush()
+                shard.close()
+            self._shards.clear()
+            self._ready.clear()
+
+
+# --- opening ---------------------------------------------------------------------------------------------------
+
+_stores: dict[str, VectorStore] = {}
+_stores_lock = threading.Lock()
+
+
+def embedded_store_dir(settings: Settings) -> Path:
+    """Where the embedded store lives: ``data_dir/vectors`` (one Qdrant Edge shard per collection)."""
+    return settings.data_dir / "vectors"
+
+
+def legacy_store_dir(settings: Settings) -> Path:
+    """Where engram before Qdrant Edge kept its embedded store (qdrant-client's local mode)."""
+    return settings.data_dir / "qdrant"
+
+
+def open_vector_store(settings: Settings, progress: Callable[[str, int, int], None] | None = None) -> VectorStore:
+    """This process's VectorStore for the configured Qdrant (created once per process and location): a server at
+    ``settings.qdrant_url``, else the embedded store under ``data_dir``. A store written by an older engram
+    (qdrant-client's local mode under ``data_dir/qdrant``) is migrated first (``migrate_local_store``;
+    ``progress(collection, done, total)`` is told as it goes).
+
+    Raises StoreBusy when the embedded store is held by another process, StoreCorrupt when one of its shards
+    does not open."""
+    where = settings.qdrant_url or str(embedded_store_dir(settings))
+    with _stores_lock:
+        store = _stores.get(where)
+        if store is None:
+            if settings.qdrant_url:
+                store = ClientVectorStore(QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key,
+                                                       timeout=60))
+            else:
+                if legacy_store_dir(settings).is_dir():
+                    migrate_local_store(settings, progress)
+                store = EdgeVectorStore(embedded_store_dir(settings))
+            _stores[where] = store
+        return store
+
+
+def migrate_local_store(settings: Settings, progress: Callable[[str, int, int], None] | None = None) -> dict[str, int]:
+    """Copy the store an older engram wrote with qdrant-client's local mode (``data_dir/qdrant``) into the
+    embedded Qdrant Edge store (``data_dir/vectors``), collection by collection, ids, vectors and payloads as
+    they were; verify that every point arrived (the ids of each collection, compared), then remove the old
+    folder. Returns the points copied per collection. Re-running after a crash starts the copy again (upserts
+    overwrite). Raises StoreBusy when the old store is open in another process, RuntimeError (naming the
+    collection) when the copy does not verify, the old folder then kept."""
+    import shutil
+
+    old_dir = legacy_store_dir(settings)
+    try:
+        old = QdrantClient(path=str(old_dir))
+    except RuntimeError as exc:
+        if "already accessed" in str(exc):
+            raise StoreBusy(f"the old embedded store {old_dir} is open in another engram process") from exc
+        raise
+    copied: dict[str, int] = {}
+    new = EdgeVectorStore(embedded_store_dir(settings))
+    try:
+        for collection in COLLECTIONS:
+            if not old.collection_exists(collection):
+                continue
+            total = old.count(collection, exact=True).count
+            done, offset, ids = 0, None, set()
+            while True:
+                page, offset = old.scroll(collection, limit=512, offset=offset, with_payload=True, with_vectors=True)
+                points = [qm.PointStruct(id=str(r.id), vector=r.vector or {}, payload=r.payload) for r in page]
+                new.upsert(collection, points)
+                ids.update(str(r.id) for r in page)
+                done += len(page)
+                if progress:
+                    progress(collection, done, total)
+                if offset is None:
+                    break
+            stored = {str(r.id) for r in new.scroll(collection, None, with_payload=False)}
+            if stored != ids:
+                raise RuntimeError(f"migrating {collection}: {len(ids)} points read from {old_dir}, "
+                                   f"{len(stored & ids)} found in {embedded_store_dir(settings)}; old store kept")
+            copied[collection] = len(ids)
+        new.close()
+    finally:
+        old.close()
+    shutil.rmtree(old_dir)
+    return copied
+
+
+@atexit.register
+def close_vector_stores() -> None:
+    """Close every store this process opened (flushes the embedded store and releases its lock)."""
+    with _stores_lock:
+        for store in _stores.values():
+            store.close()
+        _stores.clear()
 
 
 def tenant_filter(tenant_id: str, user_id: str | None = None, **must: Any) -> qm.Filter:
@@ -371,41 +750,3 @@ def tenant_filter(tenant_id: str, user_id: str | None = None, **must: Any) -> qm
     for key, value in must.items():
         conds.append(qm.FieldCondition(key=key, match=qm.MatchValue(value=value)))
     return qm.Filter(must=conds)
-
-
-_stores: dict[str, VectorStore] = {}
-_stores_lock = threading.Lock()
-
-
-def open_vector_store(settings: Settings) -> VectorStore:
-    """This process's VectorStore for the configured Qdrant (created once per process and location).
-
-    Raises StoreBusy when the local-mode folder is held by another process.
-    """
-    where = settings.qdrant_url or str(settings.data_dir / "qdrant")
-    with _stores_lock:
-        store = _stores.get(where)
-        if store is None:
-            if settings.qdrant_url:
-                client = QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key, timeout=60)
-            else:
-                (settings.data_dir / "qdrant").mkdir(parents=True, exist_ok=True)
-                try:
-                    client = QdrantClient(path=where)
-                except RuntimeError as exc:
-                    if "already accessed" in str(exc):
-                        raise StoreBusy(
-                            f"the embedded store {where} is open in another engram process; wait for it to "
-                            "finish, or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
-                    raise
-            store = _stores[where] = VectorStore(client, local=not settings.qdrant_url)
-        return store
-
-
-@atexit.register
-def close_vector_stores() -> None:
-    """Close every client this process opened (releases the local-mode lock)."""
-    with _stores_lock:
-        for store in _stores.values():
-            store.client.close()
-        _stores.clear()

@@ -68,9 +68,14 @@ def test_dense_search_scores_an_observation_by_its_best_sentence(engram_env):
     assert found[0].score > float(dense[0] @ q) + 0.05  # the sentence, not the whole turn, matched
 
 
-def test_observations_without_sentences_stay_searchable(engram_env):
+def test_observations_without_sentences_stay_searchable(engram_env, tmp_path):
     """A point written without the multivector (an older engram, another writer) gets its own vector as its
-    only row, and a collection made before sentence vectors is rebuilt with them, keeping its points."""
+    only row, and a server's collection made before sentence vectors is rebuilt with them, keeping its points
+    (qdrant-client's local mode stands in for the server)."""
+    from qdrant_client import QdrantClient
+
+    from workers.vectorstore import ClientVectorStore
+
     rt = engram_env
     unit = [1.0] + [0.0] * (DIM - 1)
     rt.vectors.upsert(OBSERVATIONS, [qm.PointStruct(id=str(uuid.UUID(int=1)), vector={DENSE: unit},
@@ -78,17 +83,17 @@ def test_observations_without_sentences_stay_searchable(engram_env):
     found, _ = rt.vectors.search(OBSERVATIONS, unit, None, tenant_filter("t", "u"), 5)
     assert [str(p.id) for p in found] == [str(uuid.UUID(int=1))]
 
-    client = rt.vectors.client
-    client.delete_collection(OBSERVATIONS)
+    client = QdrantClient(path=str(tmp_path / "server"))
     client.create_collection(OBSERVATIONS, vectors_config={DENSE: qm.VectorParams(size=DIM,
                                                                                   distance=qm.Distance.COSINE)},
                              sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
     client.upsert(OBSERVATIONS, points=[qm.PointStruct(id=str(uuid.UUID(int=2)), vector={DENSE: unit},
                                                        payload={"tenant_id": "t", "user_id": "u"})])
-    rt.vectors._ready.discard(OBSERVATIONS)  # as a new process opening the old store would
-    found, _ = rt.vectors.search(OBSERVATIONS, unit, None, tenant_filter("t", "u"), 5)
+    server = ClientVectorStore(client, local=True)
+    found, _ = server.search(OBSERVATIONS, unit, None, tenant_filter("t", "u"), 5)
     assert [str(p.id) for p in found] == [str(uuid.UUID(int=2))]
     assert SENTENCES in client.get_collection(OBSERVATIONS).config.params.vectors
+    server.close()
 
 
 ANSWER = " ".join(f"Tip {i}: post at peak engagement hours and reply to comments." for i in range(60))
@@ -120,36 +125,3 @@ def test_a_turn_keeps_its_own_words_weight_beside_long_neighbours():
     assert {sparse.token_index("instagram"), sparse.token_index("may"), sparse.token_index("2023")} <= set(short_ctx[0])
     assert 0 < CONTEXT_TF_WEIGHT < 1
     assert _weights(long_ctx)[sparse.token_index("instagram")] < 0.5 * _weights(long_ctx)[discount]
-
-
-def test_local_max_sim_ranks_as_the_client_does(engram_env):
-    """In local mode the observations' MaxSim ranking is computed in one matrix product over the filtered
-    points (``VectorStore._local_max_sim``): same points, order and scores as qdrant-client's own multivector
-    query, under a filter, with points deleted and points written without sentences."""
-    rt = engram_env
-    rng = np.random.default_rng(7)
-
-    def unit(n: int) -> np.ndarray:
-        m = rng.normal(size=(n, DIM)).astype(np.float32)
-        return m / np.linalg.norm(m, axis=1, keepdims=True)
-
-    points = []
-    for i in range(300):
-        rows = unit(int(rng.integers(1, 5)))
-        vector = {DENSE: rows[0].tolist()} if i % 7 == 0 else {DENSE: rows[0].tolist(), SENTENCES: rows.tolist()}
-        points.append(qm.PointStruct(id=str(uuid.UUID(int=i + 1)), vector=vector,
-                                     payload={"tenant_id": "t", "user_id": "u" if i % 3 else "v", "n": i}))
-    rt.vectors.upsert(OBSERVATIONS, points)
-    rt.vectors.client.delete(OBSERVATIONS, points_selector=[str(uuid.UUID(int=i + 1)) for i in range(0, 300, 10)])
-    flt = tenant_filter("t", "u")
-    for q in unit(5):
-        fast = rt.vectors._local_max_sim(OBSERVATIONS, SENTENCES, q.tolist(), flt, 40)
-        assert fast is not None and len(fast) == 40
-        slow = rt.vectors.client.query_points(OBSERVATIONS, query=[q.tolist()], using=SENTENCES, query_filter=flt,
-                                              limit=40, with_payload=True).points
-        assert [str(p.id) for p in fast] == [str(p.id) for p in slow]
-        assert [p.score for p in fast] == pytest.approx([p.score for p in slow], abs=1e-5)
-        assert [p.payload for p in fast] == [p.payload for p in slow]
-        assert all(p.payload["user_id"] == "u" and p.payload["n"] % 10 for p in fast)
-    found, _ = rt.vectors.search(OBSERVATIONS, unit(1)[0].tolist(), None, tenant_filter("t", "nobody"), 10)
-    assert found == []

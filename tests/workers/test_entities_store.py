@@ -20,23 +20,28 @@ def _observation(tenant: str, n: int, **fields) -> Observation:
                        **fields)
 
 
-def test_an_old_entities_collection_is_rebuilt_and_its_people_kept(engram_env):
-    from workers.entities import EntityMemory, entity_id, list_entities
-    from workers.link import link_observations
-    from workers.vectorstore import ENTITIES, FACE, VOICE
+def test_an_old_entities_collection_on_a_server_is_rebuilt_and_its_people_kept(tmp_path):
+    """A Qdrant server's entities collection made by the first link stage (``text`` only) gets the face and voice
+    vectors when engram first uses it: rebuilt with them (a server cannot add a named vector in place), its
+    people kept. qdrant-client's local mode stands in for the server."""
+    from qdrant_client import QdrantClient
 
-    rt = engram_env
+    from workers.entities import entity_id
+    from workers.vectorstore import ENTITIES, FACE, VOICE, ClientVectorStore
+
+    client = QdrantClient(path=str(tmp_path / "server"))
     old = entity_id("t", "Alice")
-    rt.vectors.client.create_collection(ENTITIES, vectors_config={"text": qm.VectorParams(
+    client.create_collection(ENTITIES, vectors_config={"text": qm.VectorParams(
         size=384, distance=qm.Distance.COSINE)})  # as the first link stage made it
-    rt.vectors.client.upsert(ENTITIES, [qm.PointStruct(id=str(old), vector={"text": [1.0] + [0.0] * 383}, payload={
+    client.upsert(ENTITIES, [qm.PointStruct(id=str(old), vector={"text": [1.0] + [0.0] * 383}, payload={
         "tenant_id": "t", "entity_type": "person", "names": ["Alice"], "first_seen_ts": 100.0, "last_seen_ts": 200.0})])
-    msg = _observation("t", 1, kind=MediaKind.text, text="Lisbon is booked", speaker="alice")
-    link_observations(EntityMemory(rt, "t"), [msg])
-    assert msg.entity_ids == [str(old)]
-    (alice,) = list_entities(rt, "t")
-    assert alice.names == ["Alice"] and alice.observations == 1 and alice.first_seen.timestamp() == 100.0
-    assert {FACE, VOICE} <= set(rt.vectors.client.get_collection(ENTITIES).config.params.vectors)
+    store = ClientVectorStore(client, local=True)
+    store.ensure(ENTITIES)
+    assert {FACE, VOICE} <= set(client.get_collection(ENTITIES).config.params.vectors)
+    (alice,) = store.retrieve(ENTITIES, [old], with_vectors=True)
+    assert alice.payload["names"] == ["Alice"] and alice.payload["first_seen_ts"] == 100.0
+    assert alice.vector["text"][0] == 1.0
+    store.close()
 
 
 def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(engram_env):

@@ -89,7 +89,7 @@ def test_screenshot_keeps_lines_app_and_window(engram_env, tmp_path):
     out = ingest_paths([shot], **WHO, device="laptop", app_name="Thunderbird", window="Inbox", quiet=True,
                        consolidate=False)
     assert [p.name for p, _ in out["done"]] == ["mail.png"]
-    [point] = engram_env.vectors.client.scroll("observations", limit=10, with_payload=True)[0]
+    [point] = engram_env.vectors.scroll("observations", None)
     obs = point.payload
     assert obs["app"] == "Thunderbird" and obs["window"] == "Inbox"
     assert obs["text"].startswith("Thunderbird — Inbox\n")
@@ -260,6 +260,5 @@ def test_blank_tiny_and_broken_media_end_clearly(engram_env, tmp_path):
     assert broken.status is EventStatus.failed and broken.stage == "ingest"
     assert broken.reason.startswith("video cannot be decoded: ")
     assert records["d-good.png"].status is EventStatus.done
-    texts = [p.payload["text"] for p in engram_env.vectors.client.scroll("observations", limit=10,
-                                                                         with_payload=True)[0]]
+    texts = [p.payload["text"] for p in engram_env.vectors.scroll("observations", None)]
     assert len(texts) == 1 and "budget" in texts[0].lower()
