@@ -1,6 +1,6 @@
 """The ``engram`` command line.
 
-Runs on the embedded default (no servers: a local folder, Qdrant's local mode and a SQLite ledger under
+Runs on the embedded default (no servers: a local folder, Qdrant Edge and a SQLite ledger under
 ``ENGRAM_DATA_DIR``) unless ``ENGRAM_BROKER_URL`` points at a Redis broker.
 """
 
@@ -435,7 +435,7 @@ def worker(
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Worker processes or threads "
                                                     "(default: the number of CPUs; 1 with --pool solo).")] = None,
     pool: Annotated[str | None, typer.Option("--pool", "-P", help="prefork, solo or threads (default: solo for "
-                                             "the store worker on Qdrant's local mode, else prefork).")] = None,
+                                             "the store worker on the embedded store, else prefork).")] = None,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
     hostname: Annotated[str | None, typer.Option("--hostname", "-n", help="Celery node name "
                                                  "(default: <role>-<pid>@<host>).")] = None,
@@ -445,7 +445,7 @@ def worker(
 ) -> None:
     """Run a Celery worker of the distributed mode (needs ENGRAM_BROKER_URL).
 
-    With Qdrant's local mode (no ENGRAM_QDRANT_URL) exactly one worker serves the Qdrant-bound queues
+    With the embedded store (no ENGRAM_QDRANT_URL) exactly one worker serves the Qdrant-bound queues
     (link, store, consolidate, query), all four, with --pool solo; the others serve ingest and perceive.*.
     With a metrics port, the worker serves the metrics of all its pool processes there (prometheus-client's
     multiprocess mode, in PROMETHEUS_MULTIPROC_DIR or a fresh temporary folder).
@@ -464,7 +464,7 @@ def worker(
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(2) from exc
     if not settings.qdrant_url and set(plan.queues) & {"link", "store", "consolidate", "query"}:
-        # the one store worker of local mode opens the store now (its solo pool runs tasks in this
+        # the one store worker of the embedded store opens the store now (its solo pool runs tasks in this
         # process), so a second one fails here with the reason instead of failing every task
         from workers.runtime import runtime
         from workers.vectorstore import StoreBusy
@@ -472,7 +472,7 @@ def worker(
         try:
             runtime(settings).vectors.count("observations")
         except StoreBusy as exc:
-            err.print(f"[red]error:[/red] {exc}; only one store worker may run on Qdrant's local mode",
+            err.print(f"[red]error:[/red] {exc}; only one store worker may run on the embedded store",
                       highlight=False)
             raise typer.Exit(3) from exc
     _celery_logging(ctx, loglevel)

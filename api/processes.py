@@ -3,7 +3,7 @@ command lines that ``engram worker`` and ``engram beat`` run.
 
 The rule of DESIGN.md for Qdrant-bound queues (``link``, ``store``, ``consolidate``, ``query``) is
 enforced here: with a Qdrant server (``ENGRAM_QDRANT_URL``) any number of workers may serve them; with
-Qdrant's local mode one process may open the store, so exactly one worker serves all four, with
+the embedded store (Qdrant Edge) one process may open the store, so exactly one worker serves all four, with
 ``--pool solo`` and concurrency 1. Nothing here opens a store or a broker connection.
 """
 
@@ -62,7 +62,7 @@ def plan_worker(settings: Settings, queues: str | None = None, role: Role | str 
     """Check a worker's options against the settings and fill in defaults. Raises WorkerConfigError.
 
     ``queues`` is a comma-separated list of queue names, ``role`` a shortcut for one (give one or
-    both: they are joined). With Qdrant's local mode a worker serving any Qdrant-bound queue must serve
+    both: they are joined). With the embedded store a worker serving any Qdrant-bound queue must serve
     all four, and defaults to (and must use) ``--pool solo`` with concurrency 1. Other workers default
     to the prefork pool.
     """
@@ -95,7 +95,7 @@ def plan_worker(settings: Settings, queues: str | None = None, role: Role | str 
     bound = [q for q in served if q in QDRANT_BOUND]
     if bound and not settings.qdrant_url:
         missing = [q for q in QDRANT_BOUND if q not in served]
-        rule = ("with Qdrant's local mode (ENGRAM_QDRANT_URL unset) only one process can open the vector "
+        rule = ("with the embedded store (ENGRAM_QDRANT_URL unset) only one process can open the vector "
                 f"store, so exactly one worker serves all of {', '.join(QDRANT_BOUND)}, with --pool solo and "
                 "concurrency 1 (run `engram worker --role store`); set ENGRAM_QDRANT_URL to a Qdrant server "
                 "to run more.")

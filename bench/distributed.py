@@ -2,12 +2,12 @@
 
 For each kind (text: JSONL conversations of 4 messages; screenshot: 640x360 PNGs with a few lines of text)
 and each number of ``engram worker --role cpu`` processes (ingest, perceive, embed), the bench starts a
-redis-server of its own, the workers and the one store worker of Qdrant's local mode (link, store,
+redis-server of its own, the workers and the one store worker of the embedded store (link, store,
 consolidate, query) as a user starts them, publishes ``--events`` events (object stored, event queued in
 the ledger, ``ingest`` sent to the broker) and counts events/s from the first publish to the last event
 done. Then, with the cluster idle, it publishes one text event at a time and polls a search through the
 query queue until the event's observations are found: the publish-to-searchable latency (p50, p95). The
-embedded default (everything inline in one process, SQLite ledger, Qdrant local mode) runs the same.
+embedded default (everything inline in one process, SQLite ledger, Qdrant Edge) runs the same.
 
 Warm-up events (models load lazily, once per worker process) are published first and not counted. The
 machine is shared and noisy: run it more than once and compare ratios.

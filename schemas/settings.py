@@ -85,18 +85,19 @@ class Settings(BaseSettings):
     """All engram settings. Every field maps to ``ENGRAM_<NAME>``.
 
     The embedded default (no ``broker_url``) runs every task eagerly in the calling process with a
-    local folder as object store and Qdrant's local mode under ``data_dir``.
+    local folder as object store and Qdrant Edge under ``data_dir``.
     """
 
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", env_nested_delimiter="__", extra="ignore")
 
     data_dir: Path = Field(
         default_factory=lambda: Path(user_data_dir("engram")),
-        description="Root of the embedded default: objects/, qdrant/, ledger.sqlite, cache/.",
+        description="Root of the embedded default: objects/, vectors/, ledger.sqlite, cache/.",
     )
     broker_url: str | None = Field(None, description="Celery broker (e.g. redis://host:6379/0); unset = embedded.")
     result_backend: str | None = Field(None, description="Celery result backend; defaults to broker_url.")
-    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = local mode under data_dir.")
+    qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = the embedded store (Qdrant Edge) "
+                                   "under data_dir/vectors.")
     qdrant_api_key: str | None = None
     s3_endpoint: str | None = Field(None, description="S3/MinIO endpoint host:port; unset = local folder.")
     s3_access_key: str | None = None

@@ -28,7 +28,7 @@ class Queue(StrEnum):
     query = "query"
 
 
-#: Queues whose tasks open the vector store. With Qdrant's local mode exactly one ``--pool solo``
+#: Queues whose tasks open the vector store. With the embedded store exactly one ``--pool solo``
 #: worker serves all of them.
 QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 

@@ -57,7 +57,8 @@ class Runtime:
 
     @property
     def vectors(self) -> VectorStore:
-        """The vector store (opened on first use). Raises vectorstore.StoreBusy in local mode if held."""
+        """The vector store (opened on first use). Raises vectorstore.StoreBusy if another process holds the
+        embedded store."""
         if self._vectors is None:
             self._vectors = open_vector_store(self.settings)
         return self._vectors
