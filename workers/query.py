@@ -57,6 +57,10 @@ from workers.runtime import Runtime, runtime
 from workers.timeexpr import resolve
 from workers.vectorstore import OBSERVATIONS, collection_for, tenant_filter
 
+#: The payload fields ranking reads (decay, time boost, memory prior, entity boost, the sources of a memory, a
+#: hit's session): candidates are fetched with these only, the hits returned with their whole payloads.
+RANKING_FIELDS = ["memory_type", "last_recalled_at", "updated_at", "created_at", "recalls", "start_ts", "end_ts",
+                  "provenance", "entity_ids", "message_id", "session_id", "event_id"]
 DENSE_WEIGHT = 1.5  # weight of the dense ranking in the fusion (BM25's: 1)
 MEMORY_PRIOR = 0.5  # weight of a memory's fused score in the scores of the observations it was built from
 MEMORY_EXPAND = 5  # the sources of this many best memories join the candidate observations
@@ -177,7 +181,8 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
             continue  # never searched by default; captions only, through its own call (later issue)
         dense_pts, sparse_pts = rt.vectors.search(collection_for(mtype), dense, sparse_q,
                                                   build_filter(req, mtype), depth,
-                                                  idf_corpus=tenant_filter(req.tenant_id, req.user_id))
+                                                  idf_corpus=tenant_filter(req.tenant_id, req.user_id),
+                                                  with_payload=RANKING_FIELDS)
         for p in (*dense_pts, *sparse_pts):
             points.setdefault(str(p.id), (mtype, p))
         scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k,
@@ -204,19 +209,26 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     obs_rank = {pid: rank for rank, pid in enumerate(sorted(is_obs, key=lambda p: -scores[p]))}
     # ties go to observations, the more specific evidence
     order = sorted(scores, key=lambda pid: (-scores[pid], pid not in is_obs))
-    hits: list[SearchHit] = []
-    shown: set[uuid.UUID] = set()
+    picked: list[str] = []
+    shown: set[str] = set()
     for pid in order:
-        if len(hits) >= req.limit:
+        if len(picked) >= req.limit:
             break
+        mtype, point = points[pid]
+        sources = {pid} if mtype is MemoryType.observation else {
+            str(o) for o in (point.payload or {}).get("provenance", {}).get("observation_ids", [])}
+        if mtype is not MemoryType.observation and sources and (
+                sources <= shown or (len(sources) == 1 and next(iter(sources)) in scores)):
+            continue  # a memory that only repeats observations shown (or about to be) adds nothing
+        shown.update(sources)
+        picked.append(pid)
+    _whole_payloads(rt, points, picked)
+    hits: list[SearchHit] = []
+    for pid in picked:
         mtype, point = points[pid]
         hit = _hit(mtype, point, scores[pid])
         if mtype is not MemoryType.observation:
-            sources = set(hit.observation_ids)
-            if sources and (sources <= shown or (len(sources) == 1 and str(next(iter(sources))) in scores)):
-                continue  # a memory that only repeats observations shown (or about to be) adds nothing
             _order_sources(hit, obs_rank, msg_of)
-        shown.update(hit.observation_ids)
         hits.append(hit)
     if req.context_turns:
         attach_context(rt, req, hits, [points[str(h.id)][1] for h in hits])
@@ -224,6 +236,18 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     if req.reinforce and recalled:
         reinforce(rt, req.tenant_id, recalled, now)
     return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000, time_range=span)
+
+
+def _whole_payloads(rt: Runtime, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
+                    pids: list[str]) -> None:
+    """Replace the ranking payloads (``RANKING_FIELDS``) of the points ``pids`` by their whole payloads, one
+    request per collection: only the hits returned are read whole."""
+    by_type: dict[MemoryType, list[str]] = defaultdict(list)
+    for pid in pids:
+        by_type[points[pid][0]].append(pid)
+    for mtype, ids in by_type.items():
+        for rec in rt.vectors.retrieve(collection_for(mtype), ids):
+            points[str(rec.id)] = (mtype, rec)
 
 
 def _sequence_key(payload: dict) -> tuple[str, str] | None:
@@ -284,7 +308,7 @@ def _add_memory_sources(rt: Runtime, req: SearchRequest, memory_ids: list[str],
         return
     flt = build_filter(req, MemoryType.observation)
     flt.must.append(qm.HasIdCondition(has_id=missing))
-    for rec in rt.vectors.scroll(OBSERVATIONS, flt):
+    for rec in rt.vectors.scroll(OBSERVATIONS, flt, with_payload=RANKING_FIELDS):
         points[str(rec.id)] = (MemoryType.observation, rec)
         is_obs.add(str(rec.id))
 
