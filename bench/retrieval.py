@@ -159,7 +159,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     err = console or Console(stderr=True)
 
     # per question: system -> {k: recall}
-    if search_only and not (data_dir and (Path(data_dir) / "qdrant").is_dir()):
+    if search_only and not (data_dir and any((Path(data_dir) / d).is_dir() for d in ("vectors", "qdrant"))):
         raise FileNotFoundError(f"--search-only needs --data-dir with an ingested store (got {data_dir})")
     rows: list[dict] = []
     ingest_s: dict[str, float] = {}
@@ -285,7 +285,7 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
             bar.update(task, current=q.question_id)
             with tempfile.TemporaryDirectory(prefix="engram-lme-") as tmp:
                 store_dir = Path(data_dir) / q.question_id if data_dir else Path(tmp) / "data"
-                if search_only and not (store_dir / "qdrant").is_dir():
+                if search_only and not any((store_dir / d).is_dir() for d in ("vectors", "qdrant")):
                     raise FileNotFoundError(f"--search-only: no ingested store at {store_dir}")
                 share_embedding_cache(store_dir, embedding_cache)
                 path = Path(tmp) / f"{q.question_id}.jsonl"
