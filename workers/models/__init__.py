@@ -31,7 +31,8 @@ def get_model(task: str, settings: Settings) -> Model:
     m = settings.models
     match task:
         case "embedding":
-            return cached(MiniLMEmbedder, m.embedding_model, device=m.device)
+            return cached(MiniLMEmbedder, m.embedding_model, device=m.device, runtime=m.embedding_runtime,
+                          onnx_dir=str(m.cache_dir))
         case "ocr":
             return cached(RapidOcr, "pp-ocr")
         case "asr":

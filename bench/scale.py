@@ -1,0 +1,345 @@
+"""Search as the store grows: engram's own ``workers.query.search`` on stores of 10 k, 100 k (and 1 M)
+observations, beside an exact numpy scan of the queried user's rows, in one run.
+
+Stores are built from real ingested points: a seed data dir holding LoCoMo conversations ingested through the
+real path (``--seed-dir``; made by ``bench/retrieval.py --ingest-only --data-dir DIR`` or by this script with
+``--seed-conversations``). The queried user (conversation ``--conversation``'s, tenant ``bench``) keeps its
+real rows at every size; the rest are copies of the seed conversations (observations and the memories built
+from them, ids and provenance remapped) spread over 99 more users in 10 tenants until the store holds N
+observations.
+
+Each size is measured in a fresh process: open time and memory after open (RSS; peak RSS over open and
+queries), then for ``--questions`` of that conversation's LoCoMo questions the real ``search`` (query text to
+hits, the query embedding uncached, reinforcement off; wall and CPU ms), and the same fusion computed exactly in
+numpy over the user's rows (dense cosine / MaxSim, BM25 with IDF over the user's rows, weighted RRF per
+collection): its time, and the overlap of each collection's fused top 10 with the engine's. Then the wall time
+of a cold ``engram search`` in a new process on the largest store.
+
+    python bench/scale.py --seed-dir DIR [--sizes 10000 100000] [--json scale.json]
+
+Prints a table; ``--json FILE`` writes ``{"sizes": {"<N>": {"p50_ms", "p95_ms", "overlap", "build_s",
+"disk_bytes", "rss_bytes", "open_s", "numpy_p50_ms", ...}}, "growth_per_10x", "cli_search_s", "load"}``.
+Not a test: figures depend on the machine and its load (printed with them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench  # noqa: E402,F401  (the offline model environment)
+from bench.locomo import load_locomo, sample_questions  # noqa: E402
+from bench.retrieval import BENCH_VAULT_KEY, TENANT  # noqa: E402
+
+USERS = 100
+TENANTS = 10
+NS = uuid.UUID("5b3c2a4e-5f0c-4d55-9d0b-2f1c0e7a9b11")
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _seed(seed_dir: Path) -> dict[str, dict[str, list]]:
+    """The seed store's points: {user_id: {collection: [Record with vectors]}} (entities left out)."""
+    from workers.vectorstore import COLLECTIONS, ENTITIES, EdgeVectorStore
+
+    store = EdgeVectorStore(seed_dir / "vectors")
+    out: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    try:
+        for coll in COLLECTIONS:
+            if coll == ENTITIES or not store.has_collection(coll):
+                continue
+            for rec in store.scroll(coll, None, with_vectors=True):
+                out[(rec.payload or {}).get("user_id")][coll].append(rec)
+    finally:
+        store.close()
+    return out
+
+
+def _copy(rec, collection: str, new_id: dict[str, str], tenant: str, user: str, key: str):
+    from qdrant_client import models as qm
+
+    payload = dict(rec.payload or {})
+    payload.update(tenant_id=tenant, user_id=user)
+    prov = payload.get("provenance")
+    if isinstance(prov, dict) and prov.get("observation_ids"):
+        payload["provenance"] = {**prov, "observation_ids": [new_id[str(o)] for o in prov["observation_ids"]
+                                                             if str(o) in new_id]}
+    return qm.PointStruct(id=str(uuid.uuid5(NS, f"{key}:{rec.id}")), vector=rec.vector or {}, payload=payload)
+
+
+def build(seed: dict[str, dict[str, list]], real_user: str, n_obs: int, data_dir: Path) -> dict:
+    """Write a store of ``n_obs`` observations under ``data_dir`` (see the module docstring); returns its
+    build seconds, points per collection and bytes on disk."""
+    from qdrant_client import models as qm
+
+    from workers.vectorstore import OBSERVATIONS, EdgeVectorStore
+
+    t0 = time.perf_counter()
+    store = EdgeVectorStore(data_dir / "vectors")
+    counts: dict[str, int] = defaultdict(int)
+
+    def put(collection: str, points: list) -> None:
+        for i in range(0, len(points), 512):
+            store.upsert(collection, points[i:i + 512])
+        counts[collection] += len(points)
+
+    for coll, recs in seed[real_user].items():  # the queried user's own rows, as ingested
+        put(coll, [qm.PointStruct(id=str(r.id), vector=r.vector or {}, payload=r.payload) for r in recs])
+    conversations = [u for u in sorted(seed) if u and seed[u].get(OBSERVATIONS)]
+    quota = max(0, (n_obs - len(seed[real_user].get(OBSERVATIONS, []))) // (USERS - 1))
+    c = 0
+    for j in range(1, USERS):
+        tenant, user = f"tenant-{j % TENANTS}", f"user-{j}"
+        left, copy = quota, 0
+        while left > 0:
+            conv = seed[conversations[c % len(conversations)]]
+            c += 1
+            obs = conv[OBSERVATIONS][:left]
+            key = f"{n_obs}:{j}:{copy}"
+            new_id = {str(r.id): str(uuid.uuid5(NS, f"{key}:{r.id}")) for r in obs}
+            put(OBSERVATIONS, [_copy(r, OBSERVATIONS, new_id, tenant, user, key) for r in obs])
+            for coll, recs in conv.items():
+                if coll != OBSERVATIONS:
+                    mems = [m for m in recs if any(str(o) in new_id for o in
+                                                   ((m.payload or {}).get("provenance") or {}).get("observation_ids",
+                                                                                                     []))]
+                    put(coll, [_copy(m, coll, new_id, tenant, user, key) for m in mems])
+            left -= len(obs)
+            copy += 1
+    store.close()
+    return {"build_s": time.perf_counter() - t0, "points": dict(counts), "disk_bytes": _du(data_dir / "vectors")}
+
+
+# --- measuring (in a fresh process per store) -----------------------------------------------------------------
+
+def _user_rows(store, tenant: str, user: str) -> dict[str, dict]:
+    """The user's rows per collection as numpy: ids, dense rows (a MaxSim collection: all rows and the point of
+    each), sparse vectors."""
+    import numpy as np
+
+    from workers.vectorstore import COLLECTIONS, DENSE, DENSE_SEARCH_MULTIVECTOR, ENTITIES, SPARSE, tenant_filter
+
+    out = {}
+    for coll in COLLECTIONS:
+        if coll == ENTITIES or not store.has_collection(coll):
+            continue
+        recs = store.scroll(coll, tenant_filter(tenant, user), with_vectors=True, with_payload=False)
+        if not recs:
+            continue
+        multi = DENSE_SEARCH_MULTIVECTOR.get(coll)
+        rows, owner = [], []
+        for i, r in enumerate(recs):
+            vecs = (r.vector or {}).get(multi) if multi else [(r.vector or {}).get(DENSE)]
+            for v in vecs or []:
+                if v is not None:
+                    rows.append(v)
+                    owner.append(i)
+        sparse = [(r.vector or {}).get(SPARSE) for r in recs]
+        out[coll] = {"ids": [str(r.id) for r in recs], "dense": np.asarray(rows, dtype=np.float32),
+                     "owner": np.asarray(owner), "sparse": sparse}
+    return out
+
+
+def _numpy_fused(rows: dict, dense, sparse_q, depth: int, rrf_k: int, weights: tuple[float, float]) -> list[str]:
+    """The exact per-collection fusion in numpy: dense (best row per point) and BM25 (Qdrant's IDF over these
+    rows: ln(1 + (N - n + 0.5) / (n + 0.5))) rankings of ``depth``, fused by weighted RRF; the fused ids."""
+    import numpy as np
+
+    n = len(rows["ids"])
+    best = np.full(n, -np.inf, dtype=np.float32)
+    np.maximum.at(best, rows["owner"], rows["dense"] @ dense)
+    dense_rank = np.argsort(-best, kind="stable")[:depth]
+    ranked = [[rows["ids"][i] for i in dense_rank]]
+    if sparse_q[0]:
+        q = dict(zip(*sparse_q, strict=True))
+        df: dict[int, int] = defaultdict(int)
+        for sv in rows["sparse"]:
+            if sv is not None:
+                for t in sv.indices:
+                    if t in q:
+                        df[t] += 1
+        idf = {t: math.log(1 + (n - d + 0.5) / (d + 0.5)) for t, d in df.items()}
+        scores = np.zeros(n)
+        for i, sv in enumerate(rows["sparse"]):
+            if sv is not None:
+                scores[i] = sum(idf[t] * q[t] * v for t, v in zip(sv.indices, sv.values, strict=True) if t in idf)
+        hit = np.flatnonzero(scores > 0)
+        ranked.append([rows["ids"][i] for i in hit[np.argsort(-scores[hit], kind="stable")][:depth]])
+    fused: dict[str, float] = defaultdict(float)
+    for w, ranking in zip(weights, ranked, strict=False):
+        for r, pid in enumerate(ranking):
+            fused[pid] += w / (rrf_k + r + 1)
+    return sorted(fused, key=lambda p: -fused[p])
+
+
+def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
+    """Open the store under ``data_dir`` in this process and time ``search`` and the numpy scan (module
+    docstring). Returns the figures of one size."""
+    import numpy as np
+    import psutil
+
+    os.environ.update(ENGRAM_DATA_DIR=str(data_dir), ENGRAM_VAULT_KEY=os.environ.get("ENGRAM_VAULT_KEY",
+                                                                                      BENCH_VAULT_KEY))
+    from schemas.search import SearchRequest
+    from workers import sparse
+    from workers.embed import embed_texts
+    from workers.query import DENSE_WEIGHT, MIN_DEPTH, search
+    from workers.runtime import runtime
+    from workers.vectorstore import COLLECTIONS, ENTITIES, tenant_filter
+
+    proc = psutil.Process()
+    rt = runtime()
+    embed_texts(rt, ["warm the model up"])  # the model's load is not a search's
+    t0 = time.perf_counter()
+    store = rt.vectors
+    for coll in COLLECTIONS:
+        store.count(coll)
+    open_s = time.perf_counter() - t0
+    rss_open = proc.memory_info().rss
+    rows = _user_rows(store, TENANT, user)
+    wall, cpu, scan, overlap = [], [], [], []
+    depth = max(MIN_DEPTH, 10 * 5)
+    for q in questions:
+        c0, w0 = time.process_time(), time.perf_counter()
+        search(rt, SearchRequest(query=q, tenant_id=TENANT, user_id=user, limit=10, reinforce=False))
+        wall.append((time.perf_counter() - w0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+        dense = np.asarray(embed_texts(rt, [q])[0], dtype=np.float32)  # cached now: the same vector
+        sparse_q = sparse.query_vector(q)
+        w0 = time.perf_counter()
+        exact = {c: _numpy_fused(r, dense, sparse_q, depth, rt.settings.rrf_k, (DENSE_WEIGHT, 1.0))[:10]
+                 for c, r in rows.items()}
+        scan.append((time.perf_counter() - w0) * 1000)
+        for coll, want in exact.items():
+            if len(want) < 10 or coll == ENTITIES:
+                continue
+            d, s = store.search(coll, dense.tolist(), sparse_q, tenant_filter(TENANT, user), depth,
+                                idf_corpus=tenant_filter(TENANT, user), with_payload=False)
+            fused: dict[str, float] = defaultdict(float)
+            for w, ranking in ((DENSE_WEIGHT, d), (1.0, s)):
+                for r, p in enumerate(ranking):
+                    fused[str(p.id)] += w / (rt.settings.rrf_k + r + 1)
+            got = sorted(fused, key=lambda p: -fused[p])[:10]
+            overlap.append(len(set(got) & set(want)) / 10)
+    return {"p50_ms": statistics.median(wall), "p95_ms": float(np.percentile(wall, 95)),
+            "cpu_p50_ms": statistics.median(cpu), "numpy_p50_ms": statistics.median(scan),
+            "overlap": statistics.mean(overlap) if overlap else None, "open_s": open_s, "rss_open_bytes": rss_open,
+            "rss_bytes": max(rss_open, proc.memory_info().rss,
+                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
+            "questions": len(questions), "user_rows": {c: len(r["ids"]) for c, r in rows.items()}}
+
+
+def cli_search(data_dir: Path, user: str, question: str) -> float:
+    """Wall seconds of ``engram search QUESTION --user USER`` in a new process on the store under ``data_dir``."""
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir), "ENGRAM_TENANT": TENANT}
+    env.setdefault("ENGRAM_VAULT_KEY", BENCH_VAULT_KEY)
+    engram = Path(sys.executable).with_name("engram")
+    t0 = time.perf_counter()
+    subprocess.run([str(engram), "search", question, "--user", user, "-k", "5"], env=env, check=True,
+                   capture_output=True, timeout=600)
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed-dir", type=Path, required=True,
+                    help="a data dir holding ingested LoCoMo conversations (made with --seed-conversations if empty)")
+    ap.add_argument("--seed-conversations", type=int, nargs="+", default=[0, 1, 2],
+                    help="LoCoMo conversations to ingest into an empty --seed-dir (default 0 1 2)")
+    ap.add_argument("--conversation", type=int, default=0, help="the queried user's conversation (default 0)")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="observations per store")
+    ap.add_argument("--questions", type=int, default=40, help="questions timed per size (default 40)")
+    ap.add_argument("--work-dir", type=Path, default=None, help="where the stores are built (default: a temp dir)")
+    ap.add_argument("--embedding-cache", type=Path, default=None, help="kept embedding cache for the seed ingest")
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    ap.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one size
+    ap.add_argument("--user", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    sample = load_locomo()[args.conversation]
+    user = f"locomo-{sample.get('sample_id', args.conversation)}"
+    questions = [q.question for q in sample_questions(sample, args.conversation)][:args.questions]
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.user or user, questions)))
+        return 0
+    if not (args.seed_dir / "vectors").is_dir():
+        from bench.retrieval import evaluate
+
+        print(f"ingesting LoCoMo conversations {args.seed_conversations} into {args.seed_dir} ...", file=sys.stderr)
+        evaluate(args.seed_conversations, data_dir=args.seed_dir, ingest_only=True,
+                 embedding_cache=args.embedding_cache)
+    seed = _seed(args.seed_dir)
+    if user not in seed:
+        raise SystemExit(f"{args.seed_dir} holds no points of {user} (conversation {args.conversation})")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="engram-scale-"))
+    result: dict = {"sizes": {}, "load": list(os.getloadavg())}
+    for n in sorted(args.sizes):
+        data_dir = work / f"store-{n}"
+        if (data_dir / "vectors").is_dir():
+            import shutil
+
+            shutil.rmtree(data_dir)
+        print(f"building {n:,} observations ...", file=sys.stderr)
+        built = build(seed, user, n, data_dir)
+        out = subprocess.run([sys.executable, __file__, "--seed-dir", str(args.seed_dir), "--measure", str(data_dir),
+                              "--user", user, "--conversation", str(args.conversation),
+                              "--questions", str(args.questions)], capture_output=True, text=True, check=False)
+        if out.returncode:
+            raise SystemExit(f"measuring {n}: {out.stderr[-3000:]}")
+        figures = {**built, **json.loads(out.stdout.strip().splitlines()[-1])}
+        result["sizes"][str(n)] = figures
+        print(f"{n:>9,}  p50 {figures['p50_ms']:.1f} ms  p95 {figures['p95_ms']:.1f} ms  numpy p50 "
+              f"{figures['numpy_p50_ms']:.1f} ms  overlap {figures['overlap']:.3f}  build {built['build_s']:.0f} s  "
+              f"disk {built['disk_bytes'] / 1e6:.0f} MB  rss {figures['rss_bytes'] / 1e6:.0f} MB  open "
+              f"{figures['open_s']:.2f} s", file=sys.stderr)
+    sizes = sorted(int(n) for n in result["sizes"])
+    if len(sizes) > 1:
+        first, last = result["sizes"][str(sizes[0])], result["sizes"][str(sizes[-1])]
+        result["growth_per_10x"] = (last["p50_ms"] / first["p50_ms"]) ** (1 / math.log10(sizes[-1] / sizes[0]))
+    result["cli_search_s"] = cli_search(work / f"store-{sizes[-1]}", user, questions[0])
+    result["load_after"] = list(os.getloadavg())
+    _print(result)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def _print(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"search as the store grows (load {result['load'][0]:.1f} before, "
+                        f"{result['load_after'][0]:.1f} after)")
+    for col in ("observations", "points", "p50 ms", "p95 ms", "CPU p50 ms", "numpy p50 ms", "ratio", "top-10 overlap",
+                "build s", "disk MB", "RSS MB", "open s"):
+        table.add_column(col, justify="right")
+    for n, f in sorted(result["sizes"].items(), key=lambda kv: int(kv[0])):
+        table.add_row(f"{int(n):,}", f"{sum(f['points'].values()):,}", f"{f['p50_ms']:.1f}", f"{f['p95_ms']:.1f}",
+                      f"{f['cpu_p50_ms']:.1f}", f"{f['numpy_p50_ms']:.1f}", f"{f['p50_ms'] / f['numpy_p50_ms']:.1f}",
+                      f"{f['overlap']:.3f}", f"{f['build_s']:.0f}", f"{f['disk_bytes'] / 1e6:.0f}",
+                      f"{f['rss_bytes'] / 1e6:.0f}", f"{f['open_s']:.2f}")
+    Console(stderr=True).print(table)
+    if "growth_per_10x" in result:
+        print(f"growth per 10x: {result['growth_per_10x']:.2f}", file=sys.stderr)
+    print(f"cold `engram search` wall: {result['cli_search_s']:.1f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

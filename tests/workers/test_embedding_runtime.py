@@ -1,0 +1,60 @@
+"""MiniLM on onnxruntime (the model exported at setup) gives sentence-transformers' vectors, and a search in a
+new process embeds its query without importing torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+from workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx
+
+TEXTS = [*CHECK_TEXTS, "Caroline went to the LGBTQ support group on 7 May 2023.", "", "[/code] [bold]x[/bold]"]
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(tmp_path_factory):
+    """A fresh export (what scripts/setup.sh writes into the models cache)."""
+    out = tmp_path_factory.mktemp("onnx")
+    assert export_onnx(out) == out / ONNX_FILE
+    return out
+
+
+def test_onnx_and_torch_give_the_same_vectors(onnx_dir):
+    onnx = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir))
+    torch = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="torch")
+    a, b = onnx.embed(TEXTS, batch_size=3), torch.embed(TEXTS, batch_size=3)
+    assert a.shape == b.shape == (len(TEXTS), 384) and a.dtype == np.float32
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    assert (a * b).sum(axis=1).min() > 1 - 1e-3
+    assert np.allclose(onnx.embed(TEXTS[::-1], batch_size=64)[::-1], a, atol=1e-5)  # order does not matter
+
+
+def test_onnx_runtime_without_the_export_says_how_to_make_it(tmp_path):
+    from workers.models.base import ModelUnavailable
+
+    with pytest.raises(ModelUnavailable, match="workers.models.embeddings export"):
+        MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(tmp_path)).embed(["x"])
+    auto = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="auto", onnx_dir=str(tmp_path))
+    assert auto.embed(["x"]).shape == (1, 384)  # no export: sentence-transformers
+
+
+def test_a_search_in_a_new_process_does_not_import_torch(onnx_dir, tmp_path):
+    code = ("import json, sys\n"
+            "from schemas.search import SearchRequest\n"
+            "from workers.query import search\n"
+            "from workers.runtime import runtime\n"
+            "resp = search(runtime(), SearchRequest(query='where did she go camping last May?', tenant_id='t'))\n"
+            "print(json.dumps({'hits': len(resp.hits), 'torch': 'torch' in sys.modules,\n"
+            "                  'transformers': 'transformers' in sys.modules}))\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
+           "ENGRAM_DATA_DIR": str(tmp_path / "data"), "ENGRAM_MODELS__CACHE_DIR": str(onnx_dir),
+           "ENGRAM_MODELS__EMBEDDING_RUNTIME": "onnx"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"hits": 0, "torch": False, "transformers": False}
