@@ -64,6 +64,10 @@ def _configure_logging(verbose: bool, log_format: str) -> None:
         logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("RapidOCR", "faster_whisper", "sentence_transformers", "httpx", "celery"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+    if not verbose and not os.environ.get("ENGRAM_BROKER_URL"):
+        # the embedded default runs tasks inline: a task's error reaches the command, which says it in one line;
+        # Celery's own traceback of it would repeat it (-v shows it)
+        logging.getLogger("celery.app.trace").setLevel(logging.CRITICAL)
     renderer = structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer()
     structlog.configure(
         # contextvars: the event id, stage, task id and tenant bound by workers.runtime.stage
@@ -806,10 +810,12 @@ def main() -> None:
     try:
         app()
     except Exception as exc:  # a last line of defence: one clear line, not a traceback
-        from workers.vectorstore import StoreBusy
+        from rich.text import Text
 
-        if isinstance(exc, StoreBusy):
-            err.print(f"[red]error:[/red] {exc}")
+        from workers.vectorstore import StoreBusy, StoreCorrupt
+
+        if isinstance(exc, StoreBusy | StoreCorrupt):  # the message names the folder (paths may hold brackets)
+            err.print(Text.assemble(("error: ", "red"), str(exc)))
             sys.exit(3)
         raise
 

@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,8 @@ NS = uuid.UUID("5b3c2a4e-5f0c-4d55-9d0b-2f1c0e7a9b11")
 
 
 def _du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    """Bytes on disk under ``path`` (allocated blocks: the engine's files are sparse)."""
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())
 
 
 def _seed(seed_dir: Path) -> dict[str, dict[str, list]]:
@@ -188,6 +188,15 @@ def _numpy_fused(rows: dict, dense, sparse_q, depth: int, rrf_k: int, weights: t
     return sorted(fused, key=lambda p: -fused[p])
 
 
+def _peak_rss() -> int:
+    """This process's peak resident set size in bytes (``VmHWM``; getrusage's ``ru_maxrss`` would count the
+    parent's as the child starts with a fork of it)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
     """Open the store under ``data_dir`` in this process and time ``search`` and the numpy scan (module
     docstring). Returns the figures of one size."""
@@ -198,7 +207,7 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
                                                                                       BENCH_VAULT_KEY))
     from schemas.search import SearchRequest
     from workers import sparse
-    from workers.embed import embed_texts
+    from workers.embed import embed_query, embed_texts
     from workers.query import DENSE_WEIGHT, MIN_DEPTH, search
     from workers.runtime import runtime
     from workers.vectorstore import COLLECTIONS, ENTITIES, tenant_filter
@@ -220,7 +229,7 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
         search(rt, SearchRequest(query=q, tenant_id=TENANT, user_id=user, limit=10, reinforce=False))
         wall.append((time.perf_counter() - w0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
-        dense = np.asarray(embed_texts(rt, [q])[0], dtype=np.float32)  # cached now: the same vector
+        dense = np.asarray(embed_query(rt, q), dtype=np.float32)  # the whole query (search embeds it without names)
         sparse_q = sparse.query_vector(q)
         w0 = time.perf_counter()
         exact = {c: _numpy_fused(r, dense, sparse_q, depth, rt.settings.rrf_k, (DENSE_WEIGHT, 1.0))[:10]
@@ -240,8 +249,7 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
     return {"p50_ms": statistics.median(wall), "p95_ms": float(np.percentile(wall, 95)),
             "cpu_p50_ms": statistics.median(cpu), "numpy_p50_ms": statistics.median(scan),
             "overlap": statistics.mean(overlap) if overlap else None, "open_s": open_s, "rss_open_bytes": rss_open,
-            "rss_bytes": max(rss_open, proc.memory_info().rss,
-                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),
+            "rss_bytes": max(rss_open, proc.memory_info().rss, _peak_rss()),
             "questions": len(questions), "user_rows": {c: len(r["ids"]) for c, r in rows.items()}}
 
 
@@ -335,7 +343,7 @@ def _print(result: dict) -> None:
                       f"{f['cpu_p50_ms']:.1f}", f"{f['numpy_p50_ms']:.1f}", f"{f['p50_ms'] / f['numpy_p50_ms']:.1f}",
                       f"{f['overlap']:.3f}", f"{f['build_s']:.0f}", f"{f['disk_bytes'] / 1e6:.0f}",
                       f"{f['rss_bytes'] / 1e6:.0f}", f"{f['open_s']:.2f}")
-    Console(stderr=True).print(table)
+    Console(stderr=True, width=200).print(table)
     if "growth_per_10x" in result:
         print(f"growth per 10x: {result['growth_per_10x']:.2f}", file=sys.stderr)
     print(f"cold `engram search` wall: {result['cli_search_s']:.1f} s", file=sys.stderr)

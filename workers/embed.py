@@ -21,7 +21,10 @@ discount on my first purchase") is then found on its own, not blurred into the r
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
+from cachetools import LRUCache
 
 from schemas.jobs import EmbeddedBatch, ObservationBatch
 from schemas.observations import EmbeddedObservation, Observation
@@ -43,6 +46,28 @@ def embed_texts(rt: Runtime, texts: list[str]) -> np.ndarray:
     model = get_model("embedding", rt.settings)
     with model_timer("embedding", items=len(texts)):  # cache hits included: the time a text costs the stage
         return embed_cached(model, rt.embedding_cache, texts, rt.settings.models.embedding_batch_size)
+
+
+#: Query embeddings of this process (a query text -> its unit vector), most recently used kept.
+_QUERY_VECTORS: LRUCache = LRUCache(maxsize=4096)
+_QUERY_LOCK = threading.Lock()
+
+
+def embed_query(rt: Runtime, text: str) -> np.ndarray:
+    """The dense embedding (384,) of a search query, kept in a per-process LRU instead of the on-disk cache: a
+    query costs ~2 ms to embed (ONNX runtime), while writing it to the SQLite cache waits for a commit to the disk
+    (tens of ms), on every new query."""
+    key = (rt.settings.models.embedding_model, text)
+    with _QUERY_LOCK:
+        hit = _QUERY_VECTORS.get(key)
+    if hit is not None:
+        return hit
+    model = get_model("embedding", rt.settings)
+    with model_timer("embedding", items=1):
+        vec = model.embed([text])[0]
+    with _QUERY_LOCK:
+        _QUERY_VECTORS[key] = vec
+    return vec
 
 
 def sparse_vectors(settings: Settings, texts: list[str | list[str]],

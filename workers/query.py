@@ -51,7 +51,7 @@ from schemas.search import ContextTurn, SearchHit, SearchRequest, SearchResponse
 from workers import sparse
 from workers.app import app
 from workers.dynamics import active_filter, decayed_score, reinforce
-from workers.embed import embed_texts
+from workers.embed import embed_query
 from workers.entities import entity_names
 from workers.runtime import Runtime, runtime
 from workers.timeexpr import resolve
@@ -60,7 +60,7 @@ from workers.vectorstore import OBSERVATIONS, collection_for, tenant_filter
 #: The payload fields ranking reads (decay, time boost, memory prior, entity boost, the sources of a memory, a
 #: hit's session): candidates are fetched with these only, the hits returned with their whole payloads.
 RANKING_FIELDS = ["memory_type", "last_recalled_at", "updated_at", "created_at", "recalls", "start_ts", "end_ts",
-                  "provenance", "entity_ids", "message_id", "session_id", "event_id"]
+                  "provenance.observation_ids", "entity_ids", "message_id", "session_id", "event_id"]
 DENSE_WEIGHT = 1.5  # weight of the dense ranking in the fusion (BM25's: 1)
 MEMORY_PRIOR = 0.5  # weight of a memory's fused score in the scores of the observations it was built from
 MEMORY_EXPAND = 5  # the sources of this many best memories join the candidate observations
@@ -171,7 +171,7 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
                                      "time_to": min(filter(None, [req.time_to, span.end]))})
     named, content = named_entities(rt, req.tenant_id, req.query)
     # self-query: the names the query gives act through the entity boost; the dense query keeps its content
-    dense = embed_texts(rt, [content if DENSE_WITHOUT_NAMES and content else req.query])[0].tolist()
+    dense = embed_query(rt, content if DENSE_WITHOUT_NAMES and content else req.query).tolist()
     sparse_q = sparse.query_vector(req.query)
     depth = max(MIN_DEPTH, req.limit * 5)
     points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]] = {}

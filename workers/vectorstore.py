@@ -9,8 +9,9 @@
   search time grows linearly with the points) is used only as the server's stand-in in tests and to read stores
   written by engram before Qdrant Edge (``migrate_local_store``).
 
-Both speak qdrant-client's model types (``qdrant_client.models``: ``Filter``, ``PointStruct``, ``Record``,
-``ScoredPoint``), so callers do not know which backend runs; ``tests/workers/test_vectorstore_contract.py``
+Both take qdrant-client's model types (``qdrant_client.models``: ``Filter``, ``PointStruct``) and return points
+with ``id``, ``payload``, ``vector`` and ``score`` (qdrant-client's ``Record`` / ``ScoredPoint``, or
+``StoredPoint``), so callers do not know which backend runs; ``tests/workers/test_vectorstore_contract.py``
 holds them to the same ids, order and scores.
 
 Collections (shared by all tenants; ``tenant_id`` is in every payload and every filter): ``observations``,
@@ -517,14 +518,26 @@ def _edge_payload(with_payload: Any) -> Any:
     return bool(with_payload)
 
 
-def _record(p: Any) -> qm.Record:
-    return qm.Record.model_construct(id=str(p.id), payload=p.payload, vector=_qm_vector(p.vector), shard_key=None,
-                                     order_value=None)
+@dataclass(slots=True)
+class StoredPoint:
+    """A point as the embedded store returns it: the fields of qdrant-client's ``Record`` and ``ScoredPoint`` that
+    engram reads (``id`` as a string, ``score`` 0 for a record), in a plain class: a search turns hundreds of
+    candidates into Python objects, and building pydantic models cost more than the engine's search."""
+
+    id: str
+    payload: dict | None = None
+    vector: Any = None
+    score: float = 0.0
+    version: int = 0
 
 
-def _scored(p: Any) -> qm.ScoredPoint:
-    return qm.ScoredPoint.model_construct(id=str(p.id), version=p.version, score=p.score, payload=p.payload,
-                                          vector=_qm_vector(p.vector), shard_key=None, order_value=None)
+def _record(p: Any) -> StoredPoint:
+    return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None)
+
+
+def _scored(p: Any) -> StoredPoint:
+    return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None, p.score,
+                       p.version)
 
 
 class EdgeVectorStore(VectorStore):
@@ -576,7 +589,9 @@ class EdgeVectorStore(VectorStore):
         qe = _edge()
         distance = {"cosine": qe.Distance.Cosine, "euclid": qe.Distance.Euclid}
         maxsim = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
-        vectors = {name: qe.EdgeVectorParams(size=s.size, distance=distance[s.distance],
+        # vectors stay on disk (memory-mapped, read when a search touches them: a user's search reads that user's
+        # rows), so memory after open does not grow with the store
+        vectors = {name: qe.EdgeVectorParams(size=s.size, distance=distance[s.distance], memory=qe.Memory.Cold,
                                              multivector_config=maxsim if s.multi else None,
                                              hnsw_config=None if s.searched else
                                              qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000))

@@ -238,3 +238,29 @@ def test_every_acknowledged_write_survives_a_sigkill(tmp_path):
         assert last and last[0].payload == {"b": acked}
     finally:
         store.close()
+
+
+def test_the_cli_names_a_broken_shard_in_one_line(tmp_path):
+    """``engram search`` on a store whose observations shard is damaged: exit 3 and one line naming the shard
+    folder, no traceback, nothing made in its place."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    store = EdgeVectorStore(tmp_path / "data" / "vectors")
+    store.upsert(OBSERVATIONS, _points()[:3])
+    store.close()
+    shard = tmp_path / "data" / "vectors" / OBSERVATIONS
+    for f in shard.rglob("*.json"):
+        f.write_text("{ not json")
+    before = sorted(p.name for p in shard.rglob("*"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
+           "ENGRAM_DATA_DIR": str(tmp_path / "data")}
+    out = subprocess.run([sys.executable, "-m", "api.cli", "search", "hello"], capture_output=True, text=True,
+                         env=env, timeout=300, cwd=REPO)
+    assert out.returncode == 3, out.stderr[-2000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(shard) in out.stderr.replace("\n", "")
+    assert "Traceback" not in out.stderr
+    assert sorted(p.name for p in shard.rglob("*")) == before

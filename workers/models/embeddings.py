@@ -47,6 +47,9 @@ class _OnnxMiniLM:
         self.tokenizer.enable_truncation(MAX_WORD_PIECES)
         self.tokenizer.enable_padding()
         options = ort.SessionOptions()
+        # the pool's threads sleep when a run ends instead of spinning for the next: between a search's query
+        # embeddings the engine's search threads need those cores (spinning doubled a search's time on 2 cores)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if threads:
             options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
