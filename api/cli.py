@@ -34,6 +34,7 @@ from rich.progress import (  # noqa: E402
     TransferSpeedColumn,
 )
 from rich.table import Table  # noqa: E402
+from rich.text import Text  # noqa: E402
 
 from schemas.events import EventStatus, MediaKind  # noqa: E402
 from schemas.memories import MemoryType  # noqa: E402
@@ -372,6 +373,38 @@ def consolidate(
     for t, u in pairs:
         total += consolidate_user.delay(t, u).get()
     console.print(f"{total} episodic memories written for {len(pairs)} user(s)")
+
+
+@app.command()
+def migrate() -> None:
+    """Move an embedded store written by engram before Qdrant Edge (ENGRAM_DATA_DIR/qdrant, qdrant-client's local
+    mode) into the Qdrant Edge store (ENGRAM_DATA_DIR/vectors), showing progress. Every point is copied with its
+    vectors and payload, the copy is checked id by id, and only then is the old folder removed. Any command
+    that opens the store does the same on first use; this one does it now and says what it did."""
+    from schemas.settings import get_settings
+    from workers.vectorstore import embedded_store_dir, legacy_store_dir, migrate_local_store
+
+    settings = get_settings()
+    if settings.qdrant_url:
+        err.print("nothing to migrate: ENGRAM_QDRANT_URL names a Qdrant server", highlight=False)
+        return
+    old = legacy_store_dir(settings)
+    if not old.is_dir():
+        console.print(Text(f"nothing to migrate: no old store at {old}"))
+        return
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=err)
+    tasks: dict[str, int] = {}
+
+    def told(collection: str, done: int, total: int) -> None:
+        if collection not in tasks:
+            tasks[collection] = bar.add_task(collection, total=total)
+        bar.update(tasks[collection], completed=done)
+
+    with bar:
+        copied = migrate_local_store(settings, told)
+    console.print(Text(f"migrated {sum(copied.values())} points in {len(copied)} collections from {old} to "
+                       f"{embedded_store_dir(settings)}; the old folder is removed"))
 
 
 @app.command()

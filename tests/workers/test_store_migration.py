@@ -63,3 +63,28 @@ def test_an_old_local_mode_store_is_migrated_on_first_open(tmp_path):
         assert alice.payload["names"] == ["Alice"] and len(alice.vector[FACE]) == 128
     finally:
         close_vector_stores()
+
+
+def test_engram_migrate_moves_the_old_store_and_says_so(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    data_dir = tmp_path / "data"
+    _old_store(data_dir)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
+           "ENGRAM_DATA_DIR": str(data_dir), "COLUMNS": "200"}
+    run = lambda: subprocess.run([sys.executable, "-m", "api.cli", "migrate"], capture_output=True,  # noqa: E731
+                                 text=True, env=env, timeout=300, cwd=REPO)
+    out = run()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "migrated 1201 points in 2 collections" in " ".join(out.stdout.split())
+    assert not (data_dir / "qdrant").exists()
+    again = run()
+    assert again.returncode == 0 and "nothing to migrate" in again.stdout
+    store = open_vector_store(Settings(data_dir=data_dir))
+    try:
+        assert store.count(OBSERVATIONS) == 1200 and store.count(ENTITIES) == 1
+    finally:
+        close_vector_stores()
