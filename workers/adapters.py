@@ -20,9 +20,33 @@ from workers.media import MediaError
 TURN_SPACING = timedelta(seconds=30)  # LoCoMo and LongMemEval time sessions, not turns
 
 
+LOCOMO_TIME_FORMAT = "%I:%M %p on %d %B, %Y"  # LoCoMo's own: "1:56 pm on 8 May, 2023"
+
+
 def parse_locomo_datetime(text: str) -> datetime:
-    """LoCoMo's session time, e.g. ``"1:56 pm on 8 May, 2023"``, as UTC. Raises ValueError."""
-    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+    """A LoCoMo-format session time as UTC: LoCoMo's own ``"1:56 pm on 8 May, 2023"``, or any absolute date
+    with day, month and year that ``dateparser`` reads the same with the day first and with the month first
+    (``"29.12.2023, 00:51:12"``, ``"2023-05-08 13:56"``, ``"8 May 2023"``). Raises ValueError naming the text
+    when it is no such date, is relative ("yesterday") or is ambiguous (``"03.04.2023"``: 3 April or
+    March 4)."""
+    stripped = str(text).strip()
+    try:
+        return datetime.strptime(stripped, LOCOMO_TIME_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        pass
+    import dateparser  # only for files in another format
+
+    read = {order: dateparser.parse(stripped, languages=["en"], settings={
+        "DATE_ORDER": order, "TIMEZONE": "UTC", "TO_TIMEZONE": "UTC", "RETURN_AS_TIMEZONE_AWARE": True,
+        "PARSERS": ["timestamp", "custom-formats", "absolute-time"], "REQUIRE_PARTS": ["day", "month", "year"]})
+        for order in ("DMY", "MDY")}
+    found = {d for d in read.values() if d is not None}
+    if not found:
+        raise ValueError(f"not a date with day, month and year: {stripped!r}")
+    if len(found) > 1:
+        raise ValueError(f"ambiguous date {stripped!r}: day-month and month-day orders read it as "
+                         f"{read['DMY']:%d %B %Y} and {read['MDY']:%d %B %Y}")
+    return found.pop().astimezone(UTC)
 
 
 def locomo_sample_messages(sample: dict) -> list[ConversationMessage]:
@@ -33,7 +57,10 @@ def locomo_sample_messages(sample: dict) -> list[ConversationMessage]:
     sessions = sorted((int(m.group(1)), key) for key in conv if (m := re.fullmatch(r"session_(\d+)", key)))
     out: list[ConversationMessage] = []
     for n, key in sessions:
-        start = parse_locomo_datetime(conv[f"session_{n}_date_time"])
+        try:
+            start = parse_locomo_datetime(conv[f"session_{n}_date_time"])
+        except ValueError as exc:
+            raise ValueError(f"sample {sample_id}, session_{n}_date_time: {exc}") from exc
         for i, turn in enumerate(conv[key]):
             atts = [Attachment(kind="image", caption=turn["blip_caption"])] if turn.get("blip_caption") else []
             out.append(ConversationMessage(
@@ -143,7 +170,7 @@ def _parse_conversation(data: bytes, source_name: str = "") -> list[Conversation
         try:
             return [m for sample in doc for m in locomo_sample_messages(sample)]
         except (KeyError, ValueError, ValidationError) as exc:
-            raise InvalidConversation(f"malformed LoCoMo file: {exc!r}") from exc
+            raise InvalidConversation(f"malformed LoCoMo file: {exc}") from exc
     if isinstance(doc, dict) and "haystack_sessions" in doc:
         try:
             return longmemeval_messages(doc)

@@ -57,8 +57,29 @@ def record(i: int, **over) -> dict:
 def test_locomo_datetime():
     assert parse_locomo_datetime("1:56 pm on 8 May, 2023") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
     assert parse_locomo_datetime(" 12:09 am on 1 January, 2024 ") == datetime(2024, 1, 1, 0, 9, tzinfo=UTC)
-    with pytest.raises(ValueError):
-        parse_locomo_datetime("8 May 2023")
+    # other unambiguous formats, as exports of real chats write them
+    assert parse_locomo_datetime("29.12.2023, 00:51:12") == datetime(2023, 12, 29, 0, 51, 12, tzinfo=UTC)
+    assert parse_locomo_datetime("8 May 2023") == datetime(2023, 5, 8, tzinfo=UTC)
+    assert parse_locomo_datetime("2023-05-08T13:56:00Z") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    with pytest.raises(ValueError, match=r"ambiguous date '03.04.2023'.*03 April 2023 and 04 March 2023"):
+        parse_locomo_datetime("03.04.2023")
+    for bad in ("sometime in May", "yesterday", "May 2023"):
+        with pytest.raises(ValueError, match="not a date with day, month and year"):
+            parse_locomo_datetime(bad)
+
+
+def test_a_locomo_date_that_cannot_be_read_is_named_with_its_place():
+    sample = locomo_sample()
+    sample["conversation"]["session_10_date_time"] = "03.04.2023, 10:00"
+    with pytest.raises(MediaError, match=r"malformed LoCoMo file: sample conv-test, session_10_date_time: "
+                                         r"ambiguous date '03.04.2023, 10:00'"):
+        parse_conversation_file(json.dumps([sample]).encode())
+    sample["conversation"]["session_10_date_time"] = "2.6.2023, 09:05"  # day-first only: June 2 (Feb 6 is
+    with pytest.raises(MediaError, match="ambiguous"):  # as valid month-first: ambiguous too)
+        parse_conversation_file(json.dumps([sample]).encode())
+    sample["conversation"]["session_10_date_time"] = "29.12.2023, 09:05"
+    assert parse_conversation_file(json.dumps([sample]).encode())[2].timestamp == \
+        datetime(2023, 12, 29, 9, 5, tzinfo=UTC)
 
 
 def test_locomo_sample_to_messages():
