@@ -79,3 +79,14 @@ def test_gates_on_locomo():
                     speakers.append(turn.get("speaker"))
     assert len(texts) > 1000
     _check(texts, speakers)
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("I met Dr. Smith at 3 p.m. on Friday. He served in the U.S. Navy! Did you?",
+     ["I met Dr. Smith at 3 p.m. on Friday.", "He served in the U.S. Navy!", "Did you?"]),
+    ("It costs 2.5 dollars, e.g. a coffee. Then  we left.", ["It costs 2.5 dollars, e.g. a coffee.", "Then  we left."]),
+    ("first line\nsecond line. And more", ["first line", "second line.", "And more"]),
+    ("", []),
+])
+def test_sentences_keep_abbreviations_and_the_text_as_written(text, want):
+    assert sentences(text) == want

@@ -118,12 +118,25 @@ _FILE_TYPES = {"pdf": "document", "doc": "document", "docx": "document", "odt": 
 _FILE_EXT = re.compile(r"\.(?:pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|odt|ods|txt|py|ipynb|js|ts|json|ya?ml"
                        r"|md|sql|sh)\b")
 _BROWSERS = ("chrome", "firefox", "safari", "edge", "brave", "opera", "arc", "chromium", "vivaldi")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_LINES = re.compile(r"\n+")
 
 
 def sentences(text: str) -> list[str]:
-    """``text`` split into sentences and lines (whitespace kept inside each)."""
-    return [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+    """``text`` split into lines, and each line into sentences by syntok's rule-based segmenter (abbreviations,
+    initials, decimals and times stay whole: "Dr. Smith", "3 p.m. on Friday", "U.S. Navy"); each sentence is
+    the exact span of the text (inner whitespace kept), stripped."""
+    from syntok import segmenter
+
+    out = []
+    for line in _LINES.split(text):
+        for paragraph in segmenter.analyze(line):
+            for sentence in paragraph:
+                if sentence:
+                    start = sentence[0].offset
+                    end = sentence[-1].offset + len(sentence[-1].value)
+                    if piece := line[start:end].strip():
+                        out.append(piece)
+    return out
 
 
 def _clean_value(value: str) -> str:
