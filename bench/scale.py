@@ -122,8 +122,11 @@ def build(seed: dict[str, dict[str, list]], real_user: str, n_obs: int, data_dir
                     put(coll, [_copy(m, coll, new_id, tenant, user, key) for m in mems])
             left -= len(obs)
             copy += 1
+    build_s = time.perf_counter() - t0
+    optimize_s = sum(store.optimize().values())  # as after an import: the appendable segments made immutable
     store.close()
-    return {"build_s": time.perf_counter() - t0, "points": dict(counts), "disk_bytes": _du(data_dir / "vectors")}
+    return {"build_s": build_s, "optimize_s": optimize_s, "points": dict(counts),
+            "disk_bytes": _du(data_dir / "vectors")}
 
 
 # --- measuring (in a fresh process per store) -----------------------------------------------------------------
@@ -277,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", type=Path, default=None, help="where the stores are built (default: a temp dir)")
     ap.add_argument("--embedding-cache", type=Path, default=None, help="kept embedding cache for the seed ingest")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    ap.add_argument("--reuse", action="store_true",
+                    help="measure the stores an earlier run built in --work-dir instead of building them again")
     ap.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one size
     ap.add_argument("--user", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -300,12 +305,18 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"sizes": {}, "load": list(os.getloadavg())}
     for n in sorted(args.sizes):
         data_dir = work / f"store-{n}"
-        if (data_dir / "vectors").is_dir():
-            import shutil
+        record = data_dir / "build.json"
+        if args.reuse and record.is_file():
+            built = json.loads(record.read_text())
+            print(f"reusing the store of {n:,} observations in {data_dir}", file=sys.stderr)
+        else:
+            if data_dir.exists():
+                import shutil
 
-            shutil.rmtree(data_dir)
-        print(f"building {n:,} observations ...", file=sys.stderr)
-        built = build(seed, user, n, data_dir)
+                shutil.rmtree(data_dir)
+            print(f"building {n:,} observations ...", file=sys.stderr)
+            built = build(seed, user, n, data_dir)
+            record.write_text(json.dumps(built))
         out = subprocess.run([sys.executable, __file__, "--seed-dir", str(args.seed_dir), "--measure", str(data_dir),
                               "--user", user, "--conversation", str(args.conversation),
                               "--questions", str(args.questions)], capture_output=True, text=True, check=False)
@@ -314,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = {**built, **json.loads(out.stdout.strip().splitlines()[-1])}
         result["sizes"][str(n)] = figures
         print(f"{n:>9,}  p50 {figures['p50_ms']:.1f} ms  p95 {figures['p95_ms']:.1f} ms  numpy p50 "
-              f"{figures['numpy_p50_ms']:.1f} ms  overlap {figures['overlap']:.3f}  build {built['build_s']:.0f} s  "
+              f"{figures['numpy_p50_ms']:.1f} ms  overlap {figures['overlap']:.3f}  build {built['build_s']:.0f} s "
+              f"+ optimize {built['optimize_s']:.0f} s  "
               f"disk {built['disk_bytes'] / 1e6:.0f} MB  rss {figures['rss_bytes'] / 1e6:.0f} MB  open "
               f"{figures['open_s']:.2f} s", file=sys.stderr)
     sizes = sorted(int(n) for n in result["sizes"])
@@ -336,12 +348,13 @@ def _print(result: dict) -> None:
     table = Table(title=f"search as the store grows (load {result['load'][0]:.1f} before, "
                         f"{result['load_after'][0]:.1f} after)")
     for col in ("observations", "points", "p50 ms", "p95 ms", "CPU p50 ms", "numpy p50 ms", "ratio", "top-10 overlap",
-                "build s", "disk MB", "RSS MB", "open s"):
+                "build s", "optimize s", "disk MB", "RSS MB", "open s"):
         table.add_column(col, justify="right")
     for n, f in sorted(result["sizes"].items(), key=lambda kv: int(kv[0])):
         table.add_row(f"{int(n):,}", f"{sum(f['points'].values()):,}", f"{f['p50_ms']:.1f}", f"{f['p95_ms']:.1f}",
                       f"{f['cpu_p50_ms']:.1f}", f"{f['numpy_p50_ms']:.1f}", f"{f['p50_ms'] / f['numpy_p50_ms']:.1f}",
-                      f"{f['overlap']:.3f}", f"{f['build_s']:.0f}", f"{f['disk_bytes'] / 1e6:.0f}",
+                      f"{f['overlap']:.3f}", f"{f['build_s']:.0f}", f"{f.get('optimize_s', 0):.0f}",
+                      f"{f['disk_bytes'] / 1e6:.0f}",
                       f"{f['rss_bytes'] / 1e6:.0f}", f"{f['open_s']:.2f}")
     Console(stderr=True, width=200).print(table)
     if "growth_per_10x" in result:

@@ -264,3 +264,24 @@ def test_the_cli_names_a_broken_shard_in_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(shard) in out.stderr.replace("\n", "")
     assert "Traceback" not in out.stderr
     assert sorted(p.name for p in shard.rglob("*")) == before
+
+
+def test_optimize_keeps_every_answer(tmp_path):
+    """Qdrant's optimizers move the points into immutable segments: counts, rankings and payloads are the same
+    before and after, and after a reopen."""
+    store = EdgeVectorStore(tmp_path / "vectors")
+    store.upsert(OBSERVATIONS, _points())
+    q = _unit(RNG.normal(size=384).astype(np.float32)).tolist()
+    flt = tenant_filter("t1", "u1")
+    before = store.search(OBSERVATIONS, q, ([3, 10, 17], [1.0, 1.0, 1.0]), flt, 10, idf_corpus=flt)
+    assert set(store.optimize()) == {OBSERVATIONS}
+    after = store.search(OBSERVATIONS, q, ([3, 10, 17], [1.0, 1.0, 1.0]), flt, 10, idf_corpus=flt)
+    for a, b in zip(before, after, strict=True):
+        _same(a, b)
+    store.close()
+    again = EdgeVectorStore(tmp_path / "vectors")
+    try:
+        assert again.count(OBSERVATIONS) == N
+        _same(before[0], again.search(OBSERVATIONS, q, None, flt, 10)[0])
+    finally:
+        again.close()
