@@ -69,7 +69,8 @@ def _configure_logging(verbose: bool, log_format: str) -> None:
         # the embedded default runs tasks inline: a task's error reaches the command, which says it in one line;
         # Celery's own traceback of it would repeat it (-v shows it)
         logging.getLogger("celery.app.trace").setLevel(logging.CRITICAL)
-    renderer = structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer()
+    renderer = (structlog.processors.JSONRenderer() if log_format == "json"
+                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))  # no colour codes in a file
     structlog.configure(
         # contextvars: the event id, stage, task id and tenant bound by workers.runtime.stage
         processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,

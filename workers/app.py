@@ -63,7 +63,7 @@ def transport_options(settings: Settings) -> dict:
 def configure(app: Celery, settings: Settings) -> None:
     """Apply ``settings`` to ``app`` (eager in the embedded default). Safe to call again (tests switch
     brokers): broker connections and the result backend made for the previous settings are dropped."""
-    broker = settings.broker_url or "memory://"
+    broker = settings.broker_url or "memory://localhost/"  # a host named: kombu warns of none on every producer
     interval = settings.consolidate_interval_seconds
     sweep = min(300.0, max(5.0, settings.stalled_after / 4))
     app.conf.update(
