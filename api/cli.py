@@ -79,8 +79,14 @@ def _configure_logging(verbose: bool, log_format: str) -> None:
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))  # the current stderr, not the first one
 
 
+#: Commands that only read what is stored: on the embedded default they refuse a data dir that holds no store
+#: instead of making an empty one and answering "no results".
+READ_ONLY_COMMANDS = {"search", "ask", "memories", "entities", "status", "export", "forget", "consolidate"}
+
+
 @app.callback()
 def main_options(
+    ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(help="Where the embedded default keeps everything "
                                                   "(sets ENGRAM_DATA_DIR).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log pipeline progress to stderr.")] = False,
@@ -90,6 +96,24 @@ def main_options(
     if data_dir is not None:
         os.environ["ENGRAM_DATA_DIR"] = str(data_dir)
     _configure_logging(verbose, log_format)
+    if ctx.invoked_subcommand in READ_ONLY_COMMANDS and "--help" not in sys.argv:
+        _require_store()
+
+
+def _require_store() -> None:
+    """Exit 2 with the folder and a hint when the embedded default's data dir holds no store."""
+    from schemas.settings import get_settings
+    from workers.vectorstore import embedded_store_dir, legacy_store_dir
+
+    settings = get_settings()
+    if settings.qdrant_url or settings.broker_url:
+        return
+    if not (embedded_store_dir(settings).is_dir() or legacy_store_dir(settings).is_dir()
+            or (settings.data_dir / "ledger.sqlite").is_file()):  # only failed files so far: status shows them
+        err.print(Text.assemble(("error: ", "red"), f"no engram store in {settings.data_dir}: nothing was ingested "
+                                "there. `engram ingest FILES` makes one; --data-dir or ENGRAM_DATA_DIR chooses "
+                                "the folder."))
+        raise typer.Exit(2)
 
 
 def _runtime():
