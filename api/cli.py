@@ -149,6 +149,25 @@ def _parse_time(value: str | None) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
+def _time_bound(value: str | None, option: str, end: bool = False) -> datetime | None:
+    """A ``--since``/``--until`` value: an ISO 8601 time, or the words a query may use ("last week", "2024-05",
+    "yesterday", "May 2023"; ``workers.timeexpr``): the start of the range they name, its end for ``--until``.
+    Raises typer.BadParameter naming the option."""
+    if value is None:
+        return None
+    try:
+        return _parse_time(value)
+    except typer.BadParameter:
+        pass
+    from workers.timeexpr import resolve
+
+    span = resolve(value)
+    if span is None:
+        raise typer.BadParameter(f"{value!r} is not a time: give ISO 8601 (2024-05-01T14:30:00Z) or words such as "
+                                 "'last week', '2024-05', 'yesterday'", param_hint=option)
+    return span.end if end else span.start
+
+
 def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, captured_at: datetime | None = None,
                  app_name: str | None = None, window: str | None = None, consolidate: bool = True,
                  quiet: bool = False) -> dict[str, list]:
@@ -260,8 +279,10 @@ def search(
     memory_type: Annotated[list[MemoryType] | None, typer.Option("--type", help="Collections to search "
                                                                  "(repeatable; default: all but the vault).")] = None,
     kind: Annotated[list[MediaKind] | None, typer.Option(help="Only content from these media kinds.")] = None,
-    since: Annotated[str | None, typer.Option(help="Only content from this time on (ISO 8601).")] = None,
-    until: Annotated[str | None, typer.Option(help="Only content up to this time (ISO 8601).")] = None,
+    since: Annotated[str | None, typer.Option(help="Only content from this time on: ISO 8601 or words "
+                                              "('last week', '2024-05', 'yesterday').")] = None,
+    until: Annotated[str | None, typer.Option(help="Only content up to this time: ISO 8601 or words (the end of "
+                                              "the range they name).")] = None,
     entity: Annotated[list[str] | None, typer.Option(help="Only content linked to these entities (ids from "
                                                      "`engram entities`; repeatable).")] = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Number of results.")] = 10,
@@ -275,7 +296,8 @@ def search(
 
     req = SearchRequest(query=query, tenant_id=tenant or get_settings().tenant, user_id=user,
                         memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind, entities=entity,
-                        time_from=_parse_time(since), time_to=_parse_time(until), limit=limit,
+                        time_from=_time_bound(since, "--since"), time_to=_time_bound(until, "--until", end=True),
+                        limit=limit,
                         reference_time=_parse_time(as_of), include_history=history)
     resp = run_search(req)
     if as_json:

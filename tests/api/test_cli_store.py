@@ -30,3 +30,19 @@ def test_read_only_commands_refuse_a_data_dir_without_a_store(tmp_path):
     assert _engram(tmp_path, "--data-dir", str(missing), "ingest", str(chat), "--user", "ann").returncode == 0
     found = _engram(tmp_path, "--data-dir", str(missing), "search", "Lisbon", "--user", "ann")
     assert found.returncode == 0 and "Lisbon is booked" in found.stdout
+
+
+def test_since_and_until_take_the_words_a_query_takes(tmp_path):
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text('{"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "Lisbon is booked", '
+                    '"timestamp": "2024-05-02T18:03:00Z"}\n'
+                    '{"message_id": "m2", "session_id": "s2", "speaker": "Ann", "text": "Lisbon was lovely", '
+                    '"timestamp": "2024-07-20T09:00:00Z"}\n')
+    data = str(tmp_path / "data")
+    assert _engram(tmp_path, "--data-dir", data, "ingest", str(chat), "--user", "ann").returncode == 0
+    may = _engram(tmp_path, "--data-dir", data, "search", "Lisbon", "--since", "2024-05", "--until", "2024-05")
+    assert may.returncode == 0 and "Lisbon is booked" in may.stdout and "lovely" not in may.stdout
+    later = _engram(tmp_path, "--data-dir", data, "search", "Lisbon", "--since", "June 2024")
+    assert later.returncode == 0 and "lovely" in later.stdout and "booked" not in later.stdout
+    bad = _engram(tmp_path, "--data-dir", data, "search", "Lisbon", "--since", "banana")
+    assert bad.returncode == 2 and "--since" in bad.stderr and "'banana' is not a time" in " ".join(bad.stderr.split())
