@@ -173,12 +173,19 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
                  quiet: bool = False) -> dict[str, list]:
     """Ingest files and folders on the configured runtime; returns {'done'|'skipped'|'failed'|'ignored': [...]}
     where each item is (path, record or reason). Used by ``engram ingest`` and ``engram demo``."""
-    from api.local import classify, iter_files, publish_file, run_event
+    from api.local import classify, iter_files, publish_file, resume_interrupted, run_event
+    from workers.vectorstore import StoreBusy, StoreCorrupt
 
     rt = _runtime()
     files = list(iter_files(paths))
-    out: dict[str, list] = {"done": [], "skipped": [], "failed": [], "ignored": []}
+    out: dict[str, list] = {"done": [], "skipped": [], "failed": [], "ignored": [], "resumed": []}
     users: set[tuple[str, str]] = set()
+    for record in resume_interrupted(rt):  # a run killed before: its events first
+        out["resumed"].append((Path(record.source_name or record.object_key), record))
+        users.add((record.tenant_id, record.user_id))
+        if not quiet:
+            err.print(Text(f"resumed {record.source_name or record.event_id} (interrupted earlier): "
+                           f"{record.status.value}"))
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,
                         disable=quiet, transient=False)
@@ -190,15 +197,30 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
                 cand = classify(path)
             except OSError as exc:
                 out["failed"].append((path, f"cannot read: {exc.strerror or exc}"))
-                err.print(f"[red]failed[/red] {path}: cannot read: {exc.strerror or exc}")
+                err.print(Text.assemble(("failed ", "red"), f"{path}: cannot read: {exc.strerror or exc}"))
+                progress.advance(task)
+                continue
+            except Exception as exc:  # noqa: BLE001 (a detector's crash, a RecursionError: this file only)
+                reason = f"cannot tell what it is: {type(exc).__name__}: {exc}"[:500]
+                out["failed"].append((path, reason))
+                err.print(Text.assemble(("failed ", "red"), f"{path}: {reason}"))
                 progress.advance(task)
                 continue
             if cand.kind is None:
                 out["ignored"].append((path, "not media or a conversation file"))
                 progress.advance(task)
                 continue
-            event = publish_file(rt, cand, tenant, user, device, captured_at, app_name, window)
-            record = run_event(rt, event)
+            try:
+                event = publish_file(rt, cand, tenant, user, device, captured_at, app_name, window)
+                record = run_event(rt, event)
+            except (StoreBusy, StoreCorrupt):
+                raise  # the store, not this file: nothing else can be stored either
+            except Exception as exc:  # noqa: BLE001 (one file never stops the batch, whatever it raises)
+                reason = f"{type(exc).__name__}: {exc}"[:500]
+                out["failed"].append((path, reason))
+                err.print(Text.assemble(("failed ", "red"), f"{path}: {reason}"))
+                progress.advance(task)
+                continue
             status = record.status.value if record.status in (EventStatus.done, EventStatus.skipped,
                                                               EventStatus.failed) else "failed"
             out[status].append((path, record))

@@ -68,6 +68,22 @@ def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, dev
     return event
 
 
+def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
+    """Embedded default: run again the events a killed process left queued or processing, and return their
+    records. This process holds the embedded store (opened first: another live engram process would make it
+    ``StoreBusy``), so such events have no live owner. The pipeline is idempotent and ingest skips the segments
+    already stored: what the killed run stored is kept and the rest is done. An event already run
+    ``max_redeliveries`` times is marked failed instead (``Ledger.claim_stalled``)."""
+    from workers.vectorstore import OBSERVATIONS
+
+    if not rt.settings.embedded:
+        return []
+    rt.vectors.count(OBSERVATIONS)  # take the store: raises StoreBusy while another process runs
+    events, given_up = rt.ledger.claim_stalled(0.0, rt.settings.max_redeliveries)
+    out = [run_event(rt, event) for event in events]
+    return out + [r for eid in given_up if (r := rt.ledger.get(eid)) is not None]
+
+
 def run_event(rt: Runtime, event: MediaEvent) -> LedgerRecord:
     """Run the pipeline for ``event`` (inline on the embedded default) and return its ledger record."""
     from workers.ingest import ingest

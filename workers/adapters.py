@@ -145,6 +145,8 @@ def _parse_conversation(data: bytes, source_name: str = "") -> list[Conversation
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         doc = None
+    except RecursionError as exc:  # nested deeper than Python's parser goes: no conversation is
+        raise MediaError("JSON nested too deeply to be a conversation file") from exc
     if doc is None:  # JSONL
         try:
             text = data.decode("utf-8")
@@ -159,6 +161,8 @@ def _parse_conversation(data: bytes, source_name: str = "") -> list[Conversation
             try:
                 if line.strip():
                     lines.append(json.loads(line))
+            except RecursionError as exc:
+                raise MediaError(f"JSON nested too deeply to be a conversation file (line {n})") from exc
             except ValueError as exc:
                 if lines and isinstance(lines[0], dict) and _RECORD_FIELDS & set(lines[0]):
                     raise InvalidConversation(f"invalid conversation record at line {n}: not JSON: {exc}") from exc

@@ -321,5 +321,5 @@ def json_or_none(data: bytes):
     """Parsed JSON, or None if ``data`` is not one JSON document."""
     try:
         return json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply to be ours
         return None
