@@ -59,10 +59,15 @@ def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, dev
     key = object_key(tenant_id, digest, cand.mime)
     if not rt.objects.exists(key):
         rt.objects.put_file(key, cand.path, cand.mime)
-    when = captured_at or datetime.fromtimestamp(cand.path.stat().st_mtime, UTC)
+    if captured_at is not None:
+        when, source = captured_at, "given"
+    else:  # what the content says (EXIF, a container's creation time, an audio tag), else the file's time
+        when, source = (media.content_capture_time(cand.path, cand.kind)
+                        or (datetime.fromtimestamp(cand.path.stat().st_mtime, UTC), "file"))
     event = MediaEvent(event_id=uuid.uuid4(), tenant_id=tenant_id, user_id=user_id, device_id=device_id,
                        kind=cand.kind, object_key=key, sha256=digest, size=cand.path.stat().st_size,
-                       mime_type=cand.mime, captured_at=when, source_name=str(cand.path), app=app_name,
+                       mime_type=cand.mime, captured_at=when, captured_at_source=source,
+                       source_name=str(cand.path), app=app_name,
                        window=window)
     rt.ledger.record_queued(event)
     return event

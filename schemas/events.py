@@ -44,6 +44,9 @@ class MediaEvent(BaseModel):
     size: int = Field(ge=0, description="Object size in bytes.")
     mime_type: str = Field(max_length=128)
     captured_at: AwareDatetime
+    captured_at_source: str | None = Field(
+        None, max_length=64, description="Where captured_at was read: 'given' (by the caller), the content "
+        "('exif:DateTimeOriginal', 'container:creation_time', 'tag:date'), or 'file' (its modification time).")
     source_name: str | None = Field(None, max_length=1024, description="Original file name or path.")
     app: str | None = Field(None, max_length=256, description="Foreground application, if known.")
     window: str | None = Field(None, max_length=1024, description="Window title, if known.")

@@ -10,6 +10,7 @@ import json
 import wave
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,86 @@ def sniff(head: bytes) -> tuple[MediaKind, str] | None:
         return MediaKind.audio, mime
     if mime.startswith("video/"):
         return MediaKind.clip, mime
+    return None
+
+
+#: Capture times before this, or after now, are a device's unset clock (1970, QuickTime's 1904), not a time.
+EARLIEST_CAPTURE = datetime(1990, 1, 1, tzinfo=UTC)
+_EXIF_IFD, _DATETIME_ORIGINAL, _DATETIME_DIGITIZED, _OFFSET_ORIGINAL, _DATETIME = 0x8769, 0x9003, 0x9004, 0x9011, 0x132
+
+
+def content_capture_time(path: Path, kind: MediaKind) -> tuple[datetime, str] | None:
+    """When the content says it was captured, as (UTC time, where it was read), or None: an image's EXIF
+    ``DateTimeOriginal`` (else ``DateTimeDigitized``, else ``DateTime``; with ``OffsetTimeOriginal`` when given,
+    else read in the machine's time zone, as cameras write local time), a video's or audio file's container
+    ``creation_time`` (QuickTime/MP4, Matroska) or its ``date`` tag (ID3, Vorbis comments) when it holds a day.
+    Times before 1990 or in the future (an unset clock) are left out. Never raises on bad media."""
+    try:
+        if kind is MediaKind.screenshot:
+            return _exif_time(path)
+        if kind in (MediaKind.audio, MediaKind.clip):
+            return _container_time(path)
+    except Exception:  # noqa: BLE001 (a damaged header only means no content time; ingest judges the media)
+        return None
+    return None
+
+
+def _plausible(when: datetime | None, source: str) -> tuple[datetime, str] | None:
+    if when is None:
+        return None
+    when = when.astimezone(UTC)
+    return (when, source) if EARLIEST_CAPTURE <= when <= datetime.now(UTC) + timedelta(days=1) else None
+
+
+def _exif_time(path: Path) -> tuple[datetime, str] | None:
+    from PIL import Image
+
+    with Image.open(path) as img:
+        exif = img.getexif()
+        sub = exif.get_ifd(_EXIF_IFD)
+    for tag, name in ((_DATETIME_ORIGINAL, "DateTimeOriginal"), (_DATETIME_DIGITIZED, "DateTimeDigitized")):
+        if raw := sub.get(tag):
+            offset = sub.get(_OFFSET_ORIGINAL) if tag == _DATETIME_ORIGINAL else None
+            return _plausible(_exif_datetime(str(raw), offset), f"exif:{name}")
+    raw = exif.get(_DATETIME)
+    return _plausible(_exif_datetime(str(raw), None), "exif:DateTime") if raw else None
+
+
+def _exif_datetime(raw: str, offset: str | None) -> datetime | None:
+    try:
+        naive = datetime.strptime(raw.strip().rstrip("\x00")[:19], "%Y:%m:%d %H:%M:%S")
+    except ValueError:
+        return None
+    if offset:
+        try:
+            return datetime.strptime(f"{naive:%Y-%m-%d %H:%M:%S}{offset.strip()}", "%Y-%m-%d %H:%M:%S%z")
+        except ValueError:
+            pass
+    return naive.astimezone()  # local time of this machine
+
+
+def _container_time(path: Path) -> tuple[datetime, str] | None:
+    import av
+
+    with av.open(str(path)) as container:
+        tags = {k.lower(): v for k, v in (container.metadata or {}).items()}
+        for stream in container.streams:
+            for k, v in (stream.metadata or {}).items():
+                tags.setdefault(k.lower(), v)
+    if raw := tags.get("creation_time"):
+        try:
+            when = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+            return _plausible(when if when.tzinfo else when.replace(tzinfo=UTC), "container:creation_time")
+        except ValueError:
+            pass
+    for key in ("date", "date_recorded", "tdrc", "year"):
+        raw = (tags.get(key) or "").strip()
+        if len(raw) >= 10:  # a day at least: a bare year says too little
+            try:
+                when = datetime.fromisoformat(raw[:19] if "T" in raw or " " in raw[:19] else raw[:10])
+            except ValueError:
+                continue
+            return _plausible(when if when.tzinfo else when.replace(tzinfo=UTC), f"tag:{key}")
     return None
 
 

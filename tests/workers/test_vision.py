@@ -197,8 +197,10 @@ def test_gemini_caption(engram_env, vlm_stub, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize(("provider", "path"), [("openai", "/v1"), ("gemini", "")])
 def test_caption_endpoint_down_is_skipped_with_a_warning(engram_env, monkeypatch, tmp_path, provider, path):
+    import structlog
     from structlog.testing import capture_logs
 
+    structlog.reset_defaults()  # a CLI test run before in this process may have set a level that drops warnings
     monkeypatch.setenv("ENGRAM_MODELS__VLM_PROVIDER", provider)
     monkeypatch.setenv("ENGRAM_MODELS__VLM_BASE_URL", f"http://127.0.0.1:{_closed_port()}{path}")
     monkeypatch.setenv("ENGRAM_MODELS__VLM_MAX_RETRIES", "0")
