@@ -24,6 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 from rich.progress import (  # noqa: E402
     BarColumn,
     DownloadColumn,
@@ -648,7 +649,8 @@ def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default 
 
 
 @vault_app.command("reveal")
-def vault_reveal(entry_id: Annotated[str, typer.Argument(help="The entry id (from a [vault:ID type] placeholder).")],
+def vault_reveal(entry_id: Annotated[str, typer.Argument(
+                     help=escape("The entry id (from a [vault:ID type] placeholder)."))],
                  tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None) -> None:
     """Print one entry's decrypted secret (the only way to read a secret back; the reveal is logged)."""
     from schemas.settings import get_settings

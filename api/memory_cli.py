@@ -178,7 +178,7 @@ def export(
     tenant: TenantOpt = None,
 ) -> None:
     """Print everything stored about a user as JSON (events, every memory type with provenance; vault
-    entries without secrets): ``engram export --user U > file.json``."""
+    entries without secrets), e.g. engram export --user U > file.json"""
     from workers.memory_admin import export_task
 
     data = UserExport.model_validate(export_task.delay(_tenant(tenant), user).get(timeout=TASK_TIMEOUT_S))
