@@ -226,7 +226,8 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
                                                               EventStatus.failed) else "failed"
             out[status].append((path, record))
             if record.status is EventStatus.failed:
-                err.print(f"[red]failed[/red] {path}: {record.reason} (stage {record.stage})", highlight=False)
+                err.print(f"[red]failed[/red] {escape(str(path))}: {escape(str(record.reason))} "
+                          f"(stage {record.stage})", highlight=False)
             users.add((tenant, user))
             progress.advance(task)
     if consolidate and users:
@@ -263,7 +264,7 @@ def ingest(
                               device or _default_device(), _parse_time(captured_at), app_name, window,
                               consolidate=not no_consolidate)
     except FileNotFoundError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     _print_ingest_summary(result)
     if result["failed"] and not (result["done"] or result["skipped"]):
@@ -276,9 +277,9 @@ def _print_ingest_summary(result: dict[str, list]) -> None:
                   f"{len(result['skipped'])} skipped, [red]{len(result['failed'])} failed[/red], "
                   f"{len(result['ignored'])} not media")
     for path, record in result["skipped"]:
-        console.print(f"  skipped {path}: {record.reason}", highlight=False, soft_wrap=True)
+        console.print(f"  skipped {escape(str(path))}: {escape(str(record.reason))}", highlight=False, soft_wrap=True)
     for path, why in result["ignored"][:10]:
-        console.print(f"  skipped {path}: {why}", highlight=False, soft_wrap=True)
+        console.print(f"  skipped {escape(str(path))}: {escape(str(why))}", highlight=False, soft_wrap=True)
     if len(result["ignored"]) > 10:
         console.print(f"  … and {len(result['ignored']) - 10} more files that are not media")
 
@@ -341,12 +342,12 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     out = out or console
     if resp.time_range:
         tr = resp.time_range
-        out.print(f"time: {tr.expression!r} → {tr.start:%Y-%m-%d %H:%M} to {tr.end:%Y-%m-%d %H:%M} UTC "
+        out.print(f"time: {escape(repr(tr.expression))} → {tr.start:%Y-%m-%d %H:%M} to {tr.end:%Y-%m-%d %H:%M} UTC "
                   f"(as of {tr.reference_time:%Y-%m-%d}; ranked first, not a filter)")
     if not resp.hits:
-        out.print(f"no results for {resp.query!r}")
+        out.print(f"no results for {escape(repr(resp.query))}")
         return
-    table = Table(title=f"{resp.query!r} — {len(resp.hits)} results in {resp.took_ms:.0f} ms", expand=True)
+    table = Table(title=f"{escape(repr(resp.query))} — {len(resp.hits)} results in {resp.took_ms:.0f} ms", expand=True)
     table.add_column("#", no_wrap=True, min_width=2)
     table.add_column("score", no_wrap=True, min_width=6)
     table.add_column("type", no_wrap=True, min_width=11)
@@ -360,7 +361,8 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
             src += f" @{hit.start_s:.1f}s"
         if hit.message_ids and hit.memory_type is MemoryType.observation:
             src += f" {hit.message_ids[0]}"
-        table.add_row(str(i), f"{hit.score:.4f}", hit.memory_type.value, when, src[:40], snippet(hit.text, resp.query))
+        table.add_row(str(i), f"{hit.score:.4f}", hit.memory_type.value, when, Text(src[:40]),
+                      Text(snippet(hit.text, resp.query)))
     out.print(table)
 
 
@@ -390,11 +392,12 @@ def status(
     console.print(coll)
     failed = rt.ledger.records(tenant, EventStatus.failed, limit=failures)
     for rec in failed:
-        console.print(f"[red]failed[/red] {rec.source_name or rec.object_key} [{rec.stage}]: {rec.reason}",
-                      highlight=False)
+        console.print(f"[red]failed[/red] {escape(rec.source_name or rec.object_key)} \\[{rec.stage}]: "
+                      f"{escape(str(rec.reason))}", highlight=False)
     skipped = rt.ledger.records(tenant, EventStatus.skipped, limit=failures)
     for rec in skipped:
-        console.print(f"skipped {rec.source_name or rec.object_key}: {rec.reason}", highlight=False)
+        console.print(f"skipped {escape(rec.source_name or rec.object_key)}: {escape(str(rec.reason))}",
+                      highlight=False)
 
 
 @app.command(epilog="Examples:  engram entities --tenant acme  ·  engram entities --merge <kept id> <merged id>")
@@ -414,15 +417,15 @@ def entities(
         try:
             kept = merge_entities(rt, tenant, *merge)
         except (KeyError, ValueError) as exc:
-            err.print(f"cannot merge: {exc.args[0]}")
+            err.print(f"cannot merge: {escape(str(exc.args[0]))}")
             raise typer.Exit(1) from exc
-        console.print(f"merged {merge[1]} into {kept.id} ({kept.label})")
+        console.print(f"merged {escape(merge[1])} into {kept.id} ({escape(str(kept.label))})")
     table = Table(title=f"entities of tenant {tenant!r}")
     for column in ("id", "names", "faces", "voices", "observations", "first seen", "last seen", "merged from"):
         table.add_column(column, justify="right" if column in ("faces", "voices", "observations") else "left")
     fmt = lambda t: t.strftime("%Y-%m-%d %H:%M") if t else ""  # noqa: E731
     for e in list_entities(rt, tenant):
-        table.add_row(str(e.id), ", ".join(e.names), str(e.faces), str(e.voices), str(e.observations),
+        table.add_row(str(e.id), Text(", ".join(e.names)), str(e.faces), str(e.voices), str(e.observations),
                       fmt(e.first_seen), fmt(e.last_seen), ", ".join(m[:8] for m in e.merged_from))
     console.print(table)
 
@@ -497,7 +500,7 @@ def convert(
         convs = {str(s.get("sample_id", i)): locomo_sample_messages(s) for i, s in enumerate(samples)}
     for name, msgs in convs.items():
         (out / f"{name}.jsonl").write_bytes(to_jsonl(msgs))
-        console.print(f"{out / (name + '.jsonl')}: {len(msgs)} messages")
+        console.print(Text(f"{out / (name + '.jsonl')}: {len(msgs)} messages"))
 
 
 @app.command()
@@ -568,7 +571,7 @@ def worker(
     try:
         plan = plan_worker(settings, queues, role, pool, concurrency)
     except WorkerConfigError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
     if not settings.qdrant_url and set(plan.queues) & {"link", "store", "consolidate", "query"}:
         # the one store worker of the embedded store opens the store now (its solo pool runs tasks in this
@@ -579,7 +582,7 @@ def worker(
         try:
             runtime(settings).vectors.count("observations")
         except StoreBusy as exc:
-            err.print(f"[red]error:[/red] {exc}; only one store worker may run on the embedded store",
+            err.print(f"[red]error:[/red] {escape(str(exc))}; only one store worker may run on the embedded store",
                       highlight=False)
             raise typer.Exit(3) from exc
     _celery_logging(ctx, loglevel)
@@ -619,7 +622,7 @@ def beat(
     try:
         argv = beat_argv(get_settings(), loglevel)
     except WorkerConfigError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
     _celery_logging(ctx, loglevel)
     from workers.app import app as celery_app
@@ -644,7 +647,7 @@ def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default 
     rt = _runtime()
     table = Table("id", "type", "sensitivity", "user", "caption")
     for entry in list_entries(rt, tenant or get_settings().tenant, user):
-        table.add_row(str(entry.id), entry.entry_type, entry.sensitivity, entry.user_id, entry.caption)
+        table.add_row(str(entry.id), entry.entry_type, entry.sensitivity, entry.user_id, Text(entry.caption or ""))
     console.print(table)
 
 
@@ -659,7 +662,7 @@ def vault_reveal(entry_id: Annotated[str, typer.Argument(
     try:
         print(reveal(_runtime(), tenant or get_settings().tenant, entry_id))
     except VaultError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from exc
 
 
@@ -690,7 +693,7 @@ def _keys_redis():
     try:
         return redis_client(get_settings())
     except RuntimeError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
 
 
@@ -705,10 +708,10 @@ def keys_create(
     try:
         key = create_key(_keys_redis(), tenant, label)
     except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
     print(key)
-    err.print(f"API key for tenant {tenant!r} (store it now: it cannot be shown again)", highlight=False)
+    err.print(f"API key for tenant {escape(repr(tenant))} (store it now: it cannot be shown again)", highlight=False)
 
 
 @keys_app.command("list")
@@ -722,7 +725,7 @@ def keys_list(
     for col in ("key id", "tenant", "created (UTC)", "label"):
         table.add_column(col)
     for k in list_keys(_keys_redis(), tenant):
-        table.add_row(k.key_id, k.tenant, k.created_at.strftime("%Y-%m-%d %H:%M"), k.label or "")
+        table.add_row(k.key_id, k.tenant, k.created_at.strftime("%Y-%m-%d %H:%M"), Text(k.label or ""))
     console.print(table)
 
 
@@ -736,7 +739,7 @@ def keys_revoke(
     try:
         n = revoke_key(_keys_redis(), key_id)
     except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
     console.print(f"{n} key(s) revoked")
     if n == 0:
@@ -794,7 +797,7 @@ def publish(
     try:
         files = list(iter_files(paths))
     except FileNotFoundError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     when = _parse_time(captured_at)
     counts = {"published": 0, "uploaded": 0, "stored": 0, "again": 0, "not media": 0, "failed": 0}
@@ -814,7 +817,7 @@ def publish(
                     counts["not media"] += 1
                 except Exception as exc:  # one bad file does not stop the rest
                     counts["failed"] += 1
-                    err.print(f"[red]failed[/red] {path}: {_publish_error(exc)}", highlight=False)
+                    err.print(f"[red]failed[/red] {escape(str(path))}: {escape(_publish_error(exc))}", highlight=False)
                 else:
                     ids.append(res.event_id)
                     counts["published"] += 1
@@ -828,7 +831,7 @@ def publish(
             try:
                 final = client.wait(ids, timeout=timeout)
             except TimeoutError as exc:
-                err.print(f"[red]error:[/red] {exc}")
+                err.print(f"[red]error:[/red] {escape(str(exc))}")
                 raise typer.Exit(1) from exc
             by = {s: sum(1 for r in final.values() if r.status is s) for s in (EventStatus.done, EventStatus.skipped,
                                                                               EventStatus.failed)}
@@ -836,7 +839,7 @@ def publish(
                           f"[red]{by[EventStatus.failed]} failed[/red]")
             for eid, r in final.items():
                 if r.status is EventStatus.failed:
-                    console.print(f"  failed {eid} [{r.stage}]: {r.reason}", highlight=False)
+                    console.print(f"  failed {eid} \\[{r.stage}]: {escape(str(r.reason))}", highlight=False)
     if counts["failed"] and not counts["published"]:
         raise typer.Exit(1)
 
@@ -864,17 +867,18 @@ def watch(
         def send(path: Path) -> None:
             res = client.publish(path)
             note = "published before" if res.duplicate else ("uploaded" if res.uploaded else "already stored")
-            console.print(f"published {path} ({note}): {res.event_id}", highlight=False, soft_wrap=True)
+            console.print(f"published {escape(str(path))} ({note}): {res.event_id}", highlight=False, soft_wrap=True)
 
         def failed(path: Path, exc: Exception) -> None:
             if not isinstance(exc, NotMedia):
-                err.print(f"[red]failed[/red] {path}: {_publish_error(exc)}", highlight=False)
+                err.print(f"[red]failed[/red] {escape(str(path))}: {escape(_publish_error(exc))}", highlight=False)
 
         try:
             watcher = FolderWatcher(folder, send, settle=settle, existing=existing, on_error=failed,
-                                    on_ready=lambda: err.print(f"watching {folder} (Ctrl-C stops)", highlight=False))
+                                    on_ready=lambda: err.print(f"watching {escape(str(folder))} (Ctrl-C stops)",
+                                                               highlight=False))
         except NotADirectoryError as exc:
-            err.print(f"[red]error:[/red] {exc}")
+            err.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
         # Ctrl-C (SIGINT) or SIGTERM sets the stop event: the watcher finishes the publish under way and returns,
         # instead of a KeyboardInterrupt raised wherever the main thread is (inside a lock, a request)
@@ -904,7 +908,7 @@ def serve(
     try:
         redis_client(get_settings())
     except RuntimeError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
     uvicorn.run("api.app:app", host=host, port=port, workers=workers, log_level=log_level)
 

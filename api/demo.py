@@ -19,6 +19,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 from rich.console import Console
 from rich.table import Column, Table
+from rich.text import Text
 
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 SIZE = (1280, 800)
@@ -219,7 +220,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     morning -= timedelta(days=1 if now.hour < 12 else 0)  # a morning that is over
     console.rule("[bold]engram demo")
     files = make_samples(workdir / "sample", morning)
-    console.print(f"Sample written to {workdir / 'sample'}: {', '.join(files)}", highlight=False)
+    console.print(Text(f"Sample written to {workdir / 'sample'}: {', '.join(files)}"))
     for tool in ("espeak-ng", "ffmpeg"):
         if not shutil.which(tool):
             console.print(f"[yellow]{tool} not found[/yellow]: its part of the sample was left out")
@@ -239,7 +240,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
                       f"{len(result['ignored'])} not media", highlight=False)
         notes = [*result["ignored"], *((p, r.reason) for p, r in result["skipped"] + result["failed"])]
         for path, why in notes:
-            console.print(f"  {path.name}: {why}", highlight=False)
+            console.print(Text(f"  {path.name}: {why}"))
         rt = runtime()
         counts = {name: rt.vectors.count(name, tenant_filter("demo")) for name in COLLECTIONS}
         table = Table("collection", Column("points", justify="right"), title="points stored")
@@ -261,8 +262,8 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
             else:
                 os.environ[key] = value
     seconds = time.monotonic() - started
-    console.print(f"\nDone in {seconds:.0f} s. The data is in {workdir / 'data'}; search it again with\n"
-                  f"  engram --data-dir {workdir / 'data'} search \"when does the lease end\" --tenant demo\n"
-                  f"  engram --data-dir {workdir / 'data'} status --tenant demo", highlight=False)
+    console.print(Text(f"\nDone in {seconds:.0f} s. The data is in {workdir / 'data'}; search it again with\n"
+                       f"  engram --data-dir {workdir / 'data'} search \"when does the lease end\" --tenant demo\n"
+                       f"  engram --data-dir {workdir / 'data'} status --tenant demo"))
     return {"workdir": workdir, "files": files, "ingest": result, "counts": counts, "searches": searches,
             "seconds": seconds}

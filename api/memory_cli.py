@@ -11,7 +11,9 @@ import json
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from schemas.ask import AskFailed, AskRequest, AskResponse
 from schemas.memories import MemoryType
@@ -57,7 +59,7 @@ def ask(
     try:
         resp = run_ask(req)
     except AskFailed as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from exc
     if as_json:
         print(resp.model_dump_json(indent=2))
@@ -69,8 +71,8 @@ def ask(
     elif resp.answer is None:
         console.print(f"[yellow]no answer after {len(resp.rounds)} rounds[/yellow]")
     else:
-        console.print(f"[bold]{resp.answer}[/bold]  [dim]({resp.llm}, {len(resp.rounds)} round(s): "
-                      f"{' → '.join(repr(r.query) for r in resp.rounds)})[/dim]", highlight=False)
+        console.print(f"[bold]{escape(resp.answer)}[/bold]  [dim]({escape(str(resp.llm))}, {len(resp.rounds)} "
+                      f"round(s): {escape(' → '.join(repr(r.query) for r in resp.rounds))})[/dim]", highlight=False)
     print_hits(SearchResponse(query=question, hits=resp.memories, took_ms=resp.took_ms))
 
 
@@ -84,7 +86,7 @@ def _records_table(title: str, items: list[MemoryRecord]) -> Table:
         table.add_column(col, **opts)
     for m in items:
         table.add_row(str(m.id), m.memory_type.value, m.time.strftime("%Y-%m-%d %H:%M") if m.time else "",
-                      m.user_id or "", snippet(m.text, ""))
+                      m.user_id or "", Text(snippet(m.text, "")))
     return table
 
 
@@ -122,7 +124,7 @@ def memories_get(
 
     got = get_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
     if got is None:
-        err.print(f"[red]error:[/red] no memory {memory_id}", highlight=False)
+        err.print(f"[red]error:[/red] no memory {escape(memory_id)}", highlight=False)
         raise typer.Exit(1)
     print(MemoryRecord.model_validate(got).model_dump_json(indent=2))
 
@@ -138,9 +140,9 @@ def memories_delete(
 
     kind = delete_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
     if kind is None:
-        err.print(f"[red]error:[/red] no memory {memory_id}", highlight=False)
+        err.print(f"[red]error:[/red] no memory {escape(memory_id)}", highlight=False)
         raise typer.Exit(1)
-    console.print(f"deleted {kind} {memory_id}", highlight=False)
+    console.print(f"deleted {kind} {escape(memory_id)}", highlight=False)
 
 
 def _uuid(value: str) -> str:
@@ -168,7 +170,8 @@ def forget(
                       abort=True)
     report = ForgetReport.model_validate(forget_task.delay(tenant, user).get(timeout=TASK_TIMEOUT_S))
     points = ", ".join(f"{n} {c}" for c, n in report.points_deleted.items() if n) or "no points"
-    console.print(f"forgot {user!r}: {points}; {len(report.event_ids)} events, {report.entities_deleted} entities, "
+    console.print(f"forgot {escape(repr(user))}: {points}; {len(report.event_ids)} events, "
+                  f"{report.entities_deleted} entities, "
                   f"{len(report.objects_deleted)} objects deleted, {len(report.objects_kept)} shared objects kept",
                   highlight=False)
 

@@ -1,0 +1,61 @@
+"""Stored text is printed exactly as it was stored: rich markup in a chat line ("[/code]", "[bold]"), the vault's
+placeholders and a file named with brackets neither crash the CLI nor turn into style or vanish."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from PIL import Image, ImageDraw
+
+from tests.conftest import REPO
+
+HOSTILE = "key AKIAIOSFODNN7EXAMPLE [/code] [bold]x[/bold] [red]y"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
+           "ENGRAM_DATA_DIR": str(root / "data"), "COLUMNS": "400", "ENGRAM_USER": "ann"}
+    folder = root / "in"
+    folder.mkdir()
+    (folder / "chat.jsonl").write_text(json.dumps({"message_id": "m1", "session_id": "s1", "speaker": "Ann [admin]",
+                                                   "text": HOSTILE, "timestamp": "2024-05-02T18:03:00Z"}) + "\n")
+    shot = Image.new("RGB", (480, 120), "white")
+    ImageDraw.Draw(shot).text((10, 40), "quarterly budget review", fill="black")
+    shot.save(folder / "[final] shot.png")
+    (folder / "[notes] readme.txt").write_text("not media")
+    out = subprocess.run([sys.executable, "-m", "api.cli", "ingest", str(folder)], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return env, out
+
+
+def _run(env, *args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "api.cli", *args], env=env, cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    return " ".join(out.stdout.replace("│", " ").split())  # table borders out: a wrapped cell reads as one line
+
+
+def test_ingest_names_files_with_brackets_whole(store):
+    _, out = store
+    assert "[notes] readme.txt" in " ".join(out.stdout.split())
+
+
+def test_search_ask_and_memories_print_stored_text_as_stored(store):
+    env, _ = store
+    for args in (["search", "key"], ["ask", "which key"], ["memories", "list", "--user", "ann"]):
+        shown = _run(env, *args)
+        assert "aws_access_key] [/code] [bold]x[/bold] [red]y" in shown, (args, shown)
+        assert "key [vault:" in shown and "AKIA" not in shown
+    assert "[final] shot.png" in _run(env, "search", "budget review")
+
+
+def test_entity_names_with_brackets(store):
+    env, _ = store
+    assert "Ann [admin]" in _run(env, "entities")
