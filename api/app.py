@@ -29,6 +29,7 @@ from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from redis.exceptions import RedisError
 
 from api import keys
@@ -184,7 +185,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
     limit = (settings or get_settings()).api_max_body_bytes
     errors = {c: {"model": ApiError} for c in (401, 403, 404, 409, 413, 422, 503)}
     query_errors = {**errors, 502: {"model": ApiError}, 504: {"model": ApiError}}
-    app = FastAPI(title="engram", version="0.1.0", lifespan=lifespan, max_body_size=limit,
+    # /docs and /redoc from the Swagger UI and ReDoc files packaged in fastapi-offline (no CDN: they load offline)
+    app = FastAPIOffline(title="engram", version="0.1.0", lifespan=lifespan, max_body_size=limit,
                   description="Long-term multimodal memory for AI agents: publish media, follow its "
                               "ingestion, search memories. Authenticate with `Authorization: Bearer <API key>`.")
     @app.exception_handler(RequestValidationError)

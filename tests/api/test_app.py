@@ -65,7 +65,12 @@ def test_health_and_openapi(client):
     assert client.get("/healthz").json() == {"status": "ok"}
     spec = client.get("/openapi.json").json()
     assert {"/v1/uploads", "/v1/events", "/v1/events/{event_id}", "/v1/search", "/readyz"} <= set(spec["paths"])
-    assert client.get("/docs").status_code == 200
+    for page in ("/docs", "/redoc"):  # served from packaged files: nothing loaded from a CDN
+        html = client.get(page).text
+        assert "cdn.jsdelivr.net" not in html and "unpkg.com" not in html
+        assets = [a.split('"')[0] for a in html.split('src="')[1:]] + [
+            a.split('"')[0] for a in html.split('href="')[1:] if a.split('"')[0].endswith(".css")]
+        assert assets and all(client.get(a).status_code == 200 for a in assets), assets
 
 
 def test_requests_need_a_valid_key(client, api_keys, api_redis):
