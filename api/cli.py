@@ -398,6 +398,14 @@ def status(
     for rec in skipped:
         console.print(f"skipped {escape(rec.source_name or rec.object_key)}: {escape(str(rec.reason))}",
                       highlight=False)
+    stuck = [r for st in (EventStatus.processing, EventStatus.queued)
+             for r in rt.ledger.records(tenant, st, limit=failures)]
+    for rec in stuck:
+        console.print(f"[yellow]unfinished[/yellow] {escape(rec.source_name or rec.object_key)} "
+                      f"({rec.status.value}, stage {rec.stage or 'ingest'})", highlight=False)
+    if stuck and rt.settings.embedded:
+        console.print(f"{len(stuck)} event(s) were interrupted: the next `engram ingest` (of any file) runs them "
+                      "again first, keeping what they stored", highlight=False)
 
 
 @app.command(epilog="Examples:  engram entities --tenant acme  ·  engram entities --merge <kept id> <merged id>")

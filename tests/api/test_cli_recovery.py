@@ -48,6 +48,10 @@ def test_kill_9_mid_conversation_then_the_next_ingest_resumes_it(tmp_path):
     proc.communicate(timeout=60)
     killed_after = _segments_done(db)
     assert 1 <= killed_after < 10, killed_after  # killed in the middle
+    status = subprocess.run([sys.executable, "-m", "api.cli", "status"], env=_env(tmp_path), cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    shown = " ".join(status.stdout.split())
+    assert status.returncode == 0 and f"unfinished {chat}" in shown and "the next `engram ingest`" in shown
     again = subprocess.run(cmd, env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed" in again.stderr and "(interrupted earlier): done" in " ".join(again.stderr.split())
