@@ -103,7 +103,7 @@ def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:
         digest = sha256_file(path)
         if digest != event.sha256:
             raise media.MediaError(f"sha256 mismatch: event says {event.sha256[:12]}…, content is {digest[:12]}…")
-        earlier = rt.ledger.claim_content(event.tenant_id, digest, event.event_id)
+        earlier = rt.ledger.claim_content(event.tenant_id, event.user_id, digest, event.event_id)
         if earlier is not None:
             rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest",
                            reason=f"exact duplicate of event {earlier}")

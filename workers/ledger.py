@@ -36,9 +36,10 @@ class Ledger(Protocol):
              reason: str | None = None) -> None:
         """Set the status (a final status is not overwritten by ``processing`` or ``queued``)."""
 
-    def claim_content(self, tenant_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
-        """Register ``event_id`` as the holder of this content; return the earlier holder if the tenant
-        already has the content in an event that did not fail (then this event is an exact duplicate)."""
+    def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
+        """Register ``event_id`` as the holder of this content for this user; return the earlier holder if the
+        user already has the content in an event that did not fail (then this event is an exact duplicate). The
+        object is stored once per tenant; each user who publishes it gets their own observations."""
 
     def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
                    is_near_duplicate) -> uuid.UUID | None:
@@ -104,8 +105,9 @@ CREATE INDEX IF NOT EXISTS events_status_updated ON events(status, updated_at);
 CREATE TABLE IF NOT EXISTS segments (
   event_id TEXT NOT NULL, segment_index INTEGER NOT NULL, observations INTEGER NOT NULL,
   PRIMARY KEY (event_id, segment_index));
-CREATE TABLE IF NOT EXISTS content (
-  tenant_id TEXT NOT NULL, sha256 TEXT NOT NULL, event_id TEXT NOT NULL, PRIMARY KEY (tenant_id, sha256));
+CREATE TABLE IF NOT EXISTS user_content (
+  tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, sha256 TEXT NOT NULL, event_id TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, user_id, sha256));
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, token TEXT NOT NULL, expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS frames (
   tenant_id TEXT NOT NULL, device_id TEXT NOT NULL, phash TEXT NOT NULL, event_id TEXT NOT NULL,
@@ -187,15 +189,15 @@ class SqliteLedger:
         if status in FINAL_STATUSES and row[0] not in FINAL_STATUSES:
             count_finished(row[1], status.value, stage, reason)
 
-    def claim_content(self, tenant_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
+    def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
         with self._tx() as db:
             row = db.execute(
-                "SELECT c.event_id, e.status FROM content c LEFT JOIN events e ON e.event_id = c.event_id"
-                " WHERE c.tenant_id=? AND c.sha256=?", (tenant_id, sha256)).fetchone()
+                "SELECT c.event_id, e.status FROM user_content c LEFT JOIN events e ON e.event_id = c.event_id"
+                " WHERE c.tenant_id=? AND c.user_id=? AND c.sha256=?", (tenant_id, user_id, sha256)).fetchone()
             if row and row[0] != str(event_id) and row[1] not in (None, EventStatus.failed.value):
                 return uuid.UUID(row[0])
-            db.execute("INSERT OR REPLACE INTO content (tenant_id, sha256, event_id) VALUES (?,?,?)",
-                       (tenant_id, sha256, str(event_id)))
+            db.execute("INSERT OR REPLACE INTO user_content (tenant_id, user_id, sha256, event_id) VALUES (?,?,?,?)",
+                       (tenant_id, user_id, sha256, str(event_id)))
             return None
 
     def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
@@ -289,7 +291,7 @@ class SqliteLedger:
             for eid in map(str, event_ids):
                 n = db.execute("DELETE FROM events WHERE event_id=? AND tenant_id=?", (eid, tenant_id)).rowcount
                 if n:
-                    for table in ("segments", "content", "frames"):
+                    for table in ("segments", "user_content", "frames"):
                         db.execute(f"DELETE FROM {table} WHERE event_id=?", (eid,))  # fixed table names
                 deleted += n
         return deleted
@@ -330,7 +332,7 @@ class RedisLedger:
 
     Keys (prefix ``engram:``): ``event:<id>`` (hash of the record), ``event:<id>:segments`` (hash segment
     index → observations), ``tenant:<t>:events`` (sorted set by update time), ``tenant:<t>:status:<s>``
-    (sorted set per status), ``content:<t>:<sha256>`` and ``frame:<t>:<device>``. Read-modify-write steps
+    (sorted set per status), ``content:<t>:<user>:<sha256>`` and ``frame:<t>:<device>``. Read-modify-write steps
     run as optimistic transactions (WATCH/MULTI), so concurrent workers never lose an update.
     """
 
@@ -432,8 +434,8 @@ class RedisLedger:
         if finished := self._transact(fn, key):
             count_finished(*finished)
 
-    def claim_content(self, tenant_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
-        ckey = f"{self.p}content:{tenant_id}:{sha256}"
+    def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
+        ckey = f"{self.p}content:{tenant_id}:{user_id}:{sha256}"
 
         def fn(pipe):
             holder = pipe.get(ckey)
@@ -565,7 +567,7 @@ class RedisLedger:
             rec = self.r.hgetall(key)
             if not rec or rec["tenant_id"] != tenant_id:
                 continue
-            ckey = f"{self.p}content:{tenant_id}:{rec['sha256']}"
+            ckey = f"{self.p}content:{tenant_id}:{rec['user_id']}:{rec['sha256']}"
             fkey = f"{self.p}frame:{tenant_id}:{rec['device_id']}"
 
             def fn(pipe, key=key, eid=eid, ckey=ckey, fkey=fkey):

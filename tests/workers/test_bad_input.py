@@ -182,6 +182,33 @@ def test_same_file_twice_is_an_exact_duplicate(engram_env, tmp_path):
     assert [p.name for p, _ in other["done"]] == ["shot.png"]
 
 
+def test_each_user_of_a_tenant_gets_their_own_copy_of_shared_content(engram_env, tmp_path):
+    """One file published by two users of a tenant: stored once (one object), observed once per user; forgetting
+    one user leaves the other's observations and the object."""
+    from schemas.search import SearchRequest
+    from workers.memory_admin import forget_user
+    from workers.query import search
+
+    chat = tmp_path / "shared.jsonl"
+    chat.write_text(json.dumps({"message_id": "m1", "session_id": "s1", "speaker": "Ann",
+                                "text": "The offsite is in Lisbon on June 3", "timestamp": "2024-05-02T18:03:00Z"}))
+    runs = {u: ingest_paths([chat], tenant="acme", user=u, device="laptop", quiet=True, consolidate=False)
+            for u in ("alice", "bob")}
+    assert all(len(out["done"]) == 1 and not out["skipped"] for out in runs.values()), runs
+    [(_, rec_a)], [(_, rec_b)] = runs["alice"]["done"], runs["bob"]["done"]
+    assert rec_a.object_key == rec_b.object_key  # one object
+
+    def found(user: str) -> list[str]:
+        resp = search(engram_env, SearchRequest(query="where is the offsite", tenant_id="acme", user_id=user,
+                                                reinforce=False))
+        return [h.text for h in resp.hits if h.user_id == user]
+
+    assert any("Lisbon" in t for t in found("alice")) and any("Lisbon" in t for t in found("bob"))
+    forget_user(engram_env, "acme", "alice")
+    assert not found("alice") and any("Lisbon" in t for t in found("bob"))
+    assert engram_env.objects.exists(rec_b.object_key)
+
+
 def test_near_identical_screenshots_from_one_device(engram_env, tmp_path):
     lines = ["Inbox (3) - Mail", "Re: quarterly budget review", "Meeting moved to Thursday"]
     a = render_png(tmp_path / "a.png", lines, corner="10:41")

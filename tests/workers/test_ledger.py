@@ -135,32 +135,35 @@ def test_claim_content_exact_duplicates(ledger):
     first, second = make_event(content=b"same"), make_event(content=b"same")
     for ev in (first, second):
         ledger.record_queued(ev)
-    assert ledger.claim_content("acme", first.sha256, first.event_id) is None
-    assert ledger.claim_content("acme", first.sha256, first.event_id) is None  # re-run of the holder
-    assert ledger.claim_content("acme", second.sha256, second.event_id) == first.event_id
+    assert ledger.claim_content("acme", "alice", first.sha256, first.event_id) is None
+    assert ledger.claim_content("acme", "alice", first.sha256, first.event_id) is None  # re-run of the holder
+    assert ledger.claim_content("acme", "alice", second.sha256, second.event_id) == first.event_id
     other_tenant = make_event(tenant="globex", content=b"same")
     ledger.record_queued(other_tenant)
-    assert ledger.claim_content("globex", other_tenant.sha256, other_tenant.event_id) is None  # per tenant
+    assert ledger.claim_content("globex", "alice", other_tenant.sha256, other_tenant.event_id) is None  # per tenant
+    other_user = make_event(user="bob", content=b"same")
+    ledger.record_queued(other_user)
+    assert ledger.claim_content("acme", "bob", other_user.sha256, other_user.event_id) is None  # and per user
 
 
 def test_claim_content_blocked_while_holder_in_flight_or_done(ledger):
     first, second = make_event(content=b"c"), make_event(content=b"c")
     for ev in (first, second):
         ledger.record_queued(ev)
-    ledger.claim_content("acme", first.sha256, first.event_id)
+    ledger.claim_content("acme", "alice", first.sha256, first.event_id)
     for status in (EventStatus.processing, EventStatus.done, EventStatus.skipped):
         ledger.mark(first.event_id, status)
-        assert ledger.claim_content("acme", second.sha256, second.event_id) == first.event_id
+        assert ledger.claim_content("acme", "alice", second.sha256, second.event_id) == first.event_id
 
 
 def test_failed_earlier_event_does_not_block_retry(ledger):
     first, second, third = (make_event(content=b"retry") for _ in range(3))
     for ev in (first, second, third):
         ledger.record_queued(ev)
-    assert ledger.claim_content("acme", first.sha256, first.event_id) is None
+    assert ledger.claim_content("acme", "alice", first.sha256, first.event_id) is None
     ledger.mark(first.event_id, EventStatus.failed, stage="perceive", reason="transient")
-    assert ledger.claim_content("acme", second.sha256, second.event_id) is None  # takes over the content
-    assert ledger.claim_content("acme", third.sha256, third.event_id) == second.event_id
+    assert ledger.claim_content("acme", "alice", second.sha256, second.event_id) is None  # takes over the content
+    assert ledger.claim_content("acme", "alice", third.sha256, third.event_id) == second.event_id
 
 
 def test_swap_frame_near_duplicates(ledger):
@@ -293,7 +296,7 @@ def test_forgetting_a_users_events(ledger):
         ledger.record_queued(ev)
     ledger.expect_segments(mine[0].event_id, 1)
     ledger.segment_done(mine[0].event_id, 0, 3)
-    assert ledger.claim_content("acme", mine[1].sha256, mine[1].event_id) is None
+    assert ledger.claim_content("acme", "alice", mine[1].sha256, mine[1].event_id) is None
     assert ledger.swap_frame("acme", "phone", "ff" * 8, mine[1].event_id, lambda a, b: a == b) is None
     assert [r.event_id for r in ledger.user_events("acme", "alice")] == [e.event_id for e in mine]
     assert ledger.object_references("acme", mine[0].object_key) == 2
@@ -307,5 +310,5 @@ def test_forgetting_a_users_events(ledger):
     assert ledger.counts("acme") == {EventStatus.queued: 1} and ledger.get(other_tenant.event_id) is not None
     # the same content and frame are new again
     again = make_event(content=b"mine", device="phone")
-    assert ledger.claim_content("acme", again.sha256, again.event_id) is None
+    assert ledger.claim_content("acme", "alice", again.sha256, again.event_id) is None
     assert ledger.swap_frame("acme", "phone", "ff" * 8, again.event_id, lambda a, b: a == b) is None
