@@ -67,8 +67,8 @@ def use_data_dir(mp: pytest.MonkeyPatch, data: Path):
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
     """A data dir where alice published a chat shared with bob (same bytes), a chat of her own, a screenshot
-    and has a vault entry; bob published the shared chat (an exact duplicate: skipped, same object) and a
-    chat of his own. Built once; each test works on a copy. Returns the folder of the inputs and ``data/``."""
+    and has a vault entry; bob published the shared chat (same bytes: the same object, his own observations) and
+    a chat of his own. Built once; each test works on a copy. Returns the folder of the inputs and ``data/``."""
     from api.cli import ingest_paths
     from workers.runtime import reset_runtimes
 
@@ -80,7 +80,7 @@ def template(tmp_path_factory) -> Path:
         out = ingest_paths([files["shared.jsonl"], files["alice.jsonl"], shot], T, "alice", "laptop", quiet=True)
         assert len(out["done"]) == 3, out
         out = ingest_paths([files["shared.jsonl"], files["bob.jsonl"]], T, "bob", "phone", quiet=True)
-        assert len(out["done"]) == 1 and len(out["skipped"]) == 1, out
+        assert len(out["done"]) == 2 and not out["skipped"], out
         add_vault_entry(rt, "alice")
         reset_runtimes()  # closes the local-mode store, so the folder can be copied
     return tmp
@@ -112,7 +112,7 @@ def test_get_list_and_delete(people):
     assert times == sorted(times, reverse=True) and all(m.user_id == "alice" for m in page.items)
     second = list_memories(rt, T, MemoryType.observation, "alice", limit=2, offset=1)
     assert [m.id for m in second.items] == [m.id for m in page.items[1:3]] and second.total == 5
-    assert list_memories(rt, T, MemoryType.observation, None, limit=50).total == 7  # bob's two turns too
+    assert list_memories(rt, T, MemoryType.observation, None, limit=50).total == 9  # bob's four turns too
 
     [vault] = list_memories(rt, T, MemoryType.knowledge_vault, "alice").items
     assert vault.text == "home wifi password" and "secret_ciphertext" not in vault.payload
@@ -146,8 +146,8 @@ def test_export_has_every_type_with_provenance_and_no_secret(people):
     [vault] = export.memories[MemoryType.knowledge_vault]
     assert vault.payload["caption"] == "home wifi password"
     bob = export_user(people, T, "bob")
-    assert {r.status for r in bob.events} == {EventStatus.done, EventStatus.skipped}
-    assert len(bob.memories[MemoryType.observation]) == 2
+    assert {r.status for r in bob.events} == {EventStatus.done}  # his copy of the shared chat is his own
+    assert len(bob.memories[MemoryType.observation]) == 4  # his own chat and his copy of the shared one
 
 
 def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp_path):
@@ -177,12 +177,12 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
     assert rt.objects.exists(bobs) and [e.user_id for e in list_entries(rt, T)] == ["bob"]
     assert rt.objects.exists(shared) and report.objects_kept == [shared]  # bob's event still references it
     names = {n for p in rt.vectors.scroll(ENTITIES, tenant_filter(T)) for n in (p.payload or {}).get("names", [])}
-    assert "Bob" in names and not names & {"Alice", "Dan", "Erin"}  # only alice's chats named them
+    assert names == {"Alice", "Dan", "Bob", "Frank"}  # Erin only in alice's own chat; bob's copy names Alice, Dan
 
     for query in ("Lisbon budget review", "tomatoes garden", "home wifi password"):
         assert search(rt, SearchRequest(query=query, tenant_id=T, user_id="alice")).hits == []
         assert all(h.user_id == "bob" for h in search(rt, SearchRequest(query=query, tenant_id=T)).hits)
-    assert len(rt.ledger.user_events(T, "bob")) == 2 and rt.vectors.count(OBSERVATIONS, tenant_filter(T, "bob")) == 2
+    assert len(rt.ledger.user_events(T, "bob")) == 2 and rt.vectors.count(OBSERVATIONS, tenant_filter(T, "bob")) == 4
     assert rt.vectors.count(collection_for(MemoryType.knowledge_vault), tenant_filter(T, "bob")) == 1
 
     # nothing of alice's is a duplicate any more: the same file is ingested anew
@@ -213,7 +213,7 @@ def test_cli(people):
     assert page["total"] == 5
     first = page["items"][0]["id"]
     shown = runner.invoke(app, ["memories", "list", "--type", "observation", "-k", "2"])
-    assert shown.exit_code == 0 and "1-2 of 7" in shown.stdout
+    assert shown.exit_code == 0 and "1-2 of 9" in shown.stdout
     got = runner.invoke(app, ["memories", "get", first])
     assert got.exit_code == 0 and json.loads(got.stdout)["id"] == first
     assert runner.invoke(app, ["memories", "get", "not-an-id"]).exit_code == 2
