@@ -1,7 +1,8 @@
-"""Publishing files on the embedded default: store the object, record the event, run the pipeline inline.
+"""Publishing files on the embedded default: store the object, record the event, run the pipeline inline;
+and resuming the events a killed run left unfinished (``resume_interrupted``).
 
-Used by ``engram ingest``; the distributed producer (presigned uploads through the API) comes later and
-publishes the same ``MediaEvent``.
+Used by ``engram ingest``; the distributed producer (``engram publish``/``watch``, presigned uploads through the
+API) publishes the same ``MediaEvent``.
 """
 
 from __future__ import annotations
