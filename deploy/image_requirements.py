@@ -20,7 +20,8 @@ from pathlib import Path
 #: Distributions the API and producer import (normalised names, as in PEP 503).
 API_PACKAGES = frozenset({
     "pydantic", "pydantic-settings", "platformdirs", "typer", "rich", "structlog", "prometheus-client", "psutil",
-    "celery", "redis", "minio", "numpy", "filetype", "fastapi", "uvicorn", "httpx", "tenacity", "watchdog",
+    "celery", "redis", "minio", "numpy", "filetype", "fastapi", "fastapi-offline", "uvicorn", "httpx", "tenacity",
+    "watchdog",
 })
 
 
