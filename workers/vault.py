@@ -191,6 +191,11 @@ def _keys(settings: Settings) -> list[bytes]:
                               "every worker (`engram vault keygen` prints one) and publish the event again")
     path = settings.data_dir / "vault.key"
     if not path.exists():
+        at_rest = settings.data_dir / "objects" / "vault"  # the embedded object store's vault/<tenant>/ entries
+        if not settings.s3_endpoint and at_rest.is_dir() and any(at_rest.rglob("*.json")):
+            raise VaultKeyMissing(f"the vault key {path} is missing but entries at rest under {at_rest} were "
+                                  "encrypted with it: restore the file (or set ENGRAM_VAULT_KEY to that key); a new "
+                                  "key could not read them")
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

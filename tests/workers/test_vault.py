@@ -144,6 +144,19 @@ def test_keys(engram_env, tmp_path):
     assert rotated.decrypt(token) == b"s3cret"
 
 
+def test_a_deleted_key_file_with_entries_at_rest_is_an_error_not_a_new_key(engram_env):
+    rt = engram_env
+    entry = rt.settings.data_dir / "objects" / "vault" / TENANT / f"{uuid.uuid4()}.json"
+    vault.fernet(rt.settings)  # the first secret makes the key
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_text("{}")  # an entry at rest, encrypted with that key
+    key_file = rt.settings.data_dir / "vault.key"
+    key_file.unlink()
+    with pytest.raises(vault.VaultKeyMissing, match=r"vault\.key is missing but entries at rest"):
+        vault.fernet(rt.settings)
+    assert not key_file.exists()  # no new key made in its place
+
+
 def test_distributed_mode_without_key_raises_before_storing(engram_env, tmp_path):
     """Perceive raises (so the stage marks the event failed with this reason) rather than store a secret it
     cannot encrypt; an observation without a secret needs no key."""
