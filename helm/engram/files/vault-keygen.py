@@ -41,15 +41,15 @@ def main():
     host = os.environ["KUBERNETES_SERVICE_HOST"]
     if ":" in host:  # IPv6
         host = "[" + host + "]"
-    base = "https://%s:%s/api/v1/namespaces/%s/secrets" % (host, os.environ["KUBERNETES_SERVICE_PORT"], namespace)
+    base = "https://{}:{}/api/v1/namespaces/{}/secrets".format(host, os.environ["KUBERNETES_SERVICE_PORT"], namespace)
     name, key = os.environ["VAULT_SECRET"], os.environ["VAULT_SECRET_KEY"]
 
     status, _ = call("GET", base + "/" + name, token, context)
     if status == 200:
-        print("Secret %s/%s exists: its vault key is kept" % (namespace, name))
+        print(f"Secret {namespace}/{name} exists: its vault key is kept")
         return 0
     if status != 404:
-        print("reading Secret %s/%s: HTTP %s" % (namespace, name, status), file=sys.stderr)
+        print(f"reading Secret {namespace}/{name}: HTTP {status}", file=sys.stderr)
         return 1
 
     value, source = None, "a new Fernet key"
@@ -68,12 +68,12 @@ def main():
             "stringData": {key: value}}
     status, _ = call("POST", base, token, context, body)
     if status == 201:
-        print("Secret %s/%s made with %s" % (namespace, name, source))
+        print(f"Secret {namespace}/{name} made with {source}")
         return 0
     if status == 409:
-        print("Secret %s/%s was made meanwhile: that one is kept" % (namespace, name))
+        print(f"Secret {namespace}/{name} was made meanwhile: that one is kept")
         return 0
-    print("creating Secret %s/%s: HTTP %s" % (namespace, name, status), file=sys.stderr)
+    print(f"creating Secret {namespace}/{name}: HTTP {status}", file=sys.stderr)
     return 1
 
 
