@@ -180,7 +180,8 @@ class VectorStore(ABC):
                   with_vectors: bool | list[str]) -> list[qm.Record]: ...
 
     @abstractmethod
-    def _set_payloads(self, collection: str, payloads: dict[str, dict[str, Any]]) -> None: ...
+    def _set_payloads(self, collection: str, groups: list[tuple[dict[str, Any], list[str]]]) -> None:
+        """Merge each group's payload into its point ids (one group per distinct payload)."""
 
     @abstractmethod
     def _delete(self, collection: str, selector: list[str] | qm.Filter) -> None: ...
@@ -277,7 +278,10 @@ class VectorStore(ABC):
         """Merge a different payload into each point ({point id: payload}) in one batch request."""
         if payloads:
             self.ensure(collection)
-            self._set_payloads(collection, {str(k): v for k, v in payloads.items()})
+            groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+            for pid, p in payloads.items():  # one operation per distinct payload
+                groups.setdefault(repr(sorted(p.items())), (p, []))[1].append(str(pid))
+            self._set_payloads(collection, list(groups.values()))
 
     def set_payload(self, collection: str, ids: Iterable[PointId], payload: dict[str, Any]) -> None:
         """Merge ``payload`` into the given points."""
@@ -398,13 +402,9 @@ class ClientVectorStore(VectorStore):
     def _retrieve(self, collection, ids, with_payload, with_vectors):
         return self.client.retrieve(collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors)
 
-    def _set_payloads(self, collection, payloads):
-        by_payload: dict[str, tuple[dict, list[str]]] = {}
-        for pid, p in payloads.items():  # one operation per distinct payload
-            by_payload.setdefault(repr(sorted(p.items())), (p, []))[1].append(pid)
+    def _set_payloads(self, collection, groups):
         self.client.batch_update_points(collection, update_operations=[
-            qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=ids))
-            for p, ids in by_payload.values()], wait=True)
+            qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=ids)) for p, ids in groups], wait=True)
 
     def _delete(self, collection, selector):
         self.client.delete(collection, points_selector=selector, wait=True)
@@ -649,13 +649,10 @@ class EdgeVectorStore(VectorStore):
                                                                          with_vectors)}
         return [_record(found[i]) for i in dict.fromkeys(ids) if i in found]
 
-    def _set_payloads(self, collection, payloads):
+    def _set_payloads(self, collection, groups):
         qe = _edge()
         shard = self._shard(collection)
-        by_payload: dict[str, tuple[dict, list[str]]] = {}
-        for pid, p in payloads.items():
-            by_payload.setdefault(repr(sorted(p.items())), (p, []))[1].append(pid)
-        for p, ids in by_payload.values():
+        for p, ids in groups:
             shard.update(qe.UpdateOperation.set_payload(ids, p))
 
     def _delete(self, collection, selector):
