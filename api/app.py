@@ -32,8 +32,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from redis.exceptions import RedisError
 
-from api import keys
-from schemas.api import (
+from engram.api import keys
+from engram.schemas.api import (
     ApiError,
     EventStatusResponse,
     PublishRequest,
@@ -42,16 +42,16 @@ from schemas.api import (
     UploadRequest,
     UploadResponse,
 )
-from schemas.ask import AskFailed, AskQuery, AskRequest, AskResponse
-from schemas.entities import EntityList, EntityMergeRequest, EntitySummary
-from schemas.events import _ID_PATTERN, EventStatus, MediaEvent, MediaKind
-from schemas.memories import MemoryType
-from schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
-from schemas.search import SearchRequest, SearchResponse
-from schemas.settings import Settings, get_settings
-from workers.ids import EXTENSIONS, object_key
-from workers.metrics import SEARCH_SECONDS, render
-from workers.metrics import registry as metrics_registry
+from engram.schemas.ask import AskFailed, AskQuery, AskRequest, AskResponse
+from engram.schemas.entities import EntityList, EntityMergeRequest, EntitySummary
+from engram.schemas.events import _ID_PATTERN, EventStatus, MediaEvent, MediaKind
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.search import SearchRequest, SearchResponse
+from engram.schemas.settings import Settings, get_settings
+from engram.workers.ids import EXTENSIONS, object_key
+from engram.workers.metrics import SEARCH_SECONDS, render
+from engram.workers.metrics import registry as metrics_registry
 
 log = structlog.get_logger("engram.api")
 
@@ -115,9 +115,9 @@ def build_services(settings: Settings, celery=None) -> Services:
     Raises RuntimeError without a Redis URL (API keys, claims and the ledger live in Redis)."""
     from celery import Celery
 
-    from workers.app import configure
-    from workers.ledger import open_ledger
-    from workers.objectstore import S3ObjectStore, open_object_store
+    from engram.workers.app import configure
+    from engram.workers.ledger import open_ledger
+    from engram.workers.objectstore import S3ObjectStore, open_object_store
 
     r = keys.redis_client(settings)
     if celery is None:
@@ -133,7 +133,7 @@ def build_services(settings: Settings, celery=None) -> Services:
             parts = urlsplit(public)
             public, secure = parts.netloc, parts.scheme == "https"
         presigner = _minio(public, settings, secure)
-    from workers.app import Queue
+    from engram.workers.app import Queue
 
     registry = metrics_registry(settings.redis_url or settings.broker_url, [q.value for q in Queue])
     return Services(settings, r, open_ledger(settings), objects, presigner, celery, registry)
@@ -436,7 +436,7 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
 
 def _stored_size(svc: Services, key: str) -> int | None:
     """The stored object's size in bytes, or None when it is absent."""
-    from workers.objectstore import ObjectNotFound
+    from engram.workers.objectstore import ObjectNotFound
 
     try:
         return svc.objects.size(key)

@@ -37,9 +37,9 @@ from rich.progress import (  # noqa: E402
 from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
-from schemas.events import EventStatus, MediaKind  # noqa: E402
-from schemas.memories import MemoryType  # noqa: E402
-from schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest, SearchResponse  # noqa: E402
+from engram.schemas.events import EventStatus, MediaKind  # noqa: E402
+from engram.schemas.memories import MemoryType  # noqa: E402
+from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest, SearchResponse  # noqa: E402
 
 app = typer.Typer(
     name="engram",
@@ -103,8 +103,8 @@ def main_options(
 
 def _require_store() -> None:
     """Exit 2 with the folder and a hint when the embedded default's data dir holds no store."""
-    from schemas.settings import get_settings
-    from workers.vectorstore import embedded_store_dir, legacy_store_dir
+    from engram.schemas.settings import get_settings
+    from engram.workers.vectorstore import embedded_store_dir, legacy_store_dir
 
     settings = get_settings()
     if settings.qdrant_url or settings.broker_url:
@@ -118,19 +118,19 @@ def _require_store() -> None:
 
 
 def _runtime():
-    from workers.runtime import runtime
+    from engram.workers.runtime import runtime
 
     return runtime()
 
 
 def _default_user() -> str:
-    from schemas.settings import get_settings
+    from engram.schemas.settings import get_settings
 
     return get_settings().user or _safe_id(getpass.getuser())
 
 
 def _default_device() -> str:
-    from schemas.settings import get_settings
+    from engram.schemas.settings import get_settings
 
     return get_settings().device or _safe_id(socket.gethostname())
 
@@ -160,7 +160,7 @@ def _time_bound(value: str | None, option: str, end: bool = False) -> datetime |
         return _parse_time(value)
     except typer.BadParameter:
         pass
-    from workers.timeexpr import resolve
+    from engram.workers.timeexpr import resolve
 
     span = resolve(value)
     if span is None:
@@ -174,8 +174,8 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
                  quiet: bool = False) -> dict[str, list]:
     """Ingest files and folders on the configured runtime; returns {'done'|'skipped'|'failed'|'ignored': [...]}
     where each item is (path, record or reason). Used by ``engram ingest`` and ``engram demo``."""
-    from api.local import classify, iter_files, publish_file, resume_interrupted, run_event
-    from workers.vectorstore import StoreBusy, StoreCorrupt
+    from engram.api.local import classify, iter_files, publish_file, resume_interrupted, run_event
+    from engram.workers.vectorstore import StoreBusy, StoreCorrupt
 
     rt = _runtime()
     files = list(iter_files(paths))
@@ -231,7 +231,7 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
             users.add((tenant, user))
             progress.advance(task)
     if consolidate and users:
-        from workers.consolidate import consolidate_user
+        from engram.workers.consolidate import consolidate_user
 
         for t, u in sorted(users):
             consolidate_user.delay(t, u)
@@ -257,7 +257,7 @@ def ingest(
     Files that are neither media nor conversations are reported as skipped; bad media (empty, truncated,
     corrupt, too large) is recorded as failed with its reason and does not stop the rest.
     """
-    from schemas.settings import get_settings
+    from engram.schemas.settings import get_settings
 
     try:
         result = ingest_paths(paths, tenant or get_settings().tenant, user or _default_user(),
@@ -316,7 +316,7 @@ def search(
     as_json: Annotated[bool, typer.Option("--json", help="Print the SearchResponse as JSON.")] = False,
 ) -> None:
     """Hybrid search (dense MiniLM + BM25, fused by reciprocal rank fusion) over observations and memories."""
-    from schemas.settings import get_settings
+    from engram.schemas.settings import get_settings
 
     req = SearchRequest(query=query, tenant_id=tenant or get_settings().tenant, user_id=user,
                         memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind, entities=entity,
@@ -332,7 +332,7 @@ def search(
 
 def run_search(req: SearchRequest) -> SearchResponse:
     """Run a search through the query task (inline on the embedded default)."""
-    from workers.query import search_task
+    from engram.workers.query import search_task
 
     return SearchResponse.model_validate(search_task.delay(req).get(timeout=120))
 
@@ -372,8 +372,8 @@ def status(
     failures: Annotated[int, typer.Option(help="How many failed events to list with their reasons.")] = 20,
 ) -> None:
     """Event counts by status from the ledger, stored points per collection, and recent failures."""
-    from schemas.settings import get_settings
-    from workers.vectorstore import COLLECTIONS, tenant_filter
+    from engram.schemas.settings import get_settings
+    from engram.workers.vectorstore import COLLECTIONS, tenant_filter
 
     tenant = tenant or get_settings().tenant
     rt = _runtime()
@@ -416,8 +416,8 @@ def entities(
         metavar="KEEP DROP")] = None,
 ) -> None:
     """People linked from faces, voices and chat speakers (M3-Agent's entities): names and counts."""
-    from schemas.settings import get_settings
-    from workers.entities import list_entities, merge_entities
+    from engram.schemas.settings import get_settings
+    from engram.workers.entities import list_entities, merge_entities
 
     tenant = tenant or get_settings().tenant
     rt = _runtime()
@@ -445,8 +445,8 @@ def consolidate(
     tenant: Annotated[str | None, typer.Option(help="Tenant (with --user).")] = None,
 ) -> None:
     """Turn new observations into memories now (beat does this periodically in the distributed mode)."""
-    from schemas.settings import get_settings
-    from workers.consolidate import consolidate_user, pending_users
+    from engram.schemas.settings import get_settings
+    from engram.workers.consolidate import consolidate_user, pending_users
 
     rt = _runtime()
     pairs = [(tenant or get_settings().tenant, user)] if user else pending_users(rt)
@@ -462,8 +462,8 @@ def migrate() -> None:
     mode) into the Qdrant Edge store (ENGRAM_DATA_DIR/vectors), showing progress. Every point is copied with its
     vectors and payload, the copy is checked id by id, and only then is the old folder removed. Any command
     that opens the store does the same on first use; this one does it now and says what it did."""
-    from schemas.settings import get_settings
-    from workers.vectorstore import embedded_store_dir, legacy_store_dir, migrate_local_store
+    from engram.schemas.settings import get_settings
+    from engram.workers.vectorstore import embedded_store_dir, legacy_store_dir, migrate_local_store
 
     settings = get_settings()
     if settings.qdrant_url:
@@ -497,7 +497,7 @@ def convert(
 
     Only dialog turns and image captions are carried over, never the benchmark's annotations.
     """
-    from workers.adapters import locomo_sample_messages, longmemeval_messages, to_jsonl
+    from engram.workers.adapters import locomo_sample_messages, longmemeval_messages, to_jsonl
 
     doc = json.loads(source.read_bytes())
     out.mkdir(parents=True, exist_ok=True)
@@ -518,13 +518,13 @@ def demo(
 ) -> None:
     """Make a small realistic sample (rendered screenshots, synthetic speech, a short clip, a chat), run the
     whole pipeline on it on the embedded default, and show what was stored and a few searches."""
-    from api.demo import run_demo
+    from engram.api.demo import run_demo
 
     run_demo(workdir, console)
 
 
 # ask, memories list|get|delete, forget, export: through the query worker (api/memory_cli.py)
-from api.memory_cli import register as _register_memory_commands  # noqa: E402
+from engram.api.memory_cli import register as _register_memory_commands  # noqa: E402
 
 _register_memory_commands(app)
 
@@ -568,8 +568,8 @@ def worker(
     With a metrics port, the worker serves the metrics of all its pool processes there (prometheus-client's
     multiprocess mode, in PROMETHEUS_MULTIPROC_DIR or a fresh temporary folder).
     """
-    from api.processes import WorkerConfigError, plan_worker, worker_argv
-    from schemas.settings import get_settings
+    from engram.api.processes import WorkerConfigError, plan_worker, worker_argv
+    from engram.schemas.settings import get_settings
 
     if metrics_port is not None:
         os.environ["ENGRAM_METRICS_PORT"] = str(metrics_port)
@@ -584,8 +584,8 @@ def worker(
     if not settings.qdrant_url and set(plan.queues) & {"link", "store", "consolidate", "query"}:
         # the one store worker of the embedded store opens the store now (its solo pool runs tasks in this
         # process), so a second one fails here with the reason instead of failing every task
-        from workers.runtime import runtime
-        from workers.vectorstore import StoreBusy
+        from engram.workers.runtime import runtime
+        from engram.workers.vectorstore import StoreBusy
 
         try:
             runtime(settings).vectors.count("observations")
@@ -594,7 +594,7 @@ def worker(
                       highlight=False)
             raise typer.Exit(3) from exc
     _celery_logging(ctx, loglevel)
-    from workers.app import app as celery_app
+    from engram.workers.app import app as celery_app
 
     sys.exit(celery_app.start(worker_argv(plan, loglevel, hostname, events)) or 0)  # = `celery worker ...`
 
@@ -624,8 +624,8 @@ def beat(
 
     Its schedule state is kept under ENGRAM_DATA_DIR/beat/.
     """
-    from api.processes import WorkerConfigError, beat_argv
-    from schemas.settings import get_settings
+    from engram.api.processes import WorkerConfigError, beat_argv
+    from engram.schemas.settings import get_settings
 
     try:
         argv = beat_argv(get_settings(), loglevel)
@@ -633,7 +633,7 @@ def beat(
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
     _celery_logging(ctx, loglevel)
-    from workers.app import app as celery_app
+    from engram.workers.app import app as celery_app
 
     sys.exit(celery_app.start(argv) or 0)
 
@@ -649,8 +649,8 @@ app.add_typer(vault_app, name="vault")
 def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None,
                user: Annotated[str | None, typer.Option(help="Only this user's entries.")] = None) -> None:
     """List vault entries: id, type, sensitivity, user and caption (never the secret)."""
-    from schemas.settings import get_settings
-    from workers.vault import list_entries
+    from engram.schemas.settings import get_settings
+    from engram.workers.vault import list_entries
 
     rt = _runtime()
     table = Table("id", "type", "sensitivity", "user", "caption")
@@ -664,8 +664,8 @@ def vault_reveal(entry_id: Annotated[str, typer.Argument(
                      help=escape("The entry id (from a [vault:ID type] placeholder)."))],
                  tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None) -> None:
     """Print one entry's decrypted secret (the only way to read a secret back; the reveal is logged)."""
-    from schemas.settings import get_settings
-    from workers.vault import VaultError, reveal
+    from engram.schemas.settings import get_settings
+    from engram.workers.vault import VaultError, reveal
 
     try:
         print(reveal(_runtime(), tenant or get_settings().tenant, entry_id))
@@ -695,8 +695,8 @@ ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY"
 
 
 def _keys_redis():
-    from api.keys import redis_client
-    from schemas.settings import get_settings
+    from engram.api.keys import redis_client
+    from engram.schemas.settings import get_settings
 
     try:
         return redis_client(get_settings())
@@ -711,7 +711,7 @@ def keys_create(
     label: Annotated[str | None, typer.Option(help="A note to recognise the key by in `engram keys list`.")] = None,
 ) -> None:
     """Make an API key for TENANT and print it. It is shown only this once: only its hash is stored."""
-    from api.keys import create_key
+    from engram.api.keys import create_key
 
     try:
         key = create_key(_keys_redis(), tenant, label)
@@ -727,7 +727,7 @@ def keys_list(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
 ) -> None:
     """List the stored keys (their ids, never the keys themselves)."""
-    from api.keys import list_keys
+    from engram.api.keys import list_keys
 
     table = Table(title="API keys")
     for col in ("key id", "tenant", "created (UTC)", "label"):
@@ -742,7 +742,7 @@ def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="Key id from `engram keys list` (≥ 8 characters).")],
 ) -> None:
     """Delete a key: requests with it are refused (401) from now on."""
-    from api.keys import revoke_key
+    from engram.api.keys import revoke_key
 
     try:
         n = revoke_key(_keys_redis(), key_id)
@@ -755,7 +755,7 @@ def keys_revoke(
 
 
 def _client(api: str | None, api_key: str | None, user: str | None, device: str | None):
-    from api.client import EngramClient
+    from engram.api.client import EngramClient
 
     if not api or not api_key:
         err.print("[red]error:[/red] give --api and --api-key (or set ENGRAM_API_URL and ENGRAM_API_KEY)")
@@ -766,7 +766,7 @@ def _client(api: str | None, api_key: str | None, user: str | None, device: str 
 def _publish_error(exc: Exception) -> str:
     import httpx
 
-    from api.client import EngramAPIError
+    from engram.api.client import EngramAPIError
 
     if isinstance(exc, EngramAPIError):
         detail = exc.detail if isinstance(exc.detail, str) else "; ".join(
@@ -799,8 +799,8 @@ def publish(
     Resumable: content the object store already has is not sent again, and a file published before from
     the same user and device is not enqueued again, so an interrupted run can simply be repeated.
     """
-    from api.client import NotMedia
-    from api.local import iter_files
+    from engram.api.client import NotMedia
+    from engram.api.local import iter_files
 
     try:
         files = list(iter_files(paths))
@@ -868,8 +868,8 @@ def watch(
     import signal
     import threading
 
-    from api.client import NotMedia
-    from api.watch import FolderWatcher
+    from engram.api.client import NotMedia
+    from engram.api.watch import FolderWatcher
 
     with _client(api, api_key, user, device) as client:
         def send(path: Path) -> None:
@@ -910,15 +910,15 @@ def serve(
     """Run the HTTP API (uvicorn api.app:app). Needs ENGRAM_BROKER_URL (Redis) and, for uploads, S3."""
     import uvicorn
 
-    from api.keys import redis_client
-    from schemas.settings import get_settings
+    from engram.api.keys import redis_client
+    from engram.schemas.settings import get_settings
 
     try:
         redis_client(get_settings())
     except RuntimeError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
-    uvicorn.run("api.app:app", host=host, port=port, workers=workers, log_level=log_level)
+    uvicorn.run("engram.api.app:app", host=host, port=port, workers=workers, log_level=log_level)
 
 
 def main() -> None:
@@ -928,7 +928,7 @@ def main() -> None:
     except Exception as exc:  # a last line of defence: one clear line, not a traceback
         from rich.text import Text
 
-        from workers.vectorstore import StoreBusy, StoreCorrupt
+        from engram.workers.vectorstore import StoreBusy, StoreCorrupt
 
         if isinstance(exc, StoreBusy | StoreCorrupt):  # the message names the folder (paths may hold brackets)
             err.print(Text.assemble(("error: ", "red"), str(exc)))

@@ -30,14 +30,14 @@ from typing import Any
 import httpx
 import tenacity
 
-from schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
-from schemas.ask import AskResponse
-from schemas.entities import EntityList, EntitySummary
-from schemas.events import EventStatus, MediaKind
-from schemas.memories import MemoryType
-from schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
-from schemas.search import SearchResponse
-from workers.ids import sha256_file
+from engram.schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
+from engram.schemas.ask import AskResponse
+from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.events import EventStatus, MediaKind
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.search import SearchResponse
+from engram.workers.ids import sha256_file
 
 FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 _PUBLISH_NAMESPACE = uuid.UUID("0b7e0c1e-55a4-5f61-9d0e-3a1f2c4b5d6e")
@@ -82,7 +82,7 @@ def safe_id(value: str) -> str:
 def detect(path: Path, kind: MediaKind | None = None) -> tuple[MediaKind, str]:
     """(kind, mime type) of ``path``: by content (``workers.media.detect``), else from ``kind`` and the
     file suffix. Raises NotMedia when neither says what it is."""
-    from workers.media import detect as sniff_file
+    from engram.workers.media import detect as sniff_file
 
     found = sniff_file(path)
     if found is not None:

@@ -163,8 +163,8 @@ def _clip(out: Path, espeak: bool) -> None:
 
 
 def _chat(path: Path, evening: datetime) -> None:
-    from schemas.conversations import Attachment, ConversationMessage
-    from workers.adapters import to_jsonl
+    from engram.schemas.conversations import Attachment, ConversationMessage
+    from engram.workers.adapters import to_jsonl
 
     msgs, counts = [], {}
     for session, day, speaker, text, caption in CHAT:
@@ -206,10 +206,10 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     ``workdir/data``, print what was stored and a few searches. Returns {'workdir', 'files', 'ingest'
     (``ingest_paths``'s result), 'counts' (points per collection), 'searches' (a list of {'query', 'expect':
     the sample file it is about, 'message_id': the chat message or None, 'response'}), 'seconds'}."""
-    from api.cli import ingest_paths, print_hits, run_search
-    from schemas.search import SearchRequest
-    from workers.runtime import reset_runtimes, runtime
-    from workers.vectorstore import COLLECTIONS, tenant_filter
+    from engram.api.cli import ingest_paths, print_hits, run_search
+    from engram.schemas.search import SearchRequest
+    from engram.workers.runtime import reset_runtimes, runtime
+    from engram.workers.vectorstore import COLLECTIONS, tenant_filter
 
     if os.environ.get("ENGRAM_BROKER_URL"):
         raise RuntimeError("the demo runs on the embedded default: unset ENGRAM_BROKER_URL")

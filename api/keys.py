@@ -15,7 +15,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from schemas.events import _ID_PATTERN
+from engram.schemas.events import _ID_PATTERN
 
 KEY_PREFIX = "engram:apikey:"
 INDEX = "engram:apikeys"

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from schemas.events import LedgerRecord, MediaEvent, MediaKind
-from workers import media
-from workers.ids import object_key, sha256_file
-from workers.runtime import Runtime
+from engram.schemas.events import LedgerRecord, MediaEvent, MediaKind
+from engram.workers import media
+from engram.workers.ids import object_key, sha256_file
+from engram.workers.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
     ``StoreBusy``), so such events have no live owner. The pipeline is idempotent and ingest skips the segments
     already stored: what the killed run stored is kept and the rest is done. An event already run
     ``max_redeliveries`` times is marked failed instead (``Ledger.claim_stalled``)."""
-    from workers.vectorstore import OBSERVATIONS
+    from engram.workers.vectorstore import OBSERVATIONS
 
     if not rt.settings.embedded:
         return []
@@ -92,7 +92,7 @@ def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
 
 def run_event(rt: Runtime, event: MediaEvent) -> LedgerRecord:
     """Run the pipeline for ``event`` (inline on the embedded default) and return its ledger record."""
-    from workers.ingest import ingest
+    from engram.workers.ingest import ingest
 
     ingest.delay(event)
     record = rt.ledger.get(event.event_id)

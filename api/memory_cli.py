@@ -15,10 +15,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from schemas.ask import AskFailed, AskRequest, AskResponse
-from schemas.memories import MemoryType
-from schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
-from schemas.search import DEFAULT_SEARCH_TYPES, SearchResponse
+from engram.schemas.ask import AskFailed, AskRequest, AskResponse
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchResponse
 
 TASK_TIMEOUT_S = 600
 TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
@@ -28,14 +28,14 @@ memories_app = typer.Typer(help="Look at, page through and delete stored observa
 
 
 def _tenant(tenant: str | None) -> str:
-    from schemas.settings import get_settings
+    from engram.schemas.settings import get_settings
 
     return tenant or get_settings().tenant
 
 
 def run_ask(req: AskRequest) -> AskResponse:
     """Run ``ask`` through its task (inline on the embedded default). Raises AskFailed."""
-    from workers.ask import ask_task
+    from engram.workers.ask import ask_task
 
     return AskResponse.model_validate(ask_task.delay(req).get(timeout=TASK_TIMEOUT_S))
 
@@ -52,7 +52,7 @@ def ask(
 ) -> None:
     """Answer a question from memory. With an LLM (ENGRAM_MODELS__LLM_PROVIDER), up to 5 rounds of
     search-then-decide (M3-Agent) and the memories the answer cites; without one, the ranked evidence."""
-    from api.cli import err, print_hits
+    from engram.api.cli import err, print_hits
 
     req = AskRequest(question=question, tenant_id=_tenant(tenant), user_id=user, limit=limit, max_rounds=rounds,
                      memory_types=memory_type or list(DEFAULT_SEARCH_TYPES))
@@ -64,7 +64,7 @@ def ask(
     if as_json:
         print(resp.model_dump_json(indent=2))
         return
-    from api.cli import console
+    from engram.api.cli import console
 
     if resp.llm is None:
         console.print("[dim]no LLM configured (ENGRAM_MODELS__LLM_PROVIDER): the ranked evidence[/dim]")
@@ -77,7 +77,7 @@ def ask(
 
 
 def _records_table(title: str, items: list[MemoryRecord]) -> Table:
-    from api.cli import snippet
+    from engram.api.cli import snippet
 
     table = Table(title=title, expand=True)
     for col, opts in (("id", {"no_wrap": True, "min_width": 36}), ("type", {"no_wrap": True}),
@@ -100,8 +100,8 @@ def memories_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print the page as JSON.")] = False,
 ) -> None:
     """A page of one memory type, newest content first."""
-    from api.cli import console
-    from workers.memory_admin import list_task
+    from engram.api.cli import console
+    from engram.workers.memory_admin import list_task
 
     page = MemoryPage.model_validate(list_task.delay(_tenant(tenant), memory_type.value, user, limit, offset)
                                      .get(timeout=TASK_TIMEOUT_S))
@@ -119,8 +119,8 @@ def memories_get(
     tenant: TenantOpt = None,
 ) -> None:
     """Print one observation or memory as JSON (vault entries without their secret)."""
-    from api.cli import err
-    from workers.memory_admin import get_task
+    from engram.api.cli import err
+    from engram.workers.memory_admin import get_task
 
     got = get_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
     if got is None:
@@ -135,8 +135,8 @@ def memories_delete(
     tenant: TenantOpt = None,
 ) -> None:
     """Delete one observation or memory."""
-    from api.cli import console, err
-    from workers.memory_admin import delete_task
+    from engram.api.cli import console, err
+    from engram.workers.memory_admin import delete_task
 
     kind = delete_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
     if kind is None:
@@ -161,8 +161,8 @@ def forget(
 ) -> None:
     """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of the
     user's events, and the objects no other user of the tenant references. Cannot be undone."""
-    from api.cli import console
-    from workers.memory_admin import forget_task
+    from engram.api.cli import console
+    from engram.workers.memory_admin import forget_task
 
     tenant = _tenant(tenant)
     if not yes:
@@ -182,7 +182,7 @@ def export(
 ) -> None:
     """Print everything stored about a user as JSON (events, every memory type with provenance; vault
     entries without secrets), e.g. engram export --user U > file.json"""
-    from workers.memory_admin import export_task
+    from engram.workers.memory_admin import export_task
 
     data = UserExport.model_validate(export_task.delay(_tenant(tenant), user).get(timeout=TASK_TIMEOUT_S))
     print(json.dumps(data.model_dump(mode="json"), indent=2, ensure_ascii=False))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from schemas.settings import Settings
+from engram.schemas.settings import Settings
 
 # the queue names of workers.app.Queue, repeated here so that this module imports no Celery
 INGEST, PERCEIVE_CPU, PERCEIVE_GPU = "ingest", "perceive.cpu", "perceive.gpu"

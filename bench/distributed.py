@@ -72,7 +72,7 @@ def make_workload(folder: Path, kind: str, n: int, tag: str) -> list[Item]:
 
 def publish(rt, items: list[Item], send) -> list[uuid.UUID]:
     """Store each file and queue its event (``api.local.publish_file``), then hand it to ``send(event)``."""
-    from api.local import classify, publish_file
+    from engram.api.local import classify, publish_file
 
     ids = []
     for it in items:
@@ -104,7 +104,7 @@ def wait_final(rt, ids: list[uuid.UUID], timeout: float, progress=None, task=Non
 
 def searchable_latency(rt, folder: Path, samples: int, send, search) -> list[float]:
     """Seconds from publishing one text event to a search that returns one of its observations."""
-    from schemas.search import SearchRequest
+    from engram.schemas.search import SearchRequest
 
     out = []
     for i, item in enumerate(make_workload(folder, "text", samples, f"lat{uuid.uuid4().hex[:6]}")):
@@ -134,9 +134,9 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     """One configuration on a fresh Redis database and data dir."""
     import redis as redis_lib
 
-    from schemas.search import SearchResponse
-    from schemas.settings import Settings
-    from workers.runtime import reset_runtimes, runtime
+    from engram.schemas.search import SearchResponse
+    from engram.schemas.settings import Settings
+    from engram.workers.runtime import reset_runtimes, runtime
 
     redis_lib.Redis.from_url(redis.url).flushall()
     data = root / f"data-{kind}-{workers}"
@@ -178,11 +178,11 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
 
 def run_embedded(root: Path, kind: str, events: int, samples: int, progress: Progress) -> Figure:
     """The same in the embedded default: publish and run inline, one event after another."""
-    from api.local import run_event
-    from schemas.settings import Settings
-    from workers.app import app, configure
-    from workers.query import search as hybrid_search
-    from workers.runtime import reset_runtimes, runtime
+    from engram.api.local import run_event
+    from engram.schemas.settings import Settings
+    from engram.workers.app import app, configure
+    from engram.workers.query import search as hybrid_search
+    from engram.workers.runtime import reset_runtimes, runtime
 
     settings = Settings(data_dir=str(root / f"embedded-{kind}"), broker_url=None)
     configure(app, settings)

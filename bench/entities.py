@@ -11,7 +11,7 @@ from pathlib import Path
 
 def jfk_halves(audio_dir: Path, out_dir: Path) -> list[Path]:
     """jfk.flac cut in two halves, written as two WAV recordings in ``out_dir``."""
-    from workers import media
+    from engram.workers import media
 
     audio = media.decode_audio(audio_dir / "jfk.flac")
     mid = len(audio) // 2
@@ -25,10 +25,10 @@ def jfk_halves(audio_dir: Path, out_dir: Path) -> list[Path]:
 def ingest_observations(paths: list[Path], tenant: str) -> dict[str, list]:
     """Ingest ``paths`` as events of ``tenant`` on the current runtime (without consolidation) and return
     {file name: its stored observations (``Observation``)}. Raises RuntimeError when a file fails."""
-    from api.cli import ingest_paths
-    from schemas.observations import Observation
-    from workers.runtime import runtime
-    from workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.api.cli import ingest_paths
+    from engram.schemas.observations import Observation
+    from engram.workers.runtime import runtime
+    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
 
     result = ingest_paths(paths, tenant=tenant, user="bench", device="bench", consolidate=False, quiet=True)
     if result["failed"]:
@@ -49,9 +49,9 @@ def reference_matches(tenant: str, clip_observation, refs: dict[str, list[float]
     """{person: (id of the clip's face entity whose face centroid is nearest the reference, its distance)}."""
     import uuid
 
-    from workers.entities import EntityMemory, centroid
-    from workers.models.faces import face_distance
-    from workers.runtime import runtime
+    from engram.workers.entities import EntityMemory, centroid
+    from engram.workers.models.faces import face_distance
+    from engram.workers.runtime import runtime
 
     memory = EntityMemory(runtime(), tenant)
     entities = {eid: memory.get(uuid.UUID(eid)) for eid in {f.entity_id for f in clip_observation.faces}}

@@ -34,11 +34,11 @@ def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = N
     """(question id, warm ingest seconds, points per collection) for each of the first ``limit`` questions.
     ``profile``: enabled around each ingest only. Raises FileNotFoundError without the LongMemEval data and
     RuntimeError when an ingest fails."""
-    from api.cli import ingest_paths
     from bench.longmemeval import load_longmemeval
     from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
-    from workers.adapters import longmemeval_messages, to_jsonl
-    from workers.runtime import runtime
+    from engram.api.cli import ingest_paths
+    from engram.workers.adapters import longmemeval_messages, to_jsonl
+    from engram.workers.runtime import runtime
 
     out = []
     for q in load_longmemeval(eval_data)[:limit]:

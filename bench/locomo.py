@@ -80,7 +80,7 @@ def parse_evidence(entries: Iterable[str], turn_ids: set[str] | None = None) -> 
 
 def sample_turns(sample: dict) -> list:
     """The dialog turns of one sample as engram's conversation record (``ConversationMessage``), in order."""
-    from workers.adapters import locomo_sample_messages
+    from engram.workers.adapters import locomo_sample_messages
 
     return locomo_sample_messages(sample)
 
@@ -169,8 +169,8 @@ class TurnBaselines:
     def __init__(self, ids: Sequence[str], texts: Sequence[str], settings=None, cache=None) -> None:
         import bm25s
 
-        from schemas.settings import get_settings
-        from workers import sparse
+        from engram.schemas.settings import get_settings
+        from engram.workers import sparse
 
         if len(ids) != len(texts):
             raise ValueError("ids and texts differ in length")
@@ -184,7 +184,7 @@ class TurnBaselines:
         self.vectors = self._embed(self.texts)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
-        from workers.models import embed_cached, get_model
+        from engram.workers.models import embed_cached, get_model
 
         model = get_model("embedding", self.settings)
         return embed_cached(model, self.cache, texts, self.settings.models.embedding_batch_size)

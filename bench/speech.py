@@ -131,11 +131,11 @@ def leopard_speaker_words(audio_dir: Path) -> list[tuple[str, int]]:
 def perceive_file(path: Path, tenant: str = "bench", user: str = "bench", device: str = "bench") -> list:
     """The observations of a media file through engram's real ingest plan and perceive task (no embedding,
     no store), on the runtime of the current settings. Raises MediaError for bad media."""
-    from api.local import classify, publish_file
-    from schemas.jobs import ObservationBatch
-    from workers.ingest import plan
-    from workers.perceive import perceive
-    from workers.runtime import runtime
+    from engram.api.local import classify, publish_file
+    from engram.schemas.jobs import ObservationBatch
+    from engram.workers.ingest import plan
+    from engram.workers.perceive import perceive
+    from engram.workers.runtime import runtime
 
     rt = runtime()
     event = publish_file(rt, classify(path), tenant, user, device)
@@ -178,7 +178,7 @@ def main_voice(observations: list):
 
 def half_voices(path: Path) -> tuple:
     """The main voices of the two halves of a recording, each perceived as a recording of its own."""
-    from workers import media
+    from engram.workers import media
 
     audio = media.decode_audio(path)
     mid = len(audio) // 2
@@ -197,7 +197,7 @@ def looped_recording(audio_dir: Path, out: Path, seconds: float) -> Path:
     import av
     import numpy as np
 
-    from workers import media
+    from engram.workers import media
 
     parts = [media.decode_audio(audio_dir / n) for n in ("jfk.flac", "leopard_test.wav",
                                                         "leopard_diarization_test.wav", "pyannote_sample.wav")]

@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo import locomo_path  # noqa: E402
-from workers.adapters import parse_conversation_file  # noqa: E402
-from workers.extract.base import Seen  # noqa: E402
-from workers.extract.rules import RulesExtractor  # noqa: E402
-from workers.vault import detect  # noqa: E402
+from engram.workers.adapters import parse_conversation_file  # noqa: E402
+from engram.workers.extract.base import Seen  # noqa: E402
+from engram.workers.extract.rules import RulesExtractor  # noqa: E402
+from engram.workers.vault import detect  # noqa: E402
 
 
 def corpus_figures(name: str, conversations: list[list]) -> None:

@@ -125,9 +125,9 @@ def changed_screens(base) -> dict[str, object]:
 
 def largest_face(path: Path):
     """The largest face (``FaceDetection``) of an image file through engram's face model, or None."""
-    from workers import media
-    from workers.models import get_model
-    from workers.runtime import runtime
+    from engram.workers import media
+    from engram.workers.models import get_model
+    from engram.workers.runtime import runtime
 
     rt = runtime()
     img = media.load_image(path.read_bytes(), rt.settings.max_image_pixels)
@@ -149,11 +149,11 @@ def reference_faces(video_dir: Path) -> dict[str, list[float]]:
 def clip_faces(path: Path, tenant: str = "bench-faces") -> list:
     """The faces (``FaceDetection``, with ``frame_s``) of a clip through engram's ingest plan (segments,
     scene-change keyframes stored as JPEG) and the perceive task with each segment's audio left out."""
-    from api.local import classify, publish_file
-    from schemas.jobs import ObservationBatch
-    from workers.ingest import plan
-    from workers.perceive import perceive
-    from workers.runtime import runtime
+    from engram.api.local import classify, publish_file
+    from engram.schemas.jobs import ObservationBatch
+    from engram.workers.ingest import plan
+    from engram.workers.perceive import perceive
+    from engram.workers.runtime import runtime
 
     rt = runtime()
     event = publish_file(rt, classify(path), tenant, "bench", "bench")
@@ -165,7 +165,7 @@ def clip_faces(path: Path, tenant: str = "bench-faces") -> list:
 
 def match_references(faces: list, refs: dict[str, list[float]]) -> dict[str, float]:
     """{person: smallest distance of a face whose nearest reference is that person} (inf when none is)."""
-    from workers.models.faces import face_distance
+    from engram.workers.models.faces import face_distance
 
     best = dict.fromkeys(refs, float("inf"))
     for face in faces:

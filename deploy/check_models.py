@@ -24,8 +24,8 @@ TASKS = ("embedding", "ocr", "asr", "voice", "faces")
 
 def main() -> int:
     """Load each model of TASKS through workers.models.get_model; returns the process exit status."""
-    from schemas.settings import Settings
-    from workers.models import get_model
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
 
     settings, failed = Settings(), []
     for task in TASKS:

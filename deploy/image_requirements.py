@@ -39,9 +39,10 @@ def requirement_name(requirement: str) -> str:
 
 
 def api_requirements(pyproject: Path) -> list[str]:
-    """pyproject.toml's ``[project] dependencies`` entries for API_PACKAGES, in file order. Raises
-    LookupError naming any API package pyproject.toml no longer lists."""
-    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    """pyproject.toml's entries for API_PACKAGES from the base ``dependencies`` and the ``server`` extra, in file
+    order. Raises LookupError naming any API package pyproject.toml no longer lists there."""
+    project = tomllib.loads(pyproject.read_text())["project"]
+    dependencies = [*project["dependencies"], *project["optional-dependencies"]["server"]]
     chosen = [r for r in dependencies if requirement_name(r) in API_PACKAGES]
     missing = API_PACKAGES - {requirement_name(r) for r in chosen}
     if missing:

@@ -1,9 +1,9 @@
 """engram's shared vocabulary: pydantic v2 models for events, observations, memories, conversations,
 search and settings. No I/O happens in this package."""
 
-from schemas.conversations import Attachment, ConversationMessage
-from schemas.events import EventStatus, LedgerRecord, MediaEvent, MediaKind
-from schemas.memories import (
+from engram.schemas.conversations import Attachment, ConversationMessage
+from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent, MediaKind
+from engram.schemas.memories import (
     MEMORY_MODELS,
     MEMORY_TYPES,
     CoreMemory,
@@ -17,9 +17,9 @@ from schemas.memories import (
     ResourceMemory,
     SemanticMemory,
 )
-from schemas.observations import EmbeddedObservation, FaceDetection, Observation, OcrLine, WordTiming
-from schemas.search import SearchHit, SearchRequest, SearchResponse
-from schemas.settings import ModelSettings, Settings, get_settings
+from engram.schemas.observations import EmbeddedObservation, FaceDetection, Observation, OcrLine, WordTiming
+from engram.schemas.search import SearchHit, SearchRequest, SearchResponse
+from engram.schemas.settings import ModelSettings, Settings, get_settings
 
 __all__ = [
     "Attachment", "ConversationMessage", "EventStatus", "LedgerRecord", "MediaEvent", "MediaKind",

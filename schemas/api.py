@@ -12,8 +12,8 @@ import uuid
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from schemas.events import _ID_PATTERN, SHA256_PATTERN, EventStatus, MediaEvent, MediaKind
-from schemas.search import SearchRequest
+from engram.schemas.events import _ID_PATTERN, SHA256_PATTERN, EventStatus, MediaEvent, MediaKind
+from engram.schemas.search import SearchRequest
 
 _SEGMENTS = re.compile(r"[/\\]")
 

@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from schemas.memories import MemoryType
-from schemas.search import DEFAULT_SEARCH_TYPES, SearchHit
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchHit
 
 MAX_ROUNDS = 5  # M3-Agent's limit of search rounds per question
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from schemas.events import MediaEvent
-from schemas.observations import EmbeddedObservation, Observation
+from engram.schemas.events import MediaEvent
+from engram.schemas.observations import EmbeddedObservation, Observation
 
 
 class Keyframe(BaseModel):

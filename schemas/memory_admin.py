@@ -10,8 +10,8 @@ import uuid
 
 from pydantic import AwareDatetime, BaseModel, Field
 
-from schemas.events import LedgerRecord
-from schemas.memories import MemoryType
+from engram.schemas.events import LedgerRecord
+from engram.schemas.memories import MemoryType
 
 #: Payload fields never returned by get, list or export (the vault's encrypted secret, vectors' bookkeeping).
 HIDDEN_FIELDS = frozenset({"secret_ciphertext", "secret", "consolidated"})

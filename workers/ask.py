@@ -25,14 +25,14 @@ import uuid
 
 from pydantic import TypeAdapter, ValidationError
 
-from schemas.ask import AnswerDecision, AskFailed, AskRequest, AskResponse, AskRound, LlmDecision, SearchDecision
-from schemas.memories import MemoryType
-from schemas.search import SearchHit, SearchRequest
-from workers.app import app
-from workers.dynamics import reinforce
-from workers.models import LlmUnavailable, get_model
-from workers.query import search
-from workers.runtime import Runtime, runtime
+from engram.schemas.ask import AnswerDecision, AskFailed, AskRequest, AskResponse, AskRound, LlmDecision, SearchDecision
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import SearchHit, SearchRequest
+from engram.workers.app import app
+from engram.workers.dynamics import reinforce
+from engram.workers.models import LlmUnavailable, get_model
+from engram.workers.query import search
+from engram.workers.runtime import Runtime, runtime
 
 EVIDENCE_CHARS = 600  # of one hit's text shown to the LLM
 EVIDENCE_BUDGET = 24_000  # characters of evidence per prompt; the earliest (best) hits are kept

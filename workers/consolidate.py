@@ -21,14 +21,14 @@ from datetime import UTC, datetime
 import numpy as np
 from qdrant_client import models as qm
 
-from schemas.events import MediaKind
-from schemas.memories import EpisodicMemory, MemoryType, Provenance
-from workers.app import app
-from workers.embed import embed_texts, sparse_vectors
-from workers.ids import memory_id
-from workers.metrics import MEMORIES_WRITTEN
-from workers.runtime import TRANSIENT_ERRORS, Runtime, log, runtime
-from workers.vectorstore import DENSE, OBSERVATIONS, SPARSE, UNREAD_OBSERVATION_FIELDS, tenant_filter
+from engram.schemas.events import MediaKind
+from engram.schemas.memories import EpisodicMemory, MemoryType, Provenance
+from engram.workers.app import app
+from engram.workers.embed import embed_texts, sparse_vectors
+from engram.workers.ids import memory_id
+from engram.workers.metrics import MEMORIES_WRITTEN
+from engram.workers.runtime import TRANSIENT_ERRORS, Runtime, log, runtime
+from engram.workers.vectorstore import DENSE, OBSERVATIONS, SPARSE, UNREAD_OBSERVATION_FIELDS, tenant_filter
 
 _EVENT_TYPES = {MediaKind.text: "conversation", MediaKind.screenshot: "screen_activity",
                 MediaKind.audio: "audio", MediaKind.clip: "video"}
@@ -173,7 +173,7 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
         rt.vectors.upsert(MemoryType.episodic.value,
                           memory_points(rt, memories, fields, vectors, texts, [len(ep) for ep in episodes]))
         MEMORIES_WRITTEN.labels(memory_type=MemoryType.episodic.value).inc(len(memories))
-        from workers.typed import consolidate_typed  # semantic, procedural, resource, core, vault index
+        from engram.workers.typed import consolidate_typed  # semantic, procedural, resource, core, vault index
 
         consolidate_typed(rt, tenant_id, user_id, records)
         rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})
@@ -195,7 +195,7 @@ def consolidate_due() -> int:
     """Beat entry point: start one consolidation per (tenant, user) that is due (``workers.typed.due_users``:
     enough pending observations, or idle long enough); returns how many users have pending observations
     (started now or still waiting), so a caller can loop until it is 0."""
-    from workers.typed import due_users
+    from engram.workers.typed import due_users
 
     rt = runtime()
     due, pending = due_users(rt)

@@ -30,11 +30,11 @@ from enum import StrEnum
 import numpy as np
 from qdrant_client import models as qm
 
-from schemas.memories import MEMORY_TYPES, MemoryBase, MemoryType, Provenance, ResourceMemory, SemanticMemory
-from workers.app import app
-from workers.metrics import MEMORIES_WRITTEN
-from workers.runtime import Runtime, log, runtime
-from workers.vectorstore import DENSE, tenant_filter
+from engram.schemas.memories import MEMORY_TYPES, MemoryBase, MemoryType, Provenance, ResourceMemory, SemanticMemory
+from engram.workers.app import app
+from engram.workers.metrics import MEMORIES_WRITTEN
+from engram.workers.runtime import Runtime, log, runtime
+from engram.workers.vectorstore import DENSE, tenant_filter
 
 #: Memory types that decay and get archived (core memory and the vault are kept as they are).
 DECAYING = (MemoryType.episodic, MemoryType.semantic, MemoryType.procedural, MemoryType.resource)
@@ -166,7 +166,7 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
     """Write new memories of one type and user (in time order) against what is stored, with Mem0's operations
     (see the module docstring). ``vectors`` (n, 384) are their dense vectors; ``fields`` their source fields
     (``workers.consolidate.source_fields``). Returns a Counter of ``Op``."""
-    from workers.consolidate import memory_points
+    from engram.workers.consolidate import memory_points
 
     if not memories:
         return Counter()

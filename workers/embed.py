@@ -26,15 +26,15 @@ import threading
 import numpy as np
 from cachetools import LRUCache
 
-from schemas.jobs import EmbeddedBatch, ObservationBatch
-from schemas.observations import EmbeddedObservation, Observation
-from schemas.settings import Settings
-from workers import sparse
-from workers.app import app
-from workers.extract.rules import sentences
-from workers.metrics import model_timer
-from workers.models import embed_cached, get_model
-from workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
+from engram.schemas.jobs import EmbeddedBatch, ObservationBatch
+from engram.schemas.observations import EmbeddedObservation, Observation
+from engram.schemas.settings import Settings
+from engram.workers import sparse
+from engram.workers.app import app
+from engram.workers.extract.rules import sentences
+from engram.workers.metrics import model_timer
+from engram.workers.models import embed_cached, get_model
+from engram.workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
 
 CONTEXT_WEIGHT = 0.5  # a neighbour's embedding counts half as much as the observation's own
 CONTEXT_TF_WEIGHT = 0.5  # BM25F weight of the context field's term frequencies (the turn's own field: 1)

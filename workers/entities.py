@@ -25,12 +25,21 @@ from typing import Literal
 import numpy as np
 from qdrant_client import models as qm
 
-from schemas.entities import Entity, EntityList, EntitySample, EntitySummary, MergeRecord
-from schemas.observations import Observation
-from workers.app import app
-from workers.ids import ENGRAM_NAMESPACE
-from workers.runtime import Runtime, runtime
-from workers.vectorstore import COLLECTIONS, DENSE, ENTITIES, FACE, FACE_SAMPLES, VOICE, VOICE_SAMPLES, tenant_filter
+from engram.schemas.entities import Entity, EntityList, EntitySample, EntitySummary, MergeRecord
+from engram.schemas.observations import Observation
+from engram.workers.app import app
+from engram.workers.ids import ENGRAM_NAMESPACE
+from engram.workers.runtime import Runtime, runtime
+from engram.workers.vectorstore import (
+    COLLECTIONS,
+    DENSE,
+    ENTITIES,
+    FACE,
+    FACE_SAMPLES,
+    VOICE,
+    VOICE_SAMPLES,
+    tenant_filter,
+)
 
 Modality = Literal["face", "voice"]
 RECENT_OBSERVATIONS = 64  # links kept per entity (the counts go on)
@@ -298,7 +307,7 @@ class EntityMemory:
     def save(self) -> None:
         """Write the changed entities (their names' text embedding, centroids and samples as vectors), delete the
         merged-away ones and rewrite the stored observations and memories that named them."""
-        from workers.embed import embed_texts
+        from engram.workers.embed import embed_texts
 
         changed = [self.entities[i] for i in self.dirty if i in self.entities]
         labels = [", ".join(e.names) for e in changed if e.names]

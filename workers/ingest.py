@@ -21,15 +21,15 @@ from pathlib import Path
 import numpy as np
 from celery import chain
 
-from schemas.events import EventStatus, MediaEvent, MediaKind
-from schemas.jobs import Keyframe, SegmentJob
-from workers import media
-from workers.app import Queue, app
-from workers.ids import derived_key, sha256_file
-from workers.ledger import FINAL_STATUSES
-from workers.metrics import NEAR_DUPLICATES
-from workers.objectstore import ObjectNotFound
-from workers.runtime import STAGE_TASK_OPTIONS, Runtime, log, runtime, stage
+from engram.schemas.events import EventStatus, MediaEvent, MediaKind
+from engram.schemas.jobs import Keyframe, SegmentJob
+from engram.workers import media
+from engram.workers.app import Queue, app
+from engram.workers.ids import derived_key, sha256_file
+from engram.workers.ledger import FINAL_STATUSES
+from engram.workers.metrics import NEAR_DUPLICATES
+from engram.workers.objectstore import ObjectNotFound
+from engram.workers.runtime import STAGE_TASK_OPTIONS, Runtime, log, runtime, stage
 
 
 @app.task(name="workers.ingest.ingest", **STAGE_TASK_OPTIONS)
@@ -74,10 +74,10 @@ def redeliver_stalled() -> dict[str, int]:
 
 def dispatch(job: SegmentJob) -> None:
     """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue."""
-    from workers.embed import embed
-    from workers.link import link
-    from workers.perceive import perceive
-    from workers.store import store
+    from engram.workers.embed import embed
+    from engram.workers.link import link
+    from engram.workers.perceive import perceive
+    from engram.workers.store import store
 
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
     chain(perceive.s(job).set(queue=queue.value), embed.s(), link.s(), store.s()).apply_async()
@@ -220,7 +220,7 @@ def _plan_clip(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
 
 
 def _plan_text(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
-    from workers.perceive import conversation_messages  # parsed once, kept for the perceive tasks
+    from engram.workers.perceive import conversation_messages  # parsed once, kept for the perceive tasks
 
     messages = conversation_messages(rt, event, path.read_bytes())
     batch = rt.settings.chat_batch_size

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from schemas.events import EventStatus, LedgerRecord, MediaEvent
-from workers.metrics import EVENTS_RECEIVED, count_finished
+from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
+from engram.workers.metrics import EVENTS_RECEIVED, count_finished
 
 FINAL_STATUSES = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 

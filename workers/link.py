@@ -30,14 +30,14 @@ from collections import Counter
 
 import numpy as np
 
-from schemas.entities import Entity
-from schemas.jobs import EmbeddedBatch
-from schemas.observations import Observation
-from workers.app import app
-from workers.entities import EntityMemory, entity_id, founded_id, name_key, names_in_transcript
-from workers.models.faces import cluster_faces
-from workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
-from workers.vectorstore import OBSERVATIONS
+from engram.schemas.entities import Entity
+from engram.schemas.jobs import EmbeddedBatch
+from engram.schemas.observations import Observation
+from engram.workers.app import app
+from engram.workers.entities import EntityMemory, entity_id, founded_id, name_key, names_in_transcript
+from engram.workers.models.faces import cluster_faces
+from engram.workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
+from engram.workers.vectorstore import OBSERVATIONS
 
 __all__ = ["entity_id", "link", "link_observations"]
 

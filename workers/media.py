@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schemas.events import MediaKind
+from engram.schemas.events import MediaKind
 
 SAMPLE_RATE = 16_000
 MEDIA_EXTENSIONS = {
@@ -156,7 +156,7 @@ def detect(path: Path) -> tuple[MediaKind, str] | None:
 def _looks_like_conversation(path: Path) -> bool:
     """True for a conversation file, and for one shaped like it but invalid (ingest then fails it with
     the reason and the record's location); False for other JSON."""
-    from workers.adapters import InvalidConversation, parse_conversation_file
+    from engram.workers.adapters import InvalidConversation, parse_conversation_file
 
     try:
         return bool(parse_conversation_file(path.read_bytes(), source_name=path.name))

@@ -34,13 +34,13 @@ import numpy as np
 import structlog
 from qdrant_client import models as qm
 
-from schemas.memories import MemoryType
-from schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage, MemoryRecord, UserExport
-from workers import media, vault
-from workers.app import app
-from workers.objectstore import ObjectNotFound
-from workers.runtime import Runtime, runtime
-from workers.vectorstore import COLLECTIONS, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.workers import media, vault
+from engram.workers.app import app
+from engram.workers.objectstore import ObjectNotFound
+from engram.workers.runtime import Runtime, runtime
+from engram.workers.vectorstore import COLLECTIONS, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
 
 log = structlog.get_logger("engram.memory_admin")
 
@@ -159,7 +159,7 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
 def _delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
     """Delete ``keys`` and the OCR text cached for the pixels of the images among them (by any OCR model);
     returns every key deleted."""
-    from workers.vision import pixels_sha256
+    from engram.workers.vision import pixels_sha256
 
     digests = set()
     for key in keys:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-from schemas.settings import Settings
+from engram.schemas.settings import Settings
 
 
 class ObjectNotFound(KeyError):

@@ -15,14 +15,14 @@ from datetime import timedelta
 import numpy as np
 from cachetools import LRUCache
 
-from schemas.events import MediaEvent, MediaKind
-from schemas.jobs import ObservationBatch, SegmentJob
-from schemas.observations import Observation, OcrLine, SpeakerVoice, WordTiming
-from workers import media, speech, vault, vision
-from workers.adapters import parse_conversation_file
-from workers.app import app
-from workers.ids import point_id
-from workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
+from engram.schemas.events import MediaEvent, MediaKind
+from engram.schemas.jobs import ObservationBatch, SegmentJob
+from engram.schemas.observations import Observation, OcrLine, SpeakerVoice, WordTiming
+from engram.workers import media, speech, vault, vision
+from engram.workers.adapters import parse_conversation_file
+from engram.workers.app import app
+from engram.workers.ids import point_id
+from engram.workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
 
 
 @app.task(name="workers.perceive.perceive", **STAGE_TASK_OPTIONS)

@@ -46,16 +46,16 @@ from datetime import UTC, datetime
 
 from qdrant_client import models as qm
 
-from schemas.memories import MemoryType
-from schemas.search import ContextTurn, SearchHit, SearchRequest, SearchResponse, TimeRange
-from workers import sparse
-from workers.app import app
-from workers.dynamics import active_filter, decayed_score, reinforce
-from workers.embed import embed_query
-from workers.entities import entity_names
-from workers.runtime import Runtime, runtime
-from workers.timeexpr import resolve
-from workers.vectorstore import OBSERVATIONS, collection_for, tenant_filter
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import ContextTurn, SearchHit, SearchRequest, SearchResponse, TimeRange
+from engram.workers import sparse
+from engram.workers.app import app
+from engram.workers.dynamics import active_filter, decayed_score, reinforce
+from engram.workers.embed import embed_query
+from engram.workers.entities import entity_names
+from engram.workers.runtime import Runtime, runtime
+from engram.workers.timeexpr import resolve
+from engram.workers.vectorstore import OBSERVATIONS, collection_for, tenant_filter
 
 #: The payload fields ranking reads (decay, time boost, memory prior, entity boost, the sources of a memory, a
 #: hit's session): candidates are fetched with these only, the hits returned with their whole payloads.

@@ -21,14 +21,14 @@ from celery import current_task
 from celery.exceptions import Ignore
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from schemas.events import EventStatus, MediaEvent
-from schemas.settings import Settings, get_settings
-from workers.ledger import Ledger, open_ledger
-from workers.media import MediaError
-from workers.metrics import STAGE_ERRORS, STAGE_SECONDS
-from workers.models import EmbeddingCache
-from workers.objectstore import ObjectStore, open_object_store
-from workers.vectorstore import StoreBusy, VectorStore, open_vector_store
+from engram.schemas.events import EventStatus, MediaEvent
+from engram.schemas.settings import Settings, get_settings
+from engram.workers.ledger import Ledger, open_ledger
+from engram.workers.media import MediaError
+from engram.workers.metrics import STAGE_ERRORS, STAGE_SECONDS
+from engram.workers.models import EmbeddingCache
+from engram.workers.objectstore import ObjectStore, open_object_store
+from engram.workers.vectorstore import StoreBusy, VectorStore, open_vector_store
 
 log = structlog.get_logger("engram")
 
@@ -70,7 +70,7 @@ _lock = threading.Lock()
 
 def reset_runtimes() -> None:
     """Forget every cached Runtime and close vector stores (tests; a CLI switching data dirs)."""
-    from workers.vectorstore import close_vector_stores
+    from engram.workers.vectorstore import close_vector_stores
 
     with _lock:
         _runtimes.clear()

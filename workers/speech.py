@@ -29,12 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schemas.jobs import SegmentJob
-from workers import media
-from workers.metrics import model_timer
-from workers.models import get_model
-from workers.models.asr import Segment, Word
-from workers.runtime import Runtime
+from engram.schemas.jobs import SegmentJob
+from engram.workers import media
+from engram.workers.metrics import model_timer
+from engram.workers.models import get_model
+from engram.workers.models.asr import Segment, Word
+from engram.workers.runtime import Runtime
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 from qdrant_client import models as qm
 
-from schemas.jobs import EmbeddedBatch
-from schemas.observations import EmbeddedObservation
-from workers.app import app
-from workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
-from workers.runtime import STAGE_TASK_OPTIONS, log, runtime, stage
-from workers.vectorstore import DENSE, OBSERVATIONS, SENTENCES, SPARSE
+from engram.schemas.jobs import EmbeddedBatch
+from engram.schemas.observations import EmbeddedObservation
+from engram.workers.app import app
+from engram.workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
+from engram.workers.runtime import STAGE_TASK_OPTIONS, log, runtime, stage
+from engram.workers.vectorstore import DENSE, OBSERVATIONS, SENTENCES, SPARSE
 
 
 def observation_point(item: EmbeddedObservation) -> qm.PointStruct:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from schemas.search import TimeRange
+from engram.schemas.search import TimeRange
 
 _RELATIVE = re.compile(r"\b(yesterday|today|tonight|ago|last|past|previous|this|next|recently)\b", re.IGNORECASE)
 _NAMES = re.compile(r"\b(January|February|March|April|June|July|August|September|October|November|December|Monday|"

@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 import numpy as np
 from qdrant_client import models as qm
 
-from schemas.extraction import Draft, Extraction
-from schemas.memories import (
+from engram.schemas.extraction import Draft, Extraction
+from engram.schemas.memories import (
     CoreMemory,
     MemoryBase,
     MemoryType,
@@ -30,14 +30,14 @@ from schemas.memories import (
     ResourceMemory,
     SemanticMemory,
 )
-from workers import dynamics, vault
-from workers.consolidate import memory_points, source_fields
-from workers.embed import embed_texts
-from workers.extract import ExtractionFailed, Seen, extractor_for
-from workers.extract.rules import RulesExtractor
-from workers.ids import memory_id
-from workers.runtime import Runtime, log
-from workers.vectorstore import OBSERVATIONS
+from engram.workers import dynamics, vault
+from engram.workers.consolidate import memory_points, source_fields
+from engram.workers.embed import embed_texts
+from engram.workers.extract import ExtractionFailed, Seen, extractor_for
+from engram.workers.extract.rules import RulesExtractor
+from engram.workers.ids import memory_id
+from engram.workers.runtime import Runtime, log
+from engram.workers.vectorstore import OBSERVATIONS
 
 
 def extract(rt: Runtime, seen: list[Seen], user_id: str) -> Extraction:

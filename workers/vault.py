@@ -39,12 +39,12 @@ import phonenumbers
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from stdnum import iban, luhn
 
-from schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
-from schemas.observations import Observation, WordTiming
-from schemas.settings import Settings
-from workers.metrics import MEMORIES_WRITTEN
-from workers.objectstore import ObjectNotFound
-from workers.runtime import Runtime, log
+from engram.schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
+from engram.schemas.observations import Observation, WordTiming
+from engram.schemas.settings import Settings
+from engram.workers.metrics import MEMORIES_WRITTEN
+from engram.workers.objectstore import ObjectNotFound
+from engram.workers.runtime import Runtime, log
 
 PLACEHOLDER = re.compile(r"\[vault:([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) ([a-z_]+)\]")
 
@@ -426,7 +426,7 @@ def index_entries(rt: Runtime, tenant_id: str, texts: list[str]) -> int:
     """Consolidation: upsert the entries that ``texts`` point to into the ``knowledge_vault`` collection
     (embedding and BM25 of the caption; the payload holds the caption and the ciphertext, never the secret).
     Entries missing from the object store are logged and skipped. Returns how many were indexed."""
-    from workers.consolidate import memory_points
+    from engram.workers.consolidate import memory_points
 
     entries = []
     for eid in referenced_entries(texts):

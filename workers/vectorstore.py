@@ -42,8 +42,8 @@ import numpy as np
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
-from schemas.memories import MemoryType
-from schemas.settings import Settings
+from engram.schemas.memories import MemoryType
+from engram.schemas.settings import Settings
 
 DENSE = "text"
 SPARSE = "bm25"

@@ -13,11 +13,11 @@ import hashlib
 import numpy as np
 from pydantic import TypeAdapter
 
-from schemas.observations import FaceDetection, OcrLine
-from workers.metrics import model_timer
-from workers.models import CaptionUnavailable, get_model
-from workers.objectstore import ObjectNotFound
-from workers.runtime import Runtime, log
+from engram.schemas.observations import FaceDetection, OcrLine
+from engram.workers.metrics import model_timer
+from engram.workers.models import CaptionUnavailable, get_model
+from engram.workers.objectstore import ObjectNotFound
+from engram.workers.runtime import Runtime, log
 
 _LINES = TypeAdapter(list[OcrLine])
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.settings import Settings
+from engram.schemas.settings import Settings
 from tests.servers import free_ports
 
 API_DB = 11
@@ -64,7 +64,7 @@ def api_redis(api_settings):
 @pytest.fixture(scope="session")
 def api_keys(api_redis) -> dict[str, str]:
     """One API key per test tenant: ``acme`` and ``globex``."""
-    from api.keys import create_key
+    from engram.api.keys import create_key
 
     return {t: create_key(api_redis, t) for t in ("acme", "globex")}
 
@@ -117,7 +117,7 @@ def served(settings: Settings) -> Iterator[str]:
     """The API for ``settings`` served by uvicorn in a thread on a free port; yields its base URL."""
     import uvicorn
 
-    from api.app import create_app
+    from engram.api.app import create_app
 
     (port,) = free_ports(1)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
@@ -145,7 +145,7 @@ def api_server(api_settings) -> Iterator[str]:
 
 @contextmanager
 def worker_process(settings: Settings, s3, **env: str) -> Iterator[None]:
-    """A real Celery worker process (``celery -A workers.app worker --pool solo``) serving every queue for
+    """A real Celery worker process (``celery -A engram.workers.app worker --pool solo``) serving every queue for
     ``settings`` (its broker, the S3 server ``s3`` and its data dir, Qdrant's local mode), with ``env`` added
     to its environment; terminated on exit. Its log is ``<data dir>/worker.log``."""
     data = settings.data_dir
@@ -157,7 +157,7 @@ def worker_process(settings: Settings, s3, **env: str) -> Iterator[None]:
     queues = "ingest,perceive.cpu,perceive.gpu,link,store,consolidate,query"
     with open(data / "worker.log", "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues, "--pool", "solo",
+            [sys.executable, "-m", "celery", "-A", "engram.workers.app", "worker", "-Q", queues, "--pool", "solo",
              "-n", f"apitest-{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle", "-l", "warning"],
             cwd=REPO, env=base, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:

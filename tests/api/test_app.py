@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from engram.api.app import create_app
 from tests.api.conftest import chat_jsonl, png_bytes, queue_length
 
 pytestmark = pytest.mark.timeout(120)
@@ -235,8 +235,8 @@ def test_wrong_sha256_event_fails_in_ingest_with_reason(client, api_keys, api_se
     assert client.post("/v1/events", json=body, headers=auth(key)).status_code == 202
 
     # run the queued task inline, as a worker would, on the same Redis ledger and S3 bucket
-    from workers.ingest import ingest
-    from workers.runtime import reset_runtimes
+    from engram.workers.ingest import ingest
+    from engram.workers.runtime import reset_runtimes
 
     for var, value in {"ENGRAM_REDIS_URL": api_settings.broker_url, "ENGRAM_S3_ENDPOINT": seaweedfs_s3.endpoint,
                        "ENGRAM_S3_ACCESS_KEY": seaweedfs_s3.access_key, "ENGRAM_S3_SECRET_KEY": seaweedfs_s3.secret_key,
@@ -299,8 +299,8 @@ def test_readyz_names_what_is_missing(client, api_settings, tmp_path):
 def test_keys_cli(api_settings, api_redis, monkeypatch):
     from typer.testing import CliRunner
 
-    from api.cli import app as cli
-    from api.keys import tenant_for
+    from engram.api.cli import app as cli
+    from engram.api.keys import tenant_for
 
     monkeypatch.setenv("ENGRAM_BROKER_URL", api_settings.broker_url)
     runner = CliRunner()
@@ -320,7 +320,7 @@ def test_search_and_readiness_through_a_query_worker(query_worker, api_keys):
     """A real worker process serves the queues: a chat published by acme becomes searchable for acme
     only; /readyz is ready."""
     with TestClient(create_app(query_worker)) as c:
-        from api.keys import create_key
+        from engram.api.keys import create_key
 
         keys = {t: create_key(c.app.state.services.redis, t) for t in ("acme", "globex")}
         deadline = time.monotonic() + 30

@@ -17,7 +17,7 @@ def test_verbose_logs_to_a_file_have_no_colour_and_no_broker_warning(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
            "ENGRAM_DATA_DIR": str(tmp_path / "data")}
     with open(tmp_path / "err.log", "w") as err:
-        out = subprocess.run([sys.executable, "-m", "api.cli", "-v", "ingest", str(chat), "--user", "ann"],
+        out = subprocess.run([sys.executable, "-m", "engram.api.cli", "-v", "ingest", str(chat), "--user", "ann"],
                              stdout=subprocess.PIPE, stderr=err, text=True, env=env, timeout=600, cwd=REPO)
     log = (tmp_path / "err.log").read_text()
     assert out.returncode == 0, log[-3000:]

@@ -38,7 +38,7 @@ def _segments_done(db) -> int:
 def test_kill_9_mid_conversation_then_the_next_ingest_resumes_it(tmp_path):
     chat = tmp_path / "long.jsonl"
     _chat(chat, 640)  # ten segments of 64 messages
-    cmd = [sys.executable, "-m", "api.cli", "ingest", str(chat), "--user", "ann"]
+    cmd = [sys.executable, "-m", "engram.api.cli", "ingest", str(chat), "--user", "ann"]
     proc = subprocess.Popen(cmd, env=_env(tmp_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     db = tmp_path / "data" / "ledger.sqlite"
     deadline = time.monotonic() + 300
@@ -48,7 +48,7 @@ def test_kill_9_mid_conversation_then_the_next_ingest_resumes_it(tmp_path):
     proc.communicate(timeout=60)
     killed_after = _segments_done(db)
     assert 1 <= killed_after < 10, killed_after  # killed in the middle
-    status = subprocess.run([sys.executable, "-m", "api.cli", "status"], env=_env(tmp_path), cwd=REPO,
+    status = subprocess.run([sys.executable, "-m", "engram.api.cli", "status"], env=_env(tmp_path), cwd=REPO,
                             capture_output=True, text=True, timeout=300)
     shown = " ".join(status.stdout.split())
     assert status.returncode == 0 and f"unfinished {chat}" in shown and "the next `engram ingest`" in shown
@@ -71,12 +71,12 @@ def test_a_json_nested_200000_deep_fails_alone(tmp_path):
     _chat(folder / "a.jsonl", 3, "sa")
     (folder / "b.json").write_text("[" * 200_000 + "]" * 200_000)
     _chat(folder / "c.jsonl", 3, "sc")
-    out = subprocess.run([sys.executable, "-m", "api.cli", "ingest", str(folder), "--user", "ann"], env=_env(tmp_path),
-                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "ingest", str(folder), "--user", "ann"],
+                         env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr and "RecursionError" not in out.stderr
     summary = " ".join(out.stdout.split())
     assert "2 done" in summary and "1 not media" in summary
-    listed = subprocess.run([sys.executable, "-m", "api.cli", "memories", "list", "--type", "episodic", "--user",
+    listed = subprocess.run([sys.executable, "-m", "engram.api.cli", "memories", "list", "--type", "episodic", "--user",
                              "ann"], env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0 and "Message 1" in listed.stdout  # consolidation ran after the batch

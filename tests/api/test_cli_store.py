@@ -12,7 +12,7 @@ from tests.conftest import REPO
 def _engram(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
            "COLUMNS": "250"}
-    return subprocess.run([sys.executable, "-m", "api.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "engram.api.cli", *args], capture_output=True, text=True, env=env,
                           timeout=600, cwd=REPO)
 
 

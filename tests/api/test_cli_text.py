@@ -28,14 +28,14 @@ def store(tmp_path_factory):
     ImageDraw.Draw(shot).text((10, 40), "quarterly budget review", fill="black")
     shot.save(folder / "[final] shot.png")
     (folder / "[notes] readme.txt").write_text("not media")
-    out = subprocess.run([sys.executable, "-m", "api.cli", "ingest", str(folder)], env=env, cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "ingest", str(folder)], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return env, out
 
 
 def _run(env, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "api.cli", *args], env=env, cwd=REPO, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", *args], env=env, cwd=REPO, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr

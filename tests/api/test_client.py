@@ -10,8 +10,8 @@ import uuid
 import httpx
 import pytest
 
-from api.client import EngramAPIError, EngramClient, NotMedia
-from schemas.events import EventStatus
+from engram.api.client import EngramAPIError, EngramClient, NotMedia
+from engram.schemas.events import EventStatus
 from tests.api.conftest import chat_jsonl, png_bytes, queue_length, wav_bytes
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,7 +56,7 @@ def test_publish_three_files_then_republish_skips_uploads(api_server, api_keys, 
 
 
 def test_status_wait_and_tenant_scope(api_server, api_keys, api_settings, files):
-    from workers.ledger import RedisLedger
+    from engram.workers.ledger import RedisLedger
 
     with EngramClient(api_server, api_keys["acme"]) as client:
         eid = client.publish_file(files / "shot.png")
@@ -107,7 +107,7 @@ def test_retries_transient_errors_with_backoff_and_gives_up():
 def test_cli_publish_is_resumable(api_server, api_keys, api_redis, files):
     from typer.testing import CliRunner
 
-    from api.cli import app as cli
+    from engram.api.cli import app as cli
 
     (files / "notes.txt").write_text("not media")
     runner = CliRunner()
@@ -127,7 +127,7 @@ def test_cli_publish_is_resumable(api_server, api_keys, api_redis, files):
 
 
 def test_watch_publishes_new_files_once_complete(api_server, api_keys, api_redis, tmp_path):
-    from api.watch import FolderWatcher
+    from engram.api.watch import FolderWatcher
 
     folder = tmp_path / "shots"
     folder.mkdir()
@@ -177,7 +177,7 @@ def test_watch_command_publishes_and_stops_on_ctrl_c(api_server, api_keys, api_r
     folder = tmp_path / "recorder"
     folder.mkdir()
     env = {**os.environ, "ENGRAM_API_URL": api_server, "ENGRAM_API_KEY": api_keys["acme"], "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "api.cli", "watch", str(folder), "--settle", "0.3",
+    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "watch", str(folder), "--settle", "0.3",
                              "--device", "recorder"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     printed = ""

@@ -7,13 +7,13 @@ import shutil
 
 from typer.testing import CliRunner
 
-import api.demo
-from api.cli import app
+import engram.api.demo
+from engram.api.cli import app
 
 
 def test_demo_ingests_its_sample_and_finds_each_part(tmp_path, monkeypatch):
     """One run through the CLI (``engram demo --workdir``); the returned dict is captured for assertions."""
-    from workers.runtime import reset_runtimes
+    from engram.workers.runtime import reset_runtimes
 
     for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
         monkeypatch.delenv(var, raising=False)
@@ -24,8 +24,8 @@ def test_demo_ingests_its_sample_and_finds_each_part(tmp_path, monkeypatch):
         captured.update(real_run_demo(workdir, console))
         return captured
 
-    real_run_demo = api.demo.run_demo
-    monkeypatch.setattr(api.demo, "run_demo", run_and_keep)
+    real_run_demo = engram.api.demo.run_demo
+    monkeypatch.setattr(engram.api.demo, "run_demo", run_and_keep)
     try:
         result = CliRunner().invoke(app, ["demo", "--workdir", str(tmp_path)])
     finally:
@@ -66,11 +66,11 @@ def test_sample_without_espeak_has_a_silent_clip_and_distinct_screens(tmp_path, 
 
     from PIL import Image
 
-    from workers import media
+    from engram.workers import media
 
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "espeak-ng" else real_which(tool))
-    files = api.demo.make_samples(tmp_path, datetime(2024, 5, 2, 8, 40).astimezone())
+    files = engram.api.demo.make_samples(tmp_path, datetime(2024, 5, 2, 8, 40).astimezone())
     assert "voice-memo.wav" not in files
     screens = [p for name, p in files.items() if name.endswith(".png")]
     hashes = [media.perceptual_hash(Image.open(p)) for p in screens]

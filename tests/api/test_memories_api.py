@@ -9,7 +9,7 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import CLAIM_PREFIX, create_app
+from engram.api.app import CLAIM_PREFIX, create_app
 from tests.api.conftest import chat_jsonl, make_settings, served, worker_process
 from tests.api.test_app import auth, event_body, upload
 from tests.llm_stub import ScriptedLlm, last_user_text
@@ -60,7 +60,7 @@ def cite(needle: str):
 def test_ask_and_memory_management(llm_worker):
     settings, llm = llm_worker
     with TestClient(create_app(settings)) as c:
-        from api.keys import create_key
+        from engram.api.keys import create_key
 
         redis = c.app.state.services.redis
         acme, globex = (auth(create_key(redis, t)) for t in ("acme", "globex"))
@@ -122,8 +122,8 @@ def test_ask_and_memory_management(llm_worker):
 
 def test_sdk(llm_worker):
     """The SDK's ask and memory calls against the same API, served by uvicorn."""
-    from api.client import EngramAPIError, EngramClient
-    from api.keys import create_key
+    from engram.api.client import EngramAPIError, EngramClient
+    from engram.api.keys import create_key
 
     settings, llm = llm_worker
     with TestClient(create_app(settings)) as c:

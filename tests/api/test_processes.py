@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from api.processes import (
+from engram.api.processes import (
     ALL_QUEUES,
     QDRANT_BOUND,
     WorkerConfigError,
@@ -18,7 +18,7 @@ from api.processes import (
     plan_worker,
     worker_argv,
 )
-from schemas.settings import Settings
+from engram.schemas.settings import Settings
 
 BROKER = "redis://127.0.0.1:1/0"
 
@@ -82,7 +82,7 @@ def test_celery_argv(tmp_path):
 
 
 def test_cli_refuses_with_reason(monkeypatch, tmp_path):
-    from api.cli import app
+    from engram.api.cli import app
 
     monkeypatch.delenv("ENGRAM_BROKER_URL", raising=False)
     monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path))

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from api.processes import plan_worker
-from schemas.settings import Settings
+from engram.api.processes import plan_worker
+from engram.schemas.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
@@ -251,7 +251,7 @@ def test_every_service_checks_its_health_and_waits_for_healthy_dependencies():
             node = _option(cmd, "--hostname")
             assert node == f"{name}@%h", name
             test = svc["healthcheck"]["test"]
-            assert test[0] == "CMD-SHELL" and "celery -A workers.app inspect ping" in test[1], name
+            assert test[0] == "CMD-SHELL" and "celery -A engram.workers.app inspect ping" in test[1], name
             assert f'--destination "{name}@$$HOSTNAME"' in test[1], name  # $$: a literal $ for the shell
     assert "/data/beat/celerybeat-schedule" in services["beat"]["healthcheck"]["test"][-1]
     assert "/healthz" in services["api"]["healthcheck"]["test"][-1]

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from prometheus_client import Counter, Histogram, Summary
 
-import workers.metrics as metrics
+import engram.workers.metrics as metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "engram.json"

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from api.processes import ALL_QUEUES, plan_worker
-from schemas.settings import Settings
+from engram.api.processes import ALL_QUEUES, plan_worker
+from engram.schemas.settings import Settings
 from tests.deploy.test_compose import _setting_exists, _tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -556,8 +556,8 @@ def test_readme_documents_every_value():
 def test_every_worker_and_beat_has_liveness_and_readiness(scenario):
     """Workers: `celery inspect ping` of the pod's own node, named by the worker's --hostname (an option `engram
     worker` has); beat: its schedule file, where `engram beat` keeps it, written recently."""
-    from api.cli import worker as worker_command
-    from api.processes import beat_schedule_path
+    from engram.api.cli import worker as worker_command
+    from engram.api.processes import beat_schedule_path
 
     assert "hostname" in inspect.signature(worker_command).parameters
     docs = render(scenario)
@@ -570,7 +570,7 @@ def test_every_worker_and_beat_has_liveness_and_readiness(scenario):
         for probe in ("livenessProbe", "readinessProbe"):
             command = c[probe]["exec"]["command"]
             assert command[:2] == ["sh", "-c"], (name, probe)
-            assert command[2] == (f'exec celery -A workers.app inspect ping --destination "{node}@$HOSTNAME" '
+            assert command[2] == (f'exec celery -A engram.workers.app inspect ping --destination "{node}@$HOSTNAME" '
                                   "--timeout 10"), (name, probe)
             assert c[probe]["timeoutSeconds"] > 10 and c[probe]["periodSeconds"] >= 10
     beat = one(docs, "Deployment", f"{RELEASE}-engram-beat")

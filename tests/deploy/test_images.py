@@ -82,7 +82,7 @@ def closure(names):
     return {k for k, _ in seen}
 
 wanted = json.loads(sys.argv[1])
-allowed = closure(wanted) | {"engram"}
+allowed = closure(wanted) | {"engram-multimodal"}
 blocked = {mod for mod, dists in md.packages_distributions().items()
            if not any(d.lower().replace("_", "-") in allowed for d in dists)}
 assert {"torch", "cv2", "qdrant_client", "faster_whisper", "sentence_transformers"} <= blocked
@@ -96,13 +96,13 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 
 from typer.testing import CliRunner
-from api.cli import app as cli
+from engram.api.cli import app as cli
 for args in (["--help"], ["serve", "--help"], ["publish", "--help"], ["keys", "--help"], ["watch", "--help"]):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, (args, result.output, result.exception)
 
 from pathlib import Path
-from api.client import detect
+from engram.api.client import detect
 png = Path(sys.argv[2]) / "a.png"
 png.write_bytes(bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"))
 chat = Path(sys.argv[2]) / "chat.jsonl"
@@ -111,8 +111,8 @@ chat.write_text('{"message_id": "m1", "session_id": "s1", "speaker": "A", "text"
 print("detect", detect(png)[1], detect(chat)[1])
 
 from fastapi.testclient import TestClient
-from api.app import create_app
-from schemas.settings import Settings
+from engram.api.app import create_app
+from engram.schemas.settings import Settings
 with TestClient(create_app(Settings())) as client:
     print("healthz", client.get("/healthz").status_code)
     print("readyz", client.get("/readyz").status_code)

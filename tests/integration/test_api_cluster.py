@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from api.client import FINAL, EngramClient
-from schemas.events import EventStatus, MediaKind
-from schemas.memories import MemoryType
-from schemas.settings import Settings
+from engram.api.client import FINAL, EngramClient
+from engram.schemas.events import EventStatus, MediaKind
+from engram.schemas.memories import MemoryType
+from engram.schemas.settings import Settings
 from tests.cluster import (
     Cluster,
     broker_state,
@@ -97,7 +97,7 @@ def make_stack(seaweedfs_s3: S3Server, tmp_path) -> Iterator:
     Stack. Everything it started is stopped at teardown."""
     import redis
 
-    from api.keys import create_key
+    from engram.api.keys import create_key
 
     stacks = ExitStack()
 
@@ -249,7 +249,7 @@ def stop_and_count(stack: Stack, final: dict, users) -> dict[str, int]:
     Qdrant's local mode: per event exactly the ledger's number of observations (none for skipped or failed
     events, none of unknown events), no two for the same segment, message or time span, all consolidated,
     each in exactly one episodic memory, and episodic memories for every user. Returns counts."""
-    from workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
 
     cluster = stack.cluster
     if "beat" in cluster.procs:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from schemas.events import EventStatus, MediaEvent
-from schemas.memories import MemoryType
-from schemas.search import SearchRequest, SearchResponse
+from engram.schemas.events import EventStatus, MediaEvent
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import SearchRequest, SearchResponse
 from tests.cluster import Cluster
 from tests.servers import S3Server
 from tests.workload import TOPICS, USERS, Item, make_conversation, make_screenshot
@@ -59,8 +59,8 @@ def make_items(folder: Path, per_user: int, tag: str) -> list[Item]:
 
 def publish(rt, items: list[Item]) -> list[MediaEvent]:
     """Store each file and queue its event in the ledger (``api.local.publish_file``), then send ingest."""
-    from api.local import classify, publish_file
-    from workers.app import app
+    from engram.api.local import classify, publish_file
+    from engram.workers.app import app
 
     events = []
     for it in items:
@@ -86,7 +86,7 @@ def wait_final(rt, cluster: Cluster, event_ids: list[uuid.UUID], timeout: float)
 
 def search(query: str, user: str, types: list[MemoryType]) -> SearchResponse:
     """A search through the query queue (the store worker), answered through the Redis result backend."""
-    from workers.app import app
+    from engram.workers.app import app
 
     req = SearchRequest(query=query, tenant_id=TENANT, user_id=user, memory_types=types, limit=5)
     return SearchResponse.model_validate(
@@ -138,7 +138,7 @@ def cpu_tasks_unacked(redis_url: str) -> list[str]:
 def drain_consolidation(timeout: float = 120.0) -> None:
     """Run ``consolidate_due`` through the consolidate queue until no user has unconsolidated observations
     (the queue is FIFO on the single store worker, so the user consolidations it started ran before)."""
-    from workers.app import app
+    from engram.workers.app import app
 
     deadline = time.monotonic() + timeout
     while app.send_task("workers.consolidate.consolidate_due").get(timeout=60):
@@ -152,9 +152,9 @@ def make_cluster(redis_server, tmp_path, monkeypatch):
     Celery app for it and restores the eager default (the rest of the suite) afterwards."""
     import redis
 
-    from schemas.settings import get_settings
-    from workers.app import app, configure
-    from workers.runtime import reset_runtimes
+    from engram.schemas.settings import get_settings
+    from engram.workers.app import app, configure
+    from engram.workers.runtime import reset_runtimes
 
     made: list[Cluster] = []
 
@@ -197,7 +197,7 @@ def make_cluster(redis_server, tmp_path, monkeypatch):
 def stop_and_open_store(cluster: Cluster, redis_url: str):
     """Stop beat, let every queued task and consolidation finish, stop the workers, then open the vector
     store here (local mode: only now is it free)."""
-    from workers.runtime import reset_runtimes, runtime
+    from engram.workers.runtime import reset_runtimes, runtime
 
     cluster.kill("beat", signal.SIGTERM)
     wait_quiet(redis_url, 120)
@@ -213,7 +213,7 @@ def check_exactly_once(rt, items_by_event: dict[uuid.UUID, Item], records: dict)
     """Each done event's observations are stored once (count per event as expected, nothing from other
     events) and marked consolidated; every user has episodic memories; then, each observation is in exactly
     one episodic memory (an expected failure, with the counts, until consolidation has its watermark)."""
-    from workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
 
     points = rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))
     per_event = Counter(p.payload["event_id"] for p in points)
@@ -238,8 +238,8 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
     """~20 events (chats, screenshots, a duplicate, a corrupt file, one event sent twice): all final in the
     Redis ledger, observations stored exactly once, searchable through the query worker, episodic
     memories for every user from beat's consolidation."""
-    from workers.app import app
-    from workers.runtime import runtime
+    from engram.workers.app import app
+    from engram.workers.runtime import runtime
 
     t0 = time.monotonic()
     cluster, url = make_cluster(cpu_concurrency=1)
@@ -282,7 +282,7 @@ def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
     """30 events; the cpu worker (main process and pool children) is SIGKILLed while it works and started
     again: its unacknowledged tasks come back after the visibility timeout and every event ends final with
     each observation stored exactly once. Objects live in S3 (SeaweedFS) here when it is installed."""
-    from workers.runtime import runtime
+    from engram.workers.runtime import runtime
 
     try:
         s3 = request.getfixturevalue("seaweedfs_s3")

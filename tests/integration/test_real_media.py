@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schemas.events import EventStatus, MediaKind
-from schemas.memories import MemoryType
-from schemas.search import SearchRequest
+from engram.schemas.events import EventStatus, MediaKind
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import SearchRequest
 
 pytestmark = pytest.mark.integration
 
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def ingested(eval_data: Path, tmp_path_factory):
     """Ingest the real media once for this module; yields (runtime, ingest result)."""
-    from api.cli import ingest_paths
-    from workers.runtime import reset_runtimes, runtime
+    from engram.api.cli import ingest_paths
+    from engram.workers.runtime import reset_runtimes, runtime
 
     data_dir = tmp_path_factory.mktemp("real-media")
     with pytest.MonkeyPatch.context() as mp:
@@ -35,7 +35,7 @@ def ingested(eval_data: Path, tmp_path_factory):
 
 
 def _search(query: str, limit: int = 5):
-    from api.cli import run_search
+    from engram.api.cli import run_search
 
     return run_search(SearchRequest(query=query, tenant_id="eval", limit=limit)).hits
 
@@ -65,7 +65,7 @@ def test_receiver_count_finds_the_code_editor(ingested):
 
 
 def test_receiver_count_through_the_cli(ingested):
-    from api.cli import app
+    from engram.api.cli import app
 
     _, _, data_dir = ingested
     out = CliRunner().invoke(app, ["--data-dir", str(data_dir), "search", "receiver_count", "--tenant", "eval",
@@ -95,7 +95,7 @@ def test_leopard_transcript_words_find_leopard(ingested, eval_data):
 
 
 def test_hamilton_clip_has_a_transcript_at_its_offset(ingested):
-    from workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
 
     rt, _, _ = ingested
     clip_obs = [r.payload for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter("eval", kind=MediaKind.clip.value))]
@@ -109,13 +109,13 @@ def test_hamilton_clip_has_a_transcript_at_its_offset(ingested):
 
 
 def test_episodic_memories_cite_their_sources(ingested):
-    from workers.vectorstore import tenant_filter
+    from engram.workers.vectorstore import tenant_filter
 
     rt, _, _ = ingested
     episodes = rt.vectors.scroll(MemoryType.episodic.value, tenant_filter("eval", "tester"))
     assert episodes
     cited = {o for e in episodes for o in e.payload["provenance"]["observation_ids"]}
-    from workers.vectorstore import OBSERVATIONS
+    from engram.workers.vectorstore import OBSERVATIONS
 
     observations = rt.vectors.scroll(OBSERVATIONS, tenant_filter("eval", "tester"))
     assert cited == {str(o.id) for o in observations}  # every observation consolidated, exactly once

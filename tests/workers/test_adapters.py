@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from schemas.conversations import ConversationMessage
-from workers.adapters import (
+from engram.schemas.conversations import ConversationMessage
+from engram.workers.adapters import (
     InvalidConversation,
     locomo_sample_messages,
     parse_conversation_file,
@@ -16,7 +16,7 @@ from workers.adapters import (
     parse_longmemeval_date,
     to_jsonl,
 )
-from workers.media import MediaError
+from engram.workers.media import MediaError
 
 ANNOTATION = "ANNOTATION-MARKER"  # only in fields that must never become messages
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from schemas.ask import AskFailed, AskRequest
-from schemas.memories import MemoryType
-from schemas.search import SearchRequest
+from engram.schemas.ask import AskFailed, AskRequest
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import SearchRequest
+from engram.workers.vectorstore import tenant_filter
 from tests.llm_stub import ScriptedLlm, last_user_text
-from workers.vectorstore import tenant_filter
 
 TENANT = "default"
 QUESTION = "Where is Alice flying to for the budget review?"
@@ -43,8 +43,8 @@ def write_chat(path: Path, lines: list[tuple[str, str]], day: int) -> Path:
 def chats(tmp_path_factory):
     """An embedded default with the three chats ingested (and consolidated) for user alice, shared by this
     module's tests (ask only reads); yields the Runtime."""
-    from api.cli import ingest_paths
-    from workers.runtime import reset_runtimes, runtime
+    from engram.api.cli import ingest_paths
+    from engram.workers.runtime import reset_runtimes, runtime
 
     tmp = tmp_path_factory.mktemp("ask")
     with pytest.MonkeyPatch.context() as mp:
@@ -67,8 +67,8 @@ def use_llm(monkeypatch, url: str, provider: str = "openai") -> None:
 
 
 def run(question: str = QUESTION, **kw):
-    from workers.ask import ask
-    from workers.runtime import runtime
+    from engram.workers.ask import ask
+    from engram.workers.runtime import runtime
 
     return ask(runtime(), AskRequest(question=question, tenant_id=TENANT, **kw))
 
@@ -83,7 +83,7 @@ def evidence_id(body: dict, needle: str) -> str:
 
 
 def test_without_llm_returns_the_ranked_evidence(chats):
-    from workers.query import search
+    from engram.workers.query import search
 
     resp = run(limit=5)
     ranked = search(chats, SearchRequest(query=QUESTION, tenant_id=TENANT, limit=5)).hits
@@ -114,7 +114,7 @@ def test_llm_searches_again_then_answers_with_the_memories_it_used(chats, monkey
 
 
 def test_evidence_shows_neighbouring_turns_and_the_cited_memories_are_reinforced(chats, monkeypatch):
-    from workers.vectorstore import collection_for
+    from engram.workers.vectorstore import collection_for
 
     coll = collection_for(MemoryType.episodic)
     shown: set[str] = set()
@@ -202,7 +202,7 @@ def test_gemini(chats, monkeypatch):
 def test_cli_ask(chats, monkeypatch):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from engram.api.cli import app
 
     runner = CliRunner()
     plain = runner.invoke(app, ["ask", QUESTION, "--json", "-k", "3"])

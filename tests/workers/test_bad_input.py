@@ -13,8 +13,8 @@ import sys
 import zlib
 from pathlib import Path
 
-from api.cli import ingest_paths
-from schemas.events import EventStatus
+from engram.api.cli import ingest_paths
+from engram.schemas.events import EventStatus
 
 REPO = Path(__file__).resolve().parents[2]
 WHO = {"tenant": "acme", "user": "alice", "device": "laptop"}
@@ -185,9 +185,9 @@ def test_same_file_twice_is_an_exact_duplicate(engram_env, tmp_path):
 def test_each_user_of_a_tenant_gets_their_own_copy_of_shared_content(engram_env, tmp_path):
     """One file published by two users of a tenant: stored once (one object), observed once per user; forgetting
     one user leaves the other's observations and the object."""
-    from schemas.search import SearchRequest
-    from workers.memory_admin import forget_user
-    from workers.query import search
+    from engram.schemas.search import SearchRequest
+    from engram.workers.memory_admin import forget_user
+    from engram.workers.query import search
 
     chat = tmp_path / "shared.jsonl"
     chat.write_text(json.dumps({"message_id": "m1", "session_id": "s1", "speaker": "Ann",
@@ -228,7 +228,7 @@ def test_near_identical_screenshots_from_one_device(engram_env, tmp_path):
 def test_cli_prints_one_line_per_bad_file(engram_env, tmp_path):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from engram.api.cli import app
 
     folder = make_bad_folder(tmp_path / "cli")
     result = CliRunner().invoke(app, ["ingest", str(folder), "--tenant", "acme", "--user", "alice",
@@ -250,7 +250,7 @@ def test_cli_prints_one_line_per_bad_file(engram_env, tmp_path):
 def test_cli_exits_non_zero_when_every_file_failed(engram_env, tmp_path):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from engram.api.cli import app
 
     folder = tmp_path / "allbad"
     folder.mkdir()
@@ -266,7 +266,7 @@ def test_cli_exits_non_zero_when_every_file_failed(engram_env, tmp_path):
 def test_cli_reports_a_missing_path(engram_env, tmp_path):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from engram.api.cli import app
 
     result = CliRunner().invoke(app, ["ingest", str(tmp_path / "missing.png"), "--no-consolidate"])
     assert result.exit_code == 2

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import pytest
 from PIL import Image
 
-from api.local import classify, publish_file
-from schemas.events import MediaKind
-from workers import media
+from engram.api.local import classify, publish_file
+from engram.schemas.events import MediaKind
+from engram.workers import media
 
 MTIME = datetime(2020, 2, 3, 4, 5, 6, tzinfo=UTC)
 

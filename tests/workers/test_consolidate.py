@@ -8,9 +8,9 @@ import uuid
 
 from qdrant_client import models as qm
 
-from schemas.memories import MemoryType
-from workers.consolidate import group_episodes
-from workers.vectorstore import collection_for, tenant_filter
+from engram.schemas.memories import MemoryType
+from engram.workers.consolidate import group_episodes
+from engram.workers.vectorstore import collection_for, tenant_filter
 
 DAY = 1_700_000_000.0
 
@@ -48,7 +48,7 @@ def test_gap_and_size_split_a_session_and_episodes_come_in_time_order():
 def test_consolidated_episodes_cite_one_session_each(engram_env, tmp_path):
     """Through the real path: a chat file with two sessions at the same timestamps gives episodic memories
     whose sources each lie in one session, and every turn is in exactly one episode."""
-    from api.cli import ingest_paths
+    from engram.api.cli import ingest_paths
 
     lines = [{"message_id": f"{s}:{i}", "session_id": s, "speaker": "user" if i % 2 == 0 else "assistant",
               "text": f"{s} turn {i} about {'gardening tomatoes' if s == 'garden' else 'fixing the bicycle'}",

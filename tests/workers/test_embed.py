@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from qdrant_client import models as qm
 
-from schemas.events import MediaKind
-from schemas.observations import Observation
-from workers.embed import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts
-from workers.vectorstore import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
+from engram.schemas.events import MediaKind
+from engram.schemas.observations import Observation
+from engram.workers.embed import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts
+from engram.workers.vectorstore import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
 
 ASIDE = ("user: I'm thinking of exploring Instagram and Twitter to promote my writing services. Do you have tips "
          "for getting started? By the way, I got a 10% discount on my first purchase from that new clothing brand.")
@@ -74,7 +74,7 @@ def test_observations_without_sentences_stay_searchable(engram_env, tmp_path):
     (qdrant-client's local mode stands in for the server)."""
     from qdrant_client import QdrantClient
 
-    from workers.vectorstore import ClientVectorStore
+    from engram.workers.vectorstore import ClientVectorStore
 
     rt = engram_env
     unit = [1.0] + [0.0] * (DIM - 1)
@@ -107,9 +107,9 @@ def _weights(vec: tuple[list[int], list[float]]) -> dict[int, float]:
 def test_a_turn_keeps_its_own_words_weight_beside_long_neighbours():
     """BM25F: a turn and its neighbours are two fields, each normalised by its own length, so two 600-word
     answers beside a one-line turn do not drown its words (joined into one text they would)."""
-    from schemas.settings import Settings
-    from workers import sparse
-    from workers.embed import CONTEXT_TF_WEIGHT, observation_sparse_vectors
+    from engram.schemas.settings import Settings
+    from engram.workers import sparse
+    from engram.workers.embed import CONTEXT_TF_WEIGHT, observation_sparse_vectors
 
     settings = Settings()
     with_ctx = [_obs(TURN).model_copy(update={"context_before": b, "context_after": a})

@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+from engram.workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx
 from tests.conftest import REPO
-from workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx
 
 TEXTS = [*CHECK_TEXTS, "Caroline went to the LGBTQ support group on 7 May 2023.", "", "[/code] [bold]x[/bold]"]
 
@@ -35,9 +35,9 @@ def test_onnx_and_torch_give_the_same_vectors(onnx_dir):
 
 
 def test_onnx_runtime_without_the_export_says_how_to_make_it(tmp_path):
-    from workers.models.base import ModelUnavailable
+    from engram.workers.models.base import ModelUnavailable
 
-    with pytest.raises(ModelUnavailable, match="workers.models.embeddings export"):
+    with pytest.raises(ModelUnavailable, match="engram.workers.models.embeddings export"):
         MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(tmp_path)).embed(["x"])
     auto = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="auto", onnx_dir=str(tmp_path))
     assert auto.embed(["x"]).shape == (1, 384)  # no export: sentence-transformers

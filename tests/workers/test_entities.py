@@ -18,9 +18,9 @@ import pytest
 
 from bench import entities as be
 from bench import speech as bench_speech
-from schemas.events import MediaKind
-from schemas.observations import EmbeddedObservation, Observation, SpeakerVoice
-from schemas.search import SearchRequest
+from engram.schemas.events import MediaKind
+from engram.schemas.observations import EmbeddedObservation, Observation, SpeakerVoice
+from engram.schemas.search import SearchRequest
 
 TENANT = "ent"
 
@@ -30,7 +30,7 @@ def ingested(eval_data: Path, tmp_path_factory):
     """jfk.flac's two halves (two recordings), leopard_test.wav, pyannote_sample.wav, the Hamilton clip and, when
     espeak-ng is installed, a synthesised "my name is Alice" ingested into tenant ``ent``; yields
     (runtime, {file name: its observations as stored})."""
-    from workers.runtime import reset_runtimes, runtime
+    from engram.workers.runtime import reset_runtimes, runtime
 
     media_dir = tmp_path_factory.mktemp("entity-media")
     files = [*be.jfk_halves(eval_data / "audio", media_dir), eval_data / "audio" / "leopard_test.wav",
@@ -52,7 +52,7 @@ _voice_entities = be.voice_entities
 
 
 def _entity(rt, tenant: str, eid: str):
-    from workers.entities import EntityMemory
+    from engram.workers.entities import EntityMemory
 
     return EntityMemory(rt, tenant).get(uuid.UUID(eid))
 
@@ -75,7 +75,7 @@ def test_different_speakers_are_different_entities(ingested):
 
 def test_clip_people_are_linked_to_entities_matching_the_references(ingested, eval_data):
     from bench import vision as ev
-    from workers.models.faces import SAME_PERSON_DISTANCE
+    from engram.workers.models.faces import SAME_PERSON_DISTANCE
 
     rt, by_file = ingested
     (clip,) = by_file["short_hamilton_clip.mp4"]
@@ -109,14 +109,14 @@ def test_a_spoken_name_binds_to_the_voice_entity(ingested):
     ("my name is JSON-like and I am Ready", []),
 ])
 def test_names_in_transcript(text, names):
-    from workers.entities import names_in_transcript
+    from engram.workers.entities import names_in_transcript
 
     assert names_in_transcript(text) == names
 
 
 def _copy(rt, by_file: dict, names: list[str], tenant: str) -> list[EmbeddedObservation]:
     """The stored observations of ``names`` as new, unlinked observations of ``tenant`` with their stored vectors."""
-    from workers.vectorstore import DENSE, OBSERVATIONS
+    from engram.workers.vectorstore import DENSE, OBSERVATIONS
 
     out = []
     for name in names:
@@ -132,18 +132,18 @@ def _copy(rt, by_file: dict, names: list[str], tenant: str) -> list[EmbeddedObse
 
 
 def _link_and_store(rt, tenant: str, items: list[EmbeddedObservation]) -> None:
-    from workers.entities import EntityMemory
-    from workers.link import link_observations
-    from workers.store import observation_point
-    from workers.vectorstore import OBSERVATIONS
+    from engram.workers.entities import EntityMemory
+    from engram.workers.link import link_observations
+    from engram.workers.store import observation_point
+    from engram.workers.vectorstore import OBSERVATIONS
 
     link_observations(EntityMemory(rt, tenant), [i.observation for i in items])
     rt.vectors.upsert(OBSERVATIONS, [observation_point(i) for i in items])
 
 
 def test_relinking_a_batch_adds_nothing(ingested):
-    from workers.entities import EntityMemory, list_entities
-    from workers.link import link_observations
+    from engram.workers.entities import EntityMemory, list_entities
+    from engram.workers.link import link_observations
 
     rt, by_file = ingested
     items = _copy(rt, by_file, ["short_hamilton_clip.mp4", "jfk-half0.wav"], "relink")
@@ -163,8 +163,8 @@ def test_relinking_a_batch_adds_nothing(ingested):
 
 
 def test_merge_moves_samples_and_links_and_search_follows(ingested):
-    from workers.entities import list_entities, merge_entities
-    from workers.query import search
+    from engram.workers.entities import list_entities, merge_entities
+    from engram.workers.query import search
 
     rt, by_file = ingested
     _link_and_store(rt, "merge", _copy(rt, by_file, ["jfk-half0.wav", "leopard_test.wav"], "merge"))
@@ -190,14 +190,14 @@ def test_merge_moves_samples_and_links_and_search_follows(ingested):
 
 
 def _stored_entity_ids(rt, tenant: str, file_name: str) -> set[str]:
-    from workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
 
     return {e for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant))
             if Path(r.payload["source_name"]).name == file_name for e in r.payload["entity_ids"]}
 
 
 def test_search_by_entity_returns_only_its_observations(ingested):
-    from workers.query import search
+    from engram.workers.query import search
 
     rt, by_file = ingested
     (jfk,) = _voice_entities(by_file["jfk-half0.wav"])
@@ -224,8 +224,8 @@ def _clip_like(source: Observation, tenant: str, n: int, faces: list, voice: lis
 def test_every_voice_of_a_clip_segment_is_linked(ingested):
     """A clip segment where jfk and the leopard speaker talk: both voices link to their own entities (those of
     their recordings), and a name said in it binds to neither."""
-    from workers.entities import EntityMemory
-    from workers.link import link_observations
+    from engram.workers.entities import EntityMemory
+    from engram.workers.link import link_observations
 
     rt, by_file = ingested
     (clip,) = by_file["short_hamilton_clip.mp4"]
@@ -241,8 +241,8 @@ def test_every_voice_of_a_clip_segment_is_linked(ingested):
 def test_a_face_and_a_voice_seen_together_often_become_one_person(ingested, both_faces):
     """One face on screen while one voice speaks, in three clip segments: merged (the setting's default, 3). Two
     faces on screen every time: the voice cannot be told apart, nothing is merged."""
-    from workers.entities import EntityMemory, list_entities
-    from workers.link import link_observations
+    from engram.workers.entities import EntityMemory, list_entities
+    from engram.workers.link import link_observations
 
     rt, by_file = ingested
     tenant = f"cooc-{both_faces}"
@@ -271,7 +271,7 @@ def test_speaker_labels_hold_across_the_chunks_of_a_recording(ingested, eval_dat
     """jfk, 2 s of silence, the leopard speaker, 2 s, jfk again, transcribed in 12 s chunks: chunk 0 hears jfk,
     chunk 1 the leopard speaker and jfk, chunk 2 jfk. Chunk-local labels restart per chunk; after linking,
     jfk has one label throughout and the leopard speaker another."""
-    from workers.media import SAMPLE_RATE, decode_audio, wav_bytes
+    from engram.workers.media import SAMPLE_RATE, decode_audio, wav_bytes
 
     rt, _ = ingested
     jfk, leopard = (decode_audio(eval_data / "audio" / n) for n in ("jfk.flac", "leopard_test.wav"))

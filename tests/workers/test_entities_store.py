@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import numpy as np
 from qdrant_client import models as qm
 
-from schemas.events import MediaKind
-from schemas.observations import Observation
+from engram.schemas.events import MediaKind
+from engram.schemas.observations import Observation
 
 
 def _observation(tenant: str, n: int, **fields) -> Observation:
@@ -26,8 +26,8 @@ def test_an_old_entities_collection_on_a_server_is_rebuilt_and_its_people_kept(t
     people kept. qdrant-client's local mode stands in for the server."""
     from qdrant_client import QdrantClient
 
-    from workers.entities import entity_id
-    from workers.vectorstore import ENTITIES, FACE, VOICE, ClientVectorStore
+    from engram.workers.entities import entity_id
+    from engram.workers.vectorstore import ENTITIES, FACE, VOICE, ClientVectorStore
 
     client = QdrantClient(path=str(tmp_path / "server"))
     old = entity_id("t", "Alice")
@@ -45,8 +45,8 @@ def test_an_old_entities_collection_on_a_server_is_rebuilt_and_its_people_kept(t
 
 
 def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(engram_env):
-    from workers.entities import EntityMemory, entity_names, list_entities
-    from workers.link import link_observations
+    from engram.workers.entities import EntityMemory, entity_names, list_entities
+    from engram.workers.link import link_observations
 
     rt = engram_env
     rng = np.random.default_rng(0)
@@ -74,9 +74,9 @@ def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(eng
 
 
 def test_engram_entities_lists_and_merges(engram_env, capsys):
-    from api.cli import entities
-    from workers.entities import EntityMemory, list_entities
-    from workers.link import link_observations
+    from engram.api.cli import entities
+    from engram.workers.entities import EntityMemory, list_entities
+    from engram.workers.link import link_observations
 
     rt = engram_env
     turns = [_observation("t", n, kind=MediaKind.text, text=f"turn {n}", speaker=s)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.memories import MemoryType
+from engram.schemas.memories import MemoryType
+from engram.workers.consolidate import consolidate_user
+from engram.workers.extract import ExtractionFailed
+from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
 from tests.llm_stub import ScriptedLlm
 from tests.workers.test_typed_memories import TENANT, USER, chat, ingest, memories
-from workers.consolidate import consolidate_user
-from workers.extract import ExtractionFailed
-from workers.vectorstore import OBSERVATIONS, tenant_filter
 
 TURNS = [("alice", "I live in Paris."), ("Bob", "How do you make the sourdough?"),
          ("alice", "Feed the starter, mix the dough, bake it at 250 degrees.")]
@@ -50,7 +50,7 @@ def test_llm_routing_then_extraction(llm_env, tmp_path, provider):
     with ScriptedLlm([by_prompt(ANSWERS)] * 3) as stub:
         llm_env(stub, provider)
         ingest(chat(tmp_path / "c.jsonl", TURNS))
-        from workers.runtime import runtime
+        from engram.workers.runtime import runtime
 
         rt = runtime()
         systems = [b["messages"][0]["content"] if "messages" in b else b["systemInstruction"]["parts"][0]["text"]
@@ -70,7 +70,7 @@ def test_malformed_answer_falls_back_to_rules(llm_env, tmp_path, log_events):
     with ScriptedLlm([by_prompt(bad)] * 3) as stub:
         llm_env(stub)
         ingest(chat(tmp_path / "c.jsonl", TURNS))
-        from workers.runtime import runtime
+        from engram.workers.runtime import runtime
 
         rt = runtime()
     assert len(stub.requests) == 1  # the routing answer failed validation: no further calls
@@ -86,7 +86,7 @@ def test_required_llm_fails_the_consolidation_with_the_reason(llm_env, tmp_path)
         ingest(chat(tmp_path / "c.jsonl", TURNS), consolidate=False)
         with pytest.raises(ExtractionFailed, match="semantic answer does not validate"):
             consolidate_user.delay(TENANT, USER).get()
-        from workers.runtime import runtime
+        from engram.workers.runtime import runtime
 
         rt = runtime()
     # the watermark was not set: the observations stay pending for the next run, nothing is lost
@@ -98,7 +98,7 @@ def test_endpoint_down_falls_back(llm_env, tmp_path):
     with ScriptedLlm([503, 503]) as stub:
         llm_env(stub)
         ingest(chat(tmp_path / "c.jsonl", TURNS))
-        from workers.runtime import runtime
+        from engram.workers.runtime import runtime
 
         rt = runtime()
     assert [m["value"] for m in memories(rt, MemoryType.semantic)] == ["Paris"]

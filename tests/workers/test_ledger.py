@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.events import EventStatus, MediaEvent, MediaKind
-from workers.ledger import RedisLedger, SqliteLedger
+from engram.schemas.events import EventStatus, MediaEvent, MediaKind
+from engram.workers.ledger import RedisLedger, SqliteLedger
 
 
 def make_event(tenant: str = "acme", user: str = "alice", device: str = "laptop", content: bytes = b"x",

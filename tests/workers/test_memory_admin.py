@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from qdrant_client import models as qm
 
-from schemas.events import EventStatus
-from schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
-from schemas.search import SearchRequest
+from engram.schemas.events import EventStatus
+from engram.schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
+from engram.schemas.search import SearchRequest
+from engram.workers.vectorstore import COLLECTIONS, DENSE, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
 from tests.workers.test_ask import write_chat
 from tests.workers.test_bad_input import render_png
-from workers.vectorstore import COLLECTIONS, DENSE, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
 
 T = "default"
 CIPHERTEXT = "gAAAAABn-not-a-real-fernet-token-but-must-never-leave-the-store"
@@ -25,9 +25,9 @@ CIPHERTEXT = "gAAAAABn-not-a-real-fernet-token-but-must-never-leave-the-store"
 def add_vault_entry(rt, user: str, what: str = "wifi", index: bool = True) -> KnowledgeVaultEntry:
     """Keep a vault entry for ``user`` at rest and (``index``) index it as consolidation does (caption and
     ciphertext); without ``index`` it is as perceive left it before any consolidation."""
-    from workers.embed import embed_texts
-    from workers.ids import memory_id
-    from workers.vault import object_key
+    from engram.workers.embed import embed_texts
+    from engram.workers.ids import memory_id
+    from engram.workers.vault import object_key
 
     now = datetime(2024, 5, 3, 12, tzinfo=UTC)
     entry = KnowledgeVaultEntry(
@@ -55,7 +55,7 @@ FILES = {
 
 def use_data_dir(mp: pytest.MonkeyPatch, data: Path):
     """Point the embedded default at ``data`` (fresh Runtimes); returns the Runtime."""
-    from workers.runtime import reset_runtimes, runtime
+    from engram.workers.runtime import reset_runtimes, runtime
 
     mp.setenv("ENGRAM_DATA_DIR", str(data))
     for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_BROKER_URL"):
@@ -69,8 +69,8 @@ def template(tmp_path_factory) -> Path:
     """A data dir where alice published a chat shared with bob (same bytes), a chat of her own, a screenshot
     and has a vault entry; bob published the shared chat (same bytes: the same object, his own observations) and
     a chat of his own. Built once; each test works on a copy. Returns the folder of the inputs and ``data/``."""
-    from api.cli import ingest_paths
-    from workers.runtime import reset_runtimes
+    from engram.api.cli import ingest_paths
+    from engram.workers.runtime import reset_runtimes
 
     tmp = tmp_path_factory.mktemp("people")
     files = {name: write_chat(tmp / name, lines, day) for day, (name, lines) in enumerate(FILES.items(), start=1)}
@@ -89,7 +89,7 @@ def template(tmp_path_factory) -> Path:
 @pytest.fixture
 def people(template, tmp_path, monkeypatch):
     """A copy of ``template``'s data as the embedded default; yields its Runtime."""
-    from workers.runtime import reset_runtimes
+    from engram.workers.runtime import reset_runtimes
 
     shutil.copytree(template / "data", tmp_path / "data")
     shutil.copy(template / "alice.jsonl", tmp_path / "alice.jsonl")
@@ -103,7 +103,7 @@ def keys_of(rt, user: str) -> dict[str, str]:
 
 
 def test_get_list_and_delete(people):
-    from workers.memory_admin import delete_memory, get_memory, list_memories
+    from engram.workers.memory_admin import delete_memory, get_memory, list_memories
 
     rt = people
     page = list_memories(rt, T, MemoryType.observation, "alice", limit=50)
@@ -131,7 +131,7 @@ def test_get_list_and_delete(people):
 
 
 def test_export_has_every_type_with_provenance_and_no_secret(people):
-    from workers.memory_admin import export_user
+    from engram.workers.memory_admin import export_user
 
     export = export_user(people, T, "alice")
     text = export.model_dump_json()
@@ -151,10 +151,10 @@ def test_export_has_every_type_with_provenance_and_no_secret(people):
 
 
 def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp_path):
-    from api.cli import ingest_paths
-    from workers.memory_admin import forget_user
-    from workers.query import search
-    from workers.vault import list_entries, object_key
+    from engram.api.cli import ingest_paths
+    from engram.workers.memory_admin import forget_user
+    from engram.workers.query import search
+    from engram.workers.vault import list_entries, object_key
     rt = people
     alice, bob = keys_of(rt, "alice"), keys_of(rt, "bob")
     shared, own, shot = alice["shared.jsonl"], alice["alice.jsonl"], alice["alice.png"]
@@ -191,7 +191,7 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
 
 
 def test_forget_the_last_user_of_a_shared_object_deletes_it(people):
-    from workers.memory_admin import forget_user
+    from engram.workers.memory_admin import forget_user
 
     shared = keys_of(people, "bob")["shared.jsonl"]
     assert forget_user(people, T, "alice").objects_kept == [shared]
@@ -204,7 +204,7 @@ def test_forget_the_last_user_of_a_shared_object_deletes_it(people):
 def test_cli(people):
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from engram.api.cli import app
 
     runner = CliRunner()
     listed = runner.invoke(app, ["memories", "list", "--type", "observation", "--user", "alice", "--json"])

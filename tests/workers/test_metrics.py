@@ -9,9 +9,9 @@ import uuid
 import pytest
 from prometheus_client import REGISTRY
 
-from schemas.events import EventStatus
+from engram.schemas.events import EventStatus
+from engram.workers.metrics import reason_class
 from tests.workers.test_ledger import ledger, make_event  # noqa: F401  (the ledger fixture: SQLite and Redis)
-from workers.metrics import reason_class
 
 
 def sample(name: str, **labels: str) -> float:
@@ -63,7 +63,7 @@ def test_json_logs_carry_tenant_event_stage_and_task(engram_env, tmp_path):
     tenant, the event id, the stage and the task id."""
     from typer.testing import CliRunner
 
-    from api.cli import app
+    from engram.api.cli import app
 
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from workers.objectstore import LocalObjectStore, ObjectNotFound, ObjectStore, S3ObjectStore
+from engram.workers.objectstore import LocalObjectStore, ObjectNotFound, ObjectStore, S3ObjectStore
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from api.cli import ingest_paths
-from schemas.events import EventStatus, MediaKind
-from schemas.memories import MemoryType
-from schemas.search import SearchRequest
+from engram.api.cli import ingest_paths
+from engram.schemas.events import EventStatus, MediaKind
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import SearchRequest
+from engram.workers.query import rrf, search
 from tests.workers.test_bad_input import render_png
-from workers.query import rrf, search
 
 JAN = datetime(2024, 1, 10, 9, 0, tzinfo=UTC)
 FEB = datetime(2024, 2, 1, 18, 0, tzinfo=UTC)
@@ -50,7 +50,7 @@ def _chat(path: Path) -> Path:
 def corpus(tmp_path_factory) -> Corpus:
     """Two tenants, two users, screenshots from January and March and a February chat, ingested once into
     an embedded default of this module (with consolidation, so episodic memories exist)."""
-    from workers.runtime import reset_runtimes, runtime
+    from engram.workers.runtime import reset_runtimes, runtime
 
     root = tmp_path_factory.mktemp("query")
     src = root / "src"
@@ -192,7 +192,7 @@ def test_device_and_app_filters(corpus):
 
 
 def test_entity_filter(corpus):
-    from workers.link import entity_id
+    from engram.workers.link import entity_id
 
     alice = str(entity_id("acme", "alice"))
     hits = corpus.find("budget invoice flight", entities=[alice])
@@ -214,8 +214,8 @@ def test_named_speaker_boosts_their_turns(corpus):
 
 
 def test_names_in_the_query_become_entities_and_leave_the_dense_query(corpus):
-    from workers.link import entity_id
-    from workers.query import named_entities
+    from engram.workers.link import entity_id
+    from engram.workers.query import named_entities
 
     ids, content = named_entities(corpus.rt, "acme", "What did ALICE's team and Bob say about the budget?")
     assert ids == {str(entity_id("acme", "alice")), str(entity_id("acme", "bob"))}
@@ -224,8 +224,8 @@ def test_names_in_the_query_become_entities_and_leave_the_dense_query(corpus):
 
 
 def test_turns_are_indexed_with_their_neighbours(corpus):
-    from workers import sparse
-    from workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers import sparse
+    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
 
     # only c3 says "Lisbon"; BM25 finds c1 and c2 through their neighbouring turns (contextual indexing)
     _, found = corpus.rt.vectors.search(OBSERVATIONS, None, sparse.query_vector("Lisbon"),
@@ -276,7 +276,7 @@ def _episode(corpus, query="quarterly budget invoice"):
 
 
 def test_superseded_and_archived_memories_are_left_out_unless_history(corpus):
-    from workers.vectorstore import collection_for
+    from engram.workers.vectorstore import collection_for
 
     coll = collection_for(MemoryType.episodic)
     ep = _episode(corpus)
@@ -295,7 +295,7 @@ def test_superseded_and_archived_memories_are_left_out_unless_history(corpus):
 
 
 def test_faded_memories_rank_lower_and_returned_ones_are_reinforced(corpus):
-    from workers.vectorstore import collection_for
+    from engram.workers.vectorstore import collection_for
 
     coll = collection_for(MemoryType.episodic)
     ep = _episode(corpus)
@@ -322,9 +322,9 @@ def test_search_output_shows_the_resolved_time_range():
 
     from rich.console import Console
 
-    from api.cli import print_hits
-    from schemas.search import SearchResponse
-    from workers.timeexpr import resolve
+    from engram.api.cli import print_hits
+    from engram.schemas.search import SearchResponse
+    from engram.workers.timeexpr import resolve
 
     ref = datetime(2023, 5, 20, 12, tzinfo=UTC)
     resp = SearchResponse(query="what did I buy last Tuesday", hits=[], took_ms=1.0,
@@ -335,7 +335,7 @@ def test_search_output_shows_the_resolved_time_range():
 
 
 def test_weighted_rrf():
-    from workers.query import rrf
+    from engram.workers.query import rrf
 
     plain = rrf([["a", "b"], ["b", "c"]], k=60)
     assert plain["b"] == pytest.approx(1 / 62 + 1 / 61) and plain["a"] == pytest.approx(1 / 61)

@@ -10,9 +10,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from schemas.settings import get_settings
-from workers.extract.base import Seen
-from workers.extract.rules import _FILE, _FILE_EXT, _URL, FACT_GATES, FACT_PATTERNS, RulesExtractor, _passes, sentences
+from engram.schemas.settings import get_settings
+from engram.workers.extract.base import Seen
+from engram.workers.extract.rules import (
+    _FILE,
+    _FILE_EXT,
+    _URL,
+    FACT_GATES,
+    FACT_PATTERNS,
+    RulesExtractor,
+    _passes,
+    sentences,
+)
 
 EXAMPLES = [
     "I live in Paris now.", "Ann lives in New York, and she likes it.", "I'm living in Berlin", "I am living in Rome.",
@@ -31,7 +40,7 @@ EXAMPLES = [
 
 def _ungated(extractor: RulesExtractor, seen: list[Seen], user_id: str):
     """The extraction with every pattern run on every sentence (the gates bypassed)."""
-    import workers.extract.rules as rules
+    import engram.workers.extract.rules as rules
 
     saved = rules.FACT_GATES
     rules.FACT_GATES = [()] * len(FACT_PATTERNS)  # an empty gate passes every sentence

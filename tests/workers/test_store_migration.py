@@ -10,8 +10,8 @@ import numpy as np
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
-from schemas.settings import Settings
-from workers.vectorstore import (
+from engram.schemas.settings import Settings
+from engram.workers.vectorstore import (
     DENSE,
     ENTITIES,
     FACE,
@@ -75,7 +75,7 @@ def test_engram_migrate_moves_the_old_store_and_says_so(tmp_path):
     _old_store(data_dir)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
            "ENGRAM_DATA_DIR": str(data_dir), "COLUMNS": "200"}
-    run = lambda: subprocess.run([sys.executable, "-m", "api.cli", "migrate"], capture_output=True,  # noqa: E731
+    run = lambda: subprocess.run([sys.executable, "-m", "engram.api.cli", "migrate"], capture_output=True,  # noqa: E731
                                  text=True, env=env, timeout=300, cwd=REPO)
     out = run()
     assert out.returncode == 0, out.stderr[-2000:]

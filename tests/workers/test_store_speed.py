@@ -7,9 +7,9 @@ import uuid
 
 from qdrant_client import models as qm
 
-from schemas.settings import get_settings
-from workers.runtime import reset_runtimes, runtime
-from workers.vectorstore import DENSE, DIM, OBSERVATIONS
+from engram.schemas.settings import get_settings
+from engram.workers.runtime import reset_runtimes, runtime
+from engram.workers.vectorstore import DENSE, DIM, OBSERVATIONS
 
 IDS = [str(uuid.UUID(int=i + 1)) for i in range(300)]
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from workers.timeexpr import resolve
+from engram.workers.timeexpr import resolve
 
 REF = datetime(2023, 5, 20, 15, 30, tzinfo=UTC)  # a Saturday
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from api.cli import ingest_paths
-from schemas.memories import MemoryType
-from workers import dynamics
-from workers.consolidate import consolidate_user
-from workers.typed import due_users
-from workers.vectorstore import OBSERVATIONS, tenant_filter
+from engram.api.cli import ingest_paths
+from engram.schemas.memories import MemoryType
+from engram.workers import dynamics
+from engram.workers.consolidate import consolidate_user
+from engram.workers.typed import due_users
+from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
 
 TENANT, USER = "acme", "alice"
 T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
@@ -146,7 +146,7 @@ def test_merge_block_replaces_merges_and_trims():
 def test_beat_waits_for_count_or_idle(engram_env, tmp_path, monkeypatch):
     monkeypatch.setenv("ENGRAM_CONSOLIDATE_MIN_OBSERVATIONS", "3")
     monkeypatch.setenv("ENGRAM_CONSOLIDATE_IDLE_SECONDS", "600")
-    from workers.runtime import runtime
+    from engram.workers.runtime import runtime
 
     ingest(chat(tmp_path / "a.jsonl", [("alice", "one"), ("alice", "two")]), consolidate=False)
     rt = runtime()

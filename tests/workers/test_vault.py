@@ -12,13 +12,13 @@ from datetime import UTC, datetime
 import pytest
 from cryptography.fernet import Fernet
 
-from schemas.memories import MemoryType
-from schemas.observations import Observation, OcrLine, WordTiming
-from schemas.search import SearchRequest
-from schemas.settings import Settings
+from engram.schemas.memories import MemoryType
+from engram.schemas.observations import Observation, OcrLine, WordTiming
+from engram.schemas.search import SearchRequest
+from engram.schemas.settings import Settings
+from engram.workers import vault
+from engram.workers.vectorstore import COLLECTIONS, OBSERVATIONS, tenant_filter
 from tests.workers.test_typed_memories import TENANT, USER, chat, ingest
-from workers import vault
-from workers.vectorstore import COLLECTIONS, OBSERVATIONS, tenant_filter
 
 SECRETS = {
     "api_key": "sk-proj-Q8vX2mN4pL7kR9tY3wZ6aB1c",
@@ -83,7 +83,7 @@ def test_secrets_never_stored_searched_or_logged(engram_env, tmp_path, caplog, c
     assert card["caption"] == "payment card number ending 1111 seen in chat message m3 by Bob"
     assert card["sensitivity"] == "high" and card["provenance"]["message_ids"] == ["m3"]
     # nor does a search result
-    from workers.query import search
+    from engram.workers.query import search
 
     for q in ("password", "OpenAI key", "card number", "AWS", "call tomorrow"):
         resp = search(rt, SearchRequest(query=q, tenant_id=TENANT, memory_types=list(MemoryType), limit=50))

@@ -12,7 +12,7 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
-from workers.vectorstore import (
+from engram.workers.vectorstore import (
     DENSE,
     ENTITIES,
     FACE,
@@ -257,7 +257,7 @@ def test_the_cli_names_a_broken_shard_in_one_line(tmp_path):
     before = sorted(p.name for p in shard.rglob("*"))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
            "ENGRAM_DATA_DIR": str(tmp_path / "data")}
-    out = subprocess.run([sys.executable, "-m", "api.cli", "search", "hello"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", "hello"], capture_output=True, text=True,
                          env=env, timeout=300, cwd=REPO)
     assert out.returncode == 3, out.stderr[-2000:]
     lines = [line for line in out.stderr.splitlines() if line.strip()]

@@ -14,15 +14,15 @@ import pytest
 from PIL import Image
 from pydantic import TypeAdapter
 
-from api.cli import ingest_paths
 from bench import vision as ev
 from bench.speech import perceive_file
-from schemas.events import EventStatus
-from schemas.observations import OcrLine
+from engram.api.cli import ingest_paths
+from engram.schemas.events import EventStatus
+from engram.schemas.observations import OcrLine
+from engram.workers import media, vision
+from engram.workers.models.faces import SAME_PERSON_DISTANCE, cluster_faces
 from tests.llm_stub import ScriptedLlm
 from tests.workers.test_bad_input import render_png
-from workers import media, vision
-from workers.models.faces import SAME_PERSON_DISTANCE, cluster_faces
 
 WHO = {"tenant": "acme", "user": "alice"}
 
@@ -65,7 +65,7 @@ def test_ocr_cache_is_keyed_by_pixels_and_read_back(engram_env, tmp_path):
     shot = pixels(render_png(tmp_path / "a.png", ["Quarterly budget review"]))
     lines = vision.ocr_lines(rt, "acme", shot)
     assert "budget" in " ".join(ln.text for ln in lines).lower()
-    from workers.models import get_model
+    from engram.workers.models import get_model
 
     model_id = get_model("ocr", rt.settings).cache_id
     assert model_id.startswith("pp-ocr.rapidocr-")
@@ -99,7 +99,7 @@ def test_screenshot_keeps_lines_app_and_window(engram_env, tmp_path):
 # --- near-duplicates -----------------------------------------------------------------------------------------
 
 def test_static_screen_drops_and_new_content_is_kept(eval_data):
-    from schemas.settings import Settings
+    from engram.schemas.settings import Settings
 
     s = Settings()
     sig = lambda img: media.frame_signature(img, s.near_duplicate_thumb_side)  # noqa: E731
@@ -140,7 +140,7 @@ def test_clip_faces_match_the_reference_faces(engram_env, eval_data):
 
 
 def test_large_frames_are_downscaled_and_boxes_mapped_back(engram_env, eval_data):
-    from workers.models import get_model
+    from engram.workers.models import get_model
 
     path = eval_data / "faces" / "deepface" / "img1.jpg"  # 1382x1868: detected on a 758x1024 copy
     face = ev.largest_face(path)

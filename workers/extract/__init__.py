@@ -7,17 +7,17 @@ Gemini). ``extractor_for`` picks one from settings.
 
 from __future__ import annotations
 
-from schemas.settings import Settings
-from workers.extract.base import ExtractionFailed, Extractor, Seen
+from engram.schemas.settings import Settings
+from engram.workers.extract.base import ExtractionFailed, Extractor, Seen
 
 
 def extractor_for(settings: Settings) -> Extractor:
     """The configured extractor: ``llm`` when ``extractor`` is 'llm' (raises ExtractionFailed when no LLM
     provider is set), else the rules extractor."""
-    from workers.extract.rules import RulesExtractor
+    from engram.workers.extract.rules import RulesExtractor
 
     if settings.extractor == "llm":
-        from workers.extract.llm import LlmExtractor
+        from engram.workers.extract.llm import LlmExtractor
 
         return LlmExtractor.from_settings(settings)
     return RulesExtractor()

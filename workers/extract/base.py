@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from schemas.extraction import Extraction
+from engram.schemas.extraction import Extraction
 
 #: Speakers that are the user themselves (LongMemEval's "user" role, a chat app's "me").
 USER_SPEAKERS = {"user", "me", "i"}

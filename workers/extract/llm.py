@@ -18,11 +18,11 @@ import json
 
 from pydantic import BaseModel, ValidationError, create_model
 
-from schemas.extraction import CoreDraft, Extraction, ProceduralDraft, ResourceDraft, Routing, SemanticDraft
-from schemas.settings import Settings
-from workers.extract.base import ExtractionFailed, Extractor, Seen
-from workers.models import ModelUnavailable, get_model
-from workers.models.llm import ChatLlm, LlmUnavailable
+from engram.schemas.extraction import CoreDraft, Extraction, ProceduralDraft, ResourceDraft, Routing, SemanticDraft
+from engram.schemas.settings import Settings
+from engram.workers.extract.base import ExtractionFailed, Extractor, Seen
+from engram.workers.models import ModelUnavailable, get_model
+from engram.workers.models.llm import ChatLlm, LlmUnavailable
 
 _DRAFTS = {"semantic": SemanticDraft, "procedural": ProceduralDraft, "resource": ResourceDraft, "core": CoreDraft}
 _ITEMS: dict[str, type[BaseModel]] = {k: create_model(f"{k.capitalize()}Items", items=(list[v], ...))

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from schemas.extraction import CoreDraft, Extraction, ProceduralDraft, ResourceDraft, SemanticDraft
-from workers.extract.base import Extractor, Seen
+from engram.schemas.extraction import CoreDraft, Extraction, ProceduralDraft, ResourceDraft, SemanticDraft
+from engram.workers.extract.base import Extractor, Seen
 
 _NAME = r"[A-Z][a-z]+(?: [A-Z][a-z]+)?"
 _PLACE = r"(?P<value>[A-Z][\w'.&-]*(?:(?:,? |-)[A-Z][\w'.&-]*){0,3})"

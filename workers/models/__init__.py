@@ -5,15 +5,15 @@
 
 from __future__ import annotations
 
-from schemas.settings import Settings
-from workers.models.asr import WhisperAsr
-from workers.models.base import Model, ModelUnavailable, cached
-from workers.models.embeddings import EmbeddingCache, MiniLMEmbedder, embed_cached
-from workers.models.faces import DlibFaces
-from workers.models.llm import ChatLlm, GeminiChat, LlmUnavailable, OpenAiChat
-from workers.models.ocr import RapidOcr
-from workers.models.vlm import CaptionUnavailable, GeminiCaptioner, OpenAiCaptioner
-from workers.models.voices import ResemblyzerVoice
+from engram.schemas.settings import Settings
+from engram.workers.models.asr import WhisperAsr
+from engram.workers.models.base import Model, ModelUnavailable, cached
+from engram.workers.models.embeddings import EmbeddingCache, MiniLMEmbedder, embed_cached
+from engram.workers.models.faces import DlibFaces
+from engram.workers.models.llm import ChatLlm, GeminiChat, LlmUnavailable, OpenAiChat
+from engram.workers.models.ocr import RapidOcr
+from engram.workers.models.vlm import CaptionUnavailable, GeminiCaptioner, OpenAiCaptioner
+from engram.workers.models.voices import ResemblyzerVoice
 
 
 def _endpoint_options(settings: Settings, prefix: str) -> dict:

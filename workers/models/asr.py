@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.models.base import Model, ModelUnavailable
+from engram.workers.models.base import Model, ModelUnavailable
 
 SAMPLE_RATE = 16_000
 MIN_SAMPLES = SAMPLE_RATE // 10  # shorter audio (< 0.1 s) holds no word: nothing is transcribed

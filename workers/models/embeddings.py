@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.models.base import Model, ModelUnavailable
+from engram.workers.models.base import Model, ModelUnavailable
 
 DIM = 384
 
@@ -225,13 +225,13 @@ def embed_cached(model: MiniLMEmbedder, cache: EmbeddingCache | None, texts: lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m workers.models.embeddings export [--out DIR]``: export MiniLM to ONNX (``export_onnx``) into
+    """``python -m engram.workers.models.embeddings export [--out DIR]``: export MiniLM to ONNX (``export_onnx``) into
     ``DIR`` (default: the settings' ``models.cache_dir``), where the 'auto' embedding runtime finds it."""
     import argparse
 
-    from schemas.settings import get_settings
+    from engram.schemas.settings import get_settings
 
-    ap = argparse.ArgumentParser(prog="python -m workers.models.embeddings", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m engram.workers.models.embeddings", description=main.__doc__)
     ap.add_argument("command", choices=["export"])
     ap.add_argument("--out", type=Path, default=None, help="folder for all-MiniLM-L6-v2.onnx")
     args = ap.parse_args(argv)

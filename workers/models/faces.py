@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from schemas.observations import FaceDetection
-from workers.models.base import Model
+from engram.schemas.observations import FaceDetection
+from engram.workers.models.base import Model
 
 #: dlib's own threshold for "same person" on its face descriptor (Euclidean distance).
 SAME_PERSON_DISTANCE = 0.6

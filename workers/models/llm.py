@@ -12,8 +12,8 @@ raises ``LlmUnavailable`` with a one-line reason naming the model and the endpoi
 
 from __future__ import annotations
 
-from workers.models.base import Model
-from workers.models.vlm import GeminiCaptioner, OpenAiCaptioner
+from engram.workers.models.base import Model
+from engram.workers.models.vlm import GeminiCaptioner, OpenAiCaptioner
 
 
 class LlmUnavailable(ConnectionError):

@@ -6,8 +6,8 @@ import logging
 
 import numpy as np
 
-from schemas.observations import OcrLine
-from workers.models.base import Model
+from engram.schemas.observations import OcrLine
+from engram.workers.models.base import Model
 
 
 class RapidOcr(Model):

@@ -17,8 +17,8 @@ from __future__ import annotations
 import base64
 import importlib
 
-from workers.media import jpeg_bytes
-from workers.models.base import Model
+from engram.workers.media import jpeg_bytes
+from engram.workers.models.base import Model
 
 
 class CaptionUnavailable(ConnectionError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workers.models.base import Model
+from engram.workers.models.base import Model
 
 DIM = 256
 SAMPLE_RATE = 16_000
