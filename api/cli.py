@@ -37,6 +37,7 @@ from rich.progress import (  # noqa: E402
 from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
+from engram.api.console import console, err, reads_store  # noqa: E402
 from engram.schemas.events import EventStatus, MediaKind  # noqa: E402
 from engram.schemas.memories import MemoryType  # noqa: E402
 from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest, SearchResponse  # noqa: E402
@@ -47,8 +48,6 @@ app = typer.Typer(
          "them. Runs on the embedded default (no servers; data under ENGRAM_DATA_DIR) unless "
          "ENGRAM_BROKER_URL is set.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)  # per-file failure lines stay one line each, however long
 
 
 def _configure_logging(verbose: bool, log_format: str) -> None:
@@ -80,14 +79,8 @@ def _configure_logging(verbose: bool, log_format: str) -> None:
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))  # the current stderr, not the first one
 
 
-#: Commands that only read what is stored: on the embedded default they refuse a data dir that holds no store
-#: instead of making an empty one and answering "no results".
-READ_ONLY_COMMANDS = {"search", "ask", "memories", "entities", "status", "export", "forget", "consolidate"}
-
-
 @app.callback()
 def main_options(
-    ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(help="Where the embedded default keeps everything "
                                                   "(sets ENGRAM_DATA_DIR).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log pipeline progress to stderr.")] = False,
@@ -97,24 +90,6 @@ def main_options(
     if data_dir is not None:
         os.environ["ENGRAM_DATA_DIR"] = str(data_dir)
     _configure_logging(verbose, log_format)
-    if ctx.invoked_subcommand in READ_ONLY_COMMANDS and "--help" not in sys.argv:
-        _require_store()
-
-
-def _require_store() -> None:
-    """Exit 2 with the folder and a hint when the embedded default's data dir holds no store."""
-    from engram.schemas.settings import get_settings
-    from engram.workers.vectorstore import embedded_store_dir, legacy_store_dir
-
-    settings = get_settings()
-    if settings.qdrant_url or settings.broker_url:
-        return
-    if not (embedded_store_dir(settings).is_dir() or legacy_store_dir(settings).is_dir()
-            or (settings.data_dir / "ledger.sqlite").is_file()):  # only failed files so far: status shows them
-        err.print(Text.assemble(("error: ", "red"), f"no engram store in {settings.data_dir}: nothing was ingested "
-                                "there. `engram ingest FILES` makes one; --data-dir or ENGRAM_DATA_DIR chooses "
-                                "the folder."))
-        raise typer.Exit(2)
 
 
 def _runtime():
@@ -296,6 +271,7 @@ def snippet(text: str, query: str, width: int = 110) -> str:
 
 @app.command(epilog="Examples:  engram search \"budget review\" --since 2024-05-01  ·  "
                      "engram search receiver_count --kind screenshot -k 3  ·  engram search \"trip\" --type episodic")
+@reads_store
 def search(
     query: Annotated[str, typer.Argument(help="What to look for, in words.")],
     user: Annotated[str | None, typer.Option(help="Only this user's memories (default: all users).")] = None,
@@ -367,6 +343,7 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
 
 
 @app.command()
+@reads_store
 def status(
     tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
     failures: Annotated[int, typer.Option(help="How many failed events to list with their reasons.")] = 20,
@@ -409,6 +386,7 @@ def status(
 
 
 @app.command(epilog="Examples:  engram entities --tenant acme  ·  engram entities --merge <kept id> <merged id>")
+@reads_store
 def entities(
     tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
     merge: Annotated[tuple[str, str] | None, typer.Option(
@@ -439,6 +417,7 @@ def entities(
 
 
 @app.command()
+@reads_store
 def consolidate(
     user: Annotated[str | None, typer.Option(
         help="Only this user (default: every user with new observations).")] = None,

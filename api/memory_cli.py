@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from engram.api.console import reads_store
 from engram.schemas.ask import AskFailed, AskRequest, AskResponse
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
@@ -40,6 +41,7 @@ def run_ask(req: AskRequest) -> AskResponse:
     return AskResponse.model_validate(ask_task.delay(req).get(timeout=TASK_TIMEOUT_S))
 
 
+@reads_store
 def ask(
     question: Annotated[str, typer.Argument(help="The question, in words.")],
     user: Annotated[str | None, typer.Option(help="Only this user's memories (default: all users).")] = None,
@@ -64,7 +66,7 @@ def ask(
     if as_json:
         print(resp.model_dump_json(indent=2))
         return
-    from engram.api.cli import console
+    from engram.api.console import console
 
     if resp.llm is None:
         console.print("[dim]no LLM configured (ENGRAM_MODELS__LLM_PROVIDER): the ranked evidence[/dim]")
@@ -91,6 +93,7 @@ def _records_table(title: str, items: list[MemoryRecord]) -> Table:
 
 
 @memories_app.command("list")
+@reads_store
 def memories_list(
     memory_type: Annotated[MemoryType, typer.Option("--type", help="Which collection.")] = MemoryType.episodic,
     user: Annotated[str | None, typer.Option(help="Only this user's (default: all users).")] = None,
@@ -100,7 +103,7 @@ def memories_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print the page as JSON.")] = False,
 ) -> None:
     """A page of one memory type, newest content first."""
-    from engram.api.cli import console
+    from engram.api.console import console
     from engram.workers.memory_admin import list_task
 
     page = MemoryPage.model_validate(list_task.delay(_tenant(tenant), memory_type.value, user, limit, offset)
@@ -114,12 +117,13 @@ def memories_list(
 
 
 @memories_app.command("get")
+@reads_store
 def memories_get(
     memory_id: Annotated[str, typer.Argument(help="The id of an observation or memory of any type.")],
     tenant: TenantOpt = None,
 ) -> None:
     """Print one observation or memory as JSON (vault entries without their secret)."""
-    from engram.api.cli import err
+    from engram.api.console import err
     from engram.workers.memory_admin import get_task
 
     got = get_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
@@ -130,12 +134,13 @@ def memories_get(
 
 
 @memories_app.command("delete")
+@reads_store
 def memories_delete(
     memory_id: Annotated[str, typer.Argument(help="The id of an observation or memory of any type.")],
     tenant: TenantOpt = None,
 ) -> None:
     """Delete one observation or memory."""
-    from engram.api.cli import console, err
+    from engram.api.console import console, err
     from engram.workers.memory_admin import delete_task
 
     kind = delete_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
@@ -154,6 +159,7 @@ def _uuid(value: str) -> str:
         raise typer.BadParameter(f"{value!r} is not a memory id (a UUID)") from exc
 
 
+@reads_store
 def forget(
     user: Annotated[str, typer.Option(help="The user to forget.")],
     tenant: TenantOpt = None,
@@ -161,7 +167,7 @@ def forget(
 ) -> None:
     """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of the
     user's events, and the objects no other user of the tenant references. Cannot be undone."""
-    from engram.api.cli import console
+    from engram.api.console import console
     from engram.workers.memory_admin import forget_task
 
     tenant = _tenant(tenant)
@@ -176,6 +182,7 @@ def forget(
                   highlight=False)
 
 
+@reads_store
 def export(
     user: Annotated[str, typer.Option(help="The user to export.")],
     tenant: TenantOpt = None,
