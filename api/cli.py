@@ -37,7 +37,7 @@ from rich.progress import (  # noqa: E402
 from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
-from engram.api.console import console, err, reads_store  # noqa: E402
+from engram.api.console import console, err, local_time, reads_store  # noqa: E402
 from engram.schemas.events import EventStatus, MediaKind  # noqa: E402
 from engram.schemas.memories import MemoryType  # noqa: E402
 from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest, SearchResponse  # noqa: E402
@@ -116,13 +116,17 @@ def _safe_id(value: str) -> str:
 
 
 def _parse_time(value: str | None) -> datetime | None:
+    """An ISO 8601 time as UTC; one without a zone is read in ``ENGRAM_TIMEZONE`` (default: the system's).
+    Raises typer.BadParameter."""
     if value is None:
         return None
+    from engram.schemas.settings import get_settings
+
     try:
         t = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
         raise typer.BadParameter(f"{value!r} is not an ISO 8601 time (e.g. 2024-05-01T14:30:00Z)") from exc
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return (t if t.tzinfo else t.replace(tzinfo=get_settings().tzinfo)).astimezone(UTC)
 
 
 def _time_bound(value: str | None, option: str, end: bool = False) -> datetime | None:
@@ -318,8 +322,8 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     out = out or console
     if resp.time_range:
         tr = resp.time_range
-        out.print(f"time: {escape(repr(tr.expression))} → {tr.start:%Y-%m-%d %H:%M} to {tr.end:%Y-%m-%d %H:%M} UTC "
-                  f"(as of {tr.reference_time:%Y-%m-%d}; ranked first, not a filter)")
+        out.print(f"time: {escape(repr(tr.expression))} → {local_time(tr.start)} to {local_time(tr.end)} "
+                  f"(as of {local_time(tr.reference_time, '%Y-%m-%d')}; ranked first, not a filter)")
     if not resp.hits:
         out.print(f"no results for {escape(repr(resp.query))}")
         return
@@ -327,11 +331,11 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     table.add_column("#", no_wrap=True, min_width=2)
     table.add_column("score", no_wrap=True, min_width=6)
     table.add_column("type", no_wrap=True, min_width=11)
-    table.add_column("time", no_wrap=True, min_width=16)
+    table.add_column("time", no_wrap=True, min_width=20)
     table.add_column("source", no_wrap=True, max_width=34, overflow="ellipsis")
     table.add_column("snippet", ratio=1, min_width=30, overflow="fold")
     for i, hit in enumerate(resp.hits, 1):
-        when = hit.time.strftime("%Y-%m-%d %H:%M") if hit.time else ""
+        when = local_time(hit.time)
         src = Path(hit.source_name).name if hit.source_name and "," not in hit.source_name else (hit.source_name or "")
         if hit.start_s is not None:
             src += f" @{hit.start_s:.1f}s"
@@ -409,10 +413,9 @@ def entities(
     table = Table(title=f"entities of tenant {tenant!r}")
     for column in ("id", "names", "faces", "voices", "observations", "first seen", "last seen", "merged from"):
         table.add_column(column, justify="right" if column in ("faces", "voices", "observations") else "left")
-    fmt = lambda t: t.strftime("%Y-%m-%d %H:%M") if t else ""  # noqa: E731
     for e in list_entities(rt, tenant):
         table.add_row(str(e.id), Text(", ".join(e.names)), str(e.faces), str(e.voices), str(e.observations),
-                      fmt(e.first_seen), fmt(e.last_seen), ", ".join(m[:8] for m in e.merged_from))
+                      local_time(e.first_seen), local_time(e.last_seen), ", ".join(m[:8] for m in e.merged_from))
     console.print(table)
 
 
@@ -709,10 +712,10 @@ def keys_list(
     from engram.api.keys import list_keys
 
     table = Table(title="API keys")
-    for col in ("key id", "tenant", "created (UTC)", "label"):
+    for col in ("key id", "tenant", "created", "label"):
         table.add_column(col)
     for k in list_keys(_keys_redis(), tenant):
-        table.add_row(k.key_id, k.tenant, k.created_at.strftime("%Y-%m-%d %H:%M"), Text(k.label or ""))
+        table.add_row(k.key_id, k.tenant, local_time(k.created_at), Text(k.label or ""))
     console.print(table)
 
 
@@ -912,6 +915,13 @@ def main() -> None:
         if isinstance(exc, StoreBusy | StoreCorrupt):  # the message names the folder (paths may hold brackets)
             err.print(Text.assemble(("error: ", "red"), str(exc)))
             sys.exit(3)
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError) and exc.title == "Settings":  # a bad ENGRAM_* variable: name it
+            for e in exc.errors():
+                name = "ENGRAM_" + "__".join(str(p) for p in e["loc"]).upper()
+                err.print(Text.assemble(("error: ", "red"), f"{name}: {e['msg'].removeprefix('Value error, ')}"))
+            sys.exit(2)
         raise
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import ParamSpec, TypeVar
 
 import typer
@@ -17,6 +18,17 @@ from rich.text import Text
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)  # per-file failure lines stay one line each, however long
+
+def local_time(t: datetime | None, fmt: str = "%Y-%m-%d %H:%M %Z") -> str:
+    """``t`` in the zone of ``ENGRAM_TIMEZONE`` (default: the system's), as ``fmt`` (default ``2024-05-01 09:30
+    CEST``: the zone's abbreviation says which zone); ``""`` for None. A naive ``t`` is read as UTC (stored
+    times are UTC)."""
+    if t is None:
+        return ""
+    from engram.schemas.settings import get_settings
+
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(get_settings().tzinfo).strftime(fmt)
+
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from engram.api.console import reads_store
+from engram.api.console import local_time, reads_store
 from engram.schemas.ask import AskFailed, AskRequest, AskResponse
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
@@ -83,11 +83,11 @@ def _records_table(title: str, items: list[MemoryRecord]) -> Table:
 
     table = Table(title=title, expand=True)
     for col, opts in (("id", {"no_wrap": True, "min_width": 36}), ("type", {"no_wrap": True}),
-                      ("time", {"no_wrap": True, "min_width": 16}), ("user", {"no_wrap": True}),
+                      ("time", {"no_wrap": True, "min_width": 20}), ("user", {"no_wrap": True}),
                       ("text", {"ratio": 1, "overflow": "fold"})):
         table.add_column(col, **opts)
     for m in items:
-        table.add_row(str(m.id), m.memory_type.value, m.time.strftime("%Y-%m-%d %H:%M") if m.time else "",
+        table.add_row(str(m.id), m.memory_type.value, local_time(m.time),
                       m.user_id or "", Text(snippet(m.text, "")))
     return table
 

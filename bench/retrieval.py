@@ -61,13 +61,15 @@ BENCH_VAULT_KEY = "q0ZVuNhzjXjuHnBcHEGoeCcB8ebwZMVLtTrP8k8kDv4="
 @contextmanager
 def embedded_data_dir(path: Path) -> Iterator[None]:
     """Point the embedded default at ``path`` (no broker, no Qdrant server, no S3; the vault key
-    ``ENGRAM_VAULT_KEY`` or else ``BENCH_VAULT_KEY``) for the duration, then restore the environment;
-    runtimes are reset on entry and exit."""
+    ``ENGRAM_VAULT_KEY`` or else ``BENCH_VAULT_KEY``; time words read in UTC unless ``ENGRAM_TIMEZONE`` is set,
+    as the datasets' dates are) for the duration, then restore the environment; runtimes are reset on entry
+    and exit."""
     from engram.workers.runtime import reset_runtimes
 
-    saved = {v: os.environ.get(v) for v in ("ENGRAM_DATA_DIR", "ENGRAM_VAULT_KEY", *_SERVER_VARS)}
+    saved = {v: os.environ.get(v) for v in ("ENGRAM_DATA_DIR", "ENGRAM_VAULT_KEY", "ENGRAM_TIMEZONE", *_SERVER_VARS)}
     os.environ["ENGRAM_DATA_DIR"] = str(path)
     os.environ.setdefault("ENGRAM_VAULT_KEY", BENCH_VAULT_KEY)
+    os.environ.setdefault("ENGRAM_TIMEZONE", "UTC")  # the datasets' dates carry no zone and are stored as UTC
     for var in _SERVER_VARS:
         os.environ.pop(var, None)
     reset_runtimes()

@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +131,11 @@ class Settings(BaseSettings):
     tenant: str = Field("default", description="Tenant used by the CLI.")
     user: str | None = Field(None, description="User id used by the CLI (default: the OS user).")
     device: str | None = Field(None, description="Device id used by the CLI (default: the host name).")
+    timezone: str | None = Field(
+        None, description="IANA time zone (e.g. Europe/Berlin) in which times given without a zone are read "
+        "(--since/--until/--captured-at/--as-of, EXIF times without an offset, time words in queries: 'yesterday' "
+        "is that zone's yesterday) and in which the CLI prints times; unset: the system's zone (TZ, "
+        "/etc/localtime). Stored times are UTC.", examples=["Europe/Berlin", "America/Los_Angeles", "UTC"])
     eval_data: Path = Field(_REPO_ROOT.parent / "shared" / "data", description="Real evaluation data.")
 
     models: ModelSettings = Field(default_factory=ModelSettings)
@@ -241,6 +247,26 @@ class Settings(BaseSettings):
     bm25_k1: float = Field(1.2, description="BM25 term-frequency saturation.")
     bm25_b: float = Field(0.75, description="BM25 length normalisation.")
     bm25_avgdl: float = Field(24.0, gt=0, description="Assumed average document length in tokens.")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, name: str | None) -> str | None:
+        if name is not None:
+            try:
+                ZoneInfo(name)
+            except (ZoneInfoNotFoundError, ValueError) as exc:
+                raise ValueError(f"{name!r} is not an IANA time zone name (e.g. Europe/Berlin, UTC)") from exc
+        return name
+
+    @property
+    def tzinfo(self) -> ZoneInfo:
+        """The zone of ``timezone``, or the system's (``tzlocal.get_localzone``: TZ, then /etc/localtime) when
+        unset. Raises ``tzlocal``'s ZoneInfoNotFoundError when the system's zone cannot be found."""
+        if self.timezone:
+            return ZoneInfo(self.timezone)
+        from tzlocal import get_localzone
+
+        return get_localzone()
 
     @property
     def stalled_after(self) -> float:

@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("ENGRAM_BROKER_URL", None)  # tests of the embedded default run eagerly
+os.environ.setdefault("ENGRAM_TIMEZONE", "UTC")  # times without a zone read the same on every machine
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -61,7 +61,7 @@ _EXIF_IFD, _DATETIME_ORIGINAL, _DATETIME_DIGITIZED, _OFFSET_ORIGINAL, _DATETIME 
 def content_capture_time(path: Path, kind: MediaKind) -> tuple[datetime, str] | None:
     """When the content says it was captured, as (UTC time, where it was read), or None: an image's EXIF
     ``DateTimeOriginal`` (else ``DateTimeDigitized``, else ``DateTime``; with ``OffsetTimeOriginal`` when given,
-    else read in the machine's time zone, as cameras write local time), a video's or audio file's container
+    else read in ENGRAM_TIMEZONE's zone, as cameras write local time), a video's or audio file's container
     ``creation_time`` (QuickTime/MP4, Matroska) or its ``date`` tag (ID3, Vorbis comments) when it holds a day.
     Times before 1990 or in the future (an unset clock) are left out. Never raises on bad media."""
     try:
@@ -105,7 +105,9 @@ def _exif_datetime(raw: str, offset: str | None) -> datetime | None:
             return datetime.strptime(f"{naive:%Y-%m-%d %H:%M:%S}{offset.strip()}", "%Y-%m-%d %H:%M:%S%z")
         except ValueError:
             pass
-    return naive.astimezone()  # local time of this machine
+    from engram.schemas.settings import get_settings
+
+    return naive.replace(tzinfo=get_settings().tzinfo)  # a camera's clock: the zone of ENGRAM_TIMEZONE
 
 
 def _container_time(path: Path) -> tuple[datetime, str] | None:

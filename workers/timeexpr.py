@@ -17,12 +17,16 @@ What ``dateparser`` does not read is resolved here first: vague counts back in t
 "a few weeks ago", "several months ago": ``VAGUE_COUNTS`` units back, a range as wide as the vagueness).
 "Last weekend" is left unresolved: as a boost of Saturday to Monday it lost a LongMemEval question whose answer
 was told on the Friday before (a message is written after the event it tells, and questions date loosely).
+
+Expressions are read in a time zone (``ENGRAM_TIMEZONE``, default the system's): "yesterday" in Los Angeles is
+the Los Angeles calendar day before the reference time, 07:00 or 08:00 UTC to the same the next day. The range
+returned is in UTC, as stored times are.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from engram.schemas.search import TimeRange
 
@@ -95,16 +99,23 @@ def _bounds(when: datetime, period: str) -> tuple[datetime, datetime]:
     return day, day + timedelta(days=1)  # day, time
 
 
-def resolve(query: str, reference: datetime | None = None) -> TimeRange | None:
+def resolve(query: str, reference: datetime | None = None, tz: tzinfo | None = None) -> TimeRange | None:
     """The UTC range ``[start, end)`` the time expressions of ``query`` name, resolved against ``reference``
-    (timezone-aware; default: now), or None when the query names no time. Dates are read as UTC."""
+    (timezone-aware; default: now), or None when the query names no time. Dates and days are those of the time
+    zone ``tz`` (default: ``Settings.tzinfo``, i.e. ``ENGRAM_TIMEZONE`` or the system's); the range is
+    returned in UTC."""
     from dateparser.date import DateDataParser
     from dateparser.search import search_dates
 
+    if tz is None:
+        from engram.schemas.settings import get_settings
+
+        tz = get_settings().tzinfo
     reference = (reference or datetime.now(UTC)).astimezone(UTC)
-    settings = {"RELATIVE_BASE": reference.replace(tzinfo=None), "PREFER_DATES_FROM": "past",
+    local_ref = reference.astimezone(tz)  # wall-clock time in tz: what "today" and "yesterday" count from
+    settings = {"RELATIVE_BASE": local_ref.replace(tzinfo=None), "PREFER_DATES_FROM": "past",
                 "RETURN_AS_TIMEZONE_AWARE": False}
-    query, spans, exprs = _vague(query, reference)
+    query, spans, exprs = _vague(query, local_ref)
     found = search_dates(query, languages=["en"], settings=settings) or []
     parser = DateDataParser(languages=["en"], settings=settings)
     for pos, expr in _merge_adjacent(query, found):
@@ -137,5 +148,5 @@ def resolve(query: str, reference: datetime | None = None) -> TimeRange | None:
     if not spans:
         return None
     start, end = min(s for s, _ in spans), max(e for _, e in spans)
-    return TimeRange(expression="; ".join(exprs), start=start.replace(tzinfo=UTC), end=end.replace(tzinfo=UTC),
-                     reference_time=reference)
+    return TimeRange(expression="; ".join(exprs), start=start.replace(tzinfo=tz).astimezone(UTC),
+                     end=end.replace(tzinfo=tz).astimezone(UTC), reference_time=reference)

@@ -36,14 +36,15 @@ def _ffmpeg(*args: str) -> None:
     subprocess.run(["ffmpeg", "-v", "error", "-y", *args], check=True, timeout=120)
 
 
-def test_exif_time_with_and_without_an_offset(tmp_path):
+def test_exif_time_with_and_without_an_offset(tmp_path, monkeypatch):
     p = tmp_path / "a.jpg"
     _photo(p, "2023:07:14 09:30:00", "+02:00")
     assert media.content_capture_time(p, MediaKind.screenshot) == (
         datetime(2023, 7, 14, 7, 30, tzinfo=UTC), "exif:DateTimeOriginal")
-    _photo(p, "2023:07:14 09:30:00")  # no offset: the camera's local time, read in this machine's zone
-    when, source = media.content_capture_time(p, MediaKind.screenshot)
-    assert when == datetime(2023, 7, 14, 9, 30).astimezone().astimezone(UTC) and source == "exif:DateTimeOriginal"
+    _photo(p, "2023:07:14 09:30:00")  # no offset: the camera's local time, read in ENGRAM_TIMEZONE's zone
+    monkeypatch.setenv("ENGRAM_TIMEZONE", "America/Los_Angeles")  # PDT, UTC-7
+    assert media.content_capture_time(p, MediaKind.screenshot) == (
+        datetime(2023, 7, 14, 16, 30, tzinfo=UTC), "exif:DateTimeOriginal")
     _photo(p, "1970:01:01 00:00:00")  # an unset clock
     assert media.content_capture_time(p, MediaKind.screenshot) is None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -56,3 +57,26 @@ def test_words_that_only_look_like_dates_are_ignored(query):
 def test_reference_defaults_to_now():
     got = resolve("what did I read yesterday")
     assert got is not None and (datetime.now(UTC) - got.end).total_seconds() < 86400 + 60
+
+
+@pytest.mark.parametrize(("reference", "zone", "start", "end"), [
+    # 15:30 UTC is 08:30 in Los Angeles (PDT, UTC-7): the same calendar day, its midnight 7 hours later
+    (REF, "UTC", day(2023, 5, 19), day(2023, 5, 20)),
+    (REF, "America/Los_Angeles", datetime(2023, 5, 19, 7, tzinfo=UTC), datetime(2023, 5, 20, 7, tzinfo=UTC)),
+    # 03:00 UTC on the 20th is still the 19th in Los Angeles: its yesterday is the 18th
+    (datetime(2023, 5, 20, 3, tzinfo=UTC), "UTC", day(2023, 5, 19), day(2023, 5, 20)),
+    (datetime(2023, 5, 20, 3, tzinfo=UTC), "America/Los_Angeles", datetime(2023, 5, 18, 7, tzinfo=UTC),
+     datetime(2023, 5, 19, 7, tzinfo=UTC)),
+])
+def test_yesterday_is_the_day_before_in_the_configured_zone(monkeypatch, reference, zone, start, end):
+    monkeypatch.setenv("ENGRAM_TIMEZONE", zone)
+    got = resolve("Who did I meet yesterday?", reference)
+    assert got is not None and (got.start, got.end) == (start, end)
+    assert got.start.tzinfo == UTC and got.reference_time == reference
+
+
+def test_a_month_in_a_zone_across_a_dst_change():
+    got = resolve("What happened in March 2024?", datetime(2024, 5, 1, tzinfo=UTC), tz=ZoneInfo("Europe/Berlin"))
+    # March 1 00:00 CET (UTC+1) to April 1 00:00 CEST (UTC+2)
+    assert got is not None
+    assert (got.start, got.end) == (datetime(2024, 2, 29, 23, tzinfo=UTC), datetime(2024, 3, 31, 22, tzinfo=UTC))
