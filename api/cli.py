@@ -510,6 +510,11 @@ from engram.api.memory_cli import register as _register_memory_commands  # noqa:
 
 _register_memory_commands(app)
 
+# add, mcp: for agents (api/agent_cli.py, api/mcp_server.py)
+from engram.api.agent_cli import register as _register_agent_commands  # noqa: E402
+
+_register_agent_commands(app)
+
 
 # --- distributed mode: worker and beat processes (api/processes.py holds the rules) ---------------------
 

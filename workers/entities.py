@@ -389,6 +389,26 @@ def merge_entities(rt: Runtime, tenant_id: str, keep_id: uuid.UUID | str, drop_i
     return kept
 
 
+def name_entity(rt: Runtime, tenant_id: str, entity_id: uuid.UUID | str, name: str) -> Entity:
+    """Give entity ``entity_id`` the name ``name`` (a face or voice entity found without one, or another name for
+    a person), first among its names, and write it: a query naming it then filters to it (``workers.query
+    .named_entities``) and ``ask`` shows the name in its evidence. Raises KeyError when it is not an entity of the
+    tenant, ValueError for an empty name."""
+    name = " ".join(name.split())
+    if not name:
+        raise ValueError("an entity's name cannot be empty")
+    memory = EntityMemory(rt, tenant_id)
+    entity = memory.get(uuid.UUID(str(entity_id)))
+    if entity is None:
+        raise KeyError(f"no entity {entity_id} in tenant {tenant_id!r}")
+    others = [n for n in entity.names if name_key(n) != name_key(name)]
+    if [name, *others] != entity.names:
+        entity.names = [name, *others]
+        memory.dirty.add(entity.id)
+        memory.save()
+    return entity
+
+
 def summary(e: Entity) -> EntitySummary:
     """What lists show of an entity: id, names, counts, first/last seen (UTC) and the ids merged into it."""
     when = [None if t is None else datetime.fromtimestamp(t, UTC) for t in (e.first_seen_ts, e.last_seen_ts)]
@@ -420,6 +440,15 @@ def list_task(tenant_id: str) -> EntityList:
     """``list_entities`` on the query worker."""
     items = list_entities(runtime(), tenant_id)
     return EntityList(items=items, total=len(items))
+
+
+@app.task(name="workers.entities.name", **_OPTS)
+def name_task(tenant_id: str, entity_id: str, name: str) -> EntitySummary | None:
+    """``name_entity`` on the query worker, returning the named entity; None when it is not the tenant's."""
+    try:
+        return summary(name_entity(runtime(), tenant_id, entity_id, name))
+    except KeyError:
+        return None
 
 
 @app.task(name="workers.entities.merge", **_OPTS)

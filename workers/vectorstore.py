@@ -21,8 +21,10 @@ sparse vector ``bm25`` (IDF modifier); ``entities`` also has ``face`` (128-d dli
 are the means of as multivectors ``face_samples``/``voice_samples`` (a point may lack any of its named vectors);
 ``observations`` has ``sentences``, the multivector its dense search scores by MaxSim.
 
-An embedded store is opened by one process at a time (Qdrant Edge holds a lock on each shard's write-ahead log):
-a second process gets ``StoreBusy``. A shard folder that exists but cannot be opened raises ``StoreCorrupt``
+An embedded store is opened by one process at a time (Qdrant Edge holds a lock on each shard's write-ahead log),
+under a file lock ``data_dir/vectors.lock`` held from the first shard opened until ``close``: a second process
+waits for it up to ``ENGRAM_STORE_WAIT_SECONDS`` (a long-running ``engram mcp`` holds the store only during each
+tool call), then gets ``StoreBusy``. A shard folder that exists but cannot be opened raises ``StoreCorrupt``
 naming it; nothing is silently made in its place.
 """
 
@@ -546,10 +548,32 @@ class EdgeVectorStore(VectorStore):
     first use, created when its folder does not exist. Raises ``StoreBusy`` when another process holds a shard,
     ``StoreCorrupt`` (naming the folder) when a shard exists but does not open."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, wait: float = 0.0) -> None:
+        """``root``: the store's folder; ``wait``: seconds to wait for the store's file lock (``root`` + ``.lock``)
+        while another process holds it, before ``StoreBusy``."""
+        from filelock import FileLock
+
         super().__init__()
         self.root = Path(root)
+        self.wait = wait
         self._shards: dict[str, Any] = {}
+        # one lock object for every thread of this process (released by close, from whichever thread)
+        self._file_lock = FileLock(str(self.root) + ".lock", thread_local=False)
+
+    def hold(self) -> None:
+        """Take the store's file lock now (once; released by ``close``), e.g. before a unit of work that must not
+        interleave with another process's. Raises StoreBusy after ``wait`` seconds."""
+        from filelock import Timeout
+
+        if self._file_lock.is_locked:
+            return
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._file_lock.acquire(timeout=self.wait)
+        except Timeout as exc:
+            raise StoreBusy(f"the embedded store {self.root} is open in another engram process (waited "
+                            f"{self.wait:g} s); wait for it to finish, or run a Qdrant server and set "
+                            "ENGRAM_QDRANT_URL") from exc
 
     def has_collection(self, collection: str) -> bool:
         return collection in self._shards or (self.root / collection).is_dir()
@@ -563,6 +587,7 @@ class EdgeVectorStore(VectorStore):
 
     def _create(self, collection: str) -> None:
         qe = _edge()
+        self.hold()
         path = self.root / collection
         if path.is_dir() and any(path.iterdir()):
             try:
@@ -677,6 +702,8 @@ class EdgeVectorStore(VectorStore):
                 shard.close()
             self._shards.clear()
             self._ready.clear()
+            if self._file_lock.is_locked:
+                self._file_lock.release(force=True)
 
 
 # --- opening ---------------------------------------------------------------------------------------------------
@@ -713,7 +740,7 @@ def open_vector_store(settings: Settings, progress: Callable[[str, int, int], No
             else:
                 if legacy_store_dir(settings).is_dir():
                     migrate_local_store(settings, progress)
-                store = EdgeVectorStore(embedded_store_dir(settings))
+                store = EdgeVectorStore(embedded_store_dir(settings), wait=settings.store_wait_seconds)
             _stores[where] = store
         return store
 

@@ -1,0 +1,134 @@
+"""The ``engram`` commands for agents: ``add`` (remember a text or chat messages now) and ``mcp`` (the MCP server,
+``api/mcp_server.py``). Registered on the main app by ``api.cli``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.text import Text
+
+from engram.api.console import console, err
+
+TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
+
+
+def read_messages(path: Path) -> list[dict]:
+    """Chat messages from ``path``: a JSON array, ``{"messages": [...]}`` or JSONL (one message per line), each
+    message with at least ``text`` (the conversation record's other fields optional: speaker, timestamp,
+    message_id, session_id, attachments). Raises ValueError naming what is wrong, OSError when unreadable."""
+    raw = path.read_text(encoding="utf-8")
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError:
+        try:
+            doc = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: neither JSON nor JSONL ({exc})") from exc
+    if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
+        doc = doc["messages"]
+    if not isinstance(doc, list) or not all(isinstance(m, dict) for m in doc):
+        raise ValueError(f"{path}: expected a list of messages (objects with 'text'), or {{\"messages\": [...]}}")
+    return doc
+
+
+def add(
+    text: Annotated[str | None, typer.Argument(help="What to remember (or --file for chat messages).")] = None,
+    user: Annotated[str | None, typer.Option(help="Whose memory (default: ENGRAM_USER or the OS user).")] = None,
+    file: Annotated[Path | None, typer.Option("--file", "-f", help="Chat messages as JSON or JSONL (the "
+                                              "conversation record; only 'text' is required per message).")] = None,
+    client_id: Annotated[str | None, typer.Option("--id", help="Your id for this addition: adding again with the "
+                                                  "same id stores nothing (safe retries).")] = None,
+    when: Annotated[str | None, typer.Option("--time", help="When it happened, ISO 8601 (default: now).")] = None,
+    source: Annotated[str | None, typer.Option(help="Where it comes from, e.g. an agent's name.")] = None,
+    session: Annotated[str | None, typer.Option(help="The conversation it belongs to.")] = None,
+    tenant: TenantOpt = None,
+    device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
+    no_consolidate: Annotated[bool, typer.Option("--no-consolidate", help="Skip consolidation afterwards.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Remember a text or chat messages now, through the same pipeline as an ingested chat file. On the embedded
+    default it is searchable when the command returns."""
+    from pydantic import ValidationError
+
+    from engram.api.add import add_embedded
+    from engram.api.cli import _default_device, _default_user, _parse_time, _runtime
+    from engram.schemas.add import AddMemoryRequest
+    from engram.schemas.settings import get_settings
+
+    if (text is None) == (file is None):
+        err.print("[red]error:[/red] give a TEXT or --file (one of them)")
+        raise typer.Exit(2)
+    try:
+        messages = read_messages(file) if file is not None else None
+        req = AddMemoryRequest(text=text, messages=messages, user_id=user or _default_user(), id=client_id,
+                               time=_parse_time(when), source=source or ("cli" if file is None else file.name),
+                               session_id=session)
+    except (OSError, ValueError, ValidationError) as exc:
+        msg = str(exc) if not isinstance(exc, ValidationError) else "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors())
+        err.print(Text.assemble(("error: ", "red"), msg))
+        raise typer.Exit(2) from exc
+    resp = add_embedded(_runtime(), req, tenant or get_settings().tenant, device or _default_device(),
+                        consolidate=not no_consolidate)
+    if as_json:
+        print(resp.model_dump_json(indent=2))
+    elif resp.duplicate:
+        console.print(f"already added with id {escape(repr(client_id))}: event {resp.event_id} "
+                      f"({resp.status.value}); nothing new stored", highlight=False)
+    else:
+        console.print(f"{resp.status.value}: event {resp.event_id}, {resp.observations} observation(s)"
+                      + (f" ({escape(str(resp.reason))})" if resp.reason else ""), highlight=False)
+    if resp.status.value == "failed":
+        raise typer.Exit(1)
+
+
+def mcp(
+    data_dir: Annotated[Path | None, typer.Option(help="The embedded default's folder (sets ENGRAM_DATA_DIR; MCP "
+                                                  "hosts pass only HOME and PATH to the server).")] = None,
+    tenant: TenantOpt = None,
+    user: Annotated[str | None, typer.Option(help="The user add_memory stores for when the model gives none.")] = None,
+    device: Annotated[str | None, typer.Option(help="Device id recorded on added memories (default: the host "
+                                               "name).")] = None,
+    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP at /mcp instead of stdio; every "
+                                       "request needs an API key (engram keys create), whose tenant it uses.")] = False,
+    host: Annotated[str, typer.Option(help="Address to listen on, with --http.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on, with --http.")] = 8765,
+) -> None:
+    """Serve engram's memory to an AI agent over the Model Context Protocol: tools search, ask, add_memory,
+    list_memories, get_memory, delete_memory, list_entities, name_entity. Over stdio by default (logs on
+    stderr). The embedded store is held only during each tool call, so other engram commands keep working."""
+    from engram.api.cli import _default_device
+    from engram.api.mcp_server import EngramTools, run_http, run_stdio
+    from engram.schemas.settings import get_settings
+
+    if data_dir is not None:
+        os.environ["ENGRAM_DATA_DIR"] = str(data_dir.expanduser())
+    settings = get_settings()
+    tools = EngramTools(tenant or settings.tenant, device or _default_device(), user or settings.user)
+    if not http:
+        run_stdio(tools)
+        return
+    from engram.api.keys import redis_client
+
+    try:
+        r = redis_client(settings)
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))} (--http authenticates by API keys kept in Redis)",
+                  highlight=False)
+        raise typer.Exit(2) from exc
+    err.print(f"engram MCP server on http://{host}:{port}/mcp (API keys required)", highlight=False)
+    run_http(tools, host, port, r)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``add`` and ``mcp`` to the ``engram`` app."""
+    app.command(epilog="Examples:  engram add \"Maria moves to Lisbon in March\" --user alice  ·  "
+                       "engram add --file chat.json --user alice --id chat-2024-05-01")(add)
+    app.command(epilog="Example (an MCP host's config):  command: engram, args: [mcp, --data-dir, "
+                       "/home/me/.local/share/engram]")(mcp)

@@ -1,0 +1,331 @@
+"""``engram mcp``: engram's memory as a Model Context Protocol server (the official ``mcp`` SDK, 2.x).
+
+Tools: ``search``, ``ask``, ``add_memory``, ``list_memories``, ``get_memory``, ``delete_memory``, ``list_entities``
+and ``name_entity``. Each tool's input JSON schema is a pydantic model's from ``schemas/`` (``SearchRequest``,
+``AskRequest`` and ``AddMemoryRequest`` without the tenant; ``schemas.tools``); its result is text for the model
+(a search's hits with their text, time and ids) and the same as structured content (the response model's JSON).
+
+Transports: stdio (default; the SDK points fd 1 at stderr while serving, so only protocol messages reach
+stdout, and logs go to stderr) or streamable HTTP (``--http``), where every request carries an API key
+(``Authorization: Bearer <key>``, ``engram keys create``) and the tenant is the key's.
+
+The embedded store: the server holds it only during a tool call. Calls run one at a time in a worker thread;
+each takes the store's file lock (waiting while another process such as ``engram ingest`` holds it), runs, and
+closes the store (``workers.runtime.reset_runtimes``), so ``engram search``/``ingest`` in another process work
+while the server runs. Models stay loaded between calls. With ``ENGRAM_BROKER_URL`` the tasks run on the
+workers instead and the server never opens the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from pydantic import BaseModel, ValidationError
+
+from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
+from engram.schemas.ask import AskRequest, AskResponse
+from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.search import SearchHit, SearchRequest, SearchResponse
+from engram.schemas.tools import ListMemoriesArgs, MemoryIdArgs, NameEntityArgs, NoArgs
+
+log = logging.getLogger("engram.mcp")
+
+TASK_TIMEOUT_S = 600
+SERVER_NAME = "engram"
+INSTRUCTIONS = ("engram is a long-term memory of what the user saw, heard and said (screenshots, audio, video, "
+                "chats). Use `search` before answering questions about the past, `add_memory` to remember what "
+                "the user tells you, `ask` for an answer with cited memories.")
+
+
+class ToolFailed(Exception):
+    """A tool call that cannot be done (bad arguments, unknown id): its message goes back to the model."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One MCP tool: its argument model (the input schema, tenant left out), what it does and its annotations."""
+
+    name: str
+    description: str
+    args: type[BaseModel]
+    run: Callable[[EngramTools, BaseModel, str], tuple[str, BaseModel | dict | None]]
+    read_only: bool = True
+    destructive: bool = False
+    tenant_field: bool = False  # the model has tenant_id, filled by the server
+
+    def input_schema(self, default_user: str | None) -> dict[str, Any]:
+        """The args model's JSON schema without ``tenant_id`` (and with ``user_id`` optional when the server has
+        a default user)."""
+        schema = self.args.model_json_schema()
+        schema.get("properties", {}).pop("tenant_id", None)
+        optional = {"tenant_id"} | ({"user_id"} if default_user else set())
+        if "required" in schema:
+            schema["required"] = [f for f in schema["required"] if f not in optional]
+        return schema
+
+
+def _hit_line(i: int, hit: SearchHit) -> str:
+    when = hit.time.strftime("%Y-%m-%d %H:%M") if hit.time else "undated"
+    src = f" · {hit.source_name}" if hit.source_name else ""
+    return f"{i}. [{hit.memory_type.value} · {when}{src} · score {hit.score:.3f} · id {hit.id}]\n   {hit.text}"
+
+
+def hits_text(hits: list[SearchHit], header: str) -> str:
+    """``header`` and one entry per hit: type, time, source, score and id, then the hit's text."""
+    if not hits:
+        return f"{header}: nothing found."
+    return header + ":\n" + "\n".join(_hit_line(i, h) for i, h in enumerate(hits, 1))
+
+
+class EngramTools:
+    """The tools' work, for one server process: ``tenant`` (stdio; over HTTP each call's key gives it),
+    ``device`` (recorded on what ``add_memory`` stores), ``default_user`` (``add_memory`` without a user_id).
+    ``call`` is blocking and not re-entrant: the server runs calls one at a time in a worker thread."""
+
+    def __init__(self, tenant: str, device: str, default_user: str | None = None) -> None:
+        self.tenant = tenant
+        self.device = device
+        self.default_user = default_user
+
+    @contextlib.contextmanager
+    def store_session(self) -> Iterator[None]:
+        """Hold the embedded store for one call: take its file lock first (waiting up to
+        ``ENGRAM_STORE_WAIT_SECONDS`` while another process holds it; vectorstore.StoreBusy after), release it after
+        (the runtime and its stores are closed). Nothing to hold with a broker (the workers own the store) or a
+        Qdrant server."""
+        from engram.schemas.settings import get_settings
+
+        settings = get_settings()
+        if settings.broker_url or settings.qdrant_url:
+            yield
+            return
+        from engram.workers.runtime import reset_runtimes, runtime
+        from engram.workers.vectorstore import EdgeVectorStore
+
+        try:
+            store = runtime(settings).vectors
+            if isinstance(store, EdgeVectorStore):
+                store.hold()
+            yield
+        finally:
+            reset_runtimes()
+
+    def call(self, tool: Tool, arguments: dict[str, Any], tenant: str | None = None) -> tuple[str, Any]:
+        """Validate ``arguments`` by the tool's model and run it for ``tenant`` (default: the server's). Returns
+        (text, structured content). Raises ToolFailed with a message for the model."""
+        tenant = tenant or self.tenant
+        args = dict(arguments)
+        if "tenant_id" in args and args.pop("tenant_id") not in (None, tenant):
+            raise ToolFailed("tenant_id is the server's (or the API key's) and cannot be chosen")
+        if tool.tenant_field:
+            args["tenant_id"] = tenant
+        if "user_id" in tool.args.model_fields and args.get("user_id") is None and self.default_user \
+                and tool.name == "add_memory":
+            args["user_id"] = self.default_user
+        try:
+            parsed = tool.args.model_validate(args)
+        except ValidationError as exc:
+            fields = "; ".join(f"{'.'.join(str(x) for x in e['loc']) or 'arguments'}: {e['msg']}"
+                               for e in exc.errors())
+            raise ToolFailed(f"invalid arguments: {fields}") from exc
+        t0 = time.perf_counter()
+        with self.store_session():
+            text, data = tool.run(self, parsed, tenant)
+        log.info("tool %s took %.0f ms", tool.name, 1000 * (time.perf_counter() - t0))
+        if isinstance(data, BaseModel):
+            data = data.model_dump(mode="json")
+        return text, data
+
+    # --- the tools ------------------------------------------------------------------------------------------
+    def search(self, req: SearchRequest, tenant: str) -> tuple[str, SearchResponse]:
+        from engram.workers.query import search_task
+
+        resp = SearchResponse.model_validate(search_task.delay(req).get(timeout=TASK_TIMEOUT_S))
+        return hits_text(resp.hits, f"{len(resp.hits)} results for {req.query!r}"), resp
+
+    def ask(self, req: AskRequest, tenant: str) -> tuple[str, AskResponse]:
+        from engram.workers.ask import ask_task
+
+        resp = AskResponse.model_validate(ask_task.delay(req).get(timeout=TASK_TIMEOUT_S))
+        head = (f"Answer: {resp.answer}" if resp.answer else
+                "No LLM configured on the server: the ranked evidence" if resp.llm is None else "No answer found")
+        return hits_text(resp.memories or resp.evidence, head + "\n\nMemories"), resp
+
+    def add_memory(self, req: AddMemoryRequest, tenant: str) -> tuple[str, AddMemoryResponse]:
+        from engram.api.add import add_embedded
+        from engram.workers.runtime import runtime
+
+        resp = add_embedded(runtime(), req, tenant, self.device)
+        if resp.duplicate:
+            text = f"Already added with id {req.id!r} (event {resp.event_id}, {resp.status.value}); nothing new stored."
+        elif resp.status.value == "done":
+            text = f"Remembered ({resp.observations} observation(s), event {resp.event_id}); searchable now."
+        else:
+            text = f"Event {resp.event_id}: {resp.status.value}" + (f" ({resp.reason})" if resp.reason else "")
+        return text, resp
+
+    def list_memories(self, args: ListMemoriesArgs, tenant: str) -> tuple[str, MemoryPage]:
+        from engram.workers.memory_admin import list_task
+
+        page = MemoryPage.model_validate(list_task.delay(tenant, args.memory_type.value, args.user_id, args.limit,
+                                                         args.offset).get(timeout=TASK_TIMEOUT_S))
+        lines = [f"{m.id} [{m.memory_type.value} · {m.time:%Y-%m-%d %H:%M} · {m.user_id}] {m.text}" if m.time else
+                 f"{m.id} [{m.memory_type.value} · {m.user_id}] {m.text}" for m in page.items]
+        head = f"{args.memory_type.value}: {len(page.items)} of {page.total} (offset {args.offset})"
+        return head + (":\n" + "\n".join(lines) if lines else ""), page
+
+    def get_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, MemoryRecord]:
+        from engram.workers.memory_admin import get_task
+
+        got = get_task.delay(tenant, str(args.memory_id)).get(timeout=TASK_TIMEOUT_S)
+        if got is None:
+            raise ToolFailed(f"no memory {args.memory_id}")
+        rec = MemoryRecord.model_validate(got)
+        return json.dumps(rec.model_dump(mode="json"), ensure_ascii=False, indent=1), rec
+
+    def delete_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, dict]:
+        from engram.workers.memory_admin import delete_task
+
+        kind = delete_task.delay(tenant, str(args.memory_id)).get(timeout=TASK_TIMEOUT_S)
+        if kind is None:
+            raise ToolFailed(f"no memory {args.memory_id}")
+        return f"Deleted {kind} {args.memory_id}.", {"deleted": str(args.memory_id), "memory_type": kind}
+
+    def list_entities(self, args: NoArgs, tenant: str) -> tuple[str, EntityList]:
+        from engram.workers.entities import list_task
+
+        found = EntityList.model_validate(list_task.delay(tenant).get(timeout=TASK_TIMEOUT_S))
+        lines = [f"{e.id}: {', '.join(e.names) or '(unnamed)'} — {e.faces} faces, {e.voices} voices, "
+                 f"{e.observations} observations" for e in found.items]
+        return f"{found.total} entities" + (":\n" + "\n".join(lines) if lines else ""), found
+
+    def name_entity(self, args: NameEntityArgs, tenant: str) -> tuple[str, EntitySummary]:
+        from engram.workers.entities import name_task
+
+        got = name_task.delay(tenant, str(args.entity_id), args.name).get(timeout=TASK_TIMEOUT_S)
+        if got is None:
+            raise ToolFailed(f"no entity {args.entity_id}")
+        ent = EntitySummary.model_validate(got)
+        return f"Entity {ent.id} is now named {args.name!r} (names: {', '.join(ent.names)}).", ent
+
+
+TOOLS: dict[str, Tool] = {t.name: t for t in (
+    Tool("search", "Search the user's long-term memory (hybrid dense + BM25 over observations and memories). "
+         "Returns the hits' text, time, source and ids. Filters: user_id, memory_types, kinds, time_from/time_to, "
+         "entities, apps, devices.", SearchRequest, lambda s, a, t: s.search(a, t), tenant_field=True),
+    Tool("ask", "Answer a question from memory: with an LLM configured on the server, search-then-decide rounds "
+         "and the memories the answer cites; without one, the ranked evidence.", AskRequest,
+         lambda s, a, t: s.ask(a, t), tenant_field=True),
+    Tool("add_memory", "Remember something: one `text` or chat `messages` for `user_id`, optionally when it "
+         "happened (`time`) and where it comes from (`source`). Give `id` to make retries safe (the same id is "
+         "stored once). Searchable when the call returns.", AddMemoryRequest, lambda s, a, t: s.add_memory(a, t),
+         read_only=False),
+    Tool("list_memories", "A page of one memory type (observation, episodic, semantic, ...), newest first.",
+         ListMemoriesArgs, lambda s, a, t: s.list_memories(a, t)),
+    Tool("get_memory", "One observation or memory by id, with every stored field.", MemoryIdArgs,
+         lambda s, a, t: s.get_memory(a, t)),
+    Tool("delete_memory", "Delete one observation or memory by id.", MemoryIdArgs,
+         lambda s, a, t: s.delete_memory(a, t), read_only=False, destructive=True),
+    Tool("list_entities", "The people engram knows (from faces, voices and chat speakers): ids, names, counts.",
+         NoArgs, lambda s, a, t: s.list_entities(a, t)),
+    Tool("name_entity", "Give a person entity (an id from list_entities) a name, so searches naming them find "
+         "them.", NameEntityArgs, lambda s, a, t: s.name_entity(a, t), read_only=False),
+)}
+
+
+def build_server(tools: EngramTools, tenant_of: Callable[[Any], str | None] | None = None):
+    """The low-level MCP ``Server`` serving ``TOOLS`` with ``tools``. ``tenant_of(ctx)``: the tenant of a call's
+    request (over HTTP: the API key's; None refuses the call); default: the server's tenant."""
+    import mcp_types as types
+    from mcp.server import Server
+
+    serial = anyio.Lock()  # one call at a time: each holds the embedded store for its duration
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[
+            types.Tool(name=t.name, description=t.description, input_schema=t.input_schema(tools.default_user),
+                       annotations=types.ToolAnnotations(read_only_hint=t.read_only,
+                                                         destructive_hint=t.destructive if not t.read_only else None,
+                                                         idempotent_hint=t.read_only or t.name != "add_memory"
+                                                         or None))
+            for t in TOOLS.values()])
+
+    async def call_tool(ctx, params) -> types.CallToolResult:
+        tool = TOOLS.get(params.name)
+        if tool is None:
+            return _error(f"unknown tool {params.name!r}; tools: {', '.join(TOOLS)}")
+        tenant = tools.tenant
+        if tenant_of is not None:
+            tenant = tenant_of(ctx)
+            if tenant is None:
+                return _error("invalid or missing API key")
+        async with serial:
+            try:
+                text, data = await anyio.to_thread.run_sync(tools.call, tool, params.arguments or {}, tenant)
+            except ToolFailed as exc:
+                return _error(str(exc))
+            except Exception as exc:  # noqa: BLE001 (any failure goes back to the model as an error result)
+                log.exception("tool %s failed", tool.name)
+                return _error(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structured_content=data if isinstance(data, dict) else None)
+
+    def _error(message: str) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+
+    return Server(SERVER_NAME, version="0.1.0", instructions=INSTRUCTIONS, on_list_tools=list_tools,
+                  on_call_tool=call_tool)
+
+
+def run_stdio(tools: EngramTools) -> None:
+    """Serve over stdin/stdout until stdin closes (the SDK keeps stray output off stdout while serving)."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(tools)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
+
+
+def run_http(tools: EngramTools, host: str, port: int, redis_client: Any) -> None:
+    """Serve streamable HTTP at ``http://host:port/mcp``. Every request needs ``Authorization: Bearer <API key>``
+    (401 otherwise); each tool call runs for its key's tenant (``api.keys``; ``redis_client`` holds the keys)."""
+    import uvicorn
+    from starlette.responses import JSONResponse
+
+    from engram.api import keys
+
+    def key_tenant(headers: Any) -> str | None:
+        auth = headers.get("authorization") or ""
+        scheme, _, key = auth.partition(" ")
+        return keys.tenant_for(redis_client, key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+
+    def tenant_of(ctx: Any) -> str | None:
+        request = getattr(ctx, "request", None)
+        return key_tenant(request.headers) if request is not None else None
+
+    server = build_server(tools, tenant_of)
+    app = server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+
+    async def authenticated(scope, receive, send):
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if await anyio.to_thread.run_sync(key_tenant, headers) is None:
+                await JSONResponse({"detail": "invalid or missing API key (send Authorization: Bearer <key>)"},
+                                   status_code=401, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    uvicorn.run(authenticated, host=host, port=port, log_level="warning", lifespan="on")
