@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     qdrant_url: str | None = Field(None, description="Qdrant server URL; unset = the embedded store (Qdrant Edge) "
                                    "under data_dir/vectors.")
     qdrant_api_key: str | None = None
+    store_wait_seconds: float = Field(
+        30.0, ge=0, description="How long a process waits for the embedded store while another one holds it "
+        "(e.g. an `engram mcp` tool call, an `engram ingest`) before giving up with StoreBusy.")
     s3_endpoint: str | None = Field(None, description="S3/MinIO endpoint host:port; unset = local folder.")
     s3_access_key: str | None = None
     s3_secret_key: str | None = None
