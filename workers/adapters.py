@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from engram.schemas.conversations import Attachment, ConversationMessage
+from engram.workers import importers
 from engram.workers.media import MediaError
 
 TURN_SPACING = timedelta(seconds=30)  # LoCoMo and LongMemEval time sessions, not turns
@@ -108,15 +110,18 @@ def _records(items: list) -> list[ConversationMessage]:
     return out
 
 
-def parse_conversation_file(data: bytes, source_name: str = "") -> list[ConversationMessage]:
-    """Messages of a conversation file in any accepted format. Raises MediaError if it is none of them (the
+def parse_conversation_file(data: bytes, source_name: str = "", default_time: datetime | None = None,
+                            owner: str = "user") -> list[ConversationMessage]:
+    """Messages of a conversation file in any accepted format (the record, LoCoMo, LongMemEval, and the
+    exports of ``workers.importers``: ChatGPT, WhatsApp, notes; ``default_time`` and ``owner`` are a note's
+    time and speaker when it names none). Raises MediaError if it is none of them (the
     reason names the record and field: a missing timestamp, a text over 100,000 characters, bytes that are
     not UTF-8), so the file is quarantined whole with it and nothing is half-imported.
 
     Messages with nothing to remember (no text, no attachment caption) are left out; a message repeated with
     the same ``message_id`` and content is kept once; a different message under an id already used in its
     session is kept as ``<id>#2`` (``#3``, ...), so a memory citing an id names one message."""
-    messages = _parse_conversation(data, source_name)
+    messages = _parse_conversation(data, source_name, default_time, owner)
     out: list[ConversationMessage] = []
     first: dict[tuple[str, str], int] = {}
     for i, msg in enumerate(messages):
@@ -138,7 +143,8 @@ def parse_conversation_file(data: bytes, source_name: str = "") -> list[Conversa
     return out
 
 
-def _parse_conversation(data: bytes, source_name: str = "") -> list[ConversationMessage]:
+def _parse_conversation(data: bytes, source_name: str = "", default_time: datetime | None = None,
+                        owner: str = "user") -> list[ConversationMessage]:
     if not data.strip():
         raise MediaError("empty conversation file")
     try:
@@ -147,6 +153,18 @@ def _parse_conversation(data: bytes, source_name: str = "") -> list[Conversation
         doc = None
     except RecursionError as exc:  # nested deeper than Python's parser goes: no conversation is
         raise MediaError("JSON nested too deeply to be a conversation file") from exc
+    if doc is not None and importers.is_chatgpt_export(doc):
+        try:
+            return importers.chatgpt_messages(doc)
+        except (ValueError, ValidationError) as exc:
+            raise InvalidConversation(f"malformed ChatGPT export: {exc}") from exc
+    if doc is None or Path(source_name).suffix.lower() in importers.NOTE_EXTENSIONS:
+        try:  # a WhatsApp export (by content) or a note (by name and front matter)
+            found = importers.text_messages(data, source_name, owner, default_time)
+        except (ValueError, ValidationError) as exc:
+            raise InvalidConversation(f"malformed {_text_format(data)}: {exc}") from exc
+        if found is not None:
+            return found
     if doc is None:  # JSONL
         try:
             text = data.decode("utf-8")
@@ -189,6 +207,10 @@ def _parse_conversation(data: bytes, source_name: str = "") -> list[Conversation
             raise MediaError("conversation file has no messages")
         return _records(doc)
     raise MediaError("JSON is not a conversation record, LoCoMo or LongMemEval file")
+
+
+def _text_format(data: bytes) -> str:
+    return "WhatsApp export" if importers.looks_like_whatsapp(data.decode("utf-8", "replace")) else "note"
 
 
 def _is_conversation(data: bytes) -> bool:

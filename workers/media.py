@@ -28,6 +28,7 @@ MEDIA_EXTENSIONS = {
     ".avi": MediaKind.clip,
 }
 CONVERSATION_EXTENSIONS = {".json", ".jsonl", ".ndjson"}
+TEXT_CONVERSATION_EXTENSIONS = {".txt", ".md", ".markdown"}  # WhatsApp exports and notes (workers.importers)
 _GUESS_MIME = {MediaKind.screenshot: "image/png", MediaKind.audio: "audio/wav", MediaKind.clip: "video/mp4",
                MediaKind.text: "application/x-ndjson"}
 
@@ -149,6 +150,8 @@ def detect(path: Path) -> tuple[MediaKind, str] | None:
     suffix = path.suffix.lower()
     if suffix in CONVERSATION_EXTENSIONS and _looks_like_conversation(path):
         return MediaKind.text, "application/json" if suffix == ".json" else "application/x-ndjson"
+    if suffix in TEXT_CONVERSATION_EXTENSIONS and _looks_like_conversation(path):  # workers.importers
+        return MediaKind.text, "text/plain"
     if suffix in MEDIA_EXTENSIONS:
         kind = MEDIA_EXTENSIONS[suffix]
         return kind, _GUESS_MIME[kind]

@@ -148,14 +148,14 @@ def conversation_messages(rt: Runtime, event: MediaEvent, data: bytes | None = N
     parsing the object again would give. ``data``: the object's bytes when the caller has them (else they are
     read from the object store). Callers must not modify the list or its messages. Raises
     MediaError for a file that does not parse (not kept)."""
-    key = (event.object_key, event.sha256, event.source_name or "")
+    key = (event.object_key, event.sha256, event.source_name or "", event.captured_at, event.user_id)
     with _PARSED_LOCK:
         messages = _PARSED.get(key)  # a hit counts as a use
         if messages is not None:
             return messages
     if data is None:
         data = rt.objects.get_bytes(event.object_key)
-    messages = parse_conversation_file(data, event.source_name or "")
+    messages = parse_conversation_file(data, event.source_name or "", event.captured_at, event.user_id)
     with _PARSED_LOCK:
         _PARSED[key] = messages
     return messages
