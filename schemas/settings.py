@@ -156,6 +156,20 @@ class Settings(BaseSettings):
     # ingest
     max_object_bytes: int = Field(2 * 1024**3, description="Largest accepted object, bytes.")
     max_image_pixels: int = Field(60_000_000, description="Largest accepted decoded image (w*h); bombs fail.")
+    max_upload_media_seconds: float = Field(
+        21600.0, gt=0, description="Longest media per upload, seconds, measured by decoding (never a header's "
+        "claim): the audio decoded, or a video's timeline of decoded frames. Longer: the event fails at ingest "
+        "with the reason (workers.bounds).")
+    max_upload_segments: int = Field(
+        1000, ge=1, description="Most segments (clip segments, audio chunks, chat batches) one upload is cut into; "
+        "more: the event fails at ingest with the reason.")
+    max_upload_derived_bytes: int = Field(
+        2 * 1024**3, ge=1024, description="Most bytes of objects ingest derives from one upload (audio chunks, "
+        "keyframes); more: the event fails at ingest with the reason, nothing past the limit written.")
+    silence_threshold_dbfs: float = Field(
+        -60.0, le=0, description="Audio whose peak stays below this (dB relative to full scale) is silence: a "
+        "silent audio chunk or clip segment track is not transcribed, and silent or empty audio is skipped with "
+        "the reason.")
     near_duplicate_similarity: float = Field(
         0.9, ge=0, le=1,
         description="A screenshot whose perceptual-hash similarity to the device's previous frame is at or "

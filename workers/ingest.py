@@ -23,8 +23,9 @@ from celery import chain
 
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
 from engram.schemas.jobs import Keyframe, SegmentJob
-from engram.workers import media
+from engram.workers import bounds, media
 from engram.workers.app import Queue, app
+from engram.workers.bounds import UploadBudget
 from engram.workers.ids import derived_key, sha256_file
 from engram.workers.ledger import FINAL_STATUSES
 from engram.workers.metrics import NEAR_DUPLICATES
@@ -146,75 +147,131 @@ def _plan_screenshot(rt: Runtime, event: MediaEvent, path: Path) -> list[Segment
     return [SegmentJob(event=event, segment_index=0)]
 
 
-def _plan_audio(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
+def _plan_audio(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob] | None:
+    """Audio chunks of ``event`` measured by decoding (``workers.bounds``); None when the recording holds no
+    samples or no sound (the event is then skipped with the reason). Raises MediaError, LimitExceeded."""
     _check_sniffed(path, MediaKind.audio)
     info = media.probe(path)
     if not info.has_audio:
         raise media.MediaError("no audio stream")
     s = rt.settings
-    blocks = media.audio_blocks(path, int(media.SAMPLE_RATE * min(s.audio_chunk_seconds, 30.0)) or 1)
-    return _audio_chunks(rt, event, blocks, s.audio_chunk_seconds, s.audio_chunk_overlap_seconds, "chunk")
+    budget = UploadBudget(s, rt.objects, info.duration)
+    decoded = 0
+
+    def counted(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+        nonlocal decoded
+        for block in blocks:
+            decoded += len(block)
+            yield block
+
+    blocks = counted(media.audio_blocks(path, int(media.SAMPLE_RATE * min(s.audio_chunk_seconds, 30.0)) or 1))
+    jobs = _audio_chunks(rt, event, blocks, s.audio_chunk_seconds, s.audio_chunk_overlap_seconds, "chunk",
+                         budget=budget, silence_dbfs=s.silence_threshold_dbfs)
+    if not jobs:
+        declared = f" (the header declares {info.duration:,.0f} s)" if info.duration else ""
+        reason = (f"silent: no sound above {s.silence_threshold_dbfs:g} dBFS in "
+                  f"{decoded / media.SAMPLE_RATE:,.1f} s of audio" if decoded
+                  else f"empty: no audio samples decoded{declared}")
+        rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest", reason=reason)
+        log.info("audio skipped", event_id=str(event.event_id), reason=reason)
+        return None
+    return jobs
 
 
 def _audio_chunks(rt: Runtime, event: MediaEvent, blocks: Iterator[np.ndarray], seconds: float, overlap: float,
-                  prefix: str) -> list[SegmentJob]:
+                  prefix: str, budget: UploadBudget | None = None,
+                  silence_dbfs: float | None = None) -> list[SegmentJob]:
     """Cut streamed audio into chunks whose cores are ``seconds`` long, each written as a WAV object that also
     holds ``overlap`` seconds of its neighbours on either side (``audio_start_s`` says where it starts), so a
     word cut by a core's edge is heard whole by the chunk that keeps it (``workers.speech``). At most one
-    chunk plus its overlaps is held in memory; a recording of any length gives at least one chunk."""
+    chunk plus its overlaps is held in memory; a recording of any length gives at least one chunk.
+
+    With ``budget``, the samples decoded, the chunks and their bytes are held to the upload's limits (raises
+    LimitExceeded); with ``silence_dbfs``, a chunk whose peak stays below it is neither written nor returned
+    (its index is left out), so silent audio gives no chunks at all."""
     rate = media.SAMPLE_RATE
     core, pad = max(1, int(seconds * rate)), int(overlap * rate)
     jobs: list[SegmentJob] = []
+    cut = 0  # chunks cut so far, silent ones included
+    put = budget.put if budget is not None else rt.objects.put_bytes
     buf, buf_start = np.zeros(0, dtype=np.float32), 0  # samples held, and where they start in the recording
 
     def emit(i: int, hi: int, end: int) -> None:
-        nonlocal buf, buf_start
+        nonlocal buf, buf_start, cut
         lo = max(0, i * core - pad)
-        key = derived_key(event.tenant_id, event.event_id, f"{prefix}-{i:05d}.wav")
-        rt.objects.put_bytes(key, media.wav_bytes(buf[lo - buf_start: hi - buf_start]), "audio/wav")
-        jobs.append(SegmentJob(event=event, segment_index=i, start_s=i * core / rate, end_s=end / rate,
-                               audio_key=key, audio_start_s=lo / rate))
+        audio = buf[lo - buf_start: hi - buf_start]
+        if silence_dbfs is None or not bounds.silent(audio, silence_dbfs):
+            if budget is not None:
+                budget.add_segment()
+            key = derived_key(event.tenant_id, event.event_id, f"{prefix}-{i:05d}.wav")
+            put(key, media.wav_bytes(audio), "audio/wav")
+            jobs.append(SegmentJob(event=event, segment_index=i, start_s=i * core / rate, end_s=end / rate,
+                                   audio_key=key, audio_start_s=lo / rate))
+        cut += 1
         keep = max(0, (i + 1) * core - pad)  # where the next chunk's audio starts
         buf, buf_start = buf[keep - buf_start:], keep
 
     for block in blocks:
         buf = np.concatenate([buf, block])
-        while buf_start + len(buf) >= (len(jobs) + 1) * core + pad + 1:  # a later sample exists: not the last
-            i = len(jobs)
-            emit(i, (i + 1) * core + pad, (i + 1) * core)
+        if budget is not None:
+            budget.check_seconds((buf_start + len(buf)) / rate, "the audio decoded")
+        while buf_start + len(buf) >= (cut + 1) * core + pad + 1:  # a later sample exists: not the last
+            emit(cut, (cut + 1) * core + pad, (cut + 1) * core)
     total = buf_start + len(buf)
-    if not jobs or total > len(jobs) * core:
-        emit(len(jobs), total, total)
+    if not cut or total > cut * core:
+        emit(cut, total, total)
     return jobs
 
 
 def _plan_clip(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
+    """Segments of ``clip_segment_seconds`` that hold decoded frames or sound, measured by decoding: the
+    timeline of decoded frames and the audio decoded are held to ``max_upload_media_seconds`` as they come
+    (an MP4 whose sample tables claim 2,000,000 s fails at its first frame past the limit), segments and
+    derived bytes to their limits (``workers.bounds``). A segment's audio track is written only when it is
+    not silent. Raises MediaError, LimitExceeded."""
     _check_sniffed(path, MediaKind.clip)
     s = rt.settings
     info = media.probe(path)
     if not info.has_video:
         raise media.MediaError("clip has no video stream")
-    frames = media.keyframes(path, s.clip_segment_seconds, s.clip_keyframes_per_segment)
+    seg_s = s.clip_segment_seconds
+    budget = UploadBudget(s, rt.objects, info.duration)
+    last_frame = 0.0
+
+    def on_frame(t: float) -> None:
+        nonlocal last_frame
+        budget.check_seconds(t, "the video's timeline of decoded frames")
+        last_frame = max(last_frame, t)
+
+    frames = media.keyframes(path, seg_s, s.clip_keyframes_per_segment, on_frame=on_frame)
     if not frames:
         raise media.MediaError("clip has no decodable frames")
-    duration = info.duration or (max(frames) + 1) * s.clip_segment_seconds
-    n = max(1, math.ceil(duration / s.clip_segment_seconds - 1e-6))
-    audio = media.decode_audio(path) if info.has_audio else None
+    planned = set(frames)
+    budget.check_segments(len(planned))
+    audio_keys: dict[int, str] = {}
+    heard = 0
+    if info.has_audio:
+        for i, block in enumerate(media.audio_blocks(path, max(1, int(seg_s * media.SAMPLE_RATE)))):
+            heard += len(block)
+            budget.check_seconds(heard / media.SAMPLE_RATE, "the audio track decoded")
+            if bounds.silent(block, s.silence_threshold_dbfs):
+                continue
+            planned.add(i)
+            budget.check_segments(len(planned))
+            audio_keys[i] = derived_key(event.tenant_id, event.event_id, f"seg-{i:05d}-audio.wav")
+            budget.put(audio_keys[i], media.wav_bytes(block), "audio/wav")
+    measured = max(last_frame, heard / media.SAMPLE_RATE)
+    # the header's duration only where the decoded content bears it out (it adds the last frame's length)
+    duration = info.duration if measured <= info.duration <= measured + seg_s else measured
     jobs = []
-    for i in range(n):
-        start, end = i * s.clip_segment_seconds, min(duration, (i + 1) * s.clip_segment_seconds)
+    for i in sorted(planned):
+        start, end = i * seg_s, max(i * seg_s, min(duration, (i + 1) * seg_s))
         kfs = []
         for j, (t, img) in enumerate(frames.get(i, [])):
             key = derived_key(event.tenant_id, event.event_id, f"seg-{i:05d}-key-{j:02d}.jpg")
-            rt.objects.put_bytes(key, media.jpeg_bytes(img), "image/jpeg")
+            budget.put(key, media.jpeg_bytes(img), "image/jpeg")
             kfs.append(Keyframe(t=t, object_key=key))
-        audio_key = None
-        if audio is not None:
-            lo, hi = int(start * media.SAMPLE_RATE), int(end * media.SAMPLE_RATE)
-            if hi > lo:
-                audio_key = derived_key(event.tenant_id, event.event_id, f"seg-{i:05d}-audio.wav")
-                rt.objects.put_bytes(audio_key, media.wav_bytes(audio[lo:hi]), "audio/wav")
-        jobs.append(SegmentJob(event=event, segment_index=i, start_s=start, end_s=end, audio_key=audio_key,
+        jobs.append(SegmentJob(event=event, segment_index=i, start_s=start, end_s=end, audio_key=audio_keys.get(i),
                                keyframes=kfs))
     return jobs
 
@@ -224,5 +281,6 @@ def _plan_text(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
 
     messages = conversation_messages(rt, event, path.read_bytes())
     batch = rt.settings.chat_batch_size
+    UploadBudget(rt.settings, rt.objects).check_segments(math.ceil(len(messages) / batch))
     return [SegmentJob(event=event, segment_index=i, first_message=lo, last_message=min(lo + batch, len(messages)))
             for i, lo in enumerate(range(0, len(messages), batch))]

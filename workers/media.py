@@ -8,7 +8,7 @@ import io
 import itertools
 import json
 import wave
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -359,12 +359,15 @@ def read_wav(data: bytes) -> np.ndarray:
 
 
 def keyframes(path: Path, segment_seconds: float, per_segment: int, sample_fps: float = 2.0,
-              scene_threshold: float = 12.0) -> dict[int, list[tuple[float, object]]]:
+              scene_threshold: float = 12.0,
+              on_frame: Callable[[float], None] | None = None) -> dict[int, list[tuple[float, object]]]:
     """Keyframes of a video by scene change, per segment index: {segment: [(t seconds, PIL RGB image)]}.
 
     Frames are sampled at ``sample_fps``; a frame is a keyframe when it is the segment's first or its mean
     absolute difference (32x32 grey, 0-255) from the last keyframe exceeds ``scene_threshold``. At most
-    ``per_segment`` keyframes are kept per segment (the largest changes). Raises MediaError on decode errors.
+    ``per_segment`` keyframes are kept per segment (the largest changes). ``on_frame`` is called with the time
+    of every decoded frame (seconds), before it is kept: an exception it raises (``bounds.LimitExceeded``)
+    stops decoding. Raises MediaError on decode errors.
     """
     import av
 
@@ -376,6 +379,8 @@ def keyframes(path: Path, segment_seconds: float, per_segment: int, sample_fps: 
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
             for frame in container.decode(stream):
+                if frame.time is not None and on_frame is not None:
+                    on_frame(float(frame.time))
                 if frame.time is None or frame.time < next_t:
                     continue
                 next_t = frame.time + 1.0 / sample_fps
@@ -387,6 +392,8 @@ def keyframes(path: Path, segment_seconds: float, per_segment: int, sample_fps: 
                 if first or change > scene_threshold:
                     out.setdefault(seg, []).append((change, float(frame.time), img))
                     last_thumb = thumb
+    except MediaError:
+        raise  # from on_frame: a limit, with its own reason
     except (av.error.FFmpegError, ValueError, IndexError) as exc:
         raise MediaError(f"video cannot be decoded: {_av_reason(exc)}") from exc
     result: dict[int, list[tuple[float, object]]] = {}

@@ -264,13 +264,17 @@ def _ingest(path: Path):
 
 
 @pytest.mark.parametrize(("seconds", "signal"), [(3.0, "silence"), (0.1, "tone"), (0.02, "tone")])
-def test_silent_or_tiny_audio_is_done_with_no_observations(engram_env, tmp_path, seconds, signal):
+def test_silent_audio_is_skipped_and_tiny_audio_done_with_no_observations(engram_env, tmp_path, seconds, signal):
     n = int(seconds * media.SAMPLE_RATE)
     samples = (np.zeros(n, np.float32) if signal == "silence"
                else 0.3 * np.sin(np.arange(n) * 2 * np.pi * 440 / media.SAMPLE_RATE).astype(np.float32))
     path = tmp_path / f"{signal}-{seconds}.wav"
     path.write_bytes(media.wav_bytes(samples))
     out = _ingest(path)
+    if signal == "silence":  # skipped with the reason, not done with nothing (workers.bounds)
+        [(_, record)] = out["skipped"]
+        assert record.status is EventStatus.skipped and record.reason.startswith("silent: no sound above")
+        return
     assert len(out["done"]) == 1, out
     record = out["done"][0][1]
     assert record.status is EventStatus.done and record.observations == 0
