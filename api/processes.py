@@ -21,6 +21,9 @@ INGEST, PERCEIVE_CPU, PERCEIVE_GPU = "ingest", "perceive.cpu", "perceive.gpu"
 LINK, STORE, CONSOLIDATE, QUERY = "link", "store", "consolidate", "query"
 ALL_QUEUES = (INGEST, PERCEIVE_CPU, PERCEIVE_GPU, LINK, STORE, CONSOLIDATE, QUERY)
 QDRANT_BOUND = (LINK, STORE, CONSOLIDATE, QUERY)
+#: beat's sweep for lost work (``workers.ingest.redeliver_stalled``): every worker serves it besides its own
+#: queues, so no backlog of the pipeline's queues can hold it back until it expires
+MAINTENANCE = "maintenance"
 
 
 class Role(StrEnum):
@@ -116,9 +119,10 @@ def plan_worker(settings: Settings, queues: str | None = None, role: Role | str 
 def worker_argv(plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None = None,
                 events: bool = False) -> list[str]:
     """The ``celery worker`` arguments for ``plan`` (for ``app.worker_main``). The default node name,
-    ``<role>-<pid>@<host>``, keeps several workers on one host apart."""
-    argv = ["worker", "--queues", ",".join(plan.queues), "--pool", plan.pool, "--loglevel", loglevel.upper(),
-            "--hostname", hostname or f"{plan.role}-{os.getpid()}@%h"]
+    ``<role>-<pid>@<host>``, keeps several workers on one host apart. Every worker also serves the
+    ``maintenance`` queue (beat's sweeps)."""
+    argv = ["worker", "--queues", ",".join((*plan.queues, MAINTENANCE)), "--pool", plan.pool,
+            "--loglevel", loglevel.upper(), "--hostname", hostname or f"{plan.role}-{os.getpid()}@%h"]
     if plan.concurrency is not None:
         argv += ["--concurrency", str(plan.concurrency)]
     if events:

@@ -26,6 +26,7 @@ class Queue(StrEnum):
     store = "store"
     consolidate = "consolidate"
     query = "query"
+    maintenance = "maintenance"  # beat's sweeps; every worker serves it (api.processes.worker_argv)
 
 
 #: Queues whose tasks open the vector store. With the embedded store exactly one ``--pool solo``
@@ -39,6 +40,8 @@ TASK_MODULES = [f"engram.workers.{stage}" for stage in (
     "entities")]
 
 ROUTES = {
+    # beat's sweep for lost work has a queue of its own: behind an ingest backlog it would expire unrun
+    "workers.ingest.redeliver_stalled": {"queue": Queue.maintenance.value},
     "workers.ingest.*": {"queue": Queue.ingest.value},
     "workers.perceive.*": {"queue": Queue.perceive_cpu.value},
     "workers.embed.*": {"queue": Queue.perceive_gpu.value},
@@ -108,7 +111,7 @@ def configure(app: Celery, settings: Settings) -> None:
             "redeliver-stalled": {
                 "task": "workers.ingest.redeliver_stalled",
                 "schedule": sweep,
-                "options": {"expires": sweep * 1.5},
+                "options": {"expires": sweep * 1.5, "queue": Queue.maintenance.value},
             },
         },
     )

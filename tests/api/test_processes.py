@@ -73,7 +73,8 @@ def test_no_broker_no_workers(tmp_path):
 def test_celery_argv(tmp_path):
     plan = plan_worker(settings(tmp_path), role="store")
     argv = worker_argv(plan, "info", events=True)
-    assert argv[:7] == ["worker", "--queues", "link,store,consolidate,query", "--pool", "solo", "--loglevel", "INFO"]
+    assert argv[:7] == ["worker", "--queues", "link,store,consolidate,query,maintenance", "--pool", "solo",
+                        "--loglevel", "INFO"]  # every worker serves beat's sweeps too
     assert argv[argv.index("--hostname") + 1] == f"store-{os.getpid()}@%h"
     assert argv[-3:] == ["--concurrency", "1", "--task-events"]
     beat = beat_argv(settings(tmp_path))
