@@ -839,7 +839,8 @@ def publish(
         raise typer.Exit(1)
 
 
-@app.command(epilog="Example:  engram watch ~/Pictures/Screenshots --api http://engram:8000 --api-key $KEY")
+@app.command(epilog="Examples:  engram watch ~/Pictures/Screenshots  ·  "
+                     "engram watch ~/Pictures/Screenshots --api http://engram:8000 --api-key $KEY")
 def watch(
     folder: Annotated[Path, typer.Argument(help="The folder to watch (recursively).")],
     api: ApiUrl = None,
@@ -850,14 +851,21 @@ def watch(
                                           "published.")] = 2.0,
     existing: Annotated[bool, typer.Option("--existing", help="Also publish the files already in the folder "
                                            "(those published before are not sent again).")] = False,
+    tenant: Annotated[str | None, typer.Option(help="Tenant without --api (default: ENGRAM_TENANT).")] = None,
 ) -> None:
-    """Publish new files in FOLDER as they appear, once each is completely written. Ctrl-C stops."""
+    """Publish new files in FOLDER as they appear, once each is completely written. Ctrl-C stops.
+
+    Without --api, ingests them on the embedded default (no servers), a batch at a time, holding the store only
+    while a batch is ingested."""
     import signal
     import threading
 
     from engram.api.client import NotMedia
     from engram.api.watch import FolderWatcher
 
+    if not api:
+        _watch_embedded(folder, tenant, user, device, settle, existing)
+        return
     with _client(api, api_key, user, device) as client:
         def send(path: Path) -> None:
             res = client.publish(path)
@@ -885,6 +893,44 @@ def watch(
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         err.print("stopped")
+
+
+def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: str | None, settle: float,
+                    existing: bool) -> None:
+    """``engram watch`` without --api: each batch of settled files through ``ingest_paths`` (api.watch)."""
+    import signal
+    import threading
+
+    from engram.api.watch import EmbeddedBatches, FolderWatcher
+    from engram.schemas.settings import get_settings
+
+    tenant, user, device = tenant or get_settings().tenant, user or _default_user(), device or _default_device()
+
+    def report(result: dict[str, list]) -> None:
+        for path, rec in result["done"] + result["resumed"]:
+            console.print(Text(f"ingested {path}: {rec.status.value} ({rec.observations} observations)"))
+        for path, rec in result["skipped"]:
+            console.print(Text(f"skipped {path}: {rec.reason}"))
+        for path, why in result["failed"]:
+            err.print(Text.assemble(("failed ", "red"), f"{path}: {getattr(why, 'reason', why)}"))
+
+    batches = EmbeddedBatches(lambda paths: ingest_paths(paths, tenant, user, device, quiet=True), report,
+                              on_busy=lambda exc: err.print(Text(f"waiting: {exc}")))
+    try:
+        watcher = FolderWatcher(folder, batches.publish, settle=settle, existing=existing, on_batch=batches.on_batch,
+                                on_ready=lambda: err.print(Text(f"watching {folder} (embedded; Ctrl-C stops)")))
+    except NotADirectoryError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    batches.watcher = watcher
+    stop = threading.Event()  # SIGINT/SIGTERM: the batch under way is finished, then the watcher returns
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        watcher.run(stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    err.print("stopped")
 
 
 @app.command()

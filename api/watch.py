@@ -4,14 +4,19 @@ watchdog reports created, modified and moved-in files; a file is published once 
 modification time have not changed for ``settle`` seconds, so a file still being written is not sent
 half-done. Ownership: watchdog's observer thread only records paths in ``_pending`` (under ``_lock``);
 the thread that calls ``run`` owns stat-ing and publishing.
+
+``engram watch`` publishes through the API (``--api``), or on the embedded default ingests each batch of
+settled files in the calling process (``api.cli.ingest_paths``) inside ``store_session``: the embedded store
+is held only while a batch is ingested, so ``engram search`` and other commands run between batches.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".download", ".swp", "~")
@@ -29,18 +34,20 @@ class FolderWatcher:
     ``existing``: also publish the files already there at start. An exception from ``publish`` is
     passed to ``on_error(path, exc)`` (default: re-raised) and the file is not retried until it changes.
     Empty files wait until they get content. ``on_ready()`` is called once the folder is being watched
-    (files that appear from then on are seen).
+    (files that appear from then on are seen). ``on_batch(paths)``, when given, is called after each check
+    that published files, with them (e.g. to release a store held for the batch).
     """
 
     def __init__(self, folder: Path, publish: Callable[[Path], object], settle: float = 2.0, poll: float = 0.5,
                  recursive: bool = True, existing: bool = False,
                  on_error: Callable[[Path, Exception], None] | None = None,
-                 on_ready: Callable[[], None] | None = None) -> None:
+                 on_ready: Callable[[], None] | None = None,
+                 on_batch: Callable[[list[Path]], None] | None = None) -> None:
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise NotADirectoryError(f"{folder}: not a folder")
         self.publish, self.settle, self.poll, self.recursive = publish, settle, poll, recursive
-        self.existing, self.on_error, self.on_ready = existing, on_error, on_ready
+        self.existing, self.on_error, self.on_ready, self.on_batch = existing, on_error, on_ready, on_batch
         self._pending: dict[Path, tuple[int, int, float] | None] = {}
         self._done: dict[Path, tuple[int, int]] = {}
         self._lock = threading.Lock()
@@ -118,8 +125,78 @@ class FolderWatcher:
                     raise
                 self.on_error(path, exc)
             ready.append(path)
+        if ready and self.on_batch is not None:
+            self.on_batch(ready)
         return ready
+
+    def retry(self, paths: list[Path]) -> None:
+        """Check ``paths`` again (published anew once stable), e.g. after a batch that could not be stored."""
+        with self._lock:
+            for path in paths:
+                self._done.pop(path, None)
+                self._pending.setdefault(path, None)
 
     def _forget(self, path: Path) -> None:
         with self._lock:
             self._pending.pop(path, None)
+
+
+@contextlib.contextmanager
+def store_session() -> Iterator[None]:
+    """Hold the embedded store for one batch: open it (waiting up to ``ENGRAM_STORE_WAIT_SECONDS`` while another
+    process holds it; ``vectorstore.StoreBusy`` after), then close this process's runtimes and stores
+    (``workers.runtime.reset_runtimes``), which releases the store's lock. With a broker or a Qdrant server
+    nothing is held here."""
+    from engram.schemas.settings import get_settings
+    from engram.workers.runtime import reset_runtimes, runtime
+    from engram.workers.vectorstore import EdgeVectorStore
+
+    settings = get_settings()
+    if settings.broker_url or settings.qdrant_url:
+        yield
+        return
+    try:
+        store = runtime(settings).vectors
+        if isinstance(store, EdgeVectorStore):
+            store.hold()
+        yield
+    finally:
+        reset_runtimes()
+
+
+class EmbeddedBatches:
+    """``FolderWatcher``'s ``publish`` and ``on_batch`` for the embedded default: ``publish`` only collects the
+    settled files; ``on_batch`` ingests them together with ``ingest(paths)`` (``api.cli.ingest_paths``: the same
+    exact-duplicate, near-duplicate and resume rules as ``engram ingest``) inside ``store_session`` and passes
+    its result (``{'done'|'skipped'|'failed'|'ignored': [(path, record or reason)]}``) to ``report``. While
+    another process holds the store past ``ENGRAM_STORE_WAIT_SECONDS`` (StoreBusy), the batch is left for the
+    next check (``FolderWatcher.retry``) and ``on_busy(exc)`` is told. Owned by the thread that runs the
+    watcher."""
+
+    def __init__(self, ingest: Callable[[list[Path]], dict[str, list]], report: Callable[[dict[str, list]], None],
+                 on_busy: Callable[[Exception], None] | None = None) -> None:
+        self.ingest, self.report, self.on_busy = ingest, report, on_busy
+        self.watcher: FolderWatcher | None = None
+        self._batch: list[Path] = []
+
+    def publish(self, path: Path) -> None:
+        """Collect one settled file for the batch."""
+        self._batch.append(path)
+
+    def on_batch(self, paths: list[Path]) -> None:
+        """Ingest the collected files in one store session."""
+        from engram.workers.vectorstore import StoreBusy
+
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        try:
+            with store_session():
+                result = self.ingest(batch)
+        except StoreBusy as exc:
+            if self.watcher is not None:
+                self.watcher.retry(batch)
+            if self.on_busy is not None:
+                self.on_busy(exc)
+            return
+        self.report(result)
