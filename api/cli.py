@@ -389,15 +389,24 @@ def status(
                       "again first, keeping what they stored", highlight=False)
 
 
-@app.command(epilog="Examples:  engram entities --tenant acme  ·  engram entities --merge <kept id> <merged id>")
+entities_app = typer.Typer(no_args_is_help=False)
+app.add_typer(entities_app, name="entities")
+
+
+@entities_app.callback(invoke_without_command=True,
+                       epilog="Examples:  engram entities --tenant acme  ·  engram entities --merge <kept id> "
+                              "<merged id>  ·  engram entities name <id> Maria")
 @reads_store
 def entities(
+    ctx: typer.Context,
     tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
     merge: Annotated[tuple[str, str] | None, typer.Option(
         help="Merge the second entity into the first (samples, names and links move; recorded in the first).",
         metavar="KEEP DROP")] = None,
 ) -> None:
     """People linked from faces, voices and chat speakers (M3-Agent's entities): names and counts."""
+    if ctx.invoked_subcommand is not None:
+        return
     from engram.schemas.settings import get_settings
     from engram.workers.entities import list_entities, merge_entities
 
@@ -417,6 +426,37 @@ def entities(
         table.add_row(str(e.id), Text(", ".join(e.names)), str(e.faces), str(e.voices), str(e.observations),
                       local_time(e.first_seen), local_time(e.last_seen), ", ".join(m[:8] for m in e.merged_from))
     console.print(table)
+
+
+@entities_app.command("name", epilog="Example:  engram entities name 3f2a9c1e-... Maria")
+@reads_store
+def entities_name(
+    entity_id: Annotated[str, typer.Argument(help="The entity's id (from `engram entities`).")],
+    name: Annotated[str, typer.Argument(help="The person's name.")],
+    tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
+) -> None:
+    """Name a person entity (a face or voice found without a name): searches naming them then filter to them,
+    and ask shows the name in its evidence."""
+    import uuid
+
+    from engram.schemas.entities import EntitySummary
+    from engram.schemas.settings import get_settings
+    from engram.workers.entities import name_task
+
+    try:
+        eid = uuid.UUID(entity_id)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{entity_id!r} is not an entity id (a UUID)", param_hint="ENTITY_ID") from exc
+    try:
+        named = name_task.delay(tenant or get_settings().tenant, str(eid), name).get(timeout=600)
+    except ValueError as exc:  # an empty name
+        err.print(Text.assemble(("error: ", "red"), str(exc)))
+        raise typer.Exit(2) from exc
+    if named is None:
+        err.print(Text.assemble(("error: ", "red"), f"no entity {entity_id}"))
+        raise typer.Exit(1)
+    named = EntitySummary.model_validate(named)
+    console.print(Text(f"{named.id}: {', '.join(named.names)}"))
 
 
 @app.command()

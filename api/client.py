@@ -6,6 +6,9 @@
         hits = client.search("budget review").hits
         answer = client.ask("when is the budget review?").answer
 
+``add`` remembers a text or chat messages directly (``POST /v1/memories``); ``AsyncEngramClient`` makes the
+same API calls (all but publishing files) from asyncio.
+
 Resumable: the server answers ``exists`` for content it already stores (the bytes are not sent again),
 and the default event id is derived from (API key, user, device, sha256), so publishing the same file
 again enqueues nothing (the server returns the existing event's status). Connection errors, timeouts,
@@ -30,6 +33,7 @@ from typing import Any
 import httpx
 import tenacity
 
+from engram.schemas.add import AddMemoryRequest, AddMemoryResponse, AddMessage
 from engram.schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
 from engram.schemas.ask import AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
@@ -102,6 +106,47 @@ def _transient(exc: BaseException) -> bool:
 def _transient_for_ask(exc: BaseException) -> bool:
     """As ``_transient``, but a 502 (the LLM failed, or broke the protocol) is the answer, not retried."""
     return _transient(exc) and not (isinstance(exc, EngramAPIError) and exc.status == 502)
+
+
+def _search_body(query: str, user: str | None, memory_types: Iterable[MemoryType] | None,
+                 kinds: Iterable[MediaKind] | None, time_from: datetime | None, time_to: datetime | None,
+                 limit: int) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/search``."""
+    body: dict[str, Any] = {"query": query, "limit": limit}
+    if user:
+        body["user_id"] = user
+    if memory_types is not None:
+        body["memory_types"] = [MemoryType(t).value for t in memory_types]
+    if kinds is not None:
+        body["kinds"] = [MediaKind(k).value for k in kinds]
+    for name, t in (("time_from", time_from), ("time_to", time_to)):
+        if t is not None:
+            body[name] = t.isoformat()
+    return body
+
+
+def _ask_body(question: str, user: str | None, memory_types: Iterable[MemoryType] | None, limit: int,
+              max_rounds: int) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/ask``."""
+    body: dict[str, Any] = {"question": question, "limit": limit, "max_rounds": max_rounds}
+    if user:
+        body["user_id"] = user
+    if memory_types is not None:
+        body["memory_types"] = [MemoryType(t).value for t in memory_types]
+    return body
+
+
+def _add_body(messages_or_text: str | list[AddMessage | dict], user_id: str, client_id: str | None,
+              time: datetime | None, source: str | None, session_id: str | None) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/memories``, validated here (pydantic.ValidationError before any request)."""
+    if isinstance(messages_or_text, str):
+        content: dict[str, Any] = {"text": messages_or_text}
+    else:
+        content = {"messages": [m if isinstance(m, AddMessage) else AddMessage.model_validate(m)
+                                for m in messages_or_text]}
+    req = AddMemoryRequest(**content, user_id=user_id, id=client_id, time=time, source=source,
+                           session_id=session_id)
+    return req.model_dump(mode="json", exclude_none=True)
 
 
 class EngramClient:
@@ -227,16 +272,7 @@ class EngramClient:
                kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
                time_to: datetime | None = None, limit: int = 10) -> SearchResponse:
         """``POST /v1/search``: hybrid search over the tenant's memories (hits best first)."""
-        body: dict[str, Any] = {"query": query, "limit": limit}
-        if user:
-            body["user_id"] = user
-        if memory_types is not None:
-            body["memory_types"] = [MemoryType(t).value for t in memory_types]
-        if kinds is not None:
-            body["kinds"] = [MediaKind(k).value for k in kinds]
-        for name, t in (("time_from", time_from), ("time_to", time_to)):
-            if t is not None:
-                body[name] = t.isoformat()
+        body = _search_body(query, user, memory_types, kinds, time_from, time_to, limit)
         return SearchResponse.model_validate(self._call("POST", "/v1/search", body))
 
     def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
@@ -244,12 +280,25 @@ class EngramClient:
         """``POST /v1/ask``: an answer from memory with the memories it cites (M3-Agent's multi-round
         retrieval when the workers have an LLM), or the ranked evidence with ``answer`` None. ``limit``: hits
         per round. EngramAPIError 502 (not retried) when the LLM failed, with the reason."""
-        body: dict[str, Any] = {"question": question, "limit": limit, "max_rounds": max_rounds}
-        if user:
-            body["user_id"] = user
-        if memory_types is not None:
-            body["memory_types"] = [MemoryType(t).value for t in memory_types]
+        body = _ask_body(question, user, memory_types, limit, max_rounds)
         return AskResponse.model_validate(self._call("POST", "/v1/ask", body, retry_if=_transient_for_ask))
+
+    def add(self, messages_or_text: str | list[AddMessage | dict], user_id: str | None = None, *,
+            id: str | None = None, time: datetime | None = None, source: str | None = None,
+            session_id: str | None = None) -> AddMemoryResponse:
+        """``POST /v1/memories``: remember one text, or chat messages (each an ``AddMessage`` or a dict with at
+        least ``text``; the conversation record's speaker, timestamp, message_id and session_id optional), for
+        ``user_id`` (default: the client's user). ``id``: your id for this addition; adding again with it stores
+        nothing and answers ``duplicate`` (so retries are safe). Returns the event to poll (``wait``); the
+        memory is searchable once it is done. Raises pydantic.ValidationError for invalid input (before any
+        request), EngramAPIError."""
+        body = _add_body(messages_or_text, user_id or self.user, id, time, source, session_id)
+        return AddMemoryResponse.model_validate(self._call("POST", "/v1/memories", body))
+
+    def name_entity(self, entity_id: uuid.UUID | str, name: str) -> EntitySummary:
+        """``POST /v1/entities/{id}/name``: give a person entity a name (its first name from now on: searches
+        naming it filter to it, ``ask`` shows it). EngramAPIError 404 when unknown (or another tenant's)."""
+        return EntitySummary.model_validate(self._call("POST", f"/v1/entities/{entity_id}/name", {"name": name}))
 
     def get_memory(self, memory_id: uuid.UUID | str) -> MemoryRecord:
         """``GET /v1/memories/{id}``: one observation or memory. EngramAPIError 404 when unknown (or another
@@ -305,3 +354,139 @@ class EngramClient:
                 raise TimeoutError(f"{len(pending)} of {len(pending) + len(out)} events not finished "
                                    f"after {timeout:g} s")
             time.sleep(interval)
+
+
+class AsyncEngramClient:
+    """``EngramClient`` for asyncio (httpx.AsyncClient, tenacity's AsyncRetrying): the same API calls with the
+    same arguments, retries and errors, awaited. Publishing files (hashing and presigned uploads) stays with
+    ``EngramClient``. Use one client per event loop::
+
+        async with AsyncEngramClient("http://engram:8000", api_key, user="alice") as client:
+            added = await client.add("Maria moves to Lisbon in March", id="note-42")
+            await client.wait([added.event_id])
+            hits = (await client.search("where does Maria move?")).hits
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0, retries: int = 5,
+                 backoff: float = 0.5, max_backoff: float = 8.0, user: str | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if not api_key:
+            raise ValueError("an API key is required (engram keys create --tenant T)")
+        self.base_url = base_url.rstrip("/")
+        self.user = user or os.environ.get("ENGRAM_USER") or safe_id(getpass.getuser())
+        self._api = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport,
+                                      headers={"Authorization": f"Bearer {api_key}"})
+        self._retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(max(1, retries)),
+            wait=tenacity.wait_exponential(multiplier=backoff, max=max_backoff),
+            retry=tenacity.retry_if_exception(_transient), reraise=True)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._api.aclose()
+
+    async def __aenter__(self) -> AsyncEngramClient:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
+                    retry_if=_transient) -> Any:
+        """As ``EngramClient._call``, awaited."""
+
+        async def once() -> Any:
+            resp = await self._api.request(method, path, json=body, params=params)
+            if resp.status_code >= 400:
+                try:
+                    detail = resp.json().get("detail", resp.text)
+                except ValueError:
+                    detail = resp.text[:500]
+                raise EngramAPIError(resp.status_code, detail, path)
+            return resp.json() if resp.content else None
+
+        return await self._retrying.copy(retry=tenacity.retry_if_exception(retry_if))(once)
+
+    async def event_status(self, event_id: uuid.UUID | str) -> EventStatusResponse:
+        """``GET /v1/events/{id}`` (see ``EngramClient.event_status``)."""
+        return EventStatusResponse.model_validate(await self._call("GET", f"/v1/events/{event_id}"))
+
+    async def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
+                     kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
+                     time_to: datetime | None = None, limit: int = 10) -> SearchResponse:
+        """``POST /v1/search`` (see ``EngramClient.search``)."""
+        body = _search_body(query, user, memory_types, kinds, time_from, time_to, limit)
+        return SearchResponse.model_validate(await self._call("POST", "/v1/search", body))
+
+    async def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
+                  limit: int = 10, max_rounds: int = 5) -> AskResponse:
+        """``POST /v1/ask`` (see ``EngramClient.ask``; a 502 is the answer, not retried)."""
+        body = _ask_body(question, user, memory_types, limit, max_rounds)
+        return AskResponse.model_validate(await self._call("POST", "/v1/ask", body, retry_if=_transient_for_ask))
+
+    async def add(self, messages_or_text: str | list[AddMessage | dict], user_id: str | None = None, *,
+                  id: str | None = None, time: datetime | None = None, source: str | None = None,
+                  session_id: str | None = None) -> AddMemoryResponse:
+        """``POST /v1/memories`` (see ``EngramClient.add``)."""
+        body = _add_body(messages_or_text, user_id or self.user, id, time, source, session_id)
+        return AddMemoryResponse.model_validate(await self._call("POST", "/v1/memories", body))
+
+    async def get_memory(self, memory_id: uuid.UUID | str) -> MemoryRecord:
+        """``GET /v1/memories/{id}``."""
+        return MemoryRecord.model_validate(await self._call("GET", f"/v1/memories/{memory_id}"))
+
+    async def list_memories(self, memory_type: MemoryType | str, user: str | None = None, limit: int = 50,
+                            offset: int = 0) -> MemoryPage:
+        """``GET /v1/memories``: a page of one type, newest content first."""
+        params: dict[str, Any] = {"type": MemoryType(memory_type).value, "limit": limit, "offset": offset}
+        if user:
+            params["user"] = user
+        return MemoryPage.model_validate(await self._call("GET", "/v1/memories", params=params))
+
+    async def delete_memory(self, memory_id: uuid.UUID | str) -> None:
+        """``DELETE /v1/memories/{id}``."""
+        await self._call("DELETE", f"/v1/memories/{memory_id}")
+
+    async def forget_user(self, user: str) -> ForgetReport:
+        """``DELETE /v1/users/{user}``."""
+        return ForgetReport.model_validate(await self._call("DELETE", f"/v1/users/{user}"))
+
+    async def export_user(self, user: str) -> UserExport:
+        """``GET /v1/users/{user}/export``."""
+        return UserExport.model_validate(await self._call("GET", f"/v1/users/{user}/export"))
+
+    async def list_entities(self) -> EntityList:
+        """``GET /v1/entities``."""
+        return EntityList.model_validate(await self._call("GET", "/v1/entities"))
+
+    async def merge_entities(self, keep: uuid.UUID | str, drop: uuid.UUID | str,
+                             reason: str = "manual") -> EntitySummary:
+        """``POST /v1/entities/{keep}/merge``."""
+        return EntitySummary.model_validate(await self._call("POST", f"/v1/entities/{keep}/merge",
+                                                             {"entity_id": str(drop), "reason": reason}))
+
+    async def name_entity(self, entity_id: uuid.UUID | str, name: str) -> EntitySummary:
+        """``POST /v1/entities/{id}/name``."""
+        return EntitySummary.model_validate(await self._call("POST", f"/v1/entities/{entity_id}/name",
+                                                             {"name": name}))
+
+    async def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
+                   interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:
+        """Poll until every event is done, skipped or failed (see ``EngramClient.wait``). Raises TimeoutError."""
+        import asyncio
+
+        pending = {uuid.UUID(str(i)) for i in ids}
+        out: dict[uuid.UUID, EventStatusResponse] = {}
+        deadline = time.monotonic() + timeout
+        while True:
+            for eid in sorted(pending):
+                st = await self.event_status(eid)
+                if st.status in FINAL:
+                    out[eid] = st
+                    pending.discard(eid)
+            if not pending:
+                return out
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{len(pending)} of {len(pending) + len(out)} events not finished "
+                                   f"after {timeout:g} s")
+            await asyncio.sleep(interval)

@@ -19,9 +19,10 @@ _PROBE = """
 import importlib.util, sys
 import api                      # the user's own package of that name
 assert api.MINE == 1, api
-from engram.api.client import EngramClient
+from engram.api.client import AsyncEngramClient, EngramClient
 from engram.schemas.search import SearchRequest
 print("sdk", EngramClient.__name__, SearchRequest.__name__)
+print("async", AsyncEngramClient.__name__)
 print("absent", ",".join(m for m in ("torch", "celery", "fastapi", "qdrant_edge", "cv2", "typer")
                         if importlib.util.find_spec(m) is None))
 """
@@ -69,4 +70,5 @@ def test_sdk_installs_alone_beside_a_users_api_package(wheel: Path, tmp_path: Pa
     assert probe.returncode == 0, probe.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in probe.stdout.splitlines())
     assert lines["sdk"] == "EngramClient SearchRequest"
+    assert lines["async"] == "AsyncEngramClient"
     assert set(lines["absent"].split(",")) == {"torch", "celery", "fastapi", "qdrant_edge", "cv2", "typer"}
