@@ -33,6 +33,7 @@ from fastapi_offline import FastAPIOffline
 from redis.exceptions import RedisError
 
 from engram.api import keys
+from engram.schemas.add import AddMemoryQuery, AddMemoryResponse
 from engram.schemas.api import (
     ApiError,
     EventStatusResponse,
@@ -49,6 +50,7 @@ from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import Settings, get_settings
+from engram.schemas.tools import EntityNameRequest
 from engram.workers.ids import EXTENSIONS, object_key
 from engram.workers.metrics import SEARCH_SECONDS, render
 from engram.workers.metrics import registry as metrics_registry
@@ -357,6 +359,31 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
 
     # --- memory management (tenant-scoped; another tenant's ids answer 404 like unknown ones) ---------------
 
+    @app.post("/v1/memories", tags=["memories"], status_code=202, response_model=AddMemoryResponse,
+              responses=errors)
+    def add_memory(body: AddMemoryQuery, tenant: Tenant, svc: Svc) -> AddMemoryResponse:
+        """Remember one ``text`` or chat ``messages`` for ``user_id``: written as a conversation record to the object
+        store and published as a ``text`` event like an uploaded chat file (``POST /v1/events``), so the same
+        pipeline stores it. Poll ``GET /v1/events/{event_id}`` for its status. Idempotent on ``id``: adding again
+        with the same id answers the first addition's event with ``duplicate`` set and stores nothing. 413 over
+        the size limit; 422 for an invalid body."""
+        from engram.api.add import ADD_MIME, add_event, add_event_id, conversation_record
+
+        event_id = add_event_id(tenant, body.user_id, body.id)
+        if body.id is not None and (owner := svc.redis.get(CLAIM_PREFIX + str(event_id))) is not None:
+            dup = _already_published(svc, event_id, owner, tenant)
+            return AddMemoryResponse(event_id=event_id, status=dup.status, duplicate=True)
+        data, when = conversation_record(body)
+        event = add_event(body, tenant, "api", data, when, event_id)
+        if len(data) > svc.settings.max_object_bytes:
+            raise HTTPException(413, f"too large: {len(data)} bytes exceeds the limit of "
+                                     f"{svc.settings.max_object_bytes}")
+        if _stored_size(svc, event.object_key) != len(data):
+            svc.objects.put_bytes(event.object_key, data, ADD_MIME)
+        published = publish_event(PublishRequest.model_validate(event.model_dump()), tenant, svc)
+        return AddMemoryResponse(event_id=published.event_id, status=published.status,
+                                 duplicate=published.duplicate, captured_at=when)
+
     @app.get("/v1/memories/{memory_id}", tags=["memories"], response_model=MemoryRecord, responses=query_errors)
     def get_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> MemoryRecord:
         """One observation or memory of any type, as stored (vault entries without their secret). 404 for
@@ -430,6 +457,18 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise HTTPException(404, "entity not found")
         log.info("entities merged", tenant=tenant, kept=str(entity_id), dropped=str(body.entity_id))
         return EntitySummary.model_validate(kept)
+
+    @app.post("/v1/entities/{entity_id}/name", tags=["entities"], response_model=EntitySummary,
+              responses=query_errors)
+    def name_entity(entity_id: uuid.UUID, body: EntityNameRequest, tenant: Tenant, svc: Svc) -> EntitySummary:
+        """Give a person entity (a face or voice found without a name, or another name for someone) the name
+        ``body.name``, first among its names: a search naming it then filters to it and ``ask`` shows it in its
+        evidence. 404 when the entity is unknown or another tenant's."""
+        named = _on_query_worker(svc, ENTITY_TASK + "name", [tenant, str(entity_id), body.name],
+                                 svc.settings.api_search_timeout_seconds, "name")
+        if named is None:
+            raise HTTPException(404, "entity not found")
+        return EntitySummary.model_validate(named)
 
     return app
 
