@@ -149,6 +149,17 @@ def _invalid(field: str, msg: str) -> HTTPException:
 _bearer = HTTPBearer(auto_error=False, description="An API key from `engram keys create --tenant T`.")
 
 
+def _redact(svc: Services, event: MediaEvent) -> MediaEvent:
+    """``event`` with the secrets of its app name, window title and metadata values in the vault
+    (``workers.vault.redact_event``); 503 when one is found and the API has no ``ENGRAM_VAULT_KEY``."""
+    from engram.workers.vault import VaultKeyMissing, redact_event
+
+    try:
+        return redact_event(svc, event)
+    except VaultKeyMissing as exc:
+        raise HTTPException(503, str(exc)) from exc
+
+
 def _services(request: Request) -> Services:
     return request.app.state.services
 
@@ -312,6 +323,7 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise HTTPException(404, "object not uploaded: PUT it to the URL from POST /v1/uploads first")
         if stored != event.size:
             raise HTTPException(409, f"stored object has {stored} bytes, the event says {event.size}")
+        event = _redact(svc, event)  # no secret of its window title or metadata reaches the ledger or the broker
         if not svc.redis.set(claim, tenant, nx=True):  # another request published it a moment ago
             return _already_published(svc, event.event_id, svc.redis.get(claim), tenant)
         try:

@@ -18,6 +18,7 @@ from engram.schemas.events import LedgerRecord, MediaEvent, MediaKind
 from engram.workers import media
 from engram.workers.ids import object_key, sha256_file
 from engram.workers.runtime import Runtime
+from engram.workers.vault import redact_event
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,9 @@ def classify(path: Path) -> Candidate:
 
 def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, device_id: str,
                  captured_at: datetime | None = None, app_name: str | None = None,
-                 window: str | None = None) -> MediaEvent:
-    """Store ``cand``'s bytes at their content-addressed key and record a queued event (not yet run)."""
+                 window: str | None = None, metadata: dict[str, str] | None = None) -> MediaEvent:
+    """Store ``cand``'s bytes at their content-addressed key and record a queued event (not yet run), its
+    app name, window title and ``metadata`` values with their secrets in the vault (``vault.redact_event``)."""
     assert cand.kind is not None and cand.mime is not None
     digest = sha256_file(cand.path)
     key = object_key(tenant_id, digest, cand.mime)
@@ -69,7 +71,8 @@ def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, dev
                        kind=cand.kind, object_key=key, sha256=digest, size=cand.path.stat().st_size,
                        mime_type=cand.mime, captured_at=when, captured_at_source=source,
                        source_name=str(cand.path), app=app_name,
-                       window=window)
+                       window=window, metadata=metadata or {})
+    event = redact_event(rt, event)  # its window title and app name hold no secret from here on
     rt.ledger.record_queued(event)
     return event
 

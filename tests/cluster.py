@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cryptography.fernet import Fernet
+
 ENGRAM = str(Path(sys.executable).parent / "engram")
 
 
@@ -44,6 +46,7 @@ class Cluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                    PYTHONUNBUFFERED="1", **settings_env)
+        env.setdefault("ENGRAM_VAULT_KEY", Fernet.generate_key().decode())  # distributed workers need one
         (root / "logs").mkdir(parents=True, exist_ok=True)
         return cls(root=root, env=env)
 

@@ -7,6 +7,7 @@ backend. Tasks never depend on which mode runs them.
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
 
 from celery import Celery
@@ -125,6 +126,43 @@ def configure(app: Celery, settings: Settings) -> None:
 
 app = Celery("engram", include=TASK_MODULES)
 configure(app, get_settings())
+
+
+class HideTaskValues(logging.Filter):
+    """Celery's own log lines without task arguments or results: "Task x[id] received" and "Task x[id]
+    succeeded in 0.1s: <return value>" keep the task's name, id and runtime, and the values (in the record's
+    ``args`` dict and the ``data`` extra Celery passes for custom handlers) become ``<not logged>``. Installed
+    on Celery's ``celery.app.trace``, ``celery.worker.strategy`` and ``celery.worker.request`` loggers at
+    import, so no worker log holds an event's metadata or a result's text whatever the log format."""
+
+    HIDDEN = ("return_value", "args", "kwargs")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, dict) and any(k in record.args for k in self.HIDDEN):
+            record.args = {k: "<not logged>" if k in self.HIDDEN else v for k, v in record.args.items()}
+        data = getattr(record, "data", None)
+        if isinstance(data, dict) and any(k in data for k in self.HIDDEN):
+            record.data = {k: "<not logged>" if k in self.HIDDEN else v for k, v in data.items()}
+        return True
+
+
+for _name in ("celery.app.trace", "celery.worker.strategy", "celery.worker.request"):
+    logging.getLogger(_name).addFilter(HideTaskValues())
+
+# workers and beat log through workers.logs (structlog's lines and Celery's at their own levels), not Celery's setup
+setup_logging.connect(celery_setup_logging, weak=False)
+
+
+@worker_init.connect
+def _require_vault_key(**_) -> None:
+    """A distributed worker does not start without ``ENGRAM_VAULT_KEY``: it could neither keep the secrets
+    perceive finds nor read the OCR cache, and would fail every event holding one (SystemExit with the
+    reason; Celery's signal dispatch lets it through)."""
+    settings = get_settings()
+    if not settings.embedded and settings.vault_key is None:
+        raise SystemExit("engram worker: ENGRAM_VAULT_KEY is not set; every worker needs the same vault key "
+                         "(`engram vault keygen` prints one; a deployment keeps it as a secret) to redact "
+                         "secrets and read the OCR cache")
 
 
 @worker_init.connect

@@ -9,10 +9,16 @@ So no observation, embedding, memory, log line or search result holds the secret
 entries its observations point to into the ``knowledge_vault`` collection (caption only, plus the
 ciphertext), and only ``reveal`` (``engram vault reveal ID``) decrypts one.
 
-Detection favours precision: tokens with a known shape (AWS key ids, ``sk-``/``ghp_``/``xox?-``/``AIza``
-tokens), values after "password:"/"api key:" labels, card numbers that pass Luhn, IBANs that pass mod 97
-(``python-stdnum``), phone numbers valid for their region (``phonenumbers``, Google's libphonenumber),
-e-mail addresses and street addresses with a street-type word.
+Detection favours precision. Tokens with a known shape come from detect-secrets' (Yelp) regex plugins
+(``analyze_string`` of each plugin class: AWS, GitHub, GitLab, Slack tokens and webhooks, Stripe, OpenAI,
+JWTs, URL credentials and others; its entropy and keyword plugins are left out as too noisy for prose) and
+our own patterns (``sk-``/``AIza`` tokens, bearer tokens, values after "api key:" labels); PEM/OpenSSH
+private keys are redacted as whole blocks (BEGIN to END, or to the end of the text when cut off);
+passwords after a label in English or German ("password:", "pw:", "Passwort:", "the wifi password is X",
+a passphrase "password is correct horse battery staple" up to the sentence end); card numbers that pass
+Luhn, IBANs that pass mod 97 (``python-stdnum``), phone numbers valid for their region (``phonenumbers``,
+Google's libphonenumber), e-mail addresses and street addresses with a street-type word. The whole value
+is one secret: a password keeps its trailing ``!``, a passphrase all its words.
 
 Keys: ``ENGRAM_VAULT_KEY`` (Fernet keys, comma-separated for rotation: ``MultiFernet``). When it is unset
 the embedded default generates one into ``<data_dir>/vault.key`` (mode 0600) on the first secret, so a
@@ -34,18 +40,47 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import phonenumbers
+import structlog
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from detect_secrets.plugins.artifactory import ArtifactoryDetector
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.basic_auth import BasicAuthDetector
+from detect_secrets.plugins.cloudant import CloudantDetector
+from detect_secrets.plugins.discord import DiscordBotTokenDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.ibm_cloud_iam import IbmCloudIamDetector
+from detect_secrets.plugins.ibm_cos_hmac import IbmCosHmacDetector
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.mailchimp import MailchimpDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.softlayer import SoftlayerDetector
+from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+from detect_secrets.plugins.stripe import StripeDetector
+from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+from detect_secrets.plugins.twilio import TwilioKeyDetector
 from stdnum import iban, luhn
 
+from engram.schemas.events import MediaEvent
 from engram.schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
-from engram.schemas.observations import Observation, WordTiming
+from engram.schemas.observations import Observation, OcrLine, WordTiming
 from engram.schemas.settings import Settings
 from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.objectstore import ObjectNotFound
-from engram.workers.runtime import Runtime, log
 
+if TYPE_CHECKING:  # the API (the server extra, no pipeline) redacts events with this module too
+    from engram.workers.runtime import Runtime
+
+log = structlog.get_logger("engram")
 PLACEHOLDER = re.compile(r"\[vault:([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) ([a-z_]+)\]")
 
 
@@ -71,10 +106,11 @@ class Finding:
 LABELS = {"aws_access_key": "AWS access key id", "aws_secret_key": "AWS secret access key",
           "api_key": "API key or token", "password": "password", "credit_card": "payment card number",
           "iban": "bank account (IBAN)", "phone_number": "phone number", "email": "e-mail address",
-          "address": "street address"}
+          "address": "street address", "private_key": "private key", "jwt": "JSON web token",
+          "webhook": "webhook URL"}
 SENSITIVITY = {"aws_access_key": "high", "aws_secret_key": "high", "api_key": "high", "password": "high",
                "credit_card": "high", "iban": "high", "phone_number": "medium", "address": "medium",
-               "email": "low"}
+               "email": "low", "private_key": "high", "jwt": "high", "webhook": "high"}
 
 # (entry type, pattern, group holding the secret, a cheap test the text must pass first), tried in this
 # order; earlier spans win overlaps
@@ -91,10 +127,11 @@ _PATTERNS: list[tuple[str, re.Pattern, int, Callable[[str, str], bool]]] = [
     ("api_key", re.compile(r"(?i)\b(?:api[_ -]?key|access[_ -]?token|secret[_ -]?key|auth[_ -]?token)\b\s*[:=]\s*"
                            r"[\"']?((?=[A-Za-z0-9_./+-]*\d)(?=[A-Za-z0-9_./+-]*[A-Za-z])[A-Za-z0-9_./+-]{16,})"), 1,
      lambda t, low: "key" in low or "token" in low),
-    ("password", re.compile(r"(?i)\b(?:password|passwd|passcode|passphrase)\b\s*"
-                            r"(?:[:=]\s*[\"']?(?P<v1>[^\s\"']{4,})"
-                            r"|is\s+[\"']?(?P<v2>(?=[^\s\"']*[^A-Za-z\s\"'.,;:!?])[^\s\"']{4,}))"), -1,
-     lambda t, low: "pass" in low),
+    ("api_key", re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16,}=*)"), 1, lambda t, low: "bearer" in low),
+    ("password", re.compile(r"(?i)(?<![\w-])(?:password|passwd|passcode|passphrase|passwort|kennwort|pwd|pw)"
+                            r"\s*(?:[:=]\s*[\"']?(?P<v1>[^\s\"']{4,})"
+                            r"|(?:is|ist|lautet)\s+[\"']?(?P<v2>(?=[^\s\"']*[^A-Za-z\s\"'.,;:!?])[^\s\"']{4,}))"), -1,
+     lambda t, low: "pass" in low or "pw" in low or "wort" in low),
     ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"), 0,
      lambda t, low: _DIGIT_RUN.search(t) is not None),
     ("credit_card", re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"), 0,
@@ -117,10 +154,10 @@ def _valid(entry_type: str, secret: str) -> bool:
             return 13 <= len(digits) <= 19 and digits[0] in "23456" and len(set(digits)) > 1 and luhn.is_valid(digits)
         case "iban":
             return iban.is_valid(secret)
-        case "password":  # not a masked field, nor a template's stand-in ("your_password", "<password>")
-            low = secret.lower()
+        case "password":  # not a masked field, nor a template's stand-in ("your_password", "<password>"), nor a
+            low = secret.lower()  # word saying something about the password ("Password: required")
             stand_in = "password" in low or low.startswith(("your", "<", "{", "$", "%"))
-            return not (set(secret) <= set("*•●·x.") or stand_in)
+            return not (set(secret) <= set("*•●·x.") or stand_in or low in _NOT_A_PASSWORD or low in _FUNCTION_WORDS)
     return True
 
 
@@ -152,25 +189,95 @@ def detect(text: str, phone_region: str = "US") -> list[Finding]:
 DETECT_CACHE_SIZE = 4096
 
 
+# detect-secrets' regex plugins (``analyze_string`` yields each raw value) and the entry type each one's
+# values get; its entropy, keyword and public-IP plugins are left out (noisy on prose), its private-key
+# plugin only finds the BEGIN line (the whole block is ours: ``_PRIVATE_KEY``)
+_SCANNERS = [(plugin(), entry_type) for plugin, entry_type in [
+    (AWSKeyDetector, "aws_access_key"), (JwtTokenDetector, "jwt"), (BasicAuthDetector, "password"),
+    (SlackDetector, "api_key"), (GitHubTokenDetector, "api_key"), (GitLabTokenDetector, "api_key"),
+    (OpenAIDetector, "api_key"), (StripeDetector, "api_key"), (ArtifactoryDetector, "api_key"),
+    (AzureStorageKeyDetector, "api_key"), (CloudantDetector, "api_key"), (DiscordBotTokenDetector, "api_key"),
+    (IbmCloudIamDetector, "api_key"), (IbmCosHmacDetector, "api_key"), (MailchimpDetector, "api_key"),
+    (NpmDetector, "api_key"), (PypiTokenDetector, "api_key"), (SendGridDetector, "api_key"),
+    (SoftlayerDetector, "api_key"), (SquareOAuthDetector, "api_key"), (TelegramBotTokenDetector, "api_key"),
+    (TwilioKeyDetector, "api_key")]]
+_PRIVATE_KEY_PLUGIN = PrivateKeyDetector()
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=.+/")
+# a PEM/OpenSSH/PGP private key block: from its BEGIN line (dashes optional: OCR drops them) to its END line,
+# or to the end of the text when the block is cut off (a screenshot, a truncated paste)
+_PRIVATE_KEY = re.compile(r"(?:-{2,}\s*)?BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?(?:\s*-{2,})?"
+                          r"(?:.*?END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?(?:\s*-{2,})?|.*\Z)"
+                          r"|PuTTY-User-Key-File-\d.*\Z", re.DOTALL)
+# a passphrase: letters-only words after a password label, up to the end of the sentence
+_PASSPHRASE = re.compile(r"(?i)(?<![\w-])(?:password|passwd|passcode|passphrase|passwort|kennwort|pwd|pw)"
+                         r"(?:\s*[:=]\s*|\s+(?:is|ist|lautet)\s+)[\"']?"
+                         r"(?P<v>[^\W\d_]+(?:[ \t]+[^\W\d_]+){0,7})(?=[\"']?[ \t]*(?:[.!?;,](?!\S)|\n|\Z))")
+# words that say something about a password rather than being one ("the password is required")
+_NOT_A_PASSWORD = frozenset("""required incorrect correct wrong invalid valid expired short long weak strong secure
+    insecure empty blank missing hidden changed unchanged reset set saved stored encrypted hashed ok okay fine good
+    bad right case sensitive needed mandatory optional unknown forgotten new old same different here there below
+    above attached enclosed following daily weekly monthly yearly always never often usually updated protected
+    private secret public shared known unique complex simple easy hard safe unsafe masked visible readable true
+    false none null undefined changeme pending ready gone lost compromised leaked ungültig falsch richtig erforderlich
+    leer geändert""".split())
+_FUNCTION_WORDS = frozenset("""a an the and or but nor so yet of to in on at by for with from into onto about as is
+    are was were be been being am do does did has have had not no too very still now also just only then than that
+    this these those it its my your our their his her we you they he she i me us them what which who when where why
+    how all any each every some more most less least much many such own same again der die das und oder ist nicht
+    sehr noch schon""".split())
+
+
+def _passphrase(words: str) -> bool:
+    """One word that is not a word about passwords, or three to eight words none of which is a function word
+    and not all about passwords ("correct horse battery staple")."""
+    low = words.lower().split()
+    if len(low) == 1:
+        return low[0] not in _NOT_A_PASSWORD and low[0] not in _FUNCTION_WORDS
+    return (len(low) >= 3 and not any(w in _FUNCTION_WORDS for w in low)
+            and not all(w in _NOT_A_PASSWORD for w in low))
+
+
 @lru_cache(maxsize=DETECT_CACHE_SIZE)
 def _detect(text: str, phone_region: str) -> tuple[Finding, ...]:
     found: list[Finding] = []
+    # placeholders already in the text (a redacted window title perceived again) are not searched
+    taken = [(m.start(), m.end()) for m in PLACEHOLDER.finditer(text)]
 
-    def add(entry_type: str, start: int, end: int) -> None:
+    def add(entry_type: str, start: int, end: int, trailing: str = _TRAILING) -> None:
         secret = text[start:end]
-        stripped = secret.rstrip(_TRAILING)
+        stripped = secret.rstrip(trailing)
         end -= len(secret) - len(stripped)
-        if stripped and _valid(entry_type, stripped) and not any(f.start < end and start < f.end for f in found):
+        if (stripped and _valid(entry_type, stripped) and not any(a < end and start < b for a, b in taken)
+                and not any(f.start < end and start < f.end for f in found)):
             found.append(Finding(entry_type, start, end, stripped, SENSITIVITY[entry_type]))
 
+    if any(True for _ in _PRIVATE_KEY_PLUGIN.analyze_string(text)):
+        for m in _PRIVATE_KEY.finditer(text):
+            add("private_key", m.start(), m.end(), trailing=" \t\r\n")
+    for plugin, entry_type in _SCANNERS:
+        for value in set(plugin.analyze_string(text)):
+            kind = "webhook" if value.startswith("https://") else entry_type
+            for m in re.finditer(re.escape(value), text):
+                start, end = m.start(), m.end()
+                if kind != "password":  # a plugin's value may be a group of its match (GitHub's "ghp") or stop
+                    while start and text[start - 1] in _TOKEN_CHARS:  # short of a JWT's signature: the whole token
+                        start -= 1
+                    while end < len(text) and text[end] in _TOKEN_CHARS:
+                        end += 1
+                add(kind, start, end, trailing=".")
     low = text.lower()
+    if "pass" in low or "pw" in low or "wort" in low:
+        for m in _PASSPHRASE.finditer(text):
+            if _passphrase(m.group("v")):
+                add("password", m.start("v"), m.end("v"), trailing="")
     for entry_type, pattern, group, gate in _PATTERNS:
         if not gate(text, low):
             continue
         for m in pattern.finditer(text):
-            if group == -1:
+            if group == -1:  # a password after "password:" keeps its "!" or "?"; after "password is", a sentence's
                 name = "v1" if m.group("v1") is not None else "v2"
-                add(entry_type, m.start(name), m.end(name))
+                add(entry_type, m.start(name), m.end(name), trailing=_TRAILING.replace("!", "").replace("?", "")
+                    if name == "v1" else _TRAILING)
             else:
                 add(entry_type, m.start(group), m.end(group))
     if _DIGIT_RUN.search(text):
@@ -249,9 +356,10 @@ class Redactor:
             self._key = _keys(self.rt.settings)[0]
         return self._fernet
 
-    def text(self, text: str | None, obs: Observation, own: bool = True) -> str | None:
-        """``text`` with every secret replaced by its placeholder; entries recorded for ``obs`` (as a source
-        only when ``own``: a neighbouring turn's text indexed as context is not where the secret was seen)."""
+    def text(self, text: str | None, obs: Observation | MediaEvent, own: bool = True) -> str | None:
+        """``text`` with every secret replaced by its placeholder; entries recorded for ``obs`` (an observation,
+        or the event whose title or metadata it is; as a source only when ``own``: a neighbouring turn's text
+        indexed as context is not where the secret was seen)."""
         if not text:
             return text
         findings = detect(text, self.rt.settings.vault_phone_region)
@@ -281,11 +389,11 @@ class Redactor:
         kept = [(i, w) for i, w in enumerate(words) if i not in skip]
         return [w for _, w in sorted([*kept, *out], key=lambda x: x[0])]
 
-    def _placeholder(self, f: Finding, obs: Observation, own: bool = True) -> str:
+    def _placeholder(self, f: Finding, obs: Observation | MediaEvent, own: bool = True) -> str:
         cipher = self._cipher()
         eid = entry_id(self._key, obs.tenant_id, obs.user_id, f.entry_type, f.secret)
         entry = self.entries.get(eid)
-        if entry is None or (own and not entry.provenance.observation_ids):  # described by where it was seen
+        if entry is None or (own and not entry.provenance.event_ids):  # described by where it was seen
             now = datetime.now(UTC)
             where = _where(obs) if own else "a neighbouring chat message"
             entry = self.entries[eid] = KnowledgeVaultEntry(
@@ -304,10 +412,36 @@ class Redactor:
         return obs.model_copy(update={
             "text": self.text(obs.text, obs) or "", "transcript": self.text(obs.transcript, obs),
             "caption": self.text(obs.caption, obs), "window": self.text(obs.window, obs),
-            "ocr_lines": [ln.model_copy(update={"text": self.text(ln.text, obs)}) for ln in obs.ocr_lines],
+            "app": self.text(obs.app, obs), "ocr_lines": self.lines(obs.ocr_lines, obs),
             "words": self.words(obs.words, obs),
             "context_before": [self.text(t, obs, own=False) for t in obs.context_before],
             "context_after": [self.text(t, obs, own=False) for t in obs.context_after]})
+
+    def lines(self, lines: list[OcrLine], obs: Observation) -> list[OcrLine]:
+        """OCR lines with every secret replaced; a private key block spread over several lines (BEGIN line,
+        body, END line) is found in the lines joined and each of its lines becomes the block's placeholder."""
+        if not lines:
+            return lines
+        texts = [ln.text for ln in lines]
+        joined = "\n".join(texts)
+        bounds, pos = [], 0
+        for t in texts:
+            bounds.append((pos, pos + len(t)))
+            pos += len(t) + 1
+        for f in detect(joined, self.rt.settings.vault_phone_region):
+            if f.entry_type == "private_key":
+                holder = self._placeholder(f, obs)
+                texts = [holder if a < f.end and f.start < b else t for t, (a, b) in zip(texts, bounds, strict=True)]
+        return [ln.model_copy(update={"text": self.text(t, obs)}) for ln, t in zip(lines, texts, strict=True)]
+
+    def event(self, event: MediaEvent) -> MediaEvent:
+        """A copy of ``event`` with no secret left in its app name, window title or metadata values (what the
+        ledger, the broker message and every log line of it hold)."""
+        if not self.rt.settings.vault_redact:
+            return event
+        return event.model_copy(update={
+            "app": self.text(event.app, event), "window": self.text(event.window, event),
+            "metadata": {k: self.text(v, event) or v for k, v in event.metadata.items()}})
 
     def flush(self) -> int:
         """Write the collected entries (merged with what the store already holds for them); returns how many."""
@@ -318,9 +452,9 @@ class Redactor:
             except ObjectNotFound:
                 old = None
             if old is not None:
-                if not entry.provenance.observation_ids:
+                if not entry.provenance.event_ids:
                     continue  # seen only as a neighbour's context: what is stored already says more
-                if old.provenance.observation_ids:
+                if old.provenance.event_ids:
                     entry.caption, entry.source = old.caption, old.source  # described where first seen
                 entry.provenance = old.provenance.union(entry.provenance)
                 entry.created_at = old.created_at
@@ -340,7 +474,35 @@ def redact_observations(rt: Runtime, observations: list[Observation]) -> list[Ob
     return out
 
 
-def _where(obs: Observation) -> str:
+def redact_event(rt: Runtime, event: MediaEvent) -> MediaEvent:
+    """Before an event is recorded or sent (``api.local.publish_file``, ``POST /v1/events``): ``event`` with its
+    app name, window title and metadata values redacted, after their vault entries are written. ``rt`` is
+    anything with ``settings`` and ``objects``. Raises VaultKeyMissing (distributed mode, no key) when a
+    secret is found."""
+    redactor = Redactor(rt)
+    out = redactor.event(event)
+    redactor.flush()
+    return out
+
+
+def seal(settings: Settings, data: bytes) -> bytes:
+    """``data`` encrypted with the vault key (Fernet), for caches of raw text such as the OCR cache
+    (``workers.vision``). Raises VaultKeyMissing or VaultError as ``fernet`` does."""
+    return fernet(settings).encrypt(data)
+
+
+def unseal(settings: Settings, token: bytes) -> bytes:
+    """What ``seal`` encrypted. Raises VaultError when ``token`` is not one (a cache entry written before it
+    was sealed, or under a key no longer configured)."""
+    try:
+        return fernet(settings).decrypt(token)
+    except InvalidToken as exc:
+        raise VaultError("not sealed with the configured vault key") from exc
+
+
+def _where(obs: Observation | MediaEvent) -> str:
+    if isinstance(obs, MediaEvent):
+        return "an event's window title or metadata"
     if obs.message_id:
         return f"chat message {obs.message_id}" + (f" by {obs.speaker}" if obs.speaker else "")
     return {"screenshot": "a screenshot", "audio": "audio", "clip": "a video clip"}.get(obs.kind.value, obs.kind.value)
@@ -353,14 +515,15 @@ def _hint(f: Finding) -> str:
     return ""
 
 
-def _add_source(prov: Provenance, obs: Observation) -> None:
+def _add_source(prov: Provenance, obs: Observation | MediaEvent) -> None:
     def add(values: list, value) -> None:
         if value and value not in values:
             values.append(value)
-    add(prov.observation_ids, obs.id)
     add(prov.event_ids, obs.event_id)
-    add(prov.message_ids, obs.message_id)
-    add(prov.session_ids, obs.session_id)
+    if isinstance(obs, Observation):
+        add(prov.observation_ids, obs.id)
+        add(prov.message_ids, obs.message_id)
+        add(prov.session_ids, obs.session_id)
     add(prov.object_keys, obs.object_key)
     add(prov.source_names, obs.source_name)
     prov.start = min(filter(None, [prov.start, obs.captured_at]))

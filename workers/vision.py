@@ -18,6 +18,7 @@ from engram.workers.metrics import model_timer
 from engram.workers.models import CaptionUnavailable, get_model
 from engram.workers.objectstore import ObjectNotFound
 from engram.workers.runtime import Runtime, log
+from engram.workers.vault import VaultError, seal, unseal
 
 _LINES = TypeAdapter(list[OcrLine])
 
@@ -39,17 +40,18 @@ def ocr_cache_key(tenant_id: str, model: str, digest: str) -> str:
 def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray) -> list[OcrLine]:
     """OCR lines of a uint8 (h, w, 3) RGB image at or above ``ocr_min_confidence``, in reading order.
 
-    Every line the model returns is cached (JSON in the object store, keyed by the pixels' sha256), and the
-    confidence floor is applied on the way out, so changing it needs no new OCR. Writing the cache twice
-    writes the same bytes (idempotent)."""
+    Every line the model returns is cached (JSON encrypted with the vault key, ``vault.seal``, in the object
+    store, keyed by the pixels' sha256), and the confidence floor is applied on the way out, so changing it
+    needs no new OCR. Writing the cache twice writes the same lines (idempotent). Raises VaultKeyMissing in the
+    distributed mode without ``ENGRAM_VAULT_KEY`` (workers refuse to start so)."""
     model = get_model("ocr", rt.settings)
     key = ocr_cache_key(tenant_id, model.cache_id, pixels_sha256(pixels))
-    try:
-        lines = _LINES.validate_json(rt.objects.get_bytes(key))
-    except ObjectNotFound:
+    try:  # sealed with the vault key: the text of a screenshot may hold secrets (redacted later, in perceive)
+        lines = _LINES.validate_json(unseal(rt.settings, rt.objects.get_bytes(key)))
+    except (ObjectNotFound, VaultError):  # not cached, or cached before it was sealed: read again
         with model_timer("ocr"):
             lines = model.read(pixels, min_confidence=0.0)
-        rt.objects.put_bytes(key, _LINES.dump_json(lines), "application/json")
+        rt.objects.put_bytes(key, seal(rt.settings, _LINES.dump_json(lines)), "application/octet-stream")
     floor = rt.settings.ocr_min_confidence
     return [ln for ln in lines if ln.confidence >= floor]
 

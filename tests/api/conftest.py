@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
 from engram.schemas.settings import Settings
 from tests.servers import free_ports
@@ -154,6 +155,7 @@ def worker_process(settings: Settings, s3, **env: str) -> Iterator[None]:
                 ENGRAM_S3_ACCESS_KEY=s3.access_key, ENGRAM_S3_SECRET_KEY=s3.secret_key,
                 ENGRAM_S3_BUCKET=settings.s3_bucket, ENGRAM_DATA_DIR=str(data), HF_HUB_OFFLINE="1",
                 TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **env)
+    base.setdefault("ENGRAM_VAULT_KEY", Fernet.generate_key().decode())  # distributed workers need one
     queues = "ingest,perceive.cpu,perceive.gpu,link,store,consolidate,query"
     with open(data / "worker.log", "wb") as out:
         proc = subprocess.Popen(

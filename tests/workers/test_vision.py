@@ -19,7 +19,7 @@ from bench.speech import perceive_file
 from engram.api.cli import ingest_paths
 from engram.schemas.events import EventStatus
 from engram.schemas.observations import OcrLine
-from engram.workers import media, vision
+from engram.workers import media, vault, vision
 from engram.workers.models.faces import SAME_PERSON_DISTANCE, cluster_faces
 from tests.llm_stub import ScriptedLlm
 from tests.workers.test_bad_input import render_png
@@ -70,7 +70,7 @@ def test_ocr_cache_is_keyed_by_pixels_and_read_back(engram_env, tmp_path):
     model_id = get_model("ocr", rt.settings).cache_id
     assert model_id.startswith("pp-ocr.rapidocr-")
     key = vision.ocr_cache_key("acme", model_id, vision.pixels_sha256(shot))
-    assert rt.objects.exists(key)
+    assert b"budget" not in rt.objects.get_bytes(key).lower()  # sealed with the vault key: no plain text at rest
     # the same pixels re-encoded hash alike; what the cache holds is what a re-perceive returns (no model run),
     # and the confidence floor is applied on the way out
     buf = io.BytesIO()
@@ -79,7 +79,7 @@ def test_ocr_cache_is_keyed_by_pixels_and_read_back(engram_env, tmp_path):
     assert vision.pixels_sha256(again) == vision.pixels_sha256(shot)
     planted = [OcrLine(text="from the cache", confidence=0.9, box=(0, 0, 1, 1)),
                OcrLine(text="too faint", confidence=0.1, box=(0, 2, 1, 3))]
-    rt.objects.put_bytes(key, TypeAdapter(list[OcrLine]).dump_json(planted))
+    rt.objects.put_bytes(key, vault.seal(rt.settings, TypeAdapter(list[OcrLine]).dump_json(planted)))
     assert [ln.text for ln in vision.ocr_lines(rt, "acme", again)] == ["from the cache"]
     assert not rt.objects.exists(vision.ocr_cache_key("globex", model_id, vision.pixels_sha256(shot)))
 

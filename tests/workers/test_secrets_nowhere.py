@@ -1,0 +1,111 @@
+"""Secrets nowhere but the vault: a fixed set of secrets of every class is ingested on the embedded default as
+chat text, as a screenshot (rendered with DejaVu Sans, read by rapidocr), as a window title and app name, and
+as event metadata; then every byte the system persisted (the data dir: ledger, vector store, vault key, the
+object store except the published originals, with the OCR cache) and every log line (``engram --log-format
+json -v``) is searched for each secret, and none is found; ``vault.reveal`` gives each one back whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from engram.api.local import classify, publish_file, run_event
+from engram.schemas.events import EventStatus
+from engram.workers import vault
+from tests.workers.test_bad_input import render_png
+
+REPO = Path(__file__).resolve().parents[2]
+TENANT, USER = "acme", "alice"
+# a private key's shape (not a usable key): BEGIN line, base64 body, END line
+PRIVATE_KEY = "\n".join([
+    "-----BEGIN OPENSSH PRIVATE KEY-----",
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+    "QyNTUxOQAAACAg6YhrPzecK5YBwPUKjPYpnTGl4rqOpktfpywYJWq6DQAAAJBJj0j6SY9I",
+    "+gAAAAtzc2gtZWQyNTUxOQAAACAg6YhrPzecK5YBwPUKjPYpnTGl4rqOpktfpywYJWq6DQ",
+    "-----END OPENSSH PRIVATE KEY-----"])
+JWT = ("eyJhbGciOiAiSFMyNTYiLCAidHlwIjogIkpXVCJ9.eyJzdWIiOiAiMTIzNDU2Nzg5MCIsICJuYW1lIjogIkFkYSIsICJpYXQiOiAxNzE2"
+       "MjAwMDAwfQ.q86-mEKsrLv2qJReR0yeRE-L-L8gfPUQ2MR_k-WExMM")
+# (entry type, secret, how it is said in a chat message)
+CHAT = [
+    ("private_key", PRIVATE_KEY, f"here is the deploy key:\n{PRIVATE_KEY}\nkeep it safe"),
+    ("jwt", JWT, f"curl -H 'Authorization: Bearer {JWT}' https://api.example.com/v1/me"),
+    ("webhook", "https://hooks.slack.com/services/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",
+     "post alerts to https://hooks.slack.com/services/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 please"),
+    ("password", "s3cretDbPw9", "the db is at https://alice:s3cretDbPw9@db.example.com/prod"),
+    ("password", "BlueFalcon77", "the wifi password is BlueFalcon77"),
+    ("password", "Xk9pQ2zz!", "pw: Xk9pQ2zz!"),
+    ("password", "Geheim123Wort", "Passwort: Geheim123Wort"),
+    ("password", "hunter2RelWork!", "password: hunter2RelWork!"),
+    ("password", "correct horse battery staple", "my password is correct horse battery staple. Don't tell."),
+    ("api_key", "sk-proj-Q8vX2mN4pL7kR9tY3wZ6aB1c", "my OpenAI key is sk-proj-Q8vX2mN4pL7kR9tY3wZ6aB1c"),
+    ("api_key", "ghp_" + "a1B2" * 9, "token ghp_" + "a1B2" * 9),
+    ("aws_access_key", "AKIAIOSFODNN7EXAMPLE", "AWS: AKIAIOSFODNN7EXAMPLE"),
+    ("credit_card", "4111 1111 1111 1111", "Pay with 4111 1111 1111 1111 tomorrow."),
+    ("iban", "DE89 3704 0044 0532 0130 00", "transfer to DE89 3704 0044 0532 0130 00 today"),
+    ("email", "alice.w@example.org", "Mail alice.w@example.org about it."),
+    ("phone_number", "(415) 555-2671", "or call (415) 555-2671 tonight"),
+]
+SCREEN = [("password", "Scr33nPass!", "password: Scr33nPass!"),
+          ("aws_access_key", "AKIAJ7Q2WXYZ3ABCD4EF", "key AKIAJ7Q2WXYZ3ABCD4EF"),
+          ("email", "bob.k@example.net", "from bob.k@example.net")]
+WINDOW = ("password", "W1ndowTitle#Pw", "Terminal — mysql -u root password: W1ndowTitle#Pw")
+APP = ("email", "carol.m@example.com", "Mail (carol.m@example.com)")
+METADATA = [("api_key", "sk-live-M3taDataK3yZ9x8w7v6u5t4", "deploy token sk-live-M3taDataK3yZ9x8w7v6u5t4"),
+            ("password", "MetaPw!2024x", "password: MetaPw!2024x")]
+EVERY = [*CHAT, *SCREEN, WINDOW, APP, *METADATA]
+
+
+def needles(secret: str) -> list[bytes]:
+    """What must be found nowhere: the secret, and each line of a multi-line one (a private key's body)."""
+    parts = [secret, *(ln for ln in secret.splitlines() if len(ln) >= 16)]
+    return [p.encode() for p in dict.fromkeys(parts)]
+
+
+def test_secrets_are_nowhere_but_the_vault(engram_env, tmp_path, capsys):
+    from engram.workers.runtime import reset_runtimes, runtime
+
+    rt = engram_env
+    data = rt.settings.data_dir
+    # metadata (no CLI flag for it): published as a producer does, on the embedded default
+    note = tmp_path / "note.jsonl"
+    note.write_text(json.dumps({"message_id": "x1", "session_id": "s0", "speaker": "alice", "text": "see metadata",
+                                "timestamp": "2024-05-01T09:00:00+00:00"}) + "\n")
+    event = publish_file(rt, classify(note), TENANT, USER, "laptop", captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+                         metadata={f"k{i}": said for i, (_, _, said) in enumerate(METADATA)})
+    assert run_event(rt, event).status is EventStatus.done
+    reset_runtimes()  # the CLI below takes the embedded store
+    # chat, screenshot, window title and app name: through the CLI with JSON logs
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text("".join(json.dumps({"message_id": f"m{i}", "session_id": "s1", "speaker": "alice", "text": said,
+                                        "timestamp": f"2024-05-01T10:{i:02d}:00+00:00"}) + "\n"
+                            for i, (_, _, said) in enumerate(CHAT)))
+    shot = render_png(tmp_path / "shot.png", [said for _, _, said in SCREEN], size=(900, 180))
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(data)}
+    logs = tmp_path / "cli.log"
+    with open(logs, "wb") as out:
+        proc = subprocess.run(
+            [sys.executable, "-m", "engram.api.cli", "--log-format", "json", "-v", "ingest", str(chat), str(shot),
+             "--tenant", TENANT, "--user", USER, "--device", "laptop", "--app", APP[2], "--window", WINDOW[2]],
+            env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+    assert proc.returncode == 0, logs.read_text()[-3000:]
+    rt = runtime()
+    # every byte persisted, but the published originals (the media as given, which are the user's own files)
+    persisted = [p for p in data.rglob("*") if p.is_file() and "media" not in p.relative_to(data).parts]
+    assert any("ocr" in p.parts for p in persisted) and any(p.name.endswith(".json") and "vault" in p.parts
+                                                            for p in persisted)
+    blobs = {str(p): p.read_bytes() for p in persisted}
+    blobs["cli log"] = logs.read_bytes()
+    captured = capsys.readouterr()
+    blobs["in-process log"] = (captured.out + captured.err).encode()
+    assert b'"event"' in blobs["cli log"]  # JSON log lines were written
+    leaks = [(entry_type, where) for entry_type, secret, _ in EVERY for needle in needles(secret)
+             for where, blob in blobs.items() if needle in blob]
+    assert not leaks, leaks
+    # the vault gives each one back whole
+    revealed = {vault.reveal(rt, TENANT, e.id) for e in vault.list_entries(rt, TENANT)}
+    missing = [(entry_type, secret) for entry_type, secret, _ in EVERY if secret not in revealed]
+    assert not missing, missing
