@@ -51,6 +51,7 @@ from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, 
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import Settings, get_settings
 from engram.schemas.tools import EntityNameRequest
+from engram.workers.fairness import tenant_priority
 from engram.workers.ids import EXTENSIONS, object_key
 from engram.workers.metrics import SEARCH_SECONDS, render
 from engram.workers.metrics import registry as metrics_registry
@@ -329,7 +330,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
         try:
             svc.ledger.record_queued(event)
             svc.celery.send_task(INGEST_TASK, args=[event.model_dump(mode="json")], task_id=str(event.event_id),
-                                 retry_policy=REQUEST_PUBLISH_RETRY)
+                                 retry_policy=REQUEST_PUBLISH_RETRY,  # lower while the tenant has much in flight
+                                 priority=tenant_priority(svc.ledger, tenant, svc.settings))
         except Exception as exc:
             svc.redis.delete(claim)  # not enqueued: publishing it again must enqueue it
             raise _unavailable("queue", exc) from exc

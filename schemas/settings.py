@@ -166,6 +166,12 @@ class Settings(BaseSettings):
     max_upload_derived_bytes: int = Field(
         2 * 1024**3, ge=1024, description="Most bytes of objects ingest derives from one upload (audio chunks, "
         "keyframes); more: the event fails at ingest with the reason, nothing past the limit written.")
+    fair_tenant_events_per_priority: int = Field(
+        4, ge=1, description="Fair scheduling across tenants (workers.fairness): an event's messages get one "
+        "priority step lower (of 10) per this many of its tenant's other events queued or processing.")
+    fair_segments_per_priority: int = Field(
+        8, ge=1, description="... and a segment's chain one step lower per this many segments before it in its "
+        "event, so a long recording's tail yields to other events.")
     silence_threshold_dbfs: float = Field(
         -60.0, le=0, description="Audio whose peak stays below this (dB relative to full scale) is silence: a "
         "silent audio chunk or clip segment track is not transcribed, and silent or empty audio is skipped with "

@@ -15,6 +15,7 @@ from celery.signals import worker_init, worker_process_shutdown
 from kombu import Queue as KombuQueue
 
 from engram.schemas.settings import Settings, get_settings
+from engram.workers.fairness import PRIORITY_STEPS
 
 
 class Queue(StrEnum):
@@ -58,12 +59,14 @@ ROUTES = {
 
 
 def transport_options(settings: Settings) -> dict:
-    """Redis transport options: the visibility timeout, and a sweep for unacknowledged tasks about every
-    twentieth of it (1 s to 100 s), so a killed worker's task comes back soon after the timeout."""
+    """Redis transport options: the visibility timeout, a sweep for unacknowledged tasks about every
+    twentieth of it (1 s to 100 s), so a killed worker's task comes back soon after the timeout, and the
+    ten message priority steps of ``workers.fairness`` (0 highest)."""
     vt = settings.broker_visibility_timeout
     interval = min(10, max(1, round(vt / 20)))
     return {"visibility_timeout": vt, "unacked_restore_interval": interval,
-            "unacked_restore_throttle": min(10, max(1, round(vt / 20 / interval)))}
+            "unacked_restore_throttle": min(10, max(1, round(vt / 20 / interval))),
+            "priority_steps": PRIORITY_STEPS}  # fair scheduling across tenants (workers.fairness)
 
 
 def configure(app: Celery, settings: Settings) -> None:

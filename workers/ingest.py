@@ -26,6 +26,7 @@ from engram.schemas.jobs import Keyframe, SegmentJob
 from engram.workers import bounds, media
 from engram.workers.app import Queue, app
 from engram.workers.bounds import UploadBudget
+from engram.workers.fairness import segment_priority, tenant_priority
 from engram.workers.ids import derived_key, sha256_file
 from engram.workers.ledger import FINAL_STATUSES
 from engram.workers.metrics import NEAR_DUPLICATES
@@ -49,9 +50,10 @@ def ingest(event: MediaEvent) -> None:
         return
     rt.ledger.expect_segments(event.event_id, len(jobs))
     done = rt.ledger.done_segments(event.event_id)  # a redelivered event: only the segments not yet stored
+    base = 0 if rt.settings.embedded else tenant_priority(rt.ledger, event.tenant_id, rt.settings)
     for job in jobs:
         if job.segment_index not in done:
-            dispatch(job)
+            dispatch(job, segment_priority(base, job.segment_index, rt.settings))
 
 
 @app.task(name="workers.ingest.redeliver_stalled")
@@ -73,15 +75,17 @@ def redeliver_stalled() -> dict[str, int]:
     return {"redelivered": len(events), "failed": len(given_up)}
 
 
-def dispatch(job: SegmentJob) -> None:
-    """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue."""
+def dispatch(job: SegmentJob, priority: int = 0) -> None:
+    """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue. Every message of
+    the chain carries ``priority`` (0 highest .. 9, ``workers.fairness``)."""
     from engram.workers.embed import embed
     from engram.workers.link import link
     from engram.workers.perceive import perceive
     from engram.workers.store import store
 
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
-    chain(perceive.s(job).set(queue=queue.value), embed.s(), link.s(), store.s()).apply_async()
+    chain(perceive.s(job).set(queue=queue.value, priority=priority), embed.s().set(priority=priority),
+          link.s().set(priority=priority), store.s().set(priority=priority)).apply_async()
 
 
 def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:

@@ -106,6 +106,10 @@ def model_timer(model: str, items: float = 1.0) -> Iterator[None]:
             MODEL_ITEMS.labels(model=model).inc(items)
 
 
+#: the priority steps of workers.fairness (repeated: this module is imported before the Celery app)
+PRIORITY_STEPS = list(range(10))
+
+
 class QueueDepthCollector:
     """``engram_queue_depth{queue}``: messages waiting in each Celery queue, and
     ``engram_queue_unacked``: delivered but not yet acknowledged, read from the Redis broker at scrape time.
@@ -122,14 +126,16 @@ class QueueDepthCollector:
         unacked = GaugeMetricFamily("engram_queue_unacked", "Messages delivered to workers, not yet acknowledged.")
         try:
             with self.r.pipeline() as pipe:
-                for q in self.queues:
-                    pipe.llen(q)
+                for q in self.queues:  # a queue is one Redis list per priority step (workers.fairness)
+                    for step in PRIORITY_STEPS:
+                        pipe.llen(f"{q}\x06\x16{step}" if step else q)
                 pipe.hlen("unacked")
                 values = pipe.execute()
         except Exception:  # the broker is down: /readyz says so; the scrape goes on without these samples
             return
-        for q, n in zip(self.queues, values[:-1], strict=True):
-            depth.add_metric([q], n)
+        per = len(PRIORITY_STEPS)
+        for i, q in enumerate(self.queues):
+            depth.add_metric([q], sum(values[i * per:(i + 1) * per]))
         unacked.add_metric([], values[-1])
         yield depth
         yield unacked

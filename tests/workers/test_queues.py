@@ -7,6 +7,7 @@ import json
 import pytest
 from celery import Celery
 
+from engram.schemas.events import EventStatus
 from engram.schemas.settings import Settings
 from engram.workers.app import Queue, configure
 
@@ -47,3 +48,69 @@ def test_every_worker_serves_the_maintenance_queue(tmp_path):
         assert MAINTENANCE in argv[argv.index("--queues") + 1].split(","), role
     argv = worker_argv(plan_worker(settings, queues="perceive.gpu"))
     assert argv[argv.index("--queues") + 1] == "perceive.gpu,maintenance"
+
+
+def test_a_flood_from_one_tenant_does_not_starve_another(redis_server, tmp_path):
+    """40 events of one tenant, then one of another, published as the API does (``tenant_priority``), run by a
+    real worker process with one slot: the other tenant's event is among the first handled, not the 41st. Each
+    event's object is missing, so its real ingest task fails at once: the order of the ledger's final times is
+    the order the worker took them."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import uuid
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    import redis
+    from cryptography.fernet import Fernet
+
+    from engram.schemas.events import MediaEvent, MediaKind
+    from engram.workers.fairness import tenant_priority
+    from engram.workers.ledger import open_ledger
+
+    url = redis_server.rsplit("/", 1)[0] + "/14"
+    redis.Redis.from_url(url).flushdb()
+    settings = Settings(broker_url=url, data_dir=tmp_path / "data")
+    app = Celery("engram-test")
+    configure(app, settings)
+    ledger = open_ledger(settings)
+
+    def publish(tenant: str, i: int) -> MediaEvent:
+        event = MediaEvent(event_id=uuid.uuid4(), tenant_id=tenant, user_id="u", device_id="d", kind=MediaKind.text,
+                           object_key=f"media/{tenant}/missing-{i}", sha256=f"{i:064x}", size=10,
+                           mime_type="application/x-ndjson", captured_at=datetime.now(UTC))
+        ledger.record_queued(event)
+        app.send_task("workers.ingest.ingest", args=[event.model_dump(mode="json")], task_id=str(event.event_id),
+                      priority=tenant_priority(ledger, tenant, settings))
+        return event
+
+    flood = [publish("flood", i) for i in range(40)]
+    small = publish("small", 0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update(ENGRAM_BROKER_URL=url, ENGRAM_DATA_DIR=str(tmp_path / "data"),
+               ENGRAM_VAULT_KEY=Fernet.generate_key().decode())
+    repo = Path(__file__).resolve().parents[2]
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "engram.workers.app", "worker", "-Q", "ingest", "--pool", "solo",
+             "--without-gossip", "--without-mingle", "-l", "warning"],
+            cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        ids = [e.event_id for e in [*flood, small]]
+        while time.monotonic() < deadline:
+            records = [ledger.get(i) for i in ids]
+            if all(r.status is EventStatus.failed for r in records):
+                break
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"not all handled: {(tmp_path / 'worker.log').read_text()[-3000:]}")
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    assert all("not found in the object store" in r.reason for r in records)
+    order = [r.event_id for r in sorted(records, key=lambda r: r.updated_at)]
+    assert order.index(small.event_id) < 5, order.index(small.event_id)  # first in: the 41st
