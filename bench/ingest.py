@@ -1,0 +1,146 @@
+"""Ingest throughput, side by side in one run: the embedder's own ceiling and the pipeline's pace (issue 15).
+
+Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/retrieval.py`` writes them):
+
+- **ceiling**: messages ÷ the seconds the embedding model alone (the runtime the pipeline uses, loaded and
+  warmed up first, no cache) takes to encode one text per message (the message's indexed text,
+  ``ConversationMessage.display_text``), in batches of the configured ``embedding_batch_size``;
+- **cold**: messages ÷ the seconds ``api.cli.ingest_paths`` (the embedded default, consolidation included)
+  takes on a fresh data dir with a fresh embedding cache, made by the bench; in-process after imports, the
+  model already loaded (as a worker runs);
+- **warm**: the same ingest into another fresh data dir whose embedding cache is the cold run's;
+- ``cold_ratio`` = cold ÷ ceiling, and ``encodes_per_msg`` = texts the cold run encoded (rows of its
+  embedding cache, every encoded text is written there once) ÷ messages.
+
+    python bench/ingest.py [--sections text] [--conversations 0 1] [--json FILE]
+
+``--json FILE`` merges ``{"text": {...}, "load": <1-minute load average>}`` into FILE's JSON object (created when
+absent), so other sections (screenshot, audio, distributed) written by other runs are kept. A section is a
+function ``name(args) -> dict`` in ``SECTIONS``; add one there and to ``--sections``' choices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def _cache_rows(data_dir: Path) -> int:
+    """Rows of the data dir's embedding cache (``cache/embeddings.sqlite``): texts encoded into it."""
+    path = data_dir / "cache" / "embeddings.sqlite"
+    if not path.exists():
+        return 0
+    with closing(sqlite3.connect(path)) as db:
+        return int(db.execute("SELECT count(*) FROM emb").fetchone()[0])
+
+
+def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = None) -> float:
+    """Seconds ``ingest_paths`` takes on ``files`` (each its own user, consolidation included) into the fresh
+    ``data_dir``; ``cache_of``: a data dir whose embedding cache is shared (warm), else a fresh cache (cold).
+    Raises RuntimeError when a file fails."""
+    from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
+    from engram.api.cli import ingest_paths
+
+    if cache_of is not None:
+        share_embedding_cache(data_dir, cache_of / "cache")
+    with embedded_data_dir(data_dir):
+        t0 = time.perf_counter()
+        for path in files:
+            out = ingest_paths([path], tenant=TENANT, user=f"locomo-{path.stem}", device="bench",
+                               consolidate=True, quiet=True)
+            check_ingest(path.stem, out)
+        return time.perf_counter() - t0
+
+
+def text(args: argparse.Namespace) -> dict:
+    """The text section: ceiling, cold and warm messages/s, their ratio and encodes per message (see the
+    module's docstring). Raises FileNotFoundError without the LoCoMo data."""
+    from bench.locomo import load_locomo, sample_turns
+    from engram.schemas.settings import get_settings
+    from engram.workers.adapters import to_jsonl
+    from engram.workers.models import get_model
+
+    samples = load_locomo(args.eval_data)
+    with tempfile.TemporaryDirectory(prefix="engram-bench-ingest-") as tmp:
+        tmp_path = Path(tmp)
+        files, texts = [], []
+        for ci in args.conversations:
+            sample = samples[ci]
+            msgs = sample_turns(sample)
+            texts += [m.display_text() for m in msgs]
+            path = tmp_path / f"{sample.get('sample_id', ci)}.jsonl"
+            path.write_bytes(to_jsonl(msgs))
+            files.append(path)
+        n = len(texts)
+        settings = get_settings()
+        model = get_model("embedding", settings)
+        model.embed(texts[:64], settings.models.embedding_batch_size)  # load and warm up, not timed
+        t0 = time.perf_counter()
+        model.embed(texts, settings.models.embedding_batch_size)
+        ceiling_s = time.perf_counter() - t0
+        cold_dir, warm_dir = tmp_path / "cold", tmp_path / "warm"
+        cold_s = _ingest_seconds(files, cold_dir)
+        encoded = _cache_rows(cold_dir)
+        warm_s = _ingest_seconds(files, warm_dir, cache_of=cold_dir)
+    runtime = type(model.session).__name__
+    out = {"messages": n, "conversations": list(args.conversations), "embedding_runtime": runtime,
+           "ceiling_msgs_per_s": round(n / ceiling_s, 2), "cold_msgs_per_s": round(n / cold_s, 2),
+           "warm_msgs_per_s": round(n / warm_s, 2), "cold_ratio": round(ceiling_s / cold_s, 3),
+           "encodes_per_msg": round(encoded / n, 2)}
+    print(f"text, {n} messages of LoCoMo conversations {args.conversations} (embedder {runtime}):")
+    print(f"  embedder alone (ceiling) {out['ceiling_msgs_per_s']:8.1f} msgs/s  ({ceiling_s:.1f} s)")
+    print(f"  pipeline cold            {out['cold_msgs_per_s']:8.1f} msgs/s  ({cold_s:.1f} s)  "
+          f"= {out['cold_ratio']:.0%} of the ceiling, {out['encodes_per_msg']:.2f} encodes/msg")
+    print(f"  pipeline warm            {out['warm_msgs_per_s']:8.1f} msgs/s  ({warm_s:.1f} s)")
+    return out
+
+
+#: Section name -> function(args) -> its JSON dict. Other sections (screenshot, audio, distributed) go here.
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {"text": text}
+
+
+def merge_json(path: Path, results: dict) -> None:
+    """Write ``results``' keys into the JSON object in ``path`` (made when absent; other keys kept)."""
+    data = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
+    data.update(results)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sections", nargs="+", choices=sorted(SECTIONS), default=["text"],
+                    help="what to measure (default: text)")
+    ap.add_argument("--conversations", type=int, nargs="+", default=[0, 1],
+                    help="LoCoMo conversations by position in locomo10.json (default: 0 1)")
+    ap.add_argument("--eval-data", type=Path, default=None,
+                    help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
+    ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")
+    args = ap.parse_args(argv)
+    from bench.retrieval import _quiet_logs
+
+    _quiet_logs()
+    results: dict = {}
+    for name in args.sections:
+        results[name] = SECTIONS[name](args)
+    results["load"] = round(os.getloadavg()[0], 2)
+    print(f"load average {results['load']}")
+    if args.json:
+        merge_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
