@@ -51,32 +51,16 @@ app = typer.Typer(
 
 
 def _configure_logging(verbose: bool, log_format: str) -> None:
-    import structlog
+    from engram.workers.logs import configure_logging
 
     level = logging.INFO if verbose else logging.ERROR
-    if log_format == "json":  # the libraries' stdlib log lines (Celery's too) as JSON as well
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-            processor=structlog.processors.JSONRenderer(),
-            foreign_pre_chain=[structlog.contextvars.merge_contextvars, structlog.stdlib.add_logger_name,
-                               structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso")]))
-        logging.basicConfig(level=level, handlers=[handler], force=True)
-    else:
-        logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(level, "json" if log_format == "json" else "console")  # structlog's and Celery's lines alike
     for noisy in ("RapidOCR", "faster_whisper", "sentence_transformers", "httpx", "celery"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
     if not verbose and not os.environ.get("ENGRAM_BROKER_URL"):
         # the embedded default runs tasks inline: a task's error reaches the command, which says it in one line;
         # Celery's own traceback of it would repeat it (-v shows it)
         logging.getLogger("celery.app.trace").setLevel(logging.CRITICAL)
-    renderer = (structlog.processors.JSONRenderer() if log_format == "json"
-                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))  # no colour codes in a file
-    structlog.configure(
-        # contextvars: the event id, stage, task id and tenant bound by workers.runtime.stage
-        processors=[structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="iso"), renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))  # the current stderr, not the first one
 
 
 @app.callback()
@@ -559,13 +543,10 @@ _register_agent_commands(app)
 # --- distributed mode: worker and beat processes (api/processes.py holds the rules) ---------------------
 
 def _celery_logging(ctx: typer.Context, loglevel: str) -> None:
-    """structlog at the worker's log level, in the format chosen by the global ``--log-format``."""
+    """structlog at the worker's log level, in the format chosen by the global ``--log-format``; Celery's
+    ``setup_logging`` signal then applies the same format at ``--loglevel`` (``workers.logs``)."""
     fmt = (ctx.parent.params.get("log_format") if ctx.parent else None) or "console"
     _configure_logging(loglevel.upper() in ("DEBUG", "INFO"), fmt)
-    if fmt == "json":  # keep the JSON handler: Celery would install its own text format
-        from celery.signals import setup_logging
-
-        setup_logging.connect(lambda **_: None, weak=False)
     logging.getLogger("celery").setLevel(logging.NOTSET)  # task received/succeeded lines at the worker's level
 
 

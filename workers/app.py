@@ -11,11 +11,12 @@ import logging
 from enum import StrEnum
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_shutdown
+from celery.signals import setup_logging, worker_init, worker_process_shutdown
 from kombu import Queue as KombuQueue
 
 from engram.schemas.settings import Settings, get_settings
 from engram.workers.fairness import PRIORITY_STEPS
+from engram.workers.logs import celery_setup_logging
 
 
 class Queue(StrEnum):
