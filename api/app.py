@@ -33,6 +33,7 @@ from fastapi_offline import FastAPIOffline
 from redis.exceptions import RedisError
 
 from engram.api import keys
+from engram.api.uploads import UploadRejected, promote, staging_key
 from engram.schemas.add import AddMemoryQuery, AddMemoryResponse
 from engram.schemas.api import (
     ApiError,
@@ -274,20 +275,29 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
     @app.post("/v1/uploads", tags=["publish"], response_model=UploadResponse, responses=errors)
     def create_upload(body: UploadRequest, tenant: Tenant, svc: Svc) -> UploadResponse:
         """A presigned PUT URL for the content-addressed key of (sha256, mime type), or ``exists`` when the
-        object is already stored with this size (the client then skips the PUT). 413 over the size limit,
-        422 for an unsupported mime type."""
+        object is already stored with this size (the client then skips the PUT). The URL writes a staging key
+        of its own, never the content-addressed one: publishing checks the bytes' size and sha256 and moves them
+        there (``api.uploads``). 413 over the size limit, 422 for an unsupported mime type."""
         if not kinds_for_mime(body.mime_type):
             raise _invalid("mime_type", f"unsupported mime type; supported: {', '.join(sorted(EXTENSIONS))}")
         if body.size > svc.settings.max_object_bytes:
             raise HTTPException(413, f"object too large: {body.size} bytes exceeds the limit of "
                                      f"{svc.settings.max_object_bytes}")
         key = object_key(tenant, body.sha256, body.mime_type)
-        if _stored_size(svc, key) == body.size:
+        stored = _stored_size(svc, key)
+        if stored is None and svc.presigner is not None:  # uploaded before but not yet published: verify it now
+            try:
+                stored = body.size if promote(svc.objects, key, body.size, body.sha256) else None
+            except UploadRejected:
+                stored = None  # deleted; a new URL follows
+        if stored == body.size:
             return UploadResponse(object_key=key, url="", exists=True, expires_in=0)
         if svc.presigner is None:
             raise HTTPException(501, "this server has no S3 object store for uploads (set ENGRAM_S3_ENDPOINT)")
         expiry = svc.settings.upload_url_expiry_seconds
-        url = svc.presigner.presigned_put_object(svc.objects.bucket, key, expires=timedelta(seconds=expiry))
+        # the URL writes a staging key of its own; publishing verifies it and moves it to ``key`` (api.uploads)
+        url = svc.presigner.presigned_put_object(svc.objects.bucket, staging_key(key),
+                                                 expires=timedelta(seconds=expiry))
         return UploadResponse(object_key=key, url=url, exists=False, expires_in=expiry)
 
     @app.post("/v1/events", tags=["publish"], status_code=202, response_model=PublishResponse, responses=errors)
@@ -296,7 +306,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
 
         Idempotent by ``event_id``: publishing it again returns its current status with ``duplicate`` set
         and enqueues nothing. 403 for a body naming another tenant; 404 when the object is not stored,
-        409 when its size differs (or the event id belongs to someone else); 413 over the size limit;
+        409 when its size differs, when the uploaded bytes are not the declared size and sha256 (the upload is
+        deleted) or the event id belongs to someone else; 413 over the size limit;
         422 for an invalid body.
         """
         if body.tenant_id is not None and body.tenant_id != tenant:
@@ -320,6 +331,11 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise HTTPException(413, f"object too large: {event.size} bytes exceeds the limit of "
                                      f"{svc.settings.max_object_bytes}")
         stored = _stored_size(svc, key)
+        if stored is None and svc.presigner is not None:  # a staged upload: its size and sha256 checked first
+            try:
+                stored = event.size if promote(svc.objects, key, event.size, event.sha256) else None
+            except UploadRejected as exc:
+                raise HTTPException(409, str(exc)) from exc
         if stored is None:
             raise HTTPException(404, "object not uploaded: PUT it to the URL from POST /v1/uploads first")
         if stored != event.size:

@@ -195,9 +195,11 @@ def broker_state(redis_url: str) -> tuple[dict[str, int], int]:
     """(messages waiting per non-empty queue, deliveries not yet acknowledged) on a Redis broker."""
     import redis
 
+    from engram.workers.fairness import queue_depth
+
     r = redis.Redis.from_url(redis_url)
     try:
-        return {q: n for q in QUEUES if (n := r.llen(q))}, r.hlen("unacked")
+        return {q: n for q in QUEUES if (n := queue_depth(r, q))}, r.hlen("unacked")  # every priority step
     finally:
         r.close()
 

@@ -23,6 +23,22 @@ from engram.workers.ledger import Ledger
 #: Priority steps of the Redis transport (``broker_transport_options['priority_steps']``): 0 = highest.
 PRIORITY_STEPS = list(range(10))
 LOWEST = PRIORITY_STEPS[-1]
+#: what kombu's Redis transport puts between a queue's name and a priority step in its list's name
+PRIORITY_SEPARATOR = "\x06\x16"
+
+
+def queue_lists(queue: str) -> list[str]:
+    """The Redis lists holding ``queue``'s waiting messages, one per priority step: ``queue`` itself (step 0),
+    then ``queue + "\\x06\\x16" + step`` (what ``LLEN`` must sum, e.g. for a queue's depth)."""
+    return [f"{queue}{PRIORITY_SEPARATOR}{step}" if step else queue for step in PRIORITY_STEPS]
+
+
+def queue_depth(redis_client, queue: str) -> int:
+    """Messages waiting in ``queue`` on a Redis broker (``redis_client``: redis-py), every priority step."""
+    with redis_client.pipeline() as pipe:
+        for name in queue_lists(queue):
+            pipe.llen(name)
+        return sum(pipe.execute())
 
 
 def tenant_priority(ledger: Ledger, tenant_id: str, settings: Settings) -> int:

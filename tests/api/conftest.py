@@ -71,8 +71,10 @@ def api_keys(api_redis) -> dict[str, str]:
 
 
 def queue_length(r, queue: str = "ingest") -> int:
-    """Messages waiting in a Celery queue on the Redis broker (``LLEN <queue>``)."""
-    return r.llen(queue)
+    """Messages waiting in a Celery queue on the Redis broker, every priority step (``workers.fairness``)."""
+    from engram.workers.fairness import queue_depth
+
+    return queue_depth(r, queue)
 
 
 def png_bytes(seed: int = 0, size: int = 48) -> bytes:

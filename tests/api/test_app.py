@@ -226,12 +226,21 @@ def test_unsupported_mime_and_kind_mismatch_are_422(client, api_keys):
 
 def test_wrong_sha256_event_fails_in_ingest_with_reason(client, api_keys, api_settings, seaweedfs_s3,
                                                          monkeypatch, tmp_path):
-    """The presigned PUT does not check content; ingest does, and fails the event with the reason."""
+    """The presigned PUT does not check content: publishing does (409, api.uploads); and should an object under
+    its content-addressed key hold other bytes all the same, ingest fails the event with the reason."""
     key = api_keys["acme"]
     declared, actual = png_bytes(5), png_bytes(6)
     assert len(declared) == len(actual)
     sha, _ = upload(client, key, actual, declared=declared)
     body = event_body(sha, len(declared))
+    refused = client.post("/v1/events", json=body, headers=auth(key))
+    assert refused.status_code == 409 and "upload rejected: the uploaded bytes hash to" in refused.json()["detail"]
+
+    from engram.workers.objectstore import S3ObjectStore
+
+    store = S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key,
+                          api_settings.s3_bucket)
+    store.put_bytes(f"media/acme/{sha}.png", actual)  # written past the API, as a damaged store would
     assert client.post("/v1/events", json=body, headers=auth(key)).status_code == 202
 
     # run the queued task inline, as a worker would, on the same Redis ledger and S3 bucket

@@ -108,10 +108,12 @@ def wait_quiet(redis_url: str, timeout: float) -> None:
     """Until no task waits in any queue and none is delivered but unacknowledged (duplicates included)."""
     import redis
 
+    from engram.workers.fairness import queue_depth
+
     r = redis.Redis.from_url(redis_url)
     deadline = time.monotonic() + timeout
     while True:
-        waiting = {q: n for q in QUEUES if (n := r.llen(q))}
+        waiting = {q: n for q in QUEUES if (n := queue_depth(r, q))}  # every priority step
         unacked = r.hlen("unacked")
         if not waiting and not unacked:
             return
