@@ -503,7 +503,7 @@ def convert(
 
     Only dialog turns and image captions are carried over, never the benchmark's annotations.
     """
-    from engram.workers.adapters import locomo_sample_messages, longmemeval_messages, to_jsonl
+    from engram.workers.adapters import locomo_sample_id, locomo_sample_messages, longmemeval_messages, to_jsonl
 
     doc = json.loads(source.read_bytes())
     out.mkdir(parents=True, exist_ok=True)
@@ -511,7 +511,7 @@ def convert(
         convs = {str(doc.get("question_id", source.stem)): longmemeval_messages(doc)}
     else:
         samples = doc if isinstance(doc, list) else [doc]
-        convs = {str(s.get("sample_id", i)): locomo_sample_messages(s) for i, s in enumerate(samples)}
+        convs = {locomo_sample_id(s, i): locomo_sample_messages(s, i) for i, s in enumerate(samples)}
     for name, msgs in convs.items():
         (out / f"{name}.jsonl").write_bytes(to_jsonl(msgs))
         console.print(Text(f"{out / (name + '.jsonl')}: {len(msgs)} messages"))

@@ -105,6 +105,8 @@ class Question:
 
 def sample_questions(sample: dict, conversation: int = 0) -> list[Question]:
     """The counted questions of one sample (categories 1-4, evidence parsed and non-empty)."""
+    from engram.workers.adapters import locomo_sample_id
+
     ids = turn_ids(sample)
     out = []
     for i, qa in enumerate(sample.get("qa", [])):
@@ -112,7 +114,7 @@ def sample_questions(sample: dict, conversation: int = 0) -> list[Question]:
             continue
         evidence = parse_evidence(qa.get("evidence") or [], ids)
         if evidence:
-            out.append(Question(str(sample.get("sample_id", conversation)), conversation, i, qa["question"],
+            out.append(Question(locomo_sample_id(sample, conversation), conversation, i, qa["question"],
                                 int(qa["category"]), tuple(evidence)))
     return out
 

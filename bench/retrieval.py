@@ -148,7 +148,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     ingest seconds, search latency, per conversation figures and diagnostics of what fills engram's turn budget.
     """
     from engram.api.cli import ingest_paths
-    from engram.workers.adapters import to_jsonl
+    from engram.workers.adapters import locomo_sample_id, to_jsonl
     from engram.workers.runtime import runtime
 
     ks = sorted({int(k) for k in ks})
@@ -182,7 +182,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                 task = bar.add_task("LoCoMo", total=len(indices), current="")
                 for ci in indices:
                     sample = samples[ci]
-                    sid = str(sample.get("sample_id", ci))
+                    sid = locomo_sample_id(sample, ci)
                     user = f"locomo-{sid}"
                     msgs = sample_turns(sample)
                     if not search_only:
@@ -228,7 +228,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     overall = summary(rows)
     cat_summ = {c: summary(sel) for c, sel in by_cat.items() if sel}
     result = {
-        "conversations": [str(samples[i].get("sample_id", i)) for i in indices],
+        "conversations": [locomo_sample_id(samples[i], i) for i in indices],
         "ks": ks,
         "systems": systems,
         "questions": len(rows),

@@ -286,8 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--user", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    from engram.workers.adapters import locomo_sample_id
+
     sample = load_locomo()[args.conversation]
-    user = f"locomo-{sample.get('sample_id', args.conversation)}"
+    user = f"locomo-{locomo_sample_id(sample, args.conversation)}"
     questions = [q.question for q in sample_questions(sample, args.conversation)][:args.questions]
     if args.measure:
         print(json.dumps(measure(args.measure, args.user or user, questions)))

@@ -51,11 +51,30 @@ def parse_locomo_datetime(text: str) -> datetime:
     return found.pop().astimezone(UTC)
 
 
-def locomo_sample_messages(sample: dict) -> list[ConversationMessage]:
+def locomo_sample_id(sample: dict, index: int = 0) -> str:
+    """A LoCoMo sample's ``sample_id`` as an id engram accepts (``schemas.events``: letters, digits and
+    ``._@:+-``, a letter or digit first), at most 100 characters so ``locomo-<id>`` is a valid user id; also a
+    safe file name. A string keeps its allowed characters (``conv-26`` as is), runs of others become ``-``; a
+    number is written as it is (``26``, ``7.5``); a missing, empty or unusable one is ``sample-<index>``
+    (``index``: the sample's position in its file)."""
+    raw = sample.get("sample_id")
+    if raw is None or isinstance(raw, bool):
+        text = ""
+    elif isinstance(raw, float) and raw.is_integer():
+        text = str(int(raw))
+    else:
+        text = raw if isinstance(raw, str) else json.dumps(raw) if isinstance(raw, dict | list) else str(raw)
+    cleaned = re.sub(r"[^A-Za-z0-9._@:+-]+", "-", text)
+    cleaned = re.sub(r"^[^A-Za-z0-9]+", "", cleaned)[:100].rstrip("-")
+    return cleaned or f"sample-{index}"
+
+
+def locomo_sample_messages(sample: dict, index: int = 0) -> list[ConversationMessage]:
     """The dialog turns of one LoCoMo sample, in order; ``message_id`` is the turn's ``dia_id`` and
-    ``session_id`` is ``<sample_id>/session_<n>``. Turn times are the session time plus 30 s per turn."""
+    ``session_id`` is ``<sample id>/session_<n>`` (``locomo_sample_id``; ``index``: the sample's position in
+    its file). Turn times are the session time plus 30 s per turn."""
     conv = sample["conversation"]
-    sample_id = str(sample.get("sample_id", "locomo"))
+    sample_id = locomo_sample_id(sample, index)
     sessions = sorted((int(m.group(1)), key) for key in conv if (m := re.fullmatch(r"session_(\d+)", key)))
     out: list[ConversationMessage] = []
     for n, key in sessions:
@@ -190,7 +209,7 @@ def _parse_conversation(data: bytes, source_name: str = "", default_time: dateti
         doc = [doc]
     if isinstance(doc, list) and doc and isinstance(doc[0], dict) and "conversation" in doc[0]:
         try:
-            return [m for sample in doc for m in locomo_sample_messages(sample)]
+            return [m for i, sample in enumerate(doc) for m in locomo_sample_messages(sample, i)]
         except (KeyError, ValueError, ValidationError) as exc:
             raise InvalidConversation(f"malformed LoCoMo file: {exc}") from exc
     if isinstance(doc, dict) and "haystack_sessions" in doc:

@@ -10,6 +10,7 @@ import pytest
 from engram.schemas.conversations import ConversationMessage
 from engram.workers.adapters import (
     InvalidConversation,
+    locomo_sample_id,
     locomo_sample_messages,
     parse_conversation_file,
     parse_locomo_datetime,
@@ -52,6 +53,28 @@ def record(i: int, **over) -> dict:
            "timestamp": f"2024-05-01T10:0{i}:00Z"}
     rec.update(over)
     return rec
+
+
+@pytest.mark.parametrize(("sample_id", "expected"), [
+    ("conv-26", "conv-26"), (26, "26"), (26.0, "26"), (7.5, "7.5"), ("conv 26 / Ann & Bob", "conv-26-Ann-Bob"),
+    ("--x", "x"), (None, "sample-3"), ("", "sample-3"), (True, "sample-3"), ("ÄÖÜ", "sample-3"),
+    ({"n": 1}, "n-:-1"), ([1, 2], "1-2"), ("x" * 300, "x" * 100),
+])
+def test_any_locomo_sample_id_becomes_a_valid_id(sample_id, expected):
+    from engram.schemas.events import MediaEvent, MediaKind
+
+    sample = {**locomo_sample(), "sample_id": sample_id}
+    got = locomo_sample_id(sample, 3)
+    assert got == expected
+    MediaEvent(tenant_id="t", user_id=f"locomo-{got}", device_id=got, kind=MediaKind.text, object_key="k",
+               sha256="0" * 64, size=1, mime_type="application/json", captured_at=datetime.now(UTC))  # validates
+
+
+def test_a_locomo_file_with_numeric_sample_ids_is_read():
+    samples = [{**locomo_sample(), "sample_id": 26}, {**locomo_sample(), "sample_id": None}]
+    msgs = parse_conversation_file(json.dumps(samples).encode())
+    assert {m.session_id for m in msgs} == {"26/session_2", "26/session_10", "sample-1/session_2",
+                                            "sample-1/session_10"}
 
 
 def test_locomo_datetime():
