@@ -99,6 +99,9 @@ def mcp(
                                        "request needs an API key (engram keys create), whose tenant it uses.")] = False,
     host: Annotated[str, typer.Option(help="Address to listen on, with --http.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on, with --http.")] = 8765,
+    hold_seconds: Annotated[float, typer.Option(min=0, help="Keep the embedded store open this long after a tool "
+                                                "call (a burst of calls opens it once; other engram commands wait "
+                                                "at most this long more).")] = 2.0,
 ) -> None:
     """Serve engram's memory to an AI agent over the Model Context Protocol: tools search, ask, add_memory,
     list_memories, get_memory, delete_memory, list_entities, name_entity. Over stdio by default (logs on
@@ -110,7 +113,8 @@ def mcp(
     if data_dir is not None:
         os.environ["ENGRAM_DATA_DIR"] = str(data_dir.expanduser())
     settings = get_settings()
-    tools = EngramTools(tenant or settings.tenant, device or _default_device(), user or settings.user)
+    tools = EngramTools(tenant or settings.tenant, device or _default_device(), user or settings.user,
+                        linger=hold_seconds)
     if not http:
         run_stdio(tools)
         return

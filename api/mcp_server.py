@@ -9,11 +9,12 @@ Transports: stdio (default; the SDK points fd 1 at stderr while serving, so only
 stdout, and logs go to stderr) or streamable HTTP (``--http``), where every request carries an API key
 (``Authorization: Bearer <key>``, ``engram keys create``) and the tenant is the key's.
 
-The embedded store: the server holds it only during a tool call. Calls run one at a time in a worker thread;
-each takes the store's file lock (waiting while another process such as ``engram ingest`` holds it), runs, and
-closes the store (``workers.runtime.reset_runtimes``), so ``engram search``/``ingest`` in another process work
-while the server runs. Models stay loaded between calls. With ``ENGRAM_BROKER_URL`` the tasks run on the
-workers instead and the server never opens the store.
+The embedded store: the server holds it only while it works. Calls run one at a time in a worker thread; the
+first takes the store's file lock (waiting while another process such as ``engram ingest`` holds it), and the
+store is closed (``workers.runtime.reset_runtimes``) ``--hold-seconds`` after the last call, so ``engram
+search``/``ingest`` in another process work while the server runs (waiting at most that long more). Models stay
+loaded between calls. With ``ENGRAM_BROKER_URL`` the tasks run on the workers instead and the server never opens
+the store.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -91,33 +93,69 @@ class EngramTools:
     ``device`` (recorded on what ``add_memory`` stores), ``default_user`` (``add_memory`` without a user_id).
     ``call`` is blocking and not re-entrant: the server runs calls one at a time in a worker thread."""
 
-    def __init__(self, tenant: str, device: str, default_user: str | None = None) -> None:
+    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = 2.0) -> None:
         self.tenant = tenant
         self.device = device
         self.default_user = default_user
+        self.linger = linger
+        self._lock = threading.Lock()  # one call (or release) at a time
+        self._held = False
+        self._timer: threading.Timer | None = None
 
     @contextlib.contextmanager
     def store_session(self) -> Iterator[None]:
         """Hold the embedded store for one call: take its file lock first (waiting up to
-        ``ENGRAM_STORE_WAIT_SECONDS`` while another process holds it; vectorstore.StoreBusy after), release it after
-        (the runtime and its stores are closed). Nothing to hold with a broker (the workers own the store) or a
-        Qdrant server."""
+        ``ENGRAM_STORE_WAIT_SECONDS`` while another process holds it; vectorstore.StoreBusy after), and release it
+        (the runtime and its stores closed) ``linger`` seconds after the last call, so a burst of calls (add, then
+        search) opens the store once while another process waits at most that long more. Released at once when a
+        call fails. Nothing to hold with a broker (the workers own the store) or a Qdrant server."""
         from engram.schemas.settings import get_settings
 
         settings = get_settings()
         if settings.broker_url or settings.qdrant_url:
             yield
             return
-        from engram.workers.runtime import reset_runtimes, runtime
+        from engram.workers.runtime import runtime
         from engram.workers.vectorstore import EdgeVectorStore
 
-        try:
-            store = runtime(settings).vectors
-            if isinstance(store, EdgeVectorStore):
-                store.hold()
-            yield
-        finally:
-            reset_runtimes()
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            try:
+                if not self._held:
+                    store = runtime(settings).vectors
+                    if isinstance(store, EdgeVectorStore):
+                        store.hold()
+                    self._held = True
+                yield
+            except BaseException:
+                self._release()
+                raise
+            timer = self._timer = threading.Timer(self.linger, self._release_if_idle)
+            timer.daemon = True
+            timer.start()
+
+    def _release_if_idle(self) -> None:
+        with self._lock:
+            if self._timer is threading.current_thread():
+                self._timer = None
+                self._release()
+
+    def _release(self) -> None:
+        """Close the runtime and its stores (the embedded store's file lock released). Called with ``_lock``."""
+        from engram.workers.runtime import reset_runtimes
+
+        reset_runtimes()
+        self._held = False
+
+    def close(self) -> None:
+        """Release the store now (the server is stopping)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._release()
 
     def call(self, tool: Tool, arguments: dict[str, Any], tenant: str | None = None) -> tuple[str, Any]:
         """Validate ``arguments`` by the tool's model and run it for ``tenant`` (default: the server's). Returns
@@ -296,7 +334,10 @@ def run_stdio(tools: EngramTools) -> None:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        tools.close()
 
 
 def run_http(tools: EngramTools, host: str, port: int, redis_client: Any) -> None:
