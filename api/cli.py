@@ -916,6 +916,16 @@ def watch(
         err.print("stopped")
 
 
+def _register_capture() -> None:
+    from engram.api.capture import capture_command
+
+    app.command("capture", epilog="Examples:  engram capture  ·  engram capture --duration 600 --deny-title 'Bank'  "
+                "·  engram capture --api http://engram:8000 --api-key $KEY")(capture_command)
+
+
+_register_capture()
+
+
 def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: str | None, settle: float,
                     existing: bool) -> None:
     """``engram watch`` without --api: each batch of settled files through ``ingest_paths`` (api.watch)."""

@@ -15,6 +15,8 @@ command -v ffmpeg >/dev/null 2>&1 || need+=(ffmpeg)
 command -v espeak-ng >/dev/null 2>&1 || need+=(espeak-ng)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 fc-list 2>/dev/null | grep -qi dejavu || need+=(fonts-dejavu-core)
+# --dev: an X server for tests/api/test_capture.py (engram capture under Xvfb)
+if [ "${1:-}" = "--dev" ]; then command -v Xvfb >/dev/null 2>&1 || need+=(xvfb); fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing system packages: ${need[*]}"
   $SUDO apt-get update -qq

@@ -1,0 +1,488 @@
+"""``engram capture``: a desktop capture agent. Screenshots at an interval that adapts to change, gated at the
+edge by the project's near-duplicate test before anything is stored, with the window title and application from
+the X server, privacy rules, pause, and publishing in batches into the embedded store or to an API.
+
+The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in mind):
+
+1. Paused (the pause file exists, or SIGUSR1 toggled it)? Sleep.
+2. The active window and the viewable windows from the X server (``_NET_ACTIVE_WINDOW`` / ``_NET_CLIENT_LIST``,
+   else the input focus and the root's mapped children; ``_NET_WM_NAME`` / ``WM_NAME`` and ``WM_CLASS``). A
+   window of a denied application (``WM_CLASS``, e.g. KeePassXC, 1Password, Bitwarden) or whose title matches a
+   denied pattern ("Private Browsing", "Incognito") anywhere on screen: nothing is grabbed this tick.
+3. Grab the monitor (``mss``) and compute its ``workers.media.frame_signature`` (pHash + a 256 px thumbnail);
+   a frame that ``workers.media.is_near_duplicate`` calls a repeat of the last kept one (the thresholds of
+   ingest: ``ENGRAM_NEAR_DUPLICATE_SIMILARITY``, ``_SSIM``) is dropped here, never encoded or written.
+4. A kept frame is written as PNG to the spool folder and published with the batch (``--batch`` frames, or
+   ``--flush-seconds`` after the batch's first): on the embedded default through ``api.local`` inside
+   ``api.watch.store_session`` (the store is held only while a batch is ingested), or through the API with
+   ``api.client.EngramClient``. Published frames are removed from the spool; failed ones stay there.
+5. The interval: ``--interval`` (2 s) after a kept frame, doubled after each repeat up to ``--max-interval``
+   (30 s), so a static screen costs one grab every 30 s.
+
+Ownership: one thread (the caller's) runs the loop and publishes; signal handlers only set flags. Microphone
+capture is not part of this agent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+#: Applications never captured (matched case-insensitively within WM_CLASS's instance and class names).
+DEFAULT_DENY_APPS = ("keepassxc", "keepass", "1password", "bitwarden", "lastpass", "enpass", "dashlane",
+                     "proton pass", "seahorse", "kwalletmanager", "gnome-keyring")
+#: Window titles never captured (regular expressions, case-insensitive, searched anywhere in the title).
+DEFAULT_DENY_TITLES = (r"private browsing", r"\bincognito\b", r"\binprivate\b", r"private window",
+                       r"keepassxc", r"1password", r"bitwarden")
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """A top-level window: X id, title (``_NET_WM_NAME``, else ``WM_NAME``) and app (``WM_CLASS`` class,
+    else instance); None when the window does not say."""
+
+    window_id: int
+    title: str | None
+    app: str | None
+    app_names: tuple[str, ...] = ()  # both WM_CLASS strings (instance, class)
+
+
+class XWindows:
+    """Window titles and applications from an X server through python-xlib (one connection; the capture
+    thread owns it). Raises ``Xlib.error.DisplayError`` when the display cannot be opened."""
+
+    def __init__(self, display: str | None = None) -> None:
+        from Xlib import display as xdisplay
+
+        self.display = xdisplay.Display(display)
+        self.root = self.display.screen().root
+        self._atoms = {name: self.display.intern_atom(name) for name in (
+            "_NET_ACTIVE_WINDOW", "_NET_CLIENT_LIST", "_NET_WM_NAME", "UTF8_STRING")}
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.display.close()
+
+    def active(self) -> WindowInfo | None:
+        """The active window (``_NET_ACTIVE_WINDOW`` set by the window manager, else the input focus, else the
+        topmost viewable top-level window with a name), or None."""
+        from Xlib import X
+
+        wid = self._window_prop(self.root, "_NET_ACTIVE_WINDOW")
+        if wid:
+            return self._info(wid)
+        focus = self.display.get_input_focus().focus
+        if not isinstance(focus, int) and focus.id not in (self.root.id, X.NONE, X.PointerRoot):
+            if (info := self._info(focus.id)) and (info.title or info.app):
+                return info
+        named = [w for w in self.visible() if w.title or w.app]
+        return named[-1] if named else None
+
+    def visible(self) -> list[WindowInfo]:
+        """Viewable top-level client windows, bottom to top (``_NET_CLIENT_LIST``, else the root's children)."""
+        from Xlib import X, error
+
+        prop = self.root.get_full_property(self._atoms["_NET_CLIENT_LIST"], X.AnyPropertyType)
+        ids = list(prop.value) if prop is not None else [w.id for w in self.root.query_tree().children]
+        out = []
+        for wid in ids:
+            try:
+                win = self.display.create_resource_object("window", wid)
+                if win.get_attributes().map_state != X.IsViewable:
+                    continue
+            except error.XError:
+                continue
+            if info := self._info(wid):
+                out.append(info)
+        return out
+
+    def _window_prop(self, win, name: str) -> int | None:
+        from Xlib import X
+
+        prop = win.get_full_property(self._atoms[name], X.AnyPropertyType)
+        return int(prop.value[0]) if prop is not None and len(prop.value) else None
+
+    def _info(self, wid: int) -> WindowInfo | None:
+        from Xlib import X, error
+
+        win = self.display.create_resource_object("window", wid)
+        try:
+            prop = win.get_full_property(self._atoms["_NET_WM_NAME"], self._atoms["UTF8_STRING"])
+            title = (prop.value.decode("utf-8", "replace") if isinstance(prop.value, bytes) else str(prop.value)) \
+                if prop is not None else None
+            if not title:
+                raw = win.get_full_property(X.XA_WM_NAME, X.AnyPropertyType)
+                title = (raw.value.decode("latin-1") if isinstance(raw.value, bytes) else str(raw.value)) \
+                    if raw is not None else None
+            classes = tuple(win.get_wm_class() or ())
+        except error.XError:  # the window went away
+            return None
+        app = classes[-1] if classes else None
+        return WindowInfo(wid, title or None, app or None, classes)
+
+
+class PrivacyRules:
+    """Which windows are never captured: an application whose WM_CLASS contains one of ``deny_apps`` (case-
+    insensitive) or a title matching one of ``deny_titles`` (regular expressions, case-insensitive). Raises
+    re.error for a bad pattern."""
+
+    def __init__(self, deny_apps: Iterable[str] = DEFAULT_DENY_APPS,
+                 deny_titles: Iterable[str] = DEFAULT_DENY_TITLES) -> None:
+        self.deny_apps = tuple(a.lower() for a in deny_apps if a)
+        self.deny_titles = tuple(re.compile(p, re.IGNORECASE) for p in deny_titles if p)
+
+    def denies(self, win: WindowInfo) -> str | None:
+        """Why ``win`` must not be captured (the rule that matched), or None."""
+        for name in win.app_names or ((win.app,) if win.app else ()):
+            for app in self.deny_apps:
+                if app in name.lower():
+                    return f"app {app!r}"
+        if win.title:
+            for pattern in self.deny_titles:
+                if pattern.search(win.title):
+                    return f"title /{pattern.pattern}/"
+        return None
+
+
+@dataclass
+class AdaptiveInterval:
+    """Seconds to the next grab: ``minimum`` after a kept (changed) frame, multiplied by ``factor`` after each
+    repeat, up to ``maximum``."""
+
+    minimum: float = 2.0
+    maximum: float = 30.0
+    factor: float = 2.0
+    current: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.current = self.minimum
+
+    def next(self, changed: bool) -> float:
+        """The interval after a frame that was kept (``changed``) or dropped as a repeat."""
+        self.current = self.minimum if changed else min(self.maximum, self.current * self.factor)
+        return self.current
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A kept frame waiting in the spool: its PNG, when it was grabbed (UTC) and the active window."""
+
+    path: Path
+    captured_at: datetime
+    app: str | None
+    window: str | None
+
+
+@dataclass
+class CaptureStats:
+    """What a capture run did. ``gate_cpu_seconds``: process CPU spent grabbing, reading windows, the
+    near-duplicate gate and encoding kept frames (not publishing); ``cpu_seconds``: the whole process's."""
+
+    grabbed: int = 0
+    kept: int = 0
+    duplicates: int = 0
+    denied: int = 0
+    paused_seconds: float = 0.0
+    published: int = 0
+    failed: int = 0
+    wall_seconds: float = 0.0
+    gate_cpu_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    denied_rules: dict[str, int] = field(default_factory=dict)
+
+
+Sink = Callable[[Sequence[Frame]], tuple[int, int]]  # publish a batch -> (published, failed)
+
+
+def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], None] = lambda _: None) -> Sink:
+    """Publish kept frames into the embedded store (``api.local.publish_file`` + ``run_event``, the pipeline
+    inline) inside ``api.watch.store_session``, then consolidate the user; returns the batch publisher."""
+    def publish(frames: Sequence[Frame]) -> tuple[int, int]:
+        from engram.api.local import Candidate, publish_file, run_event
+        from engram.api.watch import store_session
+        from engram.schemas.events import EventStatus, MediaKind
+        from engram.workers.runtime import runtime
+
+        ok = bad = 0
+        with store_session():
+            rt = runtime()
+            for frame in frames:
+                try:
+                    event = publish_file(rt, Candidate(frame.path, MediaKind.screenshot, "image/png"), tenant, user,
+                                         device, frame.captured_at, frame.app, frame.window)
+                    record = run_event(rt, event)
+                except Exception as exc:  # noqa: BLE001 (one frame never stops the capture)
+                    report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
+                    bad += 1
+                    continue
+                if record.status is EventStatus.failed:
+                    report(f"failed {frame.path.name}: {record.reason}")
+                    bad += 1
+                else:
+                    ok += 1
+                    frame.path.unlink(missing_ok=True)
+            if ok:
+                from engram.workers.consolidate import consolidate_user
+
+                consolidate_user.delay(tenant, user)
+        return ok, bad
+
+    return publish
+
+
+def api_sink(client, report: Callable[[str], None] = lambda _: None) -> Sink:
+    """Publish kept frames through an ``api.client.EngramClient`` (presigned upload, then the event)."""
+    from engram.schemas.events import MediaKind
+
+    def publish(frames: Sequence[Frame]) -> tuple[int, int]:
+        ok = bad = 0
+        for frame in frames:
+            try:
+                client.publish(frame.path, MediaKind.screenshot, captured_at=frame.captured_at, app=frame.app,
+                               window=frame.window)
+            except Exception as exc:  # noqa: BLE001 (the API down: the frame stays in the spool)
+                report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
+                bad += 1
+            else:
+                ok += 1
+                frame.path.unlink(missing_ok=True)
+        return ok, bad
+
+    return publish
+
+
+@dataclass
+class CaptureConfig:
+    """Options of one capture run (the CLI's): ``interval``/``max_interval`` seconds; ``max_frames`` grabs and
+    ``duration`` seconds bound the run (None: until stopped); ``batch`` frames or ``flush_seconds`` per publish;
+    ``monitor`` is mss's index (0: all monitors as one image, 1: the first)."""
+
+    spool: Path
+    interval: float = 2.0
+    max_interval: float = 30.0
+    max_frames: int | None = None
+    duration: float | None = None
+    batch: int = 5
+    flush_seconds: float = 60.0
+    monitor: int = 1
+    pause_file: Path | None = None
+    hash_min: float = 0.9
+    ssim_min: float = 0.997
+    thumb_side: int = 256
+
+
+class Capture:
+    """The capture loop (module docstring). ``windows``: an ``XWindows`` or None (no window information: the
+    title and app rules cannot apply). ``stop``: set to end the run (the pending batch is published)."""
+
+    def __init__(self, config: CaptureConfig, sink: Sink, rules: PrivacyRules, windows: XWindows | None = None,
+                 stop: threading.Event | None = None, report: Callable[[str], None] = lambda _: None) -> None:
+        self.config, self.sink, self.rules, self.windows, self.report = config, sink, rules, windows, report
+        self.stop = stop or threading.Event()
+        self.paused_by_signal = False
+        self.stats = CaptureStats()
+
+    def toggle_pause(self, *_: object) -> None:
+        """SIGUSR1's handler: pause or resume."""
+        self.paused_by_signal = not self.paused_by_signal
+
+    def paused(self) -> bool:
+        """Paused by SIGUSR1 or by the pause file's existence."""
+        pf = self.config.pause_file
+        return self.paused_by_signal or (pf is not None and pf.exists())
+
+    def run(self) -> CaptureStats:
+        """Capture until ``stop``, ``max_frames`` grabs or ``duration`` seconds; publish what is pending; return
+        the counts. Raises mss's ScreenShotError when the screen cannot be grabbed at all."""
+        import mss
+
+        from engram.workers import media
+
+        cfg, st = self.config, self.stats
+        cfg.spool.mkdir(parents=True, exist_ok=True)
+        interval = AdaptiveInterval(cfg.interval, max(cfg.max_interval, cfg.interval))
+        start, cpu0 = time.monotonic(), time.process_time()
+        pending: list[Frame] = []
+        first_pending = 0.0
+        last_signature: str | None = None
+        with mss.MSS() as grabber:
+            monitor = grabber.monitors[min(cfg.monitor, len(grabber.monitors) - 1)]
+            while not self.stop.is_set():
+                now = time.monotonic()
+                if cfg.duration is not None and now - start >= cfg.duration:
+                    break
+                if cfg.max_frames is not None and st.grabbed >= cfg.max_frames:
+                    break
+                if self.paused():
+                    self.stop.wait(min(1.0, cfg.interval))
+                    st.paused_seconds += time.monotonic() - now
+                    continue
+                gate0 = time.process_time()
+                changed = False
+                denied, active = self._denied()
+                if denied:
+                    st.denied += 1
+                    st.denied_rules[denied] = st.denied_rules.get(denied, 0) + 1
+                    last_signature = None  # what shows after the denied window is compared with nothing
+                else:
+                    when = datetime.now(UTC)
+                    shot = grabber.grab(monitor)
+                    from PIL import Image
+
+                    img = Image.frombytes("RGB", shot.size, shot.bgra, "raw", "BGRX")
+                    st.grabbed += 1
+                    signature = media.frame_signature(img, cfg.thumb_side)
+                    if last_signature is not None and media.is_near_duplicate(last_signature, signature,
+                                                                               cfg.hash_min, cfg.ssim_min):
+                        st.duplicates += 1
+                    else:
+                        changed, last_signature = True, signature
+                        path = cfg.spool / f"{when:%Y%m%dT%H%M%S.%fZ}.png"
+                        img.save(path, format="PNG", compress_level=1)
+                        st.kept += 1
+                        if not pending:
+                            first_pending = time.monotonic()
+                        pending.append(Frame(path, when, active.app if active else None,
+                                             active.title if active else None))
+                st.gate_cpu_seconds += time.process_time() - gate0
+                if pending and (len(pending) >= cfg.batch or time.monotonic() - first_pending >= cfg.flush_seconds):
+                    self._flush(pending)
+                    pending = []
+                wait = interval.next(changed)
+                if cfg.duration is not None:
+                    wait = min(wait, max(0.0, cfg.duration - (time.monotonic() - start)))
+                self.stop.wait(wait)
+        if pending:
+            self._flush(pending)
+        st.wall_seconds = time.monotonic() - start
+        st.cpu_seconds = time.process_time() - cpu0
+        return st
+
+    def _denied(self) -> tuple[str | None, WindowInfo | None]:
+        """(the rule that denies this tick, or None; the active window)."""
+        if self.windows is None:
+            return None, None
+        active = self.windows.active()
+        for win in ([active] if active else []) + self.windows.visible():
+            if why := self.rules.denies(win):
+                return why, active
+        return None, active
+
+    def _flush(self, frames: list[Frame]) -> None:
+        ok, bad = self.sink(frames)
+        self.stats.published += ok
+        self.stats.failed += bad
+        self.report(f"published {ok} frames" + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
+
+
+def install_signals(capture: Capture) -> dict:
+    """SIGINT/SIGTERM stop the run (the pending batch is published), SIGUSR1 toggles pause; returns the
+    previous handlers for ``signal.signal`` to restore. Call from the main thread."""
+    handlers = {signal.SIGINT: lambda *_: capture.stop.set(), signal.SIGTERM: lambda *_: capture.stop.set(),
+                signal.SIGUSR1: capture.toggle_pause}
+    return {sig: signal.signal(sig, h) for sig, h in handlers.items()}
+
+
+def open_windows(report: Callable[[str], None]) -> XWindows | None:
+    """An ``XWindows`` on ``$DISPLAY``, or None (reported) when there is no X display to ask."""
+    if not os.environ.get("DISPLAY"):
+        report("no DISPLAY: window titles and apps unknown, privacy rules by title and app cannot apply")
+        return None
+    try:
+        return XWindows()
+    except Exception as exc:  # noqa: BLE001 (Xlib raises its own DisplayError family and OSError)
+        report(f"cannot read windows from the X server ({type(exc).__name__}: {exc}): privacy rules by title and "
+               "app cannot apply")
+        return None
+
+
+def capture_command(
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until "
+                                                   "Ctrl-C).")] = None,
+    max_frames: Annotated[int | None, typer.Option(help="Stop after this many screenshots grabbed.")] = None,
+    interval: Annotated[float, typer.Option(help="Seconds between grabs while the screen changes.")] = 2.0,
+    max_interval: Annotated[float, typer.Option(help="Longest wait on a static screen (doubled per repeat up "
+                                                "to this).")] = 30.0,
+    batch: Annotated[int, typer.Option(min=1, help="Kept frames per publish.")] = 5,
+    flush_seconds: Annotated[float, typer.Option(help="Publish a smaller batch after this many seconds.")] = 60.0,
+    monitor: Annotated[int, typer.Option(help="mss monitor: 1 the first, 2 the second, 0 all as one image.")] = 1,
+    deny_app: Annotated[list[str] | None, typer.Option(help="Also never capture this app (WM_CLASS substring; "
+                                                       "repeatable).")] = None,
+    deny_title: Annotated[list[str] | None, typer.Option(help="Also never capture a window whose title matches "
+                                                         "this regular expression (repeatable).")] = None,
+    pause_file: Annotated[Path | None, typer.Option(help="Paused while this file exists (default: "
+                                                    "DATA_DIR/capture.pause).")] = None,
+    spool: Annotated[Path | None, typer.Option(help="Where kept frames wait to be published (default: "
+                                               "DATA_DIR/capture-spool).")] = None,
+    api: Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", help="Publish to this engram API "
+                                            "(default: the embedded store).")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", help="API key.")] = None,
+    user: Annotated[str | None, typer.Option(help="User id (default: ENGRAM_USER or the OS user).")] = None,
+    device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
+    tenant: Annotated[str | None, typer.Option(help="Tenant, embedded (default: ENGRAM_TENANT).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the run's counts as JSON.")] = False,
+) -> None:
+    """Capture the screen into memory: screenshots at an adaptive interval, repeats dropped before anything is
+    stored, denied apps and windows never captured, published in batches. SIGUSR1 or the pause file pauses;
+    Ctrl-C stops (the pending batch is published)."""
+    import json
+    from dataclasses import asdict
+
+    from rich.text import Text
+
+    from engram.api.cli import _client, _default_device, _default_user
+    from engram.api.console import console, err
+    from engram.schemas.settings import get_settings
+
+    settings = get_settings()
+
+    def report(line: str) -> None:
+        err.print(Text(line))
+
+    try:
+        rules = PrivacyRules((*DEFAULT_DENY_APPS, *(deny_app or [])), (*DEFAULT_DENY_TITLES, *(deny_title or [])))
+    except re.error as exc:
+        err.print(Text(f"error: --deny-title: {exc}"))
+        raise typer.Exit(2) from exc
+    config = CaptureConfig(spool=spool or settings.data_dir / "capture-spool", interval=interval,
+                           max_interval=max_interval, max_frames=max_frames, duration=duration, batch=batch,
+                           flush_seconds=flush_seconds, monitor=monitor,
+                           pause_file=pause_file or settings.data_dir / "capture.pause",
+                           hash_min=settings.near_duplicate_similarity, ssim_min=settings.near_duplicate_ssim,
+                           thumb_side=settings.near_duplicate_thumb_side)
+    user, device = user or _default_user(), device or _default_device()
+    client = _client(api, api_key, user, device) if api else None
+    sink = api_sink(client, report) if client else embedded_sink(tenant or settings.tenant, user, device, report)
+    windows = open_windows(report)
+    cap = Capture(config, sink, rules, windows, report=report)
+    previous = install_signals(cap)
+    report(f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s into "
+           f"{api or 'the embedded store'} (pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
+    try:
+        stats = cap.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if windows is not None:
+            windows.close()
+        if client is not None:
+            client.close()
+    if json_out:
+        console.print_json(json.dumps(asdict(stats)))
+    else:
+        console.print(f"{stats.grabbed} grabbed, {stats.kept} kept, {stats.duplicates} repeats dropped, "
+                      f"{stats.denied} denied, {stats.published} published, {stats.failed} failed; "
+                      f"{stats.gate_cpu_seconds:.2f} CPU s capturing, {stats.cpu_seconds:.2f} CPU s in all, "
+                      f"{stats.wall_seconds:.1f} s")
+    if stats.failed and not stats.published:
+        raise typer.Exit(1)
