@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import TypeAdapter
 
 from engram.schemas.observations import FaceDetection, OcrLine
+from engram.workers import screens
 from engram.workers.metrics import model_timer
 from engram.workers.models import CaptionUnavailable, get_model
 from engram.workers.objectstore import ObjectNotFound
@@ -37,21 +38,28 @@ def ocr_cache_key(tenant_id: str, model: str, digest: str) -> str:
     return f"cache/{tenant_id}/ocr/{model}/{digest}.json"
 
 
-def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray) -> list[OcrLine]:
+def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray, device_id: str | None = None) -> list[OcrLine]:
     """OCR lines of a uint8 (h, w, 3) RGB image at or above ``ocr_min_confidence``, in reading order.
+
+    With ``device_id`` (a screenshot of a device's stream) only the regions changed since the device's last
+    frame read in this process are OCR'd, the rest of its lines carried over (``workers.screens``).
 
     Every line the model returns is cached (JSON encrypted with the vault key, ``vault.seal``, in the object
     store, keyed by the pixels' sha256), and the confidence floor is applied on the way out, so changing it
     needs no new OCR. Writing the cache twice writes the same lines (idempotent). Raises VaultKeyMissing in the
     distributed mode without ``ENGRAM_VAULT_KEY`` (workers refuse to start so)."""
     model = get_model("ocr", rt.settings)
-    key = ocr_cache_key(tenant_id, model.cache_id, pixels_sha256(pixels))
+    digest = pixels_sha256(pixels)
+    key = ocr_cache_key(tenant_id, model.cache_id, digest)
     try:  # sealed with the vault key: the text of a screenshot may hold secrets (redacted later, in perceive)
         lines = _LINES.validate_json(unseal(rt.settings, rt.objects.get_bytes(key)))
     except (ObjectNotFound, VaultError):  # not cached, or cached before it was sealed: read again
         with model_timer("ocr"):
-            lines = model.read(pixels, min_confidence=0.0)
+            reference = screens.REFERENCES.get(tenant_id, device_id) if device_id else None
+            lines, _ = screens.read_changed(lambda img: model.read(img, min_confidence=0.0), pixels, reference)
         rt.objects.put_bytes(key, seal(rt.settings, _LINES.dump_json(lines)), "application/octet-stream")
+    if device_id:
+        screens.REFERENCES.put(tenant_id, device_id, digest, pixels, lines)
     floor = rt.settings.ocr_min_confidence
     return [ln for ln in lines if ln.confidence >= floor]
 

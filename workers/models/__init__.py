@@ -34,7 +34,7 @@ def get_model(task: str, settings: Settings) -> Model:
             return cached(MiniLMEmbedder, m.embedding_model, device=m.device, runtime=m.embedding_runtime,
                           onnx_dir=str(m.cache_dir))
         case "ocr":
-            return cached(RapidOcr, "pp-ocr")
+            return cached(RapidOcr, "pp-ocr", threads=m.cpu_threads)  # 0: one thread (see models.ocr)
         case "asr":
             device = m.device
             compute = m.asr_compute_type if device == "cpu" else "float16"

@@ -1,4 +1,11 @@
-"""OCR with rapidocr 3.x (PP-OCR detection + recognition models shipped in the wheel), on onnxruntime."""
+"""OCR with rapidocr 3.x (PP-OCR detection + recognition models shipped in the wheel), on onnxruntime.
+
+The detector sees each image (or tile) at most ``det_side`` px on its longer side (``Det.limit_type: max``;
+rapidocr's default, ``min`` 736, ran a 1312x1199 screenshot at full size and upscaled small ones); recognition
+reads the boxes from the full-size pixels, so only detection works on the smaller image. onnxruntime runs
+on ``threads`` intra-op threads: its default pool (one thread per core) spin-waits between operators, which
+cost about 1.5x the CPU per frame on 2 cores for a little less wall time.
+"""
 
 from __future__ import annotations
 
@@ -17,12 +24,20 @@ class RapidOcr(Model):
     task = "ocr"
     tile_height = 1600
     tile_overlap = 80
+    det_side = 960  # px, the detector's longer side (tuned on screens/webui and screenpipe: bench/perception_speed.py)
+    rec_batch = 6  # text boxes per recognition call (rapidocr's default)
 
     def _load(self):
         from rapidocr import RapidOCR
 
         logging.getLogger("RapidOCR").setLevel(logging.WARNING)
-        return RapidOCR(params={"Global.use_cls": False, "Global.log_level": "warning"})
+        threads = self.options.get("threads") or 1
+        return RapidOCR(params={
+            "Global.use_cls": False, "Global.log_level": "warning",
+            "Det.limit_type": "max", "Det.limit_side_len": self.options.get("det_side", self.det_side),
+            "Rec.rec_batch_num": self.rec_batch,
+            "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+            "EngineConfig.onnxruntime.inter_op_num_threads": 1})
 
     @property
     def cache_id(self) -> str:

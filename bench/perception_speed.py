@@ -1,0 +1,255 @@
+"""CPU cost of perceiving screenshots and audio, before and after in one run (issue 15).
+
+Section ``screenshot``: a capture sequence per webui viewport (``screens/webui``): the viewport screenshot, then
+windows of the same size scrolled down the full-page screenshot (``--scroll`` px apart), then the last window
+with a new line of text drawn on it. Each frame goes through engram's real path on a fresh embedded data dir
+(``bench.speech.perceive_file``: publish, ingest's plan with the near-duplicate gate, the ``perceive`` task with
+OCR, faces and the device's changed-region OCR); a frame the gate drops is not a kept frame. Reported:
+
+- ``cpu_s``: median process CPU seconds (``time.process_time``: every thread of this process) per kept frame;
+  ``first_frame_cpu_s``: the same for each device's first frame (read whole);
+- ``ocr_cpu_s`` / ``before_ocr_cpu_s``: median CPU seconds of OCR alone per kept frame, now (changed regions,
+  bounded detector side, one thread) and before (rapidocr's default detector limits and threads, whole frames);
+- ``ocr_word_recall``: mean over kept frames of the word recall of the observation's OCR lines against the
+  words of the axtree's ``StaticText`` names whose box top lies inside the frame (``../shared/data/README.md``);
+  ``viewport_recall``: the same for the four viewport screenshots read whole; ``found``: screenpipe's named
+  strings (``receiver_count``, ``管理分支``) found by the OCR of their screenshots.
+
+Section ``audio``: the real recordings (jfk, leopard_test, leopard_diarization_test, pyannote_sample) through
+ingest's plan and ``perceive`` (faster-whisper + VAD, Resemblyzer speaker windows, clustering), once with the
+settings of ``BEFORE_AUDIO`` (the former defaults) and once with the current ones:
+
+- ``x_real_time``: audio seconds ÷ process CPU seconds of perceiving them, for the files one by one and for
+  ``long``: the four files looped into a ``--long-seconds`` recording (as a device's stream arrives);
+- ``wer``: jfk.flac and leopard_test.wav (``bench.speech.wer``); ``speaker_f1``: pairwise F1 of word speaker
+  labels on leopard_diarization_test.wav and pyannote_sample.wav (as ``bench/perception.py`` counts them).
+
+    python bench/perception_speed.py [--sections screenshot audio] [--json FILE]
+
+``--json FILE`` merges ``{"screenshot": {...}, "audio": {...}, "load": <1-minute load average>}`` into FILE's
+JSON object (created when absent), keeping other keys (``bench/ingest.py`` writes ``text`` and ``distributed``
+into the same file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+os.environ.setdefault("ENGRAM_DATA_DIR", tempfile.mkdtemp(prefix="engram-bench-speed-"))
+for _var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
+    os.environ.pop(_var, None)
+
+from bench import speech  # noqa: E402
+from bench import vision as ev  # noqa: E402
+
+DATA = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
+NEW_LINE = "Meeting moved to Thursday at 10:42 in room Orion"
+#: The audio settings before issue 15 (environment variables of the ``before`` run).
+BEFORE_AUDIO = {"ENGRAM_MODELS__ASR_BEAM_SIZE": "5", "ENGRAM_SPEAKER_HOP_SECONDS": "0.5",
+                "ENGRAM_MODELS__CPU_THREADS": "2"}
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def window_reference(shot: Path, top: int, bottom: int):
+    """Reference word counts of the webui page window ``[top, bottom)`` (page pixels): the words of the
+    ``StaticText`` names whose box top lies in it (``ev.webui_reference`` for ``top`` 0)."""
+    return ev.webui_reference(shot, bottom) - ev.webui_reference(shot, top)
+
+
+def capture_sequence(viewport: Path, full: Path, scroll: int) -> list[tuple[str, object, int | None]]:
+    """(name, PIL RGB frame, page y of its top or None when text was drawn) of one device's capture: the
+    viewport, windows of its size ``scroll`` px apart down the full page (the last one at the bottom), and
+    the last window with ``NEW_LINE`` drawn in a dark band across its middle."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    first = Image.open(viewport).convert("RGB")
+    page = Image.open(full).convert("RGB")
+    w, h = first.size
+    frames = [("viewport", first, 0)]
+    tops = list(range(scroll, page.height - h, scroll)) + [page.height - h]
+    for top in tops:
+        if top > 0:
+            frames.append((f"scrolled {top}", page.crop((0, top, w, top + h)), top))
+    last = frames[-1][1].copy()
+    draw = ImageDraw.Draw(last)
+    y = h // 2
+    draw.rectangle([40, y, 40 + 14 * len(NEW_LINE) // 1.6, y + 26], fill=(250, 250, 250))
+    draw.text((48, y + 4), NEW_LINE, fill=(20, 20, 20), font=ImageFont.load_default(size=18))
+    frames.append(("new line", last, None))
+    return frames
+
+
+def _old_ocr():
+    """rapidocr with the settings engram used before issue 15 (default detector limits and threads)."""
+    import logging
+
+    from rapidocr import RapidOCR
+
+    engine = RapidOCR(params={"Global.use_cls": False, "Global.log_level": "warning"})
+    logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+    return engine
+
+
+def screenshot(args) -> dict:
+    """The ``screenshot`` section (module docstring)."""
+    import numpy as np
+
+    from engram.workers import screens, vision
+    from engram.workers.models import get_model
+    from engram.workers.runtime import runtime
+
+    rt = runtime()
+    model = get_model("ocr", rt.settings)
+    old = _old_ocr()
+    warm = np.asarray(ev_frame(DATA / "screens" / "screenpipe_testing_OCR_chinese.png"))
+    model.read(warm), old(np.ascontiguousarray(warm[:, :, ::-1]))  # load both
+    kept, first, ocr_now, ocr_before, recalls, rows = [], [], [], [], [], []
+    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-frames-"))
+    for viewport, shot, full in ev.webui_pages(DATA / "screens" / "webui"):
+        device = f"webui-{viewport}"
+        reference = None
+        for i, (name, img, top) in enumerate(capture_sequence(shot, full, args.scroll)):
+            path = tmp / f"{device}-{i:02d}.png"
+            img.save(path)
+            t = time.process_time()
+            obs = speech.perceive_file(path, tenant="bench-screens", device=device)
+            cpu = time.process_time() - t
+            if not obs:
+                rows.append((device, name, "dropped as a near-duplicate"))
+                continue
+            (first if i == 0 else kept).append(cpu)
+            pixels = np.asarray(img)
+            text = [ln.text for ln in obs[0].ocr_lines]
+            if top is not None:
+                recall, _ = ev.word_recall(window_reference(shot, top, top + img.height),
+                                           [w for t_ in text for w in ev.words(t_)])
+                recalls.append(recall)
+            else:
+                recall = float(any(NEW_LINE.split()[-1] in t_ for t_ in text))
+            t = time.process_time()
+            lines, share = screens.read_changed(lambda im: model.read(im, min_confidence=0.0), pixels, reference)
+            ocr_now.append(time.process_time() - t)
+            reference = (screens.grey(pixels), lines)
+            t = time.process_time()
+            old(np.ascontiguousarray(pixels[:, :, ::-1]))
+            ocr_before.append(time.process_time() - t)
+            rows.append((device, name, f"cpu {cpu:.2f} s, OCR {ocr_now[-1]:.2f} s (before {ocr_before[-1]:.2f} s), "
+                         f"read {share:.0%} of the frame, recall {recall:.3f}"))
+            print(*rows[-1], sep=" | ", flush=True)
+    viewport_recall = {}
+    for viewport, shot, _ in ev.webui_pages(DATA / "screens" / "webui"):
+        img = np.asarray(ev_frame(shot))
+        lines = vision.ocr_lines(rt, "bench-viewports", img)
+        viewport_recall[viewport] = round(ev.word_recall(ev.webui_reference(shot, img.shape[0]),
+                                                         [w for ln in lines for w in ev.words(ln.text)])[0], 3)
+    found = {}
+    for name, needle in (("screenpipe_testing_OCR.png", "receiver_count"),
+                         ("screenpipe_testing_OCR_chinese.png", "管理分支")):
+        t = time.process_time()
+        lines = vision.ocr_lines(rt, "bench-finds", np.asarray(ev_frame(DATA / "screens" / name)))
+        found[needle] = {"found": any(needle in ln.text for ln in lines),
+                         "cpu_s": round(time.process_time() - t, 3)}
+    every = first + kept
+    return {"cpu_s": _median(every), "first_frame_cpu_s": _median(first), "later_frame_cpu_s": _median(kept),
+            "kept_frames": len(every), "ocr_cpu_s": _median(ocr_now), "before_ocr_cpu_s": _median(ocr_before),
+            "ocr_word_recall": round(statistics.fmean(recalls), 3), "min_frame_recall": round(min(recalls), 3),
+            "viewport_recall": viewport_recall, "found": found,
+            "frames": [" | ".join(r) for r in rows]}
+
+
+def ev_frame(path: Path):
+    """A PIL RGB image through engram's own decoder (``media.load_image``)."""
+    from engram.workers import media
+
+    return media.load_image(path.read_bytes(), 60_000_000)
+
+
+AUDIO_FILES = ("jfk.flac", "leopard_test.wav", "leopard_diarization_test.wav", "pyannote_sample.wav")
+
+
+def _audio_run(tenant: str, long_path: Path) -> dict:
+    """Figures of one audio run with the settings in the environment."""
+    audio = DATA / "audio"
+    out, cpu, seconds, obs_of = {}, 0.0, 0.0, {}
+    from engram.workers import media
+
+    for name in AUDIO_FILES:
+        t = time.process_time()
+        obs_of[name] = speech.perceive_file(audio / name, tenant=tenant)
+        cpu += time.process_time() - t
+        seconds += len(media.decode_audio(audio / name)) / media.SAMPLE_RATE
+    out["files_x_real_time"] = round(seconds / cpu, 2)
+    t = time.process_time()
+    speech.perceive_file(long_path, tenant=tenant)
+    long_cpu = time.process_time() - t
+    long_s = len(media.decode_audio(long_path)) / media.SAMPLE_RATE
+    out["x_real_time"] = round(long_s / long_cpu, 2)
+    out["long_seconds"] = round(long_s, 1)
+    out["wer"] = {n: round(speech.wer(ref, " ".join(o.text for o in obs_of[n])), 4)
+                  for n, ref in (("jfk.flac", speech.JFK_REFERENCE),
+                                 ("leopard_test.wav", speech.leopard_reference(audio, "test.wav")))}
+    f1 = {}
+    for name in ("leopard_diarization_test.wav", "pyannote_sample.wav"):
+        words = [(w, o.speaker_label) for o in sorted(obs_of[name], key=lambda o: o.start_s) for w in o.words]
+        if name.startswith("leopard"):
+            ref = speech.align_labels(speech.leopard_speaker_words(audio), [w.word for w, _ in words])
+        else:
+            turns = speech.read_rttm(audio / "pyannote_sample.rttm")
+            ref = [speech.speaker_at(turns, (w.start_s + w.end_s) / 2) for w, _ in words]
+        f1[name] = round(speech.pairwise_f1(ref, [label for _, label in words])[2], 3)
+    out["speaker_f1"] = f1
+    return out
+
+
+def audio(args) -> dict:
+    """The ``audio`` section (module docstring): the current settings, and ``before`` with ``BEFORE_AUDIO``."""
+    tmp = Path(tempfile.mkdtemp(prefix="engram-bench-audio-"))
+    long_path = speech.looped_recording(DATA / "audio", tmp / "long.flac", args.long_seconds)
+    speech.perceive_file(DATA / "audio" / "jfk.flac", tenant="bench-warm")  # load the models
+    with speech.settings_env(**BEFORE_AUDIO):
+        speech.perceive_file(DATA / "audio" / "jfk.flac", tenant="bench-warm-before")
+        before = _audio_run("bench-audio-before", long_path)
+    print("before", before, flush=True)
+    now = _audio_run("bench-audio", long_path)
+    print("now", now, flush=True)
+    return {**now, "before": before}
+
+
+SECTIONS = {"screenshot": screenshot, "audio": audio}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    parser.add_argument("--scroll", type=int, default=150, help="px between scrolled windows of the full page")
+    parser.add_argument("--long-seconds", type=float, default=300.0, help="length of the looped recording")
+    parser.add_argument("--json", type=Path, help="merge the figures into this JSON file")
+    args = parser.parse_args(argv)
+    if not DATA.is_dir():
+        print(f"evaluation data not found at {DATA} (set ENGRAM_EVAL_DATA)", file=sys.stderr)
+        return 2
+    figures = {name: SECTIONS[name](args) for name in args.sections}
+    figures["load"] = os.getloadavg()[0]
+    print(json.dumps(figures, indent=2, ensure_ascii=False))
+    if args.json:
+        old = json.loads(args.json.read_text()) if args.json.exists() else {}
+        args.json.write_text(json.dumps({**old, **figures}, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Changed-region OCR of screenshots: read only what changed since the device's last kept frame.
+
+A device's consecutive kept frames mostly show the same text (a new chat message, a line typed, a page
+scrolled). ``changed_regions`` compares a frame with the reference frame (the device's last frame this
+process OCR'd): it finds a vertical scroll first (rows of the new frame that are unique rows of the old one
+at a common offset), then the boxes where pixels differ (after undoing the scroll), grown by a margin and
+to every reference line they touch (without the margin, so growth stops at the next line), so a line
+is read whole or not at all. ``read_changed`` OCRs those
+boxes only and carries the reference's other lines over (moved by the scroll); when most of the frame
+changed it reads the whole frame instead.
+
+The references are kept per process (``ReferenceFrames``: greyscale pixels and OCR lines of the last
+``REFERENCE_DEVICES`` devices, least recently used dropped), so a frame whose predecessor was read by
+another worker process is read whole: correct either way, only slower.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+from cachetools import LRUCache
+
+from engram.schemas.observations import OcrLine
+
+Box = tuple[int, int, int, int]  # x0, y0, x1, y1 in pixels, end exclusive
+
+DIFF_THRESHOLD = 10  # grey levels (0-255): a block whose mean absolute change is above this changed (lossy
+# WebP noise between two encodings of one page: isolated pixels up to 51 levels, block means under 8)
+MARGIN = 8  # px added above and below changed pixels: the detector needs some background around a line
+MARGIN_X = 32  # px added left and right: a word typed after others joins their line
+LINE_PAD = 2  # px added around a reference line a region grows over (no more: it would reach the next line)
+BAND_GAP = 16  # changed rows this close are one band (the lines of one paragraph)
+FULL_READ_SHARE = 0.6  # regions covering more of the frame than this: read the whole frame (one detector pass)
+SCROLL_MAX_ERROR = 2.0  # grey levels: the mean row-feature error under which an offset is a scroll
+BLOCK = 4  # px: differences are averaged over BLOCK x BLOCK blocks, so lossy compression noise does not count
+REFERENCE_DEVICES = 8  # devices whose last frame a process keeps (greyscale: ~1 MB per 1280x720 frame)
+
+
+def grey(pixels: np.ndarray) -> np.ndarray:
+    """uint8 (h, w) luma (ITU-R BT.601, integer weights) of a uint8 (h, w, 3) RGB image."""
+    p = pixels.astype(np.uint16)
+    return ((p[..., 0] * 77 + p[..., 1] * 150 + p[..., 2] * 29) >> 8).astype(np.uint8)
+
+
+def _row_features(g: np.ndarray) -> np.ndarray:
+    """(h, w // 16) float32: the means of 16 px wide column blocks of each row of a greyscale frame."""
+    h, w = g.shape
+    k = max(1, w // 16)
+    return g[:, :k * 16].reshape(h, k, -1).mean(axis=2, dtype=np.float32)
+
+
+def _shift_error(fp: np.ndarray, fc: np.ndarray, d: int) -> float:
+    """Mean absolute difference of row features between row y of the new frame and row y + d of the old, over
+    the rows both show (inf when they share less than a quarter of the frame)."""
+    h = len(fp)
+    lo, hi = max(0, -d), min(h, h - d)
+    if hi - lo < h // 4:
+        return float("inf")
+    return float(np.abs(fc[lo:hi] - fp[lo + d:hi + d]).mean())
+
+
+def scroll_offset(prev: np.ndarray, cur: np.ndarray) -> int:
+    """The vertical offset ``d`` such that row ``y`` of ``cur`` best shows row ``y + d`` of ``prev`` (``d`` > 0:
+    the content moved up, the page was scrolled down), or 0 for none (``changed_regions`` takes it only when
+    it leaves fewer rows to read). Rows are compared by the means of their
+    16 px column blocks (lossy compression noise averages out): every offset sharing at least a quarter of the
+    frame is tried on rows averaged by 4, the best refined at full resolution; it is taken when its error is
+    under ``SCROLL_MAX_ERROR`` grey levels and under half the error of no offset. ``prev``, ``cur``: greyscale
+    (h, w) of one shape."""
+    fp, fc = _row_features(prev), _row_features(cur)
+    h = len(fp)
+    base = _shift_error(fp, fc, 0)
+    if h < 16 or base < SCROLL_MAX_ERROR / 4:  # (nearly) the same frame
+        return 0
+    q = h // 4
+    cp, cc = fp[:q * 4].reshape(q, 4, -1).mean(axis=1), fc[:q * 4].reshape(q, 4, -1).mean(axis=1)
+    coarse = min((d for d in range(-q + 1, q) if d), key=lambda d: _shift_error(cp, cc, d))
+    d = min(range(4 * coarse - 4, 4 * coarse + 5), key=lambda d: _shift_error(fp, fc, d))
+    err = _shift_error(fp, fc, d)
+    return d if d and err < SCROLL_MAX_ERROR and err < base / 2 else 0
+
+
+def _shift_box(box: tuple[float, float, float, float], d: int) -> tuple[float, float, float, float]:
+    return box[0], box[1] - d, box[2], box[3] - d
+
+
+def _touches(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _changed_blocks(prev: np.ndarray, cur: np.ndarray, d: int) -> np.ndarray:
+    """(ceil(h / BLOCK), ceil(w / BLOCK)) bool: the blocks of ``cur`` whose mean absolute difference from
+    ``prev`` scrolled by ``d`` rows (row y of cur against row y + d of prev) is above ``DIFF_THRESHOLD``; rows
+    with no counterpart in ``prev`` are changed."""
+    h, w = cur.shape
+    diff = np.full((h, w), 255, np.int16)
+    lo, hi = max(0, -d), min(h, h - d)  # rows y of cur with 0 <= y + d < h
+    if lo < hi:
+        diff[lo:hi] = np.abs(cur[lo:hi].astype(np.int16) - prev[lo + d:hi + d].astype(np.int16))
+    hb, wb = -(-h // BLOCK), -(-w // BLOCK)
+    padded = np.zeros((hb * BLOCK, wb * BLOCK), np.int16)
+    padded[:h, :w] = diff
+    return padded.reshape(hb, BLOCK, wb, BLOCK).mean(axis=(1, 3)) > DIFF_THRESHOLD
+
+
+def changed_regions(prev: np.ndarray, cur: np.ndarray, prev_lines: list[OcrLine]) -> tuple[list[Box], list[OcrLine]]:
+    """(boxes of ``cur`` to OCR, reference lines carried over in ``cur``'s coordinates).
+
+    ``prev``, ``cur``: greyscale (h, w) frames of one shape; ``prev_lines``: the OCR lines of ``prev`` (any
+    confidence). The frame is compared with ``prev`` as it is and, when ``scroll_offset`` finds one, as
+    scrolled; the comparison that leaves fewer changed rows wins. Boxes are grown by ``MARGIN`` (``MARGIN_X``
+    sideways) and to every carried line they touch (repeated until none does), so no line is read in part;
+    lines moved out of the frame by a scroll are dropped, and lines cut by its edge are read again."""
+    h, w = cur.shape
+    changed, d = _changed_blocks(prev, cur, 0), scroll_offset(prev, cur)
+    if d:
+        scrolled = _changed_blocks(prev, cur, d)
+        if scrolled.any(axis=1).sum() < changed.any(axis=1).sum():  # fewer rows to read with the scroll
+            changed = scrolled
+        else:
+            d = 0
+    rows = np.flatnonzero(changed.any(axis=1))
+    boxes: list[list[int]] = []
+    if rows.size:
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(rows) > BAND_GAP // BLOCK) + 1])
+        ends = np.concatenate([starts[1:], [rows.size]])
+        for s, e in zip(starts, ends, strict=True):
+            y0, y1 = int(rows[s]), int(rows[e - 1]) + 1
+            cols = np.flatnonzero(changed[y0:y1].any(axis=0))
+            boxes.append([max(0, int(cols[0]) * BLOCK - MARGIN_X), max(0, y0 * BLOCK - MARGIN),
+                          min(w, (int(cols[-1]) + 1) * BLOCK + MARGIN_X), min(h, y1 * BLOCK + MARGIN)])
+    lines = []
+    for ln in prev_lines:
+        box = _shift_box(ln.box, d)
+        if box[3] <= 0 or box[1] >= h:
+            continue  # scrolled out of the frame
+        if box[1] < 0 or box[3] > h:  # cut by the frame's edge: read again
+            boxes.append([int(box[0]), max(0, int(box[1])), int(np.ceil(box[2])) + 1, min(h, int(np.ceil(box[3])) + 1)])
+            continue
+        lines.append(ln.model_copy(update={"box": box}))
+    carried = []
+    grown = True
+    while grown:  # grow boxes over the lines they touch, and merge boxes that overlap
+        grown = False
+        carried = []
+        for ln in lines:
+            hit = next((b for b in boxes if _touches(b, ln.box)), None)
+            if hit is None:
+                carried.append(ln)
+                continue
+            x0, y0, x1, y1 = ln.box  # the detector's box already has a margin around the glyphs
+            new = [min(hit[0], max(0, int(x0) - LINE_PAD)), min(hit[1], max(0, int(y0) - LINE_PAD)),
+                   max(hit[2], min(w, int(np.ceil(x1)) + LINE_PAD)), max(hit[3], min(h, int(np.ceil(y1)) + LINE_PAD))]
+            if new != hit:
+                hit[:] = new
+                grown = True
+        merged: list[list[int]] = []
+        for b in sorted(boxes):
+            other = next((m for m in merged if _touches(m, b)), None)
+            if other is None:
+                merged.append(list(b))
+            else:
+                other[:] = [min(other[0], b[0]), min(other[1], b[1]), max(other[2], b[2]), max(other[3], b[3])]
+                grown = True
+        boxes = merged
+    return [tuple(b) for b in boxes], carried
+
+
+def reading_order(lines: list[OcrLine]) -> list[OcrLine]:
+    """Lines sorted top to bottom (12 px rows), then left to right: the order ``RapidOcr.read`` returns."""
+    return sorted(lines, key=lambda ln: (round(ln.box[1] / 12), ln.box[0]))
+
+
+def read_changed(read: Callable[[np.ndarray], list[OcrLine]], pixels: np.ndarray,
+                 reference: tuple[np.ndarray, list[OcrLine]] | None) -> tuple[list[OcrLine], float]:
+    """(OCR lines of ``pixels``, share of the frame's area read) using ``read`` (an OCR function of a uint8
+    RGB image returning lines with boxes in its pixels) on the regions changed since ``reference`` (its
+    greyscale pixels and lines; None or another shape: the whole frame is read, share 1.0)."""
+    cur = grey(pixels)
+    if reference is None or reference[0].shape != cur.shape:
+        return read(pixels), 1.0
+    boxes, carried = changed_regions(reference[0], cur, reference[1])
+    area = sum((b[2] - b[0]) * (b[3] - b[1]) for b in boxes) / cur.size
+    if area > FULL_READ_SHARE:
+        return read(pixels), 1.0
+    lines = list(carried)
+    for x0, y0, x1, y1 in boxes:
+        for ln in read(np.ascontiguousarray(pixels[y0:y1, x0:x1])):
+            b = ln.box
+            lines.append(ln.model_copy(update={"box": (b[0] + x0, b[1] + y0, b[2] + x0, b[3] + y0)}))
+    return reading_order(lines), area
+
+
+class ReferenceFrames:
+    """The last OCR'd frame of each device (greyscale pixels, sha256 of its RGB pixels, all its OCR lines),
+    for the ``REFERENCE_DEVICES`` devices used last. Owned by one process; thread safe."""
+
+    def __init__(self, maxsize: int = REFERENCE_DEVICES) -> None:
+        self._frames: LRUCache = LRUCache(maxsize=maxsize)
+        self._lock = threading.Lock()
+
+    def get(self, tenant_id: str, device_id: str) -> tuple[np.ndarray, list[OcrLine]] | None:
+        """(greyscale pixels, lines) of the device's last frame, or None."""
+        with self._lock:
+            kept = self._frames.get((tenant_id, device_id))
+        return None if kept is None else (kept[1], kept[2])
+
+    def put(self, tenant_id: str, device_id: str, digest: str, pixels: np.ndarray, lines: list[OcrLine]) -> None:
+        """Make this frame (uint8 RGB pixels, sha256 ``digest``, lines of any confidence) the device's
+        reference; the same frame again changes nothing."""
+        with self._lock:
+            kept = self._frames.get((tenant_id, device_id))
+            if kept is not None and kept[0] == digest:
+                return
+        g = grey(pixels)
+        with self._lock:
+            self._frames[(tenant_id, device_id)] = (digest, g, list(lines))
+
+
+REFERENCES = ReferenceFrames()
