@@ -16,11 +16,13 @@ thread). Run with ``uvicorn api.app:app`` or ``engram serve``.
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -33,6 +35,7 @@ from fastapi_offline import FastAPIOffline
 from redis.exceptions import RedisError
 
 from engram.api import keys
+from engram.api.ratelimit import RateLimiter
 from engram.api.uploads import UploadRejected, promote, staging_key
 from engram.schemas.add import AddMemoryQuery, AddMemoryResponse
 from engram.schemas.api import (
@@ -174,6 +177,7 @@ def _tenant_of(request: Request, creds: Annotated[HTTPAuthorizationCredentials |
     tenant = keys.tenant_for(_services(request).redis, creds.credentials)
     if tenant is None:
         raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})
+    request.app.state.rate_limiter.check(creds.credentials)  # 429 past ENGRAM_API_RATE_LIMIT (api.ratelimit)
     return tenant
 
 
@@ -192,16 +196,20 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.services = build_services(settings or get_settings(), celery)
+        app.state.rate_limiter = RateLimiter(app.state.services.settings)
         yield
         app.state.services.redis.close()
         if celery is None:  # made by build_services: ours to close
             app.state.services.celery.close()
 
     limit = (settings or get_settings()).api_max_body_bytes
+    public_docs = (settings or get_settings()).api_public_docs
     errors = {c: {"model": ApiError} for c in (401, 403, 404, 409, 413, 422, 503)}
     query_errors = {**errors, 502: {"model": ApiError}, 504: {"model": ApiError}}
     # /docs and /redoc from the Swagger UI and ReDoc files packaged in fastapi-offline (no CDN: they load offline)
-    app = FastAPIOffline(title="engram", version="0.1.0", lifespan=lifespan, max_body_size=limit,
+    # (served only with ENGRAM_API_PUBLIC_DOCS; else no /docs, /redoc or /openapi.json at all)
+    make = FastAPIOffline if public_docs else partial(FastAPI, docs_url=None, redoc_url=None, openapi_url=None)
+    app = make(title="engram", version="0.1.0", lifespan=lifespan, max_body_size=limit,
                   description="Long-term multimodal memory for AI agents: publish media, follow its "
                               "ingestion, search memories. Authenticate with `Authorization: Bearer <API key>`.")
     @app.exception_handler(RequestValidationError)
@@ -250,9 +258,17 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             result.forget()
 
     @app.get("/metrics", tags=["health"], response_class=Response)
-    def metrics(svc: Svc) -> Response:
+    def metrics(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Response:
         """Prometheus metrics: this process's (or, with PROMETHEUS_MULTIPROC_DIR, every api process's) and
-        the depth of each Celery queue, read from the broker now."""
+        the depth of each Celery queue, read from the broker now. Open with ENGRAM_API_PUBLIC_METRICS; else
+        only with ``Authorization: Bearer <ENGRAM_API_METRICS_TOKEN>`` (401), 404 without a token set."""
+        if not svc.settings.api_public_metrics:
+            token = svc.settings.api_metrics_token
+            if token is None:
+                raise HTTPException(404, "not found")
+            if creds is None or not secrets.compare_digest(creds.credentials.encode(),
+                                                           token.get_secret_value().encode()):
+                raise HTTPException(401, "metrics need the metrics token", headers={"WWW-Authenticate": "Bearer"})
         body, content_type = render(svc.metrics)
         return Response(body, media_type=content_type)
 

@@ -150,6 +150,19 @@ class Settings(BaseSettings):
     upload_url_expiry_seconds: int = Field(900, ge=1, le=7 * 86400, description="Lifetime of a presigned PUT URL.")
     api_max_body_bytes: int = Field(1024**2, ge=1024, description="Largest accepted API request body; larger: 413.")
     api_search_timeout_seconds: float = Field(30.0, gt=0, description="How long the API waits for a query worker.")
+    api_rate_limit: str = Field(
+        "20/second;600/minute", description="Requests one API key may make, in the `limits` library's notation, "
+        "';'-separated (moving windows counted in Redis across API replicas); past one: 429 with Retry-After. "
+        "Empty: no limit.")
+    api_public_docs: bool = Field(
+        False, description="Serve /docs, /redoc and /openapi.json (the API's description, no data) to anyone; "
+        "false: not served.")
+    api_public_metrics: bool = Field(
+        False, description="Serve /metrics (counters and queue depths of every tenant together) without "
+        "authentication, e.g. to an in-cluster Prometheus; false: only with `Authorization: Bearer "
+        "<ENGRAM_API_METRICS_TOKEN>`, and not at all without a token.")
+    api_metrics_token: SecretStr | None = Field(
+        None, description="Bearer token a scraper sends for /metrics when api_public_metrics is false.")
     api_ask_timeout_seconds: float = Field(180.0, gt=0, description="How long the API waits for a query worker's "
                                            "`ask` (up to 5 rounds of search and LLM calls), export or forget.")
 

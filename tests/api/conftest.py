@@ -41,7 +41,8 @@ def make_settings(redis_url: str, s3, data_dir: Path, db: int = API_DB, **overri
     """Distributed-mode settings on the test servers (bucket ``engram-api-test``)."""
     values = dict(broker_url=db_url(redis_url, db), s3_endpoint=s3.endpoint, s3_access_key=s3.access_key,
                   s3_secret_key=s3.secret_key, s3_bucket="engram-api-test", data_dir=data_dir,
-                  max_object_bytes=5_000_000, api_max_body_bytes=64 * 1024, api_search_timeout_seconds=60)
+                  max_object_bytes=5_000_000, api_max_body_bytes=64 * 1024, api_search_timeout_seconds=60,
+                  api_public_docs=True, api_rate_limit="")  # rate limits: tests/api/test_ratelimit.py
     values.update(overrides)
     return Settings(**values)
 
