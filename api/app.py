@@ -146,6 +146,33 @@ def build_services(settings: Settings, celery=None) -> Services:
     return Services(settings, r, open_ledger(settings), objects, presigner, celery, registry)
 
 
+#: What each error status means on this API; every error body is an ``ApiError``. Each route lists the statuses it
+#: can return (``_errors``), a route-specific meaning where it has one.
+ERROR_MEANINGS = {
+    401: "No API key, or an unknown one (`Authorization: Bearer <key>`).",
+    403: "The body names another tenant than the API key's.",
+    404: "Not found, or another tenant's (the two are indistinguishable).",
+    409: "A conflict with what is stored.",
+    413: "The request body is larger than ENGRAM_API_MAX_BODY_BYTES, or the object than ENGRAM_MAX_OBJECT_BYTES.",
+    422: "An invalid request: `detail` lists each invalid field as {loc, msg, type}.",
+    429: "The API key's rate limit is exceeded: retry after the Retry-After header's seconds.",
+    501: "Not offered by this server's configuration.",
+    502: "The query worker failed the request (the reason is given when it is the LLM's).",
+    503: "Redis, the broker or the object store is unavailable: try again.",
+    504: "No query worker answered in time.",
+}
+#: Every route behind an API key can answer these: no or a bad key, its rate limit, Redis (keys) down.
+AUTH_ERRORS = (401, 429, 503)
+#: Routes that wait for a query worker.
+WORKER_ERRORS = (502, 504)
+
+
+def _errors(*codes: int, **meanings: str) -> dict[int | str, dict[str, Any]]:
+    """FastAPI ``responses`` for the error statuses ``codes``, each an ``ApiError`` described by ``ERROR_MEANINGS``
+    or by ``meanings`` (``e404="event not found"`` overrides 404's)."""
+    return {c: {"model": ApiError, "description": meanings.get(f"e{c}", ERROR_MEANINGS[c])} for c in sorted(codes)}
+
+
 def _invalid(field: str, msg: str) -> HTTPException:
     """A 422 shaped like a body validation error, naming ``field``."""
     return HTTPException(422, [{"loc": ["body", field], "msg": msg, "type": "value_error"}])
@@ -204,8 +231,6 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
 
     limit = (settings or get_settings()).api_max_body_bytes
     public_docs = (settings or get_settings()).api_public_docs
-    errors = {c: {"model": ApiError} for c in (401, 403, 404, 409, 413, 422, 503)}
-    query_errors = {**errors, 502: {"model": ApiError}, 504: {"model": ApiError}}
     # /docs and /redoc from the Swagger UI and ReDoc files packaged in fastapi-offline (no CDN: they load offline)
     # (served only with ENGRAM_API_PUBLIC_DOCS; else no /docs, /redoc or /openapi.json at all)
     make = FastAPIOffline if public_docs else partial(FastAPI, docs_url=None, redoc_url=None, openapi_url=None)
@@ -257,7 +282,9 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
         finally:
             result.forget()
 
-    @app.get("/metrics", tags=["health"], response_class=Response)
+    @app.get("/metrics", tags=["health"], response_class=Response, responses=_errors(
+        401, 404, e401="ENGRAM_API_METRICS_TOKEN is set and not given.", e404="No metrics token is set and "
+        "ENGRAM_API_PUBLIC_METRICS is off."))
     def metrics(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Response:
         """Prometheus metrics: this process's (or, with PROMETHEUS_MULTIPROC_DIR, every api process's) and
         the depth of each Celery queue, read from the broker now. Open with ENGRAM_API_PUBLIC_METRICS; else
@@ -288,7 +315,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
         return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks},
                             status_code=200 if ok else 503)
 
-    @app.post("/v1/uploads", tags=["publish"], response_model=UploadResponse, responses=errors)
+    @app.post("/v1/uploads", tags=["publish"], response_model=UploadResponse,
+              responses=_errors(*AUTH_ERRORS, 413, 422, 501, e501="No S3 object store (ENGRAM_S3_ENDPOINT)."))
     def create_upload(body: UploadRequest, tenant: Tenant, svc: Svc) -> UploadResponse:
         """A presigned PUT URL for the content-addressed key of (sha256, mime type), or ``exists`` when the
         object is already stored with this size (the client then skips the PUT). The URL writes a staging key
@@ -316,7 +344,11 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
                                                  expires=timedelta(seconds=expiry))
         return UploadResponse(object_key=key, url=url, exists=False, expires_in=expiry)
 
-    @app.post("/v1/events", tags=["publish"], status_code=202, response_model=PublishResponse, responses=errors)
+    @app.post("/v1/events", tags=["publish"], status_code=202, response_model=PublishResponse,
+              responses=_errors(*AUTH_ERRORS, 403, 404, 409, 413, 422, e404="The object was not uploaded.",
+                                e409="The stored object's size or sha256 differs, or the event id is another "
+                                "tenant's.", e503=ERROR_MEANINGS[503] + " Or a secret was found in the event's "
+                                "names or metadata and the API has no ENGRAM_VAULT_KEY."))
     def publish_event(body: PublishRequest, tenant: Tenant, svc: Svc) -> PublishResponse:
         """Publish a MediaEvent whose object was uploaded: record it as queued and send it to ingest.
 
@@ -370,7 +402,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
         log.info("event published", tenant=tenant, event_id=str(event.event_id), kind=event.kind.value, size=event.size)
         return PublishResponse(event_id=event.event_id, status=EventStatus.queued)
 
-    @app.get("/v1/events/{event_id}", tags=["publish"], response_model=EventStatusResponse, responses=errors)
+    @app.get("/v1/events/{event_id}", tags=["publish"], response_model=EventStatusResponse,
+             responses=_errors(*AUTH_ERRORS, 404, 422))
     def event_status(event_id: uuid.UUID, tenant: Tenant, svc: Svc) -> EventStatusResponse:
         """The event's ledger status (queued, processing, done, skipped, failed with stage and reason).
         404 for an unknown event and for another tenant's (the two are indistinguishable)."""
@@ -379,7 +412,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise HTTPException(404, "event not found")
         return EventStatusResponse.model_validate(rec.model_dump())
 
-    @app.post("/v1/search", tags=["search"], response_model=SearchResponse, responses=query_errors)
+    @app.post("/v1/search", tags=["search"], response_model=SearchResponse,
+              responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 403, 413, 422))
     def search(body: SearchQuery, tenant: Tenant, svc: Svc) -> SearchResponse:
         """Hybrid search over the key's tenant, run by a query worker. 403 for a body naming another
         tenant; 504 when no query worker answers in time; 502 when the search failed."""
@@ -390,7 +424,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             svc, SEARCH_TASK, [req.model_dump(mode="json")], svc.settings.api_search_timeout_seconds, "search",
             SEARCH_SECONDS.time()))
 
-    @app.post("/v1/ask", tags=["search"], response_model=AskResponse, responses=query_errors)
+    @app.post("/v1/ask", tags=["search"], response_model=AskResponse,
+              responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 403, 413, 422))
     def ask(body: AskQuery, tenant: Tenant, svc: Svc) -> AskResponse:
         """Answer a question from the tenant's memories, run by a query worker: with an LLM configured on
         the workers, up to ``max_rounds`` rounds of search-then-decide (M3-Agent), returning the answer and
@@ -406,7 +441,7 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
     # --- memory management (tenant-scoped; another tenant's ids answer 404 like unknown ones) ---------------
 
     @app.post("/v1/memories", tags=["memories"], status_code=202, response_model=AddMemoryResponse,
-              responses=errors)
+              responses=_errors(*AUTH_ERRORS, 409, 413, 422, e409="The id was added by another tenant."))
     def add_memory(body: AddMemoryQuery, tenant: Tenant, svc: Svc) -> AddMemoryResponse:
         """Remember one ``text`` or chat ``messages`` for ``user_id``: written as a conversation record to the object
         store and published as a ``text`` event like an uploaded chat file (``POST /v1/events``), so the same
@@ -430,7 +465,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
         return AddMemoryResponse(event_id=published.event_id, status=published.status,
                                  duplicate=published.duplicate, captured_at=when)
 
-    @app.get("/v1/memories/{memory_id}", tags=["memories"], response_model=MemoryRecord, responses=query_errors)
+    @app.get("/v1/memories/{memory_id}", tags=["memories"], response_model=MemoryRecord,
+             responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
     def get_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> MemoryRecord:
         """One observation or memory of any type, as stored (vault entries without their secret). 404 for
         an unknown id and for another tenant's."""
@@ -440,7 +476,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise HTTPException(404, "memory not found")
         return MemoryRecord.model_validate(got)
 
-    @app.get("/v1/memories", tags=["memories"], response_model=MemoryPage, responses=query_errors)
+    @app.get("/v1/memories", tags=["memories"], response_model=MemoryPage,
+             responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 422))
     def list_memories(tenant: Tenant, svc: Svc,
                       memory_type: Annotated[MemoryType, Query(alias="type", description="Which collection.")],
                       user: Annotated[str | None, Query(pattern=_ID_PATTERN, description="Only this user's.")] = None,
@@ -452,7 +489,7 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             svc.settings.api_search_timeout_seconds, "list"))
 
     @app.delete("/v1/memories/{memory_id}", tags=["memories"], status_code=204, response_class=Response,
-                responses=query_errors)
+                responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
     def delete_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> Response:
         """Delete one observation or memory. 404 for an unknown id and for another tenant's."""
         if _on_query_worker(svc, MEMORY_TASK + "delete", [tenant, str(memory_id)],
@@ -460,7 +497,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             raise HTTPException(404, "memory not found")
         return Response(status_code=204)
 
-    @app.delete("/v1/users/{user_id}", tags=["memories"], response_model=ForgetReport, responses=query_errors)
+    @app.delete("/v1/users/{user_id}", tags=["memories"], response_model=ForgetReport,
+                responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 422))
     def forget_user(user_id: UserId, tenant: Tenant, svc: Svc) -> ForgetReport:
         """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of
         the user's events, and the objects no other user of the tenant references. Publishing the same
@@ -472,7 +510,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
         log.info("user forgotten", tenant=tenant, user=user_id, events=len(report.event_ids))
         return report
 
-    @app.get("/v1/users/{user_id}/export", tags=["memories"], response_model=UserExport, responses=query_errors)
+    @app.get("/v1/users/{user_id}/export", tags=["memories"], response_model=UserExport,
+             responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 422))
     def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> UserExport:
         """Everything stored about a user as JSON: ledger events and every observation and memory with its
         provenance, newest first per type; vault entries without their secrets."""
@@ -481,7 +520,8 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
 
     # --- entities (M3-Agent's people; tenant-scoped like memories) ----------------------------------------------
 
-    @app.get("/v1/entities", tags=["entities"], response_model=EntityList, responses=query_errors)
+    @app.get("/v1/entities", tags=["entities"], response_model=EntityList,
+             responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS))
     def list_entities(tenant: Tenant, svc: Svc) -> EntityList:
         """The tenant's person entities (faces, voices and names linked across recordings) with their names,
         counts and first/last seen, most observations first."""
@@ -489,7 +529,7 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
             svc, ENTITY_TASK + "list", [tenant], svc.settings.api_search_timeout_seconds, "entities"))
 
     @app.post("/v1/entities/{entity_id}/merge", tags=["entities"], response_model=EntitySummary,
-              responses=query_errors)
+              responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422))
     def merge_entities(entity_id: uuid.UUID, body: EntityMergeRequest, tenant: Tenant, svc: Svc) -> EntitySummary:
         """Merge ``body.entity_id`` into ``entity_id`` (two entities found for one person): the kept entity takes
         the other's samples, names, links and counts, the merge is recorded in its ``merged_from``, and stored
@@ -505,7 +545,7 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
         return EntitySummary.model_validate(kept)
 
     @app.post("/v1/entities/{entity_id}/name", tags=["entities"], response_model=EntitySummary,
-              responses=query_errors)
+              responses=_errors(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422))
     def name_entity(entity_id: uuid.UUID, body: EntityNameRequest, tenant: Tenant, svc: Svc) -> EntitySummary:
         """Give a person entity (a face or voice found without a name, or another name for someone) the name
         ``body.name``, first among its names: a search naming it then filters to it and ``ask`` shows it in its

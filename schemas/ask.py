@@ -27,15 +27,19 @@ class AskRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    question: str = Field(min_length=1, max_length=4000)
-    tenant_id: str
-    user_id: str | None = None
-    memory_types: list[MemoryType] = Field(default_factory=lambda: list(DEFAULT_SEARCH_TYPES))
-    time_from: AwareDatetime | None = None
-    time_to: AwareDatetime | None = None
-    reference_time: AwareDatetime | None = None
-    limit: int = Field(10, ge=1, le=50)
-    max_rounds: int = Field(MAX_ROUNDS, ge=1, le=MAX_ROUNDS)
+    question: str = Field(min_length=1, max_length=4000, description="The question, in words (1-4000 characters).")
+    tenant_id: str = Field(description="The tenant asked about.")
+    user_id: str | None = Field(None, description="Only this user's memories; null: every user of the tenant.")
+    memory_types: list[MemoryType] = Field(
+        default_factory=lambda: list(DEFAULT_SEARCH_TYPES), description="Collections searched each round; default all "
+        "but the knowledge vault.")
+    time_from: AwareDatetime | None = Field(None, description="Only content from this time on (ISO 8601 with a zone).")
+    time_to: AwareDatetime | None = Field(None, description="Only content up to this time (ISO 8601 with a zone).")
+    reference_time: AwareDatetime | None = Field(
+        None, description="The question's date: time words are resolved against it; default now.")
+    limit: int = Field(10, ge=1, le=50, description="Hits per search round (1-50).")
+    max_rounds: int = Field(
+        MAX_ROUNDS, ge=1, le=MAX_ROUNDS, description="Search rounds at most (1-5, M3-Agent's limit).")
 
     @field_validator("time_from", "time_to", "reference_time")
     @classmethod
@@ -46,7 +50,12 @@ class AskRequest(BaseModel):
 class AskQuery(AskRequest):
     """An ``AskRequest`` whose tenant follows from the API key (``tenant_id`` may be left out)."""
 
-    tenant_id: str | None = None
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"question": "When is the Q2 budget review?", "user_id": "alice"},
+    ]})
+
+    tenant_id: str | None = Field(
+        None, description="Left out: the API key's tenant. Another tenant than the key's: 403.")
 
 
 class AnswerDecision(BaseModel):
@@ -75,10 +84,11 @@ class AskRound(BaseModel):
     """One search round: its query, the ids it retrieved (best first), how many were new, and what the LLM
     decided after reading them (``None`` without an LLM)."""
 
-    query: str
-    hit_ids: list[uuid.UUID]
-    new_hits: int
-    decision: Literal["answer", "search"] | None = None
+    query: str = Field(description="The round's search query (the question first, then the LLM's).")
+    hit_ids: list[uuid.UUID] = Field(description="Ids of the hits it retrieved, best first.")
+    new_hits: int = Field(description="How many of them were not retrieved by an earlier round.")
+    decision: Literal["answer", "search"] | None = Field(
+        None, description="What the LLM decided after reading them ('answer' or 'search'); null without an LLM.")
 
 
 class AskResponse(BaseModel):
@@ -86,13 +96,60 @@ class AskResponse(BaseModel):
     and ``memories``: with an LLM the evidence the answer cites; without one the ranked hits of the one
     search round. ``evidence``: every distinct hit retrieved over all rounds, in the order found."""
 
-    question: str
-    answer: str | None
-    memories: list[SearchHit]
-    evidence: list[SearchHit]
-    rounds: list[AskRound]
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {
+            "question": "When is the Q2 budget review?",
+            "answer": "Friday at 3 pm (moved on May 2).",
+            "memories": [
+                {
+                    "id": "8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f",
+                    "memory_type": "observation",
+                    "score": 0.0325,
+                    "text": "Q2 budget review moved to Friday 3 pm",
+                    "time": "2024-05-02T09:30:00Z",
+                    "kind": "screenshot",
+                    "user_id": "alice",
+                    "source_name": "Screenshot 2024-05-02 at 09.30.png",
+                    "object_key": "media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png",
+                    "event_ids": ["3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"],
+                },
+            ],
+            "evidence": [
+                {
+                    "id": "8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f",
+                    "memory_type": "observation",
+                    "score": 0.0325,
+                    "text": "Q2 budget review moved to Friday 3 pm",
+                    "time": "2024-05-02T09:30:00Z",
+                    "kind": "screenshot",
+                    "user_id": "alice",
+                    "source_name": "Screenshot 2024-05-02 at 09.30.png",
+                    "object_key": "media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png",
+                    "event_ids": ["3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"],
+                },
+            ],
+            "rounds": [
+                {
+                    "query": "When is the Q2 budget review?",
+                    "hit_ids": ["8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f"],
+                    "new_hits": 1,
+                    "decision": "answer",
+                },
+            ],
+            "llm": "openai:gpt-4o-mini",
+            "took_ms": 1840.2,
+        },
+    ]})
+
+    question: str = Field(description="The question as given.")
+    answer: str | None = Field(
+        description="The LLM's answer; null without an LLM or when it still wanted to search after the last round.")
+    memories: list[SearchHit] = Field(
+        description="With an LLM: the evidence the answer cites; without one: the ranked hits of the one round.")
+    evidence: list[SearchHit] = Field(description="Every distinct hit retrieved over all rounds, in the order found.")
+    rounds: list[AskRound] = Field(description="The search rounds, in order.")
     llm: str | None = Field(None, description="'<provider>:<model>' when an LLM answered, else None.")
-    took_ms: float
+    took_ms: float = Field(description="Time the query worker spent, milliseconds.")
 
 
 class AskFailed(RuntimeError):

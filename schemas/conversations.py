@@ -17,9 +17,11 @@ class Attachment(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: str = Field("image", max_length=32)
-    caption: str | None = Field(None, max_length=4000)
-    url: str | None = Field(None, max_length=2048)
+    kind: str = Field("image", max_length=32, description="What was shared, e.g. 'image'.")
+    caption: str | None = Field(
+        None, max_length=4000, description="What it shows, in words (e.g. an image's caption): this is what is stored "
+        "and searched.")
+    url: str | None = Field(None, max_length=2048, description="Where it was, if known (not fetched).")
 
 
 class ConversationMessage(BaseModel):

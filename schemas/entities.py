@@ -85,28 +85,62 @@ class Entity(BaseModel):
 class EntitySummary(BaseModel):
     """What ``engram entities`` lists: an entity's id, names, counts and first/last seen (UTC)."""
 
-    id: uuid.UUID
-    names: list[str]
-    faces: int
-    voices: int
-    observations: int
-    first_seen: AwareDatetime | None = None
-    last_seen: AwareDatetime | None = None
-    merged_from: list[str] = Field(default_factory=list)
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {
+            "id": "c0ffee00-1234-4abc-8def-0123456789ab",
+            "names": ["Maria"],
+            "faces": 12,
+            "voices": 3,
+            "observations": 41,
+            "first_seen": "2024-04-11T08:02:00Z",
+            "last_seen": "2024-05-02T16:45:00Z",
+            "merged_from": [],
+        },
+    ]})
+
+    id: uuid.UUID = Field(description="The entity's id.")
+    names: list[str] = Field(
+        description="Names it was called by, the chosen one first; empty for a face or voice never named.")
+    faces: int = Field(description="Faces ever linked to it.")
+    voices: int = Field(description="Voice clusters ever linked to it.")
+    observations: int = Field(description="Observations ever linked to it.")
+    first_seen: AwareDatetime | None = Field(None, description="When it was first seen (UTC).")
+    last_seen: AwareDatetime | None = Field(None, description="When it was last seen (UTC).")
+    merged_from: list[str] = Field(default_factory=list, description="Ids of the entities merged into it.")
 
 
 class EntityList(BaseModel):
     """A tenant's entities (``GET /v1/entities``), most observations first."""
 
-    items: list[EntitySummary]
-    total: int = Field(ge=0)
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {
+            "items": [
+                {
+                    "id": "c0ffee00-1234-4abc-8def-0123456789ab",
+                    "names": ["Maria"],
+                    "faces": 12,
+                    "voices": 3,
+                    "observations": 41,
+                    "first_seen": "2024-04-11T08:02:00Z",
+                    "last_seen": "2024-05-02T16:45:00Z",
+                    "merged_from": [],
+                },
+            ],
+            "total": 1,
+        },
+    ]})
+
+    items: list[EntitySummary] = Field(description="The tenant's entities, most observations first.")
+    total: int = Field(ge=0, description="How many there are.")
 
 
 class EntityMergeRequest(BaseModel):
     """``POST /v1/entities/{id}/merge``: the entity to merge into the one in the path (it is deleted, its
     samples, names, links and counts kept by the other, and every stored reference to it rewritten)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"entity_id": "d00dfeed-5678-4bcd-9ef0-123456789abc", "reason": "same person, seen by the camera"},
+    ]})
 
     entity_id: uuid.UUID = Field(description="The entity merged away.")
     reason: str = Field("manual", min_length=1, max_length=200, description="Recorded in the kept entity's "

@@ -34,16 +34,23 @@ class MediaEvent(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    event_id: uuid.UUID = Field(default_factory=uuid.uuid4)
-    tenant_id: str = Field(pattern=_ID_PATTERN)
-    user_id: str = Field(pattern=_ID_PATTERN)
-    device_id: str = Field(pattern=_ID_PATTERN)
-    kind: MediaKind
-    object_key: str = Field(min_length=1, max_length=512)
-    sha256: str = Field(pattern=SHA256_PATTERN)
+    event_id: uuid.UUID = Field(
+        default_factory=uuid.uuid4, description="Idempotency key chosen by the device (UUID); publishing it again "
+        "changes nothing. Default: a new one.")
+    tenant_id: str = Field(
+        pattern=_ID_PATTERN, description="The tenant (letters, digits and ._@:+-, at most 128 characters).")
+    user_id: str = Field(
+        pattern=_ID_PATTERN, description="Whose media it is (letters, digits and ._@:+-, at most 128 characters).")
+    device_id: str = Field(
+        pattern=_ID_PATTERN, description="The device that captured it (letters, digits and ._@:+-, at most 128 "
+        "characters).")
+    kind: MediaKind = Field(description="What it carries: screenshot, audio, clip or text (a conversation file).")
+    object_key: str = Field(
+        min_length=1, max_length=512, description="Where the object is stored: media/<tenant>/<sha256>.<ext>.")
+    sha256: str = Field(pattern=SHA256_PATTERN, description="Lowercase hex SHA-256 of the object's bytes.")
     size: int = Field(ge=0, description="Object size in bytes.")
-    mime_type: str = Field(max_length=128)
-    captured_at: AwareDatetime
+    mime_type: str = Field(max_length=128, description="Media type of the object, e.g. image/png.")
+    captured_at: AwareDatetime = Field(description="When the media was captured, ISO 8601 with a zone (stored as UTC).")
     captured_at_source: str | None = Field(
         None, max_length=64, description="Where captured_at was read: 'given' (by the caller), the content "
         "('exif:DateTimeOriginal', 'container:creation_time', 'tag:date'), or 'file' (its modification time).")
@@ -73,19 +80,19 @@ class EventStatus(StrEnum):
 class LedgerRecord(BaseModel):
     """The ledger's view of one event: its status and, when skipped or failed, the stage and reason."""
 
-    event_id: uuid.UUID
-    tenant_id: str
-    user_id: str
-    device_id: str
-    kind: MediaKind
-    object_key: str
-    sha256: str
-    source_name: str | None = None
-    status: EventStatus
-    stage: str | None = None
-    reason: str | None = None
-    segments_total: int | None = None
-    segments_done: int = 0
-    observations: int = 0
+    event_id: uuid.UUID = Field(description="The event's id.")
+    tenant_id: str = Field(description="Its tenant.")
+    user_id: str = Field(description="Whose media it is.")
+    device_id: str = Field(description="The device that published it.")
+    kind: MediaKind = Field(description="What it carries: screenshot, audio, clip or text.")
+    object_key: str = Field(description="Where its object is stored.")
+    sha256: str = Field(description="SHA-256 of its object.")
+    source_name: str | None = Field(None, description="Original file name or path.")
+    status: EventStatus = Field(description="queued, processing, done, skipped or failed.")
+    stage: str | None = Field(None, description="The stage it is in, or where it was skipped or failed.")
+    reason: str | None = Field(None, description="Why it was skipped or failed.")
+    segments_total: int | None = Field(None, description="Segments ingest cut it into; null before ingest ran.")
+    segments_done: int = Field(0, description="Segments stored so far.")
+    observations: int = Field(0, description="Observations stored so far.")
     created_at: AwareDatetime | None = Field(None, description="When the event was published (recorded).")
-    updated_at: AwareDatetime
+    updated_at: AwareDatetime = Field(description="When its status last changed (UTC).")

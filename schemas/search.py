@@ -36,22 +36,38 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, max_length=4000)
-    tenant_id: str
-    user_id: str | None = None
-    memory_types: list[MemoryType] = Field(default_factory=lambda: list(DEFAULT_SEARCH_TYPES))
-    kinds: list[MediaKind] | None = None
-    devices: list[str] | None = None
-    apps: list[str] | None = None
-    entities: list[str] | None = None
-    time_from: AwareDatetime | None = None
-    time_to: AwareDatetime | None = None
-    reference_time: AwareDatetime | None = None
-    resolve_time: bool = True
-    include_history: bool = False
-    context_turns: int = Field(0, ge=0, le=20)
-    reinforce: bool = True
-    limit: int = Field(10, ge=1, le=1000)
+    query: str = Field(
+        min_length=1, max_length=4000, description="What to look for, in words (1-4000 characters); time words in it "
+        "('last Tuesday') are resolved into time_range.")
+    tenant_id: str = Field(description="The tenant searched.")
+    user_id: str | None = Field(
+        None, description="Only this user's observations and memories; null: every user of the tenant.")
+    memory_types: list[MemoryType] = Field(
+        default_factory=lambda: list(DEFAULT_SEARCH_TYPES), description="Collections searched (observation, episodic, "
+        "semantic, procedural, resource, core, knowledge_vault); default all but the knowledge vault.")
+    kinds: list[MediaKind] | None = Field(
+        None, description="Only content from these media kinds (screenshot, audio, clip, text); null: all.")
+    devices: list[str] | None = Field(None, description="Only content from these device ids; null: all.")
+    apps: list[str] | None = Field(
+        None, description="Only content captured in these foreground applications; null: all.")
+    entities: list[str] | None = Field(
+        None, description="Only content linked to these entity ids (GET /v1/entities); null: all.")
+    time_from: AwareDatetime | None = Field(
+        None, description="Only content from this time on (ISO 8601 with a zone; a hard filter).")
+    time_to: AwareDatetime | None = Field(
+        None, description="Only content up to this time (ISO 8601 with a zone; a hard filter).")
+    reference_time: AwareDatetime | None = Field(
+        None, description="The time time words in the query are resolved against (the question's date); default now.")
+    resolve_time: bool = Field(
+        True, description="Resolve time words in the query into time_range, which ranks content inside it higher.")
+    include_history: bool = Field(False, description="Include superseded and archived memories.")
+    context_turns: int = Field(
+        0, ge=0, le=20, description="Neighbouring turns (same session or event) attached to each observation hit, on "
+        "each side.")
+    reinforce: bool = Field(
+        True, description="Record a recall of the memories returned (MemoryBank's strengthening); false for "
+        "benchmarks.")
+    limit: int = Field(10, ge=1, le=1000, description="Number of hits returned (1-1000).")
 
     @field_validator("time_from", "time_to", "reference_time")
     @classmethod
@@ -63,20 +79,20 @@ class ContextTurn(BaseModel):
     """A neighbouring turn of a hit (same session, or same event for segments): ``offset`` turns before (< 0)
     or after (> 0) it."""
 
-    id: uuid.UUID
-    offset: int
-    text: str
-    time: AwareDatetime | None = None
-    message_id: str | None = None
+    id: uuid.UUID = Field(description="The neighbouring observation's id.")
+    offset: int = Field(description="Its position relative to the hit: < 0 before, > 0 after.")
+    text: str = Field(description="What it says.")
+    time: AwareDatetime | None = Field(None, description="When it happened (UTC).")
+    message_id: str | None = Field(None, description="Its chat message id, for conversation turns.")
 
 
 class TimeRange(BaseModel):
     """A time expression of the query resolved against the reference time: ``[start, end)`` in UTC."""
 
-    expression: str
-    start: AwareDatetime
-    end: AwareDatetime
-    reference_time: AwareDatetime
+    expression: str = Field(description="The time words found in the query, e.g. 'last Tuesday'.")
+    start: AwareDatetime = Field(description="Start of the range, inclusive (UTC).")
+    end: AwareDatetime = Field(description="End of the range, exclusive (UTC).")
+    reference_time: AwareDatetime = Field(description="The time the expression was resolved against (UTC).")
 
 
 class SearchHit(BaseModel):
@@ -85,29 +101,63 @@ class SearchHit(BaseModel):
     ``message_ids`` and ``observation_ids`` list the sources of the hit, most relevant to the query first.
     """
 
-    id: uuid.UUID
-    memory_type: MemoryType
-    score: float
-    text: str
-    time: AwareDatetime | None = None
-    time_end: AwareDatetime | None = None
-    kind: MediaKind | None = None
-    user_id: str | None = None
-    source_name: str | None = None
-    object_key: str | None = None
-    start_s: float | None = None
-    end_s: float | None = None
-    event_ids: list[uuid.UUID] = Field(default_factory=list)
-    observation_ids: list[uuid.UUID] = Field(default_factory=list)
-    message_ids: list[str] = Field(default_factory=list)
-    session_ids: list[str] = Field(default_factory=list)
-    context: list[ContextTurn] = Field(default_factory=list)
+    id: uuid.UUID = Field(description="The observation's or memory's id (GET /v1/memories/{id}).")
+    memory_type: MemoryType = Field(description="Which collection it comes from.")
+    score: float = Field(
+        description="Fused reciprocal-rank score: higher is more relevant, comparable within one response only.")
+    text: str = Field(description="What it says: an observation's text, a memory's summary.")
+    time: AwareDatetime | None = Field(
+        None, description="When its content happened (UTC); a memory's first source time.")
+    time_end: AwareDatetime | None = Field(
+        None, description="When its content ended (UTC), for spans (audio, clips, episodes).")
+    kind: MediaKind | None = Field(None, description="Media kind of its source, for observations.")
+    user_id: str | None = Field(None, description="Whose it is.")
+    source_name: str | None = Field(None, description="The published file's name, or names of a memory's sources.")
+    object_key: str | None = Field(None, description="Object-store key of the media or segment it was read from.")
+    start_s: float | None = Field(None, description="Offset of the observation in its recording, seconds.")
+    end_s: float | None = Field(None, description="End offset of the observation in its recording, seconds.")
+    event_ids: list[uuid.UUID] = Field(default_factory=list, description="The events its content came from.")
+    observation_ids: list[uuid.UUID] = Field(
+        default_factory=list, description="A memory's source observations, most relevant to the query first.")
+    message_ids: list[str] = Field(
+        default_factory=list, description="Chat message ids of its sources, most relevant first.")
+    session_ids: list[str] = Field(default_factory=list, description="Chat session ids of its sources.")
+    context: list[ContextTurn] = Field(
+        default_factory=list, description="Neighbouring turns (context_turns > 0), in order.")
 
 
 class SearchResponse(BaseModel):
     """Hits in descending score order; ``time_range`` is the query's resolved time expression, if any."""
 
-    query: str
-    hits: list[SearchHit]
-    took_ms: float
-    time_range: TimeRange | None = None
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {
+            "query": "budget review last week",
+            "hits": [
+                {
+                    "id": "8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f",
+                    "memory_type": "observation",
+                    "score": 0.0325,
+                    "text": "Q2 budget review moved to Friday 3 pm",
+                    "time": "2024-05-02T09:30:00Z",
+                    "kind": "screenshot",
+                    "user_id": "alice",
+                    "source_name": "Screenshot 2024-05-02 at 09.30.png",
+                    "object_key": "media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png",
+                    "event_ids": ["3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"],
+                },
+            ],
+            "took_ms": 41.7,
+            "time_range": {
+                "expression": "last week",
+                "start": "2024-04-29T00:00:00Z",
+                "end": "2024-05-06T00:00:00Z",
+                "reference_time": "2024-05-08T12:00:00Z",
+            },
+        },
+    ]})
+
+    query: str = Field(description="The query as given.")
+    hits: list[SearchHit] = Field(description="Results, highest score first.")
+    took_ms: float = Field(description="Time the query worker spent, milliseconds.")
+    time_range: TimeRange | None = Field(
+        None, description="The query's time words resolved into a range (ranked first, not a filter); null when none.")
