@@ -114,3 +114,12 @@ def test_a_flood_from_one_tenant_does_not_starve_another(redis_server, tmp_path)
     assert all("not found in the object store" in r.reason for r in records)
     order = [r.event_id for r in sorted(records, key=lambda r: r.updated_at)]
     assert order.index(small.event_id) < 5, order.index(small.event_id)  # first in: the 41st
+
+
+def test_a_long_events_tail_goes_at_lower_priority(tmp_path):
+    from engram.workers.fairness import LOWEST, queue_lists, segment_priority
+
+    s = Settings(data_dir=tmp_path)  # 8 segments per step
+    assert [segment_priority(0, i, s) for i in (0, 7, 8, 63, 500)] == [0, 0, 1, 7, LOWEST]
+    assert segment_priority(3, 0, s) == 3
+    assert queue_lists("ingest")[:2] == ["ingest", "ingest\x06\x161"] and len(queue_lists("ingest")) == 10
