@@ -132,6 +132,8 @@ def test_secrets_are_nowhere_but_the_vault(engram_env, tmp_path, capsys):
     captured = capsys.readouterr()
     blobs["in-process log"] = (captured.out + captured.err).encode()
     assert b'"event"' in blobs["cli log"]  # JSON log lines were written
+    # the search sees stored text: the chat's words around a placeholder are in the vector store's files
+    assert any(b"post alerts to [vault:" in blob for where, blob in blobs.items() if "objects" not in Path(where).parts)
     assert not find_leaks(blobs), find_leaks(blobs)
     assert_revealed_whole(rt)  # the vault gives each one back whole
 
@@ -194,6 +196,7 @@ def test_secrets_are_nowhere_in_the_distributed_mode(restartable_redis, tmp_path
     captured = capsys.readouterr()
     blobs["test process log"] = (captured.out + captured.err).encode()
     assert b'succeeded in' in blobs["worker log"] and b'"event"' in blobs["worker log"]
+    assert b"<not logged>" in blobs["worker log"]  # Celery's task lines without their values
     assert not find_leaks(blobs), find_leaks(blobs)
     monkeypatch.setenv("ENGRAM_DATA_DIR", str(data))
     monkeypatch.setenv("ENGRAM_VAULT_KEY", env["ENGRAM_VAULT_KEY"])
