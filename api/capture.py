@@ -19,13 +19,16 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
 5. The interval: ``--interval`` (2 s) after a kept frame, doubled after each repeat up to ``--max-interval``
    (30 s), so a static screen costs one grab every 30 s.
 
-Ownership: one thread (the caller's) runs the loop and publishes; signal handlers only set flags. Microphone
-capture is not part of this agent.
+Ownership: the caller's thread runs the loop (grabs, windows, the gate, the spool) and owns the counts of
+``CaptureStats`` but ``published``/``failed``, which belong to one publisher thread that takes batches from a
+queue (``run`` joins it before returning): a slow embedded ingest (OCR) delays publishing, never the grabs.
+Signal handlers only set flags. Microphone capture is not part of this agent.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import signal
 import threading
@@ -185,8 +188,9 @@ class Frame:
 
 @dataclass
 class CaptureStats:
-    """What a capture run did. ``gate_cpu_seconds``: process CPU spent grabbing, reading windows, the
-    near-duplicate gate and encoding kept frames (not publishing); ``cpu_seconds``: the whole process's."""
+    """What a capture run did. ``gate_cpu_seconds``: CPU of the capture thread (grabbing, reading windows, the
+    near-duplicate gate, writing kept frames; not publishing); ``cpu_seconds``: the whole process's (with an
+    embedded sink, the pipeline's OCR and embedding of the kept frames too)."""
 
     grabbed: int = 0
     kept: int = 0
@@ -312,6 +316,10 @@ class Capture:
         cfg.spool.mkdir(parents=True, exist_ok=True)
         interval = AdaptiveInterval(cfg.interval, max(cfg.max_interval, cfg.interval))
         start, cpu0 = time.monotonic(), time.process_time()
+        batches: queue.Queue[list[Frame] | None] = queue.Queue()
+        publisher = threading.Thread(target=self._publish_batches, args=(batches,), name="capture-publish",
+                                     daemon=True)
+        publisher.start()
         pending: list[Frame] = []
         first_pending = 0.0
         last_signature: str | None = None
@@ -327,7 +335,7 @@ class Capture:
                     self.stop.wait(min(1.0, cfg.interval))
                     st.paused_seconds += time.monotonic() - now
                     continue
-                gate0 = time.process_time()
+                gate0 = time.thread_time()
                 changed = False
                 denied, active = self._denied()
                 if denied:
@@ -354,16 +362,18 @@ class Capture:
                             first_pending = time.monotonic()
                         pending.append(Frame(path, when, active.app if active else None,
                                              active.title if active else None))
-                st.gate_cpu_seconds += time.process_time() - gate0
+                st.gate_cpu_seconds += time.thread_time() - gate0
                 if pending and (len(pending) >= cfg.batch or time.monotonic() - first_pending >= cfg.flush_seconds):
-                    self._flush(pending)
+                    batches.put(pending)
                     pending = []
                 wait = interval.next(changed)
                 if cfg.duration is not None:
                     wait = min(wait, max(0.0, cfg.duration - (time.monotonic() - start)))
                 self.stop.wait(wait)
         if pending:
-            self._flush(pending)
+            batches.put(pending)
+        batches.put(None)
+        publisher.join()
         st.wall_seconds = time.monotonic() - start
         st.cpu_seconds = time.process_time() - cpu0
         return st
@@ -378,11 +388,17 @@ class Capture:
                 return why, active
         return None, active
 
-    def _flush(self, frames: list[Frame]) -> None:
-        ok, bad = self.sink(frames)
-        self.stats.published += ok
-        self.stats.failed += bad
-        self.report(f"published {ok} frames" + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
+    def _publish_batches(self, batches: queue.Queue) -> None:
+        """The publisher thread: each batch through the sink until the None that ends the run."""
+        while (frames := batches.get()) is not None:
+            try:
+                ok, bad = self.sink(frames)
+            except Exception as exc:  # noqa: BLE001 (the store busy, the API down: frames stay in the spool)
+                ok, bad = 0, len(frames)
+                self.report(f"cannot publish {len(frames)} frames: {type(exc).__name__}: {exc}")
+            self.stats.published += ok
+            self.stats.failed += bad
+            self.report(f"published {ok} frames" + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
 
 
 def install_signals(capture: Capture) -> dict:

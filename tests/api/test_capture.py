@@ -1,6 +1,6 @@
 """``engram capture`` under a real X server (Xvfb): a window shows text, the capture process grabs it, keeps a
 frame only when the text changes (repeats dropped at the edge), never grabs while a denied window (a password
-manager, a private browser window) is on screen, and the kept text is found by ``engram search``.
+manager, a private browser window) is on screen or while paused, and the kept text is found by ``engram search``.
 
 The test process plays the desktop: it draws the windows with python-xlib (text rendered by PIL) and, as a
 window manager would, sets the root window's ``_NET_ACTIVE_WINDOW``."""
@@ -8,7 +8,6 @@ window manager would, sets the root window's ``_NET_ACTIVE_WINDOW``."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,64 +17,16 @@ import pytest
 
 from engram.api.capture import AdaptiveInterval, PrivacyRules, WindowInfo
 from tests.conftest import REPO
+from tests.xdesktop import Desktop, xvfb
 
 
 @pytest.fixture(scope="module")
 def xserver():
-    """An Xvfb server on a free display (``-displayfd``: the server picks it); yields its DISPLAY."""
+    """An Xvfb server on a free display; yields its DISPLAY."""
     if shutil.which("Xvfb") is None:
         pytest.skip("Xvfb not installed (`bash scripts/setup.sh --dev` installs it)")
-    read, write = os.pipe()
-    proc = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1024x600x24", "-nolisten", "tcp"],
-                            pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(write)
-    with os.fdopen(read) as fh:
-        number = fh.readline().strip()
-    assert number, "Xvfb did not start"
-    yield f":{number}"
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
-class Desktop:
-    """Windows on the X server, drawn by this process (python-xlib; text rendered with PIL)."""
-
-    def __init__(self, display: str) -> None:
-        from Xlib import X
-        from Xlib import display as xdisplay
-
-        self.X = X
-        self.d = xdisplay.Display(display)
-        self.screen = self.d.screen()
-        self.root = self.screen.root
-
-    def window(self, title: str, wm_class: tuple[str, str], text: str, y: int = 0):
-        win = self.root.create_window(0, y, 1024, 300, 0, self.screen.root_depth,
-                                      background_pixel=self.screen.white_pixel)
-        win.set_wm_name(title)
-        win.change_property(self.d.intern_atom("_NET_WM_NAME"), self.d.intern_atom("UTF8_STRING"), 8, title.encode())
-        win.set_wm_class(*wm_class)
-        win.map()
-        self.d.sync()
-        time.sleep(0.2)
-        self.draw(win, text)
-        self.activate(win)
-        return win
-
-    def draw(self, win, text: str) -> None:
-        from PIL import Image, ImageDraw, ImageFont
-
-        img = Image.new("RGB", (1024, 300), "white")
-        ImageDraw.Draw(img).text((30, 110), text, fill="black", font=ImageFont.truetype("DejaVuSans.ttf", 44))
-        gc = win.create_gc(foreground=self.screen.black_pixel, background=self.screen.white_pixel)
-        win.put_pil_image(gc, 0, 0, img)
-        self.d.sync()
-
-    def activate(self, win) -> None:
-        from Xlib import Xatom
-
-        self.root.change_property(self.d.intern_atom("_NET_ACTIVE_WINDOW"), Xatom.WINDOW, 32, [win.id])
-        self.d.sync()
+    with xvfb() as display:
+        yield display
 
 
 def _env(tmp_path, display: str) -> dict:
@@ -129,15 +80,18 @@ def test_capture_keeps_changes_drops_repeats_and_never_grabs_denied_windows(xser
     vault = desk.window("Passwords.kdbx - KeePassXC", ("keepassxc", "KeePassXC"), "bank PIN 4921 vault", y=300)
     second = _finish(_capture(env, "--duration", "3", "--interval", "1", "--max-interval", "1"))
     assert second["denied"] >= 2 and second["grabbed"] == 0 and second["kept"] == 0, second
-    vault.unmap()
-    desk.d.sync()
+    desk.hide(vault)
     desk.activate(editor)
     private = desk.window("New Tab - Mozilla Firefox Private Browsing", ("Navigator", "firefox"),
                           "private search terms", y=300)
     third = _finish(_capture(env, "--max-frames", "1", "--duration", "3", "--interval", "1"))
     assert third["grabbed"] == 0 and third["denied"] >= 1, third
-    private.unmap()
-    desk.d.sync()
+    desk.hide(private)
+    pause = tmp_path / "data" / "capture.pause"  # the default pause file: nothing is grabbed while it exists
+    pause.touch()
+    paused = _finish(_capture(env, "--duration", "2", "--interval", "1"))
+    assert paused["grabbed"] == 0 and paused["denied"] == 0 and paused["paused_seconds"] > 1, paused
+    pause.unlink()
 
     found = _cli(env, "search", "quarterly budget review")
     assert "quarterly budget review" in found and "budget.txt - Editor" in found, found
