@@ -95,3 +95,55 @@ async def _exercise(client, data, env, timings) -> None:
     after = await client.call_tool("search", {"query": "where are the vendor contracts?", "user_id": "alice",
                                               "memory_types": ["observation"]})
     assert FACT not in after.content[0].text
+
+
+def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_server):
+    import httpx
+    import httpx2
+    import redis
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from engram.api.keys import create_key
+    from tests.api.conftest import db_url
+    from tests.servers import free_ports
+
+    redis_url = db_url(redis_server, 14)
+    key = create_key(redis.Redis.from_url(redis_url, decode_responses=True), "acme")
+    (port,) = free_ports(1)
+    data = tmp_path / "data"
+    env = {**_env(tmp_path), "ENGRAM_REDIS_URL": redis_url}
+    url = f"http://127.0.0.1:{port}/mcp"
+    with open(tmp_path / "server.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "mcp", "--http", "--port", str(port),
+                                 "--data-dir", str(data)], env=env, cwd=REPO, stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                refused = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=5)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+                time.sleep(0.5)
+        assert refused.status_code == 401
+        assert httpx.post(url, json={}, headers={"Authorization": "Bearer egk_wrong"}, timeout=5).status_code == 401
+
+        async def session() -> None:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=600)
+            async with http, Client(streamable_http_client(url, http_client=http), read_timeout_seconds=600) as c:
+                assert "add_memory" in {t.name for t in (await c.list_tools()).tools}
+                added = await c.call_tool("add_memory", {"text": FACT, "user_id": "ann"})
+                assert not added.is_error and added.structured_content["status"] == "done", added.content[0].text
+                found = await c.call_tool("search", {"query": "vendor contracts", "user_id": "ann"})
+                assert FACT in found.content[0].text
+
+        anyio.run(session)
+        # stored under the key's tenant
+        out = _cli(env, data, "search", "vendor contracts", "--tenant", "acme")
+        assert out.returncode == 0 and "oak desk" in out.stdout, out.stderr[-2000:]
+        out = _cli(env, data, "search", "vendor contracts", "--tenant", "default")
+        assert "oak desk" not in out.stdout
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
