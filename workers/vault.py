@@ -202,6 +202,9 @@ _SCANNERS = [(plugin(), entry_type) for plugin, entry_type in [
     (SoftlayerDetector, "api_key"), (SquareOAuthDetector, "api_key"), (TelegramBotTokenDetector, "api_key"),
     (TwilioKeyDetector, "api_key")]]
 _PRIVATE_KEY_PLUGIN = PrivateKeyDetector()
+# every value those plugins find is a run of 20 or more characters without a space, or sits in a URL: texts
+# with neither (most chat turns) skip them: detection then costs about what it did without them
+_LONG_RUN = re.compile(r"\S{20,}")
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=.+/")
 # a PEM/OpenSSH/PGP private key block: from its BEGIN line (dashes optional: OCR drops them) to its END line,
 # or to the end of the text when the block is cut off (a screenshot, a truncated paste)
@@ -251,10 +254,10 @@ def _detect(text: str, phone_region: str) -> tuple[Finding, ...]:
                 and not any(f.start < end and start < f.end for f in found)):
             found.append(Finding(entry_type, start, end, stripped, SENSITIVITY[entry_type]))
 
-    if any(True for _ in _PRIVATE_KEY_PLUGIN.analyze_string(text)):
+    if ("BEGIN" in text or "PuTTY" in text) and any(True for _ in _PRIVATE_KEY_PLUGIN.analyze_string(text)):
         for m in _PRIVATE_KEY.finditer(text):
             add("private_key", m.start(), m.end(), trailing=" \t\r\n")
-    for plugin, entry_type in _SCANNERS:
+    for plugin, entry_type in _SCANNERS if "://" in text or _LONG_RUN.search(text) else ():
         for value in set(plugin.analyze_string(text)):
             kind = "webhook" if value.startswith("https://") else entry_type
             for m in re.finditer(re.escape(value), text):
