@@ -596,7 +596,8 @@ def worker(
         from engram.workers.vectorstore import StoreBusy
 
         try:
-            runtime(settings).vectors.count("observations")
+            # at once, without waiting for the store's lock (ENGRAM_STORE_WAIT_SECONDS): it is held by a live worker
+            runtime(settings.model_copy(update={"store_wait_seconds": 0.0})).vectors.count("observations")
         except StoreBusy as exc:
             err.print(f"[red]error:[/red] {escape(str(exc))}; only one store worker may run on the embedded store",
                       highlight=False)
