@@ -1,25 +1,39 @@
 """Figures of the typed-memory extractor and the vault's secret detection on the real conversations.
 
-    python bench/typed.py            # LoCoMo (all 10) and the LongMemEval-S public split
+    python bench/typed.py                        # LoCoMo (all 10) and the LongMemEval-S public split
+    python bench/typed.py --facts-only --conversations 0 1 2   # fact precision and recall only, 3 conversations
 
 Prints, per corpus: messages, what the vault detector finds per entry type (each a redaction: on these
 benchmark chats every hit is a business phone number, e-mail or street address quoted in a reply; no key,
 password or card), what the offline rules extractor drafts per memory type, and the median time per
 message of each. Reads ``ENGRAM_EVAL_DATA`` (default ``../shared/data``).
+
+Then the fact precision and recall of the rules extractor's semantic drafts on LoCoMo, with the dataset's
+``observation`` annotations (facts its authors wrote per speaker and session, each citing the turns it rests on)
+as the truth. The annotations are read here for scoring only; the extractor sees the dialog turns alone. A
+draft matches an annotation when the annotation cites the turn the draft was read from and the MiniLM cosine of
+the draft's summary and the annotation's text is at least ``MATCH_COSINE`` (0.6: "Melanie likes painting" scores
+0.87 with "Painting is a fun way for Melanie to express her feelings and get creative", 0.33 with "Melanie is going
+swimming with the kids"; "Deborah likes cats" 0.58 with "Max, Deborah's mother's cat, is 8 years old").
+Precision: drafts matching some annotation / drafts; recall: annotations matched by some draft / annotations.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.locomo import locomo_path  # noqa: E402
-from engram.workers.adapters import parse_conversation_file  # noqa: E402
+from bench.locomo import locomo_path, parse_evidence  # noqa: E402
+from engram.workers.adapters import locomo_sample_id, locomo_sample_messages, parse_conversation_file  # noqa: E402
 from engram.workers.extract.base import Seen  # noqa: E402
 from engram.workers.extract.rules import RulesExtractor  # noqa: E402
 from engram.workers.vault import detect  # noqa: E402
@@ -46,17 +60,97 @@ def corpus_figures(name: str, conversations: list[list]) -> None:
     print(f"  rules drafts: {dict(drafts)}; median {statistics.median(extract_us):.0f} µs per message")
 
 
-def main() -> None:
+#: A draft matches an annotation when the annotation cites the draft's source turn and their MiniLM cosine is
+#: at least this (see the module docstring).
+MATCH_COSINE = 0.6
+
+
+def annotations(sample: dict) -> list[tuple[str, set[str]]]:
+    """LoCoMo's ``observation`` annotations of one sample: (text, the turn ids it cites), for scoring only."""
+    out = []
+    for per_speaker in (sample.get("observation") or {}).values():
+        for items in per_speaker.values():
+            for item in items:
+                text, evidence = item[0], item[1] if len(item) > 1 else []
+                out.append((text, set(parse_evidence(evidence if isinstance(evidence, list) else [evidence]))))
+    return out
+
+
+def fact_scores(sample: dict, index: int, embed, threshold: float = MATCH_COSINE) -> dict:
+    """The rules extractor's semantic drafts on one LoCoMo sample's turns scored against its ``observation``
+    annotations: {'drafts', 'matched_drafts', 'annotations', 'matched_annotations', 'pairs'} where ``pairs`` lists
+    (draft summary, best annotation, cosine) of each draft. ``embed``: texts -> L2-normalised vectors."""
+    messages = locomo_sample_messages(sample, index)
+    seen = [Seen(text=m.display_text(), kind="text", captured_at=m.timestamp, speaker=m.speaker,
+                 message_id=m.message_id) for m in messages]
+    drafts = RulesExtractor().extract(seen, "user").semantic
+    truth = annotations(sample)
+    matched_drafts, matched_truth, pairs = 0, set(), []
+    if drafts and truth:
+        sims = embed([d.summary for d in drafts]) @ embed([t for t, _ in truth]).T
+        for di, d in enumerate(drafts):
+            turns = {seen[s].message_id for s in d.sources}
+            cands = [(float(sims[di, ti]), ti) for ti, (_, ev) in enumerate(truth) if ev & turns]
+            hits = [ti for c, ti in cands if c >= threshold]
+            matched_drafts += bool(hits)
+            matched_truth.update(hits)
+            best = max(cands, default=(0.0, None))
+            pairs.append((d.summary, truth[best[1]][0] if best[1] is not None else "", best[0]))
+    return {"drafts": len(drafts), "matched_drafts": matched_drafts, "annotations": len(truth),
+            "matched_annotations": len(matched_truth), "pairs": pairs}
+
+
+def facts_figures(samples: list[dict], indices: list[int], threshold: float, show: int) -> dict:
+    """Fact precision and recall over the LoCoMo samples ``indices``, printed per conversation and in total."""
+    from engram.schemas.settings import get_settings
+    from engram.workers.models import get_model
+
+    model = get_model("embedding", get_settings())
+
+    def embed(texts: list[str]) -> np.ndarray:
+        v = np.asarray(model.embed(texts), dtype=np.float32)
+        return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+
+    total = Counter()
+    print(f"LoCoMo facts (rules extractor vs observation annotations; match: same turn and MiniLM cosine "
+          f">= {threshold}):")
+    for i in indices:
+        got = fact_scores(samples[i], i, embed, threshold)
+        total.update({k: v for k, v in got.items() if k != "pairs"})
+        print(f"  {locomo_sample_id(samples[i], i)}: {got['drafts']} drafts, {got['matched_drafts']} matching; "
+              f"{got['matched_annotations']} of {got['annotations']} annotations found")
+        for summary, best, cos in got["pairs"][:show]:
+            print(f"    {cos:.2f}  {summary!r}  ~  {best!r}")
+    precision = total["matched_drafts"] / total["drafts"] if total["drafts"] else 0.0
+    recall = total["matched_annotations"] / total["annotations"] if total["annotations"] else 0.0
+    print(f"  total: {total['drafts']} drafts, precision {precision:.3f}; {total['annotations']} annotations, "
+          f"recall {recall:.3f}")
+    return {"precision": precision, "recall": recall, **total}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--conversations", type=int, nargs="*", default=None,
+                    help="LoCoMo conversations (0-9) to score facts on (default: all)")
+    ap.add_argument("--match-cosine", type=float, default=MATCH_COSINE, help="cosine a match needs")
+    ap.add_argument("--show", type=int, default=0, help="print this many drafts per conversation with their "
+                    "closest annotation of the same turn")
+    ap.add_argument("--facts-only", action="store_true", help="only the fact precision and recall")
+    args = ap.parse_args(argv)
     data = locomo_path().parent
     if not locomo_path().exists():
         sys.exit(f"LoCoMo not found at {locomo_path()} (set ENGRAM_EVAL_DATA)")
-    locomo = parse_conversation_file(locomo_path().read_bytes())
-    by_sample: dict[str, list] = {}
-    for m in locomo:
-        by_sample.setdefault(m.session_id.split("/")[0], []).append(m)
-    corpus_figures("LoCoMo", list(by_sample.values()))
-    lme = [parse_conversation_file(p.read_bytes()) for p in sorted((data / "longmemeval_s").glob("*.json"))]
-    corpus_figures("LongMemEval-S", lme)
+    if not args.facts_only:
+        locomo = parse_conversation_file(locomo_path().read_bytes())
+        by_sample: dict[str, list] = {}
+        for m in locomo:
+            by_sample.setdefault(m.session_id.split("/")[0], []).append(m)
+        corpus_figures("LoCoMo", list(by_sample.values()))
+        lme = [parse_conversation_file(p.read_bytes()) for p in sorted((data / "longmemeval_s").glob("*.json"))]
+        corpus_figures("LongMemEval-S", lme)
+    samples = json.loads(locomo_path().read_bytes())
+    facts_figures(samples, args.conversations if args.conversations is not None else list(range(len(samples))),
+                  args.match_cosine, args.show)
 
 
 if __name__ == "__main__":
