@@ -25,6 +25,7 @@ import yaml
 
 from engram.api.processes import ALL_QUEUES, plan_worker
 from engram.schemas.settings import Settings
+from engram.workers.fairness import queue_lists
 from tests.deploy.test_compose import _setting_exists, _tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -450,7 +451,8 @@ def test_keda_scaled_objects_have_their_required_fields():
         assert 1 <= obj["spec"]["minReplicaCount"] <= obj["spec"]["maxReplicaCount"]
         queues = option(container(deployment)["args"], "--queues").split(",")
         triggers = obj["spec"]["triggers"]
-        assert [t["metadata"]["listName"] for t in triggers] == queues
+        lists = [name for q in queues for name in queue_lists(q)]  # every priority step (workers.fairness)
+        assert [t["metadata"]["listName"] for t in triggers] == lists
         for trigger in triggers:
             assert trigger["type"] == "redis"
             meta = trigger["metadata"]

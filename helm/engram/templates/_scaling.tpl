@@ -37,8 +37,10 @@ spec:
       {{- include "engram.selectorLabels" (dict "root" .root "component" .component) | nindent 6 }}
 {{- end }}
 
-{{/* A KEDA ScaledObject: one redis list-length trigger per Celery queue (Celery's Redis transport keeps
-     each queue as a list of that name); pass (dict "root" $ "name" n "component" c "autoscaling" a "queues" q). */}}
+{{/* A KEDA ScaledObject: one redis list-length trigger per Celery queue and priority step (Celery's Redis
+     transport keeps each queue as one list per step: the queue's name, then "<queue>\x06\x16<step>" for steps
+     1-9, workers/fairness.py; the autoscaler follows the longest list); pass (dict "root" $ "name" n
+     "component" c "autoscaling" a "queues" q). */}}
 {{- define "engram.scaledObject" }}
 apiVersion: keda.sh/v1alpha1
 kind: ScaledObject
@@ -57,15 +59,17 @@ spec:
   maxReplicaCount: {{ .autoscaling.maxReplicas }}
   triggers:
     {{- range $queue := splitList "," .queues }}
+    {{- range $step := until 10 }}
     - type: redis
       metadata:
         address: {{ printf "%s:%v" $.root.Values.redis.host $.root.Values.redis.port | quote }}
         databaseIndex: {{ $.root.Values.redis.brokerDb | quote }}
-        listName: {{ $queue | quote }}
+        listName: {{ if $step }}{{ printf "%s\x06\x16%d" $queue $step | quote }}{{ else }}{{ $queue | quote }}{{ end }}
         listLength: {{ $.autoscaling.listLength | quote }}
       {{- if eq (include "engram.redisAuth" $.root) "true" }}
       authenticationRef:
         name: {{ include "engram.fullname" $.root }}-redis
       {{- end }}
+    {{- end }}
     {{- end }}
 {{- end }}
