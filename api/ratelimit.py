@@ -1,7 +1,7 @@
 """Per-API-key rate limits of the HTTP API, with the ``limits`` library (moving windows, counters in Redis).
 
 ``ENGRAM_API_RATE_LIMIT`` holds one or more rates in ``limits``' notation, ``;``-separated (default
-``20/second;600/minute``); every authenticated request of one API key counts against each of them, across all
+``50/second;2000/minute``); every authenticated request of one API key counts against each of them, across all
 API replicas (the counters live in the API's Redis). Past one, the request is refused with 429 and a
 ``Retry-After`` header (seconds until the window lets the next request through). Counters are keyed by a
 sha256 of the API key, never the key itself. An empty setting turns the limits off.

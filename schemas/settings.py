@@ -151,7 +151,7 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(1024**2, ge=1024, description="Largest accepted API request body; larger: 413.")
     api_search_timeout_seconds: float = Field(30.0, gt=0, description="How long the API waits for a query worker.")
     api_rate_limit: str = Field(
-        "20/second;600/minute", description="Requests one API key may make, in the `limits` library's notation, "
+        "50/second;2000/minute", description="Requests one API key may make, in the `limits` library's notation, "
         "';'-separated (moving windows counted in Redis across API replicas); past one: 429 with Retry-After. "
         "Empty: no limit.")
     api_public_docs: bool = Field(

@@ -108,7 +108,8 @@ def make_stack(seaweedfs_s3: S3Server, tmp_path) -> Iterator:
         values = dict(broker_url=redis_url, data_dir=data, s3_endpoint=seaweedfs_s3.endpoint,
                       s3_access_key=seaweedfs_s3.access_key, s3_secret_key=seaweedfs_s3.secret_key,
                       s3_bucket=f"api-{uuid.uuid4().hex[:12]}", broker_visibility_timeout=visibility_timeout,
-                      consolidate_interval_seconds=3.0, api_search_timeout_seconds=60, api_public_metrics=True)
+                      consolidate_interval_seconds=3.0, api_search_timeout_seconds=60, api_public_metrics=True,
+                      api_rate_limit="")  # rate limits: tests/api/test_ratelimit.py
         settings = Settings(**values)
         env = {f"ENGRAM_{k.upper()}": str(v) for k, v in values.items()
                if not k.startswith("api_")} | {"ENGRAM_TENANT": tenant}
