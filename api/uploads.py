@@ -12,8 +12,8 @@ key and the expiry: any body of any length is accepted, and the same URL may be 
    the staged copy deleted.
 
 Only verified bytes ever reach a content-addressed key, and every writer of one writes the same bytes, so an
-object there is never replaced by other bytes. Staged uploads never published stay under ``uploads/`` until
-a bucket lifecycle rule expires them (README, "Uploads").
+object there is never replaced by other bytes. Staged uploads never published are deleted by beat's hourly
+sweep (``workers.uploads``) an hour after their URL expired.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-STAGING_PREFIX = "uploads/"
+from engram.workers.uploads import STAGING_PREFIX
+
 MEDIA_PREFIX = "media/"
 
 

@@ -40,11 +40,12 @@ QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 #: of earlier releases, so queued messages stay valid across the move into the ``engram`` namespace.
 TASK_MODULES = [f"engram.workers.{stage}" for stage in (
     "ingest", "perceive", "embed", "link", "store", "consolidate", "dynamics", "query", "ask", "memory_admin",
-    "entities")]
+    "entities", "uploads")]
 
 ROUTES = {
     # beat's sweep for lost work has a queue of its own: behind an ingest backlog it would expire unrun
     "workers.ingest.redeliver_stalled": {"queue": Queue.maintenance.value},
+    "workers.uploads.*": {"queue": Queue.maintenance.value},  # beat's sweep of staged uploads
     "workers.ingest.*": {"queue": Queue.ingest.value},
     "workers.perceive.*": {"queue": Queue.perceive_cpu.value},
     "workers.embed.*": {"queue": Queue.perceive_gpu.value},
@@ -117,6 +118,11 @@ def configure(app: Celery, settings: Settings) -> None:
                 "task": "workers.ingest.redeliver_stalled",
                 "schedule": sweep,
                 "options": {"expires": sweep * 1.5, "queue": Queue.maintenance.value},
+            },
+            "expire-staged-uploads": {  # presigned uploads never published (api.uploads)
+                "task": "workers.uploads.expire_staged",
+                "schedule": 3600.0,
+                "options": {"expires": 5400.0, "queue": Queue.maintenance.value},
             },
         },
     )

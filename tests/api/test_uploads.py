@@ -80,3 +80,18 @@ def test_two_uploads_of_one_content_both_publish(client, api_keys, store):
         assert client.post("/v1/events", json=event_body(sha, len(data)), headers=auth(key)).status_code == 202
     assert store.get_bytes(a["object_key"]) == data
     assert store.keys(f"uploads/acme/{sha}.png/") == []
+
+
+def test_beat_expires_staged_uploads_never_published(client, api_keys, store):
+    from datetime import timedelta
+
+    from engram.workers.uploads import expire_staged
+
+    data = png_bytes(25)
+    sha, up = ask(client, api_keys["acme"], data)
+    assert httpx.put(up["url"], content=data).status_code == 200
+    [staged] = store.keys(f"uploads/acme/{sha}.png/")
+    assert expire_staged(store, timedelta(hours=1)) == 0  # young: its publish may still come
+    assert store.keys(f"uploads/acme/{sha}.png/") == [staged]
+    assert expire_staged(store, timedelta(0)) >= 1
+    assert store.keys("uploads/") == [] and not store.exists(up["object_key"])

@@ -36,6 +36,9 @@ def test_stall_sweep_is_not_queued_behind_an_ingest_backlog(producer):
     assert r.llen(Queue.ingest.value) == 200
     [message] = r.lrange(Queue.maintenance.value, 0, -1)
     assert json.loads(message)["headers"]["task"] == "workers.ingest.redeliver_stalled"
+    uploads = app.conf.beat_schedule["expire-staged-uploads"]
+    app.send_task(uploads["task"])  # routed by name too
+    assert r.llen(Queue.maintenance.value) == 2
 
 
 def test_every_worker_serves_the_maintenance_queue(tmp_path):
