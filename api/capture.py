@@ -190,7 +190,9 @@ class Frame:
 class CaptureStats:
     """What a capture run did. ``gate_cpu_seconds``: CPU of the capture thread (grabbing, reading windows, the
     near-duplicate gate, writing kept frames; not publishing); ``cpu_seconds``: the whole process's (with an
-    embedded sink, the pipeline's OCR and embedding of the kept frames too)."""
+    embedded sink, the pipeline's OCR and embedding of the kept frames too, until the last is published);
+    ``wall_seconds``: the capture's length; ``publish_wait_seconds``: the wait after it for the publisher to
+    finish the frames still queued."""
 
     grabbed: int = 0
     kept: int = 0
@@ -200,6 +202,7 @@ class CaptureStats:
     published: int = 0
     failed: int = 0
     wall_seconds: float = 0.0
+    publish_wait_seconds: float = 0.0
     gate_cpu_seconds: float = 0.0
     cpu_seconds: float = 0.0
     denied_rules: dict[str, int] = field(default_factory=dict)
@@ -242,6 +245,11 @@ def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], N
         return ok, bad
 
     return publish
+
+
+def spool_sink(frames: Sequence[Frame]) -> tuple[int, int]:
+    """Publish nothing: the frames stay in the spool (``--spool-only``)."""
+    return 0, 0
 
 
 def api_sink(client, report: Callable[[str], None] = lambda _: None) -> Sink:
@@ -372,9 +380,10 @@ class Capture:
                 self.stop.wait(wait)
         if pending:
             batches.put(pending)
+        st.wall_seconds = time.monotonic() - start
         batches.put(None)
         publisher.join()
-        st.wall_seconds = time.monotonic() - start
+        st.publish_wait_seconds = time.monotonic() - start - st.wall_seconds
         st.cpu_seconds = time.process_time() - cpu0
         return st
 
@@ -447,6 +456,8 @@ def capture_command(
     device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant, embedded (default: ENGRAM_TENANT).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the run's counts as JSON.")] = False,
+    spool_only: Annotated[bool, typer.Option("--spool-only", help="Publish nothing: kept frames stay in the spool "
+                                             "(to measure the agent alone, or to ingest later).")] = False,
 ) -> None:
     """Capture the screen into memory: screenshots at an adaptive interval, repeats dropped before anything is
     stored, denied apps and windows never captured, published in batches. SIGUSR1 or the pause file pauses;
@@ -477,13 +488,15 @@ def capture_command(
                            hash_min=settings.near_duplicate_similarity, ssim_min=settings.near_duplicate_ssim,
                            thumb_side=settings.near_duplicate_thumb_side)
     user, device = user or _default_user(), device or _default_device()
-    client = _client(api, api_key, user, device) if api else None
-    sink = api_sink(client, report) if client else embedded_sink(tenant or settings.tenant, user, device, report)
+    client = _client(api, api_key, user, device) if api and not spool_only else None
+    sink = (spool_sink if spool_only else api_sink(client, report) if client
+            else embedded_sink(tenant or settings.tenant, user, device, report))
     windows = open_windows(report)
     cap = Capture(config, sink, rules, windows, report=report)
     previous = install_signals(cap)
-    report(f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s into "
-           f"{api or 'the embedded store'} (pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
+    target = config.spool if spool_only else api or "the embedded store"
+    report(f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s into {target} "
+           f"(pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
     try:
         stats = cap.run()
     finally:

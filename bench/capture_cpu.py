@@ -1,13 +1,15 @@
 """CPU of ``engram capture`` per hour at its default interval, on a static and on a changing screen.
 
-Starts an Xvfb server with one window of text (tests/xdesktop.py), runs ``engram capture --duration SECONDS
---json`` with the default interval (2 s, backing off to 30 s on a static screen) into a fresh embedded store, and
-for the changing screen rewrites the window's text every ``--change-every`` seconds. Prints, per screen, the
-frames grabbed and kept, the capture thread's CPU (grab, windows, near-duplicate gate, spool) and the whole
-process's CPU (with the embedded pipeline's OCR and embedding of the kept frames), each scaled to one hour, and
-the load average (``os.getloadavg``) before and after.
+Starts an Xvfb server with one window of text (tests/xdesktop.py) and runs ``engram capture --duration SECONDS
+--json`` at the default interval (2 s, backing off to 30 s on a static screen): the agent alone
+(``--spool-only``), or with ``--embedded`` publishing into a fresh embedded store. For the changing screen it
+rewrites the window's text every ``--change-every`` seconds. Prints, per screen, the frames grabbed and kept, the
+capture thread's CPU (grab, windows, near-duplicate gate, spool) and the whole process's CPU (with ``--embedded``,
+the pipeline's OCR and embedding of the kept frames too), each scaled to one hour of capture, and the load
+average (``os.getloadavg``) before and after.
 
-    python bench/capture_cpu.py --seconds 150
+    python bench/capture_cpu.py --seconds 150            # the agent alone
+    python bench/capture_cpu.py --seconds 150 --embedded --only static
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ sys.path.insert(0, str(REPO))
 from tests.xdesktop import Desktop, xvfb  # noqa: E402
 
 
-def run(display: str, seconds: float, change_every: float | None, data_dir: Path) -> dict:
-    """One capture run of ``seconds``; the window's text changes every ``change_every`` s (None: static)."""
+def run(display: str, seconds: float, change_every: float | None, data_dir: Path, spool_only: bool) -> dict:
+    """One capture run of ``seconds``; the window's text changes every ``change_every`` s (None: static);
+    ``spool_only``: the agent alone (kept frames stay in its spool), else published into the embedded store."""
     desk = Desktop(display)
     win = desk.window("notes.txt - Editor", ("editor", "Editor"), "line 0 of the meeting notes")
     stop = threading.Event()
@@ -43,7 +46,8 @@ def run(display: str, seconds: float, change_every: float | None, data_dir: Path
     env = {**os.environ, "DISPLAY": display, "ENGRAM_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": str(REPO)}
     load_before = os.getloadavg()
-    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--duration", str(seconds)],
+    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--duration", str(seconds),
+                             *(["--spool-only"] if spool_only else [])],
                             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if changer:
         changer.start()
@@ -54,10 +58,12 @@ def run(display: str, seconds: float, change_every: float | None, data_dir: Path
     stats = json.loads(out)
     hours = stats["wall_seconds"] / 3600
     return {"screen": f"changing every {change_every:g} s" if change_every else "static",
+            "publish": "none (--spool-only)" if spool_only else "embedded",
             "wall_s": round(stats["wall_seconds"], 1), "grabbed": stats["grabbed"], "kept": stats["kept"],
             "kept_per_hour": round(stats["kept"] / hours), "capture_cpu_s_per_hour": round(stats["gate_cpu_seconds"]
                                                                                           / hours, 1),
             "process_cpu_s_per_hour": round(stats["cpu_seconds"] / hours, 1), "published": stats["published"],
+            "publish_wait_s": round(stats["publish_wait_seconds"], 1),
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -66,11 +72,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=150.0, help="Length of each run.")
     ap.add_argument("--change-every", type=float, default=2.0, help="Seconds between text changes (changing run).")
     ap.add_argument("--only", choices=("static", "changing"), help="Run one of the two.")
+    ap.add_argument("--embedded", action="store_true", help="Publish into the embedded store (OCR, embedding) "
+                    "instead of measuring the agent alone.")
     args = ap.parse_args()
     with xvfb() as display, tempfile.TemporaryDirectory() as tmp:
         for name, every in (("static", None), ("changing", args.change_every)):
             if args.only in (None, name):
-                print(json.dumps(run(display, args.seconds, every, Path(tmp) / name)), flush=True)
+                print(json.dumps(run(display, args.seconds, every, Path(tmp) / name, not args.embedded)), flush=True)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def test_capture_keeps_changes_drops_repeats_and_never_grabs_denied_windows(xser
     desk.hide(private)
     pause = tmp_path / "data" / "capture.pause"  # the default pause file: nothing is grabbed while it exists
     pause.touch()
-    paused = _finish(_capture(env, "--duration", "2", "--interval", "1"))
+    paused = _finish(_capture(env, "--duration", "2", "--interval", "1", "--spool-only"))
     assert paused["grabbed"] == 0 and paused["denied"] == 0 and paused["paused_seconds"] > 1, paused
     pause.unlink()
 
