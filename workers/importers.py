@@ -293,6 +293,15 @@ def _sections(text: str) -> list[str]:
 
 # --- entry point ----------------------------------------------------------------------------------------
 
+def sniff_text(head: bytes, source_name: str) -> bool:
+    """Whether a file whose first bytes are ``head`` may be a WhatsApp export or a note (checked before the
+    whole file is read and parsed): a Markdown name, or a WhatsApp header or front matter at the start."""
+    if PurePath(source_name).suffix.lower() in NOTE_EXTENSIONS:
+        return True
+    text = head.decode("utf-8-sig", errors="ignore")
+    return looks_like_whatsapp(text) or _FRONT_MATTER.match(text) is not None or text.startswith("---")
+
+
 def text_messages(data: bytes, source_name: str = "", owner: str = "user",
                   default_time: datetime | None = None) -> list[ConversationMessage] | None:
     """Messages of a WhatsApp export (by content) or a note (by name and content), or None when ``data`` is

@@ -150,8 +150,11 @@ def detect(path: Path) -> tuple[MediaKind, str] | None:
     suffix = path.suffix.lower()
     if suffix in CONVERSATION_EXTENSIONS and _looks_like_conversation(path):
         return MediaKind.text, "application/json" if suffix == ".json" else "application/x-ndjson"
-    if suffix in TEXT_CONVERSATION_EXTENSIONS and _looks_like_conversation(path):  # workers.importers
-        return MediaKind.text, "text/plain"
+    if suffix in TEXT_CONVERSATION_EXTENSIONS:  # WhatsApp exports and notes (workers.importers)
+        from engram.workers.importers import sniff_text
+
+        if sniff_text(head, path.name) and _looks_like_conversation(path):
+            return MediaKind.text, "text/plain"
     if suffix in MEDIA_EXTENSIONS:
         kind = MEDIA_EXTENSIONS[suffix]
         return kind, _GUESS_MIME[kind]
