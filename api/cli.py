@@ -137,7 +137,8 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
                  quiet: bool = False) -> dict[str, list]:
     """Ingest files and folders on the configured runtime; returns {'done'|'skipped'|'failed'|'ignored': [...]}
     where each item is (path, record or reason). Used by ``engram ingest`` and ``engram demo``."""
-    from engram.api.local import classify, iter_files, publish_file, resume_interrupted, run_event
+    from engram.api.local import RUN_BATCH_FILES, classify, iter_files, publish_file, resume_interrupted, run_events
+    from engram.schemas.events import MediaEvent
     from engram.workers.vectorstore import StoreBusy, StoreCorrupt
 
     rt = _runtime()
@@ -153,6 +154,34 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,
                         disable=quiet, transient=False)
+    pending: list[tuple[Path, MediaEvent]] = []  # published, then run together (api.local.run_events)
+
+    def fail(path: Path, reason: str) -> None:
+        out["failed"].append((path, reason))
+        err.print(Text.assemble(("failed ", "red"), f"{path}: {reason}"))
+        progress.advance(task)
+
+    def run_pending() -> None:
+        try:
+            records = run_events(rt, [event for _, event in pending])
+        except (StoreBusy, StoreCorrupt):
+            raise  # the store, not these files: nothing else can be stored either
+        except Exception as exc:  # noqa: BLE001 (the batch's files fail with the reason; the run goes on)
+            records = [f"{type(exc).__name__}: {exc}"[:500]] * len(pending)
+        for (path, _), record in zip(pending, records, strict=True):
+            if isinstance(record, str):
+                fail(path, record)
+                continue
+            status = record.status.value if record.status in (EventStatus.done, EventStatus.skipped,
+                                                              EventStatus.failed) else "failed"
+            out[status].append((path, record))
+            if record.status is EventStatus.failed:
+                err.print(f"[red]failed[/red] {escape(str(path))}: {escape(str(record.reason))} "
+                          f"(stage {record.stage})", highlight=False)
+            users.add((tenant, user))
+            progress.advance(task)
+        pending.clear()
+
     with progress:
         task = progress.add_task("ingest", total=len(files), current="")
         for path in files:
@@ -175,24 +204,15 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
                 progress.advance(task)
                 continue
             try:
-                event = publish_file(rt, cand, tenant, user, device, captured_at, app_name, window)
-                record = run_event(rt, event)
+                pending.append((path, publish_file(rt, cand, tenant, user, device, captured_at, app_name, window)))
             except (StoreBusy, StoreCorrupt):
                 raise  # the store, not this file: nothing else can be stored either
             except Exception as exc:  # noqa: BLE001 (one file never stops the batch, whatever it raises)
-                reason = f"{type(exc).__name__}: {exc}"[:500]
-                out["failed"].append((path, reason))
-                err.print(Text.assemble(("failed ", "red"), f"{path}: {reason}"))
-                progress.advance(task)
+                fail(path, f"{type(exc).__name__}: {exc}"[:500])
                 continue
-            status = record.status.value if record.status in (EventStatus.done, EventStatus.skipped,
-                                                              EventStatus.failed) else "failed"
-            out[status].append((path, record))
-            if record.status is EventStatus.failed:
-                err.print(f"[red]failed[/red] {escape(str(path))}: {escape(str(record.reason))} "
-                          f"(stage {record.stage})", highlight=False)
-            users.add((tenant, user))
-            progress.advance(task)
+            if len(pending) >= RUN_BATCH_FILES:
+                run_pending()
+        run_pending()
     if consolidate and users:
         from engram.workers.consolidate import consolidate_user
 

@@ -93,11 +93,27 @@ def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
     return out + [r for eid in given_up if (r := rt.ledger.get(eid)) is not None]
 
 
+#: Files ``engram ingest`` publishes and then runs together (``run_events``): their segments share model passes.
+RUN_BATCH_FILES = 32
+
+
 def run_event(rt: Runtime, event: MediaEvent) -> LedgerRecord:
     """Run the pipeline for ``event`` (inline on the embedded default) and return its ledger record."""
+    return run_events(rt, [event])[0]
+
+
+def run_events(rt: Runtime, events: list[MediaEvent]) -> list[LedgerRecord]:
+    """Run the pipeline for ``events`` together (inline on the embedded default): each is validated and cut
+    into segments by its own ``ingest``, then the segments of all of them are perceived, embedded in one pass
+    and stored (``workers.batching``). A bad file fails alone, with its stage and reason in its record.
+    Returns the events' ledger records, in order."""
+    from engram.workers.batching import deferred_segments, run_segments
     from engram.workers.ingest import ingest
 
-    ingest.delay(event)
-    record = rt.ledger.get(event.event_id)
-    assert record is not None
-    return record
+    with deferred_segments() as jobs:
+        for event in events:
+            ingest.delay(event)
+    run_segments(rt, jobs)
+    records = [rt.ledger.get(event.event_id) for event in events]
+    assert all(r is not None for r in records)
+    return records

@@ -77,12 +77,16 @@ def redeliver_stalled() -> dict[str, int]:
 
 def dispatch(job: SegmentJob, priority: int = 0) -> None:
     """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue. Every message of
-    the chain carries ``priority`` (0 highest .. 9, ``workers.fairness``)."""
+    the chain carries ``priority`` (0 highest .. 9, ``workers.fairness``). Inside
+    ``workers.batching.deferred_segments`` (embedded default, many files at once) the job is collected instead."""
+    from engram.workers.batching import defer
     from engram.workers.embed import embed
     from engram.workers.link import link
     from engram.workers.perceive import perceive
     from engram.workers.store import store
 
+    if defer(job):
+        return
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
     chain(perceive.s(job).set(queue=queue.value, priority=priority), embed.s().set(priority=priority),
           link.s().set(priority=priority), store.s().set(priority=priority)).apply_async()

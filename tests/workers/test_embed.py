@@ -12,7 +12,9 @@ from qdrant_client import models as qm
 
 from engram.schemas.events import MediaKind
 from engram.schemas.observations import Observation
-from engram.workers.embed import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts
+from engram.workers.embed import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts, sentence_spans
+from engram.workers.extract.rules import sentences
+from engram.workers.models import get_model
 from engram.workers.vectorstore import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
 
 ASIDE = ("user: I'm thinking of exploring Instagram and Twitter to promote my writing services. Do you have tips "
@@ -36,9 +38,41 @@ def test_short_turns_of_several_sentences_get_one_row_per_sentence(engram_env):
     dense, multi = dense_vectors(rt, obs)
     assert [m.shape for m in multi] == [(4, DIM), (1, DIM), (1, DIM)]  # three sentences; one; too long to split
     assert all(np.array_equal(m[0], d) for m, d in zip(multi, dense, strict=True))  # own vector first
-    aside = embed_texts(rt, ["By the way, I got a 10% discount on my first purchase from that new clothing brand."])
-    assert np.allclose(multi[0][3], aside[0], atol=1e-6)
     assert np.allclose(np.linalg.norm(multi[0], axis=1), 1.0, atol=1e-5)
+    # late chunking: each row pooled from the turn's own pass, nearest to its sentence embedded alone
+    alone = embed_texts(rt, sentences(ASIDE))
+    assert len(alone) == 3 and ((multi[0][1:] @ alone.T).argmax(axis=1) == [0, 1, 2]).all()
+    model = get_model("embedding", rt.settings)
+    _, rows = model.embed_spans([ASIDE], [sentence_spans(ASIDE)])
+    assert np.allclose(multi[0][1:], rows[0], atol=1e-6)
+
+
+def test_each_distinct_text_is_encoded_once(engram_env, monkeypatch):
+    """A turn embedded as itself is not encoded again as its neighbours' context, nor for its sentences (late
+    chunking: one pass), nor by a later segment whose turns have it as context (the embedding cache)."""
+    rt = engram_env
+    model = get_model("embedding", rt.settings)
+    encoded: list[str] = []
+    embed, embed_spans = model.embed, model.embed_spans
+
+    def counting_embed(texts, *a, **k):
+        encoded.extend(texts)
+        return embed(texts, *a, **k)
+
+    def counting_embed_spans(texts, *a, **k):
+        encoded.extend(texts)
+        return embed_spans(texts, *a, **k)
+
+    monkeypatch.setattr(model, "embed", counting_embed)  # a spy: the real model runs
+    monkeypatch.setattr(model, "embed_spans", counting_embed_spans)
+    turns = [ASIDE, *OTHERS]
+    obs = [_obs(t, i).model_copy(update={"context_before": turns[max(0, i - 2):i], "context_after": turns[i + 1:i + 3]})
+           for i, t in enumerate(turns)]
+    dense_vectors(rt, obs[:2])  # segment 1: its last turn's neighbour is in segment 2
+    dense_vectors(rt, obs[2:])
+    assert sorted(encoded) == sorted(turns)
+    dense, multi = dense_vectors(rt, obs)  # all cached now
+    assert sorted(encoded) == sorted(turns) and multi[0].shape == (4, DIM)
 
 
 def test_contextual_vector_adds_the_adjacent_turns_at_half_weight(engram_env):

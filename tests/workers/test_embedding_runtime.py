@@ -58,3 +58,19 @@ def test_a_search_in_a_new_process_does_not_import_torch(onnx_dir, tmp_path):
                          cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"hits": 0, "torch": False, "transformers": False}
+
+
+def test_onnx_and_torch_give_the_same_sentence_rows(onnx_dir):
+    """Late chunking (``embed_spans``) pools the same token states on both runtimes; a span past the 256 word
+    pieces the model reads has no row."""
+    from engram.workers.embed import sentence_spans
+
+    texts = ["Caroline: Hey Mel! Good to see you! How have you been?", "  Mel: Great.  Busy with the kids!",
+             "Wow. " * 300 + "End here."]
+    spans = [sentence_spans(texts[0]), sentence_spans(texts[1]), [(0, 4), (len(texts[2]) - 9, len(texts[2]))]]
+    onnx = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir))
+    torch = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="torch")
+    (a, ra), (b, rb) = onnx.embed_spans(texts, spans, batch_size=2), torch.embed_spans(texts, spans, batch_size=2)
+    assert np.allclose(a, onnx.embed(texts), atol=1e-6) and (a * b).sum(axis=1).min() > 1 - 1e-3
+    assert [r.shape for r in ra] == [r.shape for r in rb] == [(3, 384), (2, 384), (1, 384)]
+    assert min(float((x * y).sum(axis=1).min()) for x, y in zip(ra, rb, strict=True)) > 1 - 1e-3

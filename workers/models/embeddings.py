@@ -54,13 +54,17 @@ class _OnnxMiniLM:
             options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int,
+               spans: list[list[tuple[int, int]]] | None = None) -> np.ndarray | tuple[np.ndarray, list[np.ndarray]]:
         """Unit vectors (len(texts), 384); texts batched by length (as sentence-transformers does: less
-        padding), returned in the given order."""
+        padding), returned in the given order. With ``spans`` (character ranges per text): also each text's
+        span vectors from the same pass (``span_vectors``), returned as ``(vectors, rows)``."""
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = []
+        rows: list[np.ndarray] = [np.zeros((0, DIM), dtype=np.float32)] * len(texts)
         for i in range(0, len(texts), batch_size):
-            enc = self.tokenizer.encode_batch([texts[j] for j in order[i:i + batch_size]])
+            batch = order[i:i + batch_size]
+            enc = self.tokenizer.encode_batch([texts[j] for j in batch])
             ids = np.array([e.ids for e in enc], dtype=np.int64)
             mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
             hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
@@ -68,9 +72,31 @@ class _OnnxMiniLM:
             weights = mask[..., None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             out.append(pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None))
+            if spans is not None:
+                for b, j in enumerate(batch):
+                    rows[j] = span_vectors(hidden[b], enc[b].offsets, spans[j])
         vecs = np.empty((len(texts), DIM), dtype=np.float32)
         vecs[order] = np.concatenate(out)
-        return vecs
+        return vecs if spans is None else (vecs, rows)
+
+
+def span_vectors(hidden: np.ndarray, offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> np.ndarray:
+    """Late chunking (Günther et al., "Late Chunking: Contextual Chunk Embeddings Using Long-Context Embedding
+    Models", 2024): the vector of a span of a text is the mean of the model's output token states whose
+    character ``offsets`` lie inside it, from the one forward pass over the whole text, L2-normalised.
+    ``hidden`` (tokens, 384) and ``offsets`` (tokens, each (start, end); special and padding tokens (0, 0)) of
+    one text; ``spans`` [(start, end)] in characters. Returns (k, 384) float32, one row per span that holds at
+    least one token (a span cut off by truncation has none and is left out)."""
+    starts = np.array([a for a, _ in offsets], dtype=np.int64)
+    ends = np.array([b for _, b in offsets], dtype=np.int64)
+    real = ends > starts
+    out = []
+    for a, b in spans:
+        sel = real & (starts >= a) & (ends <= b)
+        if sel.any():
+            v = hidden[:len(offsets)][sel].mean(axis=0)
+            out.append(v / max(float(np.linalg.norm(v)), 1e-12))
+    return np.array(out, dtype=np.float32).reshape(-1, DIM)
 
 
 class MiniLMEmbedder(Model):
@@ -117,6 +143,30 @@ class MiniLMEmbedder(Model):
             vecs = model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
                                 convert_to_numpy=True, show_progress_bar=False)
         return vecs.astype(np.float32)
+
+    def embed_spans(self, texts: list[str], spans: list[list[tuple[int, int]]], batch_size: int = 64
+                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Each text's embedding (len(texts), 384), as ``embed`` gives it, and from the same forward pass the
+        vectors of its character ``spans`` (its sentences), by late chunking (``span_vectors``): ``rows[i]``
+        (k, 384), unit rows, one per span of ``spans[i]`` that holds a token within the first
+        ``MAX_WORD_PIECES`` word pieces. One pass per text: a turn's sentences cost no model time of their own."""
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32), []
+        model = self.session
+        with self._predict_lock:
+            if isinstance(model, _OnnxMiniLM):
+                return model.encode(texts, batch_size, spans)
+            outs = model.encode(texts, batch_size=batch_size, output_value=None, convert_to_numpy=True,
+                                show_progress_bar=False)
+            tok = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length,
+                                  return_offsets_mapping=True)["offset_mapping"]
+        vecs = np.stack([o["sentence_embedding"].float().cpu().numpy() for o in outs]).astype(np.float32)
+        vecs /= np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
+        rows = []
+        for out, offsets, sp in zip(outs, tok, spans, strict=True):
+            hidden = out["token_embeddings"].float().cpu().numpy()
+            rows.append(span_vectors(hidden, [tuple(o) for o in offsets[:len(hidden)]], sp))
+        return vecs, rows
 
 
 #: Texts the export is checked on: ONNX and sentence-transformers must agree on each (cosine).

@@ -1,0 +1,89 @@
+"""Batching across events on the embedded default (``workers.batching``, ``api.local.run_events``): the segments of
+several files are embedded in one model pass, and a corrupt file inside the batch fails alone with its reason."""
+
+from __future__ import annotations
+
+import json
+
+from engram.api.local import classify, publish_file, run_events
+from engram.schemas.events import EventStatus
+from engram.schemas.search import SearchRequest
+from engram.workers.models import get_model
+from engram.workers.query import search
+
+
+def _conversation(path, speaker: str, lines: list[str]):
+    path.write_text("".join(json.dumps({"message_id": f"{path.stem}-{i}", "session_id": "s1", "speaker": speaker,
+                                        "text": t, "timestamp": f"2023-05-0{i + 1}T10:00:00Z"}) + "\n"
+                            for i, t in enumerate(lines)))
+    return path
+
+
+def test_files_embed_together_and_a_corrupt_one_fails_alone(engram_env, tmp_path, monkeypatch):
+    rt = engram_env
+    model = get_model("embedding", rt.settings)
+    calls: list[list[str]] = []
+    embed, embed_spans = model.embed, model.embed_spans
+
+    def counting_embed(texts, *a, **k):
+        calls.append(list(texts))
+        return embed(texts, *a, **k)
+
+    def counting_embed_spans(texts, *a, **k):
+        calls.append(list(texts))
+        return embed_spans(texts, *a, **k)
+
+    monkeypatch.setattr(model, "embed", counting_embed)  # a spy: the real model runs
+    monkeypatch.setattr(model, "embed_spans", counting_embed_spans)
+    files = [
+        _conversation(tmp_path / "a.jsonl", "Ann", ["I adopted a corgi named Biscuit.", "We walk at the lake."]),
+        _conversation(tmp_path / "bad.jsonl", "Bob", ["fine"]),
+        tmp_path / "broken.png",
+        _conversation(tmp_path / "c.jsonl", "Cat", ["My sister flies to Lisbon in June.", "Ok."]),
+    ]
+    files[1].write_text(files[1].read_text().replace("2023-05-01T10:00:00Z", "yesterday-ish"))  # no timestamp
+    files[2].write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + b"\x00" * 20)  # a PNG cut short
+    events = [publish_file(rt, classify(p), "t", "u", "d") for p in files]
+    records = run_events(rt, events)
+
+    assert [r.status for r in records] == [EventStatus.done, EventStatus.failed, EventStatus.failed, EventStatus.done]
+    assert records[1].stage == "ingest" and "timestamp" in records[1].reason
+    assert records[2].stage == "ingest" and records[2].reason
+    # one model call for the turns of both good files (each text once), not one per file; later calls embed
+    # other things (the speakers' names for their entities)
+    good = ["Ann: I adopted a corgi named Biscuit.", "Ann: We walk at the lake.",
+            "Cat: My sister flies to Lisbon in June.", "Cat: Ok."]
+    turns = [[t for t in c if ": " in t] for c in calls]
+    assert sorted(turns[0]) == sorted(good) and not any(turns[1:])
+    hits = search(rt, SearchRequest(query="Where does the sister fly to?", tenant_id="t", user_id="u")).hits
+    assert any("Lisbon" in h.text for h in hits)
+    assert any("corgi" in h.text for h in search(rt, SearchRequest(query="dog's name", tenant_id="t",
+                                                                   user_id="u")).hits)
+
+
+def test_engram_ingest_of_a_folder_runs_its_files_together(engram_env, tmp_path, monkeypatch):
+    """``ingest_paths`` (``engram ingest``) publishes a folder's files and runs them together: one model pass for
+    the turns of all of them; a conversation file with a bad record fails alone with its reason."""
+    from engram.api.cli import ingest_paths
+
+    rt = engram_env
+    model = get_model("embedding", rt.settings)
+    calls: list[list[str]] = []
+    embed_spans = model.embed_spans
+
+    def counting_embed_spans(texts, *a, **k):
+        calls.append(list(texts))
+        return embed_spans(texts, *a, **k)
+
+    monkeypatch.setattr(model, "embed_spans", counting_embed_spans)  # a spy: the real model runs
+    folder = tmp_path / "chats"
+    folder.mkdir()
+    _conversation(folder / "a.jsonl", "Ann", ["I adopted a corgi. His name is Biscuit."])
+    _conversation(folder / "b.jsonl", "Bob", ["Fine."]).write_text('{"message_id": "x"}\n')
+    _conversation(folder / "c.jsonl", "Cat", ["My sister flies to Lisbon. She leaves in June."])
+    out = ingest_paths([folder], tenant="t", user="u", device="d", consolidate=False, quiet=True)
+    assert sorted(p.name for p, _ in out["done"]) == ["a.jsonl", "c.jsonl"]
+    assert [(p.name, r.stage) for p, r in out["failed"]] == [("b.jsonl", "ingest")]
+    assert "invalid conversation record" in out["failed"][0][1].reason
+    assert len(calls) == 1 and sorted(calls[0]) == ["Ann: I adopted a corgi. His name is Biscuit.",
+                                                    "Cat: My sister flies to Lisbon. She leaves in June."]
