@@ -225,7 +225,8 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
                      "engram ingest memo.m4a chat.jsonl --captured-at 2024-05-01T09:30:00Z")
 def ingest(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursively). Kind is detected by "
-                                                "content: images, audio, video, conversation JSON/JSONL.")],
+                                                "content: images, audio, video, conversation JSON/JSONL, ChatGPT and "
+                                                "WhatsApp exports, Markdown notes.")],
     user: Annotated[str | None, typer.Option(help="User id (default: ENGRAM_USER or the OS user).")] = None,
     device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
