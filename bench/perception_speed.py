@@ -57,7 +57,7 @@ DATA = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
 NEW_LINE = "Meeting moved to Thursday at 10:42 in room Orion"
 #: The audio settings before issue 15 (environment variables of the ``before`` run).
 BEFORE_AUDIO = {"ENGRAM_MODELS__ASR_BEAM_SIZE": "5", "ENGRAM_SPEAKER_HOP_SECONDS": "0.5",
-                "ENGRAM_MODELS__CPU_THREADS": "2"}
+                "ENGRAM_MODELS__CPU_THREADS": "2"}  # = the libraries' defaults (one thread per core) on 2 cores
 
 
 def _median(xs: list[float]) -> float | None:

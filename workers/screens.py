@@ -34,6 +34,7 @@ LINE_PAD = 2  # px added around a reference line a region grows over (no more: i
 BAND_GAP = 16  # changed rows this close are one band (the lines of one paragraph)
 FULL_READ_SHARE = 0.6  # regions covering more of the frame than this: read the whole frame (one detector pass)
 SCROLL_MAX_ERROR = 2.0  # grey levels: the mean row-feature error under which an offset is a scroll
+MIN_READ_HEIGHT = 8  # px: a region or a line cut by the frame's edge lower than this holds no legible text
 BLOCK = 4  # px: differences are averaged over BLOCK x BLOCK blocks, so lossy compression noise does not count
 REFERENCE_DEVICES = 8  # devices whose last frame a process keeps (greyscale: ~1 MB per 1280x720 frame)
 
@@ -136,8 +137,10 @@ def changed_regions(prev: np.ndarray, cur: np.ndarray, prev_lines: list[OcrLine]
         box = _shift_box(ln.box, d)
         if box[3] <= 0 or box[1] >= h:
             continue  # scrolled out of the frame
-        if box[1] < 0 or box[3] > h:  # cut by the frame's edge: read again
-            boxes.append([int(box[0]), max(0, int(box[1])), int(np.ceil(box[2])) + 1, min(h, int(np.ceil(box[3])) + 1)])
+        if box[1] < 0 or box[3] > h:  # cut by the frame's edge: read again what is left of it, if legible
+            y0, y1 = max(0, int(box[1])), min(h, int(np.ceil(box[3])) + 1)
+            if y1 - y0 >= MIN_READ_HEIGHT:
+                boxes.append([int(box[0]), y0, int(np.ceil(box[2])) + 1, y1])
             continue
         lines.append(ln.model_copy(update={"box": box}))
     carried = []
@@ -165,7 +168,7 @@ def changed_regions(prev: np.ndarray, cur: np.ndarray, prev_lines: list[OcrLine]
                 other[:] = [min(other[0], b[0]), min(other[1], b[1]), max(other[2], b[2]), max(other[3], b[3])]
                 grown = True
         boxes = merged
-    return [tuple(b) for b in boxes], carried
+    return [tuple(b) for b in boxes if b[3] - b[1] >= MIN_READ_HEIGHT], carried
 
 
 def reading_order(lines: list[OcrLine]) -> list[OcrLine]:

@@ -38,10 +38,10 @@ def get_model(task: str, settings: Settings) -> Model:
         case "asr":
             device = m.device
             compute = m.asr_compute_type if device == "cpu" else "float16"
-            return cached(WhisperAsr, m.asr_model, device=device, compute_type=compute, cpu_threads=m.cpu_threads,
+            return cached(WhisperAsr, m.asr_model, device=device, compute_type=compute, cpu_threads=m.cpu_threads or 1,
                           cache_dir=str(m.cache_dir), batch_size=m.asr_batch_size)
         case "voice":
-            return cached(ResemblyzerVoice, "resemblyzer", device=m.device)
+            return cached(ResemblyzerVoice, "resemblyzer", device=m.device, threads=m.cpu_threads)
         case "faces":
             return cached(DlibFaces, "dlib-resnet-v1", max_side=m.face_max_side, upsample=m.face_upsample,
                           cnn_max_side=m.face_cnn_max_side, jitters=m.face_jitters)

@@ -7,6 +7,9 @@ L2-normalised, is the embedding: voices of one speaker lie close in cosine dista
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 from engram.workers.models.base import Model
@@ -16,8 +19,23 @@ SAMPLE_RATE = 16_000
 FRAME_SAMPLES = 160  # the encoder's mel hop: 10 ms at 16 kHz
 
 
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` for the duration (the setting is process-wide: restored after)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class ResemblyzerVoice(Model):
-    """Embeds fixed-length windows of a recording in batches. Option: ``device`` (torch device name)."""
+    """Embeds fixed-length windows of a recording in batches. Options: ``device`` (torch device name),
+    ``threads``: torch intra-op threads while embedding (0 or absent: 1; torch's default, one per core, cost
+    2.7x the CPU per window on 2 cores: its workers spin between the LSTM's small operators)."""
 
     task = "voice"
 
@@ -52,7 +70,7 @@ class ResemblyzerVoice(Model):
             mel = np.pad(mel, ((0, need - len(mel)), (0, 0)))
         batch = np.stack([mel[f: f + n_frames] for f in first])
         out = []
-        with self._predict_lock, torch.inference_mode():
+        with self._predict_lock, torch.inference_mode(), _torch_threads(self.options.get("threads") or 1):
             for i in range(0, len(batch), batch_size):
                 out.append(encoder(torch.from_numpy(batch[i: i + batch_size]).to(encoder.device)).cpu().numpy())
         vecs = np.nan_to_num(np.concatenate(out).astype(np.float32))  # an all-silent window has no direction
