@@ -34,6 +34,9 @@ EXAMPLES = [
     "My all-time favorite film genre is horror, but I watch dramas too.", "I study physics.",
     "I'm studying law at Yale.", "Ann majored in history", "I have a dog named Rex.", "I adopted an old cat.",
     "Ann got a puppy", "I love hiking in the Alps.", "I really enjoy to cook with friends.", "Ann loves jazz",
+    "I'm passionate about dancing and music.", "Ann is a huge fan of jazz", "I'm working on my business.",
+    "I've been training for a marathon since May.", "I just launched an ad campaign for my clothing store.",
+    "Ann used to compete in dance shows, and won.", "I lost my job as a banker.",
     "See https://example.org/a and www.b.com", "open notes_v2.md then report.PDF and data.json or budget.xlsx",
 ]
 

@@ -5,6 +5,10 @@ text says something in a recognisable form, and leaves the rest to episodic memo
   favourite band is Muse"), the subject being the speaker (first person) or a known name (a speaker, the
   user); single-valued attributes (lives_in, works_at, age, ...) carry ``attribute``/``value`` so a newer
   value supersedes an older one (``workers.dynamics``);
+- semantic, multi-valued: what a speaker says they do, did or are into, in a handful of verb frames ("I'm
+  working on a new routine", "I just launched an ad campaign for my store", "I'm passionate about dancing",
+  "I lost my job as a banker", "I used to compete in dance shows"), in the third person ("Jon is working on a
+  new routine", "Gina launched an ad campaign for their store");
 - procedural: numbered step lists and "first ..., then ..., finally ..." sequences of instructions;
 - resource: URLs, file names and, for screenshots, the window seen (title, app, its text);
 - core (``human`` block): the facts whose subject is the user, as ``attribute: value`` lines (DigitalLife's
@@ -22,6 +26,9 @@ from engram.workers.extract.base import Extractor, Seen
 _NAME = r"[A-Z][a-z]+(?: [A-Z][a-z]+)?"
 _PLACE = r"(?P<value>[A-Z][\w'.&-]*(?:(?:,? |-)[A-Z][\w'.&-]*){0,3})"
 _PHRASE = r"(?P<value>[\w'&-]+(?: [\w'&-]+){0,4}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|with|now|too)\b|$)"
+#: A longer phrase (up to 16 words) for what a speaker does: ends at punctuation or a conjunction, like _PHRASE
+_CLAUSE = (r"(?P<value>[\w'&-]+(?: [\w'&-]+){0,15}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|with|now|too|"
+           r"which|who|'cause)\b|$)")
 _SUBJ = r"(?:(?<=^)|(?<=[\s,;(]))(?P<subj>I|" + _NAME + r")"
 _POSS = r"(?:(?<=^)|(?<=[\s,;(]))(?P<subj>[Mm]y|" + _NAME + r"'s)"
 
@@ -49,7 +56,25 @@ FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [(a, single, tpl, re.co
                                      r"kitten|parrot|rabbit|hamster|horse|turtle|fish)(?: named [A-Z][a-z]+)?)"),
     ("likes", False, "{s} likes {v}", _SUBJ + r" (?:really |absolutely |just )?(?:love|loves|enjoy|enjoys) "
                                        r"(?:to )?" + _PHRASE),
+    # what a speaker does, did or is into (multi-valued; ``what``: the verb as the summary says it)
+    ("interest", False, "{s} is {w} {v}", _SUBJ + r"(?:'m| am| is) (?:really |very |so |super |also )?"
+                                           r"(?P<what>passionate about|into|a (?:big |huge )?fan of) " + _CLAUSE),
+    ("doing", False, "{s} is {w} {v}", _SUBJ + r"(?:'m| am| is|'ve been| have been| has been) (?:currently |still "
+                                        r"|now |also |just |really )?(?P<what>working on|preparing for|getting ready "
+                                        r"for|training for|planning to|planning on|looking for|searching for|on the "
+                                        r"hunt for|starting|opening|learning|taking|volunteering (?:at|with|for)|"
+                                        r"writing|building|organizing|organising|thinking about|thinking of|"
+                                        r"considering|hoping to|trying to) " + _CLAUSE),
+    ("did", False, "{s} {w} {v}", _SUBJ + r"(?:'ve| have| has)? (?:just |recently |finally |also |already )?"
+                                   r"(?P<what>launched|started|opened|finished|joined|signed up for|bought|adopted|"
+                                   r"lost|won|visited|attended|took up|quit|graduated from|volunteered (?:at|with|for)|"
+                                   r"used to|went to|ran|painted|wrote|published|created) " + _CLAUSE),
 ]]
+#: Attributes whose value is a clause in the speaker's own words: its first person is made third ("my store" ->
+#: "their store") before it is stored.
+_CLAUSE_ATTRIBUTES = {"interest", "doing", "did"}
+#: What someone does or did, not who they are: semantic facts, but no line of the user's core profile block.
+_EVENTS = {"doing", "did"}
 #: For each of ``FACT_PATTERNS`` (same order), literals a sentence must contain for the pattern to match
 #: there: every group must have one of its literals in the sentence (each pattern's text requires them, e.g.
 #: ``lives_in`` needs " live..." or "living in "). Sentences without them skip that pattern's regex, whose
@@ -68,6 +93,14 @@ FACT_GATES: list[tuple[tuple[str, ...], ...]] = [
     ((" stud", " major"),),
     (("dog", "cat", "puppy", "kitten", "parrot", "rabbit", "hamster", "horse", "turtle", "fish"), (" a ", " an ")),
     (("love", "enjoy"),),
+    (("passionate about ", " into ", " fan of "),),
+    ((" working on ", " preparing for ", " getting ready for ", " training for ", " planning ", " looking for ",
+      " searching for ", " on the hunt for ", " starting ", " opening ", " learning ", " taking ", " volunteering ",
+      " writing ", " building ", " organizing ", " organising ", " thinking ", " considering ", " hoping to ",
+      " trying to "),),
+    ((" launched ", " started ", " opened ", " finished ", " joined ", " signed up for ", " bought ", " adopted ",
+      " lost ", " won ", " visited ", " attended ", " took up ", " quit ", " graduated from ", " volunteered ",
+      " used to ", " went to ", " ran ", " painted ", " wrote ", " published ", " created "),),
 ]
 
 
@@ -84,6 +117,10 @@ def _passes(sentence: str, gate: tuple[tuple[str, ...], ...]) -> bool:
 
 _NOT_VALUES = {"it", "that", "this", "you", "them", "him", "her", "those", "these", "me", "us", "the", "a", "an",
                "what", "how", "when", "being", "having", "doing", "seeing", "hearing", "your", "my"}
+#: First words that make a clause no fact ("I'm into it", "I started again", "I went to bed")
+_NOT_CLAUSES = {"it", "that", "this", "you", "them", "him", "her", "those", "these", "me", "us", "what", "how",
+                "when", "again", "out", "up", "back", "over", "there", "here", "bed", "sleep", "something", "some",
+                "anything", "everything", "things", "stuff", "one", "so", "too", "really", "very", "just"}
 _NOT_NAMES = {"The", "Then", "So", "And", "But", "We", "They", "He", "She", "It", "This", "That", "Yes", "No",
               "Oh", "Wow", "Well", "Also", "Now", "Today", "Yesterday", "Thanks", "Hey", "Hi", "Sure", "Maybe"}
 
@@ -143,6 +180,15 @@ def _clean_value(value: str) -> str:
     return value.strip(" ,.;:!?'\"").removeprefix("the ").strip()
 
 
+_FIRST_PERSON = {"my": "their", "me": "them", "myself": "themselves", "mine": "theirs", "i": "they", "i'm": "they're",
+                 "i've": "they've", "our": "their", "we": "they", "us": "them"}
+
+
+def _third_person(value: str) -> str:
+    """``value`` with its first-person words made third person ("my team" -> "their team")."""
+    return " ".join(_FIRST_PERSON.get(w.lower(), w) for w in value.split(" "))
+
+
 class RulesExtractor(Extractor):
     """The offline default extractor (see the module docstring). Stateless; safe to share between threads."""
 
@@ -179,17 +225,23 @@ class RulesExtractor(Extractor):
                     if subject.lower() == user_id.lower():
                         subject = user_id
                 value = _clean_value(m.group("value"))
-                if not value or value.lower().split()[0] in _NOT_VALUES:
+                if attribute in _CLAUSE_ATTRIBUTES:  # "a dance studio", "the business" are values here
+                    value = _third_person(value)
+                    if not value or value.lower().split()[0] in _NOT_CLAUSES:
+                        continue
+                elif not value or value.lower().split()[0] in _NOT_VALUES:
                     continue
                 what = m.groupdict().get("what") or ""
-                attr = f"{attribute}_{what.replace(' ', '_')}" if what else attribute
+                clause = attribute in _CLAUSE_ATTRIBUTES  # its verb is part of the value: "interest: into jazz"
+                attr = f"{attribute}_{what.replace(' ', '_')}" if what and not clause else attribute
                 summary = template.format(s=subject, v=value, w=what)
                 out.semantic.append(SemanticDraft(
                     name=subject, summary=summary, details=sentence[:4000], sources=[i],
                     attribute=attr if single else "", value=value if single else ""))
-                if first_person and obs.about_user or subject == user_id:
+                if (first_person and obs.about_user or subject == user_id) and attribute not in _EVENTS:
                     label = attr.replace("_", " ")
-                    out.core.append(CoreDraft(label="human", sources=[i], facts=[f"{label}: {value}"]))
+                    fact = f"{label}: {what} {value}" if clause else f"{label}: {value}"
+                    out.core.append(CoreDraft(label="human", sources=[i], facts=[fact]))
 
 
 def procedures(text: str, i: int, sents: list[str] | None = None) -> list[ProceduralDraft]:
