@@ -87,10 +87,7 @@ def add_embedded(rt, req: AddMemoryRequest, tenant_id: str, device_id: str, cons
     data, when = conversation_record(req)
     event = add_event(req, tenant_id, device_id, data, when, event_id)
     if rt.settings.embedded:  # hold the store before the event is recorded: no other process's resume runs it
-        from engram.workers.vectorstore import EdgeVectorStore
-
-        if isinstance(store := rt.vectors, EdgeVectorStore):
-            store.hold()
+        rt.vectors.hold()
     if not rt.objects.exists(event.object_key):
         rt.objects.put_bytes(event.object_key, data, ADD_MIME)
     rt.ledger.record_queued(event)

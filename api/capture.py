@@ -14,7 +14,7 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
    ingest: ``ENGRAM_NEAR_DUPLICATE_SIMILARITY``, ``_SSIM``) is dropped here, never encoded or written.
 4. A kept frame is written as PNG to the spool folder and published with the batch (``--batch`` frames, or
    ``--flush-seconds`` after the batch's first): on the embedded default through ``api.local`` inside
-   ``api.watch.store_session`` (the store is held only while a batch is ingested), or through the API with
+   ``workers.runtime.store_session`` (the store is held only while a batch is ingested), or through the API with
    ``api.client.EngramClient``. Published frames are removed from the spool; failed ones stay there.
 5. The interval: ``--interval`` (2 s) after a kept frame, doubled after each repeat up to ``--max-interval``
    (30 s), so a static screen costs one grab every 30 s.
@@ -213,12 +213,11 @@ Sink = Callable[[Sequence[Frame]], tuple[int, int]]  # publish a batch -> (publi
 
 def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], None] = lambda _: None) -> Sink:
     """Publish kept frames into the embedded store (``api.local.publish_file`` + ``run_event``, the pipeline
-    inline) inside ``api.watch.store_session``, then consolidate the user; returns the batch publisher."""
+    inline) inside ``workers.runtime.store_session``, then consolidate the user; returns the batch publisher."""
     def publish(frames: Sequence[Frame]) -> tuple[int, int]:
         from engram.api.local import Candidate, publish_file, run_event
-        from engram.api.watch import store_session
         from engram.schemas.events import EventStatus, MediaKind
-        from engram.workers.runtime import runtime
+        from engram.workers.runtime import runtime, store_session
 
         ok = bad = 0
         with store_session():

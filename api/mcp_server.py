@@ -19,12 +19,10 @@ the store.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,65 +95,13 @@ class EngramTools:
         self.tenant = tenant
         self.device = device
         self.default_user = default_user
-        self.linger = linger
-        self._lock = threading.Lock()  # one call (or release) at a time
-        self._held = False
-        self._timer: threading.Timer | None = None
-
-    @contextlib.contextmanager
-    def store_session(self) -> Iterator[None]:
-        """Hold the embedded store for one call: take its file lock first (waiting up to
-        ``ENGRAM_STORE_WAIT_SECONDS`` while another process holds it; vectorstore.StoreBusy after), and release it
-        (the runtime and its stores closed) ``linger`` seconds after the last call, so a burst of calls (add, then
-        search) opens the store once while another process waits at most that long more. Released at once when a
-        call fails. Nothing to hold with a broker (the workers own the store) or a Qdrant server."""
-        from engram.schemas.settings import get_settings
-
-        settings = get_settings()
-        if settings.broker_url or settings.qdrant_url:
-            yield
-            return
-        from engram.workers.runtime import runtime
-        from engram.workers.vectorstore import EdgeVectorStore
-
-        with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            try:
-                if not self._held:
-                    store = runtime(settings).vectors
-                    if isinstance(store, EdgeVectorStore):
-                        store.hold()
-                    self._held = True
-                yield
-            except BaseException:
-                self._release()
-                raise
-            timer = self._timer = threading.Timer(self.linger, self._release_if_idle)
-            timer.daemon = True
-            timer.start()
-
-    def _release_if_idle(self) -> None:
-        with self._lock:
-            if self._timer is threading.current_thread():
-                self._timer = None
-                self._release()
-
-    def _release(self) -> None:
-        """Close the runtime and its stores (the embedded store's file lock released). Called with ``_lock``."""
-        from engram.workers.runtime import reset_runtimes
-
-        reset_runtimes()
-        self._held = False
+        from engram.workers.runtime import StoreLease  # the workers' stack loads with the server, not the CLI
+        # the embedded store is held during a call and let go ``linger`` s after the last one
+        self._lease = StoreLease(linger)
 
     def close(self) -> None:
         """Release the store now (the server is stopping)."""
-        with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._release()
+        self._lease.close()
 
     def call(self, tool: Tool, arguments: dict[str, Any], tenant: str | None = None) -> tuple[str, Any]:
         """Validate ``arguments`` by the tool's model and run it for ``tenant`` (default: the server's). Returns
@@ -176,7 +122,7 @@ class EngramTools:
                                for e in exc.errors())
             raise ToolFailed(f"invalid arguments: {fields}") from exc
         t0 = time.perf_counter()
-        with self.store_session():
+        with self._lease.session():
             text, data = tool.run(self, parsed, tenant)
         log.info("tool %s took %.0f ms", tool.name, 1000 * (time.perf_counter() - t0))
         if isinstance(data, BaseModel):

@@ -6,17 +6,16 @@ half-done. Ownership: watchdog's observer thread only records paths in ``_pendin
 the thread that calls ``run`` owns stat-ing and publishing.
 
 ``engram watch`` publishes through the API (``--api``), or on the embedded default ingests each batch of
-settled files in the calling process (``api.cli.ingest_paths``) inside ``store_session``: the embedded store
-is held only while a batch is ingested, so ``engram search`` and other commands run between batches.
+settled files in the calling process (``api.cli.ingest_paths``) inside ``workers.runtime.store_session``: the
+embedded store is held only while a batch is ingested, so ``engram search`` and other commands run between batches.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".download", ".swp", "~")
@@ -141,29 +140,6 @@ class FolderWatcher:
             self._pending.pop(path, None)
 
 
-@contextlib.contextmanager
-def store_session() -> Iterator[None]:
-    """Hold the embedded store for one batch: open it (waiting up to ``ENGRAM_STORE_WAIT_SECONDS`` while another
-    process holds it; ``vectorstore.StoreBusy`` after), then close this process's runtimes and stores
-    (``workers.runtime.reset_runtimes``), which releases the store's lock. With a broker or a Qdrant server
-    nothing is held here."""
-    from engram.schemas.settings import get_settings
-    from engram.workers.runtime import reset_runtimes, runtime
-    from engram.workers.vectorstore import EdgeVectorStore
-
-    settings = get_settings()
-    if settings.broker_url or settings.qdrant_url:
-        yield
-        return
-    try:
-        store = runtime(settings).vectors
-        if isinstance(store, EdgeVectorStore):
-            store.hold()
-        yield
-    finally:
-        reset_runtimes()
-
-
 class EmbeddedBatches:
     """``FolderWatcher``'s ``publish`` and ``on_batch`` for the embedded default: ``publish`` only collects the
     settled files; ``on_batch`` ingests them together with ``ingest(paths)`` (``api.cli.ingest_paths``: the same
@@ -185,6 +161,7 @@ class EmbeddedBatches:
 
     def on_batch(self, paths: list[Path]) -> None:
         """Ingest the collected files in one store session."""
+        from engram.workers.runtime import store_session
         from engram.workers.vectorstore import StoreBusy
 
         batch, self._batch = self._batch, []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 import httpx
@@ -66,6 +66,76 @@ class Runtime:
 
 _runtimes: dict[tuple, Runtime] = {}
 _lock = threading.Lock()
+
+
+class StoreLease:
+    """This process's hold on the embedded store for a long-running command (``engram mcp``, ``watch``,
+    ``capture``) that must leave the store to other processes between its units of work.
+
+    ``session()`` takes the store's file lock (waiting up to ``ENGRAM_STORE_WAIT_SECONDS`` while another process
+    holds it; ``vectorstore.StoreBusy`` after) and yields the runtime; ``linger`` seconds after the last session
+    ends, the runtime and its stores are closed (``reset_runtimes``), which releases the lock: a burst of calls
+    opens the store once while another process waits at most ``linger`` more. ``linger=0`` releases at the end
+    of each session; a session that raises releases at once. With a broker or a Qdrant server nothing is held.
+    Sessions are serialised by an internal lock: one unit of work at a time per lease."""
+
+    def __init__(self, linger: float = 0.0) -> None:
+        self.linger = linger
+        self._lock = threading.Lock()
+        self._held = False
+        self._timer: threading.Timer | None = None
+
+    @contextmanager
+    def session(self) -> Iterator[Runtime]:
+        """Hold the store for one unit of work; yields the Runtime of the current settings."""
+        settings = get_settings()
+        if settings.broker_url or settings.qdrant_url:
+            yield runtime(settings)
+            return
+        with self._lock:
+            self._cancel_timer()
+            try:
+                rt = runtime(settings)
+                if not self._held:
+                    rt.vectors.hold()
+                    self._held = True
+                yield rt
+            except BaseException:
+                self._release()
+                raise
+            if self.linger <= 0:
+                self._release()
+            else:
+                timer = self._timer = threading.Timer(self.linger, self._release_if_idle)
+                timer.daemon = True
+                timer.start()
+
+    def close(self) -> None:
+        """Release the store now (the command is stopping)."""
+        with self._lock:
+            self._cancel_timer()
+            self._release()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _release_if_idle(self) -> None:
+        with self._lock:
+            if self._timer is threading.current_thread():
+                self._timer = None
+                self._release()
+
+    def _release(self) -> None:
+        """Close the runtimes and their stores (the file lock released). Called with ``_lock`` held."""
+        reset_runtimes()
+        self._held = False
+
+
+def store_session() -> AbstractContextManager[Runtime]:
+    """Hold the embedded store for one unit of work and release it after (``StoreLease(linger=0).session()``)."""
+    return StoreLease().session()
 
 
 def reset_runtimes() -> None:

@@ -161,6 +161,11 @@ class VectorStore(ABC):
         self._ready: set[str] = set()
         self._lock = threading.RLock()
 
+    def hold(self) -> None:  # noqa: B027 (a no-op unless the backend has a hold)
+        """Take this process's exclusive hold on the store, where the backend has one (the embedded store's file
+        lock; released by ``close``). A server backend has nothing to hold: no-op. Raises StoreBusy when another
+        process keeps the hold past the backend's wait."""
+
     # --- what a backend implements -------------------------------------------------------------------------
     @abstractmethod
     def _create(self, collection: str) -> None:
