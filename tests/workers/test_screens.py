@@ -52,8 +52,8 @@ def test_one_changed_line_is_read_alone_and_the_text_stays_whole(engram_env, tmp
     assert all(w in text for w in ("quarterly", "alice", "carol", "dave"))  # carried over from the first frame
     assert [ln.box[1] for ln in second] == sorted(ln.box[1] for ln in second)  # reading order
     # through vision.ocr_lines with the device: the same text as reading the frame whole
-    vision.ocr_lines(rt, "acme", a, device_id="laptop")
-    assert text_of(vision.ocr_lines(rt, "acme", b, device_id="laptop")) == text_of(
+    vision.ocr_lines(rt, "acme", a, device_id="desk")
+    assert text_of(vision.ocr_lines(rt, "acme", b, device_id="desk")) == text_of(
         get_model("ocr", rt.settings).read(b, min_confidence=rt.settings.ocr_min_confidence))
 
 
@@ -103,3 +103,17 @@ def test_scroll_offset(d):
     prev = rng.integers(0, 255, (300, 64), dtype=np.uint8)
     cur = np.concatenate([prev[d:], np.full((d, 64), 255, np.uint8)])
     assert screens.scroll_offset(prev, cur) == d
+
+
+def test_a_device_stream_through_perceive_reads_against_its_last_frame(engram_env, tmp_path):
+    from bench.speech import perceive_file
+
+    changed = ["Invoice 4471 rejected by Bob"] + LINES[1:]
+    first = perceive_file(render_png(tmp_path / "a.png", LINES, (640, 240)), tenant="acme", device="laptop-stream")
+    assert screens.REFERENCES.get("acme", "laptop-stream") is not None  # the device's frame is the reference now
+    second = perceive_file(render_png(tmp_path / "b.png", changed, (640, 240)), tenant="acme", device="laptop-stream")
+    assert first and second, "both frames kept (not near-duplicates)"
+    text = second[0].text.lower()
+    assert "invoice" in text and "quarterly" not in text and all(w in text for w in ("alice", "carol", "dave"))
+    grey_now, _ = screens.REFERENCES.get("acme", "laptop-stream")
+    assert np.array_equal(grey_now, screens.grey(pixels(tmp_path / "b.png")))
