@@ -89,7 +89,7 @@ def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
         return []
     rt.vectors.count(OBSERVATIONS)  # take the store: raises StoreBusy while another process runs
     events, given_up = rt.ledger.claim_stalled(0.0, rt.settings.max_redeliveries)
-    out = [run_event(rt, event) for event in events]
+    out = run_events(rt, events)  # together: their segments share model passes (workers.batching)
     return out + [r for eid in given_up if (r := rt.ledger.get(eid)) is not None]
 
 
