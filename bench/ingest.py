@@ -16,7 +16,7 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
   ``encodes_per_msg`` = texts the cold run encoded (rows of its embedding cache: every encoded text is written
   there once) ÷ messages.
 
-    python bench/ingest.py [--sections text] [--conversations 0 1] [--json FILE]
+    python bench/ingest.py [--sections text] [--conversations 0 1] [--limit N] [--json FILE]
 
 ``--json FILE`` merges ``{"text": {...}, "load": <1-minute load average>}`` into FILE's JSON object (created when
 absent), so other sections (screenshot, audio, distributed) written by other runs are kept. A section is a
@@ -98,7 +98,7 @@ def text(args: argparse.Namespace) -> dict:
         files, texts = [], []
         for ci in args.conversations:
             sample = samples[ci]
-            msgs = sample_turns(sample)
+            msgs = sample_turns(sample)[:args.limit]
             texts += [m.display_text() for m in msgs]
             path = tmp_path / f"{sample.get('sample_id', ci)}.jsonl"
             path.write_bytes(to_jsonl(msgs))
@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="what to measure (default: text)")
     ap.add_argument("--conversations", type=int, nargs="+", default=[0, 1],
                     help="LoCoMo conversations by position in locomo10.json (default: 0 1)")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N messages of each conversation")
     ap.add_argument("--eval-data", type=Path, default=None,
                     help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
     ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")

@@ -1,0 +1,31 @@
+"""``bench/ingest.py`` runs end to end on a few LoCoMo messages and merges its section into an existing JSON
+file, keeping the other sections (the figures themselves are for the README, not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration]
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "ingest.py"
+
+
+def test_ingest_bench_merges_its_section(tmp_path, eval_data):
+    out = tmp_path / "figures.json"
+    out.write_text(json.dumps({"audio": {"x_real_time": 25.0}, "load": 9.0}))
+    run = subprocess.run([sys.executable, str(BENCH), "--sections", "text", "--conversations", "1", "--limit", "40",
+                          "--eval-data", str(eval_data), "--json", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "of the ceiling" in run.stdout
+    data = json.loads(out.read_text())
+    assert data["audio"] == {"x_real_time": 25.0} and data["load"] != 9.0
+    text = data["text"]
+    assert text["messages"] == 40
+    assert {"ceiling_msgs_per_s", "cold_msgs_per_s", "warm_msgs_per_s", "cold_ratio", "encodes_per_msg"} <= set(text)
+    assert 1.0 <= text["encodes_per_msg"] < 2.0  # each distinct text once (plus a few memories and names)
