@@ -116,7 +116,7 @@ class MiniLMEmbedder(Model):
         if path.is_file() and self.name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
             return path
         if runtime == "onnx":
-            raise ModelUnavailable(f"no ONNX export of {self.name} at {path}: run `python -m "
+            raise ModelUnavailable(f"no ONNX export of {self.name} at {path}: run `python -m engram."
                                    "workers.models.embeddings export` (scripts/setup.sh does), or set "
                                    "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch")
         return None
