@@ -116,7 +116,8 @@ def screenshot(args) -> dict:
     model = get_model("ocr", rt.settings)
     old = _old_ocr()
     warm = np.asarray(ev_frame(DATA / "screens" / "screenpipe_testing_OCR_chinese.png"))
-    model.read(warm), old(np.ascontiguousarray(warm[:, :, ::-1]))  # load both
+    model.read(warm), old(np.ascontiguousarray(warm[:, :, ::-1]))  # load both OCR engines
+    get_model("faces", rt.settings).detect([warm])  # and the face model (warm: in-process after loading)
     kept, first, ocr_now, ocr_before, recalls, rows = [], [], [], [], [], []
     tmp = Path(tempfile.mkdtemp(prefix="engram-bench-frames-"))
     for viewport, shot, full in ev.webui_pages(DATA / "screens" / "webui"):
