@@ -58,7 +58,7 @@ def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
     img = media.load_image(rt.objects.get_bytes(event.object_key), rt.settings.max_image_pixels)
     pixels = np.asarray(img)
     lines = vision.ocr_lines(rt, event.tenant_id, pixels, device_id=event.device_id)
-    faces = vision.faces(rt, [pixels], [None], keyframes=False)
+    faces = vision.screenshot_faces(rt, event.tenant_id, pixels, device_id=event.device_id)
     caption = vision.caption(rt, img, str(event.event_id))
     parts = [" — ".join(x for x in (event.app, event.window) if x), "\n".join(ln.text for ln in lines)]
     if caption:

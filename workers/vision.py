@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import TypeAdapter
 
 from engram.schemas.observations import FaceDetection, OcrLine
-from engram.workers import screens
+from engram.workers import screen_faces, screens
 from engram.workers.metrics import model_timer
 from engram.workers.models import CaptionUnavailable, get_model
 from engram.workers.objectstore import ObjectNotFound
@@ -75,6 +75,31 @@ def faces(rt: Runtime, frames: list[np.ndarray], times: list[float | None], keyf
         per_frame = get_model("faces", rt.settings).detect(frames, times,
                                                            cnn_fallback=keyframes and m.face_cnn_fallback)
     return [face for found in per_frame for face in found]
+
+
+def screenshot_faces(rt: Runtime, tenant_id: str, pixels: np.ndarray,
+                     device_id: str | None = None) -> list[FaceDetection]:
+    """Faces of a screenshot (uint8 (h, w, 3) RGB), largest first; [] when ``models.faces_on_screenshots`` is off.
+
+    With ``device_id`` (a frame of a device's stream) faces are searched only in the regions changed since the
+    device's last frame searched in this process, the others carried over, and not at all when nothing changed
+    (``workers.screen_faces``); without it, or for a device's first frame, the whole frame is searched (HOG)."""
+    if not rt.settings.models.faces_on_screenshots:
+        return []
+    model = get_model("faces", rt.settings)
+    if not device_id:
+        return faces(rt, [pixels], [None], keyframes=False)
+
+    def detect(img: np.ndarray, boxes: list | None) -> list[FaceDetection]:
+        if boxes is None:
+            return model.detect([img], [None], cnn_fallback=False)[0]
+        return model.detect_regions(img, boxes)
+
+    with model_timer("faces", items=1):
+        reference = screen_faces.REFERENCES.get(tenant_id, device_id)
+        found, _ = screen_faces.detect_changed(detect, pixels, reference)
+    screen_faces.REFERENCES.put(tenant_id, device_id, pixels_sha256(pixels), pixels, found)
+    return found
 
 
 def caption(rt: Runtime, image, event_id: str) -> str | None:

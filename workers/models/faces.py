@@ -22,6 +22,9 @@ SAME_PERSON_DISTANCE = 0.6
 #: Side of the CNN detector's sliding window, pixels: it finds no smaller face without upsampling (and dlib
 #: raises on frames smaller than the network's receptive field), so smaller frames are not given to it.
 CNN_WINDOW = 80
+#: Pixels (of the downscaled frame): a region narrower or lower than this holds no face HOG can find (its
+#: window is 80 px, 40 px faces after one upsampling), so ``detect_regions`` skips it.
+MIN_REGION = 20
 
 
 class DlibFaces(Model):
@@ -61,6 +64,30 @@ class DlibFaces(Model):
         if fallback:
             self._cnn(frames, found)
         return [self._describe(small, scale, boxes, t) for (small, scale, boxes), t in zip(found, times, strict=True)]
+
+    def detect_regions(self, frame: np.ndarray, boxes: Sequence[tuple[int, int, int, int]]) -> list[FaceDetection]:
+        """Faces of the regions ``boxes`` ((x0, y0, x1, y1) full-size pixels, end exclusive) of one uint8
+        (h, w, 3) RGB frame, with boxes in the frame's full-size pixels, largest first (``frame_s`` None).
+
+        HOG only (as ``detect`` on a still image). The frame is downscaled as a whole, as ``detect`` does, and
+        each region is cut from the downscaled frame, so a face is searched at the scale the whole-frame pass
+        would use; descriptors are computed on the downscaled frame too. A region holds only the faces that lie
+        wholly inside it (the caller adds context around it: ``workers.screen_faces.FACE_PAD``)."""
+        fr = self.session
+        small, scale = _downscale(frame, self.options.get("max_side", 1024))
+        sh, sw = small.shape[:2]
+        found: list[tuple[int, int, int, int]] = []
+        for x0, y0, x1, y1 in boxes:
+            sx0, sy0 = max(0, int(x0 * scale)), max(0, int(y0 * scale))
+            sx1, sy1 = min(sw, int(np.ceil(x1 * scale))), min(sh, int(np.ceil(y1 * scale)))
+            if min(sx1 - sx0, sy1 - sy0) < MIN_REGION:
+                continue
+            crop = np.ascontiguousarray(small[sy0:sy1, sx0:sx1])
+            with self._predict_lock:
+                located = fr.face_locations(crop, number_of_times_to_upsample=self.options.get("upsample", 1),
+                                            model="hog")
+            found.extend((top + sy0, right + sx0, bottom + sy0, left + sx0) for top, right, bottom, left in located)
+        return self._describe(small, scale, found, None)
 
     def _cnn(self, frames: Sequence[np.ndarray], found: list[tuple[np.ndarray, float, list]]) -> None:
         """Run the CNN detector on the frames where HOG found nothing, in batches of frames of one size."""
