@@ -17,6 +17,7 @@ text says something in a recognisable form, and leaves the rest to episodic memo
 
 from __future__ import annotations
 
+import functools
 import re
 from urllib.parse import urlsplit
 
@@ -161,7 +162,17 @@ _LINES = re.compile(r"\n+")
 def sentences(text: str) -> list[str]:
     """``text`` split into lines, and each line into sentences by syntok's rule-based segmenter (abbreviations,
     initials, decimals and times stay whole: "Dr. Smith", "3 p.m. on Friday", "U.S. Navy"); each sentence is
-    the exact span of the text (inner whitespace kept), stripped."""
+    the exact span of the text (inner whitespace kept), stripped. Texts of up to ``_MEMO_CHARS`` characters
+    (chat turns) are kept per process for the ones split last (``_split_memo``): embedding
+    (``workers.embed.sentence_spans``) and extraction ask for the same turns, and syntok costs ~3 ms a turn."""
+    return list(_split_memo(text) if len(text) <= _MEMO_CHARS else _split(text))
+
+
+_MEMO_CHARS = 2000  # longer texts (documents) are split each time, not kept
+
+
+def _split(text: str) -> tuple[str, ...]:
+    """``sentences`` uncached, as a tuple (immutable: shared by every caller of the same text)."""
     from syntok import segmenter
 
     out = []
@@ -173,7 +184,10 @@ def sentences(text: str) -> list[str]:
                     end = sentence[-1].offset + len(sentence[-1].value)
                     if piece := line[start:end].strip():
                         out.append(piece)
-    return out
+    return tuple(out)
+
+
+_split_memo = functools.lru_cache(maxsize=16384)(_split)
 
 
 def _clean_value(value: str) -> str:
