@@ -4,12 +4,15 @@ Section ``screenshot``: a capture sequence per webui viewport (``screens/webui``
 windows of the same size scrolled down the full-page screenshot (``--scroll`` px apart), then the last window
 with a new line of text drawn on it. Each frame goes through engram's real path on a fresh embedded data dir
 (``bench.speech.perceive_file``: publish, ingest's plan with the near-duplicate gate, the ``perceive`` task with
-OCR, faces and the device's changed-region OCR); a frame the gate drops is not a kept frame. Reported:
+OCR and faces on the regions changed since the device's last frame); a frame the gate drops is not a kept frame.
+Reported:
 
 - ``cpu_s``: median process CPU seconds (``time.process_time``: every thread of this process) per kept frame;
   ``first_frame_cpu_s``: the same for each device's first frame (read whole);
 - ``ocr_cpu_s`` / ``before_ocr_cpu_s``: median CPU seconds of OCR alone per kept frame, now (changed regions,
   bounded detector side, one thread) and before (rapidocr's default detector limits and threads, whole frames);
+- ``faces_cpu_s`` / ``before_faces_cpu_s``: median CPU seconds of face detection alone per kept frame, now
+  (``workers.screen_faces``: changed regions only, none when nothing changed) and before (the whole frame);
 - ``ocr_word_recall``: mean over kept frames of the word recall of the observation's OCR lines against the
   words of the axtree's ``StaticText`` names whose box top lies inside the frame (``../shared/data/README.md``);
   ``viewport_recall``: the same for the four viewport screenshots read whole; ``found``: screenpipe's named
@@ -108,7 +111,7 @@ def screenshot(args) -> dict:
     """The ``screenshot`` section (module docstring)."""
     import numpy as np
 
-    from engram.workers import screens, vision
+    from engram.workers import screen_faces, screens, vision
     from engram.workers.models import get_model
     from engram.workers.runtime import runtime
 
@@ -117,12 +120,18 @@ def screenshot(args) -> dict:
     old = _old_ocr()
     warm = np.asarray(ev_frame(DATA / "screens" / "screenpipe_testing_OCR_chinese.png"))
     model.read(warm), old(np.ascontiguousarray(warm[:, :, ::-1]))  # load both OCR engines
-    get_model("faces", rt.settings).detect([warm])  # and the face model (warm: in-process after loading)
+    faces = get_model("faces", rt.settings)
+    faces.detect([warm])  # and the face model (warm: in-process after loading)
+
+    def detect(im, boxes):
+        return faces.detect([im])[0] if boxes is None else faces.detect_regions(im, boxes)
+
     kept, first, ocr_now, ocr_before, recalls, rows = [], [], [], [], [], []
+    faces_now, faces_before = [], []
     tmp = Path(tempfile.mkdtemp(prefix="engram-bench-frames-"))
     for viewport, shot, full in ev.webui_pages(DATA / "screens" / "webui"):
         device = f"webui-{viewport}"
-        reference = None
+        reference = face_reference = None
         for i, (name, img, top) in enumerate(capture_sequence(shot, full, args.scroll)):
             path = tmp / f"{device}-{i:02d}.png"
             img.save(path)
@@ -148,8 +157,16 @@ def screenshot(args) -> dict:
             t = time.process_time()
             old(np.ascontiguousarray(pixels[:, :, ::-1]))
             ocr_before.append(time.process_time() - t)
+            t = time.process_time()
+            seen, _ = screen_faces.detect_changed(detect, pixels, face_reference)
+            faces_now.append(time.process_time() - t)
+            face_reference = (screens.grey(pixels), seen)
+            t = time.process_time()
+            faces.detect([pixels])
+            faces_before.append(time.process_time() - t)
             rows.append((device, name, f"cpu {cpu:.2f} s, OCR {ocr_now[-1]:.2f} s (before {ocr_before[-1]:.2f} s), "
-                         f"read {share:.0%} of the frame, recall {recall:.3f}"))
+                         f"read {share:.0%} of the frame, recall {recall:.3f}, "
+                         f"faces {faces_now[-1]:.2f} s (before {faces_before[-1]:.2f} s)"))
             print(*rows[-1], sep=" | ", flush=True)
     viewport_recall = {}
     for viewport, shot, _ in ev.webui_pages(DATA / "screens" / "webui"):
@@ -167,6 +184,7 @@ def screenshot(args) -> dict:
     every = first + kept
     return {"cpu_s": _median(every), "first_frame_cpu_s": _median(first), "later_frame_cpu_s": _median(kept),
             "kept_frames": len(every), "ocr_cpu_s": _median(ocr_now), "before_ocr_cpu_s": _median(ocr_before),
+            "faces_cpu_s": _median(faces_now), "before_faces_cpu_s": _median(faces_before),
             "ocr_word_recall": round(statistics.fmean(recalls), 3), "min_frame_recall": round(min(recalls), 3),
             "viewport_recall": viewport_recall, "found": found,
             "frames": [" | ".join(r) for r in rows]}
