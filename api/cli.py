@@ -410,8 +410,13 @@ def entities(
         metavar="KEEP DROP")] = None,
 ) -> None:
     """People linked from faces, voices and chat speakers (M3-Agent's entities): names and counts."""
-    if ctx.invoked_subcommand is not None:
-        return
+    if ctx.invoked_subcommand is None:
+        show_entities(tenant, merge)
+
+
+def show_entities(tenant: str | None = None, merge: tuple[str, str] | None = None) -> None:
+    """Print the tenant's entities as a table (``engram entities``), after merging ``merge`` = (kept, dropped)
+    when given. Exits 1 with the reason when the merge is refused."""
     from engram.schemas.settings import get_settings
     from engram.workers.entities import list_entities, merge_entities
 

@@ -17,15 +17,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-#: Distributions the API and producer import (normalised names, as in PEP 503).
-API_PACKAGES = frozenset({
-    "pydantic", "pydantic-settings", "platformdirs", "typer", "rich", "structlog", "prometheus-client", "psutil",
-    "celery", "redis", "minio", "numpy", "filetype", "fastapi", "fastapi-offline", "uvicorn", "httpx", "tenacity",
-    "watchdog",
-    # the knowledge vault: POST /v1/events redacts an event's window title and metadata (workers.vault)
-    "cryptography", "detect-secrets", "python-stdnum", "phonenumberslite",
-})
-
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 def normalise(name: str) -> str:
     """PEP 503 name normalisation: ``Pydantic_Settings`` -> ``pydantic-settings``."""
@@ -41,17 +33,17 @@ def requirement_name(requirement: str) -> str:
 
 
 def api_requirements(pyproject: Path) -> list[str]:
-    """pyproject.toml's entries for API_PACKAGES from the base ``dependencies`` and the ``server`` extra, in file
-    order. Raises LookupError naming any API package pyproject.toml no longer lists there."""
+    """The slim image's requirements: pyproject.toml's base ``dependencies`` (the client's) and its ``server``
+    extra (the API, the CLI and the producer), in file order."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    dependencies = [*project["dependencies"], *project["optional-dependencies"]["server"]]
-    chosen = [r for r in dependencies if requirement_name(r) in API_PACKAGES]
-    missing = API_PACKAGES - {requirement_name(r) for r in chosen}
-    if missing:
-        raise LookupError(f"not in pyproject.toml's dependencies: {', '.join(sorted(missing))}")
-    return chosen
+    return [*project["dependencies"], *project["optional-dependencies"]["server"]]
+
+
+def api_packages(pyproject: Path = PYPROJECT) -> frozenset[str]:
+    """The distributions the API and producer may import (normalised names, as in PEP 503)."""
+    return frozenset(requirement_name(r) for r in api_requirements(pyproject))
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "pyproject.toml"
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else PYPROJECT
     print("\n".join(api_requirements(path)))

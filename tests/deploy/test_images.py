@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.image_requirements import API_PACKAGES, api_requirements, normalise
+from deploy.image_requirements import api_packages, api_requirements, normalise
 from tests.deploy.test_compose import _tool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,8 +127,8 @@ def test_slim_api_package_set_runs_the_api_and_producer(redis_server, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(ENGRAM_BROKER_URL=redis_server, ENGRAM_DATA_DIR=str(tmp_path / "data"),
                ENGRAM_S3_ENDPOINT="127.0.0.1:9", ENGRAM_S3_ACCESS_KEY="k", ENGRAM_S3_SECRET_KEY="s",
-               ENGRAM_QDRANT_URL="http://127.0.0.1:9", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-c", _SLIM_PROBE, json.dumps(sorted(API_PACKAGES)), str(tmp_path)],
+               ENGRAM_QDRANT_URL="http://127.0.0.1:9", ENGRAM_API_PUBLIC_METRICS="true", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", _SLIM_PROBE, json.dumps(sorted(api_packages())), str(tmp_path)],
                           capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())

@@ -74,7 +74,7 @@ def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(eng
 
 
 def test_engram_entities_lists_and_merges(engram_env, capsys):
-    from engram.api.cli import entities
+    from engram.api.cli import show_entities
     from engram.workers.entities import EntityMemory, list_entities
     from engram.workers.link import link_observations
 
@@ -83,10 +83,10 @@ def test_engram_entities_lists_and_merges(engram_env, capsys):
              for n, s in enumerate(["Ann", "Ben", "Ann"])]
     link_observations(EntityMemory(rt, "t"), turns)
     ann, ben = (str(e.id) for e in list_entities(rt, "t"))  # most observations first
-    entities(tenant="t", merge=None)  # the command's function, without the CLI's logging set-up
+    show_entities(tenant="t", merge=None)  # the command's body, without the CLI's logging set-up
     out = capsys.readouterr().out
     assert "Ann" in out and "Ben" in out and ann[:8] in out
-    entities(tenant="t", merge=(ann, ben))
+    show_entities(tenant="t", merge=(ann, ben))
     out = capsys.readouterr().out
     assert f"merged {ben} into {ann}" in out
     (person,) = list_entities(rt, "t")

@@ -331,7 +331,7 @@ def test_search_output_shows_the_resolved_time_range():
                           time_range=resolve("what did I buy last Tuesday", ref))
     out = StringIO()
     print_hits(resp, Console(file=out, width=200))
-    assert "'last Tuesday' → 2023-05-16 00:00 to 2023-05-17 00:00 UTC (as of 2023-05-20" in out.getvalue()
+    assert "'last Tuesday' → 2023-05-16 00:00 UTC to 2023-05-17 00:00 UTC (as of 2023-05-20" in out.getvalue()
 
 
 def test_weighted_rrf():
