@@ -37,10 +37,6 @@ def _pad(box: Sequence[float], pad: int, w: int, h: int) -> list[int]:
             min(w, int(np.ceil(box[2])) + pad), min(h, int(np.ceil(box[3])) + pad)]
 
 
-def _touches(a: Sequence[float], b: Sequence[float]) -> bool:
-    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
-
-
 def face_regions(prev: np.ndarray, cur: np.ndarray,
                  prev_faces: list[FaceDetection]) -> tuple[list[Box], list[FaceDetection]]:
     """(boxes of ``cur`` to search for faces, reference faces carried over in ``cur``'s coordinates).
@@ -57,7 +53,7 @@ def face_regions(prev: np.ndarray, cur: np.ndarray,
         grown = False
         kept = []
         for face in carried:
-            hit = next((b for b in boxes if _touches(b, face.box)), None)
+            hit = next((b for b in boxes if screens.touches(b, face.box)), None)
             if hit is None:
                 kept.append(face)
                 continue
@@ -65,15 +61,8 @@ def face_regions(prev: np.ndarray, cur: np.ndarray,
             hit[:] = [min(hit[0], p[0]), min(hit[1], p[1]), max(hit[2], p[2]), max(hit[3], p[3])]
             grown = True
         carried = kept
-        merged: list[list[int]] = []
-        for b in sorted(boxes):
-            other = next((m for m in merged if _touches(m, b)), None)
-            if other is None:
-                merged.append(list(b))
-            else:
-                other[:] = [min(other[0], b[0]), min(other[1], b[1]), max(other[2], b[2]), max(other[3], b[3])]
-                grown = True
-        boxes = merged
+        boxes, merged_any = screens.merge_touching(boxes)
+        grown = grown or merged_any
     return [tuple(b) for b in boxes], carried
 
 

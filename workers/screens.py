@@ -87,8 +87,24 @@ def _shift_box(box: tuple[float, float, float, float], d: int) -> tuple[float, f
     return box[0], box[1] - d, box[2], box[3] - d
 
 
-def _touches(a, b) -> bool:
+def touches(a, b) -> bool:
+    """Whether boxes ``a`` and ``b`` (x0, y0, x1, y1 in pixels) overlap."""
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def merge_touching(boxes: list[list[int]]) -> tuple[list[list[int]], bool]:
+    """``boxes`` (x0, y0, x1, y1) with every pair that overlaps a box already kept (in sorted order) merged into
+    their union; the second value tells whether any merge happened (callers repeat until none does)."""
+    merged: list[list[int]] = []
+    grown = False
+    for b in sorted(boxes):
+        other = next((m for m in merged if touches(m, b)), None)
+        if other is None:
+            merged.append(list(b))
+        else:
+            other[:] = [min(other[0], b[0]), min(other[1], b[1]), max(other[2], b[2]), max(other[3], b[3])]
+            grown = True
+    return merged, grown
 
 
 def _changed_blocks(prev: np.ndarray, cur: np.ndarray, d: int) -> np.ndarray:
@@ -149,7 +165,7 @@ def changed_regions(prev: np.ndarray, cur: np.ndarray, prev_lines: list[OcrLine]
         grown = False
         carried = []
         for ln in lines:
-            hit = next((b for b in boxes if _touches(b, ln.box)), None)
+            hit = next((b for b in boxes if touches(b, ln.box)), None)
             if hit is None:
                 carried.append(ln)
                 continue
@@ -159,15 +175,8 @@ def changed_regions(prev: np.ndarray, cur: np.ndarray, prev_lines: list[OcrLine]
             if new != hit:
                 hit[:] = new
                 grown = True
-        merged: list[list[int]] = []
-        for b in sorted(boxes):
-            other = next((m for m in merged if _touches(m, b)), None)
-            if other is None:
-                merged.append(list(b))
-            else:
-                other[:] = [min(other[0], b[0]), min(other[1], b[1]), max(other[2], b[2]), max(other[3], b[3])]
-                grown = True
-        boxes = merged
+        boxes, merged_any = merge_touching(boxes)
+        grown = grown or merged_any
     return [tuple(b) for b in boxes if b[3] - b[1] >= MIN_READ_HEIGHT], carried
 
 
