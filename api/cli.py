@@ -905,8 +905,6 @@ def watch(
 
     Without --api, ingests them on the embedded default (no servers), a batch at a time, holding the store only
     while a batch is ingested."""
-    import signal
-    import threading
 
     from engram.api.client import NotMedia
     from engram.api.watch import FolderWatcher
@@ -931,16 +929,7 @@ def watch(
         except NotADirectoryError as exc:
             err.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
-        # Ctrl-C (SIGINT) or SIGTERM sets the stop event: the watcher finishes the publish under way and returns,
-        # instead of a KeyboardInterrupt raised wherever the main thread is (inside a lock, a request)
-        stop = threading.Event()
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            watcher.run(stop)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        err.print("stopped")
+        _run_watcher(watcher)
 
 
 def _register_capture() -> None:
@@ -956,8 +945,6 @@ _register_capture()
 def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: str | None, settle: float,
                     existing: bool) -> None:
     """``engram watch`` without --api: each batch of settled files through ``ingest_paths`` (api.watch)."""
-    import signal
-    import threading
 
     from engram.api.watch import EmbeddedBatches, FolderWatcher
     from engram.schemas.settings import get_settings
@@ -981,7 +968,17 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     batches.watcher = watcher
-    stop = threading.Event()  # SIGINT/SIGTERM: the batch under way is finished, then the watcher returns
+    _run_watcher(watcher)
+
+
+def _run_watcher(watcher) -> None:
+    """Run ``watcher`` (api.watch.FolderWatcher) until Ctrl-C (SIGINT) or SIGTERM, which set its stop event: the
+    publish or batch under way is finished and it returns, instead of a KeyboardInterrupt raised wherever the main
+    thread is (inside a lock, a request)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         watcher.run(stop)
