@@ -238,6 +238,7 @@ def test_celery_task_lines_log_no_arguments_or_results(caplog):
     import engram.workers.app  # noqa: F401  (installs the filter)
 
     caplog.set_level(logging.INFO)
+    caplog.set_level(logging.INFO, logger="celery.app.trace")  # a CLI test in this process may have quietened it
     context = {"id": "t1", "name": "workers.query.search", "return_value": "hunter2RelWork!", "runtime": 0.1,
                "args": "('W1ndow#Pw',)", "kwargs": "{}"}
     logging.getLogger("celery.app.trace").info(LOG_SUCCESS, context, extra={"data": context})
