@@ -60,7 +60,7 @@ from engram.workers.ids import EXTENSIONS, object_key
 from engram.workers.metrics import SEARCH_SECONDS, render
 from engram.workers.metrics import registry as metrics_registry
 
-log = structlog.get_logger("engram.api")
+log = structlog.get_logger(__name__)
 
 INGEST_TASK = "workers.ingest.ingest"
 SEARCH_TASK = "workers.query.search"
@@ -94,8 +94,8 @@ class Services:
 
     settings: Settings
     redis: Any  # redis.Redis: API keys and publish claims
-    ledger: Any  # workers.ledger.Ledger
-    objects: Any  # workers.objectstore.ObjectStore
+    ledger: Any  # workers.stores.ledger.Ledger
+    objects: Any  # workers.stores.objects.ObjectStore
     presigner: Any | None  # minio.Minio for the public S3 endpoint, None without S3
     celery: Any  # celery.Celery producer configured from ``settings``
     metrics: Any  # prometheus_client.CollectorRegistry served on /metrics
@@ -123,8 +123,8 @@ def build_services(settings: Settings, celery=None) -> Services:
     from celery import Celery
 
     from engram.workers.app import configure
-    from engram.workers.ledger import open_ledger
-    from engram.workers.objectstore import S3ObjectStore, open_object_store
+    from engram.workers.stores.ledger import open_ledger
+    from engram.workers.stores.objects import S3ObjectStore, open_object_store
 
     r = keys.redis_client(settings)
     if celery is None:
@@ -183,8 +183,8 @@ _bearer = HTTPBearer(auto_error=False, description="An API key from `engram keys
 
 def _redact(svc: Services, event: MediaEvent) -> MediaEvent:
     """``event`` with the secrets of its app name, window title and metadata values in the vault
-    (``workers.vault.redact_event``); 503 when one is found and the API has no ``ENGRAM_VAULT_KEY``."""
-    from engram.workers.vault import VaultKeyMissing, redact_event
+    (``workers.memory.vault.redact_event``); 503 when one is found and the API has no ``ENGRAM_VAULT_KEY``."""
+    from engram.workers.memory.vault import VaultKeyMissing, redact_event
 
     try:
         return redact_event(svc, event)
@@ -561,7 +561,7 @@ def create_app(settings: Settings | None = None, celery=None) -> FastAPI:
 
 def _stored_size(svc: Services, key: str) -> int | None:
     """The stored object's size in bytes, or None when it is absent."""
-    from engram.workers.objectstore import ObjectNotFound
+    from engram.workers.stores.objects import ObjectNotFound
 
     try:
         return svc.objects.size(key)

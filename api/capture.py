@@ -9,8 +9,8 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
    else the input focus and the root's mapped children; ``_NET_WM_NAME`` / ``WM_NAME`` and ``WM_CLASS``). A
    window of a denied application (``WM_CLASS``, e.g. KeePassXC, 1Password, Bitwarden) or whose title matches a
    denied pattern ("Private Browsing", "Incognito") anywhere on screen: nothing is grabbed this tick.
-3. Grab the monitor (``mss``) and compute its ``workers.media.frame_signature`` (pHash + a 256 px thumbnail);
-   a frame that ``workers.media.is_near_duplicate`` calls a repeat of the last kept one (the thresholds of
+3. Grab the monitor (``mss``) and compute its ``workers.media.decode.frame_signature`` (pHash + a 256 px thumbnail);
+   a frame that ``workers.media.decode.is_near_duplicate`` calls a repeat of the last kept one (the thresholds of
    ingest: ``ENGRAM_NEAR_DUPLICATE_SIMILARITY``, ``_SSIM``) is dropped here, never encoded or written.
 4. A kept frame is written as PNG to the spool folder and published with the batch (``--batch`` frames, or
    ``--flush-seconds`` after the batch's first): on the embedded default through ``api.local`` inside
@@ -317,7 +317,7 @@ class Capture:
         the counts. Raises mss's ScreenShotError when the screen cannot be grabbed at all."""
         import mss
 
-        from engram.workers import media
+        from engram.workers.media import decode as media
 
         cfg, st = self.config, self.stats
         cfg.spool.mkdir(parents=True, exist_ok=True)

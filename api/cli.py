@@ -115,7 +115,7 @@ def _parse_time(value: str | None) -> datetime | None:
 
 def _time_bound(value: str | None, option: str, end: bool = False) -> datetime | None:
     """A ``--since``/``--until`` value: an ISO 8601 time, or the words a query may use ("last week", "2024-05",
-    "yesterday", "May 2023"; ``workers.timeexpr``): the start of the range they name, its end for ``--until``.
+    "yesterday", "May 2023"; ``workers.text.timeexpr``): the start of the range they name, its end for ``--until``.
     Raises typer.BadParameter naming the option."""
     if value is None:
         return None
@@ -123,7 +123,7 @@ def _time_bound(value: str | None, option: str, end: bool = False) -> datetime |
         return _parse_time(value)
     except typer.BadParameter:
         pass
-    from engram.workers.timeexpr import resolve
+    from engram.workers.text.timeexpr import resolve
 
     span = resolve(value)
     if span is None:
@@ -139,7 +139,7 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
     where each item is (path, record or reason). Used by ``engram ingest`` and ``engram demo``."""
     from engram.api.local import RUN_BATCH_FILES, classify, iter_files, publish_file, resume_interrupted, run_events
     from engram.schemas.events import MediaEvent
-    from engram.workers.vectorstore import StoreBusy, StoreCorrupt
+    from engram.workers.stores.vectors import StoreBusy, StoreCorrupt
 
     rt = _runtime()
     files = list(iter_files(paths))
@@ -359,7 +359,7 @@ def status(
 ) -> None:
     """Event counts by status from the ledger, stored points per collection, and recent failures."""
     from engram.schemas.settings import get_settings
-    from engram.workers.vectorstore import COLLECTIONS, tenant_filter
+    from engram.workers.stores.vectors import COLLECTIONS, tenant_filter
 
     tenant = tenant or get_settings().tenant
     rt = _runtime()
@@ -418,7 +418,7 @@ def show_entities(tenant: str | None = None, merge: tuple[str, str] | None = Non
     """Print the tenant's entities as a table (``engram entities``), after merging ``merge`` = (kept, dropped)
     when given. Exits 1 with the reason when the merge is refused."""
     from engram.schemas.settings import get_settings
-    from engram.workers.entities import list_entities, merge_entities
+    from engram.workers.memory.entities import list_entities, merge_entities
 
     tenant = tenant or get_settings().tenant
     rt = _runtime()
@@ -451,7 +451,7 @@ def entities_name(
 
     from engram.schemas.entities import EntitySummary
     from engram.schemas.settings import get_settings
-    from engram.workers.entities import name_task
+    from engram.workers.admin import entity_name_task as name_task
 
     try:
         eid = uuid.UUID(entity_id)
@@ -478,7 +478,8 @@ def consolidate(
 ) -> None:
     """Turn new observations into memories now (beat does this periodically in the distributed mode)."""
     from engram.schemas.settings import get_settings
-    from engram.workers.consolidate import consolidate_user, pending_users
+    from engram.workers.consolidate import consolidate_user
+    from engram.workers.memory.episodes import pending_users
 
     rt = _runtime()
     pairs = [(tenant or get_settings().tenant, user)] if user else pending_users(rt)
@@ -495,7 +496,7 @@ def migrate() -> None:
     vectors and payload, the copy is checked id by id, and only then is the old folder removed. Any command
     that opens the store does the same on first use; this one does it now and says what it did."""
     from engram.schemas.settings import get_settings
-    from engram.workers.vectorstore import embedded_store_dir, legacy_store_dir, migrate_local_store
+    from engram.workers.stores.vectors import embedded_store_dir, legacy_store_dir, migrate_local_store
 
     settings = get_settings()
     if settings.qdrant_url:
@@ -529,7 +530,12 @@ def convert(
 
     Only dialog turns and image captions are carried over, never the benchmark's annotations.
     """
-    from engram.workers.adapters import locomo_sample_id, locomo_sample_messages, longmemeval_messages, to_jsonl
+    from engram.workers.media.conversations import (
+        locomo_sample_id,
+        locomo_sample_messages,
+        longmemeval_messages,
+        to_jsonl,
+    )
 
     doc = json.loads(source.read_bytes())
     out.mkdir(parents=True, exist_ok=True)
@@ -619,7 +625,7 @@ def worker(
         # the one store worker of the embedded store opens the store now (its solo pool runs tasks in this
         # process), so a second one fails here with the reason instead of failing every task
         from engram.workers.runtime import runtime
-        from engram.workers.vectorstore import StoreBusy
+        from engram.workers.stores.vectors import StoreBusy
 
         try:
             # at once, without waiting for the store's lock (ENGRAM_STORE_WAIT_SECONDS): it is held by a live worker
@@ -673,7 +679,7 @@ def beat(
     sys.exit(celery_app.start(argv) or 0)
 
 
-# --- the knowledge vault (workers/vault.py): secrets redacted in perceive, kept Fernet-encrypted ---
+# --- the knowledge vault (workers/memory/vault.py): secrets redacted in perceive, kept Fernet-encrypted ---
 
 vault_app = typer.Typer(help="Secrets found in content (keys, passwords, card numbers, ...), kept encrypted.",
                         no_args_is_help=True)
@@ -685,7 +691,7 @@ def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default 
                user: Annotated[str | None, typer.Option(help="Only this user's entries.")] = None) -> None:
     """List vault entries: id, type, sensitivity, user and caption (never the secret)."""
     from engram.schemas.settings import get_settings
-    from engram.workers.vault import list_entries
+    from engram.workers.memory.vault import list_entries
 
     rt = _runtime()
     table = Table("id", "type", "sensitivity", "user", "caption")
@@ -700,7 +706,7 @@ def vault_reveal(entry_id: Annotated[str, typer.Argument(
                  tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None) -> None:
     """Print one entry's decrypted secret (the only way to read a secret back; the reveal is logged)."""
     from engram.schemas.settings import get_settings
-    from engram.workers.vault import VaultError, reveal
+    from engram.workers.memory.vault import VaultError, reveal
 
     try:
         print(reveal(_runtime(), tenant or get_settings().tenant, entry_id))
@@ -1016,7 +1022,7 @@ def main() -> None:
     except Exception as exc:  # a last line of defence: one clear line, not a traceback
         from rich.text import Text
 
-        from engram.workers.vectorstore import StoreBusy, StoreCorrupt
+        from engram.workers.stores.vectors import StoreBusy, StoreCorrupt
 
         if isinstance(exc, StoreBusy | StoreCorrupt):  # the message names the folder (paths may hold brackets)
             err.print(Text.assemble(("error: ", "red"), str(exc)))

@@ -41,6 +41,7 @@ from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
 from engram.schemas.search import SearchResponse
+from engram.workers.errors import EngramError
 from engram.workers.ids import sha256_file
 
 FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
@@ -52,7 +53,7 @@ _MIME_BY_SUFFIX = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jp
                    ".ndjson": "application/x-ndjson", ".txt": "text/plain"}
 
 
-class EngramAPIError(Exception):
+class EngramAPIError(EngramError):
     """An error answer: ``status`` is the HTTP status, ``detail`` the server's message (a string, or a
     list of ``{loc, msg, type}`` for invalid bodies)."""
 
@@ -61,7 +62,7 @@ class EngramAPIError(Exception):
         self.status, self.detail, self.url = status, detail, url
 
 
-class NotMedia(ValueError):
+class NotMedia(EngramError, ValueError):
     """The file is neither media nor a conversation file (and no kind was given)."""
 
 
@@ -84,9 +85,9 @@ def safe_id(value: str) -> str:
 
 
 def detect(path: Path, kind: MediaKind | None = None) -> tuple[MediaKind, str]:
-    """(kind, mime type) of ``path``: by content (``workers.media.detect``), else from ``kind`` and the
+    """(kind, mime type) of ``path``: by content (``workers.media.detect.detect``), else from ``kind`` and the
     file suffix. Raises NotMedia when neither says what it is."""
-    from engram.workers.media import detect as sniff_file
+    from engram.workers.media.detect import detect as sniff_file
 
     found = sniff_file(path)
     if found is not None:

@@ -42,7 +42,7 @@ def require_store() -> None:
         typer.Exit: code 2, after one line on stderr.
     """
     from engram.schemas.settings import get_settings
-    from engram.workers.vectorstore import embedded_store_dir, legacy_store_dir
+    from engram.workers.stores.vectors import embedded_store_dir, legacy_store_dir
 
     settings = get_settings()
     if settings.qdrant_url or settings.broker_url:

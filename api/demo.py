@@ -164,7 +164,7 @@ def _clip(out: Path, espeak: bool) -> None:
 
 def _chat(path: Path, evening: datetime) -> None:
     from engram.schemas.conversations import Attachment, ConversationMessage
-    from engram.workers.adapters import to_jsonl
+    from engram.workers.media.conversations import to_jsonl
 
     msgs, counts = [], {}
     for session, day, speaker, text, caption in CHAT:
@@ -209,7 +209,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     from engram.api.cli import ingest_paths, print_hits, run_search
     from engram.schemas.search import SearchRequest
     from engram.workers.runtime import reset_runtimes, runtime
-    from engram.workers.vectorstore import COLLECTIONS, tenant_filter
+    from engram.workers.stores.vectors import COLLECTIONS, tenant_filter
 
     if os.environ.get("ENGRAM_BROKER_URL"):
         raise RuntimeError("the demo runs on the embedded default: unset ENGRAM_BROKER_URL")

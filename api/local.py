@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engram.schemas.events import LedgerRecord, MediaEvent, MediaKind
-from engram.workers import media
 from engram.workers.ids import object_key, sha256_file
+from engram.workers.media import decode as media
+from engram.workers.media.detect import detect
+from engram.workers.memory.vault import redact_event
 from engram.workers.runtime import Runtime
-from engram.workers.vault import redact_event
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,8 @@ def iter_files(paths: Iterable[Path]) -> Iterator[Path]:
 
 
 def classify(path: Path) -> Candidate:
-    """Detect the kind of ``path`` by content (see ``workers.media.detect``)."""
-    found = media.detect(path)
+    """Detect the kind of ``path`` by content (see ``workers.media.detect.detect``)."""
+    found = detect(path)
     return Candidate(path, *(found or (None, None)))
 
 
@@ -83,7 +84,7 @@ def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
     ``StoreBusy``), so such events have no live owner. The pipeline is idempotent and ingest skips the segments
     already stored: what the killed run stored is kept and the rest is done. An event already run
     ``max_redeliveries`` times is marked failed instead (``Ledger.claim_stalled``)."""
-    from engram.workers.vectorstore import OBSERVATIONS
+    from engram.workers.stores.vectors import OBSERVATIONS
 
     if not rt.settings.embedded:
         return []

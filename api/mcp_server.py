@@ -36,6 +36,7 @@ from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.memory_admin import MemoryPage, MemoryRecord
 from engram.schemas.search import SearchHit, SearchRequest, SearchResponse
 from engram.schemas.tools import ListMemoriesArgs, MemoryIdArgs, NameEntityArgs, NoArgs
+from engram.workers.errors import EngramError
 
 log = logging.getLogger("engram.mcp")
 
@@ -46,7 +47,7 @@ INSTRUCTIONS = ("engram is a long-term memory of what the user saw, heard and sa
                 "the user tells you, `ask` for an answer with cited memories.")
 
 
-class ToolFailed(Exception):
+class ToolFailed(EngramError):
     """A tool call that cannot be done (bad arguments, unknown id): its message goes back to the model."""
 
 
@@ -158,7 +159,7 @@ class EngramTools:
         return text, resp
 
     def list_memories(self, args: ListMemoriesArgs, tenant: str) -> tuple[str, MemoryPage]:
-        from engram.workers.memory_admin import list_task
+        from engram.workers.admin import list_task
 
         page = MemoryPage.model_validate(list_task.delay(tenant, args.memory_type.value, args.user_id, args.limit,
                                                          args.offset).get(timeout=TASK_TIMEOUT_S))
@@ -168,7 +169,7 @@ class EngramTools:
         return head + (":\n" + "\n".join(lines) if lines else ""), page
 
     def get_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, MemoryRecord]:
-        from engram.workers.memory_admin import get_task
+        from engram.workers.admin import get_task
 
         got = get_task.delay(tenant, str(args.memory_id)).get(timeout=TASK_TIMEOUT_S)
         if got is None:
@@ -177,7 +178,7 @@ class EngramTools:
         return json.dumps(rec.model_dump(mode="json"), ensure_ascii=False, indent=1), rec
 
     def delete_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, dict]:
-        from engram.workers.memory_admin import delete_task
+        from engram.workers.admin import delete_task
 
         kind = delete_task.delay(tenant, str(args.memory_id)).get(timeout=TASK_TIMEOUT_S)
         if kind is None:
@@ -185,7 +186,7 @@ class EngramTools:
         return f"Deleted {kind} {args.memory_id}.", {"deleted": str(args.memory_id), "memory_type": kind}
 
     def list_entities(self, args: NoArgs, tenant: str) -> tuple[str, EntityList]:
-        from engram.workers.entities import list_task
+        from engram.workers.admin import entity_list_task as list_task
 
         found = EntityList.model_validate(list_task.delay(tenant).get(timeout=TASK_TIMEOUT_S))
         lines = [f"{e.id}: {', '.join(e.names) or '(unnamed)'} — {e.faces} faces, {e.voices} voices, "
@@ -193,7 +194,7 @@ class EngramTools:
         return f"{found.total} entities" + (":\n" + "\n".join(lines) if lines else ""), found
 
     def name_entity(self, args: NameEntityArgs, tenant: str) -> tuple[str, EntitySummary]:
-        from engram.workers.entities import name_task
+        from engram.workers.admin import entity_name_task as name_task
 
         got = name_task.delay(tenant, str(args.entity_id), args.name).get(timeout=TASK_TIMEOUT_S)
         if got is None:

@@ -104,7 +104,7 @@ def memories_list(
 ) -> None:
     """A page of one memory type, newest content first."""
     from engram.api.console import console
-    from engram.workers.memory_admin import list_task
+    from engram.workers.admin import list_task
 
     page = MemoryPage.model_validate(list_task.delay(_tenant(tenant), memory_type.value, user, limit, offset)
                                      .get(timeout=TASK_TIMEOUT_S))
@@ -124,7 +124,7 @@ def memories_get(
 ) -> None:
     """Print one observation or memory as JSON (vault entries without their secret)."""
     from engram.api.console import err
-    from engram.workers.memory_admin import get_task
+    from engram.workers.admin import get_task
 
     got = get_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
     if got is None:
@@ -141,7 +141,7 @@ def memories_delete(
 ) -> None:
     """Delete one observation or memory."""
     from engram.api.console import console, err
-    from engram.workers.memory_admin import delete_task
+    from engram.workers.admin import delete_task
 
     kind = delete_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
     if kind is None:
@@ -168,7 +168,7 @@ def forget(
     """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of the
     user's events, and the objects no other user of the tenant references. Cannot be undone."""
     from engram.api.console import console
-    from engram.workers.memory_admin import forget_task
+    from engram.workers.admin import forget_task
 
     tenant = _tenant(tenant)
     if not yes:
@@ -189,7 +189,7 @@ def export(
 ) -> None:
     """Print everything stored about a user as JSON (events, every memory type with provenance; vault
     entries without secrets), e.g. engram export --user U > file.json"""
-    from engram.workers.memory_admin import export_task
+    from engram.workers.admin import export_task
 
     data = UserExport.model_validate(export_task.delay(_tenant(tenant), user).get(timeout=TASK_TIMEOUT_S))
     print(json.dumps(data.model_dump(mode="json"), indent=2, ensure_ascii=False))

@@ -15,6 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from engram.schemas.settings import Settings
+from engram.workers.errors import ConfigError
 
 # the queue names of workers.app.Queue, repeated here so that this module imports no Celery
 INGEST, PERCEIVE_CPU, PERCEIVE_GPU = "ingest", "perceive.cpu", "perceive.gpu"
@@ -45,7 +46,7 @@ ROLE_QUEUES: dict[Role, tuple[str, ...]] = {
 POOLS = ("prefork", "solo", "threads")
 
 
-class WorkerConfigError(ValueError):
+class WorkerConfigError(ConfigError):
     """A worker command line that engram refuses to start; the message says why and what to do."""
 
 

@@ -13,7 +13,7 @@ key and the expiry: any body of any length is accepted, and the same URL may be 
 
 Only verified bytes ever reach a content-addressed key, and every writer of one writes the same bytes, so an
 object there is never replaced by other bytes. Staged uploads never published are deleted by beat's hourly
-sweep (``workers.uploads``) an hour after their URL expired.
+sweep (``workers.admin.expire_staged_task``) an hour after their URL expired.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from engram.workers.uploads import STAGING_PREFIX
+from engram.workers.errors import EngramError
+from engram.workers.stores.objects import STAGING_PREFIX
 
 MEDIA_PREFIX = "media/"
 
 
-class UploadRejected(ValueError):
+class UploadRejected(EngramError, ValueError):
     """The staged upload is not what the event declares; ``str()`` is the one-line reason."""
 
 

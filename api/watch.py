@@ -162,7 +162,7 @@ class EmbeddedBatches:
     def on_batch(self, paths: list[Path]) -> None:
         """Ingest the collected files in one store session."""
         from engram.workers.runtime import store_session
-        from engram.workers.vectorstore import StoreBusy
+        from engram.workers.stores.vectors import StoreBusy
 
         batch, self._batch = self._batch, []
         if not batch:

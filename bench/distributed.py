@@ -181,7 +181,7 @@ def run_embedded(root: Path, kind: str, events: int, samples: int, progress: Pro
     from engram.api.local import run_event
     from engram.schemas.settings import Settings
     from engram.workers.app import app, configure
-    from engram.workers.query import search as hybrid_search
+    from engram.workers.memory.search import search as hybrid_search
     from engram.workers.runtime import reset_runtimes, runtime
 
     settings = Settings(data_dir=str(root / f"embedded-{kind}"), broker_url=None)

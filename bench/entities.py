@@ -11,7 +11,7 @@ from pathlib import Path
 
 def jfk_halves(audio_dir: Path, out_dir: Path) -> list[Path]:
     """jfk.flac cut in two halves, written as two WAV recordings in ``out_dir``."""
-    from engram.workers import media
+    from engram.workers.media import decode as media
 
     audio = media.decode_audio(audio_dir / "jfk.flac")
     mid = len(audio) // 2
@@ -28,7 +28,7 @@ def ingest_observations(paths: list[Path], tenant: str) -> dict[str, list]:
     from engram.api.cli import ingest_paths
     from engram.schemas.observations import Observation
     from engram.workers.runtime import runtime
-    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
 
     result = ingest_paths(paths, tenant=tenant, user="bench", device="bench", consolidate=False, quiet=True)
     if result["failed"]:
@@ -49,7 +49,7 @@ def reference_matches(tenant: str, clip_observation, refs: dict[str, list[float]
     """{person: (id of the clip's face entity whose face centroid is nearest the reference, its distance)}."""
     import uuid
 
-    from engram.workers.entities import EntityMemory, centroid
+    from engram.workers.memory.entities import EntityMemory, centroid
     from engram.workers.models.faces import face_distance
     from engram.workers.runtime import runtime
 

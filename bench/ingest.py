@@ -60,7 +60,7 @@ def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = N
     from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
     from engram.api.cli import ingest_paths
     from engram.workers.runtime import runtime
-    from engram.workers.vectorstore import COLLECTIONS
+    from engram.workers.stores.vectors import COLLECTIONS
 
     if cache_of is not None:
         share_embedding_cache(data_dir, cache_of / "cache")
@@ -89,7 +89,7 @@ def text(args: argparse.Namespace) -> dict:
     module's docstring). Raises FileNotFoundError without the LoCoMo data."""
     from bench.locomo import load_locomo, sample_turns
     from engram.schemas.settings import get_settings
-    from engram.workers.adapters import to_jsonl
+    from engram.workers.media.conversations import to_jsonl
     from engram.workers.models import get_model
 
     samples = load_locomo(args.eval_data)

@@ -37,7 +37,7 @@ def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = N
     from bench.longmemeval import load_longmemeval
     from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
     from engram.api.cli import ingest_paths
-    from engram.workers.adapters import longmemeval_messages, to_jsonl
+    from engram.workers.media.conversations import longmemeval_messages, to_jsonl
     from engram.workers.runtime import runtime
 
     out = []

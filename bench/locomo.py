@@ -80,7 +80,7 @@ def parse_evidence(entries: Iterable[str], turn_ids: set[str] | None = None) -> 
 
 def sample_turns(sample: dict) -> list:
     """The dialog turns of one sample as engram's conversation record (``ConversationMessage``), in order."""
-    from engram.workers.adapters import locomo_sample_messages
+    from engram.workers.media.conversations import locomo_sample_messages
 
     return locomo_sample_messages(sample)
 
@@ -105,7 +105,7 @@ class Question:
 
 def sample_questions(sample: dict, conversation: int = 0) -> list[Question]:
     """The counted questions of one sample (categories 1-4, evidence parsed and non-empty)."""
-    from engram.workers.adapters import locomo_sample_id
+    from engram.workers.media.conversations import locomo_sample_id
 
     ids = turn_ids(sample)
     out = []
@@ -162,7 +162,7 @@ class TurnBaselines:
     """Raw-turn retrieval over one conversation: BM25 (``bm25s``), dense MiniLM cosine, and their RRF.
 
     ``texts`` are the turns as engram indexes them (``display_text()``). BM25 uses engram's tokenizer
-    (``workers.sparse.tokenize``: bm25s tokenizer, English stop words, PyStemmer English stemmer) and
+    (``workers.text.sparse.tokenize``: bm25s tokenizer, English stop words, PyStemmer English stemmer) and
     engram's k1/b; only turns sharing a term with the query are retrieved. Dense embeddings go through
     ``workers.models.embed_cached`` with the given cache (the runtime's), so they cost no model time after
     an ingest of the same turns.
@@ -172,7 +172,7 @@ class TurnBaselines:
         import bm25s
 
         from engram.schemas.settings import get_settings
-        from engram.workers import sparse
+        from engram.workers.text import sparse
 
         if len(ids) != len(texts):
             raise ValueError("ids and texts differ in length")

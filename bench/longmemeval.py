@@ -69,7 +69,7 @@ def recall_any_at_budget(ranked_sessions: Sequence[Sequence[str]], answers: set[
 
 def session_texts(item: dict) -> tuple[list[str], list[str]]:
     """(session ids, session texts) of one question's haystack, each text its turns' display texts."""
-    from engram.workers.adapters import longmemeval_messages
+    from engram.workers.media.conversations import longmemeval_messages
 
     ids: list[str] = []
     parts: dict[str, list[str]] = {}
@@ -88,8 +88,8 @@ class SessionBaselines:
         import bm25s
 
         from engram.schemas.settings import get_settings
-        from engram.workers import sparse
         from engram.workers.models import embed_cached, get_model
+        from engram.workers.text import sparse
 
         self.settings = settings or get_settings()
         self.ids, texts = session_texts(item)

@@ -4,7 +4,7 @@ The file is a list of sections (``SECTIONS``); each is a function of a ``Context
 ``(what, data, figure, floor)``, grouped as ``audio``, ``vision`` or ``entities``. Audio runs engram's real path:
 files go through ingest's plan (streamed, overlapping chunks) and the ``perceive`` task (faster-whisper + VAD,
 Resemblyzer speaker windows, clustering) on a temporary embedded data dir. Vision calls engram's own functions
-(``workers.vision``: OCR with its cache, faces; ``workers.media``: near-duplicate signatures; clips through
+(``workers.media.vision``: OCR with its cache, faces; ``workers.media``: near-duplicate signatures; clips through
 ingest's plan and the ``perceive`` task) with the evaluation helpers of ``bench/vision.py``. Entities ingest
 real media through the whole path, link included (``bench/entities.py``).
 
@@ -101,7 +101,7 @@ def audio_wer(ctx: Context) -> list[Row]:
 
     asr = get_model("asr", Settings(models={"asr_model": "base"}))
     for lang in ("es", "de"):
-        from engram.workers.media import decode_audio
+        from engram.workers.media.decode import decode_audio
 
         out = asr.transcribe(decode_audio(audio / f"leopard_test_{lang}.wav"))
         hyp = " ".join(s.text for s in out.segments)
@@ -173,7 +173,7 @@ def audio_speakers(ctx: Context) -> list[Row]:
 
 def audio_speed(ctx: Context) -> list[Row]:
     """CPU milliseconds: ASR per second of audio, speaker embedding per window (medians of ``runs``)."""
-    from engram.workers import media
+    from engram.workers.media import decode as media
     from engram.workers.models import get_model
     from engram.workers.runtime import runtime
 
@@ -222,15 +222,15 @@ def audio_long(ctx: Context) -> list[Row]:
 def _pixels(path: Path):
     import numpy as np
 
-    from engram.workers import media
+    from engram.workers.media import decode as media
     from engram.workers.runtime import runtime
 
     return np.asarray(media.load_image(path.read_bytes(), runtime().settings.max_image_pixels))
 
 
 def vision_ocr_finds(ctx: Context) -> list[Row]:
-    """The strings the data README names, found by OCR (rapidocr through ``workers.vision.ocr_lines``)."""
-    from engram.workers import vision
+    """The strings the data README names, found by OCR (rapidocr through ``workers.media.vision.ocr_lines``)."""
+    from engram.workers.media import vision
     from engram.workers.runtime import runtime
 
     rows = []
@@ -245,7 +245,7 @@ def vision_ocr_finds(ctx: Context) -> list[Row]:
 def vision_ocr_recall(ctx: Context) -> list[Row]:
     """OCR word recall of each webui viewport (floor 0.85) and full page against its accessibility tree."""
     from bench import vision as ev
-    from engram.workers import vision
+    from engram.workers.media import vision
     from engram.workers.runtime import runtime
 
     rows = []
@@ -307,7 +307,7 @@ def vision_near_duplicates(ctx: Context) -> list[Row]:
     from PIL import Image
 
     from bench import vision as ev
-    from engram.workers import media
+    from engram.workers.media import decode as media
     from engram.workers.runtime import runtime
 
     s = runtime().settings
@@ -350,7 +350,7 @@ def vision_speed(ctx: Context) -> list[Row]:
     import numpy as np
     from PIL import Image
 
-    from engram.workers import media
+    from engram.workers.media import decode as media
     from engram.workers.models import get_model
     from engram.workers.runtime import runtime
 
@@ -405,7 +405,7 @@ def entities_voices(ctx: Context) -> list[Row]:
     import uuid
 
     from bench import entities as be
-    from engram.workers.entities import EntityMemory, centroid, closeness
+    from engram.workers.memory.entities import EntityMemory, centroid, closeness
     from engram.workers.runtime import runtime
 
     rt = runtime()

@@ -12,7 +12,7 @@ Reported:
 - ``ocr_cpu_s`` / ``before_ocr_cpu_s``: median CPU seconds of OCR alone per kept frame, now (changed regions,
   bounded detector side, one thread) and before (rapidocr's default detector limits and threads, whole frames);
 - ``faces_cpu_s`` / ``before_faces_cpu_s``: median CPU seconds of face detection alone per kept frame, now
-  (``workers.screen_faces``: changed regions only, none when nothing changed) and before (the whole frame);
+  (``workers.media.screen_faces``: changed regions only, none when nothing changed) and before (the whole frame);
 - ``ocr_word_recall``: mean over kept frames of the word recall of the observation's OCR lines against the
   words of the axtree's ``StaticText`` names whose box top lies inside the frame (``../shared/data/README.md``);
   ``viewport_recall``: the same for the four viewport screenshots read whole; ``found``: screenpipe's named
@@ -111,7 +111,7 @@ def screenshot(args) -> dict:
     """The ``screenshot`` section (module docstring)."""
     import numpy as np
 
-    from engram.workers import screen_faces, screens, vision
+    from engram.workers.media import screen_faces, screens, vision
     from engram.workers.models import get_model
     from engram.workers.runtime import runtime
 
@@ -192,7 +192,7 @@ def screenshot(args) -> dict:
 
 def ev_frame(path: Path):
     """A PIL RGB image through engram's own decoder (``media.load_image``)."""
-    from engram.workers import media
+    from engram.workers.media import decode as media
 
     return media.load_image(path.read_bytes(), 60_000_000)
 
@@ -204,7 +204,7 @@ def _audio_run(tenant: str, long_path: Path) -> dict:
     """Figures of one audio run with the settings in the environment."""
     audio = DATA / "audio"
     out, cpu, seconds, obs_of = {}, 0.0, 0.0, {}
-    from engram.workers import media
+    from engram.workers.media import decode as media
 
     for name in AUDIO_FILES:
         t = time.process_time()

@@ -111,7 +111,7 @@ def _search_sources(rt, query: str, user: str, limit: int, need: int, memory_typ
     and more hits may exist. ``reference_time``: the question's date (time expressions resolve against it).
     Searches do not reinforce memories (``reinforce=False``), so a re-run on a kept data dir ranks alike."""
     from engram.schemas.search import SearchRequest
-    from engram.workers.query import search
+    from engram.workers.memory.search import search
 
     extra = {"memory_types": memory_types} if memory_types else {}
     extra.update(reference_time=reference_time, reinforce=False)
@@ -148,7 +148,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     ingest seconds, search latency, per conversation figures and diagnostics of what fills engram's turn budget.
     """
     from engram.api.cli import ingest_paths
-    from engram.workers.adapters import locomo_sample_id, to_jsonl
+    from engram.workers.media.conversations import locomo_sample_id, to_jsonl
     from engram.workers.runtime import runtime
 
     ks = sorted({int(k) for k in ks})
@@ -269,7 +269,7 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     figures of the questions it finished."""
     from bench.longmemeval import SessionBaselines, load_longmemeval, recall_any_at_budget
     from engram.api.cli import ingest_paths
-    from engram.workers.adapters import longmemeval_messages, parse_longmemeval_date, to_jsonl
+    from engram.workers.media.conversations import longmemeval_messages, parse_longmemeval_date, to_jsonl
     from engram.workers.runtime import runtime
 
     ks = sorted({int(k) for k in ks})

@@ -56,7 +56,7 @@ def _du(path: Path) -> int:
 
 def _seed(seed_dir: Path) -> dict[str, dict[str, list]]:
     """The seed store's points: {user_id: {collection: [Record with vectors]}} (entities left out)."""
-    from engram.workers.vectorstore import COLLECTIONS, ENTITIES, EdgeVectorStore
+    from engram.workers.stores.vectors import COLLECTIONS, ENTITIES, EdgeVectorStore
 
     store = EdgeVectorStore(seed_dir / "vectors")
     out: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -88,7 +88,7 @@ def build(seed: dict[str, dict[str, list]], real_user: str, n_obs: int, data_dir
     build seconds, points per collection and bytes on disk."""
     from qdrant_client import models as qm
 
-    from engram.workers.vectorstore import OBSERVATIONS, EdgeVectorStore
+    from engram.workers.stores.vectors import OBSERVATIONS, EdgeVectorStore
 
     t0 = time.perf_counter()
     store = EdgeVectorStore(data_dir / "vectors")
@@ -136,7 +136,14 @@ def _user_rows(store, tenant: str, user: str) -> dict[str, dict]:
     each), sparse vectors."""
     import numpy as np
 
-    from engram.workers.vectorstore import COLLECTIONS, DENSE, DENSE_SEARCH_MULTIVECTOR, ENTITIES, SPARSE, tenant_filter
+    from engram.workers.stores.vectors import (
+        COLLECTIONS,
+        DENSE,
+        DENSE_SEARCH_MULTIVECTOR,
+        ENTITIES,
+        SPARSE,
+        tenant_filter,
+    )
 
     out = {}
     for coll in COLLECTIONS:
@@ -209,11 +216,11 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
     os.environ.update(ENGRAM_DATA_DIR=str(data_dir), ENGRAM_VAULT_KEY=os.environ.get("ENGRAM_VAULT_KEY",
                                                                                       BENCH_VAULT_KEY))
     from engram.schemas.search import SearchRequest
-    from engram.workers import sparse
-    from engram.workers.embed import embed_query, embed_texts
-    from engram.workers.query import DENSE_WEIGHT, MIN_DEPTH, search
+    from engram.workers.memory.search import DENSE_WEIGHT, MIN_DEPTH, search
+    from engram.workers.memory.vectors import embed_query, embed_texts
     from engram.workers.runtime import runtime
-    from engram.workers.vectorstore import COLLECTIONS, ENTITIES, tenant_filter
+    from engram.workers.stores.vectors import COLLECTIONS, ENTITIES, tenant_filter
+    from engram.workers.text import sparse
 
     proc = psutil.Process()
     rt = runtime()
@@ -286,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--user", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
-    from engram.workers.adapters import locomo_sample_id
+    from engram.workers.media.conversations import locomo_sample_id
 
     sample = load_locomo()[args.conversation]
     user = f"locomo-{locomo_sample_id(sample, args.conversation)}"

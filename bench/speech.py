@@ -178,7 +178,7 @@ def main_voice(observations: list):
 
 def half_voices(path: Path) -> tuple:
     """The main voices of the two halves of a recording, each perceived as a recording of its own."""
-    from engram.workers import media
+    from engram.workers.media import decode as media
 
     audio = media.decode_audio(path)
     mid = len(audio) // 2
@@ -197,7 +197,7 @@ def looped_recording(audio_dir: Path, out: Path, seconds: float) -> Path:
     import av
     import numpy as np
 
-    from engram.workers import media
+    from engram.workers.media import decode as media
 
     parts = [media.decode_audio(audio_dir / n) for n in ("jfk.flac", "leopard_test.wav",
                                                         "leopard_diarization_test.wav", "pyannote_sample.wav")]

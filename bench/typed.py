@@ -33,10 +33,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo import locomo_path, parse_evidence  # noqa: E402
-from engram.workers.adapters import locomo_sample_id, locomo_sample_messages, parse_conversation_file  # noqa: E402
 from engram.workers.extract.base import Seen  # noqa: E402
 from engram.workers.extract.rules import RulesExtractor  # noqa: E402
-from engram.workers.vault import detect  # noqa: E402
+from engram.workers.media.conversations import locomo_sample_id, locomo_sample_messages, parse_conversation_file  # noqa: E402
+from engram.workers.memory.vault import detect  # noqa: E402
 
 
 def corpus_figures(name: str, conversations: list[list]) -> None:

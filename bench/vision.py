@@ -125,7 +125,7 @@ def changed_screens(base) -> dict[str, object]:
 
 def largest_face(path: Path):
     """The largest face (``FaceDetection``) of an image file through engram's face model, or None."""
-    from engram.workers import media
+    from engram.workers.media import decode as media
     from engram.workers.models import get_model
     from engram.workers.runtime import runtime
 

@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchHit
+from engram.workers.errors import ModelError
 
 MAX_ROUNDS = 5  # M3-Agent's limit of search rounds per question
 
@@ -152,6 +153,6 @@ class AskResponse(BaseModel):
     took_ms: float = Field(description="Time the query worker spent, milliseconds.")
 
 
-class AskFailed(RuntimeError):
+class AskFailed(ModelError, RuntimeError):
     """``ask`` could not get an answer from the configured LLM: the endpoint failed after its retries, or
     its reply broke the protocol twice. The message says which, with the reason."""

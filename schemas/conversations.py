@@ -1,7 +1,7 @@
 """The conversation import record (DESIGN.md "Contracts"): one JSON object per chat message.
 
 A file is either a JSON array of records, a JSON object ``{"messages": [...]}`` or JSONL (one record per
-line). Benchmark adapters (``workers.adapters``) map LoCoMo and LongMemEval into this record; they carry
+line). Benchmark adapters (``workers.media.conversations``) map LoCoMo and LongMemEval into this record; they carry
 dialog turns and image captions only, never a benchmark's annotations.
 """
 

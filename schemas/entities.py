@@ -4,7 +4,7 @@ Remembering, and Reasoning: A Multimodal Agent with Long-Term Memory", 2025), on
 
 An entity gathers what identifies one person across recordings: a bounded sample of face embeddings (dlib,
 128-d, Euclidean) and of voice embeddings (Resemblyzer, 256-d, cosine), the names it was called by, when it was
-first and last seen, and links to the observations it appears in. Nothing here does I/O (``workers.entities``
+first and last seen, and links to the observations it appears in. Nothing here does I/O (``workers.memory.entities``
 reads and writes them).
 """
 

@@ -2,7 +2,7 @@
 
 Every memory keeps where it came from (observation ids, event ids, message ids such as LoCoMo's
 ``dia_id``, and the time span it covers) and its memory dynamics: a strength in [0, 1] with the recalls
-that reinforce it (MemoryBank's forgetting curve, ``workers.dynamics``), and its history: a memory that a
+that reinforce it (MemoryBank's forgetting curve, ``workers.memory.dynamics``), and its history: a memory that a
 newer one contradicts is ``superseded_by`` it from ``valid_to`` on (Mem0's UPDATE/DELETE, kept as
 history instead of deleted); one whose retention decayed below the threshold is ``archived``.
 """

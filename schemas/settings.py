@@ -176,7 +176,7 @@ class Settings(BaseSettings):
     max_upload_media_seconds: float = Field(
         21600.0, gt=0, description="Longest media per upload, seconds, measured by decoding (never a header's "
         "claim): the audio decoded, or a video's timeline of decoded frames. Longer: the event fails at ingest "
-        "with the reason (workers.bounds).")
+        "with the reason (workers.media.bounds).")
     max_upload_segments: int = Field(
         1000, ge=1, description="Most segments (clip segments, audio chunks, chat batches) one upload is cut into; "
         "more: the event fails at ingest with the reason.")
@@ -223,7 +223,7 @@ class Settings(BaseSettings):
                                      "cluster.")
     speaker_spectral: bool = Field(False, description="When agglomerative clustering finds one speaker in a chunk "
                                    "but a GMM-BIC test on the windows' affinities finds more, spectral clustering "
-                                   "splits voices closer than speaker_distance_threshold (workers.speech). Off by "
+                                   "splits voices closer than speaker_distance_threshold (media.speech). Off by "
                                    "default: pyannote_sample 0.67 -> 0.87 pairwise F1, but 5 min of one voice "
                                    "looped became 4 speakers, and it costs about 10 CPU s per 5 min chunk.")
     speaker_min_turn_seconds: float = Field(3.0, ge=0, description="A spectral split of a chunk is kept only when "

@@ -232,7 +232,7 @@ def drain_consolidation(app, timeout: float = 120.0, cluster: Cluster | None = N
 def local_store(data_dir: Path) -> Iterator:
     """The embedded VectorStore (Qdrant Edge) under ``data_dir`` (open it only once the store worker has
     stopped: one process at a time), closed on exit."""
-    from engram.workers.vectorstore import EdgeVectorStore
+    from engram.workers.stores.vectors import EdgeVectorStore
 
     store = EdgeVectorStore(data_dir / "vectors")
     try:

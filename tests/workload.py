@@ -60,7 +60,7 @@ def make_conversation(path: Path, session: str, speakers: tuple[str, str], topic
     """A JSONL conversation of four messages about ``topic`` (engram's conversation record); returns the
     number of messages."""
     from engram.schemas.conversations import ConversationMessage
-    from engram.workers.adapters import to_jsonl
+    from engram.workers.media.conversations import to_jsonl
 
     texts = [f"Did you see the note about the {topic}?", f"Yes, the {topic} is on my list for this week.",
              f"Let's talk about the {topic} tomorrow morning.", "Sounds good, I will bring the details."]

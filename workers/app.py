@@ -7,57 +7,21 @@ backend. Tasks never depend on which mode runs them.
 
 from __future__ import annotations
 
+import importlib
 import logging
-from enum import StrEnum
 
-from celery import Celery
+from celery import Celery, Signature
 from celery.signals import setup_logging, worker_init, worker_process_shutdown
 from kombu import Queue as KombuQueue
 
 from engram.schemas.settings import Settings, get_settings
 from engram.workers.fairness import PRIORITY_STEPS
 from engram.workers.logs import celery_setup_logging
+from engram.workers.metrics import mark_process_dead, serve_metrics
+from engram.workers.tasks import QUEUE_OF, STAGE_MODULES, Queue, Task
 
-
-class Queue(StrEnum):
-    """Queues, split by kind of work so operators scale each without code changes."""
-
-    ingest = "ingest"
-    perceive_cpu = "perceive.cpu"
-    perceive_gpu = "perceive.gpu"
-    link = "link"
-    store = "store"
-    consolidate = "consolidate"
-    query = "query"
-    maintenance = "maintenance"  # beat's sweeps; every worker serves it (api.processes.worker_argv)
-
-
-#: Queues whose tasks open the vector store. With the embedded store exactly one ``--pool solo``
-#: worker serves all of them.
-QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
-
-#: Modules that define tasks (imported by the worker). Task names keep the wire form ``workers.<stage>.<task>``
-#: of earlier releases, so queued messages stay valid across the move into the ``engram`` namespace.
-TASK_MODULES = [f"engram.workers.{stage}" for stage in (
-    "ingest", "perceive", "embed", "link", "store", "consolidate", "dynamics", "query", "ask", "memory_admin",
-    "entities", "uploads")]
-
-ROUTES = {
-    # beat's sweep for lost work has a queue of its own: behind an ingest backlog it would expire unrun
-    "workers.ingest.redeliver_stalled": {"queue": Queue.maintenance.value},
-    "workers.uploads.*": {"queue": Queue.maintenance.value},  # beat's sweep of staged uploads
-    "workers.ingest.*": {"queue": Queue.ingest.value},
-    "workers.perceive.*": {"queue": Queue.perceive_cpu.value},
-    "workers.embed.*": {"queue": Queue.perceive_gpu.value},
-    "workers.link.*": {"queue": Queue.link.value},
-    "workers.store.*": {"queue": Queue.store.value},
-    "workers.consolidate.*": {"queue": Queue.consolidate.value},
-    "workers.dynamics.*": {"queue": Queue.consolidate.value},
-    "workers.query.*": {"queue": Queue.query.value},
-    "workers.ask.*": {"queue": Queue.query.value},  # ask and memory management read the vector store
-    "workers.memory_admin.*": {"queue": Queue.query.value},
-    "workers.entities.*": {"queue": Queue.query.value},  # listing and merging entities for the API
-}
+#: Routes of every task to its queue (``workers.tasks.QUEUE_OF``).
+ROUTES = {name.value: {"queue": queue.value} for name, queue in QUEUE_OF.items()}
 
 
 def transport_options(settings: Settings) -> dict:
@@ -71,13 +35,13 @@ def transport_options(settings: Settings) -> dict:
             "priority_steps": PRIORITY_STEPS}  # fair scheduling across tenants (workers.fairness)
 
 
-def configure(app: Celery, settings: Settings) -> None:
-    """Apply ``settings`` to ``app`` (eager in the embedded default). Safe to call again (tests switch
-    brokers): broker connections and the result backend made for the previous settings are dropped."""
+def celery_settings(settings: Settings) -> dict:
+    """Celery's configuration for engram's ``settings``: eager in the embedded default (no broker), a Redis
+    broker and result backend in the distributed mode, the queues, routes and beat schedule."""
     broker = settings.broker_url or "memory://localhost/"  # a host named: kombu warns of none on every producer
     interval = settings.consolidate_interval_seconds
     sweep = min(300.0, max(5.0, settings.stalled_after / 4))
-    app.conf.update(
+    return dict(
         broker_url=broker,
         result_backend=settings.result_backend or settings.broker_url or "cache+memory://",
         task_always_eager=settings.embedded,
@@ -105,37 +69,72 @@ def configure(app: Celery, settings: Settings) -> None:
         enable_utc=True,
         beat_schedule={
             "consolidate-due": {
-                "task": "workers.consolidate.consolidate_due",
+                "task": Task.consolidate_due.value,
                 "schedule": interval,
                 "options": {"expires": interval * 1.5},
             },
             "archive-decayed": {  # MemoryBank's forgetting: hourly is plenty for a curve counted in days
-                "task": "workers.dynamics.archive_task",
+                "task": Task.archive_decayed.value,
                 "schedule": 3600.0,
                 "options": {"expires": 5400.0},
             },
             "redeliver-stalled": {
-                "task": "workers.ingest.redeliver_stalled",
+                "task": Task.redeliver_stalled.value,
                 "schedule": sweep,
                 "options": {"expires": sweep * 1.5, "queue": Queue.maintenance.value},
             },
             "expire-staged-uploads": {  # presigned uploads never published (api.uploads)
-                "task": "workers.uploads.expire_staged",
+                "task": Task.expire_staged.value,
                 "schedule": 3600.0,
                 "options": {"expires": 5400.0, "queue": Queue.maintenance.value},
             },
         },
     )
-    # forget the broker connection pools and result backend made for earlier settings (Celery caches them)
-    app._pool = None
-    if "amqp" in app.__dict__:
-        app.amqp._producer_pool = None
-    app._backend_cache = None
-    app._local.__dict__.pop("backend", None)
 
 
-app = Celery("engram", include=TASK_MODULES)
-configure(app, get_settings())
+def configure(app: Celery, settings: Settings) -> None:
+    """Configure ``app`` from ``settings``: a producer app of the API or a test (``Celery("name")`` made
+    for one broker). The process-wide ``app`` below configures itself from the environment's settings when
+    it is first used (Celery's ``on_after_configure``), not when a module is imported. Connections are made
+    on first use, so configure an app before it sends anything; a process that must talk to another broker
+    makes another app."""
+    app.conf.update(celery_settings(settings))
+
+
+#: The process-wide app: the worker's (``celery -A engram.workers.app``) and the embedded default's, where
+#: ``task_always_eager`` runs the same tasks inline in the calling process.
+app = Celery("engram", include=list(STAGE_MODULES))
+
+
+@app.on_after_configure.connect
+def _configure_from_settings(sender: Celery, source, **_) -> None:
+    """Apply the environment's settings when the app's configuration is first read."""
+    source.update(celery_settings(get_settings()))
+
+
+def load_tasks() -> Celery:
+    """Import the stage modules (which register their tasks) and return the app. A worker imports them itself
+    (``include``); a process that runs tasks inline (the embedded default) needs them registered before it
+    starts one by name: an unregistered name would be sent to the in-memory broker and never run."""
+    for module in STAGE_MODULES:
+        importlib.import_module(module)  # each stage registers its tasks; imported once, then a dict lookup
+    return app
+
+
+def signature(name: Task, *args, **options) -> Signature:
+    """A signature of task ``name`` with ``args`` and message ``options`` (``queue``, ``priority``): how a chain
+    is built from task names, so no stage imports another (``workers.ingest.dispatch``, ``workers.batching``)."""
+    return load_tasks().signature(name.value, args=args, **options)
+
+
+def task(name: Task, kind: str = "stage", **options):
+    """The decorator of every Celery task: registers the function under its wire ``name`` with the options of
+    its ``kind`` (``runtime.TASK_OPTIONS``): ``"stage"`` (pipeline stages: pydantic arguments, late acks,
+    retries with backoff on transient errors only), ``"request"`` (an answer awaited by a caller: the result
+    kept), ``"beat"`` (a periodic sweep: the result kept, no retry). ``options`` override single ones."""
+    from engram.workers.runtime import TASK_OPTIONS  # runtime imports the stores; this module stays light
+
+    return app.task(name=name.value, **{**TASK_OPTIONS[kind], **options})
 
 
 class HideTaskValues(logging.Filter):
@@ -180,8 +179,6 @@ def _serve_metrics(**_) -> None:
     """In the worker's main process: serve /metrics on ``ENGRAM_METRICS_PORT`` when it is set."""
     port = get_settings().metrics_port
     if port:
-        from engram.workers.metrics import serve_metrics
-
         serve_metrics(port)
 
 
@@ -189,7 +186,5 @@ def _serve_metrics(**_) -> None:
 def _forget_pool_process(pid: int | None = None, **_) -> None:
     """A pool process exits: drop its live samples (prometheus-client multiprocess mode)."""
     import os
-
-    from engram.workers.metrics import mark_process_dead
 
     mark_process_dead(pid or os.getpid())

@@ -28,11 +28,12 @@ from pydantic import TypeAdapter, ValidationError
 from engram.schemas.ask import AnswerDecision, AskFailed, AskRequest, AskResponse, AskRound, LlmDecision, SearchDecision
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import SearchHit, SearchRequest
-from engram.workers.app import app
-from engram.workers.dynamics import reinforce
+from engram.workers.app import task
+from engram.workers.memory.dynamics import reinforce
+from engram.workers.memory.search import search
 from engram.workers.models import LlmUnavailable, get_model
-from engram.workers.query import search
 from engram.workers.runtime import Runtime, runtime
+from engram.workers.tasks import Task
 
 EVIDENCE_CHARS = 600  # of one hit's text shown to the LLM
 EVIDENCE_BUDGET = 24_000  # characters of evidence per prompt; the earliest (best) hits are kept
@@ -150,7 +151,7 @@ def ask(rt: Runtime, req: AskRequest) -> AskResponse:
                        took_ms=(time.perf_counter() - t0) * 1000)
 
 
-@app.task(name="workers.ask.ask", ignore_result=False, pydantic=True, acks_late=True)
+@task(Task.ask, "request")
 def ask_task(request: AskRequest) -> AskResponse:
     """The query worker's ``ask``. Raises AskFailed (the message says why) when the LLM fails."""
     return ask(runtime(), request)

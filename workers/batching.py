@@ -5,7 +5,7 @@ Inside ``deferred_segments()`` the ``ingest`` stage plans each event as usual (v
 segments) but its ``dispatch`` hands the segments' jobs to the context instead of starting one perceive → embed
 → link → store chain each; ``run_segments`` then runs them: perceive for each segment (its own task, so a bad
 segment fails only its event, with its stage and reason, through ``workers.runtime.stage``), one embedding pass
-over the observations of all of them (``workers.embed.dense_vectors``: each distinct text encoded once, in
+over the observations of all of them (``memory.vectors.dense_vectors``: each distinct text encoded once, in
 batches of ``models.embedding_batch_size`` sorted by length, written to the embedding cache), then each
 segment's embed → link → store chain, whose embed finds its vectors in the cache. When the joint pass raises,
 the segments embed alone, so one bad item fails only its own event.
@@ -20,10 +20,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+import structlog
 from celery import chain
 
 from engram.schemas.jobs import ObservationBatch, SegmentJob
-from engram.workers.runtime import Runtime, log
+from engram.workers.app import signature
+from engram.workers.memory.vectors import dense_vectors
+from engram.workers.runtime import Runtime
+from engram.workers.tasks import Task
+
+log = structlog.get_logger(__name__)
 
 _DEFERRED: ContextVar[list[SegmentJob] | None] = ContextVar("engram_deferred_segments", default=None)
 
@@ -54,14 +60,9 @@ def run_segments(rt: Runtime, jobs: list[SegmentJob]) -> int:
     them in one pass, then each segment's embed → link → store chain. Failures stay with their own event (the
     stage marks it failed with its reason). Returns how many observations were embedded together (0 when the
     joint pass failed or nothing was perceived)."""
-    from engram.workers.embed import dense_vectors, embed
-    from engram.workers.link import link
-    from engram.workers.perceive import perceive
-    from engram.workers.store import store
-
     batches: list[ObservationBatch] = []
     for job in jobs:
-        result = perceive.apply(args=[job])
+        result = signature(Task.perceive).apply(args=[job])
         if result.successful():
             value = result.result
             batches.append(value if isinstance(value, ObservationBatch) else ObservationBatch.model_validate(value))
@@ -75,5 +76,5 @@ def run_segments(rt: Runtime, jobs: list[SegmentJob]) -> int:
             log.warning("batched embedding failed; each segment embeds alone", segments=len(batches),
                         error=f"{type(exc).__name__}: {exc}"[:300])
     for batch in batches:
-        chain(embed.s(batch), link.s(), store.s()).apply_async()
+        chain(signature(Task.embed, batch), signature(Task.link), signature(Task.store)).apply_async()
     return together

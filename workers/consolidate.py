@@ -15,136 +15,26 @@ its observations.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from datetime import UTC, datetime
-
 import numpy as np
-from qdrant_client import models as qm
+import structlog
 
-from engram.schemas.events import MediaKind
-from engram.schemas.memories import EpisodicMemory, MemoryType, Provenance
-from engram.workers.app import app
-from engram.workers.embed import embed_texts, sparse_vectors
-from engram.workers.ids import memory_id
+from engram.schemas.memories import MemoryType
+from engram.workers.app import task
+from engram.workers.memory.episodes import build_episode, episode_vector, group_episodes
+from engram.workers.memory.points import memory_points, source_fields
+from engram.workers.memory.typed import due_users
 from engram.workers.metrics import MEMORIES_WRITTEN
-from engram.workers.runtime import TRANSIENT_ERRORS, Runtime, log, runtime
-from engram.workers.vectorstore import DENSE, OBSERVATIONS, SPARSE, UNREAD_OBSERVATION_FIELDS, tenant_filter
+from engram.workers.runtime import runtime
+from engram.workers.stores.vectors import DENSE, OBSERVATIONS, UNREAD_OBSERVATION_FIELDS, tenant_filter
+from engram.workers.tasks import Task
 
-_EVENT_TYPES = {MediaKind.text: "conversation", MediaKind.screenshot: "screen_activity",
-                MediaKind.audio: "audio", MediaKind.clip: "video"}
-SUMMARY_CHARS = 240
-
-
-def _time_order(rec: qm.Record) -> tuple:
-    p = rec.payload
-    return p["start_ts"], p.get("segment_index", 0), p.get("message_id") or "", str(rec.id)
-
-
-def group_episodes(records: list[qm.Record], gap_s: float, max_obs: int) -> list[list[qm.Record]]:
-    """Split observation records into episodes, each in time order, the episodes ordered by their start.
-
-    Observations of one conversation session (``session_id``; all observations without one form one
-    stream) are split by a gap over ``gap_s`` seconds and after ``max_obs`` observations; different
-    sessions never share an episode, also when their times interleave (two sessions on the same date).
-    Ties in time go by segment index, message id, then point id, so the same records give the same
-    episodes on every run."""
-    streams: dict[str | None, list[qm.Record]] = defaultdict(list)
-    for rec in records:
-        streams[rec.payload.get("session_id")].append(rec)
-    episodes: list[list[qm.Record]] = []
-    for stream in streams.values():
-        cur: list[qm.Record] | None = None
-        for rec in sorted(stream, key=_time_order):
-            if cur is not None and rec.payload["start_ts"] - cur[-1].payload["end_ts"] <= gap_s and len(cur) < max_obs:
-                cur.append(rec)
-                continue
-            cur = [rec]
-            episodes.append(cur)
-    episodes.sort(key=lambda ep: _time_order(ep[0]))
-    return episodes
-
-
-def extractive_summary(records: list[qm.Record], n: int) -> str:
-    """The ``n`` observations nearest the episode's mean embedding, in time order, each cut to a length."""
-    vecs = np.array([r.vector[DENSE] for r in records], dtype=np.float32)
-    centroid = vecs.mean(axis=0)
-    picked = sorted(np.argsort(-(vecs @ centroid))[:n])
-    parts = []
-    for i in picked:
-        text = " ".join(records[i].payload["text"].split())
-        parts.append(text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS].rsplit(" ", 1)[0] + "…")
-    return " / ".join(parts)
-
-
-def build_episode(records: list[qm.Record], summary_sentences: int) -> EpisodicMemory:
-    """The episodic memory of one group of observation records (same tenant and user)."""
-    first = records[0].payload
-    payloads = [r.payload for r in records]
-    kinds = {MediaKind(p["kind"]) for p in payloads}
-    speakers = sorted({p["speaker"] for p in payloads if p.get("speaker")})
-    start = datetime.fromtimestamp(min(p["start_ts"] for p in payloads), UTC)
-    end = datetime.fromtimestamp(max(p["end_ts"] for p in payloads), UTC)
-    details = "\n".join(p["text"] for p in payloads)[:4000]
-    now = datetime.now(UTC)
-    uniq = lambda xs: list(dict.fromkeys(x for x in xs if x))  # noqa: E731
-    prov = Provenance(
-        observation_ids=[r.id for r in records], event_ids=uniq(p["event_id"] for p in payloads),
-        message_ids=uniq(p.get("message_id") for p in payloads),
-        session_ids=uniq(p.get("session_id") for p in payloads),
-        object_keys=uniq(p.get("object_key") for p in payloads),
-        source_names=uniq(p.get("source_name") for p in payloads), start=start, end=end)
-    return EpisodicMemory(
-        id=memory_id(first["tenant_id"], first["user_id"], MemoryType.episodic,
-                     ",".join(sorted(str(r.id) for r in records))),
-        tenant_id=first["tenant_id"], user_id=first["user_id"], created_at=now, updated_at=now,
-        provenance=prov, occurred_at=start, ended_at=end, actor=first["user_id"],
-        event_type=_EVENT_TYPES[kinds.pop()] if len(kinds) == 1 else "activity",
-        summary=extractive_summary(records, summary_sentences), details=details, entities=speakers)
-
-
-def episode_vector(records: list[qm.Record]) -> np.ndarray:
-    """The dense vector of an episode (384,): the unit-length centroid of its observations' vectors."""
-    centroid = np.array([r.vector[DENSE] for r in records], dtype=np.float32).mean(axis=0)
-    return centroid / max(float(np.linalg.norm(centroid)), 1e-12)
-
-
-def source_fields(records: list[qm.Record]) -> dict[str, list[str]]:
-    """What a memory's filters match on, from its source observations: ``kinds``, ``device_ids``, ``apps``
-    and ``entity_ids`` (each sorted, without repeats)."""
-    def values(key: str) -> list[str]:
-        got = (r.payload.get(key) for r in records)
-        return sorted({str(x) for v in got if v for x in (v if isinstance(v, list) else [v])})
-    return {"kinds": values("kind"), "device_ids": values("device_id"), "apps": values("app"),
-            "entity_ids": values("entity_ids")}
-
-
-def memory_points(rt: Runtime, memories: list[EpisodicMemory], fields: list[dict[str, list[str]]],
-                  dense: np.ndarray | None = None, sparse_texts: list[str | list[str]] | None = None,
-                  sparse_units: list[int] | None = None) -> list[qm.PointStruct]:
-    """Qdrant points of memories: payload is the memory plus ``start_ts``/``end_ts`` and ``fields`` (what its
-    sources are, ``source_fields``).
-
-    ``dense`` (n, 384) and ``sparse_texts`` default to the embedding and the BM25 vector of each memory's
-    ``index_text()`` (a sparse text may be given as its parts, ``sparse.tokenize_parts``); ``sparse_units`` says
-    how many observations' texts each sparse text joins."""
-    texts = [m.index_text() for m in memories]
-    dense = embed_texts(rt, texts) if dense is None else dense
-    sparse_vecs = sparse_vectors(rt.settings, sparse_texts or texts, sparse_units)
-    points = []
-    for mem, vec, (si, sv), extra in zip(memories, dense, sparse_vecs, fields, strict=True):
-        payload = mem.model_dump(mode="json")
-        payload.update(start_ts=mem.provenance.start.timestamp(), end_ts=mem.provenance.end.timestamp(),
-                       **extra)
-        points.append(qm.PointStruct(id=str(mem.id), payload=payload, vector={
-            DENSE: vec.tolist(), SPARSE: qm.SparseVector(indices=si, values=sv)}))
-    return points
+log = structlog.get_logger(__name__)
 
 
 CONSOLIDATE_LOCK_TTL_S = 600.0
 
 
-@app.task(name="workers.consolidate.consolidate_user", ignore_result=False, acks_late=True,
-          reject_on_worker_lost=True, autoretry_for=TRANSIENT_ERRORS, retry_backoff=2, max_retries=5)
+@task(Task.consolidate_user, "stage", ignore_result=False)
 def consolidate_user(tenant_id: str, user_id: str) -> int:
     """Write episodic memories from the user's unconsolidated observations; returns how many.
 
@@ -173,7 +63,7 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
         rt.vectors.upsert(MemoryType.episodic.value,
                           memory_points(rt, memories, fields, vectors, texts, [len(ep) for ep in episodes]))
         MEMORIES_WRITTEN.labels(memory_type=MemoryType.episodic.value).inc(len(memories))
-        from engram.workers.typed import consolidate_typed  # semantic, procedural, resource, core, vault index
+        from engram.workers.memory.typed import consolidate_typed  # semantic, procedural, resource, core, vault index
 
         consolidate_typed(rt, tenant_id, user_id, records)
         rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})
@@ -181,22 +71,11 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
     return len(memories)
 
 
-def pending_users(rt: Runtime) -> list[tuple[str, str]]:
-    """(tenant, user) pairs that have unconsolidated observations."""
-    flt = qm.Filter(must=[qm.FieldCondition(key="consolidated", match=qm.MatchValue(value=False))])
-    pairs: dict[tuple[str, str], int] = defaultdict(int)
-    for rec in rt.vectors.scroll(OBSERVATIONS, flt):
-        pairs[(rec.payload["tenant_id"], rec.payload["user_id"])] += 1
-    return sorted(pairs)
-
-
-@app.task(name="workers.consolidate.consolidate_due", ignore_result=False, acks_late=True)
+@task(Task.consolidate_due, "beat")
 def consolidate_due() -> int:
-    """Beat entry point: start one consolidation per (tenant, user) that is due (``workers.typed.due_users``:
+    """Beat entry point: start one consolidation per (tenant, user) that is due (``workers.memory.typed.due_users``:
     enough pending observations, or idle long enough); returns how many users have pending observations
     (started now or still waiting), so a caller can loop until it is 0."""
-    from engram.workers.typed import due_users
-
     rt = runtime()
     due, pending = due_users(rt)
     for tenant_id, user_id in due:

@@ -1,179 +1,19 @@
-"""Stage ``embed`` (queue ``perceive.gpu``; CPU workers can serve it): dense MiniLM embeddings, batched and
-cached on disk by (model, sha256 of text), and sparse BM25 vectors of each observation.
-
-Contextual indexing (Anthropic's "contextual retrieval", 2024, with the surrounding turns as the context
-instead of an LLM-written one): an observation that carries context (the texts of its
-neighbouring chat turns in the same session, ``context_before``/``context_after``) is BM25-indexed as two
-fields (BM25F, ``workers.sparse.fielded_vectors``): its date and own text, and that context (normalised
-against that many turns' worth of length, weighted ``CONTEXT_TF_WEIGHT``), so two long answers beside a
-one-line turn do not drown its own words; its dense vector is its own
-embedding plus ``CONTEXT_WEIGHT`` times that of each adjacent turn (one either side), re-normalised. The
-neighbours are embedded as the observations they are, so the context costs cache look-ups, not model time.
-An observation without context is indexed as its text alone.
-
-Sentence vectors (Dense X Retrieval, Chen et al. 2023: smaller retrieval units; scored by MaxSim as in ColBERT,
-Khattab & Zaharia 2020): a turn of ``SENTENCE_MAX_WORDS`` words or fewer that has several sentences also gets
-one vector per sentence, and its dense search scores it by the best of its contextual vector and those
-(``dense_vectors``; Qdrant multivector, ``MAX_SIM``). A fact told in passing ("By the way, I got a 10%
-discount on my first purchase") is then found on its own, not blurred into the rest of the turn. The sentence
-vectors come from the turn's own forward pass by late chunking (Günther et al. 2024: the mean of the token
-states inside each sentence, ``MiniLMEmbedder.embed_spans``), so a turn costs one encode, not one per sentence
-as well (which doubled the model time of a chat ingest). Long turns (documents, an assistant's essay) are left
-whole.
-
-Each distinct text is encoded once per process and data dir: texts are de-duplicated within a call and looked
-up in the on-disk cache first, so a turn embedded as itself is a cache hit as its neighbours' context; on the
-embedded default the segments of many events are embedded in one pass (``workers.batching``).
+"""Stage ``embed`` (queue ``perceive.gpu``; CPU workers can serve it): each observation's dense vector (its own
+embedding blended with its neighbouring turns'), sentence rows and fielded BM25 sparse vector
+(``memory.vectors``: the methods and their sources).
 """
 
 from __future__ import annotations
 
-import functools
-import threading
-
-import numpy as np
-from cachetools import LRUCache
-
 from engram.schemas.jobs import EmbeddedBatch, ObservationBatch
-from engram.schemas.observations import EmbeddedObservation, Observation
-from engram.schemas.settings import Settings
-from engram.workers import sparse
-from engram.workers.app import app
-from engram.workers.extract.rules import sentences
-from engram.workers.metrics import model_timer
-from engram.workers.models import embed_cached, get_model
-from engram.workers.models.embeddings import DIM
-from engram.workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
-
-CONTEXT_WEIGHT = 0.5  # a neighbour's embedding counts half as much as the observation's own
-CONTEXT_TF_WEIGHT = 0.5  # BM25F weight of the context field's term frequencies (the turn's own field: 1)
-SENTENCE_MAX_WORDS = 120  # turns longer than this get no sentence vectors
+from engram.schemas.observations import EmbeddedObservation
+from engram.workers.app import task
+from engram.workers.memory.vectors import dense_vectors, observation_sparse_vectors
+from engram.workers.runtime import runtime, stage
+from engram.workers.tasks import Task
 
 
-def embed_texts(rt: Runtime, texts: list[str]) -> np.ndarray:
-    """Dense embeddings (n, 384) float32, unit length, through the on-disk cache."""
-    model = get_model("embedding", rt.settings)
-    with model_timer("embedding", items=len(texts)):  # cache hits included: the time a text costs the stage
-        return embed_cached(model, rt.embedding_cache, texts, rt.settings.models.embedding_batch_size)
-
-
-#: Query embeddings of this process (a query text -> its unit vector), most recently used kept.
-_QUERY_VECTORS: LRUCache = LRUCache(maxsize=4096)
-_QUERY_LOCK = threading.Lock()
-
-
-def embed_query(rt: Runtime, text: str) -> np.ndarray:
-    """The dense embedding (384,) of a search query, kept in a per-process LRU instead of the on-disk cache: a
-    query costs ~2 ms to embed (ONNX runtime), while writing it to the SQLite cache waits for a commit to the disk
-    (tens of ms), on every new query."""
-    key = (rt.settings.models.embedding_model, text)
-    with _QUERY_LOCK:
-        hit = _QUERY_VECTORS.get(key)
-    if hit is not None:
-        return hit
-    model = get_model("embedding", rt.settings)
-    with model_timer("embedding", items=1):
-        vec = model.embed([text])[0]
-    with _QUERY_LOCK:
-        _QUERY_VECTORS[key] = vec
-    return vec
-
-
-def sparse_vectors(settings: Settings, texts: list[str | list[str]],
-                   units: list[int] | None = None) -> list[tuple[list[int], list[float]]]:
-    """BM25 document vectors with the configured k1 and b. A text made of ``units[i]`` observations' texts
-    (a turn with its context, an episode) is length-normalised against ``units[i]`` times the configured
-    average length (default: one unit each). A text may be given as its parts (``sparse.tokenize_parts``)."""
-    avgdl = [settings.bm25_avgdl * max(1, u) for u in units] if units else settings.bm25_avgdl
-    return sparse.document_vectors(texts, settings.bm25_k1, settings.bm25_b, avgdl)
-
-
-def observation_sparse_vectors(settings: Settings, observations: list[Observation]
-                               ) -> list[tuple[list[int], list[float]]]:
-    """BM25 vectors of observations, one BM25F pass (``sparse.fielded_vectors``): an observation without context
-    is one field, its text (weight 1, the configured average length: plain BM25); one with context is two,
-    ``<day month year> <text>`` (weight 1, the configured average length) and its context turns (weight
-    ``CONTEXT_TF_WEIGHT``, that many times the average length)."""
-    avgdl = settings.bm25_avgdl
-    docs = [[([o.captured_at.strftime("%-d %B %Y"), o.text], 1.0, avgdl),
-             ([*o.context_before, *o.context_after], CONTEXT_TF_WEIGHT,
-              avgdl * (len(o.context_before) + len(o.context_after)))]
-            if o.context_before or o.context_after else [([o.text], 1.0, avgdl)]
-            for o in observations]
-    return sparse.fielded_vectors(docs, settings.bm25_k1, settings.bm25_b)
-
-
-@functools.lru_cache(maxsize=4096)
-def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
-    """Character spans ((start, end), ...) of ``text``'s sentences (``workers.extract.rules.sentences``) when it
-    has at most ``SENTENCE_MAX_WORDS`` words and two or more sentences, else (). Kept for the texts used last
-    (a segment asks for each turn twice)."""
-    if len(text.split()) > SENTENCE_MAX_WORDS:
-        return ()
-    spans, pos = [], 0
-    for sentence in sentences(text):
-        start = text.find(sentence, pos)
-        if start < 0:  # not an exact span (cannot happen: sentences are slices of the text)
-            return ()
-        spans.append((start, start + len(sentence)))
-        pos = start + len(sentence)
-    return tuple(spans) if len(spans) > 1 else ()
-
-
-#: The embedding cache's model name for a text's late-chunked sentence rows (``sentence_rows``).
-SENTENCE_ROWS_TAG = "#sentences-late-chunked"
-
-
-def sentence_rows(rt: Runtime, texts: list[str]) -> dict[str, np.ndarray]:
-    """Sentence rows of turns (text → (k, 384) unit rows, k ≥ 1) by late chunking
-    (``MiniLMEmbedder.embed_spans``): one forward pass over each turn gives its own embedding, written to the
-    embedding cache where ``embed_texts`` finds it, and its sentences' vectors, pooled from that pass's token
-    states, so sentences cost no model time of their own. ``texts`` must each have ``sentence_spans``. Cached
-    on disk by (model + ``SENTENCE_ROWS_TAG``, sha256 of the text)."""
-    model = get_model("embedding", rt.settings)
-    cache, tag = rt.embedding_cache, model.name + SENTENCE_ROWS_TAG
-    texts = list(dict.fromkeys(texts))
-    keys = {t: cache.key(t) for t in texts}
-    have = cache.get_many(tag, list(keys.values()))
-    out = {t: have[k].reshape(-1, DIM) for t, k in keys.items() if k in have}
-    missing = [t for t in texts if t not in out]
-    if missing:
-        with model_timer("embedding", items=len(missing)):
-            vecs, rows = model.embed_spans(missing, [list(sentence_spans(t)) for t in missing],
-                                           rt.settings.models.embedding_batch_size)
-        cache.put_many(model.name, {keys[t]: v for t, v in zip(missing, vecs, strict=True)})
-        cache.put_many(tag, {keys[t]: r for t, r in zip(missing, rows, strict=True)})
-        out.update(zip(missing, rows, strict=True))
-    return out
-
-
-def dense_vectors(rt: Runtime, observations: list[Observation]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Each observation's contextual vector and its sentence multivector, from one pass through the
-    embedding cache and model over every distinct text they need (own texts and adjacent turns, each encoded
-    once; a turn's sentences come from its own pass, ``sentence_rows``).
-
-    Returns ``(dense, multi)``: ``dense`` (n, 384), unit rows, the observation's embedding plus
-    ``CONTEXT_WEIGHT`` times the embedding of each adjacent turn (one either side), re-normalised (its own
-    embedding when it has no context); ``multi[i]`` (k, 384), unit rows, ``dense[i]`` first and then, for a
-    text of at most ``SENTENCE_MAX_WORDS`` words with two or more sentences (``sentence_spans``), one vector
-    per sentence (k = 1 otherwise)."""
-    adjacent = [[*o.context_before[-1:], *o.context_after[:1]] for o in observations]
-    rows = sentence_rows(rt, [o.text for o in observations if sentence_spans(o.text)])
-    texts = list(dict.fromkeys([t for o, adj in zip(observations, adjacent, strict=True) for t in (o.text, *adj)]))
-    where = {t: i for i, t in enumerate(texts)}
-    vecs = embed_texts(rt, texts)
-    dense = np.empty((len(observations), vecs.shape[1]), dtype=np.float32)
-    for n, (obs, adj) in enumerate(zip(observations, adjacent, strict=True)):
-        v = vecs[where[obs.text]].copy()
-        for t in adj:
-            v += CONTEXT_WEIGHT * vecs[where[t]]
-        dense[n] = v / max(float(np.linalg.norm(v)), 1e-12)
-    multi = [np.vstack([dense[n:n + 1], rows[o.text]]) if o.text in rows else dense[n:n + 1]
-             for n, o in enumerate(observations)]
-    return dense, multi
-
-
-@app.task(name="workers.embed.embed", **STAGE_TASK_OPTIONS)
+@task(Task.embed)
 def embed(batch: ObservationBatch) -> EmbeddedBatch:
     """Vectors for every observation of one segment."""
     rt = runtime()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from engram.schemas.events import EventStatus
 from engram.schemas.settings import Settings
-from engram.workers.ledger import Ledger
+from engram.workers.stores.ledger import Ledger
 
 #: Priority steps of the Redis transport (``broker_transport_options['priority_steps']``): 0 = highest.
 PRIORITY_STEPS = list(range(10))

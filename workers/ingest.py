@@ -19,22 +19,29 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import structlog
 from celery import chain
 
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
 from engram.schemas.jobs import Keyframe, SegmentJob
-from engram.workers import bounds, media
-from engram.workers.app import Queue, app
-from engram.workers.bounds import UploadBudget
+from engram.workers.app import signature, task
+from engram.workers.batching import defer
 from engram.workers.fairness import segment_priority, tenant_priority
 from engram.workers.ids import derived_key, sha256_file
-from engram.workers.ledger import FINAL_STATUSES
+from engram.workers.media import bounds
+from engram.workers.media import decode as media
+from engram.workers.media.bounds import UploadBudget
+from engram.workers.media.chat import conversation_messages  # parsed once, kept for the perceive tasks
 from engram.workers.metrics import NEAR_DUPLICATES
-from engram.workers.objectstore import ObjectNotFound
-from engram.workers.runtime import STAGE_TASK_OPTIONS, Runtime, log, runtime, stage
+from engram.workers.runtime import Runtime, runtime, stage
+from engram.workers.stores.ledger import FINAL_STATUSES
+from engram.workers.stores.objects import ObjectNotFound
+from engram.workers.tasks import Queue, Task
+
+log = structlog.get_logger(__name__)
 
 
-@app.task(name="workers.ingest.ingest", **STAGE_TASK_OPTIONS)
+@task(Task.ingest)
 def ingest(event: MediaEvent) -> None:
     """Validate ``event``'s object and dispatch one perceive → embed → link → store chain per segment."""
     rt = runtime()
@@ -56,7 +63,7 @@ def ingest(event: MediaEvent) -> None:
             dispatch(job, segment_priority(base, job.segment_index, rt.settings))
 
 
-@app.task(name="workers.ingest.redeliver_stalled")
+@task(Task.redeliver_stalled, "beat")
 def redeliver_stalled() -> dict[str, int]:
     """Beat's sweep for lost work: publish ``ingest`` again for events queued or processing without progress
     for ``stalled_after_seconds`` (default twice the visibility timeout), up to ``max_redeliveries`` times,
@@ -79,17 +86,12 @@ def dispatch(job: SegmentJob, priority: int = 0) -> None:
     """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue. Every message of
     the chain carries ``priority`` (0 highest .. 9, ``workers.fairness``). Inside
     ``workers.batching.deferred_segments`` (embedded default, many files at once) the job is collected instead."""
-    from engram.workers.batching import defer
-    from engram.workers.embed import embed
-    from engram.workers.link import link
-    from engram.workers.perceive import perceive
-    from engram.workers.store import store
-
     if defer(job):
         return
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
-    chain(perceive.s(job).set(queue=queue.value, priority=priority), embed.s().set(priority=priority),
-          link.s().set(priority=priority), store.s().set(priority=priority)).apply_async()
+    chain(signature(Task.perceive, job, queue=queue.value, priority=priority),
+          signature(Task.embed, priority=priority), signature(Task.link, priority=priority),
+          signature(Task.store, priority=priority)).apply_async()
 
 
 def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:
@@ -156,7 +158,7 @@ def _plan_screenshot(rt: Runtime, event: MediaEvent, path: Path) -> list[Segment
 
 
 def _plan_audio(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob] | None:
-    """Audio chunks of ``event`` measured by decoding (``workers.bounds``); None when the recording holds no
+    """Audio chunks of ``event`` measured by decoding (``workers.media.bounds``); None when the recording holds no
     samples or no sound (the event is then skipped with the reason). Raises MediaError, LimitExceeded."""
     _check_sniffed(path, MediaKind.audio)
     info = media.probe(path)
@@ -191,7 +193,7 @@ def _audio_chunks(rt: Runtime, event: MediaEvent, blocks: Iterator[np.ndarray], 
                   silence_dbfs: float | None = None) -> list[SegmentJob]:
     """Cut streamed audio into chunks whose cores are ``seconds`` long, each written as a WAV object that also
     holds ``overlap`` seconds of its neighbours on either side (``audio_start_s`` says where it starts), so a
-    word cut by a core's edge is heard whole by the chunk that keeps it (``workers.speech``). At most one
+    word cut by a core's edge is heard whole by the chunk that keeps it (``workers.media.speech``). At most one
     chunk plus its overlaps is held in memory; a recording of any length gives at least one chunk.
 
     With ``budget``, the samples decoded, the chunks and their bytes are held to the upload's limits (raises
@@ -235,7 +237,7 @@ def _plan_clip(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
     """Segments of ``clip_segment_seconds`` that hold decoded frames or sound, measured by decoding: the
     timeline of decoded frames and the audio decoded are held to ``max_upload_media_seconds`` as they come
     (an MP4 whose sample tables claim 2,000,000 s fails at its first frame past the limit), segments and
-    derived bytes to their limits (``workers.bounds``). A segment's audio track is written only when it is
+    derived bytes to their limits (``workers.media.bounds``). A segment's audio track is written only when it is
     not silent. Raises MediaError, LimitExceeded."""
     _check_sniffed(path, MediaKind.clip)
     s = rt.settings
@@ -285,7 +287,6 @@ def _plan_clip(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
 
 
 def _plan_text(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
-    from engram.workers.perceive import conversation_messages  # parsed once, kept for the perceive tasks
 
     messages = conversation_messages(rt, event, path.read_bytes())
     batch = rt.settings.chat_batch_size

@@ -1,5 +1,5 @@
 """Stage ``link`` (queue ``link``): link observations to persistent person entities (M3-Agent's entity-centric
-memory, Long et al. 2025; the entity store is ``workers.entities``).
+memory, Long et al. 2025; the entity store is ``workers.memory.entities``).
 
 - **Chat speakers** bind by name: each speaker is the entity holding that name (first: the one with id
   ``entity_id(tenant, name)``).
@@ -33,16 +33,17 @@ import numpy as np
 from engram.schemas.entities import Entity
 from engram.schemas.jobs import EmbeddedBatch
 from engram.schemas.observations import Observation
-from engram.workers.app import app
-from engram.workers.entities import EntityMemory, entity_id, founded_id, name_key, names_in_transcript
+from engram.workers.app import task
+from engram.workers.memory.entities import EntityMemory, entity_id, founded_id, name_key, names_in_transcript
 from engram.workers.models.faces import cluster_faces
-from engram.workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
-from engram.workers.vectorstore import OBSERVATIONS
+from engram.workers.runtime import runtime, stage
+from engram.workers.stores.vectors import OBSERVATIONS
+from engram.workers.tasks import Task
 
 __all__ = ["entity_id", "link", "link_observations"]
 
 
-@app.task(name="workers.link.link", **STAGE_TASK_OPTIONS)
+@task(Task.link)
 def link(batch: EmbeddedBatch) -> EmbeddedBatch:
     """Fill the ``entity_ids`` of the batch's observations (and each face's ``entity_id``) and write the
     entities they link to."""

@@ -1,31 +1,32 @@
 """Stage ``perceive`` (queues ``perceive.cpu`` and ``perceive.gpu``): turn one segment into observations.
 
 OCR (rapidocr, cached by image hash), faces (dlib) and optional VLM captions for screenshots and clip
-keyframes (``workers.vision``), speech-to-text with word timings, speakers and voice embeddings for audio
-chunks and clip audio (``workers.speech``: faster-whisper + VAD, Resemblyzer), conversation messages
-passed through. Last, secrets are redacted (``workers.vault``: each one replaced by a knowledge-vault
+keyframes (``workers.media.vision``), speech-to-text with word timings, speakers and voice embeddings for audio
+chunks and clip audio (``workers.media.speech``: faster-whisper + VAD, Resemblyzer), conversation messages
+passed through. Last, secrets are redacted (``workers.memory.vault``: each one replaced by a knowledge-vault
 placeholder and kept encrypted): nothing leaves this stage that should not be stored.
 """
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import numpy as np
-from cachetools import LRUCache
 
 from engram.schemas.events import MediaEvent, MediaKind
 from engram.schemas.jobs import ObservationBatch, SegmentJob
 from engram.schemas.observations import Observation, OcrLine, SpeakerVoice, WordTiming
-from engram.workers import media, speech, vault, vision
-from engram.workers.adapters import parse_conversation_file
-from engram.workers.app import app
+from engram.workers.app import task
 from engram.workers.ids import point_id
-from engram.workers.runtime import STAGE_TASK_OPTIONS, Runtime, runtime, stage
+from engram.workers.media import decode as media
+from engram.workers.media import speech, vision
+from engram.workers.media.chat import conversation_messages, message_context
+from engram.workers.memory import vault
+from engram.workers.runtime import Runtime, runtime, stage
+from engram.workers.tasks import Task
 
 
-@app.task(name="workers.perceive.perceive", **STAGE_TASK_OPTIONS)
+@task(Task.perceive)
 def perceive(job: SegmentJob) -> ObservationBatch:
     """Observations of one segment (possibly none: a silent chunk, a screen without text)."""
     rt = runtime()
@@ -121,44 +122,6 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
                   language=language, ocr_lines=screen_lines, faces=faces, caption=" | ".join(captions) or None,
                   speaker_label=speaker, voice_embedding=voice, speaker_voices=voices, start_s=start,
                   end_s=job.end_s, captured_at=job.event.captured_at + timedelta(seconds=start))]
-
-
-CONTEXT_TURNS = 2  # neighbouring turns of the same session, either side, indexed with a message
-
-
-def message_context(messages: list, idx: int, turns: int = CONTEXT_TURNS) -> tuple[list[str], list[str]]:
-    """Display texts of up to ``turns`` messages before and after ``messages[idx]`` in its session, in
-    conversation order (the context of contextual indexing, ``workers.embed``)."""
-    sid = messages[idx].session_id
-    before = [m.display_text() for m in messages[max(0, idx - turns):idx] if m.session_id == sid]
-    after = [m.display_text() for m in messages[idx + 1:idx + 1 + turns] if m.session_id == sid]
-    return before, after
-
-
-PARSED_CACHE_SIZE = 4  # conversation files whose parsed messages are kept (most recently used)
-_PARSED: LRUCache[tuple[str, str, str], list] = LRUCache(maxsize=PARSED_CACHE_SIZE)
-_PARSED_LOCK = threading.Lock()  # LRUCache is not thread safe
-
-
-def conversation_messages(rt: Runtime, event: MediaEvent, data: bytes | None = None) -> list:
-    """The messages of a text event's conversation file (``adapters.parse_conversation_file``), parsed once
-    per process: ingest plans the segments and each of the file's perceive tasks reads its slice of the
-    same list (a 500-turn file is cut into ~10 segments). Kept by (object key, sha256, source name) for the
-    ``PARSED_CACHE_SIZE`` files used last; the object key is content-addressed, so a kept list is what
-    parsing the object again would give. ``data``: the object's bytes when the caller has them (else they are
-    read from the object store). Callers must not modify the list or its messages. Raises
-    MediaError for a file that does not parse (not kept)."""
-    key = (event.object_key, event.sha256, event.source_name or "", event.captured_at, event.user_id)
-    with _PARSED_LOCK:
-        messages = _PARSED.get(key)  # a hit counts as a use
-        if messages is not None:
-            return messages
-    if data is None:
-        data = rt.objects.get_bytes(event.object_key)
-    messages = parse_conversation_file(data, event.source_name or "", event.captured_at, event.user_id)
-    with _PARSED_LOCK:
-        _PARSED[key] = messages
-    return messages
 
 
 def _text(rt: Runtime, job: SegmentJob) -> list[Observation]:

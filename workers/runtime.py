@@ -23,14 +23,14 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 
 from engram.schemas.events import EventStatus, MediaEvent
 from engram.schemas.settings import Settings, get_settings
-from engram.workers.ledger import Ledger, open_ledger
-from engram.workers.media import MediaError
+from engram.workers.errors import MediaError
 from engram.workers.metrics import STAGE_ERRORS, STAGE_SECONDS
 from engram.workers.models import EmbeddingCache
-from engram.workers.objectstore import ObjectStore, open_object_store
-from engram.workers.vectorstore import StoreBusy, VectorStore, open_vector_store
+from engram.workers.stores.ledger import Ledger, open_ledger
+from engram.workers.stores.objects import ObjectStore, open_object_store
+from engram.workers.stores.vectors import StoreBusy, VectorStore, close_vector_stores, open_vector_store
 
-log = structlog.get_logger("engram")
+log = structlog.get_logger(__name__)
 
 #: Errors worth retrying: a server that is restarting or unreachable for a moment, a store held by
 #: another process. Anything else (bad input, bugs) fails at once.
@@ -43,6 +43,14 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 STAGE_TASK_OPTIONS = dict(pydantic=True, acks_late=True, reject_on_worker_lost=True,
                           autoretry_for=TRANSIENT_ERRORS, retry_backoff=2, retry_backoff_max=300,
                           retry_jitter=True, max_retries=5)
+
+#: Options of each kind of task (``workers.app.task``): a pipeline stage; a request whose caller awaits the answer
+#: (search, ask, memory and entity management: the result kept); a periodic sweep started by beat.
+TASK_OPTIONS: dict[str, dict] = {
+    "stage": STAGE_TASK_OPTIONS,
+    "request": dict(ignore_result=False, pydantic=True, acks_late=True),
+    "beat": dict(ignore_result=False, acks_late=True),
+}
 
 
 @dataclass
@@ -140,8 +148,6 @@ def store_session() -> AbstractContextManager[Runtime]:
 
 def reset_runtimes() -> None:
     """Forget every cached Runtime and close vector stores (tests; a CLI switching data dirs)."""
-    from engram.workers.vectorstore import close_vector_stores
-
     with _lock:
         _runtimes.clear()
     close_vector_stores()

@@ -6,14 +6,18 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+import structlog
 from qdrant_client import models as qm
 
 from engram.schemas.jobs import EmbeddedBatch
 from engram.schemas.observations import EmbeddedObservation
-from engram.workers.app import app
+from engram.workers.app import task
 from engram.workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
-from engram.workers.runtime import STAGE_TASK_OPTIONS, log, runtime, stage
-from engram.workers.vectorstore import DENSE, OBSERVATIONS, SENTENCES, SPARSE
+from engram.workers.runtime import runtime, stage
+from engram.workers.stores.vectors import DENSE, OBSERVATIONS, SENTENCES, SPARSE
+from engram.workers.tasks import Task
+
+log = structlog.get_logger(__name__)
 
 
 def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
@@ -34,7 +38,7 @@ def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
     return qm.PointStruct(id=str(obs.id), vector=vector, payload=payload)
 
 
-@app.task(name="workers.store.store", **STAGE_TASK_OPTIONS)
+@task(Task.store)
 def store(batch: EmbeddedBatch) -> int:
     """Write the segment's observations; returns how many were written."""
     rt = runtime()

@@ -236,7 +236,7 @@ def test_wrong_sha256_event_fails_in_ingest_with_reason(client, api_keys, api_se
     refused = client.post("/v1/events", json=body, headers=auth(key))
     assert refused.status_code == 409 and "upload rejected: the uploaded bytes hash to" in refused.json()["detail"]
 
-    from engram.workers.objectstore import S3ObjectStore
+    from engram.workers.stores.objects import S3ObjectStore
 
     store = S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key,
                           api_settings.s3_bucket)

@@ -55,8 +55,8 @@ def test_kill_9_mid_conversation_then_the_next_ingest_resumes_it(tmp_path):
     again = subprocess.run(cmd, env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed" in again.stderr and "(interrupted earlier): done" in " ".join(again.stderr.split())
-    code = ("from workers.runtime import runtime\n"
-            "from workers.vectorstore import OBSERVATIONS, tenant_filter\n"
+    code = ("from engram.workers.runtime import runtime\n"
+            "from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter\n"
             "ids = [r.payload['message_id'] for r in runtime().vectors.scroll(OBSERVATIONS, tenant_filter("
             "'default', 'ann'), with_payload=['message_id'])]\n"
             "print(len(ids), len(set(ids)))\n")

@@ -56,7 +56,7 @@ def test_publish_three_files_then_republish_skips_uploads(api_server, api_keys, 
 
 
 def test_status_wait_and_tenant_scope(api_server, api_keys, api_settings, files):
-    from engram.workers.ledger import RedisLedger
+    from engram.workers.stores.ledger import RedisLedger
 
     with EngramClient(api_server, api_keys["acme"]) as client:
         eid = client.publish_file(files / "shot.png")

@@ -66,7 +66,7 @@ def test_sample_without_espeak_has_a_silent_clip_and_distinct_screens(tmp_path, 
 
     from PIL import Image
 
-    from engram.workers import media
+    from engram.workers.media import decode as media
 
     real_which = shutil.which
     monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "espeak-ng" else real_which(tool))

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engram.api.app import create_app
-from engram.workers.objectstore import S3ObjectStore
+from engram.workers.stores.objects import S3ObjectStore
 from tests.api.conftest import png_bytes
 from tests.api.test_app import auth, event_body
 
@@ -85,7 +85,7 @@ def test_two_uploads_of_one_content_both_publish(client, api_keys, store):
 def test_beat_expires_staged_uploads_never_published(client, api_keys, store):
     from datetime import timedelta
 
-    from engram.workers.uploads import expire_staged
+    from engram.workers.stores.objects import expire_staged
 
     data = png_bytes(25)
     sha, up = ask(client, api_keys["acme"], data)

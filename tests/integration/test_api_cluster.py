@@ -250,7 +250,7 @@ def stop_and_count(stack: Stack, final: dict, users) -> dict[str, int]:
     Qdrant's local mode: per event exactly the ledger's number of observations (none for skipped or failed
     events, none of unknown events), no two for the same segment, message or time span, all consolidated,
     each in exactly one episodic memory, and episodic memories for every user. Returns counts."""
-    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
 
     cluster = stack.cluster
     if "beat" in cluster.procs:

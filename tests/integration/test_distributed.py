@@ -22,7 +22,7 @@ import pytest
 from engram.schemas.events import EventStatus, MediaEvent
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import SearchRequest, SearchResponse
-from tests.cluster import Cluster
+from tests.cluster import Cluster, producer
 from tests.servers import S3Server
 from tests.workload import TOPICS, USERS, Item, make_conversation, make_screenshot
 
@@ -57,10 +57,24 @@ def make_items(folder: Path, per_user: int, tag: str) -> list[Item]:
     return items
 
 
+def sender():
+    """A producer app for the cluster of the current settings (``tests.cluster.producer``, one per broker)."""
+    from engram.schemas.settings import get_settings
+
+    settings = get_settings()
+    if _SENDERS.get("url") != settings.broker_url:
+        _SENDERS.update(url=settings.broker_url, app=producer(settings))
+    return _SENDERS["app"]
+
+
+_SENDERS: dict = {}
+
+
 def publish(rt, items: list[Item]) -> list[MediaEvent]:
     """Store each file and queue its event in the ledger (``api.local.publish_file``), then send ingest."""
     from engram.api.local import classify, publish_file
-    from engram.workers.app import app
+
+    app = sender()
 
     events = []
     for it in items:
@@ -86,7 +100,7 @@ def wait_final(rt, cluster: Cluster, event_ids: list[uuid.UUID], timeout: float)
 
 def search(query: str, user: str, types: list[MemoryType]) -> SearchResponse:
     """A search through the query queue (the store worker), answered through the Redis result backend."""
-    from engram.workers.app import app
+    app = sender()
 
     req = SearchRequest(query=query, tenant_id=TENANT, user_id=user, memory_types=types, limit=5)
     return SearchResponse.model_validate(
@@ -140,7 +154,7 @@ def cpu_tasks_unacked(redis_url: str) -> list[str]:
 def drain_consolidation(timeout: float = 120.0) -> None:
     """Run ``consolidate_due`` through the consolidate queue until no user has unconsolidated observations
     (the queue is FIFO on the single store worker, so the user consolidations it started ran before)."""
-    from engram.workers.app import app
+    app = sender()
 
     deadline = time.monotonic() + timeout
     while app.send_task("workers.consolidate.consolidate_due").get(timeout=60):
@@ -151,11 +165,9 @@ def drain_consolidation(timeout: float = 120.0) -> None:
 @pytest.fixture
 def make_cluster(redis_server, tmp_path, monkeypatch):
     """A factory for a running cluster on a fresh Redis database and data dir; configures this process's
-    Celery app for it and restores the eager default (the rest of the suite) afterwards."""
+    producer app for it (``sender``); this process's own app stays eager for the rest of the suite."""
     import redis
 
-    from engram.schemas.settings import get_settings
-    from engram.workers.app import app, configure
     from engram.workers.runtime import reset_runtimes
 
     made: list[Cluster] = []
@@ -176,7 +188,6 @@ def make_cluster(redis_server, tmp_path, monkeypatch):
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         reset_runtimes()
-        configure(app, get_settings())
         cluster = Cluster.create(tmp_path, env)
         made.append(cluster)
         cluster.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@test",
@@ -184,7 +195,7 @@ def make_cluster(redis_server, tmp_path, monkeypatch):
         cluster.start("cpu", ["worker", "--role", "cpu", "--concurrency", str(cpu_concurrency),
                               "--hostname", "cpu@test", "--loglevel", "INFO"])
         cluster.start("beat", ["beat", "--loglevel", "INFO"])
-        cluster.wait_ready(app, ["store@test", "cpu@test"])
+        cluster.wait_ready(sender(), ["store@test", "cpu@test"])
         return cluster, url
 
     yield start
@@ -192,8 +203,6 @@ def make_cluster(redis_server, tmp_path, monkeypatch):
         cluster.stop_all()
     monkeypatch.undo()
     reset_runtimes()
-    configure(app, get_settings())
-    assert app.conf.task_always_eager
 
 
 def stop_and_open_store(cluster: Cluster, redis_url: str):
@@ -215,7 +224,7 @@ def check_exactly_once(rt, items_by_event: dict[uuid.UUID, Item], records: dict)
     """Each done event's observations are stored once (count per event as expected, nothing from other
     events) and marked consolidated; every user has episodic memories; then, each observation is in exactly
     one episodic memory (an expected failure, with the counts, until consolidation has its watermark)."""
-    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
 
     points = rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))
     per_event = Counter(p.payload["event_id"] for p in points)
@@ -240,7 +249,7 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
     """~20 events (chats, screenshots, a duplicate, a corrupt file, one event sent twice): all final in the
     Redis ledger, observations stored exactly once, searchable through the query worker, episodic
     memories for every user from beat's consolidation."""
-    from engram.workers.app import app
+    app = sender()
     from engram.workers.runtime import runtime
 
     t0 = time.monotonic()

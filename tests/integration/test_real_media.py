@@ -95,7 +95,7 @@ def test_leopard_transcript_words_find_leopard(ingested, eval_data):
 
 
 def test_hamilton_clip_has_a_transcript_at_its_offset(ingested):
-    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
 
     rt, _, _ = ingested
     clip_obs = [r.payload for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter("eval", kind=MediaKind.clip.value))]
@@ -109,13 +109,13 @@ def test_hamilton_clip_has_a_transcript_at_its_offset(ingested):
 
 
 def test_episodic_memories_cite_their_sources(ingested):
-    from engram.workers.vectorstore import tenant_filter
+    from engram.workers.stores.vectors import tenant_filter
 
     rt, _, _ = ingested
     episodes = rt.vectors.scroll(MemoryType.episodic.value, tenant_filter("eval", "tester"))
     assert episodes
     cited = {o for e in episodes for o in e.payload["provenance"]["observation_ids"]}
-    from engram.workers.vectorstore import OBSERVATIONS
+    from engram.workers.stores.vectors import OBSERVATIONS
 
     observations = rt.vectors.scroll(OBSERVATIONS, tenant_filter("eval", "tester"))
     assert cited == {str(o.id) for o in observations}  # every observation consolidated, exactly once

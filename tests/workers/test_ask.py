@@ -15,7 +15,7 @@ import pytest
 from engram.schemas.ask import AskFailed, AskRequest
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import SearchRequest
-from engram.workers.vectorstore import tenant_filter
+from engram.workers.stores.vectors import tenant_filter
 from tests.llm_stub import ScriptedLlm, last_user_text
 
 TENANT = "default"
@@ -83,7 +83,7 @@ def evidence_id(body: dict, needle: str) -> str:
 
 
 def test_without_llm_returns_the_ranked_evidence(chats):
-    from engram.workers.query import search
+    from engram.workers.memory.search import search
 
     resp = run(limit=5)
     ranked = search(chats, SearchRequest(query=QUESTION, tenant_id=TENANT, limit=5)).hits
@@ -114,7 +114,7 @@ def test_llm_searches_again_then_answers_with_the_memories_it_used(chats, monkey
 
 
 def test_evidence_shows_neighbouring_turns_and_the_cited_memories_are_reinforced(chats, monkeypatch):
-    from engram.workers.vectorstore import collection_for
+    from engram.workers.stores.vectors import collection_for
 
     coll = collection_for(MemoryType.episodic)
     shown: set[str] = set()

@@ -8,8 +8,8 @@ import json
 from engram.api.local import classify, publish_file, run_events
 from engram.schemas.events import EventStatus
 from engram.schemas.search import SearchRequest
+from engram.workers.memory.search import search
 from engram.workers.models import get_model
-from engram.workers.query import search
 
 
 def _conversation(path, speaker: str, lines: list[str]):

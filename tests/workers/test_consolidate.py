@@ -9,8 +9,8 @@ import uuid
 from qdrant_client import models as qm
 
 from engram.schemas.memories import MemoryType
-from engram.workers.consolidate import group_episodes
-from engram.workers.vectorstore import collection_for, tenant_filter
+from engram.workers.memory.episodes import group_episodes
+from engram.workers.stores.vectors import collection_for, tenant_filter
 
 DAY = 1_700_000_000.0
 

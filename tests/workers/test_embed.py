@@ -12,10 +12,10 @@ from qdrant_client import models as qm
 
 from engram.schemas.events import MediaKind
 from engram.schemas.observations import Observation
-from engram.workers.embed import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts, sentence_spans
 from engram.workers.extract.rules import sentences
+from engram.workers.memory.vectors import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts, sentence_spans
 from engram.workers.models import get_model
-from engram.workers.vectorstore import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
+from engram.workers.stores.vectors import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
 
 ASIDE = ("user: I'm thinking of exploring Instagram and Twitter to promote my writing services. Do you have tips "
          "for getting started? By the way, I got a 10% discount on my first purchase from that new clothing brand.")
@@ -108,7 +108,7 @@ def test_observations_without_sentences_stay_searchable(engram_env, tmp_path):
     (qdrant-client's local mode stands in for the server)."""
     from qdrant_client import QdrantClient
 
-    from engram.workers.vectorstore import ClientVectorStore
+    from engram.workers.stores.vectors import ClientVectorStore
 
     rt = engram_env
     unit = [1.0] + [0.0] * (DIM - 1)
@@ -142,8 +142,8 @@ def test_a_turn_keeps_its_own_words_weight_beside_long_neighbours():
     """BM25F: a turn and its neighbours are two fields, each normalised by its own length, so two 600-word
     answers beside a one-line turn do not drown its words (joined into one text they would)."""
     from engram.schemas.settings import Settings
-    from engram.workers import sparse
-    from engram.workers.embed import CONTEXT_TF_WEIGHT, observation_sparse_vectors
+    from engram.workers.memory.vectors import CONTEXT_TF_WEIGHT, observation_sparse_vectors
+    from engram.workers.text import sparse
 
     settings = Settings()
     with_ctx = [_obs(TURN).model_copy(update={"context_before": b, "context_after": a})

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from engram.schemas.events import EventStatus
 from engram.workers.metrics import reason_class
-from tests.workers.test_ledger import ledger, make_event  # noqa: F401  (the ledger fixture: SQLite and Redis)
+from tests.workers.stores.test_ledger import ledger, make_event  # noqa: F401  (the ledger fixture: SQLite and Redis)
 
 
 def sample(name: str, **labels: str) -> float:

@@ -13,8 +13,8 @@ from engram.api.cli import ingest_paths
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import SearchRequest
-from engram.workers.query import rrf, search
-from tests.workers.test_bad_input import render_png
+from engram.workers.memory.search import rrf, search
+from tests.workers.media.test_bad_input import render_png
 
 JAN = datetime(2024, 1, 10, 9, 0, tzinfo=UTC)
 FEB = datetime(2024, 2, 1, 18, 0, tzinfo=UTC)
@@ -215,7 +215,7 @@ def test_named_speaker_boosts_their_turns(corpus):
 
 def test_names_in_the_query_become_entities_and_leave_the_dense_query(corpus):
     from engram.workers.link import entity_id
-    from engram.workers.query import named_entities
+    from engram.workers.memory.search import named_entities
 
     ids, content = named_entities(corpus.rt, "acme", "What did ALICE's team and Bob say about the budget?")
     assert ids == {str(entity_id("acme", "alice")), str(entity_id("acme", "bob"))}
@@ -224,8 +224,8 @@ def test_names_in_the_query_become_entities_and_leave_the_dense_query(corpus):
 
 
 def test_turns_are_indexed_with_their_neighbours(corpus):
-    from engram.workers import sparse
-    from engram.workers.vectorstore import OBSERVATIONS, tenant_filter
+    from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
+    from engram.workers.text import sparse
 
     # only c3 says "Lisbon"; BM25 finds c1 and c2 through their neighbouring turns (contextual indexing)
     _, found = corpus.rt.vectors.search(OBSERVATIONS, None, sparse.query_vector("Lisbon"),
@@ -276,7 +276,7 @@ def _episode(corpus, query="quarterly budget invoice"):
 
 
 def test_superseded_and_archived_memories_are_left_out_unless_history(corpus):
-    from engram.workers.vectorstore import collection_for
+    from engram.workers.stores.vectors import collection_for
 
     coll = collection_for(MemoryType.episodic)
     ep = _episode(corpus)
@@ -295,7 +295,7 @@ def test_superseded_and_archived_memories_are_left_out_unless_history(corpus):
 
 
 def test_faded_memories_rank_lower_and_returned_ones_are_reinforced(corpus):
-    from engram.workers.vectorstore import collection_for
+    from engram.workers.stores.vectors import collection_for
 
     coll = collection_for(MemoryType.episodic)
     ep = _episode(corpus)
@@ -324,7 +324,7 @@ def test_search_output_shows_the_resolved_time_range():
 
     from engram.api.cli import print_hits
     from engram.schemas.search import SearchResponse
-    from engram.workers.timeexpr import resolve
+    from engram.workers.text.timeexpr import resolve
 
     ref = datetime(2023, 5, 20, 12, tzinfo=UTC)
     resp = SearchResponse(query="what did I buy last Tuesday", hits=[], took_ms=1.0,
@@ -335,7 +335,7 @@ def test_search_output_shows_the_resolved_time_range():
 
 
 def test_weighted_rrf():
-    from engram.workers.query import rrf
+    from engram.workers.memory.search import rrf
 
     plain = rrf([["a", "b"], ["b", "c"]], k=60)
     assert plain["b"] == pytest.approx(1 / 62 + 1 / 61) and plain["a"] == pytest.approx(1 / 61)

@@ -71,7 +71,7 @@ def test_a_flood_from_one_tenant_does_not_starve_another(redis_server, tmp_path)
 
     from engram.schemas.events import MediaEvent, MediaKind
     from engram.workers.fairness import tenant_priority
-    from engram.workers.ledger import open_ledger
+    from engram.workers.stores.ledger import open_ledger
 
     url = redis_server.rsplit("/", 1)[0] + "/14"
     redis.Redis.from_url(url).flushdb()

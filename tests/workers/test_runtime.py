@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
 from engram.workers.app import app
-from engram.workers.media import MediaError
+from engram.workers.media.decode import MediaError
 from engram.workers.runtime import STAGE_TASK_OPTIONS, runtime, stage
 
 calls: list[str] = []

@@ -17,7 +17,7 @@ from cryptography.fernet import Fernet
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
 from engram.schemas.settings import Settings
 from engram.workers.app import configure
-from engram.workers.ledger import open_ledger
+from engram.workers.stores.ledger import open_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 

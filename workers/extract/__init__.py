@@ -14,10 +14,10 @@ from engram.workers.extract.base import ExtractionFailed, Extractor, Seen
 def extractor_for(settings: Settings) -> Extractor:
     """The configured extractor: ``llm`` when ``extractor`` is 'llm' (raises ExtractionFailed when no LLM
     provider is set), else the rules extractor."""
-    from engram.workers.extract.rules import RulesExtractor
+    from engram.workers.extract.rules import RulesExtractor  # on demand: syntok loads with the rules
 
     if settings.extractor == "llm":
-        from engram.workers.extract.llm import LlmExtractor
+        from engram.workers.extract.llm import LlmExtractor  # on demand: only with an LLM provider set
 
         return LlmExtractor.from_settings(settings)
     return RulesExtractor()

@@ -1,8 +1,8 @@
 """The extractor interface: a batch of observations in, drafts of typed memories out (``schemas.extraction``).
 
 An extractor is pure with respect to the stores: it reads the texts it is given and returns drafts whose
-``sources`` index that list; consolidation (``workers.typed``) turns them into memories with provenance and
-applies the memory dynamics (``workers.dynamics``).
+``sources`` index that list; consolidation (``workers.memory.typed``) turns them into memories with provenance and
+applies the memory dynamics (``workers.memory.dynamics``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from engram.schemas.extraction import Extraction
+from engram.workers.errors import ModelError
 
 #: Speakers that are the user themselves (LongMemEval's "user" role, a chat app's "me").
 USER_SPEAKERS = {"user", "me", "i"}
 
 
-class ExtractionFailed(RuntimeError):
+class ExtractionFailed(ModelError, RuntimeError):
     """An extractor could not produce valid drafts (endpoint down, an answer that does not validate)."""
 
 

@@ -6,7 +6,7 @@ For each batch the meta step asks which memory types to update (``schemas.extrac
 each chosen type, the type's own step asks for its drafts, as ``{"items": [...]}`` objects whose JSON schema
 (from the pydantic draft models) is part of the instruction. Every answer is validated by those models: an
 answer that does not validate, or an endpoint that fails after the SDK's retries, raises ExtractionFailed
-with a one-line reason (``workers.typed`` then falls back to the rules extractor, or fails the
+with a one-line reason (``workers.memory.typed`` then falls back to the rules extractor, or fails the
 consolidation with ``llm_extract_required``). Sources outside the batch are dropped (and a draft left
 with none).
 The texts sent are the stored observations', already redacted by the vault.

@@ -4,7 +4,7 @@ text says something in a recognisable form, and leaves the rest to episodic memo
 - semantic: facts of the form subject + attribute + value ("I live in Paris", "Ann moved to Berlin", "my
   favourite band is Muse"), the subject being the speaker (first person) or a known name (a speaker, the
   user); single-valued attributes (lives_in, works_at, age, ...) carry ``attribute``/``value`` so a newer
-  value supersedes an older one (``workers.dynamics``);
+  value supersedes an older one (``workers.memory.dynamics``);
 - semantic, multi-valued: what a speaker says they do, did or are into, in a handful of verb frames ("I'm
   working on a new routine", "I just launched an ad campaign for my store", "I'm passionate about dancing",
   "I lost my job as a banker", "I used to compete in dance shows"), in the third person ("Jon is working on a
@@ -12,7 +12,7 @@ text says something in a recognisable form, and leaves the rest to episodic memo
 - procedural: numbered step lists and "first ..., then ..., finally ..." sequences of instructions;
 - resource: URLs, file names and, for screenshots, the window seen (title, app, its text);
 - core (``human`` block): the facts whose subject is the user, as ``attribute: value`` lines (DigitalLife's
-  user profile, rewritten by ``workers.dynamics.merge_block``).
+  user profile, rewritten by ``workers.memory.dynamics.merge_block``).
 """
 
 from __future__ import annotations

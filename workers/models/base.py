@@ -9,8 +9,10 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from engram.workers.errors import ModelError
 
-class ModelUnavailable(RuntimeError):
+
+class ModelUnavailable(ModelError, RuntimeError):
     """A model could not be loaded (package missing, files corrupt)."""
 
 

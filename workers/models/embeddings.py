@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engram.schemas.settings import get_settings
 from engram.workers.models.base import Model, ModelUnavailable
 
 DIM = 384
@@ -278,8 +279,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m engram.workers.models.embeddings export [--out DIR]``: export MiniLM to ONNX (``export_onnx``) into
     ``DIR`` (default: the settings' ``models.cache_dir``), where the 'auto' embedding runtime finds it."""
     import argparse
-
-    from engram.schemas.settings import get_settings
 
     ap = argparse.ArgumentParser(prog="python -m engram.workers.models.embeddings", description=main.__doc__)
     ap.add_argument("command", choices=["export"])

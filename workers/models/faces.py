@@ -72,7 +72,7 @@ class DlibFaces(Model):
         HOG only (as ``detect`` on a still image). The frame is downscaled as a whole, as ``detect`` does, and
         each region is cut from the downscaled frame, so a face is searched at the scale the whole-frame pass
         would use; descriptors are computed on the downscaled frame too. A region holds only the faces that lie
-        wholly inside it (the caller adds context around it: ``workers.screen_faces.FACE_PAD``)."""
+        wholly inside it (the caller adds context around it: ``workers.media.screen_faces.FACE_PAD``)."""
         fr = self.session
         small, scale = _downscale(frame, self.options.get("max_side", 1024))
         sh, sw = small.shape[:2]

@@ -12,11 +12,12 @@ raises ``LlmUnavailable`` with a one-line reason naming the model and the endpoi
 
 from __future__ import annotations
 
+from engram.workers.errors import ModelError
 from engram.workers.models.base import Model
 from engram.workers.models.vlm import GeminiCaptioner, OpenAiCaptioner
 
 
-class LlmUnavailable(ConnectionError):
+class LlmUnavailable(ModelError, ConnectionError):
     """The LLM endpoint gave no reply (unreachable, timed out, an error status after retries, or empty)."""
 
 

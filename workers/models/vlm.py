@@ -6,7 +6,7 @@ uses ``google-genai``. Timeouts and retries with exponential backoff are the SDK
 ``timeout``/``max_retries``; ``google-genai``: ``HttpOptions(timeout, retry_options)``).
 
 When the endpoint cannot be reached, times out or answers with an error after the retries, ``caption``
-raises ``CaptionUnavailable`` with a one-line reason; ``workers.vision.caption`` then either logs a warning
+raises ``CaptionUnavailable`` with a one-line reason; ``workers.media.vision.caption`` then either logs a warning
 and leaves the observation without a caption (the default), or, with ``models.vlm_required``, lets the
 error fail the perceive stage (it is a ConnectionError: the task retries with backoff, then the event is
 marked failed with that reason).
@@ -17,11 +17,12 @@ from __future__ import annotations
 import base64
 import importlib
 
-from engram.workers.media import jpeg_bytes
+from engram.workers.errors import ModelError
+from engram.workers.media.decode import jpeg_bytes
 from engram.workers.models.base import Model
 
 
-class CaptionUnavailable(ConnectionError):
+class CaptionUnavailable(ModelError, ConnectionError):
     """The VLM endpoint did not give a caption (unreachable, timed out, or an error status after retries)."""
 
 

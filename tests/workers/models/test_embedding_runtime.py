@@ -1,0 +1,76 @@
+"""MiniLM on onnxruntime (the model exported at setup) gives sentence-transformers' vectors, and a search in a
+new process embeds its query without importing torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from engram.workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx
+from tests.conftest import REPO
+
+TEXTS = [*CHECK_TEXTS, "Caroline went to the LGBTQ support group on 7 May 2023.", "", "[/code] [bold]x[/bold]"]
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(tmp_path_factory):
+    """A fresh export (what scripts/setup.sh writes into the models cache)."""
+    out = tmp_path_factory.mktemp("onnx")
+    assert export_onnx(out) == out / ONNX_FILE
+    return out
+
+
+def test_onnx_and_torch_give_the_same_vectors(onnx_dir):
+    onnx = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir))
+    torch = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="torch")
+    a, b = onnx.embed(TEXTS, batch_size=3), torch.embed(TEXTS, batch_size=3)
+    assert a.shape == b.shape == (len(TEXTS), 384) and a.dtype == np.float32
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    assert (a * b).sum(axis=1).min() > 1 - 1e-3
+    assert np.allclose(onnx.embed(TEXTS[::-1], batch_size=64)[::-1], a, atol=1e-5)  # order does not matter
+
+
+def test_onnx_runtime_without_the_export_says_how_to_make_it(tmp_path):
+    from engram.workers.models.base import ModelUnavailable
+
+    with pytest.raises(ModelUnavailable, match="engram.workers.models.embeddings export"):
+        MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(tmp_path)).embed(["x"])
+    auto = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="auto", onnx_dir=str(tmp_path))
+    assert auto.embed(["x"]).shape == (1, 384)  # no export: sentence-transformers
+
+
+def test_a_search_in_a_new_process_does_not_import_torch(onnx_dir, tmp_path):
+    code = ("import json, sys\n"
+            "from engram.schemas.search import SearchRequest\n"
+            "from engram.workers.query import search\n"
+            "from engram.workers.runtime import runtime\n"
+            "resp = search(runtime(), SearchRequest(query='where did she go camping last May?', tenant_id='t'))\n"
+            "print(json.dumps({'hits': len(resp.hits), 'torch': 'torch' in sys.modules,\n"
+            "                  'transformers': 'transformers' in sys.modules}))\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
+           "ENGRAM_DATA_DIR": str(tmp_path / "data"), "ENGRAM_MODELS__CACHE_DIR": str(onnx_dir),
+           "ENGRAM_MODELS__EMBEDDING_RUNTIME": "onnx"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"hits": 0, "torch": False, "transformers": False}
+
+
+def test_onnx_and_torch_give_the_same_sentence_rows(onnx_dir):
+    """Late chunking (``embed_spans``) pools the same token states on both runtimes; a span past the 256 word
+    pieces the model reads has no row."""
+    from engram.workers.memory.vectors import sentence_spans
+
+    texts = ["Caroline: Hey Mel! Good to see you! How have you been?", "  Mel: Great.  Busy with the kids!",
+             "Wow. " * 300 + "End here."]
+    spans = [sentence_spans(texts[0]), sentence_spans(texts[1]), [(0, 4), (len(texts[2]) - 9, len(texts[2]))]]
+    onnx = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir))
+    torch = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="torch")
+    (a, ra), (b, rb) = onnx.embed_spans(texts, spans, batch_size=2), torch.embed_spans(texts, spans, batch_size=2)
+    assert np.allclose(a, onnx.embed(texts), atol=1e-6) and (a * b).sum(axis=1).min() > 1 - 1e-3
+    assert [r.shape for r in ra] == [r.shape for r in rb] == [(3, 384), (2, 384), (1, 384)]
+    assert min(float((x * y).sum(axis=1).min()) for x, y in zip(ra, rb, strict=True)) > 1 - 1e-3

@@ -1,0 +1,73 @@
+"""The embedded store's writes and settings reuse: points, payload changes and deletions survive a reopen, and
+settings follow the environment while being built once per distinct environment."""
+
+from __future__ import annotations
+
+import uuid
+
+from qdrant_client import models as qm
+
+from engram.schemas.settings import get_settings
+from engram.workers.runtime import reset_runtimes, runtime
+from engram.workers.stores.vectors import DENSE, DIM, OBSERVATIONS
+
+IDS = [str(uuid.UUID(int=i + 1)) for i in range(300)]
+
+
+def _points(n: int) -> list[qm.PointStruct]:
+    return [qm.PointStruct(id=IDS[i], vector={DENSE: [1.0] + [0.0] * (DIM - 1)}, payload={"tenant_id": "t", "i": i})
+            for i in range(n)]
+
+
+def test_the_embedded_store_keeps_points_across_a_reopen(engram_env):
+    rt = engram_env
+    rt.vectors.upsert(OBSERVATIONS, _points(300))
+    rt.vectors.set_payload(OBSERVATIONS, IDS, {"consolidated": True})
+    assert (rt.settings.data_dir / "vectors" / OBSERVATIONS).is_dir()  # one Qdrant Edge shard per collection
+    reset_runtimes()  # close and reopen the folder: everything written is there
+    again = runtime().vectors
+    assert again.count(OBSERVATIONS) == 300
+    assert all(r.payload["consolidated"] for r in again.retrieve(OBSERVATIONS, IDS[::100]))
+
+
+def test_settings_follow_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path / "a"))
+    first = get_settings()
+    assert first.data_dir == tmp_path / "a"
+    assert get_settings() is not first and get_settings() == first  # a private copy of the same values
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path / "b"))
+    monkeypatch.setenv("ENGRAM_EPISODE_MAX_OBSERVATIONS", "7")
+    assert get_settings().data_dir == tmp_path / "b"
+    assert get_settings().episode_max_observations == 7
+    monkeypatch.delenv("ENGRAM_EPISODE_MAX_OBSERVATIONS")
+    assert get_settings().episode_max_observations == first.episode_max_observations
+
+
+def test_writes_keep_every_point_and_scroll_pages_alike(engram_env):
+    """A request's points, payload changes and deletions are all there after a reopen; a failed request (a wrong
+    vector size) keeps nothing of it. A scroll in small pages gives the points of one big page, in the same
+    order; ``without`` leaves payload keys out."""
+    rt = engram_env
+    pts = _points(300)
+    for p in pts:
+        p.payload["context_before"] = ["a neighbour's text"]
+    rt.vectors.upsert(OBSERVATIONS, pts)
+    rt.vectors.set_payloads(OBSERVATIONS, {IDS[i]: {"n": i} for i in range(0, 300, 3)})
+    rt.vectors.delete(OBSERVATIONS, IDS[:10])
+    bad = qm.PointStruct(id=str(uuid.UUID(int=10_000)), vector={DENSE: [1.0] * 3}, payload={"tenant_id": "t"})
+    try:  # a wrong vector size fails the request; no point of it is kept
+        rt.vectors.upsert(OBSERVATIONS, [bad])
+    except Exception:  # noqa: BLE001 (the engine's error type differs between backends)
+        pass
+    whole = rt.vectors.scroll(OBSERVATIONS, None)
+    paged = rt.vectors.scroll(OBSERVATIONS, None, batch=64)
+    assert len(whole) == 290
+    assert [r.id for r in whole] == [r.id for r in paged] and [r.payload for r in whole] == [r.payload for r in paged]
+    slim = rt.vectors.scroll(OBSERVATIONS, None, without=["context_before"])
+    assert [r.id for r in slim] == [r.id for r in whole]
+    assert all("context_before" not in r.payload and r.payload["tenant_id"] == "t" for r in slim)
+    reset_runtimes()  # close and reopen: what each request wrote is there
+    again = runtime().vectors
+    assert again.count(OBSERVATIONS) == 290
+    kept = {str(r.id): r.payload for r in again.scroll(OBSERVATIONS, None)}
+    assert IDS[0] not in kept and kept[IDS[12]]["n"] == 12 and "n" not in kept[IDS[13]]

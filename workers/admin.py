@@ -1,0 +1,106 @@
+"""Stage ``admin`` (queues ``query``, ``consolidate`` and ``maintenance``): the tasks that manage what is
+remembered, run where the vector store is: memory records (``memory.records``: get, list, delete, export, forget a
+user), entities (``memory.entities``: list, name, merge), beat's archive of faded memories (``memory.dynamics``)
+and its hourly sweep of staged uploads (``stores.objects.expire_staged``). The API never opens the vector store:
+it sends these by name (``workers.tasks.Task``) and awaits the answer.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import structlog
+
+from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.workers.app import task
+from engram.workers.memory.dynamics import archive_decayed
+from engram.workers.memory.entities import list_entities, merge_entities, name_entity, summary
+from engram.workers.memory.records import delete_memory, export_user, forget_user, get_memory, list_memories
+from engram.workers.runtime import runtime
+from engram.workers.stores.objects import STAGING_GRACE, expire_staged
+from engram.workers.tasks import Task
+
+log = structlog.get_logger(__name__)
+
+
+# --- memory records ---------------------------------------------------------------------------------------------
+
+@task(Task.memory_get, "request")
+def get_task(tenant_id: str, memory_id: str) -> MemoryRecord | None:
+    """``get_memory`` on the query worker."""
+    return get_memory(runtime(), tenant_id, uuid.UUID(memory_id))
+
+
+@task(Task.memory_list, "request")
+def list_task(tenant_id: str, memory_type: str, user_id: str | None = None, limit: int = 50,
+              offset: int = 0) -> MemoryPage:
+    """``list_memories`` on the query worker."""
+    return list_memories(runtime(), tenant_id, MemoryType(memory_type), user_id, limit, offset)
+
+
+@task(Task.memory_delete, "request")
+def delete_task(tenant_id: str, memory_id: str) -> str | None:
+    """``delete_memory`` on the query worker; returns the deleted item's type, or None."""
+    found = delete_memory(runtime(), tenant_id, uuid.UUID(memory_id))
+    return found.value if found else None
+
+
+@task(Task.memory_export, "request")
+def export_task(tenant_id: str, user_id: str) -> UserExport:
+    """``export_user`` on the query worker."""
+    return export_user(runtime(), tenant_id, user_id)
+
+
+@task(Task.memory_forget, "request")
+def forget_task(tenant_id: str, user_id: str) -> ForgetReport:
+    """``forget_user`` on the query worker."""
+    return forget_user(runtime(), tenant_id, user_id)
+
+
+# --- entities (``GET /v1/entities``, ``POST /v1/entities/{id}/name`` and ``/merge``) -----------------------------
+
+@task(Task.entity_list, "request")
+def entity_list_task(tenant_id: str) -> EntityList:
+    """``list_entities`` on the query worker."""
+    items = list_entities(runtime(), tenant_id)
+    return EntityList(items=items, total=len(items))
+
+
+@task(Task.entity_name, "request")
+def entity_name_task(tenant_id: str, entity_id: str, name: str) -> EntitySummary | None:
+    """``name_entity`` on the query worker, returning the named entity; None when it is not the tenant's."""
+    try:
+        return summary(name_entity(runtime(), tenant_id, entity_id, name))
+    except KeyError:
+        return None
+
+
+@task(Task.entity_merge, "request")
+def entity_merge_task(tenant_id: str, keep_id: str, drop_id: str, reason: str = "manual") -> EntitySummary | None:
+    """``merge_entities`` on the query worker, returning the kept entity; None when either is not the tenant's."""
+    try:
+        return summary(merge_entities(runtime(), tenant_id, keep_id, drop_id, reason))
+    except KeyError:
+        return None
+
+
+# --- beat's sweeps ------------------------------------------------------------------------------------------------
+
+@task(Task.archive_decayed, "beat")
+def archive_task() -> dict[str, int]:
+    """Beat entry point (queue ``consolidate``): archive faded memories (``memory.dynamics.archive_decayed``)."""
+    return archive_decayed(runtime())
+
+
+@task(Task.expire_staged, "beat")
+def expire_staged_task() -> dict[str, int]:
+    """Beat's hourly sweep (queue ``maintenance``): staged uploads older than the URL lifetime
+    (``upload_url_expiry_seconds``) plus an hour are deleted. Returns {"deleted": n}."""
+    rt = runtime()
+    n = expire_staged(rt.objects, timedelta(seconds=rt.settings.upload_url_expiry_seconds) + STAGING_GRACE)
+    if n:
+        log.info("staged uploads expired", deleted=n)
+    return {"deleted": n}

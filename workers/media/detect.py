@@ -1,0 +1,52 @@
+"""What a file is, for the producer: media by content (``decode.sniff``), then conversation files by structure
+(the import record, LoCoMo, LongMemEval, ChatGPT exports, WhatsApp exports, notes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engram.schemas.events import MediaKind
+from engram.workers.errors import MediaError
+from engram.workers.media.conversations import InvalidConversation, parse_conversation_file
+from engram.workers.media.decode import (
+    CONVERSATION_EXTENSIONS,
+    GUESS_MIME,
+    MEDIA_EXTENSIONS,
+    TEXT_CONVERSATION_EXTENSIONS,
+    sniff,
+)
+from engram.workers.media.importers import sniff_text
+
+
+def detect(path: Path) -> tuple[MediaKind, str] | None:
+    """What the CLI should publish ``path`` as: media by content, then conversation files by structure.
+
+    A file that claims a media extension but whose content is not media is still returned (kind from the
+    extension) so ingest fails it with a reason; anything else unknown returns None (skipped).
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(8192)
+    found = sniff(head)
+    if found:
+        return found
+    suffix = path.suffix.lower()
+    if suffix in CONVERSATION_EXTENSIONS and _looks_like_conversation(path):
+        return MediaKind.text, "application/json" if suffix == ".json" else "application/x-ndjson"
+    if suffix in TEXT_CONVERSATION_EXTENSIONS:  # WhatsApp exports and notes (media.importers)
+        if sniff_text(head, path.name) and _looks_like_conversation(path):
+            return MediaKind.text, "text/plain"
+    if suffix in MEDIA_EXTENSIONS:
+        kind = MEDIA_EXTENSIONS[suffix]
+        return kind, GUESS_MIME[kind]
+    return None
+
+
+def _looks_like_conversation(path: Path) -> bool:
+    """True for a conversation file, and for one shaped like it but invalid (ingest then fails it with
+    the reason and the record's location); False for other JSON."""
+    try:
+        return bool(parse_conversation_file(path.read_bytes(), source_name=path.name))
+    except InvalidConversation:
+        return True
+    except (MediaError, OSError):
+        return False

@@ -1,0 +1,319 @@
+"""Personal exports into the conversation record (``schemas.ConversationMessage``): a ChatGPT data export, a
+WhatsApp chat export and Markdown/plain-text notes.
+
+Called by ``media.conversations.parse_conversation_file`` (so detection, ``engram ingest`` and perceive read them
+like the benchmark adapters); every reader takes the file's content and raises ``ValueError`` naming the
+conversation, node or line when the content has the format's shape but cannot be read (the adapter turns it
+into ``InvalidConversation``, which quarantines the file whole with the reason).
+
+- ChatGPT (``conversations.json`` of the data export): a list of conversations, each a tree of nodes in
+  ``mapping`` (``{id: {"message", "parent", "children"}}``); the messages on the branch that ends at
+  ``current_node`` (the one the user last saw), from the root down; ``author.role`` user/assistant (system and
+  tool messages and hidden ones left out); ``content.parts`` strings; ``create_time`` epoch seconds.
+- WhatsApp (``WhatsApp Chat with X.txt``): ``12/31/23, 9:41 PM - Name: text`` (Android),
+  ``[31.12.23, 21:41:05] Name: text`` (iOS), ``31/12/2023, 21:41 - Name: text``; lines without a header continue
+  the message above; system lines (end-to-end encryption notice, "<Media omitted>", deleted messages, group
+  changes without a sender) are left out. Whether a slashed date is day- or month-first is read from the file:
+  a first number above 12 anywhere means day-first, a second one above 12 month-first; a file where neither
+  occurs (or both) fails naming a line, never guessed. Dotted dates (``31.12.23``) are day-first, as every
+  locale that writes them. Times carry no zone in the export: read as UTC, as the record reads naive times.
+- Notes: a Markdown file (``.md``, ``.markdown``), or a ``.txt`` file that opens with YAML front matter; one
+  message per heading section (the whole note when it has no heading), spoken by the user; the time from the
+  front matter's ``date`` (or ``created``), else the file's time (the event's capture time).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, time
+from pathlib import PurePath
+
+from engram.schemas.conversations import ConversationMessage
+from engram.workers.text.timeexpr import parse_locomo_datetime
+
+#: File suffixes whose content the text importers may read (JSON exports come by the JSON path).
+TEXT_EXTENSIONS = {".txt", ".md", ".markdown"}
+NOTE_EXTENSIONS = {".md", ".markdown"}
+NOTE_SESSION_MAX = 200
+
+
+# --- ChatGPT --------------------------------------------------------------------------------------------
+
+def is_chatgpt_export(doc: object) -> bool:
+    """True for a parsed ChatGPT export: a list of conversations (or one) with a ``mapping`` of nodes."""
+    first = doc[0] if isinstance(doc, list) and doc else doc
+    return isinstance(first, dict) and isinstance(first.get("mapping"), dict)
+
+
+def chatgpt_messages(doc: list | dict) -> list[ConversationMessage]:
+    """The messages of every conversation of a parsed ChatGPT export, conversation by conversation.
+
+    ``session_id`` is the conversation's ``conversation_id`` (else ``id``, else ``chatgpt-<n>``),
+    ``message_id`` the node id, ``speaker`` the author's role (``user`` or ``assistant``). A message without
+    ``create_time`` takes the one before it (the conversation's ``create_time`` for the first). Raises
+    ValueError naming the conversation when one is malformed (no time at all, a node that is not an object)."""
+    convs = doc if isinstance(doc, list) else [doc]
+    out: list[ConversationMessage] = []
+    for n, conv in enumerate(convs):
+        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
+            raise ValueError(f"conversation {n} has no mapping of messages")
+        session = str(conv.get("conversation_id") or conv.get("id") or f"chatgpt-{n}")
+        try:
+            out.extend(_chatgpt_conversation(conv, session))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            title = conv.get("title") or session
+            raise ValueError(f"conversation {n} ({title!r}): {exc}") from exc
+    return out
+
+
+def _chatgpt_conversation(conv: dict, session: str) -> list[ConversationMessage]:
+    mapping: dict = conv["mapping"]
+    last = _epoch(conv.get("create_time"))
+    out = []
+    for node_id in _chatgpt_branch(mapping, conv.get("current_node")):
+        msg = mapping[node_id].get("message")
+        if not msg:
+            continue
+        role = (msg.get("author") or {}).get("role")
+        content = msg.get("content") or {}
+        if (role not in ("user", "assistant") or content.get("content_type") not in ("text", "multimodal_text")
+                or (msg.get("metadata") or {}).get("is_visually_hidden_from_conversation")):
+            continue
+        text = "\n".join(p for p in content.get("parts") or [] if isinstance(p, str)).strip()
+        when = _epoch(msg.get("create_time")) or last
+        if not text:
+            continue
+        if when is None:
+            raise ValueError(f"message {node_id} has no create_time, nor has the conversation")
+        last = when
+        out.append(ConversationMessage(message_id=str(node_id), session_id=session, speaker=role, text=text,
+                                       timestamp=when))
+    return out
+
+
+def _chatgpt_branch(mapping: dict, current: object) -> list[str]:
+    """Node ids from the root to ``current`` (the branch the user last saw); without a known ``current_node``,
+    from the root along each node's newest (last) child."""
+    if isinstance(current, str) and current in mapping:
+        path, seen, node = [], set(), current
+        while node is not None and node in mapping and node not in seen:
+            seen.add(node)
+            path.append(node)
+            node = mapping[node].get("parent")
+        return path[::-1]
+    roots = [k for k, v in mapping.items() if v.get("parent") not in mapping]
+    path, seen = [], set()
+    node = roots[0] if roots else None
+    while node is not None and node in mapping and node not in seen:
+        seen.add(node)
+        path.append(node)
+        children = mapping[node].get("children") or []
+        node = children[-1] if children else None
+    return path
+
+
+def _epoch(value: object) -> datetime | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return datetime.fromtimestamp(float(value), UTC)
+    return None
+
+
+# --- WhatsApp -------------------------------------------------------------------------------------------
+
+_WA_HEADER = re.compile(
+    r"^\[?(?P<date>\d{1,4}(?P<sep>[./-])\d{1,2}(?P=sep)\d{2,4}),?\s+"
+    r"(?P<time>\d{1,2}[:.]\d{2}(?:[:.]\d{2})?)(?:\s*(?P<ampm>[AaPp])\.?\s?[Mm]\.?)?"
+    r"(?:\]\s+|\s+-\s+)(?P<rest>.*)$")
+_WA_SYSTEM = re.compile(
+    r"^(messages and calls are end-to-end encrypted|messages to this group are now secured|"
+    r"this message was deleted|you deleted this message|<media omitted>|<attached: |null$|"
+    r"(image|video|audio|sticker|gif|document|contact card) omitted|missed (voice|video) call|"
+    r"waiting for this message)", re.IGNORECASE)
+_INVISIBLE = str.maketrans({"\u200e": None, "\u200f": None, "\ufeff": None, "\u202f": " ", "\u00a0": " "})
+
+
+def looks_like_whatsapp(text: str) -> bool:
+    """True when the first non-empty line is a WhatsApp message header (date, time, then a sender)."""
+    for line in text.translate(_INVISIBLE).splitlines():
+        if line.strip():
+            return _WA_HEADER.match(line.strip()) is not None
+    return False
+
+
+def whatsapp_messages(text: str, source_name: str = "") -> list[ConversationMessage]:
+    """The messages of a WhatsApp chat export (see the module docstring for the formats and date order).
+
+    ``speaker`` is the sender's name as exported, ``message_id`` ``L<line number>`` of the header line,
+    ``session_id`` ``<file stem>/<YYYY-MM-DD>`` (a chat's day). Raises ValueError naming the line for an
+    ambiguous date order or a date or time that does not exist."""
+    stem = (PurePath(source_name).stem if source_name else "whatsapp")[:NOTE_SESSION_MAX] or "whatsapp"
+    headers: list[tuple[int, re.Match]] = []
+    bodies: list[list[str]] = []
+    for n, raw in enumerate(text.translate(_INVISIBLE).splitlines(), start=1):
+        m = _WA_HEADER.match(raw.strip())
+        if m:
+            headers.append((n, m))
+            bodies.append([m["rest"]])
+        elif bodies:
+            bodies[-1].append(raw)
+    day_first = _whatsapp_day_first(headers)
+    out = []
+    for (n, m), lines in zip(headers, bodies, strict=True):
+        sender, sep, first = lines[0].partition(": ")
+        if not sep:  # "Alice created group", the encryption notice on Android: no sender
+            continue
+        body = "\n".join([first, *lines[1:]]).strip()
+        if not body or _WA_SYSTEM.match(body):
+            continue
+        when = _whatsapp_time(m, day_first, n)
+        out.append(ConversationMessage(message_id=f"L{n}", session_id=f"{stem}/{when:%Y-%m-%d}",
+                                       speaker=sender.strip()[:256] or "unknown", text=body, timestamp=when))
+    return out
+
+
+def _whatsapp_day_first(headers: list[tuple[int, re.Match]]) -> bool:
+    """Day-first or month-first for the file's slashed dates, from the numbers it holds (module docstring)."""
+    day_evidence = month_evidence = None
+    for n, m in headers:
+        a, b, _ = re.split(r"[./-]", m["date"])
+        if len(a) == 4:
+            continue  # year first: Y-M-D, unambiguous
+        if m["sep"] == ".":
+            return True
+        if int(a) > 12 and day_evidence is None:
+            day_evidence = (n, m.string)
+        if int(b) > 12 and month_evidence is None:
+            month_evidence = (n, m.string)
+    if day_evidence and month_evidence:
+        raise ValueError(f"line {day_evidence[0]} ({day_evidence[1]!r}) is day-first but line "
+                         f"{month_evidence[0]} ({month_evidence[1]!r}) month-first")
+    if day_evidence or month_evidence:
+        return day_evidence is not None
+    dated = [(n, m) for n, m in headers if len(m["date"].split(m["sep"])[0]) != 4]
+    if dated:
+        n, m = dated[0]
+        raise ValueError(f"ambiguous date order at line {n} ({m.string!r}): no day above 12 in the file says "
+                         "whether dates are day/month or month/day")
+    return True
+
+
+def _whatsapp_time(m: re.Match, day_first: bool, n: int) -> datetime:
+    a, b, c = (int(x) for x in re.split(r"[./-]", m["date"]))
+    if len(m["date"].split(m["sep"])[0]) == 4:
+        year, month, day = a, b, c
+    else:
+        day, month = (a, b) if day_first else (b, a)
+        year = c + 2000 if c < 100 else c
+    hms = [int(x) for x in re.split(r"[:.]", m["time"])]
+    hour, minute, second = hms[0], hms[1], hms[2] if len(hms) > 2 else 0
+    if m["ampm"]:
+        if not 1 <= hour <= 12:
+            raise ValueError(f"line {n}: hour {hour} with AM/PM: {m.string!r}")
+        hour = hour % 12 + (12 if m["ampm"].lower() == "p" else 0)
+    try:
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+    except ValueError as exc:
+        raise ValueError(f"line {n}: no such date or time ({exc}): {m.string!r}") from exc
+
+
+# --- notes ----------------------------------------------------------------------------------------------
+
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(?P<yaml>.*?)\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(?P<title>.+?)[ \t#]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+def is_note(text: str, source_name: str) -> bool:
+    """True for a note: a Markdown file by its name, or a ``.txt`` file that opens with YAML front matter."""
+    suffix = PurePath(source_name).suffix.lower() if source_name else ""
+    return suffix in NOTE_EXTENSIONS or (suffix == ".txt" and _FRONT_MATTER.match(text) is not None)
+
+
+def note_messages(text: str, source_name: str = "", owner: str = "user",
+                  default_time: datetime | None = None) -> list[ConversationMessage]:
+    """A note as messages: one per heading section (ATX headings outside fenced code; text before the first
+    heading is a section of its own), or one for a note without headings; each spoken by ``owner``.
+
+    ``session_id`` is the front matter's ``title``, else the file stem; ``message_id`` ``section-<n>``. The
+    time is the front matter's ``date`` (else ``created``): a YAML date or time, or a string with day, month
+    and year (``text.timeexpr.parse_locomo_datetime``: ambiguous dates fail); else ``default_time`` (the
+    file's time), else now. Raises ValueError naming the field for front matter that is not YAML or a date
+    that is not one."""
+    import yaml
+
+    meta: dict = {}
+    if fm := _FRONT_MATTER.match(text):
+        try:
+            loaded = yaml.safe_load(fm["yaml"])
+        except yaml.YAMLError as exc:
+            raise ValueError(f"front matter is not YAML: {str(exc).splitlines()[0]}") from exc
+        meta = loaded if isinstance(loaded, dict) else {}
+        text = text[fm.end():]
+    when = _note_time(meta) or default_time or datetime.now(UTC)
+    stem = PurePath(source_name).stem if source_name else "note"
+    session = str(meta.get("title") or stem or "note").strip()[:NOTE_SESSION_MAX] or "note"
+    return [ConversationMessage(message_id=f"section-{i}", session_id=session, speaker=owner[:256] or "user",
+                                text=section, timestamp=when)
+            for i, section in enumerate(_sections(text))]
+
+
+def _note_time(meta: dict) -> datetime | None:
+    for field in ("date", "created"):
+        value = meta.get(field)
+        if value is None or value == "":
+            continue
+        if isinstance(value, datetime):
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        if isinstance(value, date):
+            return datetime.combine(value, time(), UTC)
+        try:
+            parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        except ValueError:
+            pass
+        try:
+            return parse_locomo_datetime(str(value))
+        except ValueError as exc:
+            raise ValueError(f"front matter {field}: {exc}") from exc
+    return None
+
+
+def _sections(text: str) -> list[str]:
+    sections: list[list[str]] = [[]]
+    fenced = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and _HEADING.match(line) and any(s.strip() for s in sections[-1]):
+            sections.append([])
+        sections[-1].append(line)
+    return [joined for s in sections if (joined := "\n".join(s).strip())]
+
+
+# --- entry point ----------------------------------------------------------------------------------------
+
+def sniff_text(head: bytes, source_name: str) -> bool:
+    """Whether a file whose first bytes are ``head`` may be a WhatsApp export or a note (checked before the
+    whole file is read and parsed): a Markdown name, or a WhatsApp header or front matter at the start."""
+    if PurePath(source_name).suffix.lower() in NOTE_EXTENSIONS:
+        return True
+    text = head.decode("utf-8-sig", errors="ignore")
+    return looks_like_whatsapp(text) or _FRONT_MATTER.match(text) is not None or text.startswith("---")
+
+
+def text_messages(data: bytes, source_name: str = "", owner: str = "user",
+                  default_time: datetime | None = None) -> list[ConversationMessage] | None:
+    """Messages of a WhatsApp export (by content) or a note (by name and content), or None when ``data`` is
+    neither (not UTF-8, or another text). Raises ValueError naming the line or field for one that is
+    shaped like its format but cannot be read."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    if "\x00" in text:
+        return None
+    if looks_like_whatsapp(text):
+        return whatsapp_messages(text, source_name)
+    if is_note(text, source_name):
+        return note_messages(text, source_name, owner, default_time)
+    return None

@@ -1,0 +1,162 @@
+"""Consolidation's typed memories: semantic, procedural, resource, core and the knowledge vault's index
+(MIRIX's types beside the episodic memories of ``workers.consolidate``).
+
+Called by ``consolidate_user`` under its per-user lock with the user's pending observation records, before
+their ``consolidated`` watermark is set (so a failure leaves them pending and the next run redoes them; ids
+and Mem0's NOOP make the repeat harmless). Steps: the configured extractor reads the observations
+(``workers.extract``; the LLM one falls back to the rules one unless ``llm_extract_required``), each draft
+becomes a memory with the provenance of the observations it cites (observation, event, message ids such
+as LoCoMo's ``dia_id``, sessions, time span), ``workers.memory.dynamics.apply`` writes it (ADD / UPDATE / SUPERSEDE /
+NOOP), the ``human`` core block is rewritten with the new facts (DigitalLife), and the vault entries the
+observations' placeholders point to are indexed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+import numpy as np
+import structlog
+from qdrant_client import models as qm
+
+from engram.schemas.extraction import Draft, Extraction
+from engram.schemas.memories import (
+    CoreMemory,
+    MemoryBase,
+    MemoryType,
+    ProceduralMemory,
+    Provenance,
+    ResourceMemory,
+    SemanticMemory,
+)
+from engram.workers.extract import ExtractionFailed, Seen, extractor_for
+from engram.workers.extract.rules import RulesExtractor
+from engram.workers.ids import memory_id
+from engram.workers.memory import dynamics, vault
+from engram.workers.memory.points import memory_points, provenance, source_fields
+from engram.workers.memory.vectors import embed_texts
+from engram.workers.runtime import Runtime
+from engram.workers.stores.vectors import OBSERVATIONS
+
+log = structlog.get_logger(__name__)
+
+
+def extract(rt: Runtime, seen: list[Seen], user_id: str) -> Extraction:
+    """Drafts from the configured extractor. An LLM failure falls back to the rules extractor (logged with
+    the reason) or, with ``llm_extract_required``, raises ExtractionFailed."""
+    try:
+        return extractor_for(rt.settings).extract(seen, user_id)
+    except ExtractionFailed as exc:
+        if rt.settings.llm_extract_required:
+            raise
+        log.warning("LLM extraction failed; using the rules extractor", reason=str(exc))
+        return RulesExtractor().extract(seen, user_id)
+
+
+def _key(memory_type: MemoryType, draft: Draft) -> str:
+    """What makes two drafts the same memory: a fact's subject, attribute and value (or its text), a
+    procedure's steps, a resource's title."""
+    match memory_type:
+        case MemoryType.semantic:
+            tail = f"{draft.attribute}={draft.value}" if draft.attribute else draft.summary
+            return f"{draft.name}\x1f{tail}".lower()
+        case MemoryType.procedural:
+            return "\x1f".join(draft.steps).lower()
+        case _:
+            return draft.title.lower()
+
+
+def build(memory_type: MemoryType, draft: Draft, records: list[qm.Record], tenant_id: str, user_id: str,
+          now: datetime) -> MemoryBase:
+    """The memory of one draft, from the records its ``sources`` index."""
+    prov = provenance(records)
+    common = dict(id=memory_id(tenant_id, user_id, memory_type.value, _key(memory_type, draft)), tenant_id=tenant_id,
+                  user_id=user_id, created_at=now, updated_at=now, provenance=prov)
+    content = draft.model_dump(exclude={"sources"})
+    match memory_type:
+        case MemoryType.semantic:
+            source = ", ".join(prov.message_ids[:3]) or ", ".join(prov.source_names[:3])
+            return SemanticMemory(**common, **content, source=source)
+        case MemoryType.procedural:
+            return ProceduralMemory(**common, **content)
+        case _:
+            return ResourceMemory(**common, **content)
+
+
+def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[qm.Record],
+                      now: datetime | None = None) -> dict[str, int]:
+    """Write the typed memories of a user's pending observation ``records``; returns counts per type and
+    operation (e.g. ``{"semantic.ADD": 3, "core": 1, "knowledge_vault": 2}``). Raises ExtractionFailed
+    (only with ``llm_extract_required``)."""
+    now = now or datetime.now(UTC)
+    records = sorted(records, key=lambda r: (r.payload["start_ts"], r.payload.get("segment_index", 0)))
+    seen = [Seen.from_payload(r.payload, user_id) for r in records]
+    found = extract(rt, seen, user_id)
+    counts: Counter = Counter()
+    for mtype in (MemoryType.semantic, MemoryType.procedural, MemoryType.resource):
+        drafts = [d for d in getattr(found, mtype.value) if all(0 <= i < len(records) for i in d.sources)]
+        drafts.sort(key=lambda d: records[min(d.sources)].payload["start_ts"])
+        mems, fields = [], []
+        for d in drafts:
+            src = [records[i] for i in dict.fromkeys(d.sources)]
+            mems.append(build(mtype, d, src, tenant_id, user_id, now))
+            fields.append(source_fields(src))
+        if mems:
+            vectors = embed_texts(rt, [m.index_text() for m in mems])
+            for op, n in dynamics.apply(rt, mems, vectors, fields, now).items():
+                counts[f"{mtype.value}.{op.value}"] += n
+    core = [d for d in found.core if all(0 <= i < len(records) for i in d.sources)]
+    for label in dict.fromkeys(d.label for d in core):
+        mine = [d for d in core if d.label == label]
+        write_core(rt, tenant_id, user_id, label, [f for d in mine for f in d.facts],
+                   [records[i] for d in mine for i in d.sources], now)
+        counts["core"] += 1
+    counts["knowledge_vault"] = vault.index_entries(rt, tenant_id, [r.payload.get("text", "") for r in records])
+    log.info("typed memories", tenant=tenant_id, user=user_id, extractor=rt.settings.extractor,
+             **{k.replace(".", "_"): v for k, v in counts.items()})
+    return dict(counts)
+
+
+def write_core(rt: Runtime, tenant_id: str, user_id: str, label: str, facts: list[str], records: list[qm.Record],
+               now: datetime) -> CoreMemory:
+    """Rewrite the user's core block ``label`` with ``facts`` (``dynamics.merge_block``) and upsert it; its
+    provenance gains ``records``."""
+    mid = memory_id(tenant_id, user_id, MemoryType.core.value, label)
+    old = rt.vectors.retrieve(MemoryType.core.value, [mid])
+    limit = rt.settings.core_memory_limit
+    prov = provenance(list({str(r.id): r for r in records}.values()))
+    created = now
+    value = ""
+    if old:
+        payload = old[0].payload or {}
+        value, created = payload.get("value", ""), datetime.fromisoformat(payload["created_at"])
+        prov = Provenance.model_validate(payload.get("provenance") or {}).union(prov)
+    block = CoreMemory(id=mid, tenant_id=tenant_id, user_id=user_id, created_at=created, updated_at=now,
+                       provenance=prov, label=label, value=dynamics.merge_block(value, facts, limit), limit=limit)
+    fields = {"kinds": [], "device_ids": [], "apps": [], "entity_ids": []}
+    fields.update(source_fields(records))
+    rt.vectors.upsert(MemoryType.core.value, memory_points(rt, [block], [fields],
+                                                          np.asarray(embed_texts(rt, [block.index_text()]))))
+    return block
+
+
+def due_users(rt: Runtime, now: float | None = None) -> tuple[list[tuple[str, str]], int]:
+    """Which (tenant, user) pairs beat should consolidate now, and how many pairs have pending observations.
+
+    MIRIX consolidates after a fixed number of new messages (20); a user is due when ``consolidate_min_
+    observations`` observations are pending, or when the newest of them was stored ``consolidate_idle_seconds``
+    ago (default: the beat interval), so a quiet user's last few observations are not left waiting."""
+    s = rt.settings
+    now = time.time() if now is None else now
+    idle = s.consolidate_idle_seconds or s.consolidate_interval_seconds
+    flt = qm.Filter(must=[qm.FieldCondition(key="consolidated", match=qm.MatchValue(value=False))])
+    count: Counter = Counter()
+    newest: dict[tuple[str, str], float] = {}
+    for rec in rt.vectors.scroll(OBSERVATIONS, flt):
+        pair = (rec.payload["tenant_id"], rec.payload["user_id"])
+        count[pair] += 1
+        newest[pair] = max(newest.get(pair, 0.0), float(rec.payload.get("stored_at") or 0.0))
+    due = sorted(p for p in count if count[p] >= s.consolidate_min_observations or now - newest[p] >= idle)
+    return due, len(count)

@@ -1,0 +1,653 @@
+"""The event ledger: the status of every event (queued, processing, done, skipped, failed + stage + reason).
+
+One interface (``Ledger``); SQLite under ``ENGRAM_DATA_DIR`` in the embedded default. The ledger also
+keeps the small shared state that ingest needs across processes: which content hash a tenant already
+has (exact duplicates) and the last kept frame of each device stream (near-duplicates). Failed events
+stay in the ledger with their reason and object key: that is the quarantine.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, closing, contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
+from engram.workers.metrics import EVENTS_RECEIVED, count_finished
+
+log = structlog.get_logger(__name__)
+
+FINAL_STATUSES = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
+
+
+class Ledger(Protocol):
+    """Event status and ingest's shared state. Every method is atomic and safe across processes."""
+
+    def record_queued(self, event: MediaEvent) -> None:
+        """Add ``event`` as queued (no-op if it is already known)."""
+
+    def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
+        """The event's record, or None."""
+
+    def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
+             reason: str | None = None) -> None:
+        """Set the status (a final status is not overwritten by ``processing`` or ``queued``)."""
+
+    def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
+        """Register ``event_id`` as the holder of this content for this user; return the earlier holder if the
+        user already has the content in an event that did not fail (then this event is an exact duplicate). The
+        object is stored once per tenant; each user who publishes it gets their own observations."""
+
+    def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
+                   is_near_duplicate) -> uuid.UUID | None:
+        """Compare ``phash`` with the device's last kept frame using ``is_near_duplicate(prev, new)``;
+        return that frame's event id if it is a near-duplicate, else make this frame the last kept one."""
+
+    def expect_segments(self, event_id: uuid.UUID, total: int) -> None:
+        """Declare how many segments the event was cut into; with 0 the event is done at once."""
+
+    def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
+        """Record a stored segment (idempotent); mark the event done and return True when all are."""
+
+    def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
+        """Number of events per status."""
+
+    def try_lock(self, name: str, ttl_s: float) -> AbstractContextManager[bool]:
+        """A lock shared by every process, held at most ``ttl_s`` seconds (a crashed holder cannot block
+        others longer). Yields True when acquired, False (without waiting) when someone else holds it."""
+
+    def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
+                limit: int = 100) -> list[LedgerRecord]:
+        """Recent records, newest first."""
+
+    def done_segments(self, event_id: uuid.UUID) -> set[int]:
+        """Indexes of the event's segments already stored."""
+
+    def user_events(self, tenant_id: str, user_id: str) -> list[LedgerRecord]:
+        """Every event of one user of a tenant, any status, oldest first."""
+
+    def forget_events(self, tenant_id: str, event_ids: list[uuid.UUID]) -> int:
+        """Delete the tenant's records of these events and what is kept about them (segments, the content
+        hashes and last kept frames they hold), as forgetting a user needs; returns the records deleted."""
+
+    def object_references(self, tenant_id: str, object_key: str) -> int:
+        """How many of the tenant's events (any status) reference ``object_key``."""
+
+    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
+                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        """Events queued or processing without progress for ``older_than_s`` seconds (their task was lost:
+        acknowledged while the broker restarted, or a chain's next publish failed). Each is claimed for
+        one redelivery (its progress time is reset, so the next sweep leaves it alone for another
+        ``older_than_s``); one already redelivered ``max_redeliveries`` times is marked failed instead.
+        Returns (events to publish again, event ids given up)."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _stalled_reason(stage: str | None, older_than_s: float, redeliveries: int) -> str:
+    return (f"stalled: no progress for {older_than_s:.0f} s after {redeliveries} redeliveries"
+            + (f" (last stage {stage})" if stage else ""))
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+  event_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, device_id TEXT NOT NULL,
+  kind TEXT NOT NULL, object_key TEXT NOT NULL, sha256 TEXT NOT NULL, source_name TEXT,
+  status TEXT NOT NULL, stage TEXT, reason TEXT, segments_total INTEGER,
+  created_at TEXT NOT NULL, updated_at TEXT NOT NULL, event_json TEXT, redeliveries INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX IF NOT EXISTS events_tenant_status ON events(tenant_id, status);
+CREATE INDEX IF NOT EXISTS events_status_updated ON events(status, updated_at);
+CREATE TABLE IF NOT EXISTS segments (
+  event_id TEXT NOT NULL, segment_index INTEGER NOT NULL, observations INTEGER NOT NULL,
+  PRIMARY KEY (event_id, segment_index));
+CREATE TABLE IF NOT EXISTS user_content (
+  tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, sha256 TEXT NOT NULL, event_id TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, user_id, sha256));
+CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, token TEXT NOT NULL, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS frames (
+  tenant_id TEXT NOT NULL, device_id TEXT NOT NULL, phash TEXT NOT NULL, event_id TEXT NOT NULL,
+  PRIMARY KEY (tenant_id, device_id));
+"""
+
+
+class SqliteLedger:
+    """The ledger in one SQLite file (WAL mode). A connection per call, so any thread or process may use it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(sqlite3.connect(self.path, timeout=60)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            have = {row[1] for row in db.execute("PRAGMA table_info(events)")}
+            if have and "event_json" not in have:  # a ledger written before redelivery existed
+                db.execute("ALTER TABLE events ADD COLUMN event_json TEXT")
+                db.execute("ALTER TABLE events ADD COLUMN redeliveries INTEGER NOT NULL DEFAULT 0")
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with closing(sqlite3.connect(self.path, timeout=60, isolation_level=None)) as db:
+            db.execute("PRAGMA busy_timeout=60000")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+
+    def record_queued(self, event: MediaEvent) -> None:
+        now = _now()
+        with self._tx() as db:
+            created = db.execute(
+                "INSERT OR IGNORE INTO events (event_id, tenant_id, user_id, device_id, kind, object_key, sha256,"
+                " source_name, status, created_at, updated_at, event_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (str(event.event_id), event.tenant_id, event.user_id, event.device_id, event.kind.value,
+                 event.object_key, event.sha256, event.source_name, EventStatus.queued.value, now, now,
+                 event.model_dump_json())).rowcount
+        if created:
+            EVENTS_RECEIVED.labels(kind=event.kind.value).inc()
+
+    def _row(self, db: sqlite3.Connection, event_id: str) -> LedgerRecord | None:
+        row = db.execute(
+            "SELECT e.event_id, tenant_id, user_id, device_id, kind, object_key, sha256, source_name, status,"
+            " stage, reason, segments_total, created_at, updated_at, COUNT(s.segment_index),"
+            " COALESCE(SUM(s.observations),0)"
+            " FROM events e LEFT JOIN segments s ON s.event_id = e.event_id WHERE e.event_id = ?"
+            " GROUP BY e.event_id", (event_id,)).fetchone()
+        return self._record(row) if row else None
+
+    @staticmethod
+    def _record(row: tuple) -> LedgerRecord:
+        (event_id, tenant, user, device, kind, key, sha, name, status, stage, reason, total, created, updated,
+         done, obs) = row
+        return LedgerRecord(event_id=uuid.UUID(event_id), tenant_id=tenant, user_id=user, device_id=device,
+                            kind=kind, object_key=key, sha256=sha, source_name=name, status=status,
+                            stage=stage, reason=reason, segments_total=total, segments_done=done,
+                            observations=obs, created_at=datetime.fromisoformat(created),
+                            updated_at=datetime.fromisoformat(updated))
+
+    def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
+        with self._tx() as db:
+            return self._row(db, str(event_id))
+
+    def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
+             reason: str | None = None) -> None:
+        with self._tx() as db:
+            row = db.execute("SELECT status, kind FROM events WHERE event_id=?", (str(event_id),)).fetchone()
+            if row is None:
+                raise KeyError(f"unknown event {event_id}")
+            if row[0] in FINAL_STATUSES and status not in FINAL_STATUSES:
+                return
+            db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
+                       (status.value, stage, reason, _now(), str(event_id)))
+        if status in FINAL_STATUSES and row[0] not in FINAL_STATUSES:
+            count_finished(row[1], status.value, stage, reason)
+
+    def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT c.event_id, e.status FROM user_content c LEFT JOIN events e ON e.event_id = c.event_id"
+                " WHERE c.tenant_id=? AND c.user_id=? AND c.sha256=?", (tenant_id, user_id, sha256)).fetchone()
+            if row and row[0] != str(event_id) and row[1] not in (None, EventStatus.failed.value):
+                return uuid.UUID(row[0])
+            db.execute("INSERT OR REPLACE INTO user_content (tenant_id, user_id, sha256, event_id) VALUES (?,?,?,?)",
+                       (tenant_id, user_id, sha256, str(event_id)))
+            return None
+
+    def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
+                   is_near_duplicate) -> uuid.UUID | None:
+        with self._tx() as db:
+            row = db.execute("SELECT phash, event_id FROM frames WHERE tenant_id=? AND device_id=?",
+                             (tenant_id, device_id)).fetchone()
+            if row and row[1] != str(event_id) and is_near_duplicate(row[0], phash):
+                return uuid.UUID(row[1])
+            db.execute("INSERT OR REPLACE INTO frames (tenant_id, device_id, phash, event_id) VALUES (?,?,?,?)",
+                       (tenant_id, device_id, phash, str(event_id)))
+            return None
+
+    def expect_segments(self, event_id: uuid.UUID, total: int) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE events SET segments_total=?, updated_at=? WHERE event_id=?",
+                       (total, _now(), str(event_id)))
+            finished = total == 0 and db.execute(
+                "UPDATE events SET status=?, stage=NULL, reason=? WHERE event_id=? AND status NOT IN (?,?,?)",
+                (EventStatus.done.value, "no content to store", str(event_id),
+                 *(s.value for s in FINAL_STATUSES))).rowcount == 1
+            kind = db.execute("SELECT kind FROM events WHERE event_id=?", (str(event_id),)).fetchone()
+        if finished:
+            count_finished(kind[0], EventStatus.done.value, None, "no content to store")
+
+    def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO segments (event_id, segment_index, observations) VALUES (?,?,?)",
+                       (str(event_id), segment_index, observations))
+            db.execute("UPDATE events SET updated_at=? WHERE event_id=?", (_now(), str(event_id)))  # progress
+            total, status, kind = db.execute("SELECT segments_total, status, kind FROM events WHERE event_id=?",
+                                             (str(event_id),)).fetchone()
+            done = db.execute("SELECT COUNT(*) FROM segments WHERE event_id=?", (str(event_id),)).fetchone()[0]
+            finished = total is not None and done >= total and status not in FINAL_STATUSES
+            if finished:
+                db.execute("UPDATE events SET status=?, stage=NULL, reason=NULL, updated_at=? WHERE event_id=?",
+                           (EventStatus.done.value, _now(), str(event_id)))
+        if finished:
+            count_finished(kind, EventStatus.done.value, None, None)
+        return finished
+
+    def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
+        with self._tx() as db:
+            q = "SELECT status, COUNT(*) FROM events" + (" WHERE tenant_id=?" if tenant_id else "")
+            rows = db.execute(q + " GROUP BY status", (tenant_id,) if tenant_id else ()).fetchall()
+        return {EventStatus(s): n for s, n in rows}
+
+    @contextmanager
+    def try_lock(self, name: str, ttl_s: float) -> Iterator[bool]:
+        token = uuid.uuid4().hex
+        with self._tx() as db:
+            db.execute("DELETE FROM locks WHERE name=? AND expires < ?", (name, time.time()))
+            got = db.execute("INSERT OR IGNORE INTO locks (name, token, expires) VALUES (?,?,?)",
+                             (name, token, time.time() + ttl_s)).rowcount == 1
+        try:
+            yield got
+        finally:
+            if got:
+                with self._tx() as db:
+                    db.execute("DELETE FROM locks WHERE name=? AND token=?", (name, token))
+
+    def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
+                limit: int = 100) -> list[LedgerRecord]:
+        where, args = [], []
+        if tenant_id:
+            where.append("tenant_id=?")
+            args.append(tenant_id)
+        if status:
+            where.append("status=?")
+            args.append(status.value)
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        with self._tx() as db:
+            ids = db.execute(f"SELECT event_id FROM events{clause} ORDER BY updated_at DESC LIMIT ?",
+                             (*args, limit)).fetchall()
+            return [r for (i,) in ids if (r := self._row(db, i))]
+
+    def done_segments(self, event_id: uuid.UUID) -> set[int]:
+        with self._tx() as db:
+            rows = db.execute("SELECT segment_index FROM segments WHERE event_id=?", (str(event_id),))
+            return {i for (i,) in rows}
+
+    def user_events(self, tenant_id: str, user_id: str) -> list[LedgerRecord]:
+        with self._tx() as db:
+            ids = db.execute("SELECT event_id FROM events WHERE tenant_id=? AND user_id=? ORDER BY created_at",
+                             (tenant_id, user_id)).fetchall()
+            return [r for (i,) in ids if (r := self._row(db, i))]
+
+    def forget_events(self, tenant_id: str, event_ids: list[uuid.UUID]) -> int:
+        deleted = 0
+        with self._tx() as db:
+            for eid in map(str, event_ids):
+                n = db.execute("DELETE FROM events WHERE event_id=? AND tenant_id=?", (eid, tenant_id)).rowcount
+                if n:
+                    for table in ("segments", "user_content", "frames"):
+                        db.execute(f"DELETE FROM {table} WHERE event_id=?", (eid,))  # fixed table names
+                deleted += n
+        return deleted
+
+    def object_references(self, tenant_id: str, object_key: str) -> int:
+        with self._tx() as db:
+            return db.execute("SELECT COUNT(*) FROM events WHERE tenant_id=? AND object_key=?",
+                              (tenant_id, object_key)).fetchone()[0]
+
+    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
+                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        cutoff = datetime.fromtimestamp(time.time() - older_than_s, UTC).isoformat()
+        republish, given_up, failed = [], [], []
+        with self._tx() as db:
+            rows = db.execute(
+                "SELECT event_id, event_json, redeliveries, stage, kind FROM events WHERE status IN (?,?)"
+                " AND updated_at < ? ORDER BY updated_at LIMIT ?",
+                (EventStatus.queued.value, EventStatus.processing.value, cutoff, limit)).fetchall()
+            for event_id, event_json, redeliveries, stage, kind in rows:
+                if event_json is None or redeliveries >= max_redeliveries:
+                    reason = (_stalled_reason(stage, older_than_s, redeliveries) if event_json
+                              else "stalled, and recorded before redelivery existed: publish it again")
+                    db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
+                               (EventStatus.failed.value, stage or "ingest", reason, _now(), event_id))
+                    given_up.append(uuid.UUID(event_id))
+                    failed.append((kind, stage or "ingest", reason))
+                else:
+                    db.execute("UPDATE events SET redeliveries=redeliveries+1, updated_at=? WHERE event_id=?",
+                               (_now(), event_id))
+                    republish.append(MediaEvent.model_validate_json(event_json))
+        for kind, stage, reason in failed:
+            count_finished(kind, EventStatus.failed.value, stage, reason)
+        return republish, given_up
+
+
+class RedisLedger:
+    """The ledger in Redis (the distributed mode), for any number of processes.
+
+    Keys (prefix ``engram:``): ``event:<id>`` (hash of the record), ``event:<id>:segments`` (hash segment
+    index → observations), ``tenant:<t>:events`` (sorted set by update time), ``tenant:<t>:status:<s>``
+    (sorted set per status), ``content:<t>:<user>:<sha256>`` and ``frame:<t>:<device>``. Read-modify-write steps
+    run as optimistic transactions (WATCH/MULTI), so concurrent workers never lose an update.
+    """
+
+    def __init__(self, url: str, prefix: str = "engram:") -> None:
+        import redis
+
+        self.url = url
+        self.r = redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
+        self.p = prefix
+
+    def _ek(self, event_id: uuid.UUID | str) -> str:
+        return f"{self.p}event:{event_id}"
+
+    def _transact(self, fn, *keys: str):
+        """Run ``fn(pipe)`` under WATCH of ``keys`` until it commits; returns fn's result."""
+        import redis
+
+        with self.r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(*keys)
+                    result = fn(pipe)
+                    pipe.execute()
+                    return result
+                except redis.WatchError:
+                    continue
+
+    def _set_status(self, pipe, rec: dict, status: EventStatus, stage: str | None,
+                    reason: str | None) -> tuple | None:
+        """Queue (in MULTI) the writes that move ``rec`` to ``status``; returns the arguments of
+        ``metrics.count_finished`` when this enters a final status, to count once the transaction commits."""
+        now = datetime.now(UTC)
+        tenant, eid, old = rec["tenant_id"], rec["event_id"], rec.get("status")
+        pipe.hset(self._ek(eid), mapping={"status": status.value, "stage": stage or "", "reason": reason or "",
+                                          "updated_at": now.isoformat()})
+        if old and old != status.value:
+            pipe.zrem(f"{self.p}tenant:{tenant}:status:{old}", eid)
+        pipe.zadd(f"{self.p}tenant:{tenant}:status:{status.value}", {eid: now.timestamp()})
+        pipe.zadd(f"{self.p}tenant:{tenant}:events", {eid: now.timestamp()})
+        if status in FINAL_STATUSES and old not in FINAL_STATUSES:
+            return (rec["kind"], status.value, stage, reason)
+        return None
+
+    def _touch(self, pipe, rec: dict) -> None:
+        """Queue (in MULTI) a new progress time for ``rec`` without changing its status."""
+        now = datetime.now(UTC)
+        pipe.hset(self._ek(rec["event_id"]), "updated_at", now.isoformat())
+        pipe.zadd(f"{self.p}tenant:{rec['tenant_id']}:status:{rec['status']}", {rec["event_id"]: now.timestamp()})
+        pipe.zadd(f"{self.p}tenant:{rec['tenant_id']}:events", {rec["event_id"]: now.timestamp()})
+
+    def record_queued(self, event: MediaEvent) -> None:
+        key = self._ek(event.event_id)
+
+        def fn(pipe):
+            if pipe.exists(key):
+                pipe.multi()
+                return False
+            now = datetime.now(UTC).isoformat()
+            rec = {"event_id": str(event.event_id), "tenant_id": event.tenant_id, "user_id": event.user_id,
+                   "device_id": event.device_id, "kind": event.kind.value, "object_key": event.object_key,
+                   "sha256": event.sha256, "source_name": event.source_name or "", "created_at": now,
+                   "updated_at": now, "segments_total": "", "event_json": event.model_dump_json(),
+                   "redeliveries": 0}
+            pipe.multi()
+            pipe.hset(key, mapping=rec)
+            self._set_status(pipe, rec, EventStatus.queued, None, None)
+            return True
+
+        if self._transact(fn, key):
+            EVENTS_RECEIVED.labels(kind=event.kind.value).inc()
+
+    def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
+        rec = self.r.hgetall(self._ek(event_id))
+        if not rec:
+            return None
+        segs = self.r.hvals(self._ek(event_id) + ":segments")
+        return LedgerRecord(
+            event_id=uuid.UUID(rec["event_id"]), tenant_id=rec["tenant_id"], user_id=rec["user_id"],
+            device_id=rec["device_id"], kind=rec["kind"], object_key=rec["object_key"], sha256=rec["sha256"],
+            source_name=rec.get("source_name") or None, status=rec["status"], stage=rec.get("stage") or None,
+            reason=rec.get("reason") or None,
+            segments_total=int(rec["segments_total"]) if rec.get("segments_total") else None,
+            segments_done=len(segs), observations=sum(int(v) for v in segs),
+            created_at=datetime.fromisoformat(rec["created_at"]), updated_at=datetime.fromisoformat(rec["updated_at"]))
+
+    def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
+             reason: str | None = None) -> None:
+        key = self._ek(event_id)
+
+        def fn(pipe):
+            rec = pipe.hgetall(key)
+            if not rec:
+                raise KeyError(f"unknown event {event_id}")
+            pipe.multi()
+            if rec["status"] in FINAL_STATUSES and status not in FINAL_STATUSES:
+                return None
+            return self._set_status(pipe, rec, status, stage, reason)
+
+        if finished := self._transact(fn, key):
+            count_finished(*finished)
+
+    def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
+        ckey = f"{self.p}content:{tenant_id}:{user_id}:{sha256}"
+
+        def fn(pipe):
+            holder = pipe.get(ckey)
+            if holder and holder != str(event_id):
+                status = pipe.hget(self._ek(holder), "status")
+                if status not in (None, EventStatus.failed.value):
+                    pipe.multi()
+                    return uuid.UUID(holder)
+            pipe.multi()
+            pipe.set(ckey, str(event_id))
+            return None
+
+        return self._transact(fn, ckey)
+
+    def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
+                   is_near_duplicate) -> uuid.UUID | None:
+        fkey = f"{self.p}frame:{tenant_id}:{device_id}"
+
+        def fn(pipe):
+            prev = pipe.hgetall(fkey)
+            pipe.multi()
+            if prev and prev["event_id"] != str(event_id) and is_near_duplicate(prev["phash"], phash):
+                return uuid.UUID(prev["event_id"])
+            pipe.hset(fkey, mapping={"phash": phash, "event_id": str(event_id)})
+            return None
+
+        return self._transact(fn, fkey)
+
+    def expect_segments(self, event_id: uuid.UUID, total: int) -> None:
+        key = self._ek(event_id)
+
+        def fn(pipe):
+            rec = pipe.hgetall(key)
+            done = pipe.hlen(key + ":segments")
+            pipe.multi()
+            pipe.hset(key, "segments_total", total)
+            if rec.get("status") not in FINAL_STATUSES and done >= total:
+                return self._set_status(pipe, rec, EventStatus.done, None,
+                                        "no content to store" if total == 0 else None)
+            return None
+
+        if finished := self._transact(fn, key, key + ":segments"):
+            count_finished(*finished)
+
+    def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
+        key = self._ek(event_id)
+
+        def fn(pipe):
+            rec = pipe.hgetall(key)
+            segs = pipe.hgetall(key + ":segments")
+            segs[str(segment_index)] = str(observations)
+            total = int(rec["segments_total"]) if rec.get("segments_total") else None
+            pipe.multi()
+            pipe.hset(key + ":segments", str(segment_index), observations)
+            if rec["status"] in FINAL_STATUSES:
+                return None
+            if total is not None and len(segs) >= total:
+                return self._set_status(pipe, rec, EventStatus.done, None, None)
+            self._touch(pipe, rec)  # progress: the stalled-event sweep leaves it alone
+            return None
+
+        if finished := self._transact(fn, key, key + ":segments"):
+            count_finished(*finished)
+        return finished is not None
+
+    def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
+        tenants = [tenant_id] if tenant_id else self._tenants()
+        out: dict[EventStatus, int] = {}
+        for t in tenants:
+            for st in EventStatus:
+                n = self.r.zcard(f"{self.p}tenant:{t}:status:{st.value}")
+                if n:
+                    out[st] = out.get(st, 0) + n
+        return out
+
+    @contextmanager
+    def try_lock(self, name: str, ttl_s: float) -> Iterator[bool]:
+        lock = self.r.lock(f"{self.p}lock:{name}", timeout=ttl_s, blocking=False)
+        got = lock.acquire()
+        try:
+            yield got
+        finally:
+            if got:
+                self._release(lock, name)
+
+    @staticmethod
+    def _release(lock, name: str) -> None:
+        """Release ``lock``, riding out a Redis restart of up to 30 s (else the lock would block its work
+        until its ttl ends); a lock that expired meanwhile is left to its new holder."""
+        import redis
+        from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+        token = lock.local.token  # Lock.release() forgets the token before it talks to Redis: retry with it
+
+        @retry(retry=retry_if_exception_type((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)),
+               stop=stop_after_delay(30), wait=wait_exponential(multiplier=0.2, max=3), reraise=True)
+        def release() -> None:
+            lock.do_release(token)
+
+        try:
+            release()
+        except redis.exceptions.LockError:
+            log_lock_expired(name)
+        except redis.exceptions.RedisError as exc:
+
+            log.error("lock not released: it blocks its work until its ttl ends",
+                                                 lock=name, error=str(exc))
+
+    def done_segments(self, event_id: uuid.UUID) -> set[int]:
+        return {int(i) for i in self.r.hkeys(self._ek(event_id) + ":segments")}
+
+    def _tenant_fields(self, tenant_id: str, *fields: str) -> list[tuple[str, list[str | None]]]:
+        """(event id, values of ``fields``) of every event of the tenant, oldest first (pipelined HMGETs)."""
+        eids = self.r.zrange(f"{self.p}tenant:{tenant_id}:events", 0, -1)
+        with self.r.pipeline(transaction=False) as pipe:
+            for eid in eids:
+                pipe.hmget(self._ek(eid), list(fields))
+            return list(zip(eids, pipe.execute(), strict=True))
+
+    def user_events(self, tenant_id: str, user_id: str) -> list[LedgerRecord]:
+        mine = [eid for eid, (user,) in self._tenant_fields(tenant_id, "user_id") if user == user_id]
+        return sorted((r for eid in mine if (r := self.get(uuid.UUID(eid)))), key=lambda r: r.created_at)
+
+    def forget_events(self, tenant_id: str, event_ids: list[uuid.UUID]) -> int:
+        deleted = 0
+        for eid in map(str, event_ids):
+            key = self._ek(eid)
+            rec = self.r.hgetall(key)
+            if not rec or rec["tenant_id"] != tenant_id:
+                continue
+            ckey = f"{self.p}content:{tenant_id}:{rec['user_id']}:{rec['sha256']}"
+            fkey = f"{self.p}frame:{tenant_id}:{rec['device_id']}"
+
+            def fn(pipe, key=key, eid=eid, ckey=ckey, fkey=fkey):
+                holds_content = pipe.get(ckey) == eid
+                holds_frame = pipe.hget(fkey, "event_id") == eid
+                pipe.multi()
+                pipe.delete(key, key + ":segments", *([ckey] if holds_content else []),
+                            *([fkey] if holds_frame else []))
+                pipe.zrem(f"{self.p}tenant:{tenant_id}:events", eid)
+                for st in EventStatus:
+                    pipe.zrem(f"{self.p}tenant:{tenant_id}:status:{st.value}", eid)
+
+            self._transact(fn, key, ckey, fkey)
+            deleted += 1
+        return deleted
+
+    def object_references(self, tenant_id: str, object_key: str) -> int:
+        return sum(key == object_key for _, (key,) in self._tenant_fields(tenant_id, "object_key"))
+
+    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
+                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        cutoff = time.time() - older_than_s
+        republish: list[MediaEvent] = []
+        given_up: list[uuid.UUID] = []
+        for tenant in self._tenants():
+            for status in (EventStatus.queued, EventStatus.processing):
+                zkey = f"{self.p}tenant:{tenant}:status:{status.value}"
+                for eid in self.r.zrangebyscore(zkey, "-inf", cutoff, start=0, num=limit):
+                    key = self._ek(eid)
+
+                    def fn(pipe, key=key, status=status):
+                        rec = pipe.hgetall(key)
+                        pipe.multi()
+                        if rec.get("status") != status.value or \
+                                datetime.fromisoformat(rec["updated_at"]).timestamp() >= cutoff:
+                            return None  # it moved on meanwhile
+                        done = int(rec.get("redeliveries") or 0)
+                        if not rec.get("event_json") or done >= max_redeliveries:
+                            reason = (_stalled_reason(rec.get("stage"), older_than_s, done) if rec.get("event_json")
+                                      else "stalled, and recorded before redelivery existed: publish it again")
+                            return self._set_status(pipe, rec, EventStatus.failed, rec.get("stage") or "ingest",
+                                                    reason)
+                        pipe.hset(key, "redeliveries", done + 1)
+                        self._touch(pipe, rec)
+                        return MediaEvent.model_validate_json(rec["event_json"])
+
+                    outcome = self._transact(fn, key)
+                    if isinstance(outcome, tuple):
+                        given_up.append(uuid.UUID(eid))
+                        count_finished(*outcome)
+                    elif outcome is not None:
+                        republish.append(outcome)
+        return republish, given_up
+
+    def _tenants(self) -> list[str]:
+        pat = f"{self.p}tenant:*:events"
+        return sorted({k[len(self.p) + 7:-7] for k in self.r.scan_iter(match=pat)})
+
+    def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
+                limit: int = 100) -> list[LedgerRecord]:
+        out: list[LedgerRecord] = []
+        for t in [tenant_id] if tenant_id else self._tenants():
+            key = f"{self.p}tenant:{t}:status:{status.value}" if status else f"{self.p}tenant:{t}:events"
+            out.extend(r for eid in self.r.zrevrange(key, 0, limit - 1) if (r := self.get(uuid.UUID(eid))))
+        return sorted(out, key=lambda r: r.updated_at, reverse=True)[:limit]
+
+
+def log_lock_expired(name: str) -> None:
+    """Note a lock that outlived its ttl (its work took longer than the ttl allows)."""
+
+    log.warning("lock expired before release", lock=name)
+
+
+def open_ledger(settings) -> Ledger:
+    """The configured ledger: Redis when ``redis_url`` or ``broker_url`` is a Redis URL (the distributed
+    mode), else SQLite under ``data_dir`` (the embedded default)."""
+    url = settings.redis_url or settings.broker_url
+    if url and url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisLedger(url)
+    return SqliteLedger(settings.data_dir / "ledger.sqlite")

@@ -1,0 +1,817 @@
+"""The vector store: one ``VectorStore`` interface over two Qdrant backends.
+
+- ``EdgeVectorStore``, the embedded default: Qdrant's own engine in-process (Qdrant Edge, ``qdrant-edge-py``),
+  one shard per collection under ``ENGRAM_DATA_DIR/vectors/<collection>``, with payload indexes (``tenant_id``
+  as Qdrant's tenant index), a write-ahead log (a write acknowledged before a crash is there on reopen) and no
+  server.
+- ``ClientVectorStore``: qdrant-client against a Qdrant server (``ENGRAM_QDRANT_URL``; the distributed mode at
+  scale). qdrant-client's local mode (``QdrantClient(path=...)``, a pure-Python stand-in for a server whose
+  search time grows linearly with the points) is used only as the server's stand-in in tests and to read stores
+  written by engram before Qdrant Edge (``migrate_local_store``).
+
+Both take qdrant-client's model types (``qdrant_client.models``: ``Filter``, ``PointStruct``) and return points
+with ``id``, ``payload``, ``vector`` and ``score`` (qdrant-client's ``Record`` / ``ScoredPoint``, or
+``StoredPoint``), so callers do not know which backend runs; ``tests/workers/test_vectorstore_contract.py``
+holds them to the same ids, order and scores.
+
+Collections (shared by all tenants; ``tenant_id`` is in every payload and every filter): ``observations``,
+the six memory types, and ``entities``. Each has a named dense vector ``text`` (384-d, cosine) and a named
+sparse vector ``bm25`` (IDF modifier); ``entities`` also has ``face`` (128-d dlib face descriptor, Euclidean) and
+``voice`` (256-d Resemblyzer d-vector, cosine), the centroids nearest-entity search runs on, and the samples they
+are the means of as multivectors ``face_samples``/``voice_samples`` (a point may lack any of its named vectors);
+``observations`` has ``sentences``, the multivector its dense search scores by MaxSim.
+
+An embedded store is opened by one process at a time (Qdrant Edge holds a lock on each shard's write-ahead log),
+under a file lock ``data_dir/vectors.lock`` held from the first shard opened until ``close``: a second process
+waits for it up to ``ENGRAM_STORE_WAIT_SECONDS`` (a long-running ``engram mcp`` holds the store only during each
+tool call), then gets ``StoreBusy``. A shard folder that exists but cannot be opened raises ``StoreCorrupt``
+naming it; nothing is silently made in its place.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+
+from engram.schemas.memories import MemoryType
+from engram.schemas.settings import Settings
+from engram.workers.errors import StoreError
+
+DENSE = "text"
+SPARSE = "bm25"
+DIM = 384
+FACE = "face"
+VOICE = "voice"
+FACE_SAMPLES = "face_samples"
+VOICE_SAMPLES = "voice_samples"
+SENTENCES = "sentences"  # an observation's contextual vector and its sentences' (``workers.embed``), MaxSim
+OBSERVATIONS = "observations"
+ENTITIES = "entities"
+COLLECTIONS = (OBSERVATIONS, *[t.value for t in MemoryType if t is not MemoryType.observation], ENTITIES)
+
+
+@dataclass(frozen=True)
+class VectorSpec:
+    """One named dense vector of a collection: ``size`` dimensions, ``distance`` ('cosine' or 'euclid'),
+    ``multi``: a multivector scored by MaxSim, ``searched``: False for vectors only read back (no HNSW graph)."""
+
+    size: int
+    distance: str = "cosine"
+    multi: bool = False
+    searched: bool = True
+
+
+#: Every collection's named dense vectors (besides these, one sparse vector ``bm25`` with the IDF modifier).
+VECTORS: dict[str, dict[str, VectorSpec]] = {
+    name: {DENSE: VectorSpec(DIM)} for name in COLLECTIONS
+}
+VECTORS[OBSERVATIONS][SENTENCES] = VectorSpec(DIM, multi=True)
+VECTORS[ENTITIES].update({FACE: VectorSpec(128, "euclid"), VOICE: VectorSpec(256),
+                          FACE_SAMPLES: VectorSpec(128, "euclid", multi=True, searched=False),
+                          VOICE_SAMPLES: VectorSpec(256, multi=True, searched=False)})
+
+#: Collections whose dense search scores a multivector by MaxSim instead of the single ``text`` vector: the
+#: multivector's first row is the point's own ``text`` vector (an observation: its contextual vector, then its
+#: sentences'). A point written without it gets ``[text]`` as its one row (``_complete``).
+DENSE_SEARCH_MULTIVECTOR: dict[str, str] = {OBSERVATIONS: SENTENCES}
+
+#: Payload indexes of every collection: what filters, tenancy and ``order_by`` (``newest``) use. ``tenant_id`` is
+#: Qdrant's tenant index (points of one tenant stored together).
+INDEXED_FIELDS = {
+    "tenant_id": "keyword",
+    "user_id": "keyword",
+    "device_id": "keyword",
+    "kind": "keyword",
+    "event_id": "keyword",
+    "start_ts": "float",
+    "end_ts": "float",
+    "consolidated": "bool",
+    "entity_ids": "keyword",
+    "name_keys": "keyword",
+}
+
+#: Observation payload fields that only the observation itself needs (the chat context indexed with a turn, OCR
+#: lines, ASR words, faces, voices): consolidation never reads them and leaves them out of its scroll
+#: (``without=``), so less is copied out of the engine.
+UNREAD_OBSERVATION_FIELDS = ["context_before", "context_after", "ocr_lines", "words", "faces", "speaker_voices",
+                             "voice_embedding"]
+
+PointId = uuid.UUID | str
+Payload = bool | list[str]
+
+
+class StoreBusy(StoreError, RuntimeError):
+    """The embedded store is open in another process."""
+
+
+class StoreCorrupt(StoreError, RuntimeError):
+    """A shard of the embedded store exists but cannot be opened (a file damaged or removed)."""
+
+
+def collection_for(memory_type: MemoryType) -> str:
+    """Qdrant collection name of a memory type (``observation`` lives in ``observations``)."""
+    return OBSERVATIONS if memory_type is MemoryType.observation else memory_type.value
+
+
+@dataclass
+class VectorQuery:
+    """One ranking request: the points under ``filter`` nearest ``vector`` by the named vector ``using``.
+
+    ``vector``: a dense query (list of floats), a multivector query (list of rows, for MaxSim) or a sparse one
+    (``qm.SparseVector``). ``idf_corpus``: the points BM25's IDF is counted over (sparse only; None = the whole
+    collection). ``with_payload``: True, False or the payload keys to return. ``score_threshold``: Qdrant's
+    (below a similarity, above a Euclidean distance is left out)."""
+
+    using: str
+    vector: list[float] | list[list[float]] | qm.SparseVector
+    filter: qm.Filter | None
+    limit: int
+    with_payload: Payload = True
+    idf_corpus: qm.Filter | None = None
+    score_threshold: float | None = None
+
+
+def _complete(points: list[qm.PointStruct], collection: str) -> list[qm.PointStruct]:
+    """``points`` with the collection's dense search multivector (``DENSE_SEARCH_MULTIVECTOR``) set to their own
+    ``DENSE`` vector where they have none (written by an older engram or a caller that knows no sentences): a
+    point lacking the vector its dense search uses would never be found by it."""
+    multi = DENSE_SEARCH_MULTIVECTOR.get(collection)
+    if multi is not None:
+        for p in points:
+            if isinstance(p.vector, dict) and DENSE in p.vector and multi not in p.vector:
+                p.vector[multi] = [p.vector[DENSE]]
+    return points
+
+
+class VectorStore(ABC):
+    """The collections of one Qdrant (embedded or a server). Owned by one process; safe to share between its
+    threads. Point ids are UUIDs (returned as strings); filters, points and results are qdrant-client models."""
+
+    def __init__(self) -> None:
+        self._ready: set[str] = set()
+        self._lock = threading.RLock()
+
+    def hold(self) -> None:  # noqa: B027 (a no-op unless the backend has a hold)
+        """Take this process's exclusive hold on the store, where the backend has one (the embedded store's file
+        lock; released by ``close``). A server backend has nothing to hold: no-op. Raises StoreBusy when another
+        process keeps the hold past the backend's wait."""
+
+    # --- what a backend implements -------------------------------------------------------------------------
+    @abstractmethod
+    def _create(self, collection: str) -> None:
+        """Make ``collection`` (its ``VECTORS``, sparse ``bm25`` and ``INDEXED_FIELDS``) when it does not exist."""
+
+    @abstractmethod
+    def _upsert(self, collection: str, points: list[qm.PointStruct]) -> None: ...
+
+    @abstractmethod
+    def _query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]: ...
+
+    @abstractmethod
+    def _scroll_page(self, collection: str, flt: qm.Filter | None, limit: int, offset: Any, with_payload: Any,
+                     with_vectors: bool | list[str], order_by: str | None = None
+                     ) -> tuple[list[qm.Record], Any]: ...
+
+    @abstractmethod
+    def _retrieve(self, collection: str, ids: list[str], with_payload: Payload,
+                  with_vectors: bool | list[str]) -> list[qm.Record]: ...
+
+    @abstractmethod
+    def _set_payloads(self, collection: str, groups: list[tuple[dict[str, Any], list[str]]]) -> None:
+        """Merge each group's payload into its point ids (one group per distinct payload)."""
+
+    @abstractmethod
+    def _delete(self, collection: str, selector: list[str] | qm.Filter) -> None: ...
+
+    @abstractmethod
+    def _count(self, collection: str, flt: qm.Filter | None) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush and release the store (the embedded store's lock)."""
+
+    # --- the interface ---------------------------------------------------------------------------------------
+    def ensure(self, collection: str) -> None:
+        """Create ``collection`` with the engram vectors and payload indexes if it does not exist."""
+        if collection in self._ready:
+            return
+        with self._lock:
+            if collection not in self._ready:
+                self._create(collection)
+                self._ready.add(collection)
+
+    def upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
+        """Insert or replace points (ids are deterministic, so repeats overwrite)."""
+        if points:
+            self.ensure(collection)
+            self._upsert(collection, _complete(points, collection))
+
+    def query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]:
+        """Each query's ranking (best first, at most its ``limit``), in one request."""
+        if not queries:
+            return []
+        self.ensure(collection)
+        return self._query(collection, queries)
+
+    def search(self, collection: str, dense: list[float] | None, sparse: tuple[list[int], list[float]] | None,
+               flt: qm.Filter, limit: int, idf_corpus: qm.Filter | None = None, with_payload: Payload = True,
+               ) -> tuple[list[qm.ScoredPoint], list[qm.ScoredPoint]]:
+        """Dense and sparse rankings of ``collection`` under ``flt`` (either may be skipped with None). A
+        collection in ``DENSE_SEARCH_MULTIVECTOR`` (observations) is ranked dense by that multivector (MaxSim:
+        the best cosine of a point's own vector and its sentences'), the others by ``DENSE``.
+
+        ``idf_corpus`` limits the points BM25's IDF is counted over (e.g. one tenant and user): without it
+        Qdrant counts the whole collection, so one tenant's scores would depend on another's content.
+        ``with_payload``: the payload keys the caller ranks by (True: all of it).
+        """
+        queries, which = [], []
+        if dense is not None:
+            multi = DENSE_SEARCH_MULTIVECTOR.get(collection)
+            queries.append(VectorQuery(multi or DENSE, [dense] if multi else dense, flt, limit, with_payload))
+            which.append("dense")
+        if sparse is not None and sparse[0]:
+            queries.append(VectorQuery(SPARSE, qm.SparseVector(indices=list(sparse[0]), values=list(sparse[1])),
+                                       flt, limit, with_payload, idf_corpus=idf_corpus))
+            which.append("sparse")
+        got = dict(zip(which, self.query(collection, queries), strict=True))
+        return got.get("dense", []), got.get("sparse", [])
+
+    def nearest(self, collection: str, using: str, vector: list[float], flt: qm.Filter, limit: int = 1,
+                score_threshold: float | None = None) -> list[qm.ScoredPoint]:
+        """The points whose named vector ``using`` is nearest ``vector`` under ``flt``, best first. ``score`` is
+        Qdrant's: cosine similarity (higher is nearer) or Euclidean distance (lower is nearer); with
+        ``score_threshold`` points beyond it (below a similarity, above a distance) are left out. Points
+        without that vector are never returned."""
+        return self.query(collection, [VectorQuery(using, vector, flt, limit, score_threshold=score_threshold)])[0]
+
+    def nearest_batch(self, collection: str, using: str, vectors: Iterable[list[float]], flt: qm.Filter,
+                      limit: int) -> list[list[qm.ScoredPoint]]:
+        """``nearest`` for each of ``vectors``, in one request."""
+        return self.query(collection, [VectorQuery(using, list(v), flt, limit) for v in vectors])
+
+    def scroll(self, collection: str, flt: qm.Filter | None, with_vectors: bool | list[str] = False,
+               batch: int = 1024, without: list[str] | None = None, with_payload: Payload = True
+               ) -> list[qm.Record]:
+        """Every point matching ``flt``, in id order. ``with_payload``: True, False or the keys to return;
+        ``without``: payload keys left out instead (less to copy when the caller does not read them)."""
+        self.ensure(collection)
+        payload: Any = ("exclude", without) if without else with_payload
+        out: list[qm.Record] = []
+        offset = None
+        while True:
+            points, offset = self._scroll_page(collection, flt, batch, offset, payload, with_vectors)
+            out.extend(points)
+            if offset is None:
+                return out
+
+    def retrieve(self, collection: str, ids: Iterable[PointId], with_vectors: bool | list[str] = False,
+                 with_payload: Payload = True) -> list[qm.Record]:
+        """Points by id (missing ids are left out)."""
+        self.ensure(collection)
+        wanted = [str(i) for i in ids]
+        return self._retrieve(collection, wanted, with_payload, with_vectors) if wanted else []
+
+    def set_payloads(self, collection: str, payloads: dict[str, dict[str, Any]]) -> None:
+        """Merge a different payload into each point ({point id: payload}) in one batch request."""
+        if payloads:
+            self.ensure(collection)
+            groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+            for pid, p in payloads.items():  # one operation per distinct payload
+                groups.setdefault(repr(sorted(p.items())), (p, []))[1].append(str(pid))
+            self._set_payloads(collection, list(groups.values()))
+
+    def set_payload(self, collection: str, ids: Iterable[PointId], payload: dict[str, Any]) -> None:
+        """Merge ``payload`` into the given points."""
+        self.set_payloads(collection, {str(i): payload for i in ids})
+
+    def delete(self, collection: str, selector: list[PointId] | qm.Filter) -> None:
+        """Delete the points with these ids, or every point matching a filter."""
+        self.ensure(collection)
+        points = selector if isinstance(selector, qm.Filter) else [str(i) for i in selector]
+        if points:
+            self._delete(collection, points)
+
+    def newest(self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts") -> list[qm.Record]:
+        """The first ``limit`` points matching ``flt`` by descending payload ``key`` (points without it come
+        last, in id order). Qdrant orders by an indexed payload field (``INDEXED_FIELDS``)."""
+        self.ensure(collection)
+        out, _ = self._scroll_page(collection, flt, limit, None, True, False, order_by=key)
+        if len(out) < limit:
+            rest = qm.Filter(must=[*(flt.must or []), qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))])
+            more, _ = self._scroll_page(collection, rest, limit - len(out), None, True, False)
+            out.extend(more)
+        return out
+
+    def count(self, collection: str, flt: qm.Filter | None = None) -> int:
+        """Exact number of points matching ``flt``."""
+        self.ensure(collection)
+        return self._count(collection, flt)
+
+    def collections(self) -> list[str]:
+        """The engram collections this store holds points in or has made."""
+        return [c for c in COLLECTIONS if self.has_collection(c)]
+
+    @abstractmethod
+    def has_collection(self, collection: str) -> bool:
+        """Whether ``collection`` exists (without making it)."""
+
+
+# --- qdrant-client: a Qdrant server (or its local mode, the server's stand-in in tests) --------------------------
+
+_QM_DISTANCE = {"cosine": qm.Distance.COSINE, "euclid": qm.Distance.EUCLID}
+_QM_INDEX = {"keyword": qm.PayloadSchemaType.KEYWORD, "float": qm.PayloadSchemaType.FLOAT,
+             "bool": qm.PayloadSchemaType.BOOL}
+
+
+def _qm_vector_params(spec: VectorSpec) -> qm.VectorParams:
+    return qm.VectorParams(
+        size=spec.size, distance=_QM_DISTANCE[spec.distance],
+        multivector_config=qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM) if spec.multi else None,
+        hnsw_config=None if spec.searched else qm.HnswConfigDiff(m=0))
+
+
+class ClientVectorStore(VectorStore):
+    """``VectorStore`` through qdrant-client: a Qdrant server, or qdrant-client's local mode (``local=True``; no
+    payload indexes, which it does not use). Uses only qdrant-client's public API."""
+
+    def __init__(self, client: QdrantClient, local: bool = False) -> None:
+        super().__init__()
+        self.client = client
+        self.local = local
+
+    def has_collection(self, collection: str) -> bool:
+        return self.client.collection_exists(collection)
+
+    def _create(self, collection: str) -> None:
+        extra = {n: s for n, s in VECTORS[collection].items() if n != DENSE}
+        kept: list[qm.Record] = []
+        if extra and self.client.collection_exists(collection):
+            have = self.client.get_collection(collection).config.params.vectors or {}
+            if not set(extra) <= set(have):  # made by an older engram: rebuild it with the new vectors
+                kept = self._scroll_all(collection)
+                self.client.delete_collection(collection)
+        if not self.client.collection_exists(collection):
+            try:
+                self.client.create_collection(
+                    collection, vectors_config={n: _qm_vector_params(s) for n, s in VECTORS[collection].items()},
+                    sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
+            except Exception:
+                if not self.client.collection_exists(collection):  # lost a creation race: fine
+                    raise
+            if not self.local:  # local mode scans; indexes only matter on a server
+                for field, schema in INDEXED_FIELDS.items():
+                    self.client.create_payload_index(
+                        collection, field, field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD,
+                                                                              is_tenant=True)
+                        if field == "tenant_id" else _QM_INDEX[schema])
+        if kept:
+            self._upsert(collection, _complete([qm.PointStruct(id=r.id, vector=r.vector or {}, payload=r.payload)
+                                                for r in kept], collection))
+
+    def _scroll_all(self, collection: str) -> list[qm.Record]:
+        out, offset = [], None
+        while True:
+            page, offset = self.client.scroll(collection, limit=1024, offset=offset, with_payload=True,
+                                              with_vectors=True)
+            out.extend(page)
+            if offset is None:
+                return out
+
+    def _upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
+        self.client.upsert(collection, points=points, wait=True)
+
+    def _query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]:
+        requests = [qm.QueryRequest(
+            query=q.vector, using=q.using, filter=q.filter, limit=q.limit, with_payload=q.with_payload,
+            score_threshold=q.score_threshold,
+            params=qm.SearchParams(idf=qm.IdfCorpusParams(corpus=q.idf_corpus)) if q.idf_corpus is not None
+            else None) for q in queries]
+        return [r.points for r in self.client.query_batch_points(collection, requests=requests)]
+
+    def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
+        if isinstance(with_payload, tuple):
+            with_payload = qm.PayloadSelectorExclude(exclude=with_payload[1])
+        order = qm.OrderBy(key=order_by, direction=qm.Direction.DESC) if order_by else None
+        points, nxt = self.client.scroll(collection, scroll_filter=flt, limit=limit, offset=offset,
+                                         order_by=order, with_payload=with_payload, with_vectors=with_vectors)
+        return points, None if order else nxt
+
+    def _retrieve(self, collection, ids, with_payload, with_vectors):
+        return self.client.retrieve(collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors)
+
+    def _set_payloads(self, collection, groups):
+        self.client.batch_update_points(collection, update_operations=[
+            qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=ids)) for p, ids in groups], wait=True)
+
+    def _delete(self, collection, selector):
+        self.client.delete(collection, points_selector=selector, wait=True)
+
+    def _count(self, collection, flt):
+        return self.client.count(collection, count_filter=flt, exact=True).count
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# --- Qdrant Edge: the embedded default ---------------------------------------------------------------------------
+
+def _edge():
+    import qdrant_edge  # the embedded default's engine; imported when an embedded store is opened
+
+    return qdrant_edge
+
+
+def _listify(conds: Any) -> list:
+    if conds is None:
+        return []
+    return list(conds) if isinstance(conds, list) else [conds]
+
+
+def edge_filter(flt: qm.Filter | None) -> Any:
+    """qdrant-client's ``Filter`` as Qdrant Edge's (same semantics). Raises ValueError for a condition engram
+    does not use (geo conditions)."""
+    if flt is None:
+        return None
+    qe = _edge()
+    min_should = None
+    if flt.min_should is not None:
+        min_should = qe.MinShould([_edge_condition(c) for c in flt.min_should.conditions], flt.min_should.min_count)
+    return qe.Filter(must=[_edge_condition(c) for c in _listify(flt.must)] or None,
+                     should=[_edge_condition(c) for c in _listify(flt.should)] or None,
+                     must_not=[_edge_condition(c) for c in _listify(flt.must_not)] or None,
+                     min_should=min_should)
+
+
+def _edge_condition(cond: Any) -> Any:
+    qe = _edge()
+    if isinstance(cond, qm.Filter):
+        return edge_filter(cond)
+    if isinstance(cond, qm.FieldCondition):
+        kw: dict[str, Any] = {}
+        m = cond.match
+        if isinstance(m, qm.MatchValue):
+            # qdrant-edge-py 0.9 reads a Python bool as the integer 1 or 0 (bool is an int), which never matches a
+            # stored bool; numpy's bool is read as a bool
+            kw["match"] = qe.MatchValue(np.bool_(m.value) if isinstance(m.value, bool) else m.value)
+        elif isinstance(m, qm.MatchAny):
+            kw["match"] = qe.MatchAny(list(m.any))
+        elif isinstance(m, qm.MatchExcept):
+            kw["match"] = qe.MatchExcept(list(m.except_))
+        elif isinstance(m, qm.MatchText):
+            kw["match"] = qe.MatchText(m.text)
+        elif m is not None:
+            raise ValueError(f"unsupported match in a filter: {m!r}")
+        r = cond.range
+        if isinstance(r, qm.DatetimeRange):
+            kw["range"] = qe.RangeDateTime(**{k: (v.isoformat() if hasattr(v, "isoformat") else v)
+                                              for k, v in r.model_dump(exclude_none=True).items()})
+        elif r is not None:
+            kw["range"] = qe.RangeFloat(gte=r.gte, gt=r.gt, lte=r.lte, lt=r.lt)
+        if cond.values_count is not None:
+            vc = cond.values_count
+            kw["values_count"] = qe.ValuesCount(lt=vc.lt, gt=vc.gt, lte=vc.lte, gte=vc.gte)
+        if cond.is_empty is not None:
+            kw["is_empty"] = cond.is_empty
+        if cond.is_null is not None:
+            kw["is_null"] = cond.is_null
+        if cond.geo_bounding_box or cond.geo_radius or cond.geo_polygon:
+            raise ValueError("geo conditions are not used by engram")
+        return qe.FieldCondition(cond.key, **kw)
+    if isinstance(cond, qm.IsEmptyCondition):
+        return qe.IsEmptyCondition(cond.is_empty.key)
+    if isinstance(cond, qm.IsNullCondition):
+        return qe.IsNullCondition(cond.is_null.key)
+    if isinstance(cond, qm.HasIdCondition):
+        return qe.HasIdCondition({str(i) for i in cond.has_id})
+    if isinstance(cond, qm.HasVectorCondition):
+        return qe.HasVectorCondition(cond.has_vector)
+    if isinstance(cond, qm.NestedCondition):
+        return qe.NestedCondition(cond.nested.key, edge_filter(cond.nested.filter))
+    raise ValueError(f"unsupported filter condition: {cond!r}")
+
+
+def _edge_vector(vector: Any) -> Any:
+    if isinstance(vector, dict):
+        return {name: _edge_vector(v) for name, v in vector.items()}
+    if isinstance(vector, qm.SparseVector):
+        return _edge().SparseVector(list(vector.indices), [float(x) for x in vector.values])
+    if hasattr(vector, "tolist"):
+        return vector.tolist()
+    return vector
+
+
+def _qm_vector(vector: Any) -> Any:
+    if isinstance(vector, dict):
+        return {name: _qm_vector(v) for name, v in vector.items()}
+    if vector is not None and hasattr(vector, "indices"):
+        return qm.SparseVector(indices=list(vector.indices), values=list(vector.values))
+    return vector
+
+
+def _edge_payload(with_payload: Any) -> Any:
+    if isinstance(with_payload, tuple):  # ("exclude", keys)
+        return _edge().PayloadSelector.Exclude(list(with_payload[1]))
+    if isinstance(with_payload, list):
+        return _edge().PayloadSelector.Include(with_payload)
+    return bool(with_payload)
+
+
+@dataclass(slots=True)
+class StoredPoint:
+    """A point as the embedded store returns it: the fields of qdrant-client's ``Record`` and ``ScoredPoint`` that
+    engram reads (``id`` as a string, ``score`` 0 for a record), in a plain class: a search turns hundreds of
+    candidates into Python objects, and building pydantic models cost more than the engine's search."""
+
+    id: str
+    payload: dict | None = None
+    vector: Any = None
+    score: float = 0.0
+    version: int = 0
+
+
+def _record(p: Any) -> StoredPoint:
+    return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None)
+
+
+def _scored(p: Any) -> StoredPoint:
+    return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None, p.score,
+                       p.version)
+
+
+class EdgeVectorStore(VectorStore):
+    """``VectorStore`` on Qdrant Edge: one ``EdgeShard`` per collection under ``root/<collection>``, opened on
+    first use, created when its folder does not exist. Raises ``StoreBusy`` when another process holds a shard,
+    ``StoreCorrupt`` (naming the folder) when a shard exists but does not open."""
+
+    def __init__(self, root: Path, wait: float = 0.0) -> None:
+        """``root``: the store's folder; ``wait``: seconds to wait for the store's file lock (``root`` + ``.lock``)
+        while another process holds it, before ``StoreBusy``."""
+        from filelock import FileLock
+
+        super().__init__()
+        self.root = Path(root)
+        self.wait = wait
+        self._shards: dict[str, Any] = {}
+        # one lock object for every thread of this process (released by close, from whichever thread)
+        self._file_lock = FileLock(str(self.root) + ".lock", thread_local=False)
+
+    def hold(self) -> None:
+        """Take the store's file lock now (once; released by ``close``), e.g. before a unit of work that must not
+        interleave with another process's. Raises StoreBusy after ``wait`` seconds."""
+        from filelock import Timeout
+
+        if self._file_lock.is_locked:
+            return
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._file_lock.acquire(timeout=self.wait)
+        except Timeout as exc:
+            raise StoreBusy(f"the embedded store {self.root} is open in another engram process (waited "
+                            f"{self.wait:g} s); wait for it to finish, or run a Qdrant server and set "
+                            "ENGRAM_QDRANT_URL") from exc
+
+    def has_collection(self, collection: str) -> bool:
+        return collection in self._shards or (self.root / collection).is_dir()
+
+    def _shard(self, collection: str) -> Any:
+        shard = self._shards.get(collection)
+        if shard is None:
+            self.ensure(collection)
+            shard = self._shards[collection]
+        return shard
+
+    def _create(self, collection: str) -> None:
+        qe = _edge()
+        self.hold()
+        path = self.root / collection
+        if path.is_dir() and any(path.iterdir()):
+            try:
+                shard = qe.EdgeShard.load(str(path))
+            except Exception as exc:
+                text = str(exc)
+                if "WouldBlock" in text:  # the write-ahead log's lock, held by another process
+                    raise StoreBusy(
+                        f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
+                        "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
+                raise StoreCorrupt(f"the embedded store's shard {path} cannot be opened ({text}); restore the folder "
+                                   "from a backup, or move it away to start that collection empty") from exc
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            shard = qe.EdgeShard.create(str(path), self._config(collection))
+            for field, schema in INDEXED_FIELDS.items():
+                shard.update(qe.UpdateOperation.create_field_index(
+                    field, qe.KeywordIndexParams(is_tenant=True) if field == "tenant_id" else
+                    {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
+                     "bool": qe.PayloadSchemaType.Bool}[schema]))
+        self._shards[collection] = shard
+
+    @staticmethod
+    def _config(collection: str) -> Any:
+        """A new shard's configuration. Every search is filtered by tenant (and mostly by user): the payload
+        index narrows a search to those points and the engine scores them exactly, so no vector has an HNSW graph
+        (``m=0``: nothing to build, nothing in memory). Vectors, sparse vectors, payloads and the id tracker stay
+        on disk, memory-mapped (``Memory.Cold``): what stays in memory after open does not grow with the store."""
+        qe = _edge()
+        distance = {"cosine": qe.Distance.Cosine, "euclid": qe.Distance.Euclid}
+        maxsim = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
+        no_graph = qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
+        vectors = {name: qe.EdgeVectorParams(size=spec.size, distance=distance[spec.distance],
+                                             memory=qe.Memory.Cold, hnsw_config=no_graph,
+                                             multivector_config=maxsim if spec.multi else None)
+                   for name, spec in VECTORS[collection].items()}
+        return qe.EdgeConfig(vectors=vectors, sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(
+            modifier=qe.Modifier.Idf, memory=qe.Memory.Cold)}, payload_memory=qe.Memory.Cold,
+            id_tracker_memory=qe.Memory.Cold)
+
+    def optimize(self) -> dict[str, float]:
+        """Run Qdrant's segment optimizers on every open shard, blocking (seconds per collection): the points
+        written since the last run move from the appendable segment, whose indexes live in memory, into an
+        immutable one whose files are memory-mapped. Worth it after large writes (an import, a migration); a
+        search meanwhile waits. ~26 s for 100 k observations on 2 busy cores."""
+        took: dict[str, float] = {}
+        with self._lock:
+            for collection in [c for c in COLLECTIONS if self.has_collection(c)]:
+                shard = self._shard(collection)
+                t0 = time.perf_counter()
+                shard.optimize()
+                shard.flush()
+                took[collection] = time.perf_counter() - t0
+        return took
+
+    def _upsert(self, collection, points):
+        qe = _edge()
+        self._shard(collection).update(qe.UpdateOperation.upsert_points(
+            [qe.Point(str(p.id), _edge_vector(p.vector), p.payload) for p in points]))
+
+    def _query(self, collection, queries):
+        qe = _edge()
+        requests = [qe.QueryRequest(
+            limit=q.limit, query=qe.Query.Nearest(_edge_vector(q.vector), using=q.using),
+            filter=edge_filter(q.filter), with_payload=_edge_payload(q.with_payload), with_vector=False,
+            score_threshold=q.score_threshold,
+            params=qe.SearchParams(idf=qe.IdfParams(corpus=edge_filter(q.idf_corpus)))
+            if q.idf_corpus is not None else None) for q in queries]
+        shard = self._shard(collection)
+        if len(requests) == 1:
+            return [[_scored(p) for p in shard.query(requests[0])]]
+        return [[_scored(p) for p in ranked] for ranked in shard.query_batch(qe.QueryBatchRequest(requests))]
+
+    def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
+        qe = _edge()
+        order = qe.OrderBy(order_by, direction=qe.Direction.Desc) if order_by else None
+        points, nxt = self._shard(collection).scroll(qe.ScrollRequest(
+            offset=offset, limit=limit, filter=edge_filter(flt), with_payload=_edge_payload(with_payload),
+            with_vector=with_vectors, order_by=order))
+        return [_record(p) for p in points], None if order else nxt
+
+    def _retrieve(self, collection, ids, with_payload, with_vectors):
+        found = {str(p.id): p for p in self._shard(collection).retrieve(ids, _edge_payload(with_payload),
+                                                                         with_vectors)}
+        return [_record(found[i]) for i in dict.fromkeys(ids) if i in found]
+
+    def _set_payloads(self, collection, groups):
+        qe = _edge()
+        shard = self._shard(collection)
+        for p, ids in groups:
+            shard.update(qe.UpdateOperation.set_payload(ids, p))
+
+    def _delete(self, collection, selector):
+        qe = _edge()
+        op = (qe.UpdateOperation.delete_points_by_filter(edge_filter(selector)) if isinstance(selector, qm.Filter)
+              else qe.UpdateOperation.delete_points(selector))
+        self._shard(collection).update(op)
+
+    def _count(self, collection, flt):
+        return self._shard(collection).count(_edge().CountRequest(exact=True, filter=edge_filter(flt)))
+
+    def flush(self) -> None:
+        """Write every shard's pending changes to its segments (the write-ahead log already holds them)."""
+        with self._lock:
+            for shard in self._shards.values():
+                shard.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for shard in self._shards.values():
+                shard.flush()
+                shard.close()
+            self._shards.clear()
+            self._ready.clear()
+            if self._file_lock.is_locked:
+                self._file_lock.release(force=True)
+
+
+# --- opening ---------------------------------------------------------------------------------------------------
+
+_stores: dict[str, VectorStore] = {}
+_stores_lock = threading.Lock()
+
+
+def embedded_store_dir(settings: Settings) -> Path:
+    """Where the embedded store lives: ``data_dir/vectors`` (one Qdrant Edge shard per collection)."""
+    return settings.data_dir / "vectors"
+
+
+def legacy_store_dir(settings: Settings) -> Path:
+    """Where engram before Qdrant Edge kept its embedded store (qdrant-client's local mode)."""
+    return settings.data_dir / "qdrant"
+
+
+def open_vector_store(settings: Settings, progress: Callable[[str, int, int], None] | None = None) -> VectorStore:
+    """This process's VectorStore for the configured Qdrant (created once per process and location): a server at
+    ``settings.qdrant_url``, else the embedded store under ``data_dir``. A store written by an older engram
+    (qdrant-client's local mode under ``data_dir/qdrant``) is migrated first (``migrate_local_store``;
+    ``progress(collection, done, total)`` is told as it goes).
+
+    Raises StoreBusy when the embedded store is held by another process, StoreCorrupt when one of its shards
+    does not open."""
+    where = settings.qdrant_url or str(embedded_store_dir(settings))
+    with _stores_lock:
+        store = _stores.get(where)
+        if store is None:
+            if settings.qdrant_url:
+                store = ClientVectorStore(QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key,
+                                                       timeout=60))
+            else:
+                if legacy_store_dir(settings).is_dir():
+                    migrate_local_store(settings, progress)
+                store = EdgeVectorStore(embedded_store_dir(settings), wait=settings.store_wait_seconds)
+            _stores[where] = store
+        return store
+
+
+def migrate_local_store(settings: Settings, progress: Callable[[str, int, int], None] | None = None) -> dict[str, int]:
+    """Copy the store an older engram wrote with qdrant-client's local mode (``data_dir/qdrant``) into the
+    embedded Qdrant Edge store (``data_dir/vectors``), collection by collection, ids, vectors and payloads as
+    they were; verify that every point arrived (the ids of each collection, compared), then remove the old
+    folder. Returns the points copied per collection. Re-running after a crash starts the copy again (upserts
+    overwrite). Raises StoreBusy when the old store is open in another process, RuntimeError (naming the
+    collection) when the copy does not verify, the old folder then kept."""
+    import shutil
+
+    old_dir = legacy_store_dir(settings)
+    try:
+        old = QdrantClient(path=str(old_dir))
+    except RuntimeError as exc:
+        if "already accessed" in str(exc):
+            raise StoreBusy(f"the old embedded store {old_dir} is open in another engram process") from exc
+        raise
+    copied: dict[str, int] = {}
+    new = EdgeVectorStore(embedded_store_dir(settings))
+    try:
+        for collection in COLLECTIONS:
+            if not old.collection_exists(collection):
+                continue
+            total = old.count(collection, exact=True).count
+            done, offset, ids = 0, None, set()
+            while True:
+                page, offset = old.scroll(collection, limit=512, offset=offset, with_payload=True, with_vectors=True)
+                points = [qm.PointStruct(id=str(r.id), vector=r.vector or {}, payload=r.payload) for r in page]
+                new.upsert(collection, points)
+                ids.update(str(r.id) for r in page)
+                done += len(page)
+                if progress:
+                    progress(collection, done, total)
+                if offset is None:
+                    break
+            stored = {str(r.id) for r in new.scroll(collection, None, with_payload=False)}
+            if stored != ids:
+                raise RuntimeError(f"migrating {collection}: {len(ids)} points read from {old_dir}, "
+                                   f"{len(stored & ids)} found in {embedded_store_dir(settings)}; old store kept")
+            copied[collection] = len(ids)
+        new.optimize()  # an import: its points into immutable, memory-mapped segments
+        new.close()
+    finally:
+        old.close()
+    shutil.rmtree(old_dir)
+    return copied
+
+
+@atexit.register
+def close_vector_stores() -> None:
+    """Close every store this process opened (flushes the embedded store and releases its lock)."""
+    with _stores_lock:
+        for store in _stores.values():
+            store.close()
+        _stores.clear()
+
+
+def tenant_filter(tenant_id: str, user_id: str | None = None, **must: Any) -> qm.Filter:
+    """A filter on tenant (always), user (when given) and exact payload values."""
+    conds: list[qm.Condition] = [qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant_id))]
+    if user_id is not None:
+        conds.append(qm.FieldCondition(key="user_id", match=qm.MatchValue(value=user_id)))
+    for key, value in must.items():
+        conds.append(qm.FieldCondition(key=key, match=qm.MatchValue(value=value)))
+    return qm.Filter(must=conds)

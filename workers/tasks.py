@@ -1,0 +1,85 @@
+"""Task and queue names of the pipeline, in one place: the stages register their tasks under these names
+(``workers.app.task``), chains are built from them (a stage never imports another), the API publishes by them and
+``workers.app`` routes them to their queues. This module imports nothing but the standard library, so the slim API
+image can use it.
+
+The names keep the wire form ``workers.<stage>.<task>`` of earlier releases (before the code moved into the
+``engram`` namespace and into role folders), so messages already queued stay valid across an upgrade: no queue
+needs draining.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Queue(StrEnum):
+    """Queues, split by kind of work so operators scale each without code changes."""
+
+    ingest = "ingest"
+    perceive_cpu = "perceive.cpu"
+    perceive_gpu = "perceive.gpu"
+    link = "link"
+    store = "store"
+    consolidate = "consolidate"
+    query = "query"
+    maintenance = "maintenance"  # beat's sweeps; every worker serves it (api.processes.worker_argv)
+
+
+class Task(StrEnum):
+    """Every Celery task by its wire name."""
+
+    ingest = "workers.ingest.ingest"
+    redeliver_stalled = "workers.ingest.redeliver_stalled"
+    perceive = "workers.perceive.perceive"
+    embed = "workers.embed.embed"
+    link = "workers.link.link"
+    store = "workers.store.store"
+    consolidate_user = "workers.consolidate.consolidate_user"
+    consolidate_due = "workers.consolidate.consolidate_due"
+    archive_decayed = "workers.dynamics.archive_task"
+    search = "workers.query.search"
+    ask = "workers.ask.ask"
+    memory_get = "workers.memory_admin.get"
+    memory_list = "workers.memory_admin.list"
+    memory_delete = "workers.memory_admin.delete"
+    memory_export = "workers.memory_admin.export"
+    memory_forget = "workers.memory_admin.forget"
+    entity_list = "workers.entities.list"
+    entity_name = "workers.entities.name"
+    entity_merge = "workers.entities.merge"
+    expire_staged = "workers.uploads.expire_staged"
+
+
+#: The queue of each task. Beat's sweeps have a queue of their own: behind an ingest backlog they would expire
+#: unrun. Speech segments go to ``perceive.gpu`` per message (``workers.ingest.dispatch``), not by this table.
+QUEUE_OF: dict[Task, Queue] = {
+    Task.ingest: Queue.ingest,
+    Task.redeliver_stalled: Queue.maintenance,
+    Task.perceive: Queue.perceive_cpu,
+    Task.embed: Queue.perceive_gpu,
+    Task.link: Queue.link,
+    Task.store: Queue.store,
+    Task.consolidate_user: Queue.consolidate,
+    Task.consolidate_due: Queue.consolidate,
+    Task.archive_decayed: Queue.consolidate,
+    Task.search: Queue.query,
+    Task.ask: Queue.query,  # ask and memory management read the vector store
+    Task.memory_get: Queue.query,
+    Task.memory_list: Queue.query,
+    Task.memory_delete: Queue.query,
+    Task.memory_export: Queue.query,
+    Task.memory_forget: Queue.query,
+    Task.entity_list: Queue.query,
+    Task.entity_name: Queue.query,
+    Task.entity_merge: Queue.query,
+    Task.expire_staged: Queue.maintenance,
+}
+
+#: Queues whose tasks open the vector store. With the embedded store exactly one ``--pool solo`` worker serves
+#: all of them.
+QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
+
+#: The stage modules, which register the tasks above (imported by a worker at start and by ``app.load_tasks``).
+STAGE_MODULES = tuple(f"engram.workers.{stage}" for stage in (
+    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin"))
