@@ -4,7 +4,7 @@ For each LoCoMo conversation: the dialog turns (and image captions) are written 
 conversation record through the adapter, ingested through the real path (``api.cli.ingest_paths`` with
 consolidation, on the embedded default under a temporary ``ENGRAM_DATA_DIR`` or ``--data-dir``), and every
 counted question (categories 1-4 with evidence, 1,536 over the 10 conversations) is searched with
-``workers.query.search`` as the conversation's user. Each hit expands into its ``message_ids`` in the
+``workers.memory.search.search`` as the conversation's user. Each hit expands into its ``message_ids`` in the
 order given; recall@k keeps the first k distinct turns (``../shared/data/README.md``, "How the retrieval
 figures are counted"). Baselines over the raw turns of the same conversation: BM25 (bm25s), dense MiniLM,
 and their reciprocal rank fusion (k=60).

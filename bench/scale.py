@@ -1,4 +1,4 @@
-"""Search as the store grows: engram's own ``workers.query.search`` on stores of 10 k, 100 k (and 1 M)
+"""Search as the store grows: engram's own ``workers.memory.search.search`` on stores of 10 k, 100 k (and 1 M)
 observations, beside an exact numpy scan of the queried user's rows, in one run.
 
 Stores are built from real ingested points: a seed data dir holding LoCoMo conversations ingested through the

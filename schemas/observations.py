@@ -108,7 +108,7 @@ class Observation(BaseModel):
 
 class EmbeddedObservation(BaseModel):
     """An observation with its vectors: dense ``text`` (384 float32, L2-normalised), sparse ``bm25`` and
-    ``sentences``, the multivector its dense search scores by MaxSim (``workers.embed.dense_vectors``):
+    ``sentences``, the multivector its dense search scores by MaxSim (``workers.memory.vectors.dense_vectors``):
     ``dense`` first, then one vector per sentence of a short turn of several sentences (None: ``dense`` alone)."""
 
     observation: Observation

@@ -2,7 +2,7 @@
 
 With an LLM configured (``ENGRAM_MODELS__LLM_PROVIDER``), this is M3-Agent's control loop (Long et al., 2025,
 arXiv:2508.09736, "control" process): in each of up to ``max_rounds`` rounds (5, as M3-Agent) the query
-worker runs the hybrid search (``workers.query.search``) and the LLM reads the question with all evidence
+worker runs the hybrid search (``workers.memory.search.search``) and the LLM reads the question with all evidence
 found so far, then replies with one JSON object (``schemas.ask.LlmDecision``):
 ``{"action": "answer", "answer": ..., "memory_ids": [...]}`` or ``{"action": "search", "query": ...}``. A
 reply that breaks that protocol is sent back once with the validation error; a second bad reply, or an

@@ -12,10 +12,10 @@ from qdrant_client import models as qm
 
 from engram.schemas.events import MediaKind
 from engram.schemas.observations import Observation
-from engram.workers.extract.rules import sentences
 from engram.workers.memory.vectors import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts, sentence_spans
 from engram.workers.models import get_model
 from engram.workers.stores.vectors import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
+from engram.workers.text.sentences import sentences
 
 ASIDE = ("user: I'm thinking of exploring Instagram and Twitter to promote my writing services. Do you have tips "
          "for getting started? By the way, I got a 10% discount on my first purchase from that new clothing brand.")

@@ -1,8 +1,8 @@
 """Per-upload bounds on the work ingest plans: what the bytes hold, never what a header claims.
 
 A container's header (an MP4's sample tables, a WAV's data size, FLAC's STREAMINFO) may claim any duration.
-Ingest therefore measures media by decoding it (``workers.media.decode.audio_blocks``, ``workers.media.decode.keyframes``),
-and an ``UploadBudget`` stops the planning of one upload as soon as it passes a limit of the settings:
+Ingest therefore measures media by decoding it (``media.decode.audio_blocks``, ``media.decode.keyframes``), and
+an ``UploadBudget`` stops the planning of one upload as soon as it passes a limit of the settings:
 
 - ``max_upload_media_seconds``: the decoded timeline (the last video frame's time, or the audio samples
   decoded, in seconds);

@@ -87,7 +87,7 @@ def reinforce(rt: Runtime, tenant_id: str, memory_ids: list[uuid.UUID | str], no
     """Record a recall of each memory (MemoryBank: its stability grows, its clock restarts; an archived one is
     active again). Only the tenant's memories are touched; unknown ids are ignored. Returns how many.
 
-    The query worker calls this with the ids of the memories it returned (``workers.query.search``)."""
+    The query worker calls this with the ids of the memories it returned (``workers.memory.search.search``)."""
     now = now or datetime.now(UTC)
     ids = [str(i) for i in memory_ids]
     done = 0
@@ -162,7 +162,7 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
           now: datetime | None = None) -> Counter:
     """Write new memories of one type and user (in time order) against what is stored, with Mem0's operations
     (see the module docstring). ``vectors`` (n, 384) are their dense vectors; ``fields`` their source fields
-    (``workers.consolidate.source_fields``). Returns a Counter of ``Op``."""
+    (``workers.memory.points.source_fields``). Returns a Counter of ``Op``."""
     if not memories:
         return Counter()
     now = now or datetime.now(UTC)

@@ -37,12 +37,12 @@ from cachetools import LRUCache
 
 from engram.schemas.observations import Observation
 from engram.schemas.settings import Settings
-from engram.workers.extract.rules import sentences
 from engram.workers.metrics import model_timer
 from engram.workers.models import embed_cached, get_model
 from engram.workers.models.embeddings import DIM
 from engram.workers.runtime import Runtime
 from engram.workers.text import sparse
+from engram.workers.text.sentences import sentences
 
 CONTEXT_WEIGHT = 0.5  # a neighbour's embedding counts half as much as the observation's own
 
@@ -110,7 +110,7 @@ def observation_sparse_vectors(settings: Settings, observations: list[Observatio
 
 @functools.lru_cache(maxsize=4096)
 def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
-    """Character spans ((start, end), ...) of ``text``'s sentences (``workers.extract.rules.sentences``) when it
+    """Character spans ((start, end), ...) of ``text``'s sentences (``text.sentences.sentences``) when it
     has at most ``SENTENCE_MAX_WORDS`` words and two or more sentences, else (). Kept for the texts used last
     (a segment asks for each turn twice)."""
     if len(text.split()) > SENTENCE_MAX_WORDS:
