@@ -20,9 +20,8 @@ import structlog
 
 from engram.schemas.memories import MemoryType
 from engram.workers.app import task
-from engram.workers.memory.episodes import build_episode, episode_vector, group_episodes
+from engram.workers.memory.episodes import build_episode, due_users, episode_vector, group_episodes
 from engram.workers.memory.points import memory_points, source_fields
-from engram.workers.memory.typed import due_users
 from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.runtime import runtime
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS, UNREAD_OBSERVATION_FIELDS, tenant_filter

@@ -15,6 +15,7 @@ its observations.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -22,8 +23,9 @@ import numpy as np
 from qdrant_client import models as qm
 
 from engram.schemas.events import MediaKind
-from engram.schemas.memories import EpisodicMemory, MemoryType, Provenance
+from engram.schemas.memories import EpisodicMemory, MemoryType
 from engram.workers.ids import memory_id
+from engram.workers.memory.points import provenance
 from engram.workers.runtime import Runtime
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS
 
@@ -81,22 +83,14 @@ def build_episode(records: list[qm.Record], summary_sentences: int) -> EpisodicM
     payloads = [r.payload for r in records]
     kinds = {MediaKind(p["kind"]) for p in payloads}
     speakers = sorted({p["speaker"] for p in payloads if p.get("speaker")})
-    start = datetime.fromtimestamp(min(p["start_ts"] for p in payloads), UTC)
-    end = datetime.fromtimestamp(max(p["end_ts"] for p in payloads), UTC)
     details = "\n".join(p["text"] for p in payloads)[:4000]
     now = datetime.now(UTC)
-    uniq = lambda xs: list(dict.fromkeys(x for x in xs if x))  # noqa: E731
-    prov = Provenance(
-        observation_ids=[r.id for r in records], event_ids=uniq(p["event_id"] for p in payloads),
-        message_ids=uniq(p.get("message_id") for p in payloads),
-        session_ids=uniq(p.get("session_id") for p in payloads),
-        object_keys=uniq(p.get("object_key") for p in payloads),
-        source_names=uniq(p.get("source_name") for p in payloads), start=start, end=end)
+    prov = provenance(records)
     return EpisodicMemory(
         id=memory_id(first["tenant_id"], first["user_id"], MemoryType.episodic,
                      ",".join(sorted(str(r.id) for r in records))),
         tenant_id=first["tenant_id"], user_id=first["user_id"], created_at=now, updated_at=now,
-        provenance=prov, occurred_at=start, ended_at=end, actor=first["user_id"],
+        provenance=prov, occurred_at=prov.start, ended_at=prov.end, actor=first["user_id"],
         event_type=_EVENT_TYPES[kinds.pop()] if len(kinds) == 1 else "activity",
         summary=extractive_summary(records, summary_sentences), details=details, entities=speakers)
 
@@ -107,10 +101,33 @@ def episode_vector(records: list[qm.Record]) -> np.ndarray:
     return centroid / max(float(np.linalg.norm(centroid)), 1e-12)
 
 
-def pending_users(rt: Runtime) -> list[tuple[str, str]]:
-    """(tenant, user) pairs that have unconsolidated observations."""
+def pending(rt: Runtime) -> dict[tuple[str, str], tuple[int, float]]:
+    """Every (tenant, user) with unconsolidated observations: how many, and when the newest was stored (epoch s).
+    One scan of the observations' ``consolidated`` flag, reading two payload fields."""
     flt = qm.Filter(must=[qm.FieldCondition(key="consolidated", match=qm.MatchValue(value=False))])
-    pairs: dict[tuple[str, str], int] = defaultdict(int)
-    for rec in rt.vectors.scroll(OBSERVATIONS, flt):
-        pairs[(rec.payload["tenant_id"], rec.payload["user_id"])] += 1
-    return sorted(pairs)
+    found: dict[tuple[str, str], tuple[int, float]] = {}
+    for rec in rt.vectors.scroll(OBSERVATIONS, flt, with_payload=["tenant_id", "user_id", "stored_at"]):
+        pair = (rec.payload["tenant_id"], rec.payload["user_id"])
+        count, newest = found.get(pair, (0, 0.0))
+        found[pair] = (count + 1, max(newest, float(rec.payload.get("stored_at") or 0.0)))
+    return found
+
+
+def pending_users(rt: Runtime) -> list[tuple[str, str]]:
+    """(tenant, user) pairs that have unconsolidated observations, sorted."""
+    return sorted(pending(rt))
+
+
+def due_users(rt: Runtime, now: float | None = None) -> tuple[list[tuple[str, str]], int]:
+    """Which (tenant, user) pairs beat should consolidate now, and how many pairs have pending observations.
+
+    MIRIX consolidates after a fixed number of new messages (20); a user is due when ``consolidate_min_
+    observations`` observations are pending, or when the newest of them was stored ``consolidate_idle_seconds``
+    ago (default: the beat interval), so a quiet user's last few observations are not left waiting."""
+    s = rt.settings
+    now = time.time() if now is None else now
+    idle = s.consolidate_idle_seconds or s.consolidate_interval_seconds
+    found = pending(rt)
+    due = sorted(pair for pair, (count, newest) in found.items()
+                 if count >= s.consolidate_min_observations or now - newest >= idle)
+    return due, len(found)

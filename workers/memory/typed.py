@@ -13,7 +13,6 @@ observations' placeholders point to are indexed.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -38,7 +37,6 @@ from engram.workers.memory import dynamics, vault
 from engram.workers.memory.points import memory_points, provenance, source_fields
 from engram.workers.memory.vectors import embed_texts
 from engram.workers.runtime import Runtime
-from engram.workers.stores.vectors import OBSERVATIONS
 
 log = structlog.get_logger(__name__)
 
@@ -140,23 +138,3 @@ def write_core(rt: Runtime, tenant_id: str, user_id: str, label: str, facts: lis
     rt.vectors.upsert(MemoryType.core.value, memory_points(rt, [block], [fields],
                                                           np.asarray(embed_texts(rt, [block.index_text()]))))
     return block
-
-
-def due_users(rt: Runtime, now: float | None = None) -> tuple[list[tuple[str, str]], int]:
-    """Which (tenant, user) pairs beat should consolidate now, and how many pairs have pending observations.
-
-    MIRIX consolidates after a fixed number of new messages (20); a user is due when ``consolidate_min_
-    observations`` observations are pending, or when the newest of them was stored ``consolidate_idle_seconds``
-    ago (default: the beat interval), so a quiet user's last few observations are not left waiting."""
-    s = rt.settings
-    now = time.time() if now is None else now
-    idle = s.consolidate_idle_seconds or s.consolidate_interval_seconds
-    flt = qm.Filter(must=[qm.FieldCondition(key="consolidated", match=qm.MatchValue(value=False))])
-    count: Counter = Counter()
-    newest: dict[tuple[str, str], float] = {}
-    for rec in rt.vectors.scroll(OBSERVATIONS, flt):
-        pair = (rec.payload["tenant_id"], rec.payload["user_id"])
-        count[pair] += 1
-        newest[pair] = max(newest.get(pair, 0.0), float(rec.payload.get("stored_at") or 0.0))
-    due = sorted(p for p in count if count[p] >= s.consolidate_min_observations or now - newest[p] >= idle)
-    return due, len(count)

@@ -14,7 +14,7 @@ from engram.api.cli import ingest_paths
 from engram.schemas.memories import MemoryType
 from engram.workers.consolidate import consolidate_user
 from engram.workers.memory import dynamics
-from engram.workers.memory.typed import due_users
+from engram.workers.memory.episodes import due_users
 from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
 
 TENANT, USER = "acme", "alice"
