@@ -5,7 +5,8 @@ consolidation as usual).
 
 Used by ``engram add`` and the MCP server on the embedded default (``add_embedded``: the pipeline runs inline,
 the memory is searchable when it returns) and by ``POST /v1/memories`` in the distributed mode
-(``conversation_record`` and ``add_event_id``; api/app.py stores the object and publishes the event).
+(``conversation_record`` and ``add_event_id``; ``api.routes.memories`` stores the object and publishes the
+event).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.conversations import ConversationMessage
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
+from engram.workers.ids import object_key
 
 #: The mime type an addition is stored as (one ConversationMessage per line).
 ADD_MIME = "application/x-ndjson"
@@ -60,8 +62,6 @@ def add_event(req: AddMemoryRequest, tenant_id: str, device_id: str, data: bytes
     """The ``text`` event publishing the conversation record ``data`` (from ``conversation_record``): its key is
     content addressed like any file's, its source name ``req.source`` (else ``add``), the client id in
     ``metadata['client_id']``."""
-    from engram.workers.ids import object_key
-
     digest = hashlib.sha256(data).hexdigest()
     return MediaEvent(event_id=event_id, tenant_id=tenant_id, user_id=req.user_id, device_id=device_id,
                       kind=MediaKind.text, object_key=object_key(tenant_id, digest, ADD_MIME), sha256=digest,
@@ -78,7 +78,7 @@ def add_embedded(rt, req: AddMemoryRequest, tenant_id: str, device_id: str, cons
     ``duplicate`` set and stores nothing.
 
     Raises vectorstore.StoreBusy when another process holds the store past the wait (``ENGRAM_STORE_WAIT_SECONDS``)."""
-    from engram.api.local import run_event
+    from engram.api.local import run_event  # the workers' stack: the API image imports this module without it
 
     event_id = add_event_id(tenant_id, req.user_id, req.id)
     if req.id is not None and (old := rt.ledger.get(event_id)) is not None:
@@ -93,7 +93,7 @@ def add_embedded(rt, req: AddMemoryRequest, tenant_id: str, device_id: str, cons
     rt.ledger.record_queued(event)
     record = run_event(rt, event)
     if consolidate and record.status is EventStatus.done:
-        from engram.workers.consolidate import consolidate_user
+        from engram.workers.consolidate import consolidate_user  # a stage: the workers' stack, as above
 
         consolidate_user.delay(tenant_id, req.user_id)
     return AddMemoryResponse(event_id=event_id, status=record.status, observations=record.observations,

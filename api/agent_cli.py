@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from engram.api.console import console, err
+from engram.api.console import console, default_device, default_user, err, parse_time
 
 TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
 
@@ -57,24 +57,24 @@ def add(
     from pydantic import ValidationError
 
     from engram.api.add import add_embedded
-    from engram.api.cli import _default_device, _default_user, _parse_time, _runtime
     from engram.schemas.add import AddMemoryRequest
     from engram.schemas.settings import get_settings
+    from engram.workers.runtime import runtime
 
     if (text is None) == (file is None):
         err.print("[red]error:[/red] give a TEXT or --file (one of them)")
         raise typer.Exit(2)
     try:
         messages = read_messages(file) if file is not None else None
-        req = AddMemoryRequest(text=text, messages=messages, user_id=user or _default_user(), id=client_id,
-                               time=_parse_time(when), source=source or ("cli" if file is None else file.name),
+        req = AddMemoryRequest(text=text, messages=messages, user_id=user or default_user(), id=client_id,
+                               time=parse_time(when), source=source or ("cli" if file is None else file.name),
                                session_id=session)
     except (OSError, ValueError, ValidationError) as exc:
         msg = str(exc) if not isinstance(exc, ValidationError) else "; ".join(
             f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors())
         err.print(Text.assemble(("error: ", "red"), msg))
         raise typer.Exit(2) from exc
-    resp = add_embedded(_runtime(), req, tenant or get_settings().tenant, device or _default_device(),
+    resp = add_embedded(runtime(), req, tenant or get_settings().tenant, device or default_device(),
                         consolidate=not no_consolidate)
     if as_json:
         print(resp.model_dump_json(indent=2))
@@ -106,14 +106,13 @@ def mcp(
     """Serve engram's memory to an AI agent over the Model Context Protocol: tools search, ask, add_memory,
     list_memories, get_memory, delete_memory, list_entities, name_entity. Over stdio by default (logs on
     stderr). The embedded store is held only during each tool call, so other engram commands keep working."""
-    from engram.api.cli import _default_device
     from engram.api.mcp_server import EngramTools, run_http, run_stdio
     from engram.schemas.settings import get_settings
 
     if data_dir is not None:
         os.environ["ENGRAM_DATA_DIR"] = str(data_dir.expanduser())
     settings = get_settings()
-    tools = EngramTools(tenant or settings.tenant, device or _default_device(), user or settings.user,
+    tools = EngramTools(tenant or settings.tenant, device or default_device(), user or settings.user,
                         linger=hold_seconds)
     if not http:
         run_stdio(tools)

@@ -466,8 +466,10 @@ def capture_command(
 
     from rich.text import Text
 
-    from engram.api.cli import _client, _default_device, _default_user
+    from engram.api.console import api_client as _client
     from engram.api.console import console, err
+    from engram.api.console import default_device as _default_device
+    from engram.api.console import default_user as _default_user
     from engram.schemas.settings import get_settings
 
     settings = get_settings()

@@ -6,13 +6,11 @@ Runs on the embedded default (no servers: a local folder, Qdrant Edge and a SQLi
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
-import socket
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +21,6 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import typer  # noqa: E402
-from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.progress import (  # noqa: E402
     BarColumn,
@@ -37,10 +34,21 @@ from rich.progress import (  # noqa: E402
 from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
-from engram.api.console import console, err, local_time, reads_store  # noqa: E402
+from engram.api.console import (  # noqa: E402
+    api_client,
+    console,
+    default_device,
+    default_user,
+    err,
+    local_time,
+    parse_time,
+    print_hits,
+    reads_store,
+)
+from engram.api.embedded import ingest_paths, run_search  # noqa: E402
 from engram.schemas.events import EventStatus, MediaKind  # noqa: E402
 from engram.schemas.memories import MemoryType  # noqa: E402
-from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest, SearchResponse  # noqa: E402
+from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest  # noqa: E402
 
 app = typer.Typer(
     name="engram",
@@ -82,37 +90,6 @@ def _runtime():
     return runtime()
 
 
-def _default_user() -> str:
-    from engram.schemas.settings import get_settings
-
-    return get_settings().user or _safe_id(getpass.getuser())
-
-
-def _default_device() -> str:
-    from engram.schemas.settings import get_settings
-
-    return get_settings().device or _safe_id(socket.gethostname())
-
-
-def _safe_id(value: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "._@:+-" else "-" for c in value).strip("-")
-    return cleaned[:128] or "unknown"
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    """An ISO 8601 time as UTC; one without a zone is read in ``ENGRAM_TIMEZONE`` (default: the system's).
-    Raises typer.BadParameter."""
-    if value is None:
-        return None
-    from engram.schemas.settings import get_settings
-
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise typer.BadParameter(f"{value!r} is not an ISO 8601 time (e.g. 2024-05-01T14:30:00Z)") from exc
-    return (t if t.tzinfo else t.replace(tzinfo=get_settings().tzinfo)).astimezone(UTC)
-
-
 def _time_bound(value: str | None, option: str, end: bool = False) -> datetime | None:
     """A ``--since``/``--until`` value: an ISO 8601 time, or the words a query may use ("last week", "2024-05",
     "yesterday", "May 2023"; ``workers.text.timeexpr``): the start of the range they name, its end for ``--until``.
@@ -120,7 +97,7 @@ def _time_bound(value: str | None, option: str, end: bool = False) -> datetime |
     if value is None:
         return None
     try:
-        return _parse_time(value)
+        return parse_time(value)
     except typer.BadParameter:
         pass
     from engram.workers.text.timeexpr import resolve
@@ -130,95 +107,6 @@ def _time_bound(value: str | None, option: str, end: bool = False) -> datetime |
         raise typer.BadParameter(f"{value!r} is not a time: give ISO 8601 (2024-05-01T14:30:00Z) or words such as "
                                  "'last week', '2024-05', 'yesterday'", param_hint=option)
     return span.end if end else span.start
-
-
-def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, captured_at: datetime | None = None,
-                 app_name: str | None = None, window: str | None = None, consolidate: bool = True,
-                 quiet: bool = False) -> dict[str, list]:
-    """Ingest files and folders on the configured runtime; returns {'done'|'skipped'|'failed'|'ignored': [...]}
-    where each item is (path, record or reason). Used by ``engram ingest`` and ``engram demo``."""
-    from engram.api.local import RUN_BATCH_FILES, classify, iter_files, publish_file, resume_interrupted, run_events
-    from engram.schemas.events import MediaEvent
-    from engram.workers.stores.vectors import StoreBusy, StoreCorrupt
-
-    rt = _runtime()
-    files = list(iter_files(paths))
-    out: dict[str, list] = {"done": [], "skipped": [], "failed": [], "ignored": [], "resumed": []}
-    users: set[tuple[str, str]] = set()
-    for record in resume_interrupted(rt):  # a run killed before: its events first
-        out["resumed"].append((Path(record.source_name or record.object_key), record))
-        users.add((record.tenant_id, record.user_id))
-        if not quiet:
-            err.print(Text(f"resumed {record.source_name or record.event_id} (interrupted earlier): "
-                           f"{record.status.value}"))
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,
-                        disable=quiet, transient=False)
-    pending: list[tuple[Path, MediaEvent]] = []  # published, then run together (api.local.run_events)
-
-    def fail(path: Path, reason: str) -> None:
-        out["failed"].append((path, reason))
-        err.print(Text.assemble(("failed ", "red"), f"{path}: {reason}"))
-        progress.advance(task)
-
-    def run_pending() -> None:
-        try:
-            records = run_events(rt, [event for _, event in pending])
-        except (StoreBusy, StoreCorrupt):
-            raise  # the store, not these files: nothing else can be stored either
-        except Exception as exc:  # noqa: BLE001 (the batch's files fail with the reason; the run goes on)
-            records = [f"{type(exc).__name__}: {exc}"[:500]] * len(pending)
-        for (path, _), record in zip(pending, records, strict=True):
-            if isinstance(record, str):
-                fail(path, record)
-                continue
-            status = record.status.value if record.status in (EventStatus.done, EventStatus.skipped,
-                                                              EventStatus.failed) else "failed"
-            out[status].append((path, record))
-            if record.status is EventStatus.failed:
-                err.print(f"[red]failed[/red] {escape(str(path))}: {escape(str(record.reason))} "
-                          f"(stage {record.stage})", highlight=False)
-            users.add((tenant, user))
-            progress.advance(task)
-        pending.clear()
-
-    with progress:
-        task = progress.add_task("ingest", total=len(files), current="")
-        for path in files:
-            progress.update(task, current=path.name[:50])
-            try:
-                cand = classify(path)
-            except OSError as exc:
-                out["failed"].append((path, f"cannot read: {exc.strerror or exc}"))
-                err.print(Text.assemble(("failed ", "red"), f"{path}: cannot read: {exc.strerror or exc}"))
-                progress.advance(task)
-                continue
-            except Exception as exc:  # noqa: BLE001 (a detector's crash, a RecursionError: this file only)
-                reason = f"cannot tell what it is: {type(exc).__name__}: {exc}"[:500]
-                out["failed"].append((path, reason))
-                err.print(Text.assemble(("failed ", "red"), f"{path}: {reason}"))
-                progress.advance(task)
-                continue
-            if cand.kind is None:
-                out["ignored"].append((path, "not media or a conversation file"))
-                progress.advance(task)
-                continue
-            try:
-                pending.append((path, publish_file(rt, cand, tenant, user, device, captured_at, app_name, window)))
-            except (StoreBusy, StoreCorrupt):
-                raise  # the store, not this file: nothing else can be stored either
-            except Exception as exc:  # noqa: BLE001 (one file never stops the batch, whatever it raises)
-                fail(path, f"{type(exc).__name__}: {exc}"[:500])
-                continue
-            if len(pending) >= RUN_BATCH_FILES:
-                run_pending()
-        run_pending()
-    if consolidate and users:
-        from engram.workers.consolidate import consolidate_user
-
-        for t, u in sorted(users):
-            consolidate_user.delay(t, u)
-    return out
 
 
 @app.command(epilog="Examples:  engram ingest ~/Pictures/Screenshots --user alice  ·  "
@@ -244,8 +132,8 @@ def ingest(
     from engram.schemas.settings import get_settings
 
     try:
-        result = ingest_paths(paths, tenant or get_settings().tenant, user or _default_user(),
-                              device or _default_device(), _parse_time(captured_at), app_name, window,
+        result = ingest_paths(paths, tenant or get_settings().tenant, user or default_user(),
+                              device or default_device(), parse_time(captured_at), app_name, window,
                               consolidate=not no_consolidate)
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
@@ -266,16 +154,6 @@ def _print_ingest_summary(result: dict[str, list]) -> None:
         console.print(f"  skipped {escape(str(path))}: {escape(str(why))}", highlight=False, soft_wrap=True)
     if len(result["ignored"]) > 10:
         console.print(f"  … and {len(result['ignored']) - 10} more files that are not media")
-
-
-def snippet(text: str, query: str, width: int = 110) -> str:
-    """A one-line excerpt of ``text`` around the first query word it contains."""
-    flat = " ".join(text.split())
-    low = flat.lower()
-    pos = min((i for w in query.lower().split() if len(w) > 2 and (i := low.find(w)) >= 0), default=0)
-    start = max(0, pos - width // 3)
-    out = flat[start:start + width]
-    return ("…" if start else "") + out + ("…" if start + width < len(flat) else "")
 
 
 @app.command(epilog="Examples:  engram search \"budget review\" --since 2024-05-01  ·  "
@@ -307,48 +185,12 @@ def search(
                         memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind, entities=entity,
                         time_from=_time_bound(since, "--since"), time_to=_time_bound(until, "--until", end=True),
                         limit=limit,
-                        reference_time=_parse_time(as_of), include_history=history)
+                        reference_time=parse_time(as_of), include_history=history)
     resp = run_search(req)
     if as_json:
         print(resp.model_dump_json(indent=2))
         return
     print_hits(resp)
-
-
-def run_search(req: SearchRequest) -> SearchResponse:
-    """Run a search through the query task (inline on the embedded default)."""
-    from engram.workers.query import search_task
-
-    return SearchResponse.model_validate(search_task.delay(req).get(timeout=120))
-
-
-def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
-    """The hits as a table on ``out`` (default: stdout): score, type, time, source, snippet."""
-    out = out or console
-    if resp.time_range:
-        tr = resp.time_range
-        out.print(f"time: {escape(repr(tr.expression))} → {local_time(tr.start)} to {local_time(tr.end)} "
-                  f"(as of {local_time(tr.reference_time, '%Y-%m-%d')}; ranked first, not a filter)")
-    if not resp.hits:
-        out.print(f"no results for {escape(repr(resp.query))}")
-        return
-    table = Table(title=f"{escape(repr(resp.query))} — {len(resp.hits)} results in {resp.took_ms:.0f} ms", expand=True)
-    table.add_column("#", no_wrap=True, min_width=2)
-    table.add_column("score", no_wrap=True, min_width=6)
-    table.add_column("type", no_wrap=True, min_width=11)
-    table.add_column("time", no_wrap=True, min_width=20)
-    table.add_column("source", no_wrap=True, max_width=34, overflow="ellipsis")
-    table.add_column("snippet", ratio=1, min_width=30, overflow="fold")
-    for i, hit in enumerate(resp.hits, 1):
-        when = local_time(hit.time)
-        src = Path(hit.source_name).name if hit.source_name and "," not in hit.source_name else (hit.source_name or "")
-        if hit.start_s is not None:
-            src += f" @{hit.start_s:.1f}s"
-        if hit.message_ids and hit.memory_type is MemoryType.observation:
-            src += f" {hit.message_ids[0]}"
-        table.add_row(str(i), f"{hit.score:.4f}", hit.memory_type.value, when, Text(src[:40]),
-                      Text(snippet(hit.text, resp.query)))
-    out.print(table)
 
 
 @app.command()
@@ -795,15 +637,6 @@ def keys_revoke(
         raise typer.Exit(1)
 
 
-def _client(api: str | None, api_key: str | None, user: str | None, device: str | None):
-    from engram.api.client import EngramClient
-
-    if not api or not api_key:
-        err.print("[red]error:[/red] give --api and --api-key (or set ENGRAM_API_URL and ENGRAM_API_KEY)")
-        raise typer.Exit(2)
-    return EngramClient(api, api_key, user=user, device=device)
-
-
 def _publish_error(exc: Exception) -> str:
     import httpx
 
@@ -848,10 +681,10 @@ def publish(
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
-    when = _parse_time(captured_at)
+    when = parse_time(captured_at)
     counts = {"published": 0, "uploaded": 0, "stored": 0, "again": 0, "not media": 0, "failed": 0}
     ids = []
-    with _client(api, api_key, user, device) as client:
+    with api_client(api, api_key, user, device) as client:
         total = sum(p.stat().st_size for p in files if p.exists())
         progress = Progress(TextColumn("[bold]publish"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                             TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err)
@@ -918,7 +751,7 @@ def watch(
     if not api:
         _watch_embedded(folder, tenant, user, device, settle, existing)
         return
-    with _client(api, api_key, user, device) as client:
+    with api_client(api, api_key, user, device) as client:
         def send(path: Path) -> None:
             res = client.publish(path)
             note = "published before" if res.duplicate else ("uploaded" if res.uploaded else "already stored")
@@ -955,7 +788,7 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
     from engram.api.watch import EmbeddedBatches, FolderWatcher
     from engram.schemas.settings import get_settings
 
-    tenant, user, device = tenant or get_settings().tenant, user or _default_user(), device or _default_device()
+    tenant, user, device = tenant or get_settings().tenant, user or default_user(), device or default_device()
 
     def report(result: dict[str, list]) -> None:
         for path, rec in result["done"] + result["resumed"]:

@@ -1,23 +1,39 @@
-"""What the ``engram`` commands print to, and the guard of the commands that only read a store.
+"""What the ``engram`` commands print to and share: the consoles, the search-hit table, the defaults of the
+user, device and time options, the API client of the producer commands, and the guard of the commands that only
+read a store.
 
 ``console`` is stdout (tables, results), ``err`` is stderr (progress, one line per failed file). Text that was
 stored or typed by a user is printed through ``rich.markup.escape`` or ``rich.text.Text``, never as markup.
+This module sits below every command module (``api.cli``, ``memory_cli``, ``agent_cli``, ``capture``, ``demo``),
+which import from it and never from each other.
 """
 
 from __future__ import annotations
 
 import functools
+import getpass
+import socket
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import ParamSpec, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 from rich.text import Text
+
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import SearchResponse
+
+if TYPE_CHECKING:
+    from engram.api.client import EngramClient
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)  # per-file failure lines stay one line each, however long
+
 
 def local_time(t: datetime | None, fmt: str = "%Y-%m-%d %H:%M %Z") -> str:
     """``t`` in the zone of ``ENGRAM_TIMEZONE`` (default: the system's), as ``fmt`` (default ``2024-05-01 09:30
@@ -66,3 +82,93 @@ def reads_store(command: Callable[P, R]) -> Callable[P, R]:
         return command(*args, **kwargs)
 
     return run
+
+
+def safe_id(value: str) -> str:
+    """``value`` as an id engram accepts: characters other than letters, digits and ``._@:+-`` become ``-``, at most
+    128 characters, ``unknown`` when nothing is left."""
+    cleaned = "".join(c if c.isalnum() or c in "._@:+-" else "-" for c in value).strip("-")
+    return cleaned[:128] or "unknown"
+
+
+def default_user() -> str:
+    """The user of a command without ``--user``: ``ENGRAM_USER``, else the OS user (as a ``safe_id``)."""
+    from engram.schemas.settings import get_settings
+
+    return get_settings().user or safe_id(getpass.getuser())
+
+
+def default_device() -> str:
+    """The device of a command without ``--device``: ``ENGRAM_DEVICE``, else the host name (as a ``safe_id``)."""
+    from engram.schemas.settings import get_settings
+
+    return get_settings().device or safe_id(socket.gethostname())
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An ISO 8601 time as UTC; one without a zone is read in ``ENGRAM_TIMEZONE`` (default: the system's).
+    None for None. Raises typer.BadParameter."""
+    if value is None:
+        return None
+    from engram.schemas.settings import get_settings
+
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r} is not an ISO 8601 time (e.g. 2024-05-01T14:30:00Z)") from exc
+    return (t if t.tzinfo else t.replace(tzinfo=get_settings().tzinfo)).astimezone(UTC)
+
+
+def api_client(api: str | None, api_key: str | None, user: str | None, device: str | None) -> EngramClient:
+    """The API client of a producer command (``publish``, ``watch``, ``capture`` with ``--api``). Exits 2 with one
+    line on stderr when the API URL or key is missing.
+
+    Raises:
+        typer.Exit: code 2.
+    """
+    from engram.api.client import EngramClient
+
+    if not api or not api_key:
+        err.print("[red]error:[/red] give --api and --api-key (or set ENGRAM_API_URL and ENGRAM_API_KEY)")
+        raise typer.Exit(2)
+    return EngramClient(api, api_key, user=user, device=device)
+
+
+def snippet(text: str, query: str, width: int = 110) -> str:
+    """A one-line excerpt of ``text``, at most ``width`` characters plus ellipses, around the first query word (of
+    three letters or more) it contains."""
+    flat = " ".join(text.split())
+    low = flat.lower()
+    pos = min((i for w in query.lower().split() if len(w) > 2 and (i := low.find(w)) >= 0), default=0)
+    start = max(0, pos - width // 3)
+    out = flat[start:start + width]
+    return ("…" if start else "") + out + ("…" if start + width < len(flat) else "")
+
+
+def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
+    """The hits as a table on ``out`` (default: stdout): score, type, time, source, snippet."""
+    out = out or console
+    if resp.time_range:
+        tr = resp.time_range
+        out.print(f"time: {escape(repr(tr.expression))} → {local_time(tr.start)} to {local_time(tr.end)} "
+                  f"(as of {local_time(tr.reference_time, '%Y-%m-%d')}; ranked first, not a filter)")
+    if not resp.hits:
+        out.print(f"no results for {escape(repr(resp.query))}")
+        return
+    table = Table(title=f"{escape(repr(resp.query))} — {len(resp.hits)} results in {resp.took_ms:.0f} ms", expand=True)
+    table.add_column("#", no_wrap=True, min_width=2)
+    table.add_column("score", no_wrap=True, min_width=6)
+    table.add_column("type", no_wrap=True, min_width=11)
+    table.add_column("time", no_wrap=True, min_width=20)
+    table.add_column("source", no_wrap=True, max_width=34, overflow="ellipsis")
+    table.add_column("snippet", ratio=1, min_width=30, overflow="fold")
+    for i, hit in enumerate(resp.hits, 1):
+        when = local_time(hit.time)
+        src = Path(hit.source_name).name if hit.source_name and "," not in hit.source_name else (hit.source_name or "")
+        if hit.start_s is not None:
+            src += f" @{hit.start_s:.1f}s"
+        if hit.message_ids and hit.memory_type is MemoryType.observation:
+            src += f" {hit.message_ids[0]}"
+        table.add_row(str(i), f"{hit.score:.4f}", hit.memory_type.value, when, Text(src[:40]),
+                      Text(snippet(hit.text, resp.query)))
+    out.print(table)

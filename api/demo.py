@@ -206,7 +206,8 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     ``workdir/data``, print what was stored and a few searches. Returns {'workdir', 'files', 'ingest'
     (``ingest_paths``'s result), 'counts' (points per collection), 'searches' (a list of {'query', 'expect':
     the sample file it is about, 'message_id': the chat message or None, 'response'}), 'seconds'}."""
-    from engram.api.cli import ingest_paths, print_hits, run_search
+    from engram.api.console import print_hits
+    from engram.api.embedded import ingest_paths, run_search
     from engram.schemas.search import SearchRequest
     from engram.workers.runtime import reset_runtimes, runtime
     from engram.workers.stores.vectors import COLLECTIONS, tenant_filter

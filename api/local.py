@@ -1,8 +1,9 @@
 """Publishing files on the embedded default: store the object, record the event, run the pipeline inline;
 and resuming the events a killed run left unfinished (``resume_interrupted``).
 
-Used by ``engram ingest``; the distributed producer (``engram publish``/``watch``, presigned uploads through the
-API) publishes the same ``MediaEvent``.
+Used by ``engram ingest`` and ``watch`` (``api.embedded.ingest_paths``), ``engram capture`` and ``add`` on the
+embedded default; the distributed producer (``engram publish``/``watch``/``capture --api``, presigned uploads
+through the API) publishes the same ``MediaEvent``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engram.schemas.events import LedgerRecord, MediaEvent, MediaKind
+from engram.workers.batching import deferred_segments, run_segments
 from engram.workers.ids import object_key, sha256_file
+from engram.workers.ingest import ingest
 from engram.workers.media import decode as media
 from engram.workers.media.detect import detect
 from engram.workers.memory.vault import redact_event
 from engram.workers.runtime import Runtime
+from engram.workers.stores.vectors import OBSERVATIONS
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,6 @@ def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
     ``StoreBusy``), so such events have no live owner. The pipeline is idempotent and ingest skips the segments
     already stored: what the killed run stored is kept and the rest is done. An event already run
     ``max_redeliveries`` times is marked failed instead (``Ledger.claim_stalled``)."""
-    from engram.workers.stores.vectors import OBSERVATIONS
-
     if not rt.settings.embedded:
         return []
     rt.vectors.count(OBSERVATIONS)  # take the store: raises StoreBusy while another process runs
@@ -108,9 +110,6 @@ def run_events(rt: Runtime, events: list[MediaEvent]) -> list[LedgerRecord]:
     into segments by its own ``ingest``, then the segments of all of them are perceived, embedded in one pass
     and stored (``workers.batching``). A bad file fails alone, with its stage and reason in its record.
     Returns the events' ledger records, in order."""
-    from engram.workers.batching import deferred_segments, run_segments
-    from engram.workers.ingest import ingest
-
     with deferred_segments() as jobs:
         for event in events:
             ingest.delay(event)

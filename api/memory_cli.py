@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from engram.api.console import local_time, reads_store
+from engram.api.console import console, err, local_time, print_hits, reads_store, snippet
 from engram.schemas.ask import AskFailed, AskRequest, AskResponse
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
@@ -54,8 +54,6 @@ def ask(
 ) -> None:
     """Answer a question from memory. With an LLM (ENGRAM_MODELS__LLM_PROVIDER), up to 5 rounds of
     search-then-decide (M3-Agent) and the memories the answer cites; without one, the ranked evidence."""
-    from engram.api.cli import err, print_hits
-
     req = AskRequest(question=question, tenant_id=_tenant(tenant), user_id=user, limit=limit, max_rounds=rounds,
                      memory_types=memory_type or list(DEFAULT_SEARCH_TYPES))
     try:
@@ -66,8 +64,6 @@ def ask(
     if as_json:
         print(resp.model_dump_json(indent=2))
         return
-    from engram.api.console import console
-
     if resp.llm is None:
         console.print("[dim]no LLM configured (ENGRAM_MODELS__LLM_PROVIDER): the ranked evidence[/dim]")
     elif resp.answer is None:
@@ -79,8 +75,6 @@ def ask(
 
 
 def _records_table(title: str, items: list[MemoryRecord]) -> Table:
-    from engram.api.cli import snippet
-
     table = Table(title=title, expand=True)
     for col, opts in (("id", {"no_wrap": True, "min_width": 36}), ("type", {"no_wrap": True}),
                       ("time", {"no_wrap": True, "min_width": 20}), ("user", {"no_wrap": True}),
@@ -103,7 +97,6 @@ def memories_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print the page as JSON.")] = False,
 ) -> None:
     """A page of one memory type, newest content first."""
-    from engram.api.console import console
     from engram.workers.admin import list_task
 
     page = MemoryPage.model_validate(list_task.delay(_tenant(tenant), memory_type.value, user, limit, offset)
@@ -123,7 +116,6 @@ def memories_get(
     tenant: TenantOpt = None,
 ) -> None:
     """Print one observation or memory as JSON (vault entries without their secret)."""
-    from engram.api.console import err
     from engram.workers.admin import get_task
 
     got = get_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
@@ -140,7 +132,6 @@ def memories_delete(
     tenant: TenantOpt = None,
 ) -> None:
     """Delete one observation or memory."""
-    from engram.api.console import console, err
     from engram.workers.admin import delete_task
 
     kind = delete_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
@@ -167,7 +158,6 @@ def forget(
 ) -> None:
     """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of the
     user's events, and the objects no other user of the tenant references. Cannot be undone."""
-    from engram.api.console import console
     from engram.workers.admin import forget_task
 
     tenant = _tenant(tenant)

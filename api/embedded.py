@@ -1,0 +1,156 @@
+"""The work of the ``engram`` commands on the configured runtime (the embedded default, or through the broker):
+ingesting files and folders with a progress bar (``ingest_paths``, used by ``engram ingest``, ``watch`` and
+``demo``) and running a search (``run_search``).
+
+Importing this module is light (``engram --help`` and the slim API image import the CLI): the workers' stack
+(runtime, stores, stages) is imported by the functions, when they run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from engram.api.console import err
+from engram.schemas.events import EventStatus, MediaEvent
+from engram.schemas.search import SearchRequest, SearchResponse
+
+SEARCH_TIMEOUT_S = 120
+
+
+@dataclass
+class _IngestRun:
+    """One ``ingest_paths`` call: its runtime ``rt``, the outcome ``out`` by status, the (tenant, user) pairs to
+    consolidate, and the files published but not yet run (``pending``, run a batch at a time)."""
+
+    rt: Any  # workers.runtime.Runtime
+    tenant: str
+    user: str
+    progress: Progress
+    task: TaskID | None = None
+    out: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("done", "skipped", "failed", "ignored",
+                                                                         "resumed")})
+    users: set[tuple[str, str]] = field(default_factory=set)
+    pending: list[tuple[Path, MediaEvent]] = field(default_factory=list)
+
+    def fail(self, path: Path, reason: str) -> None:
+        """Record ``path`` as failed with ``reason`` and say so on stderr."""
+        self.out["failed"].append((path, reason))
+        err.print(Text.assemble(("failed ", "red"), f"{path}: {reason}"))
+        self.progress.advance(self.task)
+
+    def resume(self, quiet: bool) -> None:
+        """Finish the events a run killed before left unfinished (``api.local.resume_interrupted``), first."""
+        from engram.api.local import resume_interrupted  # the workers' stack, when a command runs
+
+        for record in resume_interrupted(self.rt):
+            self.out["resumed"].append((Path(record.source_name or record.object_key), record))
+            self.users.add((record.tenant_id, record.user_id))
+            if not quiet:
+                err.print(Text(f"resumed {record.source_name or record.event_id} (interrupted earlier): "
+                               f"{record.status.value}"))
+
+    def classify(self, path: Path):
+        """``path``'s ``api.local.Candidate``, or None when it failed (unreadable, a detector's crash) or is not
+        media (recorded as ignored)."""
+        from engram.api.local import classify  # the workers' stack, when a command runs
+
+        try:
+            cand = classify(path)
+        except OSError as exc:
+            self.fail(path, f"cannot read: {exc.strerror or exc}")
+            return None
+        except Exception as exc:  # noqa: BLE001 (a detector's crash, a RecursionError: this file only)
+            self.fail(path, f"cannot tell what it is: {type(exc).__name__}: {exc}"[:500])
+            return None
+        if cand.kind is None:
+            self.out["ignored"].append((path, "not media or a conversation file"))
+            self.progress.advance(self.task)
+            return None
+        return cand
+
+    def run_pending(self) -> None:
+        """Run the published events together (``api.local.run_events``) and record each file's outcome. Raises
+        StoreBusy or StoreCorrupt (the store, not these files: nothing else can be stored either)."""
+        from engram.api.local import run_events  # the workers' stack, when a command runs
+        from engram.workers.stores.vectors import StoreBusy, StoreCorrupt  # idem
+
+        try:
+            records = run_events(self.rt, [event for _, event in self.pending])
+        except (StoreBusy, StoreCorrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 (the batch's files fail with the reason; the run goes on)
+            records = [f"{type(exc).__name__}: {exc}"[:500]] * len(self.pending)
+        for (path, _), record in zip(self.pending, records, strict=True):
+            if isinstance(record, str):
+                self.fail(path, record)
+                continue
+            status = record.status.value if record.status in (EventStatus.done, EventStatus.skipped,
+                                                              EventStatus.failed) else "failed"
+            self.out[status].append((path, record))
+            if record.status is EventStatus.failed:
+                err.print(f"[red]failed[/red] {escape(str(path))}: {escape(str(record.reason))} "
+                          f"(stage {record.stage})", highlight=False)
+            self.users.add((self.tenant, self.user))
+            self.progress.advance(self.task)
+        self.pending.clear()
+
+
+def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, captured_at: datetime | None = None,
+                 app_name: str | None = None, window: str | None = None, consolidate: bool = True,
+                 quiet: bool = False) -> dict[str, list]:
+    """Ingest files and folders on the configured runtime, showing progress on stderr (none with ``quiet``);
+    returns {'done'|'skipped'|'failed'|'ignored'|'resumed': [...]} where each item is (path, record or reason).
+    Events a killed run left unfinished are run first ('resumed'). One bad file never stops the rest.
+
+    Raises FileNotFoundError for a path that does not exist, and StoreBusy or StoreCorrupt
+    (``workers.stores.vectors``) when the store cannot be used.
+    """
+    from engram.api.local import RUN_BATCH_FILES, iter_files, publish_file  # the workers' stack, when it runs
+    from engram.workers.runtime import runtime  # idem
+    from engram.workers.stores.vectors import StoreBusy, StoreCorrupt  # idem
+
+    rt = runtime()
+    files = list(iter_files(paths))
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,
+                        disable=quiet, transient=False)
+    run = _IngestRun(rt, tenant, user, progress)
+    run.resume(quiet)
+    with progress:
+        run.task = progress.add_task("ingest", total=len(files), current="")
+        for path in files:
+            progress.update(run.task, current=path.name[:50])
+            if (cand := run.classify(path)) is None:
+                continue
+            try:
+                run.pending.append((path, publish_file(run.rt, cand, tenant, user, device, captured_at, app_name,
+                                                       window)))
+            except (StoreBusy, StoreCorrupt):
+                raise  # the store, not this file: nothing else can be stored either
+            except Exception as exc:  # noqa: BLE001 (one file never stops the batch, whatever it raises)
+                run.fail(path, f"{type(exc).__name__}: {exc}"[:500])
+                continue
+            if len(run.pending) >= RUN_BATCH_FILES:
+                run.run_pending()
+        run.run_pending()
+    if consolidate and run.users:
+        from engram.workers.consolidate import consolidate_user  # a stage: the workers' stack
+
+        for t, u in sorted(run.users):
+            consolidate_user.delay(t, u)
+    return run.out
+
+
+def run_search(req: SearchRequest) -> SearchResponse:
+    """Run a search through the query task (inline on the embedded default, through the ``query`` queue with a
+    broker), waiting up to ``SEARCH_TIMEOUT_S`` seconds."""
+    from engram.workers.query import search_task  # a stage: the workers' stack, when a search runs
+
+    return SearchResponse.model_validate(search_task.delay(req).get(timeout=SEARCH_TIMEOUT_S))
