@@ -16,6 +16,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchHit
+from engram.schemas.settings import TimeZoneName
 from engram.workers.errors import ModelError
 
 MAX_ROUNDS = 5  # M3-Agent's limit of search rounds per question
@@ -38,6 +39,9 @@ class AskRequest(BaseModel):
     time_to: AwareDatetime | None = Field(None, description="Only content up to this time (ISO 8601 with a zone).")
     reference_time: AwareDatetime | None = Field(
         None, description="The question's date: time words are resolved against it; default now.")
+    timezone: TimeZoneName | None = Field(
+        None, description="IANA time zone the query's time words are read in (what 'yesterday' and 'this morning' "
+        "count from), e.g. Europe/Berlin; default: the server's ENGRAM_TIMEZONE.")
     limit: int = Field(10, ge=1, le=50, description="Hits per search round (1-50).")
     max_rounds: int = Field(
         MAX_ROUNDS, ge=1, le=MAX_ROUNDS, description="Search rounds at most (1-5, M3-Agent's limit).")

@@ -9,6 +9,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 
 from engram.schemas.events import MediaKind
 from engram.schemas.memories import MemoryType
+from engram.schemas.settings import TimeZoneName
 
 DEFAULT_SEARCH_TYPES: tuple[MemoryType, ...] = (
     MemoryType.observation,
@@ -58,6 +59,9 @@ class SearchRequest(BaseModel):
         None, description="Only content up to this time (ISO 8601 with a zone; a hard filter).")
     reference_time: AwareDatetime | None = Field(
         None, description="The time time words in the query are resolved against (the question's date); default now.")
+    timezone: TimeZoneName | None = Field(
+        None, description="IANA time zone the query's time words are read in (what 'yesterday' and 'this morning' "
+        "count from), e.g. Europe/Berlin; default: the server's ENGRAM_TIMEZONE.")
     resolve_time: bool = Field(
         True, description="Resolve time words in the query into time_range, which ranks content inside it higher.")
     include_history: bool = Field(False, description="Include superseded and archived memories.")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -291,12 +291,7 @@ class Settings(BaseSettings):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, name: str | None) -> str | None:
-        if name is not None:
-            try:
-                ZoneInfo(name)
-            except (ZoneInfoNotFoundError, ValueError) as exc:
-                raise ValueError(f"{name!r} is not an IANA time zone name (e.g. Europe/Berlin, UTC)") from exc
-        return name
+        return iana_zone(name) if name is not None else None
 
     @property
     def tzinfo(self) -> ZoneInfo:
@@ -338,3 +333,17 @@ def get_settings() -> Settings:
             _settings_cache.clear()
         cached = _settings_cache[key] = Settings()
     return cached.model_copy()
+
+
+def iana_zone(name: str) -> str:
+    """``name`` when it is an IANA time zone this machine knows (``zoneinfo``: "Europe/Berlin", "UTC"). Raises
+    ValueError naming it otherwise (pydantic turns that into a validation error, the API into a 422)."""
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"{name!r} is not an IANA time zone name (e.g. Europe/Berlin, UTC)") from exc
+    return name
+
+
+#: A field type: an IANA time zone name, checked (``iana_zone``).
+TimeZoneName = Annotated[str, AfterValidator(iana_zone)]

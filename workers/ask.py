@@ -123,7 +123,7 @@ def ask(rt: Runtime, req: AskRequest) -> AskResponse:
     evidence: dict[uuid.UUID, SearchHit] = {}
     rounds: list[AskRound] = []
     query = req.question
-    search_fields = req.model_dump(include={"tenant_id", "user_id", "memory_types", "time_from", "time_to",
+    search_fields = req.model_dump(include={"tenant_id", "user_id", "memory_types", "time_from", "time_to", "timezone",
                                             "reference_time", "limit"})
     answer: str | None = None
     cited: list[SearchHit] = []

@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from engram.api.cli import ingest_paths
+from engram.schemas.ask import AskRequest
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import SearchRequest
@@ -267,6 +269,22 @@ def test_time_expression_is_resolved_and_boosts_its_range(corpus):
     off = search(corpus.rt, SearchRequest(query="quarterly budget review in February", tenant_id="acme",
                                           reference_time=ref, resolve_time=False))
     assert off.time_range is None
+
+
+
+def test_a_request_reads_time_words_in_its_own_zone(corpus):
+    """``timezone`` on the request: "yesterday" counts from the asker's wall clock, not the server's zone."""
+    ref = datetime(2024, 3, 20, 3, 0, tzinfo=UTC)  # 20 March in UTC, still 19 March in Los Angeles
+    ask = dict(query="budget review yesterday", tenant_id="acme", user_id="alice", reference_time=ref,
+               memory_types=[MemoryType.observation], reinforce=False)
+    utc = search(corpus.rt, SearchRequest(**ask, timezone="UTC")).time_range
+    la = search(corpus.rt, SearchRequest(**ask, timezone="America/Los_Angeles")).time_range
+    assert (utc.start, utc.end) == (datetime(2024, 3, 19, tzinfo=UTC), datetime(2024, 3, 20, tzinfo=UTC))
+    assert (la.start, la.end) == (datetime(2024, 3, 18, 7, tzinfo=UTC), datetime(2024, 3, 19, 7, tzinfo=UTC))
+    with pytest.raises(ValidationError, match="not an IANA time zone"):
+        SearchRequest(**ask, timezone="Mars/Olympus")
+    with pytest.raises(ValidationError, match="not an IANA time zone"):
+        AskRequest(question="what happened yesterday?", tenant_id="acme", timezone="Europe/Nowhere")
 
 
 def _episode(corpus, query="quarterly budget invoice"):

@@ -43,8 +43,7 @@ import time
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
-
-from qdrant_client import models as qm
+from zoneinfo import ZoneInfo
 
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import ContextTurn, SearchHit, SearchRequest, SearchResponse, TimeRange
@@ -52,6 +51,7 @@ from engram.workers.memory.dynamics import active_filter, decayed_score, reinfor
 from engram.workers.memory.entities import entity_names
 from engram.workers.memory.vectors import embed_query
 from engram.workers.runtime import Runtime
+from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import OBSERVATIONS, collection_for, tenant_filter
 from engram.workers.text import sparse
 from engram.workers.text.timeexpr import resolve
@@ -180,7 +180,8 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     docstring for the steps)."""
     t0 = time.perf_counter()
     now = datetime.now(UTC)
-    span = resolve(req.query, req.reference_time) if req.resolve_time else None
+    zone = ZoneInfo(req.timezone) if req.timezone else None  # None: the server's ENGRAM_TIMEZONE
+    span = resolve(req.query, req.reference_time, zone) if req.resolve_time else None
     if span is not None and TIME_AS_FILTER:  # the alternative measured against the boost (README)
         req = req.model_copy(update={"time_from": max(filter(None, [req.time_from, span.start])),
                                      "time_to": min(filter(None, [req.time_to, span.end]))})
