@@ -7,7 +7,8 @@
         answer = client.ask("when is the budget review?").answer
 
 ``add`` remembers a text or chat messages directly (``POST /v1/memories``); ``AsyncEngramClient`` makes the
-same API calls (all but publishing files) from asyncio.
+same API calls from asyncio, publishing files included. Both build their requests with the same functions
+(``_Call``: method, path, body, how the answer is read, what is retried); only sending differs.
 
 Resumable: the server answers ``exists`` for content it already stores (the bytes are not sent again),
 and the default event id is derived from (API key, user, device, sha256), so publishing the same file
@@ -24,8 +25,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,7 @@ def safe_id(value: str) -> str:
 def detect(path: Path, kind: MediaKind | None = None) -> tuple[MediaKind, str]:
     """(kind, mime type) of ``path``: by content (``workers.media.detect.detect``), else from ``kind`` and the
     file suffix. Raises NotMedia when neither says what it is."""
-    from engram.workers.media.detect import detect as sniff_file
+    from engram.workers.media.detect import detect as sniff_file  # the worker extra's decoders: only to publish
 
     found = sniff_file(path)
     if found is not None:
@@ -109,10 +110,30 @@ def _transient_for_ask(exc: BaseException) -> bool:
     return _transient(exc) and not (isinstance(exc, EngramAPIError) and exc.status == 502)
 
 
-def _search_body(query: str, user: str | None, memory_types: Iterable[MemoryType] | None,
+
+# --- request building, shared by both clients ------------------------------------------------------------
+
+def _identity(answer: Any) -> Any:
+    return answer
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One API request as both clients send it: ``method`` and ``path``, the JSON ``body`` and query
+    ``params``, ``parse`` turning the JSON answer into the result, ``retry_if`` the errors retried."""
+
+    method: str
+    path: str
+    body: Any = None
+    params: dict[str, Any] | None = None
+    parse: Callable[[Any], Any] = _identity
+    retry_if: Callable[[BaseException], bool] = field(default=_transient)
+
+
+def _search_call(query: str, user: str | None, memory_types: Iterable[MemoryType] | None,
                  kinds: Iterable[MediaKind] | None, time_from: datetime | None, time_to: datetime | None,
-                 limit: int) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/search``."""
+                 limit: int) -> _Call:
+    """``POST /v1/search``."""
     body: dict[str, Any] = {"query": query, "limit": limit}
     if user:
         body["user_id"] = user
@@ -123,23 +144,23 @@ def _search_body(query: str, user: str | None, memory_types: Iterable[MemoryType
     for name, t in (("time_from", time_from), ("time_to", time_to)):
         if t is not None:
             body[name] = t.isoformat()
-    return body
+    return _Call("POST", "/v1/search", body, parse=SearchResponse.model_validate)
 
 
-def _ask_body(question: str, user: str | None, memory_types: Iterable[MemoryType] | None, limit: int,
-              max_rounds: int) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/ask``."""
+def _ask_call(question: str, user: str | None, memory_types: Iterable[MemoryType] | None, limit: int,
+              max_rounds: int) -> _Call:
+    """``POST /v1/ask`` (a 502 is the answer, not retried)."""
     body: dict[str, Any] = {"question": question, "limit": limit, "max_rounds": max_rounds}
     if user:
         body["user_id"] = user
     if memory_types is not None:
         body["memory_types"] = [MemoryType(t).value for t in memory_types]
-    return body
+    return _Call("POST", "/v1/ask", body, parse=AskResponse.model_validate, retry_if=_transient_for_ask)
 
 
-def _add_body(messages_or_text: str | list[AddMessage | dict], user_id: str, client_id: str | None,
-              time: datetime | None, source: str | None, session_id: str | None) -> dict[str, Any]:
-    """The JSON body of ``POST /v1/memories``, validated here (pydantic.ValidationError before any request)."""
+def _add_call(messages_or_text: str | list[AddMessage | dict], user_id: str, client_id: str | None,
+              time: datetime | None, source: str | None, session_id: str | None) -> _Call:
+    """``POST /v1/memories``, its body validated here (pydantic.ValidationError before any request)."""
     if isinstance(messages_or_text, str):
         content: dict[str, Any] = {"text": messages_or_text}
     else:
@@ -147,10 +168,120 @@ def _add_body(messages_or_text: str | list[AddMessage | dict], user_id: str, cli
                                 for m in messages_or_text]}
     req = AddMemoryRequest(**content, user_id=user_id, id=client_id, time=time, source=source,
                            session_id=session_id)
-    return req.model_dump(mode="json", exclude_none=True)
+    return _Call("POST", "/v1/memories", req.model_dump(mode="json", exclude_none=True),
+                 parse=AddMemoryResponse.model_validate)
 
 
-class EngramClient:
+def _list_memories_call(memory_type: MemoryType | str, user: str | None, limit: int, offset: int) -> _Call:
+    """``GET /v1/memories``."""
+    params: dict[str, Any] = {"type": MemoryType(memory_type).value, "limit": limit, "offset": offset}
+    if user:
+        params["user"] = user
+    return _Call("GET", "/v1/memories", params=params, parse=MemoryPage.model_validate)
+
+
+def _upload_call(sha256: str, size: int, mime_type: str) -> _Call:
+    """``POST /v1/uploads``."""
+    body = UploadRequest(sha256=sha256, size=size, mime_type=mime_type).model_dump()
+    return _Call("POST", "/v1/uploads", body, parse=UploadResponse.model_validate)
+
+
+def _publish_call(event: PublishRequest) -> _Call:
+    """``POST /v1/events``."""
+    return _Call("POST", "/v1/events", event.model_dump(mode="json", exclude_none=True),
+                 parse=PublishResponse.model_validate)
+
+
+_CALLS: dict[str, Callable[..., _Call]] = {
+    "event_status": lambda eid: _Call("GET", f"/v1/events/{eid}", parse=EventStatusResponse.model_validate),
+    "get_memory": lambda mid: _Call("GET", f"/v1/memories/{mid}", parse=MemoryRecord.model_validate),
+    "delete_memory": lambda mid: _Call("DELETE", f"/v1/memories/{mid}"),
+    "forget_user": lambda user: _Call("DELETE", f"/v1/users/{user}", parse=ForgetReport.model_validate),
+    "export_user": lambda user: _Call("GET", f"/v1/users/{user}/export", parse=UserExport.model_validate),
+    "list_entities": lambda: _Call("GET", "/v1/entities", parse=EntityList.model_validate),
+    "merge_entities": lambda keep, drop, reason: _Call("POST", f"/v1/entities/{keep}/merge",
+                                                       {"entity_id": str(drop), "reason": reason},
+                                                       parse=EntitySummary.model_validate),
+    "name_entity": lambda eid, name: _Call("POST", f"/v1/entities/{eid}/name", {"name": name},
+                                           parse=EntitySummary.model_validate),
+}
+
+
+def _raise_for_error(resp: httpx.Response, path: str) -> Any:
+    """The JSON answer (None when empty); EngramAPIError with the server's detail for an error status."""
+    if resp.status_code >= 400:
+        try:
+            detail = resp.json().get("detail", resp.text)
+        except ValueError:
+            detail = resp.text[:500]
+        raise EngramAPIError(resp.status_code, detail, path)
+    return resp.json() if resp.content else None
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A file ready to upload: what it is (``kind``, ``mime``), ``size`` bytes, ``mtime`` (epoch s), ``sha256``."""
+
+    path: Path
+    kind: MediaKind
+    mime: str
+    size: int
+    mtime: float
+    sha256: str
+
+
+def _stage(path: Path, kind: MediaKind | None) -> _Staged:
+    """Detect and hash ``path`` (blocking file I/O). Raises NotMedia, OSError."""
+    kind, mime = detect(path, kind)
+    stat = path.stat()
+    return _Staged(path, kind, mime, stat.st_size, stat.st_mtime, sha256_file(path))
+
+
+def _put_headers(staged: _Staged) -> dict[str, str]:
+    # a Content-Length given: httpx sends the streamed body without chunked encoding, as presigned PUTs need
+    return {"Content-Type": staged.mime, "Content-Length": str(staged.size)}
+
+
+def _check_put(resp: httpx.Response) -> None:
+    if resp.status_code >= 300:
+        raise EngramAPIError(resp.status_code, resp.text[:500] or "upload refused", "presigned PUT")
+
+
+class _Base:
+    """What both clients share: the base URL, default user and device, the key's hash (for event ids), the
+    retry policy's arguments, and the event a published file makes."""
+
+    def __init__(self, base_url: str, api_key: str, retries: int, backoff: float, max_backoff: float,
+                 user: str | None, device: str | None) -> None:
+        if not api_key:
+            raise ValueError("an API key is required (engram keys create --tenant T)")
+        self.base_url = base_url.rstrip("/")
+        self.user = user or os.environ.get("ENGRAM_USER") or safe_id(getpass.getuser())
+        self.device = device or os.environ.get("ENGRAM_DEVICE") or safe_id(socket.gethostname())
+        self._key_id = hashlib.sha256(api_key.encode()).hexdigest()[:16]
+        self._headers = {"Authorization": f"Bearer {api_key}"}
+        self._retry_args = dict(stop=tenacity.stop_after_attempt(max(1, retries)),
+                                wait=tenacity.wait_exponential(multiplier=backoff, max=max_backoff),
+                                retry=tenacity.retry_if_exception(_transient), reraise=True)
+
+    def _event(self, staged: _Staged, up: UploadResponse, user: str | None, device: str | None,
+               captured_at: datetime | None, app: str | None, window: str | None, event_id: uuid.UUID | None,
+               metadata: dict[str, str] | None) -> PublishRequest:
+        """The event of a staged and uploaded file (default id from key, user, device and sha256)."""
+        user, device = user or self.user, device or self.device
+        eid = event_id or uuid.uuid5(_PUBLISH_NAMESPACE, f"{self._key_id}\x1f{user}\x1f{device}\x1f{staged.sha256}")
+        return PublishRequest(
+            event_id=eid, user_id=user, device_id=device, kind=staged.kind, object_key=up.object_key,
+            sha256=staged.sha256, size=staged.size, mime_type=staged.mime,
+            captured_at=captured_at or datetime.fromtimestamp(staged.mtime, UTC),
+            source_name=os.path.abspath(staged.path), app=app, window=window, metadata=metadata or {})
+
+
+def _pending_report(pending: set, out: dict, timeout: float) -> TimeoutError:
+    return TimeoutError(f"{len(pending)} of {len(pending) + len(out)} events not finished after {timeout:g} s")
+
+
+class EngramClient(_Base):
     """A client of one engram API as one tenant (the API key's).
 
     ``retries``: attempts per call (at least 1); waits grow exponentially from ``backoff`` seconds up to
@@ -162,19 +293,10 @@ class EngramClient:
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0, retries: int = 5,
                  backoff: float = 0.5, max_backoff: float = 8.0, user: str | None = None,
                  device: str | None = None, transport: httpx.BaseTransport | None = None) -> None:
-        if not api_key:
-            raise ValueError("an API key is required (engram keys create --tenant T)")
-        self.base_url = base_url.rstrip("/")
-        self.user = user or os.environ.get("ENGRAM_USER") or safe_id(getpass.getuser())
-        self.device = device or os.environ.get("ENGRAM_DEVICE") or safe_id(socket.gethostname())
-        self._key_id = hashlib.sha256(api_key.encode()).hexdigest()[:16]
-        self._api = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport,
-                                 headers={"Authorization": f"Bearer {api_key}"})
+        super().__init__(base_url, api_key, retries, backoff, max_backoff, user, device)
+        self._api = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport, headers=self._headers)
         self._store = httpx.Client(timeout=timeout, transport=transport)  # presigned URLs carry no API key
-        self._retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(max(1, retries)),
-            wait=tenacity.wait_exponential(multiplier=backoff, max=max_backoff),
-            retry=tenacity.retry_if_exception(_transient), reraise=True)
+        self._retrying = tenacity.Retrying(**self._retry_args)
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -189,47 +311,37 @@ class EngramClient:
 
     # --- HTTP ---------------------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
-              retry_if=_transient) -> Any:
-        """One API call with retries (of the errors ``retry_if`` accepts); returns the JSON answer, None for
-        an empty one (204). Raises EngramAPIError for error answers (after the retries for transient ones)
-        and httpx.TransportError when the server stays unreachable."""
+    def _send(self, call: _Call) -> Any:
+        """One API call with retries (of the errors ``call.retry_if`` accepts); returns ``call.parse`` of the
+        JSON answer (None for an empty one). Raises EngramAPIError for error answers (after the retries for
+        transient ones) and httpx.TransportError when the server stays unreachable."""
 
         def once() -> Any:
-            resp = self._api.request(method, path, json=body, params=params)
-            if resp.status_code >= 400:
-                try:
-                    detail = resp.json().get("detail", resp.text)
-                except ValueError:
-                    detail = resp.text[:500]
-                raise EngramAPIError(resp.status_code, detail, path)
-            return resp.json() if resp.content else None
+            resp = self._api.request(call.method, call.path, json=call.body, params=call.params)
+            return _raise_for_error(resp, call.path)
 
-        return self._retrying.copy(retry=tenacity.retry_if_exception(retry_if))(once)
+        answer = self._retrying.copy(retry=tenacity.retry_if_exception(call.retry_if))(once)
+        return call.parse(answer) if answer is not None else None
 
-    def _put(self, url: str, path: Path, mime_type: str, size: int) -> None:
+    def _put(self, url: str, staged: _Staged) -> None:
         """PUT the file's bytes to a presigned URL (streamed, with retries)."""
 
         def once() -> None:
-            with open(path, "rb") as fh:
-                resp = self._store.put(url, content=fh, headers={"Content-Type": mime_type,
-                                                                 "Content-Length": str(size)})
-            if resp.status_code >= 300:
-                raise EngramAPIError(resp.status_code, resp.text[:500] or "upload refused", "presigned PUT")
+            with open(staged.path, "rb") as fh:
+                _check_put(self._store.put(url, content=fh, headers=_put_headers(staged)))
 
         self._retrying(once)
 
     # --- API ----------------------------------------------------------------------------------------
 
     def upload_url(self, sha256: str, size: int, mime_type: str) -> UploadResponse:
-        """``POST /v1/uploads``: the object key and a presigned PUT URL, or ``exists`` when stored."""
-        req = UploadRequest(sha256=sha256, size=size, mime_type=mime_type)
-        return UploadResponse.model_validate(self._call("POST", "/v1/uploads", req.model_dump()))
+        """``POST /v1/uploads``: the object key and a presigned PUT URL (to a staging key the publish
+        verifies), or ``exists`` when stored."""
+        return self._send(_upload_call(sha256, size, mime_type))
 
     def publish_event(self, event: PublishRequest) -> PublishResponse:
         """``POST /v1/events``: publish an event whose object is stored; idempotent by event id."""
-        body = event.model_dump(mode="json", exclude_none=True)
-        return PublishResponse.model_validate(self._call("POST", "/v1/events", body))
+        return self._send(_publish_call(event))
 
     def publish(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
                 device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
@@ -242,21 +354,13 @@ class EngramClient:
         same file again is a no-op; pass a new one (e.g. ``uuid.uuid4()``) to publish it anew after a
         failure. Raises NotMedia, OSError, EngramAPIError, httpx.TransportError.
         """
-        path = Path(path)
-        kind, mime = detect(path, kind)
-        user, device = user or self.user, device or self.device
-        stat = path.stat()
-        digest = sha256_file(path)
-        up = self.upload_url(digest, stat.st_size, mime)
+        staged = _stage(Path(path), kind)
+        up = self.upload_url(staged.sha256, staged.size, staged.mime)
         if not up.exists:
-            self._put(up.url, path, mime, stat.st_size)
-        eid = event_id or uuid.uuid5(_PUBLISH_NAMESPACE, f"{self._key_id}\x1f{user}\x1f{device}\x1f{digest}")
-        event = PublishRequest(
-            event_id=eid, user_id=user, device_id=device, kind=kind, object_key=up.object_key, sha256=digest,
-            size=stat.st_size, mime_type=mime, captured_at=captured_at or datetime.fromtimestamp(stat.st_mtime, UTC),
-            source_name=os.path.abspath(path), app=app, window=window, metadata=metadata or {})
-        resp = self.publish_event(event)
-        return PublishResult(resp.event_id, resp.status, not up.exists, resp.duplicate, stat.st_size)
+            self._put(up.url, staged)
+        resp = self.publish_event(self._event(staged, up, user, device, captured_at, app, window, event_id,
+                                              metadata))
+        return PublishResult(resp.event_id, resp.status, not up.exists, resp.duplicate, staged.size)
 
     def publish_file(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
                      device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
@@ -267,22 +371,20 @@ class EngramClient:
     def event_status(self, event_id: uuid.UUID | str) -> EventStatusResponse:
         """``GET /v1/events/{id}``: the ledger status. EngramAPIError 404 for an unknown (or another
         tenant's) event."""
-        return EventStatusResponse.model_validate(self._call("GET", f"/v1/events/{event_id}"))
+        return self._send(_CALLS["event_status"](event_id))
 
     def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
                kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
                time_to: datetime | None = None, limit: int = 10) -> SearchResponse:
         """``POST /v1/search``: hybrid search over the tenant's memories (hits best first)."""
-        body = _search_body(query, user, memory_types, kinds, time_from, time_to, limit)
-        return SearchResponse.model_validate(self._call("POST", "/v1/search", body))
+        return self._send(_search_call(query, user, memory_types, kinds, time_from, time_to, limit))
 
     def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
             limit: int = 10, max_rounds: int = 5) -> AskResponse:
         """``POST /v1/ask``: an answer from memory with the memories it cites (M3-Agent's multi-round
         retrieval when the workers have an LLM), or the ranked evidence with ``answer`` None. ``limit``: hits
         per round. EngramAPIError 502 (not retried) when the LLM failed, with the reason."""
-        body = _ask_body(question, user, memory_types, limit, max_rounds)
-        return AskResponse.model_validate(self._call("POST", "/v1/ask", body, retry_if=_transient_for_ask))
+        return self._send(_ask_call(question, user, memory_types, limit, max_rounds))
 
     def add(self, messages_or_text: str | list[AddMessage | dict], user_id: str | None = None, *,
             id: str | None = None, time: datetime | None = None, source: str | None = None,
@@ -293,48 +395,43 @@ class EngramClient:
         nothing and answers ``duplicate`` (so retries are safe). Returns the event to poll (``wait``); the
         memory is searchable once it is done. Raises pydantic.ValidationError for invalid input (before any
         request), EngramAPIError."""
-        body = _add_body(messages_or_text, user_id or self.user, id, time, source, session_id)
-        return AddMemoryResponse.model_validate(self._call("POST", "/v1/memories", body))
+        return self._send(_add_call(messages_or_text, user_id or self.user, id, time, source, session_id))
 
     def name_entity(self, entity_id: uuid.UUID | str, name: str) -> EntitySummary:
         """``POST /v1/entities/{id}/name``: give a person entity a name (its first name from now on: searches
         naming it filter to it, ``ask`` shows it). EngramAPIError 404 when unknown (or another tenant's)."""
-        return EntitySummary.model_validate(self._call("POST", f"/v1/entities/{entity_id}/name", {"name": name}))
+        return self._send(_CALLS["name_entity"](entity_id, name))
 
     def get_memory(self, memory_id: uuid.UUID | str) -> MemoryRecord:
         """``GET /v1/memories/{id}``: one observation or memory. EngramAPIError 404 when unknown (or another
         tenant's)."""
-        return MemoryRecord.model_validate(self._call("GET", f"/v1/memories/{memory_id}"))
+        return self._send(_CALLS["get_memory"](memory_id))
 
     def list_memories(self, memory_type: MemoryType | str, user: str | None = None, limit: int = 50,
                       offset: int = 0) -> MemoryPage:
         """``GET /v1/memories``: a page of one type, newest content first."""
-        params: dict[str, Any] = {"type": MemoryType(memory_type).value, "limit": limit, "offset": offset}
-        if user:
-            params["user"] = user
-        return MemoryPage.model_validate(self._call("GET", "/v1/memories", params=params))
+        return self._send(_list_memories_call(memory_type, user, limit, offset))
 
     def delete_memory(self, memory_id: uuid.UUID | str) -> None:
         """``DELETE /v1/memories/{id}``. EngramAPIError 404 when unknown (or another tenant's)."""
-        self._call("DELETE", f"/v1/memories/{memory_id}")
+        self._send(_CALLS["delete_memory"](memory_id))
 
     def forget_user(self, user: str) -> ForgetReport:
         """``DELETE /v1/users/{user}``: forget the user entirely; returns what was deleted."""
-        return ForgetReport.model_validate(self._call("DELETE", f"/v1/users/{user}"))
+        return self._send(_CALLS["forget_user"](user))
 
     def export_user(self, user: str) -> UserExport:
         """``GET /v1/users/{user}/export``: everything stored about the user (vault entries without secrets)."""
-        return UserExport.model_validate(self._call("GET", f"/v1/users/{user}/export"))
+        return self._send(_CALLS["export_user"](user))
 
     def list_entities(self) -> EntityList:
         """``GET /v1/entities``: the tenant's person entities with names, counts and first/last seen."""
-        return EntityList.model_validate(self._call("GET", "/v1/entities"))
+        return self._send(_CALLS["list_entities"]())
 
     def merge_entities(self, keep: uuid.UUID | str, drop: uuid.UUID | str, reason: str = "manual") -> EntitySummary:
         """``POST /v1/entities/{keep}/merge``: merge entity ``drop`` into ``keep``; returns the kept entity.
         EngramAPIError 404 when either is unknown (or another tenant's), 422 when they are the same."""
-        return EntitySummary.model_validate(self._call("POST", f"/v1/entities/{keep}/merge",
-                                                       {"entity_id": str(drop), "reason": reason}))
+        return self._send(_CALLS["merge_entities"](keep, drop, reason))
 
     def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
              interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:
@@ -352,39 +449,35 @@ class EngramClient:
             if not pending:
                 return out
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"{len(pending)} of {len(pending) + len(out)} events not finished "
-                                   f"after {timeout:g} s")
+                raise _pending_report(pending, out, timeout)
             time.sleep(interval)
 
 
-class AsyncEngramClient:
+class AsyncEngramClient(_Base):
     """``EngramClient`` for asyncio (httpx.AsyncClient, tenacity's AsyncRetrying): the same API calls with the
-    same arguments, retries and errors, awaited. Publishing files (hashing and presigned uploads) stays with
-    ``EngramClient``. Use one client per event loop::
+    same arguments, requests, retries and errors, awaited, publishing files included (hashing runs in a worker
+    thread, the upload streams the file in 1 MiB blocks). Use one client per event loop::
 
         async with AsyncEngramClient("http://engram:8000", api_key, user="alice") as client:
             added = await client.add("Maria moves to Lisbon in March", id="note-42")
-            await client.wait([added.event_id])
+            shot = await client.publish("shot.png")
+            await client.wait([added.event_id, shot.event_id])
             hits = (await client.search("where does Maria move?")).hits
     """
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0, retries: int = 5,
                  backoff: float = 0.5, max_backoff: float = 8.0, user: str | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        if not api_key:
-            raise ValueError("an API key is required (engram keys create --tenant T)")
-        self.base_url = base_url.rstrip("/")
-        self.user = user or os.environ.get("ENGRAM_USER") or safe_id(getpass.getuser())
+                 device: str | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(base_url, api_key, retries, backoff, max_backoff, user, device)
         self._api = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport,
-                                      headers={"Authorization": f"Bearer {api_key}"})
-        self._retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(max(1, retries)),
-            wait=tenacity.wait_exponential(multiplier=backoff, max=max_backoff),
-            retry=tenacity.retry_if_exception(_transient), reraise=True)
+                                      headers=self._headers)
+        self._store = httpx.AsyncClient(timeout=timeout, transport=transport)  # presigned URLs carry no API key
+        self._retrying = tenacity.AsyncRetrying(**self._retry_args)
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
         await self._api.aclose()
+        await self._store.aclose()
 
     async def __aenter__(self) -> AsyncEngramClient:
         return self
@@ -392,84 +485,115 @@ class AsyncEngramClient:
     async def __aexit__(self, *exc) -> None:
         await self.aclose()
 
-    async def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
-                    retry_if=_transient) -> Any:
-        """As ``EngramClient._call``, awaited."""
+    async def _send(self, call: _Call) -> Any:
+        """As ``EngramClient._send``, awaited."""
 
         async def once() -> Any:
-            resp = await self._api.request(method, path, json=body, params=params)
-            if resp.status_code >= 400:
-                try:
-                    detail = resp.json().get("detail", resp.text)
-                except ValueError:
-                    detail = resp.text[:500]
-                raise EngramAPIError(resp.status_code, detail, path)
-            return resp.json() if resp.content else None
+            resp = await self._api.request(call.method, call.path, json=call.body, params=call.params)
+            return _raise_for_error(resp, call.path)
 
-        return await self._retrying.copy(retry=tenacity.retry_if_exception(retry_if))(once)
+        answer = await self._retrying.copy(retry=tenacity.retry_if_exception(call.retry_if))(once)
+        return call.parse(answer) if answer is not None else None
+
+    async def _put(self, url: str, staged: _Staged) -> None:
+        """As ``EngramClient._put``: the file streamed in 1 MiB blocks read in a worker thread."""
+        import asyncio
+
+        async def blocks() -> AsyncIterator[bytes]:
+            with open(staged.path, "rb") as fh:
+                while block := await asyncio.to_thread(fh.read, 1 << 20):
+                    yield block
+
+        async def once() -> None:
+            _check_put(await self._store.put(url, content=blocks(), headers=_put_headers(staged)))
+
+        await self._retrying(once)
+
+    async def upload_url(self, sha256: str, size: int, mime_type: str) -> UploadResponse:
+        """``POST /v1/uploads`` (see ``EngramClient.upload_url``)."""
+        return await self._send(_upload_call(sha256, size, mime_type))
+
+    async def publish_event(self, event: PublishRequest) -> PublishResponse:
+        """``POST /v1/events`` (see ``EngramClient.publish_event``)."""
+        return await self._send(_publish_call(event))
+
+    async def publish(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
+                      device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
+                      window: str | None = None, event_id: uuid.UUID | None = None,
+                      metadata: dict[str, str] | None = None) -> PublishResult:
+        """Hash ``path`` (in a worker thread), upload it unless the store has it, publish its event (see
+        ``EngramClient.publish``: the same event id, so either client publishing a file again is a no-op).
+        Raises NotMedia, OSError, EngramAPIError, httpx.TransportError."""
+        import asyncio
+
+        staged = await asyncio.to_thread(_stage, Path(path), kind)
+        up = await self.upload_url(staged.sha256, staged.size, staged.mime)
+        if not up.exists:
+            await self._put(up.url, staged)
+        resp = await self.publish_event(self._event(staged, up, user, device, captured_at, app, window, event_id,
+                                                    metadata))
+        return PublishResult(resp.event_id, resp.status, not up.exists, resp.duplicate, staged.size)
+
+    async def publish_file(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
+                           device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
+                           window: str | None = None) -> uuid.UUID:
+        """``publish`` returning only the event id."""
+        return (await self.publish(path, kind, user, device, captured_at, app, window)).event_id
 
     async def event_status(self, event_id: uuid.UUID | str) -> EventStatusResponse:
         """``GET /v1/events/{id}`` (see ``EngramClient.event_status``)."""
-        return EventStatusResponse.model_validate(await self._call("GET", f"/v1/events/{event_id}"))
+        return await self._send(_CALLS["event_status"](event_id))
 
     async def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
                      kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
                      time_to: datetime | None = None, limit: int = 10) -> SearchResponse:
         """``POST /v1/search`` (see ``EngramClient.search``)."""
-        body = _search_body(query, user, memory_types, kinds, time_from, time_to, limit)
-        return SearchResponse.model_validate(await self._call("POST", "/v1/search", body))
+        return await self._send(_search_call(query, user, memory_types, kinds, time_from, time_to, limit))
 
     async def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
                   limit: int = 10, max_rounds: int = 5) -> AskResponse:
         """``POST /v1/ask`` (see ``EngramClient.ask``; a 502 is the answer, not retried)."""
-        body = _ask_body(question, user, memory_types, limit, max_rounds)
-        return AskResponse.model_validate(await self._call("POST", "/v1/ask", body, retry_if=_transient_for_ask))
+        return await self._send(_ask_call(question, user, memory_types, limit, max_rounds))
 
     async def add(self, messages_or_text: str | list[AddMessage | dict], user_id: str | None = None, *,
                   id: str | None = None, time: datetime | None = None, source: str | None = None,
                   session_id: str | None = None) -> AddMemoryResponse:
         """``POST /v1/memories`` (see ``EngramClient.add``)."""
-        body = _add_body(messages_or_text, user_id or self.user, id, time, source, session_id)
-        return AddMemoryResponse.model_validate(await self._call("POST", "/v1/memories", body))
+        return await self._send(_add_call(messages_or_text, user_id or self.user, id, time, source, session_id))
 
     async def get_memory(self, memory_id: uuid.UUID | str) -> MemoryRecord:
         """``GET /v1/memories/{id}``."""
-        return MemoryRecord.model_validate(await self._call("GET", f"/v1/memories/{memory_id}"))
+        return await self._send(_CALLS["get_memory"](memory_id))
 
     async def list_memories(self, memory_type: MemoryType | str, user: str | None = None, limit: int = 50,
                             offset: int = 0) -> MemoryPage:
         """``GET /v1/memories``: a page of one type, newest content first."""
-        params: dict[str, Any] = {"type": MemoryType(memory_type).value, "limit": limit, "offset": offset}
-        if user:
-            params["user"] = user
-        return MemoryPage.model_validate(await self._call("GET", "/v1/memories", params=params))
+        return await self._send(_list_memories_call(memory_type, user, limit, offset))
 
     async def delete_memory(self, memory_id: uuid.UUID | str) -> None:
         """``DELETE /v1/memories/{id}``."""
-        await self._call("DELETE", f"/v1/memories/{memory_id}")
+        await self._send(_CALLS["delete_memory"](memory_id))
 
     async def forget_user(self, user: str) -> ForgetReport:
         """``DELETE /v1/users/{user}``."""
-        return ForgetReport.model_validate(await self._call("DELETE", f"/v1/users/{user}"))
+        return await self._send(_CALLS["forget_user"](user))
 
     async def export_user(self, user: str) -> UserExport:
         """``GET /v1/users/{user}/export``."""
-        return UserExport.model_validate(await self._call("GET", f"/v1/users/{user}/export"))
+        return await self._send(_CALLS["export_user"](user))
 
     async def list_entities(self) -> EntityList:
         """``GET /v1/entities``."""
-        return EntityList.model_validate(await self._call("GET", "/v1/entities"))
+        return await self._send(_CALLS["list_entities"]())
 
     async def merge_entities(self, keep: uuid.UUID | str, drop: uuid.UUID | str,
                              reason: str = "manual") -> EntitySummary:
         """``POST /v1/entities/{keep}/merge``."""
-        return EntitySummary.model_validate(await self._call("POST", f"/v1/entities/{keep}/merge",
-                                                             {"entity_id": str(drop), "reason": reason}))
+        return await self._send(_CALLS["merge_entities"](keep, drop, reason))
 
     async def name_entity(self, entity_id: uuid.UUID | str, name: str) -> EntitySummary:
         """``POST /v1/entities/{id}/name``."""
-        return EntitySummary.model_validate(await self._call("POST", f"/v1/entities/{entity_id}/name",
-                                                             {"name": name}))
+        return await self._send(_CALLS["name_entity"](entity_id, name))
 
     async def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
                    interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:
@@ -488,6 +612,5 @@ class AsyncEngramClient:
             if not pending:
                 return out
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"{len(pending)} of {len(pending) + len(out)} events not finished "
-                                   f"after {timeout:g} s")
+                raise _pending_report(pending, out, timeout)
             await asyncio.sleep(interval)

@@ -14,7 +14,7 @@ EXTENSIONS = {
     "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/ogg": "ogg", "audio/mp4": "m4a", "audio/x-m4a": "m4a",
     "audio/webm": "weba", "video/mp4": "mp4", "video/quicktime": "mov", "video/webm": "webm",
     "video/x-matroska": "mkv", "video/x-msvideo": "avi", "application/json": "json",
-    "application/x-ndjson": "jsonl", "text/plain": "txt",
+    "application/x-ndjson": "jsonl", "text/plain": "txt", "application/zip": "zip",
 }
 
 

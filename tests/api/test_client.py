@@ -10,7 +10,7 @@ import uuid
 import httpx
 import pytest
 
-from engram.api.client import EngramAPIError, EngramClient, NotMedia
+from engram.api.client import AsyncEngramClient, EngramAPIError, EngramClient, NotMedia
 from engram.schemas.events import EventStatus
 from tests.api.conftest import chat_jsonl, png_bytes, queue_length, wav_bytes
 
@@ -53,6 +53,41 @@ def test_publish_three_files_then_republish_skips_uploads(api_server, api_keys, 
     with EngramClient(api_server, api_keys["acme"], user="alice", device="phone") as client:
         other = client.publish(paths[0])
         assert not other.uploaded and not other.duplicate and other.event_id != first[0].event_id
+
+
+def test_async_client_publishes_files_like_the_sync_one(api_server, api_keys, api_redis, files):
+    """AsyncEngramClient.publish: detection, a staged upload through the presigned URL (a 2.4 MB WAV streamed
+    in 1 MiB blocks; the API verifies size and sha256 at publish), the event; the same event ids as the sync
+    client's, so publishing again from either is a no-op."""
+    import anyio
+
+    (files / "long.wav").write_bytes(wav_bytes(seconds=75, freq=523))
+    paths = sorted(files.iterdir())
+    before = queue_length(api_redis)
+
+    async def run() -> list:
+        async with AsyncEngramClient(api_server, api_keys["acme"], user="alice", device="tablet") as aio:
+            first = [await aio.publish(p) for p in paths]
+            again = [await aio.publish(p) for p in paths]
+            kinds = [(await aio.event_status(r.event_id)).kind.value for r in first]
+            with pytest.raises(NotMedia):
+                await aio.publish(_write(files / "readme.txt", "not media"))
+            assert await aio.publish_file(paths[0]) == first[0].event_id
+            return first, again, kinds
+
+    first, again, kinds = anyio.run(run)
+    assert kinds == ["text", "audio", "audio", "screenshot"]  # chat.jsonl, long.wav, memo.wav, shot.png
+    assert first[1].size > 2_000_000 and all(r.uploaded and not r.duplicate for r in first)
+    assert all(r.duplicate and not r.uploaded for r in again)
+    assert [r.event_id for r in again] == [r.event_id for r in first]
+    assert queue_length(api_redis) == before + 4
+    with EngramClient(api_server, api_keys["acme"], user="alice", device="tablet") as sync:
+        assert sync.publish(paths[1]).event_id == first[1].event_id and queue_length(api_redis) == before + 4
+
+
+def _write(path, text: str):
+    path.write_text(text)
+    return path
 
 
 def test_status_wait_and_tenant_scope(api_server, api_keys, api_settings, files):

@@ -2,7 +2,8 @@
 
 Accepted: the record itself (a JSON array, ``{"messages": [...]}``, or JSONL), LoCoMo (Maharana et al.,
 2024; ``locomo10.json``: a list of samples or one sample) and LongMemEval (Wu et al., 2024; one question
-file). Benchmark adapters carry dialog turns and image captions only, never annotations (LoCoMo's
+file), and the personal exports of ``workers.media.importers`` (ChatGPT's ``conversations.json`` or its
+``.zip``, WhatsApp, notes). Benchmark adapters carry dialog turns and image captions only, never annotations (LoCoMo's
 ``observation``, ``session_summary``, ``event_summary``, ``qa``; LongMemEval's ``has_answer``).
 """
 
@@ -138,6 +139,8 @@ def _parse_conversation(data: bytes, source_name: str = "", default_time: dateti
                         owner: str = "user") -> list[ConversationMessage]:
     if not data.strip():
         raise MediaError("empty conversation file")
+    if importers.is_zip(data):
+        return _chatgpt_zip(data)
     try:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError):
@@ -198,6 +201,28 @@ def _parse_conversation(data: bytes, source_name: str = "", default_time: dateti
             raise MediaError("conversation file has no messages")
         return _records(doc)
     raise MediaError("JSON is not a conversation record, LoCoMo or LongMemEval file")
+
+
+def _chatgpt_zip(data: bytes) -> list[ConversationMessage]:
+    """The messages of a ChatGPT export zip. Raises InvalidConversation for one over the zip bounds, damaged, or
+    whose conversations.json is not an export; MediaError for a zip without conversations.json."""
+    try:
+        inner = importers.chatgpt_zip_member(data)
+    except ValueError as exc:
+        raise InvalidConversation(f"ChatGPT export zip refused: {exc}") from exc
+    if inner is None:
+        raise MediaError(f"zip archive without {importers.CHATGPT_MEMBER}: not a ChatGPT export")
+    try:
+        doc = json.loads(inner)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidConversation(f"ChatGPT export zip: {importers.CHATGPT_MEMBER} is not JSON: {exc}") from exc
+    if not importers.is_chatgpt_export(doc):
+        raise InvalidConversation(f"ChatGPT export zip: {importers.CHATGPT_MEMBER} holds no conversations "
+                                  "with a mapping of messages")
+    try:
+        return importers.chatgpt_messages(doc)
+    except (ValueError, ValidationError) as exc:
+        raise InvalidConversation(f"malformed ChatGPT export: {exc}") from exc
 
 
 def _text_format(data: bytes) -> str:

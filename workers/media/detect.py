@@ -1,5 +1,5 @@
 """What a file is, for the producer: media by content (``decode.sniff``), then conversation files by structure
-(the import record, LoCoMo, LongMemEval, ChatGPT exports, WhatsApp exports, notes)."""
+(the import record, LoCoMo, LongMemEval, ChatGPT exports and their ``.zip``, WhatsApp exports, notes)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from engram.workers.media.decode import (
     TEXT_CONVERSATION_EXTENSIONS,
     sniff,
 )
-from engram.workers.media.importers import sniff_text
+from engram.workers.media.importers import is_zip, sniff_text
+
+ZIP_MIME = "application/zip"  # a ChatGPT export as downloaded (conversations.json inside)
 
 
 def detect(path: Path) -> tuple[MediaKind, str] | None:
@@ -30,6 +32,8 @@ def detect(path: Path) -> tuple[MediaKind, str] | None:
     if found:
         return found
     suffix = path.suffix.lower()
+    if is_zip(head):  # a ChatGPT export zip (also one with zip-bomb figures: ingest fails it with the reason)
+        return (MediaKind.text, ZIP_MIME) if _looks_like_conversation(path) else None
     if suffix in CONVERSATION_EXTENSIONS and _looks_like_conversation(path):
         return MediaKind.text, "application/json" if suffix == ".json" else "application/x-ndjson"
     if suffix in TEXT_CONVERSATION_EXTENSIONS:  # WhatsApp exports and notes (media.importers)

@@ -16,25 +16,48 @@ into ``InvalidConversation``, which quarantines the file whole with the reason).
   changes without a sender) are left out. Whether a slashed date is day- or month-first is read from the file:
   a first number above 12 anywhere means day-first, a second one above 12 month-first; a file where neither
   occurs (or both) fails naming a line, never guessed. Dotted dates (``31.12.23``) are day-first, as every
-  locale that writes them. Times carry no zone in the export: read as UTC, as the record reads naive times.
+  locale that writes them. Times carry no zone in the export: read in the user's zone (``ENGRAM_TIMEZONE``,
+  default the system's; ``schemas.settings.Settings.tzinfo``), daylight saving included, and stored as UTC.
 - Notes: a Markdown file (``.md``, ``.markdown``), or a ``.txt`` file that opens with YAML front matter; one
   message per heading section (the whole note when it has no heading), spoken by the user; the time from the
-  front matter's ``date`` (or ``created``), else the file's time (the event's capture time).
+  front matter's ``date`` (or ``created``; one without a zone read in the user's zone, as WhatsApp's), else
+  the file's time (the event's capture time).
+- A ChatGPT export as downloaded (``.zip`` holding ``conversations.json`` beside ``chat.html`` and the
+  attachments): ``conversations.json`` is read out of it under zip-bomb bounds (``ZIP_MAX_MEMBERS`` entries,
+  ``ZIP_MAX_TOTAL_BYTES`` uncompressed in all, as the central directory declares them; the member read no
+  further than its declared size, which ``zipfile`` checks with the CRC), after OWASP's advice on archives.
 """
 
 from __future__ import annotations
 
+import io
 import re
-from datetime import UTC, date, datetime, time
+import zipfile
+from datetime import UTC, date, datetime, time, tzinfo
 from pathlib import PurePath
 
 from engram.schemas.conversations import ConversationMessage
+from engram.schemas.settings import get_settings
 from engram.workers.text.timeexpr import parse_locomo_datetime
 
 #: File suffixes whose content the text importers may read (JSON exports come by the JSON path).
 TEXT_EXTENSIONS = {".txt", ".md", ".markdown"}
 NOTE_EXTENSIONS = {".md", ".markdown"}
 NOTE_SESSION_MAX = 200
+CHATGPT_MEMBER = "conversations.json"
+ZIP_MAX_MEMBERS = 100_000  # entries in a ChatGPT export zip (a large account's attachments: thousands)
+ZIP_MAX_TOTAL_BYTES = 4 << 30  # uncompressed bytes of all its entries, as declared (4 GiB)
+ZIP_MAX_CONVERSATIONS_BYTES = 1 << 30  # conversations.json itself, uncompressed (1 GiB)
+
+
+def user_zone() -> tzinfo:
+    """The zone zoneless export times are read in: ``ENGRAM_TIMEZONE``, else the system's."""
+    return get_settings().tzinfo
+
+
+def _local(naive: datetime, tz: tzinfo) -> datetime:
+    """A wall-clock time in ``tz`` as UTC (``fold=0``: the first of a repeated hour)."""
+    return naive.replace(tzinfo=tz).astimezone(UTC)
 
 
 # --- ChatGPT --------------------------------------------------------------------------------------------
@@ -140,8 +163,9 @@ def looks_like_whatsapp(text: str) -> bool:
     return False
 
 
-def whatsapp_messages(text: str, source_name: str = "") -> list[ConversationMessage]:
-    """The messages of a WhatsApp chat export (see the module docstring for the formats and date order).
+def whatsapp_messages(text: str, source_name: str = "", tz: tzinfo | None = None) -> list[ConversationMessage]:
+    """The messages of a WhatsApp chat export (see the module docstring for the formats and date order), times
+    read in ``tz`` (default: ``user_zone()``) and stored as UTC.
 
     ``speaker`` is the sender's name as exported, ``message_id`` ``L<line number>`` of the header line,
     ``session_id`` ``<file stem>/<YYYY-MM-DD>`` (a chat's day). Raises ValueError naming the line for an
@@ -157,6 +181,7 @@ def whatsapp_messages(text: str, source_name: str = "") -> list[ConversationMess
         elif bodies:
             bodies[-1].append(raw)
     day_first = _whatsapp_day_first(headers)
+    tz = tz or user_zone()
     out = []
     for (n, m), lines in zip(headers, bodies, strict=True):
         sender, sep, first = lines[0].partition(": ")
@@ -165,8 +190,9 @@ def whatsapp_messages(text: str, source_name: str = "") -> list[ConversationMess
         body = "\n".join([first, *lines[1:]]).strip()
         if not body or _WA_SYSTEM.match(body):
             continue
-        when = _whatsapp_time(m, day_first, n)
-        out.append(ConversationMessage(message_id=f"L{n}", session_id=f"{stem}/{when:%Y-%m-%d}",
+        local = _whatsapp_time(m, day_first, n)
+        when = _local(local, tz)
+        out.append(ConversationMessage(message_id=f"L{n}", session_id=f"{stem}/{local:%Y-%m-%d}",
                                        speaker=sender.strip()[:256] or "unknown", text=body, timestamp=when))
     return out
 
@@ -198,6 +224,7 @@ def _whatsapp_day_first(headers: list[tuple[int, re.Match]]) -> bool:
 
 
 def _whatsapp_time(m: re.Match, day_first: bool, n: int) -> datetime:
+    """The header's date and time as written (naive, the sender's wall clock)."""
     a, b, c = (int(x) for x in re.split(r"[./-]", m["date"]))
     if len(m["date"].split(m["sep"])[0]) == 4:
         year, month, day = a, b, c
@@ -211,7 +238,7 @@ def _whatsapp_time(m: re.Match, day_first: bool, n: int) -> datetime:
             raise ValueError(f"line {n}: hour {hour} with AM/PM: {m.string!r}")
         hour = hour % 12 + (12 if m["ampm"].lower() == "p" else 0)
     try:
-        return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
+        return datetime(year, month, day, hour, minute, second)
     except ValueError as exc:
         raise ValueError(f"line {n}: no such date or time ({exc}): {m.string!r}") from exc
 
@@ -229,16 +256,16 @@ def is_note(text: str, source_name: str) -> bool:
     return suffix in NOTE_EXTENSIONS or (suffix == ".txt" and _FRONT_MATTER.match(text) is not None)
 
 
-def note_messages(text: str, source_name: str = "", owner: str = "user",
-                  default_time: datetime | None = None) -> list[ConversationMessage]:
+def note_messages(text: str, source_name: str = "", owner: str = "user", default_time: datetime | None = None,
+                  tz: tzinfo | None = None) -> list[ConversationMessage]:
     """A note as messages: one per heading section (ATX headings outside fenced code; text before the first
     heading is a section of its own), or one for a note without headings; each spoken by ``owner``.
 
     ``session_id`` is the front matter's ``title``, else the file stem; ``message_id`` ``section-<n>``. The
     time is the front matter's ``date`` (else ``created``): a YAML date or time, or a string with day, month
     and year (``text.timeexpr.parse_locomo_datetime``: ambiguous dates fail); else ``default_time`` (the
-    file's time), else now. Raises ValueError naming the field for front matter that is not YAML or a date
-    that is not one."""
+    file's time), else now; a date or time without a zone is read in ``tz`` (default: ``user_zone()``).
+    Raises ValueError naming the field for front matter that is not YAML or a date that is not one."""
     import yaml
 
     meta: dict = {}
@@ -249,7 +276,7 @@ def note_messages(text: str, source_name: str = "", owner: str = "user",
             raise ValueError(f"front matter is not YAML: {str(exc).splitlines()[0]}") from exc
         meta = loaded if isinstance(loaded, dict) else {}
         text = text[fm.end():]
-    when = _note_time(meta) or default_time or datetime.now(UTC)
+    when = _note_time(meta, tz or user_zone()) or default_time or datetime.now(UTC)
     stem = PurePath(source_name).stem if source_name else "note"
     session = str(meta.get("title") or stem or "note").strip()[:NOTE_SESSION_MAX] or "note"
     return [ConversationMessage(message_id=f"section-{i}", session_id=session, speaker=owner[:256] or "user",
@@ -257,22 +284,22 @@ def note_messages(text: str, source_name: str = "", owner: str = "user",
             for i, section in enumerate(_sections(text))]
 
 
-def _note_time(meta: dict) -> datetime | None:
+def _note_time(meta: dict, tz: tzinfo) -> datetime | None:
     for field in ("date", "created"):
         value = meta.get(field)
         if value is None or value == "":
             continue
         if isinstance(value, datetime):
-            return value if value.tzinfo else value.replace(tzinfo=UTC)
+            return value.astimezone(UTC) if value.tzinfo else _local(value, tz)
         if isinstance(value, date):
-            return datetime.combine(value, time(), UTC)
+            return _local(datetime.combine(value, time()), tz)
         try:
             parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+            return parsed.astimezone(UTC) if parsed.tzinfo else _local(parsed, tz)
         except ValueError:
             pass
         try:
-            return parse_locomo_datetime(str(value))
+            return parse_locomo_datetime(str(value), tz)
         except ValueError as exc:
             raise ValueError(f"front matter {field}: {exc}") from exc
     return None
@@ -301,11 +328,11 @@ def sniff_text(head: bytes, source_name: str) -> bool:
     return looks_like_whatsapp(text) or _FRONT_MATTER.match(text) is not None or text.startswith("---")
 
 
-def text_messages(data: bytes, source_name: str = "", owner: str = "user",
-                  default_time: datetime | None = None) -> list[ConversationMessage] | None:
+def text_messages(data: bytes, source_name: str = "", owner: str = "user", default_time: datetime | None = None,
+                  tz: tzinfo | None = None) -> list[ConversationMessage] | None:
     """Messages of a WhatsApp export (by content) or a note (by name and content), or None when ``data`` is
-    neither (not UTF-8, or another text). Raises ValueError naming the line or field for one that is
-    shaped like its format but cannot be read."""
+    neither (not UTF-8, or another text); zoneless times read in ``tz`` (default: ``user_zone()``). Raises
+    ValueError naming the line or field for one that is shaped like its format but cannot be read."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -313,7 +340,56 @@ def text_messages(data: bytes, source_name: str = "", owner: str = "user",
     if "\x00" in text:
         return None
     if looks_like_whatsapp(text):
-        return whatsapp_messages(text, source_name)
+        return whatsapp_messages(text, source_name, tz)
     if is_note(text, source_name):
-        return note_messages(text, source_name, owner, default_time)
+        return note_messages(text, source_name, owner, default_time, tz)
     return None
+
+
+# --- ChatGPT's zip --------------------------------------------------------------------------------------
+
+def is_zip(data: bytes) -> bool:
+    """True when ``data`` starts like a zip archive (a local file header, or an empty archive's end record)."""
+    return data[:4] in (b"PK\x03\x04", b"PK\x05\x06")
+
+
+def chatgpt_zip_member(data: bytes, max_members: int | None = None, max_total: int | None = None,
+                       max_member: int | None = None) -> bytes | None:
+    """The bytes of ``conversations.json`` in a ChatGPT export zip (at the top, or in one folder: the shallowest
+    one), or None when the archive holds none (not a ChatGPT export).
+
+    Bounds, checked on the central directory before anything is decompressed: at most ``max_members``
+    entries and ``max_total`` uncompressed bytes declared in all, ``max_member`` for conversations.json; the
+    member is then read no further than its declared size (``zipfile`` fails a member longer than declared or
+    whose CRC differs). Raises ValueError naming the bound and the figures for an archive over them, or saying
+    what is wrong with a damaged or encrypted one. The bounds default to ``ZIP_MAX_MEMBERS``,
+    ``ZIP_MAX_TOTAL_BYTES`` and ``ZIP_MAX_CONVERSATIONS_BYTES``."""
+    max_members = ZIP_MAX_MEMBERS if max_members is None else max_members
+    max_total = ZIP_MAX_TOTAL_BYTES if max_total is None else max_total
+    max_member = ZIP_MAX_CONVERSATIONS_BYTES if max_member is None else max_member
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = zf.infolist()
+            found = sorted((i for i in infos if PurePath(i.filename).name == CHATGPT_MEMBER and not i.is_dir()),
+                           key=lambda i: i.filename.count("/"))
+            if not found:
+                return None
+            if len(infos) > max_members:
+                raise ValueError(f"zip has {len(infos):,} entries, over the limit of {max_members:,} (a zip bomb?)")
+            total = sum(i.file_size for i in infos)
+            if total > max_total:
+                raise ValueError(f"zip declares {total:,} bytes uncompressed, over the limit of {max_total:,} "
+                                 "(a zip bomb?)")
+            member = found[0]
+            if member.file_size > max_member:
+                raise ValueError(f"{member.filename} declares {member.file_size:,} bytes, over the limit of "
+                                 f"{max_member:,}")
+            if member.flag_bits & 0x1:
+                raise ValueError(f"{member.filename} is encrypted")
+            with zf.open(member) as fh:
+                out = fh.read(member.file_size + 1)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
+        raise ValueError(f"damaged or unsupported zip: {exc}") from exc
+    if len(out) > member.file_size:  # zipfile stops at the declared size; kept as the bound's own check
+        raise ValueError(f"{member.filename} holds more than its declared {member.file_size:,} bytes")
+    return out

@@ -154,21 +154,22 @@ def resolve(query: str, reference: datetime | None = None, tz: tzinfo | None = N
 LOCOMO_TIME_FORMAT = "%I:%M %p on %d %B, %Y"  # LoCoMo's own: "1:56 pm on 8 May, 2023"
 
 
-def parse_locomo_datetime(text: str) -> datetime:
+def parse_locomo_datetime(text: str, tz: tzinfo = UTC) -> datetime:
     """A LoCoMo-format session time as UTC: LoCoMo's own ``"1:56 pm on 8 May, 2023"``, or any absolute date
     with day, month and year that ``dateparser`` reads the same with the day first and with the month first
-    (``"29.12.2023, 00:51:12"``, ``"2023-05-08 13:56"``, ``"8 May 2023"``). Raises ValueError naming the text
-    when it is no such date, is relative ("yesterday") or is ambiguous (``"03.04.2023"``: 3 April or
-    March 4)."""
+    (``"29.12.2023, 00:51:12"``, ``"2023-05-08 13:56"``, ``"8 May 2023"``). A time without a zone is read in
+    ``tz`` (a ``ZoneInfo``; default UTC). Raises ValueError naming the text when it is no such date, is
+    relative ("yesterday") or is ambiguous (``"03.04.2023"``: 3 April or March 4)."""
     stripped = str(text).strip()
     try:
-        return datetime.strptime(stripped, LOCOMO_TIME_FORMAT).replace(tzinfo=UTC)
+        return datetime.strptime(stripped, LOCOMO_TIME_FORMAT).replace(tzinfo=tz).astimezone(UTC)
     except ValueError:
         pass
     import dateparser  # only for files in another format
 
+    zone = getattr(tz, "key", None) or "UTC"
     read = {order: dateparser.parse(stripped, languages=["en"], settings={
-        "DATE_ORDER": order, "TIMEZONE": "UTC", "TO_TIMEZONE": "UTC", "RETURN_AS_TIMEZONE_AWARE": True,
+        "DATE_ORDER": order, "TIMEZONE": zone, "TO_TIMEZONE": "UTC", "RETURN_AS_TIMEZONE_AWARE": True,
         "PARSERS": ["timestamp", "custom-formats", "absolute-time"], "REQUIRE_PARTS": ["day", "month", "year"]})
         for order in ("DMY", "MDY")}
     found = {d for d in read.values() if d is not None}

@@ -91,6 +91,16 @@ def test_locomo_datetime():
             parse_locomo_datetime(bad)
 
 
+def test_locomo_datetime_reads_zoneless_times_in_a_zone():
+    """Notes and other exports read a time without a zone in the user's zone (``tz``); LoCoMo keeps UTC."""
+    from zoneinfo import ZoneInfo
+
+    berlin = ZoneInfo("Europe/Berlin")
+    assert parse_locomo_datetime("1:56 pm on 8 May, 2023", berlin) == datetime(2023, 5, 8, 11, 56, tzinfo=UTC)
+    assert parse_locomo_datetime("29.12.2023, 00:51:12", berlin) == datetime(2023, 12, 28, 23, 51, 12, tzinfo=UTC)
+    assert parse_locomo_datetime("2023-05-08T13:56:00Z", berlin) == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+
+
 def test_a_locomo_date_that_cannot_be_read_is_named_with_its_place():
     sample = locomo_sample()
     sample["conversation"]["session_10_date_time"] = "03.04.2023, 10:00"

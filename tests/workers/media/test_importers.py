@@ -1,4 +1,5 @@
-"""Importers (workers/media/importers.py): a ChatGPT data export, WhatsApp chat exports in both date formats and
+"""Importers (workers/media/importers.py): a ChatGPT data export (``conversations.json`` and the ``.zip`` as
+downloaded, with its zip-bomb bounds), WhatsApp chat exports in both date formats and
 Markdown/plain notes, written here in each real format, read into the conversation record through the same
 entry points as the benchmark adapters; then ``engram ingest`` of each on the embedded default, found by search."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -202,6 +204,79 @@ def test_plain_text_is_a_note_only_with_front_matter(tmp_path):
         parse_conversation_file(ambiguous.read_bytes(), str(ambiguous))
 
 
+def test_zoneless_export_times_are_read_in_the_users_zone(tmp_path, monkeypatch):
+    """ENGRAM_TIMEZONE: WhatsApp's wall-clock times and a note's zoneless dates are the user's, daylight saving
+    included (New York: EST in December, EDT in July); the session day stays the day the chat shows."""
+    monkeypatch.setenv("ENGRAM_TIMEZONE", "America/New_York")
+    chat = tmp_path / "WhatsApp Chat with Bob.txt"
+    chat.write_text(ANDROID_US + "7/4/24, 11:30\u202fPM - Bob: fireworks over the river\n", encoding="utf-8")
+    msgs = parse_conversation_file(chat.read_bytes(), str(chat))
+    assert msgs[0].timestamp == datetime(2024, 1, 1, 2, 41, tzinfo=UTC)  # 21:41 EST
+    assert msgs[0].session_id == f"{chat.stem}/2023-12-31"
+    assert (msgs[-1].text, msgs[-1].timestamp) == ("fireworks over the river", datetime(2024, 7, 5, 3, 30, tzinfo=UTC))
+    note = tmp_path / "trip.md"
+    note.write_text("---\ndate: 2024-03-05 09:30\n---\nferry at seven\n")
+    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(2024, 3, 5, 14, 30,
+                                                                                        tzinfo=UTC)
+    note.write_text("---\ndate: 2024-07-01T09:30:00+02:00\n---\nferry at seven\n")  # a zone given: kept
+    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(2024, 7, 1, 7, 30,
+                                                                                        tzinfo=UTC)
+    note.write_text("---\ndate: 5 March 2024 09:30\n---\nferry at seven\n")  # read by dateparser
+    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(2024, 3, 5, 14, 30,
+                                                                                        tzinfo=UTC)
+    monkeypatch.setenv("ENGRAM_TIMEZONE", "Asia/Tokyo")
+    assert parse_conversation_file(chat.read_bytes(), str(chat))[0].timestamp == datetime(2023, 12, 31, 12, 41,
+                                                                                        tzinfo=UTC)
+
+
+def _chatgpt_zip(path: Path, extra: dict[str, bytes] | None = None, folder: str = "") -> Path:
+    """A ChatGPT export as the download gives it: conversations.json beside chat.html and user.json."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(f"{folder}conversations.json", json.dumps(chatgpt_export()))
+        zf.writestr(f"{folder}chat.html", "<html><body>the same chats</body></html>")
+        zf.writestr(f"{folder}user.json", json.dumps({"id": "user-x", "email": "a@example.com"}))
+        for name, data in (extra or {}).items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_chatgpt_zip_is_detected_and_read(tmp_path):
+    path = _chatgpt_zip(tmp_path / "3f2a-2024-05-01-12-00-00.zip")
+    assert detect(path) == (MediaKind.text, "application/zip")
+    msgs = parse_conversation_file(path.read_bytes(), str(path))
+    assert [m.message_id for m in msgs] == ["u1b", "a1b", "u2", "a2"]
+    nested = _chatgpt_zip(tmp_path / "nested.zip", folder="export/")
+    assert [m.message_id for m in parse_conversation_file(nested.read_bytes())] == ["u1b", "a1b", "u2", "a2"]
+    other = tmp_path / "photos.zip"
+    with zipfile.ZipFile(other, "w") as zf:
+        zf.writestr("a.txt", "not a chat export")
+    assert detect(other) is None
+
+
+def test_chatgpt_zip_bombs_fail_with_the_bound(tmp_path, monkeypatch):
+    """Zip-bomb bounds from the central directory, before anything is decompressed: 64 MiB of zeros in one
+    member (deflated to ~64 KiB) over a lowered total bound, and an archive of too many entries."""
+    from engram.workers.media import importers
+
+    bomb = _chatgpt_zip(tmp_path / "bomb.zip", {"zeros.bin": bytes(64 << 20)})
+    assert bomb.stat().st_size < 1 << 20
+    assert detect(bomb) == (MediaKind.text, "application/zip")  # within the default bounds (4 GiB)
+    with pytest.raises(ValueError, match=r"declares 67,1\d\d,\d+ bytes uncompressed, over the limit of 33,554,432"):
+        importers.chatgpt_zip_member(bomb.read_bytes(), max_total=32 << 20)
+    many = _chatgpt_zip(tmp_path / "many.zip", {f"f/{i}.txt": b"" for i in range(300)})
+    with pytest.raises(ValueError, match=r"zip has 303 entries, over the limit of 100"):
+        importers.chatgpt_zip_member(many.read_bytes(), max_members=100)
+    with pytest.raises(ValueError, match=r"conversations.json declares [\d,]+ bytes, over the limit of 10$"):
+        importers.chatgpt_zip_member(many.read_bytes(), max_member=10)
+    monkeypatch.setattr(importers, "ZIP_MAX_TOTAL_BYTES", 32 << 20)  # the bound ingest applies, lowered
+    with pytest.raises(InvalidConversation, match=r"ChatGPT export zip refused: zip declares 67,1[\d,]+ bytes"):
+        parse_conversation_file(bomb.read_bytes(), str(bomb))
+    broken = tmp_path / "broken.zip"
+    broken.write_bytes(_chatgpt_zip(tmp_path / "ok.zip").read_bytes()[:-30])
+    with pytest.raises(InvalidConversation, match="damaged or unsupported zip"):
+        parse_conversation_file(broken.read_bytes(), str(broken))
+
+
 def _cli(env: dict, *args: str) -> str:
     out = subprocess.run([sys.executable, "-m", "engram.api.cli", *args], env=env, cwd=REPO, capture_output=True,
                          text=True, timeout=600)
@@ -212,7 +287,7 @@ def _cli(env: dict, *args: str) -> str:
 def test_engram_ingest_and_search_each_format(tmp_path: Path):
     folder = tmp_path / "exports"
     folder.mkdir()
-    (folder / "conversations.json").write_text(json.dumps(chatgpt_export()))
+    _chatgpt_zip(folder / "chatgpt-export.zip")
     (folder / "WhatsApp Chat with Bob.txt").write_text(ANDROID_US)
     (folder / "trip.md").write_text(NOTE_MD)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
