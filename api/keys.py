@@ -15,6 +15,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import redis
+
 from engram.schemas.events import _ID_PATTERN
 
 KEY_PREFIX = "engram:apikey:"
@@ -35,8 +37,6 @@ class ApiKeyInfo:
 def redis_client(settings):
     """A redis-py client for the API's shared state: ``redis_url``, else ``broker_url``.
     Raises RuntimeError when neither is a Redis URL (the API and keys need Redis)."""
-    import redis
-
     url = settings.redis_url or settings.broker_url
     if not url or not url.startswith(("redis://", "rediss://", "unix://")):
         raise RuntimeError("API keys and the API need Redis: set ENGRAM_BROKER_URL (or ENGRAM_REDIS_URL) to "

@@ -14,6 +14,9 @@ import math
 import time
 
 from fastapi import HTTPException
+from limits import parse_many
+from limits.storage import storage_from_string
+from limits.strategies import MovingWindowRateLimiter
 
 from engram.schemas.settings import Settings
 
@@ -25,10 +28,6 @@ class RateLimiter:
     ``broker_url``). Raises ValueError for a rate ``limits`` cannot parse."""
 
     def __init__(self, settings: Settings) -> None:
-        from limits import parse_many
-        from limits.storage import storage_from_string
-        from limits.strategies import MovingWindowRateLimiter
-
         spec = (settings.api_rate_limit or "").strip()
         self.items = parse_many(spec) if spec else []
         self.limiter = None

@@ -21,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from minio.commonconfig import CopySource
+
 from engram.workers.errors import EngramError
 from engram.workers.stores.objects import STAGING_PREFIX
 
@@ -61,8 +63,6 @@ def promote(store, object_key: str, size: int, sha256: str) -> bool:
     ``size`` and whose bytes hash to ``sha256`` is copied server-side to ``object_key`` (``store``: an
     ``S3ObjectStore``); every staged object of that key is deleted, verified or not. Returns False when nothing
     was staged. Raises UploadRejected naming what differs when something was staged but none matches."""
-    from minio.commonconfig import CopySource
-
     staged = store.keys(_staging_folder(object_key))
     reasons: list[str] = []
     promoted = False

@@ -1,6 +1,6 @@
 """Fixtures of the API tests: the API on a real redis-server (broker, ledger, keys) and a real SeaweedFS S3.
 
-The API builds its own Celery producer from its settings (``api.app.build_services``), so nothing here
+The API builds its own Celery producer from its settings (``api.routes.deps.build_services``), so nothing here
 touches the process-wide Celery app: the rest of the suite keeps running eagerly. The API tests use
 their own Redis databases: ``API_DB`` has no worker (messages stay in the ``ingest`` list, so tests can
 count them); ``WORKER_DB`` is served by a real Celery worker process (``query_worker``).

@@ -9,7 +9,8 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from engram.api.app import CLAIM_PREFIX, create_app
+from engram.api.app import create_app
+from engram.api.routes.publish import CLAIM_PREFIX
 from tests.api.conftest import chat_jsonl, make_settings, served, worker_process
 from tests.api.test_app import auth, event_body, upload
 from tests.llm_stub import ScriptedLlm, last_user_text

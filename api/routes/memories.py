@@ -1,0 +1,110 @@
+"""Memory routes: add (``POST /v1/memories``), get, list and delete one memory, and forget or export a user
+(``/v1/users/{user_id}``). Tenant-scoped: another tenant's ids answer 404 like unknown ones. Adding writes a
+conversation record and publishes it like an uploaded chat file (``api.routes.publish``); the rest is run by a
+query worker (``workers.admin``) through the ``query`` queue.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+import structlog
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import Response
+
+from engram.api.add import ADD_MIME, add_event, add_event_id, conversation_record
+from engram.api.routes.deps import Svc, Tenant, UserId
+from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
+from engram.api.routes.publish import CLAIM_PREFIX, already_published, publish_event, stored_size
+from engram.api.routes.queue import on_query_worker
+from engram.schemas.add import AddMemoryQuery, AddMemoryResponse
+from engram.schemas.api import PublishRequest
+from engram.schemas.events import _ID_PATTERN
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.workers.tasks import Task
+
+log = structlog.get_logger(__name__)
+
+router = APIRouter(tags=["memories"])
+
+
+@router.post("/v1/memories", status_code=202, response_model=AddMemoryResponse,
+             responses=responses(*AUTH_ERRORS, 409, 413, 422, e409="The id was added by another tenant."))
+def add_memory(body: AddMemoryQuery, tenant: Tenant, svc: Svc) -> AddMemoryResponse:
+    """Remember one ``text`` or chat ``messages`` for ``user_id``: written as a conversation record to the object
+    store and published as a ``text`` event like an uploaded chat file (``POST /v1/events``), so the same
+    pipeline stores it. Poll ``GET /v1/events/{event_id}`` for its status. Idempotent on ``id``: adding again
+    with the same id answers the first addition's event with ``duplicate`` set and stores nothing. 413 over
+    the size limit; 422 for an invalid body."""
+    event_id = add_event_id(tenant, body.user_id, body.id)
+    if body.id is not None and (owner := svc.redis.get(CLAIM_PREFIX + str(event_id))) is not None:
+        dup = already_published(svc, event_id, owner, tenant)
+        return AddMemoryResponse(event_id=event_id, status=dup.status, duplicate=True)
+    data, when = conversation_record(body)
+    event = add_event(body, tenant, "api", data, when, event_id)
+    if len(data) > svc.settings.max_object_bytes:
+        raise HTTPException(413, f"too large: {len(data)} bytes exceeds the limit of {svc.settings.max_object_bytes}")
+    if stored_size(svc, event.object_key) != len(data):
+        svc.objects.put_bytes(event.object_key, data, ADD_MIME)
+    published = publish_event(PublishRequest.model_validate(event.model_dump()), tenant, svc)
+    return AddMemoryResponse(event_id=published.event_id, status=published.status,
+                             duplicate=published.duplicate, captured_at=when)
+
+
+@router.get("/v1/memories/{memory_id}", response_model=MemoryRecord,
+            responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
+def get_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> MemoryRecord:
+    """One observation or memory of any type, as stored (vault entries without their secret). 404 for
+    an unknown id and for another tenant's."""
+    got = on_query_worker(svc, Task.memory_get, [tenant, str(memory_id)], svc.settings.api_search_timeout_seconds,
+                          "get")
+    if got is None:
+        raise HTTPException(404, "memory not found")
+    return MemoryRecord.model_validate(got)
+
+
+@router.get("/v1/memories", response_model=MemoryPage, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
+def list_memories(tenant: Tenant, svc: Svc,
+                  memory_type: Annotated[MemoryType, Query(alias="type", description="Which collection.")],
+                  user: Annotated[str | None, Query(pattern=_ID_PATTERN, description="Only this user's.")] = None,
+                  limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                  offset: Annotated[int, Query(ge=0, le=100_000)] = 0) -> MemoryPage:
+    """A page of one memory type of the tenant, newest content first, with the total."""
+    return MemoryPage.model_validate(on_query_worker(
+        svc, Task.memory_list, [tenant, memory_type.value, user, limit, offset],
+        svc.settings.api_search_timeout_seconds, "list"))
+
+
+@router.delete("/v1/memories/{memory_id}", status_code=204, response_class=Response,
+               responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
+def delete_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> Response:
+    """Delete one observation or memory. 404 for an unknown id and for another tenant's."""
+    if on_query_worker(svc, Task.memory_delete, [tenant, str(memory_id)], svc.settings.api_search_timeout_seconds,
+                       "delete") is None:
+        raise HTTPException(404, "memory not found")
+    return Response(status_code=204)
+
+
+@router.delete("/v1/users/{user_id}", response_model=ForgetReport,
+               responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
+def forget_user(user_id: UserId, tenant: Tenant, svc: Svc) -> ForgetReport:
+    """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of
+    the user's events, and the objects no other user of the tenant references. Publishing the same
+    files again afterwards ingests them anew."""
+    report = ForgetReport.model_validate(on_query_worker(
+        svc, Task.memory_forget, [tenant, user_id], svc.settings.api_ask_timeout_seconds, "forget"))
+    if report.event_ids:  # the events' publish claims: a device publishing them again is heard again
+        svc.redis.delete(*(CLAIM_PREFIX + str(e) for e in report.event_ids))
+    log.info("user forgotten", tenant=tenant, user=user_id, events=len(report.event_ids))
+    return report
+
+
+@router.get("/v1/users/{user_id}/export", response_model=UserExport,
+            responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
+def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> UserExport:
+    """Everything stored about a user as JSON: ledger events and every observation and memory with its
+    provenance, newest first per type; vault entries without their secrets."""
+    return UserExport.model_validate(on_query_worker(
+        svc, Task.memory_export, [tenant, user_id], svc.settings.api_ask_timeout_seconds, "export"))
