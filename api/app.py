@@ -34,20 +34,18 @@ DESCRIPTION = ("Long-term multimodal memory for AI agents: publish media, follow
                "Authenticate with `Authorization: Bearer <API key>`.")
 
 
-def _lifespan(settings: Settings | None, celery: Celery | None):
-    """The app's lifespan: opens the services (``build_services``) and the rate limiter into ``app.state`` at
-    start-up, closes what it opened at shutdown (a ``celery`` given by the caller stays the caller's)."""
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.services = build_services(settings or get_settings(), celery)
-        app.state.rate_limiter = RateLimiter(app.state.services.settings)
-        yield
-        app.state.services.redis.close()
-        if celery is None:  # made by build_services: ours to close
-            app.state.services.celery.close()
-
-    return lifespan
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The app's lifespan: opens the services (``build_services``, from the ``settings`` and ``celery`` that
+    ``create_app`` left in ``app.state``) and the rate limiter into ``app.state`` at start-up, and closes what it
+    opened at shutdown (a Celery app given by the caller stays the caller's). Raises RuntimeError without Redis."""
+    given = app.state.celery
+    app.state.services = build_services(app.state.settings or get_settings(), given)
+    app.state.rate_limiter = RateLimiter(app.state.services.settings)
+    yield
+    app.state.services.redis.close()
+    if given is None:  # made by build_services: ours to close
+        app.state.services.celery.close()
 
 
 def create_app(settings: Settings | None = None, celery: Celery | None = None) -> FastAPI:
@@ -61,8 +59,9 @@ def create_app(settings: Settings | None = None, celery: Celery | None = None) -
     # (served only with ENGRAM_API_PUBLIC_DOCS; else no /docs, /redoc or /openapi.json at all)
     make = (FastAPIOffline if configured.api_public_docs
             else partial(FastAPI, docs_url=None, redoc_url=None, openapi_url=None))
-    app = make(title="engram", version="0.1.0", description=DESCRIPTION, lifespan=_lifespan(settings, celery),
+    app = make(title="engram", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
                max_body_size=configured.api_max_body_bytes, exception_handlers=dict(HANDLERS))
+    app.state.settings, app.state.celery = settings, celery  # read by the lifespan at start-up
     for module in (health, publish, search, memories, entities):
         app.include_router(module.router)
     return app
