@@ -102,16 +102,23 @@ def mcp(
     hold_seconds: Annotated[float, typer.Option(min=0, help="Keep the embedded store open this long after a tool "
                                                 "call (a burst of calls opens it once; other engram commands wait "
                                                 "at most this long more).")] = 2.0,
+    api: Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", help="Call this engram API (with "
+                                            "--api-key) instead of the embedded store.")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", help="API key, with "
+                                                "--api.")] = None,
 ) -> None:
     """Serve engram's memory to an AI agent over the Model Context Protocol: tools search, ask, add_memory,
     list_memories, get_memory, delete_memory, list_entities, name_entity. Over stdio by default (logs on
     stderr). The embedded store is held only during each tool call, so other engram commands keep working."""
-    from engram.api.mcp_server import EngramTools, run_http, run_stdio
+    from engram.api.mcp_server import EngramTools, run_http, run_stdio, serve_api_tools
     from engram.schemas.settings import get_settings
 
     if data_dir is not None:
         os.environ["ENGRAM_DATA_DIR"] = str(data_dir.expanduser())
     settings = get_settings()
+    if api:  # the tools call the API through the SDK (api.mcp_server.ApiBackend); exit 2 with one line if unusable
+        serve_api_tools(api, api_key, device or default_device(), user or settings.user, http, host, port)
+        return
     tools = EngramTools(tenant or settings.tenant, device or default_device(), user or settings.user,
                         linger=hold_seconds)
     if not http:

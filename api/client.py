@@ -33,15 +33,16 @@ from typing import Any
 
 import httpx
 import tenacity
+from pydantic import BaseModel
 
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse, AddMessage
 from engram.schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
-from engram.schemas.ask import AskResponse
+from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
-from engram.schemas.search import SearchResponse
+from engram.schemas.search import SearchRequest, SearchResponse
 from engram.workers.errors import EngramError
 from engram.workers.ids import sha256_file
 
@@ -190,6 +191,12 @@ def _publish_call(event: PublishRequest) -> _Call:
     """``POST /v1/events``."""
     return _Call("POST", "/v1/events", event.model_dump(mode="json", exclude_none=True),
                  parse=PublishResponse.model_validate)
+
+
+def _model_call(path: str, request: BaseModel, answer: type[BaseModel], retry_if=_transient) -> _Call:
+    """``POST path`` with a request model as its body (``tenant_id`` left out: the key's)."""
+    body = request.model_dump(mode="json", exclude_none=True, exclude={"tenant_id"})
+    return _Call("POST", path, body, parse=answer.model_validate, retry_if=retry_if)
 
 
 _CALLS: dict[str, Callable[..., _Call]] = {
@@ -379,6 +386,19 @@ class EngramClient(_Base):
         """``POST /v1/search``: hybrid search over the tenant's memories (hits best first)."""
         return self._send(_search_call(query, user, memory_types, kinds, time_from, time_to, limit))
 
+    def search_request(self, request: SearchRequest) -> SearchResponse:
+        """``POST /v1/search`` with every filter of a ``SearchRequest`` (entities, apps, devices...); its
+        ``tenant_id`` is left out (the key's)."""
+        return self._send(_model_call("/v1/search", request, SearchResponse))
+
+    def ask_request(self, request: AskRequest) -> AskResponse:
+        """``POST /v1/ask`` with an ``AskRequest`` (``tenant_id`` left out; a 502 is the answer, not retried)."""
+        return self._send(_model_call("/v1/ask", request, AskResponse, _transient_for_ask))
+
+    def add_request(self, request: AddMemoryRequest) -> AddMemoryResponse:
+        """``POST /v1/memories`` with an ``AddMemoryRequest`` (see ``add``)."""
+        return self._send(_model_call("/v1/memories", request, AddMemoryResponse))
+
     def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
             limit: int = 10, max_rounds: int = 5) -> AskResponse:
         """``POST /v1/ask``: an answer from memory with the memories it cites (M3-Agent's multi-round
@@ -549,6 +569,18 @@ class AsyncEngramClient(_Base):
                      time_to: datetime | None = None, limit: int = 10) -> SearchResponse:
         """``POST /v1/search`` (see ``EngramClient.search``)."""
         return await self._send(_search_call(query, user, memory_types, kinds, time_from, time_to, limit))
+
+    async def search_request(self, request: SearchRequest) -> SearchResponse:
+        """``POST /v1/search`` with a whole ``SearchRequest`` (see ``EngramClient.search_request``)."""
+        return await self._send(_model_call("/v1/search", request, SearchResponse))
+
+    async def ask_request(self, request: AskRequest) -> AskResponse:
+        """``POST /v1/ask`` with an ``AskRequest`` (see ``EngramClient.ask_request``)."""
+        return await self._send(_model_call("/v1/ask", request, AskResponse, _transient_for_ask))
+
+    async def add_request(self, request: AddMemoryRequest) -> AddMemoryResponse:
+        """``POST /v1/memories`` with an ``AddMemoryRequest``."""
+        return await self._send(_model_call("/v1/memories", request, AddMemoryResponse))
 
     async def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
                   limit: int = 10, max_rounds: int = 5) -> AskResponse:

@@ -15,6 +15,12 @@ store is closed (``workers.runtime.reset_runtimes``) ``--hold-seconds`` after th
 search``/``ingest`` in another process work while the server runs (waiting at most that long more). Models stay
 loaded between calls. With ``ENGRAM_BROKER_URL`` the tasks run on the workers instead and the server never opens
 the store.
+
+Through the HTTP API (``engram mcp --api URL --api-key KEY``, or ``ENGRAM_API_URL``/``ENGRAM_API_KEY``): the tools
+call the engram API with the SDK (``api.client.EngramClient``: retries, timeouts) instead of the embedded store
+(``ApiBackend``); the tenant is the key's, the server opens no store and loads no model, and ``add_memory``
+waits until the API has stored the memory (so it is searchable when the call returns, as on the embedded
+default). The two backends answer the same tools with the same response models; only where the work runs differs.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,22 +94,160 @@ def hits_text(hits: list[SearchHit], header: str) -> str:
     return header + ":\n" + "\n".join(_hit_line(i, h) for i, h in enumerate(hits, 1))
 
 
-class EngramTools:
-    """The tools' work, for one server process: ``tenant`` (stdio; over HTTP each call's key gives it),
-    ``device`` (recorded on what ``add_memory`` stores), ``default_user`` (``add_memory`` without a user_id).
-    ``call`` is blocking and not re-entrant: the server runs calls one at a time in a worker thread."""
+class EmbeddedBackend:
+    """The tools' work on the embedded store (or, with ``ENGRAM_BROKER_URL``, on the workers) through the
+    pipeline's Celery tasks. The store is held during a call (``session``) and let go ``linger`` s after it.
+    Methods return the response models (None for an unknown id)."""
 
-    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = 2.0) -> None:
-        self.tenant = tenant
+    def __init__(self, device: str, linger: float = 2.0) -> None:
         self.device = device
-        self.default_user = default_user
         from engram.workers.runtime import StoreLease  # the workers' stack loads with the server, not the CLI
         # the embedded store is held during a call and let go ``linger`` s after the last one
         self._lease = StoreLease(linger)
 
+    def session(self):
+        """Hold the store for one call."""
+        return self._lease.session()
+
     def close(self) -> None:
         """Release the store now (the server is stopping)."""
         self._lease.close()
+
+    def search(self, req: SearchRequest) -> SearchResponse:
+        from engram.workers.query import search_task
+
+        return SearchResponse.model_validate(search_task.delay(req).get(timeout=TASK_TIMEOUT_S))
+
+    def ask(self, req: AskRequest) -> AskResponse:
+        from engram.workers.ask import ask_task
+
+        return AskResponse.model_validate(ask_task.delay(req).get(timeout=TASK_TIMEOUT_S))
+
+    def add_memory(self, req: AddMemoryRequest, tenant: str) -> AddMemoryResponse:
+        from engram.api.add import add_embedded
+        from engram.workers.runtime import runtime
+
+        return add_embedded(runtime(), req, tenant, self.device)
+
+    def list_memories(self, tenant: str, args: ListMemoriesArgs) -> MemoryPage:
+        from engram.workers.admin import list_task
+
+        return MemoryPage.model_validate(list_task.delay(tenant, args.memory_type.value, args.user_id, args.limit,
+                                                         args.offset).get(timeout=TASK_TIMEOUT_S))
+
+    def get_memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
+        from engram.workers.admin import get_task
+
+        got = get_task.delay(tenant, memory_id).get(timeout=TASK_TIMEOUT_S)
+        return None if got is None else MemoryRecord.model_validate(got)
+
+    def delete_memory(self, tenant: str, memory_id: str) -> str | None:
+        """The deleted memory's type, or None when unknown."""
+        from engram.workers.admin import delete_task
+
+        return delete_task.delay(tenant, memory_id).get(timeout=TASK_TIMEOUT_S)
+
+    def list_entities(self, tenant: str) -> EntityList:
+        from engram.workers.admin import entity_list_task as list_task
+
+        return EntityList.model_validate(list_task.delay(tenant).get(timeout=TASK_TIMEOUT_S))
+
+    def name_entity(self, tenant: str, entity_id: str, name: str) -> EntitySummary | None:
+        from engram.workers.admin import entity_name_task as name_task
+
+        got = name_task.delay(tenant, entity_id, name).get(timeout=TASK_TIMEOUT_S)
+        return None if got is None else EntitySummary.model_validate(got)
+
+
+class ApiBackend:
+    """The tools' work through an engram HTTP API with the SDK's ``EngramClient`` (the key's tenant; the
+    ``tenant`` arguments are ignored). ``add_memory`` waits up to ``add_timeout`` seconds for the memory to be
+    stored. API errors become ``ToolFailed`` with the API's message (404: None, as the embedded backend)."""
+
+    def __init__(self, client: Any, add_timeout: float = TASK_TIMEOUT_S) -> None:
+        self.client = client
+        self.add_timeout = add_timeout
+
+    def session(self):
+        """Nothing to hold."""
+        return nullcontext()
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self.client.close()
+
+    @contextmanager
+    def _errors(self, not_found_ok: bool = False) -> Iterator[None]:
+        """API errors as ToolFailed; with ``not_found_ok`` a 404 is swallowed (the caller then answers None)."""
+        from engram.api.client import EngramAPIError
+
+        try:
+            yield
+        except EngramAPIError as exc:
+            if exc.status == 404 and not_found_ok:
+                return
+            raise ToolFailed(f"engram API: {exc}") from exc
+
+    def search(self, req: SearchRequest) -> SearchResponse:
+        with self._errors():
+            return self.client.search_request(req)
+
+    def ask(self, req: AskRequest) -> AskResponse:
+        with self._errors():
+            return self.client.ask_request(req)
+
+    def add_memory(self, req: AddMemoryRequest, tenant: str) -> AddMemoryResponse:
+        with self._errors():
+            resp = self.client.add_request(req)
+            if resp.duplicate:
+                return resp
+            final = self.client.wait([resp.event_id], timeout=self.add_timeout, interval=0.1)[resp.event_id]
+        return resp.model_copy(update={"status": final.status, "observations": final.observations,
+                                       "reason": final.reason})
+
+    def list_memories(self, tenant: str, args: ListMemoriesArgs) -> MemoryPage:
+        with self._errors():
+            return self.client.list_memories(args.memory_type, args.user_id, args.limit, args.offset)
+
+    def get_memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
+        with self._errors(not_found_ok=True):
+            return self.client.get_memory(memory_id)
+        return None
+
+    def delete_memory(self, tenant: str, memory_id: str) -> str | None:
+        """The deleted memory's type (read before deleting), or None when unknown."""
+        with self._errors(not_found_ok=True):
+            kind = self.client.get_memory(memory_id).memory_type.value
+            self.client.delete_memory(memory_id)
+            return kind
+        return None
+
+    def list_entities(self, tenant: str) -> EntityList:
+        with self._errors():
+            return self.client.list_entities()
+
+    def name_entity(self, tenant: str, entity_id: str, name: str) -> EntitySummary | None:
+        with self._errors(not_found_ok=True):
+            return self.client.name_entity(entity_id, name)
+        return None
+
+
+class EngramTools:
+    """The tools' work, for one server process: ``tenant`` (stdio; over HTTP each call's key gives it),
+    ``device`` (recorded on what ``add_memory`` stores), ``default_user`` (``add_memory`` without a user_id).
+    ``call`` is blocking and not re-entrant: the server runs calls one at a time in a worker thread.
+    ``backend``: where the work runs (default: ``EmbeddedBackend(device, linger)``; ``ApiBackend`` for an API)."""
+
+    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = 2.0,
+                 backend: EmbeddedBackend | ApiBackend | None = None) -> None:
+        self.tenant = tenant
+        self.device = device
+        self.default_user = default_user
+        self.backend = backend if backend is not None else EmbeddedBackend(device, linger)
+
+    def close(self) -> None:
+        """Release the store or the connections now (the server is stopping)."""
+        self.backend.close()
 
     def call(self, tool: Tool, arguments: dict[str, Any], tenant: str | None = None) -> tuple[str, Any]:
         """Validate ``arguments`` by the tool's model and run it for ``tenant`` (default: the server's). Returns
@@ -123,33 +268,26 @@ class EngramTools:
                                for e in exc.errors())
             raise ToolFailed(f"invalid arguments: {fields}") from exc
         t0 = time.perf_counter()
-        with self._lease.session():
+        with self.backend.session():
             text, data = tool.run(self, parsed, tenant)
         log.info("tool %s took %.0f ms", tool.name, 1000 * (time.perf_counter() - t0))
         if isinstance(data, BaseModel):
             data = data.model_dump(mode="json")
         return text, data
 
-    # --- the tools ------------------------------------------------------------------------------------------
+    # --- the tools: the backend's answer and its text for the model -----------------------------------------
     def search(self, req: SearchRequest, tenant: str) -> tuple[str, SearchResponse]:
-        from engram.workers.query import search_task
-
-        resp = SearchResponse.model_validate(search_task.delay(req).get(timeout=TASK_TIMEOUT_S))
+        resp = self.backend.search(req)
         return hits_text(resp.hits, f"{len(resp.hits)} results for {req.query!r}"), resp
 
     def ask(self, req: AskRequest, tenant: str) -> tuple[str, AskResponse]:
-        from engram.workers.ask import ask_task
-
-        resp = AskResponse.model_validate(ask_task.delay(req).get(timeout=TASK_TIMEOUT_S))
+        resp = self.backend.ask(req)
         head = (f"Answer: {resp.answer}" if resp.answer else
                 "No LLM configured on the server: the ranked evidence" if resp.llm is None else "No answer found")
         return hits_text(resp.memories or resp.evidence, head + "\n\nMemories"), resp
 
     def add_memory(self, req: AddMemoryRequest, tenant: str) -> tuple[str, AddMemoryResponse]:
-        from engram.api.add import add_embedded
-        from engram.workers.runtime import runtime
-
-        resp = add_embedded(runtime(), req, tenant, self.device)
+        resp = self.backend.add_memory(req, tenant)
         if resp.duplicate:
             text = f"Already added with id {req.id!r} (event {resp.event_id}, {resp.status.value}); nothing new stored."
         elif resp.status.value == "done":
@@ -159,47 +297,34 @@ class EngramTools:
         return text, resp
 
     def list_memories(self, args: ListMemoriesArgs, tenant: str) -> tuple[str, MemoryPage]:
-        from engram.workers.admin import list_task
-
-        page = MemoryPage.model_validate(list_task.delay(tenant, args.memory_type.value, args.user_id, args.limit,
-                                                         args.offset).get(timeout=TASK_TIMEOUT_S))
+        page = self.backend.list_memories(tenant, args)
         lines = [f"{m.id} [{m.memory_type.value} · {m.time:%Y-%m-%d %H:%M} · {m.user_id}] {m.text}" if m.time else
                  f"{m.id} [{m.memory_type.value} · {m.user_id}] {m.text}" for m in page.items]
         head = f"{args.memory_type.value}: {len(page.items)} of {page.total} (offset {args.offset})"
         return head + (":\n" + "\n".join(lines) if lines else ""), page
 
     def get_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, MemoryRecord]:
-        from engram.workers.admin import get_task
-
-        got = get_task.delay(tenant, str(args.memory_id)).get(timeout=TASK_TIMEOUT_S)
-        if got is None:
+        rec = self.backend.get_memory(tenant, str(args.memory_id))
+        if rec is None:
             raise ToolFailed(f"no memory {args.memory_id}")
-        rec = MemoryRecord.model_validate(got)
         return json.dumps(rec.model_dump(mode="json"), ensure_ascii=False, indent=1), rec
 
     def delete_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, dict]:
-        from engram.workers.admin import delete_task
-
-        kind = delete_task.delay(tenant, str(args.memory_id)).get(timeout=TASK_TIMEOUT_S)
+        kind = self.backend.delete_memory(tenant, str(args.memory_id))
         if kind is None:
             raise ToolFailed(f"no memory {args.memory_id}")
         return f"Deleted {kind} {args.memory_id}.", {"deleted": str(args.memory_id), "memory_type": kind}
 
     def list_entities(self, args: NoArgs, tenant: str) -> tuple[str, EntityList]:
-        from engram.workers.admin import entity_list_task as list_task
-
-        found = EntityList.model_validate(list_task.delay(tenant).get(timeout=TASK_TIMEOUT_S))
+        found = self.backend.list_entities(tenant)
         lines = [f"{e.id}: {', '.join(e.names) or '(unnamed)'} — {e.faces} faces, {e.voices} voices, "
                  f"{e.observations} observations" for e in found.items]
         return f"{found.total} entities" + (":\n" + "\n".join(lines) if lines else ""), found
 
     def name_entity(self, args: NameEntityArgs, tenant: str) -> tuple[str, EntitySummary]:
-        from engram.workers.admin import entity_name_task as name_task
-
-        got = name_task.delay(tenant, str(args.entity_id), args.name).get(timeout=TASK_TIMEOUT_S)
-        if got is None:
+        ent = self.backend.name_entity(tenant, str(args.entity_id), args.name)
+        if ent is None:
             raise ToolFailed(f"no entity {args.entity_id}")
-        ent = EntitySummary.model_validate(got)
         return f"Entity {ent.id} is now named {args.name!r} (names: {', '.join(ent.names)}).", ent
 
 
@@ -225,6 +350,35 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("name_entity", "Give a person entity (an id from list_entities) a name, so searches naming them find "
          "them.", NameEntityArgs, lambda s, a, t: s.name_entity(a, t), read_only=False),
 )}
+
+
+def api_tools(url: str, api_key: str, device: str, default_user: str | None = None,
+              timeout: float = 60.0) -> EngramTools:
+    """``EngramTools`` calling the engram API at ``url`` with ``api_key`` (``ApiBackend`` over an
+    ``EngramClient``: ``timeout`` seconds per request, the SDK's retries). Raises ValueError without a key."""
+    from engram.api.client import EngramClient
+
+    client = EngramClient(url, api_key, timeout=timeout, user=default_user, device=device)
+    return EngramTools("(the API key's)", device, default_user, backend=ApiBackend(client))
+
+
+def serve_api_tools(url: str, api_key: str | None, device: str, default_user: str | None, http: bool = False,
+                    host: str = "127.0.0.1", port: int = 8765) -> None:
+    """``engram mcp --api URL``: serve the tools over stdio with ``api_tools``. Exits 2 (one line on stderr)
+    without an API key, or with ``--http`` (an MCP server over HTTP runs beside the store: ``engram mcp --http``
+    on the API's side, whose keys it shares)."""
+    import sys
+
+    if not api_key:
+        print("error: --api needs an API key (--api-key or ENGRAM_API_KEY; engram keys create --tenant T)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    if http:
+        print(f"error: --http with --api is not offered: run `engram mcp --http --port {port}` where the API's "
+              "Redis is (it takes the same API keys)", file=sys.stderr)
+        raise SystemExit(2)
+    log.info("MCP tools through the engram API at %s", url)
+    run_stdio(api_tools(url, api_key, device, default_user))
 
 
 def build_server(tools: EngramTools, tenant_of: Callable[[Any], str | None] | None = None):

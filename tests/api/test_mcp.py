@@ -147,3 +147,58 @@ def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_serv
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def test_mcp_through_the_http_api(tmp_path, query_worker):
+    """``engram mcp --api URL`` (key from ENGRAM_API_KEY): the tools call a real API (uvicorn in this process)
+    backed by a real Celery worker through the SDK; the MCP process opens no store. A memory is added (stored
+    when the call returns), found, read, deleted; unknown ids answer as errors; no key exits 2 with one line."""
+    import redis
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from engram.api.keys import create_key
+    from tests.api.conftest import served
+
+    key = create_key(redis.Redis.from_url(query_worker.broker_url, decode_responses=True), "mcp-api")
+    local = tmp_path / "never-opened"
+    env = {**_env(tmp_path), "ENGRAM_DATA_DIR": str(local)}
+    with served(query_worker) as url:
+        no_key = subprocess.run([sys.executable, "-m", "engram.api.cli", "mcp", "--api", url], env=env, cwd=REPO,
+                                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert no_key.returncode == 2 and "--api needs an API key" in no_key.stderr, no_key.stderr[-2000:]
+        params = StdioServerParameters(command=sys.executable, cwd=str(REPO),
+                                       env={**env, "ENGRAM_API_URL": url, "ENGRAM_API_KEY": key},
+                                       args=["-m", "engram.api.cli", "mcp", "--user", "alice"])
+        timings: dict[str, float] = {}
+
+        async def session() -> None:
+            async with Client(params, read_timeout_seconds=600) as client:
+                assert "add_memory" in {t.name for t in (await client.list_tools()).tools}
+                t0 = time.perf_counter()
+                added = await client.call_tool("add_memory", {"text": FACT, "id": "api-note-1"})
+                timings["add"] = time.perf_counter() - t0
+                assert not added.is_error, added.content[0].text
+                assert added.structured_content["status"] == "done", added.structured_content
+                assert added.structured_content["observations"] >= 1
+                again = await client.call_tool("add_memory", {"text": FACT, "id": "api-note-1"})
+                assert again.structured_content["duplicate"] is True
+                t0 = time.perf_counter()
+                found = await client.call_tool("search", {"query": "where are the vendor contracts?",
+                                                          "user_id": "alice", "memory_types": ["observation"]})
+                timings["search"] = time.perf_counter() - t0
+                assert FACT in found.content[0].text, found.content[0].text
+                hit = found.structured_content["hits"][0]
+                got = await client.call_tool("get_memory", {"memory_id": hit["id"]})
+                assert FACT in got.content[0].text
+                unknown = await client.call_tool("name_entity", {"entity_id": "00000000-0000-4000-8000-000000000000",
+                                                                 "name": "Maria"})
+                assert unknown.is_error and "no entity" in unknown.content[0].text
+                deleted = await client.call_tool("delete_memory", {"memory_id": hit["id"]})
+                assert not deleted.is_error and "Deleted observation" in deleted.content[0].text
+                gone = await client.call_tool("get_memory", {"memory_id": hit["id"]})
+                assert gone.is_error and "no memory" in gone.content[0].text
+
+        anyio.run(session)
+    assert not local.exists()  # the MCP process never opened an embedded store
+    print(f"MCP through the API, add → stored: {timings['add']:.2f} s, search {timings['search']:.2f} s")
