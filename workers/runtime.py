@@ -19,7 +19,6 @@ import structlog
 import urllib3
 from celery import current_task
 from celery.exceptions import Ignore
-from qdrant_client.http.exceptions import ResponseHandlingException
 
 from engram.schemas.events import EventStatus, MediaEvent
 from engram.schemas.settings import Settings, get_settings
@@ -36,7 +35,7 @@ log = structlog.get_logger(__name__)
 #: another process. Anything else (bad input, bugs) fails at once.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     ConnectionError, TimeoutError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-    httpx.TransportError, urllib3.exceptions.HTTPError, ResponseHandlingException, StoreBusy)
+    httpx.TransportError, urllib3.exceptions.HTTPError, StoreBusy)  # a server not answering: StoreUnavailable
 
 #: Options shared by the pipeline's stage tasks: pydantic arguments, late acks (a killed worker's task is
 #: redelivered), and retries with exponential backoff and jitter on transient errors only.

@@ -7,13 +7,13 @@ import time
 from datetime import UTC, datetime
 
 import structlog
-from qdrant_client import models as qm
 
 from engram.schemas.jobs import EmbeddedBatch
 from engram.schemas.observations import EmbeddedObservation
 from engram.workers.app import task
 from engram.workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
 from engram.workers.runtime import runtime, stage
+from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS, SENTENCES, SPARSE
 from engram.workers.tasks import Task
 

@@ -29,12 +29,12 @@ from enum import StrEnum
 
 import numpy as np
 import structlog
-from qdrant_client import models as qm
 
 from engram.schemas.memories import MEMORY_TYPES, MemoryBase, MemoryType, Provenance, ResourceMemory, SemanticMemory
 from engram.workers.memory.points import memory_points
 from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.runtime import Runtime
+from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, tenant_filter
 
 log = structlog.get_logger(__name__)

@@ -23,13 +23,13 @@ from datetime import UTC, datetime
 from typing import Literal
 
 import numpy as np
-from qdrant_client import models as qm
 
 from engram.schemas.entities import Entity, EntitySample, EntitySummary, MergeRecord
 from engram.schemas.observations import Observation
 from engram.workers.ids import ENGRAM_NAMESPACE
 from engram.workers.memory.vectors import embed_texts
 from engram.workers.runtime import Runtime
+from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import (
     COLLECTIONS,
     DENSE,

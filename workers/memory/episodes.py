@@ -20,13 +20,13 @@ from collections import defaultdict
 from datetime import UTC, datetime
 
 import numpy as np
-from qdrant_client import models as qm
 
 from engram.schemas.events import MediaKind
 from engram.schemas.memories import EpisodicMemory, MemoryType
 from engram.workers.ids import memory_id
 from engram.workers.memory.points import provenance
 from engram.workers.runtime import Runtime
+from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS
 
 _EVENT_TYPES = {MediaKind.text: "conversation", MediaKind.screenshot: "screen_activity",

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
-from qdrant_client import models as qm
 
 from engram.schemas.memories import (
     EpisodicMemory,
@@ -14,6 +13,7 @@ from engram.schemas.memories import (
 )
 from engram.workers.memory.vectors import embed_texts, sparse_vectors
 from engram.workers.runtime import Runtime
+from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, SPARSE
 
 

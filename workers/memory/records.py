@@ -32,7 +32,6 @@ from datetime import UTC, datetime
 
 import numpy as np
 import structlog
-from qdrant_client import models as qm
 
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage, MemoryRecord, UserExport
@@ -40,6 +39,7 @@ from engram.workers.media import decode as media
 from engram.workers.media.vision import pixels_sha256
 from engram.workers.memory import vault
 from engram.workers.runtime import Runtime
+from engram.workers.stores import models as qm
 from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.stores.vectors import COLLECTIONS, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
 

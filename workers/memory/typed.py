@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 
 import numpy as np
 import structlog
-from qdrant_client import models as qm
 
 from engram.schemas.extraction import Draft, Extraction
 from engram.schemas.memories import (
@@ -37,6 +36,7 @@ from engram.workers.memory import dynamics, vault
 from engram.workers.memory.points import memory_points, provenance, source_fields
 from engram.workers.memory.vectors import embed_texts
 from engram.workers.runtime import Runtime
+from engram.workers.stores import models as qm
 
 log = structlog.get_logger(__name__)
 

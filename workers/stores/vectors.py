@@ -9,10 +9,12 @@
   search time grows linearly with the points) is used only as the server's stand-in in tests and to read stores
   written by engram before Qdrant Edge (``migrate_local_store``).
 
-Both take qdrant-client's model types (``qdrant_client.models``: ``Filter``, ``PointStruct``) and return points
-with ``id``, ``payload``, ``vector`` and ``score`` (qdrant-client's ``Record`` / ``ScoredPoint``, or
-``StoredPoint``), so callers do not know which backend runs; ``tests/workers/test_vectorstore_contract.py``
-holds them to the same ids, order and scores.
+Both take the store's own point and filter types (``workers.stores.models``, with qdrant-client's names and
+fields, so that the embedded default never imports qdrant-client: a cold ``engram search`` saves about a second),
+or qdrant-client's models themselves, and return points with ``id``, ``payload``, ``vector`` and ``score``
+(``models.StoredPoint``, or qdrant-client's ``Record`` / ``ScoredPoint`` from a server), so callers do not know
+which backend runs; ``tests/workers/stores/test_vectors_contract.py`` holds them to the same ids, order and
+scores.
 
 Collections (shared by all tenants; ``tenant_id`` is in every payload and every filter): ``observations``,
 the six memory types, and ``entities``. Each has a named dense vector ``text`` (384-d, cosine) and a named
@@ -31,22 +33,27 @@ naming it; nothing is silently made in its place.
 from __future__ import annotations
 
 import atexit
+import functools
+import json
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from qdrant_client import QdrantClient
-from qdrant_client import models as qm
+import structlog
 
 from engram.schemas.memories import MemoryType
 from engram.schemas.settings import Settings
 from engram.workers.errors import StoreError
+from engram.workers.stores import models as qm
+from engram.workers.stores.models import StoredPoint
+
+log = structlog.get_logger(__name__)
 
 DENSE = "text"
 SPARSE = "bm25"
@@ -58,6 +65,7 @@ VOICE_SAMPLES = "voice_samples"
 SENTENCES = "sentences"  # an observation's contextual vector and its sentences' (``workers.embed``), MaxSim
 OBSERVATIONS = "observations"
 ENTITIES = "entities"
+
 COLLECTIONS = (OBSERVATIONS, *[t.value for t in MemoryType if t is not MemoryType.observation], ENTITIES)
 
 
@@ -106,6 +114,12 @@ INDEXED_FIELDS = {
 #: (``without=``), so less is copied out of the engine.
 UNREAD_OBSERVATION_FIELDS = ["context_before", "context_after", "ocr_lines", "words", "faces", "speaker_voices",
                              "voice_embedding"]
+
+#: The embedded store optimizes a collection (``EdgeVectorStore.optimize``) once this many points were written to
+#: it since its last optimization: a few seconds of blocking per ~20 k points (measured: ~26 s per 100 k
+#: observations), so the appendable segment, whose indexes stay in memory, never grows past this.
+OPTIMIZE_AFTER_POINTS = 20_000
+OPTIMIZED_FILE = "optimized.json"  # {collection: points after its last optimization}, in the store's folder
 
 PointId = uuid.UUID | str
 Payload = bool | list[str]
@@ -298,7 +312,7 @@ class VectorStore(ABC):
     def delete(self, collection: str, selector: list[PointId] | qm.Filter) -> None:
         """Delete the points with these ids, or every point matching a filter."""
         self.ensure(collection)
-        points = selector if isinstance(selector, qm.Filter) else [str(i) for i in selector]
+        points = selector if _is_filter(selector) else [str(i) for i in selector]
         if points:
             self._delete(collection, points)
 
@@ -329,23 +343,67 @@ class VectorStore(ABC):
 
 # --- qdrant-client: a Qdrant server (or its local mode, the server's stand-in in tests) --------------------------
 
-_QM_DISTANCE = {"cosine": qm.Distance.COSINE, "euclid": qm.Distance.EUCLID}
-_QM_INDEX = {"keyword": qm.PayloadSchemaType.KEYWORD, "float": qm.PayloadSchemaType.FLOAT,
-             "bool": qm.PayloadSchemaType.BOOL}
+def _client_models() -> Any:
+    from qdrant_client import models  # the server backend's client: ~1 s to import, so only when it is used
+
+    return models
 
 
-def _qm_vector_params(spec: VectorSpec) -> qm.VectorParams:
+def _is_filter(obj: Any) -> bool:
+    """Whether ``obj`` is a filter: the store's own (``models.Filter``) or qdrant-client's."""
+    return type(obj).__name__ == "Filter"
+
+
+def to_client(obj: Any) -> Any:
+    """The store's own types (``workers.stores.models``) as qdrant-client's models of the same names, recursively
+    through lists and dicts; anything else (numbers, strings, qdrant-client's models) as it is."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        cls = getattr(_client_models(), type(obj).__name__)
+        # a trailing underscore stands for a Python keyword (``MatchExcept.except_`` is ``except`` in qdrant-client)
+        return cls(**{f.name.rstrip("_"): to_client(v) for f in fields(obj) if (v := getattr(obj, f.name)) is not None})
+    if isinstance(obj, list):
+        return obj if obj and isinstance(obj[0], (float, int)) else [to_client(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_client(v) for k, v in obj.items()}
+    return obj
+
+
+class StoreUnavailable(StoreError, ConnectionError):
+    """The Qdrant server did not answer (a connection refused, reset or timed out): worth retrying."""
+
+
+def _answering(method: Callable) -> Callable:
+    """``method`` of the server backend with qdrant-client's connection failure (``ResponseHandlingException``)
+    raised as ``StoreUnavailable``, a ``ConnectionError`` the stage tasks retry."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from qdrant_client.http.exceptions import ResponseHandlingException  # loaded with the client already
+
+        try:
+            return method(*args, **kwargs)
+        except ResponseHandlingException as exc:
+            raise StoreUnavailable(f"the Qdrant server did not answer: {exc}") from exc
+
+    return call
+
+
+def _qm_vector_params(spec: VectorSpec) -> Any:
+    qm = _client_models()
+    distance = {"cosine": qm.Distance.COSINE, "euclid": qm.Distance.EUCLID}
     return qm.VectorParams(
-        size=spec.size, distance=_QM_DISTANCE[spec.distance],
+        size=spec.size, distance=distance[spec.distance],
         multivector_config=qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM) if spec.multi else None,
         hnsw_config=None if spec.searched else qm.HnswConfigDiff(m=0))
 
 
 class ClientVectorStore(VectorStore):
     """``VectorStore`` through qdrant-client: a Qdrant server, or qdrant-client's local mode (``local=True``; no
-    payload indexes, which it does not use). Uses only qdrant-client's public API."""
+    payload indexes, which it does not use). Uses only qdrant-client's public API. The store's own types are
+    translated to qdrant-client's (``to_client``); a server that does not answer raises ``StoreUnavailable``."""
 
-    def __init__(self, client: QdrantClient, local: bool = False) -> None:
+    def __init__(self, client: Any, local: bool = False) -> None:
+        """``client``: a ``qdrant_client.QdrantClient``."""
         super().__init__()
         self.client = client
         self.local = local
@@ -353,9 +411,11 @@ class ClientVectorStore(VectorStore):
     def has_collection(self, collection: str) -> bool:
         return self.client.collection_exists(collection)
 
+    @_answering
     def _create(self, collection: str) -> None:
+        qm = _client_models()
         extra = {n: s for n, s in VECTORS[collection].items() if n != DENSE}
-        kept: list[qm.Record] = []
+        kept: list[Any] = []
         if extra and self.client.collection_exists(collection):
             have = self.client.get_collection(collection).config.params.vectors or {}
             if not set(extra) <= set(have):  # made by an older engram: rebuild it with the new vectors
@@ -374,12 +434,14 @@ class ClientVectorStore(VectorStore):
                     self.client.create_payload_index(
                         collection, field, field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD,
                                                                               is_tenant=True)
-                        if field == "tenant_id" else _QM_INDEX[schema])
+                        if field == "tenant_id" else {"keyword": qm.PayloadSchemaType.KEYWORD,
+                                                      "float": qm.PayloadSchemaType.FLOAT,
+                                                      "bool": qm.PayloadSchemaType.BOOL}[schema])
         if kept:
             self._upsert(collection, _complete([qm.PointStruct(id=r.id, vector=r.vector or {}, payload=r.payload)
                                                 for r in kept], collection))
 
-    def _scroll_all(self, collection: str) -> list[qm.Record]:
+    def _scroll_all(self, collection: str) -> list[Any]:
         out, offset = [], None
         while True:
             page, offset = self.client.scroll(collection, limit=1024, offset=offset, with_payload=True,
@@ -388,18 +450,24 @@ class ClientVectorStore(VectorStore):
             if offset is None:
                 return out
 
+    @_answering
     def _upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
-        self.client.upsert(collection, points=points, wait=True)
+        self.client.upsert(collection, points=to_client(points), wait=True)
 
+    @_answering
     def _query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]:
+        qm = _client_models()
         requests = [qm.QueryRequest(
-            query=q.vector, using=q.using, filter=q.filter, limit=q.limit, with_payload=q.with_payload,
-            score_threshold=q.score_threshold,
-            params=qm.SearchParams(idf=qm.IdfCorpusParams(corpus=q.idf_corpus)) if q.idf_corpus is not None
-            else None) for q in queries]
+            query=to_client(q.vector), using=q.using, filter=to_client(q.filter), limit=q.limit,
+            with_payload=q.with_payload, score_threshold=q.score_threshold,
+            params=qm.SearchParams(idf=qm.IdfCorpusParams(corpus=to_client(q.idf_corpus)))
+            if q.idf_corpus is not None else None) for q in queries]
         return [r.points for r in self.client.query_batch_points(collection, requests=requests)]
 
+    @_answering
     def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
+        qm = _client_models()
+        flt = to_client(flt)
         if isinstance(with_payload, tuple):
             with_payload = qm.PayloadSelectorExclude(exclude=with_payload[1])
         order = qm.OrderBy(key=order_by, direction=qm.Direction.DESC) if order_by else None
@@ -407,18 +475,23 @@ class ClientVectorStore(VectorStore):
                                          order_by=order, with_payload=with_payload, with_vectors=with_vectors)
         return points, None if order else nxt
 
+    @_answering
     def _retrieve(self, collection, ids, with_payload, with_vectors):
         return self.client.retrieve(collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors)
 
+    @_answering
     def _set_payloads(self, collection, groups):
+        qm = _client_models()
         self.client.batch_update_points(collection, update_operations=[
             qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=ids)) for p, ids in groups], wait=True)
 
+    @_answering
     def _delete(self, collection, selector):
-        self.client.delete(collection, points_selector=selector, wait=True)
+        self.client.delete(collection, points_selector=to_client(selector), wait=True)
 
+    @_answering
     def _count(self, collection, flt):
-        return self.client.count(collection, count_filter=flt, exact=True).count
+        return self.client.count(collection, count_filter=to_client(flt), exact=True).count
 
     def close(self) -> None:
         self.client.close()
@@ -439,8 +512,8 @@ def _listify(conds: Any) -> list:
 
 
 def edge_filter(flt: qm.Filter | None) -> Any:
-    """qdrant-client's ``Filter`` as Qdrant Edge's (same semantics). Raises ValueError for a condition engram
-    does not use (geo conditions)."""
+    """A ``Filter`` (the store's own or qdrant-client's, read by field names) as Qdrant Edge's (same semantics).
+    Raises ValueError for a condition engram does not use (geo conditions)."""
     if flt is None:
         return None
     qe = _edge()
@@ -453,50 +526,60 @@ def edge_filter(flt: qm.Filter | None) -> Any:
                      min_should=min_should)
 
 
-def _edge_condition(cond: Any) -> Any:
+def _edge_match(m: Any) -> Any:
     qe = _edge()
-    if isinstance(cond, qm.Filter):
+    kind = type(m).__name__
+    if kind == "MatchValue":
+        # qdrant-edge-py 0.9 reads a Python bool as the integer 1 or 0 (bool is an int), which never matches a
+        # stored bool; numpy's bool is read as a bool
+        return qe.MatchValue(np.bool_(m.value) if isinstance(m.value, bool) else m.value)
+    if kind == "MatchAny":
+        return qe.MatchAny(list(m.any))
+    if kind == "MatchExcept":
+        return qe.MatchExcept(list(m.except_))
+    if kind == "MatchText":
+        return qe.MatchText(m.text)
+    raise ValueError(f"unsupported match in a filter: {m!r}")
+
+
+def _edge_field_condition(cond: Any) -> Any:
+    qe = _edge()
+    kw: dict[str, Any] = {}
+    if cond.match is not None:
+        kw["match"] = _edge_match(cond.match)
+    r = cond.range
+    if type(r).__name__ == "DatetimeRange":  # qdrant-client's only
+        kw["range"] = qe.RangeDateTime(**{k: (v.isoformat() if hasattr(v, "isoformat") else v)
+                                          for k, v in r.model_dump(exclude_none=True).items()})
+    elif r is not None:
+        kw["range"] = qe.RangeFloat(gte=r.gte, gt=r.gt, lte=r.lte, lt=r.lt)
+    if (vc := cond.values_count) is not None:
+        kw["values_count"] = qe.ValuesCount(lt=vc.lt, gt=vc.gt, lte=vc.lte, gte=vc.gte)
+    for flag in ("is_empty", "is_null"):  # qdrant-client's FieldCondition has these too
+        if getattr(cond, flag, None) is not None:
+            kw[flag] = getattr(cond, flag)
+    if any(getattr(cond, geo, None) for geo in ("geo_bounding_box", "geo_radius", "geo_polygon")):
+        raise ValueError("geo conditions are not used by engram")
+    return qe.FieldCondition(cond.key, **kw)
+
+
+def _edge_condition(cond: Any) -> Any:
+    """One condition (the store's own type or qdrant-client's, told apart by class name only) as Qdrant Edge's."""
+    qe = _edge()
+    kind = type(cond).__name__
+    if kind == "Filter":
         return edge_filter(cond)
-    if isinstance(cond, qm.FieldCondition):
-        kw: dict[str, Any] = {}
-        m = cond.match
-        if isinstance(m, qm.MatchValue):
-            # qdrant-edge-py 0.9 reads a Python bool as the integer 1 or 0 (bool is an int), which never matches a
-            # stored bool; numpy's bool is read as a bool
-            kw["match"] = qe.MatchValue(np.bool_(m.value) if isinstance(m.value, bool) else m.value)
-        elif isinstance(m, qm.MatchAny):
-            kw["match"] = qe.MatchAny(list(m.any))
-        elif isinstance(m, qm.MatchExcept):
-            kw["match"] = qe.MatchExcept(list(m.except_))
-        elif isinstance(m, qm.MatchText):
-            kw["match"] = qe.MatchText(m.text)
-        elif m is not None:
-            raise ValueError(f"unsupported match in a filter: {m!r}")
-        r = cond.range
-        if isinstance(r, qm.DatetimeRange):
-            kw["range"] = qe.RangeDateTime(**{k: (v.isoformat() if hasattr(v, "isoformat") else v)
-                                              for k, v in r.model_dump(exclude_none=True).items()})
-        elif r is not None:
-            kw["range"] = qe.RangeFloat(gte=r.gte, gt=r.gt, lte=r.lte, lt=r.lt)
-        if cond.values_count is not None:
-            vc = cond.values_count
-            kw["values_count"] = qe.ValuesCount(lt=vc.lt, gt=vc.gt, lte=vc.lte, gte=vc.gte)
-        if cond.is_empty is not None:
-            kw["is_empty"] = cond.is_empty
-        if cond.is_null is not None:
-            kw["is_null"] = cond.is_null
-        if cond.geo_bounding_box or cond.geo_radius or cond.geo_polygon:
-            raise ValueError("geo conditions are not used by engram")
-        return qe.FieldCondition(cond.key, **kw)
-    if isinstance(cond, qm.IsEmptyCondition):
+    if kind == "FieldCondition":
+        return _edge_field_condition(cond)
+    if kind == "IsEmptyCondition":
         return qe.IsEmptyCondition(cond.is_empty.key)
-    if isinstance(cond, qm.IsNullCondition):
+    if kind == "IsNullCondition":
         return qe.IsNullCondition(cond.is_null.key)
-    if isinstance(cond, qm.HasIdCondition):
+    if kind == "HasIdCondition":
         return qe.HasIdCondition({str(i) for i in cond.has_id})
-    if isinstance(cond, qm.HasVectorCondition):
+    if kind == "HasVectorCondition":
         return qe.HasVectorCondition(cond.has_vector)
-    if isinstance(cond, qm.NestedCondition):
+    if kind == "NestedCondition":
         return qe.NestedCondition(cond.nested.key, edge_filter(cond.nested.filter))
     raise ValueError(f"unsupported filter condition: {cond!r}")
 
@@ -504,7 +587,7 @@ def _edge_condition(cond: Any) -> Any:
 def _edge_vector(vector: Any) -> Any:
     if isinstance(vector, dict):
         return {name: _edge_vector(v) for name, v in vector.items()}
-    if isinstance(vector, qm.SparseVector):
+    if hasattr(vector, "indices"):  # a sparse vector (the store's own or qdrant-client's)
         return _edge().SparseVector(list(vector.indices), [float(x) for x in vector.values])
     if hasattr(vector, "tolist"):
         return vector.tolist()
@@ -527,19 +610,6 @@ def _edge_payload(with_payload: Any) -> Any:
     return bool(with_payload)
 
 
-@dataclass(slots=True)
-class StoredPoint:
-    """A point as the embedded store returns it: the fields of qdrant-client's ``Record`` and ``ScoredPoint`` that
-    engram reads (``id`` as a string, ``score`` 0 for a record), in a plain class: a search turns hundreds of
-    candidates into Python objects, and building pydantic models cost more than the engine's search."""
-
-    id: str
-    payload: dict | None = None
-    vector: Any = None
-    score: float = 0.0
-    version: int = 0
-
-
 def _record(p: Any) -> StoredPoint:
     return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None)
 
@@ -554,15 +624,19 @@ class EdgeVectorStore(VectorStore):
     first use, created when its folder does not exist. Raises ``StoreBusy`` when another process holds a shard,
     ``StoreCorrupt`` (naming the folder) when a shard exists but does not open."""
 
-    def __init__(self, root: Path, wait: float = 0.0) -> None:
+    def __init__(self, root: Path, wait: float = 0.0, optimize_after: int | None = OPTIMIZE_AFTER_POINTS) -> None:
         """``root``: the store's folder; ``wait``: seconds to wait for the store's file lock (``root`` + ``.lock``)
-        while another process holds it, before ``StoreBusy``."""
+        while another process holds it, before ``StoreBusy``; ``optimize_after``: a collection is optimized
+        (``optimize``) by the upsert that brings its points written since its last optimization to this many
+        (None: only when ``optimize`` is called)."""
         from filelock import FileLock
 
         super().__init__()
         self.root = Path(root)
         self.wait = wait
+        self.optimize_after = optimize_after
         self._shards: dict[str, Any] = {}
+        self._pending: dict[str, int] = {}  # points written since the collection's last optimization
         # one lock object for every thread of this process (released by close, from whichever thread)
         self._file_lock = FileLock(str(self.root) + ".lock", thread_local=False)
 
@@ -634,25 +708,63 @@ class EdgeVectorStore(VectorStore):
             modifier=qe.Modifier.Idf, memory=qe.Memory.Cold)}, payload_memory=qe.Memory.Cold,
             id_tracker_memory=qe.Memory.Cold)
 
-    def optimize(self) -> dict[str, float]:
-        """Run Qdrant's segment optimizers on every open shard, blocking (seconds per collection): the points
-        written since the last run move from the appendable segment, whose indexes live in memory, into an
-        immutable one whose files are memory-mapped. Worth it after large writes (an import, a migration); a
-        search meanwhile waits. ~26 s for 100 k observations on 2 busy cores."""
+    def optimize(self, collections: Iterable[str] | None = None) -> dict[str, float]:
+        """Run Qdrant's segment optimizers on ``collections`` (default: every one the store has), blocking
+        (seconds per collection; returned per collection): the points written since the last run move from the
+        appendable segment, whose indexes live in memory, into an immutable one whose files are memory-mapped.
+        Run by the upsert that brings a collection's points written since its last optimization to
+        ``optimize_after`` (``OPTIMIZE_AFTER_POINTS``; counted across processes in ``root/optimized.json``),
+        and after an import (a migration); a search meanwhile waits. ~26 s for 100 k observations on 2 busy
+        cores."""
         took: dict[str, float] = {}
         with self._lock:
-            for collection in [c for c in COLLECTIONS if self.has_collection(c)]:
+            for collection in [c for c in (collections or COLLECTIONS) if self.has_collection(c)]:
                 shard = self._shard(collection)
                 t0 = time.perf_counter()
                 shard.optimize()
                 shard.flush()
                 took[collection] = time.perf_counter() - t0
+                self._pending[collection] = 0
+            if took:
+                self._write_optimized({c: self._shards[c].info().points_count for c in took})
+        log.info("store optimized", seconds={c: round(t, 2) for c, t in took.items()})
         return took
+
+    def pending_points(self, collection: str) -> int:
+        """Points written to ``collection`` since its last optimization (upserts of existing ids counted again;
+        a store never optimized: all its points)."""
+        with self._lock:
+            if collection not in self._pending:
+                optimized = self._read_optimized().get(collection, 0)
+                self._pending[collection] = max(0, self._shard(collection).info().points_count - optimized)
+            return self._pending[collection]
+
+    def _read_optimized(self) -> dict[str, int]:
+        """{collection: its points count after its last optimization}, from ``root/optimized.json``."""
+        try:
+            return json.loads((self.root / OPTIMIZED_FILE).read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError:  # a torn write: count every point as pending (one optimization too many at worst)
+            return {}
+
+    def _write_optimized(self, counts: dict[str, int]) -> None:
+        counts = {**self._read_optimized(), **counts}
+        tmp = self.root / (OPTIMIZED_FILE + ".tmp")
+        tmp.write_text(json.dumps(counts))
+        tmp.replace(self.root / OPTIMIZED_FILE)
 
     def _upsert(self, collection, points):
         qe = _edge()
+        if self.optimize_after:
+            self.pending_points(collection)  # counted from the engine before this write, on first use
         self._shard(collection).update(qe.UpdateOperation.upsert_points(
             [qe.Point(str(p.id), _edge_vector(p.vector), p.payload) for p in points]))
+        if self.optimize_after:
+            with self._lock:
+                pending = self._pending[collection] = self._pending.get(collection, 0) + len(points)
+            if pending >= self.optimize_after:
+                self.optimize([collection])
 
     def _query(self, collection, queries):
         qe = _edge()
@@ -688,7 +800,7 @@ class EdgeVectorStore(VectorStore):
 
     def _delete(self, collection, selector):
         qe = _edge()
-        op = (qe.UpdateOperation.delete_points_by_filter(edge_filter(selector)) if isinstance(selector, qm.Filter)
+        op = (qe.UpdateOperation.delete_points_by_filter(edge_filter(selector)) if _is_filter(selector)
               else qe.UpdateOperation.delete_points(selector))
         self._shard(collection).update(op)
 
@@ -741,6 +853,8 @@ def open_vector_store(settings: Settings, progress: Callable[[str, int, int], No
         store = _stores.get(where)
         if store is None:
             if settings.qdrant_url:
+                from qdrant_client import QdrantClient  # the server's client: ~1 s to import, only when used
+
                 store = ClientVectorStore(QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key,
                                                        timeout=60))
             else:
@@ -760,6 +874,8 @@ def migrate_local_store(settings: Settings, progress: Callable[[str, int, int], 
     collection) when the copy does not verify, the old folder then kept."""
     import shutil
 
+    from qdrant_client import QdrantClient  # reads the old store (qdrant-client's local mode): only when one is there
+
     old_dir = legacy_store_dir(settings)
     try:
         old = QdrantClient(path=str(old_dir))
@@ -768,7 +884,7 @@ def migrate_local_store(settings: Settings, progress: Callable[[str, int, int], 
             raise StoreBusy(f"the old embedded store {old_dir} is open in another engram process") from exc
         raise
     copied: dict[str, int] = {}
-    new = EdgeVectorStore(embedded_store_dir(settings))
+    new = EdgeVectorStore(embedded_store_dir(settings), optimize_after=None)  # optimized once, at the end
     try:
         for collection in COLLECTIONS:
             if not old.collection_exists(collection):

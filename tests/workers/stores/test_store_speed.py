@@ -71,3 +71,28 @@ def test_writes_keep_every_point_and_scroll_pages_alike(engram_env):
     assert again.count(OBSERVATIONS) == 290
     kept = {str(r.id): r.payload for r in again.scroll(OBSERVATIONS, None)}
     assert IDS[0] not in kept and kept[IDS[12]]["n"] == 12 and "n" not in kept[IDS[13]]
+
+
+def test_the_embedded_store_optimizes_after_enough_writes(tmp_path):
+    """The upsert that brings a collection's points written since its last optimization to ``optimize_after``
+    optimizes it; the count carries across a reopen (another process's writes count too)."""
+    import json
+
+    from engram.workers.stores.vectors import OPTIMIZED_FILE, EdgeVectorStore
+
+    store = EdgeVectorStore(tmp_path / "vectors", optimize_after=250)
+    store.upsert(OBSERVATIONS, _points(200))
+    assert store.pending_points(OBSERVATIONS) == 200
+    assert not (tmp_path / "vectors" / OPTIMIZED_FILE).exists()
+    store.close()
+    again = EdgeVectorStore(tmp_path / "vectors", optimize_after=250)
+    assert again.pending_points(OBSERVATIONS) == 200  # the points a closed store wrote are still to optimize
+    again.upsert(OBSERVATIONS, _points(300)[200:])  # 300 >= 250: this upsert optimizes
+    assert again.pending_points(OBSERVATIONS) == 0
+    assert json.loads((tmp_path / "vectors" / OPTIMIZED_FILE).read_text()) == {OBSERVATIONS: 300}
+    again.close()
+    third = EdgeVectorStore(tmp_path / "vectors", optimize_after=250)
+    assert third.pending_points(OBSERVATIONS) == 0 and third.count(OBSERVATIONS) == 300
+    third.upsert(OBSERVATIONS, _points(10))  # rewriting points counts as writing them
+    assert third.pending_points(OBSERVATIONS) == 10
+    third.close()
