@@ -22,7 +22,12 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
 Ownership: the caller's thread runs the loop (grabs, windows, the gate, the spool) and owns the counts of
 ``CaptureStats`` but ``published``/``failed``, which belong to one publisher thread that takes batches from a
 queue (``run`` joins it before returning): a slow embedded ingest (OCR) delays publishing, never the grabs.
-Signal handlers only set flags. Microphone capture is not part of this agent.
+Signal handlers only set flags.
+
+Microphone (``--microphone``, off by default; ``api.microphone``): audio from PortAudio (``sounddevice``) in
+``--chunk-seconds`` chunks, chunks without speech dropped at the edge by WebRTC's VAD, each kept chunk a WAV
+``Frame`` of kind audio put on the same publisher queue as the screenshots (so the same sinks publish it). The
+microphone runs beside the screen loop, or alone with ``--no-screen``.
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from engram.schemas.events import MediaKind
 
 #: Applications never captured (matched case-insensitively within WM_CLASS's instance and class names).
 DEFAULT_DENY_APPS = ("keepassxc", "keepass", "1password", "bitwarden", "lastpass", "enpass", "dashlane",
@@ -178,12 +185,20 @@ class AdaptiveInterval:
 
 @dataclass(frozen=True)
 class Frame:
-    """A kept frame waiting in the spool: its PNG, when it was grabbed (UTC) and the active window."""
+    """A kept frame waiting in the spool: its file (a PNG, or a WAV chunk of the microphone), when it was grabbed
+    (UTC; a chunk's first sample), the active window (None for audio), and what it is."""
 
     path: Path
     captured_at: datetime
     app: str | None
     window: str | None
+    kind: MediaKind = MediaKind.screenshot
+    mime: str = "image/png"
+
+
+def audio_frame(path: Path, when: datetime) -> Frame:
+    """A microphone chunk (WAV) as a ``Frame`` for the publisher."""
+    return Frame(path, when, None, None, MediaKind.audio, "audio/wav")
 
 
 @dataclass
@@ -206,6 +221,11 @@ class CaptureStats:
     gate_cpu_seconds: float = 0.0
     cpu_seconds: float = 0.0
     denied_rules: dict[str, int] = field(default_factory=dict)
+    audio_chunks: int = 0  # microphone: chunks cut, kept (published like frames), dropped as silent
+    audio_kept: int = 0
+    audio_silent: int = 0
+    audio_seconds: float = 0.0
+    audio_overflows: int = 0
 
 
 Sink = Callable[[Sequence[Frame]], tuple[int, int]]  # publish a batch -> (published, failed)
@@ -216,7 +236,7 @@ def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], N
     inline) inside ``workers.runtime.store_session``, then consolidate the user; returns the batch publisher."""
     def publish(frames: Sequence[Frame]) -> tuple[int, int]:
         from engram.api.local import Candidate, publish_file, run_event
-        from engram.schemas.events import EventStatus, MediaKind
+        from engram.schemas.events import EventStatus
         from engram.workers.runtime import runtime, store_session
 
         ok = bad = 0
@@ -224,7 +244,7 @@ def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], N
             rt = runtime()
             for frame in frames:
                 try:
-                    event = publish_file(rt, Candidate(frame.path, MediaKind.screenshot, "image/png"), tenant, user,
+                    event = publish_file(rt, Candidate(frame.path, frame.kind, frame.mime), tenant, user,
                                          device, frame.captured_at, frame.app, frame.window)
                     record = run_event(rt, event)
                 except Exception as exc:  # noqa: BLE001 (one frame never stops the capture)
@@ -253,13 +273,12 @@ def spool_sink(frames: Sequence[Frame]) -> tuple[int, int]:
 
 def api_sink(client, report: Callable[[str], None] = lambda _: None) -> Sink:
     """Publish kept frames through an ``api.client.EngramClient`` (presigned upload, then the event)."""
-    from engram.schemas.events import MediaKind
 
     def publish(frames: Sequence[Frame]) -> tuple[int, int]:
         ok = bad = 0
         for frame in frames:
             try:
-                client.publish(frame.path, MediaKind.screenshot, captured_at=frame.captured_at, app=frame.app,
+                client.publish(frame.path, frame.kind, captured_at=frame.captured_at, app=frame.app,
                                window=frame.window)
             except Exception as exc:  # noqa: BLE001 (the API down: the frame stays in the spool)
                 report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
@@ -276,7 +295,8 @@ def api_sink(client, report: Callable[[str], None] = lambda _: None) -> Sink:
 class CaptureConfig:
     """Options of one capture run (the CLI's): ``interval``/``max_interval`` seconds; ``max_frames`` grabs and
     ``duration`` seconds bound the run (None: until stopped); ``batch`` frames or ``flush_seconds`` per publish;
-    ``monitor`` is mss's index (0: all monitors as one image, 1: the first)."""
+    ``monitor`` is mss's index (0: all monitors as one image, 1: the first); ``screen`` False: no screenshots
+    (the microphone alone)."""
 
     spool: Path
     interval: float = 2.0
@@ -290,15 +310,19 @@ class CaptureConfig:
     hash_min: float = 0.9
     ssim_min: float = 0.997
     thumb_side: int = 256
+    screen: bool = True
 
 
 class Capture:
     """The capture loop (module docstring). ``windows``: an ``XWindows`` or None (no window information: the
-    title and app rules cannot apply). ``stop``: set to end the run (the pending batch is published)."""
+    title and app rules cannot apply). ``stop``: set to end the run (the pending batch is published).
+    ``microphone``: an ``api.microphone.MicrophoneRecorder`` recording beside the screen (or alone), or None."""
 
     def __init__(self, config: CaptureConfig, sink: Sink, rules: PrivacyRules, windows: XWindows | None = None,
-                 stop: threading.Event | None = None, report: Callable[[str], None] = lambda _: None) -> None:
+                 stop: threading.Event | None = None, report: Callable[[str], None] = lambda _: None,
+                 microphone: Any = None) -> None:
         self.config, self.sink, self.rules, self.windows, self.report = config, sink, rules, windows, report
+        self.microphone = microphone
         self.stop = stop or threading.Event()
         self.paused_by_signal = False
         self.stats = CaptureStats()
@@ -314,19 +338,42 @@ class Capture:
 
     def run(self) -> CaptureStats:
         """Capture until ``stop``, ``max_frames`` grabs or ``duration`` seconds; publish what is pending; return
-        the counts. Raises mss's ScreenShotError when the screen cannot be grabbed at all."""
-        import mss
-
-        from engram.workers.media import decode as media
-
+        the counts. Raises mss's ScreenShotError when the screen cannot be grabbed at all, and the audio
+        library's error when the microphone cannot be opened."""
         cfg, st = self.config, self.stats
         cfg.spool.mkdir(parents=True, exist_ok=True)
-        interval = AdaptiveInterval(cfg.interval, max(cfg.max_interval, cfg.interval))
         start, cpu0 = time.monotonic(), time.process_time()
         batches: queue.Queue[list[Frame] | None] = queue.Queue()
         publisher = threading.Thread(target=self._publish_batches, args=(batches,), name="capture-publish",
                                      daemon=True)
         publisher.start()
+        try:
+            if self.microphone is not None:
+                self.microphone.start(batches.put)
+            if cfg.screen:
+                self._screen(start, batches)
+            else:
+                self.stop.wait(None if cfg.duration is None else cfg.duration)
+        finally:
+            if self.microphone is not None:
+                mic = self.microphone.stop()
+                st.audio_chunks, st.audio_kept, st.audio_silent = mic.chunks, mic.kept, mic.silent
+                st.audio_seconds, st.audio_overflows = mic.seconds, mic.overflows
+            st.wall_seconds = time.monotonic() - start
+            batches.put(None)
+            publisher.join()
+        st.publish_wait_seconds = time.monotonic() - start - st.wall_seconds
+        st.cpu_seconds = time.process_time() - cpu0
+        return st
+
+    def _screen(self, start: float, batches: queue.Queue) -> None:
+        """The screen loop (module docstring): grab, gate, spool, hand batches to the publisher."""
+        import mss
+
+        from engram.workers.media import decode as media
+
+        cfg, st = self.config, self.stats
+        interval = AdaptiveInterval(cfg.interval, max(cfg.max_interval, cfg.interval))
         pending: list[Frame] = []
         first_pending = 0.0
         last_signature: str | None = None
@@ -379,12 +426,6 @@ class Capture:
                 self.stop.wait(wait)
         if pending:
             batches.put(pending)
-        st.wall_seconds = time.monotonic() - start
-        batches.put(None)
-        publisher.join()
-        st.publish_wait_seconds = time.monotonic() - start - st.wall_seconds
-        st.cpu_seconds = time.process_time() - cpu0
-        return st
 
     def _denied(self) -> tuple[str | None, WindowInfo | None]:
         """(the rule that denies this tick, or None; the active window)."""
@@ -406,7 +447,7 @@ class Capture:
                 self.report(f"cannot publish {len(frames)} frames: {type(exc).__name__}: {exc}")
             self.stats.published += ok
             self.stats.failed += bad
-            self.report(f"published {ok} frames" + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
+            self.report(f"published {ok} file(s)" + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
 
 
 def install_signals(capture: Capture) -> dict:
@@ -457,13 +498,19 @@ def capture_command(
     json_out: Annotated[bool, typer.Option("--json", help="Print the run's counts as JSON.")] = False,
     spool_only: Annotated[bool, typer.Option("--spool-only", help="Publish nothing: kept frames stay in the spool "
                                              "(to measure the agent alone, or to ingest later).")] = False,
+    microphone: Annotated[bool, typer.Option("--microphone", help="Also record the microphone in chunks; chunks "
+                                             "without speech are dropped (off by default).")] = False,
+    chunk_seconds: Annotated[float, typer.Option(min=1, help="Seconds of audio per published chunk, with "
+                                                 "--microphone.")] = 30.0,
+    mic_device: Annotated[str | None, typer.Option(help="PortAudio input device (index or name part; default: "
+                                                   "the system's default input).")] = None,
+    screen: Annotated[bool, typer.Option("--screen/--no-screen", help="Capture the screen (--no-screen: the "
+                                         "microphone alone).")] = True,
 ) -> None:
-    """Capture the screen into memory: screenshots at an adaptive interval, repeats dropped before anything is
-    stored, denied apps and windows never captured, published in batches. SIGUSR1 or the pause file pauses;
-    Ctrl-C stops (the pending batch is published)."""
-    import json
-    from dataclasses import asdict
-
+    """Capture the screen (and with --microphone the microphone) into memory: screenshots at an adaptive
+    interval, repeats dropped before anything is stored, denied apps and windows never captured, audio chunks
+    without speech dropped, published in batches. SIGUSR1 or the pause file pauses the screen; Ctrl-C stops
+    (the pending batch is published)."""
     from rich.text import Text
 
     from engram.api.console import api_client as _client
@@ -477,42 +524,81 @@ def capture_command(
     def report(line: str) -> None:
         err.print(Text(line))
 
-    try:
-        rules = PrivacyRules((*DEFAULT_DENY_APPS, *(deny_app or [])), (*DEFAULT_DENY_TITLES, *(deny_title or [])))
-    except re.error as exc:
-        err.print(Text(f"error: --deny-title: {exc}"))
-        raise typer.Exit(2) from exc
+    rules = privacy_rules(deny_app, deny_title, report)
     config = CaptureConfig(spool=spool or settings.data_dir / "capture-spool", interval=interval,
                            max_interval=max_interval, max_frames=max_frames, duration=duration, batch=batch,
                            flush_seconds=flush_seconds, monitor=monitor,
                            pause_file=pause_file or settings.data_dir / "capture.pause",
                            hash_min=settings.near_duplicate_similarity, ssim_min=settings.near_duplicate_ssim,
-                           thumb_side=settings.near_duplicate_thumb_side)
+                           thumb_side=settings.near_duplicate_thumb_side, screen=screen)
+    mic = open_microphone(config.spool, chunk_seconds, mic_device, report) if microphone else None
     user, device = user or _default_user(), device or _default_device()
     client = _client(api, api_key, user, device) if api and not spool_only else None
     sink = (spool_sink if spool_only else api_sink(client, report) if client
             else embedded_sink(tenant or settings.tenant, user, device, report))
-    windows = open_windows(report)
-    cap = Capture(config, sink, rules, windows, report=report)
+    windows = open_windows(report) if screen else None
+    cap = Capture(config, sink, rules, windows, report=report, microphone=mic)
     previous = install_signals(cap)
     target = config.spool if spool_only else api or "the embedded store"
-    report(f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s into {target} "
-           f"(pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
+    report((f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s" if screen else
+            "capturing") + (f"{' and' if screen else ''} the microphone in {chunk_seconds:g} s chunks" if mic else "")
+           + f" into {target} (pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
     try:
         stats = cap.run()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if windows is not None:
-            windows.close()
-        if client is not None:
-            client.close()
-    if json_out:
-        console.print_json(json.dumps(asdict(stats)))
-    else:
-        console.print(f"{stats.grabbed} grabbed, {stats.kept} kept, {stats.duplicates} repeats dropped, "
-                      f"{stats.denied} denied, {stats.published} published, {stats.failed} failed; "
-                      f"{stats.gate_cpu_seconds:.2f} CPU s capturing, {stats.cpu_seconds:.2f} CPU s in all, "
-                      f"{stats.wall_seconds:.1f} s")
+        restore(previous, windows, client)
+    print_stats(stats, json_out, console)
     if stats.failed and not stats.published:
         raise typer.Exit(1)
+
+
+def print_stats(stats: CaptureStats, json_out: bool, console: Any) -> None:
+    """The run's counts on ``console``: JSON (``--json``) or one line."""
+    import json
+    from dataclasses import asdict
+
+    if json_out:
+        console.print_json(json.dumps(asdict(stats)))
+        return
+    audio = (f"; audio: {stats.audio_chunks} chunks, {stats.audio_kept} kept, {stats.audio_silent} silent dropped"
+             if stats.audio_chunks or stats.audio_seconds else "")
+    console.print(f"{stats.grabbed} grabbed, {stats.kept} kept, {stats.duplicates} repeats dropped, "
+                  f"{stats.denied} denied, {stats.published} published, {stats.failed} failed{audio}; "
+                  f"{stats.gate_cpu_seconds:.2f} CPU s capturing, {stats.cpu_seconds:.2f} CPU s in all, "
+                  f"{stats.wall_seconds:.1f} s")
+
+
+def open_microphone(spool: Path, chunk_seconds: float, device: str | None, report: Callable[[str], None]):
+    """A ``MicrophoneRecorder`` for ``--microphone`` (not started). Exits 2 with one line when the audio
+    libraries are missing (sounddevice, PortAudio's libportaudio2, webrtcvad)."""
+    from engram.api.microphone import MicrophoneConfig, MicrophoneRecorder
+
+    dev = int(device) if device is not None and device.isdigit() else device
+    try:
+        import sounddevice  # noqa: F401 (raises OSError when the PortAudio library is missing)
+
+        return MicrophoneRecorder(MicrophoneConfig(spool=spool, chunk_seconds=chunk_seconds, device=dev),
+                                  audio_frame, report)
+    except (ImportError, OSError) as exc:
+        report(f"error: --microphone: {exc} (pip install sounddevice webrtcvad-wheels; apt install libportaudio2)")
+        raise typer.Exit(2) from exc
+
+
+def privacy_rules(deny_app: list[str] | None, deny_title: list[str] | None,
+                  report: Callable[[str], None]) -> PrivacyRules:
+    """The default rules plus ``--deny-app``/``--deny-title``; exits 2 with one line for a bad pattern."""
+    try:
+        return PrivacyRules((*DEFAULT_DENY_APPS, *(deny_app or [])), (*DEFAULT_DENY_TITLES, *(deny_title or [])))
+    except re.error as exc:
+        report(f"error: --deny-title: {exc}")
+        raise typer.Exit(2) from exc
+
+
+def restore(previous: dict, windows: XWindows | None, client: Any) -> None:
+    """After a run: the previous signal handlers back, the X connection and the API client closed."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    if windows is not None:
+        windows.close()
+    if client is not None:
+        client.close()

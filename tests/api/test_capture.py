@@ -100,3 +100,112 @@ def test_capture_keeps_changes_drops_repeats_and_never_grabs_denied_windows(xser
     assert "Tangier" in everything
     for denied in ("4921", "private search terms", "KeePassXC", "Private Browsing"):
         assert denied not in everything, denied
+
+
+# --- the microphone ---------------------------------------------------------------------------------------
+
+def _speech_16k(path) -> bytes:
+    """A real recording as 16 kHz mono int16 PCM (soundfile reads it, librosa resamples)."""
+    import librosa
+    import numpy as np
+    import soundfile as sf
+
+    audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    mono = librosa.resample(audio.mean(axis=1), orig_sr=rate, target_sr=16_000)
+    return (np.clip(mono, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+class _Blocks:
+    """Stands in for PortAudio's stream (no capture device here): the recorder's own callback is fed the
+    real recording's blocks, as PortAudio's thread would."""
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_microphone_chunks_gate_silence_and_hand_kept_chunks_to_the_publisher(tmp_path, eval_data):
+    """5 s of silence, JFK's 11 s speech, 6 s of silence, fed through the recorder's PortAudio callback in
+    100 ms blocks: 5 s chunks; silent ones dropped by WebRTC's VAD before anything is written; the kept ones
+    written as 16 kHz WAV, timed from their first sample, and handed to the publisher as audio frames."""
+    import wave
+    from datetime import UTC
+
+    from engram.api.capture import audio_frame
+    from engram.api.microphone import MicrophoneConfig, MicrophoneRecorder, SilenceGate
+    from engram.schemas.events import MediaKind
+
+    speech = _speech_16k(eval_data / "audio" / "jfk.flac")
+    silence = bytes(2 * 16_000 * 5)
+    gate = SilenceGate()
+    assert gate.voiced_fraction(speech) > 0.5 and gate.voiced_fraction(silence) == 0.0
+    published: list = []
+    rec = MicrophoneRecorder(MicrophoneConfig(spool=tmp_path / "spool", chunk_seconds=5), audio_frame,
+                             open_stream=lambda rate, block, device, callback: _Blocks())
+    rec.start(published.extend)
+    stream = silence + speech + bytes(2 * 16_000 * 6)
+    block = 2 * 1600
+    t0 = time.time()
+    for i in range(0, len(stream), block):
+        rec.callback(stream[i:i + block], len(stream[i:i + block]) // 2, None, None)
+    stats = rec.stop()
+    assert (stats.chunks, stats.silent) == (5, 2), stats  # 0-5 s and 20-22 s silent; 5-10, 10-15, 15-20 speech
+    assert stats.kept == 3 and abs(stats.seconds - 22.0) < 0.01
+    assert [f.kind for f in published] == [MediaKind.audio] * 3 and {f.mime for f in published} == {"audio/wav"}
+    starts = [f.captured_at.timestamp() for f in published]  # the stream starts at the first block's first sample
+    assert [round(b - a, 3) for a, b in zip(starts, starts[1:], strict=False)] == [5.0, 5.0]
+    assert t0 + 5 - 0.2 <= starts[0] <= t0 + 5 + 1 and published[0].captured_at.tzinfo is UTC
+    with wave.open(str(published[0].path)) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getnframes()) == (16_000, 1, 80_000)
+    assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == sorted(f.path.name for f in published)
+
+
+@pytest.fixture
+def pulse_null_source(tmp_path):
+    """A real PulseAudio server with a null sink whose monitor is the default source (what a microphone would
+    be): PortAudio reaches it through ALSA's pulse plugin. Yields (environment, sink name)."""
+    if not (shutil.which("pulseaudio") and shutil.which("paplay") and shutil.which("pactl")):
+        pytest.skip("PulseAudio not installed (`bash scripts/setup.sh --dev` installs it)")
+    runtime = tmp_path / "pulse-runtime"
+    runtime.mkdir()
+    socket = runtime / "native"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime),
+           "PULSE_SERVER": f"unix:{socket}"}
+    server = subprocess.Popen(["pulseaudio", "-n", "--daemonize=no", "--exit-idle-time=-1", "--disallow-exit",
+                               "--log-target=stderr", "-L", f"module-native-protocol-unix auth-anonymous=1 "
+                               f"socket={socket}", "-L", "module-null-sink sink_name=engram_null"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode != 0:
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()[-2000:]
+            time.sleep(0.2)
+        subprocess.run(["pactl", "set-default-source", "engram_null.monitor"], env=env, check=True)
+        yield env, "engram_null"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_capture_microphone_from_a_real_audio_server_into_search(tmp_path, pulse_null_source, eval_data):
+    """``engram capture --microphone --no-screen`` records from a real PulseAudio source (through sounddevice,
+    PortAudio and ALSA) while JFK's speech plays into it: silent chunks are dropped, the speech chunks are
+    published into the embedded store, and the words are found by ``engram search``."""
+    pulse_env, sink = pulse_null_source
+    env = {**_env(tmp_path, ":0"), **pulse_env}
+    env.pop("DISPLAY")
+    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--microphone",
+                             "--no-screen", "--chunk-seconds", "4", "--duration", "26"], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # the first chunks: the null source's silence
+    subprocess.run(["paplay", f"--device={sink}", str(eval_data / "audio" / "jfk.flac")], env=pulse_env,
+                   check=True, timeout=60)
+    stats = _finish(proc)
+    assert stats["audio_seconds"] > 20 and stats["audio_silent"] >= 2, stats
+    assert 2 <= stats["audio_kept"] <= 5 and stats["published"] == stats["audio_kept"], stats
+    assert stats["failed"] == 0 and stats["grabbed"] == 0, stats
+    assert not list((tmp_path / "data" / "capture-spool").glob("*.wav"))  # published chunks leave the spool
+    out = _cli(env, "search", "ask not what your country can do for you", "-k", "5")
+    assert "country" in out.lower(), out
