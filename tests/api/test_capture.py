@@ -199,9 +199,12 @@ def test_capture_microphone_from_a_real_audio_server_into_search(tmp_path, pulse
     proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--microphone",
                              "--no-screen", "--chunk-seconds", "4", "--duration", "26"], env=env, cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    import soundfile as sf
+
+    speech = tmp_path / "jfk.wav"  # as WAV: paplay 16.1 stops a FLAC after its first buffer
+    sf.write(str(speech), *sf.read(str(eval_data / "audio" / "jfk.flac"), dtype="int16"), subtype="PCM_16")
     time.sleep(8)  # the first chunks: the null source's silence
-    subprocess.run(["paplay", f"--device={sink}", str(eval_data / "audio" / "jfk.flac")], env=pulse_env,
-                   check=True, timeout=60)
+    subprocess.run(["paplay", f"--device={sink}", str(speech)], env=pulse_env, check=True, timeout=60)
     stats = _finish(proc)
     assert stats["audio_seconds"] > 20 and stats["audio_silent"] >= 2, stats
     assert 2 <= stats["audio_kept"] <= 5 and stats["published"] == stats["audio_kept"], stats
