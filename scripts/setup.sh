@@ -15,8 +15,16 @@ command -v ffmpeg >/dev/null 2>&1 || need+=(ffmpeg)
 command -v espeak-ng >/dev/null 2>&1 || need+=(espeak-ng)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 fc-list 2>/dev/null | grep -qi dejavu || need+=(fonts-dejavu-core)
-# --dev: an X server for tests/api/test_capture.py (engram capture under Xvfb)
-if [ "${1:-}" = "--dev" ]; then command -v Xvfb >/dev/null 2>&1 || need+=(xvfb); fi
+# PortAudio for `engram capture --microphone` (sounddevice loads it at run time)
+ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
+# --dev: an X server and an audio server for tests/api/test_capture.py (engram capture under Xvfb; the microphone
+# from a PulseAudio null sink, reached through ALSA's pulse plugin)
+if [ "${1:-}" = "--dev" ]; then
+  command -v Xvfb >/dev/null 2>&1 || need+=(xvfb)
+  command -v pulseaudio >/dev/null 2>&1 || need+=(pulseaudio)
+  command -v paplay >/dev/null 2>&1 || need+=(pulseaudio-utils)
+  [ -e /usr/share/alsa/alsa.conf.d/pulse.conf ] || need+=(libasound2-plugins)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing system packages: ${need[*]}"
   $SUDO apt-get update -qq
