@@ -3,6 +3,10 @@ times ``add_memory`` then ``search`` until the added text is among the hits, for
 (the first call loads the models). Prints the wall times (median, max) and the load average. Not a test.
 
     python bench/mcp_roundtrip.py --n 5 [--data-dir DIR]
+    python bench/mcp_roundtrip.py --n 5 --api http://engram:8000 --api-key KEY   # through the HTTP API
+
+With ``--api`` the server is ``engram mcp --api URL`` (its tools call the API through the SDK; a worker must
+serve the API's queues), so the times are add → stored → searchable through the whole distributed path.
 """
 
 from __future__ import annotations
@@ -20,13 +24,17 @@ import anyio
 REPO = Path(__file__).resolve().parents[1]
 
 
-async def run(data_dir: Path, n: int) -> dict[str, list[float]]:
+async def run(data_dir: Path, n: int, api: str | None = None, api_key: str | None = None) -> dict[str, list[float]]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
     env = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    via = ["--api", api] if api else []
+    if api_key:
+        env["ENGRAM_API_KEY"] = api_key  # not on the command line
     params = StdioServerParameters(command=sys.executable, cwd=str(REPO), env=env,
-                                   args=["-m", "engram.api.cli", "mcp", "--data-dir", str(data_dir), "--user", "bench"])
+                                   args=["-m", "engram.api.cli", "mcp", "--data-dir", str(data_dir), "--user", "bench",
+                                         *via])
     times: dict[str, list[float]] = {"add": [], "search": [], "round_trip": [], "first_round_trip": []}
     async with Client(params, read_timeout_seconds=900) as client:
         for i in range(n + 1):
@@ -52,9 +60,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5, help="Notes timed after the warm-up.")
     ap.add_argument("--data-dir", type=Path, default=None, help="Store to use (default: a fresh temporary one).")
+    ap.add_argument("--api", default=None, help="Through this engram HTTP API (engram mcp --api) instead.")
+    ap.add_argument("--api-key", default=os.environ.get("ENGRAM_API_KEY"), help="Its API key (or ENGRAM_API_KEY).")
     args = ap.parse_args()
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="engram-mcp-bench-"))
-    times = anyio.run(run, data_dir, args.n)
+    times = anyio.run(run, data_dir, args.n, args.api, args.api_key)
+    print("through the API at " + args.api if args.api else "embedded at " + str(data_dir))
     print(f"first round trip (models loading): {times['first_round_trip'][0]:.2f} s")
     for name in ("add", "search", "round_trip"):
         xs = times[name]
