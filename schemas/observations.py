@@ -30,7 +30,7 @@ class WordTiming(BaseModel):
 
 class FaceDetection(BaseModel):
     """One detected face: box (x0, y0, x1, y1) in pixels of the full-size frame, its 128-d embedding (dlib's
-    ResNet face descriptor via ``face_recognition``; faces of one person lie within about 0.6 Euclidean
+    ResNet face descriptor, ``workers.models.faces``; faces of one person lie within about 0.6 Euclidean
     distance), the frame's offset into the recording in seconds (clips) and, after linking, its entity."""
 
     box: tuple[float, float, float, float]

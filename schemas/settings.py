@@ -50,7 +50,7 @@ class ModelSettings(BaseModel):
     voice_model: Literal["resemblyzer", "none"] = Field(
         "resemblyzer", description="Speaker embeddings of speech (Resemblyzer d-vectors, 256-d) and speaker "
         "clustering within a chunk; 'none' turns both off.")
-    # faces (dlib via face_recognition)
+    # faces (dlib: workers.models.faces)
     face_max_side: int = Field(1024, ge=64, description="Frames are downscaled to this longer side before face "
                                "detection (boxes are mapped back to full size).")
     face_upsample: int = Field(1, ge=0, le=3, description="HOG detector upsamplings (1 finds faces of about 40 px "

@@ -25,9 +25,10 @@ if [ -z "$UV" ]; then
 fi
 override="$(mktemp)"
 echo "$TORCH" > "$override"
-# resemblyzer and face_recognition are installed without their declared dependencies (webrtcvad's sdist and a
-# source build of dlib; webrtcvad-wheels and dlib-bin provide the same modules): pinned here, after the resolve
-NO_DEPS=$'resemblyzer==0.1.4\nface-recognition==1.3.0'
+# resemblyzer is installed without its declared dependencies (webrtcvad's sdist, which needs a compiler and
+# pkg_resources, and the `typing` backport; webrtcvad-wheels provides the same module): pinned here, after the
+# resolve (workers/models/voices.py says so when it is missing)
+NO_DEPS='resemblyzer==0.1.4'
 for spec in "requirements.lock:--extra=worker --extra=cpu" "requirements-dev.lock:--extra=dev"; do
   out="${spec%%:*}"; extra="${spec#*:}"
   # shellcheck disable=SC2086
@@ -38,7 +39,7 @@ for spec in "requirements.lock:--extra=worker --extra=cpu" "requirements-dev.loc
     echo "# torch's CPU build: on a machine without its wheel on disk, pip install --extra-index-url"
     echo "# https://download.pytorch.org/whl/cpu -r $out"
     cat "$out.tmp"
-    echo "# without their declared dependencies (see scripts/lock.sh)"
+    echo "# without its declared dependencies (see scripts/lock.sh)"
     echo "$NO_DEPS"
   } > "$out"
   rm -f "$out.tmp"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 
+import structlog
 from celery import Celery, Signature
 from celery.signals import setup_logging, worker_init, worker_process_shutdown
 from kombu import Queue as KombuQueue
@@ -19,6 +20,8 @@ from engram.workers.fairness import PRIORITY_STEPS
 from engram.workers.logs import celery_setup_logging
 from engram.workers.metrics import mark_process_dead, serve_metrics
 from engram.workers.tasks import QUEUE_OF, STAGE_MODULES, Queue, Task
+
+log = structlog.get_logger(__name__)
 
 #: Routes of every task to its queue (``workers.tasks.QUEUE_OF``).
 ROUTES = {name.value: {"queue": queue.value} for name, queue in QUEUE_OF.items()}
@@ -172,6 +175,16 @@ def _require_vault_key(**_) -> None:
         raise SystemExit("engram worker: ENGRAM_VAULT_KEY is not set; every worker needs the same vault key "
                          "(`engram vault keygen` prints one; a deployment keeps it as a secret) to redact "
                          "secrets and read the OCR cache")
+
+
+@worker_init.connect
+def _say_missing_models(**_) -> None:
+    """At a worker's start, one warning per model the settings turn on whose packages are missing, with how to
+    install them (``workers.models.missing_packages``: Resemblyzer, installed apart from the extras)."""
+    from engram.workers.models import missing_packages  # start-up time: the API's Celery client loads no model code
+
+    for message in missing_packages(get_settings()):
+        log.warning("model unavailable", reason=message)
 
 
 @worker_init.connect

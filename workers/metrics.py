@@ -26,6 +26,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -94,13 +95,26 @@ def count_finished(kind: str, status: str, stage: str | None, reason: str | None
                            reason=reason_class(status, reason)).inc()
 
 
+#: the models being timed in this context: an inner ``model_timer`` of one of them observes nothing
+_TIMING: ContextVar[frozenset[str]] = ContextVar("engram_model_timing", default=frozenset())
+
+
 @contextmanager
 def model_timer(model: str, items: float = 1.0) -> Iterator[None]:
-    """Time one model call over ``items`` items (images, audio seconds, texts): observes seconds per item."""
+    """Time one model call over ``items`` items (images, audio seconds, texts): observes seconds per item.
+
+    Nested timers of the same ``model`` count once, by the outermost: a caller that times a larger unit (a
+    screenshot read region by region) around a provider's ``predict``, which times itself, is not counted twice."""
+    active = _TIMING.get()
+    if model in active:
+        yield
+        return
+    token = _TIMING.set(active | {model})
     t0 = time.perf_counter()
     try:
         yield
     finally:
+        _TIMING.reset(token)
         if items > 0:
             MODEL_SECONDS.labels(model=model).observe((time.perf_counter() - t0) / items)
             MODEL_ITEMS.labels(model=model).inc(items)

@@ -152,7 +152,7 @@ def load_image(data: bytes, max_pixels: int):
     if w * h > max_pixels:
         raise MediaError(f"image too large: declared {w}x{h} = {w * h / 1e6:.0f} MP exceeds "
                          f"the {max_pixels / 1e6:.0f} MP limit (possible decompression bomb)")
-    # strict: a truncated image is bad input (face_recognition's import sets this flag process-wide)
+    # strict: a truncated image is bad input (the flag is process-wide: any library may have turned it on)
     ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:
         img.load()

@@ -1,19 +1,46 @@
-"""Model providers: one small base (``Model``), one registry, one locked per-process cache.
+"""Model providers: one base (``Model``: identity ``(model_type, model_task)``, a public timed ``predict`` over each
+provider's ``_predict``, lazy loading), one registry (``get_model``), one locked per-process cache (``cached``).
 
-``get_model(task)`` chooses the provider for a task from settings in one explicit ``match``.
+``get_model(task, settings)`` chooses the provider for a task from settings in one explicit ``match`` and is typed
+per task name, so ``get_model("faces", s).detect(...)`` is checked against ``DlibFaces``:
+
+=============  =========================  ===================  ==========================================
+task           identity                   provider             typed ``predict``
+=============  =========================  ===================  ==========================================
+``embedding``  ("embedding", "text")      MiniLMEmbedder       ``embed(texts) -> (n, 384) float32``
+``ocr``        ("ocr", "screen")          RapidOcr             ``read(image) -> list[OcrLine]``
+``asr``        ("asr", "speech")          WhisperAsr           ``transcribe(audio) -> Transcript``
+``voice``      ("voices", "embed")        ResemblyzerVoice     ``embed_windows(audio, ...) -> (k, 256)``
+``faces``      ("faces", "detect+embed")  DlibFaces            ``detect(frames) -> list[list[FaceDetection]]``
+``caption``    ("vlm", "caption")         VlmCaptioner         ``caption(image, prompt) -> str``
+``llm``        ("llm", "chat")            ChatLlm              ``complete_json(system, messages) -> str``
+=============  =========================  ===================  ==========================================
 """
 
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 from engram.schemas.settings import Settings
 from engram.workers.models.asr import WhisperAsr
-from engram.workers.models.base import Model, ModelUnavailable, cached
+from engram.workers.models.base import Model, ModelIdentity, ModelTask, ModelType, ModelUnavailable, cached
 from engram.workers.models.embeddings import EmbeddingCache, MiniLMEmbedder, embed_cached
 from engram.workers.models.faces import DlibFaces
 from engram.workers.models.llm import ChatLlm, GeminiChat, LlmUnavailable, OpenAiChat
 from engram.workers.models.ocr import RapidOcr
-from engram.workers.models.vlm import CaptionUnavailable, GeminiCaptioner, OpenAiCaptioner
+from engram.workers.models.vlm import CaptionUnavailable, GeminiCaptioner, OpenAiCaptioner, VlmCaptioner
 from engram.workers.models.voices import ResemblyzerVoice
+from engram.workers.models.voices import missing as voices_missing
+
+#: The task names ``get_model`` knows.
+TaskName = Literal["embedding", "ocr", "asr", "voice", "faces", "caption", "llm"]
+
+#: Each task's provider identity (the providers of ``caption`` and ``llm`` depend on settings, not their identity).
+IDENTITIES: dict[str, ModelIdentity] = {
+    "embedding": MiniLMEmbedder.identity(), "ocr": RapidOcr.identity(), "asr": WhisperAsr.identity(),
+    "voice": ResemblyzerVoice.identity(), "faces": DlibFaces.identity(), "caption": VlmCaptioner.identity(),
+    "llm": ChatLlm.identity(),
+}
 
 
 def _endpoint_options(settings: Settings, prefix: str) -> dict:
@@ -24,9 +51,27 @@ def _endpoint_options(settings: Settings, prefix: str) -> dict:
                 max_tokens=get("max_tokens"), api_key=key.get_secret_value() if key else None)
 
 
-def get_model(task: str, settings: Settings) -> Model:
-    """The process's model for ``task`` (``embedding``, ``ocr``, ``asr``, ``voice``, ``faces``, ``caption`` or
-    ``llm``). Raises ValueError for another task, ModelUnavailable for ``caption`` / ``llm`` when no VLM / LLM
+@overload
+def get_model(task: Literal["embedding"], settings: Settings) -> MiniLMEmbedder: ...
+@overload
+def get_model(task: Literal["ocr"], settings: Settings) -> RapidOcr: ...
+@overload
+def get_model(task: Literal["asr"], settings: Settings) -> WhisperAsr: ...
+@overload
+def get_model(task: Literal["voice"], settings: Settings) -> ResemblyzerVoice: ...
+@overload
+def get_model(task: Literal["faces"], settings: Settings) -> DlibFaces: ...
+@overload
+def get_model(task: Literal["caption"], settings: Settings) -> VlmCaptioner: ...
+@overload
+def get_model(task: Literal["llm"], settings: Settings) -> ChatLlm: ...
+@overload
+def get_model(task: str, settings: Settings) -> Model[Any]: ...
+
+
+def get_model(task: str, settings: Settings) -> Model[Any]:
+    """The process's model for ``task`` (a ``TaskName``: the table above), built on first request and loaded on
+    first use. Raises ValueError for another task, ModelUnavailable for ``caption`` / ``llm`` when no VLM / LLM
     provider is configured."""
     m = settings.models
     match task:
@@ -65,6 +110,15 @@ def get_model(task: str, settings: Settings) -> Model:
             raise ValueError(f"unknown model task {task!r}")
 
 
-__all__ = ["CaptionUnavailable", "ChatLlm", "DlibFaces", "EmbeddingCache", "GeminiCaptioner", "GeminiChat",
-           "LlmUnavailable", "MiniLMEmbedder", "Model", "ModelUnavailable", "OpenAiCaptioner", "OpenAiChat",
-           "RapidOcr", "ResemblyzerVoice", "WhisperAsr", "embed_cached", "get_model"]
+def missing_packages(settings: Settings) -> list[str]:
+    """One message per model the settings turn on whose packages are not installed and that engram-multimodal's
+    extras cannot declare (today: Resemblyzer, ``voices.missing``), saying how to install it; empty when none.
+    Imports no model library. A worker logs them at start (``workers.app``)."""
+    found = voices_missing() if settings.models.voice_model == "resemblyzer" else None
+    return [found] if found else []
+
+
+__all__ = ["IDENTITIES", "CaptionUnavailable", "ChatLlm", "DlibFaces", "EmbeddingCache", "GeminiCaptioner",
+           "GeminiChat", "LlmUnavailable", "MiniLMEmbedder", "Model", "ModelIdentity", "ModelTask", "ModelType",
+           "ModelUnavailable", "OpenAiCaptioner", "OpenAiChat", "RapidOcr", "ResemblyzerVoice", "TaskName",
+           "VlmCaptioner", "WhisperAsr", "embed_cached", "get_model", "missing_packages"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engram.workers.models.base import Model, ModelUnavailable
+from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
 
 SAMPLE_RATE = 16_000
 MIN_SAMPLES = SAMPLE_RATE // 10  # shorter audio (< 0.1 s) holds no word: nothing is transcribed
@@ -97,13 +97,16 @@ def whisper_base_dir(cache_dir: Path) -> Path:
     return out
 
 
-class WhisperAsr(Model):
+class WhisperAsr(Model[Transcript]):
     """Transcribes 16 kHz mono float32 audio into segments with word timestamps, skipping silence with VAD.
+    Identity ``("asr", "speech")``; ``predict(audio, beam_size, language)`` is ``transcribe``.
 
     Options: ``device``, ``compute_type``, ``cpu_threads`` (CTranslate2), ``cache_dir`` (where ``base`` is
     assembled) and ``batch_size``: above 1, faster-whisper's ``BatchedInferencePipeline`` decodes that many
     VAD-cut pieces (up to 30 s each) at once, which pays on a GPU; 1 decodes the audio sequentially."""
 
+    model_type = ModelType.ASR
+    model_task = ModelTask.SPEECH
     task = "asr"
 
     def _load(self):
@@ -132,9 +135,16 @@ class WhisperAsr(Model):
     def transcribe(self, audio: np.ndarray, beam_size: int = 5, language: str | None = None) -> Transcript:
         """The transcript of ``audio`` (float32, 16 kHz mono, any length: faster-whisper walks it in 30 s
         windows). ``language`` forces a language on multilingual models (None: detected). Audio shorter
-        than 0.1 s, silence and noise give no segments. Raises ValueError for audio that is not 1-D."""
+        than 0.1 s, silence and noise give no segments (``predict``, timed per audio second). Raises ValueError
+        for audio that is not 1-D, ModelUnavailable when the model is not installed."""
         if audio.ndim != 1:
             raise ValueError(f"audio must be mono samples (1-D), got shape {audio.shape}")
+        return self.predict(audio, beam_size, language)
+
+    def _items(self, audio: np.ndarray, *_, **__) -> float:
+        return audio.size / SAMPLE_RATE
+
+    def _predict(self, audio: np.ndarray, beam_size: int = 5, language: str | None = None) -> Transcript:
         model = self.session
         if audio.size < MIN_SAMPLES:
             return Transcript([], language or ("en" if not model.model.is_multilingual else "und"))

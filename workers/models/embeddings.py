@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from engram.schemas.settings import get_settings
-from engram.workers.models.base import Model, ModelUnavailable
+from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
 
 DIM = 384
 
@@ -100,12 +100,15 @@ def span_vectors(hidden: np.ndarray, offsets: list[tuple[int, int]], spans: list
     return np.array(out, dtype=np.float32).reshape(-1, DIM)
 
 
-class MiniLMEmbedder(Model):
+class MiniLMEmbedder(Model[np.ndarray]):
     """Sentence embeddings, float32 and L2-normalised, shape (n, 384). Texts over 256 word pieces are cut.
+    Identity ``("embedding", "text")``; ``predict(texts, batch_size)`` is ``embed``.
 
     Options: ``runtime`` 'onnx' (onnxruntime on ``onnx_dir``/all-MiniLM-L6-v2.onnx, made by ``export_onnx``),
     'torch' (sentence-transformers) or 'auto' (onnx when that file exists); ``device`` for torch."""
 
+    model_type = ModelType.EMBEDDING
+    model_task = ModelTask.TEXT
     task = "embedding"
 
     def _onnx_file(self) -> Path | None:
@@ -134,9 +137,17 @@ class MiniLMEmbedder(Model):
         return SentenceTransformer(str(path), device=self.options.get("device", "cpu"))
 
     def embed(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        """Embeddings of ``texts``: float32 array (len(texts), 384), unit length."""
+        """Embeddings of ``texts``: float32 array (len(texts), 384), unit length (``predict``, timed per text;
+        no text: an empty (0, 384) array, the model not loaded). Raises ModelUnavailable when the model cannot
+        load (package missing, ``runtime`` 'onnx' without the export)."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32)
+        return self.predict(texts, batch_size)
+
+    def _items(self, texts: list[str], *_, **__) -> float:
+        return float(len(texts))
+
+    def _predict(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         model = self.session
         with self._predict_lock:
             if isinstance(model, _OnnxMiniLM):
@@ -150,9 +161,14 @@ class MiniLMEmbedder(Model):
         """Each text's embedding (len(texts), 384), as ``embed`` gives it, and from the same forward pass the
         vectors of its character ``spans`` (its sentences), by late chunking (``span_vectors``): ``rows[i]``
         (k, 384), unit rows, one per span of ``spans[i]`` that holds a token within the first
-        ``MAX_WORD_PIECES`` word pieces. One pass per text: a turn's sentences cost no model time of their own."""
+        ``MAX_WORD_PIECES`` word pieces. One pass per text: a turn's sentences cost no model time of their own.
+        Timed per text, as ``embed``. Raises ModelUnavailable as ``embed`` does."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32), []
+        return self._timed(self._embed_spans, float(len(texts)), texts, spans, batch_size)
+
+    def _embed_spans(self, texts: list[str], spans: list[list[tuple[int, int]]], batch_size: int
+                     ) -> tuple[np.ndarray, list[np.ndarray]]:
         model = self.session
         with self._predict_lock:
             if isinstance(model, _OnnxMiniLM):

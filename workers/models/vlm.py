@@ -19,22 +19,29 @@ import importlib
 
 from engram.workers.errors import ModelError
 from engram.workers.media.decode import jpeg_bytes
-from engram.workers.models.base import Model
+from engram.workers.models.base import Model, ModelTask, ModelType
 
 
 class CaptionUnavailable(ModelError, ConnectionError):
     """The VLM endpoint did not give a caption (unreachable, timed out, or an error status after retries)."""
 
 
-class VlmCaptioner(Model):
-    """Base of the captioners. Options: ``base_url``, ``api_key``, ``timeout`` (seconds per request),
-    ``max_retries``, ``max_tokens``, ``max_side`` (images are downscaled so that their longer side is at
-    most this many pixels and sent as JPEG)."""
+class VlmCaptioner(Model[str]):
+    """Base of the captioners, identity ``("vlm", "caption")``; ``predict(image, prompt)`` is ``caption``.
+    Options: ``base_url``, ``api_key``, ``timeout`` (seconds per request), ``max_retries``, ``max_tokens``,
+    ``max_side`` (images are downscaled so that their longer side is at most this many pixels and sent as JPEG)."""
 
+    model_type = ModelType.VLM
+    model_task = ModelTask.CAPTION
     task = "caption"
 
     def caption(self, image, prompt: str) -> str:
-        """A caption of ``image`` (PIL RGB). Raises CaptionUnavailable (with the endpoint and reason)."""
+        """A caption of ``image`` (PIL RGB) asked for with ``prompt``, stripped (``predict``, timed as one image).
+        Raises CaptionUnavailable (with the endpoint and reason), ModelUnavailable when the provider's SDK is
+        not installed."""
+        return self.predict(image, prompt)
+
+    def _predict(self, image, prompt: str) -> str:
         img = image.copy()
         side = self.options.get("max_side", 1024)
         img.thumbnail((side, side))
