@@ -56,8 +56,11 @@ from engram.workers.stores.vectors import OBSERVATIONS, collection_for, tenant_f
 from engram.workers.text import sparse
 from engram.workers.text.timeexpr import resolve
 
-#: The payload fields ranking reads (decay, time boost, memory prior, entity boost, the sources of a memory, a
-#: hit's session): candidates are fetched with these only, the hits returned with their whole payloads.
+#: The payload fields ranking reads of a memory (decay, time boost, memory prior, its sources): memory candidates
+#: are fetched with these only, the hits returned with their whole payloads. Observation candidates are ranked
+#: with no payload at all: the engine tells which of them a boost applies to by filter (``_boosted``), and the
+#: message ids of a returned memory's sources are read for those only (reading the payloads of ~400 candidate
+#: turns was most of a search's time in the engine).
 RANKING_FIELDS = ["memory_type", "last_recalled_at", "updated_at", "created_at", "recalls", "start_ts", "end_ts",
                   "provenance.observation_ids", "entity_ids", "message_id", "session_id", "event_id"]
 
@@ -130,6 +133,32 @@ def _in_range(payload: dict, span: TimeRange) -> bool:
     return start < span.end.timestamp() and (end if end is not None else start) >= span.start.timestamp()
 
 
+def _in_range_filter(span: TimeRange) -> qm.Filter:
+    """``_in_range`` as a filter: starts before the span ends, and ends (or, without an end, starts) in or after
+    its start."""
+    start, end = span.start.timestamp(), span.end.timestamp()
+    return qm.Filter(must=[qm.FieldCondition(key="start_ts", range=qm.Range(lt=end))], should=[
+        qm.FieldCondition(key="end_ts", range=qm.Range(gte=start)),
+        qm.Filter(must=[qm.IsEmptyCondition(is_empty=qm.PayloadField(key="end_ts")),
+                        qm.FieldCondition(key="start_ts", range=qm.Range(gte=start))])])
+
+
+def _boosted(rt: Runtime, req: SearchRequest, ids: set[str], named: set[str], span: TimeRange | None
+             ) -> tuple[set[str], set[str]]:
+    """(the observations of ``ids`` linked to an entity of ``named``, those in ``span``), asked of the engine by
+    filter: no payload is read."""
+    out: list[set[str]] = []
+    for wanted, cond in ((named, lambda: qm.FieldCondition(key="entity_ids", match=qm.MatchAny(any=sorted(named)))),
+                         (span, lambda: _in_range_filter(span))):
+        if not wanted or not ids:
+            out.append(set())
+            continue
+        flt = tenant_filter(req.tenant_id, req.user_id)
+        flt.must += [qm.HasIdCondition(has_id=sorted(ids)), cond()]
+        out.append({str(r.id) for r in rt.vectors.scroll(OBSERVATIONS, flt, with_payload=False)})
+    return out[0], out[1]
+
+
 def _name_pattern(name: str) -> re.Pattern:
     return re.compile(rf"(?<!\w){re.escape(name)}(?:'s)?(?!\w)", re.IGNORECASE)
 
@@ -195,20 +224,24 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     for mtype in dict.fromkeys(req.memory_types):
         if mtype is MemoryType.knowledge_vault:
             continue  # never searched by default; captions only, through its own call (later issue)
-        dense_pts, sparse_pts = rt.vectors.search(collection_for(mtype), dense, sparse_q,
-                                                  build_filter(req, mtype), depth,
-                                                  idf_corpus=tenant_filter(req.tenant_id, req.user_id),
-                                                  with_payload=RANKING_FIELDS)
+        dense_pts, sparse_pts = rt.vectors.search(
+            collection_for(mtype), dense, sparse_q, build_filter(req, mtype), depth,
+            idf_corpus=tenant_filter(req.tenant_id, req.user_id),
+            with_payload=False if mtype is MemoryType.observation else RANKING_FIELDS)
         for p in (*dense_pts, *sparse_pts):
             points.setdefault(str(p.id), (mtype, p))
         scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k,
                           [DENSE_WEIGHT, 1.0]))
     is_obs = {pid for pid, (mt, _) in points.items() if mt is MemoryType.observation}
+    _, in_span = _boosted(rt, req, is_obs, set(), span)
     stability = rt.settings.memory_stability_days
     for pid in scores:
+        if pid in is_obs:
+            if pid in in_span:
+                scores[pid] += TIME_BOOST
+            continue
         payload = points[pid][1].payload or {}
-        if pid not in is_obs:
-            scores[pid] *= decayed_score(payload, now, stability)
+        scores[pid] *= decayed_score(payload, now, stability)
         if span is not None and _in_range(payload, span):
             scores[pid] += TIME_BOOST
     memories = sorted((pid for pid in scores if pid not in is_obs), key=lambda pid: -scores[pid])
@@ -218,11 +251,32 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
         for mid in memories:
             for oid in (points[mid][1].payload or {}).get("provenance", {}).get("observation_ids", []):
                 prior[str(oid)] = max(prior[str(oid)], scores[mid])
+        linked, _ = _boosted(rt, req, is_obs, named, None)
         for pid in is_obs:
-            linked = named & set((points[pid][1].payload or {}).get("entity_ids") or [])
-            scores[pid] = scores.get(pid, 0.0) + MEMORY_PRIOR * prior[pid] + (ENTITY_BOOST if linked else 0.0)
-    msg_of = {pid: (points[pid][1].payload or {}).get("message_id") for pid in is_obs}
+            scores[pid] = scores.get(pid, 0.0) + MEMORY_PRIOR * prior[pid] + (ENTITY_BOOST if pid in linked else 0.0)
+    picked = _pick(req, points, scores, is_obs)
+    msg_of = _message_ids(rt, points, picked, is_obs)
     obs_rank = {pid: rank for rank, pid in enumerate(sorted(is_obs, key=lambda p: -scores[p]))}
+    _whole_payloads(rt, points, picked)
+    hits: list[SearchHit] = []
+    for pid in picked:
+        mtype, point = points[pid]
+        hit = _hit(mtype, point, scores[pid])
+        if mtype is not MemoryType.observation:
+            _order_sources(hit, obs_rank, msg_of)
+        hits.append(hit)
+    if req.context_turns:
+        attach_context(rt, req, hits, [points[str(h.id)][1] for h in hits])
+    recalled = [h.id for h in hits if h.memory_type is not MemoryType.observation]
+    if req.reinforce and recalled:
+        reinforce(rt, req.tenant_id, recalled, now)
+    return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000, time_range=span)
+
+
+def _pick(req: SearchRequest, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
+          scores: dict[str, float], is_obs: set[str]) -> list[str]:
+    """The ids of the hits to return, best first, at most ``req.limit``: a memory that only repeats observations
+    shown (or about to be) is left out."""
     # ties go to observations, the more specific evidence
     order = sorted(scores, key=lambda pid: (-scores[pid], pid not in is_obs))
     picked: list[str] = []
@@ -238,20 +292,20 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
             continue  # a memory that only repeats observations shown (or about to be) adds nothing
         shown.update(sources)
         picked.append(pid)
-    _whole_payloads(rt, points, picked)
-    hits: list[SearchHit] = []
-    for pid in picked:
-        mtype, point = points[pid]
-        hit = _hit(mtype, point, scores[pid])
-        if mtype is not MemoryType.observation:
-            _order_sources(hit, obs_rank, msg_of)
-        hits.append(hit)
-    if req.context_turns:
-        attach_context(rt, req, hits, [points[str(h.id)][1] for h in hits])
-    recalled = [h.id for h in hits if h.memory_type is not MemoryType.observation]
-    if req.reinforce and recalled:
-        reinforce(rt, req.tenant_id, recalled, now)
-    return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000, time_range=span)
+    return picked
+
+
+def _message_ids(rt: Runtime, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]], picked: list[str],
+                 is_obs: set[str]) -> dict[str, str | None]:
+    """{observation id: its message id} for the candidate observations among the sources of the picked
+    memories (what ``_order_sources`` reads), in one request."""
+    wanted = sorted({str(o) for pid in picked if pid not in is_obs
+                     for o in (points[pid][1].payload or {}).get("provenance", {}).get("observation_ids", [])
+                     if str(o) in is_obs})
+    if not wanted:
+        return {}
+    return {str(r.id): (r.payload or {}).get("message_id")
+            for r in rt.vectors.retrieve(OBSERVATIONS, wanted, with_payload=["message_id"])}
 
 
 def _whole_payloads(rt: Runtime, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
@@ -324,6 +378,6 @@ def _add_memory_sources(rt: Runtime, req: SearchRequest, memory_ids: list[str],
         return
     flt = build_filter(req, MemoryType.observation)
     flt.must.append(qm.HasIdCondition(has_id=missing))
-    for rec in rt.vectors.scroll(OBSERVATIONS, flt, with_payload=RANKING_FIELDS):
+    for rec in rt.vectors.scroll(OBSERVATIONS, flt, with_payload=False):
         points[str(rec.id)] = (MemoryType.observation, rec)
         is_obs.add(str(rec.id))
