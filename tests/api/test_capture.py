@@ -164,36 +164,23 @@ def test_microphone_chunks_gate_silence_and_hand_kept_chunks_to_the_publisher(tm
 
 @pytest.fixture
 def pulse_null_source(tmp_path):
-    """A real PulseAudio server with a null sink whose monitor is the default source (what a microphone would
-    be): PortAudio reaches it through ALSA's pulse plugin. Yields (environment, sink name)."""
-    if not (shutil.which("pulseaudio") and shutil.which("paplay") and shutil.which("pactl")):
+    """A real PulseAudio server whose default source is a null sink's monitor (tests/pulse.py); yields the
+    environment its clients need."""
+    from tests import pulse
+
+    if not pulse.available():
         pytest.skip("PulseAudio not installed (`bash scripts/setup.sh --dev` installs it)")
-    runtime = tmp_path / "pulse-runtime"
-    runtime.mkdir()
-    socket = runtime / "native"
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime),
-           "PULSE_SERVER": f"unix:{socket}"}
-    server = subprocess.Popen(["pulseaudio", "-n", "--daemonize=no", "--exit-idle-time=-1", "--disallow-exit",
-                               "--log-target=stderr", "-L", f"module-native-protocol-unix auth-anonymous=1 "
-                               f"socket={socket}", "-L", "module-null-sink sink_name=engram_null"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode != 0:
-            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()[-2000:]
-            time.sleep(0.2)
-        subprocess.run(["pactl", "set-default-source", "engram_null.monitor"], env=env, check=True)
-        yield env, "engram_null"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with pulse.null_source(tmp_path) as env:
+        yield env
 
 
 def test_capture_microphone_from_a_real_audio_server_into_search(tmp_path, pulse_null_source, eval_data):
     """``engram capture --microphone --no-screen`` records from a real PulseAudio source (through sounddevice,
     PortAudio and ALSA) while JFK's speech plays into it: silent chunks are dropped, the speech chunks are
     published into the embedded store, and the words are found by ``engram search``."""
-    pulse_env, sink = pulse_null_source
+    from tests import pulse
+
+    pulse_env = pulse_null_source
     env = {**_env(tmp_path, ":0"), **pulse_env}
     env.pop("DISPLAY")
     proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--microphone",
@@ -204,7 +191,7 @@ def test_capture_microphone_from_a_real_audio_server_into_search(tmp_path, pulse
     speech = tmp_path / "jfk.wav"  # as WAV: paplay 16.1 stops a FLAC after its first buffer
     sf.write(str(speech), *sf.read(str(eval_data / "audio" / "jfk.flac"), dtype="int16"), subtype="PCM_16")
     time.sleep(8)  # the first chunks: the null source's silence
-    subprocess.run(["paplay", f"--device={sink}", str(speech)], env=pulse_env, check=True, timeout=60)
+    pulse.play(pulse_env, speech)
     stats = _finish(proc)
     assert stats["audio_seconds"] > 20 and stats["audio_silent"] >= 2, stats
     assert 2 <= stats["audio_kept"] <= 5 and stats["published"] == stats["audio_kept"], stats
