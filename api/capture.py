@@ -543,10 +543,7 @@ def capture_command(
     report((f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s" if screen else
             "capturing") + (f"{' and' if screen else ''} the microphone in {chunk_seconds:g} s chunks" if mic else "")
            + f" into {target} (pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
-    try:
-        stats = cap.run()
-    finally:
-        restore(previous, windows, client)
+    stats = run_capture(cap, previous, windows, client, report)
     print_stats(stats, json_out, console)
     if stats.failed and not stats.published:
         raise typer.Exit(1)
@@ -592,6 +589,20 @@ def privacy_rules(deny_app: list[str] | None, deny_title: list[str] | None,
     except re.error as exc:
         report(f"error: --deny-title: {exc}")
         raise typer.Exit(2) from exc
+
+
+def run_capture(cap: Capture, previous: dict, windows: XWindows | None, client: Any,
+                report: Callable[[str], None]) -> CaptureStats:
+    """``cap.run()``, then ``restore``; a microphone that cannot be opened exits 2 with one line."""
+    from engram.api.microphone import MicrophoneUnavailable
+
+    try:
+        return cap.run()
+    except MicrophoneUnavailable as exc:
+        report(f"error: --microphone: {exc}")
+        raise typer.Exit(2) from exc
+    finally:
+        restore(previous, windows, client)
 
 
 def restore(previous: dict, windows: XWindows | None, client: Any) -> None:

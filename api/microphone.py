@@ -32,9 +32,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from engram.workers.errors import EngramError
+
 SAMPLE_RATE = 16_000  # Hz: what the pipeline's ASR and the VAD read
 FRAME_MS = 30  # webrtcvad takes 10, 20 or 30 ms frames
 BLOCK_SECONDS = 0.1  # PortAudio block per callback
+
+
+class MicrophoneUnavailable(EngramError):
+    """The input stream cannot be opened (no such device, no PortAudio, the device busy): the message names
+    the device asked for, the audio library's reason and the input devices there are."""
 
 
 @dataclass
@@ -141,8 +148,8 @@ class MicrophoneRecorder:
         self._blocks.put((time.time(), bytes(indata)))
 
     def start(self, publish: Callable[[list], None]) -> None:
-        """Open the input stream and the recorder thread; kept chunks go to ``publish``. Raises what the audio
-        library raises when there is no input device (sounddevice.PortAudioError, OSError without PortAudio)."""
+        """Open the input stream and the recorder thread; kept chunks go to ``publish``. Raises
+        MicrophoneUnavailable when the stream cannot be opened."""
         self._publish = publish
         self.config.spool.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._record, name="capture-microphone", daemon=True)
@@ -150,9 +157,12 @@ class MicrophoneRecorder:
         try:
             self._stream = self._open_stream(self.config.samplerate, int(self.config.samplerate * BLOCK_SECONDS),
                                              self.config.device, self.callback)
-        except BaseException:
+        except BaseException as exc:
             self._blocks.put(None)
             self._thread.join()
+            if isinstance(exc, Exception):  # sounddevice.PortAudioError, ValueError (no such device), OSError
+                raise MicrophoneUnavailable(f"cannot record from input device {self.config.device or 'default'}: "
+                                            f"{exc}; inputs: {'; '.join(_inputs_or_why()) or 'none'}") from exc
             raise
 
     def stop(self) -> MicrophoneStats:
@@ -226,3 +236,10 @@ def input_devices() -> list[str]:
     apis = sounddevice.query_hostapis()
     return [f"{i}: {d['name']} ({apis[d['hostapi']]['name']})" for i, d in enumerate(sounddevice.query_devices())
             if d["max_input_channels"] > 0]
+
+
+def _inputs_or_why() -> list[str]:
+    try:
+        return input_devices()
+    except Exception as exc:  # noqa: BLE001 (only for the error message)
+        return [f"(cannot list: {exc})"]

@@ -162,6 +162,17 @@ def test_microphone_chunks_gate_silence_and_hand_kept_chunks_to_the_publisher(tm
     assert sorted(p.name for p in (tmp_path / "spool").iterdir()) == sorted(f.path.name for f in published)
 
 
+def test_capture_microphone_without_the_device_is_one_line(tmp_path):
+    env = {**_env(tmp_path, ":0"), "XDG_RUNTIME_DIR": str(tmp_path)}
+    env.pop("DISPLAY")
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "capture", "--microphone", "--no-screen",
+                          "--mic-device", "97", "--duration", "2"], env=env, cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "error: --microphone: cannot record from input device 97" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+
+
 @pytest.fixture
 def pulse_null_source(tmp_path):
     """A real PulseAudio server whose default source is a null sink's monitor (tests/pulse.py); yields the
