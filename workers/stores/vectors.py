@@ -614,9 +614,12 @@ def _record(p: Any) -> StoredPoint:
     return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None)
 
 
-def _scored(p: Any) -> StoredPoint:
-    return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None, p.score,
-                       p.version)
+def _ranked(points: list[Any], with_payload: Any) -> list[StoredPoint]:
+    """Qdrant Edge's scored points (asked without vectors) as ``StoredPoint``: their payload read only when it was
+    asked for (each attribute read copies out of the engine: a search reads ~500 candidates)."""
+    if with_payload is False:
+        return [StoredPoint(str(p.id), None, None, p.score) for p in points]
+    return [StoredPoint(str(p.id), p.payload, None, p.score) for p in points]
 
 
 class EdgeVectorStore(VectorStore):
@@ -794,16 +797,24 @@ class EdgeVectorStore(VectorStore):
 
     def _query(self, collection, queries):
         qe = _edge()
+        converted: dict[int, Any] = {}  # a filter shared by the queries (dense and sparse) is translated once
+
+        def translated(flt: Any) -> Any:
+            if id(flt) not in converted:
+                converted[id(flt)] = edge_filter(flt)
+            return converted[id(flt)]
+
         requests = [qe.QueryRequest(
             limit=q.limit, query=qe.Query.Nearest(_edge_vector(q.vector), using=q.using),
-            filter=edge_filter(q.filter), with_payload=_edge_payload(q.with_payload), with_vector=False,
+            filter=translated(q.filter), with_payload=_edge_payload(q.with_payload), with_vector=False,
             score_threshold=q.score_threshold,
-            params=qe.SearchParams(idf=qe.IdfParams(corpus=edge_filter(q.idf_corpus)))
+            params=qe.SearchParams(idf=qe.IdfParams(corpus=translated(q.idf_corpus)))
             if q.idf_corpus is not None else None) for q in queries]
         shard = self._shard(collection)
         if len(requests) == 1:
-            return [[_scored(p) for p in shard.query(requests[0])]]
-        return [[_scored(p) for p in ranked] for ranked in shard.query_batch(qe.QueryBatchRequest(requests))]
+            return [_ranked(shard.query(requests[0]), queries[0].with_payload)]
+        return [_ranked(ranked, q.with_payload)
+                for ranked, q in zip(shard.query_batch(qe.QueryBatchRequest(requests)), queries, strict=True)]
 
     def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
         qe = _edge()
