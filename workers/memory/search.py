@@ -56,11 +56,11 @@ from engram.workers.stores.vectors import OBSERVATIONS, collection_for, tenant_f
 from engram.workers.text import sparse
 from engram.workers.text.timeexpr import resolve
 
-#: The payload fields ranking reads of a memory (decay, time boost, memory prior, its sources): memory candidates
-#: are fetched with these only, the hits returned with their whole payloads. Observation candidates are ranked
-#: with no payload at all: the engine tells which of them a boost applies to by filter (``_boosted``), and the
-#: message ids of a returned memory's sources are read for those only (reading the payloads of ~400 candidate
-#: turns was most of a search's time in the engine).
+#: The payload fields ranking reads of a memory (decay, time boost, memory prior, its sources): read for the memory
+#: candidates of both rankings at once (they are ranked without payload), the hits returned read whole.
+#: Observation candidates are ranked with no payload at all: the engine tells which of them a boost applies to
+#: by filter (``_boosted``), and the message ids of a returned memory's sources are read for those only
+#: (reading the payloads of ~400 candidate turns was most of a search's time in the engine).
 RANKING_FIELDS = ["memory_type", "last_recalled_at", "updated_at", "created_at", "recalls", "start_ts", "end_ts",
                   "provenance.observation_ids", "entity_ids", "message_id", "session_id", "event_id"]
 
@@ -226,10 +226,13 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
             continue  # never searched by default; captions only, through its own call (later issue)
         dense_pts, sparse_pts = rt.vectors.search(
             collection_for(mtype), dense, sparse_q, build_filter(req, mtype), depth,
-            idf_corpus=tenant_filter(req.tenant_id, req.user_id),
-            with_payload=False if mtype is MemoryType.observation else RANKING_FIELDS)
+            idf_corpus=tenant_filter(req.tenant_id, req.user_id), with_payload=False)
         for p in (*dense_pts, *sparse_pts):
             points.setdefault(str(p.id), (mtype, p))
+        if mtype is not MemoryType.observation:  # a memory's ranking fields, read once for both rankings
+            ids = list(dict.fromkeys(str(p.id) for p in (*dense_pts, *sparse_pts)))
+            for rec in rt.vectors.retrieve(collection_for(mtype), ids, with_payload=RANKING_FIELDS):
+                points[str(rec.id)] = (mtype, rec)
         scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k,
                           [DENSE_WEIGHT, 1.0]))
     is_obs = {pid for pid, (mt, _) in points.items() if mt is MemoryType.observation}
