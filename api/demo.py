@@ -21,6 +21,9 @@ from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
+from engram.api.console import print_hits
+from engram.api.embedded import ingest_paths, run_search
+
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
 SIZE = (1280, 800)
 CODE = """def reconcile_invoice_batches(ledger, batches, tolerance=0.01):
@@ -206,8 +209,6 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     ``workdir/data``, print what was stored and a few searches. Returns {'workdir', 'files', 'ingest'
     (``ingest_paths``'s result), 'counts' (points per collection), 'searches' (a list of {'query', 'expect':
     the sample file it is about, 'message_id': the chat message or None, 'response'}), 'seconds'}."""
-    from engram.api.console import print_hits
-    from engram.api.embedded import ingest_paths, run_search
     from engram.schemas.search import SearchRequest
     from engram.workers.runtime import reset_runtimes, runtime
     from engram.workers.stores.vectors import COLLECTIONS, tenant_filter
