@@ -110,6 +110,9 @@ chat.write_text('{"message_id": "m1", "session_id": "s1", "speaker": "A", "text"
                 '"timestamp": "2024-05-02T18:03:00Z"}\n')
 print("detect", detect(png)[1], detect(chat)[1])
 
+import engram.workers.memory.vault  # what publishing a real event loads: the API redacts its metadata
+print("vault", engram.workers.memory.vault.__name__)
+
 from fastapi.testclient import TestClient
 from engram.api.app import create_app
 from engram.schemas.settings import Settings
@@ -133,6 +136,7 @@ def test_slim_api_package_set_runs_the_api_and_producer(redis_server, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
     assert lines["detect"] == "image/png application/x-ndjson"
+    assert lines["vault"] == "engram.workers.memory.vault"
     assert lines["healthz"] == "200" and lines["metrics"] == "200"
     assert lines["readyz"] == "503"  # no S3 and no query worker here: answered, not crashed
     assert lines["events"] == "401"  # no API key: refused by the app, not by a missing import

@@ -35,6 +35,7 @@ from engram.workers.ids import memory_id
 from engram.workers.memory import dynamics, vault
 from engram.workers.memory.points import memory_points, provenance, source_fields
 from engram.workers.memory.vectors import embed_texts
+from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 
@@ -111,7 +112,7 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
         write_core(rt, tenant_id, user_id, label, [f for d in mine for f in d.facts],
                    [records[i] for d in mine for i in d.sources], now)
         counts["core"] += 1
-    counts["knowledge_vault"] = vault.index_entries(rt, tenant_id, [r.payload.get("text", "") for r in records])
+    counts["knowledge_vault"] = index_vault_entries(rt, tenant_id, [r.payload.get("text", "") for r in records])
     log.info("typed memories", tenant=tenant_id, user=user_id, extractor=rt.settings.extractor,
              **{k.replace(".", "_"): v for k, v in counts.items()})
     return dict(counts)
@@ -138,3 +139,22 @@ def write_core(rt: Runtime, tenant_id: str, user_id: str, label: str, facts: lis
     rt.vectors.upsert(MemoryType.core.value, memory_points(rt, [block], [fields],
                                                           np.asarray(embed_texts(rt, [block.index_text()]))))
     return block
+
+
+def index_vault_entries(rt: Runtime, tenant_id: str, texts: list[str]) -> int:
+    """Upsert the vault entries that ``texts`` point to into the ``knowledge_vault`` collection
+    (embedding and BM25 of the caption; the payload holds the caption and the ciphertext, never the secret).
+    Entries missing from the object store are logged and skipped. Returns how many were indexed."""
+    entries = []
+    for eid in vault.referenced_entries(texts):
+        try:
+            entries.append(vault.get_entry(rt, tenant_id, eid))
+        except vault.VaultError as exc:
+            log.warning("vault entry missing", tenant=tenant_id, entry_id=str(eid), reason=str(exc))
+    for e in entries:  # a memory point needs a time span
+        e.provenance.start = e.provenance.start or e.created_at
+        e.provenance.end = e.provenance.end or e.provenance.start
+    fields = [{"kinds": [], "device_ids": [], "apps": [], "entity_ids": []} for _ in entries]
+    rt.vectors.upsert(MemoryType.knowledge_vault.value, memory_points(rt, entries, fields))
+    MEMORIES_WRITTEN.labels(memory_type=MemoryType.knowledge_vault.value).inc(len(entries))
+    return len(entries)

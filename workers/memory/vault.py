@@ -43,12 +43,10 @@ import structlog
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from engram.schemas.events import MediaEvent
-from engram.schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
+from engram.schemas.memories import KnowledgeVaultEntry, Provenance
 from engram.schemas.observations import Observation, OcrLine, WordTiming
 from engram.schemas.settings import Settings
 from engram.workers.errors import EngramError
-from engram.workers.memory.points import memory_points
-from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.text.secrets import LABELS, PLACEHOLDER, Finding, detect
 
@@ -362,22 +360,3 @@ def delete_entries(rt: Runtime, tenant_id: str, entries: list[uuid.UUID | str]) 
 def referenced_entries(texts: list[str]) -> list[uuid.UUID]:
     """Entry ids of the placeholders in ``texts``, first seen first."""
     return list(dict.fromkeys(uuid.UUID(m.group(1)) for t in texts for m in PLACEHOLDER.finditer(t or "")))
-
-
-def index_entries(rt: Runtime, tenant_id: str, texts: list[str]) -> int:
-    """Consolidation: upsert the entries that ``texts`` point to into the ``knowledge_vault`` collection
-    (embedding and BM25 of the caption; the payload holds the caption and the ciphertext, never the secret).
-    Entries missing from the object store are logged and skipped. Returns how many were indexed."""
-    entries = []
-    for eid in referenced_entries(texts):
-        try:
-            entries.append(get_entry(rt, tenant_id, eid))
-        except VaultError as exc:
-            log.warning("vault entry missing", tenant=tenant_id, entry_id=str(eid), reason=str(exc))
-    for e in entries:  # a memory point needs a time span
-        e.provenance.start = e.provenance.start or e.created_at
-        e.provenance.end = e.provenance.end or e.provenance.start
-    fields = [{"kinds": [], "device_ids": [], "apps": [], "entity_ids": []} for _ in entries]
-    rt.vectors.upsert(MemoryType.knowledge_vault.value, memory_points(rt, entries, fields))
-    MEMORIES_WRITTEN.labels(memory_type=MemoryType.knowledge_vault.value).inc(len(entries))
-    return len(entries)
