@@ -35,7 +35,7 @@ router = APIRouter(tags=["publish"])
 CLAIM_PREFIX = "engram:published:"
 
 #: Which event kinds each supported mime type may carry (audio may come in a video container).
-_TEXT_MIMES = {"application/json", "application/x-ndjson", "text/plain"}
+_TEXT_MIMES = {"application/json", "application/x-ndjson", "text/plain", "application/zip"}  # zip: a ChatGPT export
 
 
 def kinds_for_mime(mime_type: str) -> set[MediaKind]:

@@ -222,6 +222,10 @@ def test_unsupported_mime_and_kind_mismatch_are_422(client, api_keys):
     assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", "mime_type"]
     resp = client.post("/v1/events", json=event_body("c" * 64, 5, mime="image/png", kind="text"), headers=auth(key))
     assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", "kind"]
+    # a ChatGPT export as downloaded (a .zip holding conversations.json) is a text upload
+    resp = client.post("/v1/uploads", json={"sha256": "d" * 64, "size": 5, "mime_type": "application/zip"},
+                       headers=auth(key))
+    assert resp.status_code == 200 and resp.json()["object_key"].endswith(".zip"), resp.text
 
 
 def test_wrong_sha256_event_fails_in_ingest_with_reason(client, api_keys, api_settings, seaweedfs_s3,
