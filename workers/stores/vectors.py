@@ -95,7 +95,10 @@ VECTORS[ENTITIES].update({FACE: VectorSpec(128, "euclid"), VOICE: VectorSpec(256
 DENSE_SEARCH_MULTIVECTOR: dict[str, str] = {OBSERVATIONS: SENTENCES}
 
 #: Payload indexes of every collection: what filters, tenancy and ``order_by`` (``newest``) use. ``tenant_id`` is
-#: Qdrant's tenant index (points of one tenant stored together).
+#: Qdrant's tenant index (points of one tenant stored together). ``superseded_by`` and ``archived``: every memory
+#: search filters on them (``workers.memory.dynamics.active_filter``); without an index the engine read each
+#: candidate memory's payload to check them (~4 ms of a search). A store made before an index was added gets it
+#: when it is opened.
 INDEXED_FIELDS = {
     "tenant_id": "keyword",
     "user_id": "keyword",
@@ -107,6 +110,8 @@ INDEXED_FIELDS = {
     "consolidated": "bool",
     "entity_ids": "keyword",
     "name_keys": "keyword",
+    "superseded_by": "keyword",
+    "archived": "bool",
 }
 
 #: Observation payload fields that only the observation itself needs (the chat context indexed with a turn, OCR
@@ -429,8 +434,10 @@ class ClientVectorStore(VectorStore):
             except Exception:
                 if not self.client.collection_exists(collection):  # lost a creation race: fine
                     raise
-            if not self.local:  # local mode scans; indexes only matter on a server
-                for field, schema in INDEXED_FIELDS.items():
+        if not self.local:  # local mode scans; indexes only matter on a server (made, or added when missing)
+            have = self.client.get_collection(collection).payload_schema or {}
+            for field, schema in INDEXED_FIELDS.items():
+                if field not in have:
                     self.client.create_payload_index(
                         collection, field, field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD,
                                                                               is_tenant=True)
@@ -614,6 +621,21 @@ def _record(p: Any) -> StoredPoint:
     return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None)
 
 
+def _with_indexes(shard: Any) -> Any:
+    """``shard`` with a payload index on each of ``INDEXED_FIELDS`` (those missing made now: a new shard, or one
+    made before an index was added)."""
+    qe = _edge()
+    have = shard.info().payload_schema
+    for field, schema in INDEXED_FIELDS.items():
+        if field not in have:
+            shard.update(qe.UpdateOperation.create_field_index(
+                field, qe.KeywordIndexParams(is_tenant=True) if field == "tenant_id" else
+                {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
+                 "bool": qe.PayloadSchemaType.Bool}[schema]))
+            log.info("payload index added", field=field)
+    return shard
+
+
 def _ranked(points: list[Any], with_payload: Any) -> list[StoredPoint]:
     """Qdrant Edge's scored points (asked without vectors) as ``StoredPoint``: their payload read only when it was
     asked for (each attribute read copies out of the engine: a search reads ~500 candidates)."""
@@ -698,7 +720,7 @@ class EdgeVectorStore(VectorStore):
         loaded = self._load_existing()
         for other, shard in loaded.items():
             if other != collection and not isinstance(shard, Exception):
-                self._shards[other] = shard  # a shard that failed is tried again (and reported) when asked for
+                self._shards[other] = _with_indexes(shard)  # one that failed is tried again when asked for
         if collection in loaded:
             shard = loaded[collection]
             if isinstance(shard, Exception):
@@ -712,12 +734,7 @@ class EdgeVectorStore(VectorStore):
         else:
             path.mkdir(parents=True, exist_ok=True)
             shard = qe.EdgeShard.create(str(path), self._config(collection))
-            for field, schema in INDEXED_FIELDS.items():
-                shard.update(qe.UpdateOperation.create_field_index(
-                    field, qe.KeywordIndexParams(is_tenant=True) if field == "tenant_id" else
-                    {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
-                     "bool": qe.PayloadSchemaType.Bool}[schema]))
-        self._shards[collection] = shard
+        self._shards[collection] = _with_indexes(shard)
 
     @staticmethod
     def _config(collection: str) -> Any:
@@ -758,6 +775,10 @@ class EdgeVectorStore(VectorStore):
                 self._write_optimized({c: self._shards[c].info().points_count for c in took})
         log.info("store optimized", seconds={c: round(t, 2) for c, t in took.items()})
         return took
+
+    def indexed_fields(self, collection: str) -> set[str]:
+        """The payload fields ``collection`` has an index on."""
+        return set(self._shard(collection).info().payload_schema)
 
     def pending_points(self, collection: str) -> int:
         """Points written to ``collection`` since its last optimization (upserts of existing ids counted again;

@@ -96,3 +96,23 @@ def test_the_embedded_store_optimizes_after_enough_writes(tmp_path):
     third.upsert(OBSERVATIONS, _points(10))  # rewriting points counts as writing them
     assert third.pending_points(OBSERVATIONS) == 10
     third.close()
+
+
+def test_a_shard_made_before_an_index_was_added_gets_it_on_open(tmp_path):
+    """Every payload field filters use is indexed, also in a shard an older engram made without the newer
+    indexes (``superseded_by``, ``archived``: every memory search filters on them)."""
+    import qdrant_edge
+
+    from engram.workers.stores.vectors import INDEXED_FIELDS, EdgeVectorStore
+
+    old = tmp_path / "vectors" / OBSERVATIONS
+    old.mkdir(parents=True)
+    shard = qdrant_edge.EdgeShard.create(str(old), EdgeVectorStore._config(OBSERVATIONS))  # no payload index
+    shard.close()
+    store = EdgeVectorStore(tmp_path / "vectors")
+    assert store.indexed_fields(OBSERVATIONS) == set(INDEXED_FIELDS)
+    store.upsert(OBSERVATIONS, _points(3))
+    store.close()
+    again = EdgeVectorStore(tmp_path / "vectors")
+    assert again.indexed_fields(OBSERVATIONS) == set(INDEXED_FIELDS) and again.count(OBSERVATIONS) == 3
+    again.close()
