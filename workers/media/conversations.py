@@ -163,7 +163,7 @@ def _parse_conversation(data: bytes, source_name: str = "", default_time: dateti
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            if _is_conversation(data.decode("utf-8", errors="replace").encode("utf-8")):
+            if is_conversation(data.decode("utf-8", errors="replace").encode("utf-8")):
                 raise InvalidConversation(f"conversation file is not UTF-8: {exc}") from exc
             raise MediaError(f"not JSON or JSONL: {exc}") from exc
         lines = []
@@ -229,10 +229,13 @@ def _text_format(data: bytes) -> str:
     return "WhatsApp export" if importers.looks_like_whatsapp(data.decode("utf-8", "replace")) else "note"
 
 
-def _is_conversation(data: bytes) -> bool:
-    """True when ``data`` parses as a conversation file (valid or shaped like one)."""
+def is_conversation(data: bytes, source_name: str = "") -> bool:
+    """True when ``data`` reads as a conversation file in any accepted format, and when it is shaped like one
+    but invalid (ingest then fails it with the reason and the record's location); False for anything else
+    (other JSON, other text). ``source_name`` is the file's name (a note is told by its extension). Used by
+    detection (``media.detect``) and by the parser itself for bytes that are not UTF-8."""
     try:
-        return bool(_parse_conversation(data))
+        return bool(_parse_conversation(data, source_name))
     except InvalidConversation:
         return True
     except MediaError:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engram.schemas.events import MediaKind
-from engram.workers.errors import MediaError
-from engram.workers.media.conversations import InvalidConversation, parse_conversation_file
+from engram.workers.media.conversations import is_conversation
 from engram.workers.media.decode import (
     CONVERSATION_EXTENSIONS,
     GUESS_MIME,
@@ -46,11 +45,8 @@ def detect(path: Path) -> tuple[MediaKind, str] | None:
 
 
 def _looks_like_conversation(path: Path) -> bool:
-    """True for a conversation file, and for one shaped like it but invalid (ingest then fails it with
-    the reason and the record's location); False for other JSON."""
+    """``conversations.is_conversation`` of the file's bytes; False when it cannot be read."""
     try:
-        return bool(parse_conversation_file(path.read_bytes(), source_name=path.name))
-    except InvalidConversation:
-        return True
-    except (MediaError, OSError):
+        return is_conversation(path.read_bytes(), path.name)
+    except OSError:
         return False
