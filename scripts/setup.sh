@@ -40,7 +40,8 @@ source .venv/bin/activate
 
 python -m pip install -q --upgrade pip
 # every package at the version of the lock file (scripts/lock.sh makes them from pyproject.toml), torch's CPU
-# build included, so a fresh machine runs the code the tests ran on; --no-deps: the lock is the whole set
+# build included, so a fresh machine runs the code the tests ran on; --no-deps: the lock is the whole set (and
+# resemblyzer, pinned in it, must come without its declared webrtcvad and typing: see scripts/lock.sh)
 lock="requirements.lock"
 if [ "${1:-}" = "--dev" ]; then lock="requirements-dev.lock"; fi
 echo "==> installing $lock"
