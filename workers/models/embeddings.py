@@ -55,11 +55,15 @@ class _OnnxMiniLM:
             options.intra_op_num_threads = threads
         self.session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
 
-    def encode(self, texts: list[str], batch_size: int,
-               spans: list[list[tuple[int, int]]] | None = None) -> np.ndarray | tuple[np.ndarray, list[np.ndarray]]:
-        """Unit vectors (len(texts), 384); texts batched by length (as sentence-transformers does: less
-        padding), returned in the given order. With ``spans`` (character ranges per text): also each text's
-        span vectors from the same pass (``span_vectors``), returned as ``(vectors, rows)``."""
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        """Unit vectors (len(texts), 384) float32; texts batched by length (as sentence-transformers does: less
+        padding), returned in the given order."""
+        return self.encode_spans(texts, batch_size, None)[0]
+
+    def encode_spans(self, texts: list[str], batch_size: int, spans: list[list[tuple[int, int]]] | None
+                     ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``encode``'s vectors and, with ``spans`` (character ranges per text), each text's span vectors from the
+        same pass (``span_vectors``): ``(vectors, rows)``; without, ``rows`` holds empty (0, 384) arrays."""
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = []
         rows: list[np.ndarray] = [np.zeros((0, DIM), dtype=np.float32)] * len(texts)
@@ -78,7 +82,7 @@ class _OnnxMiniLM:
                     rows[j] = span_vectors(hidden[b], enc[b].offsets, spans[j])
         vecs = np.empty((len(texts), DIM), dtype=np.float32)
         vecs[order] = np.concatenate(out)
-        return vecs if spans is None else (vecs, rows)
+        return vecs, rows
 
 
 def span_vectors(hidden: np.ndarray, offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> np.ndarray:
@@ -172,7 +176,7 @@ class MiniLMEmbedder(Model[np.ndarray]):
         model = self.session
         with self._predict_lock:
             if isinstance(model, _OnnxMiniLM):
-                return model.encode(texts, batch_size, spans)
+                return model.encode_spans(texts, batch_size, spans)
             outs = model.encode(texts, batch_size=batch_size, output_value=None, convert_to_numpy=True,
                                 show_progress_bar=False)
             tok = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length,
