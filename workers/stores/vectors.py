@@ -621,18 +621,19 @@ def _record(p: Any) -> StoredPoint:
     return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None)
 
 
-def _with_indexes(shard: Any) -> Any:
-    """``shard`` with a payload index on each of ``INDEXED_FIELDS`` (those missing made now: a new shard, or one
-    made before an index was added)."""
+def _with_indexes(shard: Any, new: bool = False) -> Any:
+    """``shard`` with a payload index on each of ``INDEXED_FIELDS`` (those missing made now: a ``new`` shard, or
+    one made before an index was added, which is logged)."""
     qe = _edge()
-    have = shard.info().payload_schema
+    have = {} if new else shard.info().payload_schema
     for field, schema in INDEXED_FIELDS.items():
         if field not in have:
             shard.update(qe.UpdateOperation.create_field_index(
                 field, qe.KeywordIndexParams(is_tenant=True) if field == "tenant_id" else
                 {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
                  "bool": qe.PayloadSchemaType.Bool}[schema]))
-            log.info("payload index added", field=field)
+            if not new:
+                log.info("payload index added to an existing shard", field=field)
     return shard
 
 
@@ -731,10 +732,11 @@ class EdgeVectorStore(VectorStore):
                         "or run a Qdrant server and set ENGRAM_QDRANT_URL") from shard
                 raise StoreCorrupt(f"the embedded store's shard {path} cannot be opened ({text}); restore the folder "
                                    "from a backup, or move it away to start that collection empty") from shard
+            shard = _with_indexes(shard)
         else:
             path.mkdir(parents=True, exist_ok=True)
-            shard = qe.EdgeShard.create(str(path), self._config(collection))
-        self._shards[collection] = _with_indexes(shard)
+            shard = _with_indexes(qe.EdgeShard.create(str(path), self._config(collection)), new=True)
+        self._shards[collection] = shard
 
     @staticmethod
     def _config(collection: str) -> Any:
