@@ -22,6 +22,7 @@ from engram.schemas.memories import MemoryType
 from engram.workers.app import task
 from engram.workers.memory.episodes import build_episode, due_users, episode_vector, group_episodes
 from engram.workers.memory.points import memory_points, source_fields
+from engram.workers.memory.typed import consolidate_typed
 from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.runtime import runtime
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS, UNREAD_OBSERVATION_FIELDS, tenant_filter
@@ -62,9 +63,7 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
         rt.vectors.upsert(MemoryType.episodic.value,
                           memory_points(rt, memories, fields, vectors, texts, [len(ep) for ep in episodes]))
         MEMORIES_WRITTEN.labels(memory_type=MemoryType.episodic.value).inc(len(memories))
-        from engram.workers.memory.typed import consolidate_typed  # semantic, procedural, resource, core, vault index
-
-        consolidate_typed(rt, tenant_id, user_id, records)
+        consolidate_typed(rt, tenant_id, user_id, records)  # semantic, procedural, resource, core, vault index
         rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})
     log.info("consolidated", tenant=tenant_id, user=user_id, observations=len(records), episodic=len(memories))
     return len(memories)
