@@ -691,47 +691,21 @@ class EdgeVectorStore(VectorStore):
             shard = self._shards[collection]
         return shard
 
-    def _load_existing(self) -> dict[str, Any]:
-        """Load every shard on disk not open yet, in parallel (a load mostly waits on the engine's own threads:
-        7 shards took 3.8 s one after another, 2.0 s together on 2 busy cores; a search opens them all).
-        Returns {collection: shard, or the exception its load raised}."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        qe = _edge()
-        todo = [c for c in COLLECTIONS if c not in self._shards and (self.root / c).is_dir()
-                and any((self.root / c).iterdir())]
-
-        def load(collection: str) -> Any:
-            try:
-                return qe.EdgeShard.load(str(self.root / collection))
-            except Exception as exc:  # noqa: BLE001 (raised for the collection asked for, by _create)
-                return exc
-
-        if len(todo) < 2:
-            return {c: load(c) for c in todo}
-        with ThreadPoolExecutor(max_workers=min(len(todo), 8), thread_name_prefix="shard-load") as pool:
-            return dict(zip(todo, pool.map(load, todo), strict=True))
-
     def _create(self, collection: str) -> None:
         qe = _edge()
         self.hold()
-        if collection in self._shards:  # loaded with another collection's
-            return
         path = self.root / collection
-        loaded = self._load_existing()
-        for other, shard in loaded.items():
-            if other != collection and not isinstance(shard, Exception):
-                self._shards[other] = _with_indexes(shard)  # one that failed is tried again when asked for
-        if collection in loaded:
-            shard = loaded[collection]
-            if isinstance(shard, Exception):
-                text = str(shard)
+        if path.is_dir() and any(path.iterdir()):
+            try:
+                shard = qe.EdgeShard.load(str(path))
+            except Exception as exc:
+                text = str(exc)
                 if "WouldBlock" in text:  # the write-ahead log's lock, held by another process
                     raise StoreBusy(
                         f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
-                        "or run a Qdrant server and set ENGRAM_QDRANT_URL") from shard
+                        "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
                 raise StoreCorrupt(f"the embedded store's shard {path} cannot be opened ({text}); restore the folder "
-                                   "from a backup, or move it away to start that collection empty") from shard
+                                   "from a backup, or move it away to start that collection empty") from exc
             shard = _with_indexes(shard)
         else:
             path.mkdir(parents=True, exist_ok=True)
