@@ -62,9 +62,9 @@ def sender():
     from engram.schemas.settings import get_settings
 
     settings = get_settings()
-    if _SENDERS.get("url") != settings.broker_url:
-        _SENDERS.update(url=settings.broker_url, app=producer(settings))
-    return _SENDERS["app"]
+    if settings.broker_url not in _SENDERS:
+        _SENDERS[settings.broker_url] = producer(settings)
+    return _SENDERS[settings.broker_url]
 
 
 _SENDERS: dict = {}
@@ -249,11 +249,11 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
     """~20 events (chats, screenshots, a duplicate, a corrupt file, one event sent twice): all final in the
     Redis ledger, observations stored exactly once, searchable through the query worker, episodic
     memories for every user from beat's consolidation."""
-    app = sender()
     from engram.workers.runtime import runtime
 
     t0 = time.monotonic()
     cluster, url = make_cluster(cpu_concurrency=1)
+    app = sender()
     started = time.monotonic() - t0
     rt = runtime()
     items = make_items(tmp_path / "media", per_user=6, tag="run")
