@@ -11,7 +11,6 @@ import threading
 import numpy as np
 import pytest
 from prometheus_client import REGISTRY
-from structlog.testing import capture_logs
 
 from engram.schemas.settings import Settings
 from engram.workers.metrics import model_timer
@@ -99,7 +98,7 @@ def test_predict_is_timed_per_item_and_once_under_a_callers_timer():
     assert _items("faces") == before + 7
 
 
-def test_a_missing_resemblyzer_is_named_with_how_to_install_it(monkeypatch):
+def test_a_missing_resemblyzer_is_named_with_how_to_install_it(monkeypatch, log_events):
     monkeypatch.setitem(sys.modules, "resemblyzer", None)  # as if not installed: import fails, find_spec is None
     message = missing()
     assert message and "resemblyzer" in message and f"pip install --no-deps '{RESEMBLYZER}'" in message
@@ -110,9 +109,8 @@ def test_a_missing_resemblyzer_is_named_with_how_to_install_it(monkeypatch):
     assert INSTALL_HINT in str(err.value)
     from engram.workers.app import worker_init  # the real signal a Celery worker sends at start
 
-    with capture_logs() as logs:
-        worker_init.send(sender=None)
-    assert [e["reason"] for e in logs if e["event"] == "model unavailable"] == [message]
+    worker_init.send(sender=None)
+    assert [e["reason"] for e in log_events if e["event"] == "model unavailable"] == [message]
 
 
 def test_an_llm_without_its_sdk_is_unavailable_not_a_crash(monkeypatch):

@@ -53,7 +53,7 @@ def test_indices_are_stable_across_calls_and_batches():
 
 def test_indices_are_stable_across_processes():
     texts = ["Quarterly invoice total 4812 dollars", "Melanie painted a sunrise by the lake"]
-    code = ("import json, sys; from workers import sparse; "
+    code = ("import json, sys; from engram.workers.text import sparse; "
             "print(json.dumps([sparse.document_vectors(json.loads(sys.argv[1])), "
             "sparse.query_vector('invoice sunrise')]))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # a different str hash seed must not matter
