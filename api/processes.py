@@ -16,15 +16,14 @@ from pathlib import Path
 
 from engram.schemas.settings import Settings
 from engram.workers.errors import ConfigError
+from engram.workers.tasks import QDRANT_BOUND, Queue
 
-# the queue names of workers.app.Queue, repeated here so that this module imports no Celery
-INGEST, PERCEIVE_CPU, PERCEIVE_GPU = "ingest", "perceive.cpu", "perceive.gpu"
-LINK, STORE, CONSOLIDATE, QUERY = "link", "store", "consolidate", "query"
-ALL_QUEUES = (INGEST, PERCEIVE_CPU, PERCEIVE_GPU, LINK, STORE, CONSOLIDATE, QUERY)
-QDRANT_BOUND = (LINK, STORE, CONSOLIDATE, QUERY)
+INGEST, PERCEIVE_CPU, PERCEIVE_GPU = Queue.ingest, Queue.perceive_cpu, Queue.perceive_gpu
+#: every pipeline queue (beat's ``maintenance`` is added to each worker by ``worker_argv``)
+ALL_QUEUES = tuple(q for q in Queue if q is not Queue.maintenance)
 #: beat's sweep for lost work (``workers.ingest.redeliver_stalled``): every worker serves it besides its own
 #: queues, so no backlog of the pipeline's queues can hold it back until it expires
-MAINTENANCE = "maintenance"
+MAINTENANCE = Queue.maintenance
 
 
 class Role(StrEnum):

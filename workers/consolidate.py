@@ -1,16 +1,8 @@
-"""Stage ``consolidate`` (beat → queue ``consolidate``): observations into typed memories.
-
-This first version writes episodic memories (MIRIX's episodic type): a user's unconsolidated
-observations, in time order, are grouped into episodes — a new episode starts after a gap of
-``episode_gap_seconds``, when the conversation session changes, or after ``episode_max_observations`` —
-and each gets an extractive summary (the observations closest to the episode's embedding centroid,
-in time order; a centroid heuristic in the spirit of TextRank, Mihalcea & Tarau 2004) and its sources.
-Consolidated observations are marked, so each is consolidated once.
-
-An episode is indexed for hierarchical retrieval (the query worker fuses an episode's score into its
-turns' scores): its dense vector is the normalised centroid of its observations' vectors (every turn counts,
-where one embedding of the text would see only its first 256 word pieces) and BM25 indexes the full text of
-its observations.
+"""Stage ``consolidate`` (beat → queue ``consolidate``): a user's unconsolidated observations into memories,
+under a per-user lock: episodic memories (``memory.episodes``: grouping, extractive summaries, centroid vectors),
+then the typed ones (``memory.typed``: semantic, procedural, resource, core, the vault index). Each observation's
+``consolidated`` flag is set after its memories are written, so it is consolidated once and a late one is never
+skipped. Beat's ``consolidate_due`` starts the users that are due (``memory.episodes.due_users``).
 """
 
 from __future__ import annotations
