@@ -1,6 +1,10 @@
 """Sparse BM25 vectors made without a model download (DESIGN.md "Contracts").
 
-Tokens come from bm25s's tokenizer with English stop words and the Snowball stemmer (PyStemmer); each
+Tokens are bm25s's (``bm25s.tokenize(texts, stopwords="en", stemmer=<PyStemmer English>)``: lower-cased words of
+two or more word characters, the 33 English stop words of Lucene / scikit-learn left out, then the Snowball English
+stemmer), made here by the same three steps (``tokenize``) because importing bm25s imports numba and scipy.sparse,
+about half a second of a cold ``engram search`` that needs neither; ``tests/workers/text/test_sparse.py`` holds
+them equal to ``bm25s.tokenize`` over every LoCoMo turn, so stored vectors keep their meaning. Each
 token's index is a stable 32-bit hash (blake2b), its value BM25's term-frequency weight
 ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`` (Robertson & Zaragoza, 2009). The collection's
 sparse vector uses Qdrant's IDF modifier, so the product of query and document vectors is BM25.
@@ -15,6 +19,7 @@ weight 1 gives plain BM25; a long field (a neighbour's 500-word answer) then dil
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections import Counter
 from functools import lru_cache
@@ -29,22 +34,36 @@ def _get_stemmer():
     global _stemmer
     with _stemmer_lock:
         if _stemmer is None:
-            import Stemmer
+            import Stemmer  # start-up time: only a process that tokenizes loads the stemmer
 
             _stemmer = Stemmer.Stemmer("english")
         return _stemmer
 
 
-def tokenize(texts: list[str]) -> list[list[str]]:
-    """Lower-cased, stop-word-free, stemmed tokens of each text (bm25s tokenizer)."""
-    import bm25s
+#: bm25s's token pattern (scikit-learn's ``CountVectorizer`` default): runs of two or more word characters.
+TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")
 
+#: bm25s's English stop words (``stopwords="en"``: ``bm25s.stopwords.STOPWORDS_EN``, Lucene's list), matched on
+#: the lower-cased token before stemming.
+STOPWORDS_EN = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of",
+    "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will",
+    "with"))
+
+
+def tokenize(texts: list[str]) -> list[list[str]]:
+    """Lower-cased, stop-word-free, stemmed tokens of each text (list of n texts -> n token lists, in order): the
+    tokens of ``bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False)``
+    (``TOKEN_PATTERN`` on the lower-cased text, ``STOPWORDS_EN`` left out, PyStemmer's Snowball English stemmer),
+    without importing bm25s (see the module docstring)."""
     if not texts:
         return []
+    words = [[w for w in TOKEN_PATTERN.findall(text.lower()) if w not in STOPWORDS_EN] for text in texts]
+    distinct = list(dict.fromkeys(w for ws in words for w in ws))
     stemmer = _get_stemmer()
     with _stemmer_lock:  # PyStemmer objects are not thread safe
-        out = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
-    return [list(t) for t in out]
+        stem = dict(zip(distinct, stemmer.stemWords(distinct), strict=True))
+    return [[stem[w] for w in ws] for ws in words]
 
 
 @lru_cache(maxsize=200_000)

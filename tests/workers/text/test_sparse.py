@@ -28,6 +28,49 @@ def test_tokens_are_lower_cased_stemmed_and_stop_word_free():
     assert all(t == t.lower() for t in tokens)
 
 
+def _real_texts(data: Path) -> list[str]:
+    """Every LoCoMo turn (its text and its image caption, with the speaker's name as ingest indexes it), and the
+    turns of the first five LongMemEval haystacks (long assistant answers: lists, code, accents, emoji)."""
+    texts = []
+    for sample in json.loads((data / "conversations" / "locomo10.json").read_text()):
+        conv = sample["conversation"]
+        for key, turns in conv.items():
+            if key.startswith("session_") and isinstance(turns, list):
+                for turn in turns:
+                    texts += [f"{turn['speaker']}: {turn['text']}", turn.get("blip_caption") or ""]
+    for path in sorted((data / "conversations" / "longmemeval_s").glob("*.json"))[:5]:
+        for session in json.loads(path.read_text())["haystack_sessions"]:
+            texts += [turn["content"] for turn in session]
+    return texts
+
+
+def test_tokens_are_those_of_bm25s_over_real_text(eval_data):
+    """Stored sparse vectors were made with ``bm25s.tokenize``: the tokenizer that replaced it (no numba, no scipy
+    on the query path) gives the same tokens, text by text and in one batch, so a stored index keeps its token."""
+    import bm25s  # the reference implementation (numba and scipy: only for this test)
+    import Stemmer
+    from bm25s.stopwords import STOPWORDS_EN
+
+    assert sparse.STOPWORDS_EN == frozenset(STOPWORDS_EN)
+    texts = _real_texts(eval_data)
+    assert len(texts) > 10_000
+    want = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False,
+                          show_progress=False)
+    assert sparse.tokenize(texts) == [list(t) for t in want]
+    for text in texts[:500]:  # one at a time, as a query is
+        assert sparse.tokenize([text]) == [list(t) for t in bm25s.tokenize(
+            [text], stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False, show_progress=False)]
+
+
+def test_tokenizing_imports_neither_bm25s_nor_numba():
+    code = ("import sys; from engram.workers.text import sparse; sparse.query_vector('Where did Caroline move from?'); "
+            "sparse.document_vectors(['a turn', ['parts', 'of one']]); "
+            "print(sorted(m for m in ('bm25s', 'numba', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                         timeout=120)
+    assert out.stdout.split() == ["[]"]
+
+
 def test_only_stop_words_and_empty_texts_give_no_tokens():
     assert sparse.tokenize(["the and of to a", ""]) == [[], []]
     assert sparse.tokenize([]) == []
