@@ -80,3 +80,52 @@ def test_a_month_in_a_zone_across_a_dst_change():
     # March 1 00:00 CET (UTC+1) to April 1 00:00 CEST (UTC+2)
     assert got is not None
     assert (got.start, got.end) == (datetime(2024, 2, 29, 23, tzinfo=UTC), datetime(2024, 3, 31, 22, tzinfo=UTC))
+
+
+def _real_questions(data) -> list[tuple[str, datetime]]:
+    """Every LoCoMo question (against REF: they carry no date) and every LongMemEval question against its date."""
+    import json
+
+    out = [(qa["question"], REF) for sample in json.loads((data / "conversations" / "locomo10.json").read_text())
+           for qa in sample["qa"]]
+    for path in sorted((data / "conversations" / "longmemeval_s").glob("*.json")):
+        q = json.loads(path.read_text())
+        date = q["question_date"].split(" (")[0] + " " + q["question_date"].split(") ")[-1]
+        out.append((q["question"], datetime.strptime(date, "%Y/%m/%d %H:%M").replace(tzinfo=UTC)))
+    return out
+
+
+def test_questions_without_a_time_cue_resolve_as_dateparser_reads_them(eval_data):
+    """The shortcut (no ``dateparser`` for a query without a time cue) changes no question's range: every real
+    question resolves to what ``dateparser`` reading it finds."""
+    from engram.workers.text import timeexpr
+
+    questions = _real_questions(eval_data)
+    assert len(questions) > 2000
+    cued = 0
+    for question, ref in questions:
+        cued += timeexpr.has_time_cue(question)
+        assert timeexpr.resolve(question, ref, UTC) == timeexpr._resolve(question, ref, UTC), question
+    assert 0 < cued < len(questions) / 2  # the shortcut answers most questions
+
+
+@pytest.mark.parametrize(("query", "cue"), [
+    ("What did Caroline research?", False), ("When did Melanie paint a sunrise?", False),
+    ("Would Caroline still want to pursue counseling?", False),
+    ("What did I do last Tuesday?", True), ("What happened in 2022?", True), ("Who called two days ago?", True),
+    ("What did Joanna do on 3 May?", True), ("What did we do this weekend?", True)])
+def test_time_cues(query, cue):
+    from engram.workers.text.timeexpr import has_time_cue
+
+    assert has_time_cue(query) is cue
+
+
+def test_a_query_without_a_time_cue_does_not_import_dateparser():
+    import subprocess
+    import sys
+
+    code = ("import sys; from engram.workers.text.timeexpr import resolve; "
+            "print(resolve('What did Caroline research?'), 'dateparser' in sys.modules); "
+            "resolve('What did Caroline do last week?'); print('dateparser' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["None", "False", "True"]
