@@ -1,21 +1,34 @@
-"""Throughput and latency of the distributed pipeline, beside the embedded default.
+"""Throughput, CPU efficiency and latency of the distributed pipeline, beside the embedded default (issue 15).
 
 For each kind (text: JSONL conversations of 4 messages; screenshot: 640x360 PNGs with a few lines of text)
 and each number of ``engram worker --role cpu`` processes (ingest, perceive, embed), the bench starts a
 redis-server of its own, the workers and the one store worker of the embedded store (link, store,
 consolidate, query) as a user starts them, publishes ``--events`` events (object stored, event queued in
-the ledger, ``ingest`` sent to the broker) and counts events/s from the first publish to the last event
-done. Then, with the cluster idle, it publishes one text event at a time and polls a search through the
-query queue until the event's observations are found: the publish-to-searchable latency (p50, p95). The
-embedded default (everything inline in one process, SQLite ledger, Qdrant Edge) runs the same.
+the ledger, ``ingest`` sent to the broker) and measures, from the first publish to the last event final:
+
+- **events/s**: events ÷ wall seconds;
+- **events per CPU-second**: events ÷ the CPU seconds (user + system, psutil) of every worker process and
+  its children (the cpu workers' prefork pools and the store worker) over the same window. The machine has
+  2 cores: more workers cannot add CPU, so this efficiency should hold (within 10 %) as workers are added;
+- **store busy**: the store worker's CPU seconds ÷ the wall seconds (its share of one core; the store
+  owner should stay under 50 % at the highest rate), and apart its tasks' wall time ÷ the wall seconds
+  (``engram_stage_duration_seconds`` read from its /metrics: the share of time it was running a task).
+
+Then, with the cluster idle, it publishes one event of the kind at a time (a text conversation, or a
+screenshot), waits for the ledger to call it final, then searches through the query queue until the event's
+observations are found: the publish-to-searchable latency (p50, p95; target p95 ≤ 2 s). (Polling searches
+from the publish on would queue on the one store worker ahead of the event's own link and store tasks.) The
+embedded default (everything inline in one process, SQLite ledger, Qdrant Edge) runs the same, with the CPU
+seconds of its one process.
 
 Warm-up events (models load lazily, once per worker process) are published first and not counted. The
-machine is shared and noisy: run it more than once and compare ratios.
+machine is shared and noisy: the load average is printed before and after; compare ratios.
 
-    python bench/distributed.py                          # 300 events, 1 and 2 workers, both kinds
-    python bench/distributed.py --events 60 --workers 1  # quicker
-    python bench/distributed.py --json > figures.json
+    python bench/distributed.py                                         # 300 events, 1 2 4 workers, both kinds
+    python bench/distributed.py --events 60 --kinds text --no-embedded  # quicker
+    python bench/distributed.py --json figures.json                     # also write the figures ('-': stdout)
 
+``distributed_rates()`` returns the ``"distributed"`` section of ``bench/ingest.py --json``.
 Needs ``redis-server`` (``scripts/setup.sh`` installs it).
 """
 
@@ -32,17 +45,22 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
+import psutil  # noqa: E402
 import structlog  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from tests.cluster import Cluster, producer  # noqa: E402
+from tests.cluster import Cluster, producer, scrape  # noqa: E402
 from tests.servers import RedisProcess, free_ports  # noqa: E402
 from tests.workload import TOPICS, Item, chats_and_screens  # noqa: E402
 
@@ -53,16 +71,85 @@ FINAL = {"done", "skipped", "failed"}
 
 @dataclass
 class Figure:
-    """One configuration's result: events/s (median of ``repeats``) and latency percentiles in seconds."""
+    """One configuration's result over its measured window (first publish to last event final).
+
+    ``events_per_s``: events ÷ wall seconds; ``cpu_s``: CPU seconds (user + system) of the worker processes
+    and their children (embedded: of the bench's own process); ``events_per_cpu_s``: events ÷ ``cpu_s``;
+    ``store_cpu_s`` / ``store_busy``: the store worker's CPU seconds and their share of the wall seconds;
+    ``store_task_busy``: its tasks' wall time ÷ the wall seconds (None when its metrics are unreadable);
+    latencies in seconds (publish to searchable, one event at a time on an idle cluster)."""
 
     mode: str  # "distributed" or "embedded"
     kind: str
     workers: int  # cpu worker processes (0: embedded)
     events: int
-    events_per_s: float
     failed: int
+    wall_s: float
+    events_per_s: float
+    cpu_s: float
+    events_per_cpu_s: float
+    store_cpu_s: float | None = None
+    store_busy: float | None = None
+    store_task_busy: float | None = None
     latency_p50_s: float | None = None
     latency_p95_s: float | None = None
+    latency_samples: int = 0
+    latency_s: list[float] | None = None  # every sample, in publishing order
+
+
+# --- CPU accounting --------------------------------------------------------------------------------------
+
+
+def tree_cpu_seconds(pids: Iterable[int]) -> float:
+    """CPU seconds (user + system) so far of the processes ``pids``, their live descendants and the children
+    they have already reaped (psutil ``children_user``/``children_system``). The difference of two calls is
+    the CPU the trees used in between, pool processes that exited or started meanwhile included. Processes
+    that are gone count zero."""
+    total = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:  # exited meanwhile (its parent's children_* take it over)
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def store_task_seconds(port: int | None) -> float | None:
+    """Total wall seconds of the stage tasks the store worker has run (the sum of its
+    ``engram_stage_duration_seconds`` histograms on its /metrics), or None when unreadable."""
+    if port is None:
+        return None
+    try:
+        samples = scrape(f"http://127.0.0.1:{port}/metrics")
+    except Exception:  # noqa: BLE001 - no metrics: the CPU share stands alone
+        return None
+    return sum(v for (name, _), v in samples.items() if name == "engram_stage_duration_seconds_sum")
+
+
+@contextmanager
+def measured(pids: Callable[[], list[int]], store_pid: int | None, store_port: int | None) -> Iterator[dict]:
+    """Wall, tree CPU and store CPU / task seconds of the enclosed block, written into the yielded dict
+    (``wall_s``, ``cpu_s``, ``store_cpu_s``, ``store_task_s``) when it exits."""
+    out: dict = {}
+    store = [store_pid] if store_pid else []
+    cpu0, scpu0, task0 = tree_cpu_seconds(pids()), tree_cpu_seconds(store), store_task_seconds(store_port)
+    t0 = time.perf_counter()
+    yield out
+    out["wall_s"] = time.perf_counter() - t0
+    out["cpu_s"] = tree_cpu_seconds(pids()) - cpu0
+    out["store_cpu_s"] = tree_cpu_seconds(store) - scpu0 if store else None
+    task1 = store_task_seconds(store_port)
+    out["store_task_s"] = task1 - task0 if task0 is not None and task1 is not None else None
+
+
+# --- workload, publishing, latency -----------------------------------------------------------------------
 
 
 def make_workload(folder: Path, kind: str, n: int, tag: str) -> list[Item]:
@@ -98,40 +185,75 @@ def wait_final(rt, ids: list[uuid.UUID], timeout: float, progress=None, task=Non
         if pending:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(pending)} of {len(ids)} events not final after {timeout:.0f} s")
-            time.sleep(0.1)
+            time.sleep(0.05)
     return failed
 
 
-def searchable_latency(rt, folder: Path, samples: int, send, search) -> list[float]:
-    """Seconds from publishing one text event to a search that returns one of its observations."""
+def latency_query(kind: str, item: Item, tag: str, k: int) -> str:
+    """Search words that only the ``k``-th latency item (tag ``tag``) holds, besides its topic: the
+    conversation's "(tag k)" or the screenshot's "ticket tag-k for user" line."""
+    topic = TOPICS[k % len(TOPICS)]
+    return f"{topic} {tag} {k}" if kind == "text" else f"{topic} ticket {tag}-{k} {item.user}"
+
+
+def searchable_latency(rt, folder: Path, kind: str, samples: int, send, search) -> list[float]:
+    """Seconds from publishing one event of ``kind`` to a search (limit 10) that returns one of its
+    observations, for ``samples`` events published one at a time. Raises TimeoutError after 120 s."""
     from engram.schemas.search import SearchRequest
 
     out = []
-    for i, item in enumerate(make_workload(folder, "text", samples, f"lat{uuid.uuid4().hex[:6]}")):
+    for k in range(samples):
+        tag = f"lat{uuid.uuid4().hex[:6]}"
+        (item,) = chats_and_screens(folder, 1, tag, offset=k, kind=kind)
+        req = SearchRequest(query=latency_query(kind, item, tag, k), tenant_id=TENANT, user_id=item.user, limit=10)
         t0 = time.perf_counter()
         (eid,) = publish(rt, [item], send)
-        # the conversation's topic and "(latXXXXXX i)" are its own
-        req = SearchRequest(query=f"{TOPICS[i % len(TOPICS)]} {item.path.stem.split('-')[0]} {i}",
-                            tenant_id=TENANT, user_id=item.user, limit=5)
         deadline = time.monotonic() + 120
+        # the ledger first (cheap), so that searches polling the one store worker do not delay the event's
+        # own link and store tasks on it; then searches until one returns the event
+        while (rec := rt.ledger.get(eid)) is None or rec.status.value not in FINAL:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{kind} event {eid} not final after 120 s")
+            time.sleep(0.02)
         while not any(eid in hit.event_ids for hit in search(req).hits):
             if time.monotonic() > deadline:
-                raise TimeoutError(f"event {eid} not searchable after 120 s")
+                rec = rt.ledger.get(eid)
+                raise TimeoutError(f"{kind} event {eid} not searchable after 120 s "
+                                   f"(ledger: {rec.status.value if rec else None})")
             time.sleep(0.05)
         out.append(time.perf_counter() - t0)
     return out
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by linear interpolation (statistics.quantiles, inclusive method)."""
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) by linear interpolation (statistics.quantiles, inclusive method); None
+    for no values."""
+    if not values:
+        return None
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
+def figure(mode: str, kind: str, workers: int, events: int, failed: int, m: dict, latency: list[float]) -> Figure:
+    """A Figure from the ``measured`` dict ``m`` of a run and its latency samples."""
+    wall, cpu = m["wall_s"], m["cpu_s"]
+    store_cpu, store_task = m.get("store_cpu_s"), m.get("store_task_s")
+    return Figure(mode, kind, workers, events, failed, round(wall, 3), events / wall, round(cpu, 3),
+                  events / cpu if cpu > 0 else float("nan"),
+                  round(store_cpu, 3) if store_cpu is not None else None,
+                  store_cpu / wall if store_cpu is not None else None,
+                  store_task / wall if store_task is not None else None,
+                  percentile(latency, 0.5), percentile(latency, 0.95), len(latency),
+                  [round(x, 3) for x in latency])
+
+
+# --- the two modes ---------------------------------------------------------------------------------------
+
+
 def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, events: int, samples: int,
                     progress: Progress) -> Figure:
-    """One configuration on a fresh Redis database and data dir."""
+    """One configuration on a fresh Redis database and data dir: ``workers`` cpu workers and the store worker."""
     import redis as redis_lib
 
     from engram.schemas.search import SearchResponse
@@ -139,8 +261,8 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     from engram.workers.runtime import reset_runtimes, runtime
 
     redis_lib.Redis.from_url(redis.url).flushall()
-    data = root / f"data-{kind}-{workers}"
-    values = dict(broker_url=redis.url, data_dir=str(data), consolidate_interval_seconds=3600.0)
+    values = dict(broker_url=redis.url, data_dir=str(root / f"data-{kind}-{workers}"),
+                  consolidate_interval_seconds=3600.0)
     settings = Settings(**values)
     cluster = Cluster.create(root / f"cluster-{kind}-{workers}", {f"ENGRAM_{k.upper()}": str(v)
                                                                   for k, v in values.items()})
@@ -156,28 +278,25 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
             app.send_task("workers.query.search", args=[req.model_dump(mode="json")]).get(timeout=60))
 
     try:
-        nodes = cluster.start_distributed(cpu_workers=workers, beat=False, tag=f"{kind}{workers}")
-        cluster.wait_ready(app, nodes, timeout=180)
+        nodes = cluster.start_distributed(cpu_workers=workers, beat=False, tag=f"{kind}{workers}", metrics=True)
+        cluster.wait_ready(app, nodes, timeout=300)
         warm = make_workload(root / "warm", kind, 2 * workers, f"warm{kind}{workers}")
         wait_final(rt, publish(rt, warm, send), timeout=600)
         items = make_workload(root / f"media-{kind}-{workers}", kind, events, f"{kind}{workers}")
         task = progress.add_task(f"{kind}, {workers} worker(s)", total=events)
-        t0 = time.perf_counter()
-        ids = publish(rt, items, send)
-        failed = wait_final(rt, ids, timeout=3600, progress=progress, task=task)
-        rate = events / (time.perf_counter() - t0)
-        latency = searchable_latency(rt, root / f"lat-{kind}-{workers}", samples, send, search) \
-            if kind == "text" and samples else []
+        with measured(lambda: [p.pid for p in cluster.procs.values()], cluster.procs["store"].pid,
+                      cluster.metrics_ports.get("store")) as m:
+            failed = wait_final(rt, publish(rt, items, send), timeout=3600, progress=progress, task=task)
+        latency = searchable_latency(rt, root / f"lat-{kind}-{workers}", kind, samples, send, search)
     finally:
         cluster.stop_all()
         app.close()
         reset_runtimes()
-    return Figure("distributed", kind, workers, events, rate, failed,
-                  percentile(latency, 0.5) if latency else None, percentile(latency, 0.95) if latency else None)
+    return figure("distributed", kind, workers, events, failed, m, latency)
 
 
 def run_embedded(root: Path, kind: str, events: int, samples: int, progress: Progress) -> Figure:
-    """The same in the embedded default: publish and run inline, one event after another."""
+    """The same in the embedded default: publish and run inline, one event after another, in this process."""
     from engram.api.local import run_event
     from engram.schemas.settings import Settings
     from engram.workers.app import app, configure
@@ -200,39 +319,34 @@ def run_embedded(root: Path, kind: str, events: int, samples: int, progress: Pro
     wait_final(rt, publish(rt, make_workload(root / "warm-emb", kind, 2, f"warmemb{kind}"), send), timeout=600)
     items = make_workload(root / f"media-emb-{kind}", kind, events, f"emb{kind}")
     task = progress.add_task(f"{kind}, embedded", total=events)
-    t0 = time.perf_counter()
-    ids = []
-    for it in items:
-        ids += publish(rt, [it], send)
-        progress.advance(task)
-    failed = wait_final(rt, ids, timeout=60)
-    rate = events / (time.perf_counter() - t0)
-    latency = searchable_latency(rt, root / f"lat-emb-{kind}", samples, send, search) \
-        if kind == "text" and samples else []
+    with measured(lambda: [os.getpid()], None, None) as m:
+        ids = []
+        for it in items:
+            ids += publish(rt, [it], send)
+            progress.advance(task)
+        failed = wait_final(rt, ids, timeout=60)
+    latency = searchable_latency(rt, root / f"lat-emb-{kind}", kind, samples, send, search)
     reset_runtimes()
-    return Figure("embedded", kind, 0, events, rate, failed,
-                  percentile(latency, 0.5) if latency else None, percentile(latency, 0.95) if latency else None)
+    return figure("embedded", kind, 0, events, failed, m, latency)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=300, help="events per configuration (default 300)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
-                        help="numbers of cpu worker processes to measure (default 1 2)")
-    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
-    parser.add_argument("--latency-samples", type=int, default=20,
-                        help="text events published one at a time for the latency (default 20; 0: skip)")
-    parser.add_argument("--no-embedded", action="store_true", help="skip the embedded default")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    args = parser.parse_args(argv)
+# --- entry points ----------------------------------------------------------------------------------------
 
+
+def load_average() -> str:
+    """The first three fields of /proc/loadavg (1, 5, 15 minutes)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run(kinds: Iterable[str], workers: Iterable[int], events: int, samples: int, embedded: bool,
+        console: Console | None = None) -> list[Figure]:
+    """Every configuration: for each kind, the distributed mode with each number of cpu workers, then (with
+    ``embedded``) the embedded default. Starts and stops a redis-server of its own; raises RuntimeError when
+    ``redis-server`` is not installed, TimeoutError when events do not finish."""
     binary = shutil.which("redis-server")
     if binary is None:
-        parser.error("redis-server not found (scripts/setup.sh installs it)")
+        raise RuntimeError("redis-server not found (scripts/setup.sh installs it)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    console = Console(stderr=True)
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="engram-bench-") as tmp:
         root = Path(tmp)
@@ -241,27 +355,121 @@ def main(argv: list[str] | None = None) -> int:
         redis.data.mkdir()
         redis.start()
         try:
-            with Progress(console=console, transient=True) as progress:
-                for kind in args.kinds:
-                    for workers in args.workers:
-                        figures.append(run_distributed(redis, root, kind, workers, args.events,
-                                                       args.latency_samples, progress))
-                    if not args.no_embedded:
-                        figures.append(run_embedded(root, kind, args.events, args.latency_samples, progress))
+            with Progress(console=console or Console(stderr=True), transient=True) as progress:
+                for kind in kinds:
+                    for n in workers:
+                        figures.append(run_distributed(redis, root, kind, n, events, samples, progress))
+                    if embedded:
+                        figures.append(run_embedded(root, kind, events, samples, progress))
         finally:
             redis.stop(signal.SIGKILL)
+    return figures
 
-    if args.json:
-        print(json.dumps([asdict(f) for f in figures], indent=2))
-        return 0
-    table = Table(title=f"engram pipeline: {args.events} events per row (2-core machine, shared: noisy)")
-    for col in ("mode", "kind", "cpu workers", "events/s", "failed", "publish→searchable p50", "p95"):
-        table.add_column(col, justify="right" if col not in ("mode", "kind") else "left")
+
+def rates(figures: list[Figure], kind: str = "text") -> dict[str, dict[str, float | None]]:
+    """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy"}}`` of the distributed figures of
+    ``kind`` (the shape of ``bench/ingest.py --json``'s ``"distributed"`` section)."""
+    return {str(f.workers): {"events_per_s": round(f.events_per_s, 3), "events_per_cpu_s": round(f.events_per_cpu_s, 4),
+                             "store_busy": round(f.store_busy, 3) if f.store_busy is not None else None}
+            for f in figures if f.mode == "distributed" and f.kind == kind}
+
+
+def distributed_rates(events: int = 60, workers: Iterable[int] = (1, 2, 4), kind: str = "text",
+                      latency_samples: int = 0) -> dict[str, dict[str, float | None]]:
+    """Run the distributed mode alone (no embedded row, no latency by default) on ``kind`` events and return
+    ``rates()``: ``{"1": {"events_per_s": .., "events_per_cpu_s": .., "store_busy": ..}, "2": .., "4": ..}``
+    (events/s, events per CPU-second of all worker processes, the store worker's CPU share of the wall time).
+    For ``bench/ingest.py``; takes minutes (each configuration starts its workers and loads their models)."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    return rates(run(kinds=[kind], workers=workers, events=events, samples=latency_samples, embedded=False), kind)
+
+
+def checks(figures: list[Figure]) -> list[str]:
+    """The issue's targets, one line each: events per CPU-second within 10 % of the 1-worker row as workers
+    are added, store busy under 50 % at the highest rate, publish-to-searchable p95 ≤ 2 s."""
+    lines = []
+    for kind in dict.fromkeys(f.kind for f in figures):
+        dist = sorted((f for f in figures if f.mode == "distributed" and f.kind == kind), key=lambda f: f.workers)
+        if len(dist) > 1:
+            base = dist[0]
+            for f in dist[1:]:
+                ratio = f.events_per_cpu_s / base.events_per_cpu_s
+                lines.append(f"{kind}: events/CPU-s {f.workers} vs {base.workers} worker(s) x{ratio:.2f} "
+                             f"({'ok' if ratio >= 0.9 else 'MISSED'}: within 10 %)")
+        if dist:
+            top = max(dist, key=lambda f: f.events_per_s)
+            if top.store_busy is not None:
+                lines.append(f"{kind}: store busy at the highest rate ({top.workers} worker(s), "
+                             f"{top.events_per_s:.2f} events/s) {top.store_busy:.0%} "
+                             f"({'ok' if top.store_busy < 0.5 else 'MISSED'}: < 50 %)")
+        for f in figures:
+            if f.kind == kind and f.latency_p95_s is not None:
+                lines.append(f"{kind}: publish→searchable p95 {f.mode} {f.workers or ''} {f.latency_p95_s:.2f} s "
+                             f"({'ok' if f.latency_p95_s <= 2.0 else 'MISSED'}: ≤ 2 s)")
+    return lines
+
+
+def table(figures: list[Figure], events: int) -> Table:
+    """The figures side by side."""
+    out = Table(title=f"engram pipeline: {events} events per row (2-core machine, shared: noisy)")
+    cols = ("mode", "kind", "cpu workers", "events/s", "CPU s", "events/CPU-s", "store CPU", "store tasks",
+            "failed", "p50", "p95")
+    for col in cols:
+        out.add_column(col, justify="left" if col in ("mode", "kind") else "right")
+
+    def pct(x):
+        return f"{x:.0%}" if x is not None else ""
+
+    def sec(x):
+        return f"{x:.2f} s" if x is not None else ""
+
     for f in figures:
-        table.add_row(f.mode, f.kind, str(f.workers or "-"), f"{f.events_per_s:.2f}", str(f.failed),
-                      f"{f.latency_p50_s:.2f} s" if f.latency_p50_s is not None else "",
-                      f"{f.latency_p95_s:.2f} s" if f.latency_p95_s is not None else "")
-    Console().print(table)
+        out.add_row(f.mode, f.kind, str(f.workers or "-"), f"{f.events_per_s:.2f}", f"{f.cpu_s:.1f}",
+                    f"{f.events_per_cpu_s:.3f}", pct(f.store_busy), pct(f.store_task_busy), str(f.failed),
+                    sec(f.latency_p50_s), sec(f.latency_p95_s))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=300, help="events per configuration (default 300)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4],
+                        help="numbers of cpu worker processes to measure (default 1 2 4)")
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--latency-samples", type=int, default=20,
+                        help="events published one at a time for the latency (default 20; 0: skip)")
+    parser.add_argument("--no-embedded", action="store_true", help="skip the embedded default")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the figures as JSON to this file ('-': stdout, and no table)")
+    args = parser.parse_args(argv)
+    if shutil.which("redis-server") is None:
+        parser.error("redis-server not found (scripts/setup.sh installs it)")
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    to_stdout = args.json is not None and str(args.json) == "-"
+    say = Console(stderr=to_stdout, width=None if sys.stdout.isatty() else 160)
+    load_before = load_average()
+    say.print(f"load average before: {load_before}")
+    figures = run(args.kinds, args.workers, args.events, args.latency_samples, not args.no_embedded,
+                  Console(stderr=True))
+    load_after = load_average()
+    say.print(table(figures, args.events))
+    for line in checks(figures):
+        say.print(line, highlight=False)
+    say.print(f"load average after: {load_after}")
+    if args.json is not None:
+        data = {"distributed": rates(figures, args.kinds[0]),
+                "by_kind": {k: rates(figures, k) for k in args.kinds},
+                "latency": {f"{f.kind}/{f.mode}/{f.workers}": {"p50_s": f.latency_p50_s, "p95_s": f.latency_p95_s}
+                            for f in figures if f.latency_samples},
+                "figures": [asdict(f) for f in figures],
+                "load": {"before": load_before, "after": load_after}}
+        text = json.dumps(data, indent=2) + "\n"
+        if to_stdout:
+            sys.stdout.write(text)
+        else:
+            args.json.write_text(text)
     return 0
 
 
