@@ -50,3 +50,15 @@ class EmbeddedBatch(BaseModel):
 
     job: SegmentJob
     items: list[EmbeddedObservation]
+
+
+class ObservationBatches(BaseModel):
+    """The observations of many segments (of one or many events), embedded together by ``embed_many``."""
+
+    batches: list[ObservationBatch]
+
+
+class EmbeddedBatches(BaseModel):
+    """``embed_many``'s output: the embedded segments, linked and stored together by ``store_many``."""
+
+    batches: list[EmbeddedBatch]

@@ -1,17 +1,18 @@
 """Segments of many events run together on the embedded default, so the embedding model sees them in one
-pass instead of one call per segment (issue 15, "batching across events").
+pass and the store one request, instead of one call and one upsert per segment (issue 15, "batching across
+events").
 
 Inside ``deferred_segments()`` the ``ingest`` stage plans each event as usual (validation, duplicates, the
 segments) but its ``dispatch`` hands the segments' jobs to the context instead of starting one perceive → embed
 → link → store chain each; ``run_segments`` then runs them: perceive for each segment (its own task, so a bad
 segment fails only its event, with its stage and reason, through ``workers.runtime.stage``), one embedding pass
-over the observations of all of them (``memory.vectors.dense_vectors``: each distinct text encoded once, in
-batches of ``models.embedding_batch_size`` sorted by length, written to the embedding cache), then each
-segment's embed → link → store chain, whose embed finds its vectors in the cache. When the joint pass raises,
-the segments embed alone, so one bad item fails only its own event.
+over the observations of all of them (``embed_many``: each distinct text encoded once, in batches of
+``models.embedding_batch_size`` sorted by length), then one link and one store over all of them
+(``store_many``: an entity save per tenant, one upsert, the ledger updated per segment). When a joint step
+raises, its segments run one by one, so one bad item fails only its own event (``runtime.run_together``).
 
-Used by ``api.local.run_events`` (``engram ingest`` of many files). The distributed mode keeps one chain per
-segment on its queues (the tasks there run in other processes).
+Used by ``api.local.run_events`` (``engram ingest`` of many files). The distributed mode batches on its workers
+instead (``workers.ingest.dispatch``: batched consumers of ``embed_many`` and ``store_many``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import structlog
-from celery import chain
-
-from engram.schemas.jobs import ObservationBatch, SegmentJob
+from engram.schemas.jobs import ObservationBatch, ObservationBatches, SegmentJob
 from engram.workers.app import signature
-from engram.workers.memory.vectors import dense_vectors
 from engram.workers.runtime import Runtime
 from engram.workers.tasks import Task
 
@@ -56,25 +54,21 @@ def deferred_segments() -> Iterator[list[SegmentJob]]:
 
 
 def run_segments(rt: Runtime, jobs: list[SegmentJob]) -> int:
-    """Run collected segment jobs inline (embedded default): perceive each, embed the observations of all of
-    them in one pass, then each segment's embed → link → store chain. Failures stay with their own event (the
-    stage marks it failed with its reason). Returns how many observations were embedded together (0 when the
-    joint pass failed or nothing was perceived)."""
+    """Run collected segment jobs inline (embedded default): perceive each (its own task: a bad segment fails
+    only its event), then embed the observations of all of them in one pass (``embed_many``), then link and
+    store them together (``store_many``: one entity save per tenant, one upsert, each segment recorded in the
+    ledger). A joint step that fails runs segment by segment, so failures stay with their own event, which the
+    stage marks failed with its reason (``runtime.run_together``). Returns how many observations were stored."""
     batches: list[ObservationBatch] = []
     for job in jobs:
         result = signature(Task.perceive).apply(args=[job])
         if result.successful():
             value = result.result
             batches.append(value if isinstance(value, ObservationBatch) else ObservationBatch.model_validate(value))
-    observations = [o for b in batches for o in b.observations]
-    together = 0
-    if observations:
-        try:
-            dense_vectors(rt, observations)  # fills the embedding cache for every segment's embed
-            together = len(observations)
-        except Exception as exc:  # noqa: BLE001 (each segment's own embed then meets its own error)
-            log.warning("batched embedding failed; each segment embeds alone", segments=len(batches),
-                        error=f"{type(exc).__name__}: {exc}"[:300])
-    for batch in batches:
-        chain(signature(Task.embed, batch), signature(Task.link), signature(Task.store)).apply_async()
-    return together
+    if not batches:
+        return 0
+    embedded = signature(Task.embed_many).apply(args=[ObservationBatches(batches=batches)])
+    if not embedded.successful():
+        return 0
+    stored = signature(Task.store_many).apply(args=[embedded.result])
+    return int(stored.result) if stored.successful() else 0

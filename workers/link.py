@@ -1,43 +1,16 @@
-"""Stage ``link`` (queue ``link``): link observations to persistent person entities (M3-Agent's entity-centric
-memory, Long et al. 2025; the entity store is ``workers.memory.entities``).
-
-- **Chat speakers** bind by name: each speaker is the entity holding that name (first: the one with id
-  ``entity_id(tenant, name)``).
-- **Voices.** Utterances of one speaker label in a chunk (speaker clustering within the recording, stage
-  ``perceive``), or one speaker's voice in a clip segment (``speaker_voices``: every speaker of the segment), are
-  linked together first: their duration-weighted mean voice joins the nearest entity whose voice centroid has cosine
-  similarity ≥ ``entity_voice_similarity``, or founds a new one. A name said in a clip segment with several voices
-  binds to none of them (who said it is not known).
-- **Faces** of a segment are clustered (average linkage at ``entity_face_distance``, ``cluster_faces``); each
-  cluster's mean joins the nearest entity whose face centroid is within ``entity_face_distance``, or founds one.
-- **Speaker labels** are made recording-wide: speaker clustering labels each chunk of a long recording on its
-  own (``spk0`` of chunk 3 need not be ``spk0`` of chunk 0); a voice entity keeps the label it has in a
-  recording, so the same voice gets it in every chunk (``_recording_speakers``).
-- **Names.** "my name is X", "I'm X", "this is X speaking" in an utterance name its voice's entity.
-- **Face-voice equivalence.** A face entity and a voice entity seen in the same clip segments
-  (``entity_cooccurrence_merge`` of them), each the other's most frequent partner, are merged: M3-Agent's
-  equivalence edges, counted here instead of asked of a multimodal model.
-
-Idempotent: an observation already stored with its entities takes them back unchanged, and entities keep the keys
-of their recent contributions, so a redelivered batch adds no sample, link or count twice. A batch of chat text
-costs one name look-up and no model but the (cached) text embedding of the names.
+"""Stage ``link`` (queue ``link``): link the observations of one segment to persistent person entities (chat
+speakers by name, voices, faces, names said, face-voice equivalence: ``workers.memory.linking`` has the methods
+and their sources, M3-Agent's entity-centric memory, Long et al. 2025). The store worker's batched task
+``workers.store.store_many`` links and stores the segments of many events together instead.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections import Counter
-
-import numpy as np
-
-from engram.schemas.entities import Entity
 from engram.schemas.jobs import EmbeddedBatch
-from engram.schemas.observations import Observation
 from engram.workers.app import task
-from engram.workers.memory.entities import EntityMemory, entity_id, founded_id, name_key, names_in_transcript
-from engram.workers.models.faces import cluster_faces
+from engram.workers.memory.entities import entity_id
+from engram.workers.memory.linking import link_batches, link_observations
 from engram.workers.runtime import runtime, stage
-from engram.workers.stores.vectors import OBSERVATIONS
 from engram.workers.tasks import Task
 
 __all__ = ["entity_id", "link", "link_observations"]
@@ -48,175 +21,6 @@ def link(batch: EmbeddedBatch) -> EmbeddedBatch:
     """Fill the ``entity_ids`` of the batch's observations (and each face's ``entity_id``) and write the
     entities they link to."""
     rt = runtime()
-    event = batch.job.event
-    with stage(rt, event, "link"):
-        link_observations(EntityMemory(rt, event.tenant_id), [item.observation for item in batch.items])
+    with stage(rt, batch.job.event, "link"):
+        link_batches(rt, [batch])
     return batch
-
-
-def link_observations(memory: EntityMemory, observations: list[Observation]) -> None:
-    """Link chat speakers, voices, faces and names of ``observations`` (one tenant's) to entities, merge faces and
-    voices that co-occur often enough, and save. Changes the observations in place."""
-    _speakers(memory, [o for o in observations if o.speaker])
-    perceived = _not_yet_linked(memory, [o for o in observations if o.faces or o.voice_embedding is not None])
-    voice_of = _voices(memory, perceived)
-    face_entities = _faces(memory, perceived)
-    for obs in perceived:  # a clip segment with several voices: who said the name is not known
-        if obs.transcript and len(voice_of.get(str(obs.id), [])) == 1:
-            memory.add_names(memory.entities[voice_of[str(obs.id)][0]], names_in_transcript(obs.transcript))
-    _equivalences(memory, perceived, voice_of, face_entities)
-    memory.save()
-    memory.relabel(observations)
-
-
-def _speakers(memory: EntityMemory, observations: list[Observation]) -> None:
-    if not observations:
-        return
-    holders = memory.by_names([o.speaker for o in observations])
-    for obs in observations:
-        entity = holders.get(name_key(obs.speaker))
-        if entity is None:
-            entity = holders[name_key(obs.speaker)] = memory.create(entity_id(memory.tenant_id, obs.speaker))
-        memory.add_names(entity, [obs.speaker])
-        memory.add_observation(entity, obs)
-
-
-def _not_yet_linked(memory: EntityMemory, observations: list[Observation]) -> list[Observation]:
-    """The observations to link; those already stored with their entities (a redelivered batch) take them back."""
-    if not observations:
-        return []
-    found = memory.rt.vectors.retrieve(OBSERVATIONS, [o.id for o in observations])
-    stored = {str(r.id): r.payload or {} for r in found}
-    todo = []
-    for obs in observations:
-        p = stored.get(str(obs.id))
-        faces = (p or {}).get("faces") or []
-        done = (p is not None and len(faces) == len(obs.faces) and all(f.get("entity_id") for f in faces)
-                and (obs.voice_embedding is None or p.get("entity_ids")))
-        if not done:
-            todo.append(obs)
-            continue
-        obs.entity_ids = sorted({*obs.entity_ids, *p["entity_ids"]})
-        obs.speaker_label = p.get("speaker_label", obs.speaker_label)  # its recording-wide label
-        for voice, old in zip(obs.speaker_voices, p.get("speaker_voices") or [], strict=False):
-            voice.speaker_label = old.get("speaker_label", voice.speaker_label)
-        for face, old in zip(obs.faces, faces, strict=True):
-            face.entity_id = old["entity_id"]
-    return todo
-
-
-def _voices(memory: EntityMemory, observations: list[Observation]) -> dict[str, list[uuid.UUID]]:
-    """Link each speaker cluster's voice to an entity and give it its recording-wide speaker label
-    (``_recording_speakers``); returns {observation id: its voices' entity ids, the main speaker's first}. An
-    audio observation is one utterance of its cluster; a clip segment carries every speaker's voice
-    (``speaker_voices``), each its own cluster."""
-    clusters: dict[str, list[tuple[Observation, list[float], float]]] = {}
-    label_of: dict[str, tuple[str, int, str]] = {}  # cluster key -> (event id, segment, chunk-local label)
-    for obs in observations:
-        voices = [(v.speaker_label, v.embedding, v.seconds) for v in obs.speaker_voices]
-        if not voices and obs.voice_embedding is not None:
-            voices = [(obs.speaker_label, obs.voice_embedding, (obs.end_s or 0.0) - (obs.start_s or 0.0))]
-        for label, embedding, seconds in voices:
-            key = f"{obs.event_id}:{obs.segment_index}:{label}" if label else str(obs.id)
-            clusters.setdefault(key, []).append((obs, embedding, max(seconds, 1e-3)))
-            if label:
-                label_of[key] = (str(obs.event_id), obs.segment_index, label)
-    out: dict[str, list[uuid.UUID]] = {}
-    linked: dict[str, Entity] = {}
-    for key, members in clusters.items():
-        mean = np.average([e for _, e, _ in members], axis=0, weights=[w for _, _, w in members])
-        voice = mean / max(float(np.linalg.norm(mean)), 1e-12)
-        entity = memory.nearest("voice", voice) or memory.get(founded_id(memory.tenant_id, "voice", key)) \
-            or memory.create(founded_id(memory.tenant_id, "voice", key))
-        memory.add_sample(entity, "voice", key, voice, min(o.captured_at.timestamp() for o, _, _ in members))
-        linked[key] = entity
-        for obs, _, _ in members:
-            memory.add_observation(entity, obs)
-            if entity.id not in out.setdefault(str(obs.id), []):
-                out[str(obs.id)].append(entity.id)
-    _recording_speakers(memory, {k: (label_of[k], linked[k], clusters[k]) for k in label_of})
-    return out
-
-
-def _recording_speakers(memory: EntityMemory, clusters: dict) -> None:
-    """Relabel chunk-local speaker clusters with labels that hold across the chunks of a recording: a cluster
-    whose voice entity already has a label in this recording takes it; otherwise it keeps its local label in
-    the first chunk (``spk1``) and is ``spk1@3`` in chunk 3 (first heard as ``spk1`` there), and its entity
-    keeps that label for the recording's later chunks. Two clusters of one chunk that link to one entity stay
-    apart (the first, who talks longest, takes the entity's label). ``clusters``: {cluster key: ((event id,
-    segment index, local label), entity, [(observation, voice, seconds)])}. Changes ``speaker_label`` and
-    ``speaker_voices`` labels in place. Chunks linked out of order (distributed workers) may number a speaker
-    by a later chunk, but still consistently."""
-    by_chunk: dict[tuple[str, int], list] = {}
-    for (event, segment, local), entity, members in clusters.values():
-        by_chunk.setdefault((event, segment), []).append((local, entity, members))
-    relabel: dict[tuple[str, int, str], str] = {}
-    for (event, segment), found in sorted(by_chunk.items(), key=lambda kv: kv[0][1]):
-        taken: set[str] = set()
-        for local, entity, _members in sorted(found, key=lambda c: -sum(w for _, _, w in c[2])):
-            own = local if segment == 0 else f"{local}@{segment}"
-            label = memory.recording_speaker(entity, event, own)
-            if label in taken:
-                label = own
-            taken.add(label)
-            relabel[(event, segment, local)] = label
-    seen: set[str] = set()
-    for _, _, members in clusters.values():
-        for obs, _, _ in members:
-            if str(obs.id) in seen:
-                continue
-            seen.add(str(obs.id))
-            chunk = (str(obs.event_id), obs.segment_index)
-            if obs.speaker_label:
-                obs.speaker_label = relabel.get((*chunk, obs.speaker_label), obs.speaker_label)
-            for v in obs.speaker_voices:
-                v.speaker_label = relabel.get((*chunk, v.speaker_label), v.speaker_label)
-
-
-def _faces(memory: EntityMemory, observations: list[Observation]) -> dict[str, set[uuid.UUID]]:
-    """Cluster the faces of the batch, link each cluster to an entity; returns {observation id: face entity ids}."""
-    faces = [(obs, i, face) for obs in observations for i, face in enumerate(obs.faces)]
-    if not faces:
-        return {}
-    labels = cluster_faces([f.embedding for _, _, f in faces], memory.rt.settings.entity_face_distance)
-    out: dict[str, set[uuid.UUID]] = {}
-    for label in dict.fromkeys(labels.tolist()):
-        members = [faces[k] for k in np.flatnonzero(labels == label)]
-        keys = [f"{obs.id}#{i}" for obs, i, _ in members]
-        mean = np.mean([f.embedding for _, _, f in members], axis=0)
-        entity = memory.nearest("face", mean) or memory.get(founded_id(memory.tenant_id, "face", keys[0])) \
-            or memory.create(founded_id(memory.tenant_id, "face", keys[0]))
-        for key, (obs, _, face) in zip(keys, members, strict=True):
-            at = obs.captured_at.timestamp() + (face.frame_s or 0.0) - (obs.start_s or 0.0)
-            memory.add_sample(entity, "face", key, np.asarray(face.embedding), at)
-            memory.add_observation(entity, obs)
-            face.entity_id = str(entity.id)
-            out.setdefault(str(obs.id), set()).add(entity.id)
-    return out
-
-
-def _equivalences(memory: EntityMemory, observations: list[Observation], voice_of: dict[str, list[uuid.UUID]],
-                  face_entities: dict[str, set[uuid.UUID]]) -> None:
-    """Count face-voice co-occurrences per observation (every face with every voice of it), then merge the pairs
-    that reach the setting and are each other's most frequent partner."""
-    pairs: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
-    for obs in observations:
-        for v in voice_of.get(str(obs.id), []):
-            for f in face_entities.get(str(obs.id), set()):
-                if f != v:
-                    pairs[(f, v)] = memory.cooccur(memory.entities[f], memory.entities[v], str(obs.id))
-    for (f, v), count in pairs.items():
-        face = memory.entities.get(uuid.UUID(memory.resolve(str(f))))
-        voice = memory.entities.get(uuid.UUID(memory.resolve(str(v))))
-        if face is None or voice is None or face.id == voice.id or count < memory.rt.settings.entity_cooccurrence_merge:
-            continue
-        if _mutual_best(face, voice) and _mutual_best(voice, face):
-            keep, drop = sorted((face, voice), key=lambda e: (not e.names, e.first_seen_ts or 0.0))
-            memory.merge(keep, drop, f"face-voice co-occurrence in {count} segments")
-
-
-def _mutual_best(a: Entity, b: Entity) -> bool:
-    """True when ``b`` is ``a``'s partner in strictly more observations than any other."""
-    counts = Counter({other: len(seen) for other, seen in a.cooccurrence.items()})
-    top = counts.most_common(2)
-    return bool(top) and top[0][0] == str(b.id) and (len(top) == 1 or top[0][1] > top[1][1])

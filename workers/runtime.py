@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 import redis
@@ -30,6 +31,9 @@ from engram.workers.stores.objects import ObjectStore, open_object_store
 from engram.workers.stores.vectors import StoreBusy, VectorStore, close_vector_stores, open_vector_store
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: Errors worth retrying: a server that is restarting or unreachable for a moment, a store held by
 #: another process. Anything else (bad input, bugs) fails at once.
@@ -208,3 +212,36 @@ def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str) -> Iterator[Non
             rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=reason)
             log.error("event failed", reason=reason)
             raise
+
+
+def run_together(rt: Runtime, name: str, items: list[T], run: Callable[[list[T]], list[R]],
+                 event_of: Callable[[T], MediaEvent]) -> list[R]:
+    """Run stage ``name`` over ``items`` (segments of one or many events) at once: ``run(items)``, one model call
+    or one store request for all, returning one output per item. When that raises, each item runs alone,
+    ``run([item])`` inside its own ``stage``, so a bad item fails only its own event (marked failed with the stage
+    and its reason) and its neighbours go on (issue 15: batching never lets one bad item fail its neighbours).
+
+    Returns the outputs of the items that succeeded, in order. A transient error (``TRANSIENT_ERRORS``) is
+    re-raised, joint or alone, for the caller's retry policy: every stage is idempotent, so the batch is run
+    again whole. The joint run's wall time goes to ``engram_stage_duration_seconds{stage}`` once."""
+    with structlog.contextvars.bound_contextvars(stage=name, segments=len(items)):
+        try:
+            with STAGE_SECONDS.labels(stage=name).time():
+                out = run(items)
+            if len(out) != len(items):
+                raise AssertionError(f"{name}: {len(out)} outputs for {len(items)} items")
+            return out
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:  # noqa: BLE001 (each item alone meets its own error, in its own stage)
+            log.warning("batch failed; each item runs alone", error=f"{type(exc).__name__}: {exc}"[:300])
+    kept: list[R] = []
+    for item in items:
+        try:
+            with stage(rt, event_of(item), name):
+                kept.extend(run([item]))
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception:  # noqa: BLE001 (stage marked its event failed with its reason; Ignore for bad input)
+            continue
+    return kept

@@ -1,5 +1,10 @@
 """Stage ``store`` (queue ``store``): upsert observations into Qdrant's ``observations`` collection and
-record the segment in the ledger (the event is done when all its segments are)."""
+record the segment in the ledger (the event is done when all its segments are).
+
+``store`` writes one segment; ``store_many`` links and stores the segments of many events together (one entity
+save per tenant, one upsert): ``workers.batching`` calls it inline on the embedded default, and the store worker's
+batched consumer with the segments it accumulated.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,12 @@ from datetime import UTC, datetime
 
 import structlog
 
-from engram.schemas.jobs import EmbeddedBatch
+from engram.schemas.jobs import EmbeddedBatch, EmbeddedBatches
 from engram.schemas.observations import EmbeddedObservation
 from engram.workers.app import task
+from engram.workers.memory.linking import link_batches
 from engram.workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
-from engram.workers.runtime import runtime, stage
+from engram.workers.runtime import Runtime, run_together, runtime, stage
 from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS, SENTENCES, SPARSE
 from engram.workers.tasks import Task
@@ -38,24 +44,44 @@ def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
     return qm.PointStruct(id=str(obs.id), vector=vector, payload=payload)
 
 
-@task(Task.store)
-def store(batch: EmbeddedBatch) -> int:
-    """Write the segment's observations; returns how many were written."""
-    rt = runtime()
-    event = batch.job.event
-    with stage(rt, event, "store"):
-        points = [observation_point(item) for item in batch.items]
+def store_batches(rt: Runtime, batches: list[EmbeddedBatch]) -> list[int]:
+    """Write the observations of ``batches`` (segments of one or many events) in one store request (one
+    ``retrieve`` and one ``upsert`` of the ``observations`` collection), then record each segment in the ledger
+    (an event is done when all its segments are). Returns how many observations each batch wrote. Raises what
+    the stores raise (``StoreBusy``...)."""
+    points = [observation_point(item) for batch in batches for item in batch.items]
+    if points:
         # a redelivered segment must not make consolidated observations pending again
         already = {str(r.id) for r in rt.vectors.retrieve(OBSERVATIONS, [p.id for p in points])
                    if (r.payload or {}).get("consolidated")}
         for point in points:
             point.payload["consolidated"] = point.id in already
         rt.vectors.upsert(OBSERVATIONS, points)
-        OBSERVATIONS_WRITTEN.labels(kind=event.kind.value).inc(len(points))
+    for batch in batches:
+        event = batch.job.event
+        OBSERVATIONS_WRITTEN.labels(kind=event.kind.value).inc(len(batch.items))
         if rt.ledger.segment_done(event.event_id, batch.job.segment_index, len(batch.items)):
-            log.info("event done")
+            log.info("event done", event_id=str(event.event_id))
             rec = rt.ledger.get(event.event_id)
             if rec is not None and rec.created_at is not None:
                 PUBLISH_TO_SEARCHABLE.labels(kind=event.kind.value).observe(
                     (datetime.now(UTC) - rec.created_at).total_seconds())
-    return len(batch.items)
+    return [len(batch.items) for batch in batches]
+
+
+@task(Task.store)
+def store(batch: EmbeddedBatch) -> int:
+    """Write the segment's observations; returns how many were written."""
+    rt = runtime()
+    with stage(rt, batch.job.event, "store"):
+        return store_batches(rt, [batch])[0]
+
+
+@task(Task.store_many)
+def store_many(batches: EmbeddedBatches) -> int:
+    """Link and store the segments of many events together (the store worker's batched step: one entity save per
+    tenant, one upsert): ``link_batches`` then ``store_batches``, each joint and, when that fails, segment by
+    segment, so a bad one fails only its own event (``runtime.run_together``). Returns the observations written."""
+    rt = runtime()
+    linked = run_together(rt, "link", batches.batches, lambda bs: link_batches(rt, bs), lambda b: b.job.event)
+    return sum(run_together(rt, "store", linked, lambda bs: store_batches(rt, bs), lambda b: b.job.event))

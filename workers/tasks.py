@@ -33,8 +33,10 @@ class Task(StrEnum):
     redeliver_stalled = "workers.ingest.redeliver_stalled"
     perceive = "workers.perceive.perceive"
     embed = "workers.embed.embed"
+    embed_many = "workers.embed.embed_many"
     link = "workers.link.link"
     store = "workers.store.store"
+    store_many = "workers.store.store_many"
     consolidate_user = "workers.consolidate.consolidate_user"
     consolidate_due = "workers.consolidate.consolidate_due"
     archive_decayed = "workers.dynamics.archive_task"
@@ -58,8 +60,10 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.redeliver_stalled: Queue.maintenance,
     Task.perceive: Queue.perceive_cpu,
     Task.embed: Queue.perceive_gpu,
+    Task.embed_many: Queue.perceive_gpu,
     Task.link: Queue.link,
     Task.store: Queue.store,
+    Task.store_many: Queue.store,
     Task.consolidate_user: Queue.consolidate,
     Task.consolidate_due: Queue.consolidate,
     Task.archive_decayed: Queue.consolidate,

@@ -87,3 +87,67 @@ def test_engram_ingest_of_a_folder_runs_its_files_together(engram_env, tmp_path,
     assert "invalid conversation record" in out["failed"][0][1].reason
     assert len(calls) == 1 and sorted(calls[0]) == ["Ann: I adopted a corgi. His name is Biscuit.",
                                                     "Cat: My sister flies to Lisbon. She leaves in June."]
+
+
+def _embedded_segments(rt, paths):
+    """Publish and plan ``paths`` (conversation files), perceive and embed their segments together: (events,
+    EmbeddedBatches)."""
+    from engram.schemas.jobs import EmbeddedBatches, ObservationBatches
+    from engram.workers.batching import deferred_segments
+    from engram.workers.embed import embed_many
+    from engram.workers.ingest import ingest
+    from engram.workers.perceive import perceive
+
+    events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
+    with deferred_segments() as jobs:
+        for event in events:
+            ingest.delay(event)
+    batches = [perceive.apply(args=[job]).result for job in jobs]
+    result = embed_many.apply(args=[ObservationBatches(batches=batches)]).result  # pydantic: dumped
+    return events, EmbeddedBatches.model_validate(result)
+
+
+def test_segments_of_many_events_are_linked_and_stored_in_one_upsert(engram_env, tmp_path, monkeypatch):
+    """``store_many`` links and stores the segments of several events with one upsert of the observations
+    collection and one entity save per tenant, and records each segment in the ledger."""
+    from engram.workers.store import store_many
+    from engram.workers.stores.vectors import ENTITIES, OBSERVATIONS
+
+    rt = engram_env
+    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} likes tea number {i}." for i in range(3)])
+             for n in ("ann", "bob", "cat")]
+    events, embedded = _embedded_segments(rt, paths)
+    assert len(embedded.batches) == 3
+    upserts: list[tuple[str, int]] = []
+    upsert = rt.vectors.upsert
+
+    def counting_upsert(collection, points, *a, **k):
+        upserts.append((collection, len(points)))
+        return upsert(collection, points, *a, **k)
+
+    monkeypatch.setattr(rt.vectors, "upsert", counting_upsert)  # a spy: the real store writes
+    assert store_many.apply(args=[embedded]).result == 9
+    assert [n for c, n in upserts if c == OBSERVATIONS] == [9]
+    assert len([c for c, _ in upserts if c == ENTITIES]) <= 1
+    assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 3
+    assert rt.vectors.count(OBSERVATIONS) == 9
+
+
+def test_a_bad_segment_in_a_store_batch_fails_alone_with_its_reason(engram_env, tmp_path):
+    """One segment the store refuses (a dense vector of the wrong size) fails its own event with the stage and
+    reason; the joint write falls back to segment by segment and the others are stored and done."""
+    from engram.workers.store import store_many
+    from engram.workers.stores.vectors import OBSERVATIONS
+
+    rt = engram_env
+    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} flies to Oslo on day {i}." for i in range(2)])
+             for n in ("ann", "bob", "cat")]
+    events, embedded = _embedded_segments(rt, paths)
+    for item in embedded.batches[1].items:
+        item.dense = item.dense[:7]  # not a 384-d vector: the store refuses the point
+    assert store_many.apply(args=[embedded]).result == 4
+    records = [rt.ledger.get(e.event_id) for e in events]
+    assert [r.status for r in records] == [EventStatus.done, EventStatus.failed, EventStatus.done]
+    assert records[1].stage == "store" and records[1].reason
+    stored = {str(r.payload["event_id"]) for r in rt.vectors.scroll(OBSERVATIONS, None)}
+    assert stored == {str(events[0].event_id), str(events[2].event_id)}
