@@ -230,6 +230,17 @@ class VectorStore(ABC):
                 self._create(collection)
                 self._ready.add(collection)
 
+    def _readable(self, collection: str) -> bool:
+        """Whether ``collection`` exists (opened now if it does). A read of a collection that does not exist finds
+        nothing and makes nothing: a search does not create the shards of the memory types never written (each
+        costs a cold search ~50 CPU ms to make and again to open)."""
+        if collection in self._ready:
+            return True
+        if not self.has_collection(collection):
+            return False
+        self.ensure(collection)
+        return True
+
     def upsert(self, collection: str, points: list[qm.PointStruct]) -> None:
         """Insert or replace points (ids are deterministic, so repeats overwrite)."""
         if points:
@@ -237,10 +248,12 @@ class VectorStore(ABC):
             self._upsert(collection, _complete(points, collection))
 
     def query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]:
-        """Each query's ranking (best first, at most its ``limit``), in one request."""
+        """Each query's ranking (best first, at most its ``limit``), in one request (empty rankings from a collection
+        that does not exist)."""
         if not queries:
             return []
-        self.ensure(collection)
+        if not self._readable(collection):
+            return [[] for _ in queries]
         return self._query(collection, queries)
 
     def search(self, collection: str, dense: list[float] | None, sparse: tuple[list[int], list[float]] | None,
@@ -284,7 +297,8 @@ class VectorStore(ABC):
                ) -> list[qm.Record]:
         """Every point matching ``flt``, in id order. ``with_payload``: True, False or the keys to return;
         ``without``: payload keys left out instead (less to copy when the caller does not read them)."""
-        self.ensure(collection)
+        if not self._readable(collection):
+            return []
         payload: Any = ("exclude", without) if without else with_payload
         out: list[qm.Record] = []
         offset = None
@@ -297,9 +311,10 @@ class VectorStore(ABC):
     def retrieve(self, collection: str, ids: Iterable[PointId], with_vectors: bool | list[str] = False,
                  with_payload: Payload = True) -> list[qm.Record]:
         """Points by id (missing ids are left out)."""
-        self.ensure(collection)
         wanted = [str(i) for i in ids]
-        return self._retrieve(collection, wanted, with_payload, with_vectors) if wanted else []
+        if not wanted or not self._readable(collection):
+            return []
+        return self._retrieve(collection, wanted, with_payload, with_vectors)
 
     def set_payloads(self, collection: str, payloads: dict[str, dict[str, Any]]) -> None:
         """Merge a different payload into each point ({point id: payload}) in one batch request."""
@@ -315,8 +330,10 @@ class VectorStore(ABC):
         self.set_payloads(collection, {str(i): payload for i in ids})
 
     def delete(self, collection: str, selector: list[PointId] | qm.Filter) -> None:
-        """Delete the points with these ids, or every point matching a filter."""
-        self.ensure(collection)
+        """Delete the points with these ids, or every point matching a filter (nothing to do in a collection that
+        does not exist)."""
+        if not self._readable(collection):
+            return
         points = selector if _is_filter(selector) else [str(i) for i in selector]
         if points:
             self._delete(collection, points)
@@ -324,7 +341,8 @@ class VectorStore(ABC):
     def newest(self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts") -> list[qm.Record]:
         """The first ``limit`` points matching ``flt`` by descending payload ``key`` (points without it come
         last, in id order). Qdrant orders by an indexed payload field (``INDEXED_FIELDS``)."""
-        self.ensure(collection)
+        if not self._readable(collection):
+            return []
         out, _ = self._scroll_page(collection, flt, limit, None, True, False, order_by=key)
         if len(out) < limit:
             rest = qm.Filter(must=[*(flt.must or []), qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))])
@@ -333,8 +351,9 @@ class VectorStore(ABC):
         return out
 
     def count(self, collection: str, flt: qm.Filter | None = None) -> int:
-        """Exact number of points matching ``flt``."""
-        self.ensure(collection)
+        """Exact number of points matching ``flt`` (0 in a collection that does not exist)."""
+        if not self._readable(collection):
+            return 0
         return self._count(collection, flt)
 
     def collections(self) -> list[str]:
@@ -621,20 +640,21 @@ def _record(p: Any) -> StoredPoint:
     return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None)
 
 
-def _with_indexes(shard: Any, new: bool = False) -> Any:
-    """``shard`` with a payload index on each of ``INDEXED_FIELDS`` (those missing made now: a ``new`` shard, or
-    one made before an index was added, which is logged)."""
+def _with_indexes(shard: Any, new: bool = False) -> bool:
+    """Give ``shard`` a payload index on each of ``INDEXED_FIELDS`` (those missing made now: a ``new`` shard, or
+    one made before an index was added, which is logged); True when one was made."""
     qe = _edge()
     have = {} if new else shard.info().payload_schema
-    for field, schema in INDEXED_FIELDS.items():
-        if field not in have:
-            shard.update(qe.UpdateOperation.create_field_index(
-                field, qe.KeywordIndexParams(is_tenant=True) if field == "tenant_id" else
-                {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
-                 "bool": qe.PayloadSchemaType.Bool}[schema]))
-            if not new:
-                log.info("payload index added to an existing shard", field=field)
-    return shard
+    missing = [field for field in INDEXED_FIELDS if field not in have]
+    for field in missing:
+        schema = INDEXED_FIELDS[field]
+        shard.update(qe.UpdateOperation.create_field_index(
+            field, qe.KeywordIndexParams(is_tenant=True) if field == "tenant_id" else
+            {"keyword": qe.PayloadSchemaType.Keyword, "float": qe.PayloadSchemaType.Float,
+             "bool": qe.PayloadSchemaType.Bool}[schema]))
+        if not new:
+            log.info("payload index added to an existing shard", field=field)
+    return bool(missing)
 
 
 def _ranked(points: list[Any], with_payload: Any) -> list[StoredPoint]:
@@ -663,6 +683,7 @@ class EdgeVectorStore(VectorStore):
         self.optimize_after = optimize_after
         self._shards: dict[str, Any] = {}
         self._pending: dict[str, int] = {}  # points written since the collection's last optimization
+        self._written: set[str] = set()  # collections written by this process since their last flush
         # one lock object for every thread of this process (released by close, from whichever thread)
         self._file_lock = FileLock(str(self.root) + ".lock", thread_local=False)
 
@@ -706,11 +727,14 @@ class EdgeVectorStore(VectorStore):
                         "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
                 raise StoreCorrupt(f"the embedded store's shard {path} cannot be opened ({text}); restore the folder "
                                    "from a backup, or move it away to start that collection empty") from exc
-            shard = _with_indexes(shard)
+            changed = _with_indexes(shard)
         else:
             path.mkdir(parents=True, exist_ok=True)
-            shard = _with_indexes(qe.EdgeShard.create(str(path), self._config(collection)), new=True)
+            shard = qe.EdgeShard.create(str(path), self._config(collection))
+            changed = _with_indexes(shard, new=True)
         self._shards[collection] = shard
+        if changed:
+            self._written.add(collection)
 
     @staticmethod
     def _config(collection: str) -> Any:
@@ -784,6 +808,7 @@ class EdgeVectorStore(VectorStore):
         qe = _edge()
         if self.optimize_after:
             self.pending_points(collection)  # counted from the engine before this write, on first use
+        self._written.add(collection)
         self._shard(collection).update(qe.UpdateOperation.upsert_points(
             [qe.Point(str(p.id), _edge_vector(p.vector), p.payload) for p in points]))
         if self.optimize_after:
@@ -829,6 +854,7 @@ class EdgeVectorStore(VectorStore):
     def _set_payloads(self, collection, groups):
         qe = _edge()
         shard = self._shard(collection)
+        self._written.add(collection)
         for p, ids in groups:
             shard.update(qe.UpdateOperation.set_payload(ids, p))
 
@@ -836,21 +862,26 @@ class EdgeVectorStore(VectorStore):
         qe = _edge()
         op = (qe.UpdateOperation.delete_points_by_filter(edge_filter(selector)) if _is_filter(selector)
               else qe.UpdateOperation.delete_points(selector))
+        self._written.add(collection)
         self._shard(collection).update(op)
 
     def _count(self, collection, flt):
         return self._shard(collection).count(_edge().CountRequest(exact=True, filter=edge_filter(flt)))
 
     def flush(self) -> None:
-        """Write every shard's pending changes to its segments (the write-ahead log already holds them)."""
+        """Write the pending changes of the shards this process wrote to their segments (the write-ahead log
+        already holds them). A shard only read is not flushed: a flush syncs every file of the shard to the disk
+        (~1 s of a cold search's exit on a busy disk for shards it only read)."""
         with self._lock:
-            for shard in self._shards.values():
-                shard.flush()
+            dirty = self._written & set(self._shards)
+            self._written -= dirty  # a write from another thread meanwhile stays to flush
+            for collection in sorted(dirty):
+                self._shards[collection].flush()
 
     def close(self) -> None:
         with self._lock:
+            self.flush()
             for shard in self._shards.values():
-                shard.flush()
                 shard.close()
             self._shards.clear()
             self._ready.clear()

@@ -172,6 +172,23 @@ def test_payload_updates_delete_by_filter_and_reopen(store):
         store._ready.clear()
 
 
+def test_reading_a_collection_never_written_finds_nothing_and_makes_nothing(store):
+    """A search reads every memory type's collection: one never written answers empty and is not created (on
+    the embedded store each empty shard would cost a cold search ~50 CPU ms to make and again to open)."""
+    never = "procedural"
+    flt = tenant_filter("t1")
+    assert store.search(never, DENSE_VECS[0].tolist(), ([1, 2], [1.0, 1.0]), flt, 5) == ([], [])
+    assert store.nearest(never, DENSE, DENSE_VECS[0].tolist(), flt) == []
+    assert store.scroll(never, flt) == [] and store.retrieve(never, IDS[:2]) == []
+    assert store.count(never, flt) == 0 and store.newest(never, flt, 3) == []
+    store.delete(never, flt)
+    store.delete(never, IDS[:2])
+    assert not store.has_collection(never) and never not in store.collections()
+    store.upsert(never, [qm.PointStruct(id=IDS[i], vector={DENSE: DENSE_VECS[i].tolist()}, payload=_payload(i))
+                         for i in (1, 2)])  # a write makes it
+    assert store.has_collection(never) and store.count(never) == 2
+
+
 def test_euclidean_vectors_and_a_threshold(store):
     face = RNG.normal(size=128).astype(np.float32) * 0.1
     pts = [qm.PointStruct(id=str(uuid.UUID(int=10_000 + i)), vector={FACE: (face + i * 0.05).tolist()},
