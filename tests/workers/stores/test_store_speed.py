@@ -9,7 +9,7 @@ from qdrant_client import models as qm
 
 from engram.schemas.settings import get_settings
 from engram.workers.runtime import reset_runtimes, runtime
-from engram.workers.stores.vectors import DENSE, DIM, OBSERVATIONS
+from engram.workers.stores.vectors import DENSE, DIM, OBSERVATIONS, tenant_filter
 
 IDS = [str(uuid.UUID(int=i + 1)) for i in range(300)]
 
@@ -116,3 +116,51 @@ def test_a_shard_made_before_an_index_was_added_gets_it_on_open(tmp_path):
     again = EdgeVectorStore(tmp_path / "vectors")
     assert again.indexed_fields(OBSERVATIONS) == set(INDEXED_FIELDS) and again.count(OBSERVATIONS) == 3
     again.close()
+
+
+def _index_memory(path) -> dict:
+    """{field: its payload index's memory placement, by name} of the closed shard at ``path`` ('None': in
+    memory)."""
+    import qdrant_edge
+
+    shard = qdrant_edge.EdgeShard.load(str(path))
+    try:
+        return {f: str(getattr(i.params, "memory", None)) for f, i in shard.info().payload_schema.items()}
+    finally:
+        shard.close()
+
+
+def test_payload_indexes_are_memory_mapped_and_optimize_moves_old_ones_to_disk(tmp_path):
+    """Opening a shard reads no payload index into memory (most of a cold search's open at 100 k): a new shard's
+    indexes are memory-mapped, and those an earlier engram made in memory are made again on disk by ``optimize``,
+    with the same answers."""
+    import qdrant_edge
+
+    from engram.workers.stores.vectors import INDEXED_FIELDS, EdgeVectorStore
+
+    store = EdgeVectorStore(tmp_path / "new")
+    store.upsert(OBSERVATIONS, _points(3))
+    store.close()
+    assert set(_index_memory(tmp_path / "new" / OBSERVATIONS).values()) == {"Memory.Cold"}
+
+    old = tmp_path / "vectors" / OBSERVATIONS  # as engram made it before: every index in memory
+    old.mkdir(parents=True)
+    shard = qdrant_edge.EdgeShard.create(str(old), EdgeVectorStore._config(OBSERVATIONS))
+    for field, kind in INDEXED_FIELDS.items():
+        shard.update(qdrant_edge.UpdateOperation.create_field_index(field, qdrant_edge.KeywordIndexParams(
+            is_tenant=True) if field == "tenant_id" else {"keyword": qdrant_edge.PayloadSchemaType.Keyword,
+                                                          "float": qdrant_edge.PayloadSchemaType.Float,
+                                                          "bool": qdrant_edge.PayloadSchemaType.Bool}[kind]))
+    shard.close()
+    store = EdgeVectorStore(tmp_path / "vectors")
+    store.upsert(OBSERVATIONS, _points(300))
+    flt = tenant_filter("t")
+    before = store.count(OBSERVATIONS, flt), [str(p.id) for p in store.scroll(OBSERVATIONS, flt, with_payload=False)]
+    store.close()
+    assert set(_index_memory(old).values()) == {"None"}  # opened, written: still in memory until optimized
+    store = EdgeVectorStore(tmp_path / "vectors")
+    store.optimize()
+    assert (store.count(OBSERVATIONS, flt), [str(p.id) for p in store.scroll(OBSERVATIONS, flt, with_payload=False)]
+            ) == before and store.indexed_fields(OBSERVATIONS) == set(INDEXED_FIELDS)
+    store.close()
+    assert set(_index_memory(old).values()) == {"Memory.Cold"}
