@@ -9,6 +9,7 @@ the embedded store (Qdrant Edge) one process may open the store, so exactly one 
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from enum import StrEnum
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from engram.schemas.settings import Settings
 from engram.workers.errors import ConfigError
-from engram.workers.tasks import QDRANT_BOUND, Queue
+from engram.workers.tasks import BATCH_FLUSH_EVERY, BATCHED, QDRANT_BOUND, QUEUE_OF, Queue
 
 INGEST, PERCEIVE_CPU, PERCEIVE_GPU = Queue.ingest, Queue.perceive_cpu, Queue.perceive_gpu
 #: every pipeline queue (beat's ``maintenance`` is added to each worker by ``worker_argv``)
@@ -125,9 +126,24 @@ def worker_argv(plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None =
             "--loglevel", loglevel.upper(), "--hostname", hostname or f"{plan.role}-{os.getpid()}@%h"]
     if plan.concurrency is not None:
         argv += ["--concurrency", str(plan.concurrency)]
+    multiplier = prefetch_multiplier(plan)
+    if multiplier > 1:
+        argv += ["--prefetch-multiplier", str(multiplier)]
     if events:
         argv.append("--task-events")
     return argv
+
+
+def prefetch_multiplier(plan: WorkerPlan) -> int:
+    """Celery's prefetch multiplier for ``plan``: 1 (the app's ``worker_prefetch_multiplier``: a long OCR task
+    holds back no other message) unless the worker serves the queue of a batched consumer (``embed_batched`` on
+    ``perceive.gpu``, ``store_batched`` on ``store``); then enough that ``multiplier × concurrency`` messages
+    reach ``workers.tasks.BATCH_FLUSH_EVERY``, as celery-batches needs to fill a batch (with fewer, a batch runs at the
+    end of its ``BATCH_FLUSH_SECONDS`` window). A prefork worker's default concurrency is the CPU count."""
+    if not any(QUEUE_OF[t] in plan.queues for t in BATCHED):
+        return 1
+    concurrency = plan.concurrency or os.cpu_count() or 1
+    return max(1, math.ceil(BATCH_FLUSH_EVERY / concurrency))
 
 
 def beat_schedule_path(settings: Settings) -> Path:

@@ -133,10 +133,16 @@ def signature(name: Task, *args, **options) -> Signature:
 def task(name: Task, kind: str = "stage", **options):
     """The decorator of every Celery task: registers the function under its wire ``name`` with the options of
     its ``kind`` (``runtime.TASK_OPTIONS``): ``"stage"`` (pipeline stages: pydantic arguments, late acks,
-    retries with backoff on transient errors only), ``"request"`` (an answer awaited by a caller: the result
-    kept), ``"beat"`` (a periodic sweep: the result kept, no retry). ``options`` override single ones."""
+    retries with backoff on transient errors only), ``"batch"`` (a batched consumer, celery-batches' ``Batches``:
+    the function takes the list of buffered requests, each with the ``args`` of one message), ``"request"`` (an
+    answer awaited by a caller: the result kept), ``"beat"`` (a periodic sweep: the result kept, no retry).
+    ``options`` override single ones."""
     from engram.workers.runtime import TASK_OPTIONS  # runtime imports the stores; this module stays light
 
+    if kind == "batch":
+        from celery_batches import Batches  # start-up time: the API's Celery client needs no batched consumer
+
+        options = {"base": Batches, **options}
     return app.task(name=name.value, **{**TASK_OPTIONS[kind], **options})
 
 

@@ -4,14 +4,16 @@ embedding blended with its neighbouring turns'), sentence rows and fielded BM25 
 
 ``embed`` embeds one segment; ``embed_many`` the segments of many events in one pass (each distinct text encoded
 once, in batches of ``models.embedding_batch_size``): ``workers.batching`` calls it inline on the embedded
-default, and a worker's batched consumer (``embed_batched``, celery-batches) with the segments it accumulated.
+default. In the distributed mode ``embed_batched``, a batched consumer (celery-batches), embeds the segments a
+worker accumulated from many events in one pass and hands them to the store worker's ``store_batched``.
 """
 
 from __future__ import annotations
 
 from engram.schemas.jobs import EmbeddedBatch, EmbeddedBatches, ObservationBatch, ObservationBatches
 from engram.schemas.observations import EmbeddedObservation
-from engram.workers.app import task
+from engram.workers.app import signature, task
+from engram.workers.batching import consume, priorities
 from engram.workers.memory.vectors import dense_vectors, observation_sparse_vectors
 from engram.workers.runtime import Runtime, run_together, runtime, stage
 from engram.workers.tasks import Task
@@ -42,10 +44,29 @@ def embed(batch: ObservationBatch) -> EmbeddedBatch:
         return embed_batches(rt, [batch])[0]
 
 
-@task(Task.embed_many)
-def embed_many(batches: ObservationBatches) -> EmbeddedBatches:
+@task(Task.embed_many, pydantic=False)  # called inline: its models pass as they are, not through JSON
+def embed_many(batches: ObservationBatches | dict) -> EmbeddedBatches:
     """Vectors for the segments of many events in one pass; when that fails each segment embeds alone, so a bad
-    one fails only its own event (``runtime.run_together``). Returns the segments embedded, in order."""
+    one fails only its own event (``runtime.run_together``). ``batches``: the model, or its JSON form. Returns
+    the segments embedded, in order (the model itself: ``workers.batching.run_segments`` hands it to
+    ``store_many`` in the same process, without a JSON round trip of every vector)."""
     rt = runtime()
+    batches = ObservationBatches.model_validate(batches)
     done = run_together(rt, "embed", batches.batches, lambda bs: embed_batches(rt, bs), lambda b: b.job.event)
     return EmbeddedBatches(batches=done)
+
+
+@task(Task.embed_batched, "batch")
+def embed_batched(requests: list) -> int:
+    """The distributed mode's embed: a batched consumer (celery-batches) of one ``ObservationBatch`` per message
+    (perceive's output, down its chain), which embeds the segments it accumulated (up to
+    ``runtime.BATCH_FLUSH_EVERY``, or what came within ``BATCH_FLUSH_SECONDS``) in one pass, then publishes each
+    embedded segment to ``store_batched`` at the priority it came with. A bad segment fails alone; transient
+    errors publish the batch again (``workers.batching.consume``). Returns the segments embedded."""
+    pairs, done = consume(embed_batched, requests, ObservationBatch, [("embed", embed_batches)])
+    priority = priorities(pairs)
+    for batch in done:
+        # a batched consumer's arguments are plain JSON (celery-batches: no pydantic dump on the way)
+        signature(Task.store_batched, batch.model_dump(mode="json"),
+                  priority=priority[(str(batch.job.event.event_id), batch.job.segment_index)]).apply_async()
+    return len(done)

@@ -43,7 +43,8 @@ log = structlog.get_logger(__name__)
 
 @task(Task.ingest)
 def ingest(event: MediaEvent) -> None:
-    """Validate ``event``'s object and dispatch one perceive → embed → link → store chain per segment."""
+    """Validate ``event``'s object and dispatch each segment (``dispatch``: batched across events in the
+    distributed mode)."""
     rt = runtime()
     rt.ledger.record_queued(event)
     known = rt.ledger.get(event.event_id)
@@ -60,7 +61,7 @@ def ingest(event: MediaEvent) -> None:
     base = 0 if rt.settings.embedded else tenant_priority(rt.ledger, event.tenant_id, rt.settings)
     for job in jobs:
         if job.segment_index not in done:
-            dispatch(job, segment_priority(base, job.segment_index, rt.settings))
+            dispatch(job, segment_priority(base, job.segment_index, rt.settings), batched=not rt.settings.embedded)
 
 
 @task(Task.redeliver_stalled, "beat")
@@ -82,15 +83,21 @@ def redeliver_stalled() -> dict[str, int]:
     return {"redelivered": len(events), "failed": len(given_up)}
 
 
-def dispatch(job: SegmentJob, priority: int = 0) -> None:
+def dispatch(job: SegmentJob, priority: int = 0, batched: bool = False) -> None:
     """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue. Every message of
-    the chain carries ``priority`` (0 highest .. 9, ``workers.fairness``). Inside
-    ``workers.batching.deferred_segments`` (embedded default, many files at once) the job is collected instead."""
+    the chain carries ``priority`` (0 highest .. 9, ``workers.fairness``). ``batched`` (the distributed mode):
+    perceive → ``embed_batched``, whose worker embeds the segments of many events in one pass and hands them to
+    the store worker's ``store_batched`` (link and store of many segments in one request: issue 15); else
+    perceive → embed → link → store, one task each. Inside ``workers.batching.deferred_segments`` (embedded
+    default, many files at once) the job is collected instead."""
     if defer(job):
         return
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
-    chain(signature(Task.perceive, job, queue=queue.value, priority=priority),
-          signature(Task.embed, priority=priority), signature(Task.link, priority=priority),
+    perceive = signature(Task.perceive, job, queue=queue.value, priority=priority)
+    if batched:
+        chain(perceive, signature(Task.embed_batched, priority=priority)).apply_async()
+        return
+    chain(perceive, signature(Task.embed, priority=priority), signature(Task.link, priority=priority),
           signature(Task.store, priority=priority)).apply_async()
 
 

@@ -3,7 +3,7 @@ record the segment in the ledger (the event is done when all its segments are).
 
 ``store`` writes one segment; ``store_many`` links and stores the segments of many events together (one entity
 save per tenant, one upsert): ``workers.batching`` calls it inline on the embedded default, and the store worker's
-batched consumer with the segments it accumulated.
+batched consumer ``store_batched`` (celery-batches) with the segments it accumulated from ``embed_batched``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import structlog
 from engram.schemas.jobs import EmbeddedBatch, EmbeddedBatches
 from engram.schemas.observations import EmbeddedObservation
 from engram.workers.app import task
+from engram.workers.batching import consume
 from engram.workers.memory.linking import link_batches
 from engram.workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
 from engram.workers.runtime import Runtime, run_together, runtime, stage
@@ -77,11 +78,23 @@ def store(batch: EmbeddedBatch) -> int:
         return store_batches(rt, [batch])[0]
 
 
-@task(Task.store_many)
-def store_many(batches: EmbeddedBatches) -> int:
-    """Link and store the segments of many events together (the store worker's batched step: one entity save per
-    tenant, one upsert): ``link_batches`` then ``store_batches``, each joint and, when that fails, segment by
-    segment, so a bad one fails only its own event (``runtime.run_together``). Returns the observations written."""
+@task(Task.store_many, pydantic=False)  # called inline: its model passes as it is, not through JSON
+def store_many(batches: EmbeddedBatches | dict) -> int:
+    """Link and store the segments of many events together (one entity save per tenant, one upsert):
+    ``link_batches`` then ``store_batches``, each joint and, when that fails, segment by segment, so a bad one
+    fails only its own event (``runtime.run_together``). ``batches``: the model, or its JSON form. Returns the
+    observations written."""
     rt = runtime()
+    batches = EmbeddedBatches.model_validate(batches)
     linked = run_together(rt, "link", batches.batches, lambda bs: link_batches(rt, bs), lambda b: b.job.event)
     return sum(run_together(rt, "store", linked, lambda bs: store_batches(rt, bs), lambda b: b.job.event))
+
+
+@task(Task.store_batched, "batch")
+def store_batched(requests: list) -> int:
+    """The distributed mode's link and store: a batched consumer (celery-batches) on the store worker of one
+    ``EmbeddedBatch`` per message (``embed_batched``'s), which links the segments it accumulated per tenant and
+    writes them in one upsert, each segment recorded in the ledger. A bad segment fails alone; transient errors
+    publish the batch again (``workers.batching.consume``). Returns the observations written."""
+    _, counts = consume(store_batched, requests, EmbeddedBatch, [("link", link_batches), ("store", store_batches)])
+    return sum(counts)

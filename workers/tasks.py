@@ -34,9 +34,11 @@ class Task(StrEnum):
     perceive = "workers.perceive.perceive"
     embed = "workers.embed.embed"
     embed_many = "workers.embed.embed_many"
+    embed_batched = "workers.embed.embed_batched"
     link = "workers.link.link"
     store = "workers.store.store"
     store_many = "workers.store.store_many"
+    store_batched = "workers.store.store_batched"
     consolidate_user = "workers.consolidate.consolidate_user"
     consolidate_due = "workers.consolidate.consolidate_due"
     archive_decayed = "workers.dynamics.archive_task"
@@ -61,9 +63,11 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.perceive: Queue.perceive_cpu,
     Task.embed: Queue.perceive_gpu,
     Task.embed_many: Queue.perceive_gpu,
+    Task.embed_batched: Queue.perceive_gpu,
     Task.link: Queue.link,
     Task.store: Queue.store,
     Task.store_many: Queue.store,
+    Task.store_batched: Queue.store,
     Task.consolidate_user: Queue.consolidate,
     Task.consolidate_due: Queue.consolidate,
     Task.archive_decayed: Queue.consolidate,
@@ -79,6 +83,15 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.entity_merge: Queue.query,
     Task.expire_staged: Queue.maintenance,
 }
+
+#: Batched consumers (celery-batches' ``Batches``, options in ``runtime.TASK_OPTIONS["batch"]``): each buffers up to
+#: ``BATCH_FLUSH_EVERY`` messages of its task, then runs them as one call (one model pass, one store request), or
+#: runs what it holds ``BATCH_FLUSH_SECONDS`` after the first came (the accumulation window). A worker serving
+#: their queues prefetches at least ``BATCH_FLUSH_EVERY`` messages (``api.processes.prefetch_multiplier``), or a
+#: batch would wait for the window with fewer.
+BATCHED = (Task.embed_batched, Task.store_batched)
+BATCH_FLUSH_EVERY = 32
+BATCH_FLUSH_SECONDS = 0.25
 
 #: Queues whose tasks open the vector store. With the embedded store exactly one ``--pool solo`` worker serves
 #: all of them.

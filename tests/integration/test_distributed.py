@@ -334,3 +334,44 @@ def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
           f"({', '.join(sorted(set(lost)))}); "
           f"all final and stored once; objects in {'S3' if s3 else 'the local folder'}; "
           f"total {time.monotonic() - t0:.1f} s")
+
+
+def test_a_bad_segment_in_a_store_batch_fails_alone_on_the_store_worker(make_cluster, tmp_path):
+    """The store worker's batched consumer (``store_batched``, celery-batches) gets six embedded chats at once,
+    as the cpu workers' ``embed_batched`` sends them, one with a dense vector the store refuses: they are linked
+    and stored as one batch, the joint upsert fails, each segment then runs alone; five events are done with
+    their observations and the bad one failed at stage store with its reason."""
+    from engram.api.local import classify, publish_file
+    from engram.schemas.jobs import EmbeddedBatches, ObservationBatches, SegmentJob
+    from engram.workers.embed import embed_many
+    from engram.workers.perceive import perceive
+    from engram.workers.runtime import runtime
+    from tests.workload import make_conversation
+
+    cluster, _ = make_cluster(cpu_concurrency=1)
+    rt = runtime()
+    folder = tmp_path / "media"
+    folder.mkdir()
+    start = datetime(2024, 5, 1, 9, tzinfo=UTC)
+    jobs = []
+    for i, topic in enumerate(TOPICS[:6]):
+        path = folder / f"batch-{i}.jsonl"
+        n = make_conversation(path, f"batch-s{i}", ("alice", "friend"), topic, start + timedelta(hours=i))
+        event = publish_file(rt, classify(path), TENANT, "alice", "alice-phone")
+        rt.ledger.expect_segments(event.event_id, 1)
+        jobs.append(SegmentJob(event=event, segment_index=0, first_message=0, last_message=n))
+    # perceived and embedded here, as a cpu worker does (no store is opened for that)
+    observed = ObservationBatches(batches=[perceive.apply(args=[job]).result for job in jobs])
+    embedded = EmbeddedBatches.model_validate(embed_many.apply(args=[observed]).result)
+    bad = embedded.batches[2]
+    for item in bad.items:
+        item.dense = item.dense[:7]  # not a 384-d vector
+    app = sender()
+    for batch in embedded.batches:
+        app.send_task("workers.store.store_batched", args=[batch.model_dump(mode="json")])
+    records = wait_final(rt, cluster, [j.event.event_id for j in jobs], timeout=120)
+    failed = records[bad.job.event.event_id]
+    assert failed.status is EventStatus.failed and failed.stage == "store" and failed.reason, failed
+    done = [r for eid, r in records.items() if eid != bad.job.event.event_id]
+    assert all(r.status is EventStatus.done and r.observations == 4 for r in done), done
+    assert cluster.count_in_logs("batch failed; each item runs alone", "store") >= 1, cluster.tail("store")
