@@ -95,6 +95,7 @@ class Figure:
     latency_p95_s: float | None = None
     latency_samples: int = 0
     latency_s: list[float] | None = None  # every sample, in publishing order
+    latency_final_s: list[float] | None = None  # of each sample, the seconds until the ledger called it final
 
 
 # --- CPU accounting --------------------------------------------------------------------------------------
@@ -196,9 +197,10 @@ def latency_query(kind: str, item: Item, tag: str, k: int) -> str:
     return f"{topic} {tag} {k}" if kind == "text" else f"{topic} ticket {tag}-{k} {item.user}"
 
 
-def searchable_latency(rt, folder: Path, kind: str, samples: int, send, search) -> list[float]:
-    """Seconds from publishing one event of ``kind`` to a search (limit 10) that returns one of its
-    observations, for ``samples`` events published one at a time. Raises TimeoutError after 120 s."""
+def searchable_latency(rt, folder: Path, kind: str, samples: int, send, search) -> list[tuple[float, float]]:
+    """For ``samples`` events of ``kind`` published one at a time: (seconds from the publish to a search (limit
+    10) that returns one of the event's observations, of which seconds until the ledger called it final).
+    Raises TimeoutError after 120 s."""
     from engram.schemas.search import SearchRequest
 
     out = []
@@ -215,13 +217,14 @@ def searchable_latency(rt, folder: Path, kind: str, samples: int, send, search) 
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{kind} event {eid} not final after 120 s")
             time.sleep(0.02)
+        final = time.perf_counter() - t0
         while not any(eid in hit.event_ids for hit in search(req).hits):
             if time.monotonic() > deadline:
                 rec = rt.ledger.get(eid)
                 raise TimeoutError(f"{kind} event {eid} not searchable after 120 s "
                                    f"(ledger: {rec.status.value if rec else None})")
             time.sleep(0.05)
-        out.append(time.perf_counter() - t0)
+        out.append((time.perf_counter() - t0, final))
     return out
 
 
@@ -235,8 +238,10 @@ def percentile(values: list[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
-def figure(mode: str, kind: str, workers: int, events: int, failed: int, m: dict, latency: list[float]) -> Figure:
-    """A Figure from the ``measured`` dict ``m`` of a run and its latency samples."""
+def figure(mode: str, kind: str, workers: int, events: int, failed: int, m: dict,
+           samples: list[tuple[float, float]]) -> Figure:
+    """A Figure from the ``measured`` dict ``m`` of a run and its latency samples (``searchable_latency``)."""
+    latency = [total for total, _ in samples]
     wall, cpu = m["wall_s"], m["cpu_s"]
     store_cpu, store_task = m.get("store_cpu_s"), m.get("store_task_s")
     return Figure(mode, kind, workers, events, failed, round(wall, 3), events / wall, round(cpu, 3),
@@ -245,7 +250,7 @@ def figure(mode: str, kind: str, workers: int, events: int, failed: int, m: dict
                   store_cpu / wall if store_cpu is not None else None,
                   store_task / wall if store_task is not None else None,
                   percentile(latency, 0.5), percentile(latency, 0.95), len(latency),
-                  [round(x, 3) for x in latency])
+                  [round(x, 3) for x in latency], [round(final, 3) for _, final in samples])
 
 
 # --- the two modes ---------------------------------------------------------------------------------------
@@ -413,7 +418,7 @@ def table(figures: list[Figure], events: int) -> Table:
     """The figures side by side."""
     out = Table(title=f"engram pipeline: {events} events per row (2-core machine, shared: noisy)")
     cols = ("mode", "kind", "cpu workers", "events/s", "CPU s", "events/CPU-s", "store CPU", "store tasks",
-            "failed", "p50", "p95")
+            "failed", "p50", "p95", "max")
     for col in cols:
         out.add_column(col, justify="left" if col in ("mode", "kind") else "right")
 
@@ -426,7 +431,7 @@ def table(figures: list[Figure], events: int) -> Table:
     for f in figures:
         out.add_row(f.mode, f.kind, str(f.workers or "-"), f"{f.events_per_s:.2f}", f"{f.cpu_s:.1f}",
                     f"{f.events_per_cpu_s:.3f}", pct(f.store_busy), pct(f.store_task_busy), str(f.failed),
-                    sec(f.latency_p50_s), sec(f.latency_p95_s))
+                    sec(f.latency_p50_s), sec(f.latency_p95_s), sec(max(f.latency_s) if f.latency_s else None))
     return out
 
 
@@ -435,8 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=300, help="events per configuration (default 300)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4],
-                        help="numbers of cpu worker processes to measure (default 1 2 4)")
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4],
+                        help="numbers of cpu worker processes to measure (default 1 2 4; none: embedded only)")
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     parser.add_argument("--latency-samples", type=int, default=20,
                         help="events published one at a time for the latency (default 20; 0: skip)")
