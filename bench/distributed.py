@@ -170,9 +170,11 @@ def publish(rt, items: list[Item], send) -> list[uuid.UUID]:
     return ids
 
 
-def wait_final(rt, ids: list[uuid.UUID], timeout: float, progress=None, task=None) -> int:
-    """Until every event is final; returns how many failed. Raises TimeoutError."""
+def wait_final(rt, ids: list[uuid.UUID], timeout: float, progress=None, task=None, stall: float = 180.0) -> int:
+    """Until every event is final; returns how many failed. Raises TimeoutError after ``timeout`` seconds,
+    or when no event became final for ``stall`` seconds."""
     deadline = time.monotonic() + timeout
+    moved = time.monotonic()
     pending = set(ids)
     failed = 0
     while pending:
@@ -180,12 +182,15 @@ def wait_final(rt, ids: list[uuid.UUID], timeout: float, progress=None, task=Non
             rec = rt.ledger.get(eid)
             if rec is not None and rec.status.value in FINAL:
                 pending.discard(eid)
+                moved = time.monotonic()
                 failed += rec.status.value == "failed"
                 if progress is not None:
                     progress.advance(task)
         if pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(pending)} of {len(ids)} events not final after {timeout:.0f} s")
+            now = time.monotonic()
+            if now > deadline or now - moved > stall:
+                raise TimeoutError(f"{len(pending)} of {len(ids)} events not final after {timeout:.0f} s "
+                                   f"(none for {now - moved:.0f} s)")
             time.sleep(0.05)
     return failed
 
@@ -293,6 +298,8 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
                       cluster.metrics_ports.get("store")) as m:
             failed = wait_final(rt, publish(rt, items, send), timeout=3600, progress=progress, task=task)
         latency = searchable_latency(rt, root / f"lat-{kind}-{workers}", kind, samples, send, search)
+    except TimeoutError as exc:  # what the workers said, with why
+        raise TimeoutError(f"{exc}; exited: {cluster.exited()}\n{cluster.tails()}") from exc
     finally:
         cluster.stop_all()
         app.close()
