@@ -27,7 +27,12 @@ settings of ``BEFORE_AUDIO`` (the former defaults) and once with the current one
 - ``wer``: jfk.flac and leopard_test.wav (``bench.speech.wer``); ``speaker_f1``: pairwise F1 of word speaker
   labels on leopard_diarization_test.wav and pyannote_sample.wav (as ``bench/perception.py`` counts them).
 
-    python bench/perception_speed.py [--sections screenshot audio] [--json FILE]
+- ``--variant LABEL:VAR=VALUE[,...]`` adds a configuration reported under ``LABEL`` (e.g. ``--variant
+  sequential:ENGRAM_MODELS__ASR_BATCH_SIZE=1`` for the settings before batched decoding); ``--runs N`` runs every
+  configuration N times in turn and reports medians (``runs_x_real_time``: each run's; ``loads``: the load
+  average after each round).
+
+    python bench/perception_speed.py [--sections screenshot audio] [--runs N] [--variant ...] [--json FILE]
 
 ``--json FILE`` merges ``{"screenshot": {...}, "audio": {...}, "load": <1-minute load average>}`` into FILE's
 JSON object (created when absent), keeping other keys (``bench/ingest.py`` writes ``text`` and ``distributed``
@@ -60,7 +65,8 @@ DATA = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
 NEW_LINE = "Meeting moved to Thursday at 10:42 in room Orion"
 #: The audio settings before issue 15 (environment variables of the ``before`` run).
 BEFORE_AUDIO = {"ENGRAM_MODELS__ASR_BEAM_SIZE": "5", "ENGRAM_SPEAKER_HOP_SECONDS": "0.5",
-                "ENGRAM_MODELS__CPU_THREADS": "2"}  # = the libraries' defaults (one thread per core) on 2 cores
+                "ENGRAM_MODELS__CPU_THREADS": "2",  # = the libraries' defaults (one thread per core) on 2 cores
+                "ENGRAM_MODELS__ASR_BATCH_SIZE": "1"}
 
 
 def _median(xs: list[float]) -> float | None:
@@ -234,18 +240,47 @@ def _audio_run(tenant: str, long_path: Path) -> dict:
     return out
 
 
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """``LABEL:VAR=VALUE[,VAR=VALUE...]`` (``--variant``) -> (label, environment variables). Raises
+    argparse.ArgumentTypeError for another shape."""
+    label, _, assignments = text.partition(":")
+    pairs = [a.partition("=") for a in assignments.split(",") if a]
+    if not label or not pairs or any(not k or not eq for k, eq, _ in pairs):
+        raise argparse.ArgumentTypeError(f"expected LABEL:VAR=VALUE[,VAR=VALUE], got {text!r}")
+    return label, {k: v for k, _, v in pairs}
+
+
+def _median_runs(runs: list[dict]) -> dict:
+    """The first run's figures with ``x_real_time`` and ``files_x_real_time`` replaced by their medians over
+    ``runs`` (each run's values kept in ``runs_x_real_time``); WER and F1 are deterministic."""
+    out = dict(runs[0])
+    for key in ("x_real_time", "files_x_real_time"):
+        out[key] = round(statistics.median(r[key] for r in runs), 2)
+    out["runs_x_real_time"] = [r["x_real_time"] for r in runs]
+    return out
+
+
 def audio(args) -> dict:
-    """The ``audio`` section (module docstring): the current settings, and ``before`` with ``BEFORE_AUDIO``."""
+    """The ``audio`` section (module docstring): the current settings, ``before`` with ``BEFORE_AUDIO`` and each
+    ``--variant``, ``--runs`` times in turn (the configurations alternate, so the load weighs on all alike); the
+    speed figures are medians, ``loads`` the 1-minute load average after each round."""
     tmp = Path(tempfile.mkdtemp(prefix="engram-bench-audio-"))
     long_path = speech.looped_recording(DATA / "audio", tmp / "long.flac", args.long_seconds)
-    speech.perceive_file(DATA / "audio" / "jfk.flac", tenant="bench-warm")  # load the models
-    with speech.settings_env(**BEFORE_AUDIO):
-        speech.perceive_file(DATA / "audio" / "jfk.flac", tenant="bench-warm-before")
-        before = _audio_run("bench-audio-before", long_path)
-    print("before", before, flush=True)
-    now = _audio_run("bench-audio", long_path)
-    print("now", now, flush=True)
-    return {**now, "before": before}
+    configs = {"now": {}, "before": BEFORE_AUDIO, **dict(args.variant or [])}
+    runs: dict[str, list[dict]] = {name: [] for name in configs}
+    for name, env in configs.items():
+        with speech.settings_env(**env):
+            speech.perceive_file(DATA / "audio" / "jfk.flac", tenant=f"bench-warm-{name}")  # load the models
+    loads = []
+    for i in range(args.runs):
+        for name, env in configs.items():
+            with speech.settings_env(**env):
+                runs[name].append(_audio_run(f"bench-audio-{name}-{i}", long_path))
+            print(name, runs[name][-1], flush=True)
+        loads.append(os.getloadavg()[0])
+    figures = {name: _median_runs(r) for name, r in runs.items()}
+    now = figures.pop("now")
+    return {**now, **figures, "loads": loads}
 
 
 SECTIONS = {"screenshot": screenshot, "audio": audio}
@@ -256,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     parser.add_argument("--scroll", type=int, default=150, help="px between scrolled windows of the full page")
     parser.add_argument("--long-seconds", type=float, default=300.0, help="length of the looped recording")
+    parser.add_argument("--runs", type=int, default=1, help="audio: rounds of every configuration (medians)")
+    parser.add_argument("--variant", type=parse_variant, action="append", metavar="LABEL:VAR=VALUE[,VAR=VALUE]",
+                        help="audio: also run with these ENGRAM_* settings, reported under LABEL (repeatable)")
     parser.add_argument("--json", type=Path, help="merge the figures into this JSON file")
     args = parser.parse_args(argv)
     if not DATA.is_dir():
