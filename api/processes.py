@@ -17,7 +17,7 @@ from pathlib import Path
 
 from engram.schemas.settings import Settings
 from engram.workers.errors import ConfigError
-from engram.workers.tasks import BATCH_FLUSH_EVERY, BATCHED, QDRANT_BOUND, QUEUE_OF, Queue
+from engram.workers.tasks import BATCH_FLUSH_EVERY, QDRANT_BOUND, QUEUE_OF, Queue
 
 INGEST, PERCEIVE_CPU, PERCEIVE_GPU = Queue.ingest, Queue.perceive_cpu, Queue.perceive_gpu
 #: every pipeline queue (beat's ``maintenance`` is added to each worker by ``worker_argv``)
@@ -138,12 +138,12 @@ def prefetch_multiplier(plan: WorkerPlan) -> int:
     """Celery's prefetch multiplier for ``plan``: 1 (the app's ``worker_prefetch_multiplier``: a long OCR task
     holds back no other message) unless the worker serves the queue of a batched consumer (``embed_batched`` on
     ``perceive.gpu``, ``store_batched`` on ``store``); then enough that ``multiplier × concurrency`` messages
-    reach ``workers.tasks.BATCH_FLUSH_EVERY``, as celery-batches needs to fill a batch (with fewer, a batch runs at the
-    end of its ``BATCH_FLUSH_SECONDS`` window). A prefork worker's default concurrency is the CPU count."""
-    if not any(QUEUE_OF[t] in plan.queues for t in BATCHED):
-        return 1
+    fill the largest batch it serves (``workers.tasks.BATCH_FLUSH_EVERY``), as celery-batches needs (with
+    fewer, a batch runs at the end of its ``BATCH_FLUSH_SECONDS`` window). A prefork worker's default
+    concurrency is the CPU count."""
     concurrency = plan.concurrency or os.cpu_count() or 1
-    return max(1, math.ceil(BATCH_FLUSH_EVERY / concurrency))
+    fill = [math.ceil(n / concurrency) for t, n in BATCH_FLUSH_EVERY.items() if QUEUE_OF[t] in plan.queues]
+    return max([1, *fill])
 
 
 def beat_schedule_path(settings: Settings) -> Path:

@@ -84,13 +84,15 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.expire_staged: Queue.maintenance,
 }
 
-#: Batched consumers (celery-batches' ``Batches``, options in ``runtime.TASK_OPTIONS["batch"]``): each buffers up to
-#: ``BATCH_FLUSH_EVERY`` messages of its task, then runs them as one call (one model pass, one store request), or
-#: runs what it holds ``BATCH_FLUSH_SECONDS`` after the first came (the accumulation window). A worker serving
-#: their queues prefetches at least ``BATCH_FLUSH_EVERY`` messages (``api.processes.prefetch_multiplier``), or a
-#: batch would wait for the window with fewer.
-BATCHED = (Task.embed_batched, Task.store_batched)
-BATCH_FLUSH_EVERY = 32
+#: Batched consumers (celery-batches' ``Batches``, options in ``runtime.TASK_OPTIONS["batch"]``) and how many messages
+#: each buffers before it runs them as one call (one model pass, one store request); it runs what it holds
+#: ``BATCH_FLUSH_SECONDS`` after the first came (the accumulation window) when fewer come. A worker serving their
+#: queues prefetches enough messages to fill a batch (``api.processes.prefetch_multiplier``), or a batch would wait
+#: for the window with fewer. The cpu workers' ``embed_batched`` takes 8: each message prefetched is held by that
+#: worker (late acks), so a larger batch would let one cpu worker hold perception work other workers could do;
+#: the one store worker takes 32 (nothing else serves its queues).
+BATCH_FLUSH_EVERY: dict[Task, int] = {Task.embed_batched: 8, Task.store_batched: 32}
+BATCHED = tuple(BATCH_FLUSH_EVERY)
 BATCH_FLUSH_SECONDS = 0.25
 
 #: Queues whose tasks open the vector store. With the embedded store exactly one ``--pool solo`` worker serves

@@ -20,7 +20,7 @@ from engram.api.processes import (
     worker_argv,
 )
 from engram.schemas.settings import Settings
-from engram.workers.tasks import BATCH_FLUSH_EVERY
+from engram.workers.tasks import BATCH_FLUSH_EVERY, Task
 
 BROKER = "redis://127.0.0.1:1/0"
 
@@ -79,7 +79,8 @@ def test_celery_argv(tmp_path):
                         "--loglevel", "INFO"]  # every worker serves beat's sweeps too
     assert argv[argv.index("--hostname") + 1] == f"store-{os.getpid()}@%h"
     # the store worker's batched consumer (store_batched) needs BATCH_FLUSH_EVERY messages prefetched
-    assert argv[-5:] == ["--concurrency", "1", "--prefetch-multiplier", str(BATCH_FLUSH_EVERY), "--task-events"]
+    assert argv[-5:] == ["--concurrency", "1", "--prefetch-multiplier", str(BATCH_FLUSH_EVERY[Task.store_batched]),
+                         "--task-events"]
     beat = beat_argv(settings(tmp_path))
     assert beat[:3] == ["beat", "--schedule", str(tmp_path / "beat" / "celerybeat-schedule")]
     assert (tmp_path / "beat").is_dir()
@@ -114,10 +115,10 @@ def test_second_store_worker_fails_fast(engram_env, tmp_path):
 
 def test_prefetch_fills_a_batch_only_where_a_batched_consumer_is_served(tmp_path):
     """A worker serving perceive.gpu (embed_batched) or store (store_batched) prefetches enough messages for
-    celery-batches to fill a batch (multiplier × concurrency ≥ BATCH_FLUSH_EVERY); one serving neither keeps
+    celery-batches to fill a batch (multiplier × concurrency ≥ its BATCH_FLUSH_EVERY); one serving neither keeps
     the app's prefetch of 1, so a long OCR task holds no other message back."""
     cpu = plan_worker(settings(tmp_path), role="cpu", concurrency=2)
-    assert prefetch_multiplier(cpu) * 2 >= BATCH_FLUSH_EVERY
+    assert prefetch_multiplier(cpu) * 2 == BATCH_FLUSH_EVERY[Task.embed_batched]
     assert worker_argv(cpu)[-2:] == ["--prefetch-multiplier", str(prefetch_multiplier(cpu))]
     ingest_only = plan_worker(settings(tmp_path), queues="ingest,perceive.cpu", concurrency=2)
     assert prefetch_multiplier(ingest_only) == 1 and "--prefetch-multiplier" not in worker_argv(ingest_only)
