@@ -36,5 +36,7 @@ def test_distributed_bench_smoke(tmp_path):
     for f in figures:
         assert f["events"] == 4 and f["failed"] == 0 and f["cpu_s"] > 0, f
         assert 0 < f["latency_p50_s"] <= f["latency_p95_s"] < 120 and f["latency_samples"] == 2, f
+        assert all(0 < final <= total for final, total in zip(f["latency_final_s"], f["latency_s"], strict=True)), f
+        assert f["first_search_s"] > 0, f
     assert figures[0]["store_cpu_s"] <= figures[0]["cpu_s"]
     assert set(data["load"]) == {"before", "after"}
