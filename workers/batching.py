@@ -12,7 +12,9 @@ over the observations of all of them (``embed_many``: each distinct text encoded
 raises, its segments run one by one, so one bad item fails only its own event (``runtime.run_together``).
 
 Used by ``api.local.run_events`` (``engram ingest`` of many files). The distributed mode batches on its workers
-instead (``workers.ingest.dispatch``: batched consumers of ``embed_many`` and ``store_many``).
+instead (``workers.ingest.dispatch``): ``embed_batched`` and ``store_batched``, celery-batches consumers that
+run the segments a worker accumulated through the same steps (``consume``: each joint, then each alone on
+failure; transient errors published again with backoff, as the batch is acknowledged whatever it raises).
 """
 
 from __future__ import annotations
