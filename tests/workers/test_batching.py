@@ -151,3 +151,42 @@ def test_a_bad_segment_in_a_store_batch_fails_alone_with_its_reason(engram_env, 
     assert records[1].stage == "store" and records[1].reason
     stored = {str(r.payload["event_id"]) for r in rt.vectors.scroll(OBSERVATIONS, None)}
     assert stored == {str(events[0].event_id), str(events[2].event_id)}
+
+
+def test_a_transient_error_publishes_the_batch_again(engram_env, tmp_path):
+    """A batched consumer's batch meets a transient error (a broker or store away for a moment): celery-batches
+    acknowledges a batch whatever it raises, so ``consume`` publishes each request again (eager here: run at
+    once) and the segments go on through ``embed_batched`` and ``store_batched`` to done. Bad JSON in a request
+    is dropped alone."""
+    from celery_batches import SimpleRequest
+
+    from engram.schemas.jobs import ObservationBatch
+    from engram.workers.batching import consume, deferred_segments
+    from engram.workers.embed import embed_batched
+    from engram.workers.ingest import ingest
+    from engram.workers.perceive import perceive
+
+    rt = engram_env
+    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} parks at gate {i}." for i in range(2)])
+             for n in ("ann", "bob")]
+    events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
+    with deferred_segments() as jobs:
+        for event in events:
+            ingest.delay(event)
+    observed = [perceive.apply(args=[job]).result for job in jobs]
+
+    def request(args):
+        return SimpleRequest(id=f"r{len(args)}", name=embed_batched.name, args=args, kwargs={}, delivery_info={},
+                             hostname="test", ignore_result=True, reply_to=None, correlation_id=None,
+                             request_dict={})
+
+    calls = []
+
+    def flaky(rt_, batches):
+        calls.append(len(batches))
+        raise ConnectionError("broker restarting")
+
+    pairs, done = consume(embed_batched, [request((o,)) for o in observed] + [request(({"job": 1},))],
+                          ObservationBatch, [("embed", flaky)])
+    assert len(pairs) == 2 and done == [] and calls == [2]  # one joint call; bad JSON left out
+    assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 2
