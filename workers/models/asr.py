@@ -107,7 +107,9 @@ class WhisperAsr(Model[Transcript]):
     piece once, no temperature fallback; segments still split at Whisper's timestamp tokens); 1 walks the audio
     sequentially in 30 s windows (a window restarts at the last complete segment, so some audio is encoded
     twice). On one CPU thread, tiny.en, beam 2, a 180 s recording: batch 8 decodes in 1.9 s against 3.1 s and
-    encodes 6 pieces in one call (the same WER and speaker F1 on the real files; ``bench/perception_speed.py``)."""
+    encodes 6 pieces in one call (the same WER and speaker F1 on the real files; ``bench/perception_speed.py``).
+    On the CPU the pieces are encoded and word-aligned one by one and only decoded together
+    (``whisper_batches.PieceWiseWhisper``: the encoder and the alignment cost more per piece in a batch)."""
 
     model_type = ModelType.ASR
     model_task = ModelTask.SPEECH
@@ -127,9 +129,13 @@ class WhisperAsr(Model[Transcript]):
         else:
             raise ModelUnavailable(f"ASR model {self.name!r}: not 'tiny.en', 'base' or a local CTranslate2 folder "
                                    "(no hub access)")
-        return WhisperModel(path, device=self.options.get("device", "cpu"),
-                            compute_type=self.options.get("compute_type", "int8"),
-                            cpu_threads=self.options.get("cpu_threads", 0))
+        device, model_class = self.options.get("device", "cpu"), WhisperModel
+        if device == "cpu" and int(self.options.get("batch_size", 1)) > 1:
+            from engram.workers.models.whisper_batches import PieceWiseWhisper  # imports faster-whisper: first use
+
+            model_class = PieceWiseWhisper
+        return model_class(path, device=device, compute_type=self.options.get("compute_type", "int8"),
+                           cpu_threads=self.options.get("cpu_threads", 0))
 
     @property
     def multilingual(self) -> bool:
