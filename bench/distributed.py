@@ -22,7 +22,8 @@ embedded default (everything inline in one process, SQLite ledger, Qdrant Edge) 
 seconds of its one process.
 
 Warm-up events (models load lazily, once per worker process) are published first and not counted, then one
-search warms the query path (its time is reported apart: ``first_search_s``, a fresh worker's first search). The
+search warms the query path (its time is reported apart: ``first_search_s``, a fresh worker's first search), and
+the idle cluster's own CPU (broker polls, heartbeats; cores busy, ``idle_cpu_share``) is measured over 5 s. The
 machine is shared and noisy: the load average is printed before and after; compare ratios.
 
     python bench/distributed.py                                         # 300 events, 1 2 4 workers, both kinds
@@ -68,6 +69,7 @@ from tests.workload import TOPICS, Item, chats_and_screens  # noqa: E402
 TENANT = "bench"
 KINDS = ("text", "screenshot")
 FINAL = {"done", "skipped", "failed"}
+IDLE_SECONDS = 5.0  # the idle cluster's own CPU is measured over this long before each run
 
 
 @dataclass
@@ -98,6 +100,7 @@ class Figure:
     latency_s: list[float] | None = None  # every sample, in publishing order
     latency_final_s: list[float] | None = None  # of each sample, the seconds until the ledger called it final
     first_search_s: float | None = None  # the process's first search (cold query path), after the warm-up events
+    idle_cpu_share: float | None = None  # CPU seconds per wall second of all the workers, idle, before the run
 
 
 # --- CPU accounting --------------------------------------------------------------------------------------
@@ -306,10 +309,13 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
         warm = make_workload(root / "warm", kind, 2 * workers, f"warm{kind}{workers}")
         wait_final(rt, publish(rt, warm, send), timeout=600)
         first = first_search(search, warm[0])
+        pids = lambda: [p.pid for p in cluster.procs.values()]  # noqa: E731
+        time.sleep(1.0)  # the warm-up's last batch windows close
+        with measured(pids, None, None) as idle:  # what the idle cluster burns (broker polls, heartbeats)
+            time.sleep(IDLE_SECONDS)
         items = make_workload(root / f"media-{kind}-{workers}", kind, events, f"{kind}{workers}")
         task = progress.add_task(f"{kind}, {workers} worker(s)", total=events)
-        with measured(lambda: [p.pid for p in cluster.procs.values()], cluster.procs["store"].pid,
-                      cluster.metrics_ports.get("store")) as m:
+        with measured(pids, cluster.procs["store"].pid, cluster.metrics_ports.get("store")) as m:
             failed = wait_final(rt, publish(rt, items, send), timeout=3600, progress=progress, task=task)
         latency = searchable_latency(rt, root / f"lat-{kind}-{workers}", kind, samples, send, search)
     except TimeoutError as exc:  # what the workers said, with why
@@ -318,7 +324,9 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
         cluster.stop_all()
         app.close()
         reset_runtimes()
-    return figure("distributed", kind, workers, events, failed, m, latency, first)
+    out = figure("distributed", kind, workers, events, failed, m, latency, first)
+    out.idle_cpu_share = round(idle["cpu_s"] / idle["wall_s"], 4)
+    return out
 
 
 def run_embedded(root: Path, kind: str, events: int, samples: int, progress: Progress) -> Figure:
@@ -441,7 +449,7 @@ def table(figures: list[Figure], events: int) -> Table:
     """The figures side by side."""
     out = Table(title=f"engram pipeline: {events} events per row (2-core machine, shared: noisy)")
     cols = ("mode", "kind", "cpu workers", "events/s", "CPU s", "events/CPU-s", "store CPU", "store tasks",
-            "failed", "p50", "p95", "max", "1st search")
+            "idle CPU", "failed", "p50", "p95", "max", "1st search")
     for col in cols:
         out.add_column(col, justify="left" if col in ("mode", "kind") else "right")
 
@@ -453,7 +461,8 @@ def table(figures: list[Figure], events: int) -> Table:
 
     for f in figures:
         out.add_row(f.mode, f.kind, str(f.workers or "-"), f"{f.events_per_s:.2f}", f"{f.cpu_s:.1f}",
-                    f"{f.events_per_cpu_s:.3f}", pct(f.store_busy), pct(f.store_task_busy), str(f.failed),
+                    f"{f.events_per_cpu_s:.3f}", pct(f.store_busy), pct(f.store_task_busy),
+                    pct(f.idle_cpu_share), str(f.failed),
                     sec(f.latency_p50_s), sec(f.latency_p95_s), sec(max(f.latency_s) if f.latency_s else None),
                     sec(f.first_search_s))
     return out
