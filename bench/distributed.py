@@ -431,7 +431,7 @@ def checks(figures: list[Figure]) -> list[str]:
             for f in dist[1:]:
                 ratio = f.events_per_cpu_s / base.events_per_cpu_s
                 lines.append(f"{kind}: events/CPU-s {f.workers} vs {base.workers} worker(s) x{ratio:.2f} "
-                             f"({'ok' if ratio >= 0.9 else 'MISSED'}: within 10 %)")
+                             f"({'ok' if ratio >= 0.9 else 'MISSED'}: at most 10 % lower)")
         if dist:
             top = max(dist, key=lambda f: f.events_per_s)
             if top.store_busy is not None:
