@@ -104,7 +104,8 @@ def test_cli_refuses_with_reason(monkeypatch, tmp_path):
 
 def test_second_store_worker_fails_fast(engram_env, tmp_path):
     """On local mode the store is held by one process: another store worker exits 3 before serving."""
-    engram_env.vectors.count("observations")  # this process holds the local store now
+    engram_env.vectors.ensure("observations")  # this process holds the embedded store now (a read of a collection
+    # never written opens nothing)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(ENGRAM_DATA_DIR=str(engram_env.settings.data_dir), ENGRAM_BROKER_URL=BROKER)
     proc = subprocess.run([str(Path(sys.executable).parent / "engram"), "worker", "--role", "store"], env=env,
