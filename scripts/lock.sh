@@ -25,6 +25,8 @@ if [ -z "$UV" ]; then
 fi
 override="$(mktemp)"
 echo "$TORCH" > "$override"
+# celery-batches 0.11 declares celery<5.7 but runs on 5.7 (tests/integration): keep celery where pyproject puts it
+echo 'celery[redis]>=5.4' >> "$override"
 # resemblyzer is installed without its declared dependencies (webrtcvad's sdist, which needs a compiler and
 # pkg_resources, and the `typing` backport; webrtcvad-wheels provides the same module): pinned here, after the
 # resolve (workers/models/voices.py says so when it is missing)
