@@ -16,7 +16,10 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
   ``encodes_per_msg`` = texts the cold run encoded (rows of its embedding cache: every encoded text is written
   there once) ÷ messages.
 
-    python bench/ingest.py [--sections text] [--conversations 0 1] [--limit N] [--json FILE]
+    python bench/ingest.py [--sections text distributed] [--conversations 0 1] [--limit N] [--json FILE]
+
+Section ``distributed``: events/s, events per CPU-second and the store worker's busy share with 1, 2 and 4 cpu
+workers (``bench/distributed.py``, which also prints publish→searchable and checks the targets).
 
 ``--json FILE`` merges ``{"text": {...}, "load": <1-minute load average>}`` into FILE's JSON object (created when
 absent), so other sections (screenshot, audio, distributed) written by other runs are kept. A section is a
@@ -139,8 +142,18 @@ def text(args: argparse.Namespace) -> dict:
     return out
 
 
-#: Section name -> function(args) -> its JSON dict. Other sections (screenshot, audio, distributed) go here.
-SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {"text": text}
+def distributed(args: argparse.Namespace) -> dict:
+    """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy"}}``: text events through the distributed
+    mode with each count of cpu workers in ``--distributed-workers`` (``bench.distributed.distributed_rates``:
+    its own redis-server and ``engram worker`` processes; minutes)."""
+    from bench.distributed import distributed_rates  # starts servers: only when this section is asked for
+
+    return distributed_rates(events=args.distributed_events, workers=args.distributed_workers, kind="text")
+
+
+#: Section name -> function(args) -> its JSON dict. ``screenshot`` and ``audio`` are written into the same file by
+#: ``bench/perception_speed.py --json FILE`` (their figures need its own before/after runs).
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {"text": text, "distributed": distributed}
 
 
 def merge_json(path: Path, results: dict) -> None:
@@ -160,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="only the first N messages of each conversation")
     ap.add_argument("--eval-data", type=Path, default=None,
                     help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
+    ap.add_argument("--distributed-events", type=int, default=300, help="distributed: text events per row")
+    ap.add_argument("--distributed-workers", type=int, nargs="+", default=[1, 2, 4],
+                    help="distributed: cpu worker counts (default: 1 2 4)")
     ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")
     args = ap.parse_args(argv)
     from bench.retrieval import _quiet_logs
