@@ -49,18 +49,22 @@ def test_short_turns_of_several_sentences_get_one_row_per_sentence(engram_env):
 
 def test_each_distinct_text_is_encoded_once(engram_env, monkeypatch):
     """A turn embedded as itself is not encoded again as its neighbours' context, nor for its sentences (late
-    chunking: one pass), nor by a later segment whose turns have it as context (the embedding cache)."""
+    chunking: one pass), nor by a later segment whose turns have it as context (the embedding cache); a segment's
+    new texts, with sentences or without, neighbours included, go to the model in one call."""
     rt = engram_env
     model = get_model("embedding", rt.settings)
     encoded: list[str] = []
+    calls: list[int] = []
     embed, embed_spans = model.embed, model.embed_spans
 
     def counting_embed(texts, *a, **k):
         encoded.extend(texts)
+        calls.append(len(texts))
         return embed(texts, *a, **k)
 
     def counting_embed_spans(texts, *a, **k):
         encoded.extend(texts)
+        calls.append(len(texts))
         return embed_spans(texts, *a, **k)
 
     monkeypatch.setattr(model, "embed", counting_embed)  # a spy: the real model runs
@@ -71,6 +75,7 @@ def test_each_distinct_text_is_encoded_once(engram_env, monkeypatch):
     dense_vectors(rt, obs[:2])  # segment 1: its last turn's neighbour is in segment 2
     dense_vectors(rt, obs[2:])
     assert sorted(encoded) == sorted(turns)
+    assert calls == [3, 1]  # ASIDE (sentences), OTHERS[0] (none) and its neighbour OTHERS[1]; then OTHERS[2]
     dense, multi = dense_vectors(rt, obs)  # all cached now
     assert sorted(encoded) == sorted(turns) and multi[0].shape == (4, DIM)
 

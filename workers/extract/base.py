@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from engram.schemas.extraction import Extraction
 from engram.workers.errors import ModelError
+from engram.workers.text.sentences import sentences, sentences_without_prefix
 
 #: Speakers that are the user themselves (LongMemEval's "user" role, a chat app's "me").
 USER_SPEAKERS = {"user", "me", "i"}
@@ -50,6 +51,13 @@ class Seen:
         if self.speaker and self.text.startswith(f"{self.speaker}:"):
             return self.text[len(self.speaker) + 1:].strip()
         return self.text
+
+    def own_sentences(self) -> list[str]:
+        """``sentences(own_text())``, read off the split of the whole text that the embedding stage made and
+        kept (``text.sentences.sentences_without_prefix``): a turn is split by syntok once per process."""
+        if self.speaker and self.text.startswith(f"{self.speaker}:"):
+            return sentences_without_prefix(self.text, f"{self.speaker}:")
+        return sentences(self.text)
 
 
 class Extractor(ABC):

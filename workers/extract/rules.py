@@ -182,7 +182,7 @@ class RulesExtractor(Extractor):
         out = Extraction()
         for i, obs in enumerate(seen):
             text = obs.own_text()
-            sents = sentences(text)
+            sents = obs.own_sentences()
             for sentence in sents:
                 self._facts(sentence, i, obs, names, user_id, out)
             out.procedural.extend(procedures(text, i, sents))

@@ -94,6 +94,7 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
     seen = [Seen.from_payload(r.payload, user_id) for r in records]
     found = extract(rt, seen, user_id)
     counts: Counter = Counter()
+    typed: list[tuple[MemoryType, list[MemoryBase], list[dict]]] = []
     for mtype in (MemoryType.semantic, MemoryType.procedural, MemoryType.resource):
         drafts = [d for d in getattr(found, mtype.value) if all(0 <= i < len(records) for i in d.sources)]
         drafts.sort(key=lambda d: records[min(d.sources)].payload["start_ts"])
@@ -103,9 +104,14 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
             mems.append(build(mtype, d, src, tenant_id, user_id, now))
             fields.append(source_fields(src))
         if mems:
-            vectors = embed_texts(rt, [m.index_text() for m in mems])
-            for op, n in dynamics.apply(rt, mems, vectors, fields, now).items():
-                counts[f"{mtype.value}.{op.value}"] += n
+            typed.append((mtype, mems, fields))
+    # the memories of all three types embedded in one model call (full batches), then applied type by type
+    vectors = embed_texts(rt, [m.index_text() for _, mems, _ in typed for m in mems])
+    at = 0
+    for mtype, mems, fields in typed:
+        for op, n in dynamics.apply(rt, mems, vectors[at:at + len(mems)], fields, now).items():
+            counts[f"{mtype.value}.{op.value}"] += n
+        at += len(mems)
     core = [d for d in found.core if all(0 <= i < len(records) for i in d.sources)]
     for label in dict.fromkeys(d.label for d in core):
         mine = [d for d in core if d.label == label]

@@ -125,37 +125,45 @@ def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(spans) if len(spans) > 1 else ()
 
 
-#: The embedding cache's model name for a text's late-chunked sentence rows (``sentence_rows``).
+#: The embedding cache's model name for a text's late-chunked sentence rows (``embed_with_rows``).
 SENTENCE_ROWS_TAG = "#sentences-late-chunked"
 
 
-def sentence_rows(rt: Runtime, texts: list[str]) -> dict[str, np.ndarray]:
-    """Sentence rows of turns (text → (k, 384) unit rows, k ≥ 1) by late chunking
-    (``MiniLMEmbedder.embed_spans``): one forward pass over each turn gives its own embedding, written to the
-    embedding cache where ``embed_texts`` finds it, and its sentences' vectors, pooled from that pass's token
-    states, so sentences cost no model time of their own. ``texts`` must each have ``sentence_spans``. Cached
-    on disk by (model + ``SENTENCE_ROWS_TAG``, sha256 of the text)."""
+def embed_with_rows(rt: Runtime, texts: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Embeddings of ``texts`` (len(texts), 384), unit rows, as ``embed_texts`` gives them, and the sentence rows
+    of those with ``sentence_spans`` (text → (k, 384) unit rows, k ≥ 1), by late chunking
+    (``MiniLMEmbedder.embed_spans``): what neither the embedding cache nor its sentence rows (model +
+    ``SENTENCE_ROWS_TAG``, sha256 of the text) hold is encoded in one model call, batched by length, each distinct
+    text once, and written to both. A turn's sentences come from its own forward pass, so they cost no model
+    time; a segment's turns, their neighbours and texts without sentences share the call's batches (the model is
+    most efficient on full batches: a call of 30 short texts costs ~1.5x per token what a full batch does). A
+    neighbour gets its rows too, so the turn is not encoded again when a later segment or round holds it."""
     model = get_model("embedding", rt.settings)
     cache, tag = rt.embedding_cache, model.name + SENTENCE_ROWS_TAG
-    texts = list(dict.fromkeys(texts))
-    keys = {t: cache.key(t) for t in texts}
-    have = cache.get_many(tag, list(keys.values()))
-    out = {t: have[k].reshape(-1, DIM) for t, k in keys.items() if k in have}
-    missing = [t for t in texts if t not in out]
-    if missing:
-        with model_timer("embedding", items=len(missing)):
-            vecs, rows = model.embed_spans(missing, [list(sentence_spans(t)) for t in missing],
-                                           rt.settings.models.embedding_batch_size)
-        cache.put_many(model.name, {keys[t]: v for t, v in zip(missing, vecs, strict=True)})
-        cache.put_many(tag, {keys[t]: r for t, r in zip(missing, rows, strict=True)})
-        out.update(zip(missing, rows, strict=True))
-    return out
+    distinct = list(dict.fromkeys(texts))
+    keys = {t: cache.key(t) for t in distinct}
+    split = {t for t in distinct if sentence_spans(t)}
+    with model_timer("embedding", items=len(texts)):  # cache hits included, as embed_texts counts them
+        have = cache.get_many(model.name, list(keys.values()))
+        vecs = {t: have[keys[t]] for t in distinct if keys[t] in have}
+        have = cache.get_many(tag, [keys[t] for t in split])
+        rows = {t: have[keys[t]].reshape(-1, DIM) for t in split if keys[t] in have}
+        missing = [t for t in distinct if t not in vecs or (t in split and t not in rows)]
+        if missing:
+            got, got_rows = model.embed_spans(missing, [list(sentence_spans(t)) for t in missing],
+                                              rt.settings.models.embedding_batch_size)
+            cache.put_many(model.name, {keys[t]: v for t, v in zip(missing, got, strict=True)})
+            cache.put_many(tag, {keys[t]: r for t, r in zip(missing, got_rows, strict=True) if t in split})
+            vecs.update(zip(missing, got, strict=True))
+            rows.update((t, r) for t, r in zip(missing, got_rows, strict=True) if t in split)
+    out = np.stack([vecs[t] for t in texts]) if texts else np.zeros((0, DIM), dtype=np.float32)
+    return out, rows
 
 
 def dense_vectors(rt: Runtime, observations: list[Observation]) -> tuple[np.ndarray, list[np.ndarray]]:
     """Each observation's contextual vector and its sentence multivector, from one pass through the
     embedding cache and model over every distinct text they need (own texts and adjacent turns, each encoded
-    once; a turn's sentences come from its own pass, ``sentence_rows``).
+    once; a turn's sentences come from its own pass: ``embed_with_rows``).
 
     Returns ``(dense, multi)``: ``dense`` (n, 384), unit rows, the observation's embedding plus
     ``CONTEXT_WEIGHT`` times the embedding of each adjacent turn (one either side), re-normalised (its own
@@ -163,10 +171,9 @@ def dense_vectors(rt: Runtime, observations: list[Observation]) -> tuple[np.ndar
     text of at most ``SENTENCE_MAX_WORDS`` words with two or more sentences (``sentence_spans``), one vector
     per sentence (k = 1 otherwise)."""
     adjacent = [[*o.context_before[-1:], *o.context_after[:1]] for o in observations]
-    rows = sentence_rows(rt, [o.text for o in observations if sentence_spans(o.text)])
     texts = list(dict.fromkeys([t for o, adj in zip(observations, adjacent, strict=True) for t in (o.text, *adj)]))
     where = {t: i for i, t in enumerate(texts)}
-    vecs = embed_texts(rt, texts)
+    vecs, rows = embed_with_rows(rt, texts)
     dense = np.empty((len(observations), vecs.shape[1]), dtype=np.float32)
     for n, (obs, adj) in enumerate(zip(observations, adjacent, strict=True)):
         v = vecs[where[obs.text]].copy()

@@ -20,6 +20,22 @@ def sentences(text: str) -> list[str]:
 _MEMO_CHARS = 2000  # longer texts (documents) are split each time, not kept
 
 
+def sentences_without_prefix(text: str, prefix: str) -> list[str]:
+    """``sentences(text[len(prefix):].strip())`` for a ``text`` that starts with ``prefix`` (a chat turn's
+    ``speaker:``), read off the split of the whole ``text``, which the embedding stage has already made and kept
+    (``_split_memo``): the prefix is cut from the first sentence, which is dropped when nothing else is in it. So
+    extraction, which reads a turn without its speaker, does not run syntok over each turn a second time (the same
+    sentences on every LoCoMo turn, 5,882, as splitting the text without the prefix). A ``text`` not starting with
+    ``prefix``, or whose first sentence does not, is split as it is given (without the prefix)."""
+    if not prefix or not text.startswith(prefix):
+        return sentences(text)
+    whole = sentences(text)
+    if not whole or not whole[0].startswith(prefix):
+        return sentences(text[len(prefix):].strip())
+    first = whole[0][len(prefix):].strip()
+    return [first, *whole[1:]] if first else whole[1:]
+
+
 def _split(text: str) -> tuple[str, ...]:
     """``sentences`` uncached, as a tuple (immutable: shared by every caller of the same text)."""
     from syntok import segmenter

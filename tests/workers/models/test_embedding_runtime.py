@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from engram.workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx
+from engram.workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx, length_batches
 from tests.conftest import REPO
 
 TEXTS = [*CHECK_TEXTS, "Caroline went to the LGBTQ support group on 7 May 2023.", "", "[/code] [bold]x[/bold]"]
@@ -74,3 +74,23 @@ def test_onnx_and_torch_give_the_same_sentence_rows(onnx_dir):
     assert np.allclose(a, onnx.embed(texts), atol=1e-6) and (a * b).sum(axis=1).min() > 1 - 1e-3
     assert [r.shape for r in ra] == [r.shape for r in rb] == [(3, 384), (2, 384), (1, 384)]
     assert min(float((x * y).sum(axis=1).min()) for x, y in zip(ra, rb, strict=True)) > 1 - 1e-3
+
+
+def test_batches_group_texts_of_similar_token_counts():
+    """Longest first, at most ``batch_size`` a batch, and a batch closed before padding would pass 10 % of its
+    real tokens: one long text among short ones runs alone instead of padding them all to its length."""
+    lengths = np.array([12, 250, 10, 11, 12, 9, 10, 40])
+    batches = length_batches(lengths, batch_size=64)
+    assert [lengths[b].tolist() for b in batches] == [[250], [40], [12, 12, 11, 10, 10], [9]]
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+    assert [len(b) for b in length_batches(np.full(10, 7), batch_size=4)] == [4, 4, 2]
+    assert length_batches(np.zeros(0, dtype=np.int64), batch_size=4) == []
+
+
+def test_vectors_do_not_depend_on_the_batches_a_text_runs_in(onnx_dir):
+    """A text's vector is the same alone and batched with texts of other lengths (padding is masked)."""
+    model = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir))
+    texts = ["short one", "budget " * 200, "a middling sentence about the budget review on Friday", "ok"]
+    together = model.embed(texts, 64)
+    alone = np.vstack([model.embed([t], 64) for t in texts])
+    assert np.allclose(together, alone, atol=1e-5)
