@@ -5,11 +5,12 @@ events").
 Inside ``deferred_segments()`` the ``ingest`` stage plans each event as usual (validation, duplicates, the
 segments) but its ``dispatch`` hands the segments' jobs to the context instead of starting one perceive → embed
 → link → store chain each; ``run_segments`` then runs them: perceive for each segment (its own task, so a bad
-segment fails only its event, with its stage and reason, through ``workers.runtime.stage``), one embedding pass
-over the observations of all of them (``embed_many``: each distinct text encoded once, in batches of
-``models.embedding_batch_size`` sorted by length), then one link and one store over all of them
-(``store_many``: an entity save per tenant, one upsert, the ledger updated per segment). When a joint step
-raises, its segments run one by one, so one bad item fails only its own event (``runtime.run_together``).
+segment fails only its event, with its stage and reason, through ``workers.runtime.stage``), then, for every
+``ROUND_OBSERVATIONS`` observations perceived, one embedding pass over them (``embed_many``: each distinct text
+encoded once, in batches of up to ``models.embedding_batch_size`` of similar token counts), then one link and
+one store over them (``store_many``: an entity save per tenant, one upsert, the ledger updated per segment).
+When a joint step raises, its segments run one by one, so one bad item fails only its own event
+(``runtime.run_together``).
 
 Used by ``api.local.run_events`` (``engram ingest`` of many files). The distributed mode batches on its workers
 instead (``workers.ingest.dispatch``): ``embed_batched`` and ``store_batched``, celery-batches consumers that
@@ -63,20 +64,36 @@ def deferred_segments() -> Iterator[list[SegmentJob]]:
         _DEFERRED.reset(token)
 
 
-def run_segments(rt: Runtime, jobs: list[SegmentJob]) -> int:
-    """Run collected segment jobs inline (embedded default): perceive each (its own task: a bad segment fails
-    only its event), then embed the observations of all of them in one pass (``embed_many``), then link and
-    store them together (``store_many``: one entity save per tenant, one upsert, each segment recorded in the
-    ledger). A joint step that fails runs segment by segment, so failures stay with their own event, which the
-    stage marks failed with its reason (``runtime.run_together``). Returns how many observations were stored."""
-    batches: list[ObservationBatch] = []
-    for job in jobs:
+#: Observations perceived before a round is embedded and stored (``run_segments``): enough for full model batches
+#: (``models.embedding_batch_size``, 64) across many events, few enough that a long upload (up to
+#: ``ENGRAM_MAX_UPLOAD_SEGMENTS`` segments) never holds all its observations and vectors in memory at once, and
+#: that what is done is stored as it goes (an interrupted ingest resumes after the rounds stored).
+ROUND_OBSERVATIONS = 512
+
+
+def run_segments(rt: Runtime, jobs: list[SegmentJob], round_observations: int = ROUND_OBSERVATIONS) -> int:
+    """Run collected segment jobs inline (embedded default), in rounds: perceive segments (each its own task: a
+    bad segment fails only its event) until they hold ``round_observations`` observations (or the jobs end), then
+    embed that round's observations in one pass (``embed_many``) and link and store them together
+    (``store_many``: one entity save per tenant, one upsert, each segment recorded in the ledger). A joint step
+    that fails runs segment by segment, so failures stay with their own event, which the stage marks failed with
+    its reason (``runtime.run_together``). Returns how many observations were stored."""
+    stored, batches, held = 0, [], 0
+    for at, job in enumerate(jobs):
         result = signature(Task.perceive).apply(args=[job])
         if result.successful():
             value = result.result
-            batches.append(value if isinstance(value, ObservationBatch) else ObservationBatch.model_validate(value))
-    if not batches:
-        return 0
+            batch = value if isinstance(value, ObservationBatch) else ObservationBatch.model_validate(value)
+            batches.append(batch)
+            held += len(batch.observations)
+        if batches and (held >= round_observations or at == len(jobs) - 1):
+            stored += _embed_and_store(batches)
+            batches, held = [], 0
+    return stored
+
+
+def _embed_and_store(batches: list[ObservationBatch]) -> int:
+    """One round of ``run_segments``: embed, then link and store; returns the observations stored."""
     embedded = signature(Task.embed_many).apply(args=[ObservationBatches(batches=batches)])
     if not embedded.successful():
         return 0
