@@ -448,7 +448,9 @@ def worker(
     With the embedded store (no ENGRAM_QDRANT_URL) exactly one worker serves the Qdrant-bound queues
     (link, store, consolidate, query), all four, with --pool solo; the others serve ingest and perceive.*.
     With a metrics port, the worker serves the metrics of all its pool processes there (prometheus-client's
-    multiprocess mode, in PROMETHEUS_MULTIPROC_DIR or a fresh temporary folder).
+    multiprocess mode, in PROMETHEUS_MULTIPROC_DIR or a fresh temporary folder). A worker that Celery stops on an
+    unrecoverable error (seen when Redis restarts under a worker holding prefetched messages) starts itself again,
+    waiting 1 s, or longer when it keeps stopping; a shutdown asked for (SIGTERM, Ctrl-C) is a shutdown.
     """
     from engram.api.processes import WorkerConfigError, plan_worker, worker_argv
     from engram.schemas.settings import get_settings
@@ -477,9 +479,14 @@ def worker(
                       highlight=False)
             raise typer.Exit(3) from exc
     _celery_logging(ctx, loglevel)
+    from engram.api.processes import UnrecoverableWatch, restart_worker
     from engram.workers.app import app as celery_app
 
-    sys.exit(celery_app.start(worker_argv(plan, loglevel, hostname, events)) or 0)  # = `celery worker ...`
+    with UnrecoverableWatch() as watch:
+        code = celery_app.start(worker_argv(plan, loglevel, hostname, events)) or 0  # = `celery worker ...`
+    if watch.restart:  # stopped without being asked to (Celery's "Unrecoverable error"): start again, backing off
+        restart_worker(watch)
+    sys.exit(code)
 
 
 def _prepare_multiprocess_metrics() -> None:

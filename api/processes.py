@@ -5,19 +5,29 @@ The rule of DESIGN.md for Qdrant-bound queues (``link``, ``store``, ``consolidat
 enforced here: with a Qdrant server (``ENGRAM_QDRANT_URL``) any number of workers may serve them; with
 the embedded store (Qdrant Edge) one process may open the store, so exactly one worker serves all four, with
 ``--pool solo`` and concurrency 1. Nothing here opens a store or a broker connection.
+
+``UnrecoverableWatch`` and ``restart_worker`` keep a worker alive through Celery's "Unrecoverable error" (the
+worker process would exit): ``engram worker`` starts itself again, with a backoff.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import sys
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+import structlog
+
 from engram.schemas.settings import Settings
 from engram.workers.errors import ConfigError
 from engram.workers.tasks import BATCH_FLUSH_EVERY, QDRANT_BOUND, QUEUE_OF, Queue
+
+log = structlog.get_logger(__name__)
 
 INGEST, PERCEIVE_CPU, PERCEIVE_GPU = Queue.ingest, Queue.perceive_cpu, Queue.perceive_gpu
 #: every pipeline queue (beat's ``maintenance`` is added to each worker by ``worker_argv``)
@@ -160,3 +170,76 @@ def beat_argv(settings: Settings, loglevel: str = "INFO") -> list[str]:
     schedule = beat_schedule_path(settings)
     schedule.parent.mkdir(parents=True, exist_ok=True)
     return ["beat", "--schedule", str(schedule), "--loglevel", loglevel.upper()]
+
+
+#: How many times in a row ``engram worker`` has started itself again (``restart_worker``), passed on to the new
+#: process in the environment.
+RESTARTS_ENV = "ENGRAM_WORKER_RESTARTS"
+#: A worker that ran this long before it stopped counts as healthy: its next restart waits the shortest delay.
+HEALTHY_RUN_SECONDS = 60.0
+MAX_RESTART_DELAY_SECONDS = 60.0
+
+
+class UnrecoverableWatch(logging.Handler):
+    """Watches one run of a Celery worker for the way it stops without being asked to: Celery logs "Unrecoverable
+    error" (CRITICAL, logger ``celery.worker``) when a bootstep raises, then the worker exits. Seen here: when the
+    Redis broker restarts while a worker holds prefetched messages (a batched consumer's buffer), kombu 5.7's Redis
+    transport restores them on a channel whose connection is already gone and raises AttributeError (kombu
+    issues #582, #970: the same failure in earlier releases). A shutdown asked for by a signal (SIGTERM, SIGINT,
+    SIGQUIT: Celery's ``worker_shutting_down``) or by ``celery control shutdown`` (no unrecoverable error) is
+    not one. Use as a context manager around the worker's run; ``restart`` says whether to start it again."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.CRITICAL)
+        self.error: str | None = None
+        self.shutdown_asked = False
+        self.started = time.monotonic()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("Unrecoverable error"):
+            self.error = record.getMessage()[:300]
+
+    def _asked(self, **_) -> None:
+        self.shutdown_asked = True
+
+    def __enter__(self) -> UnrecoverableWatch:
+        from celery.signals import worker_shutting_down  # the worker's own import; this module stays light
+
+        logging.getLogger("celery.worker").addHandler(self)
+        worker_shutting_down.connect(self._asked, weak=False)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from celery.signals import worker_shutting_down
+
+        logging.getLogger("celery.worker").removeHandler(self)
+        worker_shutting_down.disconnect(self._asked)
+
+    @property
+    def restart(self) -> bool:
+        """The worker stopped on an unrecoverable error that no shutdown request came before."""
+        return self.error is not None and not self.shutdown_asked
+
+
+def restart_delay(restarts: int, ran_seconds: float) -> float:
+    """Seconds to wait before starting a worker again: 1 s after a run of ``HEALTHY_RUN_SECONDS`` or more, else
+    doubling with each restart in a row (``restarts``, 0 for the first) up to ``MAX_RESTART_DELAY_SECONDS``, so a
+    worker that cannot stay up (a broker that stays down) does not spin."""
+    if ran_seconds >= HEALTHY_RUN_SECONDS:
+        return 1.0
+    return min(MAX_RESTART_DELAY_SECONDS, float(2 ** min(restarts, 16)))
+
+
+def restart_worker(watch: UnrecoverableWatch) -> None:
+    """Start this ``engram worker`` again in place (``os.execv`` of the same command line: the same process id,
+    so the same default node name; files and the store's lock are closed by the exec) after ``restart_delay``.
+    Messages the stopped worker had taken and not acknowledged are redelivered by the broker after its
+    visibility timeout (late acks). Does not return."""
+    ran = time.monotonic() - watch.started
+    restarts = 0 if ran >= HEALTHY_RUN_SECONDS else int(os.environ.get(RESTARTS_ENV, "0") or 0)
+    delay = restart_delay(restarts, ran)
+    log.warning("worker stopped on an unrecoverable error; starting it again", error=watch.error,
+                ran_s=round(ran, 1), restarts_in_a_row=restarts, delay_s=delay)
+    time.sleep(delay)
+    os.environ[RESTARTS_ENV] = str(restarts + 1)
+    os.execv(sys.executable, sys.orig_argv)

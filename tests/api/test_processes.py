@@ -123,3 +123,50 @@ def test_prefetch_fills_a_batch_only_where_a_batched_consumer_is_served(tmp_path
     assert worker_argv(cpu)[-2:] == ["--prefetch-multiplier", str(prefetch_multiplier(cpu))]
     ingest_only = plan_worker(settings(tmp_path), queues="ingest,perceive.cpu", concurrency=2)
     assert prefetch_multiplier(ingest_only) == 1 and "--prefetch-multiplier" not in worker_argv(ingest_only)
+
+
+def test_an_unrecoverable_error_asks_for_a_restart_a_shutdown_does_not():
+    """Celery's "Unrecoverable error" (CRITICAL on ``celery.worker``) with no shutdown asked for means start
+    again; a signal's shutdown (``worker_shutting_down``) first means stop."""
+    import logging
+
+    from celery.signals import worker_shutting_down
+
+    from engram.api.processes import UnrecoverableWatch
+
+    with UnrecoverableWatch() as watch:
+        logging.getLogger("celery.worker").critical("Unrecoverable error: %r", AttributeError("hostname"))
+    assert watch.restart and "AttributeError" in (watch.error or "")
+    with UnrecoverableWatch() as asked:
+        worker_shutting_down.send(sender="test", sig="SIGTERM", how="Warm", exitcode=0)
+        logging.getLogger("celery.worker").critical("Unrecoverable error: %r", RuntimeError("while stopping"))
+    assert not asked.restart
+    with UnrecoverableWatch() as quiet:
+        logging.getLogger("celery.worker").critical("something else")
+    assert not quiet.restart
+    logging.getLogger("celery.worker").critical("Unrecoverable error: after the run")  # the watch is detached
+    assert quiet.error is None
+
+
+def test_restarts_back_off_and_a_healthy_run_resets_them():
+    from engram.api.processes import MAX_RESTART_DELAY_SECONDS, restart_delay
+
+    assert [restart_delay(n, 5.0) for n in range(8)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert restart_delay(7, 3600.0) == 1.0 and MAX_RESTART_DELAY_SECONDS == 60
+
+
+def test_a_restart_runs_the_same_command_again_in_the_same_process():
+    """``restart_worker`` execs the process's own command line (same pid), counting restarts in the environment."""
+    code = ("import logging, os\n"
+            "from engram.api.processes import RESTARTS_ENV, UnrecoverableWatch, restart_worker\n"
+            "print('run', os.getpid(), os.environ.get(RESTARTS_ENV), flush=True)\n"
+            "if os.environ.get(RESTARTS_ENV) is None:\n"
+            "    with UnrecoverableWatch() as watch:\n"
+            "        logging.getLogger('celery.worker').critical('Unrecoverable error: %r', OSError('gone'))\n"
+            "    restart_worker(watch)\n")
+    env = {k: v for k, v in os.environ.items() if k != "ENGRAM_WORKER_RESTARTS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = [line.split() for line in out.stdout.splitlines() if line.startswith("run ")]
+    assert [r[2] for r in runs] == ["None", "1"] and runs[0][1] == runs[1][1]  # once more, same pid
+    assert "starting it again" in out.stderr + out.stdout
