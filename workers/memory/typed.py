@@ -106,7 +106,7 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
         if mems:
             typed.append((mtype, mems, fields))
     # the memories of all three types embedded in one model call (full batches), then applied type by type
-    vectors = embed_texts(rt, [m.index_text() for _, mems, _ in typed for m in mems])
+    vectors = embed_texts(rt, [m.index_text() for _, mems, _ in typed for m in mems]) if typed else None
     at = 0
     for mtype, mems, fields in typed:
         for op, n in dynamics.apply(rt, mems, vectors[at:at + len(mems)], fields, now).items():
