@@ -654,6 +654,27 @@ def _index_params(field: str, schema: str) -> Any:
     return qe.BoolIndexParams(memory=qe.Memory.Cold)
 
 
+def missing_shard_files(path: Path) -> list[Path]:
+    """The files and folders a Qdrant Edge shard at ``path`` lacks, by its segments' own ``segment.json``: each
+    segment's payload storage and the storage of every vector it declares (dense and sparse). Qdrant's engine
+    (qdrant-edge-py 0.9) opens a shard without one of them and answers as if its points had no payload or vector,
+    silently; a segment without ``segment.json`` it refuses itself (``StoreCorrupt`` either way). A shard with no
+    ``segments`` folder is left to the engine, which rebuilds what its write-ahead log holds. Reads only."""
+    out: list[Path] = []
+    segments = path / "segments"
+    if not segments.is_dir():
+        return out
+    for segment in sorted(p for p in segments.iterdir() if p.is_dir()):
+        try:
+            config = json.loads((segment / "segment.json").read_text())["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: the engine's own load says so, naming the segment
+        names = [*(config.get("vector_data") or {}), *(config.get("sparse_vector_data") or {})]
+        out += [p for p in (segment / "payload_storage", *(segment / f"vector_storage-{n}" for n in names))
+                if not p.exists()]
+    return out
+
+
 def _with_indexes(shard: Any, new: bool = False, move: bool = False) -> bool:
     """Give ``shard`` a payload index on each of ``INDEXED_FIELDS`` (those missing made now: a ``new`` shard, or
     one made before an index was added, which is logged); with ``move``, an index kept in memory (made by an
@@ -736,6 +757,11 @@ class EdgeVectorStore(VectorStore):
         self.hold()
         path = self.root / collection
         if path.is_dir() and any(path.iterdir()):
+            if missing := missing_shard_files(path):
+                raise StoreCorrupt(f"the embedded store's shard {path} is missing {missing[0]}"
+                                   + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+                                   + "; restore the folder from a backup, or move it away to start that collection "
+                                   "empty")
             try:
                 shard = qe.EdgeShard.load(str(path))
             except Exception as exc:

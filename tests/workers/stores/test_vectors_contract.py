@@ -302,3 +302,22 @@ def test_optimize_keeps_every_answer(tmp_path):
         _same(before[0], again.search(OBSERVATIONS, q, None, flt, 10)[0])
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("removed", ["payload_storage", "vector_storage-text", "vector_storage-bm25"])
+def test_a_shard_missing_a_file_is_named_and_left_as_it_is(tmp_path, removed):
+    """Qdrant's engine opens a shard whose segment lost its payload storage (or a vector's) and answers as if
+    the points had none: the store refuses it instead, naming what is missing, and touches nothing."""
+    import shutil
+
+    store = EdgeVectorStore(tmp_path / "vectors")
+    store.upsert(OBSERVATIONS, _points()[:3])
+    store.close()
+    shard = tmp_path / "vectors" / OBSERVATIONS
+    gone = sorted(shard.glob(f"segments/*/{removed}"))[0]
+    shutil.rmtree(gone)
+    before = sorted(str(p) for p in shard.rglob("*"))
+    with pytest.raises(StoreCorrupt) as err:
+        EdgeVectorStore(tmp_path / "vectors").count(OBSERVATIONS)
+    assert str(gone) in str(err.value) and "restore the folder" in str(err.value)
+    assert sorted(str(p) for p in shard.rglob("*")) == before
