@@ -128,6 +128,9 @@ UNREAD_OBSERVATION_FIELDS = ["context_before", "context_after", "ocr_lines", "wo
 #: observations), so the appendable segment, whose indexes stay in memory, never grows past this.
 OPTIMIZE_AFTER_POINTS = 20_000
 OPTIMIZED_FILE = "optimized.json"  # {collection: points after its last optimization}, in the store's folder
+#: {collection: its points when a process last closed it without writing after} (``EdgeVectorStore.close``): a shard
+#: that opens with fewer lost files (``EdgeVectorStore._check_count``); a write drops its entry until the next close.
+CLOSED_FILE = "closed.json"
 
 PointId = uuid.UUID | str
 Payload = bool | list[str]
@@ -724,6 +727,7 @@ class EdgeVectorStore(VectorStore):
         self._shards: dict[str, Any] = {}
         self._pending: dict[str, int] = {}  # points written since the collection's last optimization
         self._written: set[str] = set()  # collections written by this process since their last flush
+        self._changed: set[str] = set()  # collections written by this process since it opened them
         # one lock object for every thread of this process (released by close, from whichever thread)
         self._file_lock = FileLock(str(self.root) + ".lock", thread_local=False)
 
@@ -772,6 +776,7 @@ class EdgeVectorStore(VectorStore):
                         "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
                 raise StoreCorrupt(f"the embedded store's shard {path} cannot be opened ({text}); restore the folder "
                                    "from a backup, or move it away to start that collection empty") from exc
+            self._check_count(collection, shard)
             changed = _with_indexes(shard)
         else:
             path.mkdir(parents=True, exist_ok=True)
@@ -779,7 +784,7 @@ class EdgeVectorStore(VectorStore):
             changed = _with_indexes(shard, new=True)
         self._shards[collection] = shard
         if changed:
-            self._written.add(collection)
+            self._wrote(collection)
 
     @staticmethod
     def _config(collection: str) -> Any:
@@ -836,26 +841,59 @@ class EdgeVectorStore(VectorStore):
                 self._pending[collection] = max(0, self._shard(collection).info().points_count - optimized)
             return self._pending[collection]
 
-    def _read_optimized(self) -> dict[str, int]:
-        """{collection: its points count after its last optimization}, from ``root/optimized.json``."""
+    def _wrote(self, collection: str) -> None:
+        """Note a write to ``collection``: flushed at close, and its clean-close count dropped from ``CLOSED_FILE``
+        now (a process killed after this write leaves no count to check against)."""
+        self._written.add(collection)
+        if collection not in self._changed:
+            with self._lock:
+                if collection not in self._changed:
+                    self._changed.add(collection)
+                    counts = self._read_json(CLOSED_FILE)
+                    if counts.pop(collection, None) is not None:
+                        self._write_json(CLOSED_FILE, counts)
+
+    def _check_count(self, collection: str, shard: Any) -> None:
+        """Raise StoreCorrupt when ``shard`` opens with fewer points than it had when a process last closed it
+        without writing after (``CLOSED_FILE``): Qdrant's engine opens a shard that lost a segment folder or a
+        segment's id tracker and answers with only what its write-ahead log still holds (12 of 7,157 points,
+        seen), silently."""
+        recorded = self._read_json(CLOSED_FILE).get(collection)
+        if recorded is None:
+            return
+        have = shard.info().points_count
+        if have < recorded:
+            shard.close()
+            raise StoreCorrupt(f"the embedded store's shard {self.root / collection} holds {have} points, "
+                               f"{recorded - have} fewer than when it was last closed: a file of it is missing or "
+                               "damaged; restore the folder from a backup (then delete "
+                               f"{self.root / CLOSED_FILE}, which holds that count), or move it away to start that "
+                               "collection empty")
+
+    def _read_json(self, name: str) -> dict[str, int]:
         try:
-            return json.loads((self.root / OPTIMIZED_FILE).read_text())
-        except FileNotFoundError:
-            return {}
-        except ValueError:  # a torn write: count every point as pending (one optimization too many at worst)
+            return json.loads((self.root / name).read_text())
+        except (FileNotFoundError, ValueError):  # none yet, or a torn write: nothing to check against
             return {}
 
-    def _write_optimized(self, counts: dict[str, int]) -> None:
-        counts = {**self._read_optimized(), **counts}
-        tmp = self.root / (OPTIMIZED_FILE + ".tmp")
+    def _write_json(self, name: str, counts: dict[str, int]) -> None:
+        tmp = self.root / (name + ".tmp")
         tmp.write_text(json.dumps(counts))
-        tmp.replace(self.root / OPTIMIZED_FILE)
+        tmp.replace(self.root / name)
+
+    def _read_optimized(self) -> dict[str, int]:
+        """{collection: its points count after its last optimization}, from ``root/optimized.json`` (a torn write:
+        every point counted as pending, one optimization too many at worst)."""
+        return self._read_json(OPTIMIZED_FILE)
+
+    def _write_optimized(self, counts: dict[str, int]) -> None:
+        self._write_json(OPTIMIZED_FILE, {**self._read_optimized(), **counts})
 
     def _upsert(self, collection, points):
         qe = _edge()
         if self.optimize_after:
             self.pending_points(collection)  # counted from the engine before this write, on first use
-        self._written.add(collection)
+        self._wrote(collection)
         self._shard(collection).update(qe.UpdateOperation.upsert_points(
             [qe.Point(str(p.id), _edge_vector(p.vector), p.payload) for p in points]))
         if self.optimize_after:
@@ -901,7 +939,7 @@ class EdgeVectorStore(VectorStore):
     def _set_payloads(self, collection, groups):
         qe = _edge()
         shard = self._shard(collection)
-        self._written.add(collection)
+        self._wrote(collection)
         for p, ids in groups:
             shard.update(qe.UpdateOperation.set_payload(ids, p))
 
@@ -909,7 +947,7 @@ class EdgeVectorStore(VectorStore):
         qe = _edge()
         op = (qe.UpdateOperation.delete_points_by_filter(edge_filter(selector)) if _is_filter(selector)
               else qe.UpdateOperation.delete_points(selector))
-        self._written.add(collection)
+        self._wrote(collection)
         self._shard(collection).update(op)
 
     def _count(self, collection, flt):
@@ -928,6 +966,11 @@ class EdgeVectorStore(VectorStore):
     def close(self) -> None:
         with self._lock:
             self.flush()
+            if self._shards:
+                counts = self._read_json(CLOSED_FILE)
+                counts.update({c: shard.info().points_count for c, shard in self._shards.items()})
+                self._write_json(CLOSED_FILE, counts)
+            self._changed.clear()
             for shard in self._shards.values():
                 shard.close()
             self._shards.clear()

@@ -5,6 +5,7 @@ computation of cosine similarity."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import numpy as np
@@ -321,3 +322,46 @@ def test_a_shard_missing_a_file_is_named_and_left_as_it_is(tmp_path, removed):
         EdgeVectorStore(tmp_path / "vectors").count(OBSERVATIONS)
     assert str(gone) in str(err.value) and "restore the folder" in str(err.value)
     assert sorted(str(p) for p in shard.rglob("*")) == before
+
+
+@pytest.mark.parametrize("removed", ["segment", "id tracker", "segments"])
+def test_a_shard_that_lost_points_since_it_was_closed_is_refused(tmp_path, removed):
+    """Qdrant's engine opens a shard that lost a segment folder (or a segment's id tracker) and answers with what
+    its write-ahead log still holds: the store compares with the count of its last clean close instead, and
+    refuses it naming the shard; a process that wrote and was killed leaves no count to compare with."""
+    import shutil
+
+    store = EdgeVectorStore(tmp_path / "vectors")
+    store.upsert(OBSERVATIONS, _points())
+    store.optimize([OBSERVATIONS])  # the points move into a segment of their own; the log is cut
+    store.upsert(OBSERVATIONS, [_points()[0]])
+    store.close()
+    shard = tmp_path / "vectors" / OBSERVATIONS
+    reopened = EdgeVectorStore(tmp_path / "vectors")  # a reader closes cleanly too
+    total = reopened.count(OBSERVATIONS)
+    reopened.close()
+    biggest = max((p for p in (shard / "segments").iterdir()), key=lambda p: sum(f.stat().st_size for f in
+                                                                               p.rglob("*") if f.is_file()))
+    if removed == "segment":
+        shutil.rmtree(biggest)
+    elif removed == "id tracker":
+        for f in biggest.glob("*id_tracker*"):
+            f.unlink()
+    else:
+        shutil.rmtree(shard / "segments")
+    with pytest.raises(StoreCorrupt) as err:
+        EdgeVectorStore(tmp_path / "vectors").count(OBSERVATIONS)
+    assert str(shard) in str(err.value) and "fewer than when it was last closed" in str(err.value)
+    assert total == len(_points())
+
+
+def test_a_write_then_a_kill_leaves_no_count_to_compare_with(tmp_path):
+    store = EdgeVectorStore(tmp_path / "vectors")
+    store.upsert(OBSERVATIONS, _points())
+    store.close()
+    assert json.loads((tmp_path / "vectors" / "closed.json").read_text())[OBSERVATIONS] == len(_points())
+    store = EdgeVectorStore(tmp_path / "vectors")
+    store.delete(OBSERVATIONS, [str(_points()[0].id)])  # a write: the count of the last close no longer holds
+    assert OBSERVATIONS not in json.loads((tmp_path / "vectors" / "closed.json").read_text())
+    store.close()
+    assert json.loads((tmp_path / "vectors" / "closed.json").read_text())[OBSERVATIONS] == len(_points()) - 1
