@@ -55,9 +55,7 @@ class Seen:
     def own_sentences(self) -> list[str]:
         """``sentences(own_text())``, read off the split of the whole text that the embedding stage made and
         kept (``text.sentences.sentences_without_prefix``): a turn is split by syntok once per process."""
-        if self.speaker and self.text.startswith(f"{self.speaker}:"):
-            return sentences_without_prefix(self.text, f"{self.speaker}:")
-        return sentences(self.text)
+        return sentences_without_prefix(self.text, f"{self.speaker}:") if self.speaker else sentences(self.text)
 
 
 class Extractor(ABC):

@@ -69,13 +69,12 @@ class _OnnxMiniLM:
         enc = self.tokenizer.encode_batch(texts)
         rows: list[np.ndarray] = [np.zeros((0, DIM), dtype=np.float32)] * len(texts)
         vecs = np.empty((len(texts), DIM), dtype=np.float32)
-        for batch in length_batches(np.array([len(e.ids) for e in enc], dtype=np.int64), batch_size):
-            width = max(len(enc[j].ids) for j in batch)
-            ids = np.zeros((len(batch), width), dtype=np.int64)
-            mask = np.zeros_like(ids)
+        lengths = np.array([len(e.ids) for e in enc], dtype=np.int64)
+        for batch in length_batches(lengths, batch_size):
+            mask = (np.arange(lengths[batch].max()) < lengths[batch][:, None]).astype(np.int64)
+            ids = np.zeros_like(mask)
             for b, j in enumerate(batch):
-                ids[b, :len(enc[j].ids)] = enc[j].ids
-                mask[b, :len(enc[j].ids)] = 1
+                ids[b, :lengths[j]] = enc[j].ids
             hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
                                              "token_type_ids": np.zeros_like(ids)})[0]
             weights = mask[..., None].astype(np.float32)

@@ -657,12 +657,19 @@ def _index_params(field: str, schema: str) -> Any:
     return qe.BoolIndexParams(memory=qe.Memory.Cold)
 
 
+def _corrupt(path: Path, what: str, after_restore: str = "") -> StoreCorrupt:
+    """The error for a shard that cannot be used as it is: ``path`` and ``what`` is wrong, and what to do."""
+    return StoreCorrupt(f"the embedded store's shard {path} {what}; restore the folder from a backup{after_restore}, "
+                        "or move it away to start that collection empty")
+
+
 def missing_shard_files(path: Path) -> list[Path]:
     """The files and folders a Qdrant Edge shard at ``path`` lacks, by its segments' own ``segment.json``: each
     segment's payload storage and the storage of every vector it declares (dense and sparse). Qdrant's engine
     (qdrant-edge-py 0.9) opens a shard without one of them and answers as if its points had no payload or vector,
-    silently; a segment without ``segment.json`` it refuses itself (``StoreCorrupt`` either way). A shard with no
-    ``segments`` folder is left to the engine, which rebuilds what its write-ahead log holds. Reads only."""
+    silently; a segment without ``segment.json`` it refuses itself (``StoreCorrupt`` either way). A lost segment
+    folder, id tracker or ``segments`` folder shows as points missing since the last close instead
+    (``EdgeVectorStore._check_count``). Reads only."""
     out: list[Path] = []
     segments = path / "segments"
     if not segments.is_dir():
@@ -728,6 +735,7 @@ class EdgeVectorStore(VectorStore):
         self._pending: dict[str, int] = {}  # points written since the collection's last optimization
         self._written: set[str] = set()  # collections written by this process since their last flush
         self._changed: set[str] = set()  # collections written by this process since it opened them
+        self._closed: dict[str, int] | None = None  # CLOSED_FILE as read under this process's lock
         # one lock object for every thread of this process (released by close, from whichever thread)
         self._file_lock = FileLock(str(self.root) + ".lock", thread_local=False)
 
@@ -762,10 +770,8 @@ class EdgeVectorStore(VectorStore):
         path = self.root / collection
         if path.is_dir() and any(path.iterdir()):
             if missing := missing_shard_files(path):
-                raise StoreCorrupt(f"the embedded store's shard {path} is missing {missing[0]}"
-                                   + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
-                                   + "; restore the folder from a backup, or move it away to start that collection "
-                                   "empty")
+                raise _corrupt(path, f"is missing {missing[0]}"
+                               + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
             try:
                 shard = qe.EdgeShard.load(str(path))
             except Exception as exc:
@@ -774,8 +780,7 @@ class EdgeVectorStore(VectorStore):
                     raise StoreBusy(
                         f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
                         "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
-                raise StoreCorrupt(f"the embedded store's shard {path} cannot be opened ({text}); restore the folder "
-                                   "from a backup, or move it away to start that collection empty") from exc
+                raise _corrupt(path, f"cannot be opened ({text})") from exc
             self._check_count(collection, shard)
             changed = _with_indexes(shard)
         else:
@@ -849,7 +854,7 @@ class EdgeVectorStore(VectorStore):
             with self._lock:
                 if collection not in self._changed:
                     self._changed.add(collection)
-                    counts = self._read_json(CLOSED_FILE)
+                    counts = self._closed_counts()
                     if counts.pop(collection, None) is not None:
                         self._write_json(CLOSED_FILE, counts)
 
@@ -858,17 +863,21 @@ class EdgeVectorStore(VectorStore):
         without writing after (``CLOSED_FILE``): Qdrant's engine opens a shard that lost a segment folder or a
         segment's id tracker and answers with only what its write-ahead log still holds (12 of 7,157 points,
         seen), silently."""
-        recorded = self._read_json(CLOSED_FILE).get(collection)
+        recorded = self._closed_counts().get(collection)
         if recorded is None:
             return
         have = shard.info().points_count
         if have < recorded:
             shard.close()
-            raise StoreCorrupt(f"the embedded store's shard {self.root / collection} holds {have} points, "
-                               f"{recorded - have} fewer than when it was last closed: a file of it is missing or "
-                               "damaged; restore the folder from a backup (then delete "
-                               f"{self.root / CLOSED_FILE}, which holds that count), or move it away to start that "
-                               "collection empty")
+            raise _corrupt(self.root / collection, f"holds {have} points, {recorded - have} fewer than when it was "
+                           "last closed: a file of it is missing or damaged",
+                           f" (then delete {self.root / CLOSED_FILE}, which holds that count)")
+
+    def _closed_counts(self) -> dict[str, int]:
+        """``CLOSED_FILE``'s counts, read once while this process holds the store (only it writes them)."""
+        if self._closed is None:
+            self._closed = self._read_json(CLOSED_FILE)
+        return self._closed
 
     def _read_json(self, name: str) -> dict[str, int]:
         try:
@@ -967,10 +976,12 @@ class EdgeVectorStore(VectorStore):
         with self._lock:
             self.flush()
             if self._shards:
-                counts = self._read_json(CLOSED_FILE)
-                counts.update({c: shard.info().points_count for c, shard in self._shards.items()})
-                self._write_json(CLOSED_FILE, counts)
+                counts = self._closed_counts()
+                now = {c: shard.info().points_count for c, shard in self._shards.items()}
+                if any(counts.get(c) != n for c, n in now.items()):  # a reader that changed nothing writes nothing
+                    self._write_json(CLOSED_FILE, {**counts, **now})
             self._changed.clear()
+            self._closed = None  # another process may write it once the lock is released
             for shard in self._shards.values():
                 shard.close()
             self._shards.clear()
