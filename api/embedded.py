@@ -112,11 +112,18 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
     Raises FileNotFoundError for a path that does not exist, and StoreBusy or StoreCorrupt
     (``workers.stores.vectors``) when the store cannot be used.
     """
+    from engram.workers.runtime import bulk_work, runtime  # the workers' stack, when it runs
+
+    with bulk_work():
+        return _ingest_paths(runtime(), paths, tenant, user, device, captured_at, app_name, window, consolidate,
+                             quiet)
+
+
+def _ingest_paths(rt: Any, paths: list[Path], tenant: str, user: str, device: str, captured_at: datetime | None,
+                  app_name: str | None, window: str | None, consolidate: bool, quiet: bool) -> dict[str, list]:
     from engram.api.local import RUN_BATCH_FILES, iter_files, publish_file  # the workers' stack, when it runs
-    from engram.workers.runtime import runtime  # idem
     from engram.workers.stores.vectors import StoreBusy, StoreCorrupt  # idem
 
-    rt = runtime()
     files = list(iter_files(paths))
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,

@@ -11,12 +11,16 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
 - **warm**: the same ingest into another fresh data dir whose embedding cache is the cold run's;
 - apart, not in the figures above: the process's first ingest (imports; 8 messages into a throwaway data dir)
   and each fresh data dir's store setup (Qdrant Edge collections and payload indexes, made before timing);
-- ``cold_ratio`` = cold ÷ ceiling (the ceiling is timed before and after the pipeline, the faster kept),
-  ``cold_ratio_cpu`` the same in CPU seconds of this process (steadier when other jobs load the machine), and
-  ``encodes_per_msg`` = texts the cold run encoded (rows of its embedding cache: every encoded text is written
+- ``--rounds`` rounds (default 5), each timing the ceiling, then cold, then warm, side by side: the figures are
+  the medians over the rounds, ``cold_ratio`` the median of each round's cold ÷ ceiling (the two timed one after
+  the other, so a load that comes and goes moves both), ``cold_ratio_cpu`` the same in CPU seconds of this
+  process (steadier when other jobs load the machine); ``rounds`` lists each round's figures. Before each cold
+  run the process's text memos are cleared (``workers.memory.vectors.clear_text_memos``: sentence splits,
+  secret findings, token indexes), so every round is as cold as the first;
+- ``encodes_per_msg`` = texts the cold run encoded (rows of its embedding cache: every encoded text is written
   there once) ÷ messages.
 
-    python bench/ingest.py [--sections text distributed] [--conversations 0 1] [--limit N] [--json FILE]
+    python bench/ingest.py [--sections text distributed] [--conversations 0 1] [--limit N] [--rounds N] [--json FILE]
 
 Section ``distributed``: events/s, events per CPU-second and the store worker's busy share with 1, 2 and 4 cpu
 workers (``bench/distributed.py``, which also prints publish→searchable and checks the targets).
@@ -32,6 +36,7 @@ import argparse
 import json
 import os
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -88,14 +93,16 @@ def _encode_seconds(model, texts: list[str], batch_size: int) -> tuple[float, fl
 
 
 def text(args: argparse.Namespace) -> dict:
-    """The text section: ceiling, cold and warm messages/s, their ratio and encodes per message (see the
-    module's docstring). Raises FileNotFoundError without the LoCoMo data."""
+    """The text section: ceiling, cold and warm messages/s, their ratio and encodes per message, medians of
+    ``args.rounds`` rounds (see the module's docstring). Raises FileNotFoundError without the LoCoMo data."""
     from bench.locomo import load_locomo, sample_turns
     from engram.schemas.settings import get_settings
     from engram.workers.media.conversations import to_jsonl
+    from engram.workers.memory.vectors import clear_text_memos
     from engram.workers.models import get_model
 
     samples = load_locomo(args.eval_data)
+    rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="engram-bench-ingest-") as tmp:
         tmp_path = Path(tmp)
         files, texts = [], []
@@ -111,32 +118,47 @@ def text(args: argparse.Namespace) -> dict:
         model = get_model("embedding", settings)
         batch = settings.models.embedding_batch_size
         model.embed(texts[:64], batch)  # load and warm up, not timed
-        first = _encode_seconds(model, texts, batch)
         # the first ingest of a process imports the pipeline's modules: a short conversation, apart
         warmup = tmp_path / "warmup.jsonl"
         warmup.write_bytes(to_jsonl(sample_turns(samples[-1])[:8]))
         imports_s = _ingest_seconds([warmup], tmp_path / "warmup")[0]
-        cold_dir, warm_dir = tmp_path / "cold", tmp_path / "warm"
-        cold_s, cold_cpu, cold_setup = _ingest_seconds(files, cold_dir)
-        encoded = _cache_rows(cold_dir)
-        warm_s, warm_cpu, warm_setup = _ingest_seconds(files, warm_dir, cache_of=cold_dir)
-        # the ceiling is timed before and after the pipeline runs, the faster kept: other jobs' load moves it
-        ceiling_s, ceiling_cpu = min(first, _encode_seconds(model, texts, batch))
+        for r in range(args.rounds):
+            ceiling_s, ceiling_cpu = _encode_seconds(model, texts, batch)
+            clear_text_memos()
+            cold_dir, warm_dir = tmp_path / f"cold{r}", tmp_path / f"warm{r}"
+            cold_s, cold_cpu, cold_setup = _ingest_seconds(files, cold_dir)
+            encoded = _cache_rows(cold_dir)
+            warm_s, warm_cpu, warm_setup = _ingest_seconds(files, warm_dir, cache_of=cold_dir)
+            rounds.append({"ceiling_s": round(ceiling_s, 3), "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3),
+                           "cpu_s": {"ceiling": round(ceiling_cpu, 2), "cold": round(cold_cpu, 2),
+                                     "warm": round(warm_cpu, 2)},
+                           "cold_ratio": round(ceiling_s / cold_s, 3),
+                           "cold_ratio_cpu": round(ceiling_cpu / cold_cpu, 3),
+                           "encodes_per_msg": round(encoded / n, 2),
+                           "store_setup_s": round((cold_setup + warm_setup) / 2, 2)})
+            print(f"  round {r + 1}: ceiling {ceiling_s:.2f} s, cold {cold_s:.2f} s, warm {warm_s:.2f} s: "
+                  f"{ceiling_s / cold_s:.0%} of the ceiling ({ceiling_cpu / cold_cpu:.0%} in CPU seconds)")
+
+    def med(key: str, sub: str | None = None) -> float:
+        return statistics.median(x[key][sub] if sub else x[key] for x in rounds)
+
     runtime = type(model.session).__name__
     out = {"messages": n, "conversations": list(args.conversations), "embedding_runtime": runtime,
-           "ceiling_msgs_per_s": round(n / ceiling_s, 2), "cold_msgs_per_s": round(n / cold_s, 2),
-           "warm_msgs_per_s": round(n / warm_s, 2), "cold_ratio": round(ceiling_s / cold_s, 3),
-           "encodes_per_msg": round(encoded / n, 2),
-           "cpu_s": {"ceiling": round(ceiling_cpu, 2), "cold": round(cold_cpu, 2), "warm": round(warm_cpu, 2)},
-           "cold_ratio_cpu": round(ceiling_cpu / cold_cpu, 3), "first_ingest_s": round(imports_s, 2),
-           "store_setup_s": round((cold_setup + warm_setup) / 2, 2)}
-    print(f"text, {n} messages of LoCoMo conversations {args.conversations} (embedder {runtime}):")
-    print(f"  embedder alone (ceiling) {out['ceiling_msgs_per_s']:8.1f} msgs/s  ({ceiling_s:.1f} s, "
-          f"{ceiling_cpu:.1f} CPU s)")
-    print(f"  pipeline cold            {out['cold_msgs_per_s']:8.1f} msgs/s  ({cold_s:.1f} s, {cold_cpu:.1f} CPU s)"
-          f"  = {out['cold_ratio']:.0%} of the ceiling ({out['cold_ratio_cpu']:.0%} in CPU seconds), "
-          f"{out['encodes_per_msg']:.2f} encodes/msg")
-    print(f"  pipeline warm            {out['warm_msgs_per_s']:8.1f} msgs/s  ({warm_s:.1f} s, {warm_cpu:.1f} CPU s)")
+           "ceiling_msgs_per_s": round(n / med("ceiling_s"), 2), "cold_msgs_per_s": round(n / med("cold_s"), 2),
+           "warm_msgs_per_s": round(n / med("warm_s"), 2), "cold_ratio": round(med("cold_ratio"), 3),
+           "encodes_per_msg": med("encodes_per_msg"),
+           "cpu_s": {k: round(med("cpu_s", k), 2) for k in ("ceiling", "cold", "warm")},
+           "cold_ratio_cpu": round(med("cold_ratio_cpu"), 3), "first_ingest_s": round(imports_s, 2),
+           "store_setup_s": med("store_setup_s"), "rounds": rounds}
+    print(f"text, {n} messages of LoCoMo conversations {args.conversations} (embedder {runtime}), medians of "
+          f"{len(rounds)} rounds:")
+    print(f"  embedder alone (ceiling) {out['ceiling_msgs_per_s']:8.1f} msgs/s  ({med('ceiling_s'):.1f} s, "
+          f"{out['cpu_s']['ceiling']:.1f} CPU s)")
+    print(f"  pipeline cold            {out['cold_msgs_per_s']:8.1f} msgs/s  ({med('cold_s'):.1f} s, "
+          f"{out['cpu_s']['cold']:.1f} CPU s)  = {out['cold_ratio']:.0%} of the ceiling "
+          f"({out['cold_ratio_cpu']:.0%} in CPU seconds), {out['encodes_per_msg']:.2f} encodes/msg")
+    print(f"  pipeline warm            {out['warm_msgs_per_s']:8.1f} msgs/s  ({med('warm_s'):.1f} s, "
+          f"{out['cpu_s']['warm']:.1f} CPU s)")
     print(f"  apart: a fresh data dir's store setup {out['store_setup_s']:.1f} s each; the process's first ingest "
           f"(imports, 8 messages) {imports_s:.1f} s")
     return out
@@ -176,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distributed-events", type=int, default=300, help="distributed: text events per row")
     ap.add_argument("--distributed-workers", type=int, nargs="+", default=[1, 2, 4],
                     help="distributed: cpu worker counts (default: 1 2 4)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="text: rounds of ceiling, cold and warm, side by side; medians reported (default: 5)")
     ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")
     args = ap.parse_args(argv)
     from bench.retrieval import _quiet_logs

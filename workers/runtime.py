@@ -7,6 +7,7 @@ only by the tasks of Qdrant-bound queues.
 
 from __future__ import annotations
 
+import gc
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -182,6 +183,29 @@ def runtime(settings: Settings | None = None) -> Runtime:
         else:
             rt.settings = settings
         return rt
+
+
+#: Python's collector thresholds inside ``bulk_work``: a young collection every 20,000 container allocations instead
+#: of 700 (an ingest makes ~60,000 short-lived ones per 1,000 chat messages: pydantic models, vector lists, payloads).
+BULK_GC_THRESHOLDS = (20_000, 20, 50)
+
+
+@contextmanager
+def bulk_work() -> Iterator[None]:
+    """Run a long allocation-heavy unit of work (an ingest) with fewer, larger garbage collections: what the process
+    holds before it (imports, models, the runtime: it lives as long as the process) is frozen out of every collection
+    (``gc.freeze``), and young collections run every ``BULK_GC_THRESHOLDS[0]`` allocations; both are undone after.
+    On LoCoMo chat ingest this took the collector's time from 0.04-0.18 s to ~0.04 s per 788 messages (a full
+    collection scanned the whole heap of imports and models). The technique is Instagram's ("Dismissing Python
+    Garbage Collection at Instagram", 2017) and the Python docs' advice for ``gc.freeze``."""
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*BULK_GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
 
 
 @contextmanager

@@ -19,7 +19,7 @@ def test_ingest_bench_merges_its_section(tmp_path, eval_data):
     out = tmp_path / "figures.json"
     out.write_text(json.dumps({"audio": {"x_real_time": 25.0}, "load": 9.0}))
     run = subprocess.run([sys.executable, str(BENCH), "--sections", "text", "--conversations", "1", "--limit", "40",
-                          "--eval-data", str(eval_data), "--json", str(out)],
+                          "--rounds", "2", "--eval-data", str(eval_data), "--json", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "of the ceiling" in run.stdout
@@ -28,4 +28,5 @@ def test_ingest_bench_merges_its_section(tmp_path, eval_data):
     text = data["text"]
     assert text["messages"] == 40
     assert {"ceiling_msgs_per_s", "cold_msgs_per_s", "warm_msgs_per_s", "cold_ratio", "encodes_per_msg"} <= set(text)
+    assert len(text["rounds"]) == 2 and all(r["cold_ratio"] > 0 for r in text["rounds"])  # medians of 2 rounds
     assert 1.0 <= text["encodes_per_msg"] < 2.0  # each distinct text once (plus a few memories and names)

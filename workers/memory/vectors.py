@@ -41,7 +41,8 @@ from engram.workers.metrics import model_timer
 from engram.workers.models import embed_cached, get_model
 from engram.workers.models.embeddings import DIM
 from engram.workers.runtime import Runtime
-from engram.workers.text import sparse
+from engram.workers.text import secrets, sparse
+from engram.workers.text import sentences as sentence_split
 from engram.workers.text.sentences import sentences
 
 CONTEXT_WEIGHT = 0.5  # a neighbour's embedding counts half as much as the observation's own
@@ -123,6 +124,15 @@ def sentence_spans(text: str) -> tuple[tuple[int, int], ...]:
         spans.append((start, start + len(sentence)))
         pos = start + len(sentence)
     return tuple(spans) if len(spans) > 1 else ()
+
+
+def clear_text_memos() -> None:
+    """Forget what this process keeps of the texts it has seen: sentence splits and spans, secret findings, BM25
+    tokens (a benchmark's cold run starts from none; the embedding cache on disk is not touched)."""
+    sentence_spans.cache_clear()
+    sentence_split.clear_memo()
+    secrets.clear_memo()
+    sparse.clear_memo()
 
 
 #: The embedding cache's model name for a text's late-chunked sentence rows (``embed_with_rows``).

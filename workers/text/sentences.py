@@ -53,3 +53,8 @@ def _split(text: str) -> tuple[str, ...]:
 
 
 _split_memo = functools.lru_cache(maxsize=16384)(_split)
+
+
+def clear_memo() -> None:
+    """Forget the splits kept by ``sentences`` (a benchmark's cold run, a test of the split itself)."""
+    _split_memo.cache_clear()

@@ -99,6 +99,13 @@ _tokens: LRUCache[str, list[str]] = LRUCache(maxsize=TOKEN_CACHE_SIZE)
 _tokens_lock = threading.Lock()  # LRUCache is not thread safe
 
 
+def clear_memo() -> None:
+    """Forget the tokens and token indexes kept of the texts seen (a benchmark's cold run)."""
+    with _tokens_lock:
+        _tokens.clear()
+    token_index.cache_clear()
+
+
 def _cached_tokens(texts: list[str]) -> dict[str, list[str]]:
     """Tokens of each distinct text of ``texts`` (``tokenize``), through the process's token cache."""
     out: dict[str, list[str]] = {}
