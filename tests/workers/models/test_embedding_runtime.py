@@ -94,3 +94,16 @@ def test_vectors_do_not_depend_on_the_batches_a_text_runs_in(onnx_dir):
     together = model.embed(texts, 64)
     alone = np.vstack([model.embed([t], 64) for t in texts])
     assert np.allclose(together, alone, atol=1e-5)
+
+
+def test_the_embedder_takes_the_configured_threads_per_model(onnx_dir):
+    """``models.cpu_threads`` reaches onnxruntime (several worker processes on one machine each give theirs), and 0
+    leaves onnxruntime's own choice."""
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
+
+    for threads in (1, 0):
+        model = get_model("embedding", Settings(models={"cpu_threads": threads, "cache_dir": onnx_dir,
+                                                        "embedding_runtime": "onnx"}))
+        assert model.embed(["one thread"]).shape == (1, 384)
+        assert model.session.session.get_session_options().intra_op_num_threads == threads

