@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from engram.workers.models import embeddings as emb
 from engram.workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx, length_batches
 from tests.conftest import REPO
 
@@ -77,14 +78,34 @@ def test_onnx_and_torch_give_the_same_sentence_rows(onnx_dir):
 
 
 def test_batches_group_texts_of_similar_token_counts():
-    """Longest first, at most ``batch_size`` a batch, and a batch closed before padding would pass 10 % of its
-    real tokens: one long text among short ones runs alone instead of padding them all to its length."""
+    """Longest first, at most ``batch_size`` a batch, split where the model's cost (a run's overhead plus its padded
+    slots) is least: one long text among short ones runs alone instead of padding them all to its length, and
+    texts of near lengths share a run instead of paying a run each."""
     lengths = np.array([12, 250, 10, 11, 12, 9, 10, 40])
     batches = length_batches(lengths, batch_size=64)
-    assert [lengths[b].tolist() for b in batches] == [[250], [40], [12, 12, 11, 10, 10], [9]]
+    assert [lengths[b].tolist() for b in batches] == [[250], [40], [12, 12, 11, 10, 10, 9]]
     assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
-    assert [len(b) for b in length_batches(np.full(10, 7), batch_size=4)] == [4, 4, 2]
+    same = length_batches(np.full(10, 7), batch_size=4)
+    assert len(same) == 3 and max(len(b) for b in same) == 4  # as few runs as batch_size allows
     assert length_batches(np.zeros(0, dtype=np.int64), batch_size=4) == []
+    # twelve chat turns of 20-60 tokens: two runs, not one per 10 % of padding
+    turns = np.array([60, 57, 55, 52, 48, 45, 41, 38, 33, 30, 26, 20])
+    assert len(length_batches(turns, batch_size=64)) <= 3
+    # the least cost among all ways to cut the sorted texts (brute force over the 2^(n-1) cuts of 9 texts)
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        ls = rng.integers(3, 200, size=9)
+        got = length_batches(ls, batch_size=4)
+
+        def cost(runs, ls=ls):
+            return sum(emb.RUN_OVERHEAD_SLOTS + len(r) * ls[r].max() * (1 + emb.ATTENTION_PER_TOKEN * ls[r].max())
+                       for r in runs)
+
+        srt = np.argsort(-ls, kind="stable")
+        cuts = [[srt[a:b] for a, b in zip((0, *c), (*c, 9), strict=True)]
+                for m in range(1 << 8) for c in [tuple(i + 1 for i in range(8) if m >> i & 1)]]
+        least = min(cost(r) for r in cuts if max(len(x) for x in r) <= 4)
+        assert all(len(b) <= 4 for b in got) and cost(got) <= least + 1e-9
 
 
 def test_vectors_do_not_depend_on_the_batches_a_text_runs_in(onnx_dir):
