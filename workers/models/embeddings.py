@@ -13,6 +13,7 @@ import numpy as np
 
 from engram.schemas.settings import get_settings
 from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
+from engram.workers.stores.sqlite import ThreadConnections
 
 DIM = 384
 
@@ -285,13 +286,12 @@ class EmbeddingCache:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as db:
+        with closing(sqlite3.connect(self.path, timeout=60)) as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, sha TEXT, vec BLOB, PRIMARY KEY(model, sha))")
             db.commit()
-
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=60)
+        # a cache: a power loss may cost the last writes (encoded again), never the file's consistency (WAL)
+        self._db = ThreadConnections(self.path, pragmas=("PRAGMA synchronous=NORMAL",))
 
     @staticmethod
     def key(text: str) -> str:
@@ -301,21 +301,20 @@ class EmbeddingCache:
     def get_many(self, model: str, keys: list[str]) -> dict[str, np.ndarray]:
         """Cached vectors for the given keys (missing keys are absent from the result)."""
         out: dict[str, np.ndarray] = {}
-        with closing(self._connect()) as db:
-            for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
-                marks = ",".join("?" * len(chunk))
-                for sha, blob in db.execute(f"SELECT sha, vec FROM emb WHERE model=? AND sha IN ({marks})",
-                                            (model, *chunk)):
-                    out[sha] = np.frombuffer(blob, dtype=np.float32)
+        db = self._db.connection()
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            marks = ",".join("?" * len(chunk))
+            for sha, blob in db.execute(f"SELECT sha, vec FROM emb WHERE model=? AND sha IN ({marks})",
+                                        (model, *chunk)):
+                out[sha] = np.frombuffer(blob, dtype=np.float32)
         return out
 
     def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
         """Store vectors by key."""
-        with closing(self._connect()) as db:
+        with self._db.transaction() as db:
             db.executemany("INSERT OR REPLACE INTO emb (model, sha, vec) VALUES (?,?,?)",
                            [(model, k, v.astype(np.float32).tobytes()) for k, v in items.items()])
-            db.commit()
 
 
 def embed_cached(model: MiniLMEmbedder, cache: EmbeddingCache | None, texts: list[str],

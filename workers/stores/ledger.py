@@ -21,6 +21,7 @@ import structlog
 
 from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
 from engram.workers.metrics import EVENTS_RECEIVED, count_finished
+from engram.workers.stores.sqlite import ThreadConnections
 
 log = structlog.get_logger(__name__)
 
@@ -120,7 +121,8 @@ CREATE TABLE IF NOT EXISTS frames (
 
 
 class SqliteLedger:
-    """The ledger in one SQLite file (WAL mode). A connection per call, so any thread or process may use it."""
+    """The ledger in one SQLite file (WAL mode), through a connection per thread and process kept open
+    (``stores.sqlite.ThreadConnections``), so any thread or process may use it."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -132,18 +134,10 @@ class SqliteLedger:
                 db.execute("ALTER TABLE events ADD COLUMN event_json TEXT")
                 db.execute("ALTER TABLE events ADD COLUMN redeliveries INTEGER NOT NULL DEFAULT 0")
             db.executescript(_SCHEMA)
+        self._db = ThreadConnections(self.path)
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with closing(sqlite3.connect(self.path, timeout=60, isolation_level=None)) as db:
-            db.execute("PRAGMA busy_timeout=60000")
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._db.transaction()
 
     def record_queued(self, event: MediaEvent) -> None:
         now = _now()
