@@ -198,14 +198,16 @@ def bulk_work() -> Iterator[None]:
     On LoCoMo chat ingest this took the collector's time from 0.04-0.18 s to ~0.04 s per 788 messages (a full
     collection scanned the whole heap of imports and models). The technique is Instagram's ("Dismissing Python
     Garbage Collection at Instagram", 2017) and the Python docs' advice for ``gc.freeze``."""
-    before = gc.get_threshold()
-    gc.freeze()
+    before, ours = gc.get_threshold(), gc.get_freeze_count() == 0  # a process that froze its own is left to it
+    if ours:
+        gc.freeze()
     gc.set_threshold(*BULK_GC_THRESHOLDS)
     try:
         yield
     finally:
         gc.set_threshold(*before)
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
 @contextmanager

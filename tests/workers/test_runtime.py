@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 
+import pytest
+
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
 from engram.workers.app import app
 from engram.workers.media.decode import MediaError
@@ -60,3 +62,18 @@ def test_bad_input_fails_at_once_without_retry(engram_env):
     assert len(calls) == 1
     rec = engram_env.ledger.get(ev.event_id)
     assert (rec.status, rec.stage, rec.reason) == (EventStatus.failed, "flaky", "corrupt thing")
+
+
+def test_bulk_work_collects_less_often_and_restores_the_collector():
+    """Inside ``bulk_work`` what was allocated before is frozen out of collections and young collections are rarer;
+    after it (also when the block raises) the thresholds and the frozen set are as they were."""
+    import gc
+
+    from engram.workers.runtime import BULK_GC_THRESHOLDS, bulk_work
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with pytest.raises(RuntimeError), bulk_work():
+        assert gc.get_threshold() == BULK_GC_THRESHOLDS
+        assert gc.get_freeze_count() > frozen or frozen  # frozen by us, unless the process froze its own
+        raise RuntimeError("a failed ingest")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
