@@ -16,7 +16,7 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
   the other, so a load that comes and goes moves both), ``cold_ratio_cpu`` the same in CPU seconds of this
   process (steadier when other jobs load the machine); ``rounds`` lists each round's figures. Before each cold
   run the process's text memos are cleared (``workers.memory.vectors.clear_text_memos``: sentence splits,
-  secret findings, token indexes), so every round is as cold as the first;
+  secret findings, BM25 tokens), so every round is as cold as the first;
 - ``encodes_per_msg`` = texts the cold run encoded (rows of its embedding cache: every encoded text is written
   there once) ÷ messages.
 

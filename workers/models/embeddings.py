@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -104,7 +102,7 @@ def length_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     among short ones runs alone instead of padding them all to its length (sorted by characters, batches of 64
     LoCoMo turns were 28 % padding), and a few texts of different lengths share one run rather than paying a run
     each (a call of 12 chat turns split at 10 % padding made 5 runs and cost 1.6x per text what full batches do).
-    Returns a list of index arrays covering 0..n-1 once each, longest first. ~5 ms per 1,000 texts."""
+    Returns a list of index arrays covering 0..n-1 once each, longest first. ~6 ms per 1,000 texts."""
     order = np.argsort(-lengths, kind="stable")
     n = len(order)
     if n == 0:
@@ -286,12 +284,11 @@ class EmbeddingCache:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(sqlite3.connect(self.path, timeout=60)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, sha TEXT, vec BLOB, PRIMARY KEY(model, sha))")
-            db.commit()
         # a cache: a power loss may cost the last writes (encoded again), never the file's consistency (WAL)
         self._db = ThreadConnections(self.path, pragmas=("PRAGMA synchronous=NORMAL",))
+        db = self._db.connection()
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, sha TEXT, vec BLOB, PRIMARY KEY(model, sha))")
 
     @staticmethod
     def key(text: str) -> str:

@@ -12,7 +12,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, closing, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -127,14 +127,14 @@ class SqliteLedger:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(sqlite3.connect(self.path, timeout=60)) as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            have = {row[1] for row in db.execute("PRAGMA table_info(events)")}
-            if have and "event_json" not in have:  # a ledger written before redelivery existed
-                db.execute("ALTER TABLE events ADD COLUMN event_json TEXT")
-                db.execute("ALTER TABLE events ADD COLUMN redeliveries INTEGER NOT NULL DEFAULT 0")
-            db.executescript(_SCHEMA)
         self._db = ThreadConnections(self.path)
+        db = self._db.connection()
+        db.execute("PRAGMA journal_mode=WAL")
+        have = {row[1] for row in db.execute("PRAGMA table_info(events)")}
+        if have and "event_json" not in have:  # a ledger written before redelivery existed
+            db.execute("ALTER TABLE events ADD COLUMN event_json TEXT")
+            db.execute("ALTER TABLE events ADD COLUMN redeliveries INTEGER NOT NULL DEFAULT 0")
+        db.executescript(_SCHEMA)
 
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._db.transaction()

@@ -51,20 +51,13 @@ class ThreadConnections:
         ``BUSY_TIMEOUT_S``), committed when the block ends and rolled back when it raises. Inside another
         transaction of this thread it is a savepoint of that one (released, or rolled back to, alone)."""
         db = self.connection()
-        if db.in_transaction:
-            db.execute("SAVEPOINT nested")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK TO nested")
-                db.execute("RELEASE nested")
-                raise
-            db.execute("RELEASE nested")
-            return
-        db.execute("BEGIN IMMEDIATE")
+        nested = db.in_transaction
+        db.execute("SAVEPOINT nested" if nested else "BEGIN IMMEDIATE")
         try:
             yield db
-            db.execute("COMMIT")
+            db.execute("RELEASE nested" if nested else "COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            db.execute("ROLLBACK TO nested" if nested else "ROLLBACK")
+            if nested:
+                db.execute("RELEASE nested")  # the savepoint, rolled back to, is ended too
             raise
