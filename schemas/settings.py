@@ -47,10 +47,10 @@ class ModelSettings(BaseModel):
     device: str = Field("cpu", description="'cpu' or 'cuda'; GPU paths fall back to CPU here.")
     cpu_threads: int = Field(0, ge=0, description="Threads per model (0: one thread for OCR, ASR and speaker "
                              "embeddings, whose libraries' default pools spin between operators and cost more CPU "
-                             "per item on a shared machine; the library's default for the others: onnxruntime's "
-                             "text embedder takes one per core). Set it to the cores each worker process may use "
-                             "when several share a machine (prefork children, pods without CPU limits): each "
-                             "model otherwise starts a thread per core in every process.")
+                             "per item on a shared machine; one per usable core for the text embedder, which runs "
+                             "that many batches at once, each on one thread). Set it to the cores each worker "
+                             "process may use when several share a machine (prefork children, pods without CPU "
+                             "limits): each model otherwise starts a thread per core in every process.")
     cache_dir: Path = Field(default_factory=lambda: Path(user_cache_dir("engram")) / "models",
                             description="Models assembled from package files (Whisper base) are kept here.")
     voice_model: Literal["resemblyzer", "none"] = Field(

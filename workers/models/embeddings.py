@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,15 @@ def model_path(name: str) -> Path:
 class _OnnxMiniLM:
     """MiniLM on onnxruntime: the model exported by ``export_onnx``, the model's own fast tokenizer
     (``tokenizer.json``, HF ``tokenizers``), mean pooling over the attention mask, as sentence-transformers'
-    ``Pooling(mean)`` does. Imports neither torch nor transformers."""
+    ``Pooling(mean)`` does. Imports neither torch nor transformers.
+
+    Parallel by batch, not inside an operator: each run of the one session is single-threaded, and a call's
+    batches run on ``runs`` threads at once (``threads``, else one per core this process may use; onnxruntime's
+    ``InferenceSession.run`` is safe to call from several threads, and it releases the GIL). Measured on 2 cores
+    (788 LoCoMo turns, 2026-11-26): 3.7 s against 3.9 s for one run at a time on onnxruntime's own pool of 2
+    threads, and 4.1 s against 4.4-4.9 s beside 0.9 s of Python work on another thread: a single-threaded run
+    has no operator barrier for a preempted thread to hold up, so the pipeline's own work shares the cores with
+    the model instead of stalling it."""
 
     def __init__(self, onnx_file: Path, folder: Path, threads: int = 0) -> None:
         import onnxruntime as ort
@@ -47,12 +56,19 @@ class _OnnxMiniLM:
         self.tokenizer.enable_truncation(MAX_WORD_PIECES)
         self.tokenizer.no_padding()  # each batch is padded to its own longest text (``encode_spans``)
         options = ort.SessionOptions()
-        # the pool's threads sleep when a run ends instead of spinning for the next: between a search's query
-        # embeddings the engine's search threads need those cores (spinning doubled a search's time on 2 cores)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if threads:
-            options.intra_op_num_threads = threads
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        #: Runs at once (threads of this process, each running one batch single-threaded).
+        self.runs = threads or usable_cores()
+        self._pool: tuple[int, ThreadPoolExecutor] | None = None
+
+    def _executor(self) -> ThreadPoolExecutor:
+        """This process's run threads (made at first use; a forked child makes its own: threads do not survive
+        a fork)."""
+        if self._pool is None or self._pool[0] != os.getpid():
+            self._pool = (os.getpid(), ThreadPoolExecutor(self.runs, thread_name_prefix="engram-embed"))
+        return self._pool[1]
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Unit vectors (len(texts), 384) float32, in the given order; texts batched by token count
@@ -64,12 +80,13 @@ class _OnnxMiniLM:
         """``encode``'s vectors and, with ``spans`` (character ranges per text), each text's span vectors from the
         same pass (``span_vectors``): ``(vectors, rows)``; without, ``rows`` holds empty (0, 384) arrays. The
         texts are tokenized once, then run in batches of similar token counts (``length_batches``), each padded to
-        its longest text only."""
+        its longest text only, ``runs`` batches at once (longest first: the last to finish are short)."""
         enc = self.tokenizer.encode_batch(texts)
         rows: list[np.ndarray] = [np.zeros((0, DIM), dtype=np.float32)] * len(texts)
         vecs = np.empty((len(texts), DIM), dtype=np.float32)
         lengths = np.array([len(e.ids) for e in enc], dtype=np.int64)
-        for batch in length_batches(lengths, batch_size):
+
+        def run(batch: np.ndarray) -> None:  # each batch writes its own rows of ``vecs`` and ``rows``
             mask = (np.arange(lengths[batch].max()) < lengths[batch][:, None]).astype(np.int64)
             ids = np.zeros_like(mask)
             for b, j in enumerate(batch):
@@ -82,7 +99,23 @@ class _OnnxMiniLM:
             if spans is not None:
                 for b, j in enumerate(batch):
                     rows[j] = span_vectors(hidden[b], enc[j].offsets, spans[j])
+
+        # a call of few texts is split so every run thread gets some (30 texts: two runs of 15 at once, not one)
+        batches = length_batches(lengths, min(batch_size, -(-len(texts) // self.runs)))
+        if self.runs > 1 and len(batches) > 1:
+            for _ in self._executor().map(run, batches):  # re-raises a run's error here
+                pass
+        else:
+            for batch in batches:
+                run(batch)
         return vecs, rows
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one, else ``os.cpu_count()``)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
 
 
 #: What one model run costs besides its tokens, in padded token slots of a full batch: onnxruntime on 2 cores ran

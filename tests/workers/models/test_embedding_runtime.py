@@ -118,8 +118,8 @@ def test_vectors_do_not_depend_on_the_batches_a_text_runs_in(onnx_dir):
 
 
 def test_the_embedder_takes_the_configured_threads_per_model(onnx_dir):
-    """``models.cpu_threads`` reaches onnxruntime (several worker processes on one machine each give theirs), and 0
-    leaves onnxruntime's own choice."""
+    """``models.cpu_threads`` is how many batches run at once (several worker processes on one machine each give
+    theirs), 0 one per usable core; each run is single-threaded."""
     from engram.schemas.settings import Settings
     from engram.workers.models import get_model
 
@@ -127,4 +127,35 @@ def test_the_embedder_takes_the_configured_threads_per_model(onnx_dir):
         model = get_model("embedding", Settings(models={"cpu_threads": threads, "cache_dir": onnx_dir,
                                                         "embedding_runtime": "onnx"}))
         assert model.embed(["one thread"]).shape == (1, 384)
-        assert model.session.session.get_session_options().intra_op_num_threads == threads
+        assert model.session.runs == (threads or emb.usable_cores())
+        assert model.session.session.get_session_options().intra_op_num_threads == 1
+
+
+def test_batches_run_at_once_give_the_vectors_of_batches_run_one_by_one(onnx_dir):
+    """Several run threads write each text's vector and sentence rows to its own place: the same as one thread,
+    for a call of many batches of mixed lengths and for a small call split so each thread gets some."""
+    one = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir), threads=1)
+    three = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir), threads=3)
+    texts = [f"turn {i}: " + "we talked about the budget. Then lunch. " * (i % 7) for i in range(150)]
+    spans = [[(0, len(t) // 2), (len(t) // 2, len(t))] for t in texts]
+    for batch in (8, 64):
+        (a, ra), (b, rb) = one.embed_spans(texts, spans, batch), three.embed_spans(texts, spans, batch)
+        assert np.allclose(a, b, atol=1e-5)
+        assert all(x.shape == y.shape and np.allclose(x, y, atol=1e-5) for x, y in zip(ra, rb, strict=True))
+    assert np.allclose(one.embed(texts[:5]), three.embed(texts[:5]), atol=1e-5)
+
+
+def test_a_forked_child_embeds_on_run_threads_of_its_own(onnx_dir):
+    """A prefork worker's child inherits the model loaded in its parent but not its threads: it starts its own."""
+    import multiprocessing
+
+    model = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir), threads=2)
+    texts = [f"message {i} about the trip to Lisbon" * (1 + i % 4) for i in range(40)]
+    want = model.embed(texts, 8)  # the parent's run threads exist now
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=lambda: out.put(model.embed(texts, 8)))  # forked: the target is not pickled
+    child.start()
+    got = out.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and np.allclose(got, want, atol=1e-5)
