@@ -41,12 +41,12 @@ class _OnnxMiniLM:
     ``Pooling(mean)`` does. Imports neither torch nor transformers.
 
     Parallel by batch, not inside an operator: each run of the one session is single-threaded, and a call's
-    batches run on ``runs`` threads at once (``threads``, else one per core this process may use; onnxruntime's
-    ``InferenceSession.run`` is safe to call from several threads, and it releases the GIL). Measured on 2 cores
-    (788 LoCoMo turns, 2026-11-26): 3.7 s against 3.9 s for one run at a time on onnxruntime's own pool of 2
-    threads, and 4.1 s against 4.4-4.9 s beside 0.9 s of Python work on another thread: a single-threaded run
-    has no operator barrier for a preempted thread to hold up, so the pipeline's own work shares the cores with
-    the model instead of stalling it."""
+    batches run on ``runs`` threads at once, started for the call (``threads``, else one per core this process may
+    use; onnxruntime's ``InferenceSession.run`` is safe to call from several threads and releases the GIL).
+    Measured on 2 cores (788 LoCoMo turns, 2026-11-26): 3.7 s against 3.9 s for one run at a time on
+    onnxruntime's own pool of 2 threads, and 4.1 s against 4.4-4.9 s beside 0.9 s of Python work on another
+    thread: a single-threaded run has no operator barrier for a preempted thread to hold up, so the pipeline's
+    own work shares the cores with the model instead of stalling it."""
 
     def __init__(self, onnx_file: Path, folder: Path, threads: int = 0) -> None:
         import onnxruntime as ort
@@ -61,14 +61,6 @@ class _OnnxMiniLM:
         self.session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
         #: Runs at once (threads of this process, each running one batch single-threaded).
         self.runs = threads or usable_cores()
-        self._pool: tuple[int, ThreadPoolExecutor] | None = None
-
-    def _executor(self) -> ThreadPoolExecutor:
-        """This process's run threads (made at first use; a forked child makes its own: threads do not survive
-        a fork)."""
-        if self._pool is None or self._pool[0] != os.getpid():
-            self._pool = (os.getpid(), ThreadPoolExecutor(self.runs, thread_name_prefix="engram-embed"))
-        return self._pool[1]
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Unit vectors (len(texts), 384) float32, in the given order; texts batched by token count
@@ -103,8 +95,11 @@ class _OnnxMiniLM:
         # a call of few texts is split so every run thread gets some (30 texts: two runs of 15 at once, not one)
         batches = length_batches(lengths, min(batch_size, -(-len(texts) // self.runs)))
         if self.runs > 1 and len(batches) > 1:
-            for _ in self._executor().map(run, batches):  # re-raises a run's error here
-                pass
+            # threads of this call only (~0.1 ms to start, against ≥ 10 ms a run): none is left idle in the process,
+            # so a prefork parent that embedded forks children holding no thread of ours
+            with ThreadPoolExecutor(min(self.runs, len(batches)), thread_name_prefix="engram-embed") as pool:
+                for _ in pool.map(run, batches):  # re-raises a run's error here
+                    pass
         else:
             for batch in batches:
                 run(batch)

@@ -145,13 +145,16 @@ def test_batches_run_at_once_give_the_vectors_of_batches_run_one_by_one(onnx_dir
     assert np.allclose(one.embed(texts[:5]), three.embed(texts[:5]), atol=1e-5)
 
 
-def test_a_forked_child_embeds_on_run_threads_of_its_own(onnx_dir):
-    """A prefork worker's child inherits the model loaded in its parent but not its threads: it starts its own."""
+def test_a_forked_child_embeds_and_no_run_thread_outlives_its_call(onnx_dir):
+    """A prefork worker's child embeds with the model its parent loaded and used; the parent's run threads ended
+    with its call, so the fork copies no idle thread of ours."""
     import multiprocessing
+    import threading
 
     model = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir), threads=2)
     texts = [f"message {i} about the trip to Lisbon" * (1 + i % 4) for i in range(40)]
-    want = model.embed(texts, 8)  # the parent's run threads exist now
+    want = model.embed(texts, 8)
+    assert not [t for t in threading.enumerate() if t.name.startswith("engram-embed")]
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     child = ctx.Process(target=lambda: out.put(model.embed(texts, 8)))  # forked: the target is not pickled
