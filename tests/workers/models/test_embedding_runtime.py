@@ -148,17 +148,23 @@ def test_batches_run_at_once_give_the_vectors_of_batches_run_one_by_one(onnx_dir
 def test_a_forked_child_embeds_and_no_run_thread_outlives_its_call(onnx_dir):
     """A prefork worker's child embeds with the model its parent loaded and used; the parent's run threads ended
     with its call, so the fork copies no idle thread of ours."""
-    import multiprocessing
+    import os
     import threading
 
     model = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir), threads=2)
     texts = [f"message {i} about the trip to Lisbon" * (1 + i % 4) for i in range(40)]
     want = model.embed(texts, 8)
     assert not [t for t in threading.enumerate() if t.name.startswith("engram-embed")]
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    child = ctx.Process(target=lambda: out.put(model.embed(texts, 8)))  # forked: the target is not pickled
-    child.start()
-    got = out.get(timeout=120)
-    child.join(timeout=60)
-    assert child.exitcode == 0 and np.allclose(got, want, atol=1e-5)
+    # a bare fork (not multiprocessing's: its after-fork hooks would close the broker connections other tests
+    # left in this process, on sockets the parent still shares)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.write(write, model.embed(texts, 8).tobytes())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        got = np.frombuffer(pipe.read(), dtype=np.float32).reshape(-1, 384)
+    assert os.waitpid(pid, 0)[1] == 0 and np.allclose(got, want, atol=1e-5)

@@ -3,7 +3,7 @@ commit, roll back and nest."""
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 import threading
 
 import pytest
@@ -48,20 +48,27 @@ def test_transactions_commit_roll_back_and_nest(tmp_path):
     assert _count(conns) == 2 and not conns.connection().in_transaction
 
 
-def _child_writes(conns: ThreadConnections, parent_id: int, out) -> None:
+def _child_writes(conns: ThreadConnections, parent_id: int) -> bool:
     db = conns.connection()
     with conns.transaction() as tx:
         tx.execute("INSERT INTO t VALUES (3)")
-    out.put(id(db) != parent_id)
+    return id(db) != parent_id
 
 
 def test_a_forked_child_opens_its_own_connection(tmp_path):
     conns = _table(tmp_path)
     parent = conns.connection()
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    child = ctx.Process(target=_child_writes, args=(conns, id(parent), out))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 0 and out.get(timeout=5) is True
+    # a bare fork (not multiprocessing's: its after-fork hooks would close the broker connections other tests left
+    # in this process, on sockets the parent still shares; one such close waited forever on a redis reply)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.write(write, b"1" if _child_writes(conns, id(parent)) else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        own = pipe.read()
+    assert os.waitpid(pid, 0)[1] == 0 and own == b"1"
     assert _count(conns) == 1  # the child's row, committed on its own connection, seen by the parent's
