@@ -47,3 +47,24 @@ def eval_data() -> Path:
     if not (path / "README.md").exists():
         pytest.skip(f"real evaluation data not found at {path} (set ENGRAM_EVAL_DATA)")
     return path
+
+
+def run_forked(fn) -> bytes:
+    """Run ``fn() -> bytes`` in a child of this process made by a bare ``os.fork`` (not multiprocessing's: its
+    after-fork hooks close the broker connections earlier tests left in the pytest process, on sockets the parent
+    still shares, and one such close waited forever on a redis reply) and return what it returned. Raises
+    AssertionError when the child does not exit 0 (``fn`` raised: it returns nothing then)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            os.write(write, fn())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        out = pipe.read()
+    assert os.waitpid(pid, 0)[1] == 0, "the forked child failed"
+    return out

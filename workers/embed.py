@@ -10,8 +10,6 @@ worker accumulated from many events in one pass and hands them to the store work
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from engram.schemas.jobs import EmbeddedBatch, EmbeddedBatches, ObservationBatch, ObservationBatches
 from engram.schemas.observations import EmbeddedObservation
 from engram.workers.app import signature, task
@@ -23,14 +21,11 @@ from engram.workers.tasks import Task
 
 def embed_batches(rt: Runtime, batches: list[ObservationBatch]) -> list[EmbeddedBatch]:
     """Vectors for every observation of ``batches`` from one dense pass (``dense_vectors``: one model call over
-    the distinct texts of all of them) and one BM25F pass, the BM25F pass on a thread beside the model's (it needs
-    no vector; the model's runs release the GIL); one EmbeddedBatch per input, in order. Raises what the model,
-    the cache or BM25F raise (``ModelUnavailable``...)."""
+    the distinct texts of all of them) and one BM25F pass; one EmbeddedBatch per input, in order. Raises what the
+    model or the cache raise (``ModelUnavailable``...)."""
     obs = [o for b in batches for o in b.observations]
-    with ThreadPoolExecutor(1, thread_name_prefix="engram-bm25") as beside:
-        sparse_of = beside.submit(observation_sparse_vectors, rt.settings, obs)
-        dense, multi = dense_vectors(rt, obs)
-        sparse_vecs = sparse_of.result()
+    dense, multi = dense_vectors(rt, obs)
+    sparse_vecs = observation_sparse_vectors(rt.settings, obs)
     # built without validation: the vectors are the model's float32 rows as Python floats and the sparse pairs
     # BM25F's (ints, floats), already of the model's types; validating ~1,000 floats per observation cost as much
     # as turning them into lists

@@ -12,7 +12,7 @@ import pytest
 
 from engram.workers.models import embeddings as emb
 from engram.workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx, length_batches
-from tests.conftest import REPO
+from tests.conftest import REPO, run_forked
 
 TEXTS = [*CHECK_TEXTS, "Caroline went to the LGBTQ support group on 7 May 2023.", "", "[/code] [bold]x[/bold]"]
 
@@ -148,23 +148,11 @@ def test_batches_run_at_once_give_the_vectors_of_batches_run_one_by_one(onnx_dir
 def test_a_forked_child_embeds_and_no_run_thread_outlives_its_call(onnx_dir):
     """A prefork worker's child embeds with the model its parent loaded and used; the parent's run threads ended
     with its call, so the fork copies no idle thread of ours."""
-    import os
     import threading
 
     model = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir), threads=2)
     texts = [f"message {i} about the trip to Lisbon" * (1 + i % 4) for i in range(40)]
     want = model.embed(texts, 8)
     assert not [t for t in threading.enumerate() if t.name.startswith("engram-embed")]
-    # a bare fork (not multiprocessing's: its after-fork hooks would close the broker connections other tests
-    # left in this process, on sockets the parent still shares)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        try:
-            os.write(write, model.embed(texts, 8).tobytes())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        got = np.frombuffer(pipe.read(), dtype=np.float32).reshape(-1, 384)
-    assert os.waitpid(pid, 0)[1] == 0 and np.allclose(got, want, atol=1e-5)
+    got = np.frombuffer(run_forked(lambda: model.embed(texts, 8).tobytes()), dtype=np.float32).reshape(-1, 384)
+    assert np.allclose(got, want, atol=1e-5)

@@ -3,12 +3,12 @@ commit, roll back and nest."""
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
 
 from engram.workers.stores.sqlite import ThreadConnections
+from tests.conftest import run_forked
 
 
 def _table(tmp_path) -> ThreadConnections:
@@ -58,17 +58,5 @@ def _child_writes(conns: ThreadConnections, parent_id: int) -> bool:
 def test_a_forked_child_opens_its_own_connection(tmp_path):
     conns = _table(tmp_path)
     parent = conns.connection()
-    # a bare fork (not multiprocessing's: its after-fork hooks would close the broker connections other tests left
-    # in this process, on sockets the parent still shares; one such close waited forever on a redis reply)
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        try:
-            os.write(write, b"1" if _child_writes(conns, id(parent)) else b"0")
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        own = pipe.read()
-    assert os.waitpid(pid, 0)[1] == 0 and own == b"1"
+    assert run_forked(lambda: b"1" if _child_writes(conns, id(parent)) else b"0") == b"1"
     assert _count(conns) == 1  # the child's row, committed on its own connection, seen by the parent's
