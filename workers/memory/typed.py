@@ -6,7 +6,8 @@ their ``consolidated`` watermark is set (so a failure leaves them pending and th
 and Mem0's NOOP make the repeat harmless). Steps: the configured extractor reads the observations
 (``workers.extract``; the LLM one falls back to the rules one unless ``llm_extract_required``), each draft
 becomes a memory with the provenance of the observations it cites (observation, event, message ids such
-as LoCoMo's ``dia_id``, sessions, time span), ``workers.memory.dynamics.apply`` writes it (ADD / UPDATE / SUPERSEDE /
+as LoCoMo's ``dia_id``, sessions, time span) and a dense vector (a fact read from one sentence takes that
+sentence's vector from its turn's own pass, ``vectors.sentence_vectors``; the others are embedded), ``workers.memory.dynamics.apply`` writes it (ADD / UPDATE / SUPERSEDE /
 NOOP), the ``human`` core block is rewritten with the new facts (DigitalLife), and the vault entries the
 observations' placeholders point to are indexed.
 """
@@ -34,7 +35,7 @@ from engram.workers.extract.rules import RulesExtractor
 from engram.workers.ids import memory_id
 from engram.workers.memory import dynamics, vault
 from engram.workers.memory.points import memory_points, provenance, source_fields
-from engram.workers.memory.vectors import embed_texts
+from engram.workers.memory.vectors import embed_texts, sentence_vectors
 from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
@@ -95,6 +96,7 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
     found = extract(rt, seen, user_id)
     counts: Counter = Counter()
     typed: list[tuple[MemoryType, list[MemoryBase], list[dict]]] = []
+    origins: list[tuple[str, str] | None] = []  # per memory, in ``typed``'s order
     for mtype in (MemoryType.semantic, MemoryType.procedural, MemoryType.resource):
         drafts = [d for d in getattr(found, mtype.value) if all(0 <= i < len(records) for i in d.sources)]
         drafts.sort(key=lambda d: records[min(d.sources)].payload["start_ts"])
@@ -103,10 +105,12 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
             src = [records[i] for i in dict.fromkeys(d.sources)]
             mems.append(build(mtype, d, src, tenant_id, user_id, now))
             fields.append(source_fields(src))
+            # a fact read from one sentence of one observation: that sentence's vector from the turn's own pass
+            origins.append((src[0].payload.get("text") or "", d.details)
+                           if mtype is MemoryType.semantic and len(src) == 1 and d.details else None)
         if mems:
             typed.append((mtype, mems, fields))
-    # the memories of all three types embedded in one model call (full batches), then applied type by type
-    vectors = embed_texts(rt, [m.index_text() for _, mems, _ in typed for m in mems]) if typed else None
+    vectors = _memory_vectors(rt, [m for _, mems, _ in typed for m in mems], origins) if typed else None
     at = 0
     for mtype, mems, fields in typed:
         for op, n in dynamics.apply(rt, mems, vectors[at:at + len(mems)], fields, now).items():
@@ -122,6 +126,20 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
     log.info("typed memories", tenant=tenant_id, user=user_id, extractor=rt.settings.extractor,
              **{k.replace(".", "_"): v for k, v in counts.items()})
     return dict(counts)
+
+
+def _memory_vectors(rt: Runtime, memories: list[MemoryBase], origins: list[tuple[str, str] | None]) -> np.ndarray:
+    """Dense vectors (n, 384) of new typed memories: a fact read from one sentence of one observation takes that
+    sentence's vector from the observation's own forward pass (``vectors.sentence_vectors``: a cache look-up;
+    two facts of one sentence then share a vector, and ``dynamics`` never merges memories of one observation);
+    the rest (procedures, resources, facts whose turn has no cached vector) are embedded in one model call
+    (full batches)."""
+    vectors = sentence_vectors(rt, origins)
+    todo = [i for i, v in enumerate(vectors) if v is None]
+    if todo:
+        for i, v in zip(todo, embed_texts(rt, [memories[i].index_text() for i in todo]), strict=True):
+            vectors[i] = v
+    return np.stack(vectors)
 
 
 def write_core(rt: Runtime, tenant_id: str, user_id: str, label: str, facts: list[str], records: list[qm.Record],

@@ -8,6 +8,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from engram.api.cli import ingest_paths
@@ -15,7 +16,10 @@ from engram.schemas.memories import MemoryType
 from engram.workers.consolidate import consolidate_user
 from engram.workers.memory import dynamics
 from engram.workers.memory.episodes import due_users
-from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
+from engram.workers.memory.vectors import embed_texts, sentence_spans
+from engram.workers.models import get_model
+from engram.workers.models.embeddings import DIM
+from engram.workers.stores.vectors import DENSE, OBSERVATIONS, tenant_filter
 
 TENANT, USER = "acme", "alice"
 T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
@@ -72,6 +76,40 @@ def test_typed_memories_with_provenance(engram_env, tmp_path):
     assert core["value"].splitlines() == ["lives in: Paris", "likes: painting", "age: 34"]
     assert set(core["provenance"]["message_ids"]) == {"m1", "m5"}
     assert memories(rt, MemoryType.episodic)  # episodic memories are still written
+
+
+def test_a_fact_takes_its_sentence_vector_from_its_turns_own_pass(engram_env, tmp_path, monkeypatch):
+    """A fact read from one sentence costs no encode: its vector is that sentence's late-chunked row from the
+    turn's own pass (a turn of several sentences) or the turn's own embedding (a turn of one sentence); two facts
+    of one sentence share it and stay two memories; a procedure is still embedded as its own text."""
+    rt = engram_env
+    model = get_model("embedding", rt.settings)
+    encoded: list[str] = []
+    embed = model.embed
+
+    def counting_embed(texts, *a, **k):
+        encoded.extend(texts)
+        return embed(texts, *a, **k)
+
+    monkeypatch.setattr(model, "embed", counting_embed)  # a spy: the real model runs
+    ingest(chat(tmp_path / "c.jsonl", [
+        ("alice", "Good morning! I live in Paris and I love painting."),
+        ("Bob", "My favourite band is Muse."),
+        ("alice", "To publish the blog, first write the draft, then add the photos, finally press publish."),
+    ]))
+    texts = {r.payload["message_id"]: r.payload["text"] for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))}
+    sem = {r.payload["summary"]: (r.payload, np.asarray(r.vector[DENSE]))
+           for r in rt.vectors.scroll(MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])}
+    assert set(sem) == {"alice lives in Paris", "alice likes painting", "Bob's favourite band is Muse"}
+    _, rows = model.embed_spans([texts["m1"]], [sentence_spans(texts["m1"])])
+    assert rows[0].shape == (2, DIM)  # "alice: Good morning!" and the sentence both facts were read from
+    for fact in ("alice lives in Paris", "alice likes painting"):
+        assert np.allclose(sem[fact][1], rows[0][1], atol=1e-5)
+    assert np.allclose(sem["Bob's favourite band is Muse"][1], embed_texts(rt, [texts["m2"]])[0], atol=1e-5)
+    fact_texts = {f"{p['name']}: {p['summary']}\n{p['details']}" for p, _ in sem.values()}
+    assert not fact_texts & set(encoded)  # no fact went to the model
+    [proc] = memories(rt, MemoryType.procedural)
+    assert "\n".join([proc["summary"], *proc["steps"]]) in encoded
 
 
 def test_repeat_reinforces_contradiction_supersedes(engram_env, tmp_path):
