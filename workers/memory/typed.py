@@ -7,9 +7,10 @@ and Mem0's NOOP make the repeat harmless). Steps: the configured extractor reads
 (``workers.extract``; the LLM one falls back to the rules one unless ``llm_extract_required``), each draft
 becomes a memory with the provenance of the observations it cites (observation, event, message ids such
 as LoCoMo's ``dia_id``, sessions, time span) and a dense vector (a fact read from one sentence takes that
-sentence's vector from its turn's own pass, ``vectors.sentence_vectors``; the others are embedded), ``workers.memory.dynamics.apply`` writes it (ADD / UPDATE / SUPERSEDE /
-NOOP), the ``human`` core block is rewritten with the new facts (DigitalLife), and the vault entries the
-observations' placeholders point to are indexed.
+sentence's vector from its turn's own pass, ``vectors.sentence_vectors``; the others are embedded),
+``workers.memory.dynamics.apply`` writes it (ADD / UPDATE / SUPERSEDE / NOOP), the ``human`` core block is
+rewritten with the new facts (DigitalLife), and the vault entries the observations' placeholders point to are
+indexed.
 """
 
 from __future__ import annotations
