@@ -479,8 +479,10 @@ def worker(
                       highlight=False)
             raise typer.Exit(3) from exc
     _celery_logging(ctx, loglevel)
-    from engram.api.processes import UnrecoverableWatch, restart_worker
+    from engram.api.processes import UnrecoverableWatch, restart_worker, warm_up_models
     from engram.workers.app import app as celery_app
+
+    warm_up_models(plan)  # the text embedder loads as the pool processes start, not in their first task
 
     with UnrecoverableWatch() as watch:
         code = celery_app.start(worker_argv(plan, loglevel, hostname, events)) or 0  # = `celery worker ...`

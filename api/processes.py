@@ -16,10 +16,12 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -154,6 +156,55 @@ def prefetch_multiplier(plan: WorkerPlan) -> int:
     concurrency = plan.concurrency or os.cpu_count() or 1
     fill = [math.ceil(n / concurrency) for t, n in BATCH_FLUSH_EVERY.items() if QUEUE_OF[t] in plan.queues]
     return max([1, *fill])
+
+
+#: Queues whose tasks embed text: the embed stage's batches (``perceive.gpu``), consolidation's memories and search
+#: queries. A worker that serves one loads the text embedder as its pool processes start (``warm_up_models``).
+TEXT_EMBEDDING_QUEUES = (PERCEIVE_GPU, Queue.consolidate.value, Queue.query.value)
+
+
+def warm_up_models(plan: WorkerPlan) -> Any:
+    """Have each process that runs this worker's tasks load the text embedder when it starts, on a thread of its
+    own, instead of in its first task: the first event a fresh worker takes, or a search after a restart, does not
+    wait for the model (~0.6 s CPU to load MiniLM on 2 cores, and the imports before it), and a worker that has
+    had no task yet costs the same as one that has. Connects Celery's ``worker_process_init`` (prefork: each pool
+    child loads its own; the parent, which forks them, loads nothing) or ``worker_ready`` (solo and threads pools:
+    tasks run in the worker's own process) to ``start_warm_up`` and returns that signal; returns None, connecting
+    nothing, for a worker whose queues embed nothing (``TEXT_EMBEDDING_QUEUES``). A model that cannot load is
+    logged here and raised by the first task that needs it, with its stage."""
+    if not set(plan.queues) & set(TEXT_EMBEDDING_QUEUES):
+        return None
+    from celery.signals import worker_process_init, worker_ready  # the worker's own import; this module stays light
+
+    signal = worker_process_init if plan.pool == "prefork" else worker_ready
+    signal.connect(start_warm_up, weak=False)
+    return signal
+
+
+def start_warm_up(**_) -> None:
+    """The receiver ``warm_up_models`` connects: ``load_text_embedder`` on a daemon thread, so the pool process is
+    ready for tasks at once (a task that comes first waits for the same load)."""
+    threading.Thread(target=load_text_embedder, name="engram-warm-up", daemon=True).start()
+
+
+def load_text_embedder() -> float:
+    """Load this process's text embedder (``get_model("embedding")``) if it is not loaded; returns the seconds it
+    took (0.0 when it already was, or could not load: logged, not raised)."""
+    from engram.schemas.settings import get_settings
+    from engram.workers.models import ModelUnavailable, get_model
+
+    t0 = time.perf_counter()
+    try:
+        model = get_model("embedding", get_settings())
+        if model.loaded:
+            return 0.0
+        model.load()
+    except (ModelUnavailable, OSError, RuntimeError) as exc:
+        log.warning("text embedder not loaded at start; the first task that embeds will say why", reason=str(exc)[:300])
+        return 0.0
+    seconds = time.perf_counter() - t0
+    log.info("text embedder loaded", seconds=round(seconds, 2), pid=os.getpid())
+    return seconds
 
 
 def beat_schedule_path(settings: Settings) -> Path:

@@ -17,6 +17,8 @@ from engram.api.processes import (
     beat_argv,
     plan_worker,
     prefetch_multiplier,
+    start_warm_up,
+    warm_up_models,
     worker_argv,
 )
 from engram.schemas.settings import Settings
@@ -123,6 +125,20 @@ def test_prefetch_fills_a_batch_only_where_a_batched_consumer_is_served(tmp_path
     assert worker_argv(cpu)[-2:] == ["--prefetch-multiplier", str(prefetch_multiplier(cpu))]
     ingest_only = plan_worker(settings(tmp_path), queues="ingest,perceive.cpu", concurrency=2)
     assert prefetch_multiplier(ingest_only) == 1 and "--prefetch-multiplier" not in worker_argv(ingest_only)
+
+
+def test_workers_that_embed_load_the_text_embedder_as_their_pool_processes_start(tmp_path):
+    """A prefork worker's children each load it as they start, a solo worker itself; a worker whose queues
+    embed nothing loads nothing (the log check on real workers: tests/integration/test_distributed.py)."""
+    from celery.signals import worker_process_init, worker_ready
+
+    try:
+        assert warm_up_models(plan_worker(settings(tmp_path), role="cpu")) is worker_process_init
+        assert warm_up_models(plan_worker(settings(tmp_path), role="store")) is worker_ready
+        assert warm_up_models(plan_worker(settings(tmp_path), queues="ingest,perceive.cpu")) is None
+    finally:
+        worker_process_init.disconnect(start_warm_up)
+        worker_ready.disconnect(start_warm_up)
 
 
 def test_an_unrecoverable_error_asks_for_a_restart_a_shutdown_does_not():

@@ -255,6 +255,13 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
     cluster, url = make_cluster(cpu_concurrency=1)
     app = sender()
     started = time.monotonic() - t0
+    # each process that embeds (the cpu worker's pool child, the solo store worker) loads its text embedder as it
+    # starts, before any task (api.processes.warm_up_models)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(cluster.count_in_logs("text embedder loaded", n)
+                                                  for n in ("cpu", "store")):
+        time.sleep(0.2)
+    assert [cluster.count_in_logs("text embedder loaded", n) for n in ("cpu", "store")] == [1, 1], cluster.tails()
     rt = runtime()
     items = make_items(tmp_path / "media", per_user=6, tag="run")
     bad = tmp_path / "media" / "run-alice-broken.png"
