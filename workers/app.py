@@ -19,7 +19,7 @@ from engram.schemas.settings import Settings, get_settings
 from engram.workers.fairness import PRIORITY_STEPS
 from engram.workers.logs import celery_setup_logging
 from engram.workers.metrics import mark_process_dead, serve_metrics
-from engram.workers.tasks import BATCH_FLUSH_EVERY, QUEUE_OF, STAGE_MODULES, Queue, Task
+from engram.workers.tasks import BATCH_FLUSH_EVERY, BATCH_FLUSH_SECONDS, QUEUE_OF, STAGE_MODULES, Queue, Task
 
 log = structlog.get_logger(__name__)
 
@@ -142,7 +142,8 @@ def task(name: Task, kind: str = "stage", **options):
     if kind == "batch":
         from celery_batches import Batches  # start-up time: the API's Celery client needs no batched consumer
 
-        options = {"base": Batches, "flush_every": BATCH_FLUSH_EVERY[name], **options}
+        options = {"base": Batches, "flush_every": BATCH_FLUSH_EVERY[name],
+                   "flush_interval": BATCH_FLUSH_SECONDS[name], **options}
     return app.task(name=name.value, **{**TASK_OPTIONS[kind], **options})
 
 

@@ -63,9 +63,9 @@ def embed_many(batches: ObservationBatches | dict) -> EmbeddedBatches:
 def embed_batched(requests: list) -> int:
     """The distributed mode's embed: a batched consumer (celery-batches) of one ``ObservationBatch`` per message
     (perceive's output, down its chain), which embeds the segments it accumulated (up to
-    ``workers.tasks.BATCH_FLUSH_EVERY``, or what came within ``BATCH_FLUSH_SECONDS``) in one pass, then publishes each
-    embedded segment to ``store_batched`` at the priority it came with. A bad segment fails alone; transient
-    errors publish the batch again (``workers.batching.consume``). Returns the segments embedded."""
+    ``workers.tasks.BATCH_FLUSH_EVERY``, or what came within its ``BATCH_FLUSH_SECONDS``) in one pass, then
+    publishes each embedded segment to ``store_batched`` at the priority it came with. A bad segment fails alone;
+    transient errors publish the batch again (``workers.batching.consume``). Returns the segments embedded."""
     pairs, done = consume(embed_batched, requests, ObservationBatch, [("embed", embed_batches)])
     priority = priorities(pairs)
     for batch in done:

@@ -30,7 +30,6 @@ from engram.workers.models import EmbeddingCache
 from engram.workers.stores.ledger import Ledger, open_ledger
 from engram.workers.stores.objects import ObjectStore, open_object_store
 from engram.workers.stores.vectors import StoreBusy, VectorStore, close_vector_stores, open_vector_store
-from engram.workers.tasks import BATCH_FLUSH_SECONDS
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +52,7 @@ STAGE_TASK_OPTIONS = dict(pydantic=True, acks_late=True, reject_on_worker_lost=T
 #: buffered messages are acknowledged when the batch returns, so a worker killed mid-batch has them redelivered);
 #: errors are the task's own to handle (``workers.batching.consume``: each bad item alone, transient errors
 #: published again with backoff), as celery-batches acknowledges a batch whatever it raises.
-BATCH_TASK_OPTIONS = dict(acks_late=True, reject_on_worker_lost=True, flush_interval=BATCH_FLUSH_SECONDS)
+BATCH_TASK_OPTIONS = dict(acks_late=True, reject_on_worker_lost=True)  # workers.app.task adds each one's flush settings
 
 #: Options of each kind of task (``workers.app.task``): a pipeline stage; a batched consumer of a stage (its
 #: ``base`` is set by ``workers.app.task``); a request whose caller awaits the answer (search, ask, memory and

@@ -93,7 +93,13 @@ QUEUE_OF: dict[Task, Queue] = {
 #: the one store worker takes 32 (nothing else serves its queues).
 BATCH_FLUSH_EVERY: dict[Task, int] = {Task.embed_batched: 8, Task.store_batched: 32}
 BATCHED = tuple(BATCH_FLUSH_EVERY)
-BATCH_FLUSH_SECONDS = 0.25
+#: Each batched consumer's accumulation window, seconds. The model's is the longer: when events come slower than
+#: the cpu workers could take them, each worker's share fills its batches less as workers are added (300 chat
+#: events on 2 cores, 4 cpu workers: 151 model calls of 7 texts with a 0.25 s window, 62 with 0.5 s, against 41
+#: calls of 23 for one worker), and a call of few texts costs the model and the stage more per text. The store's
+#: stays short: one store worker takes every segment, so its batches fill anyway. Both windows together add at
+#: most 0.75 s to publish→searchable on an idle cluster (target: p95 ≤ 2 s).
+BATCH_FLUSH_SECONDS: dict[Task, float] = {Task.embed_batched: 0.5, Task.store_batched: 0.25}
 
 #: Queues whose tasks open the vector store. With the embedded store exactly one ``--pool solo`` worker serves
 #: all of them.

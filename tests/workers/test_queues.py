@@ -53,6 +53,18 @@ def test_every_worker_serves_the_maintenance_queue(tmp_path):
     assert argv[argv.index("--queues") + 1] == "perceive.gpu,maintenance"
 
 
+def test_each_batched_consumer_has_its_own_window():
+    """The model's batches wait longer than the store's (``workers.tasks.BATCH_FLUSH_SECONDS``): the cpu workers
+    share the events, the one store worker gets them all."""
+    from engram.workers.app import load_tasks
+    from engram.workers.tasks import BATCH_FLUSH_EVERY, Task
+
+    tasks = load_tasks().tasks
+    embed, store = tasks[Task.embed_batched.value], tasks[Task.store_batched.value]
+    assert (embed.flush_every, embed.flush_interval) == (BATCH_FLUSH_EVERY[Task.embed_batched], 0.5)
+    assert (store.flush_every, store.flush_interval) == (BATCH_FLUSH_EVERY[Task.store_batched], 0.25)
+
+
 def test_a_flood_from_one_tenant_does_not_starve_another(redis_server, tmp_path):
     """40 events of one tenant, then one of another, published as the API does (``tenant_priority``), run by a
     real worker process with one slot: the other tenant's event is among the first handled, not the 41st. Each
