@@ -176,7 +176,8 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
     possibly without the turn's ``speaker:`` prefix), the sentence's vector (384,) from the turn's own forward
     pass, read from the embedding cache: its late-chunked row when the turn has sentence rows
     (``sentence_spans``), the turn's own embedding when the turn is that one sentence. None where the cache holds
-    neither (no cache, a turn too long for rows, a text never embedded) or for a None origin: the caller embeds
+    neither (no cache, a turn too long for rows, a sentence past the model's ``MAX_WORD_PIECES``, a text never
+    embedded) or for a None origin: the caller embeds
     those itself. No model call and no write.
 
     Consolidation uses it for a fact read from one sentence (``memory.typed``): the turn's pass already holds a
@@ -202,7 +203,7 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
         if spans:
             found = rows.get(keys[text])
             at = next((j for j, (a, b) in enumerate(spans) if text[a:b].endswith(sentence)), None)
-            if found is not None and at is not None:
+            if found is not None and at is not None and at < len(found) // DIM:  # no row: cut by truncation
                 out[i] = found.reshape(-1, DIM)[at]
         elif keys[text] in whole and len(text.split()) <= SENTENCE_MAX_WORDS:
             parts = sentences(text)

@@ -112,6 +112,19 @@ def test_a_fact_takes_its_sentence_vector_from_its_turns_own_pass(engram_env, tm
     assert "\n".join([proc["summary"], *proc["steps"]]) in encoded
 
 
+def test_a_fact_past_the_models_word_pieces_is_encoded_as_its_own_text(engram_env, tmp_path):
+    """A turn short enough in words for sentence rows whose last sentence lies past the model's 256 word pieces has no
+    row for it: the fact read there is encoded as its own text, and consolidation does not fail."""
+    rt = engram_env
+    turn = "Xyzzyqwv plorkbat " * 50 + "zorp. My favourite food is ramen."
+    ingest(chat(tmp_path / "c.jsonl", [("alice", turn)]))
+    [(payload, vector)] = [(r.payload, np.asarray(r.vector[DENSE])) for r in rt.vectors.scroll(
+        MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])]
+    assert payload["details"] == "My favourite food is ramen."
+    index_text = f"{payload['name']}: {payload['summary']}\n{payload['details']}"
+    assert np.allclose(vector, embed_texts(rt, [index_text])[0], atol=1e-5)
+
+
 def test_repeat_reinforces_contradiction_supersedes(engram_env, tmp_path):
     rt = engram_env
     ingest(chat(tmp_path / "a.jsonl", [("alice", "I live in Paris."), ("alice", "My favourite food is ramen.")]))
