@@ -202,7 +202,9 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
         spans = sentence_spans(text)
         if spans:
             found = rows.get(keys[text])
-            at = next((j for j, (a, b) in enumerate(spans) if text[a:b].endswith(sentence)), None)
+            # the sentence itself, or the first one without the turn's ``speaker:`` prefix
+            at = next((j for j, (a, b) in enumerate(spans)
+                       if text[a:b] == sentence or j == 0 and text[a:b].endswith(sentence)), None)
             if found is not None and at is not None and at < len(found) // DIM:  # no row: cut by truncation
                 out[i] = found.reshape(-1, DIM)[at]
         elif keys[text] in whole and len(text.split()) <= SENTENCE_MAX_WORDS:
