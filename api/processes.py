@@ -190,8 +190,8 @@ def start_warm_up(**_) -> None:
 def load_text_embedder() -> float:
     """Load this process's text embedder (``get_model("embedding")``) if it is not loaded; returns the seconds it
     took (0.0 when it already was, or could not load: logged, not raised)."""
-    from engram.schemas.settings import get_settings
-    from engram.workers.models import ModelUnavailable, get_model
+    from engram.schemas.settings import get_settings  # this module stays light: the worker's stack is loaded here
+    from engram.workers.models import ModelUnavailable, get_model  # on the warm-up thread, not at `engram` start
 
     t0 = time.perf_counter()
     try:
