@@ -187,9 +187,9 @@ def start_warm_up(**_) -> None:
     threading.Thread(target=load_text_embedder, name="engram-warm-up", daemon=True).start()
 
 
-def load_text_embedder() -> float:
-    """Load this process's text embedder (``get_model("embedding")``) if it is not loaded; returns the seconds it
-    took (0.0 when it already was, or could not load: logged, not raised)."""
+def load_text_embedder() -> None:
+    """Load this process's text embedder (``get_model("embedding")``) if it is not loaded, and log how long it took;
+    a model that cannot load is logged, not raised."""
     from engram.schemas.settings import get_settings  # this module stays light: the worker's stack is loaded here
     from engram.workers.models import ModelUnavailable, get_model  # on the warm-up thread, not at `engram` start
 
@@ -197,14 +197,12 @@ def load_text_embedder() -> float:
     try:
         model = get_model("embedding", get_settings())
         if model.loaded:
-            return 0.0
+            return
         model.load()
     except (ModelUnavailable, OSError, RuntimeError) as exc:
         log.warning("text embedder not loaded at start; the first task that embeds will say why", reason=str(exc)[:300])
-        return 0.0
-    seconds = time.perf_counter() - t0
-    log.info("text embedder loaded", seconds=round(seconds, 2), pid=os.getpid())
-    return seconds
+        return
+    log.info("text embedder loaded", seconds=round(time.perf_counter() - t0, 2), pid=os.getpid())
 
 
 def beat_schedule_path(settings: Settings) -> Path:

@@ -177,8 +177,7 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
     pass, read from the embedding cache: its late-chunked row when the turn has sentence rows
     (``sentence_spans``), the turn's own embedding when the turn is that one sentence. None where the cache holds
     neither (no cache, a turn too long for rows, a sentence past the model's ``MAX_WORD_PIECES``, a text never
-    embedded) or for a None origin: the caller embeds
-    those itself. No model call and no write.
+    embedded) or for a None origin: the caller embeds those itself. No model call and no write.
 
     Consolidation uses it for a fact read from one sentence (``memory.typed``): the turn's pass already holds a
     vector of that sentence in its context (late chunking, Günther et al. 2024), so the fact costs a cache
@@ -194,11 +193,9 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
     rows = cache.get_many(model.name + SENTENCE_ROWS_TAG, [keys[t] for t in split])
     whole = cache.get_many(model.name, [keys[t] for t in texts if t not in split])
     for i, origin in enumerate(origins):
-        if not origin:
+        if not origin or not origin[1]:
             continue
         text, sentence = origin
-        if not sentence:
-            continue
         spans = sentence_spans(text)
         if spans:
             found = rows.get(keys[text])
