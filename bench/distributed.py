@@ -26,8 +26,13 @@ search warms the query path (its time is reported apart: ``first_search_s``, a f
 the idle cluster's own CPU (broker polls, heartbeats; cores busy, ``idle_cpu_share``) is measured over 5 s. The
 machine is shared and noisy: the load average is printed before and after; compare ratios.
 
+The same work's CPU seconds move by ±15 % between two runs of one configuration here (other jobs on the
+host, caches), so the distributed rows run ``--rounds`` times (default 3), interleaved (1, 2, 4 workers, then
+again): the JSON's figures are the medians over the rounds, and the efficiency check is the median of each
+round's ratio to the same round's one-worker row.
+
     python bench/distributed.py                                         # 300 events, 1 2 4 workers, both kinds
-    python bench/distributed.py --events 60 --kinds text --no-embedded  # quicker
+    python bench/distributed.py --events 60 --kinds text --no-embedded --rounds 1  # quicker
     python bench/distributed.py --json figures.json                     # also write the figures ('-': stdout)
 
 ``distributed_rates()`` returns the ``"distributed"`` section of ``bench/ingest.py --json``.
@@ -101,6 +106,7 @@ class Figure:
     latency_final_s: list[float] | None = None  # of each sample, the seconds until the ledger called it final
     first_search_s: float | None = None  # the process's first search (cold query path), after the warm-up events
     idle_cpu_share: float | None = None  # CPU seconds per wall second of all the workers, idle, before the run
+    round: int = 1  # which of ``--rounds`` (each round runs every configuration once, in the same order)
 
 
 # --- CPU accounting --------------------------------------------------------------------------------------
@@ -278,8 +284,9 @@ def figure(mode: str, kind: str, workers: int, events: int, failed: int, m: dict
 
 
 def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, events: int, samples: int,
-                    progress: Progress) -> Figure:
-    """One configuration on a fresh Redis database and data dir: ``workers`` cpu workers and the store worker."""
+                    progress: Progress, round_no: int = 1) -> Figure:
+    """One configuration on a fresh Redis database and data dir: ``workers`` cpu workers and the store worker
+    (``round_no``: which round, for the Figure and the folders' names)."""
     import redis as redis_lib
 
     from engram.schemas.search import SearchResponse
@@ -287,10 +294,11 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     from engram.workers.runtime import reset_runtimes, runtime
 
     redis_lib.Redis.from_url(redis.url).flushall()
-    values = dict(broker_url=redis.url, data_dir=str(root / f"data-{kind}-{workers}"),
+    tag = f"{kind}{workers}r{round_no}"
+    values = dict(broker_url=redis.url, data_dir=str(root / f"data-{tag}"),
                   consolidate_interval_seconds=3600.0)
     settings = Settings(**values)
-    cluster = Cluster.create(root / f"cluster-{kind}-{workers}", {f"ENGRAM_{k.upper()}": str(v)
+    cluster = Cluster.create(root / f"cluster-{tag}", {f"ENGRAM_{k.upper()}": str(v)
                                                                   for k, v in values.items()})
     app = producer(settings)
     reset_runtimes()
@@ -304,20 +312,20 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
             app.send_task("workers.query.search", args=[req.model_dump(mode="json")]).get(timeout=60))
 
     try:
-        nodes = cluster.start_distributed(cpu_workers=workers, beat=False, tag=f"{kind}{workers}", metrics=True)
+        nodes = cluster.start_distributed(cpu_workers=workers, beat=False, tag=tag, metrics=True)
         cluster.wait_ready(app, nodes, timeout=300)
-        warm = make_workload(root / "warm", kind, 2 * workers, f"warm{kind}{workers}")
+        warm = make_workload(root / f"warm-{tag}", kind, 2 * workers, f"warm{tag}")
         wait_final(rt, publish(rt, warm, send), timeout=600)
         first = first_search(search, warm[0])
         pids = lambda: [p.pid for p in cluster.procs.values()]  # noqa: E731
         time.sleep(1.0)  # the warm-up's last batch windows close
         with measured(pids, None, None) as idle:  # what the idle cluster burns (broker polls, heartbeats)
             time.sleep(IDLE_SECONDS)
-        items = make_workload(root / f"media-{kind}-{workers}", kind, events, f"{kind}{workers}")
-        task = progress.add_task(f"{kind}, {workers} worker(s)", total=events)
+        items = make_workload(root / f"media-{tag}", kind, events, tag)
+        task = progress.add_task(f"{kind}, {workers} worker(s), round {round_no}", total=events)
         with measured(pids, cluster.procs["store"].pid, cluster.metrics_ports.get("store")) as m:
             failed = wait_final(rt, publish(rt, items, send), timeout=3600, progress=progress, task=task)
-        latency = searchable_latency(rt, root / f"lat-{kind}-{workers}", kind, samples, send, search)
+        latency = searchable_latency(rt, root / f"lat-{tag}", kind, samples, send, search)
     except TimeoutError as exc:  # what the workers said, with why
         raise TimeoutError(f"{exc}; exited: {cluster.exited()}\n{cluster.tails()}") from exc
     finally:
@@ -326,6 +334,7 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
         reset_runtimes()
     out = figure("distributed", kind, workers, events, failed, m, latency, first)
     out.idle_cpu_share = round(idle["cpu_s"] / idle["wall_s"], 4)
+    out.round = round_no
     return out
 
 
@@ -375,10 +384,12 @@ def load_average() -> str:
 
 
 def run(kinds: Iterable[str], workers: Iterable[int], events: int, samples: int, embedded: bool,
-        console: Console | None = None) -> list[Figure]:
-    """Every configuration: for each kind, the distributed mode with each number of cpu workers, then (with
-    ``embedded``) the embedded default. Starts and stops a redis-server of its own; raises RuntimeError when
-    ``redis-server`` is not installed, TimeoutError when events do not finish."""
+        console: Console | None = None, rounds: int = 1) -> list[Figure]:
+    """Every configuration: for each kind, ``rounds`` rounds of the distributed mode with each number of cpu
+    workers (interleaved: 1, 2, 4, 1, 2, 4, ..., so a load that comes and goes meets every count alike;
+    publish→searchable measured in the first round only), then (with ``embedded``) the embedded default once.
+    Starts and stops a redis-server of its own; raises RuntimeError when ``redis-server`` is not installed,
+    TimeoutError when events do not finish."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server not found (scripts/setup.sh installs it)")
@@ -393,8 +404,10 @@ def run(kinds: Iterable[str], workers: Iterable[int], events: int, samples: int,
         try:
             with Progress(console=console or Console(stderr=True), transient=True) as progress:
                 for kind in kinds:
-                    for n in workers:
-                        figures.append(run_distributed(redis, root, kind, n, events, samples, progress))
+                    for r in range(1, rounds + 1):
+                        for n in workers:
+                            figures.append(run_distributed(redis, root, kind, n, events, samples if r == 1 else 0,
+                                                           progress, r))
                     if embedded:
                         figures.append(run_embedded(root, kind, events, samples, progress))
         finally:
@@ -402,22 +415,55 @@ def run(kinds: Iterable[str], workers: Iterable[int], events: int, samples: int,
     return figures
 
 
+def _median(values: Iterable[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return statistics.median(kept) if kept else None
+
+
+def by_workers(figures: list[Figure], kind: str) -> dict[int, list[Figure]]:
+    """The distributed figures of ``kind`` by number of cpu workers (ascending), each list in round order."""
+    out: dict[int, list[Figure]] = {}
+    for f in sorted((f for f in figures if f.mode == "distributed" and f.kind == kind),
+                    key=lambda f: (f.workers, f.round)):
+        out.setdefault(f.workers, []).append(f)
+    return out
+
+
 def rates(figures: list[Figure], kind: str = "text") -> dict[str, dict[str, float | None]]:
     """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy"}}`` of the distributed figures of
-    ``kind`` (the shape of ``bench/ingest.py --json``'s ``"distributed"`` section)."""
-    return {str(f.workers): {"events_per_s": round(f.events_per_s, 3), "events_per_cpu_s": round(f.events_per_cpu_s, 4),
-                             "store_busy": round(f.store_busy, 3) if f.store_busy is not None else None}
-            for f in figures if f.mode == "distributed" and f.kind == kind}
+    ``kind``, each the median over the rounds (the shape of ``bench/ingest.py --json``'s ``"distributed"``
+    section)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for n, fs in by_workers(figures, kind).items():
+        busy = _median(f.store_busy for f in fs)
+        out[str(n)] = {"events_per_s": round(_median(f.events_per_s for f in fs), 3),
+                       "events_per_cpu_s": round(_median(f.events_per_cpu_s for f in fs), 4),
+                       "store_busy": round(busy, 3) if busy is not None else None}
+    return out
+
+
+def efficiency_ratios(figures: list[Figure], kind: str = "text") -> dict[int, list[float]]:
+    """For each number of cpu workers above the fewest, each round's events per CPU-second ÷ the same round's
+    with the fewest workers (a ratio of two rows measured side by side), in round order: ``{workers: [ratio,
+    ...]}``. A round missing either row has no ratio."""
+    groups = by_workers(figures, kind)
+    if len(groups) < 2:
+        return {}
+    base = {f.round: f.events_per_cpu_s for f in groups[min(groups)]}
+    return {n: [f.events_per_cpu_s / base[f.round] for f in fs if base.get(f.round)]
+            for n, fs in groups.items() if n != min(groups)}
 
 
 def distributed_rates(events: int = 60, workers: Iterable[int] = (1, 2, 4), kind: str = "text",
-                      latency_samples: int = 0) -> dict[str, dict[str, float | None]]:
-    """Run the distributed mode alone (no embedded row, no latency by default) on ``kind`` events and return
-    ``rates()``: ``{"1": {"events_per_s": .., "events_per_cpu_s": .., "store_busy": ..}, "2": .., "4": ..}``
-    (events/s, events per CPU-second of all worker processes, the store worker's CPU share of the wall time).
-    For ``bench/ingest.py``; takes minutes (each configuration starts its workers and loads their models)."""
+                      latency_samples: int = 0, rounds: int = 1) -> dict[str, dict[str, float | None]]:
+    """Run the distributed mode alone (no embedded row, no latency by default) on ``kind`` events, ``rounds``
+    rounds, and return ``rates()``: ``{"1": {"events_per_s": .., "events_per_cpu_s": .., "store_busy": ..},
+    "2": .., "4": ..}`` (medians over the rounds of events/s, events per CPU-second of all worker processes, the
+    store worker's CPU share of the wall time). For ``bench/ingest.py``; takes minutes (each configuration
+    starts its workers and loads their models)."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    return rates(run(kinds=[kind], workers=workers, events=events, samples=latency_samples, embedded=False), kind)
+    return rates(run(kinds=[kind], workers=workers, events=events, samples=latency_samples, embedded=False,
+                     rounds=rounds), kind)
 
 
 def checks(figures: list[Figure]) -> list[str]:
@@ -425,19 +471,24 @@ def checks(figures: list[Figure]) -> list[str]:
     are added, store busy under 50 % at the highest rate, publish-to-searchable p95 ≤ 2 s."""
     lines = []
     for kind in dict.fromkeys(f.kind for f in figures):
-        dist = sorted((f for f in figures if f.mode == "distributed" and f.kind == kind), key=lambda f: f.workers)
-        if len(dist) > 1:
-            base = dist[0]
-            for f in dist[1:]:
-                ratio = f.events_per_cpu_s / base.events_per_cpu_s
-                lines.append(f"{kind}: events/CPU-s {f.workers} vs {base.workers} worker(s) x{ratio:.2f} "
-                             f"({'ok' if ratio >= 0.9 else 'MISSED'}: at most 10 % lower)")
-        if dist:
-            top = max(dist, key=lambda f: f.events_per_s)
-            if top.store_busy is not None:
-                lines.append(f"{kind}: store busy at the highest rate ({top.workers} worker(s), "
-                             f"{top.events_per_s:.2f} events/s) {top.store_busy:.0%} "
-                             f"({'ok' if top.store_busy < 0.5 else 'MISSED'}: < 50 %)")
+        groups = by_workers(figures, kind)
+        fewest = min(groups, default=None)
+        for n, ratios in efficiency_ratios(figures, kind).items():
+            if not ratios:
+                continue
+            ratio = statistics.median(ratios)
+            each = f" (rounds: {', '.join(f'x{r:.2f}' for r in ratios)})" if len(ratios) > 1 else ""
+            lines.append(f"{kind}: events/CPU-s {n} vs {fewest} worker(s) x{ratio:.2f}"
+                         f"{' median of the rounds' if len(ratios) > 1 else ''}{each} "
+                         f"({'ok' if ratio >= 0.9 else 'MISSED'}: at most 10 % lower)")
+        medians = rates(figures, kind)
+        if medians:
+            top = max(medians, key=lambda n: medians[n]["events_per_s"] or 0)
+            busy = medians[top]["store_busy"]
+            if busy is not None:
+                lines.append(f"{kind}: store busy at the highest rate ({top} worker(s), "
+                             f"{medians[top]['events_per_s']:.2f} events/s) {busy:.0%} "
+                             f"({'ok' if busy < 0.5 else 'MISSED'}: < 50 %)")
         for f in figures:
             if f.kind == kind and f.latency_p95_s is not None:
                 lines.append(f"{kind}: publish→searchable p95 {f.mode} {f.workers or ''} {f.latency_p95_s:.2f} s "
@@ -448,7 +499,7 @@ def checks(figures: list[Figure]) -> list[str]:
 def table(figures: list[Figure], events: int) -> Table:
     """The figures side by side."""
     out = Table(title=f"engram pipeline: {events} events per row (2-core machine, shared: noisy)")
-    cols = ("mode", "kind", "cpu workers", "events/s", "CPU s", "events/CPU-s", "store CPU", "store tasks",
+    cols = ("mode", "kind", "cpu workers", "round", "events/s", "CPU s", "events/CPU-s", "store CPU", "store tasks",
             "idle CPU", "failed", "p50", "p95", "max", "1st search")
     for col in cols:
         out.add_column(col, justify="left" if col in ("mode", "kind") else "right")
@@ -460,7 +511,8 @@ def table(figures: list[Figure], events: int) -> Table:
         return f"{x:.2f} s" if x is not None else ""
 
     for f in figures:
-        out.add_row(f.mode, f.kind, str(f.workers or "-"), f"{f.events_per_s:.2f}", f"{f.cpu_s:.1f}",
+        out.add_row(f.mode, f.kind, str(f.workers or "-"), str(f.round) if f.mode == "distributed" else "",
+                    f"{f.events_per_s:.2f}", f"{f.cpu_s:.1f}",
                     f"{f.events_per_cpu_s:.3f}", pct(f.store_busy), pct(f.store_task_busy),
                     pct(f.idle_cpu_share), str(f.failed),
                     sec(f.latency_p50_s), sec(f.latency_p95_s), sec(max(f.latency_s) if f.latency_s else None),
@@ -476,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4],
                         help="numbers of cpu worker processes to measure (default 1 2 4; none: embedded only)")
     parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of the distributed rows, interleaved (default 3): the JSON's figures are "
+                             "their medians and the efficiency check the median of each round's ratio")
     parser.add_argument("--latency-samples", type=int, default=20,
                         help="events published one at a time for the latency (default 20; 0: skip)")
     parser.add_argument("--no-embedded", action="store_true", help="skip the embedded default")
@@ -486,11 +541,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("redis-server not found (scripts/setup.sh installs it)")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     to_stdout = args.json is not None and str(args.json) == "-"
-    say = Console(stderr=to_stdout, width=None if sys.stdout.isatty() else 160)
+    say = Console(stderr=to_stdout, width=None if sys.stdout.isatty() else 180)
     load_before = load_average()
     say.print(f"load average before: {load_before}")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     figures = run(args.kinds, args.workers, args.events, args.latency_samples, not args.no_embedded,
-                  Console(stderr=True))
+                  Console(stderr=True), args.rounds)
     load_after = load_average()
     say.print(table(figures, args.events))
     for line in checks(figures):
@@ -499,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         data = {"distributed": rates(figures, args.kinds[0]),
                 "by_kind": {k: rates(figures, k) for k in args.kinds},
+                "efficiency_ratios": {k: {str(n): [round(r, 3) for r in rs]
+                                          for n, rs in efficiency_ratios(figures, k).items()} for k in args.kinds},
                 "latency": {f"{f.kind}/{f.mode}/{f.workers}": {"p50_s": f.latency_p50_s, "p95_s": f.latency_p95_s}
                             for f in figures if f.latency_samples},
                 "figures": [asdict(f) for f in figures],

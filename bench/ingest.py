@@ -23,7 +23,8 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
     python bench/ingest.py [--sections text distributed] [--conversations 0 1] [--limit N] [--rounds N] [--json FILE]
 
 Section ``distributed``: events/s, events per CPU-second and the store worker's busy share with 1, 2 and 4 cpu
-workers (``bench/distributed.py``, which also prints publish→searchable and checks the targets).
+workers, medians of ``--distributed-rounds`` (default 3) interleaved rounds (``bench/distributed.py``, which also
+prints publish→searchable and checks the targets).
 
 ``--json FILE`` merges ``{"text": {...}, "load": <1-minute load average>}`` into FILE's JSON object (created when
 absent), so other sections (screenshot, audio, distributed) written by other runs are kept. A section is a
@@ -166,11 +167,13 @@ def text(args: argparse.Namespace) -> dict:
 
 def distributed(args: argparse.Namespace) -> dict:
     """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy"}}``: text events through the distributed
-    mode with each count of cpu workers in ``--distributed-workers`` (``bench.distributed.distributed_rates``:
-    its own redis-server and ``engram worker`` processes; minutes)."""
+    mode with each count of cpu workers in ``--distributed-workers``, medians of ``--distributed-rounds``
+    interleaved rounds (``bench.distributed.distributed_rates``: its own redis-server and ``engram worker``
+    processes; minutes)."""
     from bench.distributed import distributed_rates  # starts servers: only when this section is asked for
 
-    return distributed_rates(events=args.distributed_events, workers=args.distributed_workers, kind="text")
+    return distributed_rates(events=args.distributed_events, workers=args.distributed_workers, kind="text",
+                             rounds=args.distributed_rounds)
 
 
 #: Section name -> function(args) -> its JSON dict. ``screenshot`` and ``audio`` are written into the same file by
@@ -198,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distributed-events", type=int, default=300, help="distributed: text events per row")
     ap.add_argument("--distributed-workers", type=int, nargs="+", default=[1, 2, 4],
                     help="distributed: cpu worker counts (default: 1 2 4)")
+    ap.add_argument("--distributed-rounds", type=int, default=3,
+                    help="distributed: rounds of every worker count, interleaved; figures are medians (default: 3)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="text: rounds of ceiling, cold and warm, side by side; medians reported (default: 5)")
     ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")

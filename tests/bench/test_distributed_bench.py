@@ -11,17 +11,44 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+from bench.distributed import Figure, checks, efficiency_ratios, rates
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "distributed.py"
 
 
+def _row(workers: int, round_no: int, events_per_cpu_s: float, store_busy: float = 0.1) -> Figure:
+    return Figure("distributed", "text", workers, 300, 0, wall_s=10.0, events_per_s=30.0 + workers,
+                  cpu_s=300 / events_per_cpu_s, events_per_cpu_s=events_per_cpu_s, store_busy=store_busy,
+                  round=round_no)
+
+
+def test_rounds_give_medians_and_each_rounds_ratio_to_its_own_one_worker_row():
+    # round 2's one-worker row was slow (a neighbour's job): its 4-worker row is compared with it, not with round 1's
+    figures = [_row(1, 1, 40.0), _row(4, 1, 38.0, 0.3), _row(1, 2, 30.0), _row(4, 2, 28.5, 0.2),
+               _row(1, 3, 44.0), _row(4, 3, 35.2, 0.4)]
+    assert efficiency_ratios(figures) == {4: pytest.approx([0.95, 0.95, 0.8])}
+    assert rates(figures) == {"1": {"events_per_s": 31.0, "events_per_cpu_s": 40.0, "store_busy": 0.1},
+                              "4": {"events_per_s": 34.0, "events_per_cpu_s": 35.2, "store_busy": 0.3}}
+    lines = checks(figures)
+    assert "text: events/CPU-s 4 vs 1 worker(s) x0.95 median of the rounds (rounds: x0.95, x0.95, x0.80) (ok: at " \
+           "most 10 % lower)" in lines, lines
+    assert any(line.startswith("text: store busy at the highest rate (4 worker(s), 34.00 events/s) 30%")
+               for line in lines), lines
+
+
+def test_one_round_has_no_median_to_speak_of():
+    lines = checks([_row(1, 1, 40.0), _row(2, 1, 34.0)])
+    assert "text: events/CPU-s 2 vs 1 worker(s) x0.85 (MISSED: at most 10 % lower)" in lines, lines
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (scripts/setup.sh)")
 def test_distributed_bench_smoke(tmp_path):
     out = tmp_path / "figures.json"
     run = subprocess.run([sys.executable, str(BENCH), "--events", "4", "--workers", "1", "--kinds", "text",
-                          "--latency-samples", "2", "--json", str(out)], capture_output=True, text=True, timeout=580,
-                         cwd=tmp_path)
+                          "--latency-samples", "2", "--rounds", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=580, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "events/CPU-s" in run.stdout and "load average after" in run.stdout
     data = json.loads(out.read_text())
