@@ -14,7 +14,6 @@ decode it, drop exact and near-duplicates, and cut it into bounded segments for 
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,9 +114,7 @@ def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:
     if size == 0:
         raise media.MediaError("empty file (0 bytes)")
 
-    with tempfile.TemporaryDirectory(prefix="engram-ingest-") as tmp:
-        path = Path(tmp) / "object"
-        rt.objects.download(event.object_key, path)
+    with rt.objects.local_file(event.object_key) as path:  # read where it lies, or a download removed after
         digest = sha256_file(path)
         if digest != event.sha256:
             raise media.MediaError(f"sha256 mismatch: event says {event.sha256[:12]}…, content is {digest[:12]}…")

@@ -383,6 +383,8 @@ class RedisLedger:
 
     def record_queued(self, event: MediaEvent) -> None:
         key = self._ek(event.event_id)
+        if self.r.exists(key):  # the publisher recorded it (ingest records it again): one round trip, no WATCH
+            return
 
         def fn(pipe):
             if pipe.exists(key):
@@ -403,10 +405,12 @@ class RedisLedger:
             EVENTS_RECEIVED.labels(kind=event.kind.value).inc()
 
     def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
-        rec = self.r.hgetall(self._ek(event_id))
+        with self.r.pipeline(transaction=False) as pipe:  # one round trip for both
+            pipe.hgetall(self._ek(event_id))
+            pipe.hvals(self._ek(event_id) + ":segments")
+            rec, segs = pipe.execute()
         if not rec:
             return None
-        segs = self.r.hvals(self._ek(event_id) + ":segments")
         return LedgerRecord(
             event_id=uuid.UUID(rec["event_id"]), tenant_id=rec["tenant_id"], user_id=rec["user_id"],
             device_id=rec["device_id"], kind=rec["kind"], object_key=rec["object_key"], sha256=rec["sha256"],
@@ -501,12 +505,15 @@ class RedisLedger:
 
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         tenants = [tenant_id] if tenant_id else self._tenants()
+        keys = [(st, f"{self.p}tenant:{t}:status:{st.value}") for t in tenants for st in EventStatus]
+        with self.r.pipeline(transaction=False) as pipe:  # one round trip (ingest asks it for every event)
+            for _, key in keys:
+                pipe.zcard(key)
+            found = pipe.execute()
         out: dict[EventStatus, int] = {}
-        for t in tenants:
-            for st in EventStatus:
-                n = self.r.zcard(f"{self.p}tenant:{t}:status:{st.value}")
-                if n:
-                    out[st] = out.get(st, 0) + n
+        for (st, _), n in zip(keys, found, strict=True):
+            if n:
+                out[st] = out.get(st, 0) + n
         return out
 
     @contextmanager

@@ -10,6 +10,8 @@ import io
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +38,11 @@ class ObjectStore(Protocol):
 
     def download(self, key: str, path: Path) -> None:
         """Write the object to ``path``. Raises ObjectNotFound."""
+
+    def local_file(self, key: str) -> AbstractContextManager[Path]:
+        """A file on this machine holding the object, to read while the context lasts: the local store's own
+        file (no copy: an ingest of a chat file costs no temporary folder and no second write), else a download
+        into a temporary folder removed on exit. Never write to it. Raises ObjectNotFound."""
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` exists."""
@@ -106,6 +113,13 @@ class LocalObjectStore:
                     out.write(chunk)
         except FileNotFoundError as exc:
             raise ObjectNotFound(key) from exc
+
+    @contextmanager
+    def local_file(self, key: str) -> Iterator[Path]:
+        path = self._path(key)
+        if not path.is_file():
+            raise ObjectNotFound(key)
+        yield path
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -192,6 +206,13 @@ class S3ObjectStore:
             if self._not_found(exc):
                 raise ObjectNotFound(key) from exc
             raise
+
+    @contextmanager
+    def local_file(self, key: str) -> Iterator[Path]:
+        with tempfile.TemporaryDirectory(prefix="engram-object-") as tmp:
+            path = Path(tmp) / "object"
+            self.download(key, path)
+            yield path
 
     def exists(self, key: str) -> bool:
         try:

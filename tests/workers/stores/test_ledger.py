@@ -125,6 +125,22 @@ def test_record_queued_is_a_no_op_for_known_events(ledger):
     assert ledger.get(ev.event_id).status is EventStatus.processing
 
 
+def test_recording_a_known_event_again_is_one_read_on_redis(redis_server):
+    # ingest records every event the publisher already recorded: one EXISTS, no optimistic transaction
+    ledger = RedisLedger(redis_server, prefix=f"test-{uuid.uuid4().hex[:8]}:")
+    ev = make_event()
+    ledger.record_queued(ev)
+
+    def calls() -> dict[str, int]:
+        return {k.removeprefix("cmdstat_"): v["calls"] for k, v in ledger.r.info("commandstats").items()}
+
+    before = calls()
+    ledger.record_queued(ev)
+    after = calls()
+    grew = {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+    assert grew.pop("info", 0) <= 1 and grew == {"exists": 1}, grew
+
+
 def test_unknown_events(ledger):
     assert ledger.get(uuid.uuid4()) is None
     with pytest.raises(KeyError):

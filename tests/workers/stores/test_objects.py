@@ -49,6 +49,21 @@ def test_put_file_and_download_round_trip(store: ObjectStore, tmp_path):
     assert store.get_bytes("derived/t/ev/seg-00000-audio.wav") == data
 
 
+def test_local_file_is_the_object_where_it_lies_or_a_download_removed_after(store: ObjectStore, tmp_path):
+    data = b'{"text": "hello"}\n' * 100
+    store.put_bytes("media/t/chat.jsonl", data)
+    with store.local_file("media/t/chat.jsonl") as path:
+        assert path.read_bytes() == data
+        if isinstance(store, LocalObjectStore):  # the store's own file: no temporary folder, no copy
+            assert path.samefile(store.root / "media/t/chat.jsonl")
+    if isinstance(store, LocalObjectStore):
+        assert path.exists()  # still the object
+    else:
+        assert not path.exists() and not path.parent.exists()  # the download went with the context
+    with pytest.raises(ObjectNotFound), store.local_file("media/t/missing.jsonl"):
+        pass
+
+
 def test_empty_object(store: ObjectStore):
     store.put_bytes("media/t/empty.bin", b"")
     assert store.exists("media/t/empty.bin")
