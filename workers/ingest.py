@@ -32,12 +32,20 @@ from engram.workers.media import decode as media
 from engram.workers.media.bounds import UploadBudget
 from engram.workers.media.chat import conversation_messages  # parsed once, kept for the perceive tasks
 from engram.workers.metrics import NEAR_DUPLICATES
+from engram.workers.perceive import perceive as perceive_task
 from engram.workers.runtime import Runtime, runtime, stage
 from engram.workers.stores.ledger import FINAL_STATUSES
 from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.tasks import Queue, Task
 
 log = structlog.get_logger(__name__)
+
+
+#: Kinds whose segments the distributed mode's ingest perceives itself instead of publishing a ``perceive``
+#: task: a chat segment's perception is slicing the conversation ingest has just parsed (``media.chat``: ~2 ms
+#: CPU), less than a message's own cost through the broker and a worker (publish, receive, hand to the pool,
+#: acknowledge). Media that need a model (OCR, speech, faces) keep their queues, to scale on their own workers.
+INLINE_PERCEPTION = frozenset({MediaKind.text})
 
 
 @task(Task.ingest)
@@ -86,10 +94,18 @@ def dispatch(job: SegmentJob, priority: int = 0, batched: bool = False) -> None:
     """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue. Every message of
     the chain carries ``priority`` (0 highest .. 9, ``workers.fairness``). ``batched`` (the distributed mode):
     perceive → ``embed_batched``, whose worker embeds the segments of many events in one pass and hands them to
-    the store worker's ``store_batched`` (link and store of many segments in one request: issue 15); else
+    the store worker's ``store_batched`` (link and store of many segments in one request: issue 15); a chat
+    segment is perceived here, inline (``INLINE_PERCEPTION``), and goes to ``embed_batched`` directly. Else
     perceive → embed → link → store, one task each. Inside ``workers.batching.deferred_segments`` (embedded
-    default, many files at once) the job is collected instead."""
+    default, many files at once) the job is collected instead.
+
+    Raises Ignore when an inline perception failed on bad input (its stage marked the event failed)."""
     if defer(job):
+        return
+    if batched and job.event.kind in INLINE_PERCEPTION and not job.audio_key:
+        # the task called inline (its stage, ledger and metrics as on a worker) returns the batch's JSON form,
+        # what its chain would have handed ``embed_batched``
+        signature(Task.embed_batched, perceive_task(job), priority=priority).apply_async()
         return
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
     perceive = signature(Task.perceive, job, queue=queue.value, priority=priority)

@@ -284,6 +284,15 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
     skipped = next(r for r in records.values() if r.status is EventStatus.skipped)
     assert "exact duplicate" in skipped.reason
 
+    # a chat's segments are perceived by its ingest task and go straight to embed_batched (workers.ingest
+    # INLINE_PERCEPTION); only the screenshots' segments travel as perceive tasks
+    shots = sum(r.status is EventStatus.done and r.kind == "screenshot" for r in records.values())
+    chats = sum(r.status is EventStatus.done and r.kind == "text" for r in records.values())
+    assert shots and chats, statuses
+    received = [line for line in cluster.log_path("cpu").read_text(errors="replace").splitlines()
+                if "Task workers.perceive.perceive[" in line and "] received" in line]
+    # (the event sent twice may be planned twice while its first run is not final: its segment again)
+    assert shots <= len(received) <= shots + 1, cluster.tail("cpu")
     screen = next(it for it in items if it.user == "bob" and it.path.suffix == ".png")
     topic = screen.window.split(" (")[0]  # rendered on bob's screenshot only: found by OCR in the worker
     hits = search(topic, "bob", [MemoryType.observation]).hits
