@@ -8,7 +8,8 @@ decode it, drop exact and near-duplicates, and cut it into bounded segments for 
   with ``audio_chunk_overlap_seconds`` of its neighbours on either side;
 - clip: segments of ``clip_segment_seconds`` (M3-Agent's 30 s clips), each with scene-change keyframes
   (JPEG objects) and its audio track (WAV object);
-- text: batches of ``chat_batch_size`` messages of the conversation record.
+- text: batches of ``chat_batch_size`` messages of the conversation record (in the distributed mode perceived here,
+  inline, and handed to ``embed_batched``: ``INLINE_PERCEPTION``).
 """
 
 from __future__ import annotations
