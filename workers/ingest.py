@@ -33,7 +33,6 @@ from engram.workers.media import decode as media
 from engram.workers.media.bounds import UploadBudget
 from engram.workers.media.chat import conversation_messages  # parsed once, kept for the perceive tasks
 from engram.workers.metrics import NEAR_DUPLICATES
-from engram.workers.perceive import perceive as perceive_task
 from engram.workers.runtime import Runtime, runtime, stage
 from engram.workers.stores.ledger import FINAL_STATUSES
 from engram.workers.stores.objects import ObjectNotFound
@@ -98,15 +97,16 @@ def dispatch(job: SegmentJob, priority: int = 0, batched: bool = False) -> None:
     the store worker's ``store_batched`` (link and store of many segments in one request: issue 15); a chat
     segment is perceived here, inline (``INLINE_PERCEPTION``), and goes to ``embed_batched`` directly. Else
     perceive → embed → link → store, one task each. Inside ``workers.batching.deferred_segments`` (embedded
-    default, many files at once) the job is collected instead.
-
-    Raises Ignore when an inline perception failed on bad input (its stage marked the event failed)."""
+    default, many files at once) the job is collected instead. An inline perception that fails has marked its
+    event failed with the stage and reason (``runtime.stage``); nothing is published for it."""
     if defer(job):
         return
     if batched and job.event.kind in INLINE_PERCEPTION and not job.audio_key:
-        # the task called inline (its stage, ledger and metrics as on a worker) returns the batch's JSON form,
-        # what its chain would have handed ``embed_batched``
-        signature(Task.embed_batched, perceive_task(job), priority=priority).apply_async()
+        # the task applied here (its stage, ledger and metrics as on a worker; a stage never imports another)
+        # gives the batch's JSON form, what its chain would have handed ``embed_batched``
+        perceived = signature(Task.perceive, job).apply()
+        if perceived.successful():
+            signature(Task.embed_batched, perceived.result, priority=priority).apply_async()
         return
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
     perceive = signature(Task.perceive, job, queue=queue.value, priority=priority)
