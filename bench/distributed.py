@@ -107,6 +107,9 @@ class Figure:
     first_search_s: float | None = None  # the process's first search (cold query path), after the warm-up events
     idle_cpu_share: float | None = None  # CPU seconds per wall second of all the workers, idle, before the run
     round: int = 1  # which of ``--rounds`` (each round runs every configuration once, in the same order)
+    #: CPU seconds by task name over the window, summed over the workers (``engram_task_cpu_seconds_total`` on
+    #: their /metrics); the rest of ``cpu_s`` went to no task (consumers, prefork parents, idle polls)
+    task_cpu_s: dict[str, float] | None = None
 
 
 # --- CPU accounting --------------------------------------------------------------------------------------
@@ -145,13 +148,33 @@ def store_task_seconds(port: int | None) -> float | None:
     return sum(v for (name, _), v in samples.items() if name == "engram_stage_duration_seconds_sum")
 
 
+def task_cpu_seconds(ports: Iterable[int]) -> dict[str, float]:
+    """CPU seconds so far by task name (``engram_task_cpu_seconds_total``), summed over the workers serving
+    /metrics on ``ports``; a worker whose page cannot be read counts nothing."""
+    out: dict[str, float] = {}
+    for port in ports:
+        try:
+            samples = scrape(f"http://127.0.0.1:{port}/metrics")
+        except Exception:  # noqa: BLE001 - a page not read: that worker's tasks are left out
+            continue
+        for (name, labels), value in samples.items():
+            if name == "engram_task_cpu_seconds_total":
+                task = dict(labels).get("task", "")
+                out[task] = out.get(task, 0.0) + value
+    return out
+
+
 @contextmanager
-def measured(pids: Callable[[], list[int]], store_pid: int | None, store_port: int | None) -> Iterator[dict]:
-    """Wall, tree CPU and store CPU / task seconds of the enclosed block, written into the yielded dict
-    (``wall_s``, ``cpu_s``, ``store_cpu_s``, ``store_task_s``) when it exits."""
+def measured(pids: Callable[[], list[int]], store_pid: int | None, store_port: int | None,
+             metrics_ports: Iterable[int] = ()) -> Iterator[dict]:
+    """Wall, tree CPU and store CPU / task seconds of the enclosed block, and the CPU seconds by task of the
+    workers serving /metrics on ``metrics_ports``, written into the yielded dict (``wall_s``, ``cpu_s``,
+    ``store_cpu_s``, ``store_task_s``, ``task_cpu_s``) when it exits."""
     out: dict = {}
+    ports = list(metrics_ports)
     store = [store_pid] if store_pid else []
     cpu0, scpu0, task0 = tree_cpu_seconds(pids()), tree_cpu_seconds(store), store_task_seconds(store_port)
+    by_task0 = task_cpu_seconds(ports)
     t0 = time.perf_counter()
     yield out
     out["wall_s"] = time.perf_counter() - t0
@@ -159,6 +182,9 @@ def measured(pids: Callable[[], list[int]], store_pid: int | None, store_port: i
     out["store_cpu_s"] = tree_cpu_seconds(store) - scpu0 if store else None
     task1 = store_task_seconds(store_port)
     out["store_task_s"] = task1 - task0 if task0 is not None and task1 is not None else None
+    by_task = task_cpu_seconds(ports)
+    out["task_cpu_s"] = {t: round(v - by_task0.get(t, 0.0), 3) for t, v in sorted(by_task.items())
+                         if v - by_task0.get(t, 0.0) > 0} if ports else None
 
 
 # --- workload, publishing, latency -----------------------------------------------------------------------
@@ -323,7 +349,8 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
             time.sleep(IDLE_SECONDS)
         items = make_workload(root / f"media-{tag}", kind, events, tag)
         task = progress.add_task(f"{kind}, {workers} worker(s), round {round_no}", total=events)
-        with measured(pids, cluster.procs["store"].pid, cluster.metrics_ports.get("store")) as m:
+        with measured(pids, cluster.procs["store"].pid, cluster.metrics_ports.get("store"),
+                      cluster.metrics_ports.values()) as m:
             failed = wait_final(rt, publish(rt, items, send), timeout=3600, progress=progress, task=task)
         latency = searchable_latency(rt, root / f"lat-{tag}", kind, samples, send, search)
     except TimeoutError as exc:  # what the workers said, with why
@@ -335,6 +362,7 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     out = figure("distributed", kind, workers, events, failed, m, latency, first)
     out.idle_cpu_share = round(idle["cpu_s"] / idle["wall_s"], 4)
     out.round = round_no
+    out.task_cpu_s = m.get("task_cpu_s")
     return out
 
 
@@ -550,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
                   Console(stderr=True), args.rounds)
     load_after = load_average()
     say.print(table(figures, args.events))
+    for f in figures:
+        if f.task_cpu_s:
+            rest = f.cpu_s - sum(f.task_cpu_s.values())
+            say.print(f"{f.kind}, {f.workers} worker(s), round {f.round}: CPU s by task "
+                      + ", ".join(f"{t.rsplit('.', 1)[-1]} {v:.2f}" for t, v in f.task_cpu_s.items())
+                      + f"; in no task (consumers, pool parents, polls) {rest:.2f}", highlight=False)
     for line in checks(figures):
         say.print(line, highlight=False)
     say.print(f"load average after: {load_after}")

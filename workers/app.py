@@ -12,13 +12,13 @@ import logging
 
 import structlog
 from celery import Celery, Signature
-from celery.signals import setup_logging, worker_init, worker_process_shutdown
+from celery.signals import setup_logging, task_postrun, task_prerun, worker_init, worker_process_shutdown
 from kombu import Queue as KombuQueue
 
 from engram.schemas.settings import Settings, get_settings
 from engram.workers.fairness import PRIORITY_STEPS
 from engram.workers.logs import celery_setup_logging
-from engram.workers.metrics import mark_process_dead, serve_metrics
+from engram.workers.metrics import TASK_CPU, mark_process_dead, serve_metrics
 from engram.workers.tasks import BATCH_FLUSH_EVERY, BATCH_FLUSH_SECONDS, QUEUE_OF, STAGE_MODULES, Queue, Task
 
 log = structlog.get_logger(__name__)
@@ -200,6 +200,18 @@ def _serve_metrics(**_) -> None:
     port = get_settings().metrics_port
     if port:
         serve_metrics(port)
+
+
+@task_prerun.connect
+def _start_task_clock(**_) -> None:
+    """A task begins: start its CPU clock (``metrics.TaskCpuClock``)."""
+    TASK_CPU.start()
+
+
+@task_postrun.connect
+def _stop_task_clock(task=None, **_) -> None:
+    """A task ended (whatever it returned or raised): count its CPU seconds under its name."""
+    TASK_CPU.stop(getattr(task, "name", None) or "unknown")
 
 
 @worker_process_shutdown.connect

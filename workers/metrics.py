@@ -16,13 +16,16 @@ Where each family is counted:
 - publish-to-searchable: the store stage, when an event's last segment is stored (ledger ``created_at`` to
   now); search latency: the query stage;
 - queue depth: ``QueueDepthCollector``, read from Redis at scrape time by the api;
-- worker CPU and memory (with the pool processes): ``WorkerResourcesCollector``, on the worker's port.
+- worker CPU and memory (with the pool processes): ``WorkerResourcesCollector``, on the worker's port;
+- CPU per task: ``TaskCpuClock``, started and stopped by Celery's ``task_prerun``/``task_postrun`` signals
+  (``workers.app``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,6 +70,43 @@ PUBLISH_TO_SEARCHABLE = Histogram("engram_publish_to_searchable_seconds",
                                   ["kind"], buckets=LATENCY_BUCKETS)
 SEARCH_SECONDS = Histogram("engram_search_duration_seconds", "Hybrid search latency in the query stage.",
                            buckets=LATENCY_BUCKETS)
+TASK_CPU_SECONDS = Counter("engram_task_cpu_seconds_total",
+                           "CPU seconds (user + system, all threads) of the process running each task, from its "
+                           "start to its end, by task name (a task applied inside another counts in the outer).",
+                           ["task"])
+
+
+class TaskCpuClock:
+    """Counts each task's CPU seconds into ``engram_task_cpu_seconds_total{task}``: ``start`` when a task begins,
+    ``stop`` when it ends (Celery's ``task_prerun``/``task_postrun``), the process's CPU time in between
+    (``time.process_time``: the task's model threads included). Exact where a process runs one task at a time
+    (prefork pool children, ``--pool solo``); on a threads pool it is the process's CPU while the task ran, an
+    upper bound. A task applied inside another (a chat's perception inside ``ingest``, the embedded default's
+    eager tasks) counts in the outermost one only, so the family sums to the tasks' CPU without double counting.
+    The rest of a worker's CPU (the consumer, the prefork parent, idle polls) is the worker's
+    ``engram_worker_cpu_seconds_total`` minus this family's sum."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def start(self) -> None:
+        """A task begins on this thread."""
+        depth = getattr(self._local, "depth", 0)
+        if depth == 0:
+            self._local.t0 = time.process_time()
+        self._local.depth = depth + 1
+
+    def stop(self, task_name: str) -> None:
+        """The task ``task_name`` ends on this thread; the outermost one counts the CPU since its start."""
+        depth = getattr(self._local, "depth", 0)
+        if depth <= 0:  # a stop without its start (a signal connected mid-task): nothing to count
+            return
+        self._local.depth = depth - 1
+        if depth == 1:
+            TASK_CPU_SECONDS.labels(task=task_name).inc(max(0.0, time.process_time() - self._local.t0))
+
+
+TASK_CPU = TaskCpuClock()
 
 _REASONS = (("exact duplicate", "exact_duplicate"), ("near-duplicate", "near_duplicate"),
             ("stalled", "stalled"), ("retries exhausted", "retries_exhausted"), ("no content", "no_content"))

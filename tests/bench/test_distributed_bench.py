@@ -51,6 +51,8 @@ def test_distributed_bench_smoke(tmp_path):
                          capture_output=True, text=True, timeout=580, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "events/CPU-s" in run.stdout and "load average after" in run.stdout
+    by_task = [line for line in run.stdout.splitlines() if "CPU s by task" in line]  # from the workers' /metrics
+    assert len(by_task) == 1 and "ingest" in by_task[0] and "embed_batched" in by_task[0], run.stdout
     data = json.loads(out.read_text())
     # the section bench/ingest.py merges: {"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy"}}
     assert set(data["distributed"]) == {"1"}
@@ -66,4 +68,6 @@ def test_distributed_bench_smoke(tmp_path):
         assert all(0 < final <= total for final, total in zip(f["latency_final_s"], f["latency_s"], strict=True)), f
         assert f["first_search_s"] > 0, f
     assert figures[0]["store_cpu_s"] <= figures[0]["cpu_s"]
+    tasks = figures[0]["task_cpu_s"]
+    assert tasks["workers.ingest.ingest"] > 0 and sum(tasks.values()) <= figures[0]["cpu_s"], tasks
     assert set(data["load"]) == {"before", "after"}
