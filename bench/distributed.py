@@ -136,55 +136,60 @@ def tree_cpu_seconds(pids: Iterable[int]) -> float:
     return total
 
 
-def store_task_seconds(port: int | None) -> float | None:
-    """Total wall seconds of the stage tasks the store worker has run (the sum of its
-    ``engram_stage_duration_seconds`` histograms on its /metrics), or None when unreadable."""
-    if port is None:
-        return None
-    try:
-        samples = scrape(f"http://127.0.0.1:{port}/metrics")
-    except Exception:  # noqa: BLE001 - no metrics: the CPU share stands alone
-        return None
-    return sum(v for (name, _), v in samples.items() if name == "engram_stage_duration_seconds_sum")
-
-
-def task_cpu_seconds(ports: Iterable[int]) -> dict[str, float]:
-    """CPU seconds so far by task name (``engram_task_cpu_seconds_total``), summed over the workers serving
-    /metrics on ``ports``; a worker whose page cannot be read counts nothing."""
-    out: dict[str, float] = {}
+def metric_pages(ports: Iterable[int]) -> dict[int, dict[tuple[str, tuple], float]]:
+    """Each worker's /metrics samples (``tests.cluster.scrape``) by port, read once; a page that cannot be read
+    is left out."""
+    out = {}
     for port in ports:
         try:
-            samples = scrape(f"http://127.0.0.1:{port}/metrics")
-        except Exception:  # noqa: BLE001 - a page not read: that worker's tasks are left out
+            out[port] = scrape(f"http://127.0.0.1:{port}/metrics")
+        except Exception:  # noqa: BLE001 - no metrics: the CPU figures stand alone
             continue
+    return out
+
+
+def sum_by_label(pages: Iterable[dict[tuple[str, tuple], float]], metric: str, label: str) -> dict[str, float]:
+    """The samples named ``metric`` in ``pages``, summed by the value of their ``label``."""
+    out: dict[str, float] = {}
+    for samples in pages:
         for (name, labels), value in samples.items():
-            if name == "engram_task_cpu_seconds_total":
-                task = dict(labels).get("task", "")
-                out[task] = out.get(task, 0.0) + value
+            if name == metric:
+                key = dict(labels).get(label, "")
+                out[key] = out.get(key, 0.0) + value
     return out
 
 
 @contextmanager
 def measured(pids: Callable[[], list[int]], store_pid: int | None, store_port: int | None,
              metrics_ports: Iterable[int] = ()) -> Iterator[dict]:
-    """Wall, tree CPU and store CPU / task seconds of the enclosed block, and the CPU seconds by task of the
-    workers serving /metrics on ``metrics_ports``, written into the yielded dict (``wall_s``, ``cpu_s``,
-    ``store_cpu_s``, ``store_task_s``, ``task_cpu_s``) when it exits."""
+    """Wall and tree CPU seconds of the enclosed block; the store worker's CPU and its stage tasks' wall seconds
+    (``engram_stage_duration_seconds`` on its /metrics, None when unreadable); the CPU seconds by task
+    (``engram_task_cpu_seconds_total``) of the workers serving /metrics on ``metrics_ports`` (None without
+    ports). Written into the yielded dict (``wall_s``, ``cpu_s``, ``store_cpu_s``, ``store_task_s``,
+    ``task_cpu_s``) when it exits; each worker's page is read once at either end."""
     out: dict = {}
-    ports = list(metrics_ports)
+    worker_ports = list(metrics_ports)
+    ports = {*worker_ports, *([store_port] if store_port is not None else [])}
     store = [store_pid] if store_pid else []
-    cpu0, scpu0, task0 = tree_cpu_seconds(pids()), tree_cpu_seconds(store), store_task_seconds(store_port)
-    by_task0 = task_cpu_seconds(ports)
+    cpu0, scpu0, pages0 = tree_cpu_seconds(pids()), tree_cpu_seconds(store), metric_pages(ports)
     t0 = time.perf_counter()
     yield out
     out["wall_s"] = time.perf_counter() - t0
     out["cpu_s"] = tree_cpu_seconds(pids()) - cpu0
     out["store_cpu_s"] = tree_cpu_seconds(store) - scpu0 if store else None
-    task1 = store_task_seconds(store_port)
-    out["store_task_s"] = task1 - task0 if task0 is not None and task1 is not None else None
-    by_task = task_cpu_seconds(ports)
-    out["task_cpu_s"] = {t: round(v - by_task0.get(t, 0.0), 3) for t, v in sorted(by_task.items())
-                         if v - by_task0.get(t, 0.0) > 0} if ports else None
+    pages = metric_pages(ports)
+
+    def grew(metric: str, label: str, which: Iterable[int]) -> dict[str, float]:
+        now = sum_by_label((pages[p] for p in which), metric, label)
+        then = sum_by_label((pages0[p] for p in which), metric, label)
+        return {k: v - then.get(k, 0.0) for k, v in sorted(now.items())}
+
+    read = {p for p in ports if p in pages and p in pages0}
+    out["store_task_s"] = (sum(grew("engram_stage_duration_seconds_sum", "stage", [store_port]).values())
+                           if store_port in read else None)
+    workers = [p for p in worker_ports if p in read]
+    out["task_cpu_s"] = ({t: round(v, 3) for t, v in grew("engram_task_cpu_seconds_total", "task", workers).items()
+                          if v > 0} if workers else None)
 
 
 # --- workload, publishing, latency -----------------------------------------------------------------------
@@ -567,13 +572,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if shutil.which("redis-server") is None:
         parser.error("redis-server not found (scripts/setup.sh installs it)")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     to_stdout = args.json is not None and str(args.json) == "-"
     say = Console(stderr=to_stdout, width=None if sys.stdout.isatty() else 180)
     load_before = load_average()
     say.print(f"load average before: {load_before}")
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
     figures = run(args.kinds, args.workers, args.events, args.latency_samples, not args.no_embedded,
                   Console(stderr=True), args.rounds)
     load_after = load_average()

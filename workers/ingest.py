@@ -101,7 +101,7 @@ def dispatch(job: SegmentJob, priority: int = 0, batched: bool = False) -> None:
     event failed with the stage and reason (``runtime.stage``); nothing is published for it."""
     if defer(job):
         return
-    if batched and job.event.kind in INLINE_PERCEPTION and not job.audio_key:
+    if batched and job.event.kind in INLINE_PERCEPTION:
         # the task applied here (its stage, ledger and metrics as on a worker; a stage never imports another)
         # gives the batch's JSON form, what its chain would have handed ``embed_batched``
         perceived = signature(Task.perceive, job).apply()
