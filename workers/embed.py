@@ -10,6 +10,8 @@ worker accumulated from many events in one pass and hands them to the store work
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from engram.schemas.jobs import EmbeddedBatch, EmbeddedBatches, ObservationBatch, ObservationBatches
 from engram.schemas.observations import EmbeddedObservation
 from engram.workers.app import signature, task
@@ -24,8 +26,12 @@ def embed_batches(rt: Runtime, batches: list[ObservationBatch]) -> list[Embedded
     the distinct texts of all of them) and one BM25F pass; one EmbeddedBatch per input, in order. Raises what the
     model or the cache raise (``ModelUnavailable``...)."""
     obs = [o for b in batches for o in b.observations]
-    dense, multi = dense_vectors(rt, obs)
-    sparse_vecs = observation_sparse_vectors(rt.settings, obs)
+    # BM25F is Python and the model's runs release the GIL: the sparse pass runs on a thread of its own beside the
+    # dense pass, on the core a model run leaves between its batches, instead of after it
+    with ThreadPoolExecutor(1, thread_name_prefix="engram-sparse") as pool:
+        sparse_pass = pool.submit(observation_sparse_vectors, rt.settings, obs)
+        dense, multi = dense_vectors(rt, obs)
+        sparse_vecs = sparse_pass.result()
     # built without validation: the vectors are the model's float32 rows as Python floats and the sparse pairs
     # BM25F's (ints, floats), already of the model's types; validating ~1,000 floats per observation cost as much
     # as turning them into lists

@@ -153,20 +153,21 @@ def embed_with_rows(rt: Runtime, texts: list[str]) -> tuple[np.ndarray, dict[str
     cache, tag = rt.embedding_cache, model.name + SENTENCE_ROWS_TAG
     distinct = list(dict.fromkeys(texts))
     keys = {t: cache.key(t) for t in distinct}
-    split = {t for t in distinct if sentence_spans(t)}
     with model_timer("embedding", items=len(texts)):  # cache hits included, as embed_texts counts them
         have = cache.get_many(model.name, list(keys.values()))
         vecs = {t: have[keys[t]] for t in distinct if keys[t] in have}
+        split = [t for t in vecs if sentence_spans(t)]  # of the texts encoded before: their rows are cached too
         have = cache.get_many(tag, [keys[t] for t in split])
         rows = {t: have[keys[t]].reshape(-1, DIM) for t in split if keys[t] in have}
         missing = [t for t in distinct if t not in vecs or (t in split and t not in rows)]
         if missing:
-            got, got_rows = model.embed_spans(missing, [list(sentence_spans(t)) for t in missing],
-                                              rt.settings.models.embedding_batch_size)
+            # the texts to encode are split into sentences on the model's run threads, beside its other runs
+            got, got_rows = model.embed_spans(missing, sentence_spans, rt.settings.models.embedding_batch_size)
             cache.put_many(model.name, {keys[t]: v for t, v in zip(missing, got, strict=True)})
-            cache.put_many(tag, {keys[t]: r for t, r in zip(missing, got_rows, strict=True) if t in split})
+            new_rows = {t: r for t, r in zip(missing, got_rows, strict=True) if sentence_spans(t)}  # memoized
+            cache.put_many(tag, {keys[t]: r for t, r in new_rows.items()})
             vecs.update(zip(missing, got, strict=True))
-            rows.update((t, r) for t, r in zip(missing, got_rows, strict=True) if t in split)
+            rows.update(new_rows)
     out = np.stack([vecs[t] for t in texts]) if texts else np.zeros((0, DIM), dtype=np.float32)
     return out, rows
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,6 +16,10 @@ from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavail
 from engram.workers.stores.sqlite import ThreadConnections
 
 DIM = 384
+
+#: Character spans ``[(start, end), ...]`` per text for late chunking (``MiniLMEmbedder.embed_spans``): a list, one
+#: entry per text, or a function of the text, called on the model's run threads (``_OnnxMiniLM.encode_spans``).
+Spans = Sequence[Sequence[tuple[int, int]]] | Callable[[str], Sequence[tuple[int, int]]]
 
 
 #: Word pieces per text (sentence-transformers' ``max_seq_length`` of all-MiniLM-L6-v2): longer texts are cut.
@@ -67,12 +72,15 @@ class _OnnxMiniLM:
         (``length_batches``: less padding)."""
         return self.encode_spans(texts, batch_size, None)[0]
 
-    def encode_spans(self, texts: list[str], batch_size: int, spans: list[list[tuple[int, int]]] | None
+    def encode_spans(self, texts: list[str], batch_size: int, spans: Spans | None
                      ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """``encode``'s vectors and, with ``spans`` (character ranges per text), each text's span vectors from the
-        same pass (``span_vectors``): ``(vectors, rows)``; without, ``rows`` holds empty (0, 384) arrays. The
-        texts are tokenized once, then run in batches of similar token counts (``length_batches``), each padded to
-        its longest text only, ``runs`` batches at once (longest first: the last to finish are short)."""
+        """``encode``'s vectors and, with ``spans`` (character ranges per text, or a function of the text giving
+        them), each text's span vectors from the same pass (``span_vectors``): ``(vectors, rows)``; without,
+        ``rows`` holds empty (0, 384) arrays. The texts are tokenized once, then run in batches of similar token
+        counts (``length_batches``), each padded to its longest text only, ``runs`` batches at once (longest
+        first: the last to finish are short). A function of the text is called on the run thread once its
+        batch has run: a caller's span finding (sentence splitting, Python) runs while the other threads' runs go
+        on, instead of on one core before the call while the other idles."""
         enc = self.tokenizer.encode_batch(texts)
         rows: list[np.ndarray] = [np.zeros((0, DIM), dtype=np.float32)] * len(texts)
         vecs = np.empty((len(texts), DIM), dtype=np.float32)
@@ -90,7 +98,7 @@ class _OnnxMiniLM:
             vecs[batch] = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
             if spans is not None:
                 for b, j in enumerate(batch):
-                    rows[j] = span_vectors(hidden[b], enc[j].offsets, spans[j])
+                    rows[j] = span_vectors(hidden[b], enc[j].offsets, spans(texts[j]) if callable(spans) else spans[j])
 
         # a call of few texts is split so every run thread gets some (30 texts: two runs of 15 at once, not one)
         batches = length_batches(lengths, min(batch_size, -(-len(texts) // self.runs)))
@@ -152,7 +160,7 @@ def length_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     return out[::-1]
 
 
-def span_vectors(hidden: np.ndarray, offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> np.ndarray:
+def span_vectors(hidden: np.ndarray, offsets: list[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> np.ndarray:
     """Late chunking (Günther et al., "Late Chunking: Contextual Chunk Embeddings Using Long-Context Embedding
     Models", 2024): the vector of a span of a text is the mean of the model's output token states whose
     character ``offsets`` lie inside it, from the one forward pass over the whole text, L2-normalised.
@@ -227,23 +235,26 @@ class MiniLMEmbedder(Model[np.ndarray]):
                                 convert_to_numpy=True, show_progress_bar=False)
         return vecs.astype(np.float32)
 
-    def embed_spans(self, texts: list[str], spans: list[list[tuple[int, int]]], batch_size: int = 64
+    def embed_spans(self, texts: list[str], spans: Spans, batch_size: int = 64
                     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Each text's embedding (len(texts), 384), as ``embed`` gives it, and from the same forward pass the
         vectors of its character ``spans`` (its sentences), by late chunking (``span_vectors``): ``rows[i]``
-        (k, 384), unit rows, one per span of ``spans[i]`` that holds a token within the first
+        (k, 384), unit rows, one per span of text i (``spans[i]``, or ``spans(texts[i])`` for a function, which
+        the ONNX runtime calls on its run threads, beside its other runs) that holds a token within the first
         ``MAX_WORD_PIECES`` word pieces. One pass per text: a turn's sentences cost no model time of their own.
         Timed per text, as ``embed``. Raises ModelUnavailable as ``embed`` does."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32), []
         return self._timed(self._embed_spans, float(len(texts)), texts, spans, batch_size)
 
-    def _embed_spans(self, texts: list[str], spans: list[list[tuple[int, int]]], batch_size: int
+    def _embed_spans(self, texts: list[str], spans: Spans, batch_size: int
                      ) -> tuple[np.ndarray, list[np.ndarray]]:
         model = self.session
         with self._predict_lock:
             if isinstance(model, _OnnxMiniLM):
                 return model.encode_spans(texts, batch_size, spans)
+            if callable(spans):
+                spans = [spans(t) for t in texts]
             outs = model.encode(texts, batch_size=batch_size, output_value=None, convert_to_numpy=True,
                                 show_progress_bar=False)
             tok = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length,

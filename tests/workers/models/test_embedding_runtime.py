@@ -145,6 +145,35 @@ def test_batches_run_at_once_give_the_vectors_of_batches_run_one_by_one(onnx_dir
     assert np.allclose(one.embed(texts[:5]), three.embed(texts[:5]), atol=1e-5)
 
 
+def test_spans_given_as_a_function_are_found_on_the_run_threads_with_the_same_rows(onnx_dir):
+    """A caller may give each text's spans as a function of the text: the ONNX runtime calls it on its run threads
+    once the text's batch has run (the caller's sentence splitting beside the model's other runs), once per text,
+    and the rows are those of the spans given as a list; the torch runtime calls it before its pass."""
+    import threading
+
+    texts = [f"turn {i}: we talked about the budget. Then lunch with Ana." + " And more." * (i % 5) for i in range(40)]
+    spans = {t: [(0, len(t) // 3), (len(t) // 3, len(t))] for t in texts}
+    called: list[tuple[str, str]] = []
+
+    def spans_of(text: str) -> list[tuple[int, int]]:
+        called.append((text, threading.current_thread().name))
+        return spans[text]
+
+    onnx = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir), threads=2)
+    want, want_rows = onnx.embed_spans(texts, [spans[t] for t in texts], 8)
+    got, got_rows = onnx.embed_spans(texts, spans_of, 8)
+    assert np.allclose(got, want, atol=1e-5)
+    assert all(x.shape == y.shape == (2, 384) and np.allclose(x, y, atol=1e-5)
+               for x, y in zip(got_rows, want_rows, strict=True))
+    assert sorted(t for t, _ in called) == sorted(texts)
+    assert {name.split("_")[0] for _, name in called} == {"engram-embed"}
+    called.clear()
+    torch = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="torch")
+    _, torch_rows = torch.embed_spans(texts[:4], spans_of, 2)
+    assert [t for t, _ in called] == texts[:4]
+    assert all(np.allclose(x, y, atol=1e-3) for x, y in zip(torch_rows, want_rows[:4], strict=True))
+
+
 def test_a_forked_child_embeds_and_no_run_thread_outlives_its_call(onnx_dir):
     """A prefork worker's child embeds with the model its parent loaded and used; the parent's run threads ended
     with its call, so the fork copies no idle thread of ours."""
