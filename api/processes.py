@@ -133,9 +133,16 @@ def worker_argv(plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None =
                 events: bool = False) -> list[str]:
     """The ``celery worker`` arguments for ``plan`` (for ``app.worker_main``). The default node name,
     ``<role>-<pid>@<host>``, keeps several workers on one host apart. Every worker also serves the
-    ``maintenance`` queue (beat's sweeps)."""
+    ``maintenance`` queue (beat's sweeps).
+
+    Workers run without gossip and mingle, and without heartbeats unless ``events`` (task events for Flower,
+    which also reads the heartbeats): engram uses none of them (no revokes to sync at start, no leader election;
+    the API's health asks the workers through remote control, which stays on). With gossip, every worker receives
+    every other worker's heartbeat (every 2 s) on its consumer: broker traffic and CPU that grow with the square of
+    the workers (celery/celery#2566 reports it for large deployments)."""
     argv = ["worker", "--queues", ",".join((*plan.queues, MAINTENANCE)), "--pool", plan.pool,
-            "--loglevel", loglevel.upper(), "--hostname", hostname or f"{plan.role}-{os.getpid()}@%h"]
+            "--loglevel", loglevel.upper(), "--hostname", hostname or f"{plan.role}-{os.getpid()}@%h",
+            "--without-gossip", "--without-mingle"]
     if plan.concurrency is not None:
         argv += ["--concurrency", str(plan.concurrency)]
     multiplier = prefetch_multiplier(plan)
@@ -143,6 +150,8 @@ def worker_argv(plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None =
         argv += ["--prefetch-multiplier", str(multiplier)]
     if events:
         argv.append("--task-events")
+    else:
+        argv.append("--without-heartbeat")
     return argv
 
 

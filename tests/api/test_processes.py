@@ -83,6 +83,9 @@ def test_celery_argv(tmp_path):
     # the store worker's batched consumer (store_batched) needs BATCH_FLUSH_EVERY messages prefetched
     assert argv[-5:] == ["--concurrency", "1", "--prefetch-multiplier", str(BATCH_FLUSH_EVERY[Task.store_batched]),
                          "--task-events"]
+    # no gossip or mingle; heartbeats only with task events (Flower reads both)
+    assert {"--without-gossip", "--without-mingle"} <= set(argv) and "--without-heartbeat" not in argv
+    assert "--without-heartbeat" in worker_argv(plan) and "--task-events" not in worker_argv(plan)
     beat = beat_argv(settings(tmp_path))
     assert beat[:3] == ["beat", "--schedule", str(tmp_path / "beat" / "celerybeat-schedule")]
     assert (tmp_path / "beat").is_dir()
@@ -122,7 +125,8 @@ def test_prefetch_fills_a_batch_only_where_a_batched_consumer_is_served(tmp_path
     the app's prefetch of 1, so a long OCR task holds no other message back."""
     cpu = plan_worker(settings(tmp_path), role="cpu", concurrency=2)
     assert prefetch_multiplier(cpu) * 2 == BATCH_FLUSH_EVERY[Task.embed_batched]
-    assert worker_argv(cpu)[-2:] == ["--prefetch-multiplier", str(prefetch_multiplier(cpu))]
+    argv = worker_argv(cpu)
+    assert argv[argv.index("--prefetch-multiplier") + 1] == str(prefetch_multiplier(cpu))
     ingest_only = plan_worker(settings(tmp_path), queues="ingest,perceive.cpu", concurrency=2)
     assert prefetch_multiplier(ingest_only) == 1 and "--prefetch-multiplier" not in worker_argv(ingest_only)
 

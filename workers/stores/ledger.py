@@ -325,13 +325,80 @@ class SqliteLedger:
         return republish, given_up
 
 
+#: Lua shared by the Redis ledger's scripts: ``set_status`` moves an event (its hash at ``key``) to ``status`` as
+#: ``RedisLedger._set_status`` does inside a transaction; ``is_final`` tells the final statuses.
+_LUA_COMMON = """
+local function is_final(s) return {} end
+local function set_status(key, prefix, tenant, eid, old, status, stage, reason, now_iso, now_ts)
+  redis.call('HSET', key, 'status', status, 'stage', stage, 'reason', reason, 'updated_at', now_iso)
+  if old and old ~= status then redis.call('ZREM', prefix .. 'tenant:' .. tenant .. ':status:' .. old, eid) end
+  redis.call('ZADD', prefix .. 'tenant:' .. tenant .. ':status:' .. status, now_ts, eid)
+  redis.call('ZADD', prefix .. 'tenant:' .. tenant .. ':events', now_ts, eid)
+end
+""".format(" or ".join(f"s == '{st.value}'" for st in FINAL_STATUSES))
+
+# The event scripts return {-1} for an unknown event, {1, kind} when the event entered a final status, else {0}.
+#: ``mark``: KEYS the event's hash; ARGV prefix, status, stage, reason, now (ISO 8601), now (epoch seconds).
+_LUA_MARK = _LUA_COMMON + """
+local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind')
+if not rec[1] then return {-1} end
+if is_final(rec[1]) and not is_final(ARGV[2]) then return {0} end
+set_status(KEYS[1], ARGV[1], rec[2], rec[3], rec[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
+if is_final(ARGV[2]) and not is_final(rec[1]) then return {1, rec[4]} end
+return {0}
+"""
+#: ``expect_segments``: KEYS the event's hash and its segments; ARGV prefix, total, reason when done now, now
+#: (ISO 8601), now (epoch seconds).
+_LUA_EXPECT_SEGMENTS = _LUA_COMMON + """
+local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind')
+if not rec[1] then return {-1} end
+redis.call('HSET', KEYS[1], 'segments_total', ARGV[2])
+if not is_final(rec[1]) and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[2]) then
+  set_status(KEYS[1], ARGV[1], rec[2], rec[3], rec[1], 'done', '', ARGV[3], ARGV[4], ARGV[5])
+  return {1, rec[4]}
+end
+return {0}
+"""
+#: ``segment_done``: KEYS the event's hash and its segments; ARGV prefix, segment index, observations, now
+#: (ISO 8601), now (epoch seconds). An event not final yet gets a new progress time (``_touch``).
+_LUA_SEGMENT_DONE = _LUA_COMMON + """
+local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind', 'segments_total')
+if not rec[1] then return {-1} end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+if is_final(rec[1]) then return {0} end
+if rec[5] and rec[5] ~= '' and redis.call('HLEN', KEYS[2]) >= tonumber(rec[5]) then
+  set_status(KEYS[1], ARGV[1], rec[2], rec[3], rec[1], 'done', '', '', ARGV[4], ARGV[5])
+  return {1, rec[4]}
+end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[4])
+redis.call('ZADD', ARGV[1] .. 'tenant:' .. rec[2] .. ':status:' .. rec[1], ARGV[5], rec[3])
+redis.call('ZADD', ARGV[1] .. 'tenant:' .. rec[2] .. ':events', ARGV[5], rec[3])
+return {0}
+"""
+#: ``claim_content``: KEYS the content key; ARGV prefix, event id. Returns the event holding the content (not
+#: failed), or nil when this event now holds it.
+_LUA_CLAIM_CONTENT = f"""
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[2] then
+  local status = redis.call('HGET', ARGV[1] .. 'event:' .. holder, 'status')
+  if status and status ~= '{EventStatus.failed.value}' then return holder end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+return false
+"""
+
+
 class RedisLedger:
     """The ledger in Redis (the distributed mode), for any number of processes.
 
     Keys (prefix ``engram:``): ``event:<id>`` (hash of the record), ``event:<id>:segments`` (hash segment
     index → observations), ``tenant:<t>:events`` (sorted set by update time), ``tenant:<t>:status:<s>``
     (sorted set per status), ``content:<t>:<user>:<sha256>`` and ``frame:<t>:<device>``. Read-modify-write steps
-    run as optimistic transactions (WATCH/MULTI), so concurrent workers never lose an update.
+    are atomic, so concurrent workers never lose an update: the ones every event takes (``mark``,
+    ``claim_content``, ``expect_segments``, ``segment_done``) as Lua scripts (one round trip each: an ingest
+    task made ~12 round trips with optimistic transactions, each a wait and a process switch on a busy worker), the
+    rarer ones as optimistic transactions (WATCH/MULTI). The scripts reach keys they read from the event's hash
+    (its tenant's sets, a content holder's hash): one Redis server or a replicated one, not Redis Cluster.
     """
 
     def __init__(self, url: str, prefix: str = "engram:") -> None:
@@ -340,6 +407,11 @@ class RedisLedger:
         self.url = url
         self.r = redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
         self.p = prefix
+        # redis-py's Script: EVALSHA, loading the script again after a server restart forgot it (NOSCRIPT)
+        self._mark = self.r.register_script(_LUA_MARK)
+        self._expect_segments = self.r.register_script(_LUA_EXPECT_SEGMENTS)
+        self._segment_done = self.r.register_script(_LUA_SEGMENT_DONE)
+        self._claim_content = self.r.register_script(_LUA_CLAIM_CONTENT)
 
     def _ek(self, event_id: uuid.UUID | str) -> str:
         return f"{self.p}event:{event_id}"
@@ -422,35 +494,18 @@ class RedisLedger:
 
     def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
              reason: str | None = None) -> None:
-        key = self._ek(event_id)
-
-        def fn(pipe):
-            rec = pipe.hgetall(key)
-            if not rec:
-                raise KeyError(f"unknown event {event_id}")
-            pipe.multi()
-            if rec["status"] in FINAL_STATUSES and status not in FINAL_STATUSES:
-                return None
-            return self._set_status(pipe, rec, status, stage, reason)
-
-        if finished := self._transact(fn, key):
-            count_finished(*finished)
+        now = datetime.now(UTC)
+        outcome = self._mark(keys=[self._ek(event_id)], args=[self.p, status.value, stage or "", reason or "",
+                                                              now.isoformat(), now.timestamp()])
+        if outcome[0] == -1:
+            raise KeyError(f"unknown event {event_id}")
+        if outcome[0] == 1:
+            count_finished(outcome[1], status.value, stage, reason)
 
     def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
-        ckey = f"{self.p}content:{tenant_id}:{user_id}:{sha256}"
-
-        def fn(pipe):
-            holder = pipe.get(ckey)
-            if holder and holder != str(event_id):
-                status = pipe.hget(self._ek(holder), "status")
-                if status not in (None, EventStatus.failed.value):
-                    pipe.multi()
-                    return uuid.UUID(holder)
-            pipe.multi()
-            pipe.set(ckey, str(event_id))
-            return None
-
-        return self._transact(fn, ckey)
+        holder = self._claim_content(keys=[f"{self.p}content:{tenant_id}:{user_id}:{sha256}"],
+                                     args=[self.p, str(event_id)])
+        return uuid.UUID(holder) if holder else None
 
     def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
                    is_near_duplicate) -> uuid.UUID | None:
@@ -467,41 +522,22 @@ class RedisLedger:
         return self._transact(fn, fkey)
 
     def expect_segments(self, event_id: uuid.UUID, total: int) -> None:
-        key = self._ek(event_id)
-
-        def fn(pipe):
-            rec = pipe.hgetall(key)
-            done = pipe.hlen(key + ":segments")
-            pipe.multi()
-            pipe.hset(key, "segments_total", total)
-            if rec.get("status") not in FINAL_STATUSES and done >= total:
-                return self._set_status(pipe, rec, EventStatus.done, None,
-                                        "no content to store" if total == 0 else None)
-            return None
-
-        if finished := self._transact(fn, key, key + ":segments"):
-            count_finished(*finished)
+        key, now = self._ek(event_id), datetime.now(UTC)
+        reason = "no content to store" if total == 0 else None
+        outcome = self._expect_segments(keys=[key, key + ":segments"],
+                                        args=[self.p, total, reason or "", now.isoformat(), now.timestamp()])
+        if outcome[0] == 1:  # an unknown event ({-1}) is left alone, as the SQLite ledger's UPDATE leaves it
+            count_finished(outcome[1], EventStatus.done.value, None, reason)
 
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
-        key = self._ek(event_id)
-
-        def fn(pipe):
-            rec = pipe.hgetall(key)
-            segs = pipe.hgetall(key + ":segments")
-            segs[str(segment_index)] = str(observations)
-            total = int(rec["segments_total"]) if rec.get("segments_total") else None
-            pipe.multi()
-            pipe.hset(key + ":segments", str(segment_index), observations)
-            if rec["status"] in FINAL_STATUSES:
-                return None
-            if total is not None and len(segs) >= total:
-                return self._set_status(pipe, rec, EventStatus.done, None, None)
-            self._touch(pipe, rec)  # progress: the stalled-event sweep leaves it alone
-            return None
-
-        if finished := self._transact(fn, key, key + ":segments"):
-            count_finished(*finished)
-        return finished is not None
+        key, now = self._ek(event_id), datetime.now(UTC)
+        outcome = self._segment_done(keys=[key, key + ":segments"],
+                                     args=[self.p, segment_index, observations, now.isoformat(), now.timestamp()])
+        if outcome[0] == -1:
+            raise KeyError(f"unknown event {event_id}")
+        if outcome[0] == 1:
+            count_finished(outcome[1], EventStatus.done.value, None, None)
+        return outcome[0] == 1
 
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         tenants = [tenant_id] if tenant_id else self._tenants()

@@ -141,6 +141,34 @@ def test_recording_a_known_event_again_is_one_read_on_redis(redis_server):
     assert grew.pop("info", 0) <= 1 and grew == {"exists": 1}, grew
 
 
+def test_each_step_of_an_event_is_one_round_trip_on_redis(redis_server):
+    # the steps every event takes run as server-side scripts (EVALSHA), not optimistic transactions
+    # (WATCH, reads, MULTI/EXEC: three or four round trips each)
+    ledger = RedisLedger(redis_server, prefix=f"test-{uuid.uuid4().hex[:8]}:")
+    warm, ev = make_event(), make_event()
+    for e in (warm, ev):  # the first use of each script loads it (NOSCRIPT, then SCRIPT LOAD): not counted
+        ledger.record_queued(e)
+        ledger.mark(e.event_id, EventStatus.processing, stage="ingest")
+        ledger.claim_content(e.tenant_id, e.user_id, e.sha256 + str(e.event_id), e.event_id)
+        ledger.expect_segments(e.event_id, 2)
+        ledger.segment_done(e.event_id, 0, 1)
+
+    def calls() -> dict[str, int]:
+        return {k.removeprefix("cmdstat_"): v["calls"] for k, v in ledger.r.info("commandstats").items()}
+
+    for step in (lambda: ledger.mark(ev.event_id, EventStatus.processing, stage="perceive"),
+                 lambda: ledger.claim_content(ev.tenant_id, ev.user_id, "other", ev.event_id),
+                 lambda: ledger.expect_segments(ev.event_id, 2),
+                 lambda: ledger.segment_done(ev.event_id, 1, 3)):
+        before = calls()
+        step()
+        grew = {k: n - before.get(k, 0) for k, n in calls().items() if n != before.get(k, 0)}
+        # the server counts the commands a script runs too; a transaction would show WATCH, MULTI and EXEC
+        assert grew.get("evalsha") == 1 and not {"watch", "multi", "exec", "hgetall"} & grew.keys(), grew
+    rec = ledger.get(ev.event_id)
+    assert (rec.status, rec.segments_done, rec.observations) == (EventStatus.done, 2, 4)
+
+
 def test_unknown_events(ledger):
     assert ledger.get(uuid.uuid4()) is None
     with pytest.raises(KeyError):
