@@ -336,7 +336,7 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     rt = runtime(settings)
 
     def send(event):
-        app.send_task("workers.ingest.ingest", args=[event.model_dump(mode="json")])
+        app.send_task("workers.ingest.ingest", args=[event.model_dump(mode="json")], ignore_result=True)
 
     def search(req):
         return SearchResponse.model_validate(

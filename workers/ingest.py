@@ -53,9 +53,10 @@ def ingest(event: MediaEvent) -> None:
     """Validate ``event``'s object and dispatch each segment (``dispatch``: batched across events in the
     distributed mode)."""
     rt = runtime()
-    rt.ledger.record_queued(event)
-    known = rt.ledger.get(event.event_id)
-    if known is not None and known.status in FINAL_STATUSES:
+    known = rt.ledger.get(event.event_id)  # the publisher recorded it (the common case: one read, no write)
+    if known is None:
+        rt.ledger.record_queued(event)
+    elif known.status in FINAL_STATUSES:
         log.info("event already final", event_id=str(event.event_id), status=known.status.value)
         return  # published twice, or redelivered after it finished: nothing to do
     rt.ledger.mark(event.event_id, EventStatus.processing, stage="ingest")
@@ -64,7 +65,9 @@ def ingest(event: MediaEvent) -> None:
     if jobs is None:
         return
     rt.ledger.expect_segments(event.event_id, len(jobs))
-    done = rt.ledger.done_segments(event.event_id)  # a redelivered event: only the segments not yet stored
+    # a redelivered event: only the segments not yet stored (an event with none stored when read above needs no
+    # second read: a segment stored meanwhile by a duplicate delivery is stored again, idempotently)
+    done = rt.ledger.done_segments(event.event_id) if known is not None and known.segments_done else set()
     base = 0 if rt.settings.embedded else tenant_priority(rt.ledger, event.tenant_id, rt.settings)
     for job in jobs:
         if job.segment_index not in done:

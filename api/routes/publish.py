@@ -171,7 +171,8 @@ def publish_event(body: PublishRequest, tenant: Tenant, svc: Svc) -> PublishResp
         svc.ledger.record_queued(event)
         svc.celery.send_task(Task.ingest.value, args=[event.model_dump(mode="json")], task_id=str(event.event_id),
                              retry_policy=REQUEST_PUBLISH_RETRY,  # lower while the tenant has much in flight
-                             priority=tenant_priority(svc.ledger, tenant, svc.settings))
+                             priority=tenant_priority(svc.ledger, tenant, svc.settings),
+                             ignore_result=True)  # the ledger has its outcome: no result channel to subscribe to
     except Exception as exc:
         svc.redis.delete(claim)  # not enqueued: publishing it again must enqueue it
         raise unavailable("queue", exc) from exc
