@@ -463,15 +463,20 @@ def by_workers(figures: list[Figure], kind: str) -> dict[int, list[Figure]]:
 
 
 def rates(figures: list[Figure], kind: str = "text") -> dict[str, dict[str, float | None]]:
-    """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy"}}`` of the distributed figures of
-    ``kind``, each the median over the rounds (the shape of ``bench/ingest.py --json``'s ``"distributed"``
-    section)."""
+    """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy", "efficiency_vs_fewest"}}`` of the
+    distributed figures of ``kind``: the first three each the median over the rounds (the shape of
+    ``bench/ingest.py --json``'s ``"distributed"`` section), the last the median of the count's rounds' ratios to
+    the fewest workers' row of the same round (``efficiency_ratios``; 1.0 for the fewest; None without a pair)."""
     out: dict[str, dict[str, float | None]] = {}
-    for n, fs in by_workers(figures, kind).items():
+    groups = by_workers(figures, kind)
+    ratios = efficiency_ratios(figures, kind)
+    for n, fs in groups.items():
         busy = _median(f.store_busy for f in fs)
+        ratio = 1.0 if n == min(groups) else _median(ratios.get(n, []))
         out[str(n)] = {"events_per_s": round(_median(f.events_per_s for f in fs), 3),
                        "events_per_cpu_s": round(_median(f.events_per_cpu_s for f in fs), 4),
-                       "store_busy": round(busy, 3) if busy is not None else None}
+                       "store_busy": round(busy, 3) if busy is not None else None,
+                       "efficiency_vs_fewest": round(ratio, 3) if ratio is not None else None}
     return out
 
 
@@ -488,15 +493,23 @@ def efficiency_ratios(figures: list[Figure], kind: str = "text") -> dict[int, li
 
 
 def distributed_rates(events: int = 60, workers: Iterable[int] = (1, 2, 4), kind: str = "text",
-                      latency_samples: int = 0, rounds: int = 1) -> dict[str, dict[str, float | None]]:
+                      latency_samples: int = 0, rounds: int = 1, out=print) -> dict[str, dict[str, float | None]]:
     """Run the distributed mode alone (no embedded row, no latency by default) on ``kind`` events, ``rounds``
-    rounds, and return ``rates()``: ``{"1": {"events_per_s": .., "events_per_cpu_s": .., "store_busy": ..},
-    "2": .., "4": ..}`` (medians over the rounds of events/s, events per CPU-second of all worker processes, the
-    store worker's CPU share of the wall time). For ``bench/ingest.py``; takes minutes (each configuration
-    starts its workers and loads their models)."""
+    rounds, print each row's figures and the targets' checks (``checks``) through ``out``, and return ``rates()``:
+    ``{"1": {"events_per_s": .., "events_per_cpu_s": .., "store_busy": .., "efficiency_vs_fewest": 1.0}, "2": ..,
+    "4": ..}`` (medians over the rounds of events/s, events per CPU-second of all worker processes, the store
+    worker's CPU share of the wall time; each count's median ratio to one worker, round by round). For
+    ``bench/ingest.py``; takes minutes (each configuration starts its workers and loads their models)."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    return rates(run(kinds=[kind], workers=workers, events=events, samples=latency_samples, embedded=False,
-                     rounds=rounds), kind)
+    figures = run(kinds=[kind], workers=workers, events=events, samples=latency_samples, embedded=False,
+                  rounds=rounds)
+    for f in figures:
+        out(f"  {f.workers} cpu worker(s), round {f.round}: {f.events_per_s:.2f} events/s, "
+            f"{f.events_per_cpu_s:.2f} events per CPU-second"
+            + (f", store busy {f.store_busy:.0%}" if f.store_busy is not None else ""))
+    for line in checks(figures):
+        out(f"  {line}")
+    return rates(figures, kind)
 
 
 def checks(figures: list[Figure]) -> list[str]:

@@ -166,12 +166,14 @@ def text(args: argparse.Namespace) -> dict:
 
 
 def distributed(args: argparse.Namespace) -> dict:
-    """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy"}}``: text events through the distributed
-    mode with each count of cpu workers in ``--distributed-workers``, medians of ``--distributed-rounds``
-    interleaved rounds (``bench.distributed.distributed_rates``: its own redis-server and ``engram worker``
-    processes; minutes)."""
+    """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy", "efficiency_vs_fewest"}}``: text events
+    through the distributed mode with each count of cpu workers in ``--distributed-workers``, medians of
+    ``--distributed-rounds`` interleaved rounds, each row and the targets' checks printed
+    (``bench.distributed.distributed_rates``: its own redis-server and ``engram worker`` processes; minutes)."""
     from bench.distributed import distributed_rates  # starts servers: only when this section is asked for
 
+    print(f"distributed, {args.distributed_events} text events per row, {args.distributed_rounds} interleaved "
+          f"round(s) of {', '.join(map(str, args.distributed_workers))} cpu worker(s) (minutes):")
     return distributed_rates(events=args.distributed_events, workers=args.distributed_workers, kind="text",
                              rounds=args.distributed_rounds)
 

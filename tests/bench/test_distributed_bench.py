@@ -27,8 +27,10 @@ def test_rounds_give_medians_and_each_rounds_ratio_to_its_own_one_worker_row():
     figures = [_row(1, 1, 40.0), _row(4, 1, 38.0, 0.3), _row(1, 2, 30.0), _row(4, 2, 28.5, 0.2),
                _row(1, 3, 44.0), _row(4, 3, 35.2, 0.4)]
     assert efficiency_ratios(figures) == {4: pytest.approx([0.95, 0.95, 0.8])}
-    assert rates(figures) == {"1": {"events_per_s": 31.0, "events_per_cpu_s": 40.0, "store_busy": 0.1},
-                              "4": {"events_per_s": 34.0, "events_per_cpu_s": 35.2, "store_busy": 0.3}}
+    assert rates(figures) == {"1": {"events_per_s": 31.0, "events_per_cpu_s": 40.0, "store_busy": 0.1,
+                                    "efficiency_vs_fewest": 1.0},
+                              "4": {"events_per_s": 34.0, "events_per_cpu_s": 35.2, "store_busy": 0.3,
+                                    "efficiency_vs_fewest": 0.95}}
     lines = checks(figures)
     assert "text: events/CPU-s 4 vs 1 worker(s) x0.95 median of the rounds (rounds: x0.95, x0.95, x0.80) (ok: at " \
            "most 10 % lower)" in lines, lines
@@ -54,10 +56,11 @@ def test_distributed_bench_smoke(tmp_path):
     by_task = [line for line in run.stdout.splitlines() if "CPU s by task" in line]  # from the workers' /metrics
     assert len(by_task) == 1 and "ingest" in by_task[0] and "embed_batched" in by_task[0], run.stdout
     data = json.loads(out.read_text())
-    # the section bench/ingest.py merges: {"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy"}}
+    # the section bench/ingest.py merges: {"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy", ...}}
     assert set(data["distributed"]) == {"1"}
     one = data["distributed"]["1"]
-    assert set(one) == {"events_per_s", "events_per_cpu_s", "store_busy"}
+    assert set(one) == {"events_per_s", "events_per_cpu_s", "store_busy", "efficiency_vs_fewest"}
+    assert one["efficiency_vs_fewest"] == 1.0
     assert one["events_per_s"] > 0 and one["events_per_cpu_s"] > 0 and 0 < one["store_busy"] < 2, one
     figures = data["figures"]
     assert [(f["mode"], f["kind"], f["workers"]) for f in figures] == [("distributed", "text", 1),
