@@ -169,6 +169,18 @@ def test_each_step_of_an_event_is_one_round_trip_on_redis(redis_server):
     assert (rec.status, rec.segments_done, rec.observations) == (EventStatus.done, 2, 4)
 
 
+def test_the_scripts_are_loaded_again_after_the_server_forgot_them(redis_server):
+    # a restarted redis-server (or SCRIPT FLUSH) knows no script: redis-py's Script loads it again on NOSCRIPT
+    ledger = RedisLedger(redis_server, prefix=f"test-{uuid.uuid4().hex[:8]}:")
+    ev = make_event()
+    ledger.record_queued(ev)
+    ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
+    ledger.r.script_flush()
+    ledger.expect_segments(ev.event_id, 1)
+    assert ledger.segment_done(ev.event_id, 0, 2) is True
+    assert ledger.get(ev.event_id).status is EventStatus.done
+
+
 def test_unknown_events(ledger):
     assert ledger.get(uuid.uuid4()) is None
     with pytest.raises(KeyError):
