@@ -507,9 +507,19 @@ def distributed_rates(events: int = 60, workers: Iterable[int] = (1, 2, 4), kind
         out(f"  {f.workers} cpu worker(s), round {f.round}: {f.events_per_s:.2f} events/s, "
             f"{f.events_per_cpu_s:.2f} events per CPU-second"
             + (f", store busy {f.store_busy:.0%}" if f.store_busy is not None else ""))
+        if line := task_cpu_line(f):
+            out(f"    {line}")
     for line in checks(figures):
         out(f"  {line}")
     return rates(figures, kind)
+
+
+def task_cpu_line(f: Figure) -> str | None:
+    """``f``'s CPU seconds by task and the rest of its CPU (no task), one line, or None without them."""
+    if not f.task_cpu_s:
+        return None
+    return ("CPU s by task " + ", ".join(f"{t.rsplit('.', 1)[-1]} {v:.2f}" for t, v in f.task_cpu_s.items())
+            + f"; in no task (consumers, pool parents, polls) {f.cpu_s - sum(f.task_cpu_s.values()):.2f}")
 
 
 def checks(figures: list[Figure]) -> list[str]:
@@ -597,11 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     load_after = load_average()
     say.print(table(figures, args.events))
     for f in figures:
-        if f.task_cpu_s:
-            rest = f.cpu_s - sum(f.task_cpu_s.values())
-            say.print(f"{f.kind}, {f.workers} worker(s), round {f.round}: CPU s by task "
-                      + ", ".join(f"{t.rsplit('.', 1)[-1]} {v:.2f}" for t, v in f.task_cpu_s.items())
-                      + f"; in no task (consumers, pool parents, polls) {rest:.2f}", highlight=False)
+        if line := task_cpu_line(f):
+            say.print(f"{f.kind}, {f.workers} worker(s), round {f.round}: {line}", highlight=False)
     for line in checks(figures):
         say.print(line, highlight=False)
     say.print(f"load average after: {load_after}")

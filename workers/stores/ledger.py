@@ -430,6 +430,18 @@ class RedisLedger:
                 except redis.WatchError:
                     continue
 
+    @staticmethod
+    def _finished(outcome: list, event_id: uuid.UUID | None, status: EventStatus, stage: str | None,
+                  reason: str | None) -> bool:
+        """Read an event script's ``outcome`` (``{-1}`` unknown event, ``{1, kind}`` it entered ``status``, a final
+        one, else ``{0}``): count the finish (``metrics.count_finished``) and return whether it happened. An unknown
+        event raises KeyError, unless ``event_id`` is None (the caller leaves unknown events alone)."""
+        if outcome[0] == -1 and event_id is not None:
+            raise KeyError(f"unknown event {event_id}")
+        if outcome[0] == 1:
+            count_finished(outcome[1], status.value, stage, reason)
+        return outcome[0] == 1
+
     def _set_status(self, pipe, rec: dict, status: EventStatus, stage: str | None,
                     reason: str | None) -> tuple | None:
         """Queue (in MULTI) the writes that move ``rec`` to ``status``; returns the arguments of
@@ -495,12 +507,9 @@ class RedisLedger:
     def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
              reason: str | None = None) -> None:
         now = datetime.now(UTC)
-        outcome = self._mark(keys=[self._ek(event_id)], args=[self.p, status.value, stage or "", reason or "",
-                                                              now.isoformat(), now.timestamp()])
-        if outcome[0] == -1:
-            raise KeyError(f"unknown event {event_id}")
-        if outcome[0] == 1:
-            count_finished(outcome[1], status.value, stage, reason)
+        self._finished(self._mark(keys=[self._ek(event_id)], args=[self.p, status.value, stage or "", reason or "",
+                                                                   now.isoformat(), now.timestamp()]),
+                       event_id, status, stage, reason)
 
     def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
         holder = self._claim_content(keys=[f"{self.p}content:{tenant_id}:{user_id}:{sha256}"],
@@ -524,20 +533,17 @@ class RedisLedger:
     def expect_segments(self, event_id: uuid.UUID, total: int) -> None:
         key, now = self._ek(event_id), datetime.now(UTC)
         reason = "no content to store" if total == 0 else None
-        outcome = self._expect_segments(keys=[key, key + ":segments"],
-                                        args=[self.p, total, reason or "", now.isoformat(), now.timestamp()])
-        if outcome[0] == 1:  # an unknown event ({-1}) is left alone, as the SQLite ledger's UPDATE leaves it
-            count_finished(outcome[1], EventStatus.done.value, None, reason)
+        # an unknown event is left alone, as the SQLite ledger's UPDATE leaves it
+        self._finished(self._expect_segments(keys=[key, key + ":segments"],
+                                             args=[self.p, total, reason or "", now.isoformat(), now.timestamp()]),
+                       None, EventStatus.done, None, reason)
 
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
         key, now = self._ek(event_id), datetime.now(UTC)
-        outcome = self._segment_done(keys=[key, key + ":segments"],
-                                     args=[self.p, segment_index, observations, now.isoformat(), now.timestamp()])
-        if outcome[0] == -1:
-            raise KeyError(f"unknown event {event_id}")
-        if outcome[0] == 1:
-            count_finished(outcome[1], EventStatus.done.value, None, None)
-        return outcome[0] == 1
+        return self._finished(self._segment_done(keys=[key, key + ":segments"],
+                                                 args=[self.p, segment_index, observations, now.isoformat(),
+                                                       now.timestamp()]),
+                              event_id, EventStatus.done, None, None)
 
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         tenants = [tenant_id] if tenant_id else self._tenants()
