@@ -47,9 +47,9 @@ def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
 
 def store_batches(rt: Runtime, batches: list[EmbeddedBatch]) -> list[int]:
     """Write the observations of ``batches`` (segments of one or many events) in one store request (one
-    ``retrieve`` and one ``upsert`` of the ``observations`` collection), then record each segment in the ledger
-    (an event is done when all its segments are). Returns how many observations each batch wrote. Raises what
-    the stores raise (``StoreBusy``...)."""
+    ``retrieve`` and one ``upsert`` of the ``observations`` collection), then record the segments in the ledger
+    together (``segments_done``; an event is done when all its segments are). Returns how many observations each
+    batch wrote. Raises what the stores raise (``StoreBusy``...)."""
     points = [observation_point(item) for batch in batches for item in batch.items]
     if points:
         # a redelivered segment must not make consolidated observations pending again
@@ -58,10 +58,11 @@ def store_batches(rt: Runtime, batches: list[EmbeddedBatch]) -> list[int]:
         for point in points:
             point.payload["consolidated"] = point.id in already
         rt.vectors.upsert(OBSERVATIONS, points)
-    for batch in batches:
+    finished = rt.ledger.segments_done([(b.job.event.event_id, b.job.segment_index, len(b.items)) for b in batches])
+    for batch, done in zip(batches, finished, strict=True):
         event = batch.job.event
         OBSERVATIONS_WRITTEN.labels(kind=event.kind.value).inc(len(batch.items))
-        if rt.ledger.segment_done(event.event_id, batch.job.segment_index, len(batch.items)):
+        if done:
             log.info("event done", event_id=str(event.event_id))
             rec = rt.ledger.get(event.event_id)
             if rec is not None and rec.created_at is not None:

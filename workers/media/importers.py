@@ -155,9 +155,18 @@ _WA_SYSTEM = re.compile(
 _INVISIBLE = str.maketrans({"\u200e": None, "\u200f": None, "\ufeff": None, "\u202f": " ", "\u00a0": " "})
 
 
+#: Whitespace and the invisible marks a WhatsApp export may carry before its first line (``_INVISIBLE``).
+_LEADING = " \t\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029\u200e\u200f\ufeff\u202f\u00a0"
+#: Characters of the first line ``looks_like_whatsapp`` reads: a header (date, time, sender) is far shorter.
+_HEADER_CHARS = 1000
+
+
 def looks_like_whatsapp(text: str) -> bool:
-    """True when the first non-empty line is a WhatsApp message header (date, time, then a sender)."""
-    for line in text.translate(_INVISIBLE).splitlines():
+    """True when the first non-empty line is a WhatsApp message header (date, time, then a sender). Reads that
+    line only (its first ``_HEADER_CHARS`` characters), not the whole text: a file is asked this before it is
+    parsed as whatever it is."""
+    head = text.lstrip(_LEADING)[:_HEADER_CHARS]
+    for line in head.translate(_INVISIBLE).splitlines():
         if line.strip():
             return _WA_HEADER.match(line.strip()) is not None
     return False

@@ -57,6 +57,11 @@ class Ledger(Protocol):
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
         """Record a stored segment (idempotent); mark the event done and return True when all are."""
 
+    def segments_done(self, segments: list[tuple[uuid.UUID, int, int]]) -> list[bool]:
+        """``segment_done`` of each (event id, segment index, observations), in order, together: one transaction
+        (SQLite: one commit, not one per segment) or one pipeline (Redis). Returns, for each, whether it finished
+        its event."""
+
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         """Number of events per status."""
 
@@ -222,20 +227,30 @@ class SqliteLedger:
             count_finished(kind[0], EventStatus.done.value, None, "no content to store")
 
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
+        return self.segments_done([(event_id, segment_index, observations)])[0]
+
+    def segments_done(self, segments: list[tuple[uuid.UUID, int, int]]) -> list[bool]:
+        kinds: list[str | None] = []  # the kind of each event finished here, None for the others
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO segments (event_id, segment_index, observations) VALUES (?,?,?)",
-                       (str(event_id), segment_index, observations))
-            db.execute("UPDATE events SET updated_at=? WHERE event_id=?", (_now(), str(event_id)))  # progress
-            total, status, kind = db.execute("SELECT segments_total, status, kind FROM events WHERE event_id=?",
-                                             (str(event_id),)).fetchone()
-            done = db.execute("SELECT COUNT(*) FROM segments WHERE event_id=?", (str(event_id),)).fetchone()[0]
-            finished = total is not None and done >= total and status not in FINAL_STATUSES
-            if finished:
-                db.execute("UPDATE events SET status=?, stage=NULL, reason=NULL, updated_at=? WHERE event_id=?",
-                           (EventStatus.done.value, _now(), str(event_id)))
-        if finished:
-            count_finished(kind, EventStatus.done.value, None, None)
-        return finished
+            for event_id, segment_index, observations in segments:
+                db.execute("INSERT OR REPLACE INTO segments (event_id, segment_index, observations) VALUES (?,?,?)",
+                           (str(event_id), segment_index, observations))
+                db.execute("UPDATE events SET updated_at=? WHERE event_id=?", (_now(), str(event_id)))  # progress
+                row = db.execute("SELECT segments_total, status, kind FROM events WHERE event_id=?",
+                                 (str(event_id),)).fetchone()
+                if row is None:
+                    raise KeyError(f"unknown event {event_id}")
+                total, status, kind = row
+                done = db.execute("SELECT COUNT(*) FROM segments WHERE event_id=?", (str(event_id),)).fetchone()[0]
+                finished = total is not None and done >= total and status not in FINAL_STATUSES
+                if finished:
+                    db.execute("UPDATE events SET status=?, stage=NULL, reason=NULL, updated_at=? WHERE event_id=?",
+                               (EventStatus.done.value, _now(), str(event_id)))
+                kinds.append(kind if finished else None)
+        for kind in kinds:  # counted once committed
+            if kind is not None:
+                count_finished(kind, EventStatus.done.value, None, None)
+        return [kind is not None for kind in kinds]
 
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         with self._tx() as db:
@@ -539,11 +554,26 @@ class RedisLedger:
                        None, EventStatus.done, None, reason)
 
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
-        key, now = self._ek(event_id), datetime.now(UTC)
-        return self._finished(self._segment_done(keys=[key, key + ":segments"],
-                                                 args=[self.p, segment_index, observations, now.isoformat(),
-                                                       now.timestamp()]),
+        return self._finished(self._segment_done(**self._segment_args(event_id, segment_index, observations)),
                               event_id, EventStatus.done, None, None)
+
+    def segments_done(self, segments: list[tuple[uuid.UUID, int, int]]) -> list[bool]:
+        if len(segments) == 1:  # one EVALSHA; a pipeline asks SCRIPT EXISTS first
+            return [self.segment_done(*segments[0])]
+        with self.r.pipeline(transaction=False) as pipe:
+            for segment in segments:
+                self._segment_done(**self._segment_args(*segment), client=pipe)
+            outcomes = pipe.execute()
+        finished = [self._finished(outcome, None, EventStatus.done, None, None) for outcome in outcomes]
+        if unknown := [str(event_id) for outcome, (event_id, _, _) in zip(outcomes, segments, strict=True)
+                       if outcome[0] == -1]:
+            raise KeyError(f"unknown events {', '.join(unknown)}")
+        return finished
+
+    def _segment_args(self, event_id: uuid.UUID, segment_index: int, observations: int) -> dict[str, list]:
+        key, now = self._ek(event_id), datetime.now(UTC)
+        return {"keys": [key, key + ":segments"],
+                "args": [self.p, segment_index, observations, now.isoformat(), now.timestamp()]}
 
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         tenants = [tenant_id] if tenant_id else self._tenants()

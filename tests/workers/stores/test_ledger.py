@@ -368,3 +368,22 @@ def test_forgetting_a_users_events(ledger):
     again = make_event(content=b"mine", device="phone")
     assert ledger.claim_content("acme", "alice", again.sha256, again.event_id) is None
     assert ledger.swap_frame("acme", "phone", "ff" * 8, again.event_id, lambda a, b: a == b) is None
+
+
+def test_segments_recorded_together_finish_their_events_as_one_by_one(ledger):
+    """``segments_done`` records the segments of several events at once (one SQLite transaction, one Redis
+    pipeline) with ``segment_done``'s outcome for each; an unknown event raises KeyError."""
+    a, b, c = make_event(), make_event(), make_event()
+    for ev, total in ((a, 2), (b, 1), (c, 3)):
+        ledger.record_queued(ev)
+        ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
+        ledger.expect_segments(ev.event_id, total)
+    assert ledger.segments_done([(a.event_id, 0, 4), (b.event_id, 0, 2), (a.event_id, 1, 3), (c.event_id, 0, 1),
+                                 (a.event_id, 1, 3)]) == [False, True, True, False, False]
+    assert [ledger.get(e.event_id).status for e in (a, b, c)] == \
+        [EventStatus.done, EventStatus.done, EventStatus.processing]
+    assert (ledger.get(a.event_id).segments_done, ledger.get(a.event_id).observations) == (2, 7)
+    assert ledger.segments_done([(c.event_id, 1, 1)]) == [False]
+    assert ledger.segments_done([]) == []
+    with pytest.raises(KeyError):
+        ledger.segments_done([(c.event_id, 2, 1), (uuid.uuid4(), 0, 1)])
