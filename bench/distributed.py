@@ -26,6 +26,12 @@ search warms the query path (its time is reported apart: ``first_search_s``, a f
 the idle cluster's own CPU (broker polls, heartbeats; cores busy, ``idle_cpu_share``) is measured over 5 s. The
 machine is shared and noisy: the load average is printed before and after; compare ratios.
 
+Each cpu worker runs its models on ``cores ÷ workers`` threads (at least one: ``model_threads``, set through
+``ENGRAM_MODELS__CPU_THREADS``), as ``models.cpu_threads`` says to when several worker processes share a machine
+and as the Helm chart deploys cpu workers (one model thread per pool process): with the default, a thread per core
+in every process, four workers on 2 cores ran 8 model threads (four processes encoding the same texts took
+~5-10 % more CPU with 2 threads each than with 1, 2026-11-27).
+
 The same work's CPU seconds move by ±15 % between two runs of one configuration here (other jobs on the
 host, caches), so the distributed rows run ``--rounds`` times (default 3), interleaved (1, 2, 4 workers, then
 again): the JSON's figures are the medians over the rounds, and the efficiency check is the median of each
@@ -110,6 +116,15 @@ class Figure:
     #: CPU seconds by task name over the window, summed over the workers (``engram_task_cpu_seconds_total`` on
     #: their /metrics); the rest of ``cpu_s`` went to no task (consumers, prefork parents, idle polls)
     task_cpu_s: dict[str, float] | None = None
+    model_threads: int | None = None  # each cpu worker's model threads (``model_threads``; None: embedded)
+
+
+def model_threads(workers: int) -> int:
+    """Model threads for each of ``workers`` cpu worker processes sharing this machine: its usable cores divided
+    among them, at least one (``models.cpu_threads``; 2 cores: 2 for one worker, 1 for two or four)."""
+    from engram.workers.models.embeddings import usable_cores
+
+    return max(1, usable_cores() // max(1, workers))
 
 
 # --- CPU accounting --------------------------------------------------------------------------------------
@@ -329,8 +344,8 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     values = dict(broker_url=redis.url, data_dir=str(root / f"data-{tag}"),
                   consolidate_interval_seconds=3600.0)
     settings = Settings(**values)
-    cluster = Cluster.create(root / f"cluster-{tag}", {f"ENGRAM_{k.upper()}": str(v)
-                                                                  for k, v in values.items()})
+    cluster = Cluster.create(root / f"cluster-{tag}", {**{f"ENGRAM_{k.upper()}": str(v) for k, v in values.items()},
+                                                       "ENGRAM_MODELS__CPU_THREADS": str(model_threads(workers))})
     app = producer(settings)
     reset_runtimes()
     rt = runtime(settings)
@@ -368,6 +383,7 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     out.idle_cpu_share = round(idle["cpu_s"] / idle["wall_s"], 4)
     out.round = round_no
     out.task_cpu_s = m.get("task_cpu_s")
+    out.model_threads = model_threads(workers)
     return out
 
 
