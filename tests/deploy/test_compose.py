@@ -155,6 +155,18 @@ def test_worker_commands_follow_the_queue_rules(monkeypatch):
     assert services["beat"].get("deploy", {}).get("replicas", 1) == 1
 
 
+def test_prefork_cpu_workers_give_each_pool_process_one_model_thread():
+    """A cpu worker's pool processes each run their own models; without ``models.cpu_threads`` each would start a
+    thread per core of the host (``bench/distributed.py``: 8 model threads of four workers on 2 cores cost ~5-10 %
+    more CPU than 4), so the compose stack sets one, as the Helm chart does."""
+    services = compose_config("gpu")["services"]
+    for name, svc in services.items():
+        cmd = svc.get("command") or []
+        if cmd[:1] == ["worker"] and _option(cmd, "--role") == "cpu" and int(_option(cmd, "--concurrency") or 0) != 1:
+            assert svc["environment"].get("ENGRAM_MODELS__CPU_THREADS") == "1", name
+            assert svc["environment"]["ENGRAM_BROKER_URL"].startswith("redis://")  # the shared settings kept
+
+
 def test_prometheus_config_mounted():
     prom = compose_config()["services"]["prometheus"]
     assert any(v["source"].endswith("deploy/prometheus.yml") for v in prom["volumes"])
