@@ -344,8 +344,9 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     values = dict(broker_url=redis.url, data_dir=str(root / f"data-{tag}"),
                   consolidate_interval_seconds=3600.0)
     settings = Settings(**values)
+    threads = model_threads(workers)
     cluster = Cluster.create(root / f"cluster-{tag}", {**{f"ENGRAM_{k.upper()}": str(v) for k, v in values.items()},
-                                                       "ENGRAM_MODELS__CPU_THREADS": str(model_threads(workers))})
+                                                       "ENGRAM_MODELS__CPU_THREADS": str(threads)})
     app = producer(settings)
     reset_runtimes()
     rt = runtime(settings)
@@ -383,7 +384,7 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     out.idle_cpu_share = round(idle["cpu_s"] / idle["wall_s"], 4)
     out.round = round_no
     out.task_cpu_s = m.get("task_cpu_s")
-    out.model_threads = model_threads(workers)
+    out.model_threads = threads
     return out
 
 
