@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import array
+import base64
+import binascii
+import sys
 import uuid
 from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, field_validator
 
 from engram.schemas.events import MediaKind
 
@@ -106,13 +111,51 @@ class Observation(BaseModel):
         return value.astimezone(UTC)
 
 
+def pack_float32(vector: list[float]) -> str:
+    """``vector`` as the base64 text of its values as float32, little-endian (4 bytes each): a 384-d embedding in
+    2,048 characters instead of ~8,000 of JSON numbers, and ~100x less CPU to write and read than JSON's float
+    text. Exact for the model's float32 vectors; a float64 is rounded to float32, as the vector store keeps it.
+    Raises TypeError for an item that is not a number."""
+    values = array.array("f", vector)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return base64.b64encode(values.tobytes()).decode("ascii")
+
+
+def unpack_float32(value: Any) -> Any:
+    """The list of floats ``pack_float32`` wrote into ``value``; anything but a string is returned as it is (a list
+    of numbers, validated as one). Raises ValueError for text that is not base64 of whole float32 values."""
+    if not isinstance(value, str):
+        return value
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ValueError("a packed vector must be base64 text of float32 values") from exc
+    if len(raw) % 4:
+        raise ValueError(f"a packed vector holds whole float32 values (4 bytes each), not {len(raw)} bytes")
+    values = array.array("f")
+    values.frombytes(raw)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tolist()
+
+
+#: A vector that is a list of floats in Python and, in JSON (a broker message), ``pack_float32``'s base64 text;
+#: read from either form. JSON's float text made an embedded chat segment's message (4 observations, ~2,000
+#: floats each) 162 kB and cost ~8 ms of CPU to write and read; packed: ~43 kB and ~0.5 ms (issue 15).
+Float32Vector = Annotated[list[float], BeforeValidator(unpack_float32),
+                          PlainSerializer(pack_float32, return_type=str, when_used="json")]
+
+
 class EmbeddedObservation(BaseModel):
     """An observation with its vectors: dense ``text`` (384 float32, L2-normalised), sparse ``bm25`` and
     ``sentences``, the multivector its dense search scores by MaxSim (``workers.memory.vectors.dense_vectors``):
-    ``dense`` first, then one vector per sentence of a short turn of several sentences (None: ``dense`` alone)."""
+    ``dense`` first, then one vector per sentence of a short turn of several sentences (None: ``dense`` alone).
+    The dense vectors travel between workers packed (``Float32Vector``); a message with lists of numbers, as
+    earlier releases wrote, is read too."""
 
     observation: Observation
-    dense: list[float]
+    dense: Float32Vector
     sparse_indices: list[int]
     sparse_values: list[float]
-    sentences: list[list[float]] | None = None
+    sentences: list[Float32Vector] | None = None

@@ -164,3 +164,39 @@ def test_a_turn_keeps_its_own_words_weight_beside_long_neighbours():
     assert {sparse.token_index("instagram"), sparse.token_index("may"), sparse.token_index("2023")} <= set(short_ctx[0])
     assert 0 < CONTEXT_TF_WEIGHT < 1
     assert _weights(long_ctx)[sparse.token_index("instagram")] < 0.5 * _weights(long_ctx)[discount]
+
+
+def test_embedded_vectors_travel_packed_and_come_back_exact(engram_env):
+    """A segment's message to the store (``embed_batched``'s JSON) holds each dense and sentence vector as base64
+    float32 text, not JSON numbers: under a third of the bytes, and the same float32 values come back. A message
+    with lists of numbers (earlier releases) is read too; text that is not a packed vector is refused."""
+    import json
+
+    from pydantic import ValidationError
+
+    from engram.schemas.jobs import EmbeddedBatch, ObservationBatch, SegmentJob
+    from engram.workers.embed import embed_batches
+
+    rt = engram_env
+    obs = [_obs(ASIDE), _obs(OTHERS[0], 1)]
+    job = SegmentJob(event={"event_id": obs[0].event_id, "tenant_id": "t", "user_id": "u", "device_id": "d",
+                            "kind": "text", "object_key": "k", "sha256": "0" * 64, "size": 1,
+                            "mime_type": "application/jsonl", "captured_at": obs[0].captured_at}, segment_index=0)
+    [batch] = embed_batches(rt, [ObservationBatch(job=job, observations=obs)])
+    message = batch.model_dump(mode="json")
+    item = message["items"][0]
+    assert isinstance(item["dense"], str) and all(isinstance(row, str) for row in item["sentences"])
+    assert len(item["sentences"]) == 4  # the aside's own vector and its three sentences
+    as_lists = batch.model_dump()  # Python's form: lists of floats, as earlier releases sent them
+    packed, plain = json.dumps(message), json.dumps(as_lists, default=str)
+    assert len(packed) * 3 < len(plain)
+
+    back = EmbeddedBatch.model_validate(json.loads(packed))
+    assert back.items[0].dense == batch.items[0].dense  # float32 values, exactly
+    assert back.items[0].sentences == batch.items[0].sentences
+    assert back.items[1].sentences is None and back.items[1].dense == batch.items[1].dense
+    assert EmbeddedBatch.model_validate(json.loads(plain)).items[0].dense == batch.items[0].dense
+
+    for bad in ("not base64!", "AAA=", ["x"]):
+        with pytest.raises(ValidationError):
+            EmbeddedBatch.model_validate({**message, "items": [{**item, "dense": bad}]})
