@@ -479,9 +479,10 @@ def worker(
                       highlight=False)
             raise typer.Exit(3) from exc
     _celery_logging(ctx, loglevel)
-    from engram.api.processes import UnrecoverableWatch, restart_worker, warm_up_models
+    from engram.api.processes import UnrecoverableWatch, pool_model_environment, restart_worker, warm_up_models
     from engram.workers.app import app as celery_app
 
+    os.environ.update(pool_model_environment(plan, settings))  # read by the pool processes' settings
     warm_up_models(plan)  # the text embedder loads as the pool processes start, not in their first task
 
     with UnrecoverableWatch() as watch:

@@ -167,6 +167,22 @@ def prefetch_multiplier(plan: WorkerPlan) -> int:
     return max([1, *fill])
 
 
+def pool_model_environment(plan: WorkerPlan, settings: Settings) -> dict[str, str]:
+    """Variables for the pool processes of a worker started by ``plan``: with the prefork pool, when neither
+    ``models.embedding_threads`` nor ``models.cpu_threads`` is set, ``ENGRAM_MODELS__EMBEDDING_THREADS`` = the usable
+    cores divided among the pool processes (``plan.concurrency``, else Celery's default of one per CPU), at least 1.
+    Each process's text embedder would otherwise run a batch per core at once: on 8 cores, 8 processes of 8 threads
+    (four processes encoding the same texts on 2 cores took 5-10 % more CPU with 2 threads each than with 1,
+    2026-11-27). OCR, ASR and speaker embeddings already default to one thread. Empty for a solo or threads pool (one
+    process: the embedder takes every core) and when either setting is given."""
+    if plan.pool != "prefork" or settings.models.embedding_threads or settings.models.cpu_threads:
+        return {}
+    from engram.workers.models.embeddings import usable_cores  # the worker's stack: loaded when it starts anyway
+
+    processes = plan.concurrency or os.cpu_count() or 1
+    return {"ENGRAM_MODELS__EMBEDDING_THREADS": str(max(1, usable_cores() // processes))}
+
+
 #: Queues whose tasks embed text: the embed stage's batches (``perceive.gpu``), consolidation's memories and search
 #: queries. A worker that serves one loads the text embedder as its pool processes start (``warm_up_models``).
 TEXT_EMBEDDING_QUEUES = (PERCEIVE_GPU, Queue.consolidate.value, Queue.query.value)
@@ -211,7 +227,8 @@ def load_text_embedder() -> None:
     except (ModelUnavailable, OSError, RuntimeError) as exc:
         log.warning("text embedder not loaded at start; the first task that embeds will say why", reason=str(exc)[:300])
         return
-    log.info("text embedder loaded", seconds=round(time.perf_counter() - t0, 2), pid=os.getpid())
+    log.info("text embedder loaded", seconds=round(time.perf_counter() - t0, 2), pid=os.getpid(),
+             threads=getattr(model.session, "runs", None))  # batches at once (the ONNX runtime's run threads)
 
 
 def beat_schedule_path(settings: Settings) -> Path:

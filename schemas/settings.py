@@ -51,6 +51,11 @@ class ModelSettings(BaseModel):
                              "that many batches at once, each on one thread). Set it to the cores each worker "
                              "process may use when several share a machine (prefork children, pods without CPU "
                              "limits): each model otherwise starts a thread per core in every process.")
+    embedding_threads: int = Field(0, ge=0, description="Batches the text embedder runs at once, each on one "
+                                   "thread (0: cpu_threads when that is set, else one per usable core). `engram "
+                                   "worker` with the prefork pool sets it, when neither is set, to the usable cores "
+                                   "divided among its pool processes (at least 1), so N processes run N model threads "
+                                   "in all instead of N each.")
     cache_dir: Path = Field(default_factory=lambda: Path(user_cache_dir("engram")) / "models",
                             description="Models assembled from package files (Whisper base) are kept here.")
     voice_model: Literal["resemblyzer", "none"] = Field(

@@ -16,6 +16,7 @@ from engram.api.processes import (
     WorkerConfigError,
     beat_argv,
     plan_worker,
+    pool_model_environment,
     prefetch_multiplier,
     start_warm_up,
     warm_up_models,
@@ -129,6 +130,32 @@ def test_prefetch_fills_a_batch_only_where_a_batched_consumer_is_served(tmp_path
     assert argv[argv.index("--prefetch-multiplier") + 1] == str(prefetch_multiplier(cpu))
     ingest_only = plan_worker(settings(tmp_path), queues="ingest,perceive.cpu", concurrency=2)
     assert prefetch_multiplier(ingest_only) == 1 and "--prefetch-multiplier" not in worker_argv(ingest_only)
+
+
+def test_prefork_pool_processes_share_the_cores_among_their_text_embedders(tmp_path, monkeypatch):
+    """A prefork worker's pool processes each run the text embedder on the usable cores divided among them (Celery's
+    default: a process per CPU, so one thread each), not a thread per core in every process; a solo worker's one
+    process takes every core; a setting given wins. The embedder runs as many batches at once as the setting says."""
+    from engram.workers.models import get_model
+    from engram.workers.models.embeddings import usable_cores
+
+    cores = usable_cores()
+    share = {"ENGRAM_MODELS__EMBEDDING_THREADS": str(max(1, cores // 2))}
+    s = settings(tmp_path)
+    assert pool_model_environment(plan_worker(s, role="cpu", concurrency=2), s) == share
+    default = pool_model_environment(plan_worker(s, role="cpu"), s)
+    assert default == {"ENGRAM_MODELS__EMBEDDING_THREADS": str(max(1, cores // (os.cpu_count() or 1)))}
+    assert pool_model_environment(plan_worker(s, role="store"), s) == {}
+    for given in ({"cpu_threads": 3}, {"embedding_threads": 3}):
+        s = settings(tmp_path, models=given)
+        assert pool_model_environment(plan_worker(s, role="cpu", concurrency=2), s) == {}
+
+    monkeypatch.setenv("ENGRAM_MODELS__EMBEDDING_THREADS", "1")
+    from engram.schemas.settings import get_settings
+
+    model = get_model("embedding", get_settings())
+    model.load()
+    assert model.session.runs == 1
 
 
 def test_workers_that_embed_load_the_text_embedder_as_their_pool_processes_start(tmp_path):

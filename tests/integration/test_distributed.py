@@ -262,6 +262,11 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
                                                   for n in ("cpu", "store")):
         time.sleep(0.2)
     assert [cluster.count_in_logs("text embedder loaded", n) for n in ("cpu", "store")] == [1, 1], cluster.tails()
+    # the cpu worker's one pool process runs the embedder on every usable core (processes.pool_model_environment)
+    from engram.workers.models.embeddings import usable_cores
+
+    loaded = next(ln for ln in cluster.log_path("cpu").read_text().splitlines() if "text embedder loaded" in ln)
+    assert f"threads={usable_cores()}" in loaded, loaded
     rt = runtime()
     items = make_items(tmp_path / "media", per_user=6, tag="run")
     bad = tmp_path / "media" / "run-alice-broken.png"

@@ -77,7 +77,7 @@ def get_model(task: str, settings: Settings) -> Model[Any]:
     match task:
         case "embedding":
             return cached(MiniLMEmbedder, m.embedding_model, device=m.device, runtime=m.embedding_runtime,
-                          onnx_dir=str(m.cache_dir), threads=m.cpu_threads)  # 0: onnxruntime's, one per core
+                          onnx_dir=str(m.cache_dir), threads=m.embedding_threads or m.cpu_threads)  # 0: a per core
         case "ocr":
             return cached(RapidOcr, "pp-ocr", threads=m.cpu_threads)  # 0: one thread (see models.ocr)
         case "asr":
