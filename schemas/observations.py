@@ -113,7 +113,7 @@ class Observation(BaseModel):
 
 def pack_float32(vector: list[float]) -> str:
     """``vector`` as the base64 text of its values as float32, little-endian (4 bytes each): a 384-d embedding in
-    2,048 characters instead of ~8,000 of JSON numbers, and ~100x less CPU to write and read than JSON's float
+    2,048 characters instead of ~8,000 of JSON numbers, and ~10x less CPU to write and read than JSON's float
     text. Exact for the model's float32 vectors; a float64 is rounded to float32, as the vector store keeps it.
     Raises TypeError for an item that is not a number."""
     values = array.array("f", vector)
@@ -142,7 +142,7 @@ def unpack_float32(value: Any) -> Any:
 
 #: A vector that is a list of floats in Python and, in JSON (a broker message), ``pack_float32``'s base64 text;
 #: read from either form. JSON's float text made an embedded chat segment's message (4 observations, ~2,000
-#: floats each) 162 kB and cost ~8 ms of CPU to write and read; packed: ~43 kB and ~0.5 ms (issue 15).
+#: floats each) 162 kB and cost ~8 ms of CPU to dump, write and read; packed: ~47 kB and ~1 ms (issue 15).
 Float32Vector = Annotated[list[float], BeforeValidator(unpack_float32),
                           PlainSerializer(pack_float32, return_type=str, when_used="json")]
 

@@ -49,8 +49,9 @@ class ModelSettings(BaseModel):
                              "embeddings, whose libraries' default pools spin between operators and cost more CPU "
                              "per item on a shared machine; one per usable core for the text embedder, which runs "
                              "that many batches at once, each on one thread). Set it to the cores each worker "
-                             "process may use when several share a machine (prefork children, pods without CPU "
-                             "limits): each model otherwise starts a thread per core in every process.")
+                             "process may use when several workers share a machine (or pods without CPU limits): "
+                             "each model otherwise starts a thread per core in every process (a prefork worker "
+                             "divides the cores among its own pool processes' embedders: embedding_threads).")
     embedding_threads: int = Field(0, ge=0, description="Batches the text embedder runs at once, each on one "
                                    "thread (0: cpu_threads when that is set, else one per usable core). `engram "
                                    "worker` with the prefork pool sets it, when neither is set, to the usable cores "
