@@ -155,6 +155,12 @@ def worker_argv(plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None =
     return argv
 
 
+def pool_processes(plan: WorkerPlan) -> int:
+    """The processes or threads that run ``plan``'s tasks at once: its concurrency, else Celery's default of one per
+    CPU (``os.cpu_count()``)."""
+    return plan.concurrency or os.cpu_count() or 1
+
+
 def prefetch_multiplier(plan: WorkerPlan) -> int:
     """Celery's prefetch multiplier for ``plan``: 1 (the app's ``worker_prefetch_multiplier``: a long OCR task
     holds back no other message) unless the worker serves the queue of a batched consumer (``embed_batched`` on
@@ -162,7 +168,7 @@ def prefetch_multiplier(plan: WorkerPlan) -> int:
     fill the largest batch it serves (``workers.tasks.BATCH_FLUSH_EVERY``), as celery-batches needs (with
     fewer, a batch runs at the end of its ``BATCH_FLUSH_SECONDS`` window). A prefork worker's default
     concurrency is the CPU count."""
-    concurrency = plan.concurrency or os.cpu_count() or 1
+    concurrency = pool_processes(plan)
     fill = [math.ceil(n / concurrency) for t, n in BATCH_FLUSH_EVERY.items() if QUEUE_OF[t] in plan.queues]
     return max([1, *fill])
 
@@ -170,7 +176,7 @@ def prefetch_multiplier(plan: WorkerPlan) -> int:
 def pool_model_environment(plan: WorkerPlan, settings: Settings) -> dict[str, str]:
     """Variables for the pool processes of a worker started by ``plan``: with the prefork pool, when neither
     ``models.embedding_threads`` nor ``models.cpu_threads`` is set, ``ENGRAM_MODELS__EMBEDDING_THREADS`` = the usable
-    cores divided among the pool processes (``plan.concurrency``, else Celery's default of one per CPU), at least 1.
+    cores divided among the pool processes (``pool_processes``), at least 1.
     Each process's text embedder would otherwise run a batch per core at once: on 8 cores, 8 processes of 8 threads
     (four processes encoding the same texts on 2 cores took 5-10 % more CPU with 2 threads each than with 1,
     2026-11-27). OCR, ASR and speaker embeddings already default to one thread. Empty for a solo or threads pool (one
@@ -179,8 +185,7 @@ def pool_model_environment(plan: WorkerPlan, settings: Settings) -> dict[str, st
         return {}
     from engram.workers.models.embeddings import usable_cores  # the worker's stack: loaded when it starts anyway
 
-    processes = plan.concurrency or os.cpu_count() or 1
-    return {"ENGRAM_MODELS__EMBEDDING_THREADS": str(max(1, usable_cores() // processes))}
+    return {"ENGRAM_MODELS__EMBEDDING_THREADS": str(max(1, usable_cores() // pool_processes(plan)))}
 
 
 #: Queues whose tasks embed text: the embed stage's batches (``perceive.gpu``), consolidation's memories and search
