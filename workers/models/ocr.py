@@ -39,18 +39,24 @@ class RapidOcr(Model[list[OcrLine]]):
         threads = self.options.get("threads") or 1
         return RapidOCR(params={
             "Global.use_cls": False, "Global.log_level": "warning",
-            "Det.limit_type": "max", "Det.limit_side_len": self.options.get("det_side", self.det_side),
+            "Det.limit_type": "max", "Det.limit_side_len": self.detector_side,
             "Rec.rec_batch_num": self.rec_batch,
             "EngineConfig.onnxruntime.intra_op_num_threads": threads,
             "EngineConfig.onnxruntime.inter_op_num_threads": 1})
 
     @property
+    def detector_side(self) -> int:
+        """The detector's longer side in px: the ``det_side`` option, else the class's ``det_side``."""
+        return int(self.options.get("det_side", self.det_side))
+
+    @property
     def cache_id(self) -> str:
-        """Names the model and the rapidocr release that shipped it, e.g. ``pp-ocr.rapidocr-3.10.0``: cached
-        OCR results are kept under it, so an upgrade does not serve text read by older models."""
+        """Names the model, the rapidocr release that shipped it and the detector's side, e.g.
+        ``pp-ocr.rapidocr-3.10.0.det960``: cached OCR results are kept under it, so neither an upgrade nor
+        another detector side (which finds other boxes on the same pixels) is served text read by the other."""
         from importlib.metadata import version
 
-        return f"{self.name}.rapidocr-{version('rapidocr')}"
+        return f"{self.name}.rapidocr-{version('rapidocr')}.det{self.detector_side}"
 
     def read(self, image: np.ndarray, min_confidence: float = 0.5) -> list[OcrLine]:
         """Lines in reading order (top to bottom, left to right), each with its box ((x0, y0, x1, y1) pixels of

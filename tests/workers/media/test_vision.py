@@ -68,9 +68,12 @@ def test_ocr_cache_is_keyed_by_pixels_and_read_back(engram_env, tmp_path):
     lines = vision.ocr_lines(rt, "acme", shot)
     assert "budget" in " ".join(ln.text for ln in lines).lower()
     from engram.workers.models import get_model
+    from engram.workers.models.ocr import RapidOcr
 
     model_id = get_model("ocr", rt.settings).cache_id
-    assert model_id.startswith("pp-ocr.rapidocr-")
+    assert model_id.startswith("pp-ocr.rapidocr-") and model_id.endswith(f".det{RapidOcr.det_side}")
+    # text a detector of another side read is kept apart (it finds other boxes on the same pixels)
+    assert RapidOcr("pp-ocr", det_side=800).cache_id == model_id.removesuffix(f"{RapidOcr.det_side}") + "800"
     key = vision.ocr_cache_key("acme", model_id, vision.pixels_sha256(shot))
     assert b"budget" not in rt.objects.get_bytes(key).lower()  # sealed with the vault key: no plain text at rest
     # the same pixels re-encoded hash alike; what the cache holds is what a re-perceive returns (no model run),
