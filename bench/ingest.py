@@ -17,6 +17,9 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
   process (steadier when other jobs load the machine); ``rounds`` lists each round's figures. Before each cold
   run the process's text memos are cleared (``workers.memory.vectors.clear_text_memos``: sentence splits,
   secret findings, BM25 tokens), so every round is as cold as the first;
+- ``cold_task_cpu_s``: the cold run's CPU seconds by task (medians over the rounds; ``task_cpu_seconds``), where the
+  time beside the model goes: ``embed_many`` holds the model's calls (compare the ceiling's CPU seconds), then
+  ``store_many``, ``consolidate_user``, ``perceive``, ``ingest``; what no task counts is ``ingest_paths``' own;
 - ``encodes_per_msg`` = texts the cold run encoded (rows of its embedding cache: every encoded text is written
   there once) ÷ messages.
 
@@ -60,12 +63,26 @@ def _cache_rows(data_dir: Path) -> int:
         return int(db.execute("SELECT count(*) FROM emb WHERE model NOT LIKE '%#%'").fetchone()[0])
 
 
-def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = None) -> tuple[float, float, float]:
+def task_cpu_seconds() -> dict[str, float]:
+    """CPU seconds by task this process has counted so far (``engram_task_cpu_seconds_total``, read from its own
+    Prometheus registry): {task's short name: seconds}. On the embedded default each stage's task (``ingest``,
+    ``perceive``, ``embed_many``, ``store_many``, ``consolidate_user``) is applied by the ingest itself, so each
+    counts as an outermost task and the family sums without double counting (``workers.metrics.TaskCpuClock``)."""
+    from prometheus_client import REGISTRY
+
+    return {sample.labels["task"].rsplit(".", 1)[-1]: sample.value
+            for family in REGISTRY.collect() if family.name == "engram_task_cpu_seconds"
+            for sample in family.samples if sample.name.endswith("_total")}
+
+
+def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = None
+                    ) -> tuple[float, float, float, dict[str, float]]:
     """Wall and CPU seconds (this process, all its threads) ``ingest_paths`` takes on ``files`` (each its own
     user, consolidation included) into the fresh ``data_dir``, and apart from them the wall seconds of the
     store's setup before (opening the fresh Qdrant Edge store and creating its collections and payload
-    indexes, once per data dir). ``cache_of``: a data dir whose embedding cache is shared (warm), else a fresh
-    cache (cold). Raises RuntimeError when a file fails."""
+    indexes, once per data dir), then those CPU seconds by task (``task_cpu_seconds``; a task that did not run is
+    left out). ``cache_of``: a data dir whose embedding cache is shared (warm), else a fresh cache (cold). Raises
+    RuntimeError when a file fails."""
     from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
     from engram.api.cli import ingest_paths
     from engram.workers.runtime import runtime
@@ -78,12 +95,15 @@ def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = N
         for collection in COLLECTIONS:
             runtime().vectors.ensure(collection)
         setup = time.perf_counter() - t0
+        tasks0 = task_cpu_seconds()
         t0, c0 = time.perf_counter(), time.process_time()
         for path in files:
             out = ingest_paths([path], tenant=TENANT, user=f"locomo-{path.stem}", device="bench",
                                consolidate=True, quiet=True)
             check_ingest(path.stem, out)
-        return time.perf_counter() - t0, time.process_time() - c0, setup
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        by_task = {t: v - tasks0.get(t, 0.0) for t, v in task_cpu_seconds().items()}
+        return wall, cpu, setup, {t: v for t, v in by_task.items() if v > 0}
 
 
 def _encode_seconds(model, texts: list[str], batch_size: int) -> tuple[float, float]:
@@ -127,22 +147,26 @@ def text(args: argparse.Namespace) -> dict:
             ceiling_s, ceiling_cpu = _encode_seconds(model, texts, batch)
             clear_text_memos()
             cold_dir, warm_dir = tmp_path / f"cold{r}", tmp_path / f"warm{r}"
-            cold_s, cold_cpu, cold_setup = _ingest_seconds(files, cold_dir)
+            cold_s, cold_cpu, cold_setup, cold_tasks = _ingest_seconds(files, cold_dir)
             encoded = _cache_rows(cold_dir)
-            warm_s, warm_cpu, warm_setup = _ingest_seconds(files, warm_dir, cache_of=cold_dir)
+            warm_s, warm_cpu, warm_setup, _ = _ingest_seconds(files, warm_dir, cache_of=cold_dir)
             rounds.append({"ceiling_s": round(ceiling_s, 3), "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3),
                            "cpu_s": {"ceiling": round(ceiling_cpu, 2), "cold": round(cold_cpu, 2),
                                      "warm": round(warm_cpu, 2)},
                            "cold_ratio": round(ceiling_s / cold_s, 3),
                            "cold_ratio_cpu": round(ceiling_cpu / cold_cpu, 3),
                            "encodes_per_msg": round(encoded / n, 2),
-                           "store_setup_s": round((cold_setup + warm_setup) / 2, 2)})
+                           "store_setup_s": round((cold_setup + warm_setup) / 2, 2),
+                           "cold_task_cpu_s": {t: round(v, 3) for t, v in cold_tasks.items()}})
             print(f"  round {r + 1}: ceiling {ceiling_s:.2f} s, cold {cold_s:.2f} s, warm {warm_s:.2f} s: "
                   f"{ceiling_s / cold_s:.0%} of the ceiling ({ceiling_cpu / cold_cpu:.0%} in CPU seconds)")
 
     def med(key: str, sub: str | None = None) -> float:
         return statistics.median(x[key][sub] if sub else x[key] for x in rounds)
 
+    tasks = sorted({t for x in rounds for t in x["cold_task_cpu_s"]},
+                   key=lambda t: -statistics.median(x["cold_task_cpu_s"].get(t, 0.0) for x in rounds))
+    cold_tasks = {t: round(statistics.median(x["cold_task_cpu_s"].get(t, 0.0) for x in rounds), 3) for t in tasks}
     runtime = type(model.session).__name__
     out = {"messages": n, "conversations": list(args.conversations), "embedding_runtime": runtime,
            "ceiling_msgs_per_s": round(n / med("ceiling_s"), 2), "cold_msgs_per_s": round(n / med("cold_s"), 2),
@@ -150,7 +174,7 @@ def text(args: argparse.Namespace) -> dict:
            "encodes_per_msg": med("encodes_per_msg"),
            "cpu_s": {k: round(med("cpu_s", k), 2) for k in ("ceiling", "cold", "warm")},
            "cold_ratio_cpu": round(med("cold_ratio_cpu"), 3), "first_ingest_s": round(imports_s, 2),
-           "store_setup_s": med("store_setup_s"), "rounds": rounds}
+           "store_setup_s": med("store_setup_s"), "cold_task_cpu_s": cold_tasks, "rounds": rounds}
     print(f"text, {n} messages of LoCoMo conversations {args.conversations} (embedder {runtime}), medians of "
           f"{len(rounds)} rounds:")
     print(f"  embedder alone (ceiling) {out['ceiling_msgs_per_s']:8.1f} msgs/s  ({med('ceiling_s'):.1f} s, "
@@ -158,6 +182,9 @@ def text(args: argparse.Namespace) -> dict:
     print(f"  pipeline cold            {out['cold_msgs_per_s']:8.1f} msgs/s  ({med('cold_s'):.1f} s, "
           f"{out['cpu_s']['cold']:.1f} CPU s)  = {out['cold_ratio']:.0%} of the ceiling "
           f"({out['cold_ratio_cpu']:.0%} in CPU seconds), {out['encodes_per_msg']:.2f} encodes/msg")
+    print("    its CPU s by task: " + ", ".join(f"{t} {v:.2f}" for t, v in cold_tasks.items())
+          + f"; in no task {out['cpu_s']['cold'] - sum(cold_tasks.values()):.2f} (the model's own: the ceiling's "
+          f"{out['cpu_s']['ceiling']:.2f}, inside embed_many)")
     print(f"  pipeline warm            {out['warm_msgs_per_s']:8.1f} msgs/s  ({med('warm_s'):.1f} s, "
           f"{out['cpu_s']['warm']:.1f} CPU s)")
     print(f"  apart: a fresh data dir's store setup {out['store_setup_s']:.1f} s each; the process's first ingest "

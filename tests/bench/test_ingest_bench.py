@@ -30,3 +30,8 @@ def test_ingest_bench_merges_its_section(tmp_path, eval_data):
     assert {"ceiling_msgs_per_s", "cold_msgs_per_s", "warm_msgs_per_s", "cold_ratio", "encodes_per_msg"} <= set(text)
     assert len(text["rounds"]) == 2 and all(r["cold_ratio"] > 0 for r in text["rounds"])  # medians of 2 rounds
     assert 1.0 <= text["encodes_per_msg"] < 2.0  # each distinct text once (plus a few memories and names)
+    # where a cold run's CPU goes, by the embedded default's stage tasks, within the run's own CPU seconds
+    tasks = text["cold_task_cpu_s"]
+    assert {"ingest", "perceive", "embed_many", "store_many", "consolidate_user"} <= set(tasks), tasks
+    assert all(r["cold_task_cpu_s"] for r in text["rounds"])
+    assert sum(tasks.values()) <= text["cpu_s"]["cold"] * 1.05 and "its CPU s by task: embed_many" in run.stdout
