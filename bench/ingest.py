@@ -164,9 +164,9 @@ def text(args: argparse.Namespace) -> dict:
     def med(key: str, sub: str | None = None) -> float:
         return statistics.median(x[key][sub] if sub else x[key] for x in rounds)
 
-    tasks = sorted({t for x in rounds for t in x["cold_task_cpu_s"]},
-                   key=lambda t: -statistics.median(x["cold_task_cpu_s"].get(t, 0.0) for x in rounds))
-    cold_tasks = {t: round(statistics.median(x["cold_task_cpu_s"].get(t, 0.0) for x in rounds), 3) for t in tasks}
+    tasks = {t: round(statistics.median(x["cold_task_cpu_s"].get(t, 0.0) for x in rounds), 3)
+             for t in {t for x in rounds for t in x["cold_task_cpu_s"]}}
+    cold_tasks = dict(sorted(tasks.items(), key=lambda kv: -kv[1]))  # the costliest first
     runtime = type(model.session).__name__
     out = {"messages": n, "conversations": list(args.conversations), "embedding_runtime": runtime,
            "ceiling_msgs_per_s": round(n / med("ceiling_s"), 2), "cold_msgs_per_s": round(n / med("cold_s"), 2),

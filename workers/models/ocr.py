@@ -9,6 +9,7 @@ cost about 1.5x the CPU per frame on 2 cores for a little less wall time.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import numpy as np
@@ -49,11 +50,12 @@ class RapidOcr(Model[list[OcrLine]]):
         """The detector's longer side in px: the ``det_side`` option, else the class's ``det_side``."""
         return int(self.options.get("det_side", self.det_side))
 
-    @property
+    @functools.cached_property
     def cache_id(self) -> str:
         """Names the model, the rapidocr release that shipped it and the detector's side, e.g.
         ``pp-ocr.rapidocr-3.10.0.det960``: cached OCR results are kept under it, so neither an upgrade nor
-        another detector side (which finds other boxes on the same pixels) is served text read by the other."""
+        another detector side (which finds other boxes on the same pixels) is served text read by the other. Worked
+        out once per instance (its options do not change; ``importlib.metadata`` reads the installed metadata)."""
         from importlib.metadata import version
 
         return f"{self.name}.rapidocr-{version('rapidocr')}.det{self.detector_side}"
