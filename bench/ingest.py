@@ -11,10 +11,12 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
 - **warm**: the same ingest into another fresh data dir whose embedding cache is the cold run's;
 - apart, not in the figures above: the process's first ingest (imports; 8 messages into a throwaway data dir)
   and each fresh data dir's store setup (Qdrant Edge collections and payload indexes, made before timing);
-- ``--rounds`` rounds (default 5), each timing the ceiling, then cold, then warm, side by side: the figures are
-  the medians over the rounds, ``cold_ratio`` the median of each round's cold ÷ ceiling (the two timed one after
-  the other, so a load that comes and goes moves both), ``cold_ratio_cpu`` the same in CPU seconds of this
-  process (steadier when other jobs load the machine); ``rounds`` lists each round's figures. Before each cold
+- ``--rounds`` rounds (default 5), each timing the ceiling, then cold, then the ceiling again, then warm, side by
+  side: a round's ceiling is the mean of the two timings around its cold run (``ceiling_s_around``: before,
+  after), so a machine that speeds up or slows down during the round (other jobs, clocks) moves the ceiling
+  with the cold run instead of biasing their ratio; the figures are the medians over the rounds, ``cold_ratio``
+  the median of each round's cold ÷ ceiling, ``cold_ratio_cpu`` the same in CPU seconds of this process
+  (steadier when other jobs load the machine); ``rounds`` lists each round's figures. Before each cold
   run the process's text memos are cleared (``workers.memory.vectors.clear_text_memos``: sentence splits,
   secret findings, BM25 tokens), so every round is as cold as the first;
 - ``cold_task_cpu_s``: the cold run's CPU seconds by task (medians over the rounds; ``task_cpu_seconds``), where the
@@ -144,13 +146,17 @@ def text(args: argparse.Namespace) -> dict:
         warmup.write_bytes(to_jsonl(sample_turns(samples[-1])[:8]))
         imports_s = _ingest_seconds([warmup], tmp_path / "warmup")[0]
         for r in range(args.rounds):
-            ceiling_s, ceiling_cpu = _encode_seconds(model, texts, batch)
+            before_s, before_cpu = _encode_seconds(model, texts, batch)
             clear_text_memos()
             cold_dir, warm_dir = tmp_path / f"cold{r}", tmp_path / f"warm{r}"
             cold_s, cold_cpu, cold_setup, cold_tasks = _ingest_seconds(files, cold_dir)
+            after_s, after_cpu = _encode_seconds(model, texts, batch)
+            ceiling_s, ceiling_cpu = (before_s + after_s) / 2, (before_cpu + after_cpu) / 2
             encoded = _cache_rows(cold_dir)
             warm_s, warm_cpu, warm_setup, _ = _ingest_seconds(files, warm_dir, cache_of=cold_dir)
-            rounds.append({"ceiling_s": round(ceiling_s, 3), "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3),
+            rounds.append({"ceiling_s": round(ceiling_s, 3),
+                           "ceiling_s_around": [round(before_s, 3), round(after_s, 3)],
+                           "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3),
                            "cpu_s": {"ceiling": round(ceiling_cpu, 2), "cold": round(cold_cpu, 2),
                                      "warm": round(warm_cpu, 2)},
                            "cold_ratio": round(ceiling_s / cold_s, 3),
@@ -158,7 +164,8 @@ def text(args: argparse.Namespace) -> dict:
                            "encodes_per_msg": round(encoded / n, 2),
                            "store_setup_s": round((cold_setup + warm_setup) / 2, 2),
                            "cold_task_cpu_s": {t: round(v, 3) for t, v in cold_tasks.items()}})
-            print(f"  round {r + 1}: ceiling {ceiling_s:.2f} s, cold {cold_s:.2f} s, warm {warm_s:.2f} s: "
+            print(f"  round {r + 1}: ceiling {ceiling_s:.2f} s ({before_s:.2f} before, {after_s:.2f} after), cold "
+                  f"{cold_s:.2f} s, warm {warm_s:.2f} s: "
                   f"{ceiling_s / cold_s:.0%} of the ceiling ({ceiling_cpu / cold_cpu:.0%} in CPU seconds)")
 
     def med(key: str, sub: str | None = None) -> float:

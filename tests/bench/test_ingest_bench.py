@@ -29,6 +29,10 @@ def test_ingest_bench_merges_its_section(tmp_path, eval_data):
     assert text["messages"] == 40
     assert {"ceiling_msgs_per_s", "cold_msgs_per_s", "warm_msgs_per_s", "cold_ratio", "encodes_per_msg"} <= set(text)
     assert len(text["rounds"]) == 2 and all(r["cold_ratio"] > 0 for r in text["rounds"])  # medians of 2 rounds
+    for r in text["rounds"]:  # a round's ceiling: the mean of its timings before and after its cold run
+        before, after = r["ceiling_s_around"]
+        assert before > 0 and after > 0 and abs(r["ceiling_s"] - (before + after) / 2) < 0.002
+    assert " before, " in run.stdout and " after), cold " in run.stdout
     assert 1.0 <= text["encodes_per_msg"] < 2.0  # each distinct text once (plus a few memories and names)
     # where a cold run's CPU goes, by the embedded default's stage tasks, within the run's own CPU seconds
     tasks = text["cold_task_cpu_s"]
