@@ -150,11 +150,11 @@ def embed_with_rows(rt: Runtime, texts: list[str]) -> tuple[np.ndarray, dict[str
     most efficient on full batches: a call of 30 short texts costs ~1.5x per token what a full batch does). A
     neighbour gets its rows too, so the turn is not encoded again when a later segment or round holds it."""
     model = get_model("embedding", rt.settings)
-    cache, tag = rt.embedding_cache, model.name + SENTENCE_ROWS_TAG
+    cache, tag = rt.embedding_cache, model.cache_id + SENTENCE_ROWS_TAG
     distinct = list(dict.fromkeys(texts))
     keys = {t: cache.key(t) for t in distinct}
     with model_timer("embedding", items=len(texts)):  # cache hits included, as embed_texts counts them
-        have = cache.get_many(model.name, list(keys.values()))
+        have = cache.get_many(model.cache_id, list(keys.values()))
         vecs = {t: have[keys[t]] for t in distinct if keys[t] in have}
         split = [t for t in vecs if sentence_spans(t)]  # of the texts encoded before: their rows are cached too
         have = cache.get_many(tag, [keys[t] for t in split])
@@ -163,7 +163,7 @@ def embed_with_rows(rt: Runtime, texts: list[str]) -> tuple[np.ndarray, dict[str
         if missing:
             # the texts to encode are split into sentences on the model's run threads, beside its other runs
             got, got_rows = model.embed_spans(missing, sentence_spans, rt.settings.models.embedding_batch_size)
-            cache.put_many(model.name, {keys[t]: v for t, v in zip(missing, got, strict=True)})
+            cache.put_many(model.cache_id, {keys[t]: v for t, v in zip(missing, got, strict=True)})
             new_rows = {t: r for t, r in zip(missing, got_rows, strict=True) if sentence_spans(t)}  # memoized
             cache.put_many(tag, {keys[t]: r for t, r in new_rows.items()})
             vecs.update(zip(missing, got, strict=True))
@@ -191,8 +191,8 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
     texts = list(dict.fromkeys(o[0] for o in origins if o))
     keys = {t: cache.key(t) for t in texts}
     split = [t for t in texts if sentence_spans(t)]
-    rows = cache.get_many(model.name + SENTENCE_ROWS_TAG, [keys[t] for t in split])
-    whole = cache.get_many(model.name, [keys[t] for t in texts if t not in split])
+    rows = cache.get_many(model.cache_id + SENTENCE_ROWS_TAG, [keys[t] for t in split])
+    whole = cache.get_many(model.cache_id, [keys[t] for t in texts if t not in split])
     for i, origin in enumerate(origins):
         if not origin or not origin[1]:
             continue

@@ -1,5 +1,6 @@
 """MiniLM on onnxruntime (the model exported at setup) gives sentence-transformers' vectors, and a search in a
-new process embeds its query without importing torch."""
+new process embeds its query without importing torch; its int8 form gives vectors close to them, each text's its
+own whatever it is batched with, cached apart."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ import numpy as np
 import pytest
 
 from engram.workers.models import embeddings as emb
-from engram.workers.models.embeddings import CHECK_TEXTS, ONNX_FILE, MiniLMEmbedder, export_onnx, length_batches
+from engram.workers.models.embeddings import (
+    CHECK_TEXTS,
+    ONNX_FILE,
+    ONNX_INT8_FILE,
+    EmbeddingCache,
+    MiniLMEmbedder,
+    embed_cached,
+    export_onnx,
+    length_batches,
+    quantize_onnx,
+)
 from tests.conftest import REPO, run_forked
 
 TEXTS = [*CHECK_TEXTS, "Caroline went to the LGBTQ support group on 7 May 2023.", "", "[/code] [bold]x[/bold]"]
@@ -185,3 +196,47 @@ def test_a_forked_child_embeds_and_no_run_thread_outlives_its_call(onnx_dir):
     assert not [t for t in threading.enumerate() if t.name.startswith("engram-embed")]
     got = np.frombuffer(run_forked(lambda: model.embed(texts, 8).tobytes()), dtype=np.float32).reshape(-1, 384)
     assert np.allclose(got, want, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def int8_dir(onnx_dir):
+    """The export and its int8 form beside it (both written by scripts/setup.sh)."""
+    assert quantize_onnx(onnx_dir) == onnx_dir / ONNX_INT8_FILE
+    return onnx_dir
+
+
+def test_int8_runtime_gives_close_vectors_of_each_text_alone_kept_apart_in_the_cache(int8_dir, tmp_path):
+    """'onnx-int8' runs the int8 form ``quantize_onnx`` writes beside the export: unit vectors at cosine ~0.99 of
+    the float model's; a text's vector does not depend on the texts it is embedded with (each runs alone: the
+    activations' int8 scales are taken per run); kept in the embedding cache under their own name, so a cache the
+    float runtime filled is never read as the int8 model's vectors, nor the other way round."""
+    float_model = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(int8_dir))
+    int8 = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx-int8", onnx_dir=str(int8_dir), threads=2)
+    a, b = float_model.embed(TEXTS), int8.embed(TEXTS)
+    assert b.shape == (len(TEXTS), 384) and b.dtype == np.float32
+    assert np.allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    cosines = (a * b).sum(axis=1)
+    assert cosines.min() > 0.95 and np.median(cosines) > 0.98 and not np.allclose(a, b, atol=1e-3)
+    assert np.allclose(np.vstack([int8.embed([t]) for t in TEXTS]), b, atol=1e-6)  # alone = together
+    assert np.allclose(int8.embed(TEXTS[::-1], batch_size=3)[::-1], b, atol=1e-6)
+    assert (float_model.cache_id, int8.cache_id) == ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2.int8")
+    cache = EmbeddingCache(tmp_path / "embeddings.sqlite")
+    assert np.allclose(embed_cached(float_model, cache, TEXTS[:4]), a[:4], atol=1e-6)
+    assert np.allclose(embed_cached(int8, cache, TEXTS[:4]), b[:4], atol=1e-6)  # not the float rows cached first
+    assert np.allclose(embed_cached(float_model, cache, TEXTS[:4]), a[:4], atol=1e-6)
+
+
+def test_int8_runtime_says_how_to_make_its_model_and_where_it_runs(int8_dir, tmp_path):
+    from engram.schemas.settings import Settings
+    from engram.workers.models import get_model
+    from engram.workers.models.base import ModelUnavailable
+
+    with pytest.raises(ModelUnavailable, match="int8.onnx: run `python -m engram.workers.models.embeddings export`"):
+        MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx-int8", onnx_dir=str(tmp_path)).embed(["x"])
+    with pytest.raises(ModelUnavailable, match="CPU only"):
+        MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx-int8", onnx_dir=str(int8_dir), device="cuda").embed(["x"])
+    with pytest.raises(FileNotFoundError):
+        quantize_onnx(tmp_path)  # no float export to quantize
+    model = get_model("embedding", Settings(models={"cache_dir": int8_dir, "embedding_runtime": "onnx-int8"}))
+    assert model.cache_id.endswith(".int8") and model.embed(["configured"]).shape == (1, 384)
+    assert model.session.per_text
