@@ -220,9 +220,9 @@ class MiniLMEmbedder(Model[np.ndarray]):
         if self.int8 and self.options.get("device", "cpu") != "cpu":
             raise ModelUnavailable(f"the onnx-int8 runtime of {self.name} runs on the CPU only: set "
                                    "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch for another device")
-        if runtime == "torch" or not onnx_dir or self.options.get("device", "cpu") != "cpu":
-            return None
-        path = Path(onnx_dir) / (ONNX_INT8_FILE if self.int8 else ONNX_FILE)
+        if runtime == "torch" or (not onnx_dir and not self.int8) or self.options.get("device", "cpu") != "cpu":
+            return None  # the float model on sentence-transformers (never the int8 one: its vectors differ)
+        path = Path(onnx_dir or ".") / (ONNX_INT8_FILE if self.int8 else ONNX_FILE)
         if path.is_file() and self.name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
             return path
         if runtime in ("onnx", "onnx-int8"):

@@ -233,6 +233,8 @@ def test_int8_runtime_says_how_to_make_its_model_and_where_it_runs(int8_dir, tmp
 
     with pytest.raises(ModelUnavailable, match="int8.onnx: run `python -m engram.workers.models.embeddings export`"):
         MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx-int8", onnx_dir=str(tmp_path)).embed(["x"])
+    with pytest.raises(ModelUnavailable, match="int8.onnx: run"):  # no folder given: never the float model instead
+        MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx-int8").embed(["x"])
     with pytest.raises(ModelUnavailable, match="CPU only"):
         MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx-int8", onnx_dir=str(int8_dir), device="cuda").embed(["x"])
     with pytest.raises(FileNotFoundError):
