@@ -174,7 +174,7 @@ def text(args: argparse.Namespace) -> dict:
     tasks = {t: round(statistics.median(x["cold_task_cpu_s"].get(t, 0.0) for x in rounds), 3)
              for t in {t for x in rounds for t in x["cold_task_cpu_s"]}}
     cold_tasks = dict(sorted(tasks.items(), key=lambda kv: -kv[1]))  # the costliest first
-    runtime = type(model.session).__name__
+    runtime = type(model.session).__name__ + (" int8" if model.int8 else "")  # the int8 model runs in the same class
     out = {"messages": n, "conversations": list(args.conversations), "embedding_runtime": runtime,
            "ceiling_msgs_per_s": round(n / med("ceiling_s"), 2), "cold_msgs_per_s": round(n / med("cold_s"), 2),
            "warm_msgs_per_s": round(n / med("warm_s"), 2), "cold_ratio": round(med("cold_ratio"), 3),
