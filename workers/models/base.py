@@ -22,6 +22,14 @@ from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
 from engram.workers.errors import ModelError
 from engram.workers.metrics import model_timer
 
+#: Held while a model loads (``Model.load``): one load at a time in a process. A model's ``_load`` imports its
+#: native libraries (onnxruntime, dlib, ctranslate2); two such imports on two threads at once (a worker's warm-up
+#: thread loading the text embedder while its first task loads OCR and faces) can meet in Python's per-module import
+#: locks, which then raise ``_DeadlockError`` in one of them, halfway through an extension's initialisation: a
+#: pybind11 module (dlib) cut off there cannot be imported again in that process ("generic_type: type ... is
+#: already registered"), and each later item would fail with it. Re-entrant: a ``_load`` may load another model.
+LOADING = threading.RLock()
+
 R = TypeVar("R")
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -95,10 +103,11 @@ class Model(ABC, Generic[R]):
         return self._session is not None
 
     def load(self) -> Any:
-        """The runtime object, built on the first call (thread safe: concurrent first calls build one).
-        Raises ModelUnavailable when a package it needs is missing (``ImportError``) or the provider says so."""
+        """The runtime object, built on the first call (thread safe: concurrent first calls build one; one model
+        loads at a time in a process, ``LOADING``). Raises ModelUnavailable when a package it needs is missing
+        (``ImportError``) or the provider says so."""
         if self._session is None:
-            with self._load_lock:
+            with LOADING, self._load_lock:
                 if self._session is None:
                     try:
                         self._session = self._load()

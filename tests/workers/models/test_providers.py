@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ from engram.workers.models import (
     get_model,
     missing_packages,
 )
+from engram.workers.models.base import Model, ModelTask, ModelType
 from engram.workers.models.voices import INSTALL_HINT, RESEMBLYZER, missing
 
 PROVIDERS = {"embedding": MiniLMEmbedder, "ocr": RapidOcr, "asr": WhisperAsr, "voice": ResemblyzerVoice,
@@ -83,6 +85,49 @@ def test_concurrent_first_uses_load_once():
     for t in threads:
         t.join()
     assert model.loaded and len(got) == 4 and all(g is got[0] for g in got)
+
+
+class _SlowLoad(Model[None]):
+    """A provider whose load takes a while and notes when it ran (for the one-load-at-a-time test)."""
+
+    model_type, model_task, task = ModelType.EMBEDDING, ModelTask.TEXT, "slow-load"
+    spans: list[tuple[float, float]] = []
+
+    def _load(self) -> object:
+        start = time.monotonic()
+        time.sleep(0.15)
+        self.spans.append((start, time.monotonic()))
+        return object()
+
+    def _predict(self, *_) -> None:
+        return None
+
+
+def test_models_of_one_process_load_one_at_a_time():
+    """A worker's warm-up thread and its first task load two models at once: the loads (and the native imports
+    inside them) run one after the other, never overlapping, whichever thread comes first; a load that loads
+    another model inside it (same thread) does not wait for itself."""
+    models = [_SlowLoad(f"m{i}") for i in range(3)]
+    barrier = threading.Barrier(len(models))
+
+    def first_use(model: Model) -> None:
+        barrier.wait()
+        model.load()
+
+    threads = [threading.Thread(target=first_use, args=(m,)) for m in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spans = sorted(_SlowLoad.spans)
+    assert all(m.loaded for m in models) and len(spans) == 3
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False)), spans
+
+    class Nested(_SlowLoad):
+        def _load(self) -> object:
+            return _SlowLoad("inner").load()  # re-entrant: the same thread holds the process's load lock
+
+    assert Nested("outer").load() is not None
 
 
 def test_predict_is_timed_per_item_and_once_under_a_callers_timer():
