@@ -9,6 +9,7 @@ placeholder and kept encrypted): nothing leaves this stage that should not be st
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from datetime import timedelta
 
 import numpy as np
@@ -22,7 +23,7 @@ from engram.workers.media import decode as media
 from engram.workers.media import speech, vision
 from engram.workers.media.chat import conversation_messages, message_context
 from engram.workers.memory import vault
-from engram.workers.runtime import Runtime, runtime, stage
+from engram.workers.runtime import Runtime, deaths_guard, runtime, stage
 from engram.workers.tasks import Task
 
 
@@ -30,7 +31,11 @@ from engram.workers.tasks import Task
 def perceive(job: SegmentJob) -> ObservationBatch:
     """Observations of one segment (possibly none: a silent chunk, a screen without text)."""
     rt = runtime()
-    with stage(rt, job.event.event_id, "perceive"):
+    # media go through native decoders and models, which a hostile file can crash (``runtime.deaths_guard``);
+    # a conversation is parsed JSON, no decoder: not counted (two ledger writes a segment spared)
+    guarded = job.event.kind is not MediaKind.text
+    with stage(rt, job.event.event_id, "perceive"), \
+            deaths_guard(rt, job.event.event_id, f"perceive:{job.segment_index}") if guarded else nullcontext():
         match job.event.kind:
             case MediaKind.screenshot:
                 observations = _screenshot(rt, job)

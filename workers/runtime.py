@@ -248,6 +248,47 @@ def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str) -> Iterator[Non
             raise
 
 
+#: Starts of one piece of work (``deaths_guard``) that ended with their worker process dead before the next start
+#: fails the work instead of running it again (the distributed mode).
+MAX_UNFINISHED_STARTS = 3
+
+
+def unfinished_limit(settings: Settings) -> int:
+    """How many starts of one piece of work may end with their process dead (``deaths_guard``):
+    ``MAX_UNFINISHED_STARTS`` in the distributed mode (a pool process died; its worker goes on). On the embedded
+    default the process that died is ``engram ingest`` itself, whose next run resumes the events it left
+    (``api.local.resume_interrupted``) and gives each up after ``max_redeliveries`` resumes: one less than that
+    (at least 1), so the input that killed it fails before the files of the same run are given up with it."""
+    return max(1, settings.max_redeliveries - 1) if settings.embedded else MAX_UNFINISHED_STARTS
+
+
+@contextmanager
+def deaths_guard(rt: Runtime, event_id: uuid.UUID, work: str) -> Iterator[None]:
+    """Run ``work`` of an event (e.g. ``perceive:0``) unless ``unfinished_limit`` earlier starts of it never ended:
+    then raise MediaError (inside ``stage``: the event fails with that reason and the message is acknowledged).
+
+    A task whose worker process dies (a decoder or a model crashing on the input, the kernel's out-of-memory
+    killer) is not acknowledged (late acks) and Celery puts it back (``task_reject_on_worker_lost``), so the next
+    process takes it and dies the same way, for ever (Celery's documentation warns of this loop); on the embedded
+    default each run of ``engram ingest`` would resume it and die again. The ledger counts each start that has not
+    ended (``Ledger.begin_work``/``end_work``, which outlive the process; an exception or Ctrl-C ends the work),
+    so the input that kills its process is tried that many times, then fails with the reason, and its neighbours
+    go on. A transient error ending the count is logged, not raised: the count then stays one higher."""
+    limit = unfinished_limit(rt.settings)
+    starts = rt.ledger.begin_work(event_id, work)
+    try:
+        if starts > limit:
+            raise MediaError(f"{work.replace(':', ' of segment ')} was started {starts - 1} times before and never "
+                             "finished: the process running it died each time (a crash in a decoder or a model on "
+                             "this input, or more memory than the process has); not tried again")
+        yield
+    finally:
+        try:
+            rt.ledger.end_work(event_id, work)
+        except TRANSIENT_ERRORS as exc:
+            log.warning("unfinished work not cleared", work=work, error=f"{type(exc).__name__}: {exc}"[:200])
+
+
 def run_together(rt: Runtime, name: str, items: list[T], run: Callable[[list[T]], list[R]],
                  event_of: Callable[[T], MediaEvent]) -> list[R]:
     """Run stage ``name`` over ``items`` (segments of one or many events) at once: ``run(items)``, one model call

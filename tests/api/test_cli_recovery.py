@@ -1,6 +1,7 @@
 """The embedded default after a crash and on hostile files: ``kill -9`` of ``engram ingest`` in the middle of a
-conversation loses nothing (the next run resumes the interrupted event: every message stored exactly once), and a
-JSON file nested 200,000 deep fails alone while the files after it are ingested and consolidated."""
+conversation loses nothing (the next run resumes the interrupted event: every message stored exactly once), a
+JSON file nested 200,000 deep fails alone while the files after it are ingested and consolidated, and a file that
+kills the process each time it is perceived fails on a later run while the files of the same runs are done."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.conftest import REPO
 
@@ -80,3 +82,51 @@ def test_a_json_nested_200000_deep_fails_alone(tmp_path):
     listed = subprocess.run([sys.executable, "-m", "engram.api.cli", "memories", "list", "--type", "episodic", "--user",
                              "ann"], env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0 and "Message 1" in listed.stdout  # consolidation ran after the batch
+
+
+def _unfinished_starts(db, source: str) -> int:
+    """Starts of the perception of the event of file ``source`` (a file name) that have not ended (the ledger's
+    count)."""
+    try:
+        with sqlite3.connect(db, timeout=1) as conn:
+            row = conn.execute("SELECT MAX(u.starts) FROM unfinished u JOIN events e ON e.event_id = u.event_id"
+                               " WHERE e.source_name LIKE ?", (f"%/{source}",)).fetchone()
+        return int(row[0] or 0)
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_file_that_kills_engram_ingest_fails_on_a_later_run_and_the_others_are_kept(tmp_path):
+    """``engram ingest`` of a folder dies (SIGKILLed here, as a decoder crashing on a hostile file or the kernel's
+    out-of-memory killer would kill it) each time it perceives one screenshot: each next run resumes the files the
+    dead one left, and the run after ``max_redeliveries - 1`` deaths fails that screenshot's event with the reason
+    instead of dying again, while the other files of the same runs are done (not given up with it)."""
+    from engram.schemas.settings import Settings
+    from tests.workload import make_screenshot
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, name in enumerate(["a-notes.png", "b-poison.png", "c-notes.png"]):
+        make_screenshot(folder / name, f"Notes {i}", [f"line {i} of {name}", "budget review on Friday"], seed=i)
+    cmd = [sys.executable, "-m", "engram.api.cli", "ingest", str(folder), "--user", "ann"]
+    db = tmp_path / "data" / "ledger.sqlite"
+    deaths = max(1, Settings().max_redeliveries - 1)
+    for run in range(1, deaths + 1):
+        proc = subprocess.Popen(cmd, env=_env(tmp_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 300
+        while _unfinished_starts(db, "b-poison.png") < run and proc.poll() is None:
+            assert time.monotonic() < deadline, "never saw the screenshot being perceived"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)  # dies perceiving it
+        proc.communicate(timeout=60)
+        assert proc.returncode == -signal.SIGKILL, f"run {run} ended before it was killed"
+    last = subprocess.run(cmd, env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in last.stderr, last.stderr[-3000:]
+    with sqlite3.connect(db) as conn:
+        rows = [(Path(name).name, *rest) for name, *rest in
+                conn.execute("SELECT source_name, status, stage, reason FROM events ORDER BY created_at")]
+    resumed = rows[:3]  # the first run's events: the ones each later run resumed
+    poison = next(r for r in resumed if r[0] == "b-poison.png")
+    assert poison[1:3] == ("failed", "perceive"), rows
+    assert f"started {deaths} times before and never finished" in poison[3], poison
+    assert sorted(r[1] for r in resumed if r[0] != "b-poison.png") == ["done", "done"], rows

@@ -357,6 +357,47 @@ def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
           f"total {time.monotonic() - t0:.1f} s")
 
 
+def test_media_that_kill_their_worker_process_fail_alone(make_cluster, tmp_path):
+    """A screenshot whose perception kills the pool process running it, each time (SIGKILLed here as soon as it
+    starts, as the kernel's out-of-memory killer or a decoder crashing on a hostile file would): Celery puts the
+    message back after each death (late acks), the ledger counts the starts that never ended, and the start after
+    ``MAX_UNFINISHED_STARTS`` deaths fails the event with the reason instead of killing another process. The
+    worker's main process stays up and the events published after it are done."""
+    import psutil
+    import redis
+
+    from engram.workers.runtime import MAX_UNFINISHED_STARTS, runtime
+
+    t0 = time.monotonic()
+    cluster, url = make_cluster(cpu_concurrency=1)
+    rt = runtime()
+    items = make_items(tmp_path / "media", per_user=2, tag="dies")  # a conversation and a screenshot per user
+    poison = next(it for it in items if it.path.suffix == ".png")
+    (event,) = publish(rt, [poison])
+    counted = f"{rt.ledger.p}event:{event.event_id}:unfinished"  # RedisLedger's key of begin_work's counts
+    r = redis.Redis.from_url(url, decode_responses=True)
+    worker = psutil.Process(cluster.procs["cpu"].pid)
+    kills, deadline = 0, time.monotonic() + 180
+    while kills < MAX_UNFINISHED_STARTS:
+        assert time.monotonic() < deadline, f"{kills} kills\n{cluster.tails()}"
+        if int(r.hget(counted, "perceive:0") or 0) > kills:  # a start not ended: its pool process perceives it
+            for child in worker.children():  # one pool process (concurrency 1)
+                child.kill()
+            kills += 1
+        time.sleep(0.01)
+    others = [it for it in items if it is not poison]
+    events = [event, *publish(rt, others)]
+    records = wait_final(rt, cluster, [e.event_id for e in events], timeout=180)
+    failed = records[event.event_id]
+    assert failed.status is EventStatus.failed and failed.stage == "perceive", failed
+    assert f"started {MAX_UNFINISHED_STARTS} times before and never finished" in failed.reason, failed.reason
+    assert all(records[e.event_id].status is EventStatus.done for e in events[1:]), \
+        [(r.source_name, r.status, r.reason) for r in records.values()]
+    assert cluster.exited() == {} and worker.is_running(), cluster.tails()
+    print(f"\n{kills} pool processes killed perceiving one screenshot, then it failed: {failed.reason!r}; "
+          f"{len(others)} other events done; total {time.monotonic() - t0:.1f} s")
+
+
 def test_a_bad_segment_in_a_store_batch_fails_alone_on_the_store_worker(make_cluster, tmp_path):
     """The store worker's batched consumer (``store_batched``, celery-batches) gets six embedded chats at once,
     as the cpu workers' ``embed_batched`` sends them, one with a dense vector the store refuses: they are linked

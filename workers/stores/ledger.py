@@ -86,6 +86,14 @@ class Ledger(Protocol):
     def object_references(self, tenant_id: str, object_key: str) -> int:
         """How many of the tenant's events (any status) reference ``object_key``."""
 
+    def begin_work(self, event_id: uuid.UUID, work: str) -> int:
+        """Count one start of ``work`` on the event (e.g. ``perceive:0``, a segment's perception) and return how
+        many of its starts have not ended (``end_work``), this one included: more than one means a process died
+        running it before (killed, crashed in a decoder or a model, out of memory)."""
+
+    def end_work(self, event_id: uuid.UUID, work: str) -> None:
+        """``work`` ended in this process, however it ended: its start no longer counts (``begin_work``)."""
+
     def claim_stalled(self, older_than_s: float, max_redeliveries: int,
                       limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         """Events queued or processing without progress for ``older_than_s`` seconds (their task was lost:
@@ -104,6 +112,9 @@ def _stalled_reason(stage: str | None, older_than_s: float, redeliveries: int) -
             + (f" (last stage {stage})" if stage else ""))
 
 
+#: Seconds the Redis ledger keeps an event's count of unfinished work after its last start (``begin_work``).
+UNFINISHED_TTL_S = 7 * 24 * 3600
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
   event_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, device_id TEXT NOT NULL,
@@ -119,6 +130,8 @@ CREATE TABLE IF NOT EXISTS user_content (
   tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, sha256 TEXT NOT NULL, event_id TEXT NOT NULL,
   PRIMARY KEY (tenant_id, user_id, sha256));
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, token TEXT NOT NULL, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS unfinished (
+  event_id TEXT NOT NULL, work TEXT NOT NULL, starts INTEGER NOT NULL, PRIMARY KEY (event_id, work));
 CREATE TABLE IF NOT EXISTS frames (
   tenant_id TEXT NOT NULL, device_id TEXT NOT NULL, phash TEXT NOT NULL, event_id TEXT NOT NULL,
   PRIMARY KEY (tenant_id, device_id));
@@ -304,7 +317,7 @@ class SqliteLedger:
             for eid in map(str, event_ids):
                 n = db.execute("DELETE FROM events WHERE event_id=? AND tenant_id=?", (eid, tenant_id)).rowcount
                 if n:
-                    for table in ("segments", "user_content", "frames"):
+                    for table in ("segments", "user_content", "frames", "unfinished"):
                         db.execute(f"DELETE FROM {table} WHERE event_id=?", (eid,))  # fixed table names
                 deleted += n
         return deleted
@@ -313,6 +326,17 @@ class SqliteLedger:
         with self._tx() as db:
             return db.execute("SELECT COUNT(*) FROM events WHERE tenant_id=? AND object_key=?",
                               (tenant_id, object_key)).fetchone()[0]
+
+    def begin_work(self, event_id: uuid.UUID, work: str) -> int:
+        with self._tx() as db:
+            return db.execute("INSERT INTO unfinished (event_id, work, starts) VALUES (?,?,1) ON CONFLICT"
+                              " (event_id, work) DO UPDATE SET starts=starts+1 RETURNING starts",
+                              (str(event_id), work)).fetchone()[0]
+
+    def end_work(self, event_id: uuid.UUID, work: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM unfinished WHERE event_id=? AND work=? AND starts<=1", (str(event_id), work))
+            db.execute("UPDATE unfinished SET starts=starts-1 WHERE event_id=? AND work=?", (str(event_id), work))
 
     def claim_stalled(self, older_than_s: float, max_redeliveries: int,
                       limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
@@ -406,15 +430,15 @@ return false
 class RedisLedger:
     """The ledger in Redis (the distributed mode), for any number of processes.
 
-    Keys (prefix ``engram:``): ``event:<id>`` (hash of the record), ``event:<id>:segments`` (hash segment
-    index → observations), ``tenant:<t>:events`` (sorted set by update time), ``tenant:<t>:status:<s>``
-    (sorted set per status), ``content:<t>:<user>:<sha256>`` and ``frame:<t>:<device>``. Read-modify-write steps
-    are atomic, so concurrent workers never lose an update: the ones every event takes (``mark``,
-    ``claim_content``, ``expect_segments``, ``segment_done``) as Lua scripts (one round trip each: an ingest
-    task made ~12 round trips with optimistic transactions, each a wait and a process switch on a busy worker), the
-    rarer ones as optimistic transactions (WATCH/MULTI). The scripts reach keys they read from the event's hash
-    (its tenant's sets, a content holder's hash): one Redis server or a replicated one, not Redis Cluster.
-    """
+    Keys (prefix ``engram:``): ``event:<id>`` (hash of the record), ``event:<id>:segments`` (hash segment index →
+    observations), ``event:<id>:unfinished`` (hash work → starts not ended: ``begin_work``), ``tenant:<t>:events``
+    (sorted set by update time), ``tenant:<t>:status:<s>`` (sorted set per status), ``content:<t>:<user>:<sha256>``
+    and ``frame:<t>:<device>``. Read-modify-write steps are atomic, so concurrent workers never lose an update: the
+    ones every event takes (``mark``, ``claim_content``, ``expect_segments``, ``segment_done``) as Lua scripts (one
+    round trip each: an ingest task made ~12 round trips with optimistic transactions, each a wait and a process
+    switch on a busy worker), the rarer ones as optimistic transactions (WATCH/MULTI). The scripts reach keys they
+    read from the event's hash (its tenant's sets, a content holder's hash): one Redis server or a replicated one,
+    not Redis Cluster."""
 
     def __init__(self, url: str, prefix: str = "engram:") -> None:
         import redis
@@ -624,6 +648,18 @@ class RedisLedger:
     def done_segments(self, event_id: uuid.UUID) -> set[int]:
         return {int(i) for i in self.r.hkeys(self._ek(event_id) + ":segments")}
 
+    def begin_work(self, event_id: uuid.UUID, work: str) -> int:
+        key = self._ek(event_id) + ":unfinished"
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.hincrby(key, work, 1)
+            pipe.expire(key, UNFINISHED_TTL_S)  # the count of an event never finished does not stay forever
+            return int(pipe.execute()[0])
+
+    def end_work(self, event_id: uuid.UUID, work: str) -> None:
+        key = self._ek(event_id) + ":unfinished"
+        if self.r.hincrby(key, work, -1) <= 0:
+            self.r.hdel(key, work)
+
     def _tenant_fields(self, tenant_id: str, *fields: str) -> list[tuple[str, list[str | None]]]:
         """(event id, values of ``fields``) of every event of the tenant, oldest first (pipelined HMGETs)."""
         eids = self.r.zrange(f"{self.p}tenant:{tenant_id}:events", 0, -1)
@@ -650,7 +686,7 @@ class RedisLedger:
                 holds_content = pipe.get(ckey) == eid
                 holds_frame = pipe.hget(fkey, "event_id") == eid
                 pipe.multi()
-                pipe.delete(key, key + ":segments", *([ckey] if holds_content else []),
+                pipe.delete(key, key + ":segments", key + ":unfinished", *([ckey] if holds_content else []),
                             *([fkey] if holds_frame else []))
                 pipe.zrem(f"{self.p}tenant:{tenant_id}:events", eid)
                 for st in EventStatus:

@@ -387,3 +387,36 @@ def test_segments_recorded_together_finish_their_events_as_one_by_one(ledger):
     assert ledger.segments_done([]) == []
     with pytest.raises(KeyError):
         ledger.segments_done([(c.event_id, 2, 1), (uuid.uuid4(), 0, 1)])
+
+
+def _die_holding_work(spec: tuple[str, str], event_id: str) -> None:
+    """A child process that starts a piece of work and dies (no end_work): as a pool process killed mid-task."""
+    import os
+
+    _open_like(spec).begin_work(uuid.UUID(event_id), "perceive:0")
+    os._exit(1)
+
+
+def test_unfinished_work_outlives_the_process_that_died_running_it(ledger):
+    """begin_work counts the starts of one piece of work that have not ended; end_work takes its own start
+    back, whatever the count; a process that died running the work leaves its start counted for the next
+    process; each work and event counts apart; forgetting the event forgets the count."""
+    ev, other = make_event(content=b"a"), make_event(content=b"b")
+    ledger.record_queued(ev)
+    assert ledger.begin_work(ev.event_id, "perceive:0") == 1
+    ledger.end_work(ev.event_id, "perceive:0")
+    assert ledger.begin_work(ev.event_id, "perceive:0") == 1  # ended: starts again from one
+    ledger.end_work(ev.event_id, "perceive:0")
+    for _ in range(2):
+        child = mp.get_context("spawn").Process(target=_die_holding_work, args=(_spec(ledger), str(ev.event_id)))
+        child.start()
+        child.join(60)
+        assert child.exitcode == 1
+    assert ledger.begin_work(ev.event_id, "perceive:1") == 1  # another segment, another count
+    assert ledger.begin_work(other.event_id, "perceive:0") == 1  # another event
+    assert ledger.begin_work(ev.event_id, "perceive:0") == 3  # two deaths before this start
+    ledger.end_work(ev.event_id, "perceive:0")
+    assert ledger.begin_work(ev.event_id, "perceive:0") == 3
+    ledger.end_work(ev.event_id, "perceive:0")
+    assert ledger.forget_events("acme", [ev.event_id]) == 1
+    assert ledger.begin_work(ev.event_id, "perceive:0") == 1
