@@ -1,6 +1,7 @@
 """The embedded default after a crash and on hostile files: ``kill -9`` of ``engram ingest`` in the middle of a
 conversation loses nothing (the next run resumes the interrupted event: every message stored exactly once), a
-JSON file nested 200,000 deep fails alone while the files after it are ingested and consolidated, and a file that
+JSON file nested 200,000 deep fails alone while the files after it are ingested and consolidated, a FIFO in a
+folder is left out unopened, and a file that
 kills the process each time it is perceived fails on a later run while the files of the same runs are done."""
 
 from __future__ import annotations
@@ -82,6 +83,24 @@ def test_a_json_nested_200000_deep_fails_alone(tmp_path):
     listed = subprocess.run([sys.executable, "-m", "engram.api.cli", "memories", "list", "--type", "episodic", "--user",
                              "ann"], env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert listed.returncode == 0 and "Message 1" in listed.stdout  # consolidation ran after the batch
+
+
+def test_a_fifo_and_a_symlink_loop_in_a_folder_do_not_stop_the_ingest(tmp_path):
+    """A folder holding a FIFO (reading it would wait for a writer for ever) and a symlink to itself: the FIFO is
+    left out as not media without being opened, the loop fails with its reason, the conversation is done."""
+    import os
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    os.mkfifo(folder / "a-pipe.png")
+    (folder / "b-loop").symlink_to(folder / "b-loop")
+    _chat(folder / "c.jsonl", 3, "sc")
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "ingest", str(folder), "--user", "ann"],
+                         env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary, errors = " ".join(out.stdout.split()), " ".join(out.stderr.split())
+    assert "1 done" in summary and "1 failed" in summary and "1 not media" in summary, summary
+    assert "a-pipe.png: not media" in summary and "b-loop: cannot read: Too many levels of symbolic links" in errors
 
 
 def _unfinished_starts(db, source: str) -> int:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from engram.schemas.events import MediaKind
@@ -23,8 +24,12 @@ def detect(path: Path) -> tuple[MediaKind, str] | None:
     """What the CLI should publish ``path`` as: media by content, then conversation files by structure.
 
     A file that claims a media extension but whose content is not media is still returned (kind from the
-    extension) so ingest fails it with a reason; anything else unknown returns None (skipped).
+    extension) so ingest fails it with a reason; anything else unknown returns None (skipped), and so is what is
+    not a regular file: a FIFO, a socket or a device (a folder may hold one; reading it would wait for a writer or
+    never end). Raises OSError when the file cannot be read.
     """
+    if not stat.S_ISREG(path.stat().st_mode):  # follows a symlink: a link to a regular file is one
+        return None
     with open(path, "rb") as fh:
         head = fh.read(8192)
     found = sniff(head)
