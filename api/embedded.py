@@ -57,11 +57,17 @@ class _IngestRun:
                                f"{record.status.value}"))
 
     def classify(self, path: Path):
-        """``path``'s ``api.local.Candidate``, or None when it failed (unreadable, a detector's crash) or is not
-        media (recorded as ignored)."""
+        """``path``'s ``api.local.Candidate``, or None when it failed (unreadable, larger than
+        ``ENGRAM_MAX_OBJECT_BYTES``, a detector's crash) or is not media (recorded as ignored). A file over the
+        limit is failed before anything reads it: the conversation detectors parse a whole file, and it would be
+        hashed and copied into the object store only for ingest to refuse it."""
         from engram.api.local import classify  # the workers' stack, when a command runs
 
         try:
+            size, limit = path.stat().st_size, self.rt.settings.max_object_bytes
+            if size > limit:
+                self.fail(path, f"too large: {size} bytes exceeds ENGRAM_MAX_OBJECT_BYTES ({limit}); not read")
+                return None
             cand = classify(path)
         except OSError as exc:
             self.fail(path, f"cannot read: {exc.strerror or exc}")

@@ -1,7 +1,7 @@
 """The embedded default after a crash and on hostile files: ``kill -9`` of ``engram ingest`` in the middle of a
 conversation loses nothing (the next run resumes the interrupted event: every message stored exactly once), a
 JSON file nested 200,000 deep fails alone while the files after it are ingested and consolidated, a FIFO in a
-folder is left out unopened, and a file that
+folder is left out unopened, a file over the size limit fails unread, and a file that
 kills the process each time it is perceived fails on a later run while the files of the same runs are done."""
 
 from __future__ import annotations
@@ -101,6 +101,27 @@ def test_a_fifo_and_a_symlink_loop_in_a_folder_do_not_stop_the_ingest(tmp_path):
     summary, errors = " ".join(out.stdout.split()), " ".join(out.stderr.split())
     assert "1 done" in summary and "1 failed" in summary and "1 not media" in summary, summary
     assert "a-pipe.png: not media" in summary and "b-loop: cannot read: Too many levels of symbolic links" in errors
+
+
+def test_a_file_over_the_size_limit_fails_unread(tmp_path):
+    """A conversation file larger than ENGRAM_MAX_OBJECT_BYTES (a sparse file here) fails with the limit as its
+    reason before anything reads it: not parsed, hashed or copied into the object store; the file beside it is
+    done."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    with open(folder / "a-huge.jsonl", "wb") as fh:
+        fh.truncate(3 * 1024**2)
+    _chat(folder / "b.jsonl", 3, "sb")
+    env = {**_env(tmp_path), "ENGRAM_MAX_OBJECT_BYTES": str(1024**2)}
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "ingest", str(folder), "--user", "ann"],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "1 done" in " ".join(out.stdout.split()) and "1 failed" in " ".join(out.stdout.split())
+    assert (f"a-huge.jsonl: too large: {3 * 1024**2} bytes exceeds ENGRAM_MAX_OBJECT_BYTES ({1024**2}); not read"
+            in " ".join(out.stderr.split())), out.stderr[-2000:]
+    objects = tmp_path / "data" / "objects"  # the embedded object store
+    stored = [p for p in objects.rglob("*") if p.is_file() and p.stat().st_size >= 1024**2]
+    assert objects.is_dir() and stored == [], stored  # the conversation beside it is there, no copy of it
 
 
 def _unfinished_starts(db, source: str) -> int:
