@@ -877,6 +877,12 @@ def main() -> None:
                 name = "ENGRAM_" + "__".join(str(p) for p in e["loc"]).upper()
                 err.print(Text.assemble(("error: ", "red"), f"{name}: {e['msg'].removeprefix('Value error, ')}"))
             sys.exit(2)
+        if isinstance(exc, ValidationError):  # a request built from the command's arguments (an empty query)
+            for e in exc.errors(include_url=False):
+                field = ".".join(str(p) for p in e["loc"]) or exc.title
+                err.print(Text.assemble(("error: ", "red"), f"{field}: {e['msg'].removeprefix('Value error, ')} "
+                                        f"(given {e['input']!r:.80})"))
+            sys.exit(2)
         raise
 
 

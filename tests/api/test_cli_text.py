@@ -1,5 +1,6 @@
 """Stored text is printed exactly as it was stored: rich markup in a chat line ("[/code]", "[bold]"), the vault's
-placeholders and a file named with brackets neither crash the CLI nor turn into style or vanish."""
+placeholders and a file named with brackets neither crash the CLI nor turn into style or vanish; an empty query is
+one line of error, not a traceback."""
 
 from __future__ import annotations
 
@@ -59,3 +60,13 @@ def test_search_ask_and_memories_print_stored_text_as_stored(store):
 def test_entity_names_with_brackets(store):
     env, _ = store
     assert "Ann [admin]" in _run(env, "entities")
+
+
+def test_an_empty_query_is_one_line_naming_the_argument(store):
+    """A request the command's arguments cannot make (an empty query) is one line saying which argument and why
+    (exit code 2, as for a bad option), not a traceback."""
+    env, _ = store
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", ""], env=env, cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip() == "error: query: String should have at least 1 character (given '')", out.stderr
