@@ -192,7 +192,7 @@ def _parse_conversation(data: bytes, source_name: str = "", default_time: dateti
             return longmemeval_messages(doc)
         except (KeyError, ValueError, ValidationError) as exc:
             raise InvalidConversation(f"malformed LongMemEval file: {exc!r}") from exc
-    if isinstance(doc, dict) and "message_id" in doc:  # JSONL of a single record
+    if isinstance(doc, dict) and _RECORD_FIELDS & set(doc):  # JSONL of a single record (an invalid one is named)
         doc = [doc]
     if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
         doc = doc["messages"]

@@ -239,6 +239,9 @@ def test_jsonl_round_trip():
     (json.dumps({"messages": [record(1), {k: v for k, v in record(2).items() if k != "text"}]}).encode(),
      "record at 1.text: Field required"),
     (json.dumps([record(1, mood="happy")]).encode(), "record at 0.mood"),
+    # one line of JSONL is a JSON document: a record without its id is named as two lines of them are
+    ((json.dumps({k: v for k, v in record(1).items() if k != "message_id"}) + "\n").encode(),
+     "record at 0.message_id: Field required"),
     (json.dumps([record(1, attachments=[{"caption": "x", "exif": "1"}])]).encode(),
      "record at 0.attachments.0.exif"),
 ])
