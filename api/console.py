@@ -3,7 +3,8 @@ user, device and time options, the API client of the producer commands, and the 
 read a store.
 
 ``console`` is stdout (tables, results), ``err`` is stderr (progress, one line per failed file). Text that was
-stored or typed by a user is printed through ``rich.markup.escape`` or ``rich.text.Text``, never as markup.
+stored or typed by a user is printed through ``rich.markup.escape`` or ``rich.text.Text``, never as markup, and
+both consoles show the control characters it may hold instead of passing them to the terminal (``SafeConsole``).
 This module sits below every command module (``api.cli``, ``memory_cli``, ``agent_cli``, ``capture``, ``demo``),
 which import from it and never from each other.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import getpass
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -31,8 +34,35 @@ from engram.schemas.search import SearchResponse
 if TYPE_CHECKING:
     from engram.api.client import EngramClient
 
-console = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)  # per-file failure lines stay one line each, however long
+#: Characters a terminal would act on instead of showing: C0 controls but tab and newline, DEL, C1 controls (ESC
+#: starts the sequences that recolour, move the cursor, set the window title), and the bidirectional overrides and
+#: isolates that make a name read in another order than it is stored ("Trojan Source", CVE-2021-42574).
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """``text`` with each character a terminal would act on (``_UNSHOWABLE``) written as its Python escape
+    (``\\x1b``, ``\\u202e``): a file name or a stored message holding them shows every character it holds,
+    and none of them recolours the terminal, moves its cursor or reorders what follows."""
+    return _UNSHOWABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+class SafeConsole(Console):
+    """A rich ``Console`` whose text passes through ``shown`` as it is rendered, whatever printed it (a ``Text``,
+    a table cell, a progress bar's field): Rich writes a string's control characters to the terminal as they are.
+    Rich's own output (colours, cursor moves of a progress display) is made from styles and control segments,
+    which pass unchanged."""
+
+    def render(self, renderable, options=None):  # noqa: ANN001, ANN201 (rich's own signature)
+        for segment in super().render(renderable, options):
+            if segment.control is None and _UNSHOWABLE.search(segment.text):
+                yield Segment(shown(segment.text), segment.style, segment.control)
+            else:
+                yield segment
+
+
+console = SafeConsole(width=None if sys.stdout.isatty() else 160)
+err = SafeConsole(stderr=True, soft_wrap=True)  # per-file failure lines stay one line each, however long
 
 
 def local_time(t: datetime | None, fmt: str = "%Y-%m-%d %H:%M %Z") -> str:

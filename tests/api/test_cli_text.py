@@ -14,6 +14,10 @@ from PIL import Image, ImageDraw
 from tests.conftest import REPO
 
 HOSTILE = "key AKIAIOSFODNN7EXAMPLE [/code] [bold]x[/bold] [red]y"
+#: a file name and a message holding what a terminal acts on: a colour, a clear screen, a window title, a
+#: right-to-left override
+ESCAPES_NAME = "evil\x1b[31mred\x1b]0;pwned\u202etxt.txt"
+ESCAPES_TEXT = "launch codes \x1b[2J\x1b[1;1H are \u202e4321"
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +33,25 @@ def store(tmp_path_factory):
     ImageDraw.Draw(shot).text((10, 40), "quarterly budget review", fill="black")
     shot.save(folder / "[final] shot.png")
     (folder / "[notes] readme.txt").write_text("not media")
+    (folder / ESCAPES_NAME).write_text("not media")
+    (folder / "terminal.jsonl").write_text(json.dumps({"message_id": "t1", "session_id": "s2", "speaker": "Eve",
+                                                       "text": ESCAPES_TEXT, "timestamp": "2024-05-03T18:03:00Z"}))
     out = subprocess.run([sys.executable, "-m", "engram.api.cli", "ingest", str(folder)], env=env, cwd=REPO,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return env, out
+
+
+def test_control_characters_are_shown_not_sent_to_the_terminal(store):
+    """A file name and a stored message holding terminal escapes and a bidirectional override are printed with
+    each such character written as its escape (every character shown, none acted on)."""
+    env, out = store
+    assert "\x1b" not in out.stdout + out.stderr and "\u202e" not in out.stdout + out.stderr
+    assert r"evil\x1b[31mred\x1b]0;pwned\u202etxt.txt" in out.stdout
+    shown = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", "launch codes"], env=env, cwd=REPO,
+                           capture_output=True, text=True, timeout=300).stdout
+    assert r"launch codes \x1b[2J\x1b[1;1H are \u202e4321" in " ".join(shown.replace("│", " ").split())
+    assert "\x1b" not in shown and "\u202e" not in shown
 
 
 def _run(env, *args: str) -> str:
