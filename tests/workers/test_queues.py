@@ -1,7 +1,9 @@
-"""Queues of the distributed mode on a real redis-server: beat's stall sweep on a queue of its own."""
+"""Queues of the distributed mode on a real redis-server: beat's stall sweep on a queue of its own, messages
+without a representation of their arguments in their headers."""
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -39,6 +41,25 @@ def test_stall_sweep_is_not_queued_behind_an_ingest_backlog(producer):
     uploads = app.conf.beat_schedule["expire-staged-uploads"]
     app.send_task(uploads["task"])  # routed by name too
     assert r.llen(Queue.maintenance.value) == 2
+
+
+def test_messages_carry_no_representation_of_their_arguments(producer):
+    """A message on the broker holds its arguments in its body only: its ``argsrepr`` header is Celery's ", ..."
+    (no repr of the observations it carries, which cost a worker ~0.9 ms an event to make), and the stage
+    tasks make none of their results for the log line that would hide it."""
+    from engram.workers.app import REPR_MAXSIZE, load_tasks
+    from engram.workers.tasks import Task
+
+    app, r = producer
+    segment = {"job": {"event": {"event_id": "e" * 36}}, "observations": [{"text": "budget review " * 50}] * 4}
+    app.send_task(Task.embed_batched.value, args=[segment], queue=Queue.perceive_gpu.value)
+    (raw,) = r.lrange(Queue.perceive_gpu.value, 0, -1)
+    message = json.loads(raw)
+    assert message["headers"]["argsrepr"] == ", ..." and message["headers"]["kwargsrepr"] == ", ..."
+    assert "budget review" in base64.b64decode(message["body"]).decode()  # the body holds them whole
+    tasks = load_tasks().tasks
+    assert all(tasks[t.value].resultrepr_maxsize == REPR_MAXSIZE == 0 for t in (Task.ingest, Task.perceive,
+                                                                               Task.embed_many, Task.store_many))
 
 
 def test_every_worker_serves_the_maintenance_queue(tmp_path):
