@@ -23,6 +23,7 @@ import getpass
 import hashlib
 import os
 import socket
+import stat
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -88,9 +89,12 @@ def safe_id(value: str) -> str:
 
 def detect(path: Path, kind: MediaKind | None = None) -> tuple[MediaKind, str]:
     """(kind, mime type) of ``path``: by content (``workers.media.detect.detect``), else from ``kind`` and the
-    file suffix. Raises NotMedia when neither says what it is."""
+    file suffix. Raises NotMedia when neither says what it is, or for what is not a regular file (a FIFO, a
+    socket, a device: hashing it would wait for a writer or never end, whatever ``kind`` says)."""
     from engram.workers.media.detect import detect as sniff_file  # the worker extra's decoders: only to publish
 
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise NotMedia(f"{path}: not a regular file (a FIFO, a socket or a device)")
     found = sniff_file(path)
     if found is not None:
         return (kind or found[0]), found[1]

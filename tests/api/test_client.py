@@ -3,6 +3,7 @@ redis-server and SeaweedFS S3 (uploads go to SeaweedFS through presigned URLs)."
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -11,7 +12,7 @@ import httpx
 import pytest
 
 from engram.api.client import AsyncEngramClient, EngramAPIError, EngramClient, NotMedia
-from engram.schemas.events import EventStatus
+from engram.schemas.events import EventStatus, MediaKind
 from tests.api.conftest import chat_jsonl, png_bytes, queue_length, wav_bytes
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,6 +49,10 @@ def test_publish_three_files_then_republish_skips_uploads(api_server, api_keys, 
         (files / "notes.txt").write_text("not media")
         with pytest.raises(NotMedia):
             client.publish(files / "notes.txt")
+        os.mkfifo(files / "pipe.png")  # even said to be a screenshot, a FIFO is not opened (it would block)
+        with pytest.raises(NotMedia, match="not a regular file"):
+            client.publish(files / "pipe.png", kind=MediaKind.screenshot)
+        (files / "pipe.png").unlink()
 
     # another device publishing the same bytes: no upload, but a new event
     with EngramClient(api_server, api_keys["acme"], user="alice", device="phone") as client:
