@@ -426,6 +426,13 @@ redis.call('SET', KEYS[1], ARGV[2])
 return false
 """
 
+#: ``end_work``: KEYS the event's unfinished hash; ARGV the work. One start fewer; the field goes at zero (and the
+#: hash with its last field), so an event whose work all ended keeps nothing.
+_LUA_END_WORK = """
+if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+"""
+
 
 class RedisLedger:
     """The ledger in Redis (the distributed mode), for any number of processes.
@@ -451,6 +458,7 @@ class RedisLedger:
         self._expect_segments = self.r.register_script(_LUA_EXPECT_SEGMENTS)
         self._segment_done = self.r.register_script(_LUA_SEGMENT_DONE)
         self._claim_content = self.r.register_script(_LUA_CLAIM_CONTENT)
+        self._end_work = self.r.register_script(_LUA_END_WORK)
 
     def _ek(self, event_id: uuid.UUID | str) -> str:
         return f"{self.p}event:{event_id}"
@@ -656,9 +664,7 @@ class RedisLedger:
             return int(pipe.execute()[0])
 
     def end_work(self, event_id: uuid.UUID, work: str) -> None:
-        key = self._ek(event_id) + ":unfinished"
-        if self.r.hincrby(key, work, -1) <= 0:
-            self.r.hdel(key, work)
+        self._end_work(keys=[self._ek(event_id) + ":unfinished"], args=[work])
 
     def _tenant_fields(self, tenant_id: str, *fields: str) -> list[tuple[str, list[str | None]]]:
         """(event id, values of ``fields``) of every event of the tenant, oldest first (pipelined HMGETs)."""

@@ -400,7 +400,8 @@ def _die_holding_work(spec: tuple[str, str], event_id: str) -> None:
 def test_unfinished_work_outlives_the_process_that_died_running_it(ledger):
     """begin_work counts the starts of one piece of work that have not ended; end_work takes its own start
     back, whatever the count; a process that died running the work leaves its start counted for the next
-    process; each work and event counts apart; forgetting the event forgets the count."""
+    process; each work and event counts apart; forgetting the event forgets the count; work that ended leaves
+    no row or key."""
     ev, other = make_event(content=b"a"), make_event(content=b"b")
     ledger.record_queued(ev)
     assert ledger.begin_work(ev.event_id, "perceive:0") == 1
@@ -420,3 +421,15 @@ def test_unfinished_work_outlives_the_process_that_died_running_it(ledger):
     ledger.end_work(ev.event_id, "perceive:0")
     assert ledger.forget_events("acme", [ev.event_id]) == 1
     assert ledger.begin_work(ev.event_id, "perceive:0") == 1
+    # work that ended leaves nothing behind
+    done = make_event(content=b"c")
+    ledger.begin_work(done.event_id, "perceive:0")
+    ledger.end_work(done.event_id, "perceive:0")
+    if isinstance(ledger, RedisLedger):
+        assert not ledger.r.exists(f"{ledger.p}event:{done.event_id}:unfinished")
+    else:
+        import sqlite3
+
+        with sqlite3.connect(ledger.path) as db:
+            assert db.execute("SELECT COUNT(*) FROM unfinished WHERE event_id=?",
+                              (str(done.event_id),)).fetchone() == (0,)
