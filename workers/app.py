@@ -98,9 +98,9 @@ def celery_settings(settings: Settings) -> dict:
 #: Characters of a task's arguments and result Celery writes into each message's headers (``argsrepr``,
 #: ``kwargsrepr``: what Flower shows) and computes for its "succeeded" log line (the result, which
 #: ``HideTaskValues`` then hides): none, as no log line holds them. Celery's default of 1,024 made its ``saferepr``
-#: of a chat segment's observations cost ~0.9 ms CPU per event of a cpu worker's ~3 ms in ``ingest`` (the
-#: streaming repr walks what follows the cut too; 100 characters still cost ~0.2 ms a message): Celery then
-#: writes ", ..." in their place.
+#: of a chat segment's observations cost ~0.25 ms of a cpu worker's ~2.6 ms CPU per ``ingest`` (measured side by
+#: side, 2026-11-27; the streaming repr walks what follows the cut too, so 100 characters still cost most of it):
+#: Celery then writes ", ..." in their place.
 REPR_MAXSIZE = 0
 
 

@@ -89,7 +89,6 @@ class Model(ABC, Generic[R]):
         self.name = name
         self.options = options
         self._session: Any = None
-        self._load_lock = threading.Lock()
         self._predict_lock = threading.Lock()
 
     @classmethod
@@ -107,7 +106,7 @@ class Model(ABC, Generic[R]):
         loads at a time in a process, ``LOADING``). Raises ModelUnavailable when a package it needs is missing
         (``ImportError``) or the provider says so."""
         if self._session is None:
-            with LOADING, self._load_lock:
+            with LOADING:
                 if self._session is None:
                     try:
                         self._session = self._load()

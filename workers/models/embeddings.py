@@ -215,18 +215,24 @@ class MiniLMEmbedder(Model[np.ndarray]):
         return f"{self.name}.int8" if self.int8 else self.name
 
     def _onnx_file(self) -> Path | None:
+        """The ONNX file to run, or None for sentence-transformers. Raises ModelUnavailable when the runtime asked
+        for ('onnx', 'onnx-int8') has no file, or for the int8 runtime off the CPU (never the float model instead:
+        the int8 model's vectors differ and are cached apart)."""
         runtime = self.options.get("runtime", "torch")
         onnx_dir = self.options.get("onnx_dir")
-        if self.int8 and self.options.get("device", "cpu") != "cpu":
+        on_cpu = self.options.get("device", "cpu") == "cpu"
+        if self.int8 and not on_cpu:
             raise ModelUnavailable(f"the onnx-int8 runtime of {self.name} runs on the CPU only: set "
                                    "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch for another device")
-        if runtime == "torch" or (not onnx_dir and not self.int8) or self.options.get("device", "cpu") != "cpu":
-            return None  # the float model on sentence-transformers (never the int8 one: its vectors differ)
-        path = Path(onnx_dir or ".") / (ONNX_INT8_FILE if self.int8 else ONNX_FILE)
-        if path.is_file() and self.name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"):
+        if runtime == "torch" or not on_cpu or (not onnx_dir and not self.int8):
+            return None
+        name = ONNX_INT8_FILE if self.int8 else ONNX_FILE
+        path = Path(onnx_dir) / name if onnx_dir else None  # no folder: no file (the current directory is none)
+        if path is not None and path.is_file() and self.name in ("all-MiniLM-L6-v2",
+                                                                  "sentence-transformers/all-MiniLM-L6-v2"):
             return path
         if runtime in ("onnx", "onnx-int8"):
-            raise ModelUnavailable(f"no ONNX export of {self.name} at {path}: run `python -m engram."
+            raise ModelUnavailable(f"no ONNX export of {self.name} at {path or name}: run `python -m engram."
                                    "workers.models.embeddings export` (scripts/setup.sh does), or set "
                                    "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch")
         return None
