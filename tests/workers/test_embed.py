@@ -200,3 +200,22 @@ def test_embedded_vectors_travel_packed_and_come_back_exact(engram_env):
     for bad in ("not base64!", "AAA=", ["x"]):
         with pytest.raises(ValidationError):
             EmbeddedBatch.model_validate({**message, "items": [{**item, "dense": bad}]})
+
+
+def test_a_span_vector_is_the_normalised_mean_of_the_tokens_inside_it():
+    from engram.workers.models.embeddings import span_vectors
+
+    rng = np.random.default_rng(7)
+    hidden = rng.standard_normal((8, DIM)).astype(np.float32)  # 6 tokens of the text, then 2 rows of padding
+    offsets = [(0, 0), (0, 5), (6, 11), (11, 12), (13, 18), (0, 0)]  # [CLS] Hello world . Again [SEP]
+    spans = [(0, 12), (13, 18), (40, 50)]  # two sentences; a third cut off by truncation (no token)
+    rows = span_vectors(hidden, offsets, spans)
+
+    def mean(idx: list[int]) -> np.ndarray:
+        v = hidden[idx].mean(axis=0)
+        return v / np.linalg.norm(v)
+
+    assert rows.shape == (2, DIM) and rows.dtype == np.float32
+    assert np.allclose(rows, [mean([1, 2, 3]), mean([4])], atol=1e-6)  # special tokens and padding left out
+    assert span_vectors(hidden, offsets, []).shape == (0, DIM)
+    assert span_vectors(hidden, [], spans).shape == (0, DIM)
