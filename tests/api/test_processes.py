@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from engram.api.processes import (
     plan_worker,
     pool_model_environment,
     prefetch_multiplier,
+    start_time_parser_warm_up,
     start_warm_up,
     warm_up_models,
     worker_argv,
@@ -163,13 +165,32 @@ def test_workers_that_embed_load_the_text_embedder_as_their_pool_processes_start
     embed nothing loads nothing (the log check on real workers: tests/integration/test_distributed.py)."""
     from celery.signals import worker_process_init, worker_ready
 
+    def receivers(signal) -> set[str]:  # Celery keeps a receiver connected with weak=False as itself
+        return {getattr(r() if isinstance(r, weakref.ref) else r, "__name__", "") for _, r in signal.receivers}
+
     try:
         assert warm_up_models(plan_worker(settings(tmp_path), role="cpu")) is worker_process_init
+        assert "start_time_parser_warm_up" not in receivers(worker_process_init)  # the cpu worker serves no search
         assert warm_up_models(plan_worker(settings(tmp_path), role="store")) is worker_ready
+        assert {"start_warm_up", "start_time_parser_warm_up"} <= receivers(worker_ready)  # the store worker does
         assert warm_up_models(plan_worker(settings(tmp_path), queues="ingest,perceive.cpu")) is None
     finally:
-        worker_process_init.disconnect(start_warm_up)
-        worker_ready.disconnect(start_warm_up)
+        for signal in (worker_process_init, worker_ready):
+            signal.disconnect(start_warm_up)
+            signal.disconnect(start_time_parser_warm_up)
+
+
+def test_a_search_worker_reads_a_time_expression_as_it_starts():
+    """``load_time_parser`` (on a query worker's warm-up thread) imports dateparser and resolves one expression, and
+    logs it, so the first search that names a time does not wait for that; in a fresh process, as a worker's."""
+    code = ("import sys; from engram.api.processes import load_time_parser; "
+            "print('before', 'dateparser' in sys.modules); load_time_parser(); "
+            "print('after', 'dateparser.search' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    assert "before False" in out.stdout and "after True" in out.stdout
+    assert "time-expression parser loaded" in out.stdout + out.stderr
 
 
 def test_an_unrecoverable_error_asks_for_a_restart_a_shutdown_does_not():

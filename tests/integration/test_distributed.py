@@ -262,6 +262,10 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
                                                   for n in ("cpu", "store")):
         time.sleep(0.2)
     assert [cluster.count_in_logs("text embedder loaded", n) for n in ("cpu", "store")] == [1, 1], cluster.tails()
+    # the store worker serves searches: it has read a time expression too (dateparser loaded before the first one)
+    while time.monotonic() < deadline and not cluster.count_in_logs("time-expression parser loaded", "store"):
+        time.sleep(0.2)
+    assert cluster.count_in_logs("time-expression parser loaded", "store") == 1, cluster.tails()
     # the cpu worker's one pool process runs the embedder on every usable core (processes.pool_model_environment)
     from engram.workers.models.embeddings import usable_cores
 
