@@ -44,6 +44,7 @@ from engram.api.console import (  # noqa: E402
     parse_time,
     print_hits,
     reads_store,
+    shown_name,
 )
 from engram.api.embedded import ingest_paths, run_search  # noqa: E402
 from engram.schemas.events import EventStatus, MediaKind  # noqa: E402
@@ -149,9 +150,11 @@ def _print_ingest_summary(result: dict[str, list]) -> None:
                   f"{len(result['skipped'])} skipped, [red]{len(result['failed'])} failed[/red], "
                   f"{len(result['ignored'])} not media")
     for path, record in result["skipped"]:
-        console.print(f"  skipped {escape(str(path))}: {escape(str(record.reason))}", highlight=False, soft_wrap=True)
+        console.print(f"  skipped {escape(shown_name(path))}: {escape(str(record.reason))}", highlight=False,
+                      soft_wrap=True)
     for path, why in result["ignored"][:10]:
-        console.print(f"  skipped {escape(str(path))}: {escape(str(why))}", highlight=False, soft_wrap=True)
+        console.print(f"  skipped {escape(shown_name(path))}: {escape(str(why))}", highlight=False,
+                      soft_wrap=True)
     if len(result["ignored"]) > 10:
         console.print(f"  … and {len(result['ignored']) - 10} more files that are not media")
 
@@ -220,16 +223,16 @@ def status(
     console.print(coll)
     failed = rt.ledger.records(tenant, EventStatus.failed, limit=failures)
     for rec in failed:
-        console.print(f"[red]failed[/red] {escape(rec.source_name or rec.object_key)} \\[{rec.stage}]: "
+        console.print(f"[red]failed[/red] {escape(shown_name(rec.source_name or rec.object_key))} \\[{rec.stage}]: "
                       f"{escape(str(rec.reason))}", highlight=False)
     skipped = rt.ledger.records(tenant, EventStatus.skipped, limit=failures)
     for rec in skipped:
-        console.print(f"skipped {escape(rec.source_name or rec.object_key)}: {escape(str(rec.reason))}",
+        console.print(f"skipped {escape(shown_name(rec.source_name or rec.object_key))}: {escape(str(rec.reason))}",
                       highlight=False)
     stuck = [r for st in (EventStatus.processing, EventStatus.queued)
              for r in rt.ledger.records(tenant, st, limit=failures)]
     for rec in stuck:
-        console.print(f"[yellow]unfinished[/yellow] {escape(rec.source_name or rec.object_key)} "
+        console.print(f"[yellow]unfinished[/yellow] {escape(shown_name(rec.source_name or rec.object_key))} "
                       f"({rec.status.value}, stage {rec.stage or 'ingest'})", highlight=False)
     if stuck and rt.settings.embedded:
         console.print(f"{len(stuck)} event(s) were interrupted: the next `engram ingest` (of any file) runs them "
@@ -709,7 +712,8 @@ def publish(
                     counts["not media"] += 1
                 except Exception as exc:  # one bad file does not stop the rest
                     counts["failed"] += 1
-                    err.print(f"[red]failed[/red] {escape(str(path))}: {escape(_publish_error(exc))}", highlight=False)
+                    err.print(f"[red]failed[/red] {escape(shown_name(path))}: {escape(_publish_error(exc))}",
+                              highlight=False)
                 else:
                     ids.append(res.event_id)
                     counts["published"] += 1
@@ -765,11 +769,13 @@ def watch(
         def send(path: Path) -> None:
             res = client.publish(path)
             note = "published before" if res.duplicate else ("uploaded" if res.uploaded else "already stored")
-            console.print(f"published {escape(str(path))} ({note}): {res.event_id}", highlight=False, soft_wrap=True)
+            console.print(f"published {escape(shown_name(path))} ({note}): {res.event_id}", highlight=False,
+                          soft_wrap=True)
 
         def failed(path: Path, exc: Exception) -> None:
             if not isinstance(exc, NotMedia):
-                err.print(f"[red]failed[/red] {escape(str(path))}: {escape(_publish_error(exc))}", highlight=False)
+                err.print(f"[red]failed[/red] {escape(shown_name(path))}: {escape(_publish_error(exc))}",
+                          highlight=False)
 
         try:
             watcher = FolderWatcher(folder, send, settle=settle, existing=existing, on_error=failed,
@@ -802,11 +808,11 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
 
     def report(result: dict[str, list]) -> None:
         for path, rec in result["done"] + result["resumed"]:
-            console.print(Text(f"ingested {path}: {rec.status.value} ({rec.observations} observations)"))
+            console.print(Text(f"ingested {shown_name(path)}: {rec.status.value} ({rec.observations} observations)"))
         for path, rec in result["skipped"]:
-            console.print(Text(f"skipped {path}: {rec.reason}"))
+            console.print(Text(f"skipped {shown_name(path)}: {rec.reason}"))
         for path, why in result["failed"]:
-            err.print(Text.assemble(("failed ", "red"), f"{path}: {getattr(why, 'reason', why)}"))
+            err.print(Text.assemble(("failed ", "red"), f"{shown_name(path)}: {getattr(why, 'reason', why)}"))
 
     batches = EmbeddedBatches(lambda paths: ingest_paths(paths, tenant, user, device, quiet=True), report,
                               on_busy=lambda exc: err.print(Text(f"waiting: {exc}")))

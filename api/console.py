@@ -47,6 +47,17 @@ def shown(text: str) -> str:
     return _UNSHOWABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
+def shown_name(name: object) -> str:
+    """A file name or object key (``str(name)``) as ``shown`` writes it, with its line breaks and tabs as escapes
+    too (``\\n``, ``\\t``, ``\\u2028``): a name is printed on the one line of its file's outcome ("failed
+    <name>: <reason>"), which a name holding a newline would otherwise split into a line that reads as another
+    file's. Stored messages keep their line breaks (``shown``)."""
+    return _LINE_BREAKS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), shown(str(name)))
+
+
+_LINE_BREAKS = re.compile("[\t\n\u2028\u2029]")
+
+
 class SafeConsole(Console):
     """A rich ``Console`` whose text passes through ``shown`` as it is rendered, whatever printed it (a ``Text``,
     a table cell, a progress bar's field): Rich writes a string's control characters to the terminal as they are.

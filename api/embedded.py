@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from engram.api.console import err
+from engram.api.console import err, shown_name
 from engram.schemas.events import EventStatus, MediaEvent
 from engram.schemas.search import SearchRequest, SearchResponse
 
@@ -42,7 +42,7 @@ class _IngestRun:
     def fail(self, path: Path, reason: str) -> None:
         """Record ``path`` as failed with ``reason`` and say so on stderr."""
         self.out["failed"].append((path, reason))
-        err.print(Text.assemble(("failed ", "red"), f"{path}: {reason}"))
+        err.print(Text.assemble(("failed ", "red"), f"{shown_name(path)}: {reason}"))
         self.progress.advance(self.task)
 
     def resume(self, quiet: bool) -> None:
@@ -53,7 +53,7 @@ class _IngestRun:
             self.out["resumed"].append((Path(record.source_name or record.object_key), record))
             self.users.add((record.tenant_id, record.user_id))
             if not quiet:
-                err.print(Text(f"resumed {record.source_name or record.event_id} (interrupted earlier): "
+                err.print(Text(f"resumed {shown_name(record.source_name or record.event_id)} (interrupted earlier): "
                                f"{record.status.value}"))
 
     def classify(self, path: Path):
@@ -101,7 +101,7 @@ class _IngestRun:
                                                               EventStatus.failed) else "failed"
             self.out[status].append((path, record))
             if record.status is EventStatus.failed:
-                err.print(f"[red]failed[/red] {escape(str(path))}: {escape(str(record.reason))} "
+                err.print(f"[red]failed[/red] {escape(shown_name(path))}: {escape(str(record.reason))} "
                           f"(stage {record.stage})", highlight=False)
             self.users.add((self.tenant, self.user))
             self.progress.advance(self.task)
@@ -139,7 +139,7 @@ def _ingest_paths(rt: Any, paths: list[Path], tenant: str, user: str, device: st
     with progress:
         run.task = progress.add_task("ingest", total=len(files), current="")
         for path in files:
-            progress.update(run.task, current=path.name[:50])
+            progress.update(run.task, current=shown_name(path.name)[:50])
             if (cand := run.classify(path)) is None:
                 continue
             try:

@@ -18,6 +18,8 @@ HOSTILE = "key AKIAIOSFODNN7EXAMPLE [/code] [bold]x[/bold] [red]y"
 #: right-to-left override
 ESCAPES_NAME = "evil\x1b[31mred\x1b]0;pwned\u202etxt.txt"
 ESCAPES_TEXT = "launch codes \x1b[2J\x1b[1;1H are \u202e4321"
+#: a file name whose line break would make its outcome's line read as two, the second naming another file
+NEWLINE_NAME = "two\nfailed other.txt"
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,7 @@ def store(tmp_path_factory):
     shot.save(folder / "[final] shot.png")
     (folder / "[notes] readme.txt").write_text("not media")
     (folder / ESCAPES_NAME).write_text("not media")
+    (folder / NEWLINE_NAME).write_text("not media")
     (folder / "terminal.jsonl").write_text(json.dumps({"message_id": "t1", "session_id": "s2", "speaker": "Eve",
                                                        "text": ESCAPES_TEXT, "timestamp": "2024-05-03T18:03:00Z"}))
     out = subprocess.run([sys.executable, "-m", "engram.api.cli", "ingest", str(folder)], env=env, cwd=REPO,
@@ -52,6 +55,12 @@ def test_control_characters_are_shown_not_sent_to_the_terminal(store):
                            capture_output=True, text=True, timeout=300).stdout
     assert r"launch codes \x1b[2J\x1b[1;1H are \u202e4321" in " ".join(shown.replace("│", " ").split())
     assert "\x1b" not in shown and "\u202e" not in shown
+
+
+def test_a_file_name_with_a_line_break_stays_on_its_one_line(store):
+    _, out = store
+    assert r"two\nfailed other.txt: not media" in out.stdout
+    assert not any(line.startswith("failed other.txt") for line in (out.stdout + out.stderr).splitlines())
 
 
 def _run(env, *args: str) -> str:
