@@ -37,14 +37,21 @@ if TYPE_CHECKING:
 #: Characters a terminal would act on instead of showing: C0 controls but tab and newline, DEL, C1 controls (ESC
 #: starts the sequences that recolour, move the cursor, set the window title), and the bidirectional overrides and
 #: isolates that make a name read in another order than it is stored ("Trojan Source", CVE-2021-42574).
-_UNSHOWABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+_UNSHOWABLE = re.compile(f"[{_CONTROLS}]")
+#: In a name, also the line breaks and tabs a stored message keeps.
+_UNSHOWABLE_IN_NAME = re.compile(f"[{_CONTROLS}\t\n\u2028\u2029]")
+
+
+def _as_escape(match: re.Match) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
 
 
 def shown(text: str) -> str:
     """``text`` with each character a terminal would act on (``_UNSHOWABLE``) written as its Python escape
     (``\\x1b``, ``\\u202e``): a file name or a stored message holding them shows every character it holds,
     and none of them recolours the terminal, moves its cursor or reorders what follows."""
-    return _UNSHOWABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return _UNSHOWABLE.sub(_as_escape, text)
 
 
 def shown_name(name: object) -> str:
@@ -52,10 +59,7 @@ def shown_name(name: object) -> str:
     too (``\\n``, ``\\t``, ``\\u2028``): a name is printed on the one line of its file's outcome ("failed
     <name>: <reason>"), which a name holding a newline would otherwise split into a line that reads as another
     file's. Stored messages keep their line breaks (``shown``)."""
-    return _LINE_BREAKS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), shown(str(name)))
-
-
-_LINE_BREAKS = re.compile("[\t\n\u2028\u2029]")
+    return _UNSHOWABLE_IN_NAME.sub(_as_escape, str(name))
 
 
 class SafeConsole(Console):

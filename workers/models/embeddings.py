@@ -187,10 +187,10 @@ def span_vectors(hidden: np.ndarray, offsets: Sequence[tuple[int, int]], spans: 
     bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     inside = ((tokens[None, :, 0] >= bounds[:, :1]) & (tokens[None, :, 1] <= bounds[:, 1:])
               & (tokens[None, :, 1] > tokens[None, :, 0]))  # (spans, tokens); special tokens are (0, 0)
-    counts = inside.sum(axis=1)
+    counts = inside.sum(axis=1, dtype=np.float32)  # float32 throughout: no float64 product to cast back
     held = counts > 0
-    means = (inside[held].astype(np.float32) @ hidden[:len(tokens)]) / counts[held, None]
-    return (means / np.clip(np.linalg.norm(means, axis=1, keepdims=True), 1e-12, None)).astype(np.float32)
+    means = (inside[held].astype(np.float32) @ hidden[:len(tokens)].astype(np.float32, copy=False)) / counts[held, None]
+    return means / np.clip(np.linalg.norm(means, axis=1, keepdims=True), 1e-12, None)
 
 
 class MiniLMEmbedder(Model[np.ndarray]):

@@ -178,7 +178,7 @@ def warm_up() -> float:
     a time would otherwise wait for (a query worker calls it as it starts: ``api.processes.load_time_parser``).
     Returns the seconds it took."""
     t0 = time.perf_counter()
-    _resolve("what happened yesterday at noon", None, UTC)
+    resolve("what happened yesterday at noon", tz=UTC)
     return time.perf_counter() - t0
 
 
