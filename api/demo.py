@@ -209,6 +209,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     ``workdir/data``, print what was stored and a few searches. Returns {'workdir', 'files', 'ingest'
     (``ingest_paths``'s result), 'counts' (points per collection), 'searches' (a list of {'query', 'expect':
     the sample file it is about, 'message_id': the chat message or None, 'response'}), 'seconds'}."""
+    from engram.api.processes import warm_up_for_searches
     from engram.schemas.search import SearchRequest
     from engram.workers.runtime import reset_runtimes, runtime
     from engram.workers.stores.vectors import COLLECTIONS, tenant_filter
@@ -232,6 +233,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     os.environ.pop("ENGRAM_QDRANT_URL", None)
     os.environ.pop("ENGRAM_S3_ENDPOINT", None)
     reset_runtimes()
+    warm_up_for_searches()  # the searches after the ingest: the time parser is ready for the first to name a time
     try:
         console.print("Ingesting: OCR, speech-to-text, embeddings, then consolidation (a minute or less)…")
         result = ingest_paths([workdir / "sample"], tenant="demo", user="demo-user", device="demo-laptop",

@@ -113,6 +113,16 @@ class EmbeddedBackend:
         """Release the store now (the server is stopping)."""
         self._lease.close()
 
+    def warm_up(self) -> None:
+        """On the embedded default, load what a search needs (``api.processes.warm_up_for_searches``) on threads
+        of their own, without the store (other engram commands keep it); with a broker the workers search, and
+        nothing is loaded here."""
+        from engram.api.processes import warm_up_for_searches
+        from engram.schemas.settings import get_settings
+
+        if get_settings().embedded:
+            warm_up_for_searches()
+
     def search(self, req: SearchRequest) -> SearchResponse:
         from engram.workers.query import search_task
 
@@ -171,6 +181,9 @@ class ApiBackend:
     def session(self):
         """Nothing to hold."""
         return nullcontext()
+
+    def warm_up(self) -> None:
+        """Nothing to load: the API searches."""
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -248,6 +261,10 @@ class EngramTools:
     def close(self) -> None:
         """Release the store or the connections now (the server is stopping)."""
         self.backend.close()
+
+    def warm_up(self) -> None:
+        """Load what the first search needs before it comes (the embedded backend's models), in the background."""
+        self.backend.warm_up()
 
     def call(self, tool: Tool, arguments: dict[str, Any], tenant: str | None = None) -> tuple[str, Any]:
         """Validate ``arguments`` by the tool's model and run it for ``tenant`` (default: the server's). Returns
@@ -433,6 +450,7 @@ def run_stdio(tools: EngramTools) -> None:
 
     async def main() -> None:
         async with stdio_server() as (read, write):
+            tools.warm_up()  # once stdout is the protocol's: nothing the loads print can reach it
             await server.run(read, write, server.create_initialization_options())
 
     try:
@@ -470,4 +488,5 @@ def run_http(tools: EngramTools, host: str, port: int, redis_client: Any) -> Non
                 return
         await app(scope, receive, send)
 
+    tools.warm_up()
     uvicorn.run(authenticated, host=host, port=port, log_level="warning", lifespan="on")

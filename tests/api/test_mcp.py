@@ -97,6 +97,30 @@ async def _exercise(client, data, env, timings) -> None:
     assert FACT not in after.content[0].text
 
 
+def test_an_embedded_mcp_server_loads_the_search_models_before_the_first_call_without_the_store(tmp_path):
+    """The embedder and the time-expression parser load as the stdio server starts (an agent's first search does
+    not wait ~2-8 s for them), and the store is not opened for it: other engram commands keep it."""
+    import select
+
+    data = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "-v", "mcp", "--data-dir", str(data)],
+                            env=_env(tmp_path), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wanted, seen = {"text embedder loaded", "time-expression parser loaded"}, ""
+    try:
+        deadline = time.monotonic() + 240
+        while not all(w in seen for w in wanted):
+            assert proc.poll() is None and time.monotonic() < deadline, seen[-3000:]
+            if select.select([proc.stderr], [], [], 1.0)[0]:
+                seen += proc.stderr.readline()
+        assert "not loaded" not in seen and "not warmed up" not in seen, seen[-3000:]
+        assert not (data / "vectors").exists()
+    finally:
+        proc.stdin.close()  # the end of stdin ends the server
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
+
+
 def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_server):
     import httpx
     import httpx2
