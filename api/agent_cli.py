@@ -99,9 +99,10 @@ def mcp(
                                        "request needs an API key (engram keys create), whose tenant it uses.")] = False,
     host: Annotated[str, typer.Option(help="Address to listen on, with --http.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on, with --http.")] = 8765,
-    hold_seconds: Annotated[float, typer.Option(min=0, help="Keep the embedded store open this long after a tool "
-                                                "call (a burst of calls opens it once; other engram commands wait "
-                                                "at most this long more).")] = 2.0,
+    hold_seconds: Annotated[float, typer.Option(min=0, help="Keep the embedded store open up to this long after a "
+                                                "tool call, so the next call finds it open (0.3-4 s to open); "
+                                                "another engram command that needs it gets it at once.")
+                          ] = 300.0,  # api.mcp_server.HOLD_SECONDS
     api: Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", help="Call this engram API (with "
                                             "--api-key) instead of the embedded store.")] = None,
     api_key: Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", help="API key, with "
@@ -109,7 +110,7 @@ def mcp(
 ) -> None:
     """Serve engram's memory to an AI agent over the Model Context Protocol: tools search, ask, add_memory,
     list_memories, get_memory, delete_memory, list_entities, name_entity. Over stdio by default (logs on
-    stderr). The embedded store is held only during each tool call, so other engram commands keep working."""
+    stderr). The embedded store is left to any other engram command that asks for it, so they keep working."""
     from engram.api.mcp_server import EngramTools, run_http, run_stdio, serve_api_tools
     from engram.schemas.settings import get_settings
 

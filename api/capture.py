@@ -13,9 +13,9 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
    a frame that ``workers.media.decode.is_near_duplicate`` calls a repeat of the last kept one (the thresholds of
    ingest: ``ENGRAM_NEAR_DUPLICATE_SIMILARITY``, ``_SSIM``) is dropped here, never encoded or written.
 4. A kept frame is written as PNG to the spool folder and published with the batch (``--batch`` frames, or
-   ``--flush-seconds`` after the batch's first): on the embedded default through ``api.local`` inside
-   ``workers.runtime.store_session`` (the store is held only while a batch is ingested), or through the API with
-   ``api.client.EngramClient``. Published frames are removed from the spool; failed ones stay there.
+   ``--flush-seconds`` after the batch's first): on the embedded default through ``api.local`` (``EmbeddedSink``:
+   the store stays open between batches and is left at once to another engram process that asks), or through the
+   API with ``api.client.EngramClient``. Published frames are removed from the spool; failed ones stay there.
 5. The interval: ``--interval`` (2 s) after a kept frame, doubled after each repeat up to ``--max-interval``
    (30 s), so a static screen costs one grab every 30 s.
 
@@ -231,28 +231,37 @@ class CaptureStats:
 Sink = Callable[[Sequence[Frame]], tuple[int, int]]  # publish a batch -> (published, failed)
 
 
-def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], None] = lambda _: None) -> Sink:
-    """Publish kept frames into the embedded store (``api.local.publish_file`` + ``run_event``, the pipeline
-    inline) inside ``workers.runtime.store_session``, then consolidate the user; returns the batch publisher."""
-    def publish(frames: Sequence[Frame]) -> tuple[int, int]:
+class EmbeddedSink:
+    """Publishes kept frames into the embedded store (``api.local.publish_file`` + ``run_event``, the pipeline
+    inline), then consolidates the user; returns (published, failed) per batch. The store is held with a
+    ``workers.runtime.StoreLease`` that stays open ``linger`` seconds after a batch (the next batch does not open
+    it again: 0.3-4 s from 10 k to 1 M points) and is left at once to another engram process that asks for it;
+    ``close`` releases it (the run is over)."""
+
+    def __init__(self, tenant: str, user: str, device: str, report: Callable[[str], None] = lambda _: None,
+                 linger: float = 0.0) -> None:
+        from engram.workers.runtime import StoreLease  # the workers' stack, when the capture publishes
+
+        self.tenant, self.user, self.device, self.report = tenant, user, device, report
+        self.lease = StoreLease(linger)
+
+    def __call__(self, frames: Sequence[Frame]) -> tuple[int, int]:
         from engram.api.local import Candidate, publish_file, run_event
         from engram.schemas.events import EventStatus
-        from engram.workers.runtime import runtime, store_session
 
         ok = bad = 0
-        with store_session():
-            rt = runtime()
+        with self.lease.session() as rt:
             for frame in frames:
                 try:
-                    event = publish_file(rt, Candidate(frame.path, frame.kind, frame.mime), tenant, user,
-                                         device, frame.captured_at, frame.app, frame.window)
+                    event = publish_file(rt, Candidate(frame.path, frame.kind, frame.mime), self.tenant, self.user,
+                                         self.device, frame.captured_at, frame.app, frame.window)
                     record = run_event(rt, event)
                 except Exception as exc:  # noqa: BLE001 (one frame never stops the capture)
-                    report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
+                    self.report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
                     bad += 1
                     continue
                 if record.status is EventStatus.failed:
-                    report(f"failed {frame.path.name}: {record.reason}")
+                    self.report(f"failed {frame.path.name}: {record.reason}")
                     bad += 1
                 else:
                     ok += 1
@@ -260,10 +269,18 @@ def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], N
             if ok:
                 from engram.workers.consolidate import consolidate_user
 
-                consolidate_user.delay(tenant, user)
+                consolidate_user.delay(self.tenant, self.user)
         return ok, bad
 
-    return publish
+    def close(self) -> None:
+        """Release the store now."""
+        self.lease.close()
+
+
+def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], None] = lambda _: None,
+                  linger: float = 0.0) -> EmbeddedSink:
+    """The batch publisher into the embedded store (``EmbeddedSink``), holding it ``linger`` s between batches."""
+    return EmbeddedSink(tenant, user, device, report, linger)
 
 
 def spool_sink(frames: Sequence[Frame]) -> tuple[int, int]:
@@ -535,7 +552,7 @@ def capture_command(
     user, device = user or _default_user(), device or _default_device()
     client = _client(api, api_key, user, device) if api and not spool_only else None
     sink = (spool_sink if spool_only else api_sink(client, report) if client
-            else embedded_sink(tenant or settings.tenant, user, device, report))
+            else embedded_sink(tenant or settings.tenant, user, device, report, linger=2 * flush_seconds))
     windows = open_windows(report) if screen else None
     cap = Capture(config, sink, rules, windows, report=report, microphone=mic)
     previous = install_signals(cap)
@@ -602,6 +619,8 @@ def run_capture(cap: Capture, previous: dict, windows: XWindows | None, client: 
         report(f"error: --microphone: {exc}")
         raise typer.Exit(2) from exc
     finally:
+        if isinstance(cap.sink, EmbeddedSink):
+            cap.sink.close()  # the store it kept open between batches
         restore(previous, windows, client)
 
 

@@ -9,12 +9,13 @@ Transports: stdio (default; the SDK points fd 1 at stderr while serving, so only
 stdout, and logs go to stderr) or streamable HTTP (``--http``), where every request carries an API key
 (``Authorization: Bearer <key>``, ``engram keys create``) and the tenant is the key's.
 
-The embedded store: the server holds it only while it works. Calls run one at a time in a worker thread; the
-first takes the store's file lock (waiting while another process such as ``engram ingest`` holds it), and the
-store is closed (``workers.runtime.reset_runtimes``) ``--hold-seconds`` after the last call, so ``engram
-search``/``ingest`` in another process work while the server runs (waiting at most that long more). Models stay
-loaded between calls. With ``ENGRAM_BROKER_URL`` the tasks run on the workers instead and the server never opens
-the store.
+The embedded store: the server leaves it to any other process that asks. Calls run one at a time in a worker
+thread; the first takes the store's file lock (waiting while another process such as ``engram ingest`` holds it),
+and the store stays open after a call until another engram process asks for it or ``--hold-seconds`` (300 s)
+pass, then it is closed (``workers.runtime.StoreLease``), so ``engram search``/``ingest`` in another process work
+while the server runs (waiting at most ~0.2 s more than the call in progress) and an agent's calls minutes apart
+find the store open. Models stay loaded between calls. With ``ENGRAM_BROKER_URL`` the tasks run on the workers
+instead and the server never opens the store.
 
 Through the HTTP API (``engram mcp --api URL --api-key KEY``, or ``ENGRAM_API_URL``/``ENGRAM_API_KEY``): the tools
 call the engram API with the SDK (``api.client.EngramClient``: retries, timeouts) instead of the embedded store
@@ -48,6 +49,8 @@ from engram.workers.errors import EngramError
 log = logging.getLogger("engram.mcp")
 
 TASK_TIMEOUT_S = 600
+#: Seconds the embedded store stays open after a call when no other process asks for it (``engram mcp --hold-seconds``).
+HOLD_SECONDS = 300.0
 SERVER_NAME = "engram"
 INSTRUCTIONS = ("engram is a long-term memory of what the user saw, heard and said (screenshots, audio, video, "
                 "chats). Use `search` before answering questions about the past, `add_memory` to remember what "
@@ -96,13 +99,13 @@ def hits_text(hits: list[SearchHit], header: str) -> str:
 
 class EmbeddedBackend:
     """The tools' work on the embedded store (or, with ``ENGRAM_BROKER_URL``, on the workers) through the
-    pipeline's Celery tasks. The store is held during a call (``session``) and let go ``linger`` s after it.
+    pipeline's Celery tasks. The store is held during a call (``session``) and let go when another process asks
+    for it or ``linger`` s after the call (``workers.runtime.StoreLease``).
     Methods return the response models (None for an unknown id)."""
 
-    def __init__(self, device: str, linger: float = 2.0) -> None:
+    def __init__(self, device: str, linger: float = HOLD_SECONDS) -> None:
         self.device = device
         from engram.workers.runtime import StoreLease  # the workers' stack loads with the server, not the CLI
-        # the embedded store is held during a call and let go ``linger`` s after the last one
         self._lease = StoreLease(linger)
 
     def session(self):
@@ -251,7 +254,7 @@ class EngramTools:
     ``call`` is blocking and not re-entrant: the server runs calls one at a time in a worker thread.
     ``backend``: where the work runs (default: ``EmbeddedBackend(device, linger)``; ``ApiBackend`` for an API)."""
 
-    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = 2.0,
+    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = HOLD_SECONDS,
                  backend: EmbeddedBackend | ApiBackend | None = None) -> None:
         self.tenant = tenant
         self.device = device

@@ -77,3 +77,44 @@ def test_bulk_work_collects_less_often_and_restores_the_collector():
         assert gc.get_freeze_count() > frozen or frozen  # frozen by us, unless the process froze its own
         raise RuntimeError("a failed ingest")
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
+def test_a_lingering_lease_hands_the_store_to_a_process_that_asks_and_ignores_a_dead_ones_request(engram_env):
+    """A lease lingering for 600 s keeps the store open between sessions; another process that waits for the store
+    (20 s at most) gets it, because the lease reads its request and closes the store, and the lease's next session
+    takes it back. A request left by a process that is gone is removed, and the lease keeps the store."""
+    import subprocess
+    import sys
+    import time
+
+    from engram.workers.runtime import StoreLease
+    from engram.workers.stores.vectors import OBSERVATIONS, WANTED_SUFFIX
+
+    lease = StoreLease(linger=600)
+    with lease.session() as rt:
+        rt.vectors.ensure(OBSERVATIONS)
+    assert lease.held
+    store = engram_env.settings.data_dir / "vectors"
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    request = store.with_name(f"{store.name}{WANTED_SUFFIX}{gone}")
+    request.touch()
+    deadline = time.monotonic() + 30
+    while request.exists():
+        assert time.monotonic() < deadline, "a dead process's request was never removed"
+        time.sleep(0.05)
+    assert lease.held
+
+    code = ("import sys; from engram.workers.stores.vectors import EdgeVectorStore\n"
+            "s = EdgeVectorStore(sys.argv[1], wait=20); print('points', s.count('observations')); s.close()")
+    out = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "points 0" in out.stdout, out.stderr[-2000:]
+    assert not lease.held
+    assert not list(store.parent.glob(f"{store.name}{WANTED_SUFFIX}*"))  # the waiter took its request away
+
+    with lease.session() as rt:
+        assert rt.vectors.count(OBSERVATIONS) == 0
+    assert lease.held
+    lease.close()
+    assert not lease.held

@@ -25,9 +25,11 @@ are the means of as multivectors ``face_samples``/``voice_samples`` (a point may
 
 An embedded store is opened by one process at a time (Qdrant Edge holds a lock on each shard's write-ahead log),
 under a file lock ``data_dir/vectors.lock`` held from the first shard opened until ``close``: a second process
-waits for it up to ``ENGRAM_STORE_WAIT_SECONDS`` (a long-running ``engram mcp`` holds the store only during each
-tool call), then gets ``StoreBusy``. A shard folder that exists but cannot be opened raises ``StoreCorrupt``
-naming it; nothing is silently made in its place.
+waits for it up to ``ENGRAM_STORE_WAIT_SECONDS``, then gets ``StoreBusy``; while it waits it keeps a request
+beside the lock (``data_dir/vectors.wanted-<pid>``), which a long-running holder (``engram mcp``, ``capture``)
+with nothing to do reads as "close the store now" (``EdgeVectorStore.wanted``, ``workers.runtime.StoreLease``).
+A shard folder that exists but cannot be opened raises ``StoreCorrupt`` naming it; nothing is silently made in its
+place.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import os
 import threading
 import time
 import uuid
@@ -132,6 +135,22 @@ OPTIMIZED_FILE = "optimized.json"  # {collection: points after its last optimiza
 #: that opens with fewer lost files (``EdgeVectorStore._check_count``); a write drops its entry until the next close.
 CLOSED_FILE = "closed.json"
 
+#: Beside the embedded store's lock (``<root>.lock``), a process waiting for it keeps ``<root>.wanted-<pid>``
+#: (``EdgeVectorStore.hold``), which a holder with nothing to do reads as "close the store now" (``wanted``).
+WANTED_SUFFIX = ".wanted-"
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0: nothing is sent; one owned by another user exists too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 PointId = uuid.UUID | str
 Payload = bool | list[str]
 
@@ -191,6 +210,11 @@ class VectorStore(ABC):
         """Take this process's exclusive hold on the store, where the backend has one (the embedded store's file
         lock; released by ``close``). A server backend has nothing to hold: no-op. Raises StoreBusy when another
         process keeps the hold past the backend's wait."""
+
+    def wanted(self) -> bool:
+        """Whether another process is waiting for this process's hold (``hold``), so a holder that is idle can
+        close the store for it now (``workers.runtime.StoreLease``). A server backend: never."""
+        return False
 
     # --- what a backend implements -------------------------------------------------------------------------
     @abstractmethod
@@ -748,11 +772,37 @@ class EdgeVectorStore(VectorStore):
             return
         self.root.parent.mkdir(parents=True, exist_ok=True)
         try:
+            self._file_lock.acquire(timeout=0)
+            return
+        except Timeout:
+            pass
+        # held by another process: say so (``wanted``), so a holder that is only lingering lets it go now
+        request = self._request_file(os.getpid())
+        request.touch()
+        try:
             self._file_lock.acquire(timeout=self.wait)
         except Timeout as exc:
             raise StoreBusy(f"the embedded store {self.root} is open in another engram process (waited "
                             f"{self.wait:g} s); wait for it to finish, or run a Qdrant server and set "
                             "ENGRAM_QDRANT_URL") from exc
+        finally:
+            request.unlink(missing_ok=True)
+
+    def _request_file(self, pid: int) -> Path:
+        """The file a process waiting for the store's lock keeps beside it: ``<root>.wanted-<pid>``."""
+        return self.root.with_name(f"{self.root.name}{WANTED_SUFFIX}{pid}")
+
+    def wanted(self) -> bool:
+        """Whether another live process waits for the store's lock (a ``<root>.wanted-<pid>`` file, written by its
+        ``hold``). A request whose process is gone (killed while it waited) is removed and not counted."""
+        for request in self.root.parent.glob(f"{self.root.name}{WANTED_SUFFIX}*"):
+            pid = request.name[len(self.root.name) + len(WANTED_SUFFIX):]
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            if _alive(int(pid)):
+                return True
+            request.unlink(missing_ok=True)
+        return False
 
     def has_collection(self, collection: str) -> bool:
         return collection in self._shards or (self.root / collection).is_dir()
