@@ -797,6 +797,11 @@ def _register_capture() -> None:
 _register_capture()
 
 
+#: Seconds ``engram watch`` keeps the embedded store open after a batch, for the next one, unless another process
+#: asks for it first (``workers.runtime.StoreLease``).
+WATCH_HOLD_SECONDS = 300.0
+
+
 def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: str | None, settle: float,
                     existing: bool) -> None:
     """``engram watch`` without --api: each batch of settled files through ``ingest_paths`` (api.watch)."""
@@ -815,7 +820,7 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
             err.print(Text.assemble(("failed ", "red"), f"{shown_name(path)}: {getattr(why, 'reason', why)}"))
 
     batches = EmbeddedBatches(lambda paths: ingest_paths(paths, tenant, user, device, quiet=True), report,
-                              on_busy=lambda exc: err.print(Text(f"waiting: {exc}")))
+                              on_busy=lambda exc: err.print(Text(f"waiting: {exc}")), linger=WATCH_HOLD_SECONDS)
     try:
         watcher = FolderWatcher(folder, batches.publish, settle=settle, existing=existing, on_batch=batches.on_batch,
                                 on_ready=lambda: err.print(Text(f"watching {folder} (embedded; Ctrl-C stops)")))
@@ -823,7 +828,10 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     batches.watcher = watcher
-    _run_watcher(watcher)
+    try:
+        _run_watcher(watcher)
+    finally:
+        batches.close()
 
 
 def _run_watcher(watcher) -> None:

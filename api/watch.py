@@ -6,8 +6,9 @@ half-done. Ownership: watchdog's observer thread only records paths in ``_pendin
 the thread that calls ``run`` owns stat-ing and publishing.
 
 ``engram watch`` publishes through the API (``--api``), or on the embedded default ingests each batch of
-settled files in the calling process (``api.cli.ingest_paths``) inside ``workers.runtime.store_session``: the
-embedded store is held only while a batch is ingested, so ``engram search`` and other commands run between batches.
+settled files in the calling process (``api.cli.ingest_paths``) inside a ``workers.runtime.StoreLease``: the
+embedded store stays open between batches and is left at once to another process that asks for it, so ``engram
+search`` and other commands run between batches.
 """
 
 from __future__ import annotations
@@ -143,17 +144,25 @@ class FolderWatcher:
 class EmbeddedBatches:
     """``FolderWatcher``'s ``publish`` and ``on_batch`` for the embedded default: ``publish`` only collects the
     settled files; ``on_batch`` ingests them together with ``ingest(paths)`` (``api.cli.ingest_paths``: the same
-    exact-duplicate, near-duplicate and resume rules as ``engram ingest``) inside ``store_session`` and passes
-    its result (``{'done'|'skipped'|'failed'|'ignored': [(path, record or reason)]}``) to ``report``. While
-    another process holds the store past ``ENGRAM_STORE_WAIT_SECONDS`` (StoreBusy), the batch is left for the
-    next check (``FolderWatcher.retry``) and ``on_busy(exc)`` is told. Owned by the thread that runs the
+    exact-duplicate, near-duplicate and resume rules as ``engram ingest``) in a session of a
+    ``workers.runtime.StoreLease`` that keeps the store open ``linger`` seconds after a batch (the next batch does
+    not open it again) unless another process asks for it, and passes its result (``{'done'|'skipped'|'failed'|
+    'ignored': [(path, record or reason)]}``) to ``report``. While another process holds the store past
+    ``ENGRAM_STORE_WAIT_SECONDS`` (StoreBusy), the batch is left for the next check (``FolderWatcher.retry``) and
+    ``on_busy(exc)`` is told. ``close`` releases the store (the watch is over). Owned by the thread that runs the
     watcher."""
 
     def __init__(self, ingest: Callable[[list[Path]], dict[str, list]], report: Callable[[dict[str, list]], None],
-                 on_busy: Callable[[Exception], None] | None = None) -> None:
-        self.ingest, self.report, self.on_busy = ingest, report, on_busy
+                 on_busy: Callable[[Exception], None] | None = None, linger: float = 0.0) -> None:
+        self.ingest, self.report, self.on_busy, self.linger = ingest, report, on_busy, linger
         self.watcher: FolderWatcher | None = None
         self._batch: list[Path] = []
+        self._lease = None  # workers.runtime.StoreLease, made by the first batch (the workers' stack loads then)
+
+    def close(self) -> None:
+        """Release the store now."""
+        if self._lease is not None:
+            self._lease.close()
 
     def publish(self, path: Path) -> None:
         """Collect one settled file for the batch."""
@@ -161,14 +170,16 @@ class EmbeddedBatches:
 
     def on_batch(self, paths: list[Path]) -> None:
         """Ingest the collected files in one store session."""
-        from engram.workers.runtime import store_session
+        from engram.workers.runtime import StoreLease
         from engram.workers.stores.vectors import StoreBusy
 
         batch, self._batch = self._batch, []
         if not batch:
             return
+        if self._lease is None:
+            self._lease = StoreLease(self.linger)
         try:
-            with store_session():
+            with self._lease.session():
                 result = self.ingest(batch)
         except StoreBusy as exc:
             if self.watcher is not None:

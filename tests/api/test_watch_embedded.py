@@ -52,9 +52,11 @@ def test_watch_embedded_ingests_dropped_files_and_releases_the_store(tmp_path):
         part.write_text(json.dumps(record) + "\n")
         part.rename(folder / "chat.jsonl")
         assert "done (1 observations)" in _wait_for(lines, "ingested", 300, seen)
-        # the watcher is still running and holds no store: another process searches it
-        found = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", "kayak rental"], env=env, cwd=REPO,
-                               capture_output=True, text=True, timeout=300)
+        # the watcher is still running and keeps the store open for its next batch (300 s), but leaves it to
+        # another process that asks: a search waiting 20 s at most gets it
+        found = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", "kayak rental"],
+                               env={**env, "ENGRAM_STORE_WAIT_SECONDS": "20"}, cwd=REPO, capture_output=True,
+                               text=True, timeout=300)
         assert found.returncode == 0, found.stderr[-2000:]
         assert "kayak rental at Lagos" in " ".join(found.stdout.split())
         (folder / "again.jsonl").write_text(json.dumps(record) + "\n")  # same content, another name
