@@ -777,8 +777,12 @@ class EdgeVectorStore(VectorStore):
         except Timeout:
             pass
         # held by another process: say so (``wanted``), so a holder that is only lingering lets it go now
-        request = self._request_file(os.getpid())
-        request.touch()
+        request: Path | None = self._request_file(os.getpid())
+        try:
+            request.touch()
+        except OSError as exc:  # a folder this process may not write: it waits without asking
+            log.info("cannot ask the store's holder to let it go", path=str(request), error=str(exc)[:200])
+            request = None
         try:
             self._file_lock.acquire(timeout=self.wait)
         except Timeout as exc:
@@ -786,7 +790,8 @@ class EdgeVectorStore(VectorStore):
                             f"{self.wait:g} s); wait for it to finish, or run a Qdrant server and set "
                             "ENGRAM_QDRANT_URL") from exc
         finally:
-            request.unlink(missing_ok=True)
+            if request is not None:
+                request.unlink(missing_ok=True)
 
     def _request_file(self, pid: int) -> Path:
         """The file a process waiting for the store's lock keeps beside it: ``<root>.wanted-<pid>``."""
