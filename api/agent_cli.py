@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from engram.api.console import console, default_device, default_user, err, parse_time
+from engram.api.console import STORE_HOLD_SECONDS, console, default_device, default_user, err, parse_time
 
 TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
 
@@ -102,7 +102,7 @@ def mcp(
     hold_seconds: Annotated[float, typer.Option(min=0, help="Keep the embedded store open up to this long after a "
                                                 "tool call, so the next call finds it open (0.3-4 s to open); "
                                                 "another engram command that needs it gets it at once.")
-                          ] = 300.0,  # api.mcp_server.HOLD_SECONDS
+                          ] = STORE_HOLD_SECONDS,
     api: Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", help="Call this engram API (with "
                                             "--api-key) instead of the embedded store.")] = None,
     api_key: Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", help="API key, with "

@@ -277,12 +277,6 @@ class EmbeddedSink:
         self.lease.close()
 
 
-def embedded_sink(tenant: str, user: str, device: str, report: Callable[[str], None] = lambda _: None,
-                  linger: float = 0.0) -> EmbeddedSink:
-    """The batch publisher into the embedded store (``EmbeddedSink``), holding it ``linger`` s between batches."""
-    return EmbeddedSink(tenant, user, device, report, linger)
-
-
 def spool_sink(frames: Sequence[Frame]) -> tuple[int, int]:
     """Publish nothing: the frames stay in the spool (``--spool-only``)."""
     return 0, 0
@@ -552,7 +546,7 @@ def capture_command(
     user, device = user or _default_user(), device or _default_device()
     client = _client(api, api_key, user, device) if api and not spool_only else None
     sink = (spool_sink if spool_only else api_sink(client, report) if client
-            else embedded_sink(tenant or settings.tenant, user, device, report, linger=2 * flush_seconds))
+            else EmbeddedSink(tenant or settings.tenant, user, device, report, linger=2 * flush_seconds))
     windows = open_windows(report) if screen else None
     cap = Capture(config, sink, rules, windows, report=report, microphone=mic)
     previous = install_signals(cap)

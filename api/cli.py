@@ -35,6 +35,7 @@ from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 from engram.api.console import (  # noqa: E402
+    STORE_HOLD_SECONDS,
     api_client,
     console,
     default_device,
@@ -797,11 +798,6 @@ def _register_capture() -> None:
 _register_capture()
 
 
-#: Seconds ``engram watch`` keeps the embedded store open after a batch, for the next one, unless another process
-#: asks for it first (``workers.runtime.StoreLease``).
-WATCH_HOLD_SECONDS = 300.0
-
-
 def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: str | None, settle: float,
                     existing: bool) -> None:
     """``engram watch`` without --api: each batch of settled files through ``ingest_paths`` (api.watch)."""
@@ -820,7 +816,7 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
             err.print(Text.assemble(("failed ", "red"), f"{shown_name(path)}: {getattr(why, 'reason', why)}"))
 
     batches = EmbeddedBatches(lambda paths: ingest_paths(paths, tenant, user, device, quiet=True), report,
-                              on_busy=lambda exc: err.print(Text(f"waiting: {exc}")), linger=WATCH_HOLD_SECONDS)
+                              on_busy=lambda exc: err.print(Text(f"waiting: {exc}")), linger=STORE_HOLD_SECONDS)
     try:
         watcher = FolderWatcher(folder, batches.publish, settle=settle, existing=existing, on_batch=batches.on_batch,
                                 on_ready=lambda: err.print(Text(f"watching {folder} (embedded; Ctrl-C stops)")))

@@ -38,6 +38,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
+from engram.api.console import STORE_HOLD_SECONDS
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
@@ -49,8 +50,6 @@ from engram.workers.errors import EngramError
 log = logging.getLogger("engram.mcp")
 
 TASK_TIMEOUT_S = 600
-#: Seconds the embedded store stays open after a call when no other process asks for it (``engram mcp --hold-seconds``).
-HOLD_SECONDS = 300.0
 SERVER_NAME = "engram"
 INSTRUCTIONS = ("engram is a long-term memory of what the user saw, heard and said (screenshots, audio, video, "
                 "chats). Use `search` before answering questions about the past, `add_memory` to remember what "
@@ -103,7 +102,7 @@ class EmbeddedBackend:
     for it or ``linger`` s after the call (``workers.runtime.StoreLease``).
     Methods return the response models (None for an unknown id)."""
 
-    def __init__(self, device: str, linger: float = HOLD_SECONDS) -> None:
+    def __init__(self, device: str, linger: float = STORE_HOLD_SECONDS) -> None:
         self.device = device
         from engram.workers.runtime import StoreLease  # the workers' stack loads with the server, not the CLI
         self._lease = StoreLease(linger)
@@ -254,7 +253,7 @@ class EngramTools:
     ``call`` is blocking and not re-entrant: the server runs calls one at a time in a worker thread.
     ``backend``: where the work runs (default: ``EmbeddedBackend(device, linger)``; ``ApiBackend`` for an API)."""
 
-    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = HOLD_SECONDS,
+    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = STORE_HOLD_SECONDS,
                  backend: EmbeddedBackend | ApiBackend | None = None) -> None:
         self.tenant = tenant
         self.device = device
