@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
-from engram.api.console import print_hits
+from engram.api.console import print_hits, shown_name
 from engram.api.embedded import ingest_paths, run_search
 
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
@@ -244,7 +244,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
                       f"{len(result['ignored'])} not media", highlight=False)
         notes = [*result["ignored"], *((p, r.reason) for p, r in result["skipped"] + result["failed"])]
         for path, why in notes:
-            console.print(Text(f"  {path.name}: {why}"))
+            console.print(Text(f"  {shown_name(path.name)}: {why}"))
         rt = runtime()
         counts = {name: rt.vectors.count(name, tenant_filter("demo")) for name in COLLECTIONS}
         table = Table("collection", Column("points", justify="right"), title="points stored")

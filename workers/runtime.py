@@ -112,7 +112,7 @@ class StoreLease:
         self.linger = linger
         self._lock = threading.Lock()
         self._held: VectorStore | None = None
-        self._timer: threading.Timer | None = None
+        self._stop_watch: threading.Event | None = None  # set to end the current lingering's watcher thread
 
     @contextmanager
     def session(self) -> Iterator[Runtime]:
@@ -122,7 +122,7 @@ class StoreLease:
             yield runtime(settings)
             return
         with self._lock:
-            self._cancel_timer()
+            self._stop_lingering()
             try:
                 rt = runtime(settings)
                 if self._held is None:
@@ -145,37 +145,35 @@ class StoreLease:
     def close(self) -> None:
         """Release the store now (the command is stopping)."""
         with self._lock:
-            self._cancel_timer()
+            self._stop_lingering()
             self._release()
 
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _stop_lingering(self) -> None:
+        """End the current lingering's watcher (it exits at its next wake-up). Called with ``_lock`` held."""
+        if self._stop_watch is not None:
+            self._stop_watch.set()
+            self._stop_watch = None
 
     def _linger_until(self, deadline: float) -> None:
-        """Look again in ``HANDOFF_POLL_S`` (or at ``deadline``, if sooner). Called with ``_lock`` held."""
-        timer = self._timer = threading.Timer(min(HANDOFF_POLL_S, max(0.0, deadline - time.monotonic())),
-                                              self._look, args=(deadline,))
-        timer.daemon = True
-        timer.start()
+        """Start one watcher thread for this lingering: it looks for a waiting process every ``HANDOFF_POLL_S`` and
+        releases the store when one asks or at ``deadline``. Called with ``_lock`` held."""
+        stop = self._stop_watch = threading.Event()
+        threading.Thread(target=self._watch, args=(stop, deadline), name="engram-store-lease", daemon=True).start()
 
-    def _look(self, deadline: float) -> None:
-        with self._lock:
-            if self._timer is not threading.current_thread():
-                return  # a session began, or the lease closed, meanwhile
-            self._timer = None
-            if self._held is None:
-                return
-            try:
-                wanted = self._held.wanted()
-            except OSError as exc:  # the folder unreadable: hold to the deadline, as before there were requests
-                log.warning("cannot look for processes waiting for the store", error=str(exc)[:200])
-                wanted = False
-            if wanted or time.monotonic() >= deadline:
-                self._release()
-            else:
-                self._linger_until(deadline)
+    def _watch(self, stop: threading.Event, deadline: float) -> None:
+        while not stop.wait(min(HANDOFF_POLL_S, max(0.0, deadline - time.monotonic()))):
+            with self._lock:
+                if stop.is_set() or self._held is None:
+                    return  # a session began, or the lease closed, while this one waited for the lock
+                try:
+                    wanted = self._held.wanted()
+                except OSError as exc:  # the folder unreadable: hold to the deadline, as before there were requests
+                    log.warning("cannot look for processes waiting for the store", error=str(exc)[:200])
+                    wanted = False
+                if wanted or time.monotonic() >= deadline:
+                    self._stop_watch = None
+                    self._release()
+                    return
 
     def _release(self) -> None:
         """Close the runtimes and their stores (the file lock released). Called with ``_lock`` held."""

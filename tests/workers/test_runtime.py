@@ -85,6 +85,7 @@ def test_a_lingering_lease_hands_the_store_to_a_process_that_asks_and_ignores_a_
     takes it back. A request left by a process that is gone is removed, and the lease keeps the store."""
     import subprocess
     import sys
+    import threading
     import time
 
     from engram.workers.runtime import StoreLease
@@ -105,6 +106,11 @@ def test_a_lingering_lease_hands_the_store_to_a_process_that_asks_and_ignores_a_
         assert time.monotonic() < deadline, "a dead process's request was never removed"
         time.sleep(0.05)
     assert lease.held
+    watchers = []  # over five looks (HANDOFF_POLL_S): the same one thread, not a thread per look
+    for _ in range(20):
+        watchers += [t for t in threading.enumerate() if t.name == "engram-store-lease"]
+        time.sleep(0.05)
+    assert len(watchers) == 20 and len(set(watchers)) == 1
 
     code = ("import sys; from engram.workers.stores.vectors import EdgeVectorStore\n"
             "s = EdgeVectorStore(sys.argv[1], wait=20); print('points', s.count('observations')); s.close()")
