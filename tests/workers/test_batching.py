@@ -89,6 +89,30 @@ def test_engram_ingest_of_a_folder_runs_its_files_together(engram_env, tmp_path,
                                                     "Cat: My sister flies to Lisbon. She leaves in June."]
 
 
+
+def test_a_rounds_observations_and_vectors_are_freed_once_stored_without_the_garbage_collector(engram_env, tmp_path):
+    """Celery's in-process results hold their values in a reference cycle; ``run_segments`` empties the round's
+    batches once stored, so no observation or vector outlives the round waiting for a collection (with the
+    collector off, nothing of the round is left among the live or unreachable objects)."""
+    import gc
+
+    from engram.schemas.observations import EmbeddedObservation, Observation
+
+    rt = engram_env
+    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} keeps bees, hive number {i}." for i in range(4)])
+             for n in ("ann", "bob")]
+    events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
+    gc.collect()
+    gc.disable()
+    try:
+        records = run_events(rt, events)
+        left = [o for o in gc.get_objects() if isinstance(o, EmbeddedObservation | Observation)]
+    finally:
+        gc.enable()
+    assert [r.status for r in records] == [EventStatus.done] * 2
+    assert rt.vectors.count("observations") == 8
+    assert left == []
+
 def _embedded_segments(rt, paths):
     """Publish and plan ``paths`` (conversation files), perceive and embed their segments together: (events,
     EmbeddedBatches)."""
