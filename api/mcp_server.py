@@ -117,13 +117,27 @@ class EmbeddedBackend:
 
     def warm_up(self) -> None:
         """On the embedded default, load what a search needs (``api.processes.warm_up_for_searches``) on threads
-        of their own, without the store (other engram commands keep it); with a broker the workers search, and
-        nothing is loaded here."""
+        of their own, and open the store on another when it exists and no other process holds it
+        (``StoreLease.open_existing``: never made, waited for nor asked for here; other engram commands keep it
+        otherwise, and the first call opens it); with a broker the workers search, and nothing is loaded here."""
+        import threading
+
         from engram.api.processes import warm_up_for_searches
         from engram.schemas.settings import get_settings
 
         if get_settings().embedded:
             warm_up_for_searches()
+            threading.Thread(target=self._open_store, name="engram-store-open", daemon=True).start()
+
+    def _open_store(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            points = self._lease.open_existing()
+        except Exception as exc:  # noqa: BLE001 (a warm-up never stops the server; the first call meets the error)
+            log.warning("embedded store not opened: %s", f"{type(exc).__name__}: {exc}"[:300])
+            return
+        if points is not None:
+            log.info("embedded store opened: %d points in %.2f s", points, time.perf_counter() - t0)
 
     def search(self, req: SearchRequest) -> SearchResponse:
         from engram.workers.query import search_task

@@ -30,7 +30,14 @@ from engram.workers.metrics import STAGE_ERRORS, STAGE_SECONDS
 from engram.workers.models import EmbeddingCache
 from engram.workers.stores.ledger import Ledger, open_ledger
 from engram.workers.stores.objects import ObjectStore, open_object_store
-from engram.workers.stores.vectors import StoreBusy, VectorStore, close_vector_stores, open_vector_store
+from engram.workers.stores.vectors import (
+    COLLECTIONS,
+    StoreBusy,
+    VectorStore,
+    close_vector_stores,
+    embedded_store_dir,
+    open_vector_store,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -115,8 +122,9 @@ class StoreLease:
         self._stop_watch: threading.Event | None = None  # set to end the current lingering's watcher thread
 
     @contextmanager
-    def session(self) -> Iterator[Runtime]:
-        """Hold the store for one unit of work; yields the Runtime of the current settings."""
+    def session(self, wait: bool = True) -> Iterator[Runtime]:
+        """Hold the store for one unit of work; yields the Runtime of the current settings. ``wait=False``: raise
+        StoreBusy at once when another process holds the store, without asking it to let go."""
         settings = get_settings()
         if settings.broker_url or settings.qdrant_url:
             yield runtime(settings)
@@ -126,7 +134,7 @@ class StoreLease:
             try:
                 rt = runtime(settings)
                 if self._held is None:
-                    rt.vectors.hold()
+                    rt.vectors.hold(wait=wait)
                     self._held = rt.vectors
                 yield rt
             except BaseException:
@@ -141,6 +149,23 @@ class StoreLease:
     def held(self) -> bool:
         """Whether this lease holds the store now (between sessions: lingering)."""
         return self._held is not None
+
+    def open_existing(self) -> int | None:
+        """Open the embedded store now, when it exists and no other process holds it, and load each of its
+        collections (``VectorStore.count``), then linger as after a session: a long-running command's first unit
+        of work then finds the store open (0.3-4 s from 10 k to 1 M points). A store that does not exist is not
+        made, and one that another process holds is left to it, neither waited for nor asked for. Returns the
+        points loaded, or None when nothing was opened. Raises what opening raises (``StoreCorrupt``...)."""
+        settings = get_settings()
+        if settings.broker_url or settings.qdrant_url:
+            return None
+        if not embedded_store_dir(settings).is_dir():
+            return None
+        try:
+            with self.session(wait=False) as rt:
+                return sum(rt.vectors.count(c) for c in COLLECTIONS if rt.vectors.has_collection(c))
+        except StoreBusy:
+            return None
 
     def close(self) -> None:
         """Release the store now (the command is stopping)."""

@@ -121,6 +121,37 @@ def test_an_embedded_mcp_server_loads_the_search_models_before_the_first_call_wi
     assert proc.returncode == 0
 
 
+
+def test_an_embedded_mcp_server_opens_an_existing_store_as_it_starts_and_lets_a_cli_have_it(tmp_path):
+    """With a store in the data dir and no other process holding it, the server opens it as it starts (an agent's
+    first call does not pay the open), and a CLI command that then needs the store gets it (it asks; the server
+    lets go)."""
+    import select
+
+    from engram.workers.stores.vectors import OBSERVATIONS, EdgeVectorStore
+
+    data = tmp_path / "data"
+    store = EdgeVectorStore(data / "vectors")
+    store.ensure(OBSERVATIONS)
+    store.close()
+    env = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "-v", "mcp", "--data-dir", str(data)],
+                            env=env, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen = ""
+    try:
+        deadline = time.monotonic() + 240
+        while "embedded store opened: 0 points" not in seen:
+            assert proc.poll() is None and time.monotonic() < deadline, seen[-3000:]
+            if select.select([proc.stderr], [], [], 1.0)[0]:
+                seen += proc.stderr.readline()
+        out = _cli(env, data, "status", "--tenant", "t")
+        assert out.returncode == 0, out.stderr[-2000:]
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0
+
 def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_server):
     import httpx
     import httpx2

@@ -124,3 +124,37 @@ def test_a_lingering_lease_hands_the_store_to_a_process_that_asks_and_ignores_a_
     assert lease.held
     lease.close()
     assert not lease.held
+
+
+def test_a_lease_opens_an_existing_store_only_when_no_other_process_holds_it_and_never_makes_one(engram_env):
+    """``open_existing`` makes no store where there is none; opens one that exists and keeps it (lingering);
+    and leaves one held by another process to it, at once, without asking it to let go."""
+    import subprocess
+    import sys
+    import time
+
+    from engram.workers.runtime import StoreLease, reset_runtimes
+    from engram.workers.stores.vectors import OBSERVATIONS, WANTED_SUFFIX
+
+    store = engram_env.settings.data_dir / "vectors"
+    reset_runtimes()
+    lease = StoreLease(linger=600)
+    assert not store.exists()
+    assert lease.open_existing() is None and not store.exists() and not lease.held
+    engram_env.vectors.ensure(OBSERVATIONS)
+    reset_runtimes()  # the fixture's hold let go
+    assert lease.open_existing() == 0 and lease.held
+    lease.close()
+
+    code = ("import sys, time; from engram.workers.stores.vectors import EdgeVectorStore\n"
+            "s = EdgeVectorStore(sys.argv[1]); s.hold(); print('held', flush=True); time.sleep(30)")
+    other = subprocess.Popen([sys.executable, "-c", code, str(store)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        assert StoreLease(linger=600).open_existing() is None
+        assert time.monotonic() - t0 < 5
+        assert not list(store.parent.glob(f"{store.name}{WANTED_SUFFIX}*"))  # nothing asked of the holder
+    finally:
+        other.kill()
+        other.wait()

@@ -206,10 +206,10 @@ class VectorStore(ABC):
         self._ready: set[str] = set()
         self._lock = threading.RLock()
 
-    def hold(self) -> None:  # noqa: B027 (a no-op unless the backend has a hold)
+    def hold(self, wait: bool = True) -> None:  # noqa: B027 (a no-op unless the backend has a hold)
         """Take this process's exclusive hold on the store, where the backend has one (the embedded store's file
         lock; released by ``close``). A server backend has nothing to hold: no-op. Raises StoreBusy when another
-        process keeps the hold past the backend's wait."""
+        process keeps the hold past the backend's wait, or at once with ``wait=False`` (nothing asked of it)."""
 
     def wanted(self) -> bool:
         """Whether another process is waiting for this process's hold (``hold``), so a holder that is idle can
@@ -763,9 +763,10 @@ class EdgeVectorStore(VectorStore):
         # one lock object for every thread of this process (released by close, from whichever thread)
         self._file_lock = FileLock(str(self.root) + ".lock", thread_local=False)
 
-    def hold(self) -> None:
+    def hold(self, wait: bool = True) -> None:
         """Take the store's file lock now (once; released by ``close``), e.g. before a unit of work that must not
-        interleave with another process's. Raises StoreBusy after ``wait`` seconds."""
+        interleave with another process's. Raises StoreBusy after the store's ``wait`` seconds, or at once with
+        ``wait=False``, which neither waits nor asks the holder to let go (a warm-up that may do without)."""
         from filelock import Timeout
 
         if self._file_lock.is_locked:
@@ -774,8 +775,9 @@ class EdgeVectorStore(VectorStore):
         try:
             self._file_lock.acquire(timeout=0)
             return
-        except Timeout:
-            pass
+        except Timeout as exc:
+            if not wait:
+                raise StoreBusy(f"the embedded store {self.root} is open in another engram process") from exc
         # held by another process: say so (``wanted``), so a holder that is only lingering lets it go now
         request: Path | None = self._request_file(os.getpid())
         try:
