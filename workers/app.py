@@ -12,7 +12,15 @@ import logging
 
 import structlog
 from celery import Celery, Signature
-from celery.signals import setup_logging, task_postrun, task_prerun, worker_init, worker_process_shutdown
+from celery.signals import (
+    setup_logging,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+)
 from kombu import Queue as KombuQueue
 
 from engram.schemas.settings import Settings, get_settings
@@ -217,6 +225,17 @@ def _serve_metrics(**_) -> None:
     port = get_settings().metrics_port
     if port:
         serve_metrics(port)
+
+
+@worker_process_init.connect
+@worker_ready.connect
+def _tune_collector(**_) -> None:
+    """In each process that runs tasks (a prefork pool's children as they start; a solo or threads worker, and a
+    prefork parent, once ready): the garbage collector set for throughput
+    (``runtime.tune_collector_for_throughput``)."""
+    from engram.workers.runtime import tune_collector_for_throughput  # the worker's stack: loaded by now
+
+    tune_collector_for_throughput()
 
 
 @task_prerun.connect
