@@ -245,16 +245,22 @@ def runtime(settings: Settings | None = None) -> Runtime:
 BULK_GC_THRESHOLDS = (100_000, 20, 50)
 
 
+#: A worker process's collector thresholds (``tune_collector_for_throughput``): young collections as rare as in
+#: ``bulk_work``, and the older generations at Python's default pace after them (a full collection every 100 young
+#: ones), since a worker lives for days and what dies after it has grown old must still be found.
+WORKER_GC_THRESHOLDS = (BULK_GC_THRESHOLDS[0], 10, 10)
+
+
 def tune_collector_for_throughput() -> None:
     """For a worker process, from its start until it exits: what it holds now (imports, the app, settings) is frozen
-    out of every collection (``gc.freeze``) and young collections run every ``BULK_GC_THRESHOLDS[0]`` allocations,
+    out of every collection (``gc.freeze``) and young collections run every ``WORKER_GC_THRESHOLDS[0]`` allocations,
     as ``bulk_work`` does for one ingest. A worker's tasks are that work all day: with Python's default (a young
     collection every 700 allocations) the store worker spent ~0.45 s of 300 chat events' ~0.5 s of ``store_batched``
     in the collector, each collection traversing the batch's vectors (lists of floats, alive while it is stored) again;
     none ran with these settings (``bench/distributed.py``, 2026-11-28). Garbage in reference cycles (Celery's
     in-process results among them) waits at most that many allocations."""
     gc.freeze()
-    gc.set_threshold(*BULK_GC_THRESHOLDS)
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)
 
 
 @contextmanager

@@ -82,18 +82,18 @@ def test_bulk_work_collects_less_often_and_restores_the_collector():
 
 def test_a_worker_process_freezes_what_it_holds_at_start_and_collects_young_objects_less_often():
     """The receiver a worker's processes run as they start (``worker_process_init``, ``worker_ready``): what the
-    process holds then is out of every collection, and young collections wait ``BULK_GC_THRESHOLDS[0]``
+    process holds then is out of every collection, and young collections wait ``WORKER_GC_THRESHOLDS[0]``
     allocations."""
     import gc
 
     from engram.workers.app import _tune_collector
-    from engram.workers.runtime import BULK_GC_THRESHOLDS
+    from engram.workers.runtime import WORKER_GC_THRESHOLDS
 
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
     held = object.__new__(type("Held", (), {}))  # tracked by the collector, made before the worker "starts"
     try:
         _tune_collector()
-        assert gc.get_threshold() == BULK_GC_THRESHOLDS
+        assert gc.get_threshold() == WORKER_GC_THRESHOLDS
         assert gc.get_freeze_count() > frozen and not any(o is held for o in gc.get_objects())
     finally:
         gc.set_threshold(*before)
