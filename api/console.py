@@ -34,13 +34,13 @@ from engram.schemas.search import SearchResponse
 if TYPE_CHECKING:
     from engram.api.client import EngramClient
 
-#: Characters a terminal would act on instead of showing: C0 controls but tab and newline, DEL, C1 controls (ESC
-#: starts the sequences that recolour, move the cursor, set the window title), and the bidirectional overrides and
-#: isolates that make a name read in another order than it is stored ("Trojan Source", CVE-2021-42574).
 #: Seconds a long-running command (``engram mcp``, ``watch``) keeps the embedded store open after its last unit of
 #: work, for the next, unless another engram process asks for it first (``workers.runtime.StoreLease``).
 STORE_HOLD_SECONDS = 300.0
 
+#: Characters a terminal would act on instead of showing: C0 controls but tab and newline, DEL, C1 controls (ESC
+#: starts the sequences that recolour, move the cursor, set the window title), and the bidirectional overrides and
+#: isolates that make a name read in another order than it is stored ("Trojan Source", CVE-2021-42574).
 _CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 _UNSHOWABLE = re.compile(f"[{_CONTROLS}]")
 #: In a name, also the line breaks and tabs a stored message keeps.

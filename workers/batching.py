@@ -87,32 +87,32 @@ def run_segments(rt: Runtime, jobs: list[SegmentJob], round_observations: int = 
             batches.append(batch)
             held += len(batch.observations)
         if batches and (held >= round_observations or at == len(jobs) - 1):
-            try:
-                stored += _embed_and_store(batches)
-            finally:
-                for batch in batches:  # see _embed_and_store: perceive's results are held the same way
-                    batch.observations.clear()
+            stored += _embed_and_store(batches)
             batches, held = [], 0
     return stored
 
 
 def _embed_and_store(batches: list[ObservationBatch]) -> int:
-    """One round of ``run_segments``: embed, then link and store; returns the observations stored.
+    """One round of ``run_segments``: embed, then link and store; returns the observations stored. Empties
+    ``batches`` and the embedded batches after, stored or not.
 
     A task applied in process returns a Celery ``EagerResult``, which holds its return value in a reference cycle
-    (its ``on_ready`` promise is fulfilled with the result itself), so the value outlives the call until the
-    garbage collector's next pass. The round's vectors (~1,500 Python floats per chat turn) are emptied from the
-    embedded batches once stored, so they are freed at once rather than traversed by that pass (788 LoCoMo turns:
-    ~940,000 list items, ~0.02 s per collection) and held until it."""
-    embedded = signature(Task.embed_many).apply(args=[ObservationBatches(batches=batches)])
-    if not embedded.successful():
-        return 0
-    done = embedded.result
+    (its ``on_ready`` promise is fulfilled with the result itself), so perceive's observations and embed's vectors
+    (~1,500 Python floats per chat turn) would outlive the round until the garbage collector's next pass, which
+    would traverse them (788 LoCoMo turns: ~940,000 list items, ~0.02 s per collection). Emptied here, they are
+    freed as the round ends."""
+    embedded = None
     try:
-        stored = signature(Task.store_many).apply(args=[done])
+        embedded = signature(Task.embed_many).apply(args=[ObservationBatches(batches=batches)])
+        if not embedded.successful():
+            return 0
+        stored = signature(Task.store_many).apply(args=[embedded.result])
+        return int(stored.result) if stored.successful() else 0
     finally:
-        done.batches.clear()
-    return int(stored.result) if stored.successful() else 0
+        if embedded is not None and embedded.successful():
+            embedded.result.batches.clear()
+        for batch in batches:
+            batch.observations.clear()
 
 
 def batch_items(requests: list, model: type[M]) -> list[tuple[Any, M]]:

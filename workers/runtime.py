@@ -101,6 +101,11 @@ _lock = threading.Lock()
 HANDOFF_POLL_S = 0.2
 
 
+def _holds_a_store(settings: Settings) -> bool:
+    """Whether this process opens the embedded store itself (no broker's workers, no Qdrant server)."""
+    return not (settings.broker_url or settings.qdrant_url)
+
+
 class StoreLease:
     """This process's hold on the embedded store for a long-running command (``engram mcp``, ``watch``,
     ``capture``) that must leave the store to other processes between its units of work.
@@ -126,7 +131,7 @@ class StoreLease:
         """Hold the store for one unit of work; yields the Runtime of the current settings. ``wait=False``: raise
         StoreBusy at once when another process holds the store, without asking it to let go."""
         settings = get_settings()
-        if settings.broker_url or settings.qdrant_url:
+        if not _holds_a_store(settings):
             yield runtime(settings)
             return
         with self._lock:
@@ -157,9 +162,7 @@ class StoreLease:
         made, and one that another process holds is left to it, neither waited for nor asked for. Returns the
         points loaded, or None when nothing was opened. Raises what opening raises (``StoreCorrupt``...)."""
         settings = get_settings()
-        if settings.broker_url or settings.qdrant_url:
-            return None
-        if not embedded_store_dir(settings).is_dir():
+        if not _holds_a_store(settings) or not embedded_store_dir(settings).is_dir():
             return None
         try:
             with self.session(wait=False) as rt:
