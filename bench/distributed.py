@@ -37,6 +37,12 @@ host, caches), so the distributed rows run ``--rounds`` times (default 3), inter
 again): the JSON's figures are the medians over the rounds, and the efficiency check is the median of each
 round's ratio to the same round's one-worker row.
 
+Beside them, a control of the machine itself (``machine_contention``): the CPU seconds of a fixed piece of
+single-threaded Python work alone, then with the other cores running busy loops, and each row's cores kept busy
+(CPU ÷ wall seconds). One cpu worker leaves a core idle much of the time, four keep both busy, and on a shared VM
+the same instructions cost more CPU time beside busy cores: the control says how much of an efficiency loss the
+machine alone makes.
+
     python bench/distributed.py                                         # 300 events, 1 2 4 workers, both kinds
     python bench/distributed.py --events 60 --kinds text --no-embedded --rounds 1  # quicker
     python bench/distributed.py --json figures.json                     # also write the figures ('-': stdout)
@@ -54,6 +60,7 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,6 +135,72 @@ def model_threads(workers: int) -> int:
 
 
 # --- CPU accounting --------------------------------------------------------------------------------------
+
+
+#: The control's fixed single-threaded Python work (``python_work``): JSON round trips and dict and list work of
+#: the size of a chat event's messages, ~0.4 s CPU on the 2-core EPYC of 2026-11-28.
+CONTROL_ROUNDS = 12_000
+
+
+def python_work(rounds: int = CONTROL_ROUNDS) -> float:
+    """CPU seconds (``time.process_time``) this process takes for a fixed piece of pure-Python work (what the
+    workers do around the model: JSON, dicts, small lists), single-threaded."""
+    record = {"event_id": "8c1d4a2e-52f4-4c39-9b0e-3f6a1c2d7e90", "tenant": TENANT, "segment": 3,
+              "messages": [{"speaker": "Caroline", "text": "I went to the LGBTQ support group yesterday " * 2,
+                            "ts": 1_700_000_000.5 + i} for i in range(4)], "vector": [0.125] * 48}
+    start = time.process_time()
+    for i in range(rounds):
+        back = json.loads(json.dumps(record))
+        back["segment"] = i
+        sorted(back["messages"], key=lambda m: -m["ts"])
+        {m["speaker"]: m["text"].split() for m in back["messages"]}
+    return time.process_time() - start
+
+
+def machine_contention(pairs: int = 5) -> dict[str, float]:
+    """The machine's own cost of busy cores, measured as a control beside the efficiency figures: the CPU seconds
+    of ``python_work`` in this process alone, then with every other usable core running a busy loop (a process
+    each), ``pairs`` times alternately. On a shared VM the same instructions take more CPU time when the
+    neighbouring cores are busy (shared caches and the host's scheduling: 1.1-1.35x for this work on the
+    2-core EPYC of 2026-11-28, 0-11 % for a single-threaded MiniLM encode), so a row that keeps both cores busy
+    (four cpu workers) pays that on its Python work and a row that leaves one core idle half the time (one
+    worker) does not: the efficiency check compares the pipeline and the machine together, and this factor says
+    how much of the difference the machine alone makes.
+
+    Returns ``{"alone_cpu_s", "beside_busy_cpu_s", "factor"}`` (medians over the pairs; factor = beside ÷ alone;
+    1.0 with one usable core: nothing to run beside)."""
+    from engram.workers.models.embeddings import usable_cores
+
+    others = usable_cores() - 1
+    python_work(CONTROL_ROUNDS // 10)  # warm
+    alone, beside = [], []
+    for _ in range(pairs):
+        alone.append(python_work())
+        if others < 1:
+            beside.append(alone[-1])
+            continue
+        burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(others)]
+        try:
+            time.sleep(0.2)  # running before the measured work starts
+            beside.append(python_work())
+        finally:
+            for b in burners:
+                b.kill()
+                b.wait()
+    a, b = statistics.median(alone), statistics.median(beside)
+    return {"alone_cpu_s": round(a, 3), "beside_busy_cpu_s": round(b, 3), "factor": round(b / a, 3)}
+
+
+def contention_line(control: dict[str, float], figures: list[Figure], kind: str) -> str:
+    """``machine_contention``'s control and each distributed row of ``kind``'s cores kept busy (CPU s ÷ wall s,
+    medians by worker count), one line."""
+    busy = {n: statistics.median(f.cpu_s / f.wall_s for f in fs if f.wall_s)
+            for n, fs in by_workers(figures, kind).items()}
+    return (f"the machine (control): the same single-threaded Python work took x{control['factor']:.2f} its CPU "
+            f"seconds with the other cores busy ({control['alone_cpu_s']:.2f} s alone, "
+            f"{control['beside_busy_cpu_s']:.2f} s beside); cores kept busy by the workers: "
+            + ", ".join(f"{n} worker(s) {b:.2f}" for n, b in busy.items()))
+
 
 
 def tree_cpu_seconds(pids: Iterable[int]) -> float:
@@ -528,6 +601,8 @@ def distributed_rates(events: int = 60, workers: Iterable[int] = (1, 2, 4), kind
             out(f"    {line}")
     for line in checks(figures):
         out(f"  {line}")
+    if len(by_workers(figures, kind)) > 1:
+        out(f"  {contention_line(machine_contention(), figures, kind)}")
     return rates(figures, kind)
 
 
@@ -628,6 +703,9 @@ def main(argv: list[str] | None = None) -> int:
             say.print(f"{f.kind}, {f.workers} worker(s), round {f.round}: {line}", highlight=False)
     for line in checks(figures):
         say.print(line, highlight=False)
+    control = machine_contention() if args.workers else None
+    for kind in args.kinds if control else ():
+        say.print(contention_line(control, figures, kind), highlight=False)
     say.print(f"load average after: {load_after}")
     if args.json is not None:
         data = {"distributed": rates(figures, args.kinds[0]),
@@ -637,6 +715,7 @@ def main(argv: list[str] | None = None) -> int:
                 "latency": {f"{f.kind}/{f.mode}/{f.workers}": {"p50_s": f.latency_p50_s, "p95_s": f.latency_p95_s}
                             for f in figures if f.latency_samples},
                 "figures": [asdict(f) for f in figures],
+                "contention": control,
                 "load": {"before": load_before, "after": load_after}}
         text = json.dumps(data, indent=2) + "\n"
         if to_stdout:

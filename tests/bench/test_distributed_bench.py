@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.distributed import Figure, checks, efficiency_ratios, rates
+from bench.distributed import Figure, checks, contention_line, efficiency_ratios, machine_contention, rates
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "distributed.py"
 
@@ -41,6 +41,19 @@ def test_rounds_give_medians_and_each_rounds_ratio_to_its_own_one_worker_row():
 def test_one_round_has_no_median_to_speak_of():
     lines = checks([_row(1, 1, 40.0), _row(2, 1, 34.0)])
     assert "text: events/CPU-s 2 vs 1 worker(s) x0.85 (MISSED: at most 10 % lower)" in lines, lines
+
+
+def test_the_machine_control_times_the_same_python_work_alone_and_beside_busy_cores():
+    control = machine_contention(pairs=1)
+    assert set(control) == {"alone_cpu_s", "beside_busy_cpu_s", "factor"}
+    assert control["alone_cpu_s"] > 0.05 and control["beside_busy_cpu_s"] > 0.05, control
+    assert control["factor"] == pytest.approx(control["beside_busy_cpu_s"] / control["alone_cpu_s"], abs=0.01)
+    assert 0.5 < control["factor"] < 3, control  # the same work: CPU seconds of one order either way
+    # each row's cores kept busy: CPU seconds over wall seconds (10 s), medians by worker count
+    line = contention_line({"alone_cpu_s": 0.4, "beside_busy_cpu_s": 0.48, "factor": 1.2},
+                           [_row(1, 1, 30.0), _row(1, 2, 25.0), _row(4, 1, 20.0)], "text")
+    assert "x1.20 its CPU seconds with the other cores busy (0.40 s alone, 0.48 s beside)" in line, line
+    assert line.endswith("cores kept busy by the workers: 1 worker(s) 1.10, 4 worker(s) 1.50"), line
 
 
 @pytest.mark.integration
@@ -74,3 +87,4 @@ def test_distributed_bench_smoke(tmp_path):
     tasks = figures[0]["task_cpu_s"]
     assert tasks["workers.ingest.ingest"] > 0 and sum(tasks.values()) <= figures[0]["cpu_s"], tasks
     assert set(data["load"]) == {"before", "after"}
+    assert data["contention"]["factor"] > 0 and "the machine (control)" in run.stdout, data["contention"]
