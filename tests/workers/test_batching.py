@@ -215,3 +215,71 @@ def test_a_transient_error_publishes_the_batch_again(engram_env, tmp_path):
                           ObservationBatch, [("embed", flaky)])
     assert len(pairs) == 2 and done == [] and calls == [2]  # one joint call; bad JSON left out
     assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 2
+
+
+def test_an_embed_pass_sends_its_segments_to_the_store_in_one_message_per_priority(engram_env, tmp_path):
+    """``embed_batched`` hands the segments of one pass to ``store_batched`` as one message per priority they came
+    with (a list of embedded segments), not one message per segment; the store reads both a list and a single
+    segment (earlier releases), and a bad item inside a list is dropped alone. Eager here: each message published
+    is one ``store_batched`` run, seen through Celery's ``task_prerun`` signal."""
+    from celery.signals import task_prerun
+    from celery_batches import SimpleRequest
+
+    from engram.workers.batching import deferred_segments
+    from engram.workers.embed import embed_batched
+    from engram.workers.ingest import ingest
+    from engram.workers.perceive import perceive
+    from engram.workers.store import store_batched
+    from engram.workers.tasks import Task
+
+    rt = engram_env
+    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} rents bike {i} in Porto." for i in range(2)])
+             for n in ("ann", "bob", "cat", "dan")]
+    events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
+    with deferred_segments() as jobs:
+        for event in events:
+            ingest.delay(event)
+    observed = [perceive.apply(args=[job]).result for job in jobs]
+
+    def request(i, args, priority):
+        return SimpleRequest(id=f"r{i}", name=embed_batched.name, args=args, kwargs={},
+                             delivery_info={"priority": priority}, hostname="test", ignore_result=True,
+                             reply_to=None, correlation_id=None, request_dict={})
+
+    sent = []
+
+    def seen(sender=None, args=None, **_):
+        if sender is not None and sender.name == Task.store_batched.value:
+            sent.append(args[0][0].args[0])  # the one request of an eager run: its message's argument
+
+    task_prerun.connect(seen)
+    try:
+        levels = (3, 5, 3, 3)
+        assert embed_batched([request(i, (o,), p) for i, (o, p) in enumerate(zip(observed, levels, strict=True))]) == 4
+    finally:
+        task_prerun.disconnect(seen)
+    assert sorted(len(message) for message in sent) == [1, 3]  # priority 3's three segments, priority 5's one
+    assert all(isinstance(message, list) for message in sent)
+    assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 4
+
+    # a list with a bad item, and a single segment as earlier releases sent it: the good ones are stored
+    more = [_conversation(tmp_path / f"{n}2.jsonl", n.title(), [f"{n} rents a car on day {i}." for i in range(2)])
+            for n in ("eve", "fay")]
+    events = [publish_file(rt, classify(p), "t", "u", "d") for p in more]
+    with deferred_segments() as jobs:
+        for event in events:
+            ingest.delay(event)
+    embedded = _embedded_segments_of(rt, jobs)
+    requests = [request(0, ([embedded[0], {"job": 1}],), 3), request(1, (embedded[1],), 3)]
+    assert store_batched(requests) == sum(len(b["items"]) for b in embedded)
+    assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 2
+
+
+def _embedded_segments_of(rt, jobs) -> list[dict]:
+    """The JSON form of ``jobs``' segments perceived and embedded, as ``embed_batched`` sends them."""
+    from engram.schemas.jobs import ObservationBatch
+    from engram.workers.embed import embed_batches
+    from engram.workers.perceive import perceive
+
+    batches = [ObservationBatch.model_validate(perceive.apply(args=[job]).result) for job in jobs]
+    return [b.model_dump(mode="json") for b in embed_batches(rt, batches)]
