@@ -220,12 +220,14 @@ def test_a_transient_error_publishes_the_batch_again(engram_env, tmp_path):
 def test_an_embed_pass_sends_its_segments_to_the_store_in_one_message_per_priority(engram_env, tmp_path):
     """``embed_batched`` hands the segments of one pass to ``store_batched`` as one message per priority they came
     with (a list of embedded segments), not one message per segment; the store reads both a list and a single
-    segment (earlier releases), and a bad item inside a list is dropped alone. Eager here: each message published
+    segment (earlier releases), a bad item inside a list is dropped alone, and a transient error publishes a message
+    of several segments again once. Eager here: each message published
     is one ``store_batched`` run, seen through Celery's ``task_prerun`` signal."""
     from celery.signals import task_prerun
     from celery_batches import SimpleRequest
 
-    from engram.workers.batching import deferred_segments
+    from engram.schemas.jobs import EmbeddedBatch
+    from engram.workers.batching import consume, deferred_segments
     from engram.workers.embed import embed_batched
     from engram.workers.ingest import ingest
     from engram.workers.perceive import perceive
@@ -272,6 +274,27 @@ def test_an_embed_pass_sends_its_segments_to_the_store_in_one_message_per_priori
     embedded = _embedded_segments_of(rt, jobs)
     requests = [request(0, ([embedded[0], {"job": 1}],), 3), request(1, (embedded[1],), 3)]
     assert store_batched(requests) == sum(len(b["items"]) for b in embedded)
+    assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 2
+
+    # a transient error publishes a message of two segments again once, not once per segment
+    more = [_conversation(tmp_path / f"{n}3.jsonl", n.title(), [f"{n} sells a boat on day {i}." for i in range(2)])
+            for n in ("gus", "hal")]
+    events = [publish_file(rt, classify(p), "t", "u", "d") for p in more]
+    with deferred_segments() as jobs:
+        for event in events:
+            ingest.delay(event)
+    embedded = _embedded_segments_of(rt, jobs)
+
+    def flaky(rt_, batches):
+        raise ConnectionError("store restarting")
+
+    sent.clear()
+    task_prerun.connect(seen)
+    try:
+        pairs, done = consume(store_batched, [request(0, (embedded,), 3)], EmbeddedBatch, [("link", flaky)])
+    finally:
+        task_prerun.disconnect(seen)
+    assert len(pairs) == 2 and done == [] and len(sent) == 1 and len(sent[0]) == 2  # published again once, whole
     assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 2
 
 
