@@ -4,6 +4,7 @@ several files are embedded in one model pass, and a corrupt file inside the batc
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 from engram.api.local import classify, publish_file, run_events
 from engram.schemas.events import EventStatus
@@ -221,81 +222,89 @@ def test_an_embed_pass_sends_its_segments_to_the_store_in_one_message_per_priori
     """``embed_batched`` hands the segments of one pass to ``store_batched`` as one message per priority they came
     with (a list of embedded segments), not one message per segment; the store reads both a list and a single
     segment (earlier releases), a bad item inside a list is dropped alone, and a transient error publishes a message
-    of several segments again once. Eager here: each message published
-    is one ``store_batched`` run, seen through Celery's ``task_prerun`` signal."""
-    from celery.signals import task_prerun
+    of several segments again once. Eager here: each message published is one ``store_batched`` run, seen through
+    Celery's ``task_prerun`` signal."""
     from celery_batches import SimpleRequest
 
     from engram.schemas.jobs import EmbeddedBatch
-    from engram.workers.batching import consume, deferred_segments
+    from engram.workers.batching import consume
     from engram.workers.embed import embed_batched
-    from engram.workers.ingest import ingest
     from engram.workers.perceive import perceive
     from engram.workers.store import store_batched
-    from engram.workers.tasks import Task
 
     rt = engram_env
-    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} rents bike {i} in Porto." for i in range(2)])
-             for n in ("ann", "bob", "cat", "dan")]
-    events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
-    with deferred_segments() as jobs:
-        for event in events:
-            ingest.delay(event)
-    observed = [perceive.apply(args=[job]).result for job in jobs]
 
     def request(i, args, priority):
         return SimpleRequest(id=f"r{i}", name=embed_batched.name, args=args, kwargs={},
                              delivery_info={"priority": priority}, hostname="test", ignore_result=True,
                              reply_to=None, correlation_id=None, request_dict={})
 
-    sent = []
+    def statuses(events):
+        return [rt.ledger.get(e.event_id).status for e in events]
 
-    def seen(sender=None, args=None, **_):
-        if sender is not None and sender.name == Task.store_batched.value:
-            sent.append(args[0][0].args[0])  # the one request of an eager run: its message's argument
-
-    task_prerun.connect(seen)
-    try:
+    events, jobs = _planned(rt, tmp_path, ("ann", "bob", "cat", "dan"), "rents bike {i} in Porto.")
+    observed = [perceive.apply(args=[job]).result for job in jobs]
+    with _store_messages() as sent:
         levels = (3, 5, 3, 3)
         assert embed_batched([request(i, (o,), p) for i, (o, p) in enumerate(zip(observed, levels, strict=True))]) == 4
-    finally:
-        task_prerun.disconnect(seen)
     assert sorted(len(message) for message in sent) == [1, 3]  # priority 3's three segments, priority 5's one
     assert all(isinstance(message, list) for message in sent)
-    assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 4
+    assert statuses(events) == [EventStatus.done] * 4
 
     # a list with a bad item, and a single segment as earlier releases sent it: the good ones are stored
-    more = [_conversation(tmp_path / f"{n}2.jsonl", n.title(), [f"{n} rents a car on day {i}." for i in range(2)])
-            for n in ("eve", "fay")]
-    events = [publish_file(rt, classify(p), "t", "u", "d") for p in more]
-    with deferred_segments() as jobs:
-        for event in events:
-            ingest.delay(event)
+    events, jobs = _planned(rt, tmp_path, ("eve", "fay"), "rents a car on day {i}.")
     embedded = _embedded_segments_of(rt, jobs)
     requests = [request(0, ([embedded[0], {"job": 1}],), 3), request(1, (embedded[1],), 3)]
     assert store_batched(requests) == sum(len(b["items"]) for b in embedded)
-    assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 2
+    assert statuses(events) == [EventStatus.done] * 2
 
     # a transient error publishes a message of two segments again once, not once per segment
-    more = [_conversation(tmp_path / f"{n}3.jsonl", n.title(), [f"{n} sells a boat on day {i}." for i in range(2)])
-            for n in ("gus", "hal")]
-    events = [publish_file(rt, classify(p), "t", "u", "d") for p in more]
-    with deferred_segments() as jobs:
-        for event in events:
-            ingest.delay(event)
+    events, jobs = _planned(rt, tmp_path, ("gus", "hal"), "sells a boat on day {i}.")
     embedded = _embedded_segments_of(rt, jobs)
 
     def flaky(rt_, batches):
         raise ConnectionError("store restarting")
 
-    sent.clear()
+    with _store_messages() as sent:
+        pairs, done = consume(store_batched, [request(0, (embedded,), 3)], EmbeddedBatch, [("link", flaky)])
+    assert len(pairs) == 2 and done == [] and len(sent) == 1 and len(sent[0]) == 2  # published again once, whole
+    assert statuses(events) == [EventStatus.done] * 2
+
+
+def _planned(rt, tmp_path, names, line: str):
+    """Conversations of two messages (``line`` with ``{i}``), one per name, published and planned: (events,
+    their segment jobs)."""
+    from engram.workers.batching import deferred_segments
+    from engram.workers.ingest import ingest
+
+    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} {line.format(i=i)}" for i in range(2)])
+             for n in names]
+    events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
+    with deferred_segments() as jobs:
+        for event in events:
+            ingest.delay(event)
+    return events, jobs
+
+
+@contextmanager
+def _store_messages():
+    """Inside, the argument of each ``store_batched`` message run (eager: one request per run) is appended to the
+    yielded list (Celery's ``task_prerun`` signal)."""
+    from celery.signals import task_prerun
+
+    from engram.workers.tasks import Task
+
+    sent = []
+
+    def seen(sender=None, args=None, **_):
+        if sender is not None and sender.name == Task.store_batched.value:
+            sent.append(args[0][0].args[0])
+
     task_prerun.connect(seen)
     try:
-        pairs, done = consume(store_batched, [request(0, (embedded,), 3)], EmbeddedBatch, [("link", flaky)])
+        yield sent
     finally:
         task_prerun.disconnect(seen)
-    assert len(pairs) == 2 and done == [] and len(sent) == 1 and len(sent[0]) == 2  # published again once, whole
-    assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 2
 
 
 def _embedded_segments_of(rt, jobs) -> list[dict]:
