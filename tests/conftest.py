@@ -22,6 +22,17 @@ os.environ.setdefault("ENGRAM_TIMEZONE", "UTC")  # times without a zone read the
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def eager_process_app():
+    """The process-wide Celery app (``workers.app.app``) takes its settings from the environment when its
+    configuration is first read: read it here, before any test puts a broker in the environment (the cluster
+    tests do), so it is the embedded default's, eager, for the whole run in any order of the tests. Run alone
+    before the embedded tests, a cluster test had left it sending their tasks to its broker."""
+    from engram.workers.app import app
+
+    assert app.conf.task_always_eager, "ENGRAM_BROKER_URL is set: the tests of the embedded default need none"
+
+
 @pytest.fixture
 def engram_env(tmp_path, monkeypatch):
     """A fresh embedded default under ``tmp_path/data``; yields its Runtime and closes it afterwards."""
