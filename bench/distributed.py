@@ -202,7 +202,6 @@ def contention_line(control: dict[str, float], figures: list[Figure], kind: str)
             + ", ".join(f"{n} worker(s) {b:.2f}" for n, b in busy.items()))
 
 
-
 def tree_cpu_seconds(pids: Iterable[int]) -> float:
     """CPU seconds (user + system) so far of the processes ``pids``, their live descendants and the children
     they have already reaped (psutil ``children_user``/``children_system``). The difference of two calls is
@@ -601,8 +600,7 @@ def distributed_rates(events: int = 60, workers: Iterable[int] = (1, 2, 4), kind
             out(f"    {line}")
     for line in checks(figures):
         out(f"  {line}")
-    if len(by_workers(figures, kind)) > 1:
-        out(f"  {contention_line(machine_contention(), figures, kind)}")
+    out(f"  {contention_line(machine_contention(), figures, kind)}")
     return rates(figures, kind)
 
 
@@ -703,9 +701,10 @@ def main(argv: list[str] | None = None) -> int:
             say.print(f"{f.kind}, {f.workers} worker(s), round {f.round}: {line}", highlight=False)
     for line in checks(figures):
         say.print(line, highlight=False)
-    control = machine_contention() if args.workers else None
-    for kind in args.kinds if control else ():
-        say.print(contention_line(control, figures, kind), highlight=False)
+    control = machine_contention() if args.workers else None  # no distributed rows: nothing to set it beside
+    if control is not None:
+        for kind in args.kinds:
+            say.print(contention_line(control, figures, kind), highlight=False)
     say.print(f"load average after: {load_after}")
     if args.json is not None:
         data = {"distributed": rates(figures, args.kinds[0]),
