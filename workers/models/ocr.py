@@ -10,7 +10,6 @@ cost about 1.5x the CPU per frame on 2 cores for a little less wall time.
 from __future__ import annotations
 
 import functools
-import logging
 
 import numpy as np
 
@@ -36,10 +35,11 @@ class RapidOcr(Model[list[OcrLine]]):
     def _load(self):
         from rapidocr import RapidOCR
 
-        logging.getLogger("RapidOCR").setLevel(logging.ERROR)  # not a warning per region with no text
         threads = self.options.get("threads") or 1
         return RapidOCR(params={
-            "Global.use_cls": False, "Global.log_level": "warning",
+            "Global.use_cls": False,
+            # its constructor sets its logger's level from here: not a warning on stderr per image with no text
+            "Global.log_level": "error",
             "Det.limit_type": "max", "Det.limit_side_len": self.detector_side,
             "Rec.rec_batch_num": self.rec_batch,
             "EngineConfig.onnxruntime.intra_op_num_threads": threads,

@@ -89,6 +89,14 @@ def test_ocr_cache_is_keyed_by_pixels_and_read_back(engram_env, tmp_path):
     assert not rt.objects.exists(vision.ocr_cache_key("globex", model_id, vision.pixels_sha256(shot)))
 
 
+def test_an_image_without_text_reads_no_lines_and_prints_no_warning(engram_env, capfd):
+    # rapidocr's constructor sets its own logger's level and handler: its "text detection result is empty" warning
+    # printed itself on stderr once per frame without text, beside the progress bar of an ingest
+    blank = np.full((300, 400, 3), 255, dtype=np.uint8)
+    assert vision.ocr_lines(engram_env, "acme", blank) == []
+    assert "RapidOCR" not in capfd.readouterr().err
+
+
 def test_screenshot_keeps_lines_app_and_window(engram_env, tmp_path):
     shot = render_png(tmp_path / "mail.png", ["Re: quarterly budget review"])
     out = ingest_paths([shot], **WHO, device="laptop", app_name="Thunderbird", window="Inbox", quiet=True,
