@@ -213,7 +213,9 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     table.add_column("snippet", ratio=1, min_width=30, overflow="fold")
     for i, hit in enumerate(resp.hits, 1):
         when = local_time(hit.time)
-        src = Path(hit.source_name).name if hit.source_name and "," not in hit.source_name else (hit.source_name or "")
+        # a file's name without its folders; a memory's sources (``memory.search``: up to three names joined by
+        # ", ", then " …") each the same way
+        src = ", ".join(Path(name).name for name in hit.source_name.split(", ")) if hit.source_name else ""
         if hit.start_s is not None:
             src += f" @{hit.start_s:.1f}s"
         if hit.message_ids and hit.memory_type is MemoryType.observation:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -350,6 +351,26 @@ def test_search_output_shows_the_resolved_time_range():
     out = StringIO()
     print_hits(resp, Console(file=out, width=200))
     assert "'last Tuesday' → 2023-05-16 00:00 UTC to 2023-05-17 00:00 UTC (as of 2023-05-20" in out.getvalue()
+
+
+def test_search_output_shows_sources_by_their_file_names():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from engram.api.cli import print_hits
+    from engram.schemas.memories import MemoryType
+    from engram.schemas.search import SearchHit, SearchResponse
+
+    at = datetime(2023, 5, 20, 12, tzinfo=UTC)
+    hits = [SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.5, text="ask not", time=at,
+                      source_name="/data/audio/jfk.flac", start_s=8.3),
+            SearchHit(id=uuid.uuid4(), memory_type=MemoryType.episodic, score=0.4, text="a morning", time=at,
+                      source_name="/data/audio/jfk.flac, /data/screens/a.png, b.png …")]
+    out = StringIO()
+    print_hits(SearchResponse(query="q", hits=hits, took_ms=1.0), Console(file=out, width=200))
+    text = out.getvalue()
+    assert "jfk.flac @8.3s" in text and "jfk.flac, a.png, b.png …" in text and "/data/" not in text
 
 
 def test_weighted_rrf():
