@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from engram.api.console import STORE_HOLD_SECONDS, console, default_device, default_user, err, parse_time
+from engram.api.console import STORE_HOLD_SECONDS, console, counted, default_device, default_user, err, parse_time
 
 TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
 
@@ -82,7 +82,7 @@ def add(
         console.print(f"already added with id {escape(repr(client_id))}: event {resp.event_id} "
                       f"({resp.status.value}); nothing new stored", highlight=False)
     else:
-        console.print(f"{resp.status.value}: event {resp.event_id}, {resp.observations} observation(s)"
+        console.print(f"{resp.status.value}: event {resp.event_id}, {counted(resp.observations, 'observation')}"
                       + (f" ({escape(str(resp.reason))})" if resp.reason else ""), highlight=False)
     if resp.status.value == "failed":
         raise typer.Exit(1)

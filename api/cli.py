@@ -38,9 +38,11 @@ from engram.api.console import (  # noqa: E402
     STORE_HOLD_SECONDS,
     api_client,
     console,
+    counted,
     default_device,
     default_user,
     err,
+    ingest_summary,
     local_time,
     parse_time,
     print_hits,
@@ -146,10 +148,7 @@ def ingest(
 
 
 def _print_ingest_summary(result: dict[str, list]) -> None:
-    obs = sum(r.observations for _, r in result["done"])
-    console.print(f"[green]{len(result['done'])} done[/green] ({obs} observations), "
-                  f"{len(result['skipped'])} skipped, [red]{len(result['failed'])} failed[/red], "
-                  f"{len(result['ignored'])} not media")
+    console.print(ingest_summary(result))
     for path, record in result["skipped"]:
         console.print(f"  skipped {escape(shown_name(path))}: {escape(str(record.reason))}", highlight=False,
                       soft_wrap=True)
@@ -809,7 +808,8 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
 
     def report(result: dict[str, list]) -> None:
         for path, rec in result["done"] + result["resumed"]:
-            console.print(Text(f"ingested {shown_name(path)}: {rec.status.value} ({rec.observations} observations)"))
+            console.print(Text(f"ingested {shown_name(path)}: {rec.status.value} "
+                               f"({counted(rec.observations, 'observation')})"))
         for path, rec in result["skipped"]:
             console.print(Text(f"skipped {shown_name(path)}: {rec.reason}"))
         for path, why in result["failed"]:

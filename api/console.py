@@ -66,6 +66,21 @@ def shown_name(name: object) -> str:
     return _UNSHOWABLE_IN_NAME.sub(_as_escape, str(name))
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 observation", "17 observations" (an English noun whose plural
+    takes an "s")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def ingest_summary(result: dict[str, list]) -> str:
+    """The one line (Rich markup) that ends an ingest: files done with the observations they gave, skipped, failed,
+    not media; ``result`` as ``api.embedded.ingest_paths`` returns it."""
+    obs = sum(r.observations for _, r in result["done"])
+    return (f"[green]{len(result['done'])} done[/green] ({counted(obs, 'observation')}), "
+            f"{len(result['skipped'])} skipped, [red]{len(result['failed'])} failed[/red], "
+            f"{len(result['ignored'])} not media")
+
+
 class SafeConsole(Console):
     """A rich ``Console`` whose text passes through ``shown`` as it is rendered, whatever printed it (a ``Text``,
     a table cell, a progress bar's field): Rich writes a string's control characters to the terminal as they are.

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
-from engram.api.console import print_hits, shown_name
+from engram.api.console import ingest_summary, print_hits, shown_name
 from engram.api.embedded import ingest_paths, run_search
 
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
@@ -238,10 +238,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
         console.print("Ingesting: OCR, speech-to-text, embeddings, then consolidation (a minute or less)…")
         result = ingest_paths([workdir / "sample"], tenant="demo", user="demo-user", device="demo-laptop",
                               consolidate=True)
-        obs = sum(r.observations for _, r in result["done"])
-        console.print(f"[green]{len(result['done'])} done[/green] ({obs} observations), "
-                      f"{len(result['skipped'])} skipped, [red]{len(result['failed'])} failed[/red], "
-                      f"{len(result['ignored'])} not media", highlight=False)
+        console.print(ingest_summary(result), highlight=False)
         notes = [*result["ignored"], *((p, r.reason) for p, r in result["skipped"] + result["failed"])]
         for path, why in notes:
             console.print(Text(f"  {shown_name(path.name)}: {why}"))

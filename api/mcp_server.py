@@ -38,7 +38,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
-from engram.api.console import STORE_HOLD_SECONDS
+from engram.api.console import STORE_HOLD_SECONDS, counted
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
@@ -324,7 +324,7 @@ class EngramTools:
         if resp.duplicate:
             text = f"Already added with id {req.id!r} (event {resp.event_id}, {resp.status.value}); nothing new stored."
         elif resp.status.value == "done":
-            text = f"Remembered ({resp.observations} observation(s), event {resp.event_id}); searchable now."
+            text = f"Remembered ({counted(resp.observations, 'observation')}, event {resp.event_id}); searchable now."
         else:
             text = f"Event {resp.event_id}: {resp.status.value}" + (f" ({resp.reason})" if resp.reason else "")
         return text, resp

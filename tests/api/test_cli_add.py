@@ -30,7 +30,7 @@ def test_engram_add_text_and_file_then_search(tmp_path):
     again = _cli(tmp_path, "add", "anything", "--id", "n1")
     assert again.returncode == 0 and "nothing new stored" in again.stdout and first["event_id"] in again.stdout
     out = _cli(tmp_path, "add", "--file", str(chat), "--no-consolidate")
-    assert out.returncode == 0 and out.stdout.startswith("done:") and "2 observation(s)" in out.stdout, out.stderr
+    assert out.returncode == 0 and out.stdout.startswith("done:") and "2 observations" in out.stdout, out.stderr
     found = _cli(tmp_path, "search", "when does the piano tuner come", "-k", "3")
     assert "piano tuner comes on Thursday" in found.stdout, found.stderr[-2000:]
     found = _cli(tmp_path, "search", "who brings chairs to the harbour festival", "--json")

@@ -51,7 +51,7 @@ def test_watch_embedded_ingests_dropped_files_and_releases_the_store(tmp_path):
         part = folder / "chat.jsonl.part"  # written under an in-progress name, then moved in, as downloads are
         part.write_text(json.dumps(record) + "\n")
         part.rename(folder / "chat.jsonl")
-        assert "done (1 observations)" in _wait_for(lines, "ingested", 300, seen)
+        assert "done (1 observation)" in _wait_for(lines, "ingested", 300, seen)
         # the watcher is still running and keeps the store open for its next batch (300 s), but leaves it to
         # another process that asks: a search waiting 20 s at most gets it
         found = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", "kayak rental"],
