@@ -365,12 +365,15 @@ def test_search_output_shows_sources_by_their_file_names():
     at = datetime(2023, 5, 20, 12, tzinfo=UTC)
     hits = [SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.5, text="ask not", time=at,
                       source_name="/data/audio/jfk.flac", start_s=8.3),
+            SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.45, text="notes", time=at,
+                      source_name="/data/Notes, May/plan, v2.png"),
             SearchHit(id=uuid.uuid4(), memory_type=MemoryType.episodic, score=0.4, text="a morning", time=at,
                       source_name="/data/audio/jfk.flac, /data/screens/a.png, b.png …")]
     out = StringIO()
     print_hits(SearchResponse(query="q", hits=hits, took_ms=1.0), Console(file=out, width=200))
     text = out.getvalue()
-    assert "jfk.flac @8.3s" in text and "jfk.flac, a.png, b.png …" in text and "/data/" not in text
+    assert "jfk.flac @8.3s" in text and "jfk.flac, a.png, b.png …" in text and "plan, v2.png" in text
+    assert "/data/" not in text and "May" not in text
 
 
 def test_weighted_rrf():
