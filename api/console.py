@@ -230,8 +230,12 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
         when = local_time(hit.time)
         # a file's name without its folders; a memory's sources (``memory.search``: up to three names joined by
         # ", ", then " …") each the same way (an observation's one name may hold ", " itself)
-        names = [hit.source_name] if hit.memory_type is MemoryType.observation else hit.source_name.split(", ")
-        src = ", ".join(Path(name).name for name in names) if hit.source_name else ""
+        if not hit.source_name:
+            src = ""
+        elif hit.memory_type is MemoryType.observation:
+            src = Path(hit.source_name).name
+        else:
+            src = ", ".join(Path(name).name for name in hit.source_name.split(", "))
         if hit.start_s is not None:
             src += f" @{hit.start_s:.1f}s"
         if hit.message_ids and hit.memory_type is MemoryType.observation:

@@ -368,12 +368,14 @@ def test_search_output_shows_sources_by_their_file_names():
             SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.45, text="notes", time=at,
                       source_name="/data/Notes, May/plan, v2.png"),
             SearchHit(id=uuid.uuid4(), memory_type=MemoryType.episodic, score=0.4, text="a morning", time=at,
-                      source_name="/data/audio/jfk.flac, /data/screens/a.png, b.png …")]
+                      source_name="/data/audio/jfk.flac, /data/screens/a.png, b.png …"),
+            # a memory with no source names (``memory.search._hit`` gives None) prints an empty source
+            SearchHit(id=uuid.uuid4(), memory_type=MemoryType.core, score=0.3, text="likes kayaking", time=at)]
     out = StringIO()
     print_hits(SearchResponse(query="q", hits=hits, took_ms=1.0), Console(file=out, width=200))
     text = out.getvalue()
     assert "jfk.flac @8.3s" in text and "jfk.flac, a.png, b.png …" in text and "plan, v2.png" in text
-    assert "/data/" not in text and "May" not in text
+    assert "/data/" not in text and "May" not in text and "likes kayaking" in text
 
 
 def test_weighted_rrf():
