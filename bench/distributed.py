@@ -4,7 +4,11 @@ For each kind (text: JSONL conversations of 4 messages; screenshot: 640x360 PNGs
 and each number of ``engram worker --role cpu`` processes (ingest, perceive, embed), the bench starts a
 redis-server of its own, the workers and the one store worker of the embedded store (link, store,
 consolidate, query) as a user starts them, publishes ``--events`` events (object stored, event queued in
-the ledger, ``ingest`` sent to the broker) and measures, from the first publish to the last event final:
+the ledger, ``ingest`` sent to the broker) as a backlog, with the cpu workers' ingest consumers paused (Celery's
+remote control: ``cancel_consumer``), then resumes them (``add_consumer``) and measures the workers draining it,
+from the resume to the last event final. (Published inside the window, the bench's own publishing, ~7 ms CPU an
+event, ran on the same 2 cores as the workers and paced them: four workers spent 11 of their 12.5 s waiting on
+it, 2026-11-28.)
 
 - **events/s**: events ÷ wall seconds;
 - **events per CPU-second**: events ÷ the CPU seconds (user + system, psutil) of every worker process and
@@ -299,28 +303,43 @@ def publish(rt, items: list[Item], send) -> list[uuid.UUID]:
     return ids
 
 
+def consumers(app, action: str, queue: str, nodes: list[str]) -> None:
+    """Pause (``action`` "cancel") or resume ("add") ``queue``'s consumer on the Celery ``nodes`` through Celery's
+    remote control (``cancel_consumer``, ``add_consumer``), waiting for every node's reply. Raises RuntimeError
+    when a node does not answer within 10 s or answers with an error."""
+    call = app.control.cancel_consumer if action == "cancel" else app.control.add_consumer
+    replies = {node: answer for reply in call(queue, destination=nodes, reply=True, timeout=10) or []
+               for node, answer in reply.items()}
+    bad = {n: replies.get(n) for n in nodes if not isinstance(replies.get(n), dict) or "error" in replies[n]}
+    if bad:
+        raise RuntimeError(f"{action}_consumer({queue!r}) not done on every worker: {bad}")
+
+
 def wait_final(rt, ids: list[uuid.UUID], timeout: float, progress=None, task=None, stall: float = 180.0) -> int:
     """Until every event is final; returns how many failed. Raises TimeoutError after ``timeout`` seconds,
-    or when no event became final for ``stall`` seconds."""
+    or when no event became final for ``stall`` seconds.
+
+    Polls in publishing order and stops at the first event not yet final (events finish roughly in the order they
+    were published; one finished early is counted when the poll reaches it): a few ledger reads every 50 ms. This
+    process shares the machine with the workers it measures, and reading every pending event's record each time
+    (300 reads every 50 ms) took ~40 % of a core beside them (2026-11-28)."""
     deadline = time.monotonic() + timeout
     moved = time.monotonic()
-    pending = set(ids)
-    failed = 0
-    while pending:
-        for eid in list(pending):
-            rec = rt.ledger.get(eid)
-            if rec is not None and rec.status.value in FINAL:
-                pending.discard(eid)
-                moved = time.monotonic()
-                failed += rec.status.value == "failed"
-                if progress is not None:
-                    progress.advance(task)
-        if pending:
-            now = time.monotonic()
-            if now > deadline or now - moved > stall:
-                raise TimeoutError(f"{len(pending)} of {len(ids)} events not final after {timeout:.0f} s "
-                                   f"(none for {now - moved:.0f} s)")
-            time.sleep(0.05)
+    failed, at = 0, 0
+    while at < len(ids):
+        rec = rt.ledger.get(ids[at])
+        if rec is not None and rec.status.value in FINAL:
+            at += 1
+            moved = time.monotonic()
+            failed += rec.status.value == "failed"
+            if progress is not None:
+                progress.advance(task)
+            continue
+        now = time.monotonic()
+        if now > deadline or now - moved > stall:
+            raise TimeoutError(f"{len(ids) - at} of {len(ids)} events not final after {timeout:.0f} s "
+                               f"(none for {now - moved:.0f} s)")
+        time.sleep(0.05)
     return failed
 
 
@@ -410,6 +429,7 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
     from engram.schemas.search import SearchResponse
     from engram.schemas.settings import Settings
     from engram.workers.runtime import reset_runtimes, runtime
+    from engram.workers.tasks import Queue
 
     redis_lib.Redis.from_url(redis.url).flushall()
     tag = f"{kind}{workers}r{round_no}"
@@ -442,9 +462,17 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
             time.sleep(IDLE_SECONDS)
         items = make_workload(root / f"media-{tag}", kind, events, tag)
         task = progress.add_task(f"{kind}, {workers} worker(s), round {round_no}", total=events)
+        cpu_nodes = [n for n in nodes if n.startswith("cpu")]
+        # the backlog is queued first, with the cpu workers' ingest consumers paused (Celery's remote control), and
+        # the window times the workers draining it: this process's publishing (~7 ms CPU an event) neither runs
+        # on the cores beside the workers it measures nor paces them (published during the window, four workers
+        # waited on it: 11 of their 12.5 s)
+        consumers(app, "cancel", Queue.ingest.value, cpu_nodes)
+        ids = publish(rt, items, send)
         with measured(pids, cluster.procs["store"].pid, cluster.metrics_ports.get("store"),
                       cluster.metrics_ports.values()) as m:
-            failed = wait_final(rt, publish(rt, items, send), timeout=3600, progress=progress, task=task)
+            consumers(app, "add", Queue.ingest.value, cpu_nodes)
+            failed = wait_final(rt, ids, timeout=3600, progress=progress, task=task)
         latency = searchable_latency(rt, root / f"lat-{tag}", kind, samples, send, search)
     except TimeoutError as exc:  # what the workers said, with why
         raise TimeoutError(f"{exc}; exited: {cluster.exited()}\n{cluster.tails()}") from exc
