@@ -391,7 +391,7 @@ def convert(
         convs = {locomo_sample_id(s, i): locomo_sample_messages(s, i) for i, s in enumerate(samples)}
     for name, msgs in convs.items():
         (out / f"{name}.jsonl").write_bytes(to_jsonl(msgs))
-        console.print(Text(f"{out / (name + '.jsonl')}: {len(msgs)} messages"))
+        console.print(Text(f"{out / (name + '.jsonl')}: {counted(len(msgs), 'message')}"))
 
 
 @app.command()

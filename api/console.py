@@ -66,10 +66,10 @@ def shown_name(name: object) -> str:
     return _UNSHOWABLE_IN_NAME.sub(_as_escape, str(name))
 
 
-def counted(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1: "1 observation", "17 observations" (an English noun whose plural
-    takes an "s")."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 observation", "17 observations"; ``plural`` for a noun whose
+    plural is not ``noun`` + "s" (``counted(2, "entity", "entities")``)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
 
 
 def ingest_summary(result: dict[str, list]) -> str:
@@ -219,7 +219,8 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     if not resp.hits:
         out.print(f"no results for {escape(repr(resp.query))}")
         return
-    table = Table(title=f"{escape(repr(resp.query))} — {len(resp.hits)} results in {resp.took_ms:.0f} ms", expand=True)
+    table = Table(title=f"{escape(repr(resp.query))} — {counted(len(resp.hits), 'result')} in {resp.took_ms:.0f} ms",
+                  expand=True)
     table.add_column("#", no_wrap=True, min_width=2)
     table.add_column("score", no_wrap=True, min_width=6)
     table.add_column("type", no_wrap=True, min_width=11)

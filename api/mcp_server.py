@@ -311,7 +311,7 @@ class EngramTools:
     # --- the tools: the backend's answer and its text for the model -----------------------------------------
     def search(self, req: SearchRequest, tenant: str) -> tuple[str, SearchResponse]:
         resp = self.backend.search(req)
-        return hits_text(resp.hits, f"{len(resp.hits)} results for {req.query!r}"), resp
+        return hits_text(resp.hits, f"{counted(len(resp.hits), 'result')} for {req.query!r}"), resp
 
     def ask(self, req: AskRequest, tenant: str) -> tuple[str, AskResponse]:
         resp = self.backend.ask(req)

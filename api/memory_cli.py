@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from engram.api.console import console, err, local_time, print_hits, reads_store, snippet
+from engram.api.console import console, counted, err, local_time, print_hits, reads_store, snippet
 from engram.schemas.ask import AskFailed, AskRequest, AskResponse
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
@@ -67,10 +67,11 @@ def ask(
     if resp.llm is None:
         console.print("[dim]no LLM configured (ENGRAM_MODELS__LLM_PROVIDER): the ranked evidence[/dim]")
     elif resp.answer is None:
-        console.print(f"[yellow]no answer after {len(resp.rounds)} rounds[/yellow]")
+        console.print(f"[yellow]no answer after {counted(len(resp.rounds), 'round')}[/yellow]")
     else:
-        console.print(f"[bold]{escape(resp.answer)}[/bold]  [dim]({escape(str(resp.llm))}, {len(resp.rounds)} "
-                      f"round(s): {escape(' → '.join(repr(r.query) for r in resp.rounds))})[/dim]", highlight=False)
+        rounds = escape(" → ".join(repr(r.query) for r in resp.rounds))
+        console.print(f"[bold]{escape(resp.answer)}[/bold]  [dim]({escape(str(resp.llm))}, "
+                      f"{counted(len(resp.rounds), 'round')}: {rounds})[/dim]", highlight=False)
     print_hits(SearchResponse(query=question, hits=resp.memories, took_ms=resp.took_ms))
 
 
@@ -166,9 +167,10 @@ def forget(
                       abort=True)
     report = ForgetReport.model_validate(forget_task.delay(tenant, user).get(timeout=TASK_TIMEOUT_S))
     points = ", ".join(f"{n} {c}" for c, n in report.points_deleted.items() if n) or "no points"
-    console.print(f"forgot {escape(repr(user))}: {points}; {len(report.event_ids)} events, "
-                  f"{report.entities_deleted} entities, "
-                  f"{len(report.objects_deleted)} objects deleted, {len(report.objects_kept)} shared objects kept",
+    console.print(f"forgot {escape(repr(user))}: {points}; {counted(len(report.event_ids), 'event')}, "
+                  f"{counted(report.entities_deleted, 'entity', 'entities')}, "
+                  f"{counted(len(report.objects_deleted), 'object')} deleted, "
+                  f"{counted(len(report.objects_kept), 'shared object')} kept",
                   highlight=False)
 
 

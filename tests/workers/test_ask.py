@@ -215,6 +215,6 @@ def test_cli_ask(chats, monkeypatch):
         use_llm(monkeypatch, llm.openai_url)
         shown = runner.invoke(app, ["ask", QUESTION, "--user", "alice"])
         assert shown.exit_code == 0, shown.output
-        assert "Lisbon" in shown.stdout and "1 round(s)" in shown.stdout
+        assert "Lisbon" in shown.stdout and "1 round:" in shown.stdout
         failed = runner.invoke(app, ["ask", QUESTION])
     assert failed.exit_code == 1 and "error:" in failed.stderr and "replied twice" in failed.stderr

@@ -228,5 +228,5 @@ def test_cli(people):
     refused = runner.invoke(app, ["forget", "--user", "alice"], input="n\n")
     assert refused.exit_code == 1 and people.vectors.count(OBSERVATIONS, tenant_filter(T, "alice")) == 4
     forgot = runner.invoke(app, ["forget", "--user", "alice", "--yes"])
-    assert forgot.exit_code == 0 and "forgot 'alice'" in forgot.stdout and "1 shared objects kept" in forgot.stdout
+    assert forgot.exit_code == 0 and "forgot 'alice'" in forgot.stdout and "1 shared object kept" in forgot.stdout
     assert people.vectors.count(OBSERVATIONS, tenant_filter(T, "alice")) == 0
