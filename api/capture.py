@@ -46,6 +46,7 @@ from typing import Annotated, Any
 
 import typer
 
+from engram.api.console import counted
 from engram.schemas.events import MediaKind
 
 #: Applications never captured (matched case-insensitively within WM_CLASS's instance and class names).
@@ -458,7 +459,8 @@ class Capture:
                 self.report(f"cannot publish {len(frames)} frames: {type(exc).__name__}: {exc}")
             self.stats.published += ok
             self.stats.failed += bad
-            self.report(f"published {ok} file(s)" + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
+            self.report(f"published {counted(ok, 'file')}"
+                        + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
 
 
 def install_signals(capture: Capture) -> dict:

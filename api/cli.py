@@ -235,8 +235,10 @@ def status(
         console.print(f"[yellow]unfinished[/yellow] {escape(shown_name(rec.source_name or rec.object_key))} "
                       f"({rec.status.value}, stage {rec.stage or 'ingest'})", highlight=False)
     if stuck and rt.settings.embedded:
-        console.print(f"{len(stuck)} event(s) were interrupted: the next `engram ingest` (of any file) runs them "
-                      "again first, keeping what they stored", highlight=False)
+        were, them, they = ("1 event was", "it", "it") if len(stuck) == 1 else (f"{len(stuck)} events were", "them",
+                                                                               "they")
+        console.print(f"{were} interrupted: the next `engram ingest` (of any file) runs {them} again first, keeping "
+                      f"what {they} stored", highlight=False)
 
 
 entities_app = typer.Typer(no_args_is_help=False)
@@ -331,7 +333,8 @@ def consolidate(
     total = 0
     for t, u in pairs:
         total += consolidate_user.delay(t, u).get()
-    console.print(f"{total} episodic memories written for {len(pairs)} user(s)")
+    console.print(f"{counted(total, 'episodic memory', 'episodic memories')} written for "
+                  f"{counted(len(pairs), 'user')}")
 
 
 @app.command()
@@ -645,7 +648,7 @@ def keys_revoke(
     except ValueError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
-    console.print(f"{n} key(s) revoked")
+    console.print(f"{counted(n, 'key')} revoked")
     if n == 0:
         raise typer.Exit(1)
 

@@ -31,6 +31,10 @@ def test_engram_add_text_and_file_then_search(tmp_path):
     assert again.returncode == 0 and "nothing new stored" in again.stdout and first["event_id"] in again.stdout
     out = _cli(tmp_path, "add", "--file", str(chat), "--no-consolidate")
     assert out.returncode == 0 and out.stdout.startswith("done:") and "2 observations" in out.stdout, out.stderr
+    # the file's two turns, left for it: one user's episodes (the dated turn and the one of today apart)
+    consolidated = _cli(tmp_path, "consolidate")
+    assert consolidated.returncode == 0 and consolidated.stdout.strip() == "2 episodic memories written for 1 user", \
+        consolidated.stdout + consolidated.stderr[-2000:]
     found = _cli(tmp_path, "search", "when does the piano tuner come", "-k", "3")
     assert "piano tuner comes on Thursday" in found.stdout, found.stderr[-2000:]
     found = _cli(tmp_path, "search", "who brings chairs to the harbour festival", "--json")
