@@ -235,10 +235,9 @@ def status(
         console.print(f"[yellow]unfinished[/yellow] {escape(shown_name(rec.source_name or rec.object_key))} "
                       f"({rec.status.value}, stage {rec.stage or 'ingest'})", highlight=False)
     if stuck and rt.settings.embedded:
-        were, them, they = ("1 event was", "it", "it") if len(stuck) == 1 else (f"{len(stuck)} events were", "them",
-                                                                               "they")
-        console.print(f"{were} interrupted: the next `engram ingest` (of any file) runs {them} again first, keeping "
-                      f"what {they} stored", highlight=False)
+        what = ("1 event was", "it", "it") if len(stuck) == 1 else (f"{len(stuck)} events were", "them", "they")
+        console.print("{} interrupted: the next `engram ingest` (of any file) runs {} again first, keeping what {} "
+                      "stored".format(*what), highlight=False)
 
 
 entities_app = typer.Typer(no_args_is_help=False)

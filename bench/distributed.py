@@ -303,16 +303,15 @@ def publish(rt, items: list[Item], send) -> list[uuid.UUID]:
     return ids
 
 
-def consumers(app, action: str, queue: str, nodes: list[str]) -> None:
-    """Pause (``action`` "cancel") or resume ("add") ``queue``'s consumer on the Celery ``nodes`` through Celery's
-    remote control (``cancel_consumer``, ``add_consumer``), waiting for every node's reply. Raises RuntimeError
-    when a node does not answer within 10 s or answers with an error."""
-    call = app.control.cancel_consumer if action == "cancel" else app.control.add_consumer
-    replies = {node: answer for reply in call(queue, destination=nodes, reply=True, timeout=10) or []
+def on_every_node(control: Callable, queue: str, nodes: list[str]) -> None:
+    """Call Celery's remote ``control`` command (``app.control.cancel_consumer`` to pause ``queue``'s consumer,
+    ``app.control.add_consumer`` to resume it) on the worker ``nodes`` and wait for every node's reply. Raises
+    RuntimeError when a node does not answer within 10 s or answers with an error."""
+    replies = {node: answer for reply in control(queue, destination=nodes, reply=True, timeout=10) or []
                for node, answer in reply.items()}
     bad = {n: replies.get(n) for n in nodes if not isinstance(replies.get(n), dict) or "error" in replies[n]}
     if bad:
-        raise RuntimeError(f"{action}_consumer({queue!r}) not done on every worker: {bad}")
+        raise RuntimeError(f"{control.__name__}({queue!r}) not done on every worker: {bad}")
 
 
 def wait_final(rt, ids: list[uuid.UUID], timeout: float, progress=None, task=None, stall: float = 180.0) -> int:
@@ -463,15 +462,12 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
         items = make_workload(root / f"media-{tag}", kind, events, tag)
         task = progress.add_task(f"{kind}, {workers} worker(s), round {round_no}", total=events)
         cpu_nodes = [n for n in nodes if n.startswith("cpu")]
-        # the backlog is queued first, with the cpu workers' ingest consumers paused (Celery's remote control), and
-        # the window times the workers draining it: this process's publishing (~7 ms CPU an event) neither runs
-        # on the cores beside the workers it measures nor paces them (published during the window, four workers
-        # waited on it: 11 of their 12.5 s)
-        consumers(app, "cancel", Queue.ingest.value, cpu_nodes)
+        # a backlog, queued while the cpu workers' ingest consumers are paused; the window times its draining
+        on_every_node(app.control.cancel_consumer, Queue.ingest.value, cpu_nodes)
         ids = publish(rt, items, send)
         with measured(pids, cluster.procs["store"].pid, cluster.metrics_ports.get("store"),
                       cluster.metrics_ports.values()) as m:
-            consumers(app, "add", Queue.ingest.value, cpu_nodes)
+            on_every_node(app.control.add_consumer, Queue.ingest.value, cpu_nodes)
             failed = wait_final(rt, ids, timeout=3600, progress=progress, task=task)
         latency = searchable_latency(rt, root / f"lat-{tag}", kind, samples, send, search)
     except TimeoutError as exc:  # what the workers said, with why
