@@ -25,15 +25,21 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
 - ``encodes_per_msg`` = texts the cold run encoded (rows of its embedding cache: every encoded text is written
   there once) ÷ messages.
 
-    python bench/ingest.py [--sections text distributed] [--conversations 0 1] [--limit N] [--rounds N] [--json FILE]
+    python bench/ingest.py [--sections text screenshot audio distributed] [--conversations 0 1] [--limit N]
+                           [--rounds N] [--json FILE]
 
 Section ``distributed``: events/s, events per CPU-second and the store worker's busy share with 1, 2 and 4 cpu
 workers, medians of ``--distributed-rounds`` (default 3) interleaved rounds (``bench/distributed.py``, which also
 prints publish→searchable and checks the targets).
 
-``--json FILE`` merges ``{"text": {...}, "load": <1-minute load average>}`` into FILE's JSON object (created when
-absent), so other sections (screenshot, audio, distributed) written by other runs are kept. A section is a
-function ``name(args) -> dict`` in ``SECTIONS``; add one there and to ``--sections``' choices.
+Sections ``screenshot`` and ``audio``: CPU seconds per kept screenshot frame with OCR word recall, and audio ×
+real time with WER and speaker F1, each measured by ``bench/perception_speed.py`` in a process of its own (its
+own data dir and model settings; ``--long-seconds`` and ``--audio-runs`` passed on), its rows printed as they
+come. ``--sections text screenshot audio distributed`` gives every figure of issue 15 in one run.
+
+``--json FILE`` merges ``{"<section>": {...}, "load": <1-minute load average>}`` for the sections run into FILE's
+JSON object (created when absent), keeping the sections other runs wrote. A section is a function
+``name(args) -> dict`` in ``SECTIONS``; add one there and it is one of ``--sections``' choices.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import json
 import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -212,9 +219,29 @@ def distributed(args: argparse.Namespace) -> dict:
                              rounds=args.distributed_rounds)
 
 
-#: Section name -> function(args) -> its JSON dict. ``screenshot`` and ``audio`` are written into the same file by
-#: ``bench/perception_speed.py --json FILE`` (their figures need its own before/after runs).
-SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {"text": text, "distributed": distributed}
+def perception(section: str, args: argparse.Namespace) -> dict:
+    """``section`` ("screenshot" or "audio") of ``bench/perception_speed.py`` (its module docstring says what each
+    figure is), run in a process of its own: it sets its own data dir and model settings (the audio's "before"
+    run), which must not leak into this process's runtime. Its rows go to this process's stdout as they come.
+    Raises RuntimeError when it fails."""
+    with tempfile.TemporaryDirectory(prefix="engram-bench-perception-") as tmp:
+        out = Path(tmp) / f"{section}.json"
+        cmd = [sys.executable, str(REPO / "bench" / "perception_speed.py"), "--sections", section,
+               "--long-seconds", str(args.long_seconds), "--runs", str(args.audio_runs), "--json", str(out)]
+        env = dict(os.environ)
+        if args.eval_data is not None:
+            env["ENGRAM_EVAL_DATA"] = str(args.eval_data)
+        sys.stdout.flush()
+        done = subprocess.run(cmd, env=env, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"bench/perception_speed.py --sections {section} exited {done.returncode}")
+        return json.loads(out.read_text())[section]
+
+
+#: Section name -> function(args) -> its JSON dict, in the order ``--sections`` lists them.
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
+    "text": text, "screenshot": lambda args: perception("screenshot", args),
+    "audio": lambda args: perception("audio", args), "distributed": distributed}
 
 
 def merge_json(path: Path, results: dict) -> None:
@@ -227,8 +254,8 @@ def merge_json(path: Path, results: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sections", nargs="+", choices=sorted(SECTIONS), default=["text"],
-                    help="what to measure (default: text)")
+    ap.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=["text"],
+                    help="what to measure, in this order (default: text)")
     ap.add_argument("--conversations", type=int, nargs="+", default=[0, 1],
                     help="LoCoMo conversations by position in locomo10.json (default: 0 1)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N messages of each conversation")
@@ -239,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="distributed: cpu worker counts (default: 1 2 4)")
     ap.add_argument("--distributed-rounds", type=int, default=3,
                     help="distributed: rounds of every worker count, interleaved; figures are medians (default: 3)")
+    ap.add_argument("--long-seconds", type=float, default=180.0,
+                    help="audio: length of the looped recording whose × real time is reported (default: 180)")
+    ap.add_argument("--audio-runs", type=int, default=3,
+                    help="audio: runs of the current and the former settings, in turn; medians (default: 3)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="text: rounds of ceiling, cold and warm, side by side; medians reported (default: 5)")
     ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")

@@ -36,7 +36,8 @@ settings of ``BEFORE_AUDIO`` (the former defaults) and once with the current one
 
 ``--json FILE`` merges ``{"screenshot": {...}, "audio": {...}, "load": <1-minute load average>}`` into FILE's
 JSON object (created when absent), keeping other keys (``bench/ingest.py`` writes ``text`` and ``distributed``
-into the same file).
+into the same file, and runs these two sections itself with ``--sections screenshot audio``); without it the
+figures are printed as JSON.
 """
 
 from __future__ import annotations
@@ -301,10 +302,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     figures = {name: SECTIONS[name](args) for name in args.sections}
     figures["load"] = os.getloadavg()[0]
-    print(json.dumps(figures, indent=2, ensure_ascii=False))
     if args.json:
         old = json.loads(args.json.read_text()) if args.json.exists() else {}
         args.json.write_text(json.dumps({**old, **figures}, indent=2, ensure_ascii=False) + "\n")
+        print(f"figures of {', '.join(args.sections)} merged into {args.json}")
+    else:
+        print(json.dumps(figures, indent=2, ensure_ascii=False))
     return 0
 
 

@@ -39,3 +39,22 @@ def test_ingest_bench_merges_its_section(tmp_path, eval_data):
     assert {"ingest", "perceive", "embed_many", "store_many", "consolidate_user"} <= set(tasks), tasks
     assert all(r["cold_task_cpu_s"] for r in text["rounds"])
     assert sum(tasks.values()) <= text["cpu_s"]["cold"] * 1.05 and "its CPU s by task: embed_many" in run.stdout
+
+
+def test_ingest_bench_runs_the_audio_section_in_its_own_process(tmp_path, eval_data):
+    """``--sections audio`` runs ``bench/perception_speed.py`` in a process of its own and merges its figures
+    under ``audio`` (the text section's figures kept); ``--long-seconds`` and ``--audio-runs`` reach it."""
+    out = tmp_path / "figures.json"
+    out.write_text(json.dumps({"text": {"cold_ratio": 0.8}}))
+    run = subprocess.run([sys.executable, str(BENCH), "--sections", "audio", "--long-seconds", "12",
+                          "--audio-runs", "1", "--eval-data", str(eval_data), "--json", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["text"] == {"cold_ratio": 0.8} and "load" in data
+    audio = data["audio"]
+    assert audio["x_real_time"] > 0 and audio["long_seconds"] >= 12 and len(audio["runs_x_real_time"]) == 1
+    assert audio["wer"]["jfk.flac"] < 0.1 and set(audio["speaker_f1"]) == {"leopard_diarization_test.wav",
+                                                                          "pyannote_sample.wav"}
+    assert audio["before"]["x_real_time"] > 0  # the former settings, in the same run
+    assert "merged into" in run.stdout  # perception_speed's rows printed, not its JSON again
