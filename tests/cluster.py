@@ -214,8 +214,39 @@ def wait_quiet(redis_url: str, timeout: float, cluster: Cluster | None = None) -
             return
         if time.monotonic() > deadline:
             logs = f"\n{cluster.tails()}" if cluster else ""
-            raise AssertionError(f"broker not quiet after {timeout:.0f} s: queued {waiting}, unacked {unacked}{logs}")
+            raise AssertionError(f"broker not quiet after {timeout:.0f} s: queued {waiting}, unacked {unacked}"
+                                 f"{unacked_report(redis_url)}{logs}")
         time.sleep(0.5)
+
+
+def unacked_report(redis_url: str, limit: int = 20) -> str:
+    """The deliveries not yet acknowledged on a Redis broker, for a failure message: each one's task, queue,
+    seconds since it was delivered, ETA and retries (kombu's ``unacked`` hash and ``unacked_index`` scores,
+    its default key names), and how long kombu's restore lock (``unacked_mutex``) is still held, if it is."""
+    import json
+
+    import redis
+
+    r = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        lines, now = [], time.time()
+        for tag, payload in list(r.hgetall("unacked").items())[:limit]:
+            try:
+                message, _, routing_key = json.loads(payload)
+                headers = message.get("headers") or {}
+                task, eta, retries = headers.get("task"), headers.get("eta"), headers.get("retries")
+            except (ValueError, TypeError, AttributeError):
+                task = eta = retries = routing_key = "?"
+            delivered = r.zscore("unacked_index", tag)
+            age = f"{now - delivered:.0f} s ago" if delivered is not None else "not in the index"
+            lines.append(f"  {task} ({routing_key}) delivered {age}, eta {eta}, retries {retries}")
+        mutex = r.ttl("unacked_mutex")
+        held = f"\nkombu's restore lock held for {mutex} s more" if mutex and mutex > 0 else ""
+        return "\nunacknowledged:\n" + "\n".join(lines) + held
+    except redis.RedisError as exc:
+        return f"\n(unacknowledged deliveries not readable: {exc})"
+    finally:
+        r.close()
 
 
 def drain_consolidation(app, timeout: float = 120.0, cluster: Cluster | None = None) -> None:
