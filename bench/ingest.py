@@ -228,7 +228,7 @@ def perception(section: str, args: argparse.Namespace) -> dict:
         out = Path(tmp) / f"{section}.json"
         cmd = [sys.executable, str(REPO / "bench" / "perception_speed.py"), "--sections", section,
                "--long-seconds", str(args.long_seconds), "--runs", str(args.audio_runs), "--json", str(out)]
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if k != "ENGRAM_DATA_DIR"}  # it makes its own, never a user's
         if args.eval_data is not None:
             env["ENGRAM_EVAL_DATA"] = str(args.eval_data)
         sys.stdout.flush()
