@@ -245,10 +245,12 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
 
 
 def merge_json(path: Path, results: dict) -> None:
-    """Write ``results``' keys into the JSON object in ``path`` (made when absent; other keys kept)."""
+    """Write ``results``' keys into the JSON object in ``path`` (made when absent; other keys kept; text as it is,
+    not escaped: the screenshot section's strings include Chinese). ``bench/perception_speed.py`` writes with it
+    too."""
     data = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
     data.update(results)
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

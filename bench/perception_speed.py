@@ -61,6 +61,7 @@ for _var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
 
 from bench import speech  # noqa: E402
 from bench import vision as ev  # noqa: E402
+from bench.ingest import merge_json  # noqa: E402
 
 DATA = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
 NEW_LINE = "Meeting moved to Thursday at 10:42 in room Orion"
@@ -303,8 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = {name: SECTIONS[name](args) for name in args.sections}
     figures["load"] = os.getloadavg()[0]
     if args.json:
-        old = json.loads(args.json.read_text()) if args.json.exists() else {}
-        args.json.write_text(json.dumps({**old, **figures}, indent=2, ensure_ascii=False) + "\n")
+        merge_json(args.json, figures)
         print(f"figures of {', '.join(args.sections)} merged into {args.json}")
     else:
         print(json.dumps(figures, indent=2, ensure_ascii=False))
