@@ -121,25 +121,46 @@ class XWindows:
         from Xlib import X
 
         prop = win.get_full_property(self._atoms[name], X.AnyPropertyType)
-        return int(prop.value[0]) if prop is not None and len(prop.value) else None
+        try:
+            return int(prop.value[0]) if prop is not None and len(prop.value) else None
+        except (TypeError, ValueError):  # a property of another type than the window id it should hold
+            return None
 
     def _info(self, wid: int) -> WindowInfo | None:
-        from Xlib import X, error
+        """The window's title and application; None when the window went away while being read. A property
+        that is missing, of an unexpected type or not valid text reads as unknown, never as an error."""
+        from Xlib import error
 
         win = self.display.create_resource_object("window", wid)
         try:
-            prop = win.get_full_property(self._atoms["_NET_WM_NAME"], self._atoms["UTF8_STRING"])
-            title = (prop.value.decode("utf-8", "replace") if isinstance(prop.value, bytes) else str(prop.value)) \
-                if prop is not None else None
-            if not title:
-                raw = win.get_full_property(X.XA_WM_NAME, X.AnyPropertyType)
-                title = (raw.value.decode("latin-1") if isinstance(raw.value, bytes) else str(raw.value)) \
-                    if raw is not None else None
-            classes = tuple(win.get_wm_class() or ())
+            title = self._title(win)
+            try:
+                classes = tuple(c for c in (win.get_wm_class() or ()) if isinstance(c, str))
+            except (TypeError, ValueError, UnicodeError):  # a malformed WM_CLASS
+                classes = ()
         except error.XError:  # the window went away
             return None
         app = classes[-1] if classes else None
         return WindowInfo(wid, title or None, app or None, classes)
+
+    def _title(self, win) -> str | None:
+        """``_NET_WM_NAME`` (UTF-8), else ``WM_NAME`` (ICCCM: Latin-1 ``STRING`` or a compound text read as UTF-8
+        where it decodes); undecodable bytes are replaced. Raises ``Xlib.error.XError`` when the window is gone."""
+        from Xlib import X, Xatom
+
+        for atom, wanted, fallback in ((self._atoms["_NET_WM_NAME"], self._atoms["UTF8_STRING"], "utf-8"),
+                                       (Xatom.WM_NAME, X.AnyPropertyType, "latin-1")):
+            value = getattr(win.get_full_property(atom, wanted), "value", None)
+            if isinstance(value, bytes):
+                try:
+                    text = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    text = value.decode(fallback, "replace")
+            else:  # absent, or a property of another format (a list of numbers)
+                text = value if isinstance(value, str) else None
+            if text and text.strip("\x00 "):
+                return text.replace("\x00", "")
+        return None
 
 
 class PrivacyRules:
@@ -443,8 +464,15 @@ class Capture:
         """(the rule that denies this tick, or None; the active window)."""
         if self.windows is None:
             return None, None
-        active = self.windows.active()
-        for win in ([active] if active else []) + self.windows.visible():
+        from Xlib import error
+
+        try:
+            active = self.windows.active()
+            windows = ([active] if active else []) + self.windows.visible()
+        except (error.XError, error.ConnectionClosedError) as exc:  # the frame is kept with an unknown title
+            self.report(f"cannot read the windows this tick ({type(exc).__name__}); the frame has no title")
+            return None, None
+        for win in windows:
             if why := self.rules.denies(win):
                 return why, active
         return None, active
