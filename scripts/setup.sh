@@ -17,13 +17,19 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 fc-list 2>/dev/null | grep -qi dejavu || need+=(fonts-dejavu-core)
 # PortAudio for `engram capture --microphone` (sounddevice loads it at run time)
 ldconfig -p 2>/dev/null | grep -q libportaudio.so.2 || need+=(libportaudio2)
-# --dev: an X server and an audio server for tests/api/test_capture.py (engram capture under Xvfb; the microphone
+# --dev: an X server, a window manager, xterm and an audio server for tests/api/test_capture.py (engram capture under Xvfb; the microphone
 # from a PulseAudio null sink, reached through ALSA's pulse plugin)
 if [ "${1:-}" = "--dev" ]; then
   command -v Xvfb >/dev/null 2>&1 || need+=(xvfb)
   command -v pulseaudio >/dev/null 2>&1 || need+=(pulseaudio)
   command -v paplay >/dev/null 2>&1 || need+=(pulseaudio-utils)
   [ -e /usr/share/alsa/alsa.conf.d/pulse.conf ] || need+=(libasound2-plugins)
+  # a real desktop for the capture tests: a window manager and ordinary X clients (xterm), xdotool to drive them
+  command -v xterm >/dev/null 2>&1 || need+=(xterm)
+  command -v openbox >/dev/null 2>&1 || need+=(openbox)
+  command -v xdotool >/dev/null 2>&1 || need+=(xdotool)
+  # the web app's tests (tests/ui): Playwright drives Debian's chromium; no browser is downloaded
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> installing system packages: ${need[*]}"
