@@ -378,6 +378,7 @@ def convert(
     Only dialog turns and image captions are carried over, never the benchmark's annotations.
     """
     from engram.workers.media.conversations import (
+        locomo_date_order,
         locomo_sample_id,
         locomo_sample_messages,
         longmemeval_messages,
@@ -390,7 +391,8 @@ def convert(
         convs = {str(doc.get("question_id", source.stem)): longmemeval_messages(doc)}
     else:
         samples = doc if isinstance(doc, list) else [doc]
-        convs = {locomo_sample_id(s, i): locomo_sample_messages(s, i) for i, s in enumerate(samples)}
+        order = locomo_date_order(samples)  # the file's dates settle the order of its ambiguous ones
+        convs = {locomo_sample_id(s, i): locomo_sample_messages(s, i, order) for i, s in enumerate(samples)}
     for name, msgs in convs.items():
         (out / f"{name}.jsonl").write_bytes(to_jsonl(msgs))
         console.print(Text(f"{out / (name + '.jsonl')}: {counted(len(msgs), 'message')}"))

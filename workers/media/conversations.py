@@ -5,6 +5,11 @@ Accepted: the record itself (a JSON array, ``{"messages": [...]}``, or JSONL), L
 file), and the personal exports of ``workers.media.importers`` (ChatGPT's ``conversations.json`` or its
 ``.zip``, WhatsApp, notes). Benchmark adapters carry dialog turns and image captions only, never annotations (LoCoMo's
 ``observation``, ``session_summary``, ``event_summary``, ``qa``; LongMemEval's ``has_answer``).
+
+Dates are read once per file: whether a numeric date such as ``03.04.2024`` is day- or month-first comes from the
+same file's dates that can be read one way only (``14.03.2024``), as for a WhatsApp export; a file with both
+orders is refused naming one date of each, and one whose every such date could be either names the date and
+what would settle it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pydantic import ValidationError
 from engram.schemas.conversations import Attachment, ConversationMessage
 from engram.workers.errors import MediaError
 from engram.workers.media import importers
-from engram.workers.text.timeexpr import parse_locomo_datetime
+from engram.workers.text.timeexpr import date_order, parse_locomo_datetime
 
 TURN_SPACING = timedelta(seconds=30)  # LoCoMo and LongMemEval time sessions, not turns
 
@@ -42,17 +47,37 @@ def locomo_sample_id(sample: dict, index: int = 0) -> str:
     return cleaned or f"sample-{index}"
 
 
-def locomo_sample_messages(sample: dict, index: int = 0) -> list[ConversationMessage]:
+def _locomo_session_times(sample: dict, index: int) -> list[tuple[str, str]]:
+    """(where, text) of each ``session_<n>_date_time`` of one sample, ``where`` naming the sample and the key."""
+    sample_id = locomo_sample_id(sample, index)
+    conv = sample.get("conversation")
+    if not isinstance(conv, dict):
+        return []
+    return [(f"sample {sample_id}, {key}", str(value)) for key, value in conv.items()
+            if re.fullmatch(r"session_\d+_date_time", key)]
+
+
+def locomo_date_order(samples: list[dict]) -> str | None:
+    """The order (``"DMY"``, ``"MDY"`` or None) the session times of a LoCoMo file's samples write numeric dates
+    in, read once for the whole file (``text.timeexpr.date_order``). Raises ValueError naming a day-first and a
+    month-first session time when the file holds both."""
+    return date_order(t for i, s in enumerate(samples) if isinstance(s, dict) for t in _locomo_session_times(s, i))
+
+
+def locomo_sample_messages(sample: dict, index: int = 0, order: str | None = None) -> list[ConversationMessage]:
     """The dialog turns of one LoCoMo sample, in order; ``message_id`` is the turn's ``dia_id`` and
     ``session_id`` is ``<sample id>/session_<n>`` (``locomo_sample_id``; ``index``: the sample's position in
-    its file). Turn times are the session time plus 30 s per turn."""
+    its file). Turn times are the session time plus 30 s per turn. ``order`` is the file's date order
+    (``locomo_date_order``); without it, the sample's own session times give it. Raises ValueError naming the
+    session for a time that cannot be read, or two session times of contrary orders."""
     conv = sample["conversation"]
     sample_id = locomo_sample_id(sample, index)
+    order = order or date_order(_locomo_session_times(sample, index))
     sessions = sorted((int(m.group(1)), key) for key in conv if (m := re.fullmatch(r"session_(\d+)", key)))
     out: list[ConversationMessage] = []
     for n, key in sessions:
         try:
-            start = parse_locomo_datetime(conv[f"session_{n}_date_time"])
+            start = parse_locomo_datetime(conv[f"session_{n}_date_time"], order=order)
         except ValueError as exc:
             raise ValueError(f"sample {sample_id}, session_{n}_date_time: {exc}") from exc
         for i, turn in enumerate(conv[key]):
@@ -184,7 +209,8 @@ def _parse_conversation(data: bytes, source_name: str = "", default_time: dateti
         doc = [doc]
     if isinstance(doc, list) and doc and isinstance(doc[0], dict) and "conversation" in doc[0]:
         try:
-            return [m for i, sample in enumerate(doc) for m in locomo_sample_messages(sample, i)]
+            order = locomo_date_order(doc)  # once per file: its unambiguous dates settle the others'
+            return [m for i, sample in enumerate(doc) for m in locomo_sample_messages(sample, i, order)]
         except (KeyError, ValueError, ValidationError) as exc:
             raise InvalidConversation(f"malformed LoCoMo file: {exc}") from exc
     if isinstance(doc, dict) and "haystack_sessions" in doc:

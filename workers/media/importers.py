@@ -38,7 +38,7 @@ from pathlib import PurePath
 
 from engram.schemas.conversations import ConversationMessage
 from engram.schemas.settings import get_settings
-from engram.workers.text.timeexpr import parse_locomo_datetime
+from engram.workers.text.timeexpr import date_order, parse_locomo_datetime
 
 #: File suffixes whose content the text importers may read (JSON exports come by the JSON path).
 TEXT_EXTENSIONS = {".txt", ".md", ".markdown"}
@@ -207,26 +207,16 @@ def whatsapp_messages(text: str, source_name: str = "", tz: tzinfo | None = None
 
 
 def _whatsapp_day_first(headers: list[tuple[int, re.Match]]) -> bool:
-    """Day-first or month-first for the file's slashed dates, from the numbers it holds (module docstring)."""
-    day_evidence = month_evidence = None
-    for n, m in headers:
-        a, b, _ = re.split(r"[./-]", m["date"])
-        if len(a) == 4:
-            continue  # year first: Y-M-D, unambiguous
-        if m["sep"] == ".":
-            return True
-        if int(a) > 12 and day_evidence is None:
-            day_evidence = (n, m.string)
-        if int(b) > 12 and month_evidence is None:
-            month_evidence = (n, m.string)
-    if day_evidence and month_evidence:
-        raise ValueError(f"line {day_evidence[0]} ({day_evidence[1]!r}) is day-first but line "
-                         f"{month_evidence[0]} ({month_evidence[1]!r}) month-first")
-    if day_evidence or month_evidence:
-        return day_evidence is not None
-    dated = [(n, m) for n, m in headers if len(m["date"].split(m["sep"])[0]) != 4]
-    if dated:
-        n, m = dated[0]
+    """Day-first or month-first for the file's slashed dates, from the numbers it holds (module docstring;
+    ``text.timeexpr.date_order``, which names a line of each order when the file holds both)."""
+    numeric = [(n, m) for n, m in headers if len(re.split(r"[./-]", m["date"])[0]) != 4]  # year first: unambiguous
+    order = date_order((f"line {n}", m.string) for n, m in numeric)
+    if order is not None:
+        return order == "DMY"
+    if any(m["sep"] == "." for _, m in numeric):
+        return True
+    if numeric:
+        n, m = numeric[0]
         raise ValueError(f"ambiguous date order at line {n} ({m.string!r}): no day above 12 in the file says "
                          "whether dates are day/month or month/day")
     return True

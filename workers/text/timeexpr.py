@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, tzinfo
 
 from engram.schemas.search import TimeRange
@@ -185,12 +186,43 @@ def warm_up() -> float:
 LOCOMO_TIME_FORMAT = "%I:%M %p on %d %B, %Y"  # LoCoMo's own: "1:56 pm on 8 May, 2023"
 
 
-def parse_locomo_datetime(text: str, tz: tzinfo = UTC) -> datetime:
+#: A numeric date with the year last (``14.03.2024``, ``3/14/24``): its first two numbers are day and month in an
+#: order the text does not say (a year-first ``2024-03-14`` does not match).
+_NUMERIC_DATE = re.compile(r"(?<![\d./:-])(\d{1,2})([./-])(\d{1,2})\2(\d{4}|\d{2})(?!\d)")
+DATE_ORDERS = ("DMY", "MDY")  # day first, month first (dateparser's DATE_ORDER values)
+
+
+def date_order(dates: Iterable[tuple[str, str]]) -> str | None:
+    """The order one file writes its numeric dates in, from those that can be read one way only: a first number
+    above 12 (``14.03.2024``) says day-first (``"DMY"``), a second one above 12 (``03.14.2024``) month-first
+    (``"MDY"``). ``dates`` are (where, text) pairs, ``where`` naming the place for a message ("line 3",
+    "sample conv-1, session_2_date_time"). Returns None when no date tells (every date is unambiguous by
+    itself, or could be either). Raises ValueError naming a day-first date and a month-first one when both occur:
+    the file contradicts itself and is not guessed. The same rule as spreadsheet and chat importers that read
+    the order off the data (e.g. WhatsApp's, ``media.importers``)."""
+    found: dict[str, tuple[str, str]] = {}
+    for where, text in dates:
+        m = _NUMERIC_DATE.search(str(text))
+        if not m:
+            continue
+        first, second = int(m[1]), int(m[3])
+        if first > 12 >= second:
+            found.setdefault("DMY", (where, str(text)))
+        elif second > 12 >= first:
+            found.setdefault("MDY", (where, str(text)))
+        if len(found) == 2:
+            (w1, t1), (w2, t2) = found["DMY"], found["MDY"]
+            raise ValueError(f"{w1} ({t1!r}) is day-first but {w2} ({t2!r}) month-first")
+    return next(iter(found), None)
+
+
+def parse_locomo_datetime(text: str, tz: tzinfo = UTC, order: str | None = None) -> datetime:
     """A LoCoMo-format session time as UTC: LoCoMo's own ``"1:56 pm on 8 May, 2023"``, or any absolute date
-    with day, month and year that ``dateparser`` reads the same with the day first and with the month first
-    (``"29.12.2023, 00:51:12"``, ``"2023-05-08 13:56"``, ``"8 May 2023"``). A time without a zone is read in
-    ``tz`` (a ``ZoneInfo``; default UTC). Raises ValueError naming the text when it is no such date, is
-    relative ("yesterday") or is ambiguous (``"03.04.2023"``: 3 April or March 4)."""
+    with day, month and year (``"29.12.2023, 00:51:12"``, ``"2023-05-08 13:56"``, ``"8 May 2023"``). ``order``
+    (``"DMY"`` or ``"MDY"``, from ``date_order`` over the file's dates) reads a numeric date whose day and month
+    could be swapped; without it such a date must read the same both ways. A time without a zone is read in
+    ``tz`` (a ``ZoneInfo``; default UTC). Raises ValueError naming the text when it is no such date, is relative
+    ("yesterday") or is ambiguous without an ``order`` (``"03.04.2023"``: 3 April or March 4)."""
     stripped = str(text).strip()
     try:
         return datetime.strptime(stripped, LOCOMO_TIME_FORMAT).replace(tzinfo=tz).astimezone(UTC)
@@ -199,14 +231,15 @@ def parse_locomo_datetime(text: str, tz: tzinfo = UTC) -> datetime:
     import dateparser  # only for files in another format
 
     zone = getattr(tz, "key", None) or "UTC"
-    read = {order: dateparser.parse(stripped, languages=["en"], settings={
-        "DATE_ORDER": order, "TIMEZONE": zone, "TO_TIMEZONE": "UTC", "RETURN_AS_TIMEZONE_AWARE": True,
+    read = {o: dateparser.parse(stripped, languages=["en"], settings={
+        "DATE_ORDER": o, "TIMEZONE": zone, "TO_TIMEZONE": "UTC", "RETURN_AS_TIMEZONE_AWARE": True,
         "PARSERS": ["timestamp", "custom-formats", "absolute-time"], "REQUIRE_PARTS": ["day", "month", "year"]})
-        for order in ("DMY", "MDY")}
+        for o in ([order] if order else DATE_ORDERS)}
     found = {d for d in read.values() if d is not None}
     if not found:
         raise ValueError(f"not a date with day, month and year: {stripped!r}")
     if len(found) > 1:
-        raise ValueError(f"ambiguous date {stripped!r}: day-month and month-day orders read it as "
-                         f"{read['DMY']:%d %B %Y} and {read['MDY']:%d %B %Y}")
+        raise ValueError(f"ambiguous date {stripped!r}: day-first it is {read['DMY']:%d %B %Y}, month-first "
+                         f"{read['MDY']:%d %B %Y}, and no date in the file has a day above 12 to tell which (one "
+                         "such date, or dates written year first, 2024-04-03, settle it)")
     return found.pop().astimezone(UTC)

@@ -84,8 +84,11 @@ def test_locomo_datetime():
     assert parse_locomo_datetime("29.12.2023, 00:51:12") == datetime(2023, 12, 29, 0, 51, 12, tzinfo=UTC)
     assert parse_locomo_datetime("8 May 2023") == datetime(2023, 5, 8, tzinfo=UTC)
     assert parse_locomo_datetime("2023-05-08T13:56:00Z") == datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
-    with pytest.raises(ValueError, match=r"ambiguous date '03.04.2023'.*03 April 2023 and 04 March 2023"):
+    with pytest.raises(ValueError, match=r"ambiguous date '03.04.2023': day-first it is 03 April 2023, month-first "
+                                         r"04 March 2023, and no date in the file has a day above 12"):
         parse_locomo_datetime("03.04.2023")
+    assert parse_locomo_datetime("03.04.2023", order="DMY") == datetime(2023, 4, 3, tzinfo=UTC)
+    assert parse_locomo_datetime("03.04.2023", order="MDY") == datetime(2023, 3, 4, tzinfo=UTC)
     for bad in ("sometime in May", "yesterday", "May 2023"):
         with pytest.raises(ValueError, match="not a date with day, month and year"):
             parse_locomo_datetime(bad)
@@ -102,10 +105,13 @@ def test_locomo_datetime_reads_zoneless_times_in_a_zone():
 
 
 def test_a_locomo_date_that_cannot_be_read_is_named_with_its_place():
+    """A file whose every numeric date could be day- or month-first is refused naming the session, the date, both
+    readings and what would settle it."""
     sample = locomo_sample()
     sample["conversation"]["session_10_date_time"] = "03.04.2023, 10:00"
     with pytest.raises(MediaError, match=r"malformed LoCoMo file: sample conv-test, session_10_date_time: "
-                                         r"ambiguous date '03.04.2023, 10:00'"):
+                                         r"ambiguous date '03.04.2023, 10:00': day-first it is 03 April 2023, "
+                                         r"month-first 04 March 2023, .*a day above 12"):
         parse_conversation_file(json.dumps([sample]).encode())
     sample["conversation"]["session_10_date_time"] = "2.6.2023, 09:05"  # day-first only: June 2 (Feb 6 is
     with pytest.raises(MediaError, match="ambiguous"):  # as valid month-first: ambiguous too)
@@ -113,6 +119,40 @@ def test_a_locomo_date_that_cannot_be_read_is_named_with_its_place():
     sample["conversation"]["session_10_date_time"] = "29.12.2023, 09:05"
     assert parse_conversation_file(json.dumps([sample]).encode())[2].timestamp == \
         datetime(2023, 12, 29, 9, 5, tzinfo=UTC)
+
+
+def _dated_sample(sample_id: str, *times: str) -> dict:
+    """A LoCoMo sample with one turn per session, its session times ``times`` (session_1, session_2, ...)."""
+    conv: dict = {"speaker_a": "Ann", "speaker_b": "Bob"}
+    for n, when in enumerate(times, start=1):
+        conv[f"session_{n}_date_time"] = when
+        conv[f"session_{n}"] = [{"speaker": "Ann", "dia_id": f"D{n}:1", "text": f"Session {n} of {sample_id}."}]
+    return {"sample_id": sample_id, "conversation": conv}
+
+
+def test_a_locomo_file_with_day_first_dates_reads_its_ambiguous_ones_day_first():
+    """The file's dates settle the order once for the whole file (issue 41): 14.03 can only be day-first, so
+    03.04 is 3 April, even in another sample of the same file."""
+    doc = [_dated_sample("a", "14.03.2024, 09:12:45", "21.03.2024, 12:00:00"),
+           _dated_sample("b", "03.04.2024, 18:20:05", "02.05.2024, 08:00:00")]
+    msgs = parse_conversation_file(json.dumps(doc).encode())
+    assert [m.timestamp for m in msgs] == [datetime(2024, 3, 14, 9, 12, 45, tzinfo=UTC),
+                                           datetime(2024, 3, 21, 12, tzinfo=UTC),
+                                           datetime(2024, 4, 3, 18, 20, 5, tzinfo=UTC),
+                                           datetime(2024, 5, 2, 8, tzinfo=UTC)]
+    # month-first the same way, and LoCoMo's own times beside them tell nothing and need nothing
+    doc = [_dated_sample("c", "03/14/2024, 9:12 AM", "04/03/2024, 6:20 PM", "1:56 pm on 8 May, 2023")]
+    assert [m.timestamp for m in parse_conversation_file(json.dumps(doc).encode())] == [
+        datetime(2024, 3, 14, 9, 12, tzinfo=UTC), datetime(2024, 4, 3, 18, 20, tzinfo=UTC),
+        datetime(2023, 5, 8, 13, 56, tzinfo=UTC)]
+
+
+def test_a_locomo_file_whose_dates_contradict_each_other_is_refused_naming_both():
+    doc = [_dated_sample("a", "13.03.2024, 09:00", "03.04.2024, 10:00"), _dated_sample("b", "03.14.2024, 11:00")]
+    with pytest.raises(InvalidConversation, match=r"malformed LoCoMo file: sample a, session_1_date_time "
+                                                  r"\('13.03.2024, 09:00'\) is day-first but sample b, "
+                                                  r"session_1_date_time \('03.14.2024, 11:00'\) month-first"):
+        parse_conversation_file(json.dumps(doc).encode())
 
 
 def test_locomo_sample_to_messages():

@@ -129,3 +129,17 @@ def test_a_query_without_a_time_cue_does_not_import_dateparser():
             "resolve('What did Caroline do last week?'); print('dateparser' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.split() == ["None", "False", "True"]
+
+
+def test_date_order_is_read_from_the_dates_that_can_be_read_one_way_only():
+    """``date_order``: a first number above 12 says day-first, a second one month-first; year-first, named months
+    and dates that could be either say nothing; both orders in one file are refused naming one date of each."""
+    from engram.workers.text.timeexpr import date_order
+
+    assert date_order([("a", "03.04.2024, 18:20:05"), ("b", "14.03.2024, 09:12:45")]) == "DMY"
+    assert date_order([("a", "3/14/24, 9:41 PM"), ("b", "04/03/2024")]) == "MDY"
+    assert date_order([("a", "03.04.2024"), ("b", "2024-03-14"), ("c", "1:56 pm on 8 May, 2023")]) is None
+    assert date_order([]) is None
+    with pytest.raises(ValueError, match=r"^line 1 \('13.03.2024'\) is day-first but line 3 \('03.14.2024'\) "
+                                         r"month-first$"):
+        date_order([("line 1", "13.03.2024"), ("line 2", "01.02.2024"), ("line 3", "03.14.2024")])
