@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from enum import StrEnum
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
@@ -30,6 +31,7 @@ class SearchRequest(BaseModel):
     without excluding the rest (``resolve_time=False`` turns that off). ``kinds``, ``devices``, ``apps``
     and ``entities`` (entity ids) filter observations by their own fields; memories are kept when any of
     their sources matches. Superseded and archived memories are left out unless ``include_history``.
+    ``collapse`` keeps one hit per burst of near-duplicate screenshots (``workers.memory.bursts``).
     ``context_turns`` > 0 attaches to each observation hit its neighbouring turns of the same session (or
     segments of the same event), that many on each side. ``reinforce`` records a recall of the memories
     returned (MemoryBank's strengthening); benchmarks turn it off so that re-runs rank alike.
@@ -71,7 +73,11 @@ class SearchRequest(BaseModel):
     reinforce: bool = Field(
         True, description="Record a recall of the memories returned (MemoryBank's strengthening); false for "
         "benchmarks.")
-    limit: int = Field(10, ge=1, le=1000, description="Number of hits returned (1-1000).")
+    limit: int = Field(10, ge=1, le=1000, description="Number of hits returned (1-1000), bursts collapsed counting "
+                       "one each.")
+    collapse: bool = Field(
+        True, description="Collapse a burst of near-duplicate screenshots (same device and window, close in time, "
+        "near-identical text) into its best-ranked frame, which lists the others (burst_size, burst_ids).")
 
     @field_validator("time_from", "time_to", "reference_time")
     @classmethod
@@ -97,6 +103,24 @@ class TimeRange(BaseModel):
     start: AwareDatetime = Field(description="Start of the range, inclusive (UTC).")
     end: AwareDatetime = Field(description="End of the range, exclusive (UTC).")
     reference_time: AwareDatetime = Field(description="The time the expression was resolved against (UTC).")
+
+
+class Matched(BaseModel):
+    """Why a hit was found, in terms a reader can follow: which rankings reached it (``dense_rank``: by meaning,
+    the MiniLM ranking; ``sparse_rank``: by words, BM25), which query words its text holds (stemmed as BM25
+    stems them), and which boosts it got (time words, a named entity, a memory built from it)."""
+
+    dense_rank: int | None = Field(
+        None, description="Its rank (1 = first) in the dense ranking (meaning) of its collection; null: not reached.")
+    sparse_rank: int | None = Field(
+        None, description="Its rank (1 = first) in the BM25 ranking (words) of its collection; null: not reached.")
+    words: list[str] = Field(
+        default_factory=list, description="The query's words that occur in its text (compared as BM25 stems), in "
+        "query order.")
+    time: bool = Field(False, description="Its time lies in the query's resolved time expression (time_range).")
+    entity: bool = Field(False, description="It is linked to an entity the query names.")
+    memory: bool = Field(
+        False, description="An observation raised by a memory built from it (the memory's score, as a prior).")
 
 
 class SearchHit(BaseModel):
@@ -128,10 +152,26 @@ class SearchHit(BaseModel):
     session_ids: list[str] = Field(default_factory=list, description="Chat session ids of its sources.")
     context: list[ContextTurn] = Field(
         default_factory=list, description="Neighbouring turns (context_turns > 0), in order.")
+    matched: Matched | None = Field(None, description="Why it was found: rankings, query words, boosts.")
+    burst_size: int = Field(
+        1, ge=1, description="Frames this hit stands for: itself and the near-duplicate screenshots of its burst "
+        "(collapse).")
+    burst_ids: list[uuid.UUID] = Field(
+        default_factory=list, description="The other frames of its burst (observation ids), in time order.")
+
+
+class EmptyReason(StrEnum):
+    """Why a search found nothing: ``no_data`` (the tenant holds nothing), ``unknown_user`` (the user holds
+    nothing in the tenant), ``no_match`` (there is data, and nothing matched the query and its filters)."""
+
+    no_data = "no_data"
+    unknown_user = "unknown_user"
+    no_match = "no_match"
 
 
 class SearchResponse(BaseModel):
-    """Hits in descending score order; ``time_range`` is the query's resolved time expression, if any."""
+    """Hits in descending score order; ``time_range`` is the query's resolved time expression, if any; ``empty``
+    says why there are no hits (null when there are)."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {
@@ -165,3 +205,6 @@ class SearchResponse(BaseModel):
     took_ms: float = Field(description="Time the query worker spent, milliseconds.")
     time_range: TimeRange | None = Field(
         None, description="The query's time words resolved into a range (ranked first, not a filter); null when none.")
+    empty: EmptyReason | None = Field(
+        None, description="Why there are no hits: no_data (nothing stored for the tenant), unknown_user (nothing "
+        "stored for the user), no_match (nothing matched); null when there are hits.")

@@ -30,6 +30,12 @@
    Neighbours do not change the ranking: adding 0.1 or 0.3 of the best adjacent turn's score to a turn
    lowered LoCoMo R@10 (0.772 → 0.769 / 0.767, conversations 0-3), since turns are already indexed with
    their neighbours' text (contextual indexing).
+7. Bursts (``workers.memory.bursts``): with ``collapse`` (default), the near-duplicate screenshots of one window
+   close in time are one hit, its best-ranked frame, carrying the others' ids (``burst_ids``, ``burst_size``);
+   ``limit`` counts collapsed hits, filled up after collapsing.
+8. Each hit says why it was found (``SearchHit.matched``: its dense and BM25 ranks, the query words its text
+   holds, the boosts it got), so a front door can show "words: budget, review" instead of a fused score; an
+   empty response says why (``SearchResponse.empty``: no data for the tenant, an unknown user, no match).
 
 Hits come back in descending score: turns first where their own evidence and their memory agree, memories
 as evidence pointers whose sources are listed most relevant first (the order their observations ranked
@@ -46,9 +52,11 @@ from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from engram.schemas.memories import MemoryType
-from engram.schemas.search import ContextTurn, SearchHit, SearchRequest, SearchResponse, TimeRange
+from engram.schemas.search import ContextTurn, Matched, SearchHit, SearchRequest, SearchResponse, TimeRange
+from engram.workers.memory.bursts import collapse
 from engram.workers.memory.dynamics import active_filter, decayed_score, reinforce
 from engram.workers.memory.entities import entity_names
+from engram.workers.memory.holdings import why_empty
 from engram.workers.memory.vectors import embed_query
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
@@ -206,7 +214,9 @@ def _order_sources(hit: SearchHit, obs_rank: dict[str, int], msg_of: dict[str, s
 
 def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     """Fused hierarchical hybrid search; hits in descending score, at most ``req.limit`` (see the module
-    docstring for the steps)."""
+    docstring for the steps), each with why it was found (``SearchHit.matched``) and, with ``req.collapse``, the
+    burst of near-duplicate screenshots it stands for (``workers.memory.bursts``); ``SearchResponse.empty`` says
+    why there are none (``workers.memory.holdings.why_empty``)."""
     t0 = time.perf_counter()
     now = datetime.now(UTC)
     zone = ZoneInfo(req.timezone) if req.timezone else None  # None: the server's ENGRAM_TIMEZONE
@@ -221,12 +231,14 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     depth = max(MIN_DEPTH, req.limit * 5)
     points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]] = {}
     scores: dict[str, float] = {}
+    ev = Evidence(req.query)
     for mtype in dict.fromkeys(req.memory_types):
         if mtype is MemoryType.knowledge_vault:
             continue  # never searched by default; captions only, through its own call (later issue)
         dense_pts, sparse_pts = rt.vectors.search(
             collection_for(mtype), dense, sparse_q, build_filter(req, mtype), depth,
             idf_corpus=tenant_filter(req.tenant_id, req.user_id), with_payload=False)
+        ev.ranked(dense_pts, sparse_pts)
         for p in (*dense_pts, *sparse_pts):
             points.setdefault(str(p.id), (mtype, p))
         if mtype is not MemoryType.observation:  # a memory's ranking fields, read once for both rankings
@@ -236,17 +248,18 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
         scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k,
                           [DENSE_WEIGHT, 1.0]))
     is_obs = {pid for pid, (mt, _) in points.items() if mt is MemoryType.observation}
-    _, in_span = _boosted(rt, req, is_obs, set(), span)
+    _, ev.timed = _boosted(rt, req, is_obs, set(), span)
     stability = rt.settings.memory_stability_days
     for pid in scores:
         if pid in is_obs:
-            if pid in in_span:
+            if pid in ev.timed:
                 scores[pid] += TIME_BOOST
             continue
         payload = points[pid][1].payload or {}
         scores[pid] *= decayed_score(payload, now, stability)
         if span is not None and _in_range(payload, span):
             scores[pid] += TIME_BOOST
+            ev.timed.add(pid)
     memories = sorted((pid for pid in scores if pid not in is_obs), key=lambda pid: -scores[pid])
     if MemoryType.observation in req.memory_types:
         _add_memory_sources(rt, req, memories[:MEMORY_EXPAND], points, is_obs)
@@ -254,10 +267,54 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
         for mid in memories:
             for oid in (points[mid][1].payload or {}).get("provenance", {}).get("observation_ids", []):
                 prior[str(oid)] = max(prior[str(oid)], scores[mid])
-        linked, _ = _boosted(rt, req, is_obs, named, None)
+        ev.linked, _ = _boosted(rt, req, is_obs, named, None)
+        ev.prior = {pid for pid in is_obs if prior[pid] > 0}
         for pid in is_obs:
-            scores[pid] = scores.get(pid, 0.0) + MEMORY_PRIOR * prior[pid] + (ENTITY_BOOST if pid in linked else 0.0)
-    picked = _pick(req, points, scores, is_obs)
+            scores[pid] = (scores.get(pid, 0.0) + MEMORY_PRIOR * prior[pid]
+                           + (ENTITY_BOOST if pid in ev.linked else 0.0))
+    hits = _hits(rt, req, points, scores, is_obs, ev)
+    recalled = [h.id for h in hits if h.memory_type is not MemoryType.observation]
+    if req.reinforce and recalled:
+        reinforce(rt, req.tenant_id, recalled, now)
+    return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000, time_range=span,
+                          empty=None if hits else why_empty(rt, req.tenant_id, req.user_id))
+
+
+class Evidence:
+    """What each candidate was found by, for ``SearchHit.matched``: its rank in the dense and the BM25 ranking of
+    its collection, whether a time, entity or memory boost applied, and the query's words with their BM25 stems."""
+
+    def __init__(self, query: str) -> None:
+        self.dense: dict[str, int] = {}
+        self.sparse: dict[str, int] = {}
+        self.timed: set[str] = set()
+        self.linked: set[str] = set()
+        self.prior: set[str] = set()
+        words = [w for w in sparse.TOKEN_PATTERN.findall(query) if w.lower() not in sparse.STOPWORDS_EN]
+        self.words: list[tuple[str, str]] = []  # (stem, the query's first word with it), in query order
+        for word, stems in zip(words, sparse.tokenize(words), strict=True):
+            if stems and stems[0] not in {st for st, _ in self.words}:
+                self.words.append((stems[0], word))
+
+    def ranked(self, dense_pts: list, sparse_pts: list) -> None:
+        """Record one collection's two rankings (best first)."""
+        for ranks, pts in ((self.dense, dense_pts), (self.sparse, sparse_pts)):
+            for rank, p in enumerate(pts, start=1):
+                ranks.setdefault(str(p.id), rank)
+
+    def matched(self, pid: str, text: str) -> Matched:
+        """Why ``pid`` (whose text is ``text``) was found."""
+        stems = set(sparse.tokenize([text])[0]) if text else set()
+        return Matched(dense_rank=self.dense.get(pid), sparse_rank=self.sparse.get(pid),
+                       words=[w for st, w in self.words if st in stems], time=pid in self.timed,
+                       entity=pid in self.linked, memory=pid in self.prior)
+
+
+def _hits(rt: Runtime, req: SearchRequest, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
+          scores: dict[str, float], is_obs: set[str], ev: Evidence) -> list[SearchHit]:
+    """The hits returned, best first: picked (bursts collapsed), read whole, with sources ordered, why they were
+    found, and their context turns."""
+    picked, burst = _pick_collapsed(rt, req, points, scores, is_obs)
     msg_of = _message_ids(rt, points, picked, is_obs)
     obs_rank = {pid: rank for rank, pid in enumerate(sorted(is_obs, key=lambda p: -scores[p]))}
     _whole_payloads(rt, points, picked)
@@ -267,26 +324,50 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
         hit = _hit(mtype, point, scores[pid])
         if mtype is not MemoryType.observation:
             _order_sources(hit, obs_rank, msg_of)
+        hit.matched = ev.matched(pid, hit.text)
+        hit.burst_ids = [uuid.UUID(m) for m in burst.get(pid, [])]
+        hit.burst_size = 1 + len(hit.burst_ids)
         hits.append(hit)
     if req.context_turns:
         attach_context(rt, req, hits, [points[str(h.id)][1] for h in hits])
-    recalled = [h.id for h in hits if h.memory_type is not MemoryType.observation]
-    if req.reinforce and recalled:
-        reinforce(rt, req.tenant_id, recalled, now)
-    return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000, time_range=span)
+    return hits
+
+
+def _pick_collapsed(rt: Runtime, req: SearchRequest, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
+                    scores: dict[str, float], is_obs: set[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """(``_pick``'s ids with each burst of near-duplicate screenshots collapsed into its best-ranked frame and the
+    list filled up to ``req.limit`` again, {kept id: the other frames of its burst}). Without ``req.collapse``: plain
+    ``_pick``. Each round collapses the observations newly picked (``workers.memory.bursts.collapse``) and picks
+    again without the frames absorbed, until a pick absorbs nothing more."""
+    bursts: dict[str, list[str]] = {}
+    absorbed: set[str] = set()
+    while True:
+        picked = _pick(req, points, scores, is_obs, absorbed)
+        if not req.collapse:
+            return picked, bursts
+        new = [pid for pid in picked if pid in is_obs and pid not in bursts]
+        if not new:
+            return picked, bursts
+        collapse(rt, req.tenant_id, new, bursts, absorbed)
+        if not absorbed & set(picked):
+            return picked, bursts
 
 
 def _pick(req: SearchRequest, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
-          scores: dict[str, float], is_obs: set[str]) -> list[str]:
+          scores: dict[str, float], is_obs: set[str], absorbed: set[str] | None = None) -> list[str]:
     """The ids of the hits to return, best first, at most ``req.limit``: a memory that only repeats observations
-    shown (or about to be) is left out."""
+    shown (or about to be) is left out, and so are the observations ``absorbed`` into a kept hit's burst (which
+    count as shown)."""
     # ties go to observations, the more specific evidence
     order = sorted(scores, key=lambda pid: (-scores[pid], pid not in is_obs))
     picked: list[str] = []
-    shown: set[str] = set()
+    absorbed = absorbed or set()
+    shown: set[str] = set(absorbed)
     for pid in order:
         if len(picked) >= req.limit:
             break
+        if pid in absorbed:
+            continue
         mtype, point = points[pid]
         sources = {pid} if mtype is MemoryType.observation else {
             str(o) for o in (point.payload or {}).get("provenance", {}).get("observation_ids", [])}
