@@ -1,0 +1,160 @@
+"""The service layer's one typed interface: everything a front door (the web app; next the CLI, the MCP server
+and the HTTP routes) asks of engram's memory, with one timeout (``ENGRAM_SERVICE_TIMEOUT_SECONDS``).
+
+Two implementations: ``api.service.embedded.EmbeddedService`` (the pipeline's tasks in this process, or on the
+workers through the broker, as ``engram search`` runs them) and ``api.service.remote.RemoteService`` (the HTTP API
+through the SDK's ``EngramClient``). Every argument and answer is a model of ``schemas/``; the two answer alike,
+only where the work runs differs. Calls are blocking; each implementation says which of them may run at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
+from engram.schemas.ask import AskRequest, AskResponse
+from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.events import EventStatus, LedgerRecord
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.search import SearchRequest, SearchResponse
+from engram.schemas.timeline import TimelineRequest
+from engram.workers.errors import EngramError
+
+
+class ServiceError(EngramError):
+    """A service call that cannot be answered; the message says why, for a person."""
+
+
+class NotFound(ServiceError, LookupError):
+    """No such item for this tenant (unknown, deleted, or another tenant's): a 404."""
+
+
+class MediaMissing(NotFound):
+    """The item exists but its media cannot be shown: the object is gone (retention, forget), or the kind has no
+    picture (audio, text). The message is the reason a placeholder shows."""
+
+
+class NotOffered(ServiceError, NotImplementedError):
+    """This implementation cannot do the call yet (e.g. the timeline through the HTTP API, which has no route for
+    it); the message names what is missing."""
+
+
+class ServiceTimeout(ServiceError, TimeoutError):
+    """The call did not finish within the service timeout (``ENGRAM_SERVICE_TIMEOUT_SECONDS``)."""
+
+
+class ServiceUnavailable(ServiceError):
+    """The store or the API cannot serve now (another process holds the embedded store past the wait, the
+    broker or the API is down); trying again later may work."""
+
+
+@dataclass(frozen=True)
+class MediaObject:
+    """An observation's object (an original or a thumbnail): its key, media type and size in bytes, and either a
+    local ``path`` (streamed with HTTP range requests) or its bytes ``data``."""
+
+    key: str
+    mime_type: str
+    size: int
+    path: Path | None = None
+    data: bytes | None = None
+
+
+class MemoryService(ABC):
+    """What the front doors ask of memory. ``timeout``: seconds one call may take (``ServiceTimeout`` after).
+
+    Tenancy: every call names its tenant and answers only that tenant's items (another tenant's id reads as
+    unknown). Unknown ids answer None where the return type allows it, else raise ``NotFound``. Raises
+    ``ServiceTimeout``, ``ServiceUnavailable``, ``NotOffered`` (see each implementation) and, for ``ask``,
+    ``schemas.ask.AskFailed``."""
+
+    timeout: float
+
+    # --- search and ask ---------------------------------------------------------------------------------------
+    @abstractmethod
+    def search(self, req: SearchRequest) -> SearchResponse:
+        """Hybrid search (``workers.memory.search``): hits highest score first."""
+
+    @abstractmethod
+    def ask(self, req: AskRequest) -> AskResponse:
+        """An answer from memory with the memories it cites (the ranked evidence without an LLM)."""
+
+    @abstractmethod
+    def add(self, req: AddMemoryRequest, tenant_id: str, device_id: str) -> AddMemoryResponse:
+        """Remember a text or chat messages now; returns when the memory is stored (searchable) or failed."""
+
+    # --- memories ---------------------------------------------------------------------------------------------
+    @abstractmethod
+    def get_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
+        """One observation or memory of any type, or None."""
+
+    @abstractmethod
+    def list_memories(self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50,
+                      offset: int = 0) -> MemoryPage:
+        """A page of one type, newest content first."""
+
+    @abstractmethod
+    def update_memory(self, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
+        """A user's correction of a memory: a new version that supersedes the old one (kept as history)."""
+
+    @abstractmethod
+    def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
+        """Delete one observation or memory; its type, or None when unknown."""
+
+    # --- entities ---------------------------------------------------------------------------------------------
+    @abstractmethod
+    def list_entities(self, tenant_id: str) -> EntityList:
+        """The tenant's people, most observations first."""
+
+    @abstractmethod
+    def name_entity(self, tenant_id: str, entity_id: uuid.UUID, name: str) -> EntitySummary | None:
+        """Give an entity a name (its first name from now on); None when unknown."""
+
+    @abstractmethod
+    def merge_entities(self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID,
+                       reason: str = "manual") -> EntitySummary | None:
+        """Merge ``drop_id`` into ``keep_id``; the kept entity, or None when either is unknown."""
+
+    @abstractmethod
+    def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
+        """"Not this person": move one face or voice sample (``EntitySample.key``) into an entity of its own."""
+
+    # --- the ledger -------------------------------------------------------------------------------------------
+    @abstractmethod
+    def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
+               limit: int = 100) -> list[LedgerRecord]:
+        """The tenant's (user's) events, most recently changed first, optionally of one status."""
+
+    @abstractmethod
+    def event_counts(self, tenant_id: str) -> dict[EventStatus, int]:
+        """How many of the tenant's events are in each status."""
+
+    def failures(self, tenant_id: str, user_id: str | None = None, limit: int = 100) -> list[LedgerRecord]:
+        """Failed events with their stage and reason, most recent first."""
+        return self.events(tenant_id, user_id, EventStatus.failed, limit)
+
+    @abstractmethod
+    def users(self, tenant_id: str) -> list[str]:
+        """The tenant's users (those with events), sorted."""
+
+    # --- timeline and media -----------------------------------------------------------------------------------
+    @abstractmethod
+    def timeline(self, req: TimelineRequest) -> MemoryPage:
+        """Observations in a time span, newest first (a ``MemoryPage`` of ``observation`` records)."""
+
+    @abstractmethod
+    def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
+        """An observation's object (the image, recording or file it was read from). Raises NotFound for an unknown
+        observation (or another user's, when ``user_id`` is given), MediaMissing when its object is gone."""
+
+    @abstractmethod
+    def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
+        """A small WebP of an observation's picture. Raises as ``media``, and MediaMissing for a kind without a
+        picture."""
+
+    def close(self) -> None:  # noqa: B027 (nothing to release unless the implementation holds something)
+        """Release what the service holds (the store, connections)."""

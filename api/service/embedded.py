@@ -1,0 +1,261 @@
+"""``EmbeddedService``: the service layer on the pipeline's tasks in this process (the embedded default, eager), or
+on the workers through the broker when ``ENGRAM_BROKER_URL`` is set, as ``engram search`` and ``engram mcp`` run
+them (``task.delay(...).get(timeout)``, one timeout: ``ENGRAM_SERVICE_TIMEOUT_SECONDS``).
+
+The embedded store is shared with other engram commands the way ``engram mcp`` shares it
+(``workers.runtime.StoreLease``): a call that reads the vector store holds it for its duration, and it stays open
+``linger`` seconds after (300 s by default) unless another engram process asks for it, which gets it within ~0.2 s.
+Calls may come from several threads (a web server's pool): the lease runs one store call at a time. The ledger
+and the object store are read without holding the store (SQLite and files).
+
+Thumbnails: made on first request with Pillow (a WebP at most ``THUMB_SIDE`` px on its longer side) and kept
+beside the original's derived objects (``derived/<tenant>/<event id>/thumb-<observation id>.webp``, so forgetting
+the user removes them with the event's other derived objects); making them at ingest is for later.
+"""
+
+from __future__ import annotations
+
+import io
+import mimetypes
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import PurePosixPath
+from typing import Any
+
+from celery.exceptions import TimeoutError as CeleryTimeout
+
+from engram.api.add import add_embedded
+from engram.api.service.base import (
+    MediaMissing,
+    MediaObject,
+    MemoryService,
+    NotFound,
+    NotOffered,
+    ServiceTimeout,
+    ServiceUnavailable,
+)
+from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
+from engram.schemas.ask import AskRequest, AskResponse
+from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.events import EventStatus, LedgerRecord
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.search import SearchRequest, SearchResponse
+from engram.schemas.settings import get_settings
+from engram.schemas.timeline import TimelineRequest
+from engram.workers.admin import (
+    delete_task,
+    entity_list_task,
+    entity_merge_task,
+    entity_name_task,
+    get_task,
+    list_task,
+)
+from engram.workers.ask import ask_task
+from engram.workers.memory.records import to_record
+from engram.workers.query import search_task
+from engram.workers.runtime import StoreLease, runtime
+from engram.workers.stores import models as qm
+from engram.workers.stores.objects import LocalObjectStore, ObjectNotFound
+from engram.workers.stores.vectors import OBSERVATIONS, StoreBusy, tenant_filter
+
+#: Longer side of a thumbnail, pixels; WebP quality. A 1920x1080 screenshot gives ~8-15 kB.
+THUMB_SIDE = 320
+THUMB_QUALITY = 60
+#: Image suffixes a thumbnail can be made from (an observation's object key).
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+#: How long the list of a tenant's users is reused, seconds; the ledger records it is read from, at most.
+USERS_TTL_S = 30.0
+USERS_SCAN = 20_000
+
+
+class EmbeddedService(MemoryService):
+    """The service on the configured runtime (see the module's docstring). ``timeout``: seconds per call (default
+    ``ENGRAM_SERVICE_TIMEOUT_SECONDS``); ``linger``: seconds the store stays open after a call (300 s, as
+    ``engram mcp``).
+
+    Raises ``ServiceUnavailable`` when another process holds the store past ``ENGRAM_STORE_WAIT_SECONDS``,
+    ``ServiceTimeout`` when the workers do not answer in time, ``NotOffered`` for ``update_memory`` and
+    ``split_entity`` (not built yet)."""
+
+    def __init__(self, timeout: float | None = None, linger: float = 300.0) -> None:
+        self.timeout = timeout if timeout is not None else get_settings().service_timeout_seconds
+        self._lease = StoreLease(linger)
+        self._users: dict[str, tuple[float, list[str]]] = {}
+        self._users_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Release the store now."""
+        self._lease.close()
+
+    @contextmanager
+    def _session(self) -> Iterator[Any]:
+        """Hold the store for one call; yields the Runtime. Maps the store's and Celery's errors to the service's."""
+        try:
+            with self._lease.session() as rt:
+                yield rt
+        except StoreBusy as exc:
+            raise ServiceUnavailable(f"the store is busy: {exc}") from exc
+        except CeleryTimeout as exc:
+            raise ServiceTimeout(f"no answer within {self.timeout:g} s (ENGRAM_SERVICE_TIMEOUT_SECONDS)") from exc
+
+    def _task(self, task: Any, *args: Any) -> Any:
+        """Run ``task`` with ``args`` (inline when eager) holding the store; its result."""
+        with self._session():
+            return task.delay(*args).get(timeout=self.timeout)
+
+    @staticmethod
+    def _runtime() -> Any:
+        """The runtime for reading the ledger and objects (the vector store is not opened by this)."""
+        return runtime()
+
+    # --- search and ask ---------------------------------------------------------------------------------------
+    def search(self, req: SearchRequest) -> SearchResponse:
+        return SearchResponse.model_validate(self._task(search_task, req))
+
+    def ask(self, req: AskRequest) -> AskResponse:
+        return AskResponse.model_validate(self._task(ask_task, req))
+
+    def add(self, req: AddMemoryRequest, tenant_id: str, device_id: str) -> AddMemoryResponse:
+        with self._session() as rt:
+            return add_embedded(rt, req, tenant_id, device_id)
+
+    # --- memories ---------------------------------------------------------------------------------------------
+    def get_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
+        got = self._task(get_task, tenant_id, str(memory_id))
+        return None if got is None else MemoryRecord.model_validate(got)
+
+    def list_memories(self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50,
+                      offset: int = 0) -> MemoryPage:
+        return MemoryPage.model_validate(self._task(list_task, tenant_id, memory_type.value, user_id, limit, offset))
+
+    def update_memory(self, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
+        """Not offered yet: a correction that supersedes (``workers.memory.dynamics``) needs a task of its own."""
+        raise NotOffered("editing a memory (a correction that supersedes it) is not built yet")
+
+    def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
+        kind = self._task(delete_task, tenant_id, str(memory_id))
+        return None if kind is None else MemoryType(kind)
+
+    # --- entities ---------------------------------------------------------------------------------------------
+    def list_entities(self, tenant_id: str) -> EntityList:
+        return EntityList.model_validate(self._task(entity_list_task, tenant_id))
+
+    def name_entity(self, tenant_id: str, entity_id: uuid.UUID, name: str) -> EntitySummary | None:
+        got = self._task(entity_name_task, tenant_id, str(entity_id), name)
+        return None if got is None else EntitySummary.model_validate(got)
+
+    def merge_entities(self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID,
+                       reason: str = "manual") -> EntitySummary | None:
+        got = self._task(entity_merge_task, tenant_id, str(keep_id), str(drop_id), reason)
+        return None if got is None else EntitySummary.model_validate(got)
+
+    def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
+        """Not offered yet: ``workers.memory.entities`` has no split."""
+        raise NotOffered("'not this person' (splitting a face or voice off an entity) is not built yet")
+
+    # --- the ledger -------------------------------------------------------------------------------------------
+    def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
+               limit: int = 100) -> list[LedgerRecord]:
+        ledger = self._runtime().ledger
+        if user_id is None:
+            return ledger.records(tenant_id, status, limit)
+        mine = [r for r in ledger.user_events(tenant_id, user_id) if status is None or r.status is status]
+        return sorted(mine, key=lambda r: r.updated_at, reverse=True)[:limit]
+
+    def event_counts(self, tenant_id: str) -> dict[EventStatus, int]:
+        return self._runtime().ledger.counts(tenant_id)
+
+    def users(self, tenant_id: str) -> list[str]:
+        """The users of the tenant's most recent ``USERS_SCAN`` events, reused for ``USERS_TTL_S`` seconds."""
+        with self._users_lock:
+            at, found = self._users.get(tenant_id, (0.0, []))
+            if time.monotonic() - at > USERS_TTL_S:
+                found = sorted({r.user_id for r in self._runtime().ledger.records(tenant_id, None, USERS_SCAN)})
+                self._users[tenant_id] = (time.monotonic(), found)
+            return list(found)
+
+    # --- timeline and media -----------------------------------------------------------------------------------
+    def timeline(self, req: TimelineRequest) -> MemoryPage:
+        flt = timeline_filter(req)
+        with self._session() as rt:
+            points = rt.vectors.newest(OBSERVATIONS, flt, req.offset + req.limit)[req.offset:]
+            total = rt.vectors.count(OBSERVATIONS, flt)
+        return MemoryPage(memory_type=MemoryType.observation, user_id=req.user_id, total=total, limit=req.limit,
+                          offset=req.offset, items=[to_record(MemoryType.observation, p) for p in points])
+
+    def _observation(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None) -> MemoryRecord:
+        rec = self.get_memory(tenant_id, observation_id)
+        if rec is None or rec.memory_type is not MemoryType.observation or (user_id and rec.user_id != user_id):
+            raise NotFound(f"no observation {observation_id}")
+        if not rec.payload.get("object_key"):
+            raise MediaMissing("this observation has no stored object")
+        return rec
+
+    def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
+        rec = self._observation(tenant_id, observation_id, user_id)
+        return _read_object(self._runtime().objects, rec.payload["object_key"])
+
+    def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
+        rec = self._observation(tenant_id, observation_id, user_id)
+        key = rec.payload["object_key"]
+        if PurePosixPath(key).suffix.lower() not in PICTURE_SUFFIXES:
+            raise MediaMissing(f"no picture: a {rec.payload.get('kind') or 'media'} observation")
+        thumb = f"derived/{tenant_id}/{rec.payload.get('event_id')}/thumb-{observation_id}.webp"
+        objects = self._runtime().objects
+        if not objects.exists(thumb):
+            original = _read_object(objects, key)
+            objects.put_bytes(thumb, make_thumbnail(original), "image/webp")
+        return _read_object(objects, thumb)
+
+
+def timeline_filter(req: TimelineRequest) -> Any:
+    """The vector-store filter of a timeline request: tenant and user, the time span on ``start_ts`` (epoch
+    seconds, ``[time_from, time_to)``), and the kinds, apps and devices matched exactly."""
+
+    conds = list(tenant_filter(req.tenant_id, req.user_id).must or [])
+    if req.time_from or req.time_to:
+        conds.append(qm.FieldCondition(key="start_ts", range=qm.Range(
+            gte=req.time_from.timestamp() if req.time_from else None,
+            lt=req.time_to.timestamp() if req.time_to else None)))
+    for key, values in (("kind", [k.value for k in req.kinds or []]), ("app", req.apps), ("device_id", req.devices)):
+        if values:
+            conds.append(qm.FieldCondition(key=key, match=qm.MatchAny(any=list(values))))
+    return qm.Filter(must=conds)
+
+
+def _read_object(objects: Any, key: str) -> MediaObject:
+    """``key`` of the object store as a MediaObject: a local file's path (the embedded default's folder), else
+    its bytes. Raises MediaMissing when the object is gone."""
+
+    mime = mimetypes.guess_type(key)[0] or "application/octet-stream"
+    try:
+        if isinstance(objects, LocalObjectStore):
+            with objects.local_file(key) as path:
+                return MediaObject(key=key, mime_type=mime, size=path.stat().st_size, path=path)
+        data = objects.get_bytes(key)
+    except (ObjectNotFound, FileNotFoundError) as exc:
+        raise MediaMissing("the original is no longer stored (deleted, or removed by retention)") from exc
+    return MediaObject(key=key, mime_type=mime, size=len(data), data=data)
+
+
+def make_thumbnail(original: MediaObject, side: int = THUMB_SIDE, quality: int = THUMB_QUALITY) -> bytes:
+    """A WebP of ``original``'s picture at most ``side`` px on its longer side (EXIF orientation applied).
+    Raises MediaMissing when the picture cannot be decoded (the reason says so)."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        with Image.open(original.path if original.path is not None else io.BytesIO(original.data or b"")) as img:
+            img.draft("RGB", (side, side))  # JPEG: decode at a reduced scale
+            small = ImageOps.exif_transpose(img)
+            small.thumbnail((side, side))
+            if small.mode not in ("RGB", "RGBA"):
+                small = small.convert("RGBA" if "A" in small.getbands() else "RGB")
+            out = io.BytesIO()
+            small.save(out, "WEBP", quality=quality, method=4)
+            return out.getvalue()
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError) as exc:
+        raise MediaMissing(f"the picture cannot be read: {type(exc).__name__}") from exc

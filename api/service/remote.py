@@ -1,0 +1,168 @@
+"""``RemoteService``: the service layer through an engram HTTP API with the SDK (``api.client.EngramClient``: its
+retries; one timeout per request, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``). The tenant is the API key's: the
+``tenant_id`` arguments are not sent (a key of tenant A never reads tenant B).
+
+What the API has no route for yet raises ``NotOffered``: ``update_memory``, ``split_entity``, ``events``,
+``event_counts``, ``users``, ``timeline``, ``media`` and ``thumbnail``. ``add`` waits until the API has stored
+the memory (so it is searchable when it returns, as on the embedded default). Safe to call from several threads
+(httpx's client is).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from engram.api.client import EngramAPIError, EngramClient
+from engram.api.service.base import (
+    MediaObject,
+    MemoryService,
+    NotOffered,
+    ServiceError,
+    ServiceTimeout,
+    ServiceUnavailable,
+)
+from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
+from engram.schemas.ask import AskRequest, AskResponse
+from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.events import EventStatus, LedgerRecord
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.search import SearchRequest, SearchResponse
+from engram.schemas.settings import get_settings
+from engram.schemas.timeline import TimelineRequest
+
+
+class _Absent(Exception):
+    """A 404 inside ``RemoteService._call(absent_ok=True)``: the caller answers None."""
+
+
+class RemoteService(MemoryService):
+    """The service on the engram API at ``url`` with ``api_key`` (see the module's docstring). ``client``: an
+    ``EngramClient`` to use instead of making one (tests). Raises ValueError without a key; calls raise
+    ``ServiceTimeout`` (the request or the API's own wait timed out), ``ServiceUnavailable`` (unreachable, 502,
+    503), ``ServiceError`` (any other error answer, with the API's message) and ``NotOffered`` (see above)."""
+
+    def __init__(self, url: str, api_key: str, timeout: float | None = None, device: str | None = None,
+                 client: Any = None) -> None:
+        if not api_key:
+            raise ValueError("RemoteService needs an API key (engram keys create --tenant T)")
+        self.timeout = timeout if timeout is not None else get_settings().service_timeout_seconds
+        self.client = client if client is not None else EngramClient(url, api_key, timeout=self.timeout,
+                                                                     device=device)
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self.client.close()
+
+    @contextmanager
+    def _call(self, absent_ok: bool = False) -> Iterator[None]:
+        """The SDK's errors as the service's; a 404 raises ``_Absent`` with ``absent_ok``."""
+        try:
+            yield
+        except EngramAPIError as exc:
+            if exc.status == 404 and absent_ok:
+                raise _Absent from exc
+            if exc.status == 504:
+                raise ServiceTimeout(f"engram API: {exc.detail}") from exc
+            if exc.status in (502, 503):
+                raise ServiceUnavailable(f"engram API: {exc.detail}") from exc
+            raise ServiceError(f"engram API: {exc}") from exc
+        except httpx.TimeoutException as exc:
+            raise ServiceTimeout(f"engram API: no answer within {self.timeout:g} s") from exc
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(f"engram API unreachable: {type(exc).__name__}: {exc}") from exc
+
+    def _maybe(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)``, or None when the API answers 404."""
+        try:
+            with self._call(absent_ok=True):
+                return fn(*args)
+        except _Absent:
+            return None
+
+    # --- search and ask ---------------------------------------------------------------------------------------
+    def search(self, req: SearchRequest) -> SearchResponse:
+        with self._call():
+            return self.client.search_request(req)
+
+    def ask(self, req: AskRequest) -> AskResponse:
+        with self._call():
+            return self.client.ask_request(req)
+
+    def add(self, req: AddMemoryRequest, tenant_id: str, device_id: str) -> AddMemoryResponse:
+        """Add through ``POST /v1/memories`` and wait (up to ``timeout``) until the event is final. The device is
+        the client's (``device`` of the constructor)."""
+        with self._call():
+            resp = self.client.add_request(req)
+            if resp.duplicate:
+                return resp
+            try:
+                final = self.client.wait([resp.event_id], timeout=self.timeout, interval=0.1)[resp.event_id]
+            except TimeoutError as exc:
+                raise ServiceTimeout(f"event {resp.event_id} not stored within {self.timeout:g} s") from exc
+        return resp.model_copy(update={"status": final.status, "observations": final.observations,
+                                       "reason": final.reason})
+
+    # --- memories ---------------------------------------------------------------------------------------------
+    def get_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
+        return self._maybe(self.client.get_memory, memory_id)
+
+    def list_memories(self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50,
+                      offset: int = 0) -> MemoryPage:
+        with self._call():
+            return self.client.list_memories(memory_type, user_id, limit, offset)
+
+    def update_memory(self, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
+        raise NotOffered("editing a memory through the HTTP API is not built yet")
+
+    def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
+        """The deleted item's type (read before deleting), or None when unknown."""
+        rec = self.get_memory(tenant_id, memory_id)
+        if rec is None:
+            return None
+        try:
+            with self._call(absent_ok=True):
+                self.client.delete_memory(memory_id)
+        except _Absent:
+            return None
+        return rec.memory_type
+
+    # --- entities ---------------------------------------------------------------------------------------------
+    def list_entities(self, tenant_id: str) -> EntityList:
+        with self._call():
+            return self.client.list_entities()
+
+    def name_entity(self, tenant_id: str, entity_id: uuid.UUID, name: str) -> EntitySummary | None:
+        return self._maybe(self.client.name_entity, entity_id, name)
+
+    def merge_entities(self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID,
+                       reason: str = "manual") -> EntitySummary | None:
+        return self._maybe(self.client.merge_entities, keep_id, drop_id, reason)
+
+    def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
+        raise NotOffered("'not this person' (splitting an entity) is not built yet")
+
+    # --- what the API has no route for yet ---------------------------------------------------------------------
+    def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
+               limit: int = 100) -> list[LedgerRecord]:
+        raise NotOffered("listing events through the HTTP API needs a route (GET /v1/events)")
+
+    def event_counts(self, tenant_id: str) -> dict[EventStatus, int]:
+        raise NotOffered("event counts through the HTTP API need a route")
+
+    def users(self, tenant_id: str) -> list[str]:
+        raise NotOffered("listing a tenant's users through the HTTP API needs a route")
+
+    def timeline(self, req: TimelineRequest) -> MemoryPage:
+        raise NotOffered("the timeline through the HTTP API needs a route (GET /v1/timeline)")
+
+    def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
+        raise NotOffered("media through the HTTP API needs a route (GET /v1/media/{id})")
+
+    def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
+        raise NotOffered("thumbnails through the HTTP API need a route (GET /v1/thumbnails/{id})")

@@ -1,0 +1,159 @@
+"""The service layer (``api.service``) on a real embedded store under a temporary ``ENGRAM_DATA_DIR``: notes added
+and a rendered screenshot ingested for real, then every call of ``MemoryService`` on them (search, memories,
+timeline with its filters, the ledger, users, media and thumbnails), tenancy, deletion; and ``RemoteService``
+against the real API served with a real Celery worker."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from PIL import Image, ImageDraw
+
+from engram.api.service import MediaMissing, NotFound, NotOffered
+from engram.schemas.add import AddMemoryRequest
+from engram.schemas.events import EventStatus, MediaKind
+from engram.schemas.memories import MemoryType
+from engram.schemas.search import SearchRequest
+from engram.schemas.timeline import TimelineRequest
+
+DAY = datetime(2024, 5, 2, tzinfo=UTC)
+NOTES = [("alice", "The piano tuner comes on Thursday morning", DAY + timedelta(hours=9)),
+         ("alice", "Maria moves to Lisbon in March", DAY + timedelta(hours=11)),
+         ("bob", "My cello lesson is on Friday", DAY + timedelta(hours=10))]
+
+
+def screenshot(folder, name: str, text: str, hour: int) -> dict:
+    """Ingest a rendered screenshot showing ``text`` as alice's (app Firefox) at ``hour`` on DAY."""
+    from engram.api.embedded import ingest_paths
+
+    shot = Image.new("RGB", (640, 200), "white")
+    ImageDraw.Draw(shot).text((10, 80), text, fill="black")
+    shot.save(folder / name)
+    out = ingest_paths([folder / name], "default", "alice", "laptop", captured_at=DAY + timedelta(hours=hour),
+                       app_name="Firefox", window="Budget - Mozilla Firefox", consolidate=False, quiet=True)
+    assert len(out["done"]) == 1, out
+    return out
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """The embedded service over three notes (two users) and one screenshot of alice's (app Firefox), in a data
+    dir of this module's."""
+    from engram.api.service.embedded import EmbeddedService
+    from engram.workers.runtime import reset_runtimes
+
+    root = tmp_path_factory.mktemp("service")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ENGRAM_DATA_DIR", str(root / "data"))
+        for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_BROKER_URL"):
+            mp.delenv(var, raising=False)
+        reset_runtimes()
+        svc = EmbeddedService(linger=0)
+        for user, text, when in NOTES:
+            resp = svc.add(AddMemoryRequest(text=text, user_id=user, time=when), "default", "laptop")
+            assert resp.status is EventStatus.done, resp
+        screenshot(root, "shot.png", "quarterly budget review", 12)
+        yield svc, root
+        svc.close()
+        reset_runtimes()
+
+
+def test_embedded_service_answers_every_call(store):
+    svc, _ = store
+    found = svc.search(SearchRequest(query="when does the piano tuner come", tenant_id="default", user_id="alice"))
+    assert found.hits and "piano tuner" in found.hits[0].text
+    obs = next(h for h in found.hits if h.memory_type is MemoryType.observation)
+    assert svc.get_memory("default", obs.id).text == obs.text
+    assert svc.get_memory("globex", obs.id) is None  # another tenant's id reads as unknown
+
+    page = svc.list_memories("default", MemoryType.observation, "alice")
+    assert page.total == 3 and {m.user_id for m in page.items} == {"alice"}
+
+    day = svc.timeline(TimelineRequest(tenant_id="default", user_id="alice", time_from=DAY + timedelta(hours=9),
+                                       time_to=DAY + timedelta(days=1)))  # (the other test adds one at 8:00)
+    assert [m.payload["kind"] for m in day.items] == ["screenshot", "text", "text"] and day.total == 3
+    assert [m.time for m in day.items] == sorted((m.time for m in day.items), reverse=True)  # newest first
+    shots = svc.timeline(TimelineRequest(tenant_id="default", kinds=[MediaKind.screenshot], apps=["Firefox"],
+                                         time_from=DAY + timedelta(hours=9)))
+    assert len(shots.items) == 1 and "budget" in shots.items[0].text.lower()
+    assert svc.timeline(TimelineRequest(tenant_id="default", apps=["Slack"])).items == []
+    assert svc.timeline(TimelineRequest(tenant_id="default", time_from=DAY + timedelta(days=1))).items == []
+    assert svc.timeline(TimelineRequest(tenant_id="globex")).items == []
+
+    assert svc.users("default") == ["alice", "bob"]
+    assert svc.event_counts("default")[EventStatus.done] >= 4
+    assert len(svc.events("default", "bob", EventStatus.done)) == 1 and svc.failures("default") == []
+    assert svc.list_entities("default").total >= 0
+
+    screenshot = shots.items[0]
+    original = svc.media("default", screenshot.id)
+    assert original.mime_type == "image/png" and original.path is not None and original.size > 0
+    thumb = svc.thumbnail("default", screenshot.id)
+    assert thumb.mime_type == "image/webp" and thumb.key.startswith("derived/default/") and thumb.size < 20_000
+    with Image.open(thumb.path) as img:
+        assert max(img.size) == 320
+    assert svc.thumbnail("default", screenshot.id).key == thumb.key  # made once, then read
+    with pytest.raises(NotFound):
+        svc.media("default", screenshot.id, user_id="bob")  # another user's
+    with pytest.raises(NotFound):
+        svc.thumbnail("globex", screenshot.id)
+    with pytest.raises(MediaMissing, match="no picture"):
+        svc.thumbnail("default", obs.id)
+
+    assert svc.delete_memory("default", screenshot.id) is MemoryType.observation
+    assert svc.get_memory("default", screenshot.id) is None and svc.delete_memory("default", screenshot.id) is None
+    with pytest.raises(NotFound):
+        svc.media("default", screenshot.id)
+    with pytest.raises(NotOffered):
+        svc.update_memory("default", obs.id, "corrected")
+    with pytest.raises(NotOffered):
+        svc.split_entity("default", uuid.uuid4(), "x#0")
+    assert svc.name_entity("default", uuid.uuid4(), "Maria") is None
+
+
+def test_a_missing_original_is_told_apart_from_an_unknown_observation(store):
+    svc, root = store
+    screenshot(root, "gone.png", "travel expenses form", 8)
+    shot = svc.timeline(TimelineRequest(tenant_id="default", kinds=[MediaKind.screenshot],
+                                        time_to=DAY + timedelta(hours=9))).items[0]
+    assert "expenses" in shot.text
+    svc.media("default", shot.id).path.unlink()
+    with pytest.raises(MediaMissing, match="no longer stored"):
+        svc.media("default", shot.id)
+    with pytest.raises(MediaMissing):
+        svc.thumbnail("default", shot.id)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_remote_service_through_the_http_api(query_worker):
+    """``RemoteService`` on the real API (uvicorn in this process) and a real Celery worker: add (stored when it
+    returns), search, get, list, delete; unknown ids answer None; what the API cannot do yet is NotOffered."""
+    import redis
+
+    from engram.api.keys import create_key
+    from engram.api.service.remote import RemoteService
+    from tests.api.conftest import served
+
+    key = create_key(redis.Redis.from_url(query_worker.broker_url, decode_responses=True), "svc-remote")
+    with served(query_worker) as url:
+        svc = RemoteService(url, key, timeout=120, device="laptop")
+        try:
+            added = svc.add(AddMemoryRequest(text="The vendor contracts are in the oak desk", user_id="alice"),
+                            "ignored", "laptop")
+            assert added.status is EventStatus.done and added.observations >= 1
+            hits = svc.search(SearchRequest(query="where are the vendor contracts", tenant_id="svc-remote",
+                                            user_id="alice", memory_types=[MemoryType.observation])).hits
+            assert hits and "oak desk" in hits[0].text
+            assert svc.get_memory("svc-remote", hits[0].id).text == hits[0].text
+            assert svc.list_memories("svc-remote", MemoryType.observation, "alice").total == 1
+            assert svc.name_entity("svc-remote", uuid.uuid4(), "Maria") is None
+            assert svc.delete_memory("svc-remote", hits[0].id) is MemoryType.observation
+            assert svc.get_memory("svc-remote", hits[0].id) is None
+            assert svc.delete_memory("svc-remote", hits[0].id) is None
+            with pytest.raises(NotOffered, match="timeline"):
+                svc.timeline(TimelineRequest(tenant_id="svc-remote"))
+        finally:
+            svc.close()
