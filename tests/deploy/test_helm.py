@@ -3,19 +3,22 @@ validated offline by kubernetes-validate (strict: unknown fields fail), the KEDA
 kinds (no schemas there) checked field by field, and the chart's rules: probes on /healthz and /readyz and on
 every worker and beat, one beat, GPU requests, every queue served by a worker command engram accepts, no secret
 in the ConfigMap, a vault key never made at render time (two renders are byte-identical; an existing Secret or
-a pre-install hook Job), read-only root filesystems, and the optional NetworkPolicies.
+a pre-install hook Job), read-only root filesystems, the optional NetworkPolicies, and nothing exposed by accident:
+every Service internal (ClusterIP), Redis's password and Qdrant's API key required and read from Secrets.
 
 The helm binary comes from scripts/get_helm.sh (run by `scripts/setup.sh --dev`); without it these tests
 skip and say so."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 import inspect
 import json
 import os
 import re
+import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,19 +62,34 @@ SCENARIOS: dict[str, dict] = {
 SECRET_VALUES = ["redis-pw-1", "s3-user-1", "s3-secret-1", "qdrant-key-1", "vlm-key-1", "vault-key-1"]
 
 
+def with_credentials(values: dict) -> dict:
+    """``values`` plus the credentials the chart requires (redis.requirePassword, qdrant.requireApiKey) as existing
+    Secrets, where the values name no password or key of their own (nor turn the requirement off)."""
+    values = copy.deepcopy(values)
+    redis, qdrant = values.setdefault("redis", {}), values.setdefault("qdrant", {})
+    if redis.get("requirePassword", True) and not (redis.get("password") or redis.get("existingSecret")):
+        redis["existingSecret"] = "eg-redis"
+    given = qdrant.get("apiKey") or qdrant.get("existingSecret") or values.get("secrets", {}).get("existingSecret")
+    if qdrant.get("requireApiKey", True) and not given:
+        qdrant["existingSecret"] = "eg-qdrant"
+    return values
+
+
 @functools.cache
 def helm_binary() -> str | None:
     return _tool("helm")
 
 
-def helm(*args: str, values: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run helm with ``values`` given as a values file (JSON is YAML); skips when helm is absent."""
+def helm(*args: str, values: dict | None = None, check: bool = True,
+         credentials: bool = True) -> subprocess.CompletedProcess:
+    """Run helm with ``values`` given as a values file (JSON is YAML), ``with_credentials`` unless
+    ``credentials`` is false; skips when helm is absent."""
     binary = helm_binary()
     if binary is None:
         pytest.skip("helm not found: `bash scripts/setup.sh --dev` puts it in .venv/bin (scripts/get_helm.sh)")
     with tempfile.TemporaryDirectory() as tmp:
         values_file = Path(tmp) / "values.json"
-        values_file.write_text(json.dumps(values or {}))
+        values_file.write_text(json.dumps(with_credentials(values or {}) if credentials else values or {}))
         proc = subprocess.run([binary, *args, "-f", str(values_file)], capture_output=True, text=True, timeout=120)
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -674,3 +692,66 @@ def test_network_policy_ports_follow_the_service_addresses():
     main = one(docs, "NetworkPolicy", f"{RELEASE}-engram")
     ports = {(p["protocol"], p["port"]) for rule in main["spec"]["egress"] for p in rule["ports"]}
     assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 6380), ("TCP", 443)}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_every_service_is_internal(scenario):
+    """The chart's Services (the API, the workers' metrics) are ClusterIP: the API leaves the cluster only
+    through api.ingress or a type asked for in api.service.type."""
+    services = find(render(scenario), "Service")
+    assert services
+    for svc in services:
+        assert svc["spec"]["type"] == "ClusterIP", svc["metadata"]["name"]
+
+
+def test_redis_password_and_qdrant_api_key_are_required():
+    """Without Redis's password or Qdrant's API key the chart refuses to render, saying which value gives it;
+    requirePassword / requireApiKey false render a cluster without them (no password in the URLs, no key)."""
+    proc = helm("template", RELEASE, str(CHART), values={}, check=False, credentials=False)
+    assert proc.returncode != 0 and "redis.password or redis.existingSecret is required" in proc.stderr
+    proc = helm("template", RELEASE, str(CHART), values={"redis": {"password": "p"}}, check=False,
+                credentials=False)
+    assert proc.returncode != 0 and "qdrant.apiKey or qdrant.existingSecret is required" in proc.stderr
+    for values in ({"secrets": {"existingSecret": "env"}, "redis": {"existingSecret": "env"}},
+                   {"redis": {"password": "p"}, "qdrant": {"apiKey": "k"}}):
+        helm("template", RELEASE, str(CHART), values=values, credentials=False)
+    values = {"redis": {"requirePassword": False}, "qdrant": {"requireApiKey": False}}
+    docs = [d for d in yaml.safe_load_all(helm("template", RELEASE, str(CHART), values=values,
+                                               credentials=False).stdout) if d]
+    env = {v["name"]: v for v in container(one(docs, "Deployment", f"{RELEASE}-engram-api"))["env"]}
+    assert env["ENGRAM_BROKER_URL"]["value"] == "redis://engram-redis-master:6379/0"
+    assert "ENGRAM_QDRANT_API_KEY" not in env and "REDIS_PASSWORD" not in env
+
+
+def _readme_install_args() -> list[str]:
+    """The arguments of helm/engram/README.md's `helm install engram helm/engram ...` command."""
+    readme = (CHART / "README.md").read_text()
+    (command,) = [block for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+                  if block.startswith("helm install engram helm/engram")]
+    words = shlex.split(command.split("\nkubectl")[0].replace("\\\n", " "), comments=True)
+    assert words[:4] == ["helm", "install", "engram", "helm/engram"]
+    return words[4:]
+
+
+def test_the_readmes_install_reads_every_credential_from_the_companion_charts_secrets():
+    """The README's install, rendered as written: every pod reads Redis's password from Bitnami's Secret and
+    Qdrant's API key from the Secret Qdrant's chart makes with helm/qdrant-values.yaml (apiKey: true ->
+    <release>-apikey, key api-key); no credential in the ConfigMap or a value; Qdrant's Service internal."""
+    docs = [d for d in yaml.safe_load_all(helm("template", "engram", str(CHART), *_readme_install_args(),
+                                                 credentials=False).stdout) if d]
+    qdrant_values = yaml.safe_load((REPO / "helm" / "qdrant-values.yaml").read_text())
+    assert qdrant_values["apiKey"] is True and qdrant_values["service"]["type"] == "ClusterIP"
+    assert "engram-qdrant qdrant/qdrant -f helm/qdrant-values.yaml" in (CHART / "README.md").read_text()
+    deployments = find(docs, "Deployment")
+    assert deployments
+    for deployment in deployments:
+        env = {v["name"]: v for v in container(deployment)["env"]}
+        assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "engram-redis",
+                                                                        "key": "redis-password"}
+        assert env["ENGRAM_QDRANT_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "engram-qdrant-apikey",
+                                                                               "key": "api-key"}
+        assert env["ENGRAM_BROKER_URL"]["value"].startswith("redis://:$(REDIS_PASSWORD)@")
+    config = one(docs, "ConfigMap", "engram-config")["data"]  # release "engram": fullname "engram"
+    assert not any(re.search("PASSWORD|API_KEY|SECRET", name) for name in config)
+    for svc in find(docs, "Service"):
+        assert svc["spec"]["type"] == "ClusterIP", svc["metadata"]["name"]
