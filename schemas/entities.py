@@ -16,6 +16,11 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+#: Who an entity is to the user: the user themself (``self``: one per user, the chat speakers ``user``/``human`` and
+#: the user id), the assistant of an assistant export (``assistant``: one per tenant, the speakers ``assistant``,
+#: ``system``, ``tool``), or anyone else (``person``).
+EntityRole = Literal["self", "assistant", "person"]
+
 
 class EntitySample(BaseModel):
     """One embedding an entity was linked with: ``key`` names its source (``<observation id>#<face index>`` for a
@@ -60,6 +65,8 @@ class Entity(BaseModel):
     id: uuid.UUID
     tenant_id: str
     entity_type: Literal["person"] = "person"
+    role: EntityRole = Field("person", description="``self`` (the user: ``user_id``), ``assistant`` or ``person``.")
+    user_id: str | None = Field(None, description="The user this entity is, for the ``self`` role.")
     names: list[str] = Field(default_factory=list)
     face_samples: list[EntitySample] = Field(default_factory=list)
     voice_samples: list[EntitySample] = Field(default_factory=list)
@@ -88,6 +95,7 @@ class EntitySummary(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {
             "id": "c0ffee00-1234-4abc-8def-0123456789ab",
+            "role": "person",
             "names": ["Maria"],
             "faces": 12,
             "voices": 3,
@@ -99,6 +107,8 @@ class EntitySummary(BaseModel):
     ]})
 
     id: uuid.UUID = Field(description="The entity's id.")
+    role: EntityRole = Field("person", description="'self' (the user), 'assistant' (of an assistant export) or "
+                             "'person'.")
     names: list[str] = Field(
         description="Names it was called by, the chosen one first; empty for a face or voice never named.")
     faces: int = Field(description="Faces ever linked to it.")
@@ -117,6 +127,7 @@ class EntityList(BaseModel):
             "items": [
                 {
                     "id": "c0ffee00-1234-4abc-8def-0123456789ab",
+                    "role": "person",
                     "names": ["Maria"],
                     "faces": 12,
                     "voices": 3,

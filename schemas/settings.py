@@ -257,6 +257,10 @@ class Settings(BaseSettings):
         0.72, gt=0, lt=1, description="A voice (one speaker's utterances in a chunk) joins the nearest person "
         "entity whose voice centroid has at least this cosine similarity with it; else it founds a new entity. "
         "Measured: jfk.flac's halves 0.82, the closest of jfk / leopard_test / pyannote_sample 0.65.")
+    entity_voice_margin: float = Field(
+        0.03, ge=0, lt=1, description="A voice whose two most similar entities (both above "
+        "entity_voice_similarity) are within this cosine similarity of each other matches neither clearly: it "
+        "founds its own entity (people merge later by name or `engram entities --merge`).")
     entity_cooccurrence_merge: int = Field(
         3, ge=1, description="A face entity and a voice entity seen together in this many clip segments, each the "
         "other's most frequent partner, are merged into one person (face-voice equivalence).")

@@ -9,6 +9,7 @@ placeholder and kept encrypted): nothing leaves this stage that should not be st
 
 from __future__ import annotations
 
+import io
 from contextlib import nullcontext
 from datetime import timedelta
 
@@ -61,7 +62,8 @@ def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
     """One observation: the OCR text under the event's app/window header, faces, and a caption when a VLM is
     configured; none for a screen with nothing of these."""
     event = job.event
-    img = media.load_image(rt.objects.get_bytes(event.object_key), rt.settings.max_image_pixels)
+    data = rt.objects.get_bytes(event.object_key)
+    img = media.load_image(data, rt.settings.max_image_pixels)
     pixels = np.asarray(img)
     lines = vision.ocr_lines(rt, event.tenant_id, pixels, device_id=event.device_id)
     faces = vision.screenshot_faces(rt, event.tenant_id, pixels, device_id=event.device_id)
@@ -71,10 +73,41 @@ def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
         parts.append(f"[caption] {caption}")
     text = "\n".join(p for p in parts if p)
     if not text and faces:
-        text = f"[{len(faces)} face{'s' if len(faces) > 1 else ''} on screen, no text]"
+        n = f"{len(faces)} face{'s' if len(faces) > 1 else ''}"
+        text = f"[photo: {n}, no text]" if is_photo(data, event) else f"[{n} on screen, no text]"
     if not text:
         return []
     return [_base(event, 0, "ocr", text, ocr_lines=lines, faces=faces, caption=caption)]
+
+
+#: Screen sizes in pixels (landscape): desktop and laptop panels, at scale factors 1, 1.25, 1.5 and 2 where the
+#: capture keeps device pixels (Windows, macOS Retina); a frame of one of these sizes (either orientation) is a screen.
+SCREEN_SIZES = frozenset(
+    (round(w * f), round(h * f)) for w, h in ((1024, 768), (1280, 720), (1280, 800), (1280, 1024), (1366, 768),
+                                              (1440, 900), (1536, 864), (1600, 900), (1680, 1050), (1920, 1080),
+                                              (1920, 1200), (2560, 1440), (2560, 1600), (3440, 1440), (1512, 982),
+                                              (1728, 1117), (3840, 2160))
+    for f in (1, 1.25, 1.5, 2))
+PHOTO_MIMES = frozenset({"image/jpeg", "image/heic", "image/heif", "image/avif"})  # what cameras and phones write
+
+
+def is_photo(data: bytes, event: MediaEvent) -> bool:
+    """True when an image is a camera photo, not a screen: its EXIF names a camera (``Make`` or ``Model``, as
+    cameras and phones write them; Pillow's ``getexif``), or it is a JPEG/HEIC (a camera's format) that neither
+    comes from the capture agent (an app or window) nor has a screen's size (``SCREEN_SIZES``). A screenshot is
+    PNG or WebP and carries no camera. An unreadable header counts as a screen."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:  # the header only: no pixels decoded
+            exif, size = img.getexif(), img.size
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError):
+        return False
+    if any(str(exif.get(tag) or "").strip() for tag in (0x010F, 0x0110)):  # Make, Model
+        return True
+    if event.app or event.window or event.mime_type not in PHOTO_MIMES:
+        return False
+    return size not in SCREEN_SIZES and size[::-1] not in SCREEN_SIZES
 
 
 def _audio(rt: Runtime, job: SegmentJob) -> list[Observation]:

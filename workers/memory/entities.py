@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from engram.schemas.entities import Entity, EntitySample, EntitySummary, MergeRecord
+from engram.schemas.entities import Entity, EntityRole, EntitySample, EntitySummary, MergeRecord
 from engram.schemas.observations import Observation
 from engram.workers.ids import ENGRAM_NAMESPACE
 from engram.workers.memory.vectors import embed_texts
@@ -94,6 +94,31 @@ def entity_id(tenant_id: str, name: str) -> uuid.UUID:
     return uuid.uuid5(ENGRAM_NAMESPACE, f"{tenant_id}\x1fperson\x1f{name_key(name)}")
 
 
+#: Chat speakers that are the user: an assistant export's ``user`` (ChatGPT, LongMemEval), Claude's ``human``.
+USER_SPEAKERS = frozenset({"user", "human"})
+#: Chat speakers that are the assistant of an assistant export (one entity per tenant).
+ASSISTANT_SPEAKERS = frozenset({"assistant", "system", "tool"})
+ROLE_RANK = {"self": 0, "assistant": 1, "person": 2}  # which role a merge of two keeps
+
+
+def speaker_role(speaker: str, user_id: str) -> EntityRole:
+    """``self`` for a chat speaker that is the user (``USER_SPEAKERS`` or the user id itself, case and spacing
+    ignored), ``assistant`` for ``ASSISTANT_SPEAKERS``, else ``person``."""
+    key = name_key(speaker)
+    if key in USER_SPEAKERS or key == name_key(user_id):
+        return "self"
+    return "assistant" if key in ASSISTANT_SPEAKERS else "person"
+
+
+def own_id(tenant_id: str, role: EntityRole, user_id: str = "") -> uuid.UUID:
+    """The id of the user's own entity (``role`` ``self``: one per user) or of the tenant's assistant (UUIDv5)."""
+    if role == "self":
+        return uuid.uuid5(ENGRAM_NAMESPACE, f"{tenant_id}\x1fself\x1f{user_id}")
+    if role == "assistant":
+        return uuid.uuid5(ENGRAM_NAMESPACE, f"{tenant_id}\x1fassistant")
+    raise ValueError(f"a {role!r} entity has no fixed id")
+
+
 def founded_id(tenant_id: str, modality: Modality, key: str) -> uuid.UUID:
     """The id of an entity founded by the face or voice with sample ``key`` (UUIDv5: a redelivered batch founds
     the same one)."""
@@ -155,6 +180,17 @@ class EntityMemory:
         self.dirty.add(eid)
         return entity
 
+    def own(self, role: EntityRole, user_id: str) -> Entity:
+        """The user's own entity (``role`` ``self``, named by the user id until given a display name) or the
+        tenant's assistant (named ``assistant``), read or created."""
+        eid = own_id(self.tenant_id, role, user_id)
+        entity = self.get(eid)
+        if entity is None:
+            entity = self.create(eid)
+            entity.role, entity.user_id = role, (user_id if role == "self" else None)
+            self.add_names(entity, [user_id if role == "self" else "assistant"])
+        return entity
+
     def by_names(self, names: list[str]) -> dict[str, Entity]:
         """{name key: entity} for names some entity holds: the entity whose id is ``entity_id(name)`` when it
         holds the name, else the one first seen (an entity merged away leaves its names to the kept one)."""
@@ -165,33 +201,40 @@ class EntityMemory:
         self.load([*found, *(entity_id(self.tenant_id, k) for k in keys)])  # also points written before name_keys
         out: dict[str, Entity] = {}
         for key in keys:
-            holders = [e for e in self.entities.values() if key in {name_key(n) for n in e.names}]
-            holders.sort(key=lambda e: (e.id != entity_id(self.tenant_id, key), e.first_seen_ts or 0.0))
+            holders = [e for e in self.entities.values()
+                       if key in {name_key(n) for n in e.names} and str(e.id) not in self.redirects]
+            holders.sort(key=lambda e: (ROLE_RANK[e.role], e.id != entity_id(self.tenant_id, key),
+                                        e.first_seen_ts or 0.0))
             if holders:
                 out[key] = holders[0]
         return out
 
     def nearest(self, modality: Modality, vector: np.ndarray) -> Entity | None:
         """The entity whose face (Euclidean distance ≤ ``entity_face_distance``) or voice (cosine similarity ≥
-        ``entity_voice_similarity``) centroid is nearest ``vector``, or None. Qdrant finds the candidates among
-        stored entities; entities changed in this task are compared as they are now."""
+        ``entity_voice_similarity``) centroid is nearest ``vector``, or None (``candidates``' first)."""
+        found = self.candidates(modality, vector)
+        return found[0][0] if found else None
+
+    def candidates(self, modality: Modality, vector: np.ndarray, limit: int = 3) -> list[tuple[Entity, float]]:
+        """The entities whose face centroid is within ``entity_face_distance`` of ``vector`` (Euclidean) or whose
+        voice centroid has cosine similarity ≥ ``entity_voice_similarity`` with it, nearest first, with that
+        distance or similarity. Qdrant finds the candidates among stored entities (``limit`` of them); entities
+        changed in this task are compared as they are now."""
         threshold = self._threshold(modality)
         hits = self.rt.vectors.nearest(ENTITIES, FACE if modality == "face" else VOICE, vector.tolist(),
-                                       tenant_filter(self.tenant_id), limit=3, score_threshold=threshold)
+                                       tenant_filter(self.tenant_id), limit=limit, score_threshold=threshold)
         self.load([uuid.UUID(str(h.id)) for h in hits])
-        candidates = {uuid.UUID(str(h.id)) for h in hits} | self.dirty
-        best, best_score = None, None
-        for eid in candidates:
+        found = []
+        for eid in {uuid.UUID(str(h.id)) for h in hits} | self.dirty:
             entity = self.entities.get(eid)
             c = centroid(entity, modality) if entity and str(eid) not in self.redirects else None
             if c is None:
                 continue
             score = closeness(modality, c, vector)
-            ok = score <= threshold if modality == "face" else score >= threshold
-            better = best_score is None or (score < best_score if modality == "face" else score > best_score)
-            if ok and better:
-                best, best_score = entity, score
-        return best
+            if score <= threshold if modality == "face" else score >= threshold:
+                found.append((entity, score))
+        found.sort(key=lambda es: (es[1] if modality == "face" else -es[1], str(es[0].id)))
+        return found
 
     def add_sample(self, entity: Entity, modality: Modality, key: str, vector: np.ndarray, at_ts: float) -> bool:
         """Add one embedding to the entity (its oldest sample goes beyond ``entity_samples``) and count it.
@@ -242,6 +285,26 @@ class EntityMemory:
             entity.names = [*entity.names, *new]
             self.dirty.add(entity.id)
 
+    def join_by_name(self, entity: Entity) -> Entity:
+        """Merge every other entity holding one of ``entity``'s names (case and spacing ignored) with it: one name,
+        one person. The kept one is the user's own entity, else the assistant, else the first seen. Two entities
+        whose voices one recording's speaker clustering told apart (``cannot_link``) stay apart. Returns the kept
+        entity (``entity`` or the one it joined)."""
+        if not entity.names:
+            return entity
+        keys = {name_key(n) for n in entity.names}
+        flt = tenant_filter(self.tenant_id)
+        flt.must.append(qm.FieldCondition(key="name_keys", match=qm.MatchAny(any=sorted(keys))))
+        self.load([uuid.UUID(str(r.id)) for r in self.rt.vectors.scroll(ENTITIES, flt, with_payload=False)])
+        others = [e for e in list(self.entities.values()) if e.id != entity.id and str(e.id) not in self.redirects
+                  and keys & {name_key(n) for n in e.names}]
+        for other in sorted(others, key=_keep_order):
+            if cannot_link(entity, other):
+                continue
+            keep, drop = sorted((entity, other), key=_keep_order)
+            entity = self.merge(keep, drop, f"same name ({drop.label})")
+        return entity
+
     def cooccur(self, a: Entity, b: Entity, observation_id: str) -> int:
         """Record that ``a`` and ``b`` were seen together (one's face, the other's voice) in an observation;
         returns how many observations they now share (each counted once)."""
@@ -279,6 +342,9 @@ class EntityMemory:
         for own in (str(keep.id), str(drop.id)):
             keep.cooccurrence.pop(own, None)
         keep.recording_speakers = {**drop.recording_speakers, **keep.recording_speakers}
+        if ROLE_RANK[drop.role] < ROLE_RANK[keep.role]:
+            keep.role = drop.role
+        keep.user_id = keep.user_id or drop.user_id
         keep.merged_from.append(MergeRecord(entity_id=str(drop.id), names=drop.names, at=datetime.now(UTC),
                                             reason=reason))
         self.redirects[str(drop.id)] = str(keep.id)
@@ -324,6 +390,32 @@ class EntityMemory:
             self.rt.vectors.delete(ENTITIES, list(self.redirects))
             rewrite_references(self.rt, self.tenant_id, self.redirects)
         self.dirty.clear()
+
+
+def _keep_order(e: Entity) -> tuple:
+    """Which of two entities a merge keeps: the user's own, then the assistant, then the first seen."""
+    return ROLE_RANK[e.role], e.first_seen_ts if e.first_seen_ts is not None else float("inf"), str(e.id)
+
+
+def voice_chunks(entity: Entity) -> dict[str, set[str]]:
+    """{recording chunk (``<event id>:<segment>``): the speaker labels its clustering gave the voices linked to
+    ``entity``}, from its voice sample keys and recent contribution keys (``<event id>:<segment>:<label>``)."""
+    out: dict[str, set[str]] = {}
+    keys = [s.key for s in entity.voice_samples] + [k[len("voice:"):] for k in entity.recent_keys
+                                                     if k.startswith("voice:")]
+    for key in keys:
+        chunk, _, label = key.rpartition(":")
+        if chunk and label:
+            out.setdefault(chunk, set()).add(label)
+    return out
+
+
+def cannot_link(a: Entity, b: Entity) -> bool:
+    """True when one recording chunk's speaker clustering gave a voice of ``a`` and a voice of ``b`` different
+    labels: the clustering separated them, so they are two people (a cannot-link constraint, as in constrained
+    clustering: Wagstaff et al., "Constrained K-means Clustering with Background Knowledge", ICML 2001)."""
+    mine, theirs = voice_chunks(a), voice_chunks(b)
+    return any(len(mine[c] | theirs[c]) > 1 for c in mine.keys() & theirs.keys())
 
 
 def _seen(entity: Entity, key: str) -> bool:
@@ -388,10 +480,11 @@ def merge_entities(rt: Runtime, tenant_id: str, keep_id: uuid.UUID | str, drop_i
 
 
 def name_entity(rt: Runtime, tenant_id: str, entity_id: uuid.UUID | str, name: str) -> Entity:
-    """Give entity ``entity_id`` the name ``name`` (a face or voice entity found without one, or another name for
-    a person), first among its names, and write it: a query naming it then filters to it (``workers.query
-    .named_entities``) and ``ask`` shows the name in its evidence. Raises KeyError when it is not an entity of the
-    tenant, ValueError for an empty name."""
+    """Give entity ``entity_id`` the name ``name`` (a face or voice entity found without one, another name for
+    a person, the user's display name for their own entity), first among its names, and write it: a query naming
+    it then filters to it (``workers.query.named_entities``) and ``ask`` shows the name in its evidence. An entity
+    already holding the name joins it (``EntityMemory.join_by_name``): the kept one is returned. Raises KeyError
+    when it is not an entity of the tenant, ValueError for an empty name."""
     name = " ".join(name.split())
     if not name:
         raise ValueError("an entity's name cannot be empty")
@@ -403,14 +496,18 @@ def name_entity(rt: Runtime, tenant_id: str, entity_id: uuid.UUID | str, name: s
     if [name, *others] != entity.names:
         entity.names = [name, *others]
         memory.dirty.add(entity.id)
+        kept = memory.join_by_name(entity)
+        if kept.names[0] != name:  # the name given is the one shown
+            kept.names = [name, *[n for n in kept.names if name_key(n) != name_key(name)]]
         memory.save()
+        return kept
     return entity
 
 
 def summary(e: Entity) -> EntitySummary:
     """What lists show of an entity: id, names, counts, first/last seen (UTC) and the ids merged into it."""
     when = [None if t is None else datetime.fromtimestamp(t, UTC) for t in (e.first_seen_ts, e.last_seen_ts)]
-    return EntitySummary(id=e.id, names=e.names, faces=e.face_count, voices=e.voice_count,
+    return EntitySummary(id=e.id, role=e.role, names=e.names, faces=e.face_count, voices=e.voice_count,
                          observations=e.observation_count, first_seen=when[0], last_seen=when[1],
                          merged_from=[m.entity_id for m in e.merged_from])
 

@@ -34,7 +34,17 @@ import structlog
 from engram.schemas.entities import Entity
 from engram.schemas.jobs import EmbeddedBatch
 from engram.schemas.observations import Observation
-from engram.workers.memory.entities import EntityMemory, entity_id, founded_id, name_key, names_in_transcript
+from engram.workers.memory.entities import (
+    ROLE_RANK,
+    EntityMemory,
+    cannot_link,
+    entity_id,
+    founded_id,
+    name_key,
+    names_in_transcript,
+    speaker_role,
+    voice_chunks,
+)
 from engram.workers.models.faces import cluster_faces
 from engram.workers.runtime import Runtime
 from engram.workers.stores.vectors import OBSERVATIONS
@@ -53,17 +63,32 @@ def link_observations(memory: EntityMemory, observations: list[Observation]) -> 
     face_entities = _faces(memory, perceived)
     for obs in perceived:  # a clip segment with several voices: who said the name is not known
         if obs.transcript and len(voice_of.get(str(obs.id), [])) == 1:
-            memory.add_names(memory.entities[voice_of[str(obs.id)][0]], names_in_transcript(obs.transcript))
+            voice = memory.entities.get(uuid.UUID(memory.resolve(str(voice_of[str(obs.id)][0]))))
+            if voice is not None and (names := names_in_transcript(obs.transcript)):
+                memory.add_names(voice, names)
+                memory.join_by_name(voice)  # the person already known by that name
     _equivalences(memory, perceived, voice_of, face_entities)
     memory.save()
     memory.relabel(observations)
 
 
 def _speakers(memory: EntityMemory, observations: list[Observation]) -> None:
+    """Bind each chat speaker to an entity: the user (``user``, ``human``, the user id) to the user's own entity,
+    an assistant export's ``assistant``, ``system`` and ``tool`` to the tenant's assistant, any other name to the
+    entity holding it (the user's own first: a display name given to it), or a new person of that name. The
+    user's own entity is named by the user id, as their turns spell it (``Sam`` for user ``sam``)."""
     if not observations:
         return
-    holders = memory.by_names([o.speaker for o in observations])
+    people = [o.speaker for o in observations if speaker_role(o.speaker, o.user_id) == "person"]
+    holders = memory.by_names(people) if people else {}
     for obs in observations:
+        role = speaker_role(obs.speaker, obs.user_id)
+        if role != "person":
+            entity = memory.own(role, obs.user_id)
+            if entity.names[:1] == [obs.user_id] != [obs.speaker] and name_key(obs.speaker) == name_key(obs.user_id):
+                entity.names = [obs.speaker, *entity.names[1:]]  # the user id as the user's turns spell it: "Sam"
+            memory.add_observation(entity, obs)
+            continue
         entity = holders.get(name_key(obs.speaker))
         if entity is None:
             entity = holders[name_key(obs.speaker)] = memory.create(entity_id(memory.tenant_id, obs.speaker))
@@ -96,10 +121,10 @@ def _not_yet_linked(memory: EntityMemory, observations: list[Observation]) -> li
 
 
 def _voices(memory: EntityMemory, observations: list[Observation]) -> dict[str, list[uuid.UUID]]:
-    """Link each speaker cluster's voice to an entity and give it its recording-wide speaker label
-    (``_recording_speakers``); returns {observation id: its voices' entity ids, the main speaker's first}. An
-    audio observation is one utterance of its cluster; a clip segment carries every speaker's voice
-    (``speaker_voices``), each its own cluster."""
+    """Link each speaker cluster's voice to an entity (``_link_chunk``, chunk by chunk) and give it its
+    recording-wide speaker label (``_recording_speakers``); returns {observation id: its voices' entity ids, the
+    main speaker's first}. An audio observation is one utterance of its cluster; a clip segment carries every
+    speaker's voice (``speaker_voices``), each its own cluster."""
     clusters: dict[str, list[tuple[Observation, list[float], float]]] = {}
     label_of: dict[str, tuple[str, int, str]] = {}  # cluster key -> (event id, segment, chunk-local label)
     for obs in observations:
@@ -111,21 +136,63 @@ def _voices(memory: EntityMemory, observations: list[Observation]) -> dict[str, 
             clusters.setdefault(key, []).append((obs, embedding, max(seconds, 1e-3)))
             if label:
                 label_of[key] = (str(obs.event_id), obs.segment_index, label)
-    out: dict[str, list[uuid.UUID]] = {}
-    linked: dict[str, Entity] = {}
+    chunks: dict[str, dict[str, np.ndarray]] = {}
     for key, members in clusters.items():
         mean = np.average([e for _, e, _ in members], axis=0, weights=[w for _, _, w in members])
-        voice = mean / max(float(np.linalg.norm(mean)), 1e-12)
-        entity = memory.nearest("voice", voice) or memory.get(founded_id(memory.tenant_id, "voice", key)) \
-            or memory.create(founded_id(memory.tenant_id, "voice", key))
-        memory.add_sample(entity, "voice", key, voice, min(o.captured_at.timestamp() for o, _, _ in members))
-        linked[key] = entity
-        for obs, _, _ in members:
-            memory.add_observation(entity, obs)
-            if entity.id not in out.setdefault(str(obs.id), []):
-                out[str(obs.id)].append(entity.id)
+        chunk = key.rpartition(":")[0] if key in label_of else key
+        chunks.setdefault(chunk, {})[key] = mean / max(float(np.linalg.norm(mean)), 1e-12)
+    out: dict[str, list[uuid.UUID]] = {}
+    linked: dict[str, Entity] = {}
+    for voices in chunks.values():
+        for key, entity in _link_chunk(memory, voices).items():
+            members = clusters[key]
+            memory.add_sample(entity, "voice", key, voices[key], min(o.captured_at.timestamp() for o, _, _ in members))
+            linked[key] = entity
+            for obs, _, _ in members:
+                memory.add_observation(entity, obs)
+                if entity.id not in out.setdefault(str(obs.id), []):
+                    out[str(obs.id)].append(entity.id)
     _recording_speakers(memory, {k: (label_of[k], linked[k], clusters[k]) for k in label_of})
     return out
+
+
+def _link_chunk(memory: EntityMemory, voices: dict[str, np.ndarray]) -> dict[str, Entity]:
+    """The entity of each speaker cluster of one recording chunk ({cluster key: its voice, L2-normalised}): the
+    nearest voice entity with cosine similarity ≥ ``entity_voice_similarity``, unless
+
+    - the chunk's clustering separated them: an entity holding another of this chunk's speakers is never a
+      candidate, and two clusters of the chunk never take one entity (the more similar wins it): a cannot-link
+      constraint (``entities.cannot_link``);
+    - the match is not clear: a second entity within ``entity_voice_margin`` of the best.
+
+    Such a voice founds its own entity (people merge later by name, ``engram entities --merge`` or the web app).
+    A redelivered cluster takes back the entity it founded or joined before."""
+    margin = memory.rt.settings.entity_voice_margin
+    chosen: dict[str, Entity] = {}
+    pairs: list[tuple[float, str, Entity]] = []
+    for key, voice in voices.items():
+        found = [(e, sim) for e, sim in memory.candidates("voice", voice, limit=5) if not _separated(e, key)]
+        again = memory.get(founded_id(memory.tenant_id, "voice", key)) \
+            or next((e for e, _ in found if f"voice:{key}" in e.recent_keys), None)
+        if again is not None:
+            chosen[key] = again
+        elif found and (len(found) == 1 or found[0][1] - found[1][1] >= margin):
+            pairs.append((found[0][1], key, found[0][0]))
+    taken = {e.id for e in chosen.values()}
+    for _, key, entity in sorted(pairs, key=lambda p: -p[0]):
+        if entity.id not in taken:
+            chosen[key] = entity
+            taken.add(entity.id)
+    for key in voices:
+        if key not in chosen:
+            chosen[key] = memory.create(founded_id(memory.tenant_id, "voice", key))
+    return chosen
+
+
+def _separated(entity: Entity, key: str) -> bool:
+    """True when ``entity`` holds a voice that the clustering of cluster ``key``'s chunk labelled otherwise."""
+    chunk, _, label = key.rpartition(":")
+    return bool(voice_chunks(entity).get(chunk, set()) - {label})
 
 
 def _recording_speakers(memory: EntityMemory, clusters: dict) -> None:
@@ -191,8 +258,8 @@ def _equivalences(memory: EntityMemory, observations: list[Observation], voice_o
     that reach the setting and are each other's most frequent partner."""
     pairs: dict[tuple[uuid.UUID, uuid.UUID], int] = {}
     for obs in observations:
-        for v in voice_of.get(str(obs.id), []):
-            for f in face_entities.get(str(obs.id), set()):
+        for v in {uuid.UUID(memory.resolve(str(v))) for v in voice_of.get(str(obs.id), [])}:
+            for f in {uuid.UUID(memory.resolve(str(f))) for f in face_entities.get(str(obs.id), set())}:
                 if f != v:
                     pairs[(f, v)] = memory.cooccur(memory.entities[f], memory.entities[v], str(obs.id))
     for (f, v), count in pairs.items():
@@ -200,8 +267,8 @@ def _equivalences(memory: EntityMemory, observations: list[Observation], voice_o
         voice = memory.entities.get(uuid.UUID(memory.resolve(str(v))))
         if face is None or voice is None or face.id == voice.id or count < memory.rt.settings.entity_cooccurrence_merge:
             continue
-        if _mutual_best(face, voice) and _mutual_best(voice, face):
-            keep, drop = sorted((face, voice), key=lambda e: (not e.names, e.first_seen_ts or 0.0))
+        if _mutual_best(face, voice) and _mutual_best(voice, face) and not cannot_link(face, voice):
+            keep, drop = sorted((face, voice), key=lambda e: (ROLE_RANK[e.role], not e.names, e.first_seen_ts or 0.0))
             memory.merge(keep, drop, f"face-voice co-occurrence in {count} segments")
 
 
