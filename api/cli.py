@@ -420,6 +420,11 @@ from engram.api.agent_cli import register as _register_agent_commands  # noqa: E
 
 _register_agent_commands(app)
 
+# ui: the web app on the embedded default (api/ui_cli.py, api/ui/)
+from engram.api.ui_cli import ui as _ui  # noqa: E402
+
+app.command("ui", epilog="Example:  engram ui --port 8780")(_ui)
+
 
 # --- distributed mode: worker and beat processes (api/processes.py holds the rules) ---------------------
 

@@ -1,0 +1,219 @@
+"""The web app's routes (``api.ui.app.create_ui`` registers them). Each reads the app's one tenant and, with
+``?user=U``, only that user's items; an item of another tenant or user answers 404 like an unknown one. GET
+routes are plain functions (run in the server's thread pool: the service blocks); POSTs check the CSRF token."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from datetime import date, datetime
+from pathlib import Path
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from engram.api.service.base import MediaMissing, NotFound, NotOffered, ServiceError
+from engram.api.ui import present
+from engram.api.ui.pages import Pages, UiConfig, media_response, parse_id
+from engram.schemas.events import EventStatus, MediaKind
+from engram.schemas.memories import MEMORY_TYPES, MemoryType
+from engram.schemas.search import SearchRequest
+from engram.schemas.settings import get_settings
+from engram.schemas.timeline import TimelineRequest
+
+#: Observations the day's timeline reads at most (a busy day: 1,680 frames), and search hits shown.
+TIMELINE_LIMIT = 5000
+SEARCH_LIMIT = 30
+MEMORIES_PAGE = 50
+
+
+def _day(value: str | None, default: date | None) -> date | None:
+    if not value:
+        return default
+    try:
+        return date.fromisoformat(value)
+    except ValueError as exc:
+        raise HTTPException(400, f"not a date (YYYY-MM-DD): {value[:40]}") from exc
+
+
+def _kind(value: str | None) -> MediaKind | None:
+    if not value:
+        return None
+    try:
+        return MediaKind(value)
+    except ValueError as exc:
+        raise HTTPException(400, f"no such kind: {value[:40]}") from exc
+
+
+def register(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
+    """Add every route of the web app to ``app``."""
+    _screens(app, cfg, pages)
+    _items(app, cfg, pages)
+    _changes(app, cfg, pages)
+
+
+def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
+    svc, tenant = cfg.service, cfg.tenant
+
+    @app.get("/", include_in_schema=False)
+    def start(request: Request) -> Response:
+        return pages.render(request, "index.html", user=pages.user(request))
+
+    @app.get("/timeline", include_in_schema=False)
+    def timeline(request: Request) -> Response:
+        q, user = request.query_params, pages.user(request)
+        tz = get_settings().tzinfo
+        first = _day(q.get("date"), datetime.now(tz).date())
+        last = _day(q.get("to"), None)
+        if last is not None and last < first:
+            raise HTTPException(400, "the range ends before it starts")
+        start_at, end_at = present.day_span(first, last, tz)
+        kind, app_name = _kind(q.get("kind")), q.get("app") or None
+        page = svc.timeline(TimelineRequest(tenant_id=tenant, user_id=user, time_from=start_at, time_to=end_at,
+                                            kinds=[kind] if kind else None, apps=[app_name] if app_name else None,
+                                            limit=TIMELINE_LIMIT))
+        groups = present.group_timeline(page.items, sample=not q.get("full"))
+        return pages.render(request, "timeline.html", user=user, groups=groups, total=page.total, day=first,
+                            last=last, kind=kind.value if kind else "", app_name=app_name or "",
+                            kinds=[k.value for k in MediaKind], capped=page.total > len(page.items))
+
+    @app.get("/search", include_in_schema=False)
+    def search(request: Request) -> Response:
+        q, user = request.query_params, pages.user(request)
+        text = (q.get("q") or "").strip()[:4000]
+        kind = _kind(q.get("kind"))
+        resp = None
+        if text:
+            resp = svc.search(SearchRequest(query=text, tenant_id=tenant, user_id=user, limit=SEARCH_LIMIT,
+                                            kinds=[kind] if kind else None, timezone=get_settings().timezone))
+        return pages.render(request, "search.html", user=user, q=text, resp=resp, kind=kind.value if kind else "",
+                            kinds=[k.value for k in MediaKind])
+
+    @app.get("/people", include_in_schema=False)
+    def people(request: Request) -> Response:
+        return pages.render(request, "people.html", user=pages.user(request), entities=svc.list_entities(tenant))
+
+    @app.get("/memories", include_in_schema=False)
+    def memories(request: Request) -> Response:
+        user = pages.user(request)
+        try:
+            mtype = MemoryType(request.query_params.get("type") or MemoryType.episodic.value)
+            offset = max(0, int(request.query_params.get("offset") or 0))
+        except ValueError as exc:
+            raise HTTPException(400, "no such memory type or offset") from exc
+        page = svc.list_memories(tenant, mtype, user, MEMORIES_PAGE, offset)
+        return pages.render(request, "memories.html", user=user, page=page, mtype=mtype.value,
+                            types=[t.value for t in MEMORY_TYPES], step=MEMORIES_PAGE)
+
+    @app.get("/activity", include_in_schema=False)
+    def activity(request: Request) -> Response:
+        user = pages.user(request)
+        status = request.query_params.get("status") or None
+        try:
+            wanted = EventStatus(status) if status else None
+        except ValueError as exc:
+            raise HTTPException(400, "no such status") from exc
+        return pages.render(request, "activity.html", user=user, counts=svc.event_counts(tenant),
+                            statuses=[s.value for s in EventStatus], status=status or "",
+                            events=svc.events(tenant, user, wanted, 200), failures=svc.failures(tenant, user, 50))
+
+    @app.get("/connect", include_in_schema=False)
+    def connect(request: Request) -> Response:
+        return pages.render(request, "connect.html", user=pages.user(request), snippet=mcp_snippet(cfg.data_dir))
+
+
+def mcp_snippet(data_dir: Path) -> str:
+    """The ``claude_desktop_config.json`` entry that serves this install's memory over MCP (``engram mcp``), with
+    the real paths of the ``engram`` command and the data dir."""
+    exe = shutil.which("engram") or str(Path(sys.executable).with_name("engram"))
+    entry = {"mcpServers": {"engram": {"command": exe, "args": ["mcp", "--data-dir", str(data_dir)]}}}
+    return json.dumps(entry, indent=2)
+
+
+def _items(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
+    svc, tenant = cfg.service, cfg.tenant
+
+    def record(request: Request, item_id: str):
+        rec = svc.get_memory(tenant, parse_id(item_id))
+        user = pages.user(request)
+        if rec is None or (user and rec.user_id != user):
+            raise HTTPException(404, "Nothing here: it was deleted, or never was.")
+        return rec, user
+
+    @app.get("/item/{item_id}", include_in_schema=False)
+    def item(request: Request, item_id: str) -> Response:
+        rec, user = record(request, item_id)
+        missing = None
+        if rec.memory_type is MemoryType.observation:
+            try:
+                svc.media(tenant, rec.id, user)
+            except MediaMissing as exc:
+                missing = str(exc)
+        names = {str(e.id): e for e in svc.list_entities(tenant).items} if rec.payload.get("entity_ids") else {}
+        return pages.render(request, "item.html", user=user, rec=rec, missing=missing, names=names,
+                            evidence=(rec.payload.get("provenance") or {}).get("observation_ids") or [])
+
+    @app.get("/media/{item_id}", include_in_schema=False)
+    def media(request: Request, item_id: str) -> Response:
+        try:
+            return media_response(svc.media(tenant, parse_id(item_id), pages.user(request)))
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
+
+    @app.get("/thumb/{item_id}", include_in_schema=False)
+    def thumb(request: Request, item_id: str) -> Response:
+        try:
+            return media_response(svc.thumbnail(tenant, parse_id(item_id), pages.user(request)))
+        except MediaMissing:
+            return RedirectResponse("/static/missing.svg", status_code=307)
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
+
+
+def _changes(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
+    svc, tenant = cfg.service, cfg.tenant
+
+    async def form(request: Request) -> dict[str, str]:
+        try:
+            return await cfg.csrf.checked_form(request)
+        except PermissionError as exc:
+            raise HTTPException(403, str(exc)) from exc
+
+    def back(path: str, **params: str | None) -> RedirectResponse:
+        kept = {k: v for k, v in params.items() if v}
+        return RedirectResponse(path + (f"?{urlencode(kept)}" if kept else ""), status_code=303)
+
+    @app.post("/people/{entity_id}/name", include_in_schema=False)
+    async def name(request: Request, entity_id: str) -> Response:
+        got = await form(request)
+        new = " ".join((got.get("name") or "").split())[:256]
+        if not new:
+            raise HTTPException(400, "a name cannot be empty")
+        if await run_in_threadpool(svc.name_entity, tenant, parse_id(entity_id), new) is None:
+            raise HTTPException(404, "no such person")
+        return back("/people", user=got.get("user"))
+
+    @app.post("/memories/{item_id}/delete", include_in_schema=False)
+    async def delete(request: Request, item_id: str) -> Response:
+        got = await form(request)
+        mid, user = parse_id(item_id), got.get("user") or None
+        rec = await run_in_threadpool(svc.get_memory, tenant, mid)
+        if rec is None or (user and rec.user_id != user):
+            raise HTTPException(404, "Nothing here: it was deleted, or never was.")
+        await run_in_threadpool(svc.delete_memory, tenant, mid)
+        return back("/memories", type=rec.memory_type.value, user=user)
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> Response:
+        return await run_in_threadpool(pages.error, request, 404, str(exc))
+
+    @app.exception_handler(NotOffered)
+    async def not_offered(request: Request, exc: NotOffered) -> Response:
+        return await run_in_threadpool(pages.error, request, 501, f"Not built yet: {exc}")
+
+    @app.exception_handler(ServiceError)
+    async def unavailable(request: Request, exc: ServiceError) -> Response:
+        return await run_in_threadpool(pages.error, request, 503, f"engram cannot answer now: {exc}")

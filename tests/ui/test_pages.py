@@ -1,0 +1,111 @@
+"""The web app over HTTP (httpx against the app served on loopback): every screen answers with the security
+headers, stored text is escaped, a foreign Host is refused, POSTs need the session's CSRF token, another tenant's
+or user's item and an unknown one answer 404, originals stream with range requests, thumbnails are small WebPs
+made once, and the UI's routes are in no OpenAPI document."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from engram.schemas.add import AddMemoryRequest
+from engram.schemas.memories import MemoryType
+from tests.ui.conftest import NOTE
+
+SCREENS = ["/", "/timeline?date=2024-05-02", "/search?q=piano+tuner", "/people", "/memories", "/activity",
+           "/connect"]
+
+
+@pytest.fixture
+def client(ui):
+    with httpx.Client(base_url=ui.url, timeout=120) as c:
+        yield c
+
+
+def test_every_screen_answers_with_a_strict_policy(client):
+    for path in SCREENS:
+        r = client.get(path)
+        assert r.status_code == 200, (path, r.text[-500:])
+        csp = r.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert "<script>" not in r.text.replace('<script src="/static/ui.js" defer></script>', "")
+    start = client.get("/").text
+    assert all(f'href="/{s}"' in start for s in ("timeline", "search", "people", "memories", "activity", "connect"))
+    assert '<option value="alice">' in start and '<option value="bob">' in start  # every user of the tenant
+
+
+def test_stored_text_is_escaped(client):
+    day = client.get("/timeline?date=2024-05-02").text
+    assert NOTE in day
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in day and "<script>alert(1)" not in day
+    assert "&lt;img src=x onerror=alert(1)&gt;" in day and "<img src=x" not in day
+    found = client.get("/search", params={"q": "budget memo"}).text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; budget memo" in found and "Why:" in found
+
+
+def test_a_host_that_is_not_the_bound_address_is_refused(ui):
+    for host in ("evil.example", "evil.example:80", "192.168.1.5"):
+        r = httpx.get(ui.url + "/", headers={"Host": host})
+        assert r.status_code == 403, host
+    assert httpx.get(ui.url + "/", headers={"Host": "localhost:" + ui.url.rsplit(":", 1)[1]}).status_code == 200
+
+
+def test_posts_need_the_sessions_csrf_token(client, ui):
+    people = client.get("/people")
+    entity = re.search(r'action="/people/([0-9a-f-]+)/name"', people.text).group(1)
+    token = re.search(r'name="csrf_token" value="([0-9a-f]+)"', people.text).group(1)
+    url = f"/people/{entity}/name"
+    assert client.post(url, data={"name": "Mallory"}).status_code == 403  # no token
+    assert client.post(url, data={"name": "Mallory", "csrf_token": "0" * 64}).status_code == 403
+    stranger = httpx.post(ui.url + url, data={"name": "Mallory", "csrf_token": token})  # no session cookie
+    assert stranger.status_code == 403
+    other_site = client.post(url, data={"name": "Mallory", "csrf_token": token}, headers={"Origin": "http://evil"})
+    assert other_site.status_code == 403
+    assert "Mallory" not in client.get("/people").text
+    done = client.post(url, data={"name": "Bea", "csrf_token": token})
+    assert done.status_code == 303 and done.headers["location"] == "/people"
+
+
+def test_unknown_foreign_and_deleted_items_answer_404(client, ui):
+    assert client.get(f"/item/{ui.other_tenant_id}").status_code == 404  # another tenant's
+    assert client.get(f"/media/{ui.other_tenant_id}").status_code == 404
+    assert client.get(f"/thumb/{ui.other_tenant_id}").status_code == 404
+    assert client.get(f"/item/{ui.bob_id}", params={"user": "alice"}).status_code == 404  # another user's
+    assert client.get(f"/item/{ui.bob_id}", params={"user": "bob"}).status_code == 200
+    assert client.get("/item/not-an-id").status_code == 404
+    assert client.get("/item/00000000-0000-4000-8000-000000000000").status_code == 404
+    assert client.get("/nowhere").status_code == 404
+    assert client.get("/timeline", params={"date": "May 2"}).status_code == 400
+    assert client.get("/timeline", params={"user": "<bad>"}).status_code == 404
+
+
+def test_media_streams_with_ranges_and_thumbnails_are_small_webps(client, ui):
+    whole = client.get(f"/media/{ui.screenshot_id}")
+    assert whole.status_code == 200 and whole.headers["content-type"] == "image/png"
+    part = client.get(f"/media/{ui.screenshot_id}", headers={"Range": "bytes=10-29"})
+    assert part.status_code == 206 and part.content == whole.content[10:30]
+    assert part.headers["content-range"] == f"bytes 10-29/{len(whole.content)}"
+    thumb = client.get(f"/thumb/{ui.screenshot_id}")
+    assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/webp"
+    assert len(thumb.content) < 20_000 and "max-age" in thumb.headers["cache-control"]
+    item = client.get(f"/item/{ui.screenshot_id}").text
+    assert "quarterly budget review" in item.lower() and f'src="/media/{ui.screenshot_id}"' in item
+    day = client.get("/timeline", params={"date": "2024-05-02", "user": "alice"}).text
+    assert re.search(rf'<img src="/thumb/{ui.screenshot_id}\?user=alice" loading="lazy" width="160" height="90"', day)
+    assert "Firefox" in day
+
+
+def test_the_ui_is_in_no_openapi_document(client):
+    assert client.get("/openapi.json").status_code == 404 and client.get("/docs").status_code == 404
+
+
+def test_a_missing_original_shows_a_placeholder_with_the_reason(client, ui):
+    resp = ui.service.add(AddMemoryRequest(text="a note whose file goes", user_id="dora"), "default", "x")
+    assert resp.status.value == "done"
+    rec = ui.service.list_memories("default", MemoryType.observation, "dora").items[0]
+    ui.service.media("default", rec.id).path.unlink()
+    page = client.get(f"/item/{rec.id}")
+    assert page.status_code == 200 and "The original cannot be shown" in page.text and "no longer stored" in page.text
