@@ -271,21 +271,21 @@ class _Base:
         self.device = device or os.environ.get("ENGRAM_DEVICE") or safe_id(socket.gethostname())
         self._key_id = hashlib.sha256(api_key.encode()).hexdigest()[:16]
         self._headers = {"Authorization": f"Bearer {api_key}"}
-        self._retry_args = dict(stop=tenacity.stop_after_attempt(max(1, retries)),
-                                wait=tenacity.wait_exponential(multiplier=backoff, max=max_backoff),
-                                retry=tenacity.retry_if_exception(_transient), reraise=True)
+        self._stop = tenacity.stop_after_attempt(max(1, retries))
+        self._wait = tenacity.wait_exponential(multiplier=backoff, max=max_backoff)
 
     def _event(self, staged: _Staged, up: UploadResponse, user: str | None, device: str | None,
                captured_at: datetime | None, app: str | None, window: str | None, event_id: uuid.UUID | None,
-               metadata: dict[str, str] | None) -> PublishRequest:
-        """The event of a staged and uploaded file (default id from key, user, device and sha256)."""
+               metadata: dict[str, str] | None, source_name: str | None = None) -> PublishRequest:
+        """The event of a staged and uploaded file (default id from key, user, device and sha256; default name
+        the file's absolute path)."""
         user, device = user or self.user, device or self.device
         eid = event_id or uuid.uuid5(_PUBLISH_NAMESPACE, f"{self._key_id}\x1f{user}\x1f{device}\x1f{staged.sha256}")
         return PublishRequest(
             event_id=eid, user_id=user, device_id=device, kind=staged.kind, object_key=up.object_key,
             sha256=staged.sha256, size=staged.size, mime_type=staged.mime,
             captured_at=captured_at or datetime.fromtimestamp(staged.mtime, UTC),
-            source_name=os.path.abspath(staged.path), app=app, window=window, metadata=metadata or {})
+            source_name=source_name or os.path.abspath(staged.path), app=app, window=window, metadata=metadata or {})
 
 
 def _pending_report(pending: set, out: dict, timeout: float) -> TimeoutError:
@@ -307,7 +307,8 @@ class EngramClient(_Base):
         super().__init__(base_url, api_key, retries, backoff, max_backoff, user, device)
         self._api = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport, headers=self._headers)
         self._store = httpx.Client(timeout=timeout, transport=transport)  # presigned URLs carry no API key
-        self._retrying = tenacity.Retrying(**self._retry_args)
+        self._retrying = tenacity.Retrying(stop=self._stop, wait=self._wait,
+                                           retry=tenacity.retry_if_exception(_transient), reraise=True)
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -357,8 +358,9 @@ class EngramClient(_Base):
     def publish(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
                 device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
                 window: str | None = None, event_id: uuid.UUID | None = None,
-                metadata: dict[str, str] | None = None) -> PublishResult:
-        """Hash ``path``, upload it unless the store has it, and publish its event.
+                metadata: dict[str, str] | None = None, source_name: str | None = None) -> PublishResult:
+        """Hash ``path``, upload it unless the store has it, and publish its event (named ``source_name``,
+        default the file's absolute path).
 
         ``kind``: detected from the content when None. ``captured_at``: default the file's modification
         time (UTC). ``event_id``: default derived from (API key, user, device, sha256), so publishing the
@@ -370,7 +372,7 @@ class EngramClient(_Base):
         if not up.exists:
             self._put(up.url, staged)
         resp = self.publish_event(self._event(staged, up, user, device, captured_at, app, window, event_id,
-                                              metadata))
+                                              metadata, source_name))
         return PublishResult(resp.event_id, resp.status, not up.exists, resp.duplicate, staged.size)
 
     def publish_file(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
@@ -496,7 +498,8 @@ class AsyncEngramClient(_Base):
         self._api = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport,
                                       headers=self._headers)
         self._store = httpx.AsyncClient(timeout=timeout, transport=transport)  # presigned URLs carry no API key
-        self._retrying = tenacity.AsyncRetrying(**self._retry_args)
+        self._retrying = tenacity.AsyncRetrying(stop=self._stop, wait=self._wait,
+                                                retry=tenacity.retry_if_exception(_transient), reraise=True)
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
@@ -516,7 +519,7 @@ class AsyncEngramClient(_Base):
             resp = await self._api.request(call.method, call.path, json=call.body, params=call.params)
             return _raise_for_error(resp, call.path)
 
-        answer = await self._retrying.copy(retry=tenacity.retry_if_exception(call.retry_if))(once)
+        answer: Any = await self._retrying.copy(retry=tenacity.retry_if_exception(call.retry_if))(once)
         return call.parse(answer) if answer is not None else None
 
     async def _put(self, url: str, staged: _Staged) -> None:
@@ -544,7 +547,7 @@ class AsyncEngramClient(_Base):
     async def publish(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
                       device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
                       window: str | None = None, event_id: uuid.UUID | None = None,
-                      metadata: dict[str, str] | None = None) -> PublishResult:
+                      metadata: dict[str, str] | None = None, source_name: str | None = None) -> PublishResult:
         """Hash ``path`` (in a worker thread), upload it unless the store has it, publish its event (see
         ``EngramClient.publish``: the same event id, so either client publishing a file again is a no-op).
         Raises NotMedia, OSError, EngramAPIError, httpx.TransportError."""
@@ -555,7 +558,7 @@ class AsyncEngramClient(_Base):
         if not up.exists:
             await self._put(up.url, staged)
         resp = await self.publish_event(self._event(staged, up, user, device, captured_at, app, window, event_id,
-                                                    metadata))
+                                                    metadata, source_name))
         return PublishResult(resp.event_id, resp.status, not up.exists, resp.duplicate, staged.size)
 
     async def publish_file(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,

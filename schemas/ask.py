@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 from engram.schemas.memories import MemoryType
-from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchHit
+from engram.schemas.search import DEFAULT_SEARCH_TYPES, EmptyReason, SearchHit
 from engram.schemas.settings import TimeZoneName
 from engram.workers.errors import ModelError
 
@@ -59,7 +59,8 @@ class AskQuery(AskRequest):
         {"question": "When is the Q2 budget review?", "user_id": "alice"},
     ]})
 
-    tenant_id: str | None = Field(
+    # optional here though the base requires it: the API fills it in from the key before the base is built
+    tenant_id: str | None = Field(  # type: ignore[assignment]
         None, description="Left out: the API key's tenant. Another tenant than the key's: 403.")
 
 
@@ -155,6 +156,9 @@ class AskResponse(BaseModel):
     rounds: list[AskRound] = Field(description="The search rounds, in order.")
     llm: str | None = Field(None, description="'<provider>:<model>' when an LLM answered, else None.")
     took_ms: float = Field(description="Time the query worker spent, milliseconds.")
+    empty: EmptyReason | None = Field(
+        None, description="Why no evidence was found: no_data (nothing stored for the tenant), unknown_user "
+        "(nothing stored for the user), no_match; null when there is evidence.")
 
 
 class AskFailed(ModelError, RuntimeError):
