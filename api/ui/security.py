@@ -23,7 +23,7 @@ CSRF_FIELD = "csrf_token"
 #: plugin, not framed, forms post here only.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; media-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "referrer-policy": "no-referrer",
+HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "referrer-policy": "same-origin",
            "x-frame-options": "DENY", "cross-origin-opener-policy": "same-origin",
            "cross-origin-resource-policy": "same-origin"}
 

@@ -21,8 +21,11 @@ from engram.schemas.events import EventStatus
 from tests.servers import free_ports
 
 CHROMIUM = "/usr/bin/chromium"
+#: ``rebind.test`` resolves to 127.0.0.1 in the browser: a DNS-rebinding page's request reaches the UI with its
+#: own name as Host.
+REBIND_HOST = "rebind.test"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+                 "--disable-sync", "--no-first-run", f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1"]
 DAY = datetime(2024, 5, 2, tzinfo=UTC)
 NOTE = "The piano tuner comes on Thursday morning"
 RLO = "invoice \u202egnp.exe total"
