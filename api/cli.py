@@ -50,6 +50,7 @@ from engram.api.console import (  # noqa: E402
     shown_name,
 )
 from engram.api.embedded import ingest_paths, run_search  # noqa: E402
+from engram.api.explain import explain_empty  # noqa: E402
 from engram.schemas.events import EventStatus, MediaKind  # noqa: E402
 from engram.schemas.memories import MemoryType  # noqa: E402
 from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest  # noqa: E402
@@ -179,21 +180,29 @@ def search(
     as_of: Annotated[str | None, typer.Option(help="Resolve time words in the query (\"last Tuesday\") against "
                                               "this time (ISO 8601; default: now).")] = None,
     history: Annotated[bool, typer.Option("--history", help="Include superseded and archived memories.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the SearchResponse as JSON.")] = False,
+    no_collapse: Annotated[bool, typer.Option("--no-collapse", help="Show every near-duplicate screenshot of a "
+                                              "burst (default: one hit per burst).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the SearchResponse as JSON (with the fused "
+                                          "scores).")] = False,
 ) -> None:
-    """Hybrid search (dense MiniLM + BM25, fused by reciprocal rank fusion) over observations and memories."""
+    """Hybrid search (dense MiniLM + BM25, fused by reciprocal rank fusion) over observations and memories.
+
+    Each hit shows what matched (query words, meaning, time words); a burst of near-duplicate screenshots of one
+    window is one hit. A tenant or user that holds nothing is named on stderr (exit 1)."""
     from engram.schemas.settings import get_settings
 
     req = SearchRequest(query=query, tenant_id=tenant or get_settings().tenant, user_id=user,
                         memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind, entities=entity,
                         time_from=_time_bound(since, "--since"), time_to=_time_bound(until, "--until", end=True),
-                        limit=limit,
+                        limit=limit, collapse=not no_collapse,
                         reference_time=parse_time(as_of), include_history=history)
     resp = run_search(req)
     if as_json:
         print(resp.model_dump_json(indent=2))
-        return
-    print_hits(resp)
+    else:
+        print_hits(resp)
+    if not resp.hits:  # a tenant or user that holds nothing: why, and where the data is (exit 1)
+        explain_empty(resp.empty, req.tenant_id, user)
 
 
 @app.command()

@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engram.schemas.memories import MemoryType
-from engram.schemas.search import SearchResponse
+from engram.schemas.search import SearchHit, SearchResponse
 
 if TYPE_CHECKING:
     from engram.api.client import EngramClient
@@ -209,8 +209,28 @@ def snippet(text: str, query: str, width: int = 110) -> str:
     return ("…" if start else "") + out + ("…" if start + width < len(flat) else "")
 
 
+def why_found(hit: SearchHit) -> str:
+    """Why a hit was found, for a reader (``SearchHit.matched``): "words: budget, review" (BM25 found it and its text
+    holds these query words; "words (nearby)" when they are in the turns it is indexed with), "meaning" (the
+    dense ranking found it), both joined by " + ", then "time" (inside the query's time words), "person" (linked
+    to an entity the query names), "memory" (raised by a memory built from it) and "N frames" for a burst of
+    near-duplicate screenshots. The fused scores stay in ``--json``."""
+    m = hit.matched
+    parts: list[str] = []
+    if m is not None:
+        if m.sparse_rank is not None:
+            parts.append(f"words: {', '.join(m.words)}" if m.words else "words (nearby)")
+        if m.dense_rank is not None:
+            parts.append("meaning")
+        parts += [name for name, on in (("time", m.time), ("person", m.entity), ("memory", m.memory)) if on]
+    if hit.burst_size > 1:
+        parts.append(f"{hit.burst_size} frames")
+    return " + ".join(parts)
+
+
 def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
-    """The hits as a table on ``out`` (default: stdout): score, type, time, source, snippet."""
+    """The hits as a table on ``out`` (default: stdout): rank, why it was found (``why_found``), type, time, source,
+    snippet."""
     out = out or console
     if resp.time_range:
         tr = resp.time_range
@@ -222,7 +242,7 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     table = Table(title=f"{escape(repr(resp.query))} — {counted(len(resp.hits), 'result')} in {resp.took_ms:.0f} ms",
                   expand=True)
     table.add_column("#", no_wrap=True, min_width=2)
-    table.add_column("score", no_wrap=True, min_width=6)
+    table.add_column("matched", max_width=30, overflow="fold")
     table.add_column("type", no_wrap=True, min_width=11)
     table.add_column("time", no_wrap=True, min_width=20)
     table.add_column("source", no_wrap=True, max_width=34, overflow="ellipsis")
@@ -241,6 +261,6 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
             src += f" @{hit.start_s:.1f}s"
         if hit.message_ids and hit.memory_type is MemoryType.observation:
             src += f" {hit.message_ids[0]}"
-        table.add_row(str(i), f"{hit.score:.4f}", hit.memory_type.value, when, Text(src[:40]),
+        table.add_row(str(i), Text(why_found(hit)), hit.memory_type.value, when, Text(src[:40]),
                       Text(snippet(hit.text, resp.query)))
     out.print(table)

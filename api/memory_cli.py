@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engram.api.console import console, counted, err, local_time, print_hits, reads_store, snippet
+from engram.api.explain import empty_type_line, explain_empty, why_empty_here
 from engram.schemas.ask import AskFailed, AskRequest, AskResponse
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
@@ -63,7 +64,13 @@ def ask(
         raise typer.Exit(1) from exc
     if as_json:
         print(resp.model_dump_json(indent=2))
-        return
+    else:
+        _print_answer(question, resp)
+    if not resp.evidence:  # a tenant or user that holds nothing: why, and where the data is (exit 1)
+        explain_empty(resp.empty or why_empty_here(req.tenant_id, user), req.tenant_id, user)
+
+
+def _print_answer(question: str, resp: AskResponse) -> None:
     if resp.llm is None:
         console.print("[dim]no LLM configured (ENGRAM_MODELS__LLM_PROVIDER): the ranked evidence[/dim]")
     elif resp.answer is None:
@@ -104,10 +111,16 @@ def memories_list(
                                      .get(timeout=TASK_TIMEOUT_S))
     if as_json:
         print(page.model_dump_json(indent=2))
-        return
-    last = offset + len(page.items)
-    console.print(_records_table(f"{memory_type.value}: {offset + 1 if page.items else 0}-{last} of {page.total}",
-                                 page.items))
+    else:
+        last = offset + len(page.items)
+        console.print(_records_table(f"{memory_type.value}: {offset + 1 if page.items else 0}-{last} of "
+                                     f"{page.total}", page.items))
+    if page.total == 0:  # why: a tenant or user that holds nothing (exit 1), or what would fill this type
+        tenant = _tenant(tenant)
+        reason = page.empty or why_empty_here(tenant, user)
+        explain_empty(reason, tenant, user)
+        if reason is not None and (line := empty_type_line(memory_type)):
+            err.print(Text(line))
 
 
 @memories_app.command("get")

@@ -12,6 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from engram.schemas.events import LedgerRecord
 from engram.schemas.memories import MemoryType
+from engram.schemas.search import EmptyReason
 
 #: Payload fields never returned by get, list or export (the vault's encrypted secret, vectors' bookkeeping).
 HIDDEN_FIELDS = frozenset({"secret_ciphertext", "secret", "consolidated"})
@@ -82,6 +83,9 @@ class MemoryPage(BaseModel):
     limit: int = Field(description="Items per page asked for.")
     offset: int = Field(description="Items skipped (newest first).")
     items: list[MemoryRecord] = Field(description="This page's items, newest content first.")
+    empty: EmptyReason | None = Field(
+        None, description="Why nothing matches (total 0): no_data (nothing stored for the tenant), unknown_user "
+        "(nothing stored for the user), no_match (there is data, none of this type); null otherwise.")
 
 
 class UserExport(BaseModel):

@@ -128,8 +128,8 @@ def ask(rt: Runtime, req: AskRequest) -> AskResponse:
     answer: str | None = None
     cited: list[SearchHit] = []
     while len(rounds) < req.max_rounds:
-        hits = search(rt, SearchRequest(query=query, context_turns=CONTEXT_TURNS, reinforce=False,
-                                        **search_fields)).hits
+        found = search(rt, SearchRequest(query=query, context_turns=CONTEXT_TURNS, reinforce=False, **search_fields))
+        hits, empty = found.hits, found.empty
         new = [h for h in hits if h.id not in evidence]
         evidence.update((h.id, h) for h in new)
         rounds.append(AskRound(query=query, hit_ids=[h.id for h in hits], new_hits=len(new)))
@@ -148,7 +148,7 @@ def ask(rt: Runtime, req: AskRequest) -> AskResponse:
         reinforce(rt, req.tenant_id, used)
     return AskResponse(question=req.question, answer=answer, memories=cited, evidence=list(evidence.values()),
                        rounds=rounds, llm=None if provider == "none" else f"{provider}:{rt.settings.models.llm_model}",
-                       took_ms=(time.perf_counter() - t0) * 1000)
+                       took_ms=(time.perf_counter() - t0) * 1000, empty=None if evidence else empty)
 
 
 @task(Task.ask, "request")

@@ -47,11 +47,12 @@ def _distinct(rt: Runtime, key: str, must: list, limit: int) -> list[str]:
     return found
 
 
+def users_with_data(rt: Runtime, tenant_id: str, limit: int = 10) -> list[str]:
+    """The users (at most ``limit``, sorted) that hold data in ``tenant_id``."""
+    return sorted(_distinct(rt, "user_id", list(tenant_filter(tenant_id).must), limit))
+
+
 def data_holders(rt: Runtime, tenants: int = 20, users: int = 10) -> dict[str, list[str]]:
     """{tenant: its users} of the tenants holding data (at most ``tenants`` of them, ``users`` users each), tenants
     and users sorted. For the embedded default's CLI only (see the module docstring)."""
-    out: dict[str, list[str]] = {}
-    for tenant in _distinct(rt, "tenant_id", [], tenants):
-        must = [qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant))]
-        out[tenant] = sorted(_distinct(rt, "user_id", must, users))
-    return dict(sorted(out.items()))
+    return {t: users_with_data(rt, t, users) for t in sorted(_distinct(rt, "tenant_id", [], tenants))}

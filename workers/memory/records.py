@@ -38,6 +38,7 @@ from engram.schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage,
 from engram.workers.media import decode as media
 from engram.workers.media.vision import pixels_sha256
 from engram.workers.memory import vault
+from engram.workers.memory.holdings import why_empty
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 from engram.workers.stores.objects import ObjectNotFound
@@ -78,13 +79,16 @@ def get_memory(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> MemoryRecor
 
 def list_memories(rt: Runtime, tenant_id: str, memory_type: MemoryType, user_id: str | None = None,
                   limit: int = 50, offset: int = 0) -> MemoryPage:
-    """A page of one type, newest content first (by the start of the span it covers). Cost grows with
-    ``offset + limit`` (Qdrant's ordered scroll has no offset)."""
+    """A page of one type, newest content first (by the start of the span it covers); an empty one says why
+    (``MemoryPage.empty``: ``workers.memory.holdings.why_empty``). Cost grows with ``offset + limit`` (Qdrant's
+    ordered scroll has no offset)."""
     flt = tenant_filter(tenant_id, user_id)
     coll = collection_for(memory_type)
     points = rt.vectors.newest(coll, flt, offset + limit)[offset:]
-    return MemoryPage(memory_type=memory_type, user_id=user_id, total=rt.vectors.count(coll, flt), limit=limit,
-                      offset=offset, items=[to_record(memory_type, p) for p in points])
+    total = rt.vectors.count(coll, flt)
+    return MemoryPage(memory_type=memory_type, user_id=user_id, total=total, limit=limit, offset=offset,
+                      items=[to_record(memory_type, p) for p in points],
+                      empty=None if total else why_empty(rt, tenant_id, user_id))
 
 
 def delete_memory(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
