@@ -69,6 +69,11 @@ THUMB_QUALITY = 60
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 #: How long the list of a tenant's users is reused, seconds; the ledger records it is read from, at most.
 USERS_TTL_S = 30.0
+#: The payload fields a timeline's records carry (where, when, whose, what it says; not the OCR boxes, words,
+#: faces or voices, which the item's own page reads with ``get_memory``).
+TIMELINE_FIELDS = ("tenant_id", "user_id", "device_id", "event_id", "kind", "app", "window", "start_ts", "end_ts",
+                   "text", "speaker", "session_id", "message_id", "object_key", "source_name", "start_s", "end_s",
+                   "entity_ids")
 USERS_SCAN = 20_000
 
 
@@ -180,9 +185,11 @@ class EmbeddedService(MemoryService):
 
     # --- timeline and media -----------------------------------------------------------------------------------
     def timeline(self, req: TimelineRequest) -> MemoryPage:
+        """Each record's payload holds ``TIMELINE_FIELDS`` only."""
         flt = timeline_filter(req)
         with self._session() as rt:
-            points = rt.vectors.newest(OBSERVATIONS, flt, req.offset + req.limit)[req.offset:]
+            points = rt.vectors.newest(OBSERVATIONS, flt, req.offset + req.limit,
+                                       with_payload=list(TIMELINE_FIELDS))[req.offset:]
             total = rt.vectors.count(OBSERVATIONS, flt)
         return MemoryPage(memory_type=MemoryType.observation, user_id=req.user_id, total=total, limit=req.limit,
                           offset=req.offset, items=[to_record(MemoryType.observation, p) for p in points])

@@ -78,6 +78,7 @@ def test_embedded_service_answers_every_call(store):
     shots = svc.timeline(TimelineRequest(tenant_id="default", kinds=[MediaKind.screenshot], apps=["Firefox"],
                                          time_from=DAY + timedelta(hours=9)))
     assert len(shots.items) == 1 and "budget" in shots.items[0].text.lower()
+    assert shots.items[0].payload["app"] == "Firefox" and "ocr_lines" not in shots.items[0].payload  # light
     assert svc.timeline(TimelineRequest(tenant_id="default", apps=["Slack"])).items == []
     assert svc.timeline(TimelineRequest(tenant_id="default", time_from=DAY + timedelta(days=1))).items == []
     assert svc.timeline(TimelineRequest(tenant_id="globex")).items == []

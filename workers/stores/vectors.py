@@ -368,15 +368,17 @@ class VectorStore(ABC):
         if points:
             self._delete(collection, points)
 
-    def newest(self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts") -> list[qm.Record]:
+    def newest(self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts",
+               with_payload: Payload = True) -> list[qm.Record]:
         """The first ``limit`` points matching ``flt`` by descending payload ``key`` (points without it come
-        last, in id order). Qdrant orders by an indexed payload field (``INDEXED_FIELDS``)."""
+        last, in id order). Qdrant orders by an indexed payload field (``INDEXED_FIELDS``). ``with_payload``: True,
+        or the payload keys to return (a day's timeline reads ~6x faster without the frames' OCR boxes)."""
         if not self._readable(collection):
             return []
-        out, _ = self._scroll_page(collection, flt, limit, None, True, False, order_by=key)
+        out, _ = self._scroll_page(collection, flt, limit, None, with_payload, False, order_by=key)
         if len(out) < limit:
             rest = qm.Filter(must=[*(flt.must or []), qm.IsEmptyCondition(is_empty=qm.PayloadField(key=key))])
-            more, _ = self._scroll_page(collection, rest, limit - len(out), None, True, False)
+            more, _ = self._scroll_page(collection, rest, limit - len(out), None, with_payload, False)
             out.extend(more)
         return out
 
