@@ -21,6 +21,7 @@ import structlog
 
 from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
 from engram.workers.metrics import EVENTS_RECEIVED, count_finished
+from engram.workers.stores.owners import is_alive, this_process
 from engram.workers.stores.sqlite import ThreadConnections
 
 log = structlog.get_logger(__name__)
@@ -67,7 +68,8 @@ class Ledger(Protocol):
 
     def try_lock(self, name: str, ttl_s: float) -> AbstractContextManager[bool]:
         """A lock shared by every process, held at most ``ttl_s`` seconds (a crashed holder cannot block
-        others longer). Yields True when acquired, False (without waiting) when someone else holds it."""
+        others longer; on SQLite not even that: a lock whose holder process is gone is taken over at once).
+        Yields True when acquired, False (without waiting) when someone else holds it."""
 
     def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
                 limit: int = 100) -> list[LedgerRecord]:
@@ -102,6 +104,22 @@ class Ledger(Protocol):
         ``older_than_s``); one already redelivered ``max_redeliveries`` times is marked failed instead.
         Returns (events to publish again, event ids given up)."""
 
+    def claim_interrupted(self, max_redeliveries: int, event_ids: list[uuid.UUID] | None = None,
+                          include_own: bool = False, limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        """Embedded default: events queued or processing whose owner process is gone (``owners.is_alive``: killed,
+        crashed; an event of a process that still lives, running it or waiting for the store, is never taken), or
+        held by this process too with ``include_own`` (its caller has none of its own in flight). Each is claimed
+        for this process (its owner from now on), a dead owner's counting one redelivery; one already redelivered
+        ``max_redeliveries`` times is marked failed instead. ``event_ids``: only these events. Returns (events to
+        run again, event ids given up)."""
+
+    def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
+        """Audit one reveal of a vault entry: who (the OS user and pid), when (now) and which entry; never the
+        secret."""
+
+    def reveal_count(self, tenant_id: str) -> int:
+        """How many reveals of the tenant's vault entries were audited (``record_reveal``)."""
+
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
@@ -120,7 +138,8 @@ CREATE TABLE IF NOT EXISTS events (
   event_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, device_id TEXT NOT NULL,
   kind TEXT NOT NULL, object_key TEXT NOT NULL, sha256 TEXT NOT NULL, source_name TEXT,
   status TEXT NOT NULL, stage TEXT, reason TEXT, segments_total INTEGER,
-  created_at TEXT NOT NULL, updated_at TEXT NOT NULL, event_json TEXT, redeliveries INTEGER NOT NULL DEFAULT 0);
+  created_at TEXT NOT NULL, updated_at TEXT NOT NULL, event_json TEXT, redeliveries INTEGER NOT NULL DEFAULT 0,
+  owner_pid INTEGER, owner_started REAL);
 CREATE INDEX IF NOT EXISTS events_tenant_status ON events(tenant_id, status);
 CREATE INDEX IF NOT EXISTS events_status_updated ON events(status, updated_at);
 CREATE TABLE IF NOT EXISTS segments (
@@ -129,18 +148,58 @@ CREATE TABLE IF NOT EXISTS segments (
 CREATE TABLE IF NOT EXISTS user_content (
   tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, sha256 TEXT NOT NULL, event_id TEXT NOT NULL,
   PRIMARY KEY (tenant_id, user_id, sha256));
-CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, token TEXT NOT NULL, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, token TEXT NOT NULL, expires REAL NOT NULL,
+  owner_pid INTEGER, owner_started REAL);
 CREATE TABLE IF NOT EXISTS unfinished (
   event_id TEXT NOT NULL, work TEXT NOT NULL, starts INTEGER NOT NULL, PRIMARY KEY (event_id, work));
 CREATE TABLE IF NOT EXISTS frames (
   tenant_id TEXT NOT NULL, device_id TEXT NOT NULL, phash TEXT NOT NULL, event_id TEXT NOT NULL,
   PRIMARY KEY (tenant_id, device_id));
+CREATE TABLE IF NOT EXISTS reveals (
+  tenant_id TEXT NOT NULL, entry_id TEXT NOT NULL, os_user TEXT NOT NULL, pid INTEGER NOT NULL, at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS reveals_tenant ON reveals(tenant_id);
 """
+
+#: The ledger's numbered migrations (``PRAGMA user_version`` counts those a file has had): each adds columns
+#: (table, column, declaration) that a ledger written by an earlier engram lacks; the tables it lacks are made by
+#: ``_SCHEMA``. 1: redelivery (the event itself and its count); 2: the owner process of each event and lock
+#: (``workers.stores.owners``).
+_MIGRATIONS: tuple[tuple[tuple[str, str, str], ...], ...] = (
+    (("events", "event_json", "TEXT"), ("events", "redeliveries", "INTEGER NOT NULL DEFAULT 0")),
+    (("events", "owner_pid", "INTEGER"), ("events", "owner_started", "REAL"),
+     ("locks", "owner_pid", "INTEGER"), ("locks", "owner_started", "REAL")),
+)
+
+
+def migrate(db: sqlite3.Connection) -> int:
+    """Bring the ledger open on ``db`` (autocommit) to the current schema: the migrations it has not had, then the
+    tables and indexes it lacks, in one write transaction (two processes opening an old ledger at once migrate it
+    once). Returns how many migrations ran."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        ran = 0
+        for migration in _MIGRATIONS[version:]:
+            for table, column, decl in migration:
+                have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}  # fixed table names
+                if have and column not in have:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+            ran += 1
+        for statement in filter(str.strip, _SCHEMA.split(";")):
+            db.execute(statement)
+        db.execute(f"PRAGMA user_version={len(_MIGRATIONS)}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return ran
 
 
 class SqliteLedger:
     """The ledger in one SQLite file (WAL mode), through a connection per thread and process kept open
-    (``stores.sqlite.ThreadConnections``), so any thread or process may use it."""
+    (``stores.sqlite.ThreadConnections``), so any thread or process may use it. Each unfinished event and each lock
+    names its owner process (``workers.stores.owners``): several engram processes share one data dir, and one takes
+    over another's event or lock only once that process is gone."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -148,11 +207,7 @@ class SqliteLedger:
         self._db = ThreadConnections(self.path)
         db = self._db.connection()
         db.execute("PRAGMA journal_mode=WAL")
-        have = {row[1] for row in db.execute("PRAGMA table_info(events)")}
-        if have and "event_json" not in have:  # a ledger written before redelivery existed
-            db.execute("ALTER TABLE events ADD COLUMN event_json TEXT")
-            db.execute("ALTER TABLE events ADD COLUMN redeliveries INTEGER NOT NULL DEFAULT 0")
-        db.executescript(_SCHEMA)
+        migrate(db)
 
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._db.transaction()
@@ -160,12 +215,14 @@ class SqliteLedger:
     def record_queued(self, event: MediaEvent) -> None:
         now = _now()
         with self._tx() as db:
+            me = this_process()
             created = db.execute(
                 "INSERT OR IGNORE INTO events (event_id, tenant_id, user_id, device_id, kind, object_key, sha256,"
-                " source_name, status, created_at, updated_at, event_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " source_name, status, created_at, updated_at, event_json, owner_pid, owner_started)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (str(event.event_id), event.tenant_id, event.user_id, event.device_id, event.kind.value,
                  event.object_key, event.sha256, event.source_name, EventStatus.queued.value, now, now,
-                 event.model_dump_json())).rowcount
+                 event.model_dump_json(), me.pid, me.started)).rowcount
         if created:
             EVENTS_RECEIVED.labels(kind=event.kind.value).inc()
 
@@ -273,11 +330,16 @@ class SqliteLedger:
 
     @contextmanager
     def try_lock(self, name: str, ttl_s: float) -> Iterator[bool]:
-        token = uuid.uuid4().hex
+        token, me = uuid.uuid4().hex, this_process()
         with self._tx() as db:
-            db.execute("DELETE FROM locks WHERE name=? AND expires < ?", (name, time.time()))
-            got = db.execute("INSERT OR IGNORE INTO locks (name, token, expires) VALUES (?,?,?)",
-                             (name, token, time.time() + ttl_s)).rowcount == 1
+            held = db.execute("SELECT expires, owner_pid, owner_started FROM locks WHERE name=?", (name,)).fetchone()
+            if held and (held[0] < time.time() or not is_alive(held[1], held[2])):  # expired, or its holder gone
+                if held[0] >= time.time():
+                    log.warning("lock taken over from a process that is gone", lock=name, pid=held[1])
+                db.execute("DELETE FROM locks WHERE name=?", (name,))
+            got = db.execute("INSERT OR IGNORE INTO locks (name, token, expires, owner_pid, owner_started)"
+                             " VALUES (?,?,?,?,?)", (name, token, time.time() + ttl_s, me.pid,
+                                                     me.started)).rowcount == 1
         try:
             yield got
         finally:
@@ -351,10 +413,8 @@ class SqliteLedger:
                 if event_json is None or redeliveries >= max_redeliveries:
                     reason = (_stalled_reason(stage, older_than_s, redeliveries) if event_json
                               else "stalled, and recorded before redelivery existed: publish it again")
-                    db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
-                               (EventStatus.failed.value, stage or "ingest", reason, _now(), event_id))
+                    failed.append(self._give_up(db, event_id, kind, stage, reason))
                     given_up.append(uuid.UUID(event_id))
-                    failed.append((kind, stage or "ingest", reason))
                 else:
                     db.execute("UPDATE events SET redeliveries=redeliveries+1, updated_at=? WHERE event_id=?",
                                (_now(), event_id))
@@ -362,6 +422,54 @@ class SqliteLedger:
         for kind, stage, reason in failed:
             count_finished(kind, EventStatus.failed.value, stage, reason)
         return republish, given_up
+
+    @staticmethod
+    def _give_up(db: sqlite3.Connection, event_id: str, kind: str, stage: str | None,
+                 reason: str) -> tuple[str, str, str]:
+        """Mark the event failed at ``stage`` (default ``ingest``) with ``reason``, inside ``db``'s transaction;
+        returns the arguments of ``metrics.count_finished``, to count once it commits."""
+        db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
+                   (EventStatus.failed.value, stage or "ingest", reason, _now(), event_id))
+        return kind, stage or "ingest", reason
+
+    def claim_interrupted(self, max_redeliveries: int, event_ids: list[uuid.UUID] | None = None,
+                          include_own: bool = False, limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        if event_ids is not None and not event_ids:
+            return [], []
+        me, republish, given_up, failed = this_process(), [], [], []
+        only = f" AND event_id IN ({','.join('?' * len(event_ids))})" if event_ids is not None else ""
+        with self._tx() as db:
+            rows = db.execute(
+                "SELECT event_id, event_json, redeliveries, stage, kind, owner_pid, owner_started FROM events"
+                f" WHERE status IN (?,?){only} ORDER BY updated_at LIMIT ?",
+                (EventStatus.queued.value, EventStatus.processing.value, *map(str, event_ids or []),
+                 limit)).fetchall()
+            for event_id, event_json, redeliveries, stage, kind, pid, started in rows:
+                own = pid == me.pid and started == me.started
+                if (own and not include_own) or (not own and is_alive(pid, started)):
+                    continue  # its process lives: running it, or about to
+                if event_json is None or (not own and redeliveries >= max_redeliveries):
+                    reason = (f"interrupted {redeliveries + 1} times: the process running it was gone each time"
+                              + (f" (last stage {stage})" if stage else "") if event_json else
+                              "interrupted, and recorded before redelivery existed: ingest it again")
+                    failed.append(self._give_up(db, event_id, kind, stage, reason))
+                    given_up.append(uuid.UUID(event_id))
+                    continue
+                db.execute("UPDATE events SET redeliveries=redeliveries+?, owner_pid=?, owner_started=?, updated_at=?"
+                           " WHERE event_id=?", (int(not own), me.pid, me.started, _now(), event_id))
+                republish.append(MediaEvent.model_validate_json(event_json))
+        for kind, stage, reason in failed:
+            count_finished(kind, EventStatus.failed.value, stage, reason)
+        return republish, given_up
+
+    def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO reveals (tenant_id, entry_id, os_user, pid, at) VALUES (?,?,?,?,?)",
+                       (tenant_id, entry_id, os_user, pid, _now()))
+
+    def reveal_count(self, tenant_id: str) -> int:
+        with self._tx() as db:
+            return db.execute("SELECT COUNT(*) FROM reveals WHERE tenant_id=?", (tenant_id,)).fetchone()[0]
 
 
 #: Lua shared by the Redis ledger's scripts: ``set_status`` moves an event (its hash at ``key``) to ``status`` as
@@ -739,6 +847,23 @@ class RedisLedger:
                     elif outcome is not None:
                         republish.append(outcome)
         return republish, given_up
+
+    def claim_interrupted(self, max_redeliveries: int, event_ids: list[uuid.UUID] | None = None,
+                          include_own: bool = False, limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+        """The Redis ledger keeps no owner process (its events are the broker's workers', redelivered by the broker
+        and ``claim_stalled``): every unfinished event counts as interrupted, as before owners existed. Only the
+        embedded default asks this, with a Redis ledger only when ``ENGRAM_REDIS_URL`` is set without a broker. Named
+        events (``event_ids``) are left to the broker and its sweep: nothing is claimed."""
+        if event_ids is not None:
+            return [], []
+        return self.claim_stalled(0.0, max_redeliveries, limit)
+
+    def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
+        self.r.xadd(f"{self.p}reveals:{tenant_id}", {"entry_id": entry_id, "os_user": os_user, "pid": pid,
+                                                      "at": datetime.now(UTC).isoformat()})
+
+    def reveal_count(self, tenant_id: str) -> int:
+        return int(self.r.xlen(f"{self.p}reveals:{tenant_id}"))
 
     def _tenants(self) -> list[str]:
         pat = f"{self.p}tenant:*:events"
