@@ -12,10 +12,11 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
 3. Grab the monitor (``mss``) and compute its ``workers.media.decode.frame_signature`` (pHash + a 256 px thumbnail);
    a frame that ``workers.media.decode.is_near_duplicate`` calls a repeat of the last kept one (the thresholds of
    ingest: ``ENGRAM_NEAR_DUPLICATE_SIMILARITY``, ``_SSIM``) is dropped here, never encoded or written.
-4. A kept frame is written as PNG to the spool folder and published with the batch (``--batch`` frames, or
-   ``--flush-seconds`` after the batch's first): on the embedded default through ``api.local`` (``EmbeddedSink``:
-   the store stays open between batches and is left at once to another engram process that asks), or through the
-   API with ``api.client.EngramClient``. Published frames are removed from the spool; failed ones stay there.
+4. A kept frame is written as WebP (``WEBP_QUALITY``) to the spool folder and published with the batch
+   (``--batch`` frames, or ``--flush-seconds`` after the batch's first), named by what it shows (``screen_source``:
+   ``screen/<app> — <title>``): on the embedded default through ``api.local`` (``EmbeddedSink``: the store stays
+   open between batches and is left at once to another engram process that asks), or through the API with
+   ``api.client.EngramClient``. Published frames are removed from the spool; failed ones stay there.
 5. The interval: ``--interval`` (2 s) after a kept frame, doubled after each repeat up to ``--max-interval``
    (30 s), so a static screen costs one grab every 30 s.
 
@@ -52,6 +53,16 @@ from engram.schemas.events import MediaKind
 #: Applications never captured (matched case-insensitively within WM_CLASS's instance and class names).
 DEFAULT_DENY_APPS = ("keepassxc", "keepass", "1password", "bitwarden", "lastpass", "enpass", "dashlane",
                      "proton pass", "seahorse", "kwalletmanager", "gnome-keyring")
+#: Control characters (Unicode category Cc), which a title may hold and an event's names may not: read as spaces.
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: The longest title and app name an event takes (``schemas.events.MediaEvent``'s ``window`` and ``app``).
+MAX_TITLE, MAX_APP = 1024, 256
+#: How kept frames are stored: WebP at this quality (Pillow; 0-100), chosen by bytes and OCR word recall on the
+#: shared screenshots (``python bench/capture_cpu.py --formats``, README).
+WEBP_QUALITY = 80
+#: The source name of a frame whose window is unknown, and of a microphone chunk.
+SCREEN_SOURCE, MICROPHONE_SOURCE = "screen", "microphone"
+
 #: Window titles never captured (regular expressions, case-insensitive, searched anywhere in the title).
 DEFAULT_DENY_TITLES = (r"private browsing", r"\bincognito\b", r"\binprivate\b", r"private window",
                        r"keepassxc", r"1password", r"bitwarden")
@@ -140,7 +151,7 @@ class XWindows:
                 classes = ()
         except error.XError:  # the window went away
             return None
-        app = classes[-1] if classes else None
+        app = " ".join(_CONTROLS.sub(" ", classes[-1]).split())[:MAX_APP] if classes else None
         return WindowInfo(wid, title or None, app or None, classes)
 
     def _title(self, win) -> str | None:
@@ -158,8 +169,8 @@ class XWindows:
                     text = value.decode(fallback, "replace")
             else:  # absent, or a property of another format (a list of numbers)
                 text = value if isinstance(value, str) else None
-            if text and text.strip("\x00 "):
-                return text.replace("\x00", "")
+            if text and (text := " ".join(_CONTROLS.sub(" ", text).split())):
+                return text[:MAX_TITLE]
         return None
 
 
@@ -205,22 +216,42 @@ class AdaptiveInterval:
         return self.current
 
 
+def screen_source(app: str | None, title: str | None) -> str:
+    """The source name of a screenshot: ``screen/<app> — <title>`` (``screen/xterm — user@host: ~``), the parts
+    that are known; ``screen`` when neither is. Slashes and backslashes of the title become the look-alike
+    U+2215 and U+2216, so the name's last path part (what ``engram search`` shows) is the app and title whole and
+    no part of it reads as a folder (nor ``..``: the API refuses a name that climbs)."""
+    shown = " — ".join(x for x in (app, title) if x).replace("/", "\u2215").replace("\\", "\u2216")
+    if set(shown) == {"."}:  # a title of dots alone: one-dot leaders, never a path's "." or ".."
+        shown = shown.replace(".", "\u2024")
+    return f"{SCREEN_SOURCE}/{shown}"[:1024] if shown else SCREEN_SOURCE
+
+
 @dataclass(frozen=True)
 class Frame:
-    """A kept frame waiting in the spool: its file (a PNG, or a WAV chunk of the microphone), when it was grabbed
-    (UTC; a chunk's first sample), the active window (None for audio), and what it is."""
+    """A kept frame waiting in the spool: its file (a WebP screenshot, or a WAV chunk of the microphone), when
+    it was grabbed (UTC; a chunk's first sample), the active window (None for audio), what it is, and the name
+    its event is published under (``source_name``: ``screen_source`` or ``microphone``; the spool file is
+    deleted once published)."""
 
     path: Path
     captured_at: datetime
     app: str | None
     window: str | None
     kind: MediaKind = MediaKind.screenshot
-    mime: str = "image/png"
+    mime: str = "image/webp"
+    source_name: str = SCREEN_SOURCE
+
+
+def screen_frame(path: Path, when: datetime, active: WindowInfo | None) -> Frame:
+    """A kept screenshot (WebP) as a ``Frame``, named after ``active`` (the active window, None: unknown)."""
+    app, title = (active.app, active.title) if active else (None, None)
+    return Frame(path, when, app, title, source_name=screen_source(app, title))
 
 
 def audio_frame(path: Path, when: datetime) -> Frame:
     """A microphone chunk (WAV) as a ``Frame`` for the publisher."""
-    return Frame(path, when, None, None, MediaKind.audio, "audio/wav")
+    return Frame(path, when, None, None, MediaKind.audio, "audio/wav", MICROPHONE_SOURCE)
 
 
 @dataclass
@@ -249,6 +280,12 @@ class CaptureStats:
     audio_seconds: float = 0.0
     audio_overflows: int = 0
 
+    @property
+    def waiting(self) -> int:
+        """Kept frames and chunks not yet published nor failed (queued for the publisher, or being read by OCR
+        and embedded on the embedded default)."""
+        return max(0, self.kept + self.audio_kept - self.published - self.failed)
+
 
 Sink = Callable[[Sequence[Frame]], tuple[int, int]]  # publish a batch -> (published, failed)
 
@@ -276,7 +313,8 @@ class EmbeddedSink:
             for frame in frames:
                 try:
                     event = publish_file(rt, Candidate(frame.path, frame.kind, frame.mime), self.tenant, self.user,
-                                         self.device, frame.captured_at, frame.app, frame.window)
+                                         self.device, frame.captured_at, frame.app, frame.window,
+                                         source_name=frame.source_name)
                     record = run_event(rt, event)
                 except Exception as exc:  # noqa: BLE001 (one frame never stops the capture)
                     self.report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
@@ -312,7 +350,7 @@ def api_sink(client, report: Callable[[str], None] = lambda _: None) -> Sink:
         for frame in frames:
             try:
                 client.publish(frame.path, frame.kind, captured_at=frame.captured_at, app=frame.app,
-                               window=frame.window)
+                               window=frame.window, source_name=frame.source_name)
             except Exception as exc:  # noqa: BLE001 (the API down: the frame stays in the spool)
                 report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
                 bad += 1
@@ -344,6 +382,7 @@ class CaptureConfig:
     ssim_min: float = 0.997
     thumb_side: int = 256
     screen: bool = True
+    quality: int = WEBP_QUALITY
 
 
 class Capture:
@@ -359,6 +398,9 @@ class Capture:
         self.stop = stop or threading.Event()
         self.paused_by_signal = False
         self.stats = CaptureStats()
+        self.phase = "capturing"  # "publishing" once the grabs are over and the publisher drains its queue
+        self.window_errors: set[str] = set()
+        self.batch_lines = True  # a line per published batch (off under a refreshed progress display)
 
     def toggle_pause(self, *_: object) -> None:
         """SIGUSR1's handler: pause or resume."""
@@ -393,6 +435,7 @@ class Capture:
                 st.audio_chunks, st.audio_kept, st.audio_silent = mic.chunks, mic.kept, mic.silent
                 st.audio_seconds, st.audio_overflows = mic.seconds, mic.overflows
             st.wall_seconds = time.monotonic() - start
+            self.phase = "publishing"
             batches.put(None)
             publisher.join()
         st.publish_wait_seconds = time.monotonic() - start - st.wall_seconds
@@ -442,13 +485,12 @@ class Capture:
                         st.duplicates += 1
                     else:
                         changed, last_signature = True, signature
-                        path = cfg.spool / f"{when:%Y%m%dT%H%M%S.%fZ}.png"
-                        img.save(path, format="PNG", compress_level=1)
+                        path = cfg.spool / f"{when:%Y%m%dT%H%M%S.%fZ}.webp"
+                        img.save(path, format="WEBP", quality=cfg.quality)
                         st.kept += 1
                         if not pending:
                             first_pending = time.monotonic()
-                        pending.append(Frame(path, when, active.app if active else None,
-                                             active.title if active else None))
+                        pending.append(screen_frame(path, when, active))
                 st.gate_cpu_seconds += time.thread_time() - gate0
                 if pending and (len(pending) >= cfg.batch or time.monotonic() - first_pending >= cfg.flush_seconds):
                     batches.put(pending)
@@ -461,16 +503,19 @@ class Capture:
             batches.put(pending)
 
     def _denied(self) -> tuple[str | None, WindowInfo | None]:
-        """(the rule that denies this tick, or None; the active window)."""
+        """(the rule that denies this tick, or None; the active window). A window list that cannot be read
+        (the X connection lost, a reply python-xlib cannot parse) keeps the tick's frame without a title; each
+        kind of error is reported once."""
         if self.windows is None:
             return None, None
-        from Xlib import error
-
         try:
             active = self.windows.active()
             windows = ([active] if active else []) + self.windows.visible()
-        except (error.XError, error.ConnectionClosedError) as exc:  # the frame is kept with an unknown title
-            self.report(f"cannot read the windows this tick ({type(exc).__name__}); the frame has no title")
+        except Exception as exc:  # noqa: BLE001 (a window's properties never stop the capture)
+            if type(exc).__name__ not in self.window_errors:
+                self.window_errors.add(type(exc).__name__)
+                self.report(f"cannot read the windows ({type(exc).__name__}: {exc}); such ticks keep their frame "
+                            "without a title")
             return None, None
         for win in windows:
             if why := self.rules.denies(win):
@@ -487,8 +532,9 @@ class Capture:
                 self.report(f"cannot publish {len(frames)} frames: {type(exc).__name__}: {exc}")
             self.stats.published += ok
             self.stats.failed += bad
-            self.report(f"published {counted(ok, 'file')}"
-                        + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
+            if self.batch_lines or bad:
+                self.report(f"published {counted(ok, 'file')}"
+                            + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
 
 
 def install_signals(capture: Capture) -> dict:
@@ -497,6 +543,63 @@ def install_signals(capture: Capture) -> dict:
     handlers = {signal.SIGINT: lambda *_: capture.stop.set(), signal.SIGTERM: lambda *_: capture.stop.set(),
                 signal.SIGUSR1: capture.toggle_pause}
     return {sig: signal.signal(sig, h) for sig, h in handlers.items()}
+
+
+def check_display(report: Callable[[str], None], environ: dict | None = None) -> None:
+    """Before a screen capture on Linux: say what works on a Wayland session, and exit 2 with one line when
+    there is no X display to grab (mss and the window titles both go through X: Xorg, XWayland or Xvfb).
+
+    Wayland with ``$DISPLAY`` (XWayland): one line that only X11 applications' windows are seen (a native
+    Wayland window is grabbed black and its title is unknown), then the capture runs.
+
+    Raises:
+        typer.Exit: code 2, no ``$DISPLAY`` (the line says what works instead: ``--microphone --no-screen``).
+    """
+    import sys
+
+    env = os.environ if environ is None else environ
+    if not sys.platform.startswith("linux"):
+        return
+    wayland = bool(env.get("WAYLAND_DISPLAY")) or env.get("XDG_SESSION_TYPE", "").lower() == "wayland"
+    if env.get("DISPLAY"):
+        if wayland:
+            report(f"Wayland session: the screen is read through XWayland (DISPLAY={env['DISPLAY']}), which shows "
+                   "X11 applications only: native Wayland windows are grabbed black and their titles are unknown, "
+                   "so the privacy rules by title and app see X11 windows only")
+        return
+    if wayland:
+        report("error: Wayland session without an X display (DISPLAY unset): engram capture grabs the screen and "
+               "reads window titles through X, which Wayland does not give. What works: XWayland (set DISPLAY, "
+               "e.g. DISPLAY=:0; X11 applications' windows only) and the microphone alone (--microphone "
+               "--no-screen). What does not: native Wayland windows (grabs and titles need X).")
+    else:
+        report("error: no X display (DISPLAY unset): engram capture grabs the screen through X (Xorg, XWayland "
+               "or Xvfb). Set DISPLAY, or record the microphone alone with --microphone --no-screen.")
+    raise typer.Exit(2)
+
+
+def progress_line(cap: Capture) -> str:
+    """What a capture did so far, for its progress display: phase, grabbed, kept, repeats, denied, published,
+    failed, and what waits for OCR (or in the spool, ``--spool-only``)."""
+    st = cap.stats
+    waiting = (f"{st.waiting} in the spool" if cap.sink is spool_sink else f"{st.waiting} waiting for OCR")
+    audio = f", {st.audio_kept}/{st.audio_chunks} audio chunks kept" if st.audio_chunks else ""
+    return (f"{cap.phase}: {st.grabbed} grabbed, {st.kept} kept, {st.duplicates} repeats, {st.denied} denied{audio}, "
+            f"{st.published} published, {st.failed} failed, {waiting}")
+
+
+def progress_display(cap: Capture, console: Any):
+    """A rich ``Progress`` on ``console`` (stderr) showing ``progress_line(cap)`` with a spinner and the time
+    elapsed, refreshed twice a second by rich's own thread while the capture runs and while it drains (on a
+    terminal; elsewhere rich prints its last state once, when it stops)."""
+    from rich.progress import Progress, ProgressColumn, SpinnerColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    class Counts(ProgressColumn):
+        def render(self, task) -> Text:  # noqa: ANN001 (rich's Task)
+            return Text(progress_line(cap))
+
+    return Progress(SpinnerColumn(), Counts(), TimeElapsedColumn(), console=console, refresh_per_second=2)
 
 
 def open_windows(report: Callable[[str], None]) -> XWindows | None:
@@ -536,7 +639,8 @@ def capture_command(
     user: Annotated[str | None, typer.Option(help="User id (default: ENGRAM_USER or the OS user).")] = None,
     device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant, embedded (default: ENGRAM_TENANT).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the run's counts as JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the run's counts as one JSON object on the last "
+                                           "line of stdout.")] = False,
     spool_only: Annotated[bool, typer.Option("--spool-only", help="Publish nothing: kept frames stay in the spool "
                                              "(to measure the agent alone, or to ingest later).")] = False,
     microphone: Annotated[bool, typer.Option("--microphone", help="Also record the microphone in chunks; chunks "
@@ -565,6 +669,8 @@ def capture_command(
     def report(line: str) -> None:
         err.print(Text(line))
 
+    if screen:
+        check_display(report)
     rules = privacy_rules(deny_app, deny_title, report)
     config = CaptureConfig(spool=spool or settings.data_dir / "capture-spool", interval=interval,
                            max_interval=max_interval, max_frames=max_frames, duration=duration, batch=batch,
@@ -584,19 +690,23 @@ def capture_command(
     report((f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s" if screen else
             "capturing") + (f"{' and' if screen else ''} the microphone in {chunk_seconds:g} s chunks" if mic else "")
            + f" into {target} (pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
-    stats = run_capture(cap, previous, windows, client, report)
+    cap.batch_lines = not err.is_terminal  # a terminal sees the counts refreshed instead
+    with progress_display(cap, err) as bar:
+        bar.add_task("capture", total=None)
+        stats = run_capture(cap, previous, windows, client, report)
     print_stats(stats, json_out, console)
     if stats.failed and not stats.published:
         raise typer.Exit(1)
 
 
 def print_stats(stats: CaptureStats, json_out: bool, console: Any) -> None:
-    """The run's counts on ``console``: JSON (``--json``) or one line."""
+    """The run's counts on ``console``: one line of JSON (``--json``: ``CaptureStats``'s fields and ``waiting``)
+    or one line of text."""
     import json
     from dataclasses import asdict
 
     if json_out:
-        console.print_json(json.dumps(asdict(stats)))
+        console.out(json.dumps({**asdict(stats), "waiting": stats.waiting}), highlight=False)
         return
     audio = (f"; audio: {stats.audio_chunks} chunks, {stats.audio_kept} kept, {stats.audio_silent} silent dropped"
              if stats.audio_chunks or stats.audio_seconds else "")

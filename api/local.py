@@ -23,7 +23,6 @@ from engram.workers.media import decode as media
 from engram.workers.media.detect import detect
 from engram.workers.memory.vault import redact_event
 from engram.workers.runtime import Runtime
-from engram.workers.stores.vectors import OBSERVATIONS
 
 
 @dataclass(frozen=True)
@@ -59,9 +58,12 @@ def classify(path: Path) -> Candidate:
 
 def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, device_id: str,
                  captured_at: datetime | None = None, app_name: str | None = None,
-                 window: str | None = None, metadata: dict[str, str] | None = None) -> MediaEvent:
+                 window: str | None = None, metadata: dict[str, str] | None = None,
+                 source_name: str | None = None) -> MediaEvent:
     """Store ``cand``'s bytes at their content-addressed key and record a queued event (not yet run), its
-    app name, window title and ``metadata`` values with their secrets in the vault (``vault.redact_event``)."""
+    app name, window title and ``metadata`` values with their secrets in the vault (``vault.redact_event``).
+    ``source_name``: what the event is named (default the file's path; ``engram capture`` names a frame by its
+    app and window title, as its spool file is deleted once published)."""
     assert cand.kind is not None and cand.mime is not None
     digest = sha256_file(cand.path)
     key = object_key(tenant_id, digest, cand.mime)
@@ -75,7 +77,7 @@ def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, dev
     event = MediaEvent(event_id=uuid.uuid4(), tenant_id=tenant_id, user_id=user_id, device_id=device_id,
                        kind=cand.kind, object_key=key, sha256=digest, size=cand.path.stat().st_size,
                        mime_type=cand.mime, captured_at=when, captured_at_source=source,
-                       source_name=str(cand.path), app=app_name,
+                       source_name=source_name or str(cand.path), app=app_name,
                        window=window, metadata=metadata or {})
     event = redact_event(rt, event)  # its window title and app name hold no secret from here on
     rt.ledger.record_queued(event)
@@ -83,15 +85,15 @@ def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, dev
 
 
 def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
-    """Embedded default: run again the events a killed process left queued or processing, and return their
-    records. This process holds the embedded store (opened first: another live engram process would make it
-    ``StoreBusy``), so such events have no live owner. The pipeline is idempotent and ingest skips the segments
-    already stored: what the killed run stored is kept and the rest is done. An event already run
-    ``max_redeliveries`` times is marked failed instead (``Ledger.claim_stalled``)."""
+    """Embedded default: run again the events left queued or processing by a process that is gone (killed,
+    crashed), and the ones this process left (a batch the store was busy for), and return their records. An event
+    of another process that still lives (running it, or waiting for the store) is left to it: several engram
+    processes share one data dir (``Ledger.claim_interrupted``). The pipeline is idempotent and ingest skips the
+    segments already stored: what the killed run stored is kept and the rest is done. An event interrupted
+    ``max_redeliveries`` times is marked failed instead. Call it with none of this process's events in flight."""
     if not rt.settings.embedded:
         return []
-    rt.vectors.count(OBSERVATIONS)  # take the store: raises StoreBusy while another process runs
-    events, given_up = rt.ledger.claim_stalled(0.0, rt.settings.max_redeliveries)
+    events, given_up = rt.ledger.claim_interrupted(rt.settings.max_redeliveries, include_own=True)
     out = run_events(rt, events)  # together: their segments share model passes (workers.batching)
     return out + [r for eid in given_up if (r := rt.ledger.get(eid)) is not None]
 
