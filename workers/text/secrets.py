@@ -1,6 +1,12 @@
 """Secrets in text: API keys and tokens (detect-secrets' plugins), private keys, passwords told in words, card
 numbers (Luhn), IBANs and phone numbers (python-stdnum, phonenumbers), each with its span, so perceive can redact
-them before anything is stored (the secret itself goes encrypted to the knowledge vault, ``memory.vault``)."""
+them before anything is stored (the secret itself goes encrypted to the knowledge vault, ``memory.vault``).
+
+What was heard and what OCR split are read as typed text is: a password, PIN or door code told after a cue ("the
+WiFi password is blue Falcon 77", "my PIN is four five one two", "the door code is 4512") is the clause after the
+cue, cut by syntok's tokenizer and segmenter at a comma, "and", a function word or the sentence's end; a token that
+OCR wrapped over two lines is found in the lines joined (``_wrap_cuts``), and a token with a known prefix that a
+window's edge (or OCR) cut short is kept as a partial one (``Finding.partial``)."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 import phonenumbers
 from detect_secrets.plugins.artifactory import ArtifactoryDetector
@@ -48,18 +55,20 @@ class Finding:
     end: int
     secret: str
     sensitivity: str
+    partial: bool = False  # a token with a known prefix but not its whole shape (cut at an edge, misread)
 
 
 LABELS = {"aws_access_key": "AWS access key id", "aws_secret_key": "AWS secret access key",
           "api_key": "API key or token", "password": "password", "credit_card": "payment card number",
           "iban": "bank account (IBAN)", "phone_number": "phone number", "email": "e-mail address",
           "address": "street address", "private_key": "private key", "jwt": "JSON web token",
-          "webhook": "webhook URL"}
+          "webhook": "webhook URL", "pin": "PIN or access code"}
 
 
 SENSITIVITY = {"aws_access_key": "high", "aws_secret_key": "high", "api_key": "high", "password": "high",
                "credit_card": "high", "iban": "high", "phone_number": "medium", "address": "medium",
-               "email": "low", "private_key": "high", "jwt": "high", "webhook": "high"}
+               "email": "low", "private_key": "high", "jwt": "high", "webhook": "high",
+               "pin": "high"}
 
 
 # (entry type, pattern, group holding the secret, a cheap test the text must pass first), tried in this
@@ -120,10 +129,18 @@ def _valid(entry_type: str, secret: str) -> bool:
 _PHONE_WORDS = re.compile(r"(?i)\b(?:phone|call|tel|mobile|cell|number|text me|whatsapp|fax)\b")
 
 
+# an id's label right before a number: an order or ticket number written like a phone number is not one
+_ID_LABEL = re.compile(r"(?i)\b(?:order|invoice|tracking|reference|ref|booking|confirmation|ticket|case|serial|item"
+                       r"|sku|part|receipt|transaction|shipment|parcel|model)\b(?:[ \t]*(?:no\.?|nr\.?|number|id|#))?"
+                       r"[ \t]*[:#]?[ \t]*\Z")
+
+
 def _phone_shaped(raw: str, before: str) -> bool:
     """Written as a phone number is: international (``+``), with an area code in parentheses, or in groups of
-    at most four digits; a bare digit run only after a word such as "call" or "phone". Keeps table cells,
-    decimals and ids out."""
+    at most four digits; a bare digit run only after a word such as "call" or "phone"; never right after an
+    id's label ("order #", "ticket no."). Keeps table cells, decimals and ids out."""
+    if _ID_LABEL.search(before):
+        return False
     groups = re.findall(r"\d+", raw)
     if raw.startswith("+") or (raw.startswith("(") and max(map(len, groups)) <= 4):
         return True
@@ -190,7 +207,8 @@ _NOT_A_PASSWORD = frozenset("""required incorrect correct wrong invalid valid ex
     above attached enclosed following daily weekly monthly yearly always never often usually updated protected
     private secret public shared known unique complex simple easy hard safe unsafe masked visible readable true
     false none null undefined changeme pending ready gone lost compromised leaked ungültig falsch richtig erforderlich
-    leer geändert""".split())
+    leer geändert characters chars letters digits numbers symbols enough days weeks months hours minutes years
+    times expiring expires locked temporary random generated""".split())
 
 
 _FUNCTION_WORDS = frozenset("""a an the and or but nor so yet of to in on at by for with from into onto about as is
@@ -210,6 +228,163 @@ def _passphrase(words: str) -> bool:
             and not all(w in _NOT_A_PASSWORD for w in low))
 
 
+# cues: a password, PIN or code told in words, typed or heard ---------------------------------------------------
+
+# the cue word and what it names: "pw" a password (any clause after "is"), "code" a PIN, passcode or a lock's code
+# (digits or number words, also without "is": "PIN 4512", "door code 4512"), "own" a bare "my code"/"the code"
+# (only after "is", and only a clause of nothing but digits or number words: "the code is 200 lines" is none)
+_CUE = re.compile(
+    r"(?i)(?<![\w-])(?:(?P<pw>pass[ -]?(?:word|phrase)s?|passwd|passwort|kennwort|pwd|pw)"
+    r"|(?P<code>pass[ -]?codes?|pin(?:[ -](?:code|number))?s?|combinations?"
+    r"|(?:door|gate|alarm|lock|safe|locker|access|entry|entrance|security|garage|building|keypad|unlock|wi-?fi"
+    r"|verification|confirmation|login|2fa|one-time)[ -](?:code|pin)s?)"
+    r"|(?P<own>(?:my|our|your|his|her|their|the)[ \t]+codes?))(?![\w-])")
+_CUE_GATE = re.compile(r"(?i)pass|pw|wort|pin|code|combination")  # the cue words' common parts: one scan
+_CUE_VERB = re.compile(r"[ \t]*(?:(?:is|was|are|were|ist|lautet)(?![\w-])|'s(?!\w)|(?P<mark>[:=#]))?[ \t]*")
+_NUMBER_WORDS = frozenset("""zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+    fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
+    double triple""".split())
+_CLAUSE_WORDS = frozenset("""and but or so then because while whereas when if though although since until unless
+    which who whom whose where after before""".split())
+_CUE_WORDS = frozenset("password passwords passcode passcodes pin pins code codes passwort kennwort pw pwd".split())
+_CLAUSE_MARKS = frozenset(",;:!?()[]{}\"“”«»—–….")  # a token of these ends the clause
+_QUOTES = "'\"‘’“”`"
+_VALUE_CHARS = 160  # a told secret lies within this many characters of its cue
+
+
+def _numeric(word: str) -> bool:
+    """Digits (with separators: "4,500", "9-3-7-1"), a number word, or a letter spelled out ("B")."""
+    return bool(re.fullmatch(r"[#$]?\d[\d,./-]*", word)) or word.lower() in _NUMBER_WORDS or (
+        len(word) == 1 and word.isalpha() and word not in "aAI")
+
+
+def _digit_count(words: list[str]) -> int:
+    return sum(len(re.sub(r"\D", "", w)) or 1 for w in words)
+
+
+def _clause(text: str, start: int) -> list[tuple[int, int, str]]:
+    """The words (start, end, text) of the clause that begins at ``start``: syntok's tokens of the first sentence
+    from there (its segmenter: "p.m." does not end it) on the same line, tokens written together as one word
+    (syntok splits "Xk9pQ2" at its case changes), up to a comma, colon or other clause mark."""
+    from syntok import segmenter
+    from syntok.tokenizer import Tokenizer
+
+    window = text[start:start + _VALUE_CHARS].split("\n", 1)[0]
+    tokens = list(Tokenizer().tokenize(window))
+    words: list[list] = []
+    for tok in segmenter.split(iter(tokens))[0] if tokens else ():
+        if tok.value in _CLAUSE_MARKS or (tok.value in _QUOTES and words):
+            break
+        if tok.value in _QUOTES:
+            continue
+        if words and not tok.spacing and words[-1][1] == tok.offset:
+            words[-1][1], words[-1][2] = tok.offset + len(tok.value), words[-1][2] + tok.value
+        else:
+            words.append([tok.offset, tok.offset + len(tok.value), tok.value])
+    return [(start + a, start + b, w) for a, b, w in words]
+
+
+def _told(words: list[tuple[int, int, str]], kind: str) -> list[tuple[int, int, str]]:
+    """The words of ``words`` that are the secret: up to a clause word ("and", "because"; "and" between numbers
+    is kept: "4,500 and 12"), a function word or another cue; a code stops at its first word that is not a
+    number, and a bare "my code" must be nothing else (else none)."""
+    kept: list[tuple[int, int, str]] = []
+    for i, (a, b, w) in enumerate(words):
+        low = w.lower()
+        if (low == "and" and kept and _numeric(kept[-1][2]) and i + 1 < len(words)
+                and _numeric(words[i + 1][2])):
+            kept.append((a, b, w))
+            continue
+        if low in _CLAUSE_WORDS or low in _FUNCTION_WORDS or low in _CUE_WORDS:
+            break
+        if kind != "pw" and not (_numeric(w) or re.search(r"\d", w)):
+            return [] if kind == "own" else kept
+        kept.append((a, b, w))
+    return kept
+
+
+def _told_secret(words: list[str], kind: str) -> bool:
+    """Whether the told words are a secret: a code has three or more digits (number words count one each); a
+    password is digits alike, or words with a number ("Hunter 2", "blue Falcon 77", "hunter two") none of which
+    says something about passwords ("8 characters long"), or a passphrase (``_passphrase``)."""
+    if not words or len(words) > 8:
+        return False
+    numbers = [w for w in words if _numeric(w)]
+    if kind != "pw" or len(numbers) == len(words):
+        return any(re.search(r"\d", w) or w.lower() in _NUMBER_WORDS for w in words) and _digit_count(words) >= 3
+    if numbers or any(re.search(r"\d", w) for w in words):
+        return not any(w.lower() in _NOT_A_PASSWORD for w in words)
+    return _passphrase(" ".join(words))
+
+
+def _cued(text: str) -> list[tuple[str, int, int]]:
+    """(entry type, start, end) of each secret told after a cue: "password is ..." (``password``), "PIN ...",
+    "the door code is ..." (``pin``). A password needs "is"/"was" ("password:" is ``_PATTERNS``' label form); a
+    code may follow its cue directly when the cue is a lock's code, a passcode or "PIN" in capitals."""
+    out = []
+    for m in _CUE.finditer(text):
+        kind = next(k for k in ("pw", "code", "own") if m.group(k))
+        verb = _CUE_VERB.match(text, m.end())
+        said = verb.group(0).strip()
+        if not said and (kind != "code" or m.group(kind)[:3].lower() == "pin" and m.group(kind)[:3] != "PIN"):
+            continue  # "pin 3 of the chip", "the code review"
+        if said and (verb.group("mark") and kind != "code"):
+            continue
+        words = _told(_clause(text, verb.end()), kind)
+        if _told_secret([w for _, _, w in words], kind):
+            out.append(("password" if kind == "pw" else "pin", words[0][0], words[-1][1]))
+    return out
+
+
+# tokens wrapped over lines or cut short ---------------------------------------------------------------------
+
+#: Prefixes of tokens of a known shape (GitHub, GitLab, OpenAI/Stripe, Slack, AWS, Google, npm, PyPI, a JWT's
+#: header ``{"``): a run of token characters starting with one is a token even when cut short.
+_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "sk-", "sk_live_", "sk_test_",
+             "rk_live_", "rk_test_", "xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxr-", "xoxs-", "AKIA", "ASIA", "AIza",
+             "eyJ", "npm_", "pypi-")
+_TOKEN_RUN = r"[A-Za-z0-9_\-+/=.]"
+_PREFIXED = re.compile(rf"(?<![A-Za-z0-9_\-+/])(?:{'|'.join(map(re.escape, _PREFIXES))}){_TOKEN_RUN}{{8,}}")
+_RUN_HEAD = re.compile(rf"{_TOKEN_RUN}+")
+_RUN_TAIL = re.compile(rf"{_TOKEN_RUN}+\Z")
+
+
+def _prefixed(text: str) -> list[tuple[str, int, int]]:
+    """(entry type, start, end) of runs that begin like a known token and hold a digit or a capital after the
+    prefix ("ghp_Q7xN2mK9pR4t" cut at a window's edge; not "sk-learn-models"): what the full detectors did not take
+    (``_scan`` adds these last, so a whole token found earlier wins)."""
+    out = []
+    for m in _PREFIXED.finditer(text):
+        prefix = next(p for p in _PREFIXES if m.group().startswith(p))
+        if re.search(r"[0-9A-Z]", m.group()[len(prefix):]):
+            kind = {"AKIA": "aws_access_key", "ASIA": "aws_access_key", "eyJ": "jwt"}.get(prefix, "api_key")
+            out.append((kind, m.start(), m.end()))
+    return out
+
+
+def _token_like(run: str) -> bool:
+    return any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+
+
+def _wrap_cuts(text: str) -> list[int]:
+    """Positions of the line breaks inside a token that OCR (or a terminal, a narrow window) wrapped: a line
+    ending in a token-like run (twelve or more characters with letters and digits, or a known prefix) followed by
+    a line starting with one that is not a word (it holds a digit, a symbol or an inner capital)."""
+    cuts, pos = [], 0
+    lines = text.split("\n")
+    for line, nxt in pairwise(lines):
+        pos += len(line)
+        tail, head = _RUN_TAIL.search(line[-_VALUE_CHARS:]), _RUN_HEAD.match(nxt)
+        if tail and head and len(head.group()) >= 2:
+            r1, r2 = tail.group(), head.group()
+            starts = _PREFIXED.match(r1 + r2) is not None
+            if ((starts or (len(r1) >= 12 and _token_like(r1)))
+                    and (re.search(r"[\d_\-+/=.]", r2) or any(c.isupper() for c in r2[1:]))):
+                cuts.append(pos)
+        pos += 1
+    return cuts
+
+
 def clear_memo() -> None:
     """Forget the findings kept per (text, region) (``_detect``'s memo): a benchmark's cold run."""
     _detect.cache_clear()
@@ -217,17 +392,35 @@ def clear_memo() -> None:
 
 @lru_cache(maxsize=DETECT_CACHE_SIZE)
 def _detect(text: str, phone_region: str) -> tuple[Finding, ...]:
+    cuts = _wrap_cuts(text) if "\n" in text else []
+    if not cuts:
+        return tuple(_scan(text, phone_region))
+    # a token wrapped over lines is searched with the line breaks inside it taken out, and its span given back
+    # in ``text`` (the breaks included); a private key keeps its lines (the block is redacted as it was written)
+    cut = set(cuts)
+    kept = [i for i in range(len(text)) if i not in cut]
+    joined = "".join(text[i] for i in kept)
+    out = []
+    for f in _scan(joined, phone_region):
+        start, end = kept[f.start], kept[f.end - 1] + 1
+        secret = text[start:end] if f.entry_type == "private_key" else f.secret
+        out.append(Finding(f.entry_type, start, end, secret, f.sensitivity, f.partial))
+    return tuple(out)
+
+
+def _scan(text: str, phone_region: str) -> list[Finding]:
+    """``_detect`` of a text whose wrapped tokens are joined: every detector, earlier spans winning overlaps."""
     found: list[Finding] = []
     # placeholders already in the text (a redacted window title perceived again) are not searched
     taken = [(m.start(), m.end()) for m in PLACEHOLDER.finditer(text)]
 
-    def add(entry_type: str, start: int, end: int, trailing: str = _TRAILING) -> None:
+    def add(entry_type: str, start: int, end: int, trailing: str = _TRAILING, partial: bool = False) -> None:
         secret = text[start:end]
         stripped = secret.rstrip(trailing)
         end -= len(secret) - len(stripped)
         if (stripped and _valid(entry_type, stripped) and not any(a < end and start < b for a, b in taken)
                 and not any(f.start < end and start < f.end for f in found)):
-            found.append(Finding(entry_type, start, end, stripped, SENSITIVITY[entry_type]))
+            found.append(Finding(entry_type, start, end, stripped, SENSITIVITY[entry_type], partial))
 
     if ("BEGIN" in text or "PuTTY" in text) and any(True for _ in _PRIVATE_KEY_PLUGIN.analyze_string(text)):
         for m in _PRIVATE_KEY.finditer(text):
@@ -244,6 +437,8 @@ def _detect(text: str, phone_region: str) -> tuple[Finding, ...]:
                         end += 1
                 add(kind, start, end, trailing=".")
     low = text.lower()
+    for entry_type, start, end in _cued(text) if _CUE_GATE.search(text) else ():
+        add(entry_type, start, end, trailing="")
     if "pass" in low or "pw" in low or "wort" in low:
         for m in _PASSPHRASE.finditer(text):
             if _passphrase(m.group("v")):
@@ -262,4 +457,6 @@ def _detect(text: str, phone_region: str) -> tuple[Finding, ...]:
         for m in phonenumbers.PhoneNumberMatcher(text, phone_region, leniency=phonenumbers.Leniency.VALID):
             if _phone_shaped(m.raw_string, text[max(0, m.start - 24):m.start]):
                 add("phone_number", m.start, m.end)
-    return tuple(sorted(found, key=lambda f: f.start))
+    for entry_type, start, end in _prefixed(text) if any(p in text for p in _PREFIXES) else ():
+        add(entry_type, start, end, trailing=".", partial=True)
+    return sorted(found, key=lambda f: f.start)
