@@ -139,8 +139,13 @@ def _email(path: Path) -> None:
     img.save(path)
 
 
-def _speak(text: str, path: Path) -> None:
-    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(path), text], check=True,
+MEMO_VOICE = ("en-us", "50", "150")  # espeak-ng voice, pitch, words per minute: Sam's memo
+CLIP_VOICE = ("en-gb-x-rp+f2", "70", "160")  # whoever presents the sprint demo: another person, another voice
+
+
+def _speak(text: str, path: Path, voice: tuple[str, str, str] = MEMO_VOICE) -> None:
+    name, pitch, speed = voice
+    subprocess.run(["espeak-ng", "-v", name, "-p", pitch, "-s", speed, "-w", str(path), text], check=True,
                    capture_output=True)
 
 
@@ -154,7 +159,7 @@ def _clip(out: Path, espeak: bool) -> None:
             draw.text((110, y), line, font=_font(size), fill="white")
         slide.save(tmp / "slide.png")
         if espeak:
-            _speak(CLIP_SPEECH, tmp / "speech.wav")
+            _speak(CLIP_SPEECH, tmp / "speech.wav", CLIP_VOICE)
             audio = ["-i", str(tmp / "speech.wav"), "-af", "apad"]  # silence after the speech
         else:
             audio = ["-f", "lavfi", "-i", "anullsrc=r=16000:cl=mono"]

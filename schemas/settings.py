@@ -254,13 +254,16 @@ class Settings(BaseSettings):
         "is within this Euclidean distance of its descriptors' mean (dlib's same-person distance); else it founds "
         "a new entity.")
     entity_voice_similarity: float = Field(
-        0.72, gt=0, lt=1, description="A voice (one speaker's utterances in a chunk) joins the nearest person "
+        0.88, gt=0, lt=1, description="A voice (one speaker's utterances in a chunk) joins the nearest person "
         "entity whose voice centroid has at least this cosine similarity with it; else it founds a new entity. "
-        "Measured: jfk.flac's halves 0.82, the closest of jfk / leopard_test / pyannote_sample 0.65.")
+        "Chosen by bench/voices.py: at most 2 % of different speakers in two recordings reach it (the shared "
+        "recordings and 8 espeak-ng voices: same speaker 0.82-0.97, different 0.41-0.92, median 0.59; pairwise "
+        "F1 of voice entities 0.72, 0.49 at 0.72); a voice it leaves apart merges later by name or `engram "
+        "entities --merge`.")
     entity_voice_margin: float = Field(
-        0.03, ge=0, lt=1, description="A voice whose two most similar entities (both above "
+        0.05, ge=0, lt=1, description="A voice whose two most similar entities (both above "
         "entity_voice_similarity) are within this cosine similarity of each other matches neither clearly: it "
-        "founds its own entity (people merge later by name or `engram entities --merge`).")
+        "founds its own entity (bench/voices.py at 0.88-0.89: pairwise F1 0.66 with 0.03, 0.72 with 0.05).")
     entity_cooccurrence_merge: int = Field(
         3, ge=1, description="A face entity and a voice entity seen together in this many clip segments, each the "
         "other's most frequent partner, are merged into one person (face-voice equivalence).")

@@ -215,12 +215,13 @@ class EntityMemory:
         found = self.candidates(modality, vector)
         return found[0][0] if found else None
 
-    def candidates(self, modality: Modality, vector: np.ndarray, limit: int = 3) -> list[tuple[Entity, float]]:
+    def candidates(self, modality: Modality, vector: np.ndarray, limit: int = 3,
+                   threshold: float | None = None) -> list[tuple[Entity, float]]:
         """The entities whose face centroid is within ``entity_face_distance`` of ``vector`` (Euclidean) or whose
-        voice centroid has cosine similarity ≥ ``entity_voice_similarity`` with it, nearest first, with that
-        distance or similarity. Qdrant finds the candidates among stored entities (``limit`` of them); entities
-        changed in this task are compared as they are now."""
-        threshold = self._threshold(modality)
+        voice centroid has cosine similarity ≥ ``entity_voice_similarity`` with it (or ``threshold``), nearest
+        first, with that distance or similarity. Qdrant finds the candidates among stored entities (``limit`` of
+        them); entities changed in this task are compared as they are now."""
+        threshold = self._threshold(modality) if threshold is None else threshold
         hits = self.rt.vectors.nearest(ENTITIES, FACE if modality == "face" else VOICE, vector.tolist(),
                                        tenant_filter(self.tenant_id), limit=limit, score_threshold=threshold)
         self.load([uuid.UUID(str(h.id)) for h in hits])

@@ -165,18 +165,23 @@ def _link_chunk(memory: EntityMemory, voices: dict[str, np.ndarray]) -> dict[str
       constraint (``entities.cannot_link``);
     - the match is not clear: a second entity within ``entity_voice_margin`` of the best.
 
+    In a later chunk of a recording, a voice of an entity already heard in an earlier chunk of it is one speaker
+    at the recording's own clustering similarity (1 - ``speaker_distance_threshold``): same room, same microphone.
+
     Such a voice founds its own entity (people merge later by name, ``engram entities --merge`` or the web app).
     A redelivered cluster takes back the entity it founded or joined before."""
-    margin = memory.rt.settings.entity_voice_margin
+    s = memory.rt.settings
+    alike = 1.0 - s.speaker_distance_threshold  # what the recording's own clustering calls one speaker
     chosen: dict[str, Entity] = {}
     pairs: list[tuple[float, str, Entity]] = []
     for key, voice in voices.items():
-        found = [(e, sim) for e, sim in memory.candidates("voice", voice, limit=5) if not _separated(e, key)]
+        found = [(e, sim) for e, sim in memory.candidates("voice", voice, 5, min(alike, s.entity_voice_similarity))
+                 if not _separated(e, key) and (sim >= s.entity_voice_similarity or _same_recording(e, key))]
         again = memory.get(founded_id(memory.tenant_id, "voice", key)) \
             or next((e for e, _ in found if f"voice:{key}" in e.recent_keys), None)
         if again is not None:
             chosen[key] = again
-        elif found and (len(found) == 1 or found[0][1] - found[1][1] >= margin):
+        elif found and (len(found) == 1 or found[0][1] - found[1][1] >= s.entity_voice_margin):
             pairs.append((found[0][1], key, found[0][0]))
     taken = {e.id for e in chosen.values()}
     for _, key, entity in sorted(pairs, key=lambda p: -p[0]):
@@ -187,6 +192,13 @@ def _link_chunk(memory: EntityMemory, voices: dict[str, np.ndarray]) -> dict[str
         if key not in chosen:
             chosen[key] = memory.create(founded_id(memory.tenant_id, "voice", key))
     return chosen
+
+
+def _same_recording(entity: Entity, key: str) -> bool:
+    """True when ``entity`` holds a voice of another chunk of cluster ``key``'s recording."""
+    chunk = key.rpartition(":")[0]
+    event = chunk.partition(":")[0]
+    return bool(chunk) and any(c != chunk and c.partition(":")[0] == event for c in voice_chunks(entity))
 
 
 def _separated(entity: Entity, key: str) -> bool:

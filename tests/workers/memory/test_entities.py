@@ -57,12 +57,15 @@ def _entity(rt, tenant: str, eid: str):
     return EntityMemory(rt, tenant).get(uuid.UUID(eid))
 
 
-def test_jfk_halves_are_one_voice_entity(ingested):
+def test_jfk_halves_below_the_threshold_are_two_voice_entities(ingested):
+    """jfk.flac's halves, two recordings of one man, are 0.82 similar: below the measured threshold (0.88: 2 % of
+    different speakers in two recordings reach it, bench/voices.py), each founds its own entity, for a merge by
+    name or by hand, rather than risk joining two people."""
     rt, by_file = ingested
     first, second = _voice_entities(by_file["jfk-half0.wav"]), _voice_entities(by_file["jfk-half1.wav"])
-    assert len(first) == 1 and first == second
+    assert len(first) == 1 and len(second) == 1 and first != second
     entity = _entity(rt, TENANT, first.pop())
-    assert entity.voice_count == 2 and len(entity.voice_samples) == 2 and entity.observation_count == 2
+    assert entity.voice_count == 1 and len(entity.voice_samples) == 1 and entity.observation_count == 1
 
 
 def test_different_speakers_are_different_entities(ingested):
@@ -205,7 +208,7 @@ def test_search_by_entity_returns_only_its_observations(ingested):
     hits = search(rt, SearchRequest(query="ask not what your country can do for you", tenant_id=TENANT,
                                     entities=[jfk], memory_types=["observation"], limit=20)).hits
     assert hits and {str(h.id) for h in hits} <= linked
-    assert {Path(h.source_name).name for h in hits} == {"jfk-half0.wav", "jfk-half1.wav"}
+    assert {Path(h.source_name).name for h in hits} == {"jfk-half0.wav"}
 
 
 def _clip_like(source: Observation, tenant: str, n: int, faces: list, voice: list[float],
