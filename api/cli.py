@@ -285,10 +285,12 @@ def show_entities(tenant: str | None = None, merge: tuple[str, str] | None = Non
             raise typer.Exit(1) from exc
         console.print(f"merged {escape(merge[1])} into {kept.id} ({escape(str(kept.label))})")
     table = Table(title=f"entities of tenant {tenant!r}")
-    for column in ("id", "names", "faces", "voices", "observations", "first seen", "last seen", "merged from"):
+    for column in ("id", "role", "names", "faces", "voices", "observations", "first seen", "last seen",
+                   "merged from"):
         table.add_column(column, justify="right" if column in ("faces", "voices", "observations") else "left")
     for e in list_entities(rt, tenant):
-        table.add_row(str(e.id), Text(", ".join(e.names)), str(e.faces), str(e.voices), str(e.observations),
+        role = {"self": "you", "assistant": "assistant"}.get(e.role, "")
+        table.add_row(str(e.id), role, Text(", ".join(e.names)), str(e.faces), str(e.voices), str(e.observations),
                       local_time(e.first_seen), local_time(e.last_seen), ", ".join(m[:8] for m in e.merged_from))
     console.print(table)
 

@@ -80,14 +80,17 @@ def test_engram_entities_lists_and_merges(engram_env, capsys):
 
     rt = engram_env
     turns = [_observation("t", n, kind=MediaKind.text, text=f"turn {n}", speaker=s)
-             for n, s in enumerate(["Ann", "Ben", "Ann"])]
+             for n, s in enumerate(["Ann", "Ben", "Ann", "u"])]  # "u": the user id, the user's own entity
     link_observations(EntityMemory(rt, "t"), turns)
-    ann, ben = (str(e.id) for e in list_entities(rt, "t"))  # most observations first
+    people = list_entities(rt, "t")
+    ann, ben = (str(e.id) for e in people if e.role == "person")  # most observations first
+    (me,) = (str(e.id) for e in people if e.role == "self")
     show_entities(tenant="t", merge=None)  # the command's body, without the CLI's logging set-up
     out = capsys.readouterr().out
     assert "Ann" in out and "Ben" in out and ann[:8] in out
+    assert next(line for line in out.splitlines() if me[:8] in line).split("│")[2].strip() == "you"
     show_entities(tenant="t", merge=(ann, ben))
     out = capsys.readouterr().out
     assert f"merged {ben} into {ann}" in out
-    (person,) = list_entities(rt, "t")
+    person, _ = list_entities(rt, "t")
     assert person.names == ["Ann", "Ben"] and person.observations == 3 and person.merged_from == [ben]
