@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -76,8 +76,10 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
                                             kinds=[kind] if kind else None, apps=[app_name] if app_name else None,
                                             limit=TIMELINE_LIMIT))
         groups = present.group_timeline(page.items, sample=not q.get("full"))
+        span = ((last or first) - first).days + 1
         return pages.render(request, "timeline.html", user=user, groups=groups, total=page.total, day=first,
-                            last=last, kind=kind.value if kind else "", app_name=app_name or "",
+                            last=last, before=first - timedelta(days=span), after=first + timedelta(days=span),
+                            kind=kind.value if kind else "", app_name=app_name or "",
                             kinds=[k.value for k in MediaKind], capped=page.total > len(page.items))
 
     @app.get("/search", include_in_schema=False)
@@ -193,6 +195,16 @@ def _changes(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
         if not new:
             raise HTTPException(400, "a name cannot be empty")
         if await run_in_threadpool(svc.name_entity, tenant, parse_id(entity_id), new) is None:
+            raise HTTPException(404, "no such person")
+        return back("/people", user=got.get("user"))
+
+    @app.post("/people/{entity_id}/merge", include_in_schema=False)
+    async def merge(request: Request, entity_id: str) -> Response:
+        got = await form(request)
+        keep, drop = parse_id(got.get("into") or ""), parse_id(entity_id)
+        if keep == drop:
+            raise HTTPException(400, "a person cannot be merged into themselves")
+        if await run_in_threadpool(svc.merge_entities, tenant, keep, drop, "merged in engram ui") is None:
             raise HTTPException(404, "no such person")
         return back("/people", user=got.get("user"))
 

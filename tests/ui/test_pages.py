@@ -40,6 +40,7 @@ def test_every_screen_answers_with_a_strict_policy(client):
 def test_stored_text_is_escaped(client):
     day = client.get("/timeline?date=2024-05-02").text
     assert NOTE in day
+    assert 'href="/timeline?date=2024-05-01" rel="prev"' in day and 'href="/timeline?date=2024-05-03" rel="next"' in day
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in day and "<script>alert(1)" not in day
     assert "&lt;img src=x onerror=alert(1)&gt;" in day and "<img src=x" not in day
     found = client.get("/search", params={"q": "budget memo"}).text
@@ -110,3 +111,19 @@ def test_a_missing_original_shows_a_placeholder_with_the_reason(client, ui):
     ui.service.media("default", rec.id).path.unlink()
     page = client.get(f"/item/{rec.id}")
     assert page.status_code == 200 and "The original cannot be shown" in page.text and "no longer stored" in page.text
+
+
+def test_merging_two_people(client, ui):
+    for speaker in ("Zed", "Zed Zimmer"):
+        req = AddMemoryRequest(messages=[{"speaker": speaker, "text": f"{speaker} plays the tuba"}], user_id="erin")
+        assert ui.service.add(req, "default", "x").status.value == "done"
+    ids = {e.names[0]: str(e.id) for e in ui.service.list_entities("default").items if e.names}
+    people = client.get("/people").text
+    token = re.search(r'name="csrf_token" value="([0-9a-f]+)"', people).group(1)
+    same = client.post(f"/people/{ids['Zed']}/merge", data={"into": ids["Zed"], "csrf_token": token})
+    assert same.status_code == 400
+    done = client.post(f"/people/{ids['Zed Zimmer']}/merge", data={"into": ids["Zed"], "csrf_token": token})
+    assert done.status_code == 303
+    names = [e.names for e in ui.service.list_entities("default").items if "Zed" in e.names]
+    assert len(names) == 1 and "Zed Zimmer" in names[0]
+    assert f"/people/{ids['Zed Zimmer']}/merge" not in client.get("/people").text
