@@ -59,7 +59,7 @@ _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_TITLE, MAX_APP = 1024, 256
 #: How kept frames are stored: WebP at this quality (Pillow; 0-100), chosen by bytes and OCR word recall on the
 #: shared screenshots (``python bench/capture_cpu.py --formats``, README).
-WEBP_QUALITY = 80
+WEBP_QUALITY = 65
 #: The source name of a frame whose window is unknown, and of a microphone chunk.
 SCREEN_SOURCE, MICROPHONE_SOURCE = "screen", "microphone"
 

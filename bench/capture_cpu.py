@@ -1,38 +1,58 @@
-"""CPU of ``engram capture`` per hour at its default interval, on a static and on a changing screen.
+"""The resource budget of ``engram capture``: a scripted desktop for ``--minutes`` (issue 41), the frame format's
+bytes and OCR word recall (``--formats``, issue 44), and the older single-window and microphone runs.
 
-Starts an Xvfb server with one window of text (tests/xdesktop.py) and runs ``engram capture --duration SECONDS
---json`` at the default interval (2 s, backing off to 30 s on a static screen): the agent alone
-(``--spool-only``), or with ``--embedded`` publishing into a fresh embedded store. For the changing screen it
-rewrites the window's text every ``--change-every`` seconds. Prints, per screen, the frames grabbed and kept, the
-capture thread's CPU (grab, windows, near-duplicate gate, spool) and the whole process's CPU (with ``--embedded``,
-the pipeline's OCR and embedding of the kept frames too), each scaled to one hour of capture, and the load
-average (``os.getloadavg``) before and after.
+Default, the scripted desktop: Xvfb at 1920x1080 with a real window manager (openbox), an editor (vim in a real
+xterm) typed into by xdotool, a terminal (a real xterm) running commands whose output scrolls, a browser-like
+window (python-xlib) switching between pages (the shared webui full-page screenshots and screenpipe's
+screenshots) with their titles, and idle stretches; a seeded script changes what is on screen every 10 s on
+average. ``engram capture --json --duration`` runs at its defaults (2-30 s interval, batches of 5) publishing
+into the embedded store of a fresh ``ENGRAM_DATA_DIR`` (OCR, embedding, storing inline: the pipeline runs in the
+capture's process). Measured from the process's rusage (``os.wait4``): CPU of the capture agent and the
+pipeline together, user + system, over the capture's length (as % of one core), peak RSS; the data dir's
+allocated bytes per hour of capture; frames kept. ``--json FILE`` writes ``{"cpu_percent", "rss_peak_bytes",
+"disk_bytes_per_hour", "frames_kept", "load"}`` and the details (``cpu_s_per_kept_frame``, the drain after the
+capture, the data dir by folder, the load average before).
 
-    python bench/capture_cpu.py --seconds 150            # the agent alone
-    python bench/capture_cpu.py --seconds 150 --embedded --only static
-    python bench/capture_cpu.py --seconds 120 --microphone   # the microphone alone: a silent and a speaking source
+    python bench/capture_cpu.py [--minutes 10] [--json bench/results/capture.json]
 
-``--microphone`` measures ``engram capture --microphone --no-screen --spool-only`` (30 s chunks) recording a real
-PulseAudio null sink's monitor (tests/pulse.py): silent, then with speech (``ENGRAM_EVAL_DATA``'s jfk.flac and
-leopard_test.wav, as WAV) played into it back to back; per source, chunks cut and kept per hour and the
-process's CPU per hour (PortAudio's thread, the chunker, WebRTC's VAD, WAV writing).
+``--formats``: each shared screenshot (``screens/screenpipe_*.png``, the webui viewports) stored as PNG (what
+capture wrote before: compression level 1) and as WebP at several qualities, read back through engram's decoder
+and OCR: bytes, encoding CPU and OCR word recall (webui: against the accessibility tree's visible words, as
+``../shared/data/README.md`` counts them; screenpipe: against the words read from the PNG), and screenpipe's named
+strings found. ``--json FILE`` writes the table.
+
+    python bench/capture_cpu.py --formats [--json bench/results/capture-format.json]
+
+Older runs: ``--only static|changing`` (one window of text, static or rewritten every ``--change-every`` s, for
+``--seconds``; ``--embedded`` publishes) and ``--microphone`` (a silent and a speaking PulseAudio source; the
+microphone alone): per run, frames or chunks kept per hour and CPU per hour.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.ingest import merge_json  # noqa: E402
+from tests import xdesktop  # noqa: E402
 from tests.xdesktop import Desktop, xvfb  # noqa: E402
+
+DATA = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
 
 
 def run(display: str, seconds: float, change_every: float | None, data_dir: Path, spool_only: bool) -> dict:
@@ -124,13 +144,215 @@ def speech_wavs(folder: Path) -> list[Path]:
     return out
 
 
+# --- the scripted desktop ----------------------------------------------------------------------------------
+
+SCREEN = (1920, 1080)
+BROWSER = (1280, 800)
+SENTENCES = ("Meeting notes: the harbour budget review moves to Thursday at 10:30.",
+             "TODO: send the ferry timetable to Ana before Friday.",
+             "The lighthouse keeper asked for two more batteries and a radio.",
+             "Decision: ship version 2.4 of the booking service next Tuesday.",
+             "Open question: who owns the on-call rota in December?",
+             "Call the insurer about claim 48213 (water damage, kitchen).",
+             "Draft reply: thanks for the slides, the numbers on page 7 look right.",
+             "Groceries: oat milk, lemons, rice, coffee beans, dish soap.")
+COMMANDS = ("seq 1 40 | sed 's/^/build step /'", "ls -la /usr/bin | head -45", "cat /etc/os-release",
+            "df -h", "ps aux | head -30", "for i in 1 2 3 4 5 6; do date; uname -a; done", "ls -la /etc | tail -40")
+
+
+def browser_pages() -> list[tuple[str, object]]:
+    """(title, PIL RGB image of ``BROWSER`` size) per page: windows down the shared webui full-page screenshots
+    and the screenpipe screenshots, cropped to the browser's size."""
+    from PIL import Image
+
+    pages = []
+    for full in sorted((DATA / "screens" / "webui").glob("*-screenshot-full.webp"))[:2]:
+        page = Image.open(full).convert("RGB")
+        page = page.resize((BROWSER[0], round(page.height * BROWSER[0] / page.width)))
+        for top in range(0, max(1, page.height - BROWSER[1]), 700):
+            pages.append((f"Research sample, part {top // 700 + 1} - Browser", page.crop((0, top, *BROWSER))))
+    for shot in sorted((DATA / "screens").glob("screenpipe_*.png")):
+        img = Image.open(shot).convert("RGB")
+        pages.append((shot.stem.removeprefix("screenpipe_").replace("_", " ") + " - Browser",
+                      img.crop((0, 0, min(img.width, BROWSER[0]), min(img.height, BROWSER[1])))
+                      .resize(BROWSER)))
+    return pages
+
+
+class ScriptedDesktop:
+    """The bench's desktop on ``display`` (module docstring): started by ``open`` (an ``ExitStack`` holds the
+    window manager and the terminals), then ``play`` runs the seeded script until ``stop`` is set. The thread that
+    plays owns the python-xlib connection."""
+
+    def __init__(self, display: str, workdir: Path, seed: int = 41) -> None:
+        self.display, self.workdir, self.rng = display, workdir, random.Random(seed)
+        self.pages = browser_pages()
+        self.changes: dict[str, int] = {"editor": 0, "terminal": 0, "browser": 0, "idle": 0}
+
+    def open(self, stack: contextlib.ExitStack) -> None:
+        """Start openbox, the editor and the terminal xterms, and the browser-like window."""
+        stack.enter_context(xdesktop.openbox(self.display))
+        notes = self.workdir / "notes.txt"
+        self.editor = stack.enter_context(xdesktop.xterm(
+            self.display, f"vim -u NONE -N -n {notes}", "notes.txt - VIM", "110x34+0+0"))
+        self.terminal = stack.enter_context(xdesktop.xterm(
+            self.display, "PS1='user@host:~$ ' exec sh -i", "user@host: ~", "110x34+960+420"))
+        xdesktop.type_text(self.display, self.editor, "i")  # vim's insert mode
+        self.desk = Desktop(self.display)
+        stack.callback(self.desk.close)
+        title, page = self.pages[0]
+        self.browser = self.desk.window(title, ("navigator", "Browser"), "", size=BROWSER)
+        self.desk.paint(self.browser, page)
+        self.page = 0
+
+    def step(self) -> str:
+        """One change of the screen (or an idle stretch); returns its kind."""
+        kind = self.rng.choices(("editor", "terminal", "browser", "idle"), (0.3, 0.25, 0.3, 0.15))[0]
+        if kind == "editor":
+            xdesktop.type_text(self.display, self.editor, self.rng.choice(SENTENCES) + "\n", delay_ms=40)
+        elif kind == "terminal":
+            xdesktop.type_text(self.display, self.terminal, self.rng.choice(COMMANDS) + "\n", delay_ms=30)
+        elif kind == "browser":
+            self.page = (self.page + self.rng.randrange(1, len(self.pages))) % len(self.pages)
+            title, page = self.pages[self.page]
+            self.desk.retitle(self.browser, title)
+            xdesktop.activate(self.display, self.browser.id)
+            self.desk.paint(self.browser, page)
+        self.changes[kind] += 1
+        return kind
+
+    def play(self, stop: threading.Event) -> None:
+        """Steps every 4-12 s (8.5 s on average; one in seven is idle: a change every 10 s) until ``stop``."""
+        while not stop.is_set():
+            began = time.monotonic()
+            self.step()
+            stop.wait(max(0.0, self.rng.uniform(4, 12) - (time.monotonic() - began)))
+
+
+def allocated_bytes(folder: Path) -> dict[str, int]:
+    """Bytes allocated on disk (``st_blocks``) under each top-level entry of ``folder``."""
+    out: dict[str, int] = {}
+    for top in folder.iterdir():
+        files = [top] if top.is_file() else [p for p in top.rglob("*") if p.is_file()]
+        out[top.name] = sum(p.stat().st_blocks * 512 for p in files)
+    return out
+
+
+def desktop_run(minutes: float, seed: int) -> dict:
+    """The scripted desktop for ``minutes`` with ``engram capture`` publishing into a fresh embedded store;
+    the figures of the module docstring."""
+    seconds = minutes * 60
+    with tempfile.TemporaryDirectory(prefix="engram-bench-capture-") as tmp, \
+            xvfb(f"{SCREEN[0]}x{SCREEN[1]}x24") as display, contextlib.ExitStack() as stack:
+        root = Path(tmp)
+        desktop = ScriptedDesktop(display, root, seed)
+        desktop.open(stack)
+        env = {**os.environ, "DISPLAY": display, "ENGRAM_DATA_DIR": str(root / "data"), "HF_HUB_OFFLINE": "1",
+               "PYTHONPATH": str(REPO)}
+        for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "WAYLAND_DISPLAY"):
+            env.pop(var, None)
+        load_before = os.getloadavg()
+        stop = threading.Event()
+        player = threading.Thread(target=desktop.play, args=(stop,), name="desktop", daemon=True)
+        with open(root / "out.txt", "w") as out, open(root / "err.txt", "w") as err:
+            started = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--duration",
+                                     str(seconds)], env=env, cwd=REPO, stdout=out, stderr=err)
+            player.start()
+            ending = threading.Timer(seconds, stop.set)  # the desktop plays while the capture grabs, not its drain
+            ending.start()
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            elapsed = time.monotonic() - started
+        stop.set()
+        player.join(timeout=60)
+        if proc.returncode != 0:
+            raise SystemExit((root / "err.txt").read_text()[-3000:])
+        stats = json.loads((root / "out.txt").read_text().strip().splitlines()[-1])
+        disk = allocated_bytes(root / "data")
+    cpu = usage.ru_utime + usage.ru_stime
+    hours = stats["wall_seconds"] / 3600
+    return {"cpu_percent": round(100 * cpu / stats["wall_seconds"], 2), "rss_peak_bytes": usage.ru_maxrss * 1024,
+            "disk_bytes_per_hour": round(sum(disk.values()) / hours), "frames_kept": stats["kept"],
+            "load": [round(x, 2) for x in os.getloadavg()],
+            "load_before": [round(x, 2) for x in load_before], "minutes": minutes, "screen": "x".join(map(str, SCREEN)),
+            "cpu_seconds": round(cpu, 1), "cpu_s_per_kept_frame": round(cpu / max(1, stats["kept"]), 2),
+            "capture_thread_cpu_seconds": round(stats["gate_cpu_seconds"], 1),
+            "drain_seconds": round(elapsed - stats["wall_seconds"], 1), "grabbed": stats["grabbed"],
+            "duplicates": stats["duplicates"], "published": stats["published"], "failed": stats["failed"],
+            "changes": desktop.changes, "disk_bytes": disk}
+
+
+# --- the frame format -------------------------------------------------------------------------------------
+
+def _encode(img, fmt: str, quality: int | None) -> tuple[bytes, float]:
+    """``img`` encoded as ``fmt`` (PNG at compression level 1; WebP at ``quality``, None: lossless) and the CPU
+    seconds it took."""
+    buf = io.BytesIO()
+    t = time.process_time()
+    if fmt == "png":
+        img.save(buf, format="PNG", compress_level=1)
+    elif quality is None:
+        img.save(buf, format="WEBP", lossless=True)
+    else:
+        img.save(buf, format="WEBP", quality=quality)
+    return buf.getvalue(), time.process_time() - t
+
+
+def formats(qualities: list[int]) -> dict:
+    """The ``--formats`` table (module docstring): per format, bytes as a share of PNG's (mean over the
+    screenshots), encoding CPU ms (median), OCR word recall (webui: mean against the tree; screenpipe: mean
+    against the PNG's OCR words) and screenpipe's named strings found."""
+    import numpy as np
+
+    from bench import vision as ev
+    from engram.workers.media import decode as media
+    from engram.workers.media import vision
+    from engram.workers.runtime import runtime
+
+    rt = runtime()
+    shots = [(p, None) for p in sorted((DATA / "screens").glob("screenpipe_*.png"))]
+    shots += [(shot, shot) for _, shot, _ in ev.webui_pages(DATA / "screens" / "webui")]
+    needles = {"screenpipe_testing_OCR.png": "receiver_count", "screenpipe_testing_OCR_chinese.png": "管理分支"}
+    variants = [("png", None)] + [("webp", q) for q in qualities] + [("webp", None)]
+    rows: dict[str, dict[str, list]] = {}
+    for path, webui in shots:
+        img = media.load_image(path.read_bytes(), 60_000_000)
+        reference = None
+        for fmt, quality in variants:
+            name = fmt if fmt == "png" else f"webp q{quality}" if quality is not None else "webp lossless"
+            data, cpu = _encode(img, fmt, quality)
+            lines = vision.ocr_lines(rt, "bench-formats", np.asarray(media.load_image(data, 60_000_000)))
+            found = [w for ln in lines for w in ev.words(ln.text)]
+            if fmt == "png":
+                png_bytes = len(data)
+                reference = ev.webui_reference(webui, img.height) if webui else Counter(found)
+            row = rows.setdefault(name, {"share": [], "cpu": [], "webui": [], "screenpipe": [], "found": []})
+            row["share"].append(len(data) / png_bytes)
+            row["cpu"].append(cpu)
+            row["webui" if webui else "screenpipe"].append(ev.word_recall(reference, found)[0])
+            if path.name in needles:
+                row["found"].append(any(needles[path.name] in ln.text for ln in lines))
+            print(path.name, name, len(data), f"{row['webui' if webui else 'screenpipe'][-1]:.3f}", flush=True)
+    return {name: {"bytes_share_of_png": round(statistics.fmean(r["share"]), 3),
+                   "encode_cpu_ms": round(1000 * statistics.median(r["cpu"]), 1),
+                   "webui_recall": round(statistics.fmean(r["webui"]), 3),
+                   "screenpipe_recall_vs_png": round(statistics.fmean(r["screenpipe"]), 3),
+                   "named_strings_found": f"{sum(r['found'])}/{len(r['found'])}"} for name, r in rows.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=150.0, help="Length of each run.")
+    ap.add_argument("--minutes", type=float, default=10.0, help="Length of the scripted desktop's capture.")
+    ap.add_argument("--seed", type=int, default=41, help="Seed of the desktop's script.")
+    ap.add_argument("--json", type=Path, help="Write (merge) the figures into this JSON file.")
+    ap.add_argument("--formats", action="store_true", help="Measure the frame formats instead (bytes, recall).")
+    ap.add_argument("--qualities", type=int, nargs="+", default=[50, 65, 75, 80, 85, 90], help="WebP qualities.")
+    ap.add_argument("--seconds", type=float, default=150.0, help="Length of each --only/--microphone run.")
     ap.add_argument("--change-every", type=float, default=2.0, help="Seconds between text changes (changing run).")
-    ap.add_argument("--only", choices=("static", "changing"), help="Run one of the two.")
-    ap.add_argument("--embedded", action="store_true", help="Publish into the embedded store (OCR, embedding) "
-                    "instead of measuring the agent alone.")
+    ap.add_argument("--only", choices=("static", "changing"), help="The older single-window run instead.")
+    ap.add_argument("--embedded", action="store_true", help="With --only: publish into the embedded store (OCR, "
+                    "embedding) instead of measuring the agent alone.")
     ap.add_argument("--microphone", action="store_true", help="Measure the microphone alone (a silent and a "
                     "speaking PulseAudio source) instead of the screen.")
     args = ap.parse_args()
@@ -139,10 +361,19 @@ def main() -> None:
             for name, speech in (("silent", None), ("speech", speech_wavs(Path(tmp)))):
                 print(json.dumps(run_microphone(Path(tmp) / name, args.seconds, speech)), flush=True)
         return
-    with xvfb() as display, tempfile.TemporaryDirectory() as tmp:
-        for name, every in (("static", None), ("changing", args.change_every)):
-            if args.only in (None, name):
-                print(json.dumps(run(display, args.seconds, every, Path(tmp) / name, not args.embedded)), flush=True)
+    if args.only:
+        with xvfb() as display, tempfile.TemporaryDirectory() as tmp:
+            every = args.change_every if args.only == "changing" else None
+            print(json.dumps(run(display, args.seconds, every, Path(tmp) / args.only, not args.embedded)))
+        return
+    if args.formats:
+        os.environ["ENGRAM_DATA_DIR"] = tempfile.mkdtemp(prefix="engram-bench-formats-")
+        result = {"formats": formats(args.qualities), "load": [round(x, 2) for x in os.getloadavg()]}
+    else:
+        result = desktop_run(args.minutes, args.seed)
+    print(json.dumps(result, ensure_ascii=False))
+    if args.json:
+        merge_json(args.json, result)
 
 
 if __name__ == "__main__":
