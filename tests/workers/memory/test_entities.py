@@ -76,6 +76,17 @@ def test_different_speakers_are_different_entities(ingested):
     assert not (jfk & leopard) and not (jfk & pyannote) and not (leopard & pyannote)
 
 
+def test_speakers_a_recording_separated_are_separate_entities(ingested):
+    """pyannote_sample.wav's clustering finds two speakers, 0.86 similar as engram hears them: two entities,
+    each speaker's utterances with one (a cannot-link constraint: never the same entity)."""
+    _, by_file = ingested
+    observations = by_file["pyannote_sample.wav"]
+    labels = {o.speaker_label for o in observations if o.voice_embedding is not None}
+    assert len(labels) == 2
+    entity_of = {label: {e for o in observations if o.speaker_label == label for e in o.entity_ids} for label in labels}
+    assert all(len(e) == 1 for e in entity_of.values()) and len(set.union(*entity_of.values())) == 2
+
+
 def test_clip_people_are_linked_to_entities_matching_the_references(ingested, eval_data):
     from bench import vision as ev
     from engram.workers.models.faces import SAME_PERSON_DISTANCE
