@@ -42,6 +42,7 @@ from engram.workers.memory.entities import (
     founded_id,
     name_key,
     names_in_transcript,
+    own_id,
     speaker_role,
     voice_chunks,
 )
@@ -73,16 +74,23 @@ def link_observations(memory: EntityMemory, observations: list[Observation]) -> 
 
 
 def _speakers(memory: EntityMemory, observations: list[Observation]) -> None:
-    """Bind each chat speaker to an entity: the user (``user``, ``human``, the user id) to the user's own entity,
-    an assistant export's ``assistant``, ``system`` and ``tool`` to the tenant's assistant, any other name to the
-    entity holding it (the user's own first: a display name given to it), or a new person of that name. The
-    user's own entity is named by the user id, as their turns spell it (``Sam`` for user ``sam``)."""
+    """Bind each chat speaker to an entity: the user (``user``, ``human``, the user id, a full name that starts
+    with it: ``_users_full_name``) to the user's own entity, an assistant export's ``assistant``, ``system`` and
+    ``tool`` to the tenant's assistant, any other name to the entity holding it (the user's own first: a display
+    name given to it), or a new person of that name. The user's own entity is named by the user's full name
+    when a chat gives it, else by the user id as their turns spell it (``Sam`` for user ``sam``)."""
     if not observations:
         return
     people = [o.speaker for o in observations if speaker_role(o.speaker, o.user_id) == "person"]
     holders = memory.by_names(people) if people else {}
     for obs in observations:
         role = speaker_role(obs.speaker, obs.user_id)
+        if role == "person" and _users_full_name(memory, obs):
+            entity = memory.own("self", obs.user_id)
+            entity.names = [obs.speaker, *[n for n in entity.names if name_key(n) != name_key(obs.speaker)]]
+            memory.dirty.add(entity.id)
+            holders[name_key(obs.speaker)] = memory.join_by_name(entity)  # a person of that name known before
+            role = "self"
         if role != "person":
             entity = memory.own(role, obs.user_id)
             if entity.names[:1] == [obs.user_id] != [obs.speaker] and name_key(obs.speaker) == name_key(obs.user_id):
@@ -94,6 +102,18 @@ def _speakers(memory: EntityMemory, observations: list[Observation]) -> None:
             entity = holders[name_key(obs.speaker)] = memory.create(entity_id(memory.tenant_id, obs.speaker))
         memory.add_names(entity, [obs.speaker])
         memory.add_observation(entity, obs)
+
+
+def _users_full_name(memory: EntityMemory, obs: Observation) -> bool:
+    """True when chat speaker ``obs.speaker`` is the user's full name: two or more words, the first the user id
+    ("Sam Carter" for user ``sam``), while the user's own entity has no other name of several words (once it is
+    "Sam Carter", a "Sam Smith" is someone else)."""
+    words = name_key(obs.speaker).split()
+    if len(words) < 2 or words[0] != name_key(obs.user_id):
+        return False
+    me = memory.get(own_id(memory.tenant_id, "self", obs.user_id))
+    full = {name_key(n) for n in (me.names if me else []) if len(n.split()) > 1}
+    return not full or name_key(obs.speaker) in full
 
 
 def _not_yet_linked(memory: EntityMemory, observations: list[Observation]) -> list[Observation]:

@@ -18,7 +18,8 @@ from tests.workers.media.test_importers import chatgpt_export
 
 def _observation(tenant: str, n: int, event: uuid.UUID | None = None, **fields) -> Observation:
     event = event or uuid.uuid5(uuid.NAMESPACE_URL, f"{tenant}-{n}")
-    return Observation(id=uuid.uuid5(event, f"obs-{n}"), tenant_id=tenant, user_id="sam", device_id="d",
+    return Observation(id=uuid.uuid5(event, f"obs-{n}"), tenant_id=tenant, user_id=fields.pop("user_id", "sam"),
+                       device_id="d",
                        event_id=event, segment_index=0, captured_at=datetime(2024, 5, 1, 9, n, tzinfo=UTC),
                        object_key="media/x", **fields)
 
@@ -58,25 +59,30 @@ def test_an_assistant_export_and_added_memories_are_one_user_and_one_assistant(e
     assert me.observations == 2 + 1 + 2 and assistant.observations == 2 + 2
 
 
-def test_the_users_display_name_and_a_name_held_twice_join(engram_env):
-    """The user's own entity given a display name takes that name's chat turns, and a person already known by
-    it joins it; a voice that says "my name is Dana" joins the chat's Dana."""
+def test_the_users_full_name_and_a_name_held_twice_join(engram_env):
+    """A chat speaker "Sam Carter" of user ``sam`` is the user (their full name, which names their own entity from
+    then on; a "Sam Carter" another user knew joins it); once it is known, "Sam Smith" is someone else. An entity
+    named as another is joins it: by hand (``name_entity``) and by a voice saying "my name is Dana"."""
     from engram.workers.link import link_observations
     from engram.workers.memory.entities import EntityMemory, name_entity
 
     rt = engram_env
+    friend = _observation("t", 0, kind=MediaKind.text, text="hi", speaker="Sam Carter", user_id="maya")
+    link_observations(EntityMemory(rt, "t"), [friend])
+    assert [p.names for p in _people(rt, "t")["person"]] == [["Sam Carter"]]
     turns = [_observation("t", n, kind=MediaKind.text, text=f"turn {n}", speaker=s)
-             for n, s in enumerate(["sam", "Sam Carter", "Dana"])]
+             for n, s in enumerate(["sam", "Sam Carter", "Dana", "Sam Smith"], 1)]
     link_observations(EntityMemory(rt, "t"), turns)
     people = _people(rt, "t")
-    assert len(people["self"]) == 1 and sorted(p.names[0] for p in people["person"]) == ["Dana", "Sam Carter"]
-    me = name_entity(rt, "t", people["self"][0].id, "Sam Carter")
-    assert me.role == "self" and me.names == ["Sam Carter", "sam"] and me.observation_count == 2
-    people = _people(rt, "t")
-    assert [p.names for p in people["person"]] == [["Dana"]] and len(people["self"]) == 1
-    later = _observation("t", 5, kind=MediaKind.text, text="see you", speaker="Sam Carter")
-    link_observations(EntityMemory(rt, "t"), [later])
-    assert later.entity_ids == [str(me.id)]
+    (me,) = people["self"]
+    assert me.names == ["Sam Carter", "sam"] and me.observations == 3 and len(me.merged_from) == 1
+    assert sorted(p.names[0] for p in people["person"]) == ["Dana", "Sam Smith"]
+    assert turns[0].entity_ids == turns[1].entity_ids == [str(me.id)] != friend.entity_ids  # merged away
+
+    smith = next(p for p in people["person"] if p.names == ["Sam Smith"])
+    kept = name_entity(rt, "t", smith.id, "Dana")  # the same person, says the user
+    assert kept.names == ["Dana", "Sam Smith"] and kept.observation_count == 2
+    assert [p.names for p in _people(rt, "t")["person"]] == [["Dana", "Sam Smith"]]
 
     voice = np.random.default_rng(1).normal(size=256)
     said = _observation("t", 6, kind=MediaKind.audio, text="Hi, my name is Dana.", transcript="Hi, my name is Dana.",
@@ -84,8 +90,7 @@ def test_the_users_display_name_and_a_name_held_twice_join(engram_env):
                         speaker_label="spk0")
     link_observations(EntityMemory(rt, "t"), [said])
     (dana,) = _people(rt, "t")["person"]
-    assert said.entity_ids == [str(dana.id)] and dana.voices == 1 and dana.observations == 2
-    assert dana.merged_from  # the voice entity joined the chat's Dana
+    assert said.entity_ids == [str(dana.id)] and dana.voices == 1 and dana.observations == 3
 
 
 def _unit(*parts: tuple[float, int]) -> list[float]:
