@@ -35,3 +35,14 @@ def test_the_threshold_lets_few_different_speakers_through():
     assert bv.choose_threshold([0.93], [0.5, 0.6]) == 0.93  # no same pair lost by going up to the lowest
     with pytest.raises(ValueError):
         bv.choose_threshold([0.9], [])
+
+
+def test_the_default_threshold_is_the_benchs_choice():
+    """The voice threshold engram links with is the one bench/voices.py chose from its measured similarities."""
+    import json
+    from pathlib import Path
+
+    from engram.schemas.settings import Settings
+
+    measured = json.loads((Path(bv.__file__).parent / "results" / "voices.json").read_text())
+    assert Settings.model_fields["entity_voice_similarity"].default == measured["threshold"]
