@@ -95,7 +95,7 @@ class SafeConsole(Console):
                 yield segment
 
 
-console = SafeConsole(width=None if sys.stdout.isatty() else 160)
+console = SafeConsole(width=None if sys.stdout.isatty() else 180)  # piped: wide enough for a hit row
 err = SafeConsole(stderr=True, soft_wrap=True)  # per-file failure lines stay one line each, however long
 
 
@@ -242,7 +242,7 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     table = Table(title=f"{escape(repr(resp.query))} — {counted(len(resp.hits), 'result')} in {resp.took_ms:.0f} ms",
                   expand=True)
     table.add_column("#", no_wrap=True, min_width=2)
-    table.add_column("matched", max_width=30, overflow="fold")
+    table.add_column("matched", max_width=24, overflow="fold")
     table.add_column("type", no_wrap=True, min_width=11)
     table.add_column("time", no_wrap=True, min_width=20)
     table.add_column("source", no_wrap=True, max_width=34, overflow="ellipsis")

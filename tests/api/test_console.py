@@ -40,3 +40,17 @@ def test_the_ingest_summary_counts_files_and_observations():
                                       "0 not media")
     done.append((Path("c.jsonl"), SimpleNamespace(observations=16)))
     assert "2 done[/green] (17 observations)" in ingest_summary(result)
+
+
+def test_a_hit_says_what_matched_in_words():
+    from engram.api.console import why_found
+    from engram.schemas.search import Matched
+
+    def why(burst: int = 1, **matched) -> str:
+        return why_found(SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.0615, text="x",
+                                   matched=Matched(**matched), burst_size=burst))
+
+    assert why(dense_rank=3, sparse_rank=1, words=["budget", "review"]) == "words: budget, review + meaning"
+    assert why(dense_rank=1) == "meaning"
+    assert why(sparse_rank=2) == "words (nearby)"  # BM25 found it through the turns it is indexed with
+    assert why(3, dense_rank=1, time=True, entity=True, memory=True) == "meaning + time + person + memory + 3 frames"
