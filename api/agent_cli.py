@@ -82,7 +82,8 @@ def add(
         console.print(f"already added with id {escape(repr(client_id))}: event {resp.event_id} "
                       f"({resp.status.value}); nothing new stored", highlight=False)
     else:
-        console.print(f"{resp.status.value}: event {resp.event_id}, {counted(resp.observations, 'observation')}"
+        console.print(("resumed an interrupted addition: " if resp.resumed else "")
+                      + f"{resp.status.value}: event {resp.event_id}, {counted(resp.observations, 'observation')}"
                       + (f" ({escape(str(resp.reason))})" if resp.reason else ""), highlight=False)
     if resp.status.value == "failed":
         raise typer.Exit(1)

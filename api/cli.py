@@ -247,6 +247,9 @@ def status(
         what = ("1 event was", "it", "it") if len(stuck) == 1 else (f"{len(stuck)} events were", "them", "they")
         console.print("{} interrupted: the next `engram ingest` (of any file) runs {} again first, keeping what {} "
                       "stored".format(*what), highlight=False)
+    if reveals := rt.ledger.reveal_count(tenant):
+        console.print(f"vault: {counted(reveals, 'reveal')} of a secret audited (who, when, which entry)",
+                      highlight=False)
 
 
 entities_app = typer.Typer(no_args_is_help=False)
@@ -579,7 +582,8 @@ def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default 
 def vault_reveal(entry_id: Annotated[str, typer.Argument(
                      help=escape("The entry id (from a [vault:ID type] placeholder)."))],
                  tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None) -> None:
-    """Print one entry's decrypted secret (the only way to read a secret back; the reveal is logged)."""
+    """Print one entry's decrypted secret (the only way to read a secret back). Each reveal is audited (OS user,
+    pid, time, entry; never the secret) and counted by `engram status`."""
     from engram.schemas.settings import get_settings
     from engram.workers.memory.vault import VaultError, reveal
 

@@ -112,6 +112,8 @@ class AddMemoryResponse(BaseModel):
     status: EventStatus = Field(
         description="The event's status: queued after a first addition, its current status for a duplicate.")
     duplicate: bool = Field(False, description="True when this id was added before: nothing was stored again.")
+    resumed: bool = Field(False, description="True when this id's earlier addition was interrupted (its process "
+                          "gone before it was stored) and this call finished it.")
     observations: int = Field(0, description="Observations stored so far (final on the embedded default).")
     reason: str | None = Field(None, description="Why it was skipped or failed, if it was.")
     captured_at: datetime | None = Field(None, description="When it happened: the request's time (default: now), UTC.")

@@ -30,6 +30,7 @@ from engram.workers.metrics import STAGE_ERRORS, STAGE_SECONDS
 from engram.workers.models import EmbeddingCache
 from engram.workers.stores.ledger import Ledger, open_ledger
 from engram.workers.stores.objects import ObjectStore, open_object_store
+from engram.workers.stores.private import secure_data_dir
 from engram.workers.stores.vectors import (
     COLLECTIONS,
     StoreBusy,
@@ -222,13 +223,16 @@ def reset_runtimes() -> None:
 
 
 def runtime(settings: Settings | None = None) -> Runtime:
-    """The Runtime for ``settings`` (default: read from the environment now)."""
+    """The Runtime for ``settings`` (default: read from the environment now). Building one makes its data dir
+    owner-only (``stores.private.secure_data_dir``: this process's umask 0o077, a looser existing dir tightened with
+    a warning on stderr)."""
     settings = settings or get_settings()
     key = (str(settings.data_dir), settings.s3_endpoint, settings.s3_bucket, settings.qdrant_url,
            settings.redis_url, settings.broker_url)
     with _lock:
         rt = _runtimes.get(key)
         if rt is None:
+            secure_data_dir(settings.data_dir)  # owner-only from here on (the umask), an older looser one tightened
             rt = _runtimes[key] = Runtime(
                 settings=settings,
                 objects=open_object_store(settings),

@@ -140,3 +140,13 @@ def test_reveals_are_audited_and_counted_per_tenant(tmp_path):
     with sqlite3.connect(ledger.path) as db:
         row = db.execute("SELECT tenant_id, entry_id, os_user, pid, at FROM reveals ORDER BY rowid").fetchone()
     assert row[:4] == ("acme", "e1", "ann", 123) and row[4].startswith("20")
+
+
+def test_reveals_are_counted_on_redis_too(redis_server):
+    from engram.workers.stores.ledger import RedisLedger
+
+    ledger = RedisLedger(redis_server, prefix=f"test-{uuid.uuid4().hex[:8]}:")
+    ledger.record_reveal("acme", "e1", "ann", 123)
+    assert (ledger.reveal_count("acme"), ledger.reveal_count("other")) == (1, 0)
+    (_, fields), = ledger.r.xrange(f"{ledger.p}reveals:acme")
+    assert fields["entry_id"] == "e1" and fields["os_user"] == "ann" and fields["pid"] == "123"
