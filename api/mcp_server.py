@@ -43,7 +43,7 @@ from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.memory_admin import MemoryPage, MemoryRecord
-from engram.schemas.search import SearchHit, SearchRequest, SearchResponse
+from engram.schemas.search import EmptyReason, SearchHit, SearchRequest, SearchResponse
 from engram.schemas.tools import ListMemoriesArgs, MemoryIdArgs, NameEntityArgs, NoArgs
 from engram.workers.errors import EngramError
 
@@ -89,10 +89,21 @@ def _hit_line(i: int, hit: SearchHit) -> str:
     return f"{i}. [{hit.memory_type.value} · {when}{src} · score {hit.score:.3f} · id {hit.id}]\n   {hit.text}"
 
 
-def hits_text(hits: list[SearchHit], header: str) -> str:
-    """``header`` and one entry per hit: type, time, source, score and id, then the hit's text."""
+def empty_text(reason: EmptyReason | None, user_id: str | None) -> str:
+    """What an empty answer tells the model: that the user is unknown, or that nothing is stored yet, or that
+    nothing matched; never which other users or tenants hold data."""
+    if reason is EmptyReason.unknown_user:
+        return f"unknown user {user_id!r}: nothing is stored for this user."
+    if reason is EmptyReason.no_data:
+        return "nothing is stored yet (add_memory stores something)."
+    return "nothing found."
+
+
+def hits_text(hits: list[SearchHit], header: str, empty: str = "nothing found.") -> str:
+    """``header`` and one entry per hit: type, time, source, score and id, then the hit's text; ``header: empty``
+    when there are none (``empty_text``)."""
     if not hits:
-        return f"{header}: nothing found."
+        return f"{header}: {empty}"
     return header + ":\n" + "\n".join(_hit_line(i, h) for i, h in enumerate(hits, 1))
 
 
@@ -311,13 +322,15 @@ class EngramTools:
     # --- the tools: the backend's answer and its text for the model -----------------------------------------
     def search(self, req: SearchRequest, tenant: str) -> tuple[str, SearchResponse]:
         resp = self.backend.search(req)
-        return hits_text(resp.hits, f"{counted(len(resp.hits), 'result')} for {req.query!r}"), resp
+        return hits_text(resp.hits, f"{counted(len(resp.hits), 'result')} for {req.query!r}",
+                         empty_text(resp.empty, req.user_id)), resp
 
     def ask(self, req: AskRequest, tenant: str) -> tuple[str, AskResponse]:
         resp = self.backend.ask(req)
         head = (f"Answer: {resp.answer}" if resp.answer else
                 "No LLM configured on the server: the ranked evidence" if resp.llm is None else "No answer found")
-        return hits_text(resp.memories or resp.evidence, head + "\n\nMemories"), resp
+        empty = empty_text(resp.empty, req.user_id)
+        return hits_text(resp.memories or resp.evidence, head + "\n\nMemories", empty), resp
 
     def add_memory(self, req: AddMemoryRequest, tenant: str) -> tuple[str, AddMemoryResponse]:
         resp = self.backend.add_memory(req, tenant)
@@ -335,6 +348,8 @@ class EngramTools:
         lines = [f"{m.id} [{m.memory_type.value} · {m.time:%Y-%m-%d %H:%M} · {m.user_id}] {m.text}" if m.time else
                  f"{m.id} [{m.memory_type.value} · {m.user_id}] {m.text}" for m in page.items]
         head = f"{args.memory_type.value}: {len(page.items)} of {page.total} (offset {args.offset})"
+        if page.empty in (EmptyReason.unknown_user, EmptyReason.no_data):
+            head += f" - {empty_text(page.empty, args.user_id)}"
         return head + (":\n" + "\n".join(lines) if lines else ""), page
 
     def get_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, MemoryRecord]:

@@ -144,16 +144,20 @@ class Redactor:
             text = text[:f.start] + self._placeholder(f, obs, own) + text[f.end:]
         return text
 
-    def words(self, words: list[WordTiming], obs: Observation) -> list[WordTiming]:
+    def words(self, words: list[WordTiming], obs: Observation, said: str | None = None) -> list[WordTiming]:
         """ASR words with each secret's words merged into one word holding its placeholder (first start,
-        last end)."""
+        last end). The secrets are those of ``said`` (the transcript the words were cut from, so the words are
+        redacted as it is: Whisper's "4" ",500" are "4,500" there) when every word is found in it in order; else
+        of the words joined by spaces."""
         if not words:
             return words
-        spans, pos = [], 0
-        for w in words:
-            spans.append((pos, pos + len(w.word)))
-            pos += len(w.word) + 1
-        findings = detect(" ".join(w.word for w in words), self.rt.settings.vault_phone_region)
+        spans = _word_spans([w.word for w in words], said) if said else None
+        if spans is None:
+            said, spans, pos = " ".join(w.word for w in words), [], 0
+            for w in words:
+                spans.append((pos, pos + len(w.word)))
+                pos += len(w.word) + 1
+        findings = detect(said, self.rt.settings.vault_phone_region)
         if not findings:
             return words
         out, skip = [], set()
@@ -190,13 +194,14 @@ class Redactor:
             "text": self.text(obs.text, obs) or "", "transcript": self.text(obs.transcript, obs),
             "caption": self.text(obs.caption, obs), "window": self.text(obs.window, obs),
             "app": self.text(obs.app, obs), "ocr_lines": self.lines(obs.ocr_lines, obs),
-            "words": self.words(obs.words, obs),
+            "words": self.words(obs.words, obs, obs.transcript),
             "context_before": [self.text(t, obs, own=False) for t in obs.context_before],
             "context_after": [self.text(t, obs, own=False) for t in obs.context_after]})
 
     def lines(self, lines: list[OcrLine], obs: Observation) -> list[OcrLine]:
-        """OCR lines with every secret replaced; a private key block spread over several lines (BEGIN line,
-        body, END line) is found in the lines joined and each of its lines becomes the block's placeholder."""
+        """OCR lines with every secret replaced. A secret spread over several lines (a private key block: BEGIN
+        line, body, END line; a token wrapped at a window's width) is found in the lines joined, and each line's
+        part of it becomes the secret's placeholder."""
         if not lines:
             return lines
         texts = [ln.text for ln in lines]
@@ -205,10 +210,14 @@ class Redactor:
         for t in texts:
             bounds.append((pos, pos + len(t)))
             pos += len(t) + 1
-        for f in detect(joined, self.rt.settings.vault_phone_region):
-            if f.entry_type == "private_key":
+        for f in reversed(detect(joined, self.rt.settings.vault_phone_region)):
+            touched = [i for i, (a, b) in enumerate(bounds) if a < f.end and f.start < b]
+            if len(touched) > 1:
                 holder = self._placeholder(f, obs)
-                texts = [holder if a < f.end and f.start < b else t for t, (a, b) in zip(texts, bounds, strict=True)]
+                for i in touched:
+                    a, b = bounds[i]
+                    t = texts[i]
+                    texts[i] = t[:max(f.start - a, 0)] + holder + t[min(f.end, b) - a:]
         return [ln.model_copy(update={"text": self.text(t, obs)}) for ln, t in zip(lines, texts, strict=True)]
 
     def event(self, event: MediaEvent) -> MediaEvent:
@@ -277,6 +286,19 @@ def unseal(settings: Settings, token: bytes) -> bytes:
         raise VaultError("not sealed with the configured vault key") from exc
 
 
+def _word_spans(words: list[str], said: str) -> list[tuple[int, int]] | None:
+    """The span of each word in ``said`` (words found in order, anything between them), or None when one is not
+    found (the transcript is not the one the words were cut from)."""
+    spans, pos = [], 0
+    for w in words:
+        at = said.find(w, pos)
+        if at < 0 or not w:
+            return None
+        spans.append((at, at + len(w)))
+        pos = at + len(w)
+    return spans
+
+
 def _where(obs: Observation | MediaEvent) -> str:
     if isinstance(obs, MediaEvent):
         return "an event's window title or metadata"
@@ -289,6 +311,8 @@ def _hint(f: Finding) -> str:
     """The last digits of a card or account number (as receipts show them), nothing of other secrets."""
     if f.entry_type in ("credit_card", "iban"):
         return " ending " + re.sub(r"\W", "", f.secret)[-4:]
+    if f.partial:  # begins like a known token but is not whole: cut at a window's edge, or misread
+        return " (partial: cut off or misread)"
     return ""
 
 
