@@ -232,13 +232,14 @@ def _passphrase(words: str) -> bool:
 
 # the cue word and what it names: "pw" a password (any clause after "is"), "code" a PIN, passcode or a lock's code
 # (digits or number words, also without "is": "PIN 4512", "door code 4512"), "own" a bare "my code"/"the code"
-# (only after "is", and only a clause of nothing but digits or number words: "the code is 200 lines" is none)
-_CUE = re.compile(
-    r"(?i)(?<![\w-])(?:(?P<pw>pass[ -]?(?:word|phrase)s?|passwd|passwort|kennwort|pwd|pw)"
-    r"|(?P<code>pass[ -]?codes?|pin(?:[ -](?:code|number))?s?|combinations?"
-    r"|(?:door|gate|alarm|lock|safe|locker|access|entry|entrance|security|garage|building|keypad|unlock|wi-?fi"
-    r"|verification|confirmation|login|2fa|one-time)[ -](?:code|pin)s?)"
-    r"|(?P<own>(?:my|our|your|his|her|their|the)[ \t]+codes?))(?![\w-])")
+# (only after "is", and only a clause of nothing but digits or number words: "the code is 200 lines" is none); a
+# "code" after any other word ("error code", "zip code") is no cue
+_CUE = re.compile(r"(?i)\b(?:pass[ -]?(?:word|phrase|code)s?|passwd|passwort|kennwort|pwd|pw|pins?|codes?"
+                  r"|combinations?)\b")
+_PIN_NOUN = re.compile(r"(?i)[ -](?:code|number)s?\b")
+_LOCKS = frozenset("""door gate alarm lock safe locker access entry entrance security garage building keypad unlock
+    wifi wi-fi verification confirmation login 2fa one-time pin""".split())
+_OWNERS = frozenset("my our your his her their the".split())
 _CUE_GATE = re.compile(r"(?i)pass|pw|wort|pin|code|combination")  # the cue words' common parts: one scan
 _CUE_VERB = re.compile(r"[ \t]*(?:(?:is|was|are|were|ist|lautet)(?![\w-])|'s(?!\w)|(?P<mark>[:=#]))?[ \t]*")
 _NUMBER_WORDS = frozenset("""zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen
@@ -317,16 +318,35 @@ def _told_secret(words: list[str], kind: str) -> bool:
     return _passphrase(" ".join(words))
 
 
+def _cue_kind(text: str, m: re.Match) -> tuple[str, int] | None:
+    """What the cue word ``m`` names ("pw", "code" or "own", see ``_CUE``) and where its cue ends; None when it
+    names none ("error code")."""
+    noun = m.group().lower()
+    if noun.startswith(("passw", "pass w", "pass-w", "passp", "pass p", "pass-p", "pwd", "pw", "kennw")):
+        return "pw", m.end()
+    if noun.startswith(("pass", "combination")):
+        return "code", m.end()
+    if noun.startswith("pin"):
+        more = _PIN_NOUN.match(text, m.end())
+        return "code", more.end() if more else m.end()
+    before = text[max(0, m.start() - 24):m.start()].split()
+    word = before[-1].lower() if before else ""
+    return ("code", m.end()) if word in _LOCKS else ("own", m.end()) if word in _OWNERS else None
+
+
 def _cued(text: str) -> list[tuple[str, int, int]]:
     """(entry type, start, end) of each secret told after a cue: "password is ..." (``password``), "PIN ...",
     "the door code is ..." (``pin``). A password needs "is"/"was" ("password:" is ``_PATTERNS``' label form); a
     code may follow its cue directly when the cue is a lock's code, a passcode or "PIN" in capitals."""
     out = []
     for m in _CUE.finditer(text):
-        kind = next(k for k in ("pw", "code", "own") if m.group(k))
-        verb = _CUE_VERB.match(text, m.end())
+        cue = _cue_kind(text, m)
+        if cue is None:
+            continue
+        kind, end = cue
+        verb = _CUE_VERB.match(text, end)
         said = verb.group(0).strip()
-        if not said and (kind != "code" or m.group(kind)[:3].lower() == "pin" and m.group(kind)[:3] != "PIN"):
+        if not said and (kind != "code" or m.group()[:3].lower() == "pin" and m.group()[:3] != "PIN"):
             continue  # "pin 3 of the chip", "the code review"
         if said and (verb.group("mark") and kind != "code"):
             continue
@@ -369,7 +389,8 @@ def _token_like(run: str) -> bool:
 def _wrap_cuts(text: str) -> list[int]:
     """Positions of the line breaks inside a token that OCR (or a terminal, a narrow window) wrapped: a line
     ending in a token-like run (twelve or more characters with letters and digits, or a known prefix) followed by
-    a line starting with one that is not a word (it holds a digit, a symbol or an inner capital)."""
+    a line starting with one that is not a word (it holds a digit, a symbol or an inner capital), nor a token of
+    its own (a known prefix, an assignment)."""
     cuts, pos = [], 0
     lines = text.split("\n")
     for line, nxt in pairwise(lines):
@@ -378,8 +399,9 @@ def _wrap_cuts(text: str) -> list[int]:
         if tail and head and len(head.group()) >= 2:
             r1, r2 = tail.group(), head.group()
             starts = _PREFIXED.match(r1 + r2) is not None
-            if ((starts or (len(r1) >= 12 and _token_like(r1)))
-                    and (re.search(r"[\d_\-+/=.]", r2) or any(c.isupper() for c in r2[1:]))):
+            if ((starts or (len(r1) >= 12 and _token_like(r1))) and not r2.startswith(_PREFIXES)
+                    and not re.search(r"=[^=]", r2)  # "NAME=value" starts a new thing; base64 pads only at its end
+                    and (re.search(r"[\d_\-+/.]", r2) or any(c.isupper() for c in r2[1:]))):
                 cuts.append(pos)
         pos += 1
     return cuts
