@@ -71,7 +71,7 @@ def short(text: str | None, limit: int = SHORT_TEXT) -> str:
 
 def has_picture(object_key: str | None) -> bool:
     """Whether an object key names a picture a thumbnail can be made of."""
-    return bool(object_key) and object_key.lower().endswith(PICTURE_SUFFIXES)
+    return object_key is not None and object_key.lower().endswith(PICTURE_SUFFIXES)
 
 
 def day_span(day: date, last: date | None, tz) -> tuple[datetime, datetime]:

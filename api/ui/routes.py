@@ -20,7 +20,7 @@ from engram.api.ui import present
 from engram.api.ui.pages import Pages, UiConfig, media_response, parse_id
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MEMORY_TYPES, MemoryType
-from engram.schemas.search import SearchRequest
+from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest
 from engram.schemas.settings import get_settings
 from engram.schemas.timeline import TimelineRequest
 
@@ -30,9 +30,9 @@ SEARCH_LIMIT = 30
 MEMORIES_PAGE = 50
 
 
-def _day(value: str | None, default: date | None) -> date | None:
+def _day(value: str | None) -> date | None:
     if not value:
-        return default
+        return None
     try:
         return date.fromisoformat(value)
     except ValueError as exc:
@@ -46,6 +46,15 @@ def _kind(value: str | None) -> MediaKind | None:
         return MediaKind(value)
     except ValueError as exc:
         raise HTTPException(400, f"no such kind: {value[:40]}") from exc
+
+
+def _memory_type(value: str | None) -> MemoryType | None:
+    if not value:
+        return None
+    try:
+        return MemoryType(value)
+    except ValueError as exc:
+        raise HTTPException(400, f"no such memory type: {value[:40]}") from exc
 
 
 def register(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
@@ -66,8 +75,8 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     def timeline(request: Request) -> Response:
         q, user = request.query_params, pages.user(request)
         tz = get_settings().tzinfo
-        first = _day(q.get("date"), datetime.now(tz).date())
-        last = _day(q.get("to"), None)
+        first = _day(q.get("date")) or datetime.now(tz).date()
+        last = _day(q.get("to"))
         if last is not None and last < first:
             raise HTTPException(400, "the range ends before it starts")
         start_at, end_at = present.day_span(first, last, tz)
@@ -85,14 +94,17 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     @app.get("/search", include_in_schema=False)
     def search(request: Request) -> Response:
         q, user = request.query_params, pages.user(request)
-        text = (q.get("q") or "").strip()[:4000]
-        kind = _kind(q.get("kind"))
+        text, app_name = (q.get("q") or "").strip()[:4000], (q.get("app") or "").strip()[:256]
+        kind, mtype = _kind(q.get("kind")), _memory_type(q.get("type"))
         resp = None
         if text:
-            resp = svc.search(SearchRequest(query=text, tenant_id=tenant, user_id=user, limit=SEARCH_LIMIT,
-                                            kinds=[kind] if kind else None, timezone=get_settings().timezone))
+            resp = svc.search(SearchRequest(
+                query=text, tenant_id=tenant, user_id=user, limit=SEARCH_LIMIT, kinds=[kind] if kind else None,
+                apps=[app_name] if app_name else None, timezone=get_settings().timezone,
+                memory_types=[mtype] if mtype else list(DEFAULT_SEARCH_TYPES)))
         return pages.render(request, "search.html", user=user, q=text, resp=resp, kind=kind.value if kind else "",
-                            kinds=[k.value for k in MediaKind])
+                            kinds=[k.value for k in MediaKind], mtype=mtype.value if mtype else "",
+                            types=[t.value for t in DEFAULT_SEARCH_TYPES], app_name=app_name)
 
     @app.get("/people", include_in_schema=False)
     def people(request: Request) -> Response:
@@ -101,11 +113,11 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     @app.get("/memories", include_in_schema=False)
     def memories(request: Request) -> Response:
         user = pages.user(request)
+        mtype = _memory_type(request.query_params.get("type")) or MemoryType.episodic
         try:
-            mtype = MemoryType(request.query_params.get("type") or MemoryType.episodic.value)
             offset = max(0, int(request.query_params.get("offset") or 0))
         except ValueError as exc:
-            raise HTTPException(400, "no such memory type or offset") from exc
+            raise HTTPException(400, "not an offset") from exc
         page = svc.list_memories(tenant, mtype, user, MEMORIES_PAGE, offset)
         return pages.render(request, "memories.html", user=user, page=page, mtype=mtype.value,
                             types=[t.value for t in MEMORY_TYPES], step=MEMORIES_PAGE)

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SESSION_COOKIE = "engram_ui_session"
 CSRF_FIELD = "csrf_token"
@@ -54,7 +54,7 @@ class Guard:
             await resp(scope, receive, send)
             return
 
-        async def with_headers(message: dict) -> None:
+        async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 raw = [(k, v) for k, v in message.get("headers", []) if k.decode("latin-1").lower() not in HEADERS]
                 message["headers"] = raw + [(k.encode(), v.encode()) for k, v in HEADERS.items()]

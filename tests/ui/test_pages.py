@@ -127,3 +127,12 @@ def test_merging_two_people(client, ui):
     names = [e.names for e in ui.service.list_entities("default").items if "Zed" in e.names]
     assert len(names) == 1 and "Zed Zimmer" in names[0]
     assert f"/people/{ids['Zed Zimmer']}/merge" not in client.get("/people").text
+
+
+def test_search_filters_by_memory_type_kind_and_application(client, ui):
+    shots = client.get("/search", params={"q": "quarterly budget review", "type": "observation", "app": "Firefox"})
+    assert shots.status_code == 200 and f"/thumb/{ui.screenshot_id}" in shots.text
+    assert shots.text.count('class="hit"') == 1
+    elsewhere = client.get("/search", params={"q": "quarterly budget review", "app": "Slack"})
+    assert 'class="hit"' not in elsewhere.text and "Nothing found" in elsewhere.text
+    assert client.get("/search", params={"q": "x", "type": "bogus"}).status_code == 400
