@@ -238,11 +238,14 @@ def status(
     for rec in skipped:
         console.print(f"skipped {escape(shown_name(rec.source_name or rec.object_key))}: {escape(str(rec.reason))}",
                       highlight=False)
-    stuck = [r for st in (EventStatus.processing, EventStatus.queued)
-             for r in rt.ledger.records(tenant, st, limit=failures)]
-    for rec in stuck:
-        console.print(f"[yellow]unfinished[/yellow] {escape(shown_name(rec.source_name or rec.object_key))} "
+    unfinished = [r for st in (EventStatus.processing, EventStatus.queued)
+                  for r in rt.ledger.records(tenant, st, limit=failures)]
+    running = rt.ledger.running([r.event_id for r in unfinished])  # its process lives: not interrupted
+    for rec in unfinished:
+        console.print(f"{'[cyan]in progress[/cyan]' if rec.event_id in running else '[yellow]unfinished[/yellow]'} "
+                      f"{escape(shown_name(rec.source_name or rec.object_key))} "
                       f"({rec.status.value}, stage {rec.stage or 'ingest'})", highlight=False)
+    stuck = [r for r in unfinished if r.event_id not in running]
     if stuck and rt.settings.embedded:
         what = ("1 event was", "it", "it") if len(stuck) == 1 else (f"{len(stuck)} events were", "them", "they")
         console.print("{} interrupted: the next `engram ingest` (of any file) runs {} again first, keeping what {} "

@@ -113,6 +113,10 @@ class Ledger(Protocol):
         ``max_redeliveries`` times is marked failed instead. ``event_ids``: only these events. Returns (events to
         run again, event ids given up)."""
 
+    def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        """Of ``event_ids``, the unfinished ones whose owner process still lives (in progress, not interrupted; on
+        SQLite: ``owners.is_alive``; the Redis ledger keeps no owner: none)."""
+
     def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
         """Audit one reveal of a vault entry: who (the OS user and pid), when (now) and which entry; never the
         secret."""
@@ -461,6 +465,13 @@ class SqliteLedger:
         for kind, stage, reason in failed:
             count_finished(kind, EventStatus.failed.value, stage, reason)
         return republish, given_up
+
+    def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        with self._tx() as db:
+            rows = [db.execute("SELECT owner_pid, owner_started FROM events WHERE event_id=? AND status IN (?,?)",
+                               (str(e), EventStatus.queued.value, EventStatus.processing.value)).fetchone()
+                    for e in event_ids]
+        return {e for e, row in zip(event_ids, rows, strict=True) if row and is_alive(*row)}
 
     def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
         with self._tx() as db:
@@ -857,6 +868,9 @@ class RedisLedger:
         if event_ids is not None:
             return [], []
         return self.claim_stalled(0.0, max_redeliveries, limit)
+
+    def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
+        return set()
 
     def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
         self.r.xadd(f"{self.p}reveals:{tenant_id}", {"entry_id": entry_id, "os_user": os_user, "pid": pid,

@@ -150,3 +150,16 @@ def test_reveals_are_counted_on_redis_too(redis_server):
     assert (ledger.reveal_count("acme"), ledger.reveal_count("other")) == (1, 0)
     (_, fields), = ledger.r.xrange(f"{ledger.p}reveals:acme")
     assert fields["entry_id"] == "e1" and fields["os_user"] == "ann" and fields["pid"] == "123"
+
+
+def test_running_names_the_unfinished_events_of_live_processes(tmp_path):
+    ledger = SqliteLedger(tmp_path / "ledger.sqlite")
+    theirs, done = make_event(content=b"theirs"), make_event(content=b"done")
+    ledger.record_queued(done)
+    ledger.mark(done.event_id, EventStatus.done)
+    child = _child(ledger.path, theirs.model_dump_json())
+    try:
+        assert ledger.running([theirs.event_id, done.event_id, uuid.uuid4()]) == {theirs.event_id}
+    finally:
+        _kill(child)
+    assert ledger.running([theirs.event_id]) == set()  # interrupted now
