@@ -8,7 +8,9 @@ import json
 import shutil
 import sys
 from datetime import date, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, HTTPException, Request
@@ -39,22 +41,25 @@ def _day(value: str | None) -> date | None:
         raise HTTPException(400, f"not a date (YYYY-MM-DD): {value[:40]}") from exc
 
 
-def _kind(value: str | None) -> MediaKind | None:
+E = TypeVar("E", bound=StrEnum)
+
+
+def _choice(enum: type[E], value: str | None, what: str) -> E | None:
+    """``value`` as a member of ``enum`` (None when empty); HTTPException 400 naming ``what`` otherwise."""
     if not value:
         return None
     try:
-        return MediaKind(value)
+        return enum(value)
     except ValueError as exc:
-        raise HTTPException(400, f"no such kind: {value[:40]}") from exc
+        raise HTTPException(400, f"no such {what}: {value[:40]}") from exc
+
+
+def _kind(value: str | None) -> MediaKind | None:
+    return _choice(MediaKind, value, "kind")
 
 
 def _memory_type(value: str | None) -> MemoryType | None:
-    if not value:
-        return None
-    try:
-        return MemoryType(value)
-    except ValueError as exc:
-        raise HTTPException(400, f"no such memory type: {value[:40]}") from exc
+    return _choice(MemoryType, value, "memory type")
 
 
 def register(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
