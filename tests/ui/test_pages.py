@@ -136,3 +136,22 @@ def test_search_filters_by_memory_type_kind_and_application(client, ui):
     elsewhere = client.get("/search", params={"q": "quarterly budget review", "app": "Slack"})
     assert 'class="hit"' not in elsewhere.text and "Nothing found" in elsewhere.text
     assert client.get("/search", params={"q": "x", "type": "bogus"}).status_code == 400
+
+
+def test_a_recordings_segment_plays_from_its_offset():
+    """An audio segment's page plays the original from the segment's offset (a media fragment, no script); a
+    clip's is a video."""
+    import uuid
+    from zoneinfo import ZoneInfo
+
+    from engram.api.ui.pages import environment
+    from engram.schemas.memory_admin import MemoryRecord
+
+    env = environment(ZoneInfo("UTC"))
+    common = dict(user=None, uq="?user=ann", ua="&user=ann", missing=None, names={}, evidence=[], tenant="t",
+                  users=[], csrf="x", csrf_field="c", path="/item", query={})
+    for kind, tag in (("audio", "audio"), ("clip", "video")):
+        rec = MemoryRecord(id=uuid.uuid4(), memory_type=MemoryType.observation, tenant_id="t", text="hello",
+                           payload={"kind": kind, "start_s": 12.5, "end_s": 30.0, "object_key": "media/t/x.bin"})
+        html = env.get_template("item.html").render(rec=rec, **common)
+        assert f'<{tag} controls preload="metadata"' in html and f'src="/media/{rec.id}?user=ann#t=12.5,30"' in html
