@@ -63,9 +63,9 @@ def _frames(rt: Runtime, tenant_id: str, hit: dict, start: float, end: float) ->
     return frames
 
 
-def _walk(frames: list[qm.Record], pos: int, step: int, words: set[str]) -> tuple[list[qm.Record], bool]:
-    """The frames from ``pos`` (the hit) on in direction ``step`` that continue its burst, and whether the walk
-    ran off the end of ``frames`` (the burst may go on beyond the span read)."""
+def _walk(frames: list[qm.Record], pos: int, step: int, words: set[str]) -> tuple[list[qm.Record], float | None]:
+    """The frames from ``pos`` (the hit) on in direction ``step`` that continue its burst, and, when the walk ran off
+    the end of ``frames`` (the burst may go on beyond the span read), the time of the last frame it reached."""
     run: list[qm.Record] = []
     last = (frames[pos].payload or {}).get("start_ts") or 0.0
     i = pos + step
@@ -73,11 +73,11 @@ def _walk(frames: list[qm.Record], pos: int, step: int, words: set[str]) -> tupl
         p = frames[i].payload or {}
         t = p.get("start_ts") or 0.0
         if abs(t - last) > BURST_GAP_SECONDS or jaccard(words, _tokens(p.get("text", ""))) < BURST_JACCARD:
-            return run, False
+            return run, None
         run.append(frames[i])
         last = t
         i += step
-    return run, True
+    return run, last
 
 
 def burst_of(rt: Runtime, tenant_id: str, hit_id: str, hit: dict) -> list[str]:
@@ -93,9 +93,12 @@ def burst_of(rt: Runtime, tenant_id: str, hit_id: str, hit: dict) -> list[str]:
         pos = next((i for i, r in enumerate(frames) if str(r.id) == hit_id), None)
         if pos is None:
             return []
-        before, open_before = _walk(frames, pos, -1, words)
-        after, open_after = _walk(frames, pos, 1, words)
-        if not (open_before or open_after) or span >= MAX_WINDOW_SECONDS:
+        before, first = _walk(frames, pos, -1, words)
+        after, last = _walk(frames, pos, 1, words)
+        # a frame beyond the span read could continue the burst only if the run ends within one gap of its edge
+        cut = (first is not None and first - (t - span) <= BURST_GAP_SECONDS
+               or last is not None and (t + span) - last <= BURST_GAP_SECONDS)
+        if not cut or span >= MAX_WINDOW_SECONDS:
             return [str(r.id) for r in [*reversed(before), *after]]
         span *= 2
 

@@ -131,3 +131,11 @@ def test_matched_says_why(frames):
 def test_jaccard():
     assert jaccard(set(), set()) == 1.0
     assert jaccard({"a", "b"}, {"a", "c"}) == pytest.approx(1 / 3)
+
+
+def test_a_burst_longer_than_the_span_read_is_followed_to_its_end(frames, monkeypatch):
+    from engram.workers.memory import bursts
+
+    monkeypatch.setattr(bursts, "WINDOW_SECONDS", 90.0)  # the five frames span four minutes: the span must grow
+    hits = frames.find("pg_wal replication slot", kinds=["screenshot"])
+    assert max(h.burst_size for h in hits) == 5
