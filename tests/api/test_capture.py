@@ -240,7 +240,7 @@ def test_capture_under_openbox_with_a_real_xterm_keeps_its_frames_and_never_stop
         time.sleep(20)
         type_text(display, wid, "echo harbour master signed off\n")
         stats, errs = _finish(proc, with_stderr=True)
-    assert stats["wall_seconds"] >= 29 and stats["grabbed"] >= 12, stats  # it ran its whole length
+    assert stats["wall_seconds"] >= 29 and stats["grabbed"] >= 6, stats  # it ran its whole length
     assert stats["kept"] >= 3 and stats["published"] == stats["kept"] and stats["failed"] == 0, stats
     assert "cannot read the windows" not in errs, errs[-2000:]
     stored = [p.suffix for p in (tmp_path / "data").rglob("*") if p.suffix in (".webp", ".png")]
