@@ -19,6 +19,10 @@ a passphrase "password is correct horse battery staple" up to the sentence end);
 Luhn, IBANs that pass mod 97 (``python-stdnum``), phone numbers valid for their region (``phonenumbers``,
 Google's libphonenumber), e-mail addresses and street addresses with a street-type word. The whole value
 is one secret: a password keeps its trailing ``!``, a passphrase all its words.
+What was heard and what OCR split go through the same detection (``text.secrets``): a password, PIN or code
+told after a cue ("my bank password is Hunter 2", "the door code is 4,500 and 12"), an utterance's ASR words
+redacted as its transcript is (``Redactor.words``), a token wrapped over OCR lines found in the lines joined and
+replaced in each line's part (``Redactor.lines``), a token cut short at a known prefix kept as partial.
 
 Keys: ``ENGRAM_VAULT_KEY`` (Fernet keys, comma-separated for rotation: ``MultiFernet``). When it is unset
 the embedded default generates one into ``<data_dir>/vault.key`` (mode 0600) on the first secret, so a
