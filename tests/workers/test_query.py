@@ -195,9 +195,9 @@ def test_device_and_app_filters(corpus):
 
 
 def test_entity_filter(corpus):
-    from engram.workers.link import entity_id
+    from engram.workers.memory.entities import own_id
 
-    alice = str(entity_id("acme", "alice"))
+    alice = str(own_id("acme", "self", "alice"))  # the user's own turns link to the user's own entity
     hits = corpus.find("budget invoice flight", entities=[alice])
     assert hits and all(h.message_ids for h in hits)
     assert {h.message_ids[0] for h in hits if h.memory_type is MemoryType.observation} == {"c2"}
@@ -218,10 +218,11 @@ def test_named_speaker_boosts_their_turns(corpus):
 
 def test_names_in_the_query_become_entities_and_leave_the_dense_query(corpus):
     from engram.workers.link import entity_id
+    from engram.workers.memory.entities import own_id
     from engram.workers.memory.search import named_entities
 
     ids, content = named_entities(corpus.rt, "acme", "What did ALICE's team and Bob say about the budget?")
-    assert ids == {str(entity_id("acme", "alice")), str(entity_id("acme", "bob"))}
+    assert ids == {str(own_id("acme", "self", "alice")), str(entity_id("acme", "bob"))}  # alice is the user
     assert content == "What did team and say about the budget?"
     assert named_entities(corpus.rt, "acme", "What did Alicea say?") == (set(), "What did Alicea say?")
 
