@@ -5,13 +5,15 @@ Texts (real words: LoCoMo's turns, ``../shared/data/conversations/locomo10.json`
 
 - ``transcript``: the turns of conversation 0 run together into one ``--words``-word utterance (no line breaks, as
   faster-whisper gives a long recording), with issue 43's spoken secrets said three times within it;
+  ``transcript_plain`` the same words without them (the common case: a cue word such as "code" may occur, no
+  secret is told);
 - ``ocr``: the same words wrapped at 90 characters into lines (a screenshot's OCR text), with a JWT wrapped over
   two of them and a token cut at a line's end.
 
 For each, over ``--runs`` runs (the per-text memo cleared before each: ``secrets.clear_memo``), the median wall
 time of the whole ``secrets.detect`` and of the steps issue 43 added to it: the cue scan and told secrets
 (``_cued``, syntok on each cue's clause), the scan for cut tokens with a known prefix (``_prefixed``) and the
-search for wrapped lines (``_wrap_cuts``), each as ``_scan`` calls it (behind its cheap gate). ``added_share``
+search for wrapped lines (``_wrap_cuts``), each as ``_scan`` calls it (behind its gate, if any). ``added_share``
 is the added steps' median over the whole detection's.
 
     python bench/secret_detection.py [--words 5000] [--runs 21] [--json bench/results/secret_detection.json]
@@ -36,7 +38,7 @@ JWT = ("eyJhbGciOiAiSFMyNTYiLCAidHlwIjogIkpXVCJ9.eyJzdWIiOiAiMTIzNDU2Nzg5MCIsICJ
 
 
 def texts(eval_data: Path, words: int) -> dict[str, str]:
-    """The ``transcript`` and ``ocr`` texts of about ``words`` words each (see the module's docstring)."""
+    """The ``transcript``, ``transcript_plain`` and ``ocr`` texts of about ``words`` words each (module docstring)."""
     data = json.loads((eval_data / "conversations" / "locomo10.json").read_text())
     conv = data[0]["conversation"]
     turns = [t["text"] for k in sorted(conv, key=str) if k.startswith("session_") and isinstance(conv[k], list)
@@ -49,15 +51,14 @@ def texts(eval_data: Path, words: int) -> dict[str, str]:
     transcript = " ".join([*body[:third], SAID, *body[third:2 * third], SAID, *body[2 * third:], SAID])
     lines = textwrap.wrap(" ".join(body), 90)
     lines[len(lines) // 2:len(lines) // 2] = [f"Authorization: Bearer {JWT[:70]}", JWT[70:], "GITHUB=ghp_Q7xN2mK9pR4t"]
-    return {"transcript": transcript, "ocr": "\n".join(lines)}
+    return {"transcript": transcript, "transcript_plain": " ".join(body), "ocr": "\n".join(lines)}
 
 
 def added_steps(text: str) -> None:
     """The steps issue 43 added to ``secrets._scan``, behind the same gates."""
     if "\n" in text:
         secrets._wrap_cuts(text)
-    if secrets._CUE_GATE.search(text):
-        secrets._cued(text)
+    secrets._cued(text)
     if any(p in text for p in secrets._PREFIXES):
         secrets._prefixed(text)
 

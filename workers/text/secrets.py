@@ -234,13 +234,14 @@ def _passphrase(words: str) -> bool:
 # (digits or number words, also without "is": "PIN 4512", "door code 4512"), "own" a bare "my code"/"the code"
 # (only after "is", and only a clause of nothing but digits or number words: "the code is 200 lines" is none); a
 # "code" after any other word ("error code", "zip code") is no cue
-_CUE = re.compile(r"(?i)\b(?:pass[ -]?(?:word|phrase|code)s?|passwd|passwort|kennwort|pwd|pw|pins?|codes?"
-                  r"|combinations?)\b")
+# (its first letter outside the case-blind group: re then skips to the letters P, C, K in C, ~20x faster on a
+# long transcript than a case-blind pattern; the word's start is checked in ``_cued``)
+_CUE = re.compile(r"[PpCcKk](?i:ass[ -]?(?:word|phrase|code)s?|asswd|asswort|ennwort|wd|w|ins?|odes?"
+                  r"|ombinations?)\b")
 _PIN_NOUN = re.compile(r"(?i)[ -](?:code|number)s?\b")
 _LOCKS = frozenset("""door gate alarm lock safe locker access entry entrance security garage building keypad unlock
     wifi wi-fi verification confirmation login 2fa one-time pin""".split())
 _OWNERS = frozenset("my our your his her their the".split())
-_CUE_GATE = re.compile(r"(?i)pass|pw|wort|pin|code|combination")  # the cue words' common parts: one scan
 _CUE_VERB = re.compile(r"[ \t]*(?:(?:is|was|are|were|ist|lautet)(?![\w-])|'s(?!\w)|(?P<mark>[:=#]))?[ \t]*")
 _NUMBER_WORDS = frozenset("""zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen
     fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
@@ -340,7 +341,8 @@ def _cued(text: str) -> list[tuple[str, int, int]]:
     code may follow its cue directly when the cue is a lock's code, a passcode or "PIN" in capitals."""
     out = []
     for m in _CUE.finditer(text):
-        cue = _cue_kind(text, m)
+        cue = _cue_kind(text, m) if not m.start() or not (text[m.start() - 1].isalnum()
+                                                          or text[m.start() - 1] in "_-") else None
         if cue is None:
             continue
         kind, end = cue
@@ -459,7 +461,7 @@ def _scan(text: str, phone_region: str) -> list[Finding]:
                         end += 1
                 add(kind, start, end, trailing=".")
     low = text.lower()
-    for entry_type, start, end in _cued(text) if _CUE_GATE.search(text) else ():
+    for entry_type, start, end in _cued(text):
         add(entry_type, start, end, trailing="")
     if "pass" in low or "pw" in low or "wort" in low:
         for m in _PASSPHRASE.finditer(text):
