@@ -138,14 +138,14 @@ def test_a_consolidation_killed_holding_its_lock_is_taken_over_at_once(tmp_path)
     assert time.monotonic() - started < 300 and _query(db, "SELECT name FROM locks") == []
 
 
-def _files(folder: Path, names: range, pictures: int = 0) -> None:
+def _files(folder: Path, names: range, pictures: range = range(0)) -> None:
     from PIL import Image, ImageDraw
 
     folder.mkdir(parents=True, exist_ok=True)
     for n in names:
         (folder / f"note{n}.md").write_text(f"# Note {n}\n\nThe delivery number {n} arrives at dock {n % 7} on "
                                             f"{['Monday', 'Tuesday', 'Friday'][n % 3]}; sign for crate {n * 13}.\n")
-    for n in range(pictures):
+    for n in pictures:
         img = Image.new("RGB", (640, 360), [(255, 255, 255), (20, 40, 90), (250, 230, 120)][n % 3])
         draw = ImageDraw.Draw(img)
         for k in range(n + 2):
@@ -158,8 +158,8 @@ def _files(folder: Path, names: range, pictures: int = 0) -> None:
 @pytest.mark.parametrize("writers", [2, 4])
 def test_several_ingests_on_one_data_dir_share_the_work(tmp_path, writers):
     a, b = tmp_path / "in" / "a", tmp_path / "in" / "b"
-    _files(a, range(0, 10), pictures=2)
-    _files(b, range(6, 16), pictures=1)  # notes 6-9 in both: the same contents
+    _files(a, range(0, 10), pictures=range(0, 2))
+    _files(b, range(6, 16), pictures=range(2, 3))  # notes 6-9 in both: the same contents; screenshots unlike
     folders = [[a], [b], [a, b], [b, a]][:writers]
     procs = [subprocess.Popen(_engram(tmp_path, "ingest", *map(str, f), "--user", "ann", "--no-consolidate"),
                               env=_env(tmp_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -169,13 +169,15 @@ def test_several_ingests_on_one_data_dir_share_the_work(tmp_path, writers):
         assert code == 0 and "failed" not in errs and "interrupted earlier" not in errs, (out, errs[-3000:])
     db = tmp_path / "data" / "ledger.sqlite"
     statuses = dict(_query(db, "SELECT status, COUNT(*) FROM events GROUP BY status"))
-    assert set(statuses) <= {"done", "skipped"} and statuses["done"] == 16 + 3, statuses  # each content done once
+    skipped = _query(db, "SELECT source_name, reason FROM events WHERE status='skipped'")
+    assert set(statuses) <= {"done", "skipped"} and statuses["done"] == 16 + 3, (statuses, skipped)  # each once
+    assert all("exact duplicate" in reason for _, reason in skipped), skipped
     assert _query(db, "SELECT SUM(redeliveries) FROM events") == [(0,)]  # nobody died: nothing redelivered
     assert _query(db, "SELECT COUNT(*) FROM unfinished") == [(0,)]
     done = dict(_query(db, "SELECT e.event_id, COALESCE(SUM(s.observations), 0) FROM events e LEFT JOIN segments s "
                            "ON s.event_id = e.event_id WHERE e.status='done' GROUP BY e.event_id"))
     stored: dict[str, int] = {}
-    for event_id, _ in json.loads(_python(tmp_path, _OBSERVATIONS)):
+    for event_id, _ in json.loads(_python(tmp_path, _OBSERVATIONS)):  # every event's observations, once
         stored[event_id] = stored.get(event_id, 0) + 1
     assert stored == {e: n for e, n in done.items() if n}  # ledger and store agree
     assert all(n >= 1 for n in done.values())
