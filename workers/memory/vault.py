@@ -194,10 +194,15 @@ class Redactor:
         """A copy of ``obs`` with no secret left in any of its texts."""
         if not self.rt.settings.vault_redact:
             return obs
+        lines, spread = self._lines(obs.ocr_lines, obs)
+        text = obs.text
+        for holder, parts in spread.items():  # the text joins the lines too ("\n"; a clip's " | "): one placeholder
+            text = re.sub(r"[\s|]*".join(map(re.escape, parts)), lambda _, h=holder: h, text)
+        text = self.text(text, obs) or ""
         return obs.model_copy(update={
-            "text": self.text(obs.text, obs) or "", "transcript": self.text(obs.transcript, obs),
+            "text": text, "transcript": self.text(obs.transcript, obs),
             "caption": self.text(obs.caption, obs), "window": self.text(obs.window, obs),
-            "app": self.text(obs.app, obs), "ocr_lines": self.lines(obs.ocr_lines, obs),
+            "app": self.text(obs.app, obs), "ocr_lines": lines,
             "words": self.words(obs.words, obs, obs.transcript),
             "context_before": [self.text(t, obs, own=False) for t in obs.context_before],
             "context_after": [self.text(t, obs, own=False) for t in obs.context_after]})
@@ -206,8 +211,14 @@ class Redactor:
         """OCR lines with every secret replaced. A secret spread over several lines (a private key block: BEGIN
         line, body, END line; a token wrapped at a window's width) is found in the lines joined, and each line's
         part of it becomes the secret's placeholder."""
+        return self._lines(lines, obs)[0]
+
+    def _lines(self, lines: list[OcrLine], obs: Observation) -> tuple[list[OcrLine], dict[str, list[str]]]:
+        """``lines`` redacted, and the placeholder of each secret spread over lines with the lines' parts of it:
+        ``observation`` replaces them, however the text joins them, by the one placeholder."""
+        spread: dict[str, list[str]] = {}
         if not lines:
-            return lines
+            return lines, spread
         texts = [ln.text for ln in lines]
         joined = "\n".join(texts)
         bounds, pos = [], 0
@@ -218,11 +229,12 @@ class Redactor:
             touched = [i for i, (a, b) in enumerate(bounds) if a < f.end and f.start < b]
             if len(touched) > 1:
                 holder = self._placeholder(f, obs)
+                spread[holder] = [joined[max(f.start, a):min(f.end, b)] for a, b in (bounds[i] for i in touched)]
                 for i in touched:
                     a, b = bounds[i]
                     t = texts[i]
                     texts[i] = t[:max(f.start - a, 0)] + holder + t[min(f.end, b) - a:]
-        return [ln.model_copy(update={"text": self.text(t, obs)}) for ln, t in zip(lines, texts, strict=True)]
+        return [ln.model_copy(update={"text": self.text(t, obs)}) for ln, t in zip(lines, texts, strict=True)], spread
 
     def event(self, event: MediaEvent) -> MediaEvent:
         """A copy of ``event`` with no secret left in its app name, window title or metadata values (what the

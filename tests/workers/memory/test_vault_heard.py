@@ -51,6 +51,20 @@ def test_a_token_wrapped_over_two_ocr_lines_is_one_entry(engram_env):
     assert vault.reveal(engram_env, TENANT, entry.id) == JWT
 
 
+def test_a_wrapped_token_on_a_clips_keyframe_leaves_its_text_too(engram_env):
+    """A clip's text shows its keyframes' lines joined by " | " (``perceive._clip``): the wrapped token's parts
+    and the " | " between them are replaced there by the placeholder its lines got."""
+    texts = [f"Authorization: Bearer {JWT[:62]}", JWT[62:], "ok"]
+    lines = [OcrLine(text=t, confidence=0.9, box=(0, 30 * i, 900, 30 * i + 25)) for i, t in enumerate(texts)]
+    red = vault.Redactor(engram_env)
+    out = red.observation(observation(kind="clip", text="so here it is\n[on screen] " + " | ".join(texts),
+                                      transcript="so here it is", ocr_lines=lines))
+    [entry] = red.entries.values()
+    holder = f"[vault:{entry.id} jwt]"
+    assert out.text == f"so here it is\n[on screen] Authorization: Bearer {holder} | ok"
+    assert [ln.text for ln in out.ocr_lines] == [f"Authorization: Bearer {holder}", holder, "ok"]
+
+
 def test_a_token_cut_at_the_edge_is_a_partial_entry(engram_env):
     cut = "export GITHUB_TOKEN=ghp_Q7xN2mK9pR4tL8vB3w"
     red = vault.Redactor(engram_env)
