@@ -39,6 +39,7 @@ def ui(
     except OSError as exc:
         err.print(f"[red]error:[/red] cannot listen on {HOST}:{port}: {exc.strerror} (try --port 0)", highlight=False)
         raise typer.Exit(2) from exc
+    sock.listen(128)  # from now on a browser's connection waits in the backlog until the server accepts it
     bound = sock.getsockname()[1]
     app = embedded_ui(HOST, bound, tenant or get_settings().tenant)
     print(f"engram ui on http://{HOST}:{bound}/  (Ctrl+C to stop)", flush=True)
