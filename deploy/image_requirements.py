@@ -34,9 +34,23 @@ def requirement_name(requirement: str) -> str:
 
 def api_requirements(pyproject: Path) -> list[str]:
     """The slim image's requirements: pyproject.toml's base ``dependencies`` (the client's) and its ``server``
-    extra (the API, the CLI and the producer), in file order."""
+    extra (the API, the CLI and the producer), in file order, with the extras ``server`` takes from engram itself
+    (``engram-multimodal[mcp]``) spelled out, since the image installs engram with ``--no-deps``."""
     project = tomllib.loads(pyproject.read_text())["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["server"]]
+    extras, own = project["optional-dependencies"], normalise(project["name"])
+
+    def expand(requirements: list[str]) -> list[str]:
+        out: list[str] = []
+        for req in requirements:
+            if requirement_name(req) != own:
+                out.append(req)
+                continue
+            names = re.search(r"\[([^\]]*)\]", req)
+            for extra in (names.group(1).split(",") if names else []):
+                out += [r for r in expand(extras[extra.strip()]) if r not in out]
+        return out
+
+    return expand([*project["dependencies"], *extras["server"]])
 
 
 def api_packages(pyproject: Path = PYPROJECT) -> frozenset[str]:
