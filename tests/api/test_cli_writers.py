@@ -221,3 +221,47 @@ def test_vault_reveal_is_audited_and_counted_by_status(tmp_path):
     rows = _query(tmp_path / "data" / "ledger.sqlite", "SELECT tenant_id, entry_id, os_user, pid, at FROM reveals")
     assert len(rows) == 2 and all(r[:2] == ("default", entry.group()) and r[2] and r[3] > 0 for r in rows)
     assert secret.encode() not in (tmp_path / "data" / "ledger.sqlite").read_bytes()
+
+
+def _add_killed_mid_way(tmp_path: Path, cid: str, text: str) -> None:
+    """Start ``engram add TEXT --id CID`` and SIGKILL it once its event is recorded and not finished."""
+    from engram.api.add import add_event_id
+
+    event_id = str(add_event_id("default", "ann", cid))
+    proc = subprocess.Popen(_engram(tmp_path, "add", text, "--id", cid, "--no-consolidate"), env=_env(tmp_path),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    db, deadline = tmp_path / "data" / "ledger.sqlite", time.monotonic() + 600
+    while not _query(db, "SELECT 1 FROM events WHERE event_id=?", (event_id,)) and proc.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert _query(db, "SELECT status FROM events WHERE event_id=?", (event_id,))[0][0] in ("queued", "processing")
+
+
+@pytest.mark.slow
+def test_the_mcp_servers_add_memory_resumes_an_interrupted_addition(tmp_path):
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    text = "The spare boiler fuse is taped under the third stair"
+    _add_killed_mid_way(tmp_path, "fuse-1", text)
+    params = StdioServerParameters(command=sys.executable, cwd=str(REPO), env=_env(tmp_path),
+                                   args=["-m", "engram.api.cli", "mcp", "--user", "ann"])
+    answers = []
+
+    async def session() -> None:
+        async with Client(params, read_timeout_seconds=600) as client:
+            for _ in range(2):
+                answers.append(await client.call_tool("add_memory", {"text": text, "id": "fuse-1", "user_id": "ann"}))
+
+    anyio.run(session)
+    first, again = answers
+    assert not first.is_error and first.content[0].text.startswith("Resumed an interrupted addition: Remembered"), \
+        first.content[0].text
+    assert first.structured_content["resumed"] is True and first.structured_content["status"] == "done"
+    assert again.structured_content["duplicate"] is True and again.content[0].text.startswith("Already added")
+    stored = [t for _, t in json.loads(_python(tmp_path, _OBSERVATIONS))]
+    assert stored == [f"ann: {text}"]
