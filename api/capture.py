@@ -690,10 +690,7 @@ def capture_command(
     report((f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s" if screen else
             "capturing") + (f"{' and' if screen else ''} the microphone in {chunk_seconds:g} s chunks" if mic else "")
            + f" into {target} (pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
-    cap.batch_lines = not err.is_terminal  # a terminal sees the counts refreshed instead
-    with progress_display(cap, err) as bar:
-        bar.add_task("capture", total=None)
-        stats = run_capture(cap, previous, windows, client, report)
+    stats = run_with_progress(cap, previous, windows, client, report)
     print_stats(stats, json_out, console)
     if stats.failed and not stats.published:
         raise typer.Exit(1)
@@ -740,6 +737,18 @@ def privacy_rules(deny_app: list[str] | None, deny_title: list[str] | None,
     except re.error as exc:
         report(f"error: --deny-title: {exc}")
         raise typer.Exit(2) from exc
+
+
+def run_with_progress(cap: Capture, previous: dict, windows: XWindows | None, client: Any,
+                      report: Callable[[str], None]) -> CaptureStats:
+    """``run_capture`` under ``progress_display`` on stderr; on a terminal the counts are refreshed in place
+    instead of a line per published batch."""
+    from engram.api.console import err
+
+    cap.batch_lines = not err.is_terminal
+    with progress_display(cap, err) as bar:
+        bar.add_task("capture", total=None)
+        return run_capture(cap, previous, windows, client, report)
 
 
 def run_capture(cap: Capture, previous: dict, windows: XWindows | None, client: Any,
