@@ -118,7 +118,7 @@ def mcp(
     if data_dir is not None:
         os.environ["ENGRAM_DATA_DIR"] = str(data_dir.expanduser())
     settings = get_settings()
-    if api:  # the tools call the API through the SDK (api.mcp_server.ApiBackend); exit 2 with one line if unusable
+    if api:  # the tools call the API (api.service.remote.RemoteService); exit 2 with one line if unusable
         serve_api_tools(api, api_key, device or default_device(), user or settings.user, http, host, port)
         return
     tools = EngramTools(tenant or settings.tenant, device or default_device(), user or settings.user,

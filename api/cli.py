@@ -49,7 +49,7 @@ from engram.api.console import (  # noqa: E402
     reads_store,
     shown_name,
 )
-from engram.api.embedded import ingest_paths, run_search  # noqa: E402
+from engram.api.embedded import ingest_paths, run_search, service_call  # noqa: E402
 from engram.api.explain import explain_empty  # noqa: E402
 from engram.schemas.events import EventStatus, MediaKind  # noqa: E402
 from engram.schemas.memories import MemoryType  # noqa: E402
@@ -312,23 +312,21 @@ def entities_name(
     and ask shows the name in its evidence."""
     import uuid
 
-    from engram.schemas.entities import EntitySummary
     from engram.schemas.settings import get_settings
-    from engram.workers.admin import entity_name_task as name_task
 
     try:
         eid = uuid.UUID(entity_id)
     except ValueError as exc:
         raise typer.BadParameter(f"{entity_id!r} is not an entity id (a UUID)", param_hint="ENTITY_ID") from exc
     try:
-        named = name_task.delay(tenant or get_settings().tenant, str(eid), name).get(timeout=600)
+        with service_call() as service:
+            named = service.name_entity(tenant or get_settings().tenant, eid, name)
     except ValueError as exc:  # an empty name
         err.print(Text.assemble(("error: ", "red"), str(exc)))
         raise typer.Exit(2) from exc
     if named is None:
         err.print(Text.assemble(("error: ", "red"), f"no entity {entity_id}"))
         raise typer.Exit(1)
-    named = EntitySummary.model_validate(named)
     console.print(Text(f"{named.id}: {', '.join(named.names)}"))
 
 

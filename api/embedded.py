@@ -1,6 +1,7 @@
 """The work of the ``engram`` commands on the configured runtime (the embedded default, or through the broker):
 ingesting files and folders with a progress bar (``ingest_paths``, used by ``engram ingest``, ``watch`` and
-``demo``) and running a search (``run_search``).
+``demo``), and the service layer of the ``engram`` commands (``service_call``: the process's one
+``api.service.embedded.EmbeddedService``, whose timeout is ``ENGRAM_SERVICE_TIMEOUT_SECONDS``).
 
 Importing this module is light (``engram --help`` and the slim API image import the CLI): the workers' stack
 (runtime, stores, stages) is imported by the functions, when they run.
@@ -8,6 +9,8 @@ Importing this module is light (``engram --help`` and the slim API image import 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -17,11 +20,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from engram.api.console import err, shown_name
+from engram.api.console import STORE_HOLD_SECONDS, err, shown_name
+from engram.api.service.base import ServiceError
 from engram.schemas.events import EventStatus, MediaEvent
 from engram.schemas.search import SearchRequest, SearchResponse
 
-SEARCH_TIMEOUT_S = 120
+_service: Any = None  # the process's EmbeddedService, made by the first command that asks
 
 
 @dataclass
@@ -161,9 +165,31 @@ def _ingest_paths(rt: Any, paths: list[Path], tenant: str, user: str, device: st
     return run.out
 
 
-def run_search(req: SearchRequest) -> SearchResponse:
-    """Run a search through the query task (inline on the embedded default, through the ``query`` queue with a
-    broker), waiting up to ``SEARCH_TIMEOUT_S`` seconds."""
-    from engram.workers.query import search_task  # a stage: the workers' stack, when a search runs
+def embedded_service() -> Any:
+    """The process's ``EmbeddedService`` (made on first use; the store lingers ``STORE_HOLD_SECONDS`` after a call
+    unless another engram process asks for it)."""
+    global _service
+    if _service is None:
+        from engram.api.service.embedded import EmbeddedService  # the workers' stack, when a command runs
 
-    return SearchResponse.model_validate(search_task.delay(req).get(timeout=SEARCH_TIMEOUT_S))
+        _service = EmbeddedService(linger=STORE_HOLD_SECONDS)
+    return _service
+
+
+@contextmanager
+def service_call() -> Iterator[Any]:
+    """Yield the process's ``EmbeddedService`` for a command's calls; a ``ServiceError`` it raises (the store busy
+    past ``ENGRAM_STORE_WAIT_SECONDS``, no worker answering within ``ENGRAM_SERVICE_TIMEOUT_SECONDS``) ends the
+    command with one line on stderr and exit status 3 (``schemas.ask.AskFailed`` and the store's own errors pass)."""
+    try:
+        yield embedded_service()
+    except ServiceError as exc:
+        err.print(Text.assemble(("error: ", "red"), " ".join(str(exc).split())), soft_wrap=True)
+        raise SystemExit(3) from exc
+
+
+def run_search(req: SearchRequest) -> SearchResponse:
+    """Run a search through the service layer (``service_call``: inline on the embedded default, through the
+    ``query`` queue with a broker)."""
+    with service_call() as service:
+        return service.search(req)

@@ -15,11 +15,12 @@ and the store stays open after a call until another engram process asks for it o
 pass, then it is closed (``workers.runtime.StoreLease``), so ``engram search``/``ingest`` in another process work
 while the server runs (waiting at most ~0.2 s more than the call in progress) and an agent's calls minutes apart
 find the store open. Models stay loaded between calls. With ``ENGRAM_BROKER_URL`` the tasks run on the workers
-instead and the server never opens the store.
+instead and the server never opens the store. The work is the service layer's (``api.service``:
+``EmbeddedService`` here, ``RemoteService`` through the API; one timeout, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``).
 
 Through the HTTP API (``engram mcp --api URL --api-key KEY``, or ``ENGRAM_API_URL``/``ENGRAM_API_KEY``): the tools
 call the engram API with the SDK (``api.client.EngramClient``: retries, timeouts) instead of the embedded store
-(``ApiBackend``); the tenant is the key's, the server opens no store and loads no model, and ``add_memory``
+(``RemoteService``); the tenant is the key's, the server opens no store and loads no model, and ``add_memory``
 waits until the API has stored the memory (so it is searchable when the call returns, as on the embedded
 default). The two backends answer the same tools with the same response models; only where the work runs differs.
 """
@@ -29,8 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,8 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
-from engram.api.console import STORE_HOLD_SECONDS, counted
+from engram.api.console import STORE_HOLD_SECONDS, counted, why_found
+from engram.api.service.base import MemoryService, ServiceError
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
@@ -49,7 +50,6 @@ from engram.workers.errors import EngramError
 
 log = logging.getLogger("engram.mcp")
 
-TASK_TIMEOUT_S = 600
 SERVER_NAME = "engram"
 INSTRUCTIONS = ("engram is a long-term memory of what the user saw, heard and said (screenshots, audio, video, "
                 "chats). Use `search` before answering questions about the past, `add_memory` to remember what "
@@ -86,7 +86,8 @@ class Tool:
 def _hit_line(i: int, hit: SearchHit) -> str:
     when = hit.time.strftime("%Y-%m-%d %H:%M") if hit.time else "undated"
     src = f" · {hit.source_name}" if hit.source_name else ""
-    return f"{i}. [{hit.memory_type.value} · {when}{src} · score {hit.score:.3f} · id {hit.id}]\n   {hit.text}"
+    why = f" · matched: {matched}" if (matched := why_found(hit)) else ""
+    return f"{i}. [{hit.memory_type.value} · {when}{src}{why} · id {hit.id}]\n   {hit.text}"
 
 
 def empty_text(reason: EmptyReason | None, user_id: str | None) -> str:
@@ -100,198 +101,59 @@ def empty_text(reason: EmptyReason | None, user_id: str | None) -> str:
 
 
 def hits_text(hits: list[SearchHit], header: str, empty: str = "nothing found.") -> str:
-    """``header`` and one entry per hit: type, time, source, score and id, then the hit's text; ``header: empty``
+    """``header`` and one entry per hit: type, time, source, what matched (``console.why_found``) and id, then the
+    hit's text; ``header: empty``
     when there are none (``empty_text``)."""
     if not hits:
         return f"{header}: {empty}"
     return header + ":\n" + "\n".join(_hit_line(i, h) for i, h in enumerate(hits, 1))
 
 
-class EmbeddedBackend:
-    """The tools' work on the embedded store (or, with ``ENGRAM_BROKER_URL``, on the workers) through the
-    pipeline's Celery tasks. The store is held during a call (``session``) and let go when another process asks
-    for it or ``linger`` s after the call (``workers.runtime.StoreLease``).
-    Methods return the response models (None for an unknown id)."""
+class EngramTools:
+    """The tools' work, for one server process: ``tenant`` (stdio; over HTTP each call's key gives it),
+    ``device`` (recorded on what ``add_memory`` stores), ``default_user`` (``add_memory`` without a user_id).
+    ``call`` is blocking and not re-entrant: the server runs calls one at a time in a worker thread.
+    ``service``: where the work runs (default: ``api.service.embedded.EmbeddedService`` lingering ``linger`` s;
+    ``RemoteService`` for an API). Its errors reach the model as the tool's error."""
 
-    def __init__(self, device: str, linger: float = STORE_HOLD_SECONDS) -> None:
+    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = STORE_HOLD_SECONDS,
+                 service: MemoryService | None = None) -> None:
+        self.tenant = tenant
         self.device = device
-        from engram.workers.runtime import StoreLease  # the workers' stack loads with the server, not the CLI
-        self._lease = StoreLease(linger)
+        self.default_user = default_user
+        if service is None:
+            from engram.api.service.embedded import EmbeddedService  # the workers' stack loads with the server
 
-    def session(self):
-        """Hold the store for one call."""
-        return self._lease.session()
+            service = EmbeddedService(linger=linger)
+        self.service = service
 
     def close(self) -> None:
-        """Release the store now (the server is stopping)."""
-        self._lease.close()
+        """Release the store or the connections now (the server is stopping)."""
+        self.service.close()
 
     def warm_up(self) -> None:
         """On the embedded default, load what a search needs (``api.processes.warm_up_for_searches``) on threads
         of their own, and open the store on another when it exists and no other process holds it
-        (``StoreLease.open_existing``: never made, waited for nor asked for here; other engram commands keep it
-        otherwise, and the first call opens it); with a broker the workers search, and nothing is loaded here."""
+        (``EmbeddedService.warm_up``: never made, waited for nor asked for here; other engram commands keep it
+        otherwise, and the first call opens it); through the API or with a broker, nothing is loaded here."""
         import threading
 
         from engram.api.processes import warm_up_for_searches
         from engram.schemas.settings import get_settings
 
-        if get_settings().embedded:
+        if hasattr(self.service, "warm_up") and get_settings().embedded:
             warm_up_for_searches()
             threading.Thread(target=self._open_store, name="engram-store-open", daemon=True).start()
 
     def _open_store(self) -> None:
         t0 = time.perf_counter()
         try:
-            points = self._lease.open_existing()
+            points = self.service.warm_up()  # type: ignore[attr-defined]  # EmbeddedService's, checked above
         except Exception as exc:  # noqa: BLE001 (a warm-up never stops the server; the first call meets the error)
             log.warning("embedded store not opened: %s", f"{type(exc).__name__}: {exc}"[:300])
             return
         if points is not None:
             log.info("embedded store opened: %d points in %.2f s", points, time.perf_counter() - t0)
-
-    def search(self, req: SearchRequest) -> SearchResponse:
-        from engram.workers.query import search_task
-
-        return SearchResponse.model_validate(search_task.delay(req).get(timeout=TASK_TIMEOUT_S))
-
-    def ask(self, req: AskRequest) -> AskResponse:
-        from engram.workers.ask import ask_task
-
-        return AskResponse.model_validate(ask_task.delay(req).get(timeout=TASK_TIMEOUT_S))
-
-    def add_memory(self, req: AddMemoryRequest, tenant: str) -> AddMemoryResponse:
-        from engram.api.add import add_embedded
-        from engram.workers.runtime import runtime
-
-        return add_embedded(runtime(), req, tenant, self.device)
-
-    def list_memories(self, tenant: str, args: ListMemoriesArgs) -> MemoryPage:
-        from engram.workers.admin import list_task
-
-        return MemoryPage.model_validate(list_task.delay(tenant, args.memory_type.value, args.user_id, args.limit,
-                                                         args.offset).get(timeout=TASK_TIMEOUT_S))
-
-    def get_memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
-        from engram.workers.admin import get_task
-
-        got = get_task.delay(tenant, memory_id).get(timeout=TASK_TIMEOUT_S)
-        return None if got is None else MemoryRecord.model_validate(got)
-
-    def delete_memory(self, tenant: str, memory_id: str) -> str | None:
-        """The deleted memory's type, or None when unknown."""
-        from engram.workers.admin import delete_task
-
-        return delete_task.delay(tenant, memory_id).get(timeout=TASK_TIMEOUT_S)
-
-    def list_entities(self, tenant: str) -> EntityList:
-        from engram.workers.admin import entity_list_task as list_task
-
-        return EntityList.model_validate(list_task.delay(tenant).get(timeout=TASK_TIMEOUT_S))
-
-    def name_entity(self, tenant: str, entity_id: str, name: str) -> EntitySummary | None:
-        from engram.workers.admin import entity_name_task as name_task
-
-        got = name_task.delay(tenant, entity_id, name).get(timeout=TASK_TIMEOUT_S)
-        return None if got is None else EntitySummary.model_validate(got)
-
-
-class ApiBackend:
-    """The tools' work through an engram HTTP API with the SDK's ``EngramClient`` (the key's tenant; the
-    ``tenant`` arguments are ignored). ``add_memory`` waits up to ``add_timeout`` seconds for the memory to be
-    stored. API errors become ``ToolFailed`` with the API's message (404: None, as the embedded backend)."""
-
-    def __init__(self, client: Any, add_timeout: float = TASK_TIMEOUT_S) -> None:
-        self.client = client
-        self.add_timeout = add_timeout
-
-    def session(self):
-        """Nothing to hold."""
-        return nullcontext()
-
-    def warm_up(self) -> None:
-        """Nothing to load: the API searches."""
-
-    def close(self) -> None:
-        """Close the HTTP connections."""
-        self.client.close()
-
-    @contextmanager
-    def _errors(self, not_found_ok: bool = False) -> Iterator[None]:
-        """API errors as ToolFailed; with ``not_found_ok`` a 404 is swallowed (the caller then answers None)."""
-        from engram.api.client import EngramAPIError
-
-        try:
-            yield
-        except EngramAPIError as exc:
-            if exc.status == 404 and not_found_ok:
-                return
-            raise ToolFailed(f"engram API: {exc}") from exc
-
-    def search(self, req: SearchRequest) -> SearchResponse:
-        with self._errors():
-            return self.client.search_request(req)
-
-    def ask(self, req: AskRequest) -> AskResponse:
-        with self._errors():
-            return self.client.ask_request(req)
-
-    def add_memory(self, req: AddMemoryRequest, tenant: str) -> AddMemoryResponse:
-        with self._errors():
-            resp = self.client.add_request(req)
-            if resp.duplicate:
-                return resp
-            final = self.client.wait([resp.event_id], timeout=self.add_timeout, interval=0.1)[resp.event_id]
-        return resp.model_copy(update={"status": final.status, "observations": final.observations,
-                                       "reason": final.reason})
-
-    def list_memories(self, tenant: str, args: ListMemoriesArgs) -> MemoryPage:
-        with self._errors():
-            return self.client.list_memories(args.memory_type, args.user_id, args.limit, args.offset)
-
-    def get_memory(self, tenant: str, memory_id: str) -> MemoryRecord | None:
-        with self._errors(not_found_ok=True):
-            return self.client.get_memory(memory_id)
-        return None
-
-    def delete_memory(self, tenant: str, memory_id: str) -> str | None:
-        """The deleted memory's type (read before deleting), or None when unknown."""
-        with self._errors(not_found_ok=True):
-            kind = self.client.get_memory(memory_id).memory_type.value
-            self.client.delete_memory(memory_id)
-            return kind
-        return None
-
-    def list_entities(self, tenant: str) -> EntityList:
-        with self._errors():
-            return self.client.list_entities()
-
-    def name_entity(self, tenant: str, entity_id: str, name: str) -> EntitySummary | None:
-        with self._errors(not_found_ok=True):
-            return self.client.name_entity(entity_id, name)
-        return None
-
-
-class EngramTools:
-    """The tools' work, for one server process: ``tenant`` (stdio; over HTTP each call's key gives it),
-    ``device`` (recorded on what ``add_memory`` stores), ``default_user`` (``add_memory`` without a user_id).
-    ``call`` is blocking and not re-entrant: the server runs calls one at a time in a worker thread.
-    ``backend``: where the work runs (default: ``EmbeddedBackend(device, linger)``; ``ApiBackend`` for an API)."""
-
-    def __init__(self, tenant: str, device: str, default_user: str | None = None, linger: float = STORE_HOLD_SECONDS,
-                 backend: EmbeddedBackend | ApiBackend | None = None) -> None:
-        self.tenant = tenant
-        self.device = device
-        self.default_user = default_user
-        self.backend = backend if backend is not None else EmbeddedBackend(device, linger)
-
-    def close(self) -> None:
-        """Release the store or the connections now (the server is stopping)."""
-        self.backend.close()
-
-    def warm_up(self) -> None:
-        """Load what the first search needs before it comes (the embedded backend's models), in the background."""
-        self.backend.warm_up()
 
     def call(self, tool: Tool, arguments: dict[str, Any], tenant: str | None = None) -> tuple[str, Any]:
         """Validate ``arguments`` by the tool's model and run it for ``tenant`` (default: the server's). Returns
@@ -312,8 +174,10 @@ class EngramTools:
                                for e in exc.errors())
             raise ToolFailed(f"invalid arguments: {fields}") from exc
         t0 = time.perf_counter()
-        with self.backend.session():
+        try:
             text, data = tool.run(self, parsed, tenant)
+        except ServiceError as exc:
+            raise ToolFailed(str(exc)) from exc
         log.info("tool %s took %.0f ms", tool.name, 1000 * (time.perf_counter() - t0))
         if isinstance(data, BaseModel):
             data = data.model_dump(mode="json")
@@ -321,19 +185,19 @@ class EngramTools:
 
     # --- the tools: the backend's answer and its text for the model -----------------------------------------
     def search(self, req: SearchRequest, tenant: str) -> tuple[str, SearchResponse]:
-        resp = self.backend.search(req)
+        resp = self.service.search(req)
         return hits_text(resp.hits, f"{counted(len(resp.hits), 'result')} for {req.query!r}",
                          empty_text(resp.empty, req.user_id)), resp
 
     def ask(self, req: AskRequest, tenant: str) -> tuple[str, AskResponse]:
-        resp = self.backend.ask(req)
+        resp = self.service.ask(req)
         head = (f"Answer: {resp.answer}" if resp.answer else
                 "No LLM configured on the server: the ranked evidence" if resp.llm is None else "No answer found")
         empty = empty_text(resp.empty, req.user_id)
         return hits_text(resp.memories or resp.evidence, head + "\n\nMemories", empty), resp
 
     def add_memory(self, req: AddMemoryRequest, tenant: str) -> tuple[str, AddMemoryResponse]:
-        resp = self.backend.add_memory(req, tenant)
+        resp = self.service.add(req, tenant, self.device)
         if resp.duplicate:
             text = f"Already added with id {req.id!r} (event {resp.event_id}, {resp.status.value}); nothing new stored."
         elif resp.status.value == "done":
@@ -344,7 +208,7 @@ class EngramTools:
         return text, resp
 
     def list_memories(self, args: ListMemoriesArgs, tenant: str) -> tuple[str, MemoryPage]:
-        page = self.backend.list_memories(tenant, args)
+        page = self.service.list_memories(tenant, args.memory_type, args.user_id, args.limit, args.offset)
         lines = [f"{m.id} [{m.memory_type.value} · {m.time:%Y-%m-%d %H:%M} · {m.user_id}] {m.text}" if m.time else
                  f"{m.id} [{m.memory_type.value} · {m.user_id}] {m.text}" for m in page.items]
         head = f"{args.memory_type.value}: {len(page.items)} of {page.total} (offset {args.offset})"
@@ -353,25 +217,25 @@ class EngramTools:
         return head + (":\n" + "\n".join(lines) if lines else ""), page
 
     def get_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, MemoryRecord]:
-        rec = self.backend.get_memory(tenant, str(args.memory_id))
+        rec = self.service.get_memory(tenant, args.memory_id)
         if rec is None:
             raise ToolFailed(f"no memory {args.memory_id}")
         return json.dumps(rec.model_dump(mode="json"), ensure_ascii=False, indent=1), rec
 
     def delete_memory(self, args: MemoryIdArgs, tenant: str) -> tuple[str, dict]:
-        kind = self.backend.delete_memory(tenant, str(args.memory_id))
+        kind = self.service.delete_memory(tenant, args.memory_id)
         if kind is None:
             raise ToolFailed(f"no memory {args.memory_id}")
-        return f"Deleted {kind} {args.memory_id}.", {"deleted": str(args.memory_id), "memory_type": kind}
+        return f"Deleted {kind.value} {args.memory_id}.", {"deleted": str(args.memory_id), "memory_type": kind.value}
 
     def list_entities(self, args: NoArgs, tenant: str) -> tuple[str, EntityList]:
-        found = self.backend.list_entities(tenant)
+        found = self.service.list_entities(tenant)
         lines = [f"{e.id}: {', '.join(e.names) or '(unnamed)'} — {e.faces} faces, {e.voices} voices, "
                  f"{e.observations} observations" for e in found.items]
         return f"{found.total} entities" + (":\n" + "\n".join(lines) if lines else ""), found
 
     def name_entity(self, args: NameEntityArgs, tenant: str) -> tuple[str, EntitySummary]:
-        ent = self.backend.name_entity(tenant, str(args.entity_id), args.name)
+        ent = self.service.name_entity(tenant, args.entity_id, args.name)
         if ent is None:
             raise ToolFailed(f"no entity {args.entity_id}")
         return f"Entity {ent.id} is now named {args.name!r} (names: {', '.join(ent.names)}).", ent
@@ -402,13 +266,18 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
 
 
 def api_tools(url: str, api_key: str, device: str, default_user: str | None = None,
-              timeout: float = 60.0) -> EngramTools:
-    """``EngramTools`` calling the engram API at ``url`` with ``api_key`` (``ApiBackend`` over an
-    ``EngramClient``: ``timeout`` seconds per request, the SDK's retries). Raises ValueError without a key."""
+              timeout: float | None = None) -> EngramTools:
+    """``EngramTools`` calling the engram API at ``url`` with ``api_key`` (``RemoteService`` over an
+    ``EngramClient``: ``timeout`` seconds per request, default ``ENGRAM_SERVICE_TIMEOUT_SECONDS``; the SDK's
+    retries). Raises ValueError without a key."""
     from engram.api.client import EngramClient
+    from engram.api.service.remote import RemoteService
+    from engram.schemas.settings import get_settings
 
+    timeout = timeout if timeout is not None else get_settings().service_timeout_seconds
     client = EngramClient(url, api_key, timeout=timeout, user=default_user, device=device)
-    return EngramTools("(the API key's)", device, default_user, backend=ApiBackend(client))
+    service = RemoteService(url, api_key, timeout, device, client=client)
+    return EngramTools("(the API key's)", device, default_user, service=service)
 
 
 def serve_api_tools(url: str, api_key: str | None, device: str, default_user: str | None, http: bool = False,

@@ -1,13 +1,15 @@
 """The ``engram`` commands that read memory through the query worker: ``ask``, ``memories list|get|delete``,
 ``forget`` and ``export`` (registered on the main app by ``api.cli``).
 
-Each runs its task with ``.delay(...).get()``: inline on the embedded default, through the ``query`` queue
-when ``ENGRAM_BROKER_URL`` is set. The tenant is ``--tenant``, else ``ENGRAM_TENANT`` (``default``).
+Each calls the service layer (``api.embedded.service_call``: the tasks inline on the embedded default, through
+the ``query`` queue when ``ENGRAM_BROKER_URL`` is set; one timeout, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``).
+The tenant is ``--tenant``, else ``ENGRAM_TENANT`` (``default``).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Annotated
 
 import typer
@@ -16,13 +18,13 @@ from rich.table import Table
 from rich.text import Text
 
 from engram.api.console import console, counted, err, local_time, print_hits, reads_store, snippet
+from engram.api.embedded import service_call
 from engram.api.explain import empty_type_line, explain_empty, why_empty_here
 from engram.schemas.ask import AskFailed, AskRequest, AskResponse
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import MemoryRecord
 from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchResponse
 
-TASK_TIMEOUT_S = 600
 TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
 
 memories_app = typer.Typer(help="Look at, page through and delete stored observations and memories.",
@@ -33,13 +35,6 @@ def _tenant(tenant: str | None) -> str:
     from engram.schemas.settings import get_settings
 
     return tenant or get_settings().tenant
-
-
-def run_ask(req: AskRequest) -> AskResponse:
-    """Run ``ask`` through its task (inline on the embedded default). Raises AskFailed."""
-    from engram.workers.ask import ask_task
-
-    return AskResponse.model_validate(ask_task.delay(req).get(timeout=TASK_TIMEOUT_S))
 
 
 @reads_store
@@ -58,7 +53,8 @@ def ask(
     req = AskRequest(question=question, tenant_id=_tenant(tenant), user_id=user, limit=limit, max_rounds=rounds,
                      memory_types=memory_type or list(DEFAULT_SEARCH_TYPES))
     try:
-        resp = run_ask(req)
+        with service_call() as service:
+            resp = service.ask(req)
     except AskFailed as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from exc
@@ -105,10 +101,8 @@ def memories_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print the page as JSON.")] = False,
 ) -> None:
     """A page of one memory type, newest content first."""
-    from engram.workers.admin import list_task
-
-    page = MemoryPage.model_validate(list_task.delay(_tenant(tenant), memory_type.value, user, limit, offset)
-                                     .get(timeout=TASK_TIMEOUT_S))
+    with service_call() as service:
+        page = service.list_memories(_tenant(tenant), memory_type, user, limit, offset)
     if as_json:
         print(page.model_dump_json(indent=2))
     else:
@@ -130,13 +124,12 @@ def memories_get(
     tenant: TenantOpt = None,
 ) -> None:
     """Print one observation or memory as JSON (vault entries without their secret)."""
-    from engram.workers.admin import get_task
-
-    got = get_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
+    with service_call() as service:
+        got = service.get_memory(_tenant(tenant), _uuid(memory_id))
     if got is None:
         err.print(f"[red]error:[/red] no memory {escape(memory_id)}", highlight=False)
         raise typer.Exit(1)
-    print(MemoryRecord.model_validate(got).model_dump_json(indent=2))
+    print(got.model_dump_json(indent=2))
 
 
 @memories_app.command("delete")
@@ -146,20 +139,17 @@ def memories_delete(
     tenant: TenantOpt = None,
 ) -> None:
     """Delete one observation or memory."""
-    from engram.workers.admin import delete_task
-
-    kind = delete_task.delay(_tenant(tenant), _uuid(memory_id)).get(timeout=TASK_TIMEOUT_S)
+    with service_call() as service:
+        kind = service.delete_memory(_tenant(tenant), _uuid(memory_id))
     if kind is None:
         err.print(f"[red]error:[/red] no memory {escape(memory_id)}", highlight=False)
         raise typer.Exit(1)
-    console.print(f"deleted {kind} {escape(memory_id)}", highlight=False)
+    console.print(f"deleted {kind.value} {escape(memory_id)}", highlight=False)
 
 
-def _uuid(value: str) -> str:
-    import uuid
-
+def _uuid(value: str) -> uuid.UUID:
     try:
-        return str(uuid.UUID(value))
+        return uuid.UUID(value)
     except ValueError as exc:
         raise typer.BadParameter(f"{value!r} is not a memory id (a UUID)") from exc
 
@@ -172,13 +162,12 @@ def forget(
 ) -> None:
     """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of the
     user's events, and the objects no other user of the tenant references. Cannot be undone."""
-    from engram.workers.admin import forget_task
-
     tenant = _tenant(tenant)
     if not yes:
         typer.confirm(f"Forget everything about user {user!r} of tenant {tenant!r}? This cannot be undone",
                       abort=True)
-    report = ForgetReport.model_validate(forget_task.delay(tenant, user).get(timeout=TASK_TIMEOUT_S))
+    with service_call() as service:
+        report = service.forget_user(tenant, user)
     points = ", ".join(f"{n} {c}" for c, n in report.points_deleted.items() if n) or "no points"
     console.print(f"forgot {escape(repr(user))}: {points}; {counted(len(report.event_ids), 'event')}, "
                   f"{counted(report.entities_deleted, 'entity', 'entities')}, "
@@ -194,9 +183,8 @@ def export(
 ) -> None:
     """Print everything stored about a user as JSON (events, every memory type with provenance; vault
     entries without secrets), e.g. engram export --user U > file.json"""
-    from engram.workers.admin import export_task
-
-    data = UserExport.model_validate(export_task.delay(_tenant(tenant), user).get(timeout=TASK_TIMEOUT_S))
+    with service_call() as service:
+        data = service.export_user(_tenant(tenant), user)
     print(json.dumps(data.model_dump(mode="json"), indent=2, ensure_ascii=False))
 
 

@@ -23,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from minio import Minio
 
 from engram.api import keys
+from engram.api.service.queue import QueueService
 from engram.schemas.events import _ID_PATTERN
 from engram.schemas.settings import Settings
 from engram.workers.app import configure
@@ -43,6 +44,7 @@ class Services:
     presigner: Any | None  # minio.Minio for the public S3 endpoint, None without S3
     celery: Any  # celery.Celery producer configured from ``settings``
     metrics: Any  # prometheus_client.CollectorRegistry served on /metrics
+    service: Any = None  # api.service.queue.QueueService over ``celery``: the query workers' calls
 
 
 def _minio(endpoint: str, settings: Settings, secure: bool) -> Minio:
@@ -75,7 +77,8 @@ def build_services(settings: Settings, celery: Celery | None = None) -> Services
             public, secure = parts.netloc, parts.scheme == "https"
         presigner = _minio(public, settings, secure)
     registry = metrics_registry(settings.redis_url or settings.broker_url, [q.value for q in Queue])
-    return Services(settings, r, open_ledger(settings), objects, presigner, celery, registry)
+    return Services(settings, r, open_ledger(settings), objects, presigner, celery, registry,
+                    QueueService(celery, settings.service_timeout_seconds))
 
 
 #: The bearer credentials of a request, None without an ``Authorization`` header (each route says what that means).

@@ -11,10 +11,9 @@ from fastapi import APIRouter, HTTPException
 
 from engram.api.routes.deps import Svc, Tenant
 from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, invalid, responses
-from engram.api.routes.queue import on_query_worker
+from engram.api.routes.queue import answered
 from engram.schemas.entities import EntityList, EntityMergeRequest, EntitySummary
 from engram.schemas.tools import EntityNameRequest
-from engram.workers.tasks import Task
 
 log = structlog.get_logger(__name__)
 
@@ -25,8 +24,8 @@ router = APIRouter(tags=["entities"])
 def list_entities(tenant: Tenant, svc: Svc) -> EntityList:
     """The tenant's person entities (faces, voices and names linked across recordings) with their names,
     counts and first/last seen, most observations first."""
-    return EntityList.model_validate(on_query_worker(
-        svc, Task.entity_list, [tenant], svc.settings.api_search_timeout_seconds, "entities"))
+    with answered("entities"):
+        return svc.service.list_entities(tenant)
 
 
 @router.post("/v1/entities/{entity_id}/merge", response_model=EntitySummary,
@@ -38,12 +37,12 @@ def merge_entities(entity_id: uuid.UUID, body: EntityMergeRequest, tenant: Tenan
     422 for an entity merged with itself."""
     if body.entity_id == entity_id:
         raise invalid("entity_id", "an entity cannot be merged with itself")
-    kept = on_query_worker(svc, Task.entity_merge, [tenant, str(entity_id), str(body.entity_id), body.reason],
-                           svc.settings.api_ask_timeout_seconds, "merge")
+    with answered("merge"):
+        kept = svc.service.merge_entities(tenant, entity_id, body.entity_id, body.reason)
     if kept is None:
         raise HTTPException(404, "entity not found")
     log.info("entities merged", tenant=tenant, kept=str(entity_id), dropped=str(body.entity_id))
-    return EntitySummary.model_validate(kept)
+    return kept
 
 
 @router.post("/v1/entities/{entity_id}/name", response_model=EntitySummary,
@@ -52,8 +51,8 @@ def name_entity(entity_id: uuid.UUID, body: EntityNameRequest, tenant: Tenant, s
     """Give a person entity (a face or voice found without a name, or another name for someone) the name
     ``body.name``, first among its names: a search naming it then filters to it and ``ask`` shows it in its
     evidence. 404 when the entity is unknown or another tenant's."""
-    named = on_query_worker(svc, Task.entity_name, [tenant, str(entity_id), body.name],
-                            svc.settings.api_search_timeout_seconds, "name")
+    with answered("name"):
+        named = svc.service.name_entity(tenant, entity_id, body.name)
     if named is None:
         raise HTTPException(404, "entity not found")
-    return EntitySummary.model_validate(named)
+    return named

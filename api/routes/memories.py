@@ -17,13 +17,12 @@ from engram.api.add import ADD_MIME, add_event, add_event_id, conversation_recor
 from engram.api.routes.deps import Svc, Tenant, UserId
 from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
 from engram.api.routes.publish import CLAIM_PREFIX, already_published, publish_event, stored_size
-from engram.api.routes.queue import on_query_worker
+from engram.api.routes.queue import answered
 from engram.schemas.add import AddMemoryQuery, AddMemoryResponse
 from engram.schemas.api import PublishRequest
 from engram.schemas.events import _ID_PATTERN
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
-from engram.workers.tasks import Task
 
 log = structlog.get_logger(__name__)
 
@@ -58,11 +57,11 @@ def add_memory(body: AddMemoryQuery, tenant: Tenant, svc: Svc) -> AddMemoryRespo
 def get_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> MemoryRecord:
     """One observation or memory of any type, as stored (vault entries without their secret). 404 for
     an unknown id and for another tenant's."""
-    got = on_query_worker(svc, Task.memory_get, [tenant, str(memory_id)], svc.settings.api_search_timeout_seconds,
-                          "get")
+    with answered("get"):
+        got = svc.service.get_memory(tenant, memory_id)
     if got is None:
         raise HTTPException(404, "memory not found")
-    return MemoryRecord.model_validate(got)
+    return got
 
 
 @router.get("/v1/memories", response_model=MemoryPage, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
@@ -72,17 +71,17 @@ def list_memories(tenant: Tenant, svc: Svc,
                   limit: Annotated[int, Query(ge=1, le=500)] = 50,
                   offset: Annotated[int, Query(ge=0, le=100_000)] = 0) -> MemoryPage:
     """A page of one memory type of the tenant, newest content first, with the total."""
-    return MemoryPage.model_validate(on_query_worker(
-        svc, Task.memory_list, [tenant, memory_type.value, user, limit, offset],
-        svc.settings.api_search_timeout_seconds, "list"))
+    with answered("list"):
+        return svc.service.list_memories(tenant, memory_type, user, limit, offset)
 
 
 @router.delete("/v1/memories/{memory_id}", status_code=204, response_class=Response,
                responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
 def delete_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> Response:
     """Delete one observation or memory. 404 for an unknown id and for another tenant's."""
-    if on_query_worker(svc, Task.memory_delete, [tenant, str(memory_id)], svc.settings.api_search_timeout_seconds,
-                       "delete") is None:
+    with answered("delete"):
+        kind = svc.service.delete_memory(tenant, memory_id)
+    if kind is None:
         raise HTTPException(404, "memory not found")
     return Response(status_code=204)
 
@@ -93,8 +92,8 @@ def forget_user(user_id: UserId, tenant: Tenant, svc: Svc) -> ForgetReport:
     """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of
     the user's events, and the objects no other user of the tenant references. Publishing the same
     files again afterwards ingests them anew."""
-    report = ForgetReport.model_validate(on_query_worker(
-        svc, Task.memory_forget, [tenant, user_id], svc.settings.api_ask_timeout_seconds, "forget"))
+    with answered("forget"):
+        report = svc.service.forget_user(tenant, user_id)
     if report.event_ids:  # the events' publish claims: a device publishing them again is heard again
         svc.redis.delete(*(CLAIM_PREFIX + str(e) for e in report.event_ids))
     log.info("user forgotten", tenant=tenant, user=user_id, events=len(report.event_ids))
@@ -106,5 +105,5 @@ def forget_user(user_id: UserId, tenant: Tenant, svc: Svc) -> ForgetReport:
 def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> UserExport:
     """Everything stored about a user as JSON: ledger events and every observation and memory with its
     provenance, newest first per type; vault entries without their secrets."""
-    return UserExport.model_validate(on_query_worker(
-        svc, Task.memory_export, [tenant, user_id], svc.settings.api_ask_timeout_seconds, "export"))
+    with answered("export"):
+        return svc.service.export_user(tenant, user_id)

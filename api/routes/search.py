@@ -8,12 +8,11 @@ from fastapi import APIRouter, HTTPException
 
 from engram.api.routes.deps import Svc, Tenant
 from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
-from engram.api.routes.queue import on_query_worker
+from engram.api.routes.queue import answered
 from engram.schemas.api import SearchQuery
 from engram.schemas.ask import AskQuery, AskRequest, AskResponse
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.workers.metrics import SEARCH_SECONDS
-from engram.workers.tasks import Task
 
 router = APIRouter(tags=["search"])
 
@@ -26,9 +25,8 @@ def search(body: SearchQuery, tenant: Tenant, svc: Svc) -> SearchResponse:
     if body.tenant_id is not None and body.tenant_id != tenant:
         raise HTTPException(403, "this API key cannot search another tenant")
     req = SearchRequest.model_validate({**body.model_dump(exclude={"tenant_id"}), "tenant_id": tenant})
-    return SearchResponse.model_validate(on_query_worker(
-        svc, Task.search, [req.model_dump(mode="json")], svc.settings.api_search_timeout_seconds, "search",
-        SEARCH_SECONDS.time()))
+    with answered("search"), SEARCH_SECONDS.time():
+        return svc.service.search(req)
 
 
 @router.post("/v1/ask", response_model=AskResponse, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 403, 413, 422))
@@ -41,5 +39,5 @@ def ask(body: AskQuery, tenant: Tenant, svc: Svc) -> AskResponse:
     if body.tenant_id is not None and body.tenant_id != tenant:
         raise HTTPException(403, "this API key cannot ask about another tenant")
     req = AskRequest.model_validate({**body.model_dump(exclude={"tenant_id"}), "tenant_id": tenant})
-    return AskResponse.model_validate(on_query_worker(
-        svc, Task.ask, [req.model_dump(mode="json")], svc.settings.api_ask_timeout_seconds, "ask"))
+    with answered("ask"):
+        return svc.service.ask(req)

@@ -19,7 +19,7 @@ from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, LedgerRecord
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.timeline import TimelineRequest
 from engram.workers.errors import EngramError
@@ -104,6 +104,15 @@ class MemoryService(ABC):
     @abstractmethod
     def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
         """Delete one observation or memory; its type, or None when unknown."""
+
+    # --- users ------------------------------------------------------------------------------------------------
+    def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
+        """Forget a user entirely (every collection, the ledger's records, the objects no other user references)."""
+        raise NotOffered("forgetting a user is not offered here")
+
+    def export_user(self, tenant_id: str, user_id: str) -> UserExport:
+        """Everything stored about a user (vault entries without their secrets)."""
+        raise NotOffered("exporting a user is not offered here")
 
     # --- entities ---------------------------------------------------------------------------------------------
     @abstractmethod

@@ -42,7 +42,7 @@ from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, LedgerRecord
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import get_settings
 from engram.schemas.timeline import TimelineRequest
@@ -51,6 +51,8 @@ from engram.workers.admin import (
     entity_list_task,
     entity_merge_task,
     entity_name_task,
+    export_task,
+    forget_task,
     get_task,
     list_task,
 )
@@ -95,6 +97,11 @@ class EmbeddedService(MemoryService):
     def close(self) -> None:
         """Release the store now."""
         self._lease.close()
+
+    def warm_up(self) -> int | None:
+        """Open the store now when it exists and no other process holds it (``StoreLease.open_existing``: never
+        made, waited for nor asked for); its point count, or None when it was not opened."""
+        return self._lease.open_existing()
 
     @contextmanager
     def _session(self) -> Iterator[Any]:
@@ -144,6 +151,13 @@ class EmbeddedService(MemoryService):
     def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
         kind = self._task(delete_task, tenant_id, str(memory_id))
         return None if kind is None else MemoryType(kind)
+
+    # --- users ------------------------------------------------------------------------------------------------
+    def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
+        return ForgetReport.model_validate(self._task(forget_task, tenant_id, user_id))
+
+    def export_user(self, tenant_id: str, user_id: str) -> UserExport:
+        return UserExport.model_validate(self._task(export_task, tenant_id, user_id))
 
     # --- entities ---------------------------------------------------------------------------------------------
     def list_entities(self, tenant_id: str) -> EntityList:

@@ -31,7 +31,7 @@ from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, LedgerRecord
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import get_settings
 from engram.schemas.timeline import TimelineRequest
@@ -131,6 +131,15 @@ class RemoteService(MemoryService):
         except _Absent:
             return None
         return rec.memory_type
+
+    # --- users ------------------------------------------------------------------------------------------------
+    def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
+        with self._call():
+            return self.client.forget_user(user_id)
+
+    def export_user(self, tenant_id: str, user_id: str) -> UserExport:
+        with self._call():
+            return self.client.export_user(user_id)
 
     # --- entities ---------------------------------------------------------------------------------------------
     def list_entities(self, tenant_id: str) -> EntityList:
