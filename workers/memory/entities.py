@@ -36,6 +36,7 @@ from engram.workers.stores.vectors import (
     ENTITIES,
     FACE,
     FACE_SAMPLES,
+    OBSERVATIONS,
     VOICE,
     VOICE_SAMPLES,
     tenant_filter,
@@ -182,13 +183,16 @@ class EntityMemory:
 
     def own(self, role: EntityRole, user_id: str) -> Entity:
         """The user's own entity (``role`` ``self``, named by the user id until given a display name) or the
-        tenant's assistant (named ``assistant``), read or created."""
+        tenant's assistant (named ``assistant``), read or created. An entity kept at that id as a person when the
+        user was forgotten (``forget_user_entities``) is the user's own again."""
         eid = own_id(self.tenant_id, role, user_id)
         entity = self.get(eid)
         if entity is None:
             entity = self.create(eid)
+        if entity.role != role:  # new, or a forgotten user's own entity others still knew (as a person)
             entity.role, entity.user_id = role, (user_id if role == "self" else None)
             self.add_names(entity, [user_id if role == "self" else "assistant"])
+            self.dirty.add(eid)
         return entity
 
     def by_names(self, names: list[str]) -> dict[str, Entity]:
@@ -289,7 +293,8 @@ class EntityMemory:
     def join_by_name(self, entity: Entity) -> Entity:
         """Merge every other entity holding one of ``entity``'s names (case and spacing ignored) with it: one name,
         one person. The kept one is the user's own entity, else the assistant, else the first seen. Two entities
-        whose voices one recording's speaker clustering told apart (``cannot_link``) stay apart. Returns the kept
+        whose voices one recording's speaker clustering told apart (``cannot_link``) stay apart, and so do two
+        users' own entities (one per user). Returns the kept
         entity (``entity`` or the one it joined)."""
         if not entity.names:
             return entity
@@ -300,7 +305,7 @@ class EntityMemory:
         others = [e for e in list(self.entities.values()) if e.id != entity.id and str(e.id) not in self.redirects
                   and keys & {name_key(n) for n in e.names}]
         for other in sorted(others, key=_keep_order):
-            if cannot_link(entity, other):
+            if cannot_link(entity, other) or entity.role == other.role == "self":  # two users: one entity each
                 continue
             keep, drop = sorted((entity, other), key=_keep_order)
             entity = self.merge(keep, drop, f"same name ({drop.label})")
@@ -503,6 +508,101 @@ def name_entity(rt: Runtime, tenant_id: str, entity_id: uuid.UUID | str, name: s
         memory.save()
         return kept
     return entity
+
+
+# --- forgetting a user ----------------------------------------------------------------------------------------
+
+def given_names(payload: dict) -> set[str]:
+    """The name keys an observation (its stored payload) gives the entities it names: its chat speaker unless an
+    assistant's (for the user's own turns also the user id, which names the user's own entity), and the names said
+    in its transcript (``names_in_transcript``)."""
+    keys = {name_key(n) for n in names_in_transcript(payload.get("transcript") or "")}
+    speaker, user = payload.get("speaker"), payload.get("user_id") or ""
+    role = speaker_role(speaker, user) if speaker else None
+    if speaker and role != "assistant":
+        keys.add(name_key(speaker))
+    if role == "self":
+        keys.add(name_key(user))
+    return keys
+
+
+def forget_user_entities(rt: Runtime, tenant_id: str, user_id: str, observations: list[qm.Record]) -> int:
+    """Take what one user gave the tenant's entities out of them, once the user's observations and memories are
+    deleted (``workers.memory.records.forget_user``; ``observations``: the user's observation points as they
+    were). Concerned: the entities those observations named and the user's own entity (``role`` ``self``).
+
+    An entity no remaining observation or memory names is deleted. One that other users' observations still name
+    stays, as they know it: a ``person`` without ``user_id`` when it was the forgotten user's own entity; without
+    the face and voice samples, links, recent keys, co-occurrences and recording labels of the user's observations
+    and events; with the observation count less the user's observations and first/last seen from the remaining
+    ones; and without the names only the user gave it (speakers and introductions in the user's observations, the
+    user id; the user's own entity keeps only the names the remaining observations give it). Returns how many
+    entities were deleted."""
+    named = {e for o in observations for e in (o.payload or {}).get("entity_ids") or []}
+    own = {str(r.id) for r in rt.vectors.scroll(ENTITIES, tenant_filter(tenant_id, user_id), with_payload=False)}
+    memory = EntityMemory(rt, tenant_id)
+    memory.load([uuid.UUID(e) for e in sorted(named | own)])
+    doomed = []
+    for entity in list(memory.entities.values()):
+        eid = str(entity.id)
+        fields = ["speaker", "transcript", "user_id", "start_ts", "end_ts"]
+        remaining = [r.payload or {} for r in rt.vectors.scroll(
+            OBSERVATIONS, tenant_filter(tenant_id, entity_ids=eid), with_payload=fields)]
+        if not remaining and not any(rt.vectors.count(c, tenant_filter(tenant_id, entity_ids=eid))
+                                     for c in COLLECTIONS if c not in (ENTITIES, OBSERVATIONS)):
+            doomed.append(eid)
+            continue
+        mine = [o for o in observations if eid in ((o.payload or {}).get("entity_ids") or [])]
+        _take_out(entity, user_id, mine, remaining)
+        memory.dirty.add(entity.id)
+    if doomed:
+        rt.vectors.delete(ENTITIES, qm.Filter(must=[*tenant_filter(tenant_id).must, qm.HasIdCondition(has_id=doomed)]))
+    for eid in doomed:
+        memory.entities.pop(uuid.UUID(eid), None)
+        memory.dirty.discard(uuid.UUID(eid))
+    memory.save()
+    return len(doomed)
+
+
+def _take_out(entity: Entity, user_id: str, mine: list[qm.Record], remaining: list[dict]) -> None:
+    """Remove from ``entity`` what the forgotten user's observations ``mine`` (those naming it) gave it, given the
+    payloads of the observations that still name it (``forget_user_entities``)."""
+    obs_ids = {str(o.id) for o in mine}
+    events = {str(p["event_id"]) for o in mine if (p := o.payload or {}).get("event_id")}
+
+    def theirs(key: str) -> bool:  # a sample key: '<observation>#<face>', '<event>:<segment>:<label>' or '<obs>'
+        return key in obs_ids or key.partition("#")[0] in obs_ids or key.partition(":")[0] in events
+
+    for modality in ("face", "voice"):
+        samples = [s for s in getattr(entity, f"{modality}_samples") if not theirs(s.key)]
+        keys = [s.key for s in getattr(entity, f"{modality}_samples")]
+        keys += [k.partition(":")[2] for k in entity.recent_keys if k.startswith(f"{modality}:")]
+        gone = {k for k in keys if theirs(k)}
+        setattr(entity, f"{modality}_samples", samples)
+        setattr(entity, f"{modality}_count", max(len(samples), getattr(entity, f"{modality}_count") - len(gone)))
+    entity.observation_ids = [o for o in entity.observation_ids if o not in obs_ids]
+    entity.observation_count = max(len(entity.observation_ids), entity.observation_count - len(mine))
+    entity.recent_keys = [k for k in entity.recent_keys if not theirs(k.partition(":")[2])]
+    entity.cooccurrence = {k: left for k, seen in entity.cooccurrence.items()
+                           if (left := [o for o in seen if o not in obs_ids])}
+    entity.recording_speakers = {e: label for e, label in entity.recording_speakers.items() if e not in events}
+    spans = [(float(p["start_ts"]), float(p.get("end_ts") or p["start_ts"])) for p in remaining
+             if p.get("start_ts") is not None]
+    entity.first_seen_ts = min(s for s, _ in spans) if spans else None
+    entity.last_seen_ts = max(e for _, e in spans) if spans else None
+
+    kept = set().union(*(given_names(p) for p in remaining))
+    was_theirs = entity.role == "self" and entity.user_id == user_id
+    given = set().union(*(given_names(o.payload or {}) for o in mine))
+
+    def keep(name: str) -> bool:
+        return name_key(name) in kept or (not was_theirs and name_key(name) not in given)
+
+    entity.names = [n for n in entity.names if keep(n)]
+    for record in entity.merged_from:
+        record.names = [n for n in record.names if keep(n)]
+    if was_theirs:
+        entity.role, entity.user_id = "person", None
 
 
 def summary(e: Entity) -> EntitySummary:

@@ -7,12 +7,14 @@ without its encrypted secret).
 Forgetting a user (the right to erasure) deletes, for one (tenant, user):
 
 1. the user's points in every collection (observations, the six memory types including the knowledge
-   vault, and user-scoped entities), and the user's encrypted vault entries at rest, through the vault's
+   vault), and the user's encrypted vault entries at rest, through the vault's
    own API (``workers.memory.vault.list_entries`` / ``delete_entries``): every entry kept for the user, those
    indexed in ``knowledge_vault`` and those the user's observations point to with a
    ``[vault:<entry id> ...]`` placeholder;
 2. the tenant's entities that only the user's observations named (a chat speaker known from the user's
-   chats alone);
+   chats alone), the user's own entity included; one that other users' observations still name (the user as a
+   chat partner of another user's) stays as a person, without the user's samples, links and the names only the
+   user gave it (``workers.memory.entities.forget_user_entities``);
 3. the ledger's records of the user's events (with their segments, content hashes and last kept frames);
 4. the objects of those events: what ingest cut from them (``derived/<tenant>/<event>/``: keyframes, audio
    chunks) and each published object (``media/<tenant>/<sha256>.<ext>``) that no remaining event of the
@@ -38,6 +40,7 @@ from engram.schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage,
 from engram.workers.media import decode as media
 from engram.workers.media.vision import pixels_sha256
 from engram.workers.memory import vault
+from engram.workers.memory.entities import forget_user_entities
 from engram.workers.memory.holdings import why_empty
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
@@ -125,19 +128,16 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
     event_ids = list(dict.fromkeys([*(r.event_id for r in events),
                                     *(uuid.UUID(p["event_id"]) for p in payloads if p.get("event_id"))]))
     media_keys = sorted({r.object_key for r in events} | {p["object_key"] for p in payloads if p.get("object_key")})
-    named = {e for p in payloads for e in p.get("entity_ids") or []}
     vault_ids = sorted({str(p.id) for p in rt.vectors.scroll(collection_for(MemoryType.knowledge_vault), owned)}
                        | {str(v) for v in vault.referenced_entries([json.dumps(p) for p in payloads])}
                        | {str(e.id) for e in vault.list_entries(rt, tenant_id, user_id)})
 
     deleted: dict[str, int] = {}
-    for coll in COLLECTIONS:
+    for coll in (c for c in COLLECTIONS if c != ENTITIES):  # the user's own entity may be others' memory too
         deleted[coll] = rt.vectors.count(coll, owned)
         if deleted[coll]:
             rt.vectors.delete(coll, owned)
-    orphans = [e for e in sorted(named) if not rt.vectors.count(OBSERVATIONS, tenant_filter(tenant_id, entity_ids=e))]
-    if orphans:
-        rt.vectors.delete(ENTITIES, qm.Filter(must=[*tenant_filter(tenant_id).must, qm.HasIdCondition(has_id=orphans)]))
+    entities_deleted = forget_user_entities(rt, tenant_id, user_id, observations)
     rt.ledger.forget_events(tenant_id, event_ids)
 
     doomed, objects_kept = [], []
@@ -155,9 +155,9 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
             doomed.append(key)
     objects_deleted = [*vault_deleted, *_delete_objects(rt, tenant_id, doomed)]
     report = ForgetReport(tenant_id=tenant_id, user_id=user_id, points_deleted=deleted, event_ids=event_ids,
-                          objects_deleted=objects_deleted, objects_kept=objects_kept, entities_deleted=len(orphans))
+                          objects_deleted=objects_deleted, objects_kept=objects_kept, entities_deleted=entities_deleted)
     log.info("user forgotten", tenant=tenant_id, user=user_id, points=sum(deleted.values()), events=len(event_ids),
-             objects_deleted=len(objects_deleted), objects_kept=len(objects_kept), entities=len(orphans))
+             objects_deleted=len(objects_deleted), objects_kept=len(objects_kept), entities=entities_deleted)
     return report
 
 

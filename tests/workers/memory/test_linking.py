@@ -93,6 +93,20 @@ def test_the_users_full_name_and_a_name_held_twice_join(engram_env):
     assert said.entity_ids == [str(dana.id)] and dana.voices == 1 and dana.observations == 3
 
 
+def test_two_users_own_entities_never_join(engram_env):
+    """Each user of a tenant has one own entity: naming bea's as ann's is named does not merge them."""
+    from engram.workers.link import link_observations
+    from engram.workers.memory.entities import EntityMemory, name_entity, own_id
+
+    rt = engram_env
+    turns = [_observation("t", n, kind=MediaKind.text, text="hi", speaker="user", user_id=u)
+             for n, u in enumerate(["ann", "bea"])]
+    link_observations(EntityMemory(rt, "t"), turns)
+    kept = name_entity(rt, "t", own_id("t", "self", "bea"), "ann")
+    assert kept.id == own_id("t", "self", "bea") and kept.user_id == "bea"
+    assert sorted(tuple(p.names) for p in _people(rt, "t")["self"]) == [("ann",), ("ann", "bea")]
+
+
 def _unit(*parts: tuple[float, int]) -> list[float]:
     """A unit 256-d vector: sum of weight * basis vector ``i``, normalised."""
     v = np.zeros(256)

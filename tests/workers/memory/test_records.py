@@ -178,6 +178,11 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
     assert rt.objects.exists(shared) and report.objects_kept == [shared]  # bob's event still references it
     names = {n for p in rt.vectors.scroll(ENTITIES, tenant_filter(T)) for n in (p.payload or {}).get("names", [])}
     assert names == {"Alice", "Dan", "Bob", "Frank"}  # Erin only in alice's own chat; bob's copy names Alice, Dan
+    [known] = [p for p in rt.vectors.scroll(ENTITIES, tenant_filter(T)) if "Alice" in p.payload["names"]]
+    assert known.payload["role"] == "person" and known.payload["user_id"] is None  # alice's own, as bob knows her
+    [turn] = rt.vectors.scroll(OBSERVATIONS, tenant_filter(T, entity_ids=str(known.id)))  # his one turn of Alice's
+    assert turn.payload["user_id"] == "bob" and known.payload["observation_ids"] == [str(turn.id)]
+    assert known.payload["observation_count"] == 1 and known.payload["names"] == ["Alice"]
 
     for query in ("Lisbon budget review", "tomatoes garden", "home wifi password"):
         assert search(rt, SearchRequest(query=query, tenant_id=T, user_id="alice")).hits == []
@@ -188,6 +193,8 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
     # nothing of alice's is a duplicate any more: the same file is ingested anew
     again = ingest_paths([tmp_path / "alice.jsonl"], T, "alice", "laptop", quiet=True)
     assert len(again["done"]) == 1 and rt.objects.exists(own)
+    [me] = [p.payload for p in rt.vectors.scroll(ENTITIES, tenant_filter(T)) if "Alice" in p.payload["names"]]
+    assert me["role"] == "self" and me["user_id"] == "alice"  # she is back: her own entity again, one of her
 
 
 def test_forget_the_last_user_of_a_shared_object_deletes_it(people):
