@@ -93,7 +93,11 @@ def mcp(
     data_dir: Annotated[Path | None, typer.Option(help="The embedded default's folder (sets ENGRAM_DATA_DIR; MCP "
                                                   "hosts pass only HOME and PATH to the server).")] = None,
     tenant: TenantOpt = None,
-    user: Annotated[str | None, typer.Option(help="The user add_memory stores for when the model gives none.")] = None,
+    user: Annotated[str | None, typer.Option(help="The one user served (default: ENGRAM_USER or the OS user); "
+                                             "with --all-users, whom add_memory stores for when the model names "
+                                             "none.")] = None,
+    all_users: Annotated[bool, typer.Option("--all-users", help="Serve every user of the tenant (default: only "
+                                            "--user; calls naming another user are refused).")] = False,
     device: Annotated[str | None, typer.Option(help="Device id recorded on added memories (default: the host "
                                                "name).")] = None,
     http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP at /mcp instead of stdio; every "
@@ -111,18 +115,21 @@ def mcp(
 ) -> None:
     """Serve engram's memory to an AI agent over the Model Context Protocol: tools search, ask, add_memory,
     list_memories, get_memory, delete_memory, list_entities, name_entity. Over stdio by default (logs on
-    stderr). The embedded store is left to any other engram command that asks for it, so they keep working."""
+    stderr). It serves one user (--user; a call naming another is refused) unless --all-users serves the whole
+    tenant; stored text comes back quoted as data. The embedded store is left to any other engram command that asks
+    for it, so they keep working."""
     from engram.api.mcp_server import EngramTools, run_http, run_stdio, serve_api_tools
     from engram.schemas.settings import get_settings
 
     if data_dir is not None:
         os.environ["ENGRAM_DATA_DIR"] = str(data_dir.expanduser())
     settings = get_settings()
+    user = _served_user(user)
     if api:  # the tools call the API (api.service.remote.RemoteService); exit 2 with one line if unusable
-        serve_api_tools(api, api_key, device or default_device(), user or settings.user, http, host, port)
+        serve_api_tools(api, api_key, device or default_device(), user, http, host, port, all_users)
         return
-    tools = EngramTools(tenant or settings.tenant, device or default_device(), user or settings.user,
-                        linger=hold_seconds)
+    tools = EngramTools(tenant or settings.tenant, device or default_device(), user, linger=hold_seconds,
+                        all_users=all_users)
     if not http:
         run_stdio(tools)
         return
@@ -136,6 +143,23 @@ def mcp(
         raise typer.Exit(2) from exc
     err.print(f"engram MCP server on http://{host}:{port}/mcp (API keys required)", highlight=False)
     run_http(tools, host, port, r)
+
+
+def _served_user(user: str | None) -> str:
+    """``--user`` checked as the HTTP API checks user ids, else the default user (``console.default_user``).
+    Exits 2 with one line for an invalid id."""
+    from pydantic import ValidationError
+
+    from engram.api.mcp_server import USER_ID  # the server's module, loaded when the command runs
+
+    if user is None:
+        return default_user()
+    try:
+        return USER_ID.validate_python(user)
+    except ValidationError as exc:
+        err.print(Text.assemble(("error: ", "red"), f"--user {user!r}: {exc.errors()[0]['msg']} (letters, digits "
+                                "and ._@:+-, at most 128 characters)"))
+        raise typer.Exit(2) from exc
 
 
 def register(app: typer.Typer) -> None:

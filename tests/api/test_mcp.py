@@ -170,8 +170,9 @@ def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_serv
     env = {**_env(tmp_path), "ENGRAM_REDIS_URL": redis_url}
     url = f"http://127.0.0.1:{port}/mcp"
     with open(tmp_path / "server.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "mcp", "--http", "--port", str(port),
-                                 "--data-dir", str(data)], env=env, cwd=REPO, stdout=log, stderr=log)
+        proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "mcp", "--http", "--all-users",
+                                 "--port", str(port), "--data-dir", str(data)], env=env, cwd=REPO, stdout=log,
+                                stderr=log)
     try:
         deadline = time.monotonic() + 120
         while True:

@@ -25,7 +25,7 @@ def test_mcp_says_unknown_user_and_names_no_other_tenant(tmp_path):
     other = _cli(env, data, "add", "The spare key is under the blue flowerpot", "--user", "bob", "--tenant", "globex")
     assert other.returncode == 0, other.stderr[-3000:]
     params = StdioServerParameters(command=sys.executable, cwd=str(REPO), env=env, args=[
-        "-m", "engram.api.cli", "mcp", "--data-dir", str(data), "--tenant", "acme", "--user", "alice"])
+        "-m", "engram.api.cli", "mcp", "--data-dir", str(data), "--tenant", "acme", "--all-users", "--user", "alice"])
     texts: list[str] = []
 
     async def session() -> None:
