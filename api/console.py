@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import getpass
+import os
 import re
 import socket
 import sys
@@ -95,7 +96,8 @@ class SafeConsole(Console):
                 yield segment
 
 
-console = SafeConsole(width=None if sys.stdout.isatty() else 180)  # piped: wide enough for a hit row
+# piped: wide enough for a hit row, unless COLUMNS says how wide (rich reads it when the width is left open)
+console = SafeConsole(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 180)
 err = SafeConsole(stderr=True, soft_wrap=True)  # per-file failure lines stay one line each, however long
 
 
