@@ -272,6 +272,8 @@ def test_the_cli_names_a_broken_shard_in_one_line(tmp_path):
     shard = tmp_path / "data" / "vectors" / OBSERVATIONS
     for f in shard.rglob("*.json"):
         f.write_text("{ not json")
+    for p in [tmp_path / "data", *(tmp_path / "data").rglob("*")]:  # owner-only, as engram makes it: no warning
+        p.chmod(0o700 if p.is_dir() else 0o600)
     before = sorted(p.name for p in shard.rglob("*"))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
            "ENGRAM_DATA_DIR": str(tmp_path / "data")}
