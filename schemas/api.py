@@ -101,7 +101,7 @@ class PublishRequest(MediaEvent):
     # optional here though the base requires it: the API fills it in from the key before the base is built
     tenant_id: str | None = Field(  # type: ignore[assignment]
         None, pattern=_ID_PATTERN, description="Left out: the API key's tenant. Another tenant than the key's: 403.")
-    object_key: str | None = Field(  # type: ignore[assignment]  (filled in by the API from the upload)
+    object_key: str | None = Field(  # type: ignore[assignment]  # filled in by the API from the upload
         None, min_length=1, max_length=512, description="Left out: the key POST /v1/uploads returned for (sha256, "
         "mime_type); given, it must be that key.")
 

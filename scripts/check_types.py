@@ -10,7 +10,7 @@ The baseline (``.ci/mypy-baseline.json``) counts errors per (file, error code), 
 that move code do not disturb it. The check fails when a file has more errors of a code than its baseline, or
 errors of a code it had none of, or any error at all in the fully typed parts (``STRICT``: the SDK, the schemas and
 the service layer); fewer errors pass and are reported, so the baseline is then rewritten with
-``--update`` (which refuses to grow it).
+``--update`` (which refuses to grow it; with no baseline yet, it writes the first one).
 
 Usage: python scripts/check_types.py [--update]
 Exit codes: 0 at or below the baseline, 1 above it, 2 when mypy itself fails to run.
@@ -86,6 +86,8 @@ def main() -> int:
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else {}
     worse, better = compare(counts, baseline)
     total, before = sum(counts.values()), sum(baseline.values())
+    if not BASELINE.exists() and args.update:  # the first baseline: only the fully typed parts must be clean
+        worse = [line for line in worse if "fully typed" in line]
     if worse:
         print(*offending_lines(output, worse), sep="\n")
         print(f"mypy: {total} errors, above the baseline ({before}) in:", *worse, sep="\n  ", file=sys.stderr)
