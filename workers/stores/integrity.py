@@ -297,10 +297,10 @@ def check_structure(shard: Path, points: int | None = None) -> None:
                 raise damaged(shard, f"is missing {folder}")
             vectors = max(vectors, _check_storage(shard, folder))
         mutable = [segment / f"mutable_id_tracker.{x}" for x in ("mappings", "versions")]
-        # the versions file may lag its mappings (seen where another process had the store just before: the
-        # engine writes it later), so only the mappings, which say which point each vector is, must be there
-        if vectors and mutable[1].exists() and not mutable[0].exists():
-            raise damaged(shard, f"is missing {mutable[0]} (of its id tracker; the segment holds {vectors} vectors)")
+        if vectors and any(p.exists() for p in mutable):
+            for p in mutable:
+                if not p.exists():
+                    raise damaged(shard, f"is missing {p} (of its id tracker; the segment holds {vectors} vectors)")
         elif vectors and not any(segment.glob("*id_tracker*")):  # a segment never flushed has none yet
             raise damaged(shard, f"is missing {mutable[0]} (its id tracker; the segment holds {vectors} vectors)")
         known = known and any(p.exists() for p in mutable)
