@@ -7,13 +7,10 @@ opens it (the engine rewrites some of its files as it opens a shard, so a shard 
 already have been written to):
 
 - ``MANIFEST``, written into the shard folder when a process closes the shard cleanly (``write_manifest``):
-  every file's size and a BLAKE2b digest of its content (RFC 7693, ``hashlib.blake2b``), and its stamp (inode,
-  modification and change times). ``verify_manifest`` compares the files with it at the next open: a file
-  missing, added, of another size or another content is named. A file whose stamp is unchanged was not written
-  since (the change time is the kernel's) and is not read again: a store opened where it was closed costs a stat
-  per file; a copied or touched file is digested (~2 s per 10 k observations' files on a busy machine). The
-  engine's files are sparse (32 MiB pages and chunks, mostly holes), so the digest reads only the file's data
-  extents (``SEEK_DATA``/``SEEK_HOLE``) and skips blocks of zeros wherever they are: a hole and
+  every file's size and a BLAKE2b digest of its content (RFC 7693, ``hashlib.blake2b``). ``verify_manifest``
+  compares the files with it at the next open: a file missing, added, of another size or another content is
+  named. The engine's files are sparse (32 MiB pages and chunks, mostly holes), so the digest reads only the
+  file's data extents (``SEEK_DATA``/``SEEK_HOLE``) and skips blocks of zeros wherever they are: a hole and
   written zeros give the same digest (a copy that filled the holes still matches), zeros written over data do
   not. JSON files are digested as parsed, keys sorted: the engine rewrites its configuration files in
   another key order on every open.
@@ -120,7 +117,7 @@ def shard_files(shard: Path) -> dict[str, os.stat_result]:
 
 
 def read_manifest(shard: Path) -> dict[str, list] | None:
-    """The manifest's {relative path: [size, digest, stamp]}, or None when the shard has none. A manifest that does not
+    """The manifest's {relative path: [size, digest]}, or None when the shard has none. A manifest that does not
     parse is damage too (StoreCorrupt naming it)."""
     path = shard / MANIFEST
     try:
@@ -140,13 +137,10 @@ def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
 
 
-def verify_manifest(shard: Path, recorded: dict[str, list], full: bool = False) -> dict[str, tuple[tuple, str]]:
+def verify_manifest(shard: Path, recorded: dict[str, list]) -> dict[str, tuple[tuple, str]]:
     """Compare the shard's files with its manifest's ``recorded`` ones: the first file missing, added, of another
-    size or of another content raises StoreCorrupt naming it (sizes and names first, then the digests). A file
-    whose stamp (size, inode, modification and change times) is the one recorded was not written since the
-    manifest was (the kernel sets the change time on every write, truncation, rename or chmod, and no call sets
-    it back; a copy is a new inode): its digest is not read again unless ``full``. Returns {relative path: (its
-    stamp, its digest)} for ``write_manifest`` to reuse at close. Reads only."""
+    size or of another content raises StoreCorrupt naming it (sizes and names first, then the digests). Returns
+    {relative path: (its stamp, its digest)} for ``write_manifest`` to reuse at close. Reads only."""
     files = shard_files(shard)
     for rel in sorted(recorded):
         if rel not in files:
@@ -157,15 +151,11 @@ def verify_manifest(shard: Path, recorded: dict[str, list], full: bool = False) 
     for rel in sorted(files):
         if rel not in recorded:
             raise damaged(shard, f"holds {shard / rel}, which was not there when the store was last closed")
-        if files[rel].st_size != recorded[rel][0] and not rel.endswith(".json"):  # JSON: by content (below)
+        if files[rel].st_size != recorded[rel][0]:
             raise damaged(shard, f"has a damaged {shard / rel}: {files[rel].st_size} bytes, {recorded[rel][0]} "
                           "when the store was last closed")
     out: dict[str, tuple[tuple, str]] = {}
     for rel in sorted(files):
-        stamp = _stamp(files[rel])
-        if not full and len(recorded[rel]) > 2 and tuple(recorded[rel][2]) == stamp:
-            out[rel] = (stamp, recorded[rel][1])
-            continue
         try:
             digest = file_digest(shard / rel)
         except OSError as exc:
@@ -173,7 +163,7 @@ def verify_manifest(shard: Path, recorded: dict[str, list], full: bool = False) 
         if digest != recorded[rel][1]:
             raise damaged(shard, f"has a damaged {shard / rel}: its content differs from when the store was last "
                           "closed")
-        out[rel] = (stamp, digest)
+        out[rel] = (_stamp(files[rel]), digest)
     return out
 
 
@@ -190,7 +180,7 @@ def write_manifest(shard: Path, known: dict[str, tuple[tuple, str]] | None = Non
         out[rel] = (stamp, seen[1] if seen and seen[0] == stamp else file_digest(shard / rel))
     tmp = shard.with_name(f".{shard.name}.{MANIFEST}.tmp")
     tmp.write_text(json.dumps({"version": MANIFEST_VERSION,
-                               "files": {rel: [s[0], d, list(s)] for rel, (s, d) in sorted(out.items())}}))
+                               "files": {rel: [s[0], d] for rel, (s, d) in sorted(out.items())}}))
     tmp.replace(shard / MANIFEST)
     return out
 

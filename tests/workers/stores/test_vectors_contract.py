@@ -378,29 +378,3 @@ def test_a_write_then_a_kill_leaves_no_count_to_compare_with(tmp_path):
     assert OBSERVATIONS not in json.loads((tmp_path / "vectors" / "closed.json").read_text())
     store.close()
     assert json.loads((tmp_path / "vectors" / "closed.json").read_text())[OBSERVATIONS] == len(_points()) - 1
-
-
-def test_a_shard_without_a_manifest_is_read_back_and_closed_with_one(tmp_path):
-    """A shard whose manifest is gone (an older engram's, or its process killed) opens after its points are read
-    back (a memory collection too: no multivector), answers as before, and has a manifest again once closed; a
-    manifest that does not match is refused naming the file, before the engine touches the shard."""
-    from engram.workers.stores.integrity import MANIFEST
-
-    store = EdgeVectorStore(tmp_path / "vectors")
-    points = _points()[:20]
-    episodic = [qm.PointStruct(id=p.id, vector={DENSE: p.vector[DENSE]}, payload=p.payload) for p in points]
-    store.upsert(OBSERVATIONS, points)
-    store.upsert("episodic", episodic)
-    store.close()
-    for collection in (OBSERVATIONS, "episodic"):
-        (tmp_path / "vectors" / collection / MANIFEST).unlink()
-    again = EdgeVectorStore(tmp_path / "vectors")
-    assert again.count(OBSERVATIONS) == 20 and again.count("episodic") == 20
-    again.close()
-    shard = tmp_path / "vectors" / "episodic"
-    assert (shard / MANIFEST).is_file() and (tmp_path / "vectors" / OBSERVATIONS / MANIFEST).is_file()
-    config = shard / "edge_config.json"
-    config.write_text(config.read_text().replace("384", "385"))
-    with pytest.raises(StoreCorrupt) as err:
-        EdgeVectorStore(tmp_path / "vectors").count("episodic")
-    assert str(config) in str(err.value)
