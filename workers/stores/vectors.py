@@ -28,12 +28,8 @@ under a file lock ``data_dir/vectors.lock`` held from the first shard opened unt
 waits for it up to ``ENGRAM_STORE_WAIT_SECONDS``, then gets ``StoreBusy``; while it waits it keeps a request
 beside the lock (``data_dir/vectors.wanted-<pid>``), which a long-running holder (``engram mcp``, ``capture``)
 with nothing to do reads as "close the store now" (``EdgeVectorStore.wanted``, ``workers.runtime.StoreLease``).
-A shard folder that exists but cannot be used raises ``StoreCorrupt`` in one line naming the shard and the damaged
-file; nothing is silently made in its place, and nothing in the shard is written before it is found sound. Its
-files are checked before the engine opens it (``workers.stores.integrity``): against the manifest (sizes and
-BLAKE2b digests) its last clean close wrote into the folder, or, without one, by their own configured sizes, and
-then every point is read back through the engine. An engine error reading a shard's files later is a
-``StoreCorrupt`` too.
+A shard folder that exists but cannot be opened raises ``StoreCorrupt`` naming it; nothing is silently made in its
+place.
 """
 
 from __future__ import annotations
@@ -56,16 +52,8 @@ import structlog
 
 from engram.schemas.memories import MemoryType
 from engram.schemas.settings import Settings
-from engram.workers.errors import StoreCorrupt, StoreError
+from engram.workers.errors import StoreError
 from engram.workers.stores import models as qm
-from engram.workers.stores.integrity import (
-    check_structure,
-    damaged,
-    drop_manifest,
-    read_manifest,
-    verify_manifest,
-    write_manifest,
-)
 from engram.workers.stores.models import StoredPoint
 
 log = structlog.get_logger(__name__)
@@ -169,6 +157,10 @@ Payload = bool | list[str]
 
 class StoreBusy(StoreError, RuntimeError):
     """The embedded store is open in another process."""
+
+
+class StoreCorrupt(StoreError, RuntimeError):
+    """A shard of the embedded store exists but cannot be opened (a file damaged or removed)."""
 
 
 def collection_for(memory_type: MemoryType) -> str:
@@ -693,37 +685,30 @@ def _index_params(field: str, schema: str) -> Any:
 
 def _corrupt(path: Path, what: str, after_restore: str = "") -> StoreCorrupt:
     """The error for a shard that cannot be used as it is: ``path`` and ``what`` is wrong, and what to do."""
-    return damaged(path, what, after_restore)
+    return StoreCorrupt(f"the embedded store's shard {path} {what}; restore the folder from a backup{after_restore}, "
+                        "or move it away to start that collection empty")
 
 
-def _engine_errors(method: Callable) -> Callable:
-    """``method(self, collection, ...)`` of the embedded store with the engine's storage failures (a file that
-    cannot be read or decoded: Qdrant's "Service runtime error" / "Service internal error") raised as
-    StoreCorrupt naming the shard, in one line; anything else (a bad request: a bug) as it was."""
-
-    @functools.wraps(method)
-    def call(self: EdgeVectorStore, collection: str, *args: Any, **kwargs: Any) -> Any:
+def missing_shard_files(path: Path) -> list[Path]:
+    """The files and folders a Qdrant Edge shard at ``path`` lacks, by its segments' own ``segment.json``: each
+    segment's payload storage and the storage of every vector it declares (dense and sparse). Qdrant's engine
+    (qdrant-edge-py 0.9) opens a shard without one of them and answers as if its points had no payload or vector,
+    silently; a segment without ``segment.json`` it refuses itself (``StoreCorrupt`` either way). A lost segment
+    folder, id tracker or ``segments`` folder shows as points missing since the last close instead
+    (``EdgeVectorStore._check_count``). Reads only."""
+    out: list[Path] = []
+    segments = path / "segments"
+    if not segments.is_dir():
+        return out
+    for segment in sorted(p for p in segments.iterdir() if p.is_dir()):
         try:
-            return method(self, collection, *args, **kwargs)
-        except StoreError:
-            raise
-        except Exception as exc:
-            if not _storage_failure(exc):
-                raise
-            raise _corrupt(self.root / collection, f"cannot be read ({_one_line(exc)})") from exc
-
-    return call
-
-
-def _storage_failure(exc: BaseException) -> bool:
-    """Whether the engine's error ``exc`` is a storage failure (its files), not a bad request."""
-    text = str(exc)
-    return type(exc) is Exception and (text.startswith(("Service runtime error", "Service internal error"))
-                                       or "IO error" in text)
-
-
-def _one_line(exc: BaseException, limit: int = 200) -> str:
-    return " ".join(str(exc).split())[:limit]
+            config = json.loads((segment / "segment.json").read_text())["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: the engine's own load says so, naming the segment
+        names = [*(config.get("vector_data") or {}), *(config.get("sparse_vector_data") or {})]
+        out += [p for p in (segment / "payload_storage", *(segment / f"vector_storage-{n}" for n in names))
+                if not p.exists()]
+    return out
 
 
 def _with_indexes(shard: Any, new: bool = False, move: bool = False) -> bool:
@@ -756,48 +741,10 @@ def _ranked(points: list[Any], with_payload: Any) -> list[StoredPoint]:
     return [StoredPoint(str(p.id), p.payload, None, p.score) for p in points]
 
 
-#: A stored text vector (cosine: the engine keeps it normalized) shorter than this was damaged (zeros written over it).
-_MIN_NORM = 0.5
-
-
-def read_back(path: Path, shard: Any, page: int = 512) -> None:
-    """Read every point of ``shard`` (at ``path``, opened without a manifest to check it by) back through the
-    engine: its payload, and its text vectors (``DENSE`` and the dense search multivector), which must be of unit
-    length. Raises StoreCorrupt naming the shard's payload or vector storage when a page cannot be read or
-    decoded, or a vector was zeroed. Seconds per 100 k points: only when the manifest is missing."""
-    qe = _edge()
-    names = [DENSE, *set(DENSE_SEARCH_MULTIVECTOR.values())]
-    offset = None
-    while True:
-        try:
-            points, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=page, with_payload=True,
-                                                           with_vector=names))
-        except Exception as exc:
-            if not _storage_failure(exc):
-                raise
-            raise _corrupt(path, f"cannot be read back: {_segment_files(path, 'payload_storage')} or its "
-                           f"vector storage is damaged ({_one_line(exc)})") from exc
-        for p in points:
-            for name, vector in (p.vector or {}).items():
-                rows = np.asarray(vector, dtype=np.float32).reshape(-1, np.shape(vector)[-1] if vector else 1)
-                if len(rows) and float(np.linalg.norm(rows, axis=1).min()) < _MIN_NORM:
-                    raise _corrupt(path, f"has a damaged {_segment_files(path, f'vector_storage-{name}')}: point "
-                                   f"{p.id}'s vector was overwritten with zeros")
-        if offset is None:
-            return
-
-
-def _segment_files(path: Path, storage: str) -> str:
-    """The ``storage`` folder of the shard's segments, as a path (the shard's one segment) or a pattern."""
-    segments = sorted(p for p in (path / "segments").glob("*") if p.is_dir())
-    return str(segments[0] / storage) if len(segments) == 1 else f"{path / 'segments'}/*/{storage}"
-
-
 class EdgeVectorStore(VectorStore):
     """``VectorStore`` on Qdrant Edge: one ``EdgeShard`` per collection under ``root/<collection>``, opened on
-    first use once its files are found sound (``_open_checked``), created when its folder does not exist; at
-    ``close`` each shard's manifest is written (``integrity.write_manifest``). Raises ``StoreBusy`` when another
-    process holds a shard, ``StoreCorrupt`` (naming the shard and the file) when a shard's files are damaged."""
+    first use, created when its folder does not exist. Raises ``StoreBusy`` when another process holds a shard,
+    ``StoreCorrupt`` (naming the folder) when a shard exists but does not open."""
 
     def __init__(self, root: Path, wait: float = 0.0, optimize_after: int | None = OPTIMIZE_AFTER_POINTS) -> None:
         """``root``: the store's folder; ``wait``: seconds to wait for the store's file lock (``root`` + ``.lock``)
@@ -815,7 +762,6 @@ class EdgeVectorStore(VectorStore):
         self._written: set[str] = set()  # collections written by this process since their last flush
         self._changed: set[str] = set()  # collections written by this process since it opened them
         self._closed: dict[str, int] | None = None  # CLOSED_FILE as read under this process's lock
-        self._known: dict[str, dict] = {}  # per collection: its files as verified at open (integrity.verify_manifest)
         # one lock object for every thread of this process (released by close, from whichever thread)
         self._file_lock = FileLock(str(self.root) + ".lock", thread_local=False)
 
@@ -882,47 +828,27 @@ class EdgeVectorStore(VectorStore):
         self.hold()
         path = self.root / collection
         if path.is_dir() and any(path.iterdir()):
-            shard = self._open_checked(collection, path)
+            if missing := missing_shard_files(path):
+                raise _corrupt(path, f"is missing {missing[0]}"
+                               + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+            try:
+                shard = qe.EdgeShard.load(str(path))
+            except Exception as exc:
+                text = str(exc)
+                if "WouldBlock" in text:  # the write-ahead log's lock, held by another process
+                    raise StoreBusy(
+                        f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
+                        "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
+                raise _corrupt(path, f"cannot be opened ({text})") from exc
+            self._check_count(collection, shard)
             changed = _with_indexes(shard)
         else:
             path.mkdir(parents=True, exist_ok=True)
-            drop_manifest(path)  # a new shard: nothing of an old one's record applies
             shard = qe.EdgeShard.create(str(path), self._config(collection))
             changed = _with_indexes(shard, new=True)
         self._shards[collection] = shard
         if changed:
             self._wrote(collection)
-
-    def _open_checked(self, collection: str, path: Path) -> Any:
-        """Open the existing shard of ``collection`` at ``path`` once its files are found sound, before the engine
-        touches them (it rewrites some as it opens a shard): against the manifest of its last clean close
-        (``integrity.verify_manifest``), or without one by what its files say of themselves
-        (``integrity.check_structure``) and, once open, by the count of its last clean close and a read-back of
-        every point. The manifest is dropped as the engine opens the shard (written again by ``close``).
-        Raises StoreCorrupt naming the damaged file, StoreBusy when another process holds the shard."""
-        recorded = read_manifest(path)
-        if recorded is not None:
-            self._known[collection] = verify_manifest(path, recorded)
-        else:
-            check_structure(path, self._closed_counts().get(collection))
-        drop_manifest(path)
-        try:
-            shard = _edge().EdgeShard.load(str(path))
-        except Exception as exc:
-            text = str(exc)
-            if "WouldBlock" in text:  # the write-ahead log's lock, held by another process
-                raise StoreBusy(
-                    f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
-                    "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
-            raise _corrupt(path, f"cannot be opened ({_one_line(exc)})") from exc
-        try:
-            self._check_count(collection, shard)
-            if recorded is None:
-                read_back(path, shard)
-        except StoreCorrupt:
-            shard.close()
-            raise
-        return shard
 
     @staticmethod
     def _config(collection: str) -> Any:
@@ -1001,6 +927,7 @@ class EdgeVectorStore(VectorStore):
             return
         have = shard.info().points_count
         if have < recorded:
+            shard.close()
             raise _corrupt(self.root / collection, f"holds {have} points, {recorded - have} fewer than when it was "
                            "last closed: a file of it is missing or damaged",
                            f" (then delete {self.root / CLOSED_FILE}, which holds that count)")
@@ -1030,7 +957,6 @@ class EdgeVectorStore(VectorStore):
     def _write_optimized(self, counts: dict[str, int]) -> None:
         self._write_json(OPTIMIZED_FILE, {**self._read_optimized(), **counts})
 
-    @_engine_errors
     def _upsert(self, collection, points):
         qe = _edge()
         if self.optimize_after:
@@ -1044,7 +970,6 @@ class EdgeVectorStore(VectorStore):
             if pending >= self.optimize_after:
                 self.optimize([collection])
 
-    @_engine_errors
     def _query(self, collection, queries):
         qe = _edge()
         converted: dict[int, Any] = {}  # a filter shared by the queries (dense and sparse) is translated once
@@ -1066,7 +991,6 @@ class EdgeVectorStore(VectorStore):
         return [_ranked(ranked, q.with_payload)
                 for ranked, q in zip(shard.query_batch(qe.QueryBatchRequest(requests)), queries, strict=True)]
 
-    @_engine_errors
     def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
         qe = _edge()
         order = qe.OrderBy(order_by, direction=qe.Direction.Desc) if order_by else None
@@ -1075,13 +999,11 @@ class EdgeVectorStore(VectorStore):
             with_vector=with_vectors, order_by=order))
         return [_record(p) for p in points], None if order else nxt
 
-    @_engine_errors
     def _retrieve(self, collection, ids, with_payload, with_vectors):
         found = {str(p.id): p for p in self._shard(collection).retrieve(ids, _edge_payload(with_payload),
                                                                          with_vectors)}
         return [_record(found[i]) for i in dict.fromkeys(ids) if i in found]
 
-    @_engine_errors
     def _set_payloads(self, collection, groups):
         qe = _edge()
         shard = self._shard(collection)
@@ -1089,7 +1011,6 @@ class EdgeVectorStore(VectorStore):
         for p, ids in groups:
             shard.update(qe.UpdateOperation.set_payload(ids, p))
 
-    @_engine_errors
     def _delete(self, collection, selector):
         qe = _edge()
         op = (qe.UpdateOperation.delete_points_by_filter(edge_filter(selector)) if _is_filter(selector)
@@ -1097,17 +1018,8 @@ class EdgeVectorStore(VectorStore):
         self._wrote(collection)
         self._shard(collection).update(op)
 
-    @_engine_errors
     def _count(self, collection, flt):
         return self._shard(collection).count(_edge().CountRequest(exact=True, filter=edge_filter(flt)))
-
-    def _write_manifest(self, collection: str) -> None:
-        """Record the closed shard's files (``integrity.write_manifest``) for the next open to compare with; a
-        failure to (a full disk) leaves none, and the next open checks the shard without one."""
-        try:
-            write_manifest(self.root / collection, self._known.get(collection))
-        except OSError as exc:
-            log.warning("shard manifest not written", shard=str(self.root / collection), error=str(exc)[:200])
 
     def flush(self) -> None:
         """Write the pending changes of the shards this process wrote to their segments (the write-ahead log
@@ -1129,11 +1041,9 @@ class EdgeVectorStore(VectorStore):
                     self._write_json(CLOSED_FILE, {**counts, **now})
             self._changed.clear()
             self._closed = None  # another process may write it once the lock is released
-            for collection, shard in self._shards.items():
+            for shard in self._shards.values():
                 shard.close()
-                self._write_manifest(collection)
             self._shards.clear()
-            self._known.clear()
             self._ready.clear()
             if self._file_lock.is_locked:
                 self._file_lock.release(force=True)
