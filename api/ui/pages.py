@@ -22,6 +22,7 @@ import jinja2
 from fastapi import HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 
+from engram.api.console import counted
 from engram.api.service.base import MemoryService, ServiceError
 from engram.api.ui import present
 from engram.api.ui.security import CSRF_FIELD, Csrf
@@ -59,7 +60,7 @@ def environment(tz: tzinfo) -> jinja2.Environment:
     def local(t: datetime | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
         return t.astimezone(tz).strftime(fmt) if t else ""
 
-    env.filters.update(local=local, short=present.short, why=present.why)
+    env.filters.update(local=local, short=present.short, why=present.why, counted=counted)
     env.globals.update(has_picture=present.has_picture, screens=SCREENS)
     return env
 
