@@ -33,6 +33,8 @@ echo 'celery[redis]>=5.4' >> "$override"
 NO_DEPS='resemblyzer==0.1.4'
 for spec in "requirements.lock:--extra=worker --extra=cpu" "requirements-dev.lock:--extra=dev"; do
   out="${spec%%:*}"; extra="${spec#*:}"
+  # the current pins are the resolver's preferences: a new package changes what it needs and nothing else
+  if [ -f "$out" ]; then grep -v -e '^#' -e "^$NO_DEPS\$" "$out" > "$out.tmp"; fi
   # shellcheck disable=SC2086
   "$UV" pip compile pyproject.toml $extra --no-sources --python-version 3.11 --find-links "$TORCH_FIND_LINKS" \
     --override "$override" --no-header --no-annotate --quiet -o "$out.tmp"
