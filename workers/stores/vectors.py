@@ -38,6 +38,7 @@ import atexit
 import functools
 import json
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -138,6 +139,9 @@ CLOSED_FILE = "closed.json"
 #: Beside the embedded store's lock (``<root>.lock``), a process waiting for it keeps ``<root>.wanted-<pid>``
 #: (``EdgeVectorStore.hold``), which a holder with nothing to do reads as "close the store now" (``wanted``).
 WANTED_SUFFIX = ".wanted-"
+#: ``EdgeVectorStore.compact``'s folders beside a collection's: the new shard being written, the old one being removed.
+COMPACTING_SUFFIX = ".compacting"
+FORGOTTEN_SUFFIX = ".forgotten"
 
 
 def _alive(pid: int) -> bool:
@@ -387,6 +391,12 @@ class VectorStore(ABC):
         if not self._readable(collection):
             return 0
         return self._count(collection, flt)
+
+    def compact(self, collections: Iterable[str]) -> dict[str, float]:  # noqa: B027 (a server compacts itself)
+        """Leave no byte of a deleted or overwritten point in ``collections``' files (forgetting,
+        ``workers.memory.forget``); seconds per collection rewritten. A server backend: nothing done here (the
+        Qdrant server's own vacuum optimizer rewrites its segments; its write-ahead log is the server's)."""
+        return {}
 
     def collections(self) -> list[str]:
         """The engram collections this store holds points in or has made."""
@@ -891,6 +901,74 @@ class EdgeVectorStore(VectorStore):
                 self._write_optimized({c: self._shards[c].info().points_count for c in took})
         log.info("store optimized", seconds={c: round(t, 2) for c, t in took.items()})
         return took
+
+    def compact(self, collections: Iterable[str]) -> dict[str, float]:
+        """Rewrite each of ``collections`` (those that exist) into a new shard through the engine's public API, so
+        that no byte of a deleted or overwritten point is left in its files: Qdrant Edge keeps a deleted point's
+        payload in its write-ahead log (``wal/open-*``) and, until a vacuum, in its segment's payload pages, and
+        has no public call to truncate the log. The live points (payloads and every vector, ids kept) are copied
+        in id order into ``root/<collection>.compacting``, made with the same configuration and payload indexes
+        and optimized; then the old folder is renamed to ``<collection>.forgotten``, the new one into its place,
+        and the old one removed (an interrupted swap: the next ``compact`` or ``recover_compaction`` finishes it).
+        Blocking; seconds per collection returned (~1 s per few thousand points; a search meanwhile waits)."""
+        qe = _edge()
+        took: dict[str, float] = {}
+        with self._lock:
+            self.recover_compaction()
+            for collection in dict.fromkeys(c for c in collections if self.has_collection(c)):
+                t0 = time.perf_counter()
+                old = self._shard(collection)
+                path, fresh = self.root / collection, self.root / f"{collection}{COMPACTING_SUFFIX}"
+                if fresh.exists():
+                    shutil.rmtree(fresh)
+                new = qe.EdgeShard.create(str(fresh), self._config(collection))
+                _with_indexes(new, new=True)
+                offset = None
+                while True:
+                    points, offset = old.scroll(qe.ScrollRequest(offset=offset, limit=256, with_payload=True,
+                                                                 with_vector=True))
+                    if points:
+                        new.update(qe.UpdateOperation.upsert_points(
+                            [qe.Point(p.id, p.vector, p.payload) for p in points]))
+                    if offset is None:
+                        break
+                new.optimize()
+                new.flush()
+                count = new.info().points_count
+                new.close()
+                old.close()
+                del self._shards[collection]
+                self._ready.discard(collection)
+                trash = self.root / f"{collection}{FORGOTTEN_SUFFIX}"
+                os.replace(path, trash)
+                os.replace(fresh, path)
+                shutil.rmtree(trash)
+                self._pending[collection] = 0
+                self._write_optimized({collection: count})
+                self._wrote(collection)
+                self.ensure(collection)
+                took[collection] = time.perf_counter() - t0
+        if took:
+            log.info("store compacted", seconds={c: round(t, 2) for c, t in took.items()})
+        return took
+
+    def recover_compaction(self) -> list[str]:
+        """Finish a ``compact`` that was interrupted: a ``<collection>.forgotten`` folder whose collection folder
+        is missing was swapped out before the new shard was moved in (the complete new shard is moved in, or,
+        when it is not there, the old one back); one beside its collection is removed, as is a leftover
+        ``.compacting`` one. Returns the collections touched."""
+        touched = []
+        for trash in self.root.glob(f"*{FORGOTTEN_SUFFIX}"):
+            collection = trash.name[:-len(FORGOTTEN_SUFFIX)]
+            path, fresh = self.root / collection, self.root / f"{collection}{COMPACTING_SUFFIX}"
+            if not path.exists():
+                os.replace(fresh if fresh.is_dir() else trash, path)
+            if trash.exists():
+                shutil.rmtree(trash)
+            touched.append(collection)
+        for fresh in self.root.glob(f"*{COMPACTING_SUFFIX}"):
+            shutil.rmtree(fresh)
+        return touched
 
     def indexed_fields(self, collection: str) -> set[str]:
         """The payload fields ``collection`` has an index on."""
