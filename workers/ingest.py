@@ -32,6 +32,7 @@ from engram.workers.media import bounds
 from engram.workers.media import decode as media
 from engram.workers.media.bounds import UploadBudget
 from engram.workers.media.chat import conversation_messages  # parsed once, kept for the perceive tasks
+from engram.workers.media.thumbs import store_thumbnail
 from engram.workers.metrics import NEAR_DUPLICATES
 from engram.workers.runtime import Runtime, runtime, stage
 from engram.workers.stores.ledger import FINAL_STATUSES
@@ -178,6 +179,7 @@ def _plan_screenshot(rt: Runtime, event: MediaEvent, path: Path) -> list[Segment
         log.info("near-duplicate dropped", event_id=str(event.event_id), previous=str(previous))
         NEAR_DUPLICATES.labels(kind=event.kind.value).inc()
         return None
+    store_thumbnail(rt.objects, event.tenant_id, event.event_id, 0, img)  # the web app's, made once (issue 42)
     return [SegmentJob(event=event, segment_index=0)]
 
 
@@ -304,6 +306,8 @@ def _plan_clip(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
         for j, (t, img) in enumerate(frames.get(i, [])):
             key = derived_key(event.tenant_id, event.event_id, f"seg-{i:05d}-key-{j:02d}.jpg")
             budget.put(key, media.jpeg_bytes(img), "image/jpeg")
+            if j == 0:  # the segment's thumbnail for the web app, made once (issue 42)
+                store_thumbnail(rt.objects, event.tenant_id, event.event_id, i, img)
             kfs.append(Keyframe(t=t, object_key=key))
         jobs.append(SegmentJob(event=event, segment_index=i, start_s=start, end_s=end, audio_key=audio_keys.get(i),
                                keyframes=kfs))
