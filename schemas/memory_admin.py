@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from engram.schemas.events import LedgerRecord
 from engram.schemas.memories import MemoryType
@@ -168,3 +168,57 @@ class ForgetReport(BaseModel):
     objects_kept: list[str] = Field(
         description="Media keys kept because another user of the tenant still references them.")
     entities_deleted: int = Field(0, description="Entities deleted because only the user's observations named them.")
+
+
+class ForgetScope(BaseModel):
+    """What a scoped forget deletes (``workers.memory.forget``): the tenant's observations matching every criterion
+    given (at least one of ``since``, ``until``, ``app``, ``device_id``, ``memory_ids``, ``event_ids``), optionally of
+    one user, and every memory, vector, cached text and object that came from them."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"user_id": "alice", "since": "2024-05-02T09:15:00Z", "until": "2024-05-02T09:30:00Z"},
+        {"user_id": "alice", "app": "Slack"},
+    ]})
+
+    user_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}$",
+                                description="Only this user's (default: every user of the tenant).")
+    since: AwareDatetime | None = Field(None, description="Observations whose content starts at or after this time.")
+    until: AwareDatetime | None = Field(None, description="Observations whose content starts before this time.")
+    app: str | None = Field(None, min_length=1, max_length=256, description="Observations of this application.")
+    device_id: str | None = Field(None, min_length=1, max_length=256, description="Observations of this device.")
+    memory_ids: list[uuid.UUID] = Field(default_factory=list, max_length=10_000,
+                                        description="These observations or memories (any type).")
+    event_ids: list[uuid.UUID] = Field(default_factory=list, max_length=10_000,
+                                       description="Every observation of these events (published files).")
+
+    @model_validator(mode="after")
+    def _names_something(self) -> ForgetScope:
+        """Refuse a scope that names nothing (forgetting a whole user is ``DELETE /v1/users/{user}``)."""
+        if not (self.since or self.until or self.app or self.device_id or self.memory_ids or self.event_ids):
+            raise ValueError("name what to forget: since/until, an app, a device, memory ids or event ids")
+        if self.since and self.until and self.since >= self.until:
+            raise ValueError("since must be before until")
+        return self
+
+
+class ForgetScopeReport(BaseModel):
+    """What a scoped forget deleted (or, with ``dry_run``, would delete): observations, memories deleted (all their
+    sources gone) and rewritten (drawn also from sources that stay: the deleted content taken out and embedded
+    again), ledger events, objects (originals, what ingest cut from them, thumbnails, cached OCR, vault entries)
+    and entities only the deleted observations named."""
+
+    tenant_id: str = Field(description="The tenant.")
+    scope: ForgetScope = Field(description="What was asked.")
+    dry_run: bool = Field(False, description="True: nothing was deleted; the counts say what would be.")
+    observations: int = Field(0, description="Observations deleted.")
+    points_deleted: dict[str, int] = Field(default_factory=dict, description="Points deleted per collection.")
+    memories_rewritten: dict[str, int] = Field(
+        default_factory=dict, description="Memories per collection rewritten without the deleted sources' content.")
+    event_ids: list[uuid.UUID] = Field(default_factory=list,
+                                       description="Events whose every observation went: their ledger records too.")
+    objects_deleted: list[str] = Field(default_factory=list, description="Object keys deleted.")
+    objects_kept: list[str] = Field(default_factory=list,
+                                    description="Originals kept because an item that stays still references them.")
+    entities_deleted: int = Field(0, description="Entities deleted because only deleted observations named them.")
+    compacted: list[str] = Field(default_factory=list,
+                                 description="Store collections rewritten so no byte of a deleted point is left.")
