@@ -33,7 +33,8 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
     Runs under a per-(tenant, user) lock shared by all processes: two beats or two workers never
     consolidate one user at once (the second returns 0 and beat comes back on its next tick). A holder that died
     (killed mid-way) blocks nobody on the embedded default: its lock names its process and is taken over at once
-    (``Ledger.try_lock``); with Redis it lasts ``CONSOLIDATE_LOCK_TTL_S`` at most. The
+    (``Ledger.try_lock``); with Redis the lock is a lease renewed while this runs, so a dead holder's lapses within
+    ``ledger.LOCK_LEASE_S`` (and a live one holds it ``CONSOLIDATE_LOCK_TTL_S`` at most). The
     ``consolidated`` flag of each observation is the watermark: set after its memory is written, so an
     observation is consolidated once, and one that arrives late (any capture time) is never skipped.
     """

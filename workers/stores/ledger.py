@@ -67,9 +67,10 @@ class Ledger(Protocol):
         """Number of events per status."""
 
     def try_lock(self, name: str, ttl_s: float) -> AbstractContextManager[bool]:
-        """A lock shared by every process, held at most ``ttl_s`` seconds (a crashed holder cannot block
-        others longer; on SQLite not even that: a lock whose holder process is gone is taken over at once).
-        Yields True when acquired, False (without waiting) when someone else holds it."""
+        """A lock shared by every process, held at most ``ttl_s`` seconds, and tied to a live holder: on SQLite a
+        lock whose holder process is gone is taken over at once; on Redis it is a lease its holder renews while the
+        block runs (``LockLease``), so a dead holder's lock lapses within ``LOCK_LEASE_S``. Yields True when
+        acquired, False (without waiting) when someone else holds it."""
 
     def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
                 limit: int = 100) -> list[LedgerRecord]:
@@ -112,6 +113,11 @@ class Ledger(Protocol):
         for this process (its owner from now on), a dead owner's counting one redelivery; one already redelivered
         ``max_redeliveries`` times is marked failed instead. ``event_ids``: only these events. Returns (events to
         run again, event ids given up)."""
+
+    def retry(self, event_id: uuid.UUID) -> MediaEvent | None:
+        """A user's retry of a failed event: it is queued again (stage, reason and redeliveries cleared; the
+        segments already stored stay done) and its event returned, to publish or run again. None, changing
+        nothing, when the event is unknown, not failed, or was recorded without its event."""
 
     def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
         """Of ``event_ids``, the unfinished ones whose owner process still lives (in progress, not interrupted; on
@@ -466,6 +472,18 @@ class SqliteLedger:
             count_finished(kind, EventStatus.failed.value, stage, reason)
         return republish, given_up
 
+    def retry(self, event_id: uuid.UUID) -> MediaEvent | None:
+        me = this_process()
+        with self._tx() as db:
+            row = db.execute("SELECT event_json FROM events WHERE event_id=? AND status=?",
+                             (str(event_id), EventStatus.failed.value)).fetchone()
+            if row is None or row[0] is None:
+                return None
+            db.execute("UPDATE events SET status=?, stage=NULL, reason=NULL, redeliveries=0, owner_pid=?,"
+                       " owner_started=?, updated_at=? WHERE event_id=?",
+                       (EventStatus.queued.value, me.pid, me.started, _now(), str(event_id)))
+        return MediaEvent.model_validate_json(row[0])
+
     def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
         with self._tx() as db:
             rows = [db.execute("SELECT owner_pid, owner_started FROM events WHERE event_id=? AND status IN (?,?)",
@@ -566,10 +584,11 @@ class RedisLedger:
     read from the event's hash (its tenant's sets, a content holder's hash): one Redis server or a replicated one,
     not Redis Cluster."""
 
-    def __init__(self, url: str, prefix: str = "engram:") -> None:
+    def __init__(self, url: str, prefix: str = "engram:", lock_lease_s: float | None = None) -> None:
         import redis
 
         self.url = url
+        self.lock_lease_s = LOCK_LEASE_S if lock_lease_s is None else lock_lease_s  # try_lock's lease
         self.r = redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
         self.p = prefix
         # redis-py's Script: EVALSHA, loading the script again after a server restart forgot it (NOSCRIPT)
@@ -741,13 +760,21 @@ class RedisLedger:
 
     @contextmanager
     def try_lock(self, name: str, ttl_s: float) -> Iterator[bool]:
-        lock = self.r.lock(f"{self.p}lock:{name}", timeout=ttl_s, blocking=False)
-        got = lock.acquire()
+        """A redis-py ``Lock`` on a lease (see ``LockLease``): it lives ``lock_lease_s`` seconds unless its holder
+        renews it, which a thread of the holder does while the block runs, up to ``ttl_s`` in all. A holder that
+        dies (killed, its machine gone) stops renewing: its lock lapses within ``lock_lease_s``, not ``ttl_s``."""
+        lease_s = min(self.lock_lease_s, ttl_s)
+        # thread_local=False: the token is read by the renewing thread too (redis-py keeps it per thread by default)
+        lock = self.r.lock(f"{self.p}lock:{name}", timeout=lease_s, blocking=False, thread_local=False)
+        if not lock.acquire():
+            yield False
+            return
+        lease = LockLease(lock, name, lease_s, ttl_s)
         try:
-            yield got
+            yield True
         finally:
-            if got:
-                self._release(lock, name)
+            lease.stop()
+            self._release(lock, name)
 
     @staticmethod
     def _release(lock, name: str) -> None:
@@ -869,6 +896,20 @@ class RedisLedger:
             return [], []
         return self.claim_stalled(0.0, max_redeliveries, limit)
 
+    def retry(self, event_id: uuid.UUID) -> MediaEvent | None:
+        key = self._ek(event_id)
+
+        def fn(pipe):
+            rec = pipe.hgetall(key)
+            pipe.multi()
+            if not rec or rec.get("status") != EventStatus.failed.value or not rec.get("event_json"):
+                return None
+            self._set_status(pipe, rec, EventStatus.queued, None, None)
+            pipe.hset(key, "redeliveries", 0)
+            return MediaEvent.model_validate_json(rec["event_json"])
+
+        return self._transact(fn, key)
+
     def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
         return set()
 
@@ -890,6 +931,54 @@ class RedisLedger:
             key = f"{self.p}tenant:{t}:status:{status.value}" if status else f"{self.p}tenant:{t}:events"
             out.extend(r for eid in self.r.zrevrange(key, 0, limit - 1) if (r := self.get(uuid.UUID(eid))))
         return sorted(out, key=lambda r: r.updated_at, reverse=True)[:limit]
+
+
+#: Seconds a lock of the Redis ledger (``RedisLedger.try_lock``) lives unless its holder renews it (every third of
+#: this, while its work runs): how long a dead holder's lock blocks its work at most.
+LOCK_LEASE_S = 15.0
+
+
+class LockLease:
+    """Keeps a held redis-py ``Lock`` (made with ``thread_local=False``) alive while its holder's work runs: a daemon
+    thread of the holder renews it every third of ``lease_s`` (``Lock.extend`` with ``replace_ttl``: its ttl set to
+    ``lease_s`` again), until ``stop`` or ``max_s`` seconds after the start (a holder alive but stuck does not hold
+    it for ever: the last renewal gives what is left of ``max_s``). The lease is the liveness test that a pid cannot
+    be across machines (Gray and Cheriton, "Leases", SOSP 1989): a holder that died renews nothing and its lock
+    lapses within ``lease_s``. A renewal that fails on a connection error is tried again at the next tick; a lock
+    found no longer held (it lapsed while Redis was unreachable and someone else may hold it now) stops the renewals
+    with a warning. The thread owns nothing but the renewals; ``lost`` tells whether the lock was found gone."""
+
+    def __init__(self, lock, name: str, lease_s: float, max_s: float) -> None:
+        import threading
+
+        self.lock, self.name, self.lease_s = lock, name, lease_s
+        self.lost = False
+        self._until = time.monotonic() + max_s
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"lease:{name}", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        import redis
+
+        while not self._stopped.wait(self.lease_s / 3):
+            left = self._until - time.monotonic()
+            if left <= 0:
+                log.warning("lock held for its whole ttl: no longer renewed", lock=self.name)
+                return
+            try:
+                self.lock.extend(min(self.lease_s, left), replace_ttl=True)
+            except redis.exceptions.LockError:  # LockNotOwnedError: it lapsed; another process may hold it
+                self.lost = True
+                log.warning("lock lost while held: its lease lapsed before it was renewed", lock=self.name)
+                return
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                log.warning("lock lease not renewed; trying again", lock=self.name, error=str(exc)[:200])
+
+    def stop(self) -> None:
+        """End the renewals (the holder's work is over) and wait for the thread."""
+        self._stopped.set()
+        self._thread.join(timeout=10)
 
 
 def log_lock_expired(name: str) -> None:
