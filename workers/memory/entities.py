@@ -564,6 +564,37 @@ def forget_user_entities(rt: Runtime, tenant_id: str, user_id: str, observations
     return len(doomed)
 
 
+def forget_observations(rt: Runtime, tenant_id: str, observations: list[qm.Record]) -> int:
+    """Take what ``observations`` (deleted points, as they were) gave the tenant's entities out of them, as
+    ``forget_user_entities`` does for a user's (``workers.memory.forget``): their samples, links, recent keys and
+    the names only they gave; an entity no remaining observation or memory names is deleted, as is a user's own
+    entity nothing names any more (it is made again by the user's next observation). Returns how many were
+    deleted."""
+    named = {e for o in observations for e in (o.payload or {}).get("entity_ids") or []}
+    memory = EntityMemory(rt, tenant_id)
+    memory.load([uuid.UUID(e) for e in sorted(named)])
+    doomed = []
+    for entity in list(memory.entities.values()):
+        eid = str(entity.id)
+        fields = ["speaker", "transcript", "user_id", "start_ts", "end_ts"]
+        remaining = [r.payload or {} for r in rt.vectors.scroll(
+            OBSERVATIONS, tenant_filter(tenant_id, entity_ids=eid), with_payload=fields)]
+        if not remaining and not any(rt.vectors.count(c, tenant_filter(tenant_id, entity_ids=eid))
+                                     for c in COLLECTIONS if c not in (ENTITIES, OBSERVATIONS)):
+            doomed.append(eid)
+            continue
+        mine = [o for o in observations if eid in ((o.payload or {}).get("entity_ids") or [])]
+        _take_out(entity, "\x00", mine, remaining)  # a user id no entity has: nobody's own entity changes role
+        memory.dirty.add(entity.id)
+    if doomed:
+        rt.vectors.delete(ENTITIES, qm.Filter(must=[*tenant_filter(tenant_id).must, qm.HasIdCondition(has_id=doomed)]))
+    for eid in doomed:
+        memory.entities.pop(uuid.UUID(eid), None)
+        memory.dirty.discard(uuid.UUID(eid))
+    memory.save()
+    return len(doomed)
+
+
 def _take_out(entity: Entity, user_id: str, mine: list[qm.Record], remaining: list[dict]) -> None:
     """Remove from ``entity`` what the forgotten user's observations ``mine`` (those naming it) gave it, given the
     payloads of the observations that still name it (``forget_user_entities``)."""

@@ -22,6 +22,12 @@ Forgetting a user (the right to erasure) deletes, for one (tenant, user):
    content-addressed per tenant, so another user who published the same bytes keeps them. The OCR text
    cached for a deleted image (``cache/<tenant>/ocr/<model>/<sha256 of its pixels>.json``) goes with it.
 
+5. then what every forget ends with (``workers.memory.forget.leave_nothing``): the embedding cache emptied,
+   SQLite's freed pages overwritten and dropped, and the embedded store's collections rewritten without the
+   deleted points' bytes.
+
+Deleting one observation or memory by id is a scoped forget (``workers.memory.forget``).
+
 Events of the user still queued or processing may write points after a forget; forget once ingestion
 has settled (``engram status``).
 """
@@ -36,11 +42,19 @@ import numpy as np
 import structlog
 
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import HIDDEN_FIELDS, ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import (
+    HIDDEN_FIELDS,
+    ForgetReport,
+    ForgetScope,
+    MemoryPage,
+    MemoryRecord,
+    UserExport,
+)
 from engram.workers.media import decode as media
 from engram.workers.media.vision import pixels_sha256
 from engram.workers.memory import vault
 from engram.workers.memory.entities import forget_user_entities
+from engram.workers.memory.forget import forget, leave_nothing
 from engram.workers.memory.holdings import why_empty
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
@@ -95,12 +109,13 @@ def list_memories(rt: Runtime, tenant_id: str, memory_type: MemoryType, user_id:
 
 
 def delete_memory(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
-    """Delete the tenant's observation or memory with this id; returns its type, or None when unknown.
-    Memories built from a deleted observation keep it in their provenance."""
+    """Delete the tenant's observation or memory with this id, leaving nothing of it behind
+    (``workers.memory.forget``: an observation's memories rewritten without it or deleted, its objects, cached
+    text and the store's files); returns its type, or None when unknown."""
     found = _find(rt, tenant_id, memory_id)
     if found is None:
         return None
-    rt.vectors.delete(collection_for(found[0]), [memory_id])
+    forget(rt, tenant_id, ForgetScope(memory_ids=[memory_id]))
     log.info("memory deleted", tenant=tenant_id, memory_id=str(memory_id), memory_type=found[0].value)
     return found[0]
 
@@ -153,7 +168,8 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
             objects_kept.append(key)
         elif rt.objects.exists(key):
             doomed.append(key)
-    objects_deleted = [*vault_deleted, *_delete_objects(rt, tenant_id, doomed)]
+    objects_deleted = [*vault_deleted, *delete_objects(rt, tenant_id, doomed)]
+    leave_nothing(rt, [c for c, n in deleted.items() if n] + [ENTITIES])
     report = ForgetReport(tenant_id=tenant_id, user_id=user_id, points_deleted=deleted, event_ids=event_ids,
                           objects_deleted=objects_deleted, objects_kept=objects_kept, entities_deleted=entities_deleted)
     log.info("user forgotten", tenant=tenant_id, user=user_id, points=sum(deleted.values()), events=len(event_ids),
@@ -161,7 +177,7 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
     return report
 
 
-def _delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
+def delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
     """Delete ``keys`` and the OCR text cached for the pixels of the images among them (by any OCR model);
     returns every key deleted."""
     digests = set()
