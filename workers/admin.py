@@ -14,10 +14,18 @@ import structlog
 
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import (
+    ForgetReport,
+    ForgetScope,
+    ForgetScopeReport,
+    MemoryPage,
+    MemoryRecord,
+    UserExport,
+)
 from engram.workers.app import task
 from engram.workers.memory.dynamics import archive_decayed
 from engram.workers.memory.entities import list_entities, merge_entities, name_entity, summary
+from engram.workers.memory.forget import forget
 from engram.workers.memory.records import delete_memory, export_user, forget_user, get_memory, list_memories
 from engram.workers.runtime import runtime
 from engram.workers.stores.objects import STAGING_GRACE, expire_staged
@@ -58,6 +66,12 @@ def export_task(tenant_id: str, user_id: str) -> UserExport:
 def forget_task(tenant_id: str, user_id: str) -> ForgetReport:
     """``forget_user`` on the query worker."""
     return forget_user(runtime(), tenant_id, user_id)
+
+
+@task(Task.memory_forget_scope, "request")
+def forget_scope_task(tenant_id: str, scope: ForgetScope, dry_run: bool = False) -> ForgetScopeReport:
+    """``workers.memory.forget.forget`` (a time range, an app, a device, events or ids) on the query worker."""
+    return forget(runtime(), tenant_id, ForgetScope.model_validate(scope), dry_run)
 
 
 # --- entities (``GET /v1/entities``, ``POST /v1/entities/{id}/name`` and ``/merge``) -----------------------------
