@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from platformdirs import user_cache_dir, user_data_dir
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, BaseModel, ByteSize, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -307,6 +307,29 @@ class Settings(BaseSettings):
     vault_redact: bool = Field(True, description="Detect secrets in perceive and replace them by vault "
                                "placeholders before anything is stored.")
     vault_phone_region: str = Field("US", description="Region of phone numbers written without a country code.")
+
+    # retention and the storage cap (workers.stores.retention; docs/keep.md "Retention"): originals go, their text,
+    # vectors, thumbnails and memories stay
+    retention_screenshot_days: float | None = Field(
+        None, gt=0, description="Screenshot and photo originals (the image files, kind screenshot) are removed this "
+        "many days after engram stored them; their text, vectors, thumbnail and memories stay. Unset: kept.")
+    retention_audio_days: float | None = Field(
+        None, gt=0, description="Audio originals (the recordings and the chunks ingest cut from them) are removed this "
+        "many days after engram stored them; transcripts, vectors and memories stay. Unset: kept.")
+    retention_clip_days: float | None = Field(
+        None, gt=0, description="Video clip originals (the videos, their keyframes and audio tracks) are removed this "
+        "many days after engram stored them; text, vectors, thumbnails and memories stay. Unset: kept.")
+    retention_text_days: float | None = Field(
+        None, gt=0, description="Conversation files and added notes (kind text) are removed this many days after "
+        "engram stored them; each message stays as an observation with its vectors and memories. Unset: kept.")
+    storage_cap_bytes: ByteSize | None = Field(
+        None, description="Most bytes engram keeps (the data dir on the embedded default; the object store in the "
+        "distributed mode): past it, retention removes the oldest originals first until under it, never a memory, "
+        "text, vector or thumbnail. Bytes, or with a unit: 50GB, 500MiB. Unset: no cap.",
+        examples=["50GB", "500MiB"])
+    retention_interval_seconds: float = Field(
+        3600.0, gt=0, description="How often retention runs: beat's entry in the distributed mode; on the embedded "
+        "default after a batch of `engram ingest`, `watch` or `capture` (consolidation's), at most this often.")
 
     # query
     rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion constant (Cormack et al., 2009).")
