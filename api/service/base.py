@@ -19,7 +19,14 @@ from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, LedgerRecord
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import (
+    ForgetReport,
+    ForgetScope,
+    ForgetScopeReport,
+    MemoryPage,
+    MemoryRecord,
+    UserExport,
+)
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.timeline import TimelineRequest
 from engram.workers.errors import EngramError
@@ -109,6 +116,12 @@ class MemoryService(ABC):
     def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
         """Forget a user entirely (every collection, the ledger's records, the objects no other user references)."""
         raise NotOffered("forgetting a user is not offered here")
+
+    def forget_scope(self, tenant_id: str, scope: ForgetScope, dry_run: bool = False) -> ForgetScopeReport:
+        """Forget what ``scope`` selects (a time range, an app, a device, events or ids; ``workers.memory.forget``):
+        the observations, the memories drawn only from them, the rest rewritten without them, their objects and
+        cached text, leaving no byte behind; with ``dry_run`` only count it."""
+        raise NotOffered("forgetting by time range, app, device or id is not offered here yet")
 
     def export_user(self, tenant_id: str, user_id: str) -> UserExport:
         """Everything stored about a user (vault entries without their secrets)."""

@@ -42,7 +42,14 @@ from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, LedgerRecord
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import (
+    ForgetReport,
+    ForgetScope,
+    ForgetScopeReport,
+    MemoryPage,
+    MemoryRecord,
+    UserExport,
+)
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import get_settings
 from engram.schemas.timeline import TimelineRequest
@@ -52,6 +59,7 @@ from engram.workers.admin import (
     entity_merge_task,
     entity_name_task,
     export_task,
+    forget_scope_task,
     forget_task,
     get_task,
     list_task,
@@ -155,6 +163,9 @@ class EmbeddedService(MemoryService):
     # --- users ------------------------------------------------------------------------------------------------
     def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
         return ForgetReport.model_validate(self._task(forget_task, tenant_id, user_id))
+
+    def forget_scope(self, tenant_id: str, scope: ForgetScope, dry_run: bool = False) -> ForgetScopeReport:
+        return ForgetScopeReport.model_validate(self._task(forget_scope_task, tenant_id, scope, dry_run))
 
     def export_user(self, tenant_id: str, user_id: str) -> UserExport:
         return UserExport.model_validate(self._task(export_task, tenant_id, user_id))

@@ -31,7 +31,14 @@ from engram.schemas.ask import AskFailed, AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, LedgerRecord
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import (
+    ForgetReport,
+    ForgetScope,
+    ForgetScopeReport,
+    MemoryPage,
+    MemoryRecord,
+    UserExport,
+)
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import get_settings
 from engram.workers.tasks import Task
@@ -98,6 +105,10 @@ class QueueService(MemoryService):
 
     def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
         return ForgetReport.model_validate(self._task(Task.memory_forget, tenant_id, user_id))
+
+    def forget_scope(self, tenant_id: str, scope: ForgetScope, dry_run: bool = False) -> ForgetScopeReport:
+        return ForgetScopeReport.model_validate(self._task(Task.memory_forget_scope, tenant_id,
+                                                           scope.model_dump(mode="json"), dry_run))
 
     def export_user(self, tenant_id: str, user_id: str) -> UserExport:
         return UserExport.model_validate(self._task(Task.memory_export, tenant_id, user_id))
