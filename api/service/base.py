@@ -71,6 +71,17 @@ class MediaObject:
     data: bytes | None = None
 
 
+@dataclass(frozen=True)
+class SampleRef:
+    """One face or voice sample of an entity: its key (``EntitySample.key``), modality (``face`` or ``voice``),
+    when it was seen (epoch seconds) and the observation it came from (None when none is linked any more)."""
+
+    key: str
+    modality: str
+    at_ts: float
+    observation_id: str | None
+
+
 class MemoryService(ABC):
     """What the front doors ask of memory. ``timeout``: seconds one call may take (``ServiceTimeout`` after).
 
@@ -145,6 +156,16 @@ class MemoryService(ABC):
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
         """"Not this person": move one face or voice sample (``EntitySample.key``) into an entity of its own."""
 
+    def entity_samples(self, tenant_id: str, entity_id: uuid.UUID) -> list[SampleRef] | None:
+        """An entity's face and voice samples (newest first, each with the observation it came from); None when
+        unknown."""
+        raise NotOffered("an entity's samples are not offered here")
+
+    def sample_media(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> MediaObject:
+        """A sample's media: a face crop (WebP) or a few seconds of the voice (WAV). Raises NotFound for an
+        unknown entity or sample, MediaMissing (with the reason) when it cannot be made."""
+        raise NotOffered("face crops and voice clips are not offered here")
+
     # --- the ledger -------------------------------------------------------------------------------------------
     @abstractmethod
     def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
@@ -158,6 +179,11 @@ class MemoryService(ABC):
     def failures(self, tenant_id: str, user_id: str | None = None, limit: int = 100) -> list[LedgerRecord]:
         """Failed events with their stage and reason, most recent first."""
         return self.events(tenant_id, user_id, EventStatus.failed, limit)
+
+    def retry_event(self, tenant_id: str, event_id: uuid.UUID) -> LedgerRecord | None:
+        """Run a failed event again (the segments already stored are kept); its record after, or None when it is
+        unknown, another tenant's or not failed."""
+        raise NotOffered("retrying a failed event is not offered here")
 
     @abstractmethod
     def users(self, tenant_id: str) -> list[str]:

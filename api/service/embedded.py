@@ -28,12 +28,13 @@ from typing import Any
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from engram.api.add import add_embedded
+from engram.api.service import edits
 from engram.api.service.base import (
     MediaMissing,
     MediaObject,
     MemoryService,
     NotFound,
-    NotOffered,
+    SampleRef,
     ServiceTimeout,
     ServiceUnavailable,
 )
@@ -93,8 +94,7 @@ class EmbeddedService(MemoryService):
     ``engram mcp``).
 
     Raises ``ServiceUnavailable`` when another process holds the store past ``ENGRAM_STORE_WAIT_SECONDS``,
-    ``ServiceTimeout`` when the workers do not answer in time, ``NotOffered`` for ``update_memory`` and
-    ``split_entity`` (not built yet)."""
+    ``ServiceTimeout`` when the workers do not answer in time."""
 
     def __init__(self, timeout: float | None = None, linger: float = 300.0) -> None:
         self.timeout = timeout if timeout is not None else get_settings().service_timeout_seconds
@@ -153,8 +153,10 @@ class EmbeddedService(MemoryService):
         return MemoryPage.model_validate(self._task(list_task, tenant_id, memory_type.value, user_id, limit, offset))
 
     def update_memory(self, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
-        """Not offered yet: a correction that supersedes (``workers.memory.dynamics``) needs a task of its own."""
-        raise NotOffered("editing a memory (a correction that supersedes it) is not built yet")
+        """A new version superseding the old one (``api.service.edits.update_memory``). Raises ValueError for an
+        empty text, an observation or a version already superseded."""
+        with self._session() as rt:
+            return edits.update_memory(rt, tenant_id, memory_id, text)
 
     def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
         kind = self._task(delete_task, tenant_id, str(memory_id))
@@ -184,8 +186,34 @@ class EmbeddedService(MemoryService):
         return None if got is None else EntitySummary.model_validate(got)
 
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
-        """Not offered yet: ``workers.memory.entities`` has no split."""
-        raise NotOffered("'not this person' (splitting a face or voice off an entity) is not built yet")
+        """The new entity holding the sample (``api.service.edits.split_entity``); None when the entity or the
+        sample is unknown."""
+        from engram.workers.memory.entities import summary
+
+        with self._session() as rt:
+            try:
+                return summary(edits.split_entity(rt, tenant_id, entity_id, sample_key))
+            except KeyError:
+                return None
+
+    def entity_samples(self, tenant_id: str, entity_id: uuid.UUID) -> list[SampleRef] | None:
+        with self._session() as rt:
+            return edits.entity_samples(rt, tenant_id, entity_id)
+
+    def sample_media(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> MediaObject:
+        with self._session() as rt:
+            try:
+                key, _ = edits.sample_media(rt, tenant_id, entity_id, sample_key)
+            except KeyError as exc:
+                raise NotFound(str(exc.args[0] if exc.args else exc)) from exc
+            except LookupError as exc:
+                raise MediaMissing(str(exc)) from exc
+        return _read_object(self._runtime().objects, key)
+
+    def retry_event(self, tenant_id: str, event_id: uuid.UUID) -> LedgerRecord | None:
+        """Runs the event inline on the embedded default, holding the store (``api.service.edits.retry_event``)."""
+        with self._session() as rt:
+            return edits.retry_event(rt, tenant_id, event_id)
 
     # --- the ledger -------------------------------------------------------------------------------------------
     def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
