@@ -418,9 +418,10 @@ class EngramClient(_Base):
         """``POST /v1/memories``: remember one text, or chat messages (each an ``AddMessage`` or a dict with at
         least ``text``; the conversation record's speaker, timestamp, message_id and session_id optional), for
         ``user_id`` (default: the client's user). ``id``: your id for this addition; adding again with it stores
-        nothing and answers ``duplicate`` (so retries are safe). Returns the event to poll (``wait``); the
-        memory is searchable once it is done. Raises pydantic.ValidationError for invalid input (before any
-        request), EngramAPIError."""
+        nothing and answers ``duplicate`` (so retries are safe); when the first addition never finished (its task
+        lost, its worker killed), the retry takes it up and answers once it is stored (within about 20 s), with
+        ``resumed`` set. Returns the event to poll (``wait``); the memory is searchable once it is done. Raises
+        pydantic.ValidationError for invalid input (before any request), EngramAPIError."""
         return self._send(_add_call(messages_or_text, user_id or self.user, id, time, source, session_id))
 
     def name_entity(self, entity_id: uuid.UUID | str, name: str) -> EntitySummary:

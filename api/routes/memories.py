@@ -1,11 +1,13 @@
 """Memory routes: add (``POST /v1/memories``), get, list and delete one memory, and forget or export a user
 (``/v1/users/{user_id}``). Tenant-scoped: another tenant's ids answer 404 like unknown ones. Adding writes a
-conversation record and publishes it like an uploaded chat file (``api.routes.publish``); the rest is run by a
-query worker (``workers.admin``) through the ``query`` queue.
+conversation record and publishes it like an uploaded chat file (``api.routes.publish``); adding a client id again
+whose event never finished takes it up (``added_before``); the rest is run by a query worker (``workers.admin``)
+through the ``query`` queue.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Annotated
 
@@ -14,19 +16,83 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 
 from engram.api.add import ADD_MIME, add_event, add_event_id, conversation_record
-from engram.api.routes.deps import Svc, Tenant, UserId
-from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
+from engram.api.routes.deps import Services, Svc, Tenant, UserId
+from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses, unavailable
 from engram.api.routes.publish import CLAIM_PREFIX, already_published, publish_event, stored_size
-from engram.api.routes.queue import answered
+from engram.api.routes.queue import REQUEST_PUBLISH_RETRY, answered
 from engram.schemas.add import AddMemoryQuery, AddMemoryResponse
 from engram.schemas.api import PublishRequest
-from engram.schemas.events import _ID_PATTERN
+from engram.schemas.events import _ID_PATTERN, LedgerRecord
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.workers.fairness import tenant_priority
+from engram.workers.stores.ledger import FINAL_STATUSES
+from engram.workers.tasks import Task
 
 log = structlog.get_logger(__name__)
 
 router = APIRouter(tags=["memories"])
+
+#: Seconds a retried addition whose event is unfinished waits for it to finish on its own (a retry racing a first
+#: attempt that is running) before taking it up.
+RESUME_GRACE_S = 2.0
+#: Seconds a retry that took an addition up waits for it to be stored before answering its status as it is: under
+#: the SDK's request timeout (30 s), so its client is not cut off and retrying meanwhile.
+RESUME_WAIT_S = 20.0
+#: Redis key prefix marking an addition published again by a retry (``SET NX`` for ``RESUME_WAIT_S``): retries at
+#: once publish it once, a retry after that publishes it again if it is still unfinished.
+RESUME_PREFIX = "engram:add-resumed:"
+
+
+def _final(svc: Services, event_id: uuid.UUID, wait_s: float) -> LedgerRecord | None:
+    """The event's record once it is final, polling the ledger for up to ``wait_s`` seconds; else its record as it
+    is then (None: unknown)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        rec = svc.ledger.get(event_id)
+        if (rec is not None and rec.status in FINAL_STATUSES) or time.monotonic() >= deadline:
+            return rec
+        time.sleep(0.1)
+
+
+def added_before(svc: Services, event_id: uuid.UUID, owner: str, tenant: str) -> AddMemoryResponse | None:
+    """The answer to adding a client id again whose publish claim holds ``owner``, given once it is stored:
+
+    - its event is final (done, skipped, failed), or becomes so within ``RESUME_GRACE_S``: that status,
+      ``duplicate`` set; nothing is stored again;
+    - it is queued or processing after that: its task was lost (acknowledged and dropped while the broker
+      restarted) or is held by a worker that died (the broker gives it back only after its visibility timeout,
+      beat's sweep after twice that): it is published again from the ledger (``RedisLedger.take_up``; the pipeline
+      is idempotent and skips the segments already stored), ``resumed`` set, and waited for up to
+      ``RESUME_WAIT_S``; still unfinished then, its current status is answered (poll ``GET /v1/events/{id}``);
+    - the claim names no event in the ledger (the request that claimed it died before recording it): None, and the
+      claim is dropped, for the caller to publish it anew.
+
+    Raises HTTPException 409 when another tenant claimed the id, 503 when the queue refuses the task."""
+    already_published(svc, event_id, owner, tenant)  # 409 for another tenant's
+    rec = _final(svc, event_id, RESUME_GRACE_S)
+    if rec is None:
+        svc.redis.delete(CLAIM_PREFIX + str(event_id))
+        return None
+    resumed = False
+    if rec.status not in FINAL_STATUSES and svc.redis.set(RESUME_PREFIX + str(event_id), tenant, nx=True,
+                                                          ex=int(RESUME_WAIT_S)):
+        event = svc.ledger.take_up(event_id)
+        if event is not None:
+            try:
+                svc.celery.send_task(Task.ingest.value, args=[event.model_dump(mode="json")],
+                                     task_id=str(event_id), retry_policy=REQUEST_PUBLISH_RETRY,
+                                     priority=tenant_priority(svc.ledger, tenant, svc.settings), ignore_result=True)
+            except Exception as exc:
+                svc.redis.delete(RESUME_PREFIX + str(event_id))  # not enqueued: the next retry publishes it
+                raise unavailable("queue", exc) from exc
+            resumed = True
+            log.warning("unfinished addition published again", tenant=tenant, event_id=str(event_id),
+                        status=rec.status.value)
+    if rec.status not in FINAL_STATUSES:
+        rec = _final(svc, event_id, RESUME_WAIT_S) or rec
+    return AddMemoryResponse(event_id=event_id, status=rec.status, duplicate=True, resumed=resumed,
+                             observations=rec.observations, reason=rec.reason)
 
 
 @router.post("/v1/memories", status_code=202, response_model=AddMemoryResponse,
@@ -35,12 +101,14 @@ def add_memory(body: AddMemoryQuery, tenant: Tenant, svc: Svc) -> AddMemoryRespo
     """Remember one ``text`` or chat ``messages`` for ``user_id``: written as a conversation record to the object
     store and published as a ``text`` event like an uploaded chat file (``POST /v1/events``), so the same
     pipeline stores it. Poll ``GET /v1/events/{event_id}`` for its status. Idempotent on ``id``: adding again
-    with the same id answers the first addition's event with ``duplicate`` set and stores nothing. 413 over
-    the size limit; 422 for an invalid body."""
+    with the same id answers the first addition's event with ``duplicate`` set and stores nothing; when that event
+    never finished (its task lost, its worker killed), the retry publishes it again and answers once it is stored,
+    with ``resumed`` set (waiting 20 s at most: then its status as it is). 413 over the size limit; 422 for an
+    invalid body."""
     event_id = add_event_id(tenant, body.user_id, body.id)
     if body.id is not None and (owner := svc.redis.get(CLAIM_PREFIX + str(event_id))) is not None:
-        dup = already_published(svc, event_id, owner, tenant)
-        return AddMemoryResponse(event_id=event_id, status=dup.status, duplicate=True)
+        if (answer := added_before(svc, event_id, owner, tenant)) is not None:
+            return answer
     data, when = conversation_record(body)
     event = add_event(body, tenant, "api", data, when, event_id)
     if len(data) > svc.settings.max_object_bytes:

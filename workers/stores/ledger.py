@@ -913,6 +913,25 @@ class RedisLedger:
     def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
         return set()
 
+    def take_up(self, event_id: uuid.UUID) -> MediaEvent | None:
+        """The distributed mode's retry of an unfinished event (``POST /v1/memories`` again with its client id):
+        the event to publish again when it is queued or processing, its progress time reset (as ``claim_stalled``
+        does, so beat's sweep leaves it alone meanwhile); None when it is final, unknown or recorded before
+        redelivery existed (no event kept). Its redeliveries are not counted: a client's retries must not fail an
+        event that workers never had a chance to run (a poison input is failed by ``runtime.deaths_guard``)."""
+        key = self._ek(event_id)
+
+        def fn(pipe):
+            rec = pipe.hgetall(key)
+            pipe.multi()
+            if rec.get("status") not in (EventStatus.queued.value, EventStatus.processing.value) \
+                    or not rec.get("event_json"):
+                return None
+            self._touch(pipe, rec)
+            return MediaEvent.model_validate_json(rec["event_json"])
+
+        return self._transact(fn, key)
+
     def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
         self.r.xadd(f"{self.p}reveals:{tenant_id}", {"entry_id": entry_id, "os_user": os_user, "pid": pid,
                                                       "at": datetime.now(UTC).isoformat()})

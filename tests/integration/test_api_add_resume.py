@@ -1,0 +1,66 @@
+"""``POST /v1/memories`` retried in the distributed mode (issue 43): an addition whose task was lost with its worker
+(the cpu worker frozen, handed the message, then killed with SIGKILL, and the ingest queue emptied: the broker would
+give an unacknowledged task back only after its 30 min visibility timeout, beat's sweep after an hour) is taken up
+by its retry through the SDK, which answers once it is stored, ``resumed`` set; retries at once publish it once; a
+retry after that is a plain duplicate; the ledger and the store agree (one observation each).
+
+On the cluster of tests/integration/test_api_cluster.py (redis-server, SeaweedFS, ``engram worker`` processes,
+the API in a thread)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from engram.api.add import add_event_id
+from engram.schemas.events import EventStatus
+from tests.integration.test_api_cluster import db_url, make_stack, stop_and_count  # noqa: F401 (a fixture)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_a_retried_addition_whose_task_was_lost_is_taken_up_and_answered_once_stored(
+        make_stack, redis_server):  # noqa: F811 (the fixture imported above)
+    t0 = time.monotonic()
+    stack = make_stack(db_url(redis_server, 7), "addresume", cpu_workers=1, beat=False)
+    notes = {"boat-1": "The dinghy oars are in the blue locker by the slipway",
+             "boat-2": "The harbour master's office closes at four on Sundays"}
+    cpu = stack.cluster.procs["cpu1"]
+    os.killpg(cpu.pid, signal.SIGSTOP)  # frozen: the broker hands it the messages, it never runs them
+    with stack.client(user="ann") as client:
+        first = {cid: client.add(text, id=cid) for cid, text in notes.items()}
+        assert all(r.status is EventStatus.queued and not r.duplicate for r in first.values()), first
+        time.sleep(1.0)
+        stack.cluster.kill("cpu1")  # SIGKILL: what it was handed dies with it
+        stack.app.control.purge()  # and what it was not: every copy of the tasks is gone
+        stack.cluster.restart("cpu1")
+        stack.cluster.wait_ready(stack.app, stack.nodes, timeout=120)
+        time.sleep(2.0)
+        for r in first.values():  # lost: nothing runs them
+            assert client.event_status(r.event_id).status is EventStatus.queued
+
+        retried = client.add(notes["boat-1"], id="boat-1")
+        assert retried.resumed and retried.duplicate, retried
+        assert retried.status is EventStatus.done and retried.observations == 1, retried
+
+        with ThreadPoolExecutor(4) as pool:  # four retries at once: one publishes it again, all answer done
+            racing = list(pool.map(lambda _: client.add(notes["boat-2"], id="boat-2"), range(4)))
+        assert all(r.status is EventStatus.done and r.observations == 1 and r.duplicate for r in racing), racing
+        assert sum(r.resumed for r in racing) == 1, racing
+
+        again = client.add(notes["boat-1"], id="boat-1")
+        assert again.duplicate and not again.resumed and again.status is EventStatus.done, again
+        final = {r.event_id: client.event_status(r.event_id) for r in first.values()}
+        hits = client.search("where are the dinghy oars?", user="ann").hits
+        assert any("blue locker" in h.text for h in hits), hits
+    for cid in notes:
+        eid = add_event_id(stack.tenant, "ann", cid)
+        received = stack.cluster.count_in_logs(f"Task workers.ingest.ingest[{eid}] received", "cpu")
+        assert received == 1, (cid, received)  # published again once, run once
+    counts = stop_and_count(stack, final, {"ann"})
+    assert counts["observations"] == 2, counts
+    print(f"\nlost additions taken up by their retries: {counts}; total {time.monotonic() - t0:.1f} s")
