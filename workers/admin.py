@@ -22,11 +22,13 @@ from engram.schemas.memory_admin import (
     MemoryRecord,
     UserExport,
 )
+from engram.schemas.timeline import TimelineRequest
 from engram.workers.app import task
 from engram.workers.memory.dynamics import archive_decayed
 from engram.workers.memory.entities import list_entities, merge_entities, name_entity, summary
 from engram.workers.memory.forget import forget
 from engram.workers.memory.records import delete_memory, export_user, forget_user, get_memory, list_memories
+from engram.workers.memory.timeline import read_timeline
 from engram.workers.runtime import runtime
 from engram.workers.stores.objects import STAGING_GRACE, expire_staged
 from engram.workers.tasks import Task
@@ -66,6 +68,12 @@ def export_task(tenant_id: str, user_id: str) -> UserExport:
 def forget_task(tenant_id: str, user_id: str) -> ForgetReport:
     """``forget_user`` on the query worker."""
     return forget_user(runtime(), tenant_id, user_id)
+
+
+@task(Task.timeline, "request")
+def timeline_task(request: TimelineRequest) -> MemoryPage:
+    """``read_timeline`` on the query worker (the web app's Timeline screen in the distributed mode)."""
+    return read_timeline(runtime(), request)
 
 
 @task(Task.memory_forget_scope, "request")

@@ -50,6 +50,7 @@ class Task(StrEnum):
     memory_export = "workers.memory_admin.export"
     memory_forget = "workers.memory_admin.forget"
     memory_forget_scope = "workers.memory_admin.forget_scope"
+    timeline = "workers.memory_admin.timeline"
     entity_list = "workers.entities.list"
     entity_name = "workers.entities.name"
     entity_merge = "workers.entities.merge"
@@ -80,6 +81,7 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.memory_export: Queue.query,
     Task.memory_forget: Queue.query,
     Task.memory_forget_scope: Queue.query,
+    Task.timeline: Queue.query,
     Task.entity_list: Queue.query,
     Task.entity_name: Queue.query,
     Task.entity_merge: Queue.query,

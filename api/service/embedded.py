@@ -8,21 +8,19 @@ The embedded store is shared with other engram commands the way ``engram mcp`` s
 Calls may come from several threads (a web server's pool): the lease runs one store call at a time. The ledger
 and the object store are read without holding the store (SQLite and files).
 
-Thumbnails: made on first request with Pillow (a WebP at most ``THUMB_SIDE`` px on its longer side) and kept
-beside the original's derived objects (``derived/<tenant>/<event id>/thumb-<observation id>.webp``, so forgetting
-the user removes them with the event's other derived objects); making them at ingest is for later.
+Thumbnails: the one made at ingest (``workers.media.thumbs``), else made from the picture on first request and
+stored under the same key (``api.service.media.thumbnail_object``), so forgetting the user removes them with the
+event's other derived objects.
 """
 
 from __future__ import annotations
 
-import io
 import mimetypes
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import PurePosixPath
 from typing import Any
 
 from celery.exceptions import TimeoutError as CeleryTimeout
@@ -38,6 +36,7 @@ from engram.api.service.base import (
     ServiceTimeout,
     ServiceUnavailable,
 )
+from engram.api.service.media import thumbnail_object
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
@@ -66,25 +65,14 @@ from engram.workers.admin import (
     list_task,
 )
 from engram.workers.ask import ask_task
-from engram.workers.memory.records import to_record
+from engram.workers.memory.timeline import TIMELINE_FIELDS, read_timeline, timeline_filter
 from engram.workers.query import search_task
 from engram.workers.runtime import StoreLease, runtime
-from engram.workers.stores import models as qm
 from engram.workers.stores.objects import LocalObjectStore, ObjectNotFound
-from engram.workers.stores.vectors import OBSERVATIONS, StoreBusy, tenant_filter
+from engram.workers.stores.vectors import StoreBusy
 
-#: Longer side of a thumbnail, pixels; WebP quality. A 1920x1080 screenshot gives ~8-15 kB.
-THUMB_SIDE = 320
-THUMB_QUALITY = 60
-#: Image suffixes a thumbnail can be made from (an observation's object key).
-PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 #: How long the list of a tenant's users is reused, seconds; the ledger records it is read from, at most.
 USERS_TTL_S = 30.0
-#: The payload fields a timeline's records carry (where, when, whose, what it says; not the OCR boxes, words,
-#: faces or voices, which the item's own page reads with ``get_memory``).
-TIMELINE_FIELDS = ("tenant_id", "user_id", "device_id", "event_id", "kind", "app", "window", "start_ts", "end_ts",
-                   "text", "speaker", "session_id", "message_id", "object_key", "source_name", "start_s", "end_s",
-                   "entity_ids")
 USERS_SCAN = 20_000
 
 
@@ -238,14 +226,9 @@ class EmbeddedService(MemoryService):
 
     # --- timeline and media -----------------------------------------------------------------------------------
     def timeline(self, req: TimelineRequest) -> MemoryPage:
-        """Each record's payload holds ``TIMELINE_FIELDS`` only."""
-        flt = timeline_filter(req)
+        """Each record's payload holds ``workers.memory.timeline.TIMELINE_FIELDS`` only."""
         with self._session() as rt:
-            points = rt.vectors.newest(OBSERVATIONS, flt, req.offset + req.limit,
-                                       with_payload=list(TIMELINE_FIELDS))[req.offset:]
-            total = rt.vectors.count(OBSERVATIONS, flt)
-        return MemoryPage(memory_type=MemoryType.observation, user_id=req.user_id, total=total, limit=req.limit,
-                          offset=req.offset, items=[to_record(MemoryType.observation, p) for p in points])
+            return read_timeline(rt, req)
 
     def _observation(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None) -> MemoryRecord:
         rec = self.get_memory(tenant_id, observation_id)
@@ -260,31 +243,12 @@ class EmbeddedService(MemoryService):
         return _read_object(self._runtime().objects, rec.payload["object_key"])
 
     def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
-        rec = self._observation(tenant_id, observation_id, user_id)
-        key = rec.payload["object_key"]
-        if PurePosixPath(key).suffix.lower() not in PICTURE_SUFFIXES:
-            raise MediaMissing(f"no picture: a {rec.payload.get('kind') or 'media'} observation")
-        thumb = f"derived/{tenant_id}/{rec.payload.get('event_id')}/thumb-{observation_id}.webp"
-        objects = self._runtime().objects
-        if not objects.exists(thumb):
-            original = _read_object(objects, key)
-            objects.put_bytes(thumb, make_thumbnail(original), "image/webp")
-        return _read_object(objects, thumb)
-
-
-def timeline_filter(req: TimelineRequest) -> Any:
-    """The vector-store filter of a timeline request: tenant and user, the time span on ``start_ts`` (epoch
-    seconds, ``[time_from, time_to)``), and the kinds, apps and devices matched exactly."""
-
-    conds = list(tenant_filter(req.tenant_id, req.user_id).must or [])
-    if req.time_from or req.time_to:
-        conds.append(qm.FieldCondition(key="start_ts", range=qm.Range(
-            gte=req.time_from.timestamp() if req.time_from else None,
-            lt=req.time_to.timestamp() if req.time_to else None)))
-    for key, values in (("kind", [k.value for k in req.kinds or []]), ("app", req.apps), ("device_id", req.devices)):
-        if values:
-            conds.append(qm.FieldCondition(key=key, match=qm.MatchAny(any=list(values))))
-    return qm.Filter(must=conds)
+        """The thumbnail stored at ingest, else made now and stored (``api.service.media.thumbnail_object``)."""
+        rec = self.get_memory(tenant_id, observation_id)
+        if rec is None or rec.memory_type is not MemoryType.observation or (user_id and rec.user_id != user_id):
+            raise NotFound(f"no observation {observation_id}")
+        rt = self._runtime()
+        return thumbnail_object(rt.objects, rec, rt.settings.max_image_pixels)
 
 
 def _read_object(objects: Any, key: str) -> MediaObject:
@@ -302,20 +266,4 @@ def _read_object(objects: Any, key: str) -> MediaObject:
     return MediaObject(key=key, mime_type=mime, size=len(data), data=data)
 
 
-def make_thumbnail(original: MediaObject, side: int = THUMB_SIDE, quality: int = THUMB_QUALITY) -> bytes:
-    """A WebP of ``original``'s picture at most ``side`` px on its longer side (EXIF orientation applied).
-    Raises MediaMissing when the picture cannot be decoded (the reason says so)."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
-    try:
-        with Image.open(original.path if original.path is not None else io.BytesIO(original.data or b"")) as img:
-            img.draft("RGB", (side, side))  # JPEG: decode at a reduced scale
-            small = ImageOps.exif_transpose(img)
-            small.thumbnail((side, side))
-            if small.mode not in ("RGB", "RGBA"):
-                small = small.convert("RGBA" if "A" in small.getbands() else "RGB")
-            out = io.BytesIO()
-            small.save(out, "WEBP", quality=quality, method=4)
-            return out.getvalue()
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError) as exc:
-        raise MediaMissing(f"the picture cannot be read: {type(exc).__name__}") from exc
+__all__ = ["TIMELINE_FIELDS", "EmbeddedService", "timeline_filter"]
