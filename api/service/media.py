@@ -59,6 +59,8 @@ def thumbnail_object(objects: Any, rec: MemoryRecord, max_pixels: int = 100_000_
         raise MediaMissing(GONE) from exc
     except ThumbnailError as exc:
         raise MediaMissing(str(exc)) from exc
+    except ImportError as exc:  # the slim API image has no Pillow: new items' thumbnails come from ingest
+        raise MediaMissing("no thumbnail was stored at ingest, and this server cannot make one (no Pillow)") from exc
     objects.put_bytes(key, data, THUMB_MIME)
     return read_object(objects, key, mime=THUMB_MIME) if isinstance(objects, LocalObjectStore) else \
         MediaObject(key=key, mime_type=THUMB_MIME, size=len(data), data=data)

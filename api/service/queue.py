@@ -5,13 +5,17 @@ with a request's publish retry policy, and its JSON result is waited for up to o
 
 Errors: ``ServiceUnavailable`` when the broker refuses the task (about 2 s when it is down), ``ServiceTimeout``
 when no query worker answers in time, ``schemas.ask.AskFailed`` as the worker raised it (its message is ours),
-``ServiceError`` for any other failure of the task (the reason is logged, not put in the message). Adding a memory,
-the ledger, the timeline and media are the routes' own work (the object store and the ledger beside the API):
-they raise ``NotOffered`` here. Safe to call from several threads (Celery's producer pool).
+``ServiceError`` for any other failure of the task (the reason is logged, not put in the message). Adding a memory
+is the route's own work (``NotOffered`` here). The timeline is a query task (``Task.timeline``); the ledger (events,
+their counts, the tenant's users) and media (originals, thumbnails) are read beside the API from the ``ledger`` and
+``objects`` it was given (the API's own: ``api.routes.deps.Services``), ``NotOffered`` without them. Safe to call
+from several threads (Celery's producer pool).
 """
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -19,8 +23,10 @@ import structlog
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from engram.api.service.base import (
+    MediaMissing,
     MediaObject,
     MemoryService,
+    NotFound,
     NotOffered,
     ServiceError,
     ServiceTimeout,
@@ -41,6 +47,7 @@ from engram.schemas.memory_admin import (
 )
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import get_settings
+from engram.schemas.timeline import TimelineRequest
 from engram.workers.tasks import Task
 
 log = structlog.get_logger(__name__)
@@ -48,15 +55,22 @@ log = structlog.get_logger(__name__)
 #: A request publishing to the broker gives up within about 2 s when the broker is down (workers wait longer:
 #: see ``task_publish_retry_policy`` in workers.app); the client retries the request.
 REQUEST_PUBLISH_RETRY = {"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
+#: How long the list of a tenant's users is reused, seconds; the ledger records it is read from, at most.
+USERS_TTL_S = 30.0
+USERS_SCAN = 20_000
 
 
 class QueueService(MemoryService):
     """The service on the query workers through ``celery`` (a configured producer app; see the module's
-    docstring). ``timeout``: seconds per call (default ``ENGRAM_SERVICE_TIMEOUT_SECONDS``)."""
+    docstring). ``timeout``: seconds per call (default ``ENGRAM_SERVICE_TIMEOUT_SECONDS``); ``ledger`` and
+    ``objects``: the API's ledger and object store, for the ledger's calls and media (else ``NotOffered``)."""
 
-    def __init__(self, celery: Any, timeout: float | None = None) -> None:
+    def __init__(self, celery: Any, timeout: float | None = None, ledger: Any = None, objects: Any = None) -> None:
         self.celery = celery
         self.timeout = timeout if timeout is not None else get_settings().service_timeout_seconds
+        self.ledger, self.objects = ledger, objects
+        self._users: dict[str, tuple[float, list[str]]] = {}
+        self._users_lock = threading.Lock()
 
     def _task(self, task: Task, *args: Any) -> Any:
         """Send ``task`` by name with JSON ``args`` and wait for its result (see the module's docstring)."""
@@ -129,21 +143,57 @@ class QueueService(MemoryService):
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
         raise NotOffered("'not this person' (splitting a face or voice off an entity) is not built yet")
 
-    # --- what the routes do not ask of the workers (the ledger and objects are read beside the API) -----------
-    def events(self, *args: Any, **kwargs: Any) -> list[LedgerRecord]:
-        raise NotOffered("the API reads events from its ledger (GET /v1/events/{id})")
+    # --- the ledger and media, read beside the API ---------------------------------------------------------------
+    def _ledger(self) -> Any:
+        if self.ledger is None:
+            raise NotOffered("the ledger is read beside the API: this service was made without it")
+        return self.ledger
 
-    def event_counts(self, *args: Any, **kwargs: Any) -> dict[EventStatus, int]:
-        raise NotOffered("event counts are not offered by the query workers")
+    def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
+               limit: int = 100) -> list[LedgerRecord]:
+        ledger = self._ledger()
+        if user_id is None:
+            return ledger.records(tenant_id, status, limit)
+        mine = [r for r in ledger.user_events(tenant_id, user_id) if status is None or r.status is status]
+        return sorted(mine, key=lambda r: r.updated_at, reverse=True)[:limit]
 
-    def users(self, *args: Any, **kwargs: Any) -> list[str]:
-        raise NotOffered("listing a tenant's users is not offered by the query workers")
+    def event_counts(self, tenant_id: str) -> dict[EventStatus, int]:
+        return self._ledger().counts(tenant_id)
 
-    def timeline(self, *args: Any, **kwargs: Any) -> MemoryPage:
-        raise NotOffered("the timeline through the queue needs a task")
+    def users(self, tenant_id: str) -> list[str]:
+        """The users of the tenant's most recent ``USERS_SCAN`` events, reused for ``USERS_TTL_S`` seconds."""
+        ledger = self._ledger()
+        with self._users_lock:
+            at, found = self._users.get(tenant_id, (0.0, []))
+            if time.monotonic() - at > USERS_TTL_S:
+                found = sorted({r.user_id for r in ledger.records(tenant_id, None, USERS_SCAN)})
+                self._users[tenant_id] = (time.monotonic(), found)
+            return list(found)
 
-    def media(self, *args: Any, **kwargs: Any) -> MediaObject:
-        raise NotOffered("media through the queue is not offered (the API presigns object URLs)")
+    def timeline(self, req: TimelineRequest) -> MemoryPage:
+        """``workers.memory.timeline.read_timeline`` on a query worker."""
+        return MemoryPage.model_validate(self._task(Task.timeline, req.model_dump(mode="json")))
 
-    def thumbnail(self, *args: Any, **kwargs: Any) -> MediaObject:
-        raise NotOffered("thumbnails through the queue are not offered")
+    def _observation(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None) -> MemoryRecord:
+        if self.objects is None:
+            raise NotOffered("media are read beside the API: this service was made without its object store")
+        rec = self.get_memory(tenant_id, observation_id)
+        if rec is None or rec.memory_type is not MemoryType.observation or (user_id and rec.user_id != user_id):
+            raise NotFound(f"no observation {observation_id}")
+        return rec
+
+    def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
+        """The original's key, type and size; its ``path`` on a local object store, else neither path nor data:
+        read it from ``objects`` (the web app streams it with HTTP ranges, ``api.ui.signin``)."""
+        from engram.api.service.media import read_object
+
+        rec = self._observation(tenant_id, observation_id, user_id)
+        if not rec.payload.get("object_key"):
+            raise MediaMissing("this observation has no stored object")
+        return read_object(self.objects, rec.payload["object_key"], whole=False)
+
+    def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
+        """The thumbnail stored at ingest, else made now and stored (``api.service.media.thumbnail_object``)."""
+        from engram.api.service.media import thumbnail_object
+
+        return thumbnail_object(self.objects, self._observation(tenant_id, observation_id, user_id))
