@@ -1,4 +1,4 @@
-"""The ``engram`` commands that read memory through the query worker: ``ask``, ``memories list|get|delete``,
+"""The ``engram`` commands that read memory through the query worker: ``ask``, ``memories list|get|update|delete``,
 ``forget`` and ``export`` (registered on the main app by ``api.cli``).
 
 Each calls the service layer (``api.embedded.service_call``: the tasks inline on the embedded default, through
@@ -9,20 +9,24 @@ The tenant is ``--tenant``, else ``ENGRAM_TENANT`` (``default``).
 from __future__ import annotations
 
 import json
+import re
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from engram.api.console import console, counted, err, local_time, print_hits, reads_store, snippet
+from engram.api.console import console, counted, err, local_time, parse_time, print_hits, reads_store, snippet
 from engram.api.embedded import service_call
 from engram.api.explain import empty_type_line, explain_empty, why_empty_here
+from engram.api.service.base import NotOffered
 from engram.schemas.ask import AskFailed, AskRequest, AskResponse
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import MemoryRecord
+from engram.schemas.memory_admin import ForgetScope, ForgetScopeReport, MemoryRecord
 from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchResponse
 
 TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
@@ -147,6 +151,35 @@ def memories_delete(
     console.print(f"deleted {kind.value} {escape(memory_id)}", highlight=False)
 
 
+@memories_app.command("update")
+@reads_store
+def memories_update(
+    memory_id: Annotated[str, typer.Argument(help="The id of a memory (not an observation: what was captured "
+                                             "is not corrected).")],
+    text: Annotated[str, typer.Argument(help="The corrected text.")],
+    tenant: TenantOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the new version as JSON.")] = False,
+) -> None:
+    """Correct a memory: the text is stored as a new version that supersedes the old one, which is kept as its
+    history (as a newer fact supersedes an older one)."""
+    if not text.strip():
+        raise typer.BadParameter("the corrected text is empty", param_hint="TEXT")
+    try:
+        with service_call() as service:
+            got = service.update_memory(_tenant(tenant), _uuid(memory_id), text)
+    except (NotOffered, ValueError) as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(1) from exc
+    if got is None:
+        err.print(f"[red]error:[/red] no memory {escape(memory_id)}", highlight=False)
+        raise typer.Exit(1)
+    if as_json:
+        print(got.model_dump_json(indent=2))
+    else:
+        console.print(f"updated {got.memory_type.value} {escape(memory_id)}: the new version is {got.id}",
+                      highlight=False)
+
+
 def _uuid(value: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
@@ -154,15 +187,100 @@ def _uuid(value: str) -> uuid.UUID:
         raise typer.BadParameter(f"{value!r} is not a memory id (a UUID)") from exc
 
 
+def _when(value: str | None, option: str, end: bool = False) -> datetime | None:
+    """A ``--since``/``--until`` of ``forget``: a span back from now (``15m``, ``2h``, ``3d``, ``1w``), an ISO 8601
+    time (one without a zone in ``ENGRAM_TIMEZONE``), or words ("yesterday", "last week", "2024-05";
+    ``workers.text.timeexpr``: their start, their end for ``--until``). Raises typer.BadParameter naming the
+    option."""
+    if value is None:
+        return None
+    if m := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", value.lower()):
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+        return datetime.now(UTC) - timedelta(seconds=float(m.group(1)) * unit)
+    try:
+        return parse_time(value)
+    except typer.BadParameter:
+        pass
+    from engram.workers.text.timeexpr import resolve
+
+    span = resolve(value)
+    if span is None:
+        raise typer.BadParameter(f"{value!r} is not a time: give a span back from now (15m, 2h, 3d), ISO 8601 "
+                                 "(2024-05-01T14:30:00Z) or words such as 'yesterday'", param_hint=option)
+    return span.end if end else span.start
+
+
+def _scope_line(r: ForgetScopeReport) -> str:
+    """What a scoped forget did (or, dry, would do), in one line."""
+    deleted = {c: n for c, n in r.points_deleted.items() if n and c != "observations"}
+    parts = [counted(r.observations, "observation")]
+    if deleted:
+        parts.append(", ".join(f"{n} {c}" for c, n in deleted.items()) + " memory points")
+    if rewritten := sum(r.memories_rewritten.values()):
+        parts.append(f"{counted(rewritten, 'memory', 'memories')} rewritten without it")
+    parts += [counted(len(r.event_ids), "event"), counted(len(r.objects_deleted), "object")]
+    if r.entities_deleted:
+        parts.append(counted(r.entities_deleted, "entity", "entities"))
+    line = ("would forget " if r.dry_run else "forgot ") + ", ".join(parts)
+    if r.objects_kept:
+        line += f"; {counted(len(r.objects_kept), 'original')} kept (another item still uses it)"
+    return line
+
+
 @reads_store
 def forget(
-    user: Annotated[str, typer.Option(help="The user to forget.")],
+    user: Annotated[str | None, typer.Option(help="Whose memory. Alone: forget the user entirely; with a scope "
+                                             "below: only that user's part of it (default: every user's).")] = None,
+    since: Annotated[str | None, typer.Option(help="Forget what was captured from this time on: a span back from "
+                                              "now (15m, 2h, 3d), ISO 8601, or words ('yesterday').")] = None,
+    until: Annotated[str | None, typer.Option(help="... and before this time (same forms; default: now).")] = None,
+    app_name: Annotated[str | None, typer.Option("--app", help="Forget everything seen in this application.")] = None,
+    device: Annotated[str | None, typer.Option(help="Forget everything from this device.")] = None,
     tenant: TenantOpt = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be forgotten.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of the
-    user's events, and the objects no other user of the tenant references. Cannot be undone."""
+    """Forget, leaving nothing behind: a time range (--since/--until), an application (--app), a device (--device),
+    or a user entirely (--user alone). Every memory drawn only from what goes is deleted, one drawn also from other
+    sources is rewritten without it; the originals, thumbnails, cached text, ledger rows and the store's files
+    keep no byte of it. Cannot be undone."""
     tenant = _tenant(tenant)
+    if not (since or until or app_name or device):
+        if user is None:
+            raise typer.BadParameter("name what to forget: --since/--until, --app, --device, or --user alone for a "
+                                     "whole user")
+        if dry_run:
+            raise typer.BadParameter("--dry-run is for --since/--until, --app or --device", param_hint="--dry-run")
+        _forget_user(tenant, user, yes)
+        return
+    try:
+        scope = ForgetScope(user_id=user, since=_when(since, "--since"), until=_when(until, "--until", end=True),
+                        app=app_name, device_id=device)
+    except ValidationError as exc:
+        raise typer.BadParameter("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from exc
+    with service_call() as service:
+        if dry_run or not yes:
+            preview = service.forget_scope(tenant, scope, dry_run=True)
+            if dry_run:
+                if as_json:
+                    print(preview.model_dump_json(indent=2))
+                else:
+                    console.print(_scope_line(preview), highlight=False)
+                return
+            if not preview.observations and not preview.event_ids and not any(preview.points_deleted.values()):
+                console.print("nothing to forget", highlight=False)
+                return
+            typer.confirm(f"{_scope_line(preview)}. This cannot be undone. Go on?", abort=True)
+        report = service.forget_scope(tenant, scope)
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        console.print(_scope_line(report), highlight=False)
+
+
+def _forget_user(tenant: str, user: str, yes: bool) -> None:
+    """Forget ``user`` of ``tenant`` entirely (``forget --user U`` alone)."""
     if not yes:
         typer.confirm(f"Forget everything about user {user!r} of tenant {tenant!r}? This cannot be undone",
                       abort=True)
@@ -193,5 +311,7 @@ def register(app: typer.Typer) -> None:
     app.command(epilog="Examples:  engram ask \"when is the budget review?\"  ·  "
                        "engram ask \"where did Alice fly to?\" --user alice --json")(ask)
     app.add_typer(memories_app, name="memories")
-    app.command(epilog="Example:  engram forget --user alice --yes")(forget)
+    app.command(epilog="Examples:  engram forget --since 15m --yes  ·  engram forget --app Slack --user alice "
+                       "--dry-run  ·  engram forget --device phone --since 2024-05-01 --until 2024-05-02  ·  "
+                       "engram forget --user alice --yes")(forget)
     app.command(epilog="Example:  engram export --user alice > alice.json")(export)
