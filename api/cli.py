@@ -440,6 +440,11 @@ from engram.api.ui_cli import ui as _ui  # noqa: E402
 
 app.command("ui", epilog="Example:  engram ui --port 8780")(_ui)
 
+# backup, restore: the embedded default's data dir (api/keep_cli.py, workers/stores/backup.py)
+from engram.api.keep_cli import register as _register_keep_commands  # noqa: E402
+
+_register_keep_commands(app)
+
 
 # --- distributed mode: worker and beat processes (api/processes.py holds the rules) ---------------------
 

@@ -1,0 +1,198 @@
+"""``engram backup DEST`` and ``engram restore SRC``: the embedded default's data dir copied to a folder or
+``s3://bucket/prefix`` and back (the engine: ``workers.stores.backup``; registered on the main app by ``api.cli``).
+Progress goes to stderr; ``--json`` prints one summary object on stdout. See docs/keep.md."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+from rich.text import Text
+
+from engram.api.console import console, err
+
+_S3_HELP = ("S3 endpoint for an s3:// DEST, e.g. http://127.0.0.1:8333 (default: AWS_ENDPOINT_URL_S3, "
+            "AWS_ENDPOINT_URL). Keys: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, else "
+            "ENGRAM_S3_ACCESS_KEY / ENGRAM_S3_SECRET_KEY.")
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(Text.assemble(("error: ", "red"), " ".join(message.split())), soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _s3_options(endpoint: str | None) -> dict[str, Any]:
+    """The ``S3Repository`` keyword arguments from ``--s3-endpoint``, the AWS variables, else engram's S3
+    settings."""
+    from engram.schemas.settings import get_settings
+
+    settings = get_settings()
+    url = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if not url:
+        return {}
+    secure = settings.s3_secure
+    if "://" in url:
+        scheme, url = url.split("://", 1)
+        secure = scheme == "https"
+    return {"endpoint": url.rstrip("/"), "secure": secure,
+            "access_key": os.environ.get("AWS_ACCESS_KEY_ID") or settings.s3_access_key,
+            "secret_key": os.environ.get("AWS_SECRET_ACCESS_KEY") or settings.s3_secret_key,
+            "region": os.environ.get("AWS_REGION") or settings.s3_region}
+
+
+def _embedded_only(what: str) -> None:
+    from engram.schemas.settings import get_settings
+
+    settings = get_settings()
+    if settings.broker_url or settings.qdrant_url or settings.s3_endpoint:
+        raise _fail(f"engram {what} covers the embedded default's data dir; with ENGRAM_BROKER_URL, "
+                    "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT set the data lives in servers (their backup is not "
+                    "built yet: use Qdrant's snapshot API and your S3 and Redis backups)")
+
+
+def _progress(quiet: bool) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeElapsedColumn(), console=err, disable=quiet, transient=False)
+
+
+class _Bars:
+    """One rich bar per phase, fed by the engine's ``progress(phase, done, total)`` from its threads."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        if phase not in self.tasks:
+            self.tasks[phase] = self.progress.add_task(phase, total=total)
+        self.progress.update(self.tasks[phase], completed=done, total=total)
+
+
+def backup(
+    dest: Annotated[str, typer.Argument(help="A folder (made if missing) or s3://BUCKET/PREFIX. The same DEST again "
+                                        "makes an incremental backup: only new content is written.")],
+    s3_endpoint: Annotated[str | None, typer.Option(help=_S3_HELP)] = None,
+    include_vault_key: Annotated[bool, typer.Option(
+        "--include-vault-key", help="Also copy data_dir/vault.key. Without it the vault's entries are in the backup "
+        "still encrypted and the key is not: keep the key elsewhere (or set ENGRAM_VAULT_KEY).")] = False,
+    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the store while another engram command "
+                                                    "works in it.")] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Back up the embedded default's data dir (store, ledger, objects, vault entries, caches) into DEST.
+
+    Consistent while `engram capture`, `mcp` or `ui` run: the store is held for the moment its files are read
+    (they pause, then go on), the ledger and caches are copied with SQLite's backup API. Content is stored by
+    SHA-256, in 64 KiB blocks: a second backup into the same DEST writes only what changed. The snapshot's
+    manifest is written last: a backup that is interrupted (killed, a full disk) is never taken for complete,
+    and the earlier ones stay usable; run it again and it reuses what was written. Exit 3: the store stayed
+    busy past --wait.
+    """
+    from engram.schemas.settings import get_settings
+    from engram.workers.errors import StoreError
+    from engram.workers.stores import backup as engine
+
+    _embedded_only("backup")
+    data_dir = get_settings().data_dir
+    with _progress(quiet or as_json) as progress:
+        try:
+            repo = engine.open_repository(dest, create=True, s3=_s3_options(s3_endpoint))
+            try:
+                result = engine.backup(data_dir, repo, wait=wait, include_vault_key=include_vault_key,
+                                       progress=_Bars(progress))
+            finally:
+                repo.close()
+        except engine.BackupError as exc:
+            raise _fail(str(exc)) from exc
+        except StoreError as exc:
+            raise _fail(str(exc), 3) from exc
+        except OSError as exc:
+            raise _fail(f"backup into {dest} failed: {exc.strerror or exc}"
+                        + (" (the disk is full)" if exc.errno == 28 else "")
+                        + "; earlier backups there are untouched and complete") from exc
+    if as_json:
+        console.print_json(json.dumps(result.to_json()))
+        return
+    mb = 1e6
+    console.print(f"backed up {data_dir} to {result.location}: snapshot {result.snapshot}, {result.files} files, "
+                  f"{result.logical_bytes / mb:.1f} MB; wrote {result.written_bytes / mb:.1f} MB new "
+                  f"({result.new_chunks} chunks, {result.reused_chunks} already there) in {result.seconds:.1f} s "
+                  f"(store held {result.store_held_seconds:.1f} s)", highlight=False, soft_wrap=True)
+    if result.vault_key == "excluded" and (data_dir / engine.VAULT_KEY).is_file():
+        err.print(f"note: the vault key {data_dir / engine.VAULT_KEY} is not in the backup (--include-vault-key "
+                  "puts it in): keep a copy elsewhere, or the vault's entries cannot be read after a restore",
+                  highlight=False, soft_wrap=True)
+    for rel in result.vanished:
+        err.print(f"note: {rel} was deleted while the backup ran and is not in it", highlight=False, soft_wrap=True)
+
+
+def restore(
+    src: Annotated[str, typer.Argument(help="A folder or s3://BUCKET/PREFIX written by `engram backup`.")],
+    snapshot: Annotated[str | None, typer.Option(help="The snapshot to restore (a name or its unique start, see "
+                                                      "--list; default: the newest).")] = None,
+    list_snapshots: Annotated[bool, typer.Option("--list", help="List SRC's snapshots and restore nothing.")] = False,
+    s3_endpoint: Annotated[str | None, typer.Option(help=_S3_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+) -> None:
+    """Restore a backup into the data dir (--data-dir or ENGRAM_DATA_DIR), which must be new or empty.
+
+    Every chunk is checked against its SHA-256 as it is read; folders are made 0700, files 0600. A restore that
+    is interrupted is completed by the same command again. A backup written by a newer engram is refused.
+    Keep the vault key: without it (ENGRAM_VAULT_KEY, or data_dir/vault.key copied back) the vault's entries
+    stay unreadable.
+    """
+    from engram.schemas.settings import get_settings
+    from engram.workers.stores import backup as engine
+
+    _embedded_only("restore")
+    data_dir = get_settings().data_dir
+    try:
+        repo = engine.open_repository(src, create=False, s3=_s3_options(s3_endpoint))
+    except engine.BackupError as exc:
+        raise _fail(str(exc)) from exc
+    try:
+        if list_snapshots:
+            rows = engine.snapshot_list(repo)
+            if as_json:
+                console.print_json(json.dumps(rows))
+            for row in [] if as_json else rows:
+                console.print(f"{row['snapshot']}  {row.get('created', '')}  engram {row.get('engram_version')}  "
+                              f"{row.get('files', 0)} files  {row.get('bytes', 0) / 1e6:.1f} MB  {row.get('source')}"
+                              if "error" not in row else f"{row['snapshot']}  {row['error']}",
+                              highlight=False, soft_wrap=True)
+            return
+        with _progress(quiet or as_json) as progress:
+            try:
+                result = engine.restore(repo, data_dir, snapshot=snapshot, progress=_Bars(progress))
+            except engine.BackupError as exc:
+                raise _fail(str(exc)) from exc
+            except OSError as exc:
+                raise _fail(f"restore into {data_dir} failed: {exc.strerror or exc}; run the same command again "
+                            "to complete it") from exc
+    finally:
+        repo.close()
+    if as_json:
+        console.print_json(json.dumps(result.to_json()))
+        return
+    console.print(f"restored snapshot {result.snapshot} (engram {result.engram_version}, {result.created}) into "
+                  f"{data_dir}: {result.files} files, {result.bytes / 1e6:.1f} MB in {result.seconds:.1f} s",
+                  highlight=False, soft_wrap=True)
+    if result.vault_key == "excluded" and (Path(data_dir) / "objects" / "vault").is_dir() \
+            and not get_settings().vault_key:
+        err.print(f"note: the backup holds vault entries but not their key: copy the old vault.key to "
+                  f"{Path(data_dir) / 'vault.key'} (mode 0600) or set ENGRAM_VAULT_KEY", highlight=False,
+                  soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``backup`` and ``restore`` to the ``engram`` app."""
+    app.command(epilog="Examples:  engram backup ~/engram-backups  ·  engram backup s3://my-bucket/engram "
+                       "--s3-endpoint https://s3.example.com  ·  engram backup /mnt/usb/engram --json")(backup)
+    app.command(epilog="Examples:  engram --data-dir ~/engram-restored restore ~/engram-backups  ·  "
+                       "engram restore ~/engram-backups --list")(restore)

@@ -1,0 +1,822 @@
+"""Backup and restore of the embedded default's data dir: consistent, content-addressed, incremental.
+
+A backup is a *repository* (a folder, or ``s3://bucket/prefix``) holding
+
+- ``chunks/<2 hex>/<sha256>``: file contents cut into fixed blocks of ``CHUNK_BYTES`` at offsets that are
+  multiples of it, each stored once under the SHA-256 of its bytes (SHA-NI makes it the fastest hash at hand).
+  A block that is a hole of a sparse file (``os.SEEK_DATA``/``SEEK_HOLE``) or all zeros is not stored at all (the
+  store's engine preallocates 32 MiB files mostly empty). Blocks at fixed offsets suit the store's files, which
+  change in place (memory-mapped vectors, pages, bitmaps) or grow at their end: a block that did not change has
+  the digest it had, so a second backup writes only the blocks that changed. Whole objects that did not change
+  (same path, size, mtime, inode and ctime as in the repository's last snapshot of this data dir) are not even
+  read again.
+- ``snapshots/<UTC time>-<16 hex>.json.gz``: one manifest per complete backup (``FORMAT_VERSION``, the engram
+  version that wrote it, and for every file its size, mtime, blocks and a digest over them), written LAST and
+  atomically (a folder: a temporary file, fsync, rename; S3: one PUT), after every chunk it names is durable
+  (``syncfs`` of the folder's filesystem). Its name carries the start of the SHA-256 of its own bytes. A backup
+  interrupted (killed, the disk full) leaves no manifest, so it is never taken for a complete one; its chunks
+  are reused by the next run.
+
+What is copied, and how each part is made consistent while ``engram capture``, ``mcp`` or ``ui`` keep running:
+
+- the store (``vectors/``): under the store's own file lock (``EdgeVectorStore.hold``, the same hand-off every
+  engram process uses: a process only lingering with the store closes it at once, one in the middle of a unit of
+  work finishes it first, and a process that wants the store meanwhile waits for the backup, up to
+  ``ENGRAM_STORE_WAIT_SECONDS``). With the lock held no process has a shard open, so the shard files are those
+  of a closed store (Qdrant Edge has no API to make a snapshot of a shard: only to apply one). The lock is held
+  while the store's blocks are read, hashed and (when new) written, and let go before the objects are read;
+- SQLite files (``ledger.sqlite``, ``cache/embeddings.sqlite``): SQLite's online backup API
+  (``sqlite3.Connection.backup``) into a temporary copy, taken while the store's lock is held, so ledger and
+  store are of the same moment; their ``-wal``/``-shm`` files are not copied (the copy holds their pages);
+- objects (media, derived files, vault entries) and the other files, after: an object is written once under a
+  temporary name and renamed, and it is published before the ledger and the store name it, so every object the
+  copied ledger and store refer to is there;
+- ``vault.key``: only with ``include_vault_key`` (the backup then opens the vault's entries to whoever reads
+  it); without it the key must be kept elsewhere (or ``ENGRAM_VAULT_KEY`` set) to read them after a restore.
+
+Left out: the store's lock and hand-off files, ``capture-spool/`` (frames not yet published), ``capture.pause``,
+``beat/`` (the distributed mode's), temporary files of writers and of earlier backups or restores.
+
+``restore`` writes a snapshot into a new or empty data dir, every file under a temporary name renamed when
+complete, holes left as holes, folders 0700 and files 0600, each chunk verified against its digest as it is
+read. A marker (``RESTORE_MARKER``) says a restore is under way; a restore killed part way is completed by the
+same command (the files already complete are kept), and the marker goes last.
+
+The backup's lock files (``lock`` in a folder repository) serialise backups into one repository; nothing here
+is owned by a thread: each ``backup``/``restore`` call owns its repository object and its thread pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import gzip
+import hashlib
+import io
+import json
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from engram.workers.errors import EngramError
+from engram.workers.stores.private import PRIVATE_UMASK
+
+#: The manifest's format; a reader refuses a manifest of a higher one (it would misread it).
+FORMAT_VERSION = 1
+#: Bytes per block. Smaller blocks dedup finer (an in-place change rewrites less), at one object per block.
+CHUNK_BYTES = 1 << 16
+#: Beside a data dir being restored: the snapshot being written; removed when the restore is complete.
+RESTORE_MARKER = ".engram-restore.json"
+#: Suffix of a file being restored, renamed into place when complete.
+PART_SUFFIX = ".engram-restore-part"
+#: Prefix of this module's temporary folders inside the data dir (SQLite copies).
+TMP_PREFIX = ".engram-backup-"
+
+#: Paths (relative to the data dir, ``/``-separated) never copied: lock and hand-off files, the capture spool
+#: (frames not yet published) and pause file, the distributed mode's beat schedule.
+SKIPPED_TOP = {"vectors.lock", "capture-spool", "capture.pause", "beat", RESTORE_MARKER}
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+VAULT_KEY = "vault.key"
+
+Progress = Callable[[str, int, int], None]  # (phase, bytes done, bytes in the phase)
+
+
+class BackupError(EngramError, RuntimeError):
+    """A backup or restore cannot be made; the message says why in one line (a bad destination, a newer format,
+    a non-empty data dir, a damaged chunk)."""
+
+
+def engram_version() -> str:
+    """The installed engram's version (``0+unknown`` when run from a tree that is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("engram-multimodal")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+# --- repositories ------------------------------------------------------------------------------------------
+
+
+class Repository(Protocol):
+    """Where backups live. ``put_chunk`` is called from several threads at once."""
+
+    location: str
+
+    def has_chunk(self, digest: str) -> bool:
+        """Whether the chunk ``digest`` (64 hex) is stored (as listed when the repository was opened, plus the
+        chunks put since)."""
+
+    def put_chunk(self, digest: str, data: bytes) -> None:
+        """Store ``data`` under ``digest`` (atomically: a reader never sees part of it)."""
+
+    def get_chunk(self, digest: str) -> bytes:
+        """The chunk's bytes. Raises BackupError when it is missing."""
+
+    def snapshots(self) -> list[str]:
+        """Names of the complete snapshots, oldest first."""
+
+    def get_snapshot(self, name: str) -> bytes:
+        """A manifest's bytes (gzip JSON). Raises BackupError when missing."""
+
+    def put_snapshot(self, name: str, data: bytes) -> None:
+        """Write a manifest atomically, after making every chunk put so far durable."""
+
+    def close(self) -> None:
+        """Release what the repository holds (its lock)."""
+
+
+def _chunk_key(digest: str) -> str:
+    return f"chunks/{digest[:2]}/{digest}"
+
+
+def _syncfs(path: Path) -> None:
+    """Make everything written to ``path``'s filesystem durable: ``syncfs(2)`` (Linux), else ``sync``."""
+    libc_name = ctypes.util.find_library("c")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        libc = ctypes.CDLL(libc_name, use_errno=True) if libc_name else None
+        if libc is None or not hasattr(libc, "syncfs") or libc.syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+class FolderRepository:
+    """A repository in a local folder (made 0700). A file lock (``lock``) keeps a second backup into the same
+    folder out until the first ends; temporary files a killed backup left are removed when it is opened."""
+
+    def __init__(self, root: Path, create: bool) -> None:
+        from filelock import FileLock, Timeout
+
+        self.root = Path(root).expanduser().absolute()
+        self.location = str(self.root)
+        if not create and not (self.root / "snapshots").is_dir():
+            raise BackupError(f"{self.root} holds no engram backup (no snapshots/ folder)")
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (self.root / "chunks").mkdir(mode=0o700, exist_ok=True)
+            (self.root / "snapshots").mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise BackupError(f"cannot use {self.root} as a backup folder: {exc.strerror or exc}") from exc
+        self._lock = FileLock(str(self.root / "lock"), thread_local=False) if create else None
+        if self._lock is not None:
+            try:
+                self._lock.acquire(timeout=0)
+            except Timeout as exc:
+                raise BackupError(f"another engram backup is writing to {self.root}; wait for it to end") from exc
+            self._clean_temporary()
+        self._known = {e.name for d in _scandir(self.root / "chunks") if d.is_dir()
+                       for e in _scandir(Path(d.path)) if not e.name.startswith(".")}
+        self._dirs: set[str] = {d.name for d in _scandir(self.root / "chunks")}
+        self._dirs_lock = threading.Lock()
+
+    def _clean_temporary(self) -> None:
+        for folder in [self.root / "snapshots", *(Path(d.path) for d in _scandir(self.root / "chunks"))]:
+            for e in _scandir(folder):
+                if e.name.startswith(".tmp-"):
+                    Path(e.path).unlink(missing_ok=True)
+
+    def has_chunk(self, digest: str) -> bool:
+        return digest in self._known
+
+    def put_chunk(self, digest: str, data: bytes) -> None:
+        sub = digest[:2]
+        folder = self.root / "chunks" / sub
+        if sub not in self._dirs:
+            with self._dirs_lock:
+                folder.mkdir(mode=0o700, exist_ok=True)
+                self._dirs.add(sub)
+        _atomic_write(folder / digest, data, sync=False)
+        self._known.add(digest)
+
+    def get_chunk(self, digest: str) -> bytes:
+        try:
+            return (self.root / _chunk_key(digest)).read_bytes()
+        except FileNotFoundError as exc:
+            raise BackupError(f"chunk {digest} is missing from {self.root}: the backup is damaged") from exc
+
+    def snapshots(self) -> list[str]:
+        return sorted(e.name for e in _scandir(self.root / "snapshots") if e.name.endswith(".json.gz"))
+
+    def get_snapshot(self, name: str) -> bytes:
+        try:
+            return (self.root / "snapshots" / name).read_bytes()
+        except FileNotFoundError as exc:
+            raise BackupError(f"no snapshot {name} in {self.root}") from exc
+
+    def put_snapshot(self, name: str, data: bytes) -> None:
+        _syncfs(self.root)  # every chunk the manifest names is on disk before the manifest is
+        _atomic_write(self.root / "snapshots" / name, data, sync=True)
+
+    def close(self) -> None:
+        if self._lock is not None and self._lock.is_locked:
+            self._lock.release(force=True)
+
+
+def _scandir(path: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except FileNotFoundError:
+        return []
+
+
+def _atomic_write(dest: Path, data: bytes, sync: bool) -> None:
+    """Write ``data`` to ``dest`` through a temporary file in the same folder renamed into place (fsynced with
+    the folder when ``sync``); the temporary file is removed when the write fails (a full disk)."""
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            if sync:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if sync:
+        dfd = os.open(dest.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+class S3Repository:
+    """A repository under ``s3://bucket/prefix`` through the ``minio`` SDK. A PUT is atomic, so a chunk or
+    manifest is whole or absent. ``endpoint`` (``http(s)://host:port`` or ``host:port``) and keys come from
+    the caller (``s3_repository_settings``)."""
+
+    def __init__(self, url: str, endpoint: str, access_key: str | None, secret_key: str | None,
+                 secure: bool = False, region: str | None = None, create: bool = True) -> None:
+        from minio import Minio
+
+        parsed = urlparse(url)
+        self.bucket, self.prefix = parsed.netloc, parsed.path.strip("/")
+        if not self.bucket:
+            raise BackupError(f"{url}: give s3://BUCKET/PREFIX")
+        self.location = url
+        self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region)
+        try:
+            if not self.client.bucket_exists(self.bucket):
+                if not create:
+                    raise BackupError(f"no bucket {self.bucket!r} at {endpoint}")
+                self.client.make_bucket(self.bucket)
+            self._known = {o.object_name.rsplit("/", 1)[-1]
+                           for o in self.client.list_objects(self.bucket, prefix=self._key("chunks/"),
+                                                             recursive=True)}
+        except BackupError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (the SDK's errors: unreachable, refused credentials)
+            raise BackupError(f"cannot use {url} at {endpoint}: {type(exc).__name__}: {exc}"[:400]) from exc
+        if not create and not self.snapshots():
+            raise BackupError(f"{url} holds no engram backup (no snapshots)")
+
+    def _key(self, rest: str) -> str:
+        return f"{self.prefix}/{rest}" if self.prefix else rest
+
+    def has_chunk(self, digest: str) -> bool:
+        return digest in self._known
+
+    def put_chunk(self, digest: str, data: bytes) -> None:
+        self.client.put_object(self.bucket, self._key(_chunk_key(digest)), io.BytesIO(data), len(data))
+        self._known.add(digest)
+
+    def _get(self, key: str, what: str) -> bytes:
+        try:
+            resp = self.client.get_object(self.bucket, self._key(key))
+        except Exception as exc:  # noqa: BLE001 (minio's S3Error: NoSuchKey and the rest)
+            raise BackupError(f"{what} cannot be read from {self.location}: {exc}"[:400]) from exc
+        try:
+            return resp.read()
+        finally:
+            resp.close()
+            resp.release_conn()
+
+    def get_chunk(self, digest: str) -> bytes:
+        return self._get(_chunk_key(digest), f"chunk {digest}")
+
+    def snapshots(self) -> list[str]:
+        return sorted(o.object_name.rsplit("/", 1)[-1]
+                      for o in self.client.list_objects(self.bucket, prefix=self._key("snapshots/"), recursive=True)
+                      if o.object_name.endswith(".json.gz"))
+
+    def get_snapshot(self, name: str) -> bytes:
+        return self._get(f"snapshots/{name}", f"snapshot {name}")
+
+    def put_snapshot(self, name: str, data: bytes) -> None:
+        self.client.put_object(self.bucket, self._key(f"snapshots/{name}"), io.BytesIO(data), len(data),
+                               content_type="application/gzip")
+
+    def close(self) -> None:
+        pass
+
+
+def open_repository(dest: str, create: bool, s3: dict[str, Any] | None = None) -> Repository:
+    """The repository at ``dest``: ``s3://bucket/prefix`` (``s3``: the ``S3Repository`` keyword arguments
+    ``endpoint``, ``access_key``, ``secret_key``, ``secure``, ``region``) or a folder. ``create``: made when
+    missing (a backup); else it must hold a backup (a restore). Raises BackupError."""
+    if dest.startswith("s3://"):
+        if not s3 or not s3.get("endpoint"):
+            raise BackupError("an s3:// destination needs an endpoint: --s3-endpoint or AWS_ENDPOINT_URL")
+        return S3Repository(dest, create=create, **s3)
+    if "://" in dest:
+        raise BackupError(f"{dest}: give a folder or s3://bucket/prefix")
+    return FolderRepository(Path(dest), create=create)
+
+
+# --- manifests ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FileEntry:
+    """One file of a snapshot: ``path`` relative to the data dir (``/``-separated), ``size`` bytes, ``mtime_ns``,
+    ``blocks`` [(offset, sha256 hex)] (the rest is holes/zeros), ``digest``: SHA-256 over size and blocks;
+    ``stat``: (inode, ctime_ns) of the original, to skip reading an unchanged object next time."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    blocks: list[tuple[int, str]]
+    digest: str = ""
+    stat: tuple[int, int] = (0, 0)
+
+    def tree_digest(self) -> str:
+        """SHA-256 of the file's size and its blocks' offsets and digests (what the whole content is made of)."""
+        h = hashlib.sha256(f"{self.size}\n".encode())
+        for off, d in self.blocks:
+            h.update(f"{off} {d}\n".encode())
+        return h.hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "digest": self.digest,
+                "blocks": self.blocks, "stat": list(self.stat)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FileEntry:
+        return cls(d["path"], int(d["size"]), int(d["mtime_ns"]), [(int(o), str(h)) for o, h in d["blocks"]],
+                   d["digest"], tuple(d.get("stat") or (0, 0)))  # type: ignore[arg-type]
+
+
+def load_manifest(repo: Repository, name: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The snapshot ``name`` (default: the newest) of ``repo`` as (name, manifest), its bytes checked against the
+    digest in its name and its format and version against this engram's. Raises BackupError: no snapshot, a
+    damaged one, or one written by a newer engram (both versions named)."""
+    names = repo.snapshots()
+    if not names:
+        raise BackupError(f"{repo.location} holds no complete backup")
+    if name is None:
+        name = names[-1]
+    elif name not in names:
+        matches = [n for n in names if n.startswith(name)]
+        if len(matches) != 1:
+            raise BackupError(f"no snapshot {name!r} in {repo.location} (`engram restore {repo.location} --list`)")
+        name = matches[0]
+    raw = repo.get_snapshot(name)
+    if hashlib.sha256(raw).hexdigest()[:16] != name.removesuffix(".json.gz").rsplit("-", 1)[-1]:
+        raise BackupError(f"snapshot {name} in {repo.location} is damaged (its bytes do not match its name)")
+    manifest = json.loads(gzip.decompress(raw))
+    check_versions(manifest)
+    return name, manifest
+
+
+def check_versions(manifest: dict[str, Any]) -> None:
+    """Refuse a manifest of a newer format, or written by a newer engram, naming both versions."""
+    from packaging.version import InvalidVersion, Version
+
+    theirs, fmt, ours = str(manifest.get("engram_version", "?")), int(manifest.get("format", 0)), engram_version()
+    try:
+        newer_engram = Version(theirs) > Version(ours)
+    except InvalidVersion:
+        newer_engram = False
+    if fmt > FORMAT_VERSION or newer_engram:
+        raise BackupError(f"this backup was written by engram {theirs} (backup format {fmt}); this is engram {ours} "
+                          f"(backup format {FORMAT_VERSION}): upgrade engram to restore it")
+
+
+# --- reading files into blocks -----------------------------------------------------------------------------
+
+
+def _data_blocks(fd: int, size: int) -> list[int]:
+    """Offsets of the ``CHUNK_BYTES`` blocks of the open file ``fd`` that hold data (not only holes), in order;
+    every block when the filesystem cannot say (no ``SEEK_DATA``)."""
+    if size == 0:
+        return []
+    blocks: list[int] = []
+    pos = 0
+    try:
+        while pos < size:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data after pos
+                    break
+                raise
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+            first = start - start % CHUNK_BYTES
+            for off in range(first, min(end, size), CHUNK_BYTES):
+                if not blocks or blocks[-1] < off:
+                    blocks.append(off)
+            pos = end
+    except (OSError, AttributeError):
+        return list(range(0, size, CHUNK_BYTES))
+    return blocks
+
+
+_ZERO = bytes(CHUNK_BYTES)
+
+
+@dataclass
+class _Tally:
+    """What a backup wrote and read, shared by its threads (``lock`` guards it)."""
+
+    written_bytes: int = 0
+    new_chunks: int = 0
+    reused_chunks: int = 0
+    read_bytes: int = 0
+    unchanged_files: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    claimed: set[str] = field(default_factory=set)
+
+
+def _chunk_file(path: Path, rel: str, repo: Repository, tally: _Tally, progress: Callable[[int], None]) -> FileEntry:
+    """Read ``path`` block by block, store the blocks ``repo`` lacks and return its entry (as ``rel``). Raises
+    FileNotFoundError when it vanished before it was opened."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        size = st.st_size
+        blocks: list[tuple[int, str]] = []
+        for off in _data_blocks(fd, size):
+            data = os.pread(fd, min(CHUNK_BYTES, size - off), off)
+            progress(len(data))
+            if data == _ZERO[:len(data)]:
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            blocks.append((off, digest))
+            with tally.lock:
+                tally.read_bytes += len(data)
+                new = not repo.has_chunk(digest) and digest not in tally.claimed
+                if new:
+                    tally.claimed.add(digest)
+                    tally.new_chunks += 1
+                    tally.written_bytes += len(data)
+                else:
+                    tally.reused_chunks += 1
+            if new:
+                repo.put_chunk(digest, data)
+        entry = FileEntry(rel, size, st.st_mtime_ns, blocks, stat=(st.st_ino, st.st_ctime_ns))
+        entry.digest = entry.tree_digest()
+        return entry
+    finally:
+        os.close(fd)
+
+
+def _sqlite_copy(src: Path, dest: Path) -> None:
+    """A consistent copy of the SQLite database ``src`` at ``dest`` through SQLite's online backup API (a read
+    transaction: writers in WAL mode go on)."""
+    from engram.workers.stores.sqlite import BUSY_TIMEOUT_S
+
+    dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    source = sqlite3.connect(src, timeout=BUSY_TIMEOUT_S)
+    try:
+        target = sqlite3.connect(dest)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+    finally:
+        source.close()
+
+
+# --- backup ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BackupResult:
+    """What ``backup`` did: the snapshot's name, files and bytes (``logical_bytes``: their sizes; ``read_bytes``:
+    data read and hashed), the chunks written (``written_bytes``) and reused, the seconds in all and with the
+    store held, files found unchanged by their stat, files that vanished while it ran."""
+
+    location: str
+    snapshot: str
+    files: int
+    logical_bytes: int
+    read_bytes: int
+    written_bytes: int
+    new_chunks: int
+    reused_chunks: int
+    unchanged_files: int
+    seconds: float
+    store_held_seconds: float
+    vault_key: str
+    vanished: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict of every field."""
+        return dict(self.__dict__)
+
+
+def _classify(data_dir: Path, include_vault_key: bool) -> tuple[list[Path], list[Path], list[Path], list[str]]:
+    """The data dir's files as (store files, SQLite databases, other files) and its folders (relative)."""
+    store, dbs, others, dirs = [], [], [], []
+    for root, dnames, fnames in os.walk(data_dir):
+        rel_root = Path(root).relative_to(data_dir)
+        top = rel_root.parts[0] if rel_root.parts else None
+        if top is None:
+            dnames[:] = [d for d in dnames if d not in SKIPPED_TOP and not d.startswith(TMP_PREFIX)]
+        dnames[:] = [d for d in dnames if not d.startswith(".tmp-")]
+        for d in dnames:
+            dirs.append((rel_root / d).as_posix())
+        for name in fnames:
+            rel = rel_root / name
+            if top is None and (name in SKIPPED_TOP or name.startswith("vectors.wanted-")
+                                or (name == VAULT_KEY and not include_vault_key)):
+                continue
+            if name.startswith(".tmp-") or name.endswith(PART_SUFFIX) or name.endswith(SQLITE_SIDE_FILES):
+                continue
+            path = data_dir / rel
+            if path.is_symlink():
+                continue
+            if top == "vectors":
+                store.append(path)
+            elif name.endswith(".sqlite"):
+                dbs.append(path)
+            else:
+                others.append(path)
+    return store, dbs, others, sorted(dirs)
+
+
+def _allocated(paths: Iterable[Path]) -> int:
+    total = 0
+    for p in paths:
+        with contextlib.suppress(OSError):
+            st = p.stat()
+            total += min(st.st_size, st.st_blocks * 512)
+    return total
+
+
+def _previous(repo: Repository, source: str) -> dict[str, FileEntry]:
+    """The entries of the newest snapshot of ``source`` in ``repo`` (for the unchanged-object shortcut)."""
+    for name in reversed(repo.snapshots()):
+        try:
+            _, manifest = load_manifest(repo, name)
+        except BackupError:
+            continue
+        if manifest.get("source") == source:
+            return {d["path"]: FileEntry.from_json(d) for d in manifest["files"]}
+    return {}
+
+
+def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vault_key: bool = False,
+           workers: int = 4, progress: Progress | None = None) -> BackupResult:
+    """Write a snapshot of the embedded default's ``data_dir`` into ``repo`` (see the module docstring).
+
+    ``wait``: seconds to wait for the store while another process works in it (``StoreBusy`` after);
+    ``workers``: threads reading and hashing files; ``progress(phase, done, total)`` in bytes, phases
+    ``store`` and ``objects``. Raises BackupError (no data dir), StoreBusy, OSError (a full disk: ENOSPC; the
+    repository's earlier snapshots are untouched and still complete)."""
+    from engram.workers.stores.vectors import EdgeVectorStore
+
+    data_dir = Path(data_dir).expanduser().absolute()
+    if not data_dir.is_dir() or not any((data_dir / p).exists() for p in ("vectors", "ledger.sqlite", "objects")):
+        raise BackupError(f"no engram data in {data_dir}: nothing to back up")
+    t0 = time.perf_counter()
+    os.umask(PRIVATE_UMASK)
+    previous = _previous(repo, str(data_dir))
+    tally = _Tally()
+    entries: list[FileEntry] = []
+    vanished: list[str] = []
+    report = progress or (lambda phase, done, total: None)
+
+    def run(phase: str, jobs: list[tuple[Path, str]]) -> None:
+        total = _allocated(p for p, _ in jobs)
+        done = [0]
+        lock = threading.Lock()
+
+        def advance(n: int) -> None:
+            with lock:
+                done[0] += n
+                report(phase, done[0], max(total, done[0]))
+
+        def one(job: tuple[Path, str]) -> FileEntry | None:
+            path, rel = job
+            old = previous.get(rel)
+            if old is not None and phase == "objects":
+                with contextlib.suppress(OSError):
+                    st = path.stat()
+                    if ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+                            == (old.size, old.mtime_ns, *old.stat)
+                            and all(repo.has_chunk(d) for _, d in old.blocks)):
+                        with tally.lock:
+                            tally.unchanged_files += 1
+                            tally.reused_chunks += len(old.blocks)
+                        advance(min(st.st_size, st.st_blocks * 512))
+                        return old
+            try:
+                return _chunk_file(path, rel, repo, tally, advance)
+            except FileNotFoundError:
+                vanished.append(rel)  # deleted while the backup ran (a forget, a retention sweep)
+                return None
+
+        report(phase, 0, total)
+        with ThreadPoolExecutor(max(1, workers), thread_name_prefix=f"engram-backup-{phase}") as pool:
+            entries.extend(e for e in pool.map(one, jobs) if e is not None)
+
+    with tempfile.TemporaryDirectory(dir=data_dir, prefix=TMP_PREFIX) as tmp:
+        store = EdgeVectorStore(data_dir / "vectors", wait=wait)
+        store.hold()  # writers pause here: a lingering holder lets go at once, a busy one after its unit of work
+        held = time.perf_counter()
+        try:
+            files, dbs, _, _ = _classify(data_dir, include_vault_key)
+            jobs = []
+            for db in dbs:  # the ledger and caches, of the same moment as the store
+                rel = db.relative_to(data_dir).as_posix()
+                copy = Path(tmp) / rel
+                _sqlite_copy(db, copy)
+                jobs.append((copy, rel))
+            run("store", jobs + [(p, p.relative_to(data_dir).as_posix()) for p in files])
+        finally:
+            store.close()
+            held_s = time.perf_counter() - held
+    # listed after the ledger was copied: every object it (or the store) names was published before, so is here
+    _, _, others, dirs = _classify(data_dir, include_vault_key)
+    run("objects", [(p, p.relative_to(data_dir).as_posix()) for p in others])
+
+    entries.sort(key=lambda e: e.path)
+    created = datetime.now(UTC)
+    manifest = {"format": FORMAT_VERSION, "engram_version": engram_version(), "created": created.isoformat(),
+                "source": str(data_dir), "host": os.uname().nodename, "chunk_bytes": CHUNK_BYTES,
+                "hash": "sha256", "vault_key": "included" if include_vault_key else "excluded",
+                "dirs": dirs, "files": [e.to_json() for e in entries]}
+    raw = gzip.compress(json.dumps(manifest, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+    name = f"{created.strftime('%Y%m%dT%H%M%S%fZ')}-{hashlib.sha256(raw).hexdigest()[:16]}.json.gz"
+    repo.put_snapshot(name, raw)
+    return BackupResult(repo.location, name, len(entries), sum(e.size for e in entries), tally.read_bytes,
+                        tally.written_bytes, tally.new_chunks, tally.reused_chunks, tally.unchanged_files,
+                        time.perf_counter() - t0, held_s, manifest["vault_key"], sorted(vanished))
+
+
+# --- restore -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RestoreResult:
+    """What ``restore`` did: the snapshot, its engram version and time, files and bytes written, files found
+    already restored by an earlier, interrupted run, seconds, and whether the vault key was in the backup."""
+
+    location: str
+    snapshot: str
+    engram_version: str
+    created: str
+    data_dir: str
+    files: int
+    bytes: int
+    resumed_files: int
+    seconds: float
+    vault_key: str
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serialisable dict of every field."""
+        return dict(self.__dict__)
+
+
+def _leftovers(data_dir: Path) -> Iterator[Path]:
+    """What the data dir holds besides a restore's own marker and part files."""
+    for p in data_dir.iterdir():
+        if p.name != RESTORE_MARKER:
+            yield p
+
+
+def check_restorable(data_dir: Path, snapshot: str) -> bool:
+    """Whether ``data_dir`` may receive ``snapshot``: missing, empty, or holding an unfinished restore of the same
+    snapshot (returns True then: a resume). Raises BackupError naming the reason otherwise."""
+    if not data_dir.exists():
+        return False
+    if not data_dir.is_dir():
+        raise BackupError(f"{data_dir} is not a folder")
+    marker = data_dir / RESTORE_MARKER
+    if marker.is_file():
+        try:
+            began = json.loads(marker.read_text()).get("snapshot")
+        except (OSError, ValueError):
+            began = None
+        if began == snapshot:
+            return True
+        raise BackupError(f"{data_dir} holds an unfinished restore of snapshot {began}: run that restore again "
+                          f"(--snapshot {began}) or restore into another, empty folder")
+    left = list(_leftovers(data_dir))
+    if left:
+        raise BackupError(f"{data_dir} is not empty ({len(left)} entries, e.g. {left[0].name}): restore into a new "
+                          "or empty folder (--data-dir DIR); nothing was written")
+    return False
+
+
+def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, workers: int = 4,
+            progress: Progress | None = None) -> RestoreResult:
+    """Write ``snapshot`` (default: the newest) of ``repo`` into ``data_dir`` (new or empty; or holding an
+    unfinished restore of the same snapshot, which is completed). Folders are made 0700 and files 0600; every
+    chunk is checked against its digest as it is read, every file against its tree digest.
+
+    ``progress(phase, done, total)`` in bytes, phase ``restore``. Raises BackupError (a newer backup, a non-empty
+    data dir, a missing or damaged chunk), OSError (a full disk: the marker stays, run it again)."""
+    t0 = time.perf_counter()
+    name, manifest = load_manifest(repo, snapshot)
+    data_dir = Path(data_dir).expanduser().absolute()
+    resuming = check_restorable(data_dir, name)
+    os.umask(PRIVATE_UMASK)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    if not resuming:
+        _atomic_write(data_dir / RESTORE_MARKER, json.dumps({"snapshot": name, "from": repo.location}).encode(),
+                      sync=True)
+    for d in manifest.get("dirs", []):
+        (data_dir / d).mkdir(mode=0o700, parents=True, exist_ok=True)
+    entries = [FileEntry.from_json(d) for d in manifest["files"]]
+    total = sum(CHUNK_BYTES * len(e.blocks) for e in entries)
+    done = [0, 0]  # bytes, resumed files
+    lock = threading.Lock()
+    report = progress or (lambda phase, d, t: None)
+    report("restore", 0, total)
+
+    def one(entry: FileEntry) -> None:
+        if entry.tree_digest() != entry.digest:
+            raise BackupError(f"snapshot {name}: the entry of {entry.path} is damaged")
+        target = data_dir / entry.path
+        if ".." in Path(entry.path).parts or Path(entry.path).is_absolute():
+            raise BackupError(f"snapshot {name}: {entry.path} is outside the data dir")
+        if target.is_file() and target.stat().st_size == entry.size:  # completed by an interrupted run
+            with lock:
+                done[0] += CHUNK_BYTES * len(entry.blocks)
+                done[1] += 1
+                report("restore", done[0], total)
+            return
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        part = target.with_name(target.name + PART_SUFFIX)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, entry.size)  # holes stay holes
+            for off, digest in entry.blocks:
+                data = repo.get_chunk(digest)
+                if hashlib.sha256(data).hexdigest() != digest:
+                    raise BackupError(f"chunk {digest} in {repo.location} is damaged (its bytes do not match "
+                                      f"its digest); {entry.path} cannot be restored")
+                os.pwrite(fd, data, off)
+                with lock:
+                    done[0] += CHUNK_BYTES
+                    report("restore", done[0], total)
+        finally:
+            os.close(fd)
+        os.utime(part, ns=(entry.mtime_ns, entry.mtime_ns))
+        os.replace(part, target)
+
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="engram-restore") as pool:
+        for _ in pool.map(one, entries):
+            pass
+    for part in data_dir.rglob(f"*{PART_SUFFIX}"):
+        part.unlink(missing_ok=True)
+    _syncfs(data_dir)
+    (data_dir / RESTORE_MARKER).unlink(missing_ok=True)
+    dfd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return RestoreResult(repo.location, name, str(manifest.get("engram_version")), str(manifest.get("created")),
+                         str(data_dir), len(entries), sum(e.size for e in entries), done[1],
+                         time.perf_counter() - t0, str(manifest.get("vault_key", "excluded")))
+
+
+def snapshot_list(repo: Repository) -> list[dict[str, Any]]:
+    """The repository's snapshots, oldest first: name, created, engram version, source, files and bytes."""
+    out = []
+    for name in repo.snapshots():
+        try:
+            _, m = load_manifest(repo, name)
+        except BackupError as exc:
+            out.append({"snapshot": name, "error": str(exc)})
+            continue
+        out.append({"snapshot": name, "created": m.get("created"), "engram_version": m.get("engram_version"),
+                    "source": m.get("source"), "files": len(m["files"]),
+                    "bytes": sum(int(f["size"]) for f in m["files"])})
+    return out
+
+
+__all__ = ["BackupError", "BackupResult", "CHUNK_BYTES", "FORMAT_VERSION", "FolderRepository", "RestoreResult",
+           "S3Repository", "backup", "check_versions", "load_manifest", "open_repository", "restore",
+           "snapshot_list"]
