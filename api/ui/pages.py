@@ -33,9 +33,12 @@ USER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}$")
 SCREENS = [("timeline", "Timeline", "A day or a range of what was captured: screenshots by application and window, "
             "audio with its transcript, chat turns."),
            ("search", "Search", "One box over everything remembered (press / to jump to it)."),
-           ("people", "People", "The people engram recognised, with their names; rename them."),
-           ("memories", "Memories", "The six kinds of memory, each with the observations it came from."),
-           ("activity", "Activity", "What was ingested, what is pending, and what failed and why."),
+           ("people", "People", "The people engram recognised, with their faces and voices; name, merge or split "
+            "them."),
+           ("memories", "Memories", "The six kinds of memory, each with the observations it came from and its "
+            "history; correct or delete them."),
+           ("activity", "Activity", "What was ingested per hour, what is pending, what failed and why (retry it), "
+            "and the capture's privacy rules and pause."),
            ("connect", "Connect", "Give an AI assistant this memory over MCP.")]
 
 
@@ -60,7 +63,16 @@ def environment(tz: tzinfo) -> jinja2.Environment:
     def local(t: datetime | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
         return t.astimezone(tz).strftime(fmt) if t else ""
 
-    env.filters.update(local=local, short=present.short, why=present.why, counted=counted)
+    def epoch(ts: float | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
+        return datetime.fromtimestamp(ts, tz).strftime(fmt) if ts else ""
+
+    def iso(value: str | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
+        try:
+            return datetime.fromisoformat(value).astimezone(tz).strftime(fmt) if value else ""
+        except (TypeError, ValueError):
+            return str(value)[:40]
+
+    env.filters.update(local=local, epoch=epoch, iso=iso, short=present.short, why=present.why, counted=counted)
     env.globals.update(has_picture=present.has_picture, screens=SCREENS)
     return env
 

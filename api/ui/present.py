@@ -28,6 +28,7 @@ class Group:
     session: str | None
     items: list[MemoryRecord] = field(default_factory=list)
     shown: list[MemoryRecord] = field(default_factory=list)
+    anchors: list[str] = field(default_factory=list)
 
     @property
     def more(self) -> int:
@@ -96,3 +97,142 @@ def why(hit: SearchHit) -> str:
     parts += [label for flag, label in ((m.time, "in the time asked"), (m.entity, "the person named"),
                                         (m.memory, "a memory built from it")) if flag]
     return " · ".join(parts)
+
+
+# --- the timeline's scrubber -----------------------------------------------------------------------------------
+
+@dataclass
+class HourSlot:
+    """One hour of the timeline's range: its day and hour (local), how many items it holds, and the anchor id
+    of the page's first group holding one of them (``""`` when empty)."""
+
+    day: date
+    hour: int
+    count: int = 0
+    anchor: str = ""
+
+    @property
+    def label(self) -> str:
+        """``HH:00``."""
+        return f"{self.hour:02d}:00"
+
+
+def hour_anchor(day: date, hour: int) -> str:
+    """The id of the anchor that starts hour ``hour`` of ``day`` on the timeline's page."""
+    return f"h-{day.isoformat()}-{hour:02d}"
+
+
+def scrubber(groups: list[Group], first: date, last: date | None, tz) -> list[HourSlot]:
+    """Every hour of ``[first, last]`` (local, oldest first) with its count of items, each non-empty hour's
+    anchor set on the first group (in page order) that holds an item of it (``Group.anchors``, set here)."""
+    slots: dict[tuple[date, int], HourSlot] = {}
+    day = first
+    while day <= (last or first):
+        for h in range(24):
+            slots[(day, h)] = HourSlot(day, h)
+        day += timedelta(days=1)
+    for g in groups:
+        g.anchors = []
+        for rec in g.items:
+            if rec.time is None:
+                continue
+            t = rec.time.astimezone(tz)
+            slot = slots.get((t.date(), t.hour))
+            if slot is None:
+                continue
+            slot.count += 1
+            if not slot.anchor:
+                slot.anchor = hour_anchor(t.date(), t.hour)
+                g.anchors.append(slot.anchor)
+    return list(slots.values())
+
+
+# --- the activity's plot ---------------------------------------------------------------------------------------
+
+#: The plot's kinds, in stacking order, with their colours (distinguishable for common colour blindness:
+#: Okabe & Ito's palette) and the plot's size in SVG units.
+PLOT_KINDS = (("screenshot", "#0072B2"), ("audio", "#E69F00"), ("clip", "#009E73"), ("text", "#CC79A7"))
+PLOT_W, PLOT_H, PLOT_PAD = 720, 200, 28
+
+
+@dataclass
+class Bar:
+    """One kind's part of one hour's bar (SVG units)."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+    kind: str
+    colour: str
+    count: int
+    hour: str
+
+
+@dataclass
+class Plot:
+    """What was ingested per hour and per kind over the last 24 hours: ``hours`` (labels, oldest first),
+    ``rows`` ({hour label: {kind: count}}), the stacked ``bars``, the y axis' top ``top`` and ``total``."""
+
+    hours: list[str]
+    rows: dict[str, dict[str, int]]
+    bars: list[Bar]
+    top: int
+    total: int
+    kinds: tuple = PLOT_KINDS
+    width: int = PLOT_W
+    height: int = PLOT_H
+    pad: int = PLOT_PAD
+
+
+def ingest_plot(records: list, now: datetime, tz, hours: int = 24) -> Plot:
+    """``records`` (ledger records) counted by the local hour they were published (``created_at``, else
+    ``updated_at``) and their kind, over the ``hours`` hours up to ``now``, as a stacked bar plot."""
+    end = now.astimezone(tz).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    starts = [end - timedelta(hours=hours - i) for i in range(hours)]
+    labels = [s.strftime("%H:00") for s in starts]
+    counts = [dict.fromkeys((k for k, _ in PLOT_KINDS), 0) for _ in starts]
+    for r in records:
+        at = (r.created_at or r.updated_at).astimezone(tz)
+        i = int((at - starts[0]).total_seconds() // 3600)
+        if 0 <= i < hours:
+            kind = r.kind.value if hasattr(r.kind, "value") else str(r.kind)
+            counts[i][kind] = counts[i].get(kind, 0) + 1
+    top = max([sum(c.values()) for c in counts] + [1])
+    inner_w, inner_h = PLOT_W - 2 * PLOT_PAD, PLOT_H - 2 * PLOT_PAD
+    step = inner_w / hours
+    bars = []
+    for i, c in enumerate(counts):
+        y = PLOT_PAD + inner_h
+        for kind, colour in PLOT_KINDS:
+            n = c.get(kind, 0)
+            if n:
+                h = inner_h * n / top
+                y -= h
+                bars.append(Bar(PLOT_PAD + i * step + 1, round(y, 1), round(step - 2, 1), round(h, 1), kind, colour,
+                                n, labels[i]))
+    return Plot(labels, dict(zip(labels, counts, strict=True)), bars, top, sum(sum(c.values()) for c in counts))
+
+
+# --- memories and their history --------------------------------------------------------------------------------
+
+def with_history(items: list[MemoryRecord]) -> tuple[list[MemoryRecord], dict[str, list[MemoryRecord]]]:
+    """``items`` split into the current memories (not superseded) and, for each, the versions it superseded,
+    directly or through a chain (newest first): {current id: [older versions]}."""
+    by_id = {str(m.id): m for m in items}
+    newer = {str(m.id): str(m.payload.get("superseded_by")) for m in items if m.payload.get("superseded_by")}
+
+    def head(mid: str) -> str:
+        seen = set()
+        while mid in newer and newer[mid] in by_id and mid not in seen:
+            seen.add(mid)
+            mid = newer[mid]
+        return mid
+
+    history: dict[str, list[MemoryRecord]] = {}
+    for mid in newer:
+        if (top := head(mid)) != mid:
+            history.setdefault(top, []).append(by_id[mid])
+    for older in history.values():
+        older.sort(key=lambda m: str(m.payload.get("valid_to") or ""), reverse=True)
+    return [m for m in items if str(m.id) not in newer or newer[str(m.id)] not in by_id], history

@@ -17,6 +17,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from engram.api.capture import DEFAULT_DENY_APPS, DEFAULT_DENY_TITLES
 from engram.api.service.base import MediaMissing, NotFound, NotOffered, ServiceError
 from engram.api.ui import present
 from engram.api.ui.pages import Pages, UiConfig, media_response, parse_id
@@ -30,6 +31,17 @@ from engram.schemas.timeline import TimelineRequest
 TIMELINE_LIMIT = 5000
 SEARCH_LIMIT = 30
 MEMORIES_PAGE = 50
+#: Memories of one type read to find each one's superseded versions (its history); the newest first.
+MEMORY_SCAN = 1000
+#: People whose face crops and voice clips are shown (the most observed first), and samples shown per person.
+PEOPLE_WITH_SAMPLES = 60
+FACES_SHOWN, VOICES_SHOWN = 8, 3
+#: Ledger records the activity's hourly plot counts (the most recently changed), and the capture's pause file
+#: (``engram capture --pause-file``'s default, under the data dir).
+PLOT_EVENTS = 20_000
+CAPTURE_PAUSE = "capture.pause"
+#: The longest correction of a memory, characters.
+MAX_CORRECTION = 20_000
 
 
 def _day(value: str | None) -> date | None:
@@ -90,8 +102,10 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
                                             kinds=[kind] if kind else None, apps=[app_name] if app_name else None,
                                             limit=TIMELINE_LIMIT))
         groups = present.group_timeline(page.items, sample=not q.get("full"))
+        hours = present.scrubber(groups, first, last, tz)
         span = ((last or first) - first).days + 1
         return pages.render(request, "timeline.html", user=user, groups=groups, total=page.total, day=first,
+                            hours=hours, today=datetime.now(tz).date(),
                             last=last, before=first - timedelta(days=span), after=first + timedelta(days=span),
                             kind=kind.value if kind else "", app_name=app_name or "",
                             kinds=[k.value for k in MediaKind], capped=page.total > len(page.items))
@@ -113,7 +127,16 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
 
     @app.get("/people", include_in_schema=False)
     def people(request: Request) -> Response:
-        return pages.render(request, "people.html", user=pages.user(request), entities=svc.list_entities(tenant))
+        entities = svc.list_entities(tenant)
+        samples = {}
+        for e in entities.items[:PEOPLE_WITH_SAMPLES]:
+            if e.faces or e.voices:
+                try:
+                    samples[str(e.id)] = svc.entity_samples(tenant, e.id) or []
+                except NotOffered:
+                    break
+        return pages.render(request, "people.html", user=pages.user(request), entities=entities, samples=samples,
+                            faces_shown=FACES_SHOWN, voices_shown=VOICES_SHOWN)
 
     @app.get("/memories", include_in_schema=False)
     def memories(request: Request) -> Response:
@@ -123,9 +146,12 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
             offset = max(0, int(request.query_params.get("offset") or 0))
         except ValueError as exc:
             raise HTTPException(400, "not an offset") from exc
-        page = svc.list_memories(tenant, mtype, user, MEMORIES_PAGE, offset)
-        return pages.render(request, "memories.html", user=user, page=page, mtype=mtype.value,
-                            types=[t.value for t in MEMORY_TYPES], step=MEMORIES_PAGE)
+        scan = svc.list_memories(tenant, mtype, user, MEMORY_SCAN, 0)
+        current, history = present.with_history(scan.items)
+        return pages.render(request, "memories.html", user=user, items=current[offset:offset + MEMORIES_PAGE],
+                            history=history, total=len(current), offset=offset, capped=scan.total > MEMORY_SCAN,
+                            mtype=mtype.value, types=[t.value for t in MEMORY_TYPES], step=MEMORIES_PAGE,
+                            editable=mtype is not MemoryType.knowledge_vault)
 
     @app.get("/activity", include_in_schema=False)
     def activity(request: Request) -> Response:
@@ -135,9 +161,14 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
             wanted = EventStatus(status) if status else None
         except ValueError as exc:
             raise HTTPException(400, "no such status") from exc
+        tz = get_settings().tzinfo
+        plot = present.ingest_plot(svc.events(tenant, user, None, PLOT_EVENTS), datetime.now(tz), tz)
+        pause = cfg.data_dir / CAPTURE_PAUSE
         return pages.render(request, "activity.html", user=user, counts=svc.event_counts(tenant),
                             statuses=[s.value for s in EventStatus], status=status or "",
-                            events=svc.events(tenant, user, wanted, 200), failures=svc.failures(tenant, user, 50))
+                            events=svc.events(tenant, user, wanted, 200), failures=svc.failures(tenant, user, 50),
+                            plot=plot, deny_apps=DEFAULT_DENY_APPS, deny_titles=DEFAULT_DENY_TITLES,
+                            pause_file=str(pause), paused=pause.exists())
 
     @app.get("/connect", include_in_schema=False)
     def connect(request: Request) -> Response:
@@ -182,6 +213,19 @@ def _items(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from exc
 
+    @app.get("/people/{entity_id}/sample", include_in_schema=False)
+    def sample(request: Request, entity_id: str) -> Response:
+        key = request.query_params.get("key") or ""
+        if not key or len(key) > 300:
+            raise HTTPException(404, "no such sample")
+        try:
+            obj = svc.sample_media(tenant, parse_id(entity_id), key)
+        except MediaMissing:
+            return RedirectResponse("/static/missing.svg", status_code=307)
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
+        return media_response(obj)
+
     @app.get("/thumb/{item_id}", include_in_schema=False)
     def thumb(request: Request, item_id: str) -> Response:
         try:
@@ -201,9 +245,10 @@ def _changes(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
         except PermissionError as exc:
             raise HTTPException(403, str(exc)) from exc
 
-    def back(path: str, **params: str | None) -> RedirectResponse:
+    def back(path: str, anchor: str = "", **params: str | None) -> RedirectResponse:
         kept = {k: v for k, v in params.items() if v}
-        return RedirectResponse(path + (f"?{urlencode(kept)}" if kept else ""), status_code=303)
+        return RedirectResponse(path + (f"?{urlencode(kept)}" if kept else "") + (f"#{anchor}" if anchor else ""),
+                                status_code=303)
 
     @app.post("/people/{entity_id}/name", include_in_schema=False)
     async def name(request: Request, entity_id: str) -> Response:
@@ -224,6 +269,59 @@ def _changes(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
         if await run_in_threadpool(svc.merge_entities, tenant, keep, drop, "merged in engram ui") is None:
             raise HTTPException(404, "no such person")
         return back("/people", user=got.get("user"))
+
+    @app.post("/people/{entity_id}/split", include_in_schema=False)
+    async def split(request: Request, entity_id: str) -> Response:
+        got = await form(request)
+        key = got.get("key") or ""
+        if not key or len(key) > 300:
+            raise HTTPException(400, "which face or voice is not this person?")
+        new = await run_in_threadpool(svc.split_entity, tenant, parse_id(entity_id), key)
+        if new is None:
+            raise HTTPException(404, "no such person or sample")
+        return back("/people", user=got.get("user"), anchor=f"person-{new.id}")
+
+    @app.post("/memories/{item_id}/edit", include_in_schema=False)
+    async def edit(request: Request, item_id: str) -> Response:
+        got = await form(request)
+        mid, user = parse_id(item_id), got.get("user") or None
+        text = (got.get("text") or "").strip()
+        if not text:
+            raise HTTPException(400, "a correction cannot be empty")
+        if len(text) > MAX_CORRECTION:
+            raise HTTPException(400, f"a correction holds at most {MAX_CORRECTION} characters")
+        rec = await run_in_threadpool(svc.get_memory, tenant, mid)
+        if rec is None or (user and rec.user_id != user):
+            raise HTTPException(404, "Nothing here: it was deleted, or never was.")
+        try:
+            new = await run_in_threadpool(svc.update_memory, tenant, mid, text)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        if new is None:
+            raise HTTPException(404, "Nothing here: it was deleted, or never was.")
+        return back("/memories", type=rec.memory_type.value, user=user, anchor=f"m-{new.id}")
+
+    @app.post("/activity/{event_id}/retry", include_in_schema=False)
+    async def retry(request: Request, event_id: str) -> Response:
+        got = await form(request)
+        eid, user = parse_id(event_id), got.get("user") or None
+        if user:
+            known = await run_in_threadpool(svc.events, tenant, user, EventStatus.failed, 1000)
+            if all(r.event_id != eid for r in known):
+                raise HTTPException(404, "no such failed event")
+        if await run_in_threadpool(svc.retry_event, tenant, eid) is None:
+            raise HTTPException(404, "no such failed event (it may have been retried already)")
+        return back("/activity", user=user, anchor="failures")
+
+    @app.post("/activity/pause", include_in_schema=False)
+    async def pause(request: Request) -> Response:
+        got = await form(request)
+        flag = cfg.data_dir / CAPTURE_PAUSE
+        if got.get("pause") == "1":
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+        return back("/activity", user=got.get("user"), anchor="capture")
 
     @app.post("/memories/{item_id}/delete", include_in_schema=False)
     async def delete(request: Request, item_id: str) -> Response:
