@@ -99,6 +99,11 @@ def celery_settings(settings: Settings) -> dict:
                 "schedule": 3600.0,
                 "options": {"expires": 5400.0, "queue": Queue.maintenance.value},
             },
+            "retention": {  # originals past their kind's age or the storage cap (workers.retention)
+                "task": Task.retention.value,
+                "schedule": settings.retention_interval_seconds,
+                "options": {"expires": settings.retention_interval_seconds * 1.5},
+            },
         },
     )
 

@@ -55,6 +55,7 @@ class Task(StrEnum):
     entity_name = "workers.entities.name"
     entity_merge = "workers.entities.merge"
     expire_staged = "workers.uploads.expire_staged"
+    retention = "workers.retention.apply"
 
 
 #: The queue of each task. Beat's sweeps have a queue of their own: behind an ingest backlog they would expire
@@ -86,6 +87,7 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.entity_name: Queue.query,
     Task.entity_merge: Queue.query,
     Task.expire_staged: Queue.maintenance,
+    Task.retention: Queue.consolidate,  # it marks observations: where the vector store opens
 }
 
 #: Batched consumers (celery-batches' ``Batches``, options in ``runtime.TASK_OPTIONS["batch"]``) and how many messages
@@ -111,4 +113,4 @@ QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 
 #: The stage modules, which register the tasks above (imported by a worker at start and by ``app.load_tasks``).
 STAGE_MODULES = tuple(f"engram.workers.{stage}" for stage in (
-    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin"))
+    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention"))
