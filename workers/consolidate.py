@@ -17,6 +17,7 @@ from engram.workers.memory.points import memory_points, source_fields
 from engram.workers.memory.typed import consolidate_typed
 from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.runtime import runtime
+from engram.workers.stores.retention import apply_if_due
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS, UNREAD_OBSERVATION_FIELDS, tenant_filter
 from engram.workers.tasks import Task
 
@@ -40,6 +41,8 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
     """
     rt = runtime()
     s = rt.settings
+    if s.embedded:  # after a batch of ingest, watch or capture: retention, at most every retention_interval_seconds
+        apply_if_due(rt)
     with rt.ledger.try_lock(f"consolidate:{tenant_id}:{user_id}", CONSOLIDATE_LOCK_TTL_S) as got:
         if not got:
             log.info("consolidation already running", tenant=tenant_id, user=user_id)
