@@ -42,7 +42,14 @@ from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import (
+    ForgetReport,
+    ForgetScope,
+    ForgetScopeReport,
+    MemoryPage,
+    MemoryRecord,
+    UserExport,
+)
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.workers.errors import EngramError
 from engram.workers.ids import sha256_file
@@ -195,6 +202,24 @@ def _publish_call(event: PublishRequest) -> _Call:
     """``POST /v1/events``."""
     return _Call("POST", "/v1/events", event.model_dump(mode="json", exclude_none=True),
                  parse=PublishResponse.model_validate)
+
+
+def _forget_call(user: str | None, since: datetime | None, until: datetime | None, app: str | None,
+                 device: str | None, memory_ids: Iterable[uuid.UUID | str], event_ids: Iterable[uuid.UUID | str],
+                 dry_run: bool) -> _Call:
+    """``POST /v1/forget``; raises ValueError (pydantic's) for a scope that names nothing. Retried when transient:
+    forgetting again what is already forgotten changes nothing."""
+    scope = ForgetScope(user_id=user, since=since, until=until, app=app, device_id=device,
+                        memory_ids=[uuid.UUID(str(i)) for i in memory_ids],
+                        event_ids=[uuid.UUID(str(i)) for i in event_ids])
+    return _Call("POST", "/v1/forget", scope.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
+                 params={"dry_run": "true"} if dry_run else None, parse=ForgetScopeReport.model_validate)
+
+
+def _update_call(memory_id: uuid.UUID | str, text: str) -> _Call:
+    """``PATCH /v1/memories/{id}``: not retried (a second correction of a superseded memory is refused)."""
+    return _Call("PATCH", f"/v1/memories/{memory_id}", {"text": text}, parse=MemoryRecord.model_validate,
+                 retry_if=lambda exc: isinstance(exc, httpx.ConnectError))
 
 
 def _model_call(path: str, request: BaseModel, answer: type[BaseModel], retry_if=_transient) -> _Call:
@@ -447,6 +472,21 @@ class EngramClient(_Base):
         """``DELETE /v1/users/{user}``: forget the user entirely; returns what was deleted."""
         return self._send(_CALLS["forget_user"](user))
 
+    def forget(self, *, user: str | None = None, since: datetime | None = None, until: datetime | None = None,
+               app: str | None = None, device: str | None = None, memory_ids: Iterable[uuid.UUID | str] = (),
+               event_ids: Iterable[uuid.UUID | str] = (), dry_run: bool = False) -> ForgetScopeReport:
+        """``POST /v1/forget``: forget, leaving nothing behind, a time range (aware datetimes), an app, a device,
+        events or ids (every criterion given must match), optionally of one user; memories drawn also from other
+        sources are rewritten without it. ``dry_run``: only count. Raises ValueError for a scope naming nothing,
+        EngramAPIError 501 where the server does not offer it."""
+        return self._send(_forget_call(user, since, until, app, device, memory_ids, event_ids, dry_run))
+
+    def update_memory(self, memory_id: uuid.UUID | str, text: str) -> MemoryRecord:
+        """``PATCH /v1/memories/{id}``: correct a memory; the new version (the old one is kept as its history,
+        superseded). EngramAPIError 404 when unknown, 422 for an observation or a superseded memory, 501 where
+        corrections are not built."""
+        return self._send(_update_call(memory_id, text))
+
     def export_user(self, user: str) -> UserExport:
         """``GET /v1/users/{user}/export``: everything stored about the user (vault entries without secrets)."""
         return self._send(_CALLS["export_user"](user))
@@ -617,6 +657,16 @@ class AsyncEngramClient(_Base):
     async def forget_user(self, user: str) -> ForgetReport:
         """``DELETE /v1/users/{user}``."""
         return await self._send(_CALLS["forget_user"](user))
+
+    async def forget(self, *, user: str | None = None, since: datetime | None = None, until: datetime | None = None,
+                     app: str | None = None, device: str | None = None, memory_ids: Iterable[uuid.UUID | str] = (),
+                     event_ids: Iterable[uuid.UUID | str] = (), dry_run: bool = False) -> ForgetScopeReport:
+        """``POST /v1/forget`` (see ``EngramClient.forget``)."""
+        return await self._send(_forget_call(user, since, until, app, device, memory_ids, event_ids, dry_run))
+
+    async def update_memory(self, memory_id: uuid.UUID | str, text: str) -> MemoryRecord:
+        """``PATCH /v1/memories/{id}`` (see ``EngramClient.update_memory``)."""
+        return await self._send(_update_call(memory_id, text))
 
     async def export_user(self, user: str) -> UserExport:
         """``GET /v1/users/{user}/export``."""

@@ -207,6 +207,22 @@ class ForgetScopeReport(BaseModel):
     again), ledger events, objects (originals, what ingest cut from them, thumbnails, cached OCR, vault entries)
     and entities only the deleted observations named."""
 
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {
+            "tenant_id": "acme",
+            "scope": {"user_id": "alice", "app": "Slack"},
+            "dry_run": False,
+            "observations": 42,
+            "points_deleted": {"observations": 42, "episodic": 3},
+            "memories_rewritten": {"episodic": 1},
+            "event_ids": ["3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"],
+            "objects_deleted": ["media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png"],
+            "objects_kept": [],
+            "entities_deleted": 0,
+            "compacted": ["episodic", "observations"],
+        },
+    ]})
+
     tenant_id: str = Field(description="The tenant.")
     scope: ForgetScope = Field(description="What was asked.")
     dry_run: bool = Field(False, description="True: nothing was deleted; the counts say what would be.")
@@ -222,3 +238,12 @@ class ForgetScopeReport(BaseModel):
     entities_deleted: int = Field(0, description="Entities deleted because only deleted observations named them.")
     compacted: list[str] = Field(default_factory=list,
                                  description="Store collections rewritten so no byte of a deleted point is left.")
+
+
+class MemoryUpdate(BaseModel):
+    """A user's correction of a memory (``PATCH /v1/memories/{id}``): the corrected text, stored as a new version
+    that supersedes the old one (kept as history)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"text": "Alice moved to Porto"}]})
+
+    text: str = Field(min_length=1, max_length=20_000, description="The corrected text.")

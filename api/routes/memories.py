@@ -20,11 +20,20 @@ from engram.api.routes.deps import Services, Svc, Tenant, UserId
 from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses, unavailable
 from engram.api.routes.publish import CLAIM_PREFIX, already_published, publish_event, stored_size
 from engram.api.routes.queue import REQUEST_PUBLISH_RETRY, answered
+from engram.api.service.base import NotOffered
 from engram.schemas.add import AddMemoryQuery, AddMemoryResponse
 from engram.schemas.api import PublishRequest
 from engram.schemas.events import _ID_PATTERN, LedgerRecord
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import (
+    ForgetReport,
+    ForgetScope,
+    ForgetScopeReport,
+    MemoryPage,
+    MemoryRecord,
+    MemoryUpdate,
+    UserExport,
+)
 from engram.workers.fairness import tenant_priority
 from engram.workers.stores.ledger import FINAL_STATUSES
 from engram.workers.tasks import Task
@@ -175,3 +184,43 @@ def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> UserExport:
     provenance, newest first per type; vault entries without their secrets."""
     with answered("export"):
         return svc.service.export_user(tenant, user_id)
+
+
+@router.patch("/v1/memories/{memory_id}", response_model=MemoryRecord,
+              responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422, 501))
+def update_memory(memory_id: uuid.UUID, body: MemoryUpdate, tenant: Tenant, svc: Svc) -> MemoryRecord:
+    """Correct a memory: ``text`` is stored as a new version that supersedes the old one, which is kept as its
+    history; the new version is returned. 404 for an unknown id and another tenant's; 422 for an observation
+    (what was captured is not corrected) or a memory already superseded; 501 where corrections are not built."""
+    with answered("update"):
+        try:
+            got = svc.service.update_memory(tenant, memory_id, body.text)
+        except NotOffered as exc:
+            raise HTTPException(501, str(exc)) from exc
+        except ValueError as exc:
+            raise HTTPException(422, str(exc)) from exc
+    if got is None:
+        raise HTTPException(404, "memory not found")
+    return got
+
+
+@router.post("/v1/forget", response_model=ForgetScopeReport,
+             responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 413, 422, 501))
+def forget_scope(body: ForgetScope, tenant: Tenant, svc: Svc,
+                 dry_run: Annotated[bool, Query(description="Only count what would be forgotten.")] = False
+                 ) -> ForgetScopeReport:
+    """Forget, leaving nothing behind, what ``body`` selects of the tenant: a time range (``since``/``until``), an
+    application, a device, events or ids, optionally of one user. Memories drawn only from it are deleted, those
+    drawn also from other sources rewritten without it; its originals, derived objects, cached text, ledger rows
+    and the store's files keep no byte of it. With ``dry_run`` nothing changes and the report says what would go.
+    422 for a body that names nothing."""
+    with answered("forget"):
+        try:
+            report = svc.service.forget_scope(tenant, body, dry_run)
+        except NotOffered as exc:
+            raise HTTPException(501, str(exc)) from exc
+    if report.event_ids and not dry_run:  # the events' publish claims: publishing them again is heard again
+        svc.redis.delete(*(CLAIM_PREFIX + str(e) for e in report.event_ids))
+    log.info("forgotten by scope", tenant=tenant, dry_run=dry_run, observations=report.observations,
+             events=len(report.event_ids))
+    return report

@@ -2,7 +2,7 @@
 retries; one timeout per request, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``). The tenant is the API key's: the
 ``tenant_id`` arguments are not sent (a key of tenant A never reads tenant B).
 
-What the API has no route for yet raises ``NotOffered``: ``update_memory``, ``split_entity``, ``events``,
+What the API has no route for yet raises ``NotOffered``: ``split_entity``, ``events``,
 ``event_counts``, ``users``, ``timeline``, ``media`` and ``thumbnail``. ``add`` waits until the API has stored
 the memory (so it is searchable when it returns, as on the embedded default). Safe to call from several threads
 (httpx's client is).
@@ -31,7 +31,14 @@ from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, LedgerRecord
 from engram.schemas.memories import MemoryType
-from engram.schemas.memory_admin import ForgetReport, MemoryPage, MemoryRecord, UserExport
+from engram.schemas.memory_admin import (
+    ForgetReport,
+    ForgetScope,
+    ForgetScopeReport,
+    MemoryPage,
+    MemoryRecord,
+    UserExport,
+)
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import get_settings
 from engram.schemas.timeline import TimelineRequest
@@ -118,7 +125,16 @@ class RemoteService(MemoryService):
             return self.client.list_memories(memory_type, user_id, limit, offset)
 
     def update_memory(self, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
-        raise NotOffered("editing a memory through the HTTP API is not built yet")
+        """``PATCH /v1/memories/{id}``; NotOffered when the API answers 501, ValueError for its 422."""
+        try:
+            return self._maybe(self.client.update_memory, memory_id, text)
+        except ServiceError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, EngramAPIError) and cause.status == 501:
+                raise NotOffered(str(cause.detail)) from exc
+            if isinstance(cause, EngramAPIError) and cause.status == 422:
+                raise ValueError(str(cause.detail)) from exc
+            raise
 
     def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
         """The deleted item's type (read before deleting), or None when unknown."""
@@ -136,6 +152,19 @@ class RemoteService(MemoryService):
     def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
         with self._call():
             return self.client.forget_user(user_id)
+
+    def forget_scope(self, tenant_id: str, scope: ForgetScope, dry_run: bool = False) -> ForgetScopeReport:
+        """``POST /v1/forget``; NotOffered when the API answers 501."""
+        try:
+            with self._call():
+                return self.client.forget(user=scope.user_id, since=scope.since, until=scope.until, app=scope.app,
+                                          device=scope.device_id, memory_ids=scope.memory_ids,
+                                          event_ids=scope.event_ids, dry_run=dry_run)
+        except ServiceError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, EngramAPIError) and cause.status == 501:
+                raise NotOffered(str(cause.detail)) from exc
+            raise
 
     def export_user(self, tenant_id: str, user_id: str) -> UserExport:
         with self._call():

@@ -26,6 +26,8 @@ EXPECTED = {
     ("GET", "/v1/memories"): AUTH | WORKER | {422},
     ("GET", "/v1/memories/{memory_id}"): AUTH | WORKER | {404, 422},
     ("DELETE", "/v1/memories/{memory_id}"): AUTH | WORKER | {404, 422},
+    ("PATCH", "/v1/memories/{memory_id}"): AUTH | WORKER | {404, 422, 501},
+    ("POST", "/v1/forget"): AUTH | WORKER | {413, 422, 501},
     ("DELETE", "/v1/users/{user_id}"): AUTH | WORKER | {422},
     ("GET", "/v1/users/{user_id}/export"): AUTH | WORKER | {422},
     ("GET", "/v1/entities"): AUTH | WORKER,
