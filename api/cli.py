@@ -250,6 +250,9 @@ def status(
         what = ("1 event was", "it", "it") if len(stuck) == 1 else (f"{len(stuck)} events were", "them", "they")
         console.print("{} interrupted: the next `engram ingest` (of any file) runs {} again first, keeping what {} "
                       "stored".format(*what), highlight=False)
+    from engram.api.retention_cli import print_storage
+
+    print_storage(rt, tenant)  # bytes per kind: originals, thumbnails, store, ledger, caches
     if reveals := rt.ledger.reveal_count(tenant):
         console.print(f"vault: {counted(reveals, 'reveal')} of a secret audited (who, when, which entry)",
                       highlight=False)
@@ -439,6 +442,11 @@ _register_agent_commands(app)
 from engram.api.ui_cli import ui as _ui  # noqa: E402
 
 app.command("ui", epilog="Example:  engram ui --port 8780")(_ui)
+
+# retention: originals past their kind's age or the storage cap (api/retention_cli.py, workers/stores/retention.py)
+from engram.api.retention_cli import register as _register_retention_command  # noqa: E402
+
+_register_retention_command(app)
 
 # backup, restore: the embedded default's data dir (api/keep_cli.py, workers/stores/backup.py)
 from engram.api.keep_cli import register as _register_keep_commands  # noqa: E402

@@ -436,7 +436,7 @@ def describe(report: RetentionReport) -> Iterable[str]:
     if not report.items_total:
         yield "nothing to remove"
     for kind, kb in sorted(report.removed.items()):
-        yield f"{verb} {kb.count} {kind.value} original(s), {human_bytes(kb.bytes)}"
+        yield f"{verb} {kb.count} {kind.value} original{'' if kb.count == 1 else 's'}, {human_bytes(kb.bytes)}"
     for reason, kb in sorted(report.by_reason.items()):
         yield f"  by {'age' if reason is RemovalReason.age else 'the storage cap'}: {kb.count}, {human_bytes(kb.bytes)}"
     if report.cap_bytes is not None:
