@@ -142,6 +142,9 @@ class SearchHit(BaseModel):
     user_id: str | None = Field(None, description="Whose it is.")
     source_name: str | None = Field(None, description="The published file's name, or names of a memory's sources.")
     object_key: str | None = Field(None, description="Object-store key of the media or segment it was read from.")
+    original_removed_at: AwareDatetime | None = Field(
+        None, description="When retention removed the original at object_key (ENGRAM_RETENTION_<KIND>_DAYS or "
+        "ENGRAM_STORAGE_CAP_BYTES; its text, vectors, thumbnail and memories stay); null while it is stored.")
     start_s: float | None = Field(None, description="Offset of the observation in its recording, seconds.")
     end_s: float | None = Field(None, description="End offset of the observation in its recording, seconds.")
     event_ids: list[uuid.UUID] = Field(default_factory=list, description="The events its content came from.")

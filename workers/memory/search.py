@@ -189,7 +189,8 @@ def _hit(memory_type: MemoryType, point: qm.ScoredPoint | qm.Record, score: floa
         return SearchHit(
             id=uuid.UUID(str(point.id)), memory_type=memory_type, score=score, text=p.get("text", ""),
             time=p.get("captured_at"), kind=p.get("kind"), user_id=p.get("user_id"),
-            source_name=p.get("source_name"), object_key=p.get("object_key"), start_s=p.get("start_s"),
+            source_name=p.get("source_name"), object_key=p.get("object_key"),
+            original_removed_at=p.get("original_removed_at"), start_s=p.get("start_s"),
             end_s=p.get("end_s"), event_ids=[p["event_id"]], observation_ids=[uuid.UUID(str(point.id))],
             message_ids=[p["message_id"]] if p.get("message_id") else [],
             session_ids=[p["session_id"]] if p.get("session_id") else [])
