@@ -28,6 +28,7 @@ from engram.schemas.memory_admin import (
     UserExport,
 )
 from engram.schemas.search import SearchRequest, SearchResponse
+from engram.schemas.storage import StorageUse
 from engram.schemas.timeline import TimelineRequest
 from engram.workers.errors import EngramError
 
@@ -188,6 +189,12 @@ class MemoryService(ABC):
     @abstractmethod
     def users(self, tenant_id: str) -> list[str]:
         """The tenant's users (those with events), sorted."""
+
+    def storage(self, tenant_id: str) -> StorageUse:
+        """Bytes kept per kind: the tenant's originals per media kind, thumbnails, OCR cache and vault, and the
+        data dir's shared store, ledger and caches, with the storage cap and retention rules
+        (``workers.stores.retention.storage_use``)."""
+        raise NotOffered("the bytes stored per kind are not offered here")
 
     # --- timeline and media -----------------------------------------------------------------------------------
     @abstractmethod

@@ -36,7 +36,7 @@ from engram.api.service.base import (
     ServiceTimeout,
     ServiceUnavailable,
 )
-from engram.api.service.media import thumbnail_object
+from engram.api.service.media import original_object, thumbnail_object
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
@@ -52,6 +52,7 @@ from engram.schemas.memory_admin import (
 )
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import get_settings
+from engram.schemas.storage import StorageUse
 from engram.schemas.timeline import TimelineRequest
 from engram.workers.admin import (
     delete_task,
@@ -69,10 +70,13 @@ from engram.workers.memory.timeline import TIMELINE_FIELDS, read_timeline, timel
 from engram.workers.query import search_task
 from engram.workers.runtime import StoreLease, runtime
 from engram.workers.stores.objects import LocalObjectStore, ObjectNotFound
+from engram.workers.stores.retention import storage_use
 from engram.workers.stores.vectors import StoreBusy
 
 #: How long the list of a tenant's users is reused, seconds; the ledger records it is read from, at most.
 USERS_TTL_S = 30.0
+#: How long the bytes stored per kind are reused, seconds (a walk of the object folder: ~0.3 s per 100 k objects).
+STORAGE_TTL_S = 60.0
 USERS_SCAN = 20_000
 
 
@@ -89,6 +93,7 @@ class EmbeddedService(MemoryService):
         self._lease = StoreLease(linger)
         self._users: dict[str, tuple[float, list[str]]] = {}
         self._users_lock = threading.Lock()
+        self._storage: dict[str, tuple[float, StorageUse | None]] = {}
 
     def close(self) -> None:
         """Release the store now."""
@@ -224,6 +229,16 @@ class EmbeddedService(MemoryService):
                 self._users[tenant_id] = (time.monotonic(), found)
             return list(found)
 
+    def storage(self, tenant_id: str) -> StorageUse:
+        """``storage_use`` of the configured stores (file sizes and the object listing; the vector store is not
+        opened), reused for ``STORAGE_TTL_S`` seconds."""
+        with self._users_lock:
+            at, use = self._storage.get(tenant_id, (0.0, None))
+            if use is None or time.monotonic() - at > STORAGE_TTL_S:
+                use = storage_use(self._runtime(), tenant_id)
+                self._storage[tenant_id] = (time.monotonic(), use)
+            return use.model_copy()
+
     # --- timeline and media -----------------------------------------------------------------------------------
     def timeline(self, req: TimelineRequest) -> MemoryPage:
         """Each record's payload holds ``workers.memory.timeline.TIMELINE_FIELDS`` only."""
@@ -240,7 +255,7 @@ class EmbeddedService(MemoryService):
 
     def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         rec = self._observation(tenant_id, observation_id, user_id)
-        return _read_object(self._runtime().objects, rec.payload["object_key"])
+        return original_object(self._runtime().objects, rec)
 
     def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         """The thumbnail stored at ingest, else made now and stored (``api.service.media.thumbnail_object``)."""

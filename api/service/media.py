@@ -37,6 +37,32 @@ def read_object(objects: Any, key: str, whole: bool = True, mime: str | None = N
     return MediaObject(key=key, mime_type=mime, size=len(data), data=data)
 
 
+def removed_reason(payload: dict[str, Any]) -> str | None:
+    """Why an observation's original is gone when retention removed it (``workers.stores.retention`` wrote
+    ``original_removed_at`` and ``original_removed_by`` into its payload), in words; None when it did not."""
+    removed = payload.get("original_removed_at")
+    if not removed:
+        return None
+    why = "the storage cap" if payload.get("original_removed_by") == "cap" else "its kind's retention period"
+    return (f"the original was removed by retention on {str(removed)[:10]} ({why}); its text, thumbnail and "
+            "memories are kept")
+
+
+def original_object(objects: Any, rec: MemoryRecord, whole: bool = True) -> MediaObject:
+    """The original the observation ``rec`` was read from (``read_object`` of its ``object_key``). Raises
+    MediaMissing: no object named, or gone (saying so when retention removed it: ``removed_reason``)."""
+    key = rec.payload.get("object_key")
+    if not key:
+        raise MediaMissing("this observation has no stored object")
+    try:
+        return read_object(objects, key, whole)
+    except MediaMissing as exc:
+        reason = removed_reason(rec.payload)
+        if reason is None:
+            raise
+        raise MediaMissing(reason) from exc
+
+
 def thumbnail_object(objects: Any, rec: MemoryRecord, max_pixels: int = 100_000_000) -> MediaObject:
     """The thumbnail of the observation ``rec`` (its whole payload, as ``get_memory`` reads it): the stored one,
     else one made from its picture and stored under the same key. Raises MediaMissing with the reason (no

@@ -23,7 +23,6 @@ import structlog
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from engram.api.service.base import (
-    MediaMissing,
     MediaObject,
     MemoryService,
     NotFound,
@@ -185,12 +184,9 @@ class QueueService(MemoryService):
     def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         """The original's key, type and size; its ``path`` on a local object store, else neither path nor data:
         read it from ``objects`` (the web app streams it with HTTP ranges, ``api.ui.signin``)."""
-        from engram.api.service.media import read_object
+        from engram.api.service.media import original_object
 
-        rec = self._observation(tenant_id, observation_id, user_id)
-        if not rec.payload.get("object_key"):
-            raise MediaMissing("this observation has no stored object")
-        return read_object(self.objects, rec.payload["object_key"], whole=False)
+        return original_object(self.objects, self._observation(tenant_id, observation_id, user_id), whole=False)
 
     def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         """The thumbnail stored at ingest, else made now and stored (``api.service.media.thumbnail_object``)."""

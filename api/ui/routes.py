@@ -168,11 +168,19 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
                             statuses=[s.value for s in EventStatus], status=status or "",
                             events=svc.events(tenant, user, wanted, 200), failures=svc.failures(tenant, user, 50),
                             plot=plot, deny_apps=DEFAULT_DENY_APPS, deny_titles=DEFAULT_DENY_TITLES,
-                            pause_file=str(pause), paused=pause.exists())
+                            pause_file=str(pause), paused=pause.exists(), storage=_storage(svc, tenant))
 
     @app.get("/connect", include_in_schema=False)
     def connect(request: Request) -> Response:
         return pages.render(request, "connect.html", user=pages.user(request), snippet=mcp_snippet(cfg.data_dir))
+
+
+def _storage(svc, tenant: str):
+    """The bytes stored per kind for the Activity page (``MemoryService.storage``), or None where not offered."""
+    try:
+        return svc.storage(tenant)
+    except NotOffered:
+        return None
 
 
 def mcp_snippet(data_dir: Path) -> str:
