@@ -123,7 +123,9 @@ def test_a_missing_original_is_told_apart_from_an_unknown_observation(store):
     svc.media("default", shot.id).path.unlink()
     with pytest.raises(MediaMissing, match="no longer stored"):
         svc.media("default", shot.id)
-    with pytest.raises(MediaMissing):
+    thumb = svc.thumbnail("default", shot.id)  # made at ingest: it stays without the original (as retention keeps it)
+    thumb.path.unlink()
+    with pytest.raises(MediaMissing, match="no longer stored"):
         svc.thumbnail("default", shot.id)
 
 
