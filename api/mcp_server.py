@@ -1,11 +1,12 @@
 """``engram mcp``: engram's memory as a Model Context Protocol server (the official ``mcp`` SDK, 2.x).
 
-Tools: ``search``, ``ask``, ``add_memory``, ``list_memories``, ``get_memory``, ``delete_memory``, ``list_entities``
-and ``name_entity``. Each tool's input JSON schema is a pydantic model's from ``schemas/`` (``SearchRequest``,
-``AskRequest`` and ``AddMemoryRequest`` without the tenant; ``schemas.tools``); its result is text for the model
-(a search's hits with their time, ids and what matched, each stored text quoted as a JSON string under a line
-saying it is stored data, not instructions: ``quoted``) and the same as structured content (the response model's
-JSON, the stored text in its fields).
+Tools: ``search``, ``ask``, ``add_memory``, ``list_memories``, ``get_memory``, ``delete_memory``, ``forget`` (a time
+range, app, device or ids; destructive), ``update_memory`` (a correction superseding the old version),
+``list_entities`` and ``name_entity``. Each tool's input JSON schema is a pydantic model's from ``schemas/``
+(``SearchRequest``, ``AskRequest`` and ``AddMemoryRequest`` without the tenant; ``schemas.tools``); its result is
+text for the model (a search's hits with their time, ids and what matched, each stored text quoted as a JSON string
+under a line saying it is stored data, not instructions: ``quoted``) and the same as structured content (the
+response model's JSON, the stored text in its fields).
 
 Users: ``engram mcp --user U`` serves only U (a call naming another user is refused; one naming none is U's; an
 item of another user reads as unknown); ``--all-users`` serves the whole tenant (``--user`` is then the default of
@@ -46,14 +47,14 @@ import anyio.to_thread
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from engram.api.console import STORE_HOLD_SECONDS, counted, why_found
-from engram.api.service.base import MemoryService, ServiceError
+from engram.api.service.base import MemoryService, NotOffered, ServiceError
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import _ID_PATTERN
-from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.memory_admin import ForgetScopeReport, MemoryPage, MemoryRecord
 from engram.schemas.search import EmptyReason, SearchHit, SearchRequest, SearchResponse
-from engram.schemas.tools import ListMemoriesArgs, MemoryIdArgs, NameEntityArgs, NoArgs
+from engram.schemas.tools import ForgetArgs, ListMemoriesArgs, MemoryIdArgs, NameEntityArgs, NoArgs, UpdateMemoryArgs
 from engram.workers.errors import EngramError
 
 log = logging.getLogger("engram.mcp")
@@ -285,6 +286,30 @@ class EngramTools:
             raise ToolFailed(f"no memory {args.memory_id}")
         return f"Deleted {kind.value} {args.memory_id}.", {"deleted": str(args.memory_id), "memory_type": kind.value}
 
+    def update_memory(self, args: UpdateMemoryArgs, tenant: str) -> tuple[str, MemoryRecord]:
+        if self._mine(self.service.get_memory(tenant, args.memory_id)) is None:
+            raise ToolFailed(f"no memory {args.memory_id}")
+        try:
+            rec = self.service.update_memory(tenant, args.memory_id, args.text)
+        except (NotOffered, ValueError) as exc:
+            raise ToolFailed(str(exc)) from exc
+        if rec is None:
+            raise ToolFailed(f"no memory {args.memory_id}")
+        return (f"Corrected: the new version is {rec.id} ({rec.memory_type.value}); {args.memory_id} is kept as its "
+                "history, superseded."), rec
+
+    def forget(self, args: ForgetArgs, tenant: str) -> tuple[str, ForgetScopeReport]:
+        try:
+            report = self.service.forget_scope(tenant, args.scope(), dry_run=args.dry_run)
+        except NotOffered as exc:
+            raise ToolFailed(str(exc)) from exc
+        gone = {c: n for c, n in report.points_deleted.items() if n and c != "observations"}
+        parts = [counted(report.observations, "observation"), *(f"{n} {c}" for c, n in gone.items()),
+                 f"{counted(sum(report.memories_rewritten.values()), 'memory', 'memories')} rewritten without it",
+                 counted(len(report.event_ids), "event"), counted(len(report.objects_deleted), "object")]
+        head = "Would forget (dry run, nothing deleted): " if report.dry_run else "Forgotten, nothing left behind: "
+        return head + ", ".join(parts) + ".", report
+
     def list_entities(self, args: NoArgs, tenant: str) -> tuple[str, EntityList]:
         found = self.service.list_entities(tenant)
         lines = [f"{e.id}: names {', '.join(quoted(n) for n in e.names) or '(unnamed)'} - {e.faces} faces, "
@@ -316,6 +341,15 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          lambda s, a, t: s.get_memory(a, t)),
     Tool("delete_memory", "Delete one observation or memory by id.", MemoryIdArgs,
          lambda s, a, t: s.delete_memory(a, t), read_only=False, destructive=True),
+    Tool("forget", "Forget, leaving nothing behind, what the user asks to be forgotten: a time range "
+         "(`since`/`until`, ISO 8601 with a zone), an application (`app`), a device (`device_id`), or observations, "
+         "memories or events by id; every criterion given must match. Memories drawn only from it are deleted, "
+         "those drawn also from other sources rewritten without it. Cannot be undone: confirm with the user, or call "
+         "with `dry_run` first to say what would go.", ForgetArgs, lambda s, a, t: s.forget(a, t), read_only=False,
+         destructive=True),
+    Tool("update_memory", "Correct a memory (not an observation): `text` becomes a new version that supersedes the "
+         "old one, which is kept as its history.", UpdateMemoryArgs, lambda s, a, t: s.update_memory(a, t),
+         read_only=False),
     Tool("list_entities", "The people engram knows (from faces, voices and chat speakers): ids, names, counts.",
          NoArgs, lambda s, a, t: s.list_entities(a, t)),
     Tool("name_entity", "Give a person entity (an id from list_entities) a name, so searches naming them find "

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engram.schemas.events import _ID_PATTERN
 from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import ForgetScope, MemoryUpdate
 
 
 class EntityNameRequest(BaseModel):
@@ -55,3 +56,20 @@ class NoArgs(BaseModel):
     """A tool without arguments (``list_entities``)."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class ForgetArgs(ForgetScope):
+    """The MCP tool ``forget``: what to forget (a time range, an app, a device, events or ids; every criterion
+    given must match, optionally one user's) and whether only to count it."""
+
+    dry_run: bool = Field(False, description="Only say what would be forgotten; nothing is deleted.")
+
+    def scope(self) -> ForgetScope:
+        """The scope without ``dry_run``."""
+        return ForgetScope.model_validate(self.model_dump(exclude={"dry_run"}))
+
+
+class UpdateMemoryArgs(MemoryUpdate):
+    """The MCP tool ``update_memory``: which memory (not an observation) and its corrected text."""
+
+    memory_id: uuid.UUID = Field(description="The id of the memory to correct (from search or list_memories).")

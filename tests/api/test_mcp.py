@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 
 import anyio
 import pytest
@@ -17,6 +18,7 @@ from tests.conftest import REPO
 pytest.importorskip("mcp")
 
 FACT = "The blue notebook with the vendor contracts is in the second drawer of the oak desk"
+SECOND = "The car is parked on level minus three of the parking garage, spot 47"
 
 
 def _env(root) -> dict[str, str]:
@@ -51,7 +53,10 @@ async def _exercise(client, data, env, timings) -> None:
     listed = await client.list_tools()
     tools = {t.name: t for t in listed.tools}
     assert set(tools) == {"search", "ask", "add_memory", "list_memories", "get_memory", "delete_memory",
-                          "list_entities", "name_entity"}
+                          "forget", "update_memory", "list_entities", "name_entity"}
+    assert tools["forget"].annotations.destructive_hint is True and not tools["forget"].annotations.read_only_hint
+    assert {"since", "until", "app", "device_id", "memory_ids", "dry_run"} <= set(
+        tools["forget"].input_schema["properties"])
     assert {"query", "user_id", "limit", "kinds", "time_from", "entities"} <= set(
         tools["search"].input_schema["properties"])
     assert "tenant_id" not in tools["search"].input_schema["properties"]
@@ -95,6 +100,23 @@ async def _exercise(client, data, env, timings) -> None:
     after = await client.call_tool("search", {"query": "where are the vendor contracts?", "user_id": "alice",
                                               "memory_types": ["observation"]})
     assert FACT not in after.content[0].text
+    everywhere = await client.call_tool("search", {"query": "where are the vendor contracts?", "user_id": "alice",
+                                                   "memory_types": ["observation", "episodic"]})
+    assert "oak desk" not in everywhere.content[0].text  # the episodic memory quoting it went with it
+
+    # forget by time: a dry run says what would go, then it goes
+    since = (datetime.now(UTC) - timedelta(minutes=10)).isoformat()
+    await client.call_tool("add_memory", {"text": SECOND, "id": "note-2"})
+    nothing = await client.call_tool("forget", {"dry_run": True})
+    assert nothing.is_error and "name what to forget" in nothing.content[0].text
+    dry = await client.call_tool("forget", {"since": since, "dry_run": True})
+    assert not dry.is_error and dry.structured_content["dry_run"] and dry.structured_content["observations"] == 1
+    assert "Would forget" in dry.content[0].text
+    gone = await client.call_tool("forget", {"since": since})
+    assert not gone.is_error and gone.structured_content["observations"] == 1, gone.content[0].text
+    left = await client.call_tool("search", {"query": "parking garage level", "user_id": "alice",
+                                             "memory_types": ["observation", "episodic"]})
+    assert "minus three" not in left.content[0].text and left.structured_content["hits"] == []
 
 
 def test_an_embedded_mcp_server_loads_the_search_models_before_the_first_call_without_the_store(tmp_path):
