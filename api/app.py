@@ -9,9 +9,9 @@ vector store. Every request is scoped to the tenant of its API key (``Authorizat
 
 Layout: one router per resource in ``api.routes`` (``health``, ``publish``, ``search``, ``memories``,
 ``entities``); authentication and tenancy are dependencies (``api.routes.deps``), the error handlers sit in
-``api.routes.errors``. ``create_app`` only assembles them; its lifespan opens the ``Services`` (Redis client,
-ledger, object store, Celery producer) into ``app.state``, where the routes reach them. Run with
-``uvicorn engram.api.app:app`` or ``engram serve``.
+``api.routes.errors``; the web app is mounted at ``/ui`` (``api.ui.signin``). ``create_app`` only assembles them;
+its lifespan opens the ``Services`` (Redis client, ledger, object store, Celery producer) into ``app.state``, where
+the routes reach them. Run with ``uvicorn engram.api.app:app`` or ``engram serve``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from engram.api.ratelimit import RateLimiter
 from engram.api.routes import entities, health, memories, publish, search
 from engram.api.routes.deps import build_services
 from engram.api.routes.errors import HANDLERS
+from engram.api.ui.signin import ServedUi
 from engram.schemas.settings import Settings, get_settings
 
 DESCRIPTION = ("Long-term multimodal memory for AI agents: publish media, follow its ingestion, search memories. "
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None, celery: Celery | None = None) -
     app.state.settings, app.state.celery = settings, celery  # read by the lifespan at start-up
     for module in (health, publish, search, memories, entities):
         app.include_router(module.router)
+    app.mount("/ui", ServedUi("/ui"))  # the web app (api.ui.signin): sign in with an API key; not in OpenAPI
     return app
 
 

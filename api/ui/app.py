@@ -1,6 +1,7 @@
 """The web app (issue 42): server-rendered pages over the service layer (``api.service.MemoryService``), served by
-``engram ui`` on the embedded default (``embedded_ui``). Pages: ``api.ui.pages``; routes: ``api.ui.routes``; guards
-(Host check, CSP, CSRF): ``api.ui.security``.
+``engram ui`` on the embedded default (``embedded_ui``) and by ``engram serve`` at ``/ui`` (``api.ui.signin``: sign-in
+with an API key, one app per tenant). Pages: ``api.ui.pages``; routes: ``api.ui.routes``; guards (Host check, CSP,
+CSRF): ``api.ui.security``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,19 @@ from engram.api.ui.security import Guard, loopback_hosts
 from engram.schemas.settings import get_settings
 
 
-def create_ui(cfg: UiConfig) -> Any:
+def create_ui(cfg: UiConfig, serve: Any = None) -> Any:
     """The web app for ``cfg``: a FastAPI app without OpenAPI, docs or ReDoc routes, inside the ``Guard`` (Host
-    check, security headers). An ASGI app; its FastAPI app is ``.app``."""
+    check, security headers). An ASGI app; its FastAPI app is ``.app``. ``serve``: an ``api.ui.signin.ServeContext``
+    under ``engram serve`` (the tenant's API keys on the Connect page, originals streamed from S3), None for
+    ``engram ui``."""
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None, title="engram ui")
     app.state.cfg = cfg
     app.state.pages = pages = Pages(cfg)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    if serve is not None:
+        from engram.api.ui import signin
+
+        signin.register(app, cfg, pages, serve)  # before the shared routes: its /connect, /media, /thumb win
     routes.register(app, cfg, pages)
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,0 +1,208 @@
+"""The web app under ``engram serve`` (``/ui``, ``api.ui.signin``) on a real cluster: the API served by uvicorn in this
+process on a real redis-server and SeaweedFS S3, a real Celery worker process ingesting a rendered screenshot and a
+real recording (``jfk.flac``) published through the SDK. Signing in with an API key in Debian's chromium, the session
+cookie's flags, every screen through the queue, another tenant's URLs answering 404, the thumbnail stored at ingest
+and served with cache headers, an original streamed with HTTP ranges from S3, the tenant's keys on Connect (create,
+revoke: the session ends), sign-out, and the UI's routes out of the OpenAPI document."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from PIL import Image, ImageDraw
+
+from tests.api.conftest import make_settings, served, worker_process
+from tests.conftest import eval_data_dir
+
+pytestmark = pytest.mark.slow  # a worker process ingests through OCR and speech models (~1-2 min)
+
+SERVE_DB = 8
+DAY = datetime(2024, 5, 2, tzinfo=UTC)
+
+
+@dataclass
+class Cluster:
+    """The API's URL, its settings, one key per tenant, and the ids the tests look for."""
+
+    url: str
+    settings: object
+    keys: dict[str, str]
+    shot_id: str
+    shot_event: str
+    audio_id: str
+    audio_key: str
+
+
+@pytest.fixture(scope="module")
+def cluster(redis_server, seaweedfs_s3, tmp_path_factory) -> Iterator[Cluster]:
+    import redis
+
+    from engram.api.client import EngramClient
+    from engram.api.keys import create_key
+    from engram.schemas.events import EventStatus, MediaKind
+    from engram.schemas.memories import MemoryType
+
+    root = tmp_path_factory.mktemp("serve-ui")
+    settings = make_settings(redis_server, seaweedfs_s3, root / "data", db=SERVE_DB,
+                             s3_bucket="engram-ui-serve-test")
+    (root / "data").mkdir()
+    r = redis.Redis.from_url(settings.broker_url, decode_responses=True)
+    r.flushdb()
+    keys = {t: create_key(r, t, "test") for t in ("acme", "globex")}
+    shot = Image.new("RGB", (1280, 720), "white")
+    ImageDraw.Draw(shot).text((40, 300), "quarterly budget review", fill="black")
+    shot.save(root / "shot.png")
+    with worker_process(settings, seaweedfs_s3), served(settings) as url:
+        with EngramClient(url, keys["acme"], timeout=120, user="alice", device="laptop") as sdk:
+            shot_event = sdk.publish(root / "shot.png", MediaKind.screenshot, captured_at=DAY + timedelta(hours=10),
+                                     app="Firefox", window="Budget - Mozilla Firefox").event_id
+            audio_event = sdk.publish(eval_data_dir() / "audio" / "jfk.flac", MediaKind.audio,
+                                      captured_at=DAY + timedelta(hours=11)).event_id
+            done = sdk.wait([shot_event, audio_event], timeout=300, interval=0.5)
+            assert {s.status for s in done.values()} == {EventStatus.done}, done
+            obs = sdk.list_memories(MemoryType.observation, "alice", 20).items
+        shot_obs = next(o for o in obs if o.payload.get("kind") == "screenshot")
+        audio_obs = next(o for o in obs if o.payload.get("kind") == "audio")
+        yield Cluster(url, settings, keys, str(shot_obs.id), str(shot_event), str(audio_obs.id),
+                      audio_obs.payload["object_key"])
+    r.close()
+
+
+@contextmanager
+def signed_in(cluster: Cluster, tenant: str) -> Iterator[httpx.Client]:
+    """An HTTP client signed in to the web app with ``tenant``'s key (through the form, with its CSRF token)."""
+    with httpx.Client(base_url=cluster.url, timeout=120) as http:
+        form = http.get("/ui/signin")
+        r = http.post("/ui/signin", data={"csrf_token": csrf_of(form.text), "api_key": cluster.keys[tenant]})
+        assert r.status_code == 303 and r.headers["location"] == "/ui/", r.text
+        yield http
+
+
+def csrf_of(html: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def test_signing_in_with_a_key_in_chromium_gives_a_strict_httponly_session(cluster, page):
+    page.goto(cluster.url + "/ui/timeline?date=2024-05-02")
+    assert page.url.endswith("/ui/signin?next=%2Ftimeline%3Fdate%3D2024-05-02")  # no session: the sign-in form
+    page.fill("#api_key", "egk_not-a-key")
+    page.click("button[type=submit]")
+    assert "not known here" in page.inner_text("main")
+    page.fill("#api_key", cluster.keys["acme"])
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r"/ui/timeline\?date=2024-05-02$"))  # back where it was going
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    auth = cookies["engram_ui_auth"]
+    assert (auth["httpOnly"], auth["sameSite"], auth["path"]) == (True, "Strict", "/ui")
+    assert cluster.keys["acme"] not in auth["value"]  # the key itself is never in the cookie
+    assert cookies["engram_ui_session"]["httpOnly"] and cookies["engram_ui_session"]["sameSite"] == "Strict"
+    page.goto(cluster.url + "/ui/timeline?date=2024-05-02&user=alice")
+    thumb = page.locator(f'img[src="/ui/thumb/{cluster.shot_id}?user=alice"]')
+    thumb.wait_for()
+    thumb.scroll_into_view_if_needed()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumb.element_handle())
+    assert "acme" in page.inner_text("footer")
+    page.click("footer button:has-text('Sign out')")
+    page.wait_for_url(re.compile(r"/ui/signin$"))
+    assert "engram_ui_auth" not in {c["name"] for c in page.context.cookies()}
+    page.goto(cluster.url + "/ui/")
+    assert "/ui/signin" in page.url
+
+
+def test_every_screen_answers_through_the_cluster(cluster):
+    with signed_in(cluster, "acme") as http:
+        start = http.get("/ui/")
+        assert start.status_code == 200 and 'href="/ui/timeline"' in start.text and "acme" in start.text
+        assert "script-src 'self'" in start.headers["content-security-policy"]
+        day = http.get("/ui/timeline", params={"date": "2024-05-02", "user": "alice"})
+        assert day.status_code == 200 and f"/ui/thumb/{cluster.shot_id}" in day.text
+        assert f"/ui/media/{cluster.audio_id}" in day.text  # the recording plays from the page
+        found = http.get("/ui/search", params={"q": "quarterly budget review", "user": "alice"})
+        assert found.status_code == 200 and f"/ui/item/{cluster.shot_id}" in found.text
+        for screen in ("/ui/people", "/ui/memories", "/ui/activity", "/ui/connect", f"/ui/item/{cluster.shot_id}"):
+            assert http.get(screen).status_code == 200, screen
+        assert "alice" in http.get("/ui/activity").text  # the ledger's users and events, read beside the API
+
+
+def test_a_url_of_tenant_a_is_404_for_tenant_b(cluster):
+    with signed_in(cluster, "globex") as http:
+        for path in (f"/ui/item/{cluster.shot_id}", f"/ui/thumb/{cluster.shot_id}", f"/ui/media/{cluster.audio_id}"):
+            r = http.get(path)
+            assert r.status_code == 404, path
+        assert cluster.shot_id not in http.get("/ui/timeline", params={"date": "2024-05-02"}).text
+    with signed_in(cluster, "acme") as http:
+        assert http.get(f"/ui/item/{cluster.shot_id}").status_code == 200
+
+
+def test_the_thumbnail_stored_at_ingest_is_served_with_cache_headers(cluster):
+    from engram.workers.media.thumbs import thumb_key
+    from engram.workers.stores.objects import open_object_store
+
+    objects = open_object_store(cluster.settings)
+    key = thumb_key("acme", cluster.shot_event, 0)
+    stored = objects.get_bytes(key)  # made by the worker's ingest, before any page asked for it
+    with signed_in(cluster, "acme") as http:
+        r = http.get(f"/ui/thumb/{cluster.shot_id}")
+        assert r.status_code == 200 and r.headers["content-type"] == "image/webp" and r.content == stored
+        assert r.headers["cache-control"] == "private, max-age=86400" and r.headers["etag"]
+        with Image.open(io.BytesIO(r.content)) as img:
+            assert img.width == 320 and len(r.content) <= 20_000
+        again = http.get(f"/ui/thumb/{cluster.shot_id}", headers={"If-None-Match": r.headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
+        objects.delete(key)  # an item from before thumbnails were made at ingest: made now, and stored
+        assert http.get(f"/ui/thumb/{cluster.shot_id}").status_code == 200 and objects.exists(key)
+        shot = http.get(f"/ui/thumb/{cluster.audio_id}")  # a recording has no picture: the placeholder
+        assert shot.status_code == 307 and shot.headers["location"] == "/ui/static/missing.svg"
+
+
+def test_a_recording_streams_with_range_requests_from_s3(cluster):
+    from engram.workers.stores.objects import open_object_store
+
+    original = open_object_store(cluster.settings).get_bytes(cluster.audio_key)
+    size = len(original)
+    with signed_in(cluster, "acme") as http:
+        part = http.get(f"/ui/media/{cluster.audio_id}", headers={"Range": "bytes=100-1123"})
+        assert part.status_code == 206 and part.headers["content-range"] == f"bytes 100-1123/{size}"
+        assert part.content == original[100:1124] and part.headers["accept-ranges"] == "bytes"
+        assert part.headers["content-type"].startswith("audio/")
+        tail = http.get(f"/ui/media/{cluster.audio_id}", headers={"Range": "bytes=-16"})
+        assert tail.status_code == 206 and tail.content == original[-16:]
+        assert http.get(f"/ui/media/{cluster.audio_id}", headers={"Range": f"bytes={size}-"}).status_code == 416
+        whole = http.get(f"/ui/media/{cluster.audio_id}")
+        assert whole.status_code == 200 and whole.content == original
+
+
+def test_connect_shows_the_tenants_keys_masked_and_a_revoked_key_ends_its_session(cluster):
+    from engram.api.keys import hash_key
+
+    with signed_in(cluster, "acme") as http:
+        page = http.get("/ui/connect")
+        assert page.status_code == 200 and "egk_…" + hash_key(cluster.keys["acme"])[:12] in page.text
+        assert cluster.keys["acme"] not in page.text and hash_key(cluster.keys["globex"])[:12] not in page.text
+        made = http.post("/ui/connect/keys", data={"csrf_token": csrf_of(page.text), "label": "laptop"})
+        assert made.status_code == 201 and made.headers["cache-control"] == "no-store"
+        new_key = re.search(r"<code>(egk_[A-Za-z0-9_-]{20,})</code>", made.text).group(1)
+        assert http.post("/ui/connect/keys", data={"label": "no token"}).status_code == 403  # CSRF
+        other = hash_key(cluster.keys["globex"])[:12]
+        assert http.post(f"/ui/connect/keys/{other}/revoke",
+                         data={"csrf_token": csrf_of(page.text)}).status_code == 404  # another tenant's key
+    mine = Cluster(**{**cluster.__dict__, "keys": {"acme": new_key}})
+    with signed_in(mine, "acme") as http:
+        page = http.get("/ui/connect")
+        gone = http.post(f"/ui/connect/keys/{hash_key(new_key)[:12]}/revoke", data={"csrf_token": csrf_of(page.text)})
+        assert gone.status_code == 303 and gone.headers["location"] == "/ui/connect"
+        after = http.get("/ui/connect")  # signed in with the key just revoked: the session is over
+        assert after.status_code == 303 and after.headers["location"].startswith("/ui/signin")
+        assert http.post("/ui/connect/keys", data={}).status_code == 401
+
+
+def test_the_ui_is_not_in_the_openapi_document(cluster):
+    spec = httpx.get(cluster.url + "/openapi.json").json()
+    assert spec["paths"] and not any(p.startswith("/ui") for p in spec["paths"])
