@@ -10,7 +10,9 @@ document.addEventListener("keydown", function (event) {
     box.focus();
     box.select();
   } else {
+    // the header's link to Search (it carries the user, and the /ui prefix under engram serve)
+    var link = document.querySelector('header nav a[href*="/search"]');
     var user = new URLSearchParams(window.location.search).get("user");
-    window.location.href = "/search" + (user ? "?user=" + encodeURIComponent(user) : "");
+    window.location.href = link ? link.href : "/search" + (user ? "?user=" + encodeURIComponent(user) : "");
   }
 });
