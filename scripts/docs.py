@@ -52,7 +52,7 @@ class Headline:
 
 HEADLINES = [
     Headline("LoCoMo evidence recall@10 (engram)", "retrieval", "recall.engram.overall.10", "above raw turns"),
-    Headline("LoCoMo evidence recall@10 (RRF over raw turns)", "retrieval", "recall.raw_rrf.overall.10", ""),
+    Headline("LoCoMo evidence recall@10 (RRF over raw turns)", "retrieval", "recall.RRF.overall.10", ""),
     Headline("text ingest, cold, share of the embedder's ceiling", "ingest", "text.cold_ratio", "≥ 0.8"),
     Headline("text ingest, warm", "ingest", "text.warm_msgs_per_s", "≥ 400", " msg/s"),
     Headline("screenshot: CPU per kept frame", "ingest", "screenshot.cpu_s", "≤ 1.5", " s"),
