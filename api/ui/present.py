@@ -20,7 +20,8 @@ PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".
 @dataclass
 class Group:
     """A run of consecutive timeline items of one kind (and, for screenshots, one app and window; for chat turns,
-    one session), newest first. ``shown``: the items drawn (every one, or ``GROUP_THUMBS`` sampled evenly)."""
+    one session), newest first. ``shown``: the items drawn (every one, or ``GROUP_THUMBS`` sampled evenly);
+    ``anchors``: the ids of the hours that start at this group (``scrubber``)."""
 
     kind: str
     app: str | None

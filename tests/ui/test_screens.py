@@ -154,6 +154,11 @@ def test_editing_a_memory_shows_its_history(page, ui, media):
     assert "valid" in history.inner_text() and "until" in history.inner_text()
     old = ui.service.get_memory("default", uuid.UUID(old_id))
     assert old is not None and old.payload["superseded_by"] == new_id and old.payload["valid_to"]
+    page.goto(f"{ui.url}/item/{old_id}")  # the old version's page links to the new one, and back
+    with page.expect_navigation():
+        page.get_by_role("link", name="a newer version").click()
+    assert page.url.endswith(f"/item/{new_id}") and page.get_by_text(CORRECTION).first.is_visible()
+    page.goto(f"{ui.url}/memories?type=episodic#m-{new_id}")
     edited.scroll_into_view_if_needed()
     _shot(page, "memories", top=False)
     assert page.dialogs == []
