@@ -65,7 +65,8 @@ def update_memory(rt: Any, tenant_id: str, memory_id: uuid.UUID, text: str) -> M
     extra = {k: stored[k] for k in ("kinds", "device_ids", "apps", "entity_ids") if k in stored}
     extra["corrected_from"] = str(memory_id)
     collection = collection_for(old.memory_type)
-    rt.vectors.upsert(collection, memory_points(rt, [new], [extra]))
+    batch: list[Any] = [new]  # memory_points takes any type's memory (its index text and provenance)
+    rt.vectors.upsert(collection, memory_points(rt, batch, [extra]))
     rt.vectors.set_payload(collection, [memory_id], {"superseded_by": str(new.id), "valid_to": now.isoformat()})
     point = rt.vectors.retrieve(collection, [new.id])[0]
     return to_record(old.memory_type, point)
@@ -125,15 +126,15 @@ def split_entity(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str)
     entity (unnamed), with the observations it came from relinked (their ``entity_ids``, the face's
     ``entity_id``); counts move with it. Returns the new ``Entity``. Raises KeyError when the entity or the
     sample is unknown."""
-    from engram.workers.memory.entities import EntityMemory, founded_id
+    from engram.workers.memory.entities import EntityMemory, Modality, founded_id
     from engram.workers.stores.vectors import OBSERVATIONS
 
     memory = EntityMemory(rt, tenant_id)
     entity = memory.get(entity_id)
     if entity is None:
         raise KeyError(f"no entity {entity_id}")
-    modality, sample = next(((m, s) for m, samples in (("face", entity.face_samples), ("voice", entity.voice_samples))
-                             for s in samples if s.key == sample_key), (None, None))
+    kinds: tuple[tuple[Modality, list], ...] = (("face", entity.face_samples), ("voice", entity.voice_samples))
+    modality, sample = next(((m, s) for m, samples in kinds for s in samples if s.key == sample_key), (None, None))
     if sample is None or modality is None:
         raise KeyError(f"no sample {sample_key[:80]} of this entity")
     if modality == "face":

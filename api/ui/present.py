@@ -204,7 +204,7 @@ def ingest_plot(records: list, now: datetime, tz, hours: int = 24) -> Plot:
     step = inner_w / hours
     bars = []
     for i, c in enumerate(counts):
-        y = PLOT_PAD + inner_h
+        y = float(PLOT_PAD + inner_h)
         for kind, colour in PLOT_KINDS:
             n = c.get(kind, 0)
             if n:
