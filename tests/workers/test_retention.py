@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -237,3 +238,47 @@ def test_the_beat_entry_and_its_task(store, monkeypatch):
     reset_runtimes()
     got = retention_task.delay(True, _later(40).isoformat()).get(timeout=60)
     assert got["dry_run"] and got["items_total"] == 1 and got["items"][0]["kind"] == "screenshot"
+
+
+def test_beat_runs_it_on_a_cluster_and_the_worker_removes_from_s3(redis_server, seaweedfs_s3, tmp_path, monkeypatch):
+    """The distributed mode: ``engram beat`` sends the retention task every interval to the store worker (queue
+    ``consolidate``), and the task removes the oldest originals from S3 while over the cap."""
+    import uuid
+
+    import redis
+
+    from engram.schemas.settings import Settings
+    from engram.workers.stores.objects import S3ObjectStore
+    from engram.workers.tasks import Task
+    from tests.cluster import Cluster, producer
+
+    url = redis_server.rsplit("/", 1)[0] + "/11"  # a database of its own on the session's redis-server
+    redis.Redis.from_url(url).flushdb()
+    s3 = {"ENGRAM_S3_ENDPOINT": seaweedfs_s3.endpoint, "ENGRAM_S3_ACCESS_KEY": seaweedfs_s3.access_key,
+          "ENGRAM_S3_SECRET_KEY": seaweedfs_s3.secret_key, "ENGRAM_S3_BUCKET": f"ret-{uuid.uuid4().hex[:12]}"}
+    env = {"ENGRAM_BROKER_URL": url, "ENGRAM_DATA_DIR": str(tmp_path / "data"), **s3,
+           "ENGRAM_STORAGE_CAP_BYTES": "6000", "ENGRAM_RETENTION_INTERVAL_SECONDS": "2"}
+    objects = S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key,
+                            s3["ENGRAM_S3_BUCKET"])
+    keys = [f"media/acme/{c * 64}.wav" for c in "abc"]
+    for key in keys:  # stored in this order: LastModified is the order (S3 keeps whole seconds)
+        objects.put_bytes(key, os.urandom(4000), "audio/wav")
+        time.sleep(1.1)
+    cluster = Cluster.create(tmp_path, env)
+    try:
+        cluster.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@ret",
+                                "--loglevel", "INFO"])
+        app = producer(Settings(broker_url=url))
+        cluster.wait_ready(app, ["store@ret"])
+        cluster.start("beat", ["beat", "--loglevel", "INFO"])
+        deadline = time.monotonic() + 60
+        while cluster.count_in_logs(f"{Task.retention.value}[", "store") < 2:  # received, then succeeded
+            assert time.monotonic() < deadline, cluster.tails()
+            time.sleep(0.5)
+        assert sorted(objects.keys("media/")) == keys  # beat's runs at the real time: all younger than 10 min
+        later = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+        got = app.send_task(Task.retention.value, args=[False, later], queue="consolidate").get(timeout=60)
+        assert [i["key"] for i in got["items"]] == keys[:2] and got["capped_total_after"] <= 6000
+        assert objects.keys("media/") == keys[2:]
+    finally:
+        cluster.stop_all()
