@@ -386,7 +386,7 @@ def apply_retention(rt: Any, dry_run: bool = False, now: datetime | None = None,
     for c in removed:
         _add(report.removed, c.kind, c.obj.size)
         _add(report.by_reason, c.reason, c.obj.size)
-    report.items = [RemovedOriginal(key=c.obj.key, kind=c.kind, bytes=c.obj.size, reason=c.reason or "age",
+    report.items = [RemovedOriginal(key=c.obj.key, kind=c.kind, bytes=c.obj.size, reason=c.reason or RemovalReason.age,
                                     stored_at=datetime.fromtimestamp(c.obj.modified or 0.0, UTC))
                     for c in removed[:ITEMS_SHOWN]]
     if not dry_run and removed:
