@@ -40,6 +40,7 @@ import structlog
 from cryptography.fernet import Fernet, InvalidToken
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
@@ -160,6 +161,7 @@ class ServedUi:
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
         self._apps: OrderedDict[str, Any] = OrderedDict()
         self._ready: tuple[Any, Sessions, Any] | None = None
+        self._signin: FastAPI | None = None
 
     # --- what the API opened ----------------------------------------------------------------------------------
     def _setup(self, api: Any) -> tuple[Any, Sessions, Any]:
@@ -178,7 +180,8 @@ class ServedUi:
         if app is None:
             from engram.api.ui.app import create_ui
 
-            svcs, sessions, service = self._ready  # type: ignore[misc]
+            assert self._ready is not None  # _setup ran for this request
+            svcs, sessions, service = self._ready
             cfg = UiConfig(service, tenant, svcs.settings.data_dir, None, sessions.csrf)
             app = self._apps[tenant] = create_ui(cfg, serve=ServeContext(svcs.redis, svcs.objects, self.prefix))
             while len(self._apps) > TENANT_APPS:
@@ -193,32 +196,44 @@ class ServedUi:
         root = scope.get("root_path", "")
         path = scope["path"][len(root):] if scope["path"].startswith(root) else scope["path"]
         inner = {**scope, "path": path or "/", "raw_path": (path or "/").encode(), "root_path": ""}
-        svcs, sessions, _ = await run_in_threadpool(self._setup, scope["app"])
+        try:
+            svcs, sessions, _ = await run_in_threadpool(self._setup, scope["app"])
+            tenant = await run_in_threadpool(self._tenant_of, svcs, sessions, scope)
+        except RedisError as exc:  # the keys and sessions live in Redis: nothing can be checked without it
+            log.error("ui: redis unavailable", error=f"{type(exc).__name__}: {exc}")
+            resp: Response = Response("503: engram cannot reach Redis (API keys and sessions); try again shortly",
+                                      status_code=503, media_type="text/plain",
+                                      headers={**HEADERS, "retry-after": "5"})
+            await resp(inner, receive, send)
+            return
         if path.startswith("/static/"):
             await Guard(self.static, None)({**inner, "path": path[len("/static"):]}, receive, send)
             return
         if path in ("/signin", "/signout"):
             await Guard(self._signin_app(svcs, sessions), None)(inner, receive, send)
             return
-        session = sessions.read(_cookie_value(scope, AUTH_COOKIE))
-        tenant = None
-        if session is not None:
-            tenant = await run_in_threadpool(svcs.redis.get, keys.KEY_PREFIX + session[0])
-            if tenant != session[1]:
-                tenant = None  # the key was revoked (or moved): the session ends
         if tenant is None:
             if scope["method"] in ("GET", "HEAD"):
                 qs = scope.get("query_string", b"").decode("latin-1")
                 back = path + (f"?{qs}" if qs else "")
                 target = self.prefix + "/signin" + (f"?next={quote(back, safe='')}" if back not in ("", "/") else "")
-                resp: Response = RedirectResponse(target, status_code=303, headers=HEADERS)
+                resp = RedirectResponse(target, status_code=303, headers=HEADERS)
             else:
                 resp = Response("401: sign in first", status_code=401, media_type="text/plain", headers=HEADERS)
             await resp(inner, receive, send)
             return
         sid = _cookie_value(scope, SESSION_COOKIE) or ""
-        footer = self._signout_form(sessions.csrf.token(sid) if sid else "") if sid else b""
+        footer = self._signout_form(sessions.csrf.token(sid)) if sid else b""
         await Prefixed(self._tenant_app(tenant), self.prefix, footer)(inner, receive, send)
+
+    @staticmethod
+    def _tenant_of(svcs: Any, sessions: Sessions, scope: Scope) -> str | None:
+        """The tenant of the request's session: None without one, or when its key was revoked (or moved)."""
+        session = sessions.read(_cookie_value(scope, AUTH_COOKIE))
+        if session is None:
+            return None
+        tenant = svcs.redis.get(keys.KEY_PREFIX + session[0])
+        return tenant if tenant == session[1] else None
 
     def _signout_form(self, token: str) -> bytes:
         return self.env.from_string(
@@ -228,9 +243,8 @@ class ServedUi:
 
     # --- sign in and out --------------------------------------------------------------------------------------
     def _signin_app(self, svcs: Any, sessions: Sessions) -> FastAPI:
-        app = getattr(self, "_signin", None)
-        if app is not None:
-            return app
+        if self._signin is not None:
+            return self._signin
         app = self._signin = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
         csrf, prefix = sessions.csrf, self.prefix
 
