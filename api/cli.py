@@ -913,10 +913,10 @@ def main() -> None:
     except Exception as exc:  # a last line of defence: one clear line, not a traceback
         from rich.text import Text
 
-        from engram.workers.stores.vectors import StoreBusy, StoreCorrupt
+        from engram.workers.errors import StoreError
 
-        if isinstance(exc, StoreBusy | StoreCorrupt):  # the message names the folder (paths may hold brackets)
-            err.print(Text.assemble(("error: ", "red"), str(exc)))
+        if isinstance(exc, StoreError):  # busy, damaged, unreachable: one line naming the folder or the file
+            err.print(Text.assemble(("error: ", "red"), " ".join(str(exc).split())), soft_wrap=True)
             sys.exit(3)
         from pydantic import ValidationError
 
