@@ -89,9 +89,18 @@ def csrf_of(html: str) -> str:
     return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
 
 
+def serious_violations(page) -> list:
+    """axe-core's serious and critical findings on the page shown."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    found = Axe().run(page).response["violations"]
+    return [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in found if v["impact"] in ("serious", "critical")]
+
+
 def test_signing_in_with_a_key_in_chromium_gives_a_strict_httponly_session(cluster, page):
     page.goto(cluster.url + "/ui/timeline?date=2024-05-02")
     assert page.url.endswith("/ui/signin?next=%2Ftimeline%3Fdate%3D2024-05-02")  # no session: the sign-in form
+    assert serious_violations(page) == []
     page.fill("#api_key", "egk_not-a-key")
     page.click("button[type=submit]")
     assert "not known here" in page.inner_text("main")
@@ -109,6 +118,9 @@ def test_signing_in_with_a_key_in_chromium_gives_a_strict_httponly_session(clust
     thumb.scroll_into_view_if_needed()
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumb.element_handle())
     assert "acme" in page.inner_text("footer")
+    page.goto(cluster.url + "/ui/connect")
+    assert "egk_…" in page.inner_text("main") and serious_violations(page) == []
+    assert page.dialogs == []
     page.click("footer button:has-text('Sign out')")
     page.wait_for_url(re.compile(r"/ui/signin$"))
     assert "engram_ui_auth" not in {c["name"] for c in page.context.cookies()}
