@@ -180,6 +180,7 @@ def test_retrying_a_failure(page, ui, media):
     page.goto(f"{ui.url}/activity")
     row = page.locator("#failures + table tr").filter(has_text="lost.png")
     assert "not found in the object store" in row.inner_text()
+    _shot(page, "activity")  # with the failure and its Retry
     runtime().objects.put_bytes(media.key, media.data, "image/png")  # the object is back
     with page.expect_navigation():
         row.get_by_role("button", name=re.compile(r"^Retry")).click()
@@ -205,7 +206,6 @@ def test_the_hourly_plot_has_a_title_and_a_table(page, ui, media):
     assert total == len(ui.service.events("default", None, None, 10_000))  # every event was published just now
     assert page.locator("#capture").is_visible() and page.get_by_text("keepassxc").first.is_visible()
     assert page.get_by_role("button", name=re.compile(r"(Pause|Resume) capture")).is_visible()
-    _shot(page, "activity")
 
 
 def test_pausing_capture_writes_its_pause_file(page, ui):
