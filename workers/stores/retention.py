@@ -85,14 +85,14 @@ class StoredObject:
     modified: float | None
 
 
-def _kind_of_extension(ext: str) -> MediaKind | None:
-    mimes = [m for m, e in EXTENSIONS.items() if e == ext.lower()]
-    for mime in mimes:
-        if mime in _TEXT_MIMES:
-            return MediaKind.text
-        if kind := _KIND_OF_MIME.get(mime.split("/", 1)[0]):
-            return kind
-    return None
+def _kind_of_mime(mime: str) -> MediaKind | None:
+    if mime in _TEXT_MIMES:
+        return MediaKind.text
+    return _KIND_OF_MIME.get(mime.split("/", 1)[0])
+
+
+#: Extension (``workers.ids.EXTENSIONS``) -> the kind of media it names.
+_KIND_OF_EXTENSION = {ext: kind for mime, ext in reversed(list(EXTENSIONS.items())) if (kind := _kind_of_mime(mime))}
 
 
 def classify(key: str) -> tuple[str, MediaKind | None]:
@@ -102,7 +102,7 @@ def classify(key: str) -> tuple[str, MediaKind | None]:
     parts = key.split("/")
     top = parts[0]
     if top == "media" and len(parts) == 3:
-        return "original", _kind_of_extension(PurePosixPath(parts[2]).suffix.lstrip("."))
+        return "original", _KIND_OF_EXTENSION.get(parts[2].rpartition(".")[2].lower())
     if top == "derived" and len(parts) >= 4:
         name = parts[-1]
         if name.startswith(PREVIEW_PREFIXES):
@@ -130,17 +130,7 @@ def list_objects(objects: Any, prefix: str = "") -> Iterator[StoredObject]:
     stat per file, no read), the bucket's listing (``S3ObjectStore``: size and LastModified come with it), else
     ``keys`` and ``size`` (time unknown). Objects being written (``.tmp-*``) are left out."""
     if isinstance(objects, LocalObjectStore):
-        root = objects.root
-        for folder, _, files in os.walk(root / prefix if prefix else root):
-            for name in files:
-                if name.startswith(".tmp-"):
-                    continue
-                path = Path(folder) / name
-                try:
-                    st = path.stat()
-                except FileNotFoundError:
-                    continue
-                yield StoredObject(path.relative_to(root).as_posix(), st.st_size, st.st_mtime)
+        yield from _walk(str(objects.root / prefix) if prefix else str(objects.root), len(str(objects.root)) + 1)
         return
     if isinstance(objects, S3ObjectStore):
         if not objects.client.bucket_exists(objects.bucket):
@@ -154,6 +144,24 @@ def list_objects(objects: Any, prefix: str = "") -> Iterator[StoredObject]:
             yield StoredObject(key, objects.size(key), None)
         except ObjectNotFound:
             continue
+
+
+def _walk(folder: str, cut: int) -> Iterator[StoredObject]:
+    """The files under ``folder`` (``os.scandir``: one stat per file), keys relative to the store's root (the
+    first ``cut`` characters of a path)."""
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk(entry.path, cut)
+        elif not entry.name.startswith(".tmp-"):
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            yield StoredObject(entry.path[cut:].replace(os.sep, "/"), st.st_size, st.st_mtime)
 
 
 def _disk_bytes(path: Path) -> int:
@@ -335,13 +343,26 @@ def _observations_of(rt: Any, tenant: str, keys: list[str]) -> list[Any]:
     return found
 
 
+def _picture_of(payload: dict[str, Any]) -> str | None:
+    """The object a thumbnail of the observation ``payload`` is made from: its original when a picture, a clip
+    segment's first keyframe (``derived/<tenant>/<event>/seg-<i>-key-00.jpg``, as ingest makes it), else None."""
+    original = payload.get("object_key") or ""
+    if PurePosixPath(original).suffix.lower() in PICTURE_SUFFIXES:
+        return original
+    if payload.get("kind") == MediaKind.clip.value and payload.get("tenant_id") and payload.get("event_id"):
+        segment = int(payload.get("segment_index") or 0)
+        return f"derived/{payload['tenant_id']}/{payload['event_id']}/seg-{segment:05d}-key-00.jpg"
+    return None
+
+
 def _keep_thumbnail(rt: Any, payload: dict[str, Any]) -> bool:
-    """Make the thumbnail of an observation whose picture is about to go, when ingest made none; True if made."""
-    key, original = thumb_key_of(payload), payload.get("object_key") or ""
-    if key is None or PurePosixPath(original).suffix.lower() not in PICTURE_SUFFIXES or rt.objects.exists(key):
+    """Make the thumbnail of an observation whose picture (or clip keyframe) is about to go, when ingest made
+    none; True if made."""
+    key, picture = thumb_key_of(payload), _picture_of(payload)
+    if key is None or picture is None or rt.objects.exists(key) or not rt.objects.exists(picture):
         return False
     try:
-        with rt.objects.local_file(original) as path:
+        with rt.objects.local_file(picture) as path:
             data = webp_of_file(path, rt.settings.max_image_pixels)
     except (ObjectNotFound, FileNotFoundError, ThumbnailError) as exc:
         log.warning("thumbnail not made before retention", key=key, error=f"{type(exc).__name__}: {exc}")
