@@ -134,6 +134,24 @@ def test_a_voice_clip_streams_with_ranges(ui, media):
         assert client.get(f"/people/{uuid.uuid4()}/sample", params={"key": "x"}).status_code == 404
 
 
+def test_not_this_person_splits_a_voice_off(ui, media):
+    voiced = next(e for e in ui.service.list_entities("default").items if e.voices and not e.faces)
+    face = _faces(ui)[0]
+    kept = ui.service.merge_entities("default", face.id, voiced.id, "test")
+    assert kept is not None and kept.voices == 1
+    key = next(s.key for s in ui.service.entity_samples("default", face.id) if s.modality == "voice")
+    with httpx.Client(base_url=ui.url, timeout=120) as client:
+        html = client.get("/people").text
+        assert 'aria-label="Voice 1 is not' in html
+        token = re.search(r'name="csrf_token" value="([0-9a-f]+)"', html).group(1)
+        done = client.post(f"/people/{face.id}/split", data={"key": key, "csrf_token": token})
+        assert done.status_code == 303 and "#person-" in done.headers["location"]
+        new_id = done.headers["location"].rsplit("#person-", 1)[1]
+    people = {str(e.id): e for e in ui.service.list_entities("default").items}
+    assert people[new_id].voices == 1 and people[new_id].faces == 0 and people[str(face.id)].voices == 0
+    assert [s.modality for s in ui.service.entity_samples("default", uuid.UUID(new_id))] == ["voice"]
+
+
 def test_editing_a_memory_shows_its_history(page, ui, media):
     page.goto(f"{ui.url}/memories?type=episodic")
     item = page.locator("ul.memories > li").filter(has_text="piano tuner").first
