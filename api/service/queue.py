@@ -159,6 +159,25 @@ class QueueService(MemoryService):
     def event_counts(self, tenant_id: str) -> dict[EventStatus, int]:
         return self._ledger().counts(tenant_id)
 
+    def retry_event(self, tenant_id: str, event_id: uuid.UUID) -> LedgerRecord | None:
+        """The failed event queued again in the ledger (``Ledger.retry``) and published to ``ingest``; its record
+        (queued) after, or None when it is unknown, another tenant's or not failed. A publish that fails leaves it
+        queued: beat's sweep for stalled events publishes it again (``workers.ingest.redeliver_stalled``)."""
+        ledger = self._ledger()
+        rec = ledger.get(event_id)
+        if rec is None or rec.tenant_id != tenant_id:
+            return None
+        event = ledger.retry(event_id)
+        if event is None:
+            return None
+        try:
+            self.celery.send_task(Task.ingest.value, args=[event.model_dump(mode="json")], task_id=str(event_id),
+                                  retry_policy=REQUEST_PUBLISH_RETRY, ignore_result=True)
+        except Exception as exc:  # noqa: BLE001 (the broker's errors are many: queued, the sweep publishes it)
+            log.warning("retry not published; the stalled-event sweep will", event_id=str(event_id),
+                        error=f"{type(exc).__name__}: {exc}")
+        return ledger.get(event_id)
+
     def users(self, tenant_id: str) -> list[str]:
         """The users of the tenant's most recent ``USERS_SCAN`` events, reused for ``USERS_TTL_S`` seconds."""
         ledger = self._ledger()

@@ -36,3 +36,31 @@ def test_a_failed_event_is_queued_again(ledger):
     ledger.mark(event.event_id, EventStatus.done)
     assert ledger.retry(event.event_id) is None and ledger.get(event.event_id).status is EventStatus.done
     assert ledger.retry(uuid.uuid4()) is None
+
+
+class Producer:
+    """A Celery producer's ``send_task``, recording what it was asked to publish (the broker is not under test)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list, dict]] = []
+
+    def send_task(self, name: str, args: list, **options) -> None:
+        self.sent.append((name, args, options))
+
+
+def test_the_distributed_service_retries_through_the_ledger_and_ingest(tmp_path):
+    from engram.api.service.queue import QueueService
+    from engram.workers.tasks import Task
+
+    ledger = SqliteLedger(tmp_path / "ledger.sqlite")
+    event = make_event(content=b"retry on the cluster")
+    ledger.record_queued(event)
+    ledger.mark(event.event_id, EventStatus.failed, stage="ingest", reason="the broker was down")
+    producer = Producer()
+    svc = QueueService(producer, ledger=ledger)
+    assert svc.retry_event("another-tenant", event.event_id) is None and producer.sent == []
+    rec = svc.retry_event("acme", event.event_id)
+    assert rec is not None and rec.status is EventStatus.queued
+    assert [(name, args[0]["event_id"]) for name, args, _ in producer.sent] == [(Task.ingest.value,
+                                                                                  str(event.event_id))]
+    assert svc.retry_event("acme", event.event_id) is None  # not failed any more
