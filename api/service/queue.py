@@ -203,7 +203,7 @@ class QueueService(MemoryService):
     def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         """The original's key, type and size; its ``path`` on a local object store, else neither path nor data:
         read it from ``objects`` (the web app streams it with HTTP ranges, ``api.ui.signin``)."""
-        from engram.api.service.media import original_object
+        from engram.api.service.media import original_object  # Pillow and the stores, when a page asks for media
 
         return original_object(self.objects, self._observation(tenant_id, observation_id, user_id), whole=False)
 
