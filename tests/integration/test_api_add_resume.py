@@ -2,7 +2,9 @@
 (the cpu worker frozen, handed the message, then killed with SIGKILL, and the ingest queue emptied: the broker would
 give an unacknowledged task back only after its 30 min visibility timeout, beat's sweep after an hour) is taken up
 by its retry through the SDK, which answers once it is stored, ``resumed`` set; retries at once publish it once; a
-retry after that is a plain duplicate; the ledger and the store agree (one observation each).
+retry after that is a plain duplicate; the ledger and the store agree (one observation each). Then the user's
+consolidation lock, held by a process killed with SIGKILL, is taken by the store worker's consolidation within the
+lock's lease (``ledger.LOCK_LEASE_S``), not its 600 s ttl.
 
 On the cluster of tests/integration/test_api_cluster.py (redis-server, SeaweedFS, ``engram worker`` processes,
 the API in a thread)."""
@@ -11,13 +13,18 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import redis
 
 from engram.api.add import add_event_id
 from engram.schemas.events import EventStatus
+from engram.workers.stores.ledger import LOCK_LEASE_S
+from tests.conftest import REPO
 from tests.integration.test_api_cluster import db_url, make_stack, stop_and_count  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -61,6 +68,43 @@ def test_a_retried_addition_whose_task_was_lost_is_taken_up_and_answered_once_st
         eid = add_event_id(stack.tenant, "ann", cid)
         received = stack.cluster.count_in_logs(f"Task workers.ingest.ingest[{eid}] received", "cpu")
         assert received == 1, (cid, received)  # published again once, run once
+
+    # ann's consolidation lock held by a process that is then killed: taken within the lease, not the 600 s ttl
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, stack.redis_url, f"consolidate:{stack.tenant}:ann"],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert _consolidate(stack, "ann") == 0  # held by a live process: nothing done
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        killed = time.monotonic()
+        lock = redis.Redis.from_url(stack.redis_url)
+        while lock.exists(f"engram:lock:consolidate:{stack.tenant}:ann"):
+            assert time.monotonic() - killed < LOCK_LEASE_S + 10, "a dead holder's lock outlived its lease"
+            time.sleep(0.05)
+        taken = time.monotonic() - killed
+        lock.close()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert taken <= LOCK_LEASE_S + 0.5, taken
+    assert _consolidate(stack, "ann") >= 1  # at once: the lock lapsed
     counts = stop_and_count(stack, final, {"ann"})
     assert counts["observations"] == 2, counts
-    print(f"\nlost additions taken up by their retries: {counts}; total {time.monotonic() - t0:.1f} s")
+    print(f"\nlost additions taken up by their retries: {counts}; a killed holder's consolidation lock lapsed "
+          f"{taken:.1f} s after its death; total {time.monotonic() - t0:.1f} s")
+
+
+#: Holds the lock named by argv[2] on the Redis ledger at argv[1] (its default lease) until killed.
+_HOLDER = """
+import sys, time
+from engram.workers.stores.ledger import RedisLedger
+with RedisLedger(sys.argv[1]).try_lock(sys.argv[2], 600) as got:
+    print("held" if got else "busy", flush=True)
+    time.sleep(600)
+"""
+
+
+def _consolidate(stack, user: str) -> int:
+    """``consolidate_user`` of ``user`` on the cluster's store worker: the episodic memories it wrote."""
+    return stack.app.send_task("workers.consolidate.consolidate_user", args=[stack.tenant, user]).get(timeout=120)
