@@ -17,10 +17,18 @@ from typing import Any
 
 import numpy as np
 
+from engram.api.local import run_event
 from engram.api.service.base import SampleRef
 from engram.schemas.events import MediaEvent
 from engram.schemas.memories import MEMORY_MODELS, MemoryType
 from engram.schemas.memory_admin import MemoryRecord
+from engram.workers.ingest import ingest
+from engram.workers.media.decode import SAMPLE_RATE, decode_audio, wav_bytes
+from engram.workers.memory.entities import EntityMemory, Modality, founded_id
+from engram.workers.memory.points import memory_points
+from engram.workers.memory.records import get_memory, to_record
+from engram.workers.stores.objects import ObjectNotFound
+from engram.workers.stores.vectors import ENTITIES, OBSERVATIONS, collection_for
 
 #: Longest voice clip, seconds; pixels of context around a face box (a fraction of its size); a crop's longer side.
 VOICE_CLIP_S = 6.0
@@ -38,9 +46,6 @@ def update_memory(rt: Any, tenant_id: str, memory_id: uuid.UUID, text: str) -> M
     strength) and mark the old one ``superseded_by`` the new one with ``valid_to`` now: never overwritten.
     None when the id is no memory of the tenant's. Raises ValueError for an empty text, an observation (what
     was captured is not corrected) or a memory already superseded."""
-    from engram.workers.memory.points import memory_points
-    from engram.workers.memory.records import get_memory, to_record
-    from engram.workers.stores.vectors import collection_for
 
     text = text.strip()
     if not text:
@@ -75,7 +80,6 @@ def update_memory(rt: Any, tenant_id: str, memory_id: uuid.UUID, text: str) -> M
 # --- entities ---------------------------------------------------------------------------------------------------
 
 def _entity_payload(rt: Any, tenant_id: str, entity_id: uuid.UUID) -> dict | None:
-    from engram.workers.stores.vectors import ENTITIES
 
     got = rt.vectors.retrieve(ENTITIES, [entity_id])
     payload = (got[0].payload or {}) if got else {}
@@ -85,7 +89,6 @@ def _entity_payload(rt: Any, tenant_id: str, entity_id: uuid.UUID) -> dict | Non
 def _voice_observations(rt: Any, tenant_id: str, key: str, linked: list[str]) -> list[dict]:
     """The stored observations (payloads with ``id``) of voice sample ``key`` (``<event>:<segment>:<label>``, or
     an observation id) among ``linked`` ids, longest first."""
-    from engram.workers.stores.vectors import OBSERVATIONS
 
     event, _, rest = key.partition(":")
     segment = rest.partition(":")[0]
@@ -126,8 +129,6 @@ def split_entity(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str)
     entity (unnamed), with the observations it came from relinked (their ``entity_ids``, the face's
     ``entity_id``); counts move with it. Returns the new ``Entity``. Raises KeyError when the entity or the
     sample is unknown."""
-    from engram.workers.memory.entities import EntityMemory, Modality, founded_id
-    from engram.workers.stores.vectors import OBSERVATIONS
 
     memory = EntityMemory(rt, tenant_id)
     entity = memory.get(entity_id)
@@ -185,8 +186,6 @@ def retry_event(rt: Any, tenant_id: str, event_id: uuid.UUID) -> Any:
     inline on the embedded default, published to the workers otherwise. Returns its ledger record after (on the
     embedded default: done, skipped or failed again), or None when it is unknown, another tenant's or not
     failed."""
-    from engram.api.local import run_event
-    from engram.workers.ingest import ingest
 
     rec = rt.ledger.get(event_id)
     if rec is None or rec.tenant_id != tenant_id:
@@ -221,7 +220,7 @@ def face_crop(picture: Any, box: tuple[float, float, float, float], side: int = 
 
 def _frame_at(path: Any, at_s: float) -> Any:
     """The video frame of ``path`` nearest after ``at_s`` seconds, as a PIL image (PyAV)."""
-    import av
+    import av  # PyAV: only when a clip's face is cropped
 
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -242,12 +241,9 @@ def sample_media(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str)
     observation's picture or video frame, or a WAV of up to ``VOICE_CLIP_S`` seconds of the voice's longest
     utterance. Raises KeyError for an unknown entity or sample, LookupError (with the reason) when the media
     cannot be made (the original is gone, the face has no box, the recording cannot be decoded)."""
-    import av
+    import av  # PyAV and Pillow: only when a sample's media is made
     from PIL import Image
 
-    from engram.workers.media.decode import SAMPLE_RATE, decode_audio, wav_bytes
-    from engram.workers.stores.objects import ObjectNotFound
-    from engram.workers.stores.vectors import OBSERVATIONS
 
     samples = entity_samples(rt, tenant_id, entity_id)
     ref = next((s for s in samples or [] if s.key == sample_key), None)

@@ -66,6 +66,7 @@ from engram.workers.admin import (
     list_task,
 )
 from engram.workers.ask import ask_task
+from engram.workers.memory.entities import summary
 from engram.workers.memory.timeline import TIMELINE_FIELDS, read_timeline, timeline_filter
 from engram.workers.query import search_task
 from engram.workers.runtime import StoreLease, runtime
@@ -181,8 +182,6 @@ class EmbeddedService(MemoryService):
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
         """The new entity holding the sample (``api.service.edits.split_entity``); None when the entity or the
         sample is unknown."""
-        from engram.workers.memory.entities import summary
-
         with self._session() as rt:
             try:
                 return summary(edits.split_entity(rt, tenant_id, entity_id, sample_key))

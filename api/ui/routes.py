@@ -9,6 +9,7 @@ import shutil
 import sys
 from datetime import date, datetime, timedelta
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlencode
@@ -77,8 +78,10 @@ def _memory_type(value: str | None) -> MemoryType | None:
 def register(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     """Add every route of the web app to ``app``."""
     _screens(app, cfg, pages)
+    _lists(app, cfg, pages)
     _items(app, cfg, pages)
     _changes(app, cfg, pages)
+    _corrections(app, cfg)
 
 
 def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
@@ -125,6 +128,14 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
                             kinds=[k.value for k in MediaKind], mtype=mtype.value if mtype else "",
                             types=[t.value for t in DEFAULT_SEARCH_TYPES], app_name=app_name)
 
+    @app.get("/connect", include_in_schema=False)
+    def connect(request: Request) -> Response:
+        return pages.render(request, "connect.html", user=pages.user(request), snippet=mcp_snippet(cfg.data_dir))
+
+
+def _lists(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
+    svc, tenant = cfg.service, cfg.tenant
+
     @app.get("/people", include_in_schema=False)
     def people(request: Request) -> Response:
         entities = svc.list_entities(tenant)
@@ -169,10 +180,6 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
                             events=svc.events(tenant, user, wanted, 200), failures=svc.failures(tenant, user, 50),
                             plot=plot, deny_apps=DEFAULT_DENY_APPS, deny_titles=DEFAULT_DENY_TITLES,
                             pause_file=str(pause), paused=pause.exists(), storage=_storage(svc, tenant))
-
-    @app.get("/connect", include_in_schema=False)
-    def connect(request: Request) -> Response:
-        return pages.render(request, "connect.html", user=pages.user(request), snippet=mcp_snippet(cfg.data_dir))
 
 
 def _storage(svc, tenant: str):
@@ -244,19 +251,25 @@ def _items(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
             raise HTTPException(404, str(exc)) from exc
 
 
+async def _form(cfg: UiConfig, request: Request) -> dict[str, str]:
+    """The POSTed form when its CSRF token is the session's; HTTPException 403 otherwise."""
+    try:
+        return await cfg.csrf.checked_form(request)
+    except PermissionError as exc:
+        raise HTTPException(403, str(exc)) from exc
+
+
+def back(path: str, anchor: str = "", **params: str | None) -> RedirectResponse:
+    """A 303 to ``path`` with the non-empty ``params`` as its query and ``anchor`` as its fragment."""
+    kept = {k: v for k, v in params.items() if v}
+    return RedirectResponse(path + (f"?{urlencode(kept)}" if kept else "") + (f"#{anchor}" if anchor else ""),
+                            status_code=303)
+
+
 def _changes(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     svc, tenant = cfg.service, cfg.tenant
 
-    async def form(request: Request) -> dict[str, str]:
-        try:
-            return await cfg.csrf.checked_form(request)
-        except PermissionError as exc:
-            raise HTTPException(403, str(exc)) from exc
-
-    def back(path: str, anchor: str = "", **params: str | None) -> RedirectResponse:
-        kept = {k: v for k, v in params.items() if v}
-        return RedirectResponse(path + (f"?{urlencode(kept)}" if kept else "") + (f"#{anchor}" if anchor else ""),
-                                status_code=303)
+    form = partial(_form, cfg)
 
     @app.post("/people/{entity_id}/name", include_in_schema=False)
     async def name(request: Request, entity_id: str) -> Response:
@@ -288,6 +301,34 @@ def _changes(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
         if new is None:
             raise HTTPException(404, "no such person or sample")
         return back("/people", user=got.get("user"), anchor=f"person-{new.id}")
+
+    @app.post("/memories/{item_id}/delete", include_in_schema=False)
+    async def delete(request: Request, item_id: str) -> Response:
+        got = await form(request)
+        mid, user = parse_id(item_id), got.get("user") or None
+        rec = await run_in_threadpool(svc.get_memory, tenant, mid)
+        if rec is None or (user and rec.user_id != user):
+            raise HTTPException(404, "Nothing here: it was deleted, or never was.")
+        await run_in_threadpool(svc.delete_memory, tenant, mid)
+        return back("/memories", type=rec.memory_type.value, user=user)
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> Response:
+        return await run_in_threadpool(pages.error, request, 404, str(exc))
+
+    @app.exception_handler(NotOffered)
+    async def not_offered(request: Request, exc: NotOffered) -> Response:
+        return await run_in_threadpool(pages.error, request, 501, f"Not built yet: {exc}")
+
+    @app.exception_handler(ServiceError)
+    async def unavailable(request: Request, exc: ServiceError) -> Response:
+        return await run_in_threadpool(pages.error, request, 503, f"engram cannot answer now: {exc}")
+
+
+def _corrections(app: FastAPI, cfg: UiConfig) -> None:
+    """A memory's correction, a failed event's retry, and the capture's pause."""
+    svc, tenant = cfg.service, cfg.tenant
+    form = partial(_form, cfg)
 
     @app.post("/memories/{item_id}/edit", include_in_schema=False)
     async def edit(request: Request, item_id: str) -> Response:
@@ -330,25 +371,3 @@ def _changes(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
         else:
             flag.unlink(missing_ok=True)
         return back("/activity", user=got.get("user"), anchor="capture")
-
-    @app.post("/memories/{item_id}/delete", include_in_schema=False)
-    async def delete(request: Request, item_id: str) -> Response:
-        got = await form(request)
-        mid, user = parse_id(item_id), got.get("user") or None
-        rec = await run_in_threadpool(svc.get_memory, tenant, mid)
-        if rec is None or (user and rec.user_id != user):
-            raise HTTPException(404, "Nothing here: it was deleted, or never was.")
-        await run_in_threadpool(svc.delete_memory, tenant, mid)
-        return back("/memories", type=rec.memory_type.value, user=user)
-
-    @app.exception_handler(NotFound)
-    async def not_found(request: Request, exc: NotFound) -> Response:
-        return await run_in_threadpool(pages.error, request, 404, str(exc))
-
-    @app.exception_handler(NotOffered)
-    async def not_offered(request: Request, exc: NotOffered) -> Response:
-        return await run_in_threadpool(pages.error, request, 501, f"Not built yet: {exc}")
-
-    @app.exception_handler(ServiceError)
-    async def unavailable(request: Request, exc: ServiceError) -> Response:
-        return await run_in_threadpool(pages.error, request, 503, f"engram cannot answer now: {exc}")
