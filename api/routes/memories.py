@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import structlog
@@ -42,8 +43,8 @@ log = structlog.get_logger(__name__)
 
 router = APIRouter(tags=["memories"])
 
-#: Seconds a retried addition whose event is unfinished waits for it to finish on its own (a retry racing a first
-#: attempt that is running) before taking it up.
+#: Seconds without progress after which a retried addition whose event is unfinished takes it up (before, a first
+#: attempt that is running, its ledger record moving on, is waited for, up to ``RESUME_WAIT_S``).
 RESUME_GRACE_S = 2.0
 #: Seconds a retry that took an addition up waits for it to be stored before answering its status as it is: under
 #: the SDK's request timeout (30 s), so its client is not cut off and retrying meanwhile.
@@ -53,13 +54,20 @@ RESUME_WAIT_S = 20.0
 RESUME_PREFIX = "engram:add-resumed:"
 
 
-def _final(svc: Services, event_id: uuid.UUID, wait_s: float) -> LedgerRecord | None:
-    """The event's record once it is final, polling the ledger for up to ``wait_s`` seconds; else its record as it
-    is then (None: unknown)."""
-    deadline = time.monotonic() + wait_s
+def _final(svc: Services, event_id: uuid.UUID, wait_s: float, idle_s: float | None = None) -> LedgerRecord | None:
+    """The event's record once it is final, polling the ledger for up to ``wait_s`` seconds, or until it made no
+    progress (its record's ``updated_at`` unchanged) for ``idle_s`` seconds; else its record as it is then (None:
+    unknown)."""
+    start = time.monotonic()
+    last: datetime | None = None
+    moved = start
     while True:
         rec = svc.ledger.get(event_id)
-        if (rec is not None and rec.status in FINAL_STATUSES) or time.monotonic() >= deadline:
+        now = time.monotonic()
+        if rec is not None and rec.updated_at != last:
+            last, moved = rec.updated_at, now
+        if (rec is not None and rec.status in FINAL_STATUSES) or now - start >= wait_s \
+                or (idle_s is not None and now - moved >= idle_s):
             return rec
         time.sleep(0.1)
 
@@ -67,25 +75,28 @@ def _final(svc: Services, event_id: uuid.UUID, wait_s: float) -> LedgerRecord | 
 def added_before(svc: Services, event_id: uuid.UUID, owner: str, tenant: str) -> AddMemoryResponse | None:
     """The answer to adding a client id again whose publish claim holds ``owner``, given once it is stored:
 
-    - its event is final (done, skipped, failed), or becomes so within ``RESUME_GRACE_S``: that status,
-      ``duplicate`` set; nothing is stored again;
-    - it is queued or processing after that: its task was lost (acknowledged and dropped while the broker
-      restarted) or is held by a worker that died (the broker gives it back only after its visibility timeout,
-      beat's sweep after twice that): it is published again from the ledger (``RedisLedger.take_up``; the pipeline
-      is idempotent and skips the segments already stored), ``resumed`` set, and waited for up to
-      ``RESUME_WAIT_S``; still unfinished then, its current status is answered (poll ``GET /v1/events/{id}``);
+    - its event is final (done, skipped, failed), or becomes so while its record moves on (progress at least
+      every ``RESUME_GRACE_S``, for ``RESUME_WAIT_S`` at most): that status, ``duplicate`` set; nothing is stored
+      again;
+    - it is queued or processing after ``RESUME_GRACE_S`` without progress: its task was lost (acknowledged and
+      dropped while the broker restarted) or is held by a worker that died (the broker gives it back only after its
+      visibility timeout, beat's sweep after twice that): it is published again from the ledger
+      (``RedisLedger.take_up``; the pipeline is idempotent and skips the segments already stored), ``resumed`` set,
+      and waited for up to ``RESUME_WAIT_S``; still unfinished then (or still moving on after the first wait), its
+      current status is answered (poll ``GET /v1/events/{id}``);
     - the claim names no event in the ledger (the request that claimed it died before recording it): None, and the
       claim is dropped, for the caller to publish it anew.
 
     Raises HTTPException 409 when another tenant claimed the id, 503 when the queue refuses the task."""
     already_published(svc, event_id, owner, tenant)  # 409 for another tenant's
-    rec = _final(svc, event_id, RESUME_GRACE_S)
+    rec = _final(svc, event_id, RESUME_WAIT_S, idle_s=RESUME_GRACE_S)
     if rec is None:
         svc.redis.delete(CLAIM_PREFIX + str(event_id))
         return None
     resumed = False
-    if rec.status not in FINAL_STATUSES and svc.redis.set(RESUME_PREFIX + str(event_id), tenant, nx=True,
-                                                          ex=int(RESUME_WAIT_S)):
+    idle = datetime.now(UTC) - rec.updated_at >= timedelta(seconds=RESUME_GRACE_S)  # not still moving on
+    if rec.status not in FINAL_STATUSES and idle and svc.redis.set(RESUME_PREFIX + str(event_id), tenant, nx=True,
+                                                                   ex=int(RESUME_WAIT_S)):
         event = svc.ledger.take_up(event_id)
         if event is not None:
             try:
@@ -98,7 +109,7 @@ def added_before(svc: Services, event_id: uuid.UUID, owner: str, tenant: str) ->
             resumed = True
             log.warning("unfinished addition published again", tenant=tenant, event_id=str(event_id),
                         status=rec.status.value)
-    if rec.status not in FINAL_STATUSES:
+    if idle and rec.status not in FINAL_STATUSES:  # taken up by this retry, or by another one at once
         rec = _final(svc, event_id, RESUME_WAIT_S) or rec
     return AddMemoryResponse(event_id=event_id, status=rec.status, duplicate=True, resumed=resumed,
                              observations=rec.observations, reason=rec.reason)
