@@ -106,6 +106,8 @@ def forget(rt: Runtime, tenant_id: str, scope: ForgetScope, dry_run: bool = Fals
     if doomed:
         deleted[OBSERVATIONS] = sorted(gone)
     rewrites = _memories_of(rt, tenant_id, doomed, gone, deleted)
+    if neighbours := _neighbours(rt, tenant_id, doomed, gone):
+        rewrites[OBSERVATIONS] = neighbours
     events = _events_of(rt, tenant_id, scope, doomed)
     report.points_deleted = {c: len(ids) for c, ids in deleted.items() if ids}
     report.memories_rewritten = {c: len(r) for c, r in rewrites.items() if r}
@@ -179,6 +181,37 @@ def _memories_of(rt: Runtime, tenant_id: str, doomed: list[qm.Record], gone: set
                 else:
                     rewrites[coll].append(point)
     return rewrites
+
+
+def _neighbours(rt: Runtime, tenant_id: str, doomed: list[qm.Record], gone: set[str]) -> list[qm.PointStruct]:
+    """The observations that stay in the deleted chat turns' sessions and quote one of them as context
+    (``context_before``/``context_after``: contextual indexing, ``memory.vectors``), as points that rewrite them:
+    the deleted turns taken out of their context, their contextual vector, sentence rows and BM25F vector
+    computed again from what stays."""
+    from engram.schemas.observations import Observation
+    from engram.workers.memory.vectors import dense_vectors, observation_sparse_vectors
+    from engram.workers.stores.vectors import SENTENCES, SPARSE
+
+    texts = {str((o.payload or {}).get("text") or "") for o in doomed} - {""}
+    sessions = {((o.payload or {}).get("user_id"), sid) for o in doomed if (sid := (o.payload or {}).get("session_id"))}
+    payloads = []
+    for user, sid in sorted(sessions, key=str):
+        for o in rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant_id, user, session_id=sid)):
+            p = dict(o.payload or {})
+            if str(o.id) in gone or not texts.intersection([*p.get("context_before", []), *p.get("context_after", [])]):
+                continue
+            p["context_before"] = [t for t in p.get("context_before", []) if t not in texts]
+            p["context_after"] = [t for t in p.get("context_after", []) if t not in texts]
+            payloads.append(p)
+    if not payloads:
+        return []
+    observations = [Observation.model_validate({k: v for k, v in p.items() if k in Observation.model_fields})
+                    for p in payloads]
+    dense, multi = dense_vectors(rt, observations)
+    sparse = observation_sparse_vectors(rt.settings, observations)
+    return [qm.PointStruct(id=str(o.id), payload=p, vector={
+        DENSE: d.tolist(), SENTENCES: m.tolist(), SPARSE: qm.SparseVector(indices=list(si), values=list(sv))})
+        for o, p, d, m, (si, sv) in zip(observations, payloads, dense, multi, sparse, strict=True)]
 
 
 def _cuts(doomed: list[qm.Record]) -> list[str]:
