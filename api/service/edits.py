@@ -34,6 +34,9 @@ from engram.workers.stores.vectors import ENTITIES, OBSERVATIONS, collection_for
 VOICE_CLIP_S = 6.0
 FACE_MARGIN = 0.25
 FACE_SIDE = 160
+#: The payload fields of an observation a sample's links need (whose, which recording chunk, when, which people).
+LINK_FIELDS = ("tenant_id", "event_id", "segment_index", "start_s", "end_s", "start_ts", "end_ts", "entity_ids",
+               "faces")
 #: The field a correction replaces, per memory type (what the memory's text is).
 TEXT_FIELD = {MemoryType.episodic: "summary", MemoryType.semantic: "summary", MemoryType.procedural: "summary",
               MemoryType.resource: "summary", MemoryType.core: "value", MemoryType.knowledge_vault: "caption"}
@@ -94,7 +97,7 @@ def _voice_observations(rt: Any, tenant_id: str, key: str, linked: list[str]) ->
     segment = rest.partition(":")[0]
     ids = [key] if not rest else linked
     out = []
-    for rec in rt.vectors.retrieve(OBSERVATIONS, ids):
+    for rec in rt.vectors.retrieve(OBSERVATIONS, ids, with_payload=list(LINK_FIELDS)):
         p = dict(rec.payload or {})
         if p.get("tenant_id") != tenant_id:
             continue
@@ -141,8 +144,8 @@ def split_entity(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str)
     if modality == "face":
         entity.face_samples.remove(sample)
         entity.face_count = max(0, entity.face_count - 1)
-        obs = [{**(r.payload or {}), "id": str(r.id)} for r in rt.vectors.retrieve(OBSERVATIONS,
-                                                                                   [sample_key.partition("#")[0]])]
+        got = rt.vectors.retrieve(OBSERVATIONS, [sample_key.partition("#")[0]], with_payload=list(LINK_FIELDS))
+        obs = [{**(r.payload or {}), "id": str(r.id)} for r in got]
     else:
         entity.voice_samples.remove(sample)
         entity.voice_count = max(0, entity.voice_count - 1)
