@@ -28,7 +28,7 @@ from engram.api.ratelimit import RateLimiter
 from engram.api.routes import entities, health, memories, publish, search
 from engram.api.routes.deps import build_services
 from engram.api.routes.errors import HANDLERS
-from engram.api.ui.signin import ServedUi
+from engram.api.ui.app import served_ui
 from engram.schemas.settings import Settings, get_settings
 
 DESCRIPTION = ("Long-term multimodal memory for AI agents: publish media, follow its ingestion, search memories. "
@@ -65,7 +65,7 @@ def create_app(settings: Settings | None = None, celery: Celery | None = None) -
     app.state.settings, app.state.celery = settings, celery  # read by the lifespan at start-up
     for module in (health, publish, search, memories, entities):
         app.include_router(module.router)
-    app.mount("/ui", ServedUi("/ui"))  # the web app (api.ui.signin): sign in with an API key; not in OpenAPI
+    app.mount("/ui", served_ui("/ui"))  # the web app (api.ui.signin): sign in with an API key; not in OpenAPI
     return app
 
 

@@ -209,6 +209,6 @@ class QueueService(MemoryService):
 
     def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         """The thumbnail stored at ingest, else made now and stored (``api.service.media.thumbnail_object``)."""
-        from engram.api.service.media import thumbnail_object
+        from engram.api.service.media import thumbnail_object  # Pillow and the stores, when a page asks for one
 
         return thumbnail_object(self.objects, self._observation(tenant_id, observation_id, user_id))

@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engram.api.ui import routes
+from engram.api.ui import routes, signin
 from engram.api.ui.pages import HERE, Pages, UiConfig
 from engram.api.ui.security import Guard, loopback_hosts
 from engram.schemas.settings import get_settings
@@ -30,8 +30,6 @@ def create_ui(cfg: UiConfig, serve: Any = None) -> Any:
     app.state.pages = pages = Pages(cfg)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     if serve is not None:
-        from engram.api.ui import signin
-
         signin.register(app, cfg, pages, serve)  # before the shared routes: its /connect, /media, /thumb win
     routes.register(app, cfg, pages)
 
@@ -50,3 +48,9 @@ def embedded_ui(host: str, port: int, tenant: str) -> Any:
 
     cfg = UiConfig(EmbeddedService(), tenant, get_settings().data_dir, loopback_hosts(host, port))
     return create_ui(cfg)
+
+
+def served_ui(prefix: str = "/ui") -> Any:
+    """The ASGI app ``engram serve`` mounts at ``prefix`` (``api.ui.signin.ServedUi``): sign-in with an API key,
+    then the web app of the key's tenant (``create_ui`` on the API's ``QueueService``)."""
+    return signin.ServedUi(create_ui, prefix)

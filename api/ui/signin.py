@@ -30,7 +30,7 @@ import hmac
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -46,7 +46,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
 from engram.api import keys
-from engram.api.service.base import MediaObject, NotFound
+from engram.api.service.base import MediaMissing, MediaObject, NotFound
+from engram.api.service.queue import QueueService
 from engram.api.ui.pages import HERE, Pages, UiConfig, media_response, parse_id
 from engram.api.ui.security import CSRF_FIELD, HEADERS, SESSION_COOKIE, Csrf, Guard
 
@@ -152,11 +153,13 @@ class Prefixed:
 
 
 class ServedUi:
-    """The ASGI app ``api.app`` mounts at ``/ui`` (see the module's docstring). Made at import; everything it
-    needs comes from the API's ``app.state.services`` (opened by its lifespan) on the first request."""
+    """The ASGI app ``api.app`` mounts at ``/ui`` (see the module's docstring; ``api.ui.app.served_ui`` makes it).
+    ``make_app``: a tenant's web app from its ``UiConfig`` and ``ServeContext`` (``api.ui.app.create_ui``). Made at
+    import; everything it needs comes from the API's ``app.state.services`` (opened by its lifespan) on the first
+    request."""
 
-    def __init__(self, prefix: str = "/ui") -> None:
-        self.prefix = prefix
+    def __init__(self, make_app: Callable[[UiConfig, ServeContext], Any], prefix: str = "/ui") -> None:
+        self.make_app, self.prefix = make_app, prefix
         self.static = StaticFiles(directory=HERE / "static")
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True)
         self._apps: OrderedDict[str, Any] = OrderedDict()
@@ -167,8 +170,6 @@ class ServedUi:
     def _setup(self, api: Any) -> tuple[Any, Sessions, Any]:
         """(the API's Services, the Sessions, the QueueService of every tenant's app), made once."""
         if self._ready is None:
-            from engram.api.service.queue import QueueService
-
             svcs = api.state.services
             service = QueueService(svcs.celery, svcs.settings.service_timeout_seconds, svcs.ledger, svcs.objects)
             self._ready = (svcs, Sessions(secret(svcs.redis)), service)
@@ -178,12 +179,10 @@ class ServedUi:
         """The web app of ``tenant`` (made on first use; the ``TENANT_APPS`` most recent kept)."""
         app = self._apps.get(tenant)
         if app is None:
-            from engram.api.ui.app import create_ui
-
             assert self._ready is not None  # _setup ran for this request
             svcs, sessions, service = self._ready
             cfg = UiConfig(service, tenant, svcs.settings.data_dir, None, sessions.csrf)
-            app = self._apps[tenant] = create_ui(cfg, serve=ServeContext(svcs.redis, svcs.objects, self.prefix))
+            app = self._apps[tenant] = self.make_app(cfg, ServeContext(svcs.redis, svcs.objects, self.prefix))
             while len(self._apps) > TENANT_APPS:
                 self._apps.popitem(last=False)
         self._apps.move_to_end(tenant)
@@ -427,8 +426,6 @@ def stream_object(objects: Any, obj: MediaObject, range_header: str | None) -> R
 def media_routes(app: FastAPI, cfg: UiConfig, pages: Pages, objects: Any) -> None:
     """``/media/{id}`` (ranges passed through to S3, a local file's ranges by Starlette's FileResponse) and
     ``/thumb/{id}`` (``thumbnail_response``; a missing one is the placeholder picture) for ``cfg``'s tenant."""
-    from engram.api.service.base import MediaMissing
-
     svc, tenant = cfg.service, cfg.tenant
 
     @app.get("/media/{item_id}", include_in_schema=False)
