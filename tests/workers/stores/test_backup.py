@@ -188,14 +188,17 @@ def test_kill_9_during_backup_and_restore_then_the_same_command_completes(tmp_pa
     data = make_data_dir(tmp_path / "data", points=300, object_mb=160)
     dest = tmp_path / "backup"
     backup = _engram("backup", str(dest), data_dir=data)
-    _kill_when(backup, lambda: len(list(dest.glob("chunks/*/*"))) >= 30)
+    _kill_when(backup, lambda: len(list(dest.glob("packs/*/*.idx"))) >= 2)  # 2 of about 5 packs written
     assert list((dest / "snapshots").glob("*.json.gz")) == []  # never taken for a complete backup
     again = _engram("backup", str(dest), data_dir=data)
     assert again.wait(timeout=300) == 0, again.communicate()
     assert len(list((dest / "snapshots").glob("*.json.gz"))) == 1
     assert not list(dest.rglob(".tmp-*"))
-    chunks = list(dest.glob("chunks/*/*"))
-    assert all(hashlib.sha256(c.read_bytes()).hexdigest() == c.name for c in chunks)  # none torn
+    repo = bk.open_repository(str(dest), create=False)
+    digests = [line.split()[0] for idx in dest.glob("packs/*/*.idx") for line in idx.read_text().splitlines()]
+    assert len(digests) == len(set(digests))  # no block stored twice
+    assert all(hashlib.sha256(repo.get_chunk(d)).hexdigest() == d for d in digests)  # none torn
+    repo.close()
 
     restored = tmp_path / "restored"
     restore = _engram("restore", str(dest), data_dir=restored)
@@ -270,8 +273,10 @@ _WRITER = textwrap.dedent("""
         with lease.session() as rt:
             for part in range(5):  # one unit of work: 5 writes of 20 points, a batch of 100
                 rt.vectors.upsert(OBSERVATIONS, _points(1000 + batch * 100 + part * 20, 20, batch))
+        if batch == 0:
+            print("ready", flush=True)
         batch += 1
-        time.sleep(0.5)  # capture's next frame comes seconds later
+        time.sleep(1.0)  # capture's next frames come seconds later
     lease.close()
     print(batch)
 """)
@@ -283,10 +288,11 @@ def test_a_store_written_throughout_is_backed_up_between_units_of_work(tmp_path)
     env = {**os.environ, "ENGRAM_DATA_DIR": str(data), "PYTHONPATH": str(REPO), "ENGRAM_STORE_WAIT_SECONDS": "60"}
     for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
         env.pop(var, None)
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER.format(tests=str(Path(__file__).parent)), "8"],
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER.format(tests=str(Path(__file__).parent)), "14"],
                               env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(3)  # it holds the store, lingering between its units of work
+        assert writer.stdout.readline().strip() == "ready"  # its first unit of work is done; it lingers between
+        time.sleep(1.5)
         repo = bk.open_repository(str(tmp_path / "backup"), create=True)
         result = bk.backup(data, repo, wait=60)
         out, errs = writer.communicate(timeout=120)

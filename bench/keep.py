@@ -1,0 +1,229 @@
+"""Backup and restore speed beside ``cp -r``, and what an incremental backup writes, on a data dir of 100 k
+observations (``engram backup`` / ``engram restore``'s engine, ``workers.stores.backup``).
+
+The store is built as ``bench/scale.py`` builds it (``bench.scale.build``: the real points of LoCoMo conversations
+ingested into a seed data dir, copied with new ids over 99 more users until it holds ``--observations``), beside
+the seed's ledger, embedding cache and objects. Then, in one run, ``--rounds`` times each, alternating: ``cp -r``
+of the data dir, a full backup into a new folder and a restore of it into a new data dir, ``cp -r`` of that
+data dir again (each after a first ``cp -r`` that warms the page cache for all of them). Speeds are the data
+dir's bytes on disk (allocated blocks: the engine's preallocated files are sparse, and ``cp``, the backup and the
+restore all skip holes) over wall seconds; the ratios are medians of ``cp``'s seconds over the backup's (or the
+restore's). Then 1 % more observations (copies of seed points with new ids) are written through the store and a
+second backup goes into the first one's folder: ``incremental_ratio`` is the bytes it wrote over the full
+backup's. The restored store is checked: its collections hold the points the original held.
+
+    python bench/keep.py --seed-dir DIR [--observations 100000] [--json bench/results/keep.json]
+
+``--json FILE`` writes ``{"backup_ratio_to_cp", "restore_ratio_to_cp", "incremental_ratio",
+"frame_bytes_ratio", "ocr_recall", "load", ...}`` (``frame_bytes_ratio`` and ``ocr_recall`` are another
+measure's, written null here). Not a test: figures depend on the machine and its load (printed with them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench  # noqa: E402,F401  (the offline model environment)
+
+
+def _du(path: Path) -> int:
+    """Bytes on disk under ``path`` (allocated blocks)."""
+    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def _timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def _cp(src: Path, dest: Path) -> tuple[float, float]:
+    """Seconds of ``cp -r src dest``, and of it followed by ``sync`` of its filesystem (its copy on disk, as a
+    backup's is before its manifest is written), both from a settled page cache (``os.sync`` first)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.sync()
+    t0 = time.perf_counter()
+    subprocess.run(["cp", "-r", str(src), str(dest)], check=True)
+    copied = time.perf_counter() - t0
+    subprocess.run(["sync", "-f", str(dest)], check=True)
+    return copied, time.perf_counter() - t0
+
+
+def build_data_dir(seed_dir: Path, data_dir: Path, n_obs: int, user: str) -> dict:
+    """The store of ``n_obs`` observations (``bench.scale.build``) with the seed's ledger, caches and objects."""
+    from bench.scale import _seed, build
+
+    built = build(_seed(seed_dir), user, n_obs, data_dir)
+    for name in ("ledger.sqlite", "cache/embeddings.sqlite"):
+        if (seed_dir / name).is_file():
+            (data_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            from engram.workers.stores.backup import _sqlite_copy
+
+            _sqlite_copy(seed_dir / name, data_dir / name)
+    if (seed_dir / "objects").is_dir():
+        shutil.copytree(seed_dir / "objects", data_dir / "objects", dirs_exist_ok=True)
+    return built
+
+
+def add_new(seed_dir: Path, data_dir: Path, n: int) -> int:
+    """Write ``n`` more observations (seed points with new ids, a new user) through the store; returns how many."""
+    from bench.scale import _copy, _seed
+    from engram.workers.stores.vectors import OBSERVATIONS, EdgeVectorStore
+
+    recs = [r for by_coll in _seed(seed_dir).values() for r in by_coll.get(OBSERVATIONS, [])]
+    store = EdgeVectorStore(data_dir / "vectors", optimize_after=None)
+    written = 0
+    try:
+        copy = 0
+        while written < n:
+            batch = recs[:n - written]
+            key = f"new:{copy}:{uuid.uuid4()}"
+            new_id = {str(r.id): str(uuid.uuid5(uuid.NAMESPACE_URL, f"{key}:{r.id}")) for r in batch}
+            points = [_copy(r, OBSERVATIONS, new_id, "tenant-new", "user-new", key) for r in batch]
+            for i in range(0, len(points), 512):
+                store.upsert(OBSERVATIONS, points[i:i + 512])
+            written += len(points)
+            copy += 1
+    finally:
+        store.close()
+    return written
+
+
+def counts(data_dir: Path) -> dict[str, int]:
+    """Points per collection of the data dir's store."""
+    from engram.workers.stores.vectors import COLLECTIONS, EdgeVectorStore
+
+    store = EdgeVectorStore(data_dir / "vectors")
+    try:
+        return {c: store.count(c) for c in COLLECTIONS if store.has_collection(c)}
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed-dir", type=Path, required=True,
+                    help="a data dir holding ingested LoCoMo conversations (made with conversations 0 1 2 if empty)")
+    ap.add_argument("--observations", type=int, default=100_000, help="observations in the store (default 100000)")
+    ap.add_argument("--rounds", type=int, default=2, help="timed rounds of cp, backup and restore (default 2)")
+    ap.add_argument("--work-dir", type=Path, default=None, help="where everything is written (default: a temp dir)")
+    ap.add_argument("--reuse", action="store_true", help="reuse the data dir an earlier run built in --work-dir")
+    ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = ap.parse_args(argv)
+
+    from bench.locomo import load_locomo
+    from engram.workers.media.conversations import locomo_sample_id
+    from engram.workers.stores import backup as bk
+
+    if not (args.seed_dir / "vectors").is_dir():
+        from bench.retrieval import evaluate
+
+        print(f"ingesting LoCoMo conversations 0 1 2 into {args.seed_dir} ...", file=sys.stderr)
+        evaluate([0, 1, 2], data_dir=args.seed_dir, ingest_only=True, progress=False)
+    user = f"locomo-{locomo_sample_id(load_locomo()[0], 0)}"
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="engram-keep-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "data"
+    result: dict = {"observations": args.observations, "load": list(os.getloadavg()), "chunk_bytes": bk.CHUNK_BYTES}
+    if not (args.reuse and (data / "build.json").is_file()):
+        if data.exists():
+            shutil.rmtree(data)
+        print(f"building {args.observations:,} observations in {data} ...", file=sys.stderr)
+        (data).mkdir(parents=True)
+        built = build_data_dir(args.seed_dir, data, args.observations, user)
+        (work / "build.json").write_text(json.dumps(built))
+        (data / "build.json").write_text(json.dumps(built))
+    before = counts(data)
+    size = _du(data)
+    result.update(disk_bytes=size, apparent_bytes=sum(f.stat().st_size for f in data.rglob("*") if f.is_file()),
+                  points=before)
+    _cp(data, work / "warm")  # the page cache warmed for every measure alike
+    shutil.rmtree(work / "warm")
+
+    cp_s, cp_sync_s, backup_s, restore_s, cp_restored_s, cp_restored_sync_s, held_s = [], [], [], [], [], [], []
+    full_written = 0
+    for r in range(args.rounds):
+        copied, synced = _cp(data, work / "cp")
+        cp_s.append(copied)
+        cp_sync_s.append(synced)
+        shutil.rmtree(work / "cp")
+        dest = work / f"backup-{r}"
+        if dest.exists():
+            shutil.rmtree(dest)
+        repo = bk.open_repository(str(dest), create=True)
+        os.sync()
+        seconds, out = _timed(lambda repo=repo: bk.backup(data, repo))
+        repo.close()
+        backup_s.append(seconds)
+        held_s.append(out.store_held_seconds)
+        full_written = out.written_bytes
+        restored = work / "restored"
+        if restored.exists():
+            shutil.rmtree(restored)
+        os.sync()
+        seconds, _ = _timed(lambda dest=dest, restored=restored: bk.restore(
+            bk.open_repository(str(dest), create=False), restored))
+        restore_s.append(seconds)
+        copied, synced = _cp(restored, work / "cp")
+        cp_restored_s.append(copied)
+        cp_restored_sync_s.append(synced)
+        shutil.rmtree(work / "cp")
+        print(f"round {r + 1}: cp -r {cp_s[-1]:.2f} s (+ sync {cp_sync_s[-1]:.2f} s), backup {backup_s[-1]:.2f} s "
+              f"(store held {held_s[-1]:.2f} s), restore {restore_s[-1]:.2f} s, cp -r of the restored "
+              f"{cp_restored_s[-1]:.2f} s (+ sync {cp_restored_sync_s[-1]:.2f} s)", file=sys.stderr)
+        if r < args.rounds - 1:
+            shutil.rmtree(dest)
+    assert counts(work / "restored") == before, "the restored store does not hold the original's points"
+    shutil.rmtree(work / "restored")
+
+    added = add_new(args.seed_dir, data, max(1, args.observations // 100))
+    repo = bk.open_repository(str(work / f"backup-{args.rounds - 1}"), create=True)
+    inc_s, inc = _timed(lambda: bk.backup(data, repo))
+    repo.close()
+    mb = 1e6
+    cp_med, cp_rest_med = statistics.median(cp_sync_s), statistics.median(cp_restored_sync_s)
+    result.update(
+        backup_ratio_to_cp=cp_med / statistics.median(backup_s),
+        restore_ratio_to_cp=cp_rest_med / statistics.median(restore_s),
+        backup_ratio_to_cp_unsynced=statistics.median(cp_s) / statistics.median(backup_s),
+        restore_ratio_to_cp_unsynced=statistics.median(cp_restored_s) / statistics.median(restore_s),
+        incremental_ratio=inc.written_bytes / full_written,
+        frame_bytes_ratio=None, ocr_recall=None,
+        cp_mb_s=size / mb / cp_med, backup_mb_s=size / mb / statistics.median(backup_s),
+        restore_mb_s=size / mb / statistics.median(restore_s), cp_restored_mb_s=size / mb / cp_rest_med,
+        seconds={"cp": cp_s, "cp_sync": cp_sync_s, "backup": backup_s, "restore": restore_s,
+                 "cp_restored": cp_restored_s, "cp_restored_sync": cp_restored_sync_s, "incremental": inc_s},
+        store_held_s={"full": held_s, "incremental": inc.store_held_seconds},
+        full_written_bytes=full_written, incremental_written_bytes=inc.written_bytes, added_observations=added,
+        incremental_read_bytes=inc.read_bytes, load_after=list(os.getloadavg()))
+    print(f"data dir {size / mb:.0f} MB on disk ({result['apparent_bytes'] / mb:.0f} MB apparent), "
+          f"{sum(before.values()):,} points\n"
+          f"backup  {result['backup_mb_s']:.0f} MB/s, cp -r + sync {result['cp_mb_s']:.0f} MB/s: ratio "
+          f"{result['backup_ratio_to_cp']:.2f} (to cp -r alone {result['backup_ratio_to_cp_unsynced']:.2f})\n"
+          f"restore {result['restore_mb_s']:.0f} MB/s, cp -r + sync {result['cp_restored_mb_s']:.0f} MB/s: ratio "
+          f"{result['restore_ratio_to_cp']:.2f} (to cp -r alone {result['restore_ratio_to_cp_unsynced']:.2f})\n"
+          f"incremental after {added:,} new observations: wrote {inc.written_bytes / mb:.1f} MB of the full "
+          f"{full_written / mb:.0f} MB ({result['incremental_ratio']:.3f}) in {inc_s:.1f} s\n"
+          f"load {result['load']} -> {result['load_after']}", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
