@@ -23,7 +23,7 @@ from engram.schemas.events import MediaEvent
 from engram.schemas.memories import MEMORY_MODELS, MemoryType
 from engram.schemas.memory_admin import MemoryRecord
 from engram.workers.ingest import ingest
-from engram.workers.media.decode import SAMPLE_RATE, decode_audio, wav_bytes
+from engram.workers.media.decode import SAMPLE_RATE, wav_bytes
 from engram.workers.memory.entities import EntityMemory, Modality, founded_id
 from engram.workers.memory.points import memory_points
 from engram.workers.memory.records import get_memory, to_record
@@ -239,6 +239,28 @@ def _frame_at(path: Any, at_s: float) -> Any:
         return last.to_image()
 
 
+def audio_span(path: Any, start: float, end: float) -> np.ndarray:
+    """``[start, end)`` seconds of a recording's audio as float32 mono at 16 kHz: PyAV seeks near ``start`` and
+    decodes only up to ``end``, so a clip late in a long recording costs about what an early one does. Raises
+    av's errors for a file it cannot read."""
+    import av  # PyAV: only when a voice clip is made
+
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=SAMPLE_RATE)
+    parts: list[np.ndarray] = []
+    first: float | None = None
+    with av.open(str(path), metadata_errors="ignore") as container:
+        container.seek(int(start * av.time_base))  # lands on a frame at or before start
+        for frame in container.decode(audio=0):
+            if frame.time is not None and frame.time >= end:
+                break
+            for out in resampler.resample(frame):
+                first = frame.time if first is None and frame.time is not None else first
+                parts.append(out.to_ndarray().reshape(-1).astype(np.float32) / 32768.0)
+    audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    skip = int(max(0.0, start - (first if first is not None else start)) * SAMPLE_RATE)
+    return audio[skip:skip + int(max(0.0, end - start) * SAMPLE_RATE)]
+
+
 def sample_media(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> tuple[str, str]:
     """The object key and media type of a sample's media, made on first request: a face crop (WebP) from its
     observation's picture or video frame, or a WAV of up to ``VOICE_CLIP_S`` seconds of the voice's longest
@@ -281,8 +303,7 @@ def sample_media(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str)
             else:
                 start = float(p.get("start_s") or 0.0)
                 end = min(float(p.get("end_s") or start + VOICE_CLIP_S), start + VOICE_CLIP_S)
-                audio = decode_audio(path)
-                data = wav_bytes(audio[int(start * SAMPLE_RATE):int(end * SAMPLE_RATE)])
+                data = wav_bytes(audio_span(path, start, end))
     except (ObjectNotFound, FileNotFoundError) as exc:
         raise LookupError("the original is no longer stored (deleted, or removed by retention)") from exc
     except (OSError, ValueError, av.error.FFmpegError) as exc:
