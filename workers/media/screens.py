@@ -9,6 +9,14 @@ is read whole or not at all. ``read_changed`` OCRs those
 boxes only and carries the reference's other lines over (moved by the scroll); when most of the frame
 changed it reads the whole frame instead.
 
+Given a reader that detects and recognizes apart (``LineReader``: ``workers.models.ocr.RapidOcr``), a frame is
+read by lines instead: text boxes are detected in the changed regions (in the whole frame, one detector pass,
+when they cover more than ``DETECT_WHOLE_SHARE`` of it), and only the boxes whose glyphs ``LineMemory`` has not
+seen are recognized; a box whose glyphs match a line read before (a window raised again over the same text, a
+terminal's lines scrolled up, a page come back to) takes that line's text. Recognition is most of OCR's cost
+(~25 ms a line against ~0.25 s to detect a whole 1920x1080 frame), and desktops show the same lines again and
+again.
+
 The references are kept per process (``ReferenceFrames``: greyscale pixels and OCR lines of the last
 ``REFERENCE_DEVICES`` devices, least recently used dropped), so a frame whose predecessor was read by
 another worker process is read whole: correct either way, only slower.
@@ -17,7 +25,9 @@ another worker process is read whole: correct either way, only slower.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 from cachetools import LRUCache
@@ -37,6 +47,11 @@ SCROLL_MAX_ERROR = 2.0  # grey levels: the mean row-feature error under which an
 MIN_READ_HEIGHT = 8  # px: a region or a line cut by the frame's edge lower than this holds no legible text
 BLOCK = 4  # px: differences are averaged over BLOCK x BLOCK blocks, so lossy compression noise does not count
 REFERENCE_DEVICES = 8  # devices whose last frame a process keeps (greyscale: ~1 MB per 1280x720 frame)
+DETECT_WHOLE_SHARE = 0.3  # changed regions covering more of the frame than this: one detector pass on the whole
+INK = 48  # grey levels from a line's background (its box's median) that count as a glyph's pixel
+GLYPH_PAD = 3  # px: how far apart two detections of one line's box may be (detector jitter)
+MEMORY_LINES = 3000  # lines a device's LineMemory keeps (their pixels, ~10 kB a line of a terminal: ~30 MB)
+MEMORY_PER_SHAPE = 16  # lines kept per ink width: the most recent
 
 
 def grey(pixels: np.ndarray) -> np.ndarray:
@@ -185,12 +200,176 @@ def reading_order(lines: list[OcrLine]) -> list[OcrLine]:
     return sorted(lines, key=lambda ln: (round(ln.box[1] / 12), ln.box[0]))
 
 
+class LineReader(Protocol):
+    """An OCR model that detects and recognizes apart (``workers.models.ocr.RapidOcr``)."""
+
+    def detect(self, image: np.ndarray) -> list[np.ndarray]:
+        """Text boxes of a uint8 (h, w, 3) RGB image: float32 (4, 2) quadrilaterals in its pixels."""
+        ...
+
+    def recognize(self, image: np.ndarray, quads: list[np.ndarray],
+                  min_confidence: float = 0.5) -> list[OcrLine | None]:
+        """The line of each quad (None: nothing legible), in order."""
+        ...
+
+
+class Glyphs:
+    """A line's pixels, to tell whether another box shows the same line (``same``): the greyscale frame around
+    the box (``GLYPH_PAD`` px more on each side, clipped), the box's rows in it (``top``, ``height``) and its
+    ink's columns in it (``left``, ``width``: the columns with pixels more than ``INK`` grey levels from the box's
+    median, its background, in the box's middle half of rows, which the lines above and below never reach). Where
+    on the screen the line is does not matter."""
+
+    __slots__ = ("pixels", "top", "height", "left", "width")
+
+    def __init__(self, pixels: np.ndarray, top: int, height: int, left: int, width: int) -> None:
+        self.pixels, self.top, self.height, self.left, self.width = pixels, top, height, left, width
+
+    @property
+    def key(self) -> int:
+        """The ink's width in px: what ``LineMemory`` files lines under."""
+        return self.width
+
+    def same(self, other: Glyphs) -> bool:
+        """Whether ``other`` shows the same line: its widths within 1 px, and this line's box rows and ink columns
+        found in ``other``'s pixels within ``GLYPH_PAD`` px up or down and 1 px sideways with no ``BLOCK`` x
+        ``BLOCK`` block differing by more than ``DIFF_THRESHOLD`` grey levels on average (the test
+        ``changed_regions`` uses: lossy compression noise passes, one character changed does not)."""
+        if abs(self.width - other.width) > 1:
+            return False
+        core = self.pixels[self.top:self.top + self.height, self.left:self.left + self.width].astype(np.int16)
+        h, w = core.shape
+        hb, wb = -(-h // BLOCK), -(-w // BLOCK)
+        padded = np.zeros((hb * BLOCK, wb * BLOCK), np.int16)
+        for dy in sorted(range(-GLYPH_PAD, GLYPH_PAD + 1), key=abs):
+            for dx in (0, -1, 1):
+                y, x = other.top + dy, other.left + dx
+                if y < 0 or x < 0 or y + h > other.pixels.shape[0] or x + w > other.pixels.shape[1]:
+                    continue
+                padded[:h, :w] = np.abs(core - other.pixels[y:y + h, x:x + w])
+                if padded.reshape(hb, BLOCK, wb, BLOCK).mean(axis=(1, 3)).max() <= DIFF_THRESHOLD:
+                    return True
+        return False
+
+
+def glyphs(g: np.ndarray, box: tuple[float, float, float, float]) -> Glyphs | None:
+    """The ``Glyphs`` of the line in ``box`` (x0, y0, x1, y1) of greyscale frame ``g``; None when the box is
+    empty or its middle rows hold no ink."""
+    h, w = g.shape
+    bx0, by0 = max(0, int(box[0])), max(0, int(box[1]))
+    bx1, by1 = min(w, int(np.ceil(box[2]))), min(h, int(np.ceil(box[3])))
+    if bx1 - bx0 < 2 or by1 - by0 < 4:
+        return None
+    x0, y0 = max(0, bx0 - GLYPH_PAD), max(0, by0 - GLYPH_PAD)
+    x1, y1 = min(w, bx1 + GLYPH_PAD), min(h, by1 + GLYPH_PAD)
+    crop = g[y0:y1, x0:x1]
+    quarter = (by1 - by0) // 4
+    middle = g[by0 + quarter:by1 - quarter, bx0:bx1]
+    cols = np.flatnonzero((np.abs(middle.astype(np.int16) - int(np.median(g[by0:by1, bx0:bx1]))) > INK).any(axis=0))
+    if not cols.size:
+        return None
+    return Glyphs(crop.copy(), by0 - y0, by1 - by0, bx0 - x0 + int(cols[0]), int(cols[-1] - cols[0]) + 1)
+
+
+class LineMemory:
+    """Lines a device's frames showed, by their glyph pixels (``glyphs``): text and confidence of up to
+    ``maxlines`` lines, ``MEMORY_PER_SHAPE`` per ink width, the widths used least recently dropped first.
+    Thread safe. ``hits`` and ``misses`` count the lookups."""
+
+    def __init__(self, maxlines: int = MEMORY_LINES) -> None:
+        self.maxlines = maxlines
+        self._shapes: OrderedDict[int, list[tuple[Glyphs, str, float]]] = OrderedDict()
+        self._count = 0
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def find(self, ink: Glyphs) -> tuple[str, float] | None:
+        """(text, confidence) of a remembered line with the same glyphs (``Glyphs.same``), or None."""
+        with self._lock:
+            for key in (ink.key, ink.key - 1, ink.key + 1):
+                for known, text, conf in self._shapes.get(key, ()):
+                    if ink.same(known):
+                        self._shapes.move_to_end(key)
+                        self.hits += 1
+                        return text, conf
+            self.misses += 1
+        return None
+
+    def add(self, ink: Glyphs, text: str, confidence: float) -> None:
+        """Remember a line read from these glyphs."""
+        key = ink.key
+        with self._lock:
+            kept = self._shapes.setdefault(key, [])
+            self._shapes.move_to_end(key)
+            kept.insert(0, (ink, text, confidence))
+            self._count += 1
+            if len(kept) > MEMORY_PER_SHAPE:
+                kept.pop()
+                self._count -= 1
+            while self._count > self.maxlines and self._shapes:
+                _, dropped = self._shapes.popitem(last=False)
+                self._count -= len(dropped)
+
+
+def read_lines(reader: LineReader, pixels: np.ndarray, cur: np.ndarray, regions: list[Box] | None,
+               memory: LineMemory | None) -> list[OcrLine]:
+    """The lines of ``pixels`` (uint8 RGB; ``cur`` its ``grey``) inside ``regions`` (None: the whole frame):
+    boxes detected in each region (in the whole frame, once, when the regions cover more than
+    ``DETECT_WHOLE_SHARE`` of it, keeping the boxes that touch one), those ``memory`` knows taken from it, the
+    others recognized in one call and remembered."""
+    h, w = cur.shape
+    if regions is None or sum((b[2] - b[0]) * (b[3] - b[1]) for b in regions) > DETECT_WHOLE_SHARE * h * w:
+        quads = reader.detect(pixels)
+        if regions is not None:
+            quads = [q for q in quads if any(touches(_bounds(q), b) for b in regions)]
+    else:
+        quads = []
+        for x0, y0, x1, y1 in regions:
+            quads += [q + np.float32([x0, y0]) for q in reader.detect(np.ascontiguousarray(pixels[y0:y1, x0:x1]))]
+    lines: list[OcrLine] = []
+    unread: list[tuple[np.ndarray, Glyphs | None]] = []
+    for q in quads:
+        box = _bounds(q)
+        ink = glyphs(cur, box) if memory is not None else None
+        known = memory.find(ink) if memory is not None and ink is not None else None
+        if known is None:
+            unread.append((q, ink))
+        else:
+            lines.append(OcrLine(text=known[0], confidence=known[1], box=box))
+    read = reader.recognize(pixels, [q for q, _ in unread], min_confidence=0.0)
+    for (_, ink), line in zip(unread, read, strict=True):
+        if line is None:
+            continue
+        lines.append(line)
+        if memory is not None and ink is not None:
+            memory.add(ink, line.text, line.confidence)
+    return lines
+
+
+def _bounds(quad: np.ndarray) -> tuple[float, float, float, float]:
+    return (float(quad[:, 0].min()), float(quad[:, 1].min()), float(quad[:, 0].max()), float(quad[:, 1].max()))
+
+
 def read_changed(read: Callable[[np.ndarray], list[OcrLine]], pixels: np.ndarray,
-                 reference: tuple[np.ndarray, list[OcrLine]] | None) -> tuple[list[OcrLine], float]:
+                 reference: tuple[np.ndarray, list[OcrLine]] | None, reader: LineReader | None = None,
+                 memory: LineMemory | None = None) -> tuple[list[OcrLine], float]:
     """(OCR lines of ``pixels``, share of the frame's area read) using ``read`` (an OCR function of a uint8
     RGB image returning lines with boxes in its pixels) on the regions changed since ``reference`` (its
-    greyscale pixels and lines; None or another shape: the whole frame is read, share 1.0)."""
+    greyscale pixels and lines; None or another shape: the whole frame is read, share 1.0). With ``reader``,
+    read by lines (``read_lines``: detected, then recognized unless ``memory`` knows them) instead of
+    ``read``."""
     cur = grey(pixels)
+    if reader is not None:
+        if reference is None or reference[0].shape != cur.shape:
+            return reading_order(read_lines(reader, pixels, cur, None, memory)), 1.0
+        boxes, carried = changed_regions(reference[0], cur, reference[1])
+        if not boxes:
+            return reading_order(carried), 0.0
+        area = sum((b[2] - b[0]) * (b[3] - b[1]) for b in boxes) / cur.size
+        return reading_order(carried + read_lines(reader, pixels, cur, boxes, memory)), area
     if reference is None or reference[0].shape != cur.shape:
         return read(pixels), 1.0
     boxes, carried = changed_regions(reference[0], cur, reference[1])
@@ -211,7 +390,16 @@ class ReferenceFrames:
 
     def __init__(self, maxsize: int = REFERENCE_DEVICES) -> None:
         self._frames: LRUCache = LRUCache(maxsize=maxsize)
+        self._memories: LRUCache = LRUCache(maxsize=maxsize)
         self._lock = threading.Lock()
+
+    def memory(self, tenant_id: str, device_id: str) -> LineMemory:
+        """The device's ``LineMemory`` (a new one for a device not seen, or dropped as least recently used)."""
+        with self._lock:
+            mem = self._memories.get((tenant_id, device_id))
+            if mem is None:
+                mem = self._memories[(tenant_id, device_id)] = LineMemory()
+            return mem
 
     def get(self, tenant_id: str, device_id: str) -> tuple[np.ndarray, list[OcrLine]] | None:
         """(greyscale pixels, lines) of the device's last frame, or None."""

@@ -45,7 +45,8 @@ def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray, device_id: str | 
     """OCR lines of a uint8 (h, w, 3) RGB image at or above ``ocr_min_confidence``, in reading order.
 
     With ``device_id`` (a screenshot of a device's stream) only the regions changed since the device's last
-    frame read in this process are OCR'd, the rest of its lines carried over (``workers.media.screens``).
+    frame read in this process are OCR'd, the rest of its lines carried over, and of the lines detected there
+    only those the device's ``LineMemory`` has not seen are recognized (``workers.media.screens``).
 
     Every line the model returns is cached (JSON encrypted with the vault key, ``vault.seal``, in the object
     store, keyed by the pixels' sha256), and the confidence floor is applied on the way out, so changing it
@@ -58,8 +59,11 @@ def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray, device_id: str | 
         lines = _LINES.validate_json(unseal(rt.settings, rt.objects.get_bytes(key)))
     except (ObjectNotFound, VaultError):  # not cached, or cached before it was sealed: read again
         with model_timer("ocr"):
-            reference = screens.REFERENCES.get(tenant_id, device_id) if device_id else None
-            lines, _ = screens.read_changed(lambda img: model.read(img, min_confidence=0.0), pixels, reference)
+            if device_id:
+                lines, _ = screens.read_changed(model.read, pixels, screens.REFERENCES.get(tenant_id, device_id),
+                                                model, screens.REFERENCES.memory(tenant_id, device_id))
+            else:
+                lines = model.read(pixels, min_confidence=0.0)
         rt.objects.put_bytes(key, seal(rt.settings, _LINES.dump_json(lines)), "application/octet-stream")
     if device_id:
         screens.REFERENCES.put(tenant_id, device_id, digest, pixels, lines)

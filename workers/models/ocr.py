@@ -5,6 +5,10 @@ rapidocr's default, ``min`` 736, ran a 1312x1199 screenshot at full size and ups
 reads the boxes from the full-size pixels, so only detection works on the smaller image. onnxruntime runs
 on ``threads`` intra-op threads: its default pool (one thread per core) spin-waits between operators, which
 cost about 1.5x the CPU per frame on 2 cores for a little less wall time.
+
+Recognition is most of the cost (a line ~25 ms against ~0.25 s for detecting a whole 1920x1080 frame), so
+``detect`` and ``recognize`` are also offered apart: changed-region OCR (``workers.media.screens``) detects lines
+and recognizes only those it has not read before.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class RapidOcr(Model[list[OcrLine]]):
     det_side = 960  # px, the detector's longer side (tuned on screens/webui and screenpipe: bench/perception_speed.py)
     rec_batch = 1  # text boxes per recognition call (rapidocr's default 6 pads each box to the batch's widest:
     # 1 cost about 30 % less CPU on screens/webui)
+    min_score = 0.5  # rapidocr's ``Global.text_score``: what its full read drops, and ``recognize`` too
 
     def _load(self):
         from rapidocr import RapidOCR
@@ -74,8 +79,8 @@ class RapidOcr(Model[list[OcrLine]]):
         top = 0
         while True:
             tile = np.ascontiguousarray(image[top: top + self.tile_height, :, ::-1])  # RGB -> BGR
-            with self._predict_lock:
-                out = engine(tile)
+            with self._predict_lock:  # the steps named each call: ``detect`` leaves use_rec off in the engine
+                out = engine(tile, use_det=True, use_cls=False, use_rec=True)
             if out.boxes is not None and out.txts:
                 for box, text, score in zip(out.boxes, out.txts, out.scores, strict=True):
                     if score < min_confidence or not text.strip():
@@ -90,4 +95,53 @@ class RapidOcr(Model[list[OcrLine]]):
                 break
             top += step
         lines.sort(key=lambda ln: (round(ln.box[1] / 12), ln.box[0]))
+        return lines
+
+    def detect(self, image: np.ndarray) -> list[np.ndarray]:
+        """Text boxes of ``image`` (uint8 (h, w, 3) RGB) as the full read finds them, without reading them: each a
+        float32 (4, 2) quadrilateral in ``image``'s pixels (tiled like ``read``). Timed as one image."""
+        return self._timed(self._detect, 1.0, image)
+
+    def _detect(self, image: np.ndarray) -> list[np.ndarray]:
+        engine = self.session
+        quads: list[np.ndarray] = []
+        step = self.tile_height - self.tile_overlap
+        top = 0
+        while True:
+            tile = np.ascontiguousarray(image[top: top + self.tile_height, :, ::-1])
+            with self._predict_lock:
+                out = engine(tile, use_det=True, use_cls=False, use_rec=False)
+            for box in getattr(out, "boxes", None) if getattr(out, "boxes", None) is not None else ():
+                quad = np.asarray(box, np.float32).reshape(4, 2) + np.float32([0, top])
+                if not (top and quad[:, 1].max() < top + self.tile_overlap):
+                    quads.append(quad)
+            if top + self.tile_height >= image.shape[0]:
+                break
+            top += step
+        return quads
+
+    def recognize(self, image: np.ndarray, quads: list[np.ndarray],
+                  min_confidence: float = 0.5) -> list[OcrLine | None]:
+        """The text of each box of ``quads`` (from ``detect``, in ``image``'s pixels; ``image`` uint8 (h, w, 3)
+        RGB), cut and read as the full read does: one ``OcrLine`` (box: the quad's bounds) per quad, in order,
+        None where nothing legible was read (empty, or under ``min_score`` or ``min_confidence``). Timed as
+        ``len(quads)`` items."""
+        if not quads:
+            return []
+        return self._timed(self._recognize, float(len(quads)), image, quads, min_confidence)
+
+    def _recognize(self, image: np.ndarray, quads: list[np.ndarray], min_confidence: float) -> list[OcrLine | None]:
+        engine = self.session
+        bgr = np.ascontiguousarray(image[:, :, ::-1])
+        with self._predict_lock:
+            crops = engine.crop_text_regions(bgr, [q.copy() for q in quads])
+            out = engine.recognize_txt(crops)
+        lines: list[OcrLine | None] = []
+        for quad, text, score in zip(quads, out.txts, out.scores, strict=True):
+            if score < max(self.min_score, min_confidence) or not text.strip():
+                lines.append(None)
+                continue
+            lines.append(OcrLine(text=text.strip(), confidence=float(score),
+                                 box=(float(quad[:, 0].min()), float(quad[:, 1].min()),
+                                      float(quad[:, 0].max()), float(quad[:, 1].max()))))
         return lines
