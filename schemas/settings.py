@@ -225,7 +225,7 @@ class Settings(BaseSettings):
     near_duplicate_thumb_side: int = Field(
         256, ge=16, le=1024, description="Width of the greyscale thumbnail compared by SSIM, pixels.")
     capture_cpu_budget: float = Field(
-        0.08, ge=0, le=64, description="`engram capture`'s CPU budget, in cores (0.08: 8 % of one core), averaged "
+        0.06, ge=0, le=64, description="`engram capture`'s CPU budget, in cores (0.06: 6 % of one core), averaged "
         "over its run with its pipeline on the embedded default: past it the screen is grabbed less often (fewer "
         "frames to read), never more CPU. 0: no budget.")
     clip_segment_seconds: float = Field(30.0, gt=0, description="Clip segment length (M3-Agent: 30 s).")
