@@ -29,7 +29,8 @@ BURST_GAP_SECONDS = 300.0  # a longer gap between consecutive frames of one wind
 
 BURST_JACCARD = 0.8  # token-set Jaccard similarity to the hit's text at which a frame is a near-duplicate
 
-WINDOW_SECONDS = 3600.0  # first span read on each side of a hit; doubled while the burst reaches its edge
+WINDOW_SECONDS = 2 * BURST_GAP_SECONDS  # first span read on each side of a hit; doubled while the burst reaches
+# its edge (a busy day's hour of frames, read for each screenshot hit, made a search of 100 k observations take 3 s)
 
 MAX_WINDOW_SECONDS = 7 * 86400.0  # the longest span read on each side of a hit
 
