@@ -3,10 +3,12 @@ media added: a photo of two faces and a recording (the shared evaluation data), 
 file whose ingest failed (its object gone). Naming a person from a face crop (keyboard only), "not this person",
 a voice clip with range requests, editing a memory and seeing its history, a delete, a retry of a failure, the
 hourly plot with its table, the timeline's scrubber and date picker (keyboard only), and axe-core on every screen,
-each screen's screenshot written to docs/screens/<screen>.png."""
+each screen's screenshot taken (written to docs/screens/<screen>.png, the README's and docs/web.md's pictures, when
+ENGRAM_UPDATE_SCREENS=1: `ENGRAM_UPDATE_SCREENS=1 .venv/bin/python -m pytest tests/ui/test_screens.py`)."""
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from datetime import timedelta
@@ -61,12 +63,16 @@ def _faces(ui) -> list:
 
 
 def _shot(page, name: str, top: bool = True) -> None:
-    """The page's screenshot (1200x900, from its top unless ``top`` is False) as docs/screens/<name>.png."""
-    SCREENS_DIR.mkdir(parents=True, exist_ok=True)
+    """The page's screenshot (1200x900, from its top unless ``top`` is False), kept as docs/screens/<name>.png
+    when ENGRAM_UPDATE_SCREENS=1 (a test run otherwise leaves the committed pictures alone)."""
     page.set_viewport_size({"width": 1200, "height": 900})
     if top:
         page.evaluate("() => window.scrollTo(0, 0)")
-    page.screenshot(path=str(SCREENS_DIR / f"{name}.png"))
+    png = page.screenshot()
+    assert png.startswith(b"\x89PNG")
+    if os.environ.get("ENGRAM_UPDATE_SCREENS") == "1":
+        SCREENS_DIR.mkdir(parents=True, exist_ok=True)
+        (SCREENS_DIR / f"{name}.png").write_bytes(png)
 
 
 def _tab_to(page, selector: str, limit: int = 300) -> None:
