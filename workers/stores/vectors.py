@@ -786,6 +786,7 @@ class EdgeVectorStore(VectorStore):
         self.root.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._file_lock.acquire(timeout=0)
+            _close_before_filelock_at_exit()
             return
         except Timeout as exc:
             if not wait:
@@ -799,6 +800,7 @@ class EdgeVectorStore(VectorStore):
             request = None
         try:
             self._file_lock.acquire(timeout=self.wait)
+            _close_before_filelock_at_exit()
         except Timeout as exc:
             raise StoreBusy(f"the embedded store {self.root} is open in another engram process (waited "
                             f"{self.wait:g} s); wait for it to finish, or run a Qdrant server and set "
@@ -1110,13 +1112,20 @@ class EdgeVectorStore(VectorStore):
                 self._shards[collection].flush()
 
     def close(self) -> None:
+        """Flush and close every shard this process opened, then release the store's lock. While the lock is
+        still this process's (nobody else can have opened a shard meanwhile), the points of each shard go to
+        ``CLOSED_FILE``; a lock lost before (released by another hand) writes nothing there."""
         with self._lock:
+            held = self._file_lock.is_locked
             self.flush()
-            if self._shards:
+            if self._shards and held:
                 counts = self._closed_counts()
                 now = {c: shard.info().points_count for c, shard in self._shards.items()}
                 if any(counts.get(c) != n for c, n in now.items()):  # a reader that changed nothing writes nothing
                     self._write_json(CLOSED_FILE, {**counts, **now})
+            elif self._shards:
+                log.warning("the embedded store's lock was released before its shards were closed",
+                            store=str(self.root))
             self._changed.clear()
             self._closed = None  # another process may write it once the lock is released
             for shard in self._shards.values():
@@ -1224,6 +1233,23 @@ def close_vector_stores() -> None:
         for store in _stores.values():
             store.close()
         _stores.clear()
+
+
+_exit_order_set = False
+
+
+def _close_before_filelock_at_exit() -> None:
+    """Make ``close_vector_stores`` run at exit before filelock's own exit handler, which releases the locks the
+    process still holds (filelock 4, when only the main thread is left). Exit handlers run last registered
+    first, and filelock registers its handler when it is first imported, after this module registered
+    ``close_vector_stores``: a process ending with the store open released the store's lock first, and another
+    process opened a shard while this one still flushed and closed it and wrote ``CLOSED_FILE`` (seen with two
+    ``engram ingest`` sharing a data dir). Called once the lock is taken (filelock is imported by then)."""
+    global _exit_order_set
+    if not _exit_order_set:
+        atexit.unregister(close_vector_stores)
+        atexit.register(close_vector_stores)
+        _exit_order_set = True
 
 
 def tenant_filter(tenant_id: str, user_id: str | None = None, **must: Any) -> qm.Filter:
