@@ -19,6 +19,13 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
    ``api.client.EngramClient``. Published frames are removed from the spool; failed ones stay there.
 5. The interval: ``--interval`` (2 s) after a kept frame, doubled after each repeat up to ``--max-interval``
    (30 s), so a static screen costs one grab every 30 s.
+6. The CPU budget (``--cpu-budget``, ``ENGRAM_CAPTURE_CPU_BUDGET``: 0.06 of a core): ``CpuBudget``, a token
+   bucket over the whole process's CPU seconds (the grabs and, on the embedded default, the pipeline's OCR and
+   embedding), holds the next grab while it is spent, and on the embedded default no frame is grabbed while two
+   batches wait for the pipeline. A busy screen is grabbed less often, never read at more CPU. The pipeline reads
+   each frame by lines against the last (``workers.media.screens``: only the lines not seen before are
+   recognized), and the user is consolidated once ``consolidate_min_observations`` frames are in and at the end,
+   not after every batch.
 
 Ownership: the caller's thread runs the loop (grabs, windows, the gate, the spool) and owns the counts of
 ``CaptureStats`` but ``published``/``failed``, which belong to one publisher thread that takes batches from a
@@ -216,6 +223,33 @@ class AdaptiveInterval:
         return self.current
 
 
+class CpuBudget:
+    """A token bucket over this process's CPU seconds (``time.process_time``: every thread, the pipeline's too):
+    ``cores`` CPU seconds per wall second flow in, up to ``burst`` CPU seconds; what the process used flows out.
+    ``wait`` says how long until the bucket is no longer in debt. (The ``limits`` library counts hits and turns
+    away those over the limit; this CPU is spent before it is counted.) ``clock`` and ``cpu`` are for tests."""
+
+    def __init__(self, cores: float, burst: float, clock: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] = time.process_time) -> None:
+        if cores <= 0:
+            raise ValueError("a CPU budget needs cores > 0")
+        self.cores, self.burst, self._clock, self._cpu = cores, burst, clock, cpu
+        self.tokens = burst
+        self._at, self._used = clock(), cpu()
+
+    def update(self) -> float:
+        """The tokens now (CPU seconds; negative: in debt)."""
+        now, used = self._clock(), self._cpu()
+        self.tokens = min(self.burst, self.tokens + self.cores * (now - self._at) - (used - self._used))
+        self._at, self._used = now, used
+        return self.tokens
+
+    def wait(self) -> float:
+        """Seconds until the bucket is out of debt at its rate (0: within budget now)."""
+        tokens = self.update()
+        return 0.0 if tokens >= 0 else -tokens / self.cores
+
+
 def screen_source(app: str | None, title: str | None) -> str:
     """The source name of a screenshot: ``screen/<app> — <title>`` (``screen/xterm — user@host: ~``), the parts
     that are known; ``screen`` when neither is. Slashes and backslashes of the title become the look-alike
@@ -260,7 +294,8 @@ class CaptureStats:
     near-duplicate gate, writing kept frames; not publishing); ``cpu_seconds``: the whole process's (with an
     embedded sink, the pipeline's OCR and embedding of the kept frames too, until the last is published);
     ``wall_seconds``: the capture's length; ``publish_wait_seconds``: the wait after it for the publisher to
-    finish the frames still queued."""
+    finish the frames still queued; ``throttled_seconds``: how long grabs were held by the CPU budget or the
+    pipeline's backlog."""
 
     grabbed: int = 0
     kept: int = 0
@@ -279,6 +314,7 @@ class CaptureStats:
     audio_silent: int = 0
     audio_seconds: float = 0.0
     audio_overflows: int = 0
+    throttled_seconds: float = 0.0  # grabs held by the CPU budget or the pipeline's backlog
 
     @property
     def waiting(self) -> int:
@@ -292,17 +328,20 @@ Sink = Callable[[Sequence[Frame]], tuple[int, int]]  # publish a batch -> (publi
 
 class EmbeddedSink:
     """Publishes kept frames into the embedded store (``api.local.publish_file`` + ``run_event``, the pipeline
-    inline), then consolidates the user; returns (published, failed) per batch. The store is held with a
+    inline), and consolidates the user once ``consolidate_every`` frames are in since the last time (and at
+    ``close``); returns (published, failed) per batch. The store is held with a
     ``workers.runtime.StoreLease`` that stays open ``linger`` seconds after a batch (the next batch does not open
     it again: 0.3-4 s from 10 k to 1 M points) and is left at once to another engram process that asks for it;
     ``close`` releases it (the run is over)."""
 
     def __init__(self, tenant: str, user: str, device: str, report: Callable[[str], None] = lambda _: None,
-                 linger: float = 0.0) -> None:
+                 linger: float = 0.0, consolidate_every: int = 20) -> None:
         from engram.workers.runtime import StoreLease  # the workers' stack, when the capture publishes
 
         self.tenant, self.user, self.device, self.report = tenant, user, device, report
         self.lease = StoreLease(linger)
+        self.consolidate_every = consolidate_every
+        self.unconsolidated = 0  # frames published since the user was last consolidated
 
     def __call__(self, frames: Sequence[Frame]) -> tuple[int, int]:
         from engram.api.local import Candidate, publish_file, run_event
@@ -326,15 +365,27 @@ class EmbeddedSink:
                 else:
                     ok += 1
                     frame.path.unlink(missing_ok=True)
-            if ok:
-                from engram.workers.consolidate import consolidate_user
-
-                consolidate_user.delay(self.tenant, self.user)
+            self.unconsolidated += ok
+            if self.unconsolidated >= self.consolidate_every:
+                self._consolidate()
         return ok, bad
 
+    def _consolidate(self) -> None:
+        from engram.workers.consolidate import consolidate_user
+
+        consolidate_user.delay(self.tenant, self.user)
+        self.unconsolidated = 0
+
     def close(self) -> None:
-        """Release the store now."""
-        self.lease.close()
+        """Consolidate the user if frames came in since the last time, then release the store."""
+        try:
+            if self.unconsolidated:
+                with self.lease.session():
+                    self._consolidate()
+        except Exception as exc:  # noqa: BLE001 (the next capture, ingest or beat consolidates them)
+            self.report(f"cannot consolidate: {type(exc).__name__}: {exc}")
+        finally:
+            self.lease.close()
 
 
 def spool_sink(frames: Sequence[Frame]) -> tuple[int, int]:
@@ -367,7 +418,8 @@ class CaptureConfig:
     """Options of one capture run (the CLI's): ``interval``/``max_interval`` seconds; ``max_frames`` grabs and
     ``duration`` seconds bound the run (None: until stopped); ``batch`` frames or ``flush_seconds`` per publish;
     ``monitor`` is mss's index (0: all monitors as one image, 1: the first); ``screen`` False: no screenshots
-    (the microphone alone)."""
+    (the microphone alone); ``cpu_budget`` cores and ``cpu_burst`` CPU seconds for ``CpuBudget`` (0: none);
+    ``max_backlog``: grabs wait while this many kept frames are not yet published (None: never)."""
 
     spool: Path
     interval: float = 2.0
@@ -383,6 +435,9 @@ class CaptureConfig:
     thumb_side: int = 256
     screen: bool = True
     quality: int = WEBP_QUALITY
+    cpu_budget: float = 0.0  # cores (0: none): ``CpuBudget``'s rate
+    cpu_burst: float = 10.0  # CPU seconds the budget lets the process run ahead of its rate
+    max_backlog: int | None = None  # kept frames not yet published at which grabs wait
 
 
 class Capture:
@@ -453,6 +508,7 @@ class Capture:
         pending: list[Frame] = []
         first_pending = 0.0
         last_signature: str | None = None
+        budget = CpuBudget(cfg.cpu_budget, cfg.cpu_burst) if cfg.cpu_budget > 0 else None
         with mss.MSS() as grabber:
             monitor = grabber.monitors[min(cfg.monitor, len(grabber.monitors) - 1)]
             while not self.stop.is_set():
@@ -464,6 +520,12 @@ class Capture:
                 if self.paused():
                     self.stop.wait(min(1.0, cfg.interval))
                     st.paused_seconds += time.monotonic() - now
+                    continue
+                if hold := self._throttle(budget):
+                    if cfg.duration is not None:
+                        hold = min(hold, max(0.0, cfg.duration - (now - start)))
+                    self.stop.wait(hold)
+                    st.throttled_seconds += time.monotonic() - now
                     continue
                 gate0 = time.thread_time()
                 changed = False
@@ -479,7 +541,8 @@ class Capture:
 
                     img = Image.frombytes("RGB", shot.size, shot.bgra, "raw", "BGRX")
                     st.grabbed += 1
-                    signature = media.frame_signature(img, cfg.thumb_side)
+                    # the gate's pHash and thumbnail from a half-size image (a box filter): a third less CPU a grab
+                    signature = media.frame_signature(img.reduce(2) if img.width >= 1280 else img, cfg.thumb_side)
                     if last_signature is not None and media.is_near_duplicate(last_signature, signature,
                                                                                cfg.hash_min, cfg.ssim_min):
                         st.duplicates += 1
@@ -501,6 +564,15 @@ class Capture:
                 self.stop.wait(wait)
         if pending:
             batches.put(pending)
+
+    def _throttle(self, budget: CpuBudget | None) -> float:
+        """Seconds to hold the next grab: while ``budget`` is in debt, or (``max_backlog``) while that many kept
+        frames are not yet published (the batch being gathered included); 0: grab now."""
+        hold = budget.wait() if budget is not None else 0.0
+        backlog = self.config.max_backlog
+        if backlog is not None and self.stats.waiting >= backlog:
+            hold = max(hold, self.config.interval)
+        return hold
 
     def _denied(self) -> tuple[str | None, WindowInfo | None]:
         """(the rule that denies this tick, or None; the active window). A window list that cannot be read
@@ -651,6 +723,10 @@ def capture_command(
                                                    "the system's default input).")] = None,
     screen: Annotated[bool, typer.Option("--screen/--no-screen", help="Capture the screen (--no-screen: the "
                                          "microphone alone).")] = True,
+    cpu_budget: Annotated[float | None, typer.Option(min=0, help="CPU budget in cores, the pipeline's included on "
+                                                     "the embedded default: past it the screen is grabbed less "
+                                                     "often (default: ENGRAM_CAPTURE_CPU_BUDGET, 0.06; 0: "
+                                                     "none).")] = None,
 ) -> None:
     """Capture the screen (and with --microphone the microphone) into memory: screenshots at an adaptive
     interval, repeats dropped before anything is stored, denied apps and windows never captured, audio chunks
@@ -677,12 +753,16 @@ def capture_command(
                            flush_seconds=flush_seconds, monitor=monitor,
                            pause_file=pause_file or settings.data_dir / "capture.pause",
                            hash_min=settings.near_duplicate_similarity, ssim_min=settings.near_duplicate_ssim,
-                           thumb_side=settings.near_duplicate_thumb_side, screen=screen)
+                           thumb_side=settings.near_duplicate_thumb_side, screen=screen,
+                           cpu_budget=settings.capture_cpu_budget if cpu_budget is None else cpu_budget)
     mic = open_microphone(config.spool, chunk_seconds, mic_device, report) if microphone else None
     user, device = user or _default_user(), device or _default_device()
     client = _client(api, api_key, user, device) if api and not spool_only else None
     sink = (spool_sink if spool_only else api_sink(client, report) if client
-            else EmbeddedSink(tenant or settings.tenant, user, device, report, linger=2 * flush_seconds))
+            else EmbeddedSink(tenant or settings.tenant, user, device, report, linger=2 * flush_seconds,
+                              consolidate_every=settings.consolidate_min_observations))
+    if isinstance(sink, EmbeddedSink):
+        config.max_backlog = 2 * batch  # the pipeline runs in this process: no grabs while it is two batches behind
     windows = open_windows(report) if screen else None
     cap = Capture(config, sink, rules, windows, report=report, microphone=mic)
     previous = install_signals(cap)

@@ -13,7 +13,11 @@ allocated bytes per hour of capture; frames kept. ``--json FILE`` writes ``{"cpu
 "disk_bytes_per_hour", "frames_kept", "load"}`` and the details (``cpu_s_per_kept_frame``, the drain after the
 capture, the data dir by folder, the load average before).
 
-    python bench/capture_cpu.py [--minutes 10] [--json bench/results/capture.json]
+    python bench/capture_cpu.py [--minutes 10] [--baseline] [--json bench/results/capture.json]
+
+``--baseline``: a second capture without its CPU budget (``--cpu-budget 0``) runs on the same desktop at the same
+time into its own store: its figures under ``baseline``, the ratios under ``ratio_to_baseline`` (the two share the
+machine's cores, so both run slower than alone; the CPU seconds each used are its own).
 
 ``--formats``: each shared screenshot (``screens/screenpipe_*.png``, the webui viewports) stored as PNG (what
 capture wrote before: compression level 1) and as WebP at several qualities, read back through engram's decoder
@@ -238,49 +242,72 @@ def allocated_bytes(folder: Path) -> dict[str, int]:
     return out
 
 
-def desktop_run(minutes: float, seed: int) -> dict:
+def _figures(stats: dict, usage, disk: dict[str, int], elapsed: float) -> dict:
+    """A capture run's figures (module docstring) from its ``--json`` counts, rusage and data dir."""
+    cpu = usage.ru_utime + usage.ru_stime
+    hours = stats["wall_seconds"] / 3600
+    return {"cpu_percent": round(100 * cpu / stats["wall_seconds"], 2), "rss_peak_bytes": usage.ru_maxrss * 1024,
+            "disk_bytes_per_hour": round(sum(disk.values()) / hours), "frames_kept": stats["kept"],
+            "cpu_seconds": round(cpu, 1), "cpu_s_per_kept_frame": round(cpu / max(1, stats["kept"]), 2),
+            "capture_thread_cpu_seconds": round(stats["gate_cpu_seconds"], 1),
+            "drain_seconds": round(elapsed - stats["wall_seconds"], 1), "grabbed": stats["grabbed"],
+            "duplicates": stats["duplicates"], "throttled_seconds": round(stats.get("throttled_seconds", 0.0), 1),
+            "published": stats["published"], "failed": stats["failed"], "disk_bytes": disk}
+
+
+def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) -> dict:
     """The scripted desktop for ``minutes`` with ``engram capture`` publishing into a fresh embedded store;
-    the figures of the module docstring."""
+    the figures of the module docstring. ``baseline``: extra ``engram capture`` arguments of a second capture
+    run at the same time on the same desktop into its own store (``--baseline``: ``--cpu-budget 0``, capture
+    without its CPU budget); its figures under ``baseline`` and the ratios of the first's to its."""
     seconds = minutes * 60
+    runs = {"run": []} | ({"baseline": baseline} if baseline is not None else {})
     with tempfile.TemporaryDirectory(prefix="engram-bench-capture-") as tmp, \
             xvfb(f"{SCREEN[0]}x{SCREEN[1]}x24") as display, contextlib.ExitStack() as stack:
         root = Path(tmp)
         desktop = ScriptedDesktop(display, root, seed)
         desktop.open(stack)
-        env = {**os.environ, "DISPLAY": display, "ENGRAM_DATA_DIR": str(root / "data"), "HF_HUB_OFFLINE": "1",
-               "PYTHONPATH": str(REPO)}
-        for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "WAYLAND_DISPLAY"):
-            env.pop(var, None)
         load_before = os.getloadavg()
         stop = threading.Event()
         player = threading.Thread(target=desktop.play, args=(stop,), name="desktop", daemon=True)
-        with open(root / "out.txt", "w") as out, open(root / "err.txt", "w") as err:
-            started = time.monotonic()
-            proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--duration",
-                                     str(seconds)], env=env, cwd=REPO, stdout=out, stderr=err)
-            player.start()
-            ending = threading.Timer(seconds, stop.set)  # the desktop plays while the capture grabs, not its drain
-            ending.start()
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            elapsed = time.monotonic() - started
+        procs = {}
+        for name, extra in runs.items():
+            env = {**os.environ, "DISPLAY": display, "ENGRAM_DATA_DIR": str(root / name / "data"),
+                   "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+            for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "WAYLAND_DISPLAY"):
+                env.pop(var, None)
+            (root / name).mkdir()
+            out, err = open(root / name / "out.txt", "w"), open(root / name / "err.txt", "w")
+            stack.callback(out.close)
+            stack.callback(err.close)
+            procs[name] = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json",
+                                            "--duration", str(seconds), *extra], env=env, cwd=REPO, stdout=out,
+                                           stderr=err)
+        started = time.monotonic()
+        player.start()
+        ending = threading.Timer(seconds, stop.set)  # the desktop plays while the capture grabs, not its drain
+        ending.start()
+        results = {}
+        for _ in procs:
+            pid, status, usage = os.wait4(-1, 0)
+            name = next(n for n, p in procs.items() if p.pid == pid)
+            procs[name].returncode = os.waitstatus_to_exitcode(status)
+            if procs[name].returncode != 0:
+                raise SystemExit((root / name / "err.txt").read_text()[-3000:])
+            stats = json.loads((root / name / "out.txt").read_text().strip().splitlines()[-1])
+            results[name] = _figures(stats, usage, allocated_bytes(root / name / "data"), time.monotonic() - started)
         stop.set()
         player.join(timeout=60)
-        if proc.returncode != 0:
-            raise SystemExit((root / "err.txt").read_text()[-3000:])
-        stats = json.loads((root / "out.txt").read_text().strip().splitlines()[-1])
-        disk = allocated_bytes(root / "data")
-    cpu = usage.ru_utime + usage.ru_stime
-    hours = stats["wall_seconds"] / 3600
-    return {"cpu_percent": round(100 * cpu / stats["wall_seconds"], 2), "rss_peak_bytes": usage.ru_maxrss * 1024,
-            "disk_bytes_per_hour": round(sum(disk.values()) / hours), "frames_kept": stats["kept"],
-            "load": [round(x, 2) for x in os.getloadavg()],
-            "load_before": [round(x, 2) for x in load_before], "minutes": minutes, "screen": "x".join(map(str, SCREEN)),
-            "cpu_seconds": round(cpu, 1), "cpu_s_per_kept_frame": round(cpu / max(1, stats["kept"]), 2),
-            "capture_thread_cpu_seconds": round(stats["gate_cpu_seconds"], 1),
-            "drain_seconds": round(elapsed - stats["wall_seconds"], 1), "grabbed": stats["grabbed"],
-            "duplicates": stats["duplicates"], "published": stats["published"], "failed": stats["failed"],
-            "changes": desktop.changes, "disk_bytes": disk}
+    result = {**results["run"], "load": [round(x, 2) for x in os.getloadavg()],
+              "load_before": [round(x, 2) for x in load_before], "minutes": minutes,
+              "screen": "x".join(map(str, SCREEN)), "changes": desktop.changes}
+    if "baseline" in results:
+        base = results["baseline"]
+        result["baseline"] = {"args": baseline, **base}
+        result["ratio_to_baseline"] = {k: round(result[k] / base[k], 3) if base[k] else None
+                                       for k in ("cpu_percent", "rss_peak_bytes", "disk_bytes_per_hour",
+                                                 "frames_kept")}
+    return result
 
 
 # --- the frame format -------------------------------------------------------------------------------------
@@ -346,6 +373,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=10.0, help="Length of the scripted desktop's capture.")
     ap.add_argument("--seed", type=int, default=41, help="Seed of the desktop's script.")
     ap.add_argument("--json", type=Path, help="Write (merge) the figures into this JSON file.")
+    ap.add_argument("--baseline", action="store_true", help="Also run a capture without its CPU budget "
+                    "(--cpu-budget 0) on the same desktop at the same time, and give the ratios to it.")
     ap.add_argument("--formats", action="store_true", help="Measure the frame formats instead (bytes, recall).")
     ap.add_argument("--qualities", type=int, nargs="+", default=[50, 65, 75, 80, 85, 90], help="WebP qualities.")
     ap.add_argument("--seconds", type=float, default=150.0, help="Length of each --only/--microphone run.")
@@ -370,7 +399,7 @@ def main() -> None:
         os.environ["ENGRAM_DATA_DIR"] = tempfile.mkdtemp(prefix="engram-bench-formats-")
         result = {"formats": formats(args.qualities), "load": [round(x, 2) for x in os.getloadavg()]}
     else:
-        result = desktop_run(args.minutes, args.seed)
+        result = desktop_run(args.minutes, args.seed, ["--cpu-budget", "0"] if args.baseline else None)
     print(json.dumps(result, ensure_ascii=False))
     if args.json:
         merge_json(args.json, result)
