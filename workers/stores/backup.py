@@ -59,6 +59,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import sqlite3
 import tempfile
 import threading
@@ -135,6 +136,9 @@ class Repository(Protocol):
     def get_chunk(self, digest: str) -> bytes:
         """The chunk's bytes. Raises BackupError when it is missing."""
 
+    def read_into(self, digest: str, buf: bytearray) -> bytes | memoryview:
+        """The chunk's bytes, read into ``buf`` where the repository can. Raises BackupError when missing."""
+
     def snapshots(self) -> list[str]:
         """Names of the complete snapshots, oldest first."""
 
@@ -198,13 +202,13 @@ class _Packed:
     def has_chunk(self, digest: str) -> bool:
         return digest in self._index
 
-    def put_chunk(self, digest: str, data: bytes) -> None:
+    def put_chunk(self, digest: str, data: bytes | memoryview) -> None:
         with self._pack_lock:
             if digest in self._index:
                 return
             self._index[digest] = ("", self._open_bytes, len(data))  # the open pack's id is given when it is written
             self._open_entries.append((digest, self._open_bytes, len(data)))
-            self._open.append(data)
+            self._open.append(bytes(data))  # ``data`` may be the caller's buffer, reused for its next block
             self._open_bytes += len(data)
             full = self._open_bytes >= PACK_BYTES
             if full:
@@ -238,6 +242,11 @@ class _Packed:
             data, entries = self._take()
         if entries:
             self._write_pack(data, entries)
+
+    def read_into(self, digest: str, buf: bytearray) -> bytes | memoryview:
+        """The chunk's bytes, read into ``buf`` (``CHUNK_BYTES`` long) where the repository can, else new
+        bytes. Raises BackupError when it is missing."""
+        return self.get_chunk(digest)
 
     def get_chunk(self, digest: str) -> bytes:
         where = self._index.get(digest)
@@ -273,14 +282,76 @@ class FolderRepository(_Packed):
             self._clean_temporary()
         self._fds: dict[str, int] = {}
         self._fds_lock = threading.Lock()
+        self._pack_fd: int | None = None  # the open pack's temporary file, and its path
+        self._pack_tmp = ""
         self._init_packs()
 
     def _clean_temporary(self) -> None:
-        for folder in [self.root / "snapshots", *(Path(d.path) for d in _scandir(self.root / "packs"))]:
+        for folder in [self.root / "snapshots", self.root / "packs",
+                       *(Path(d.path) for d in _scandir(self.root / "packs") if d.is_dir())]:
             names = {e.name for e in _scandir(folder)}
             for name in names:
                 if name.startswith(".tmp-") or (name.endswith(".pack") and f"{name[:-5]}.idx" not in names):
                     (folder / name).unlink(missing_ok=True)
+
+    def put_chunk(self, digest: str, data: bytes | memoryview) -> None:
+        """Append the block to the open pack's temporary file at once (no copy kept in memory: the pages a
+        buffered pack held were faulted in and zeroed again for every pack, most of a backup's system time)."""
+        with self._pack_lock:
+            if digest in self._index:
+                return
+            if self._pack_fd is None:
+                self._pack_tmp = str(self.root / "packs" / f".tmp-{uuid.uuid4().hex}.pack")
+                self._pack_fd = os.open(self._pack_tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._pack_fd, view):]
+            except BaseException:
+                self._abandon_pack()
+                raise
+            self._index[digest] = ("", self._open_bytes, len(data))
+            self._open_entries.append((digest, self._open_bytes, len(data)))
+            self._open_bytes += len(data)
+            if self._open_bytes >= PACK_BYTES:
+                self._finish_pack()
+
+    def _abandon_pack(self) -> None:
+        """Drop the open pack (a write failed: a full disk): its file removed, its blocks forgotten."""
+        if self._pack_fd is not None:
+            os.close(self._pack_fd)
+            self._pack_fd = None
+            with contextlib.suppress(OSError):
+                os.unlink(self._pack_tmp)
+        for d, _, _ in self._open_entries:
+            self._index.pop(d, None)
+        self._open_entries, self._open_bytes = [], 0
+
+    def _finish_pack(self) -> None:
+        """Rename the open pack into place and write its index (with ``_pack_lock`` held)."""
+        if self._pack_fd is None:
+            return
+        pack_id = uuid.uuid4().hex
+        try:
+            os.close(self._pack_fd)
+            self._pack_fd = None
+            folder = self.root / "packs" / pack_id[:2]
+            folder.mkdir(mode=0o700, exist_ok=True)
+            os.rename(self._pack_tmp, folder / f"{pack_id}.pack")
+            _atomic_write(folder / f"{pack_id}.idx",
+                          "".join(f"{d} {o} {n}\n" for d, o, n in self._open_entries).encode(), sync=False)
+        except BaseException:
+            self._abandon_pack()
+            with contextlib.suppress(OSError):
+                os.unlink(self.root / "packs" / pack_id[:2] / f"{pack_id}.pack")
+            raise
+        for d, o, n in self._open_entries:
+            self._index[d] = (pack_id, o, n)
+        self._open_entries, self._open_bytes = [], 0
+
+    def flush(self) -> None:
+        with self._pack_lock:
+            self._finish_pack()
 
     def _indexes(self) -> Iterator[tuple[str, str]]:
         for d in _scandir(self.root / "packs"):
@@ -293,7 +364,26 @@ class FolderRepository(_Packed):
         dest.parent.mkdir(mode=0o700, exist_ok=True)
         _atomic_write(dest, data, sync=False)
 
+    def read_into(self, digest: str, buf: bytearray) -> bytes | memoryview:
+        where = self._index.get(digest)
+        if where is None or not where[0] or where[2] > len(buf):
+            return self.get_chunk(digest)
+        pack_id, offset, length = where
+        view = memoryview(buf)[:length]
+        got = 0
+        while got < length:
+            n = os.preadv(self._pack(pack_id), [view[got:]], offset + got)
+            if n == 0:
+                raise BackupError(f"pack {pack_id} in {self.root} is shorter than its index says: the backup is "
+                                  "damaged")
+            got += n
+        return view
+
     def _read(self, pack_id: str, offset: int, length: int) -> bytes:
+        return os.pread(self._pack(pack_id), length, offset)
+
+    def _pack(self, pack_id: str) -> int:
+        """An open file descriptor of the pack (opened once per repository object)."""
         fd = self._fds.get(pack_id)
         if fd is None:
             with self._fds_lock:
@@ -305,7 +395,7 @@ class FolderRepository(_Packed):
                         raise BackupError(f"pack {pack_id} is missing from {self.root}: the backup is "
                                           "damaged") from exc
                     self._fds[pack_id] = fd
-        return os.pread(fd, length, offset)
+        return fd
 
     def snapshots(self) -> list[str]:
         return sorted(e.name for e in _scandir(self.root / "snapshots") if e.name.endswith(".json.gz"))
@@ -322,6 +412,8 @@ class FolderRepository(_Packed):
         _atomic_write(self.root / "snapshots" / name, data, sync=True)
 
     def close(self) -> None:
+        with self._pack_lock:
+            self._abandon_pack()  # a pack not flushed belongs to no snapshot
         with self._fds_lock:
             for fd in self._fds.values():
                 os.close(fd)
@@ -552,6 +644,7 @@ def _data_blocks(fd: int, size: int) -> list[int]:
 
 
 _ZERO = bytes(CHUNK_BYTES)
+_ZERO_VIEW = memoryview(_ZERO)
 
 
 @dataclass
@@ -575,10 +668,18 @@ def _chunk_file(path: Path, rel: str, repo: Repository, tally: _Tally, progress:
         st = os.fstat(fd)
         size = st.st_size
         blocks: list[tuple[int, str]] = []
+        buf = bytearray(CHUNK_BYTES)  # one buffer for every block: no allocation (page faults) per block
+        whole = memoryview(buf)
         for off in _data_blocks(fd, size):
-            data = os.pread(fd, min(CHUNK_BYTES, size - off), off)
+            want, got = min(CHUNK_BYTES, size - off), 0
+            while got < want:
+                n = os.preadv(fd, [whole[got:want]], off + got)
+                if n == 0:  # the file is shorter than it was (a store file only changes under the lock)
+                    break
+                got += n
+            data = whole[:got]
             progress(len(data))
-            if data == _ZERO[:len(data)]:
+            if data == _ZERO_VIEW[:len(data)]:
                 continue
             digest = hashlib.sha256(data).hexdigest()
             blocks.append((off, digest))
@@ -704,6 +805,18 @@ def _previous(repo: Repository, source: str) -> dict[str, FileEntry]:
     return {}
 
 
+def _remove_stale_copies(data_dir: Path) -> None:
+    """Remove the temporary folders (SQLite copies) of backups killed earlier: ``<TMP_PREFIX><pid>-*`` whose
+    process is gone. A copy of the ledger left behind would keep what a deletion removed since."""
+    from engram.workers.stores.owners import is_alive
+
+    for entry in _scandir(data_dir):
+        if entry.name.startswith(TMP_PREFIX) and entry.is_dir(follow_symlinks=False):
+            pid = entry.name[len(TMP_PREFIX):].split("-", 1)[0]
+            if not pid.isdigit() or not is_alive(int(pid), None):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vault_key: bool = False,
            workers: int | None = None, progress: Progress | None = None) -> BackupResult:
     """Write a snapshot of the embedded default's ``data_dir`` into ``repo`` (see the module docstring).
@@ -718,6 +831,9 @@ def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vau
     data_dir = Path(data_dir).expanduser().absolute()
     if not data_dir.is_dir() or not any((data_dir / p).exists() for p in ("vectors", "ledger.sqlite", "objects")):
         raise BackupError(f"no engram data in {data_dir}: nothing to back up")
+    if (data_dir / RESTORE_MARKER).exists():
+        raise BackupError(f"a restore into {data_dir} is not finished: run `engram restore` again to complete it "
+                          "before backing it up")
     t0 = time.perf_counter()
     os.umask(PRIVATE_UMASK)
     previous = _previous(repo, str(data_dir))
@@ -760,7 +876,8 @@ def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vau
         entries.extend(e for e in _map(one, jobs, workers or repo.threads, f"engram-backup-{phase}")
                        if e is not None)
 
-    with tempfile.TemporaryDirectory(dir=data_dir, prefix=TMP_PREFIX) as tmp:
+    _remove_stale_copies(data_dir)
+    with tempfile.TemporaryDirectory(dir=data_dir, prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp:
         store = EdgeVectorStore(data_dir / "vectors", wait=wait)
         store.hold()  # writers pause here: a lingering holder lets go at once, a busy one after its unit of work
         held = time.perf_counter()
@@ -898,8 +1015,9 @@ def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, wo
         try:
             os.fchmod(fd, 0o600)
             os.ftruncate(fd, entry.size)  # holes stay holes
+            buf = bytearray(CHUNK_BYTES)  # one buffer for the file's blocks (a folder's reads fill it)
             for off, digest in entry.blocks:
-                data = repo.get_chunk(digest)
+                data = repo.read_into(digest, buf)
                 if hashlib.sha256(data).hexdigest() != digest:
                     raise BackupError(f"chunk {digest} in {repo.location} is damaged (its bytes do not match "
                                       f"its digest); {entry.path} cannot be restored")

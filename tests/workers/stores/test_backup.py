@@ -193,7 +193,7 @@ def test_kill_9_during_backup_and_restore_then_the_same_command_completes(tmp_pa
     again = _engram("backup", str(dest), data_dir=data)
     assert again.wait(timeout=300) == 0, again.communicate()
     assert len(list((dest / "snapshots").glob("*.json.gz"))) == 1
-    assert not list(dest.rglob(".tmp-*"))
+    assert not list(dest.rglob(".tmp-*")) and not list(data.glob(f"{bk.TMP_PREFIX}*"))  # the killed one's too
     repo = bk.open_repository(str(dest), create=False)
     digests = [line.split()[0] for idx in dest.glob("packs/*/*.idx") for line in idx.read_text().splitlines()]
     assert len(digests) == len(set(digests))  # no block stored twice
@@ -204,6 +204,8 @@ def test_kill_9_during_backup_and_restore_then_the_same_command_completes(tmp_pa
     restore = _engram("restore", str(dest), data_dir=restored)
     _kill_when(restore, lambda: len(list((restored / "objects").rglob("*.bin"))) >= 20)
     assert (restored / bk.RESTORE_MARKER).is_file()
+    refused = _engram("backup", str(tmp_path / "other"), data_dir=restored)
+    assert refused.wait(timeout=120) == 2 and "is not finished" in " ".join(refused.communicate()[1].split())
     again = _engram("restore", str(dest), data_dir=restored)
     assert again.wait(timeout=300) == 0, again.communicate()
     assert not (restored / bk.RESTORE_MARKER).exists() and not list(restored.rglob(f"*{bk.PART_SUFFIX}"))
