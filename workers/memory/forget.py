@@ -41,19 +41,38 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import structlog
 
 from engram.schemas.events import EventStatus
 from engram.schemas.memories import MEMORY_MODELS, MemoryBase, MemoryType
 from engram.schemas.memory_admin import ForgetScope, ForgetScopeReport
+from engram.schemas.observations import Observation
+from engram.workers.media import decode as media
+from engram.workers.media.vision import pixels_sha256
 from engram.workers.memory import vault
 from engram.workers.memory.entities import forget_observations
 from engram.workers.memory.episodes import _time_order, build_episode, episode_vector
 from engram.workers.memory.points import memory_points, provenance, source_fields
-from engram.workers.memory.vectors import clear_text_memos, sentence_spans
+from engram.workers.memory.vectors import (
+    clear_text_memos,
+    dense_vectors,
+    observation_sparse_vectors,
+    sentence_spans,
+)
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
-from engram.workers.stores.vectors import COLLECTIONS, DENSE, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
+from engram.workers.stores.objects import ObjectNotFound
+from engram.workers.stores.vectors import (
+    COLLECTIONS,
+    DENSE,
+    ENTITIES,
+    OBSERVATIONS,
+    SENTENCES,
+    SPARSE,
+    collection_for,
+    tenant_filter,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -66,6 +85,7 @@ POINT_FIELDS = ("start_ts", "end_ts", "kinds", "device_ids", "apps", "entity_ids
 MIN_CUT = 12
 #: Kinds whose derived objects are per segment (``seg-<n>-...``, ``thumb-<n>.webp``): a chat file's are not.
 _SEGMENTED = ("screenshot", "audio", "clip")
+_IMAGE_SUFFIXES = (".png", ".jpg", ".webp", ".gif", ".bmp", ".tif")
 
 
 def scope_filter(tenant_id: str, scope: ForgetScope) -> qm.Filter:
@@ -188,10 +208,6 @@ def _neighbours(rt: Runtime, tenant_id: str, doomed: list[qm.Record], gone: set[
     (``context_before``/``context_after``: contextual indexing, ``memory.vectors``), as points that rewrite them:
     the deleted turns taken out of their context, their contextual vector, sentence rows and BM25F vector
     computed again from what stays."""
-    from engram.schemas.observations import Observation
-    from engram.workers.memory.vectors import dense_vectors, observation_sparse_vectors
-    from engram.workers.stores.vectors import SENTENCES, SPARSE
-
     texts = {str((o.payload or {}).get("text") or "") for o in doomed} - {""}
     sessions = {((o.payload or {}).get("user_id"), sid) for o in doomed if (sid := (o.payload or {}).get("session_id"))}
     payloads = []
@@ -324,8 +340,6 @@ def _objects(rt: Runtime, tenant_id: str, doomed: list[qm.Record], events: dict[
              dry_run: bool = False) -> tuple[list[str], list[str]]:
     """Delete (or with ``dry_run`` list) the objects of the deleted observations and events (see the module
     docstring, 6); returns (deleted, kept)."""
-    from engram.workers.memory.records import delete_objects
-
     keys: list[str] = []
     for eid in sorted(events["whole"]):
         keys += rt.objects.keys(f"derived/{tenant_id}/{eid}/")
@@ -384,6 +398,24 @@ def _forget_vault(rt: Runtime, tenant_id: str, doomed: list[qm.Record], report: 
         rt.vectors.delete(coll, here)
         report.points_deleted[coll] = report.points_deleted.get(coll, 0) + len(here)
     return vault.delete_entries(rt, tenant_id, sorted(named))
+
+
+def delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
+    """Delete ``keys`` and the OCR text cached for the pixels of the images among them (by any OCR model);
+    returns every key deleted."""
+    digests = set()
+    for key in keys:
+        if key.lower().endswith(_IMAGE_SUFFIXES):
+            try:
+                digests.add(pixels_sha256(np.asarray(
+                    media.load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))))
+            except (ObjectNotFound, media.MediaError):
+                pass  # never decoded, so nothing was cached for it
+    cached = [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in digests] \
+        if digests else []
+    for key in [*keys, *cached]:
+        rt.objects.delete(key)
+    return [*keys, *cached]
 
 
 # --- leaving nothing behind ---------------------------------------------------------------------------------------

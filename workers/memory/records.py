@@ -38,7 +38,6 @@ import json
 import uuid
 from datetime import UTC, datetime
 
-import numpy as np
 import structlog
 
 from engram.schemas.memories import MemoryType
@@ -50,20 +49,15 @@ from engram.schemas.memory_admin import (
     MemoryRecord,
     UserExport,
 )
-from engram.workers.media import decode as media
-from engram.workers.media.vision import pixels_sha256
 from engram.workers.memory import vault
 from engram.workers.memory.entities import forget_user_entities
-from engram.workers.memory.forget import forget, leave_nothing
+from engram.workers.memory.forget import delete_objects, forget, leave_nothing
 from engram.workers.memory.holdings import why_empty
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
-from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.stores.vectors import COLLECTIONS, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
 
 log = structlog.get_logger(__name__)
-
-_IMAGE_SUFFIXES = (".png", ".jpg", ".webp", ".gif", ".bmp", ".tif")
 
 
 def _time(ts: float | None) -> datetime | None:
@@ -175,21 +169,3 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
     log.info("user forgotten", tenant=tenant_id, user=user_id, points=sum(deleted.values()), events=len(event_ids),
              objects_deleted=len(objects_deleted), objects_kept=len(objects_kept), entities=entities_deleted)
     return report
-
-
-def delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
-    """Delete ``keys`` and the OCR text cached for the pixels of the images among them (by any OCR model);
-    returns every key deleted."""
-    digests = set()
-    for key in keys:
-        if key.lower().endswith(_IMAGE_SUFFIXES):
-            try:
-                digests.add(pixels_sha256(np.asarray(
-                    media.load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))))
-            except (ObjectNotFound, media.MediaError):
-                pass  # never decoded, so nothing was cached for it
-    cached = [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in digests] \
-        if digests else []
-    for key in [*keys, *cached]:
-        rt.objects.delete(key)
-    return [*keys, *cached]
