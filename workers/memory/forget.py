@@ -145,8 +145,9 @@ def forget(rt: Runtime, tenant_id: str, scope: ForgetScope, dry_run: bool = Fals
     vault_keys = _forget_vault(rt, tenant_id, doomed, report)
     if doomed:
         report.entities_deleted = forget_observations(rt, tenant_id, doomed)
-    rt.ledger.forget_events(tenant_id, [uuid.UUID(e) for e in events["whole"]])
+    # objects before the ledger rows that name them: a forget interrupted in between, run again, finds them
     objects_deleted, report.objects_kept = _objects(rt, tenant_id, doomed, events)
+    rt.ledger.forget_events(tenant_id, [uuid.UUID(e) for e in events["whole"]])
     report.objects_deleted = [*vault_keys, *objects_deleted]
     touched = [c for c in COLLECTIONS if deleted.get(c) or rewrites.get(c)
                or (c == ENTITIES and doomed) or (c == MemoryType.knowledge_vault.value and vault_keys)]
@@ -300,7 +301,8 @@ def _now() -> datetime:
 
 def _events_of(rt: Runtime, tenant_id: str, scope: ForgetScope, doomed: list[qm.Record]) -> dict[str, set[str]]:
     """The events the deleted observations came from, as ``whole`` (none of their observations stays; with the
-    scope's failed or skipped events, which have none) and ``partial`` (some stay)."""
+    scope's failed or skipped events, which have none) and ``partial`` (some stay), and the object keys of the
+    whole ones as the ledger has them (``originals``, read before their records go)."""
     by_event: dict[str, int] = defaultdict(int)
     for o in doomed:
         if eid := (o.payload or {}).get("event_id"):
@@ -309,7 +311,8 @@ def _events_of(rt: Runtime, tenant_id: str, scope: ForgetScope, doomed: list[qm.
     for eid, n in by_event.items():
         (whole if rt.vectors.count(OBSERVATIONS, tenant_filter(tenant_id, event_id=eid)) <= n else partial).add(eid)
     whole |= _empty_events(rt, tenant_id, scope)
-    return {"whole": whole, "partial": partial}
+    originals = {r.object_key for e in whole if (r := rt.ledger.get(uuid.UUID(e))) is not None}
+    return {"whole": whole, "partial": partial, "originals": originals}
 
 
 def _empty_events(rt: Runtime, tenant_id: str, scope: ForgetScope) -> set[str]:
@@ -356,7 +359,7 @@ def _objects(rt: Runtime, tenant_id: str, doomed: list[qm.Record], events: dict[
         keys += [k for n in sorted(names) if rt.objects.exists(k := f"derived/{tenant_id}/{eid}/{n}")]
     touched = events["whole"] | events["partial"]
     originals = sorted({str(p["object_key"]) for o in doomed if (p := o.payload or {}).get("object_key")}
-                       | {r.object_key for e in events["whole"] if (r := rt.ledger.get(uuid.UUID(e))) is not None})
+                       | events["originals"])
     kept = []
     for key in originals:
         if not key.startswith(f"media/{tenant_id}/"):
@@ -365,11 +368,8 @@ def _objects(rt: Runtime, tenant_id: str, doomed: list[qm.Record], events: dict[
             must=list(tenant_filter(tenant_id, object_key=key).must or []),
             must_not=[qm.FieldCondition(key="event_id", match=qm.MatchAny(any=sorted(touched)))]
             if touched else []))
-        refs = rt.ledger.object_references(tenant_id, key)
-        if not dry_run:  # the partial events still in the ledger reference it too
-            refs -= sum(1 for e in events["partial"] if (r := rt.ledger.get(uuid.UUID(e))) and r.object_key == key)
-        else:
-            refs -= sum(1 for e in touched if (r := rt.ledger.get(uuid.UUID(e))) and r.object_key == key)
+        refs = rt.ledger.object_references(tenant_id, key)  # the touched events' own records not counted
+        refs -= sum(1 for e in touched if (r := rt.ledger.get(uuid.UUID(e))) and r.object_key == key)
         if others or refs > 0:
             kept.append(key)
         elif rt.objects.exists(key):
@@ -409,8 +409,8 @@ def delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
             try:
                 digests.add(pixels_sha256(np.asarray(
                     media.load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))))
-            except (ObjectNotFound, media.MediaError):
-                pass  # never decoded, so nothing was cached for it
+            except (ObjectNotFound, media.MediaError, OSError, ValueError, MemoryError):
+                pass  # not decodable (a broken or bomb file), so nothing was cached for it
     cached = [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in digests] \
         if digests else []
     for key in [*keys, *cached]:
