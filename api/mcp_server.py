@@ -40,7 +40,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import anyio
 import anyio.to_thread
@@ -345,11 +345,11 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
          "(`since`/`until`, ISO 8601 with a zone), an application (`app`), a device (`device_id`), or observations, "
          "memories or events by id; every criterion given must match. Memories drawn only from it are deleted, "
          "those drawn also from other sources rewritten without it. Cannot be undone: confirm with the user, or call "
-         "with `dry_run` first to say what would go.", ForgetArgs, lambda s, a, t: s.forget(a, t), read_only=False,
-         destructive=True),
+         "with `dry_run` first to say what would go.", ForgetArgs,
+         lambda s, a, t: s.forget(cast(ForgetArgs, a), t), read_only=False, destructive=True),
     Tool("update_memory", "Correct a memory (not an observation): `text` becomes a new version that supersedes the "
-         "old one, which is kept as its history.", UpdateMemoryArgs, lambda s, a, t: s.update_memory(a, t),
-         read_only=False),
+         "old one, which is kept as its history.", UpdateMemoryArgs,
+         lambda s, a, t: s.update_memory(cast(UpdateMemoryArgs, a), t), read_only=False),
     Tool("list_entities", "The people engram knows (from faces, voices and chat speakers): ids, names, counts.",
          NoArgs, lambda s, a, t: s.list_entities(a, t)),
     Tool("name_entity", "Give a person entity (an id from list_entities) a name, so searches naming them find "

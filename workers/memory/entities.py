@@ -587,7 +587,8 @@ def forget_observations(rt: Runtime, tenant_id: str, observations: list[qm.Recor
         _take_out(entity, "\x00", mine, remaining)  # a user id no entity has: nobody's own entity changes role
         memory.dirty.add(entity.id)
     if doomed:
-        rt.vectors.delete(ENTITIES, qm.Filter(must=[*tenant_filter(tenant_id).must, qm.HasIdCondition(has_id=doomed)]))
+        rt.vectors.delete(ENTITIES, qm.Filter(must=[*(tenant_filter(tenant_id).must or []),
+                                               qm.HasIdCondition(has_id=doomed)]))
     for eid in doomed:
         memory.entities.pop(uuid.UUID(eid), None)
         memory.dirty.discard(uuid.UUID(eid))

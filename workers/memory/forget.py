@@ -45,7 +45,7 @@ import numpy as np
 import structlog
 
 from engram.schemas.events import EventStatus
-from engram.schemas.memories import MEMORY_MODELS, MemoryBase, MemoryType
+from engram.schemas.memories import MEMORY_MODELS, MemoryType
 from engram.schemas.memory_admin import ForgetScope, ForgetScopeReport
 from engram.schemas.observations import Observation
 from engram.workers.media import decode as media
@@ -131,7 +131,7 @@ def forget(rt: Runtime, tenant_id: str, scope: ForgetScope, dry_run: bool = Fals
     events = _events_of(rt, tenant_id, scope, doomed)
     report.points_deleted = {c: len(ids) for c, ids in deleted.items() if ids}
     report.memories_rewritten = {c: len(r) for c, r in rewrites.items() if r}
-    report.event_ids = sorted(events["whole"])
+    report.event_ids = sorted(uuid.UUID(e) for e in events["whole"])
     if dry_run:
         report.objects_deleted, report.objects_kept = _objects(rt, tenant_id, doomed, events, dry_run=True)
         return report
@@ -141,7 +141,7 @@ def forget(rt: Runtime, tenant_id: str, scope: ForgetScope, dry_run: bool = Fals
             rt.vectors.upsert(coll, points)
     for coll, ids in deleted.items():
         if ids:
-            rt.vectors.delete(coll, ids)
+            rt.vectors.delete(coll, list[uuid.UUID | str](ids))
     vault_keys = _forget_vault(rt, tenant_id, doomed, report)
     if doomed:
         report.entities_deleted = forget_observations(rt, tenant_id, doomed)
@@ -277,16 +277,16 @@ def _rewrite(rt: Runtime, mtype: MemoryType, mem: qm.Record, staying: list[str],
     if mtype is MemoryType.episodic:
         records.sort(key=_time_order)
         old = model.model_validate(fields)
-        new: MemoryBase = build_episode(records, rt.settings.summary_sentences).model_copy(update={
+        episode = build_episode(records, rt.settings.summary_sentences).model_copy(update={
             **{k: getattr(old, k) for k in keep}, "updated_at": _now()})
-        return memory_points(rt, [new], [source_fields(records)], episode_vector(records)[None, :],
-                             [[r.payload["text"] for r in records]], [len(records)])[0]
+        return memory_points(rt, [episode], [source_fields(records)], episode_vector(records)[None, :],
+                             [[(r.payload or {})["text"] for r in records]], [len(records)])[0]
     scrubbed = {k: (v if k in ("id", "tenant_id", "user_id", "provenance") or k in keep else _scrub(v, cuts))
                 for k, v in fields.items()}
     scrubbed["provenance"] = provenance(records).model_dump(mode="json")
     scrubbed["updated_at"] = _now().isoformat()
     try:
-        new = model.model_validate(scrubbed)
+        new: Any = model.model_validate(scrubbed)  # memory_points takes any memory type (typed.write_core too)
     except ValueError:  # a required text left empty
         return None
     if not new.index_text().strip():
@@ -307,7 +307,8 @@ def _events_of(rt: Runtime, tenant_id: str, scope: ForgetScope, doomed: list[qm.
     for o in doomed:
         if eid := (o.payload or {}).get("event_id"):
             by_event[str(eid)] += 1
-    whole, partial = set(), set()
+    whole: set[str] = set()
+    partial: set[str] = set()
     for eid, n in by_event.items():
         (whole if rt.vectors.count(OBSERVATIONS, tenant_filter(tenant_id, event_id=eid)) <= n else partial).add(eid)
     whole |= _empty_events(rt, tenant_id, scope)
@@ -395,7 +396,7 @@ def _forget_vault(rt: Runtime, tenant_id: str, doomed: list[qm.Record], report: 
     coll = MemoryType.knowledge_vault.value
     here = [str(p.id) for p in rt.vectors.retrieve(coll, sorted(named), with_payload=False)]
     if here:
-        rt.vectors.delete(coll, here)
+        rt.vectors.delete(coll, list[uuid.UUID | str](here))
         report.points_deleted[coll] = report.points_deleted.get(coll, 0) + len(here)
     return vault.delete_entries(rt, tenant_id, sorted(named))
 
