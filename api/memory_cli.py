@@ -258,7 +258,10 @@ def forget(
         scope = ForgetScope(user_id=user, since=_when(since, "--since"), until=_when(until, "--until", end=True),
                         app=app_name, device_id=device)
     except ValidationError as exc:
-        raise typer.BadParameter("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from exc
+        options = {"user_id": "--user", "app": "--app", "device_id": "--device"}
+        raise typer.BadParameter("; ".join(
+            (f"{options.get(str(e['loc'][0]), e['loc'][0])}: " if e["loc"] else "")
+            + e["msg"].removeprefix("Value error, ") for e in exc.errors())) from exc
     with service_call() as service:
         if dry_run or not yes:
             preview = service.forget_scope(tenant, scope, dry_run=True)
