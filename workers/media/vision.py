@@ -60,8 +60,9 @@ def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray, device_id: str | 
     except (ObjectNotFound, VaultError):  # not cached, or cached before it was sealed: read again
         with model_timer("ocr"):
             if device_id:
-                lines, _ = screens.read_changed(model.read, pixels, screens.REFERENCES.get(tenant_id, device_id),
-                                                model, screens.REFERENCES.memory(tenant_id, device_id))
+                lines, _ = screens.read_changed(lambda img: model.read(img, min_confidence=0.0), pixels,
+                                                screens.REFERENCES.get(tenant_id, device_id), model,
+                                                screens.REFERENCES.memory(tenant_id, device_id))
             else:
                 lines = model.read(pixels, min_confidence=0.0)
         rt.objects.put_bytes(key, seal(rt.settings, _LINES.dump_json(lines)), "application/octet-stream")
