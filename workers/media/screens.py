@@ -328,7 +328,8 @@ def read_lines(reader: LineReader, pixels: np.ndarray, cur: np.ndarray, regions:
     else:
         quads = []
         for x0, y0, x1, y1 in regions:
-            quads += [q + np.float32([x0, y0]) for q in reader.detect(np.ascontiguousarray(pixels[y0:y1, x0:x1]))]
+            offset = np.array([x0, y0], np.float32)
+            quads += [q + offset for q in reader.detect(np.ascontiguousarray(pixels[y0:y1, x0:x1]))]
     lines: list[OcrLine] = []
     unread: list[tuple[np.ndarray, Glyphs | None]] = []
     for q in quads:

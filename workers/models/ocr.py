@@ -111,8 +111,9 @@ class RapidOcr(Model[list[OcrLine]]):
             tile = np.ascontiguousarray(image[top: top + self.tile_height, :, ::-1])
             with self._predict_lock:
                 out = engine(tile, use_det=True, use_cls=False, use_rec=False)
-            for box in getattr(out, "boxes", None) if getattr(out, "boxes", None) is not None else ():
-                quad = np.asarray(box, np.float32).reshape(4, 2) + np.float32([0, top])
+            boxes = getattr(out, "boxes", None)  # None: no text (an empty RapidOCROutput)
+            for box in boxes if boxes is not None else ():
+                quad = np.asarray(box, np.float32).reshape(4, 2) + np.array([0, top], np.float32)
                 if not (top and quad[:, 1].max() < top + self.tile_overlap):
                     quads.append(quad)
             if top + self.tile_height >= image.shape[0]:
