@@ -21,7 +21,8 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
    (30 s), so a static screen costs one grab every 30 s.
 6. The CPU budget (``--cpu-budget``, ``ENGRAM_CAPTURE_CPU_BUDGET``: 0.06 of a core): ``CpuBudget``, a token
    bucket over the whole process's CPU seconds (the grabs and, on the embedded default, the pipeline's OCR and
-   embedding), holds the next grab while it is spent, and on the embedded default no frame is grabbed while two
+   embedding), holds the next grab while it is spent (counting what the frames queued for the pipeline will
+   cost, at what published frames cost so far), and on the embedded default no frame is grabbed while two
    batches wait for the pipeline. A busy screen is grabbed less often, never read at more CPU. The pipeline reads
    each frame by lines against the last (``workers.media.screens``: only the lines not seen before are
    recognized), and the user is consolidated once ``consolidate_min_observations`` frames are in and at the end,
@@ -244,9 +245,10 @@ class CpuBudget:
         self._at, self._used = now, used
         return self.tokens
 
-    def wait(self) -> float:
-        """Seconds until the bucket is out of debt at its rate (0: within budget now)."""
-        tokens = self.update()
+    def wait(self, ahead: float = 0.0) -> float:
+        """Seconds until the bucket, less ``ahead`` CPU seconds already committed (frames queued for the
+        pipeline), is out of debt at its rate (0: within budget now)."""
+        tokens = self.update() - ahead
         return 0.0 if tokens >= 0 else -tokens / self.cores
 
 
@@ -456,6 +458,7 @@ class Capture:
         self.phase = "capturing"  # "publishing" once the grabs are over and the publisher drains its queue
         self.window_errors: set[str] = set()
         self.batch_lines = True  # a line per published batch (off under a refreshed progress display)
+        self.frame_cpu = 0.0  # process CPU seconds a published frame has cost (moving average; the publisher's)
 
     def toggle_pause(self, *_: object) -> None:
         """SIGUSR1's handler: pause or resume."""
@@ -566,9 +569,10 @@ class Capture:
             batches.put(pending)
 
     def _throttle(self, budget: CpuBudget | None) -> float:
-        """Seconds to hold the next grab: while ``budget`` is in debt, or (``max_backlog``) while that many kept
-        frames are not yet published (the batch being gathered included); 0: grab now."""
-        hold = budget.wait() if budget is not None else 0.0
+        """Seconds to hold the next grab: while ``budget`` is in debt, counting what the kept frames not yet
+        published will cost (``frame_cpu`` each), or (``max_backlog``) while that many of them wait (the batch
+        being gathered included); 0: grab now."""
+        hold = budget.wait(self.stats.waiting * self.frame_cpu) if budget is not None else 0.0
         backlog = self.config.max_backlog
         if backlog is not None and self.stats.waiting >= backlog:
             hold = max(hold, self.config.interval)
@@ -597,11 +601,14 @@ class Capture:
     def _publish_batches(self, batches: queue.Queue) -> None:
         """The publisher thread: each batch through the sink until the None that ends the run."""
         while (frames := batches.get()) is not None:
+            cpu = time.process_time()
             try:
                 ok, bad = self.sink(frames)
             except Exception as exc:  # noqa: BLE001 (the store busy, the API down: frames stay in the spool)
                 ok, bad = 0, len(frames)
                 self.report(f"cannot publish {len(frames)} frames: {type(exc).__name__}: {exc}")
+            cost = (time.process_time() - cpu) / len(frames)
+            self.frame_cpu = cost if not self.frame_cpu else 0.7 * self.frame_cpu + 0.3 * cost
             self.stats.published += ok
             self.stats.failed += bad
             if self.batch_lines or bad:

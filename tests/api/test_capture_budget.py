@@ -25,6 +25,7 @@ def test_cpu_budget_is_a_token_bucket_over_cpu_seconds():
     assert budget.wait() == pytest.approx(0.0)
     clock[0] = 1000.0  # idle: the bucket fills up to its burst, no further
     assert budget.update() == pytest.approx(1.0)
+    assert budget.wait(ahead=1.5) == pytest.approx(5.0)  # frames queued that will cost 1.5 CPU s: 0.5 s short
     with pytest.raises(ValueError):
         CpuBudget(0, 1.0)
 
