@@ -5,14 +5,16 @@ The store is built as ``bench/scale.py`` builds it (``bench.scale.build``: the r
 ingested into a seed data dir, copied with new ids over 99 more users until it holds ``--observations``), beside
 the seed's ledger, embedding cache and objects. Then, in one run, ``--rounds`` times each, alternating: ``cp -r``
 of the data dir, a full backup into a new folder and a restore of it into a new data dir, ``cp -r`` of that
-data dir again (each after a first ``cp -r`` that warms the page cache for all of them). Speeds are the data
-dir's bytes on disk (allocated blocks: the engine's preallocated files are sparse, and ``cp``, the backup and the
-restore all skip holes) over wall seconds; the ratios are medians of ``cp``'s seconds over the backup's (or the
-restore's). Then 1 % more observations (copies of seed points with new ids) are written through the store and a
-second backup goes into the first one's folder: ``incremental_ratio`` is the bytes it wrote over the full
-backup's. The restored store is checked: its collections hold the points the original held.
+data dir again (each after a first ``cp -r`` that warms the page cache for all of them, and each from a settled
+page cache: ``sync`` first). ``cp -r`` is timed with the ``sync`` of its copy after it, as a backup is timed with
+its own (its manifest is written only once its packs are on disk); ``*_unsynced`` ratios are against ``cp -r``
+alone. Speeds are the data dir's bytes on disk (allocated blocks: the engine's preallocated files are sparse, and
+``cp``, the backup and the restore all skip holes) over wall seconds; the ratios are medians of ``cp``'s seconds
+over the backup's (or the restore's). Then 1 % more observations (copies of seed points with new ids) are
+written through the store and a second backup goes into the first one's folder: ``incremental_ratio`` is the
+bytes it wrote over the full backup's. The restored store is checked: its collections hold the points the original held.
 
-    python bench/keep.py --seed-dir DIR [--observations 100000] [--json bench/results/keep.json]
+    python bench/keep.py [--seed-dir DIR] [--observations 100000] [--json bench/results/keep.json]
 
 ``--json FILE`` writes ``{"backup_ratio_to_cp", "restore_ratio_to_cp", "incremental_ratio",
 "frame_bytes_ratio", "ocr_recall", "load", ...}`` (``frame_bytes_ratio`` and ``ocr_recall`` are another
@@ -117,8 +119,9 @@ def counts(data_dir: Path) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed-dir", type=Path, required=True,
-                    help="a data dir holding ingested LoCoMo conversations (made with conversations 0 1 2 if empty)")
+    ap.add_argument("--seed-dir", type=Path, default=None,
+                    help="a data dir holding ingested LoCoMo conversations (made with conversations 0 1 2 if empty; "
+                         "default: WORK_DIR/seed)")
     ap.add_argument("--observations", type=int, default=100_000, help="observations in the store (default 100000)")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of cp, backup and restore (default 2)")
     ap.add_argument("--work-dir", type=Path, default=None, help="where everything is written (default: a temp dir)")
@@ -130,14 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     from engram.workers.media.conversations import locomo_sample_id
     from engram.workers.stores import backup as bk
 
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="engram-keep-"))
+    work.mkdir(parents=True, exist_ok=True)
+    args.seed_dir = args.seed_dir or work / "seed"
     if not (args.seed_dir / "vectors").is_dir():
         from bench.retrieval import evaluate
 
         print(f"ingesting LoCoMo conversations 0 1 2 into {args.seed_dir} ...", file=sys.stderr)
         evaluate([0, 1, 2], data_dir=args.seed_dir, ingest_only=True, progress=False)
     user = f"locomo-{locomo_sample_id(load_locomo()[0], 0)}"
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="engram-keep-"))
-    work.mkdir(parents=True, exist_ok=True)
     data = work / "data"
     result: dict = {"observations": args.observations, "load": list(os.getloadavg()), "chunk_bytes": bk.CHUNK_BYTES}
     if not (args.reuse and (data / "build.json").is_file()):

@@ -58,6 +58,7 @@ import gzip
 import hashlib
 import io
 import json
+import mmap
 import os
 import shutil
 import sqlite3
@@ -281,6 +282,7 @@ class FolderRepository(_Packed):
                 raise BackupError(f"another engram backup is writing to {self.root}; wait for it to end") from exc
             self._clean_temporary()
         self._fds: dict[str, int] = {}
+        self._maps: dict[str, memoryview] = {}
         self._fds_lock = threading.Lock()
         self._pack_fd: int | None = None  # the open pack's temporary file, and its path
         self._pack_tmp = ""
@@ -369,6 +371,9 @@ class FolderRepository(_Packed):
         if where is None or not where[0] or where[2] > len(buf):
             return self.get_chunk(digest)
         pack_id, offset, length = where
+        mapped = self._mapped(pack_id)
+        if mapped is not None and offset + length <= len(mapped):
+            return mapped[offset:offset + length]  # no copy: hashed and written from the page cache
         view = memoryview(buf)[:length]
         got = 0
         while got < length:
@@ -377,6 +382,22 @@ class FolderRepository(_Packed):
                 raise BackupError(f"pack {pack_id} in {self.root} is shorter than its index says: the backup is "
                                   "damaged")
             got += n
+        return view
+
+    def _mapped(self, pack_id: str) -> memoryview | None:
+        """The whole pack memory-mapped read-only (mapped once per repository object; None for an empty pack or
+        where it cannot be mapped). A pack is never changed once written."""
+        view = self._maps.get(pack_id)
+        if view is None:
+            fd = self._pack(pack_id)
+            with self._fds_lock:
+                view = self._maps.get(pack_id)
+                if view is None:
+                    try:
+                        view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+                    except (OSError, ValueError):
+                        return None
+                    self._maps[pack_id] = view
         return view
 
     def _read(self, pack_id: str, offset: int, length: int) -> bytes:
@@ -415,6 +436,12 @@ class FolderRepository(_Packed):
         with self._pack_lock:
             self._abandon_pack()  # a pack not flushed belongs to no snapshot
         with self._fds_lock:
+            for view in self._maps.values():
+                mapping = view.obj
+                with contextlib.suppress(BufferError):  # a slice still held by a caller: unmapped when freed
+                    view.release()
+                    mapping.close()  # type: ignore[union-attr]
+            self._maps.clear()
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
