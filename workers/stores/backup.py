@@ -131,7 +131,7 @@ class Repository(Protocol):
         """Whether the chunk ``digest`` (64 hex) is stored (as listed when the repository was opened, plus the
         chunks put since)."""
 
-    def put_chunk(self, digest: str, data: bytes) -> None:
+    def put_chunk(self, digest: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``digest`` (atomically: a reader never sees part of it)."""
 
     def get_chunk(self, digest: str) -> bytes:
@@ -440,7 +440,8 @@ class FolderRepository(_Packed):
                 mapping = view.obj
                 with contextlib.suppress(BufferError):  # a slice still held by a caller: unmapped when freed
                     view.release()
-                    mapping.close()  # type: ignore[union-attr]
+                    if isinstance(mapping, mmap.mmap):
+                        mapping.close()
             self._maps.clear()
             for fd in self._fds.values():
                 os.close(fd)
@@ -935,7 +936,7 @@ def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vau
     repo.put_snapshot(name, raw)
     return BackupResult(repo.location, name, len(entries), sum(e.size for e in entries), tally.read_bytes,
                         tally.written_bytes, tally.new_chunks, tally.reused_chunks, tally.unchanged_files,
-                        time.perf_counter() - t0, held_s, manifest["vault_key"], sorted(vanished))
+                        time.perf_counter() - t0, held_s, str(manifest["vault_key"]), sorted(vanished))
 
 
 # --- restore -----------------------------------------------------------------------------------------------
@@ -1075,7 +1076,7 @@ def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, wo
 
 def snapshot_list(repo: Repository) -> list[dict[str, Any]]:
     """The repository's snapshots, oldest first: name, created, engram version, source, files and bytes."""
-    out = []
+    out: list[dict[str, Any]] = []
     for name in repo.snapshots():
         try:
             _, m = load_manifest(repo, name)
