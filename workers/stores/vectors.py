@@ -910,8 +910,9 @@ class EdgeVectorStore(VectorStore):
         payload in its write-ahead log (``wal/open-*``) and, until a vacuum, in its segment's payload pages, and
         has no public call to truncate the log. The live points (payloads and every vector, ids kept) are copied
         in id order into ``root/<collection>.compacting``, made with the same configuration and payload indexes
-        and optimized; then the old folder is renamed to ``<collection>.forgotten``, the new one into its place,
-        and the old one removed (an interrupted swap: the next ``compact`` or ``recover_compaction`` finishes it).
+        (optimized when it holds ``optimize_after`` points or more); then the old folder is renamed to
+        ``<collection>.forgotten``, the new one into its place, and the old one removed (an interrupted swap: the
+        next ``compact`` or ``recover_compaction`` finishes it).
         Blocking; seconds per collection returned (~1 s per few thousand points; a search meanwhile waits)."""
         qe = _edge()
         took: dict[str, float] = {}
@@ -934,9 +935,11 @@ class EdgeVectorStore(VectorStore):
                             [qe.Point(p.id, p.vector, p.payload) for p in points]))
                     if offset is None:
                         break
-                new.optimize()
-                new.flush()
                 count = new.info().points_count
+                optimized = count >= (self.optimize_after or OPTIMIZE_AFTER_POINTS)
+                if optimized:  # else it stays one appendable segment, as the store keeps a collection that small
+                    new.optimize()
+                new.flush()
                 new.close()
                 old.close()
                 del self._shards[collection]
@@ -945,8 +948,8 @@ class EdgeVectorStore(VectorStore):
                 os.replace(path, trash)
                 os.replace(fresh, path)
                 shutil.rmtree(trash)
-                self._pending[collection] = 0
-                self._write_optimized({collection: count})
+                self._pending[collection] = 0 if optimized else count
+                self._write_optimized({collection: count if optimized else 0})
                 self._wrote(collection)
                 self.ensure(collection)
                 took[collection] = time.perf_counter() - t0
