@@ -2,7 +2,8 @@
 
 - ``MediaError``: bad input (truncated, corrupt, too large, not what it claims). The event fails with the stage
   and the reason, is not retried, and nothing else is lost (``workers.runtime.stage``).
-- ``StoreError``: a store cannot serve now or at all (held by another process, corrupt, an object missing).
+- ``StoreError``: a store cannot serve now or at all (held by another process, corrupt, an object missing);
+  ``StoreCorrupt``: a file of the embedded store is damaged or missing (the message names it, in one line).
 - ``ModelError``: a model or a remote model provider cannot answer.
 - ``ConfigError``: settings or options that cannot work together; the message says which and how to mend them.
 
@@ -23,6 +24,11 @@ class MediaError(EngramError, ValueError):
 
 class StoreError(EngramError):
     """The vector store, the object store or the ledger cannot serve the request."""
+
+
+class StoreCorrupt(StoreError, RuntimeError):
+    """A shard of the embedded store cannot be used as it is: a file of it damaged or removed. The message is one
+    line naming the shard folder and the file, and what to do (``workers.stores.integrity.damaged``)."""
 
 
 class ModelError(EngramError):

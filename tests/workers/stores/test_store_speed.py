@@ -120,9 +120,13 @@ def test_a_shard_made_before_an_index_was_added_gets_it_on_open(tmp_path):
 
 def _index_memory(path) -> dict:
     """{field: its payload index's memory placement, by name} of the closed shard at ``path`` ('None': in
-    memory)."""
+    memory). Opened by the engine alone, as the store opens it: its manifest dropped first (the engine rewrites
+    files as it opens a shard)."""
     import qdrant_edge
 
+    from engram.workers.stores.integrity import drop_manifest
+
+    drop_manifest(path)
     shard = qdrant_edge.EdgeShard.load(str(path))
     try:
         return {f: str(getattr(i.params, "memory", None)) for f, i in shard.info().payload_schema.items()}

@@ -326,12 +326,17 @@ def test_a_shard_missing_a_file_is_named_and_left_as_it_is(tmp_path, removed):
     assert sorted(str(p) for p in shard.rglob("*")) == before
 
 
+@pytest.mark.parametrize("manifest", [True, False])
 @pytest.mark.parametrize("removed", ["segment", "id tracker", "segments"])
-def test_a_shard_that_lost_points_since_it_was_closed_is_refused(tmp_path, removed):
+def test_a_shard_that_lost_points_since_it_was_closed_is_refused(tmp_path, removed, manifest):
     """Qdrant's engine opens a shard that lost a segment folder (or a segment's id tracker) and answers with what
-    its write-ahead log still holds: the store compares with the count of its last clean close instead, and
-    refuses it naming the shard; a process that wrote and was killed leaves no count to compare with."""
+    its write-ahead log still holds: the store compares the files with the manifest of its last clean close and
+    names what is missing; without a manifest (an older engram's store) it compares the points with the count of
+    its last clean close instead, and refuses it naming the shard; a process that wrote and was killed leaves no
+    count to compare with."""
     import shutil
+
+    from engram.workers.stores.integrity import MANIFEST
 
     store = EdgeVectorStore(tmp_path / "vectors")
     store.upsert(OBSERVATIONS, _points())
@@ -342,18 +347,24 @@ def test_a_shard_that_lost_points_since_it_was_closed_is_refused(tmp_path, remov
     reopened = EdgeVectorStore(tmp_path / "vectors")  # a reader closes cleanly too
     total = reopened.count(OBSERVATIONS)
     reopened.close()
+    assert (shard / MANIFEST).is_file()
+    if not manifest:
+        (shard / MANIFEST).unlink()
     biggest = max((p for p in (shard / "segments").iterdir()), key=lambda p: sum(f.stat().st_size for f in
                                                                                p.rglob("*") if f.is_file()))
-    if removed == "segment":
-        shutil.rmtree(biggest)
-    elif removed == "id tracker":
+    gone = shard / "segments" if removed == "segments" else biggest
+    if removed == "id tracker":
         for f in biggest.glob("*id_tracker*"):
             f.unlink()
     else:
-        shutil.rmtree(shard / "segments")
+        shutil.rmtree(gone)
     with pytest.raises(StoreCorrupt) as err:
         EdgeVectorStore(tmp_path / "vectors").count(OBSERVATIONS)
-    assert str(shard) in str(err.value) and "fewer than when it was last closed" in str(err.value)
+    assert str(shard) in str(err.value)
+    if manifest or removed != "segment":  # named before the engine opens the shard
+        assert f"is missing {gone}" in str(err.value)
+    else:  # the vectors its segments still hold, or the points the engine finds, against the last count
+        assert "a segment of it is missing" in str(err.value) or "fewer than when it" in str(err.value)
     assert total == len(_points())
 
 
@@ -367,3 +378,29 @@ def test_a_write_then_a_kill_leaves_no_count_to_compare_with(tmp_path):
     assert OBSERVATIONS not in json.loads((tmp_path / "vectors" / "closed.json").read_text())
     store.close()
     assert json.loads((tmp_path / "vectors" / "closed.json").read_text())[OBSERVATIONS] == len(_points()) - 1
+
+
+def test_a_shard_without_a_manifest_is_read_back_and_closed_with_one(tmp_path):
+    """A shard whose manifest is gone (an older engram's, or its process killed) opens after its points are read
+    back (a memory collection too: no multivector), answers as before, and has a manifest again once closed; a
+    manifest that does not match is refused naming the file, before the engine touches the shard."""
+    from engram.workers.stores.integrity import MANIFEST
+
+    store = EdgeVectorStore(tmp_path / "vectors")
+    points = _points()[:20]
+    episodic = [qm.PointStruct(id=p.id, vector={DENSE: p.vector[DENSE]}, payload=p.payload) for p in points]
+    store.upsert(OBSERVATIONS, points)
+    store.upsert("episodic", episodic)
+    store.close()
+    for collection in (OBSERVATIONS, "episodic"):
+        (tmp_path / "vectors" / collection / MANIFEST).unlink()
+    again = EdgeVectorStore(tmp_path / "vectors")
+    assert again.count(OBSERVATIONS) == 20 and again.count("episodic") == 20
+    again.close()
+    shard = tmp_path / "vectors" / "episodic"
+    assert (shard / MANIFEST).is_file() and (tmp_path / "vectors" / OBSERVATIONS / MANIFEST).is_file()
+    config = shard / "edge_config.json"
+    config.write_text(config.read_text().replace("384", "385"))
+    with pytest.raises(StoreCorrupt) as err:
+        EdgeVectorStore(tmp_path / "vectors").count("episodic")
+    assert str(config) in str(err.value)
