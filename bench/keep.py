@@ -1,5 +1,5 @@
 """Backup and restore speed beside ``cp -r``, and what an incremental backup writes, on a data dir of 100 k
-observations (``engram backup`` / ``engram restore``'s engine, ``workers.stores.backup``).
+observations: ``engram backup`` and ``engram restore`` run as a user runs them, each in a new process.
 
 The store is built as ``bench/scale.py`` builds it (``bench.scale.build``: the real points of LoCoMo conversations
 ingested into a seed data dir, copied with new ids over 99 more users until it holds ``--observations``), beside
@@ -34,6 +34,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,7 +47,7 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file() and not f.is_symlink())
 
 
-def _timed(fn) -> tuple[float, object]:
+def _timed(fn) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
@@ -63,6 +64,19 @@ def _cp(src: Path, dest: Path) -> tuple[float, float]:
     copied = time.perf_counter() - t0
     subprocess.run(["sync", "-f", str(dest)], check=True)
     return copied, time.perf_counter() - t0
+
+
+def _engram(data_dir: Path, *args: str) -> dict:
+    """Run ``engram ARGS --quiet --json`` on ``data_dir`` in a new process, as a user runs it (its start-up
+    included in the time: ~0.5 s); returns its JSON summary."""
+    env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir)}
+    for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
+        env.pop(var, None)
+    out = subprocess.run([sys.executable, "-m", "engram.api.cli", *args, "--quiet", "--json"], env=env,
+                         capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[1])
+    if out.returncode:
+        raise SystemExit(f"engram {' '.join(args)} failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout)
 
 
 def build_data_dir(seed_dir: Path, data_dir: Path, n_obs: int, user: str) -> dict:
@@ -169,19 +183,16 @@ def main(argv: list[str] | None = None) -> int:
         dest = work / f"backup-{r}"
         if dest.exists():
             shutil.rmtree(dest)
-        repo = bk.open_repository(str(dest), create=True)
         os.sync()
-        seconds, out = _timed(lambda repo=repo: bk.backup(data, repo))
-        repo.close()
+        seconds, out = _timed(lambda dest=dest: _engram(data, "backup", str(dest)))
         backup_s.append(seconds)
-        held_s.append(out.store_held_seconds)
-        full_written = out.written_bytes
+        held_s.append(out["store_held_seconds"])
+        full_written = out["written_bytes"]
         restored = work / "restored"
         if restored.exists():
             shutil.rmtree(restored)
         os.sync()
-        seconds, _ = _timed(lambda dest=dest, restored=restored: bk.restore(
-            bk.open_repository(str(dest), create=False), restored))
+        seconds, _ = _timed(lambda dest=dest, restored=restored: _engram(restored, "restore", str(dest)))
         restore_s.append(seconds)
         copied, synced = _cp(restored, work / "cp")
         cp_restored_s.append(copied)
@@ -196,9 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work / "restored")
 
     added = add_new(args.seed_dir, data, max(1, args.observations // 100))
-    repo = bk.open_repository(str(work / f"backup-{args.rounds - 1}"), create=True)
-    inc_s, inc = _timed(lambda: bk.backup(data, repo))
-    repo.close()
+    inc_s, inc = _timed(lambda: _engram(data, "backup", str(work / f"backup-{args.rounds - 1}")))
     mb = 1e6
     cp_med, cp_rest_med = statistics.median(cp_sync_s), statistics.median(cp_restored_sync_s)
     result.update(
@@ -206,22 +215,22 @@ def main(argv: list[str] | None = None) -> int:
         restore_ratio_to_cp=cp_rest_med / statistics.median(restore_s),
         backup_ratio_to_cp_unsynced=statistics.median(cp_s) / statistics.median(backup_s),
         restore_ratio_to_cp_unsynced=statistics.median(cp_restored_s) / statistics.median(restore_s),
-        incremental_ratio=inc.written_bytes / full_written,
+        incremental_ratio=inc["written_bytes"] / full_written,
         frame_bytes_ratio=None, ocr_recall=None,
         cp_mb_s=size / mb / cp_med, backup_mb_s=size / mb / statistics.median(backup_s),
         restore_mb_s=size / mb / statistics.median(restore_s), cp_restored_mb_s=size / mb / cp_rest_med,
         seconds={"cp": cp_s, "cp_sync": cp_sync_s, "backup": backup_s, "restore": restore_s,
                  "cp_restored": cp_restored_s, "cp_restored_sync": cp_restored_sync_s, "incremental": inc_s},
-        store_held_s={"full": held_s, "incremental": inc.store_held_seconds},
-        full_written_bytes=full_written, incremental_written_bytes=inc.written_bytes, added_observations=added,
-        incremental_read_bytes=inc.read_bytes, load_after=list(os.getloadavg()))
+        store_held_s={"full": held_s, "incremental": inc["store_held_seconds"]},
+        full_written_bytes=full_written, incremental_written_bytes=inc["written_bytes"], added_observations=added,
+        incremental_read_bytes=inc["read_bytes"], load_after=list(os.getloadavg()))
     print(f"data dir {size / mb:.0f} MB on disk ({result['apparent_bytes'] / mb:.0f} MB apparent), "
           f"{sum(before.values()):,} points\n"
           f"backup  {result['backup_mb_s']:.0f} MB/s, cp -r + sync {result['cp_mb_s']:.0f} MB/s: ratio "
           f"{result['backup_ratio_to_cp']:.2f} (to cp -r alone {result['backup_ratio_to_cp_unsynced']:.2f})\n"
           f"restore {result['restore_mb_s']:.0f} MB/s, cp -r + sync {result['cp_restored_mb_s']:.0f} MB/s: ratio "
           f"{result['restore_ratio_to_cp']:.2f} (to cp -r alone {result['restore_ratio_to_cp_unsynced']:.2f})\n"
-          f"incremental after {added:,} new observations: wrote {inc.written_bytes / mb:.1f} MB of the full "
+          f"incremental after {added:,} new observations: wrote {inc['written_bytes'] / mb:.1f} MB of the full "
           f"{full_written / mb:.0f} MB ({result['incremental_ratio']:.3f}) in {inc_s:.1f} s\n"
           f"load {result['load']} -> {result['load_after']}", file=sys.stderr)
     if args.json:
