@@ -236,27 +236,30 @@ def forget(
     until: Annotated[str | None, typer.Option(help="... and before this time (same forms; default: now).")] = None,
     app_name: Annotated[str | None, typer.Option("--app", help="Forget everything seen in this application.")] = None,
     device: Annotated[str | None, typer.Option(help="Forget everything from this device.")] = None,
+    event: Annotated[list[str] | None, typer.Option(help="Forget everything of this event (a published file: "
+                                                    "engram status lists them; repeatable).")] = None,
     tenant: TenantOpt = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be forgotten.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Forget, leaving nothing behind: a time range (--since/--until), an application (--app), a device (--device),
-    or a user entirely (--user alone). Every memory drawn only from what goes is deleted, one drawn also from other
-    sources is rewritten without it; the originals, thumbnails, cached text, ledger rows and the store's files
-    keep no byte of it. Cannot be undone."""
+    events (--event), or a user entirely (--user alone). Every memory drawn only from what goes is deleted, one
+    drawn also from other sources is rewritten without it; the originals, thumbnails, cached text, ledger rows and
+    the store's files keep no byte of it. Cannot be undone."""
     tenant = _tenant(tenant)
-    if not (since or until or app_name or device):
+    events = [_uuid(e) for e in event or []]
+    if not (since or until or app_name or device or events):
         if user is None:
-            raise typer.BadParameter("name what to forget: --since/--until, --app, --device, or --user alone for a "
-                                     "whole user")
+            raise typer.BadParameter("name what to forget: --since/--until, --app, --device, --event, or --user "
+                                     "alone for a whole user")
         if dry_run:
             raise typer.BadParameter("--dry-run is for --since/--until, --app or --device", param_hint="--dry-run")
         _forget_user(tenant, user, yes)
         return
     try:
         scope = ForgetScope(user_id=user, since=_when(since, "--since"), until=_when(until, "--until", end=True),
-                        app=app_name, device_id=device)
+                        app=app_name, device_id=device, event_ids=events)
     except ValidationError as exc:
         options = {"user_id": "--user", "app": "--app", "device_id": "--device"}
         raise typer.BadParameter("; ".join(

@@ -27,6 +27,7 @@ def data(tmp_path):
 
 @pytest.mark.parametrize(("args", "said"), [
     ((), "name what to forget"),
+    (("--event", "not-a-uuid"), "is not a memory id"),
     (("--since", "the day the music died"), "is not a time"),
     (("--since", "2024-05-02", "--until", "2024-05-01"), "since must be before until"),
     (("--user", "bob", "--dry-run"), "--dry-run is for"),
