@@ -107,10 +107,10 @@ def test_embedded_service_answers_every_call(store):
     assert svc.get_memory("default", screenshot.id) is None and svc.delete_memory("default", screenshot.id) is None
     with pytest.raises(NotFound):
         svc.media("default", screenshot.id)
-    with pytest.raises(NotOffered):
+    with pytest.raises(ValueError, match="observation is what was captured"):
         svc.update_memory("default", obs.id, "corrected")
-    with pytest.raises(NotOffered):
-        svc.split_entity("default", uuid.uuid4(), "x#0")
+    assert svc.update_memory("default", uuid.uuid4(), "corrected") is None
+    assert svc.split_entity("default", uuid.uuid4(), "x#0") is None
     assert svc.name_entity("default", uuid.uuid4(), "Maria") is None
 
 
