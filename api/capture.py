@@ -68,6 +68,11 @@ MAX_TITLE, MAX_APP = 1024, 256
 #: How kept frames are stored: WebP at this quality (Pillow; 0-100), chosen by bytes and OCR word recall on the
 #: shared screenshots (``python bench/capture_cpu.py --formats``, README).
 WEBP_QUALITY = 65
+#: Texts per embedding batch in a capture that runs the pipeline in its own process (unless
+#: ``ENGRAM_MODELS__EMBEDDING_BATCH_SIZE`` says otherwise): MiniLM's activations grow with the batch, and a
+#: consolidation embeds a screen text of 256 word pieces per frame (20 frames: 320 MB more RSS at 64, 143 MB at
+#: 4, for the same CPU).
+CAPTURE_EMBEDDING_BATCH = 4
 #: The source name of a frame whose window is unknown, and of a microphone chunk.
 SCREEN_SOURCE, MICROPHONE_SOURCE = "screen", "microphone"
 
@@ -770,6 +775,7 @@ def capture_command(
                               consolidate_every=settings.consolidate_min_observations))
     if isinstance(sink, EmbeddedSink):
         config.max_backlog = 2 * batch  # the pipeline runs in this process: no grabs while it is two batches behind
+        os.environ.setdefault("ENGRAM_MODELS__EMBEDDING_BATCH_SIZE", str(CAPTURE_EMBEDDING_BATCH))
     windows = open_windows(report) if screen else None
     cap = Capture(config, sink, rules, windows, report=report, microphone=mic)
     previous = install_signals(cap)
