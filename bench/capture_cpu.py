@@ -287,15 +287,24 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
         player.start()
         ending = threading.Timer(seconds, stop.set)  # the desktop plays while the capture grabs, not its drain
         ending.start()
+        reaped: dict[str, tuple] = {}
+
+        def reap(name: str) -> None:  # each capture's own rusage and end time (a thread per process)
+            _, status, usage = os.wait4(procs[name].pid, 0)
+            reaped[name] = (os.waitstatus_to_exitcode(status), usage, time.monotonic() - started)
+
+        waiters = [threading.Thread(target=reap, args=(name,)) for name in procs]
+        for w in waiters:
+            w.start()
+        for w in waiters:
+            w.join()
         results = {}
-        for _ in procs:
-            pid, status, usage = os.wait4(-1, 0)
-            name = next(n for n, p in procs.items() if p.pid == pid)
-            procs[name].returncode = os.waitstatus_to_exitcode(status)
-            if procs[name].returncode != 0:
+        for name, (code, usage, elapsed) in reaped.items():
+            procs[name].returncode = code
+            if code != 0:
                 raise SystemExit((root / name / "err.txt").read_text()[-3000:])
             stats = json.loads((root / name / "out.txt").read_text().strip().splitlines()[-1])
-            results[name] = _figures(stats, usage, allocated_bytes(root / name / "data"), time.monotonic() - started)
+            results[name] = _figures(stats, usage, allocated_bytes(root / name / "data"), elapsed)
         stop.set()
         player.join(timeout=60)
     result = {**results["run"], "load": [round(x, 2) for x in os.getloadavg()],
