@@ -735,10 +735,8 @@ def capture_command(
                                                    "the system's default input).")] = None,
     screen: Annotated[bool, typer.Option("--screen/--no-screen", help="Capture the screen (--no-screen: the "
                                          "microphone alone).")] = True,
-    cpu_budget: Annotated[float | None, typer.Option(min=0, help="CPU budget in cores, the pipeline's included on "
-                                                     "the embedded default: past it the screen is grabbed less "
-                                                     "often (default: ENGRAM_CAPTURE_CPU_BUDGET, 0.06; 0: "
-                                                     "none).")] = None,
+    cpu_budget: Annotated[float | None, typer.Option(min=0, help="CPU budget in cores, the embedded pipeline's "
+                                                     "included (default ENGRAM_CAPTURE_CPU_BUDGET; 0: none).")] = None,
 ) -> None:
     """Capture the screen (and with --microphone the microphone) into memory: screenshots at an adaptive
     interval, repeats dropped before anything is stored, denied apps and windows never captured, audio chunks
@@ -771,22 +769,39 @@ def capture_command(
     user, device = user or _default_user(), device or _default_device()
     client = _client(api, api_key, user, device) if api and not spool_only else None
     sink = (spool_sink if spool_only else api_sink(client, report) if client
-            else EmbeddedSink(tenant or settings.tenant, user, device, report, linger=2 * flush_seconds,
-                              consolidate_every=settings.consolidate_min_observations))
-    if isinstance(sink, EmbeddedSink):
-        config.max_backlog = 2 * batch  # the pipeline runs in this process: no grabs while it is two batches behind
-        os.environ.setdefault("ENGRAM_MODELS__EMBEDDING_BATCH_SIZE", str(CAPTURE_EMBEDDING_BATCH))
+            else embedded_sink(config, tenant or settings.tenant, user, device, report))
     windows = open_windows(report) if screen else None
     cap = Capture(config, sink, rules, windows, report=report, microphone=mic)
     previous = install_signals(cap)
-    target = config.spool if spool_only else api or "the embedded store"
-    report((f"capturing monitor {monitor} every {interval:g}-{max(max_interval, interval):g} s" if screen else
-            "capturing") + (f"{' and' if screen else ''} the microphone in {chunk_seconds:g} s chunks" if mic else "")
-           + f" into {target} (pause: SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
+    report(start_line(config, chunk_seconds if mic else None, config.spool if spool_only else api))
     stats = run_with_progress(cap, previous, windows, client, report)
     print_stats(stats, json_out, console)
     if stats.failed and not stats.published:
         raise typer.Exit(1)
+
+
+def start_line(config: CaptureConfig, chunk_seconds: float | None, target: Path | str | None) -> str:
+    """What a capture says as it starts: monitor and interval, the microphone's chunks (``chunk_seconds``, None: no
+    microphone), where it publishes (``target``: the spool or the API; None: the embedded store), how to pause."""
+    longest = max(config.max_interval, config.interval)
+    screen = f"capturing monitor {config.monitor} every {config.interval:g}-{longest:g} s"
+    mic = f"{' and' if config.screen else ''} the microphone in {chunk_seconds:g} s chunks" if chunk_seconds else ""
+    return ((screen if config.screen else "capturing") + mic + f" into {target or 'the embedded store'} (pause: "
+            f"SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
+
+
+def embedded_sink(config: CaptureConfig, tenant: str, user: str, device: str,
+                  report: Callable[[str], None]) -> EmbeddedSink:
+    """The ``EmbeddedSink`` of a capture that runs the pipeline in its own process: the store kept open twice
+    ``flush_seconds``, the user consolidated every ``consolidate_min_observations`` frames; grabs wait while two
+    batches wait for the pipeline (``max_backlog``), and the pipeline embeds in batches of
+    ``CAPTURE_EMBEDDING_BATCH`` unless ``ENGRAM_MODELS__EMBEDDING_BATCH_SIZE`` is set."""
+    from engram.schemas.settings import get_settings
+
+    config.max_backlog = 2 * config.batch
+    os.environ.setdefault("ENGRAM_MODELS__EMBEDDING_BATCH_SIZE", str(CAPTURE_EMBEDDING_BATCH))
+    return EmbeddedSink(tenant, user, device, report, linger=2 * config.flush_seconds,
+                        consolidate_every=get_settings().consolidate_min_observations)
 
 
 def print_stats(stats: CaptureStats, json_out: bool, console: Any) -> None:
