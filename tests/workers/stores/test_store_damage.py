@@ -53,12 +53,13 @@ def _engram(data: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _answer(command: str, stdout: str) -> object:
     """What must be the same on a repaired store as on the undamaged one: the hits' ids in order, the status
-    tables, the export without its time stamp."""
+    tables but the bytes stored (the engine's files change size as it repairs a shard, and as it opens one), the
+    export without its time stamp."""
     if command == "search":
         return [(h["id"], h["memory_type"], h["text"]) for h in json.loads(stdout)["hits"]]
     if command == "export":
         return {k: v for k, v in json.loads(stdout).items() if k != "exported_at"}
-    return stdout
+    return stdout.split("bytes stored")[0]
 
 
 @pytest.fixture(scope="module")
