@@ -118,6 +118,34 @@ def test_a_restored_data_dir_is_the_backed_up_one_owner_only(tmp_path):
     assert vectors_on_disk * 512 < vectors_size / 2  # the engine's preallocated files stay sparse
 
 
+def test_runs_of_blocks_zeros_holes_repeats_and_a_short_tail_restore_byte_for_byte(tmp_path):
+    """Blocks are read and restored in runs (``RUN_BLOCKS``): a file longer than a run, with a written block of
+    zeros (not stored), a hole, the same block twice and a short last block comes back the same; a byte changed in
+    a pack is found by the restore (its block's digest), which writes nothing in place of the file."""
+    c = bk.CHUNK_BYTES
+    data = make_data_dir(tmp_path / "data", points=20, object_mb=0)
+    odd = data / "objects" / "media" / "t" / "odd.bin"
+    odd.parent.mkdir(parents=True, exist_ok=True)
+    same = os.urandom(c)
+    with open(odd, "wb") as f:
+        f.write(os.urandom(c * (bk.RUN_BLOCKS + 3)) + bytes(c) + same + same)
+        f.seek(c * 40)  # a hole
+        f.write(os.urandom(c // 3))  # a short tail
+    repo = bk.open_repository(str(tmp_path / "backup"), create=True)
+    result = bk.backup(data, repo)
+    repo.close()
+    assert result.reused_chunks >= 1  # the repeated block is stored once
+    restored = tmp_path / "restored"
+    bk.restore(bk.open_repository(str(tmp_path / "backup"), create=False), restored)
+    assert (restored / "objects/media/t/odd.bin").read_bytes() == odd.read_bytes()
+    pack = max((tmp_path / "backup" / "packs").rglob("*.pack"), key=lambda q: q.stat().st_size)
+    raw = bytearray(pack.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    pack.write_bytes(bytes(raw))
+    with pytest.raises(bk.BackupError, match="is damaged"):
+        bk.restore(bk.open_repository(str(tmp_path / "backup"), create=False), tmp_path / "again")
+
+
 def test_a_second_backup_writes_only_new_content(tmp_path):
     data = make_data_dir(tmp_path / "data", points=2000, object_mb=4)
     dest = str(tmp_path / "backup")
@@ -313,6 +341,35 @@ def test_a_store_written_throughout_is_backed_up_between_units_of_work(tmp_path)
     assert batches and all(n == 100 for n in batches.values()), batches  # whole units of work only
     assert sorted(batches) == list(range(len(batches)))  # a prefix of what was written
     assert int(out.split()[-1]) > len(batches)  # the writer went on after the backup
+
+
+def test_a_backup_holds_the_store_by_its_lock_alone_as_the_engine_does(tmp_path):
+    """The backup takes the store's file lock without the vector engine (a command starts faster): the same lock
+    and request file as ``EdgeVectorStore.hold``, so a process holding the store keeps the backup out (StoreBusy
+    after ``wait``, its request file removed), and the store's holder cannot open a shard while the backup holds it."""
+    from engram.workers.stores import vectors
+
+    assert bk.WANTED_SUFFIX == vectors.WANTED_SUFFIX
+    data = make_data_dir(tmp_path / "data", points=20, object_mb=1)
+    store = EdgeVectorStore(data / "vectors")
+    store.hold()
+    try:
+        repo = bk.open_repository(str(tmp_path / "backup"), create=True)
+        with pytest.raises(vectors.StoreBusy, match="waited 0.3 s"):
+            bk.backup(data, repo, wait=0.3)
+        assert not list(data.glob("vectors.wanted-*")) and not repo.snapshots()
+    finally:
+        store.close()
+    hold = bk._StoreHold(data / "vectors", wait=0.0)
+    hold.hold()
+    try:
+        with pytest.raises(vectors.StoreBusy):
+            EdgeVectorStore(data / "vectors").hold(wait=False)
+    finally:
+        hold.close()
+    result = bk.backup(data, repo)
+    repo.close()
+    assert result.files and result.store_held_seconds < 5
 
 
 def test_a_backup_to_s3_is_incremental_and_restores(tmp_path, seaweedfs_s3):
