@@ -270,6 +270,8 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     seconds = time.monotonic() - started
     console.print(Text(f"\nDone in {seconds:.0f} s. The data is in {workdir / 'data'}; search it again with\n"
                        f"  engram --data-dir {workdir / 'data'} search \"when does the lease end\" --tenant demo\n"
-                       f"  engram --data-dir {workdir / 'data'} status --tenant demo"))
+                       f"  engram --data-dir {workdir / 'data'} status --tenant demo\n"
+                       f"or look at it in a browser (the web app on http://127.0.0.1:8780/):\n"
+                       f"  engram ui --data-dir {workdir / 'data'} --tenant demo"))
     return {"workdir": workdir, "files": files, "ingest": result, "counts": counts, "searches": searches,
             "seconds": seconds}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, tzinfo
 from enum import StrEnum
 from functools import partial
 from pathlib import Path
@@ -19,7 +19,7 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from engram.api.capture import DEFAULT_DENY_APPS, DEFAULT_DENY_TITLES
-from engram.api.service.base import MediaMissing, NotFound, NotOffered, ServiceError
+from engram.api.service.base import MediaMissing, MemoryService, NotFound, NotOffered, ServiceError
 from engram.api.ui import present
 from engram.api.ui.pages import Pages, UiConfig, media_response, parse_id
 from engram.schemas.events import EventStatus, MediaKind
@@ -75,6 +75,13 @@ def _memory_type(value: str | None) -> MemoryType | None:
     return _choice(MemoryType, value, "memory type")
 
 
+def _newest_day(svc: MemoryService, tenant: str, user: str | None, tz: tzinfo) -> date | None:
+    """The day (in ``tz``) of the user's newest observation: the timeline opens there when no date is asked for,
+    so a memory made of older files (the demo's, an import) does not open on an empty today."""
+    newest = svc.timeline(TimelineRequest(tenant_id=tenant, user_id=user, limit=1)).items
+    return newest[0].time.astimezone(tz).date() if newest and newest[0].time else None
+
+
 def register(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     """Add every route of the web app to ``app``."""
     _screens(app, cfg, pages)
@@ -95,7 +102,7 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     def timeline(request: Request) -> Response:
         q, user = request.query_params, pages.user(request)
         tz = get_settings().tzinfo
-        first = _day(q.get("date")) or datetime.now(tz).date()
+        first = _day(q.get("date")) or _newest_day(svc, tenant, user, tz) or datetime.now(tz).date()
         last = _day(q.get("to"))
         if last is not None and last < first:
             raise HTTPException(400, "the range ends before it starts")

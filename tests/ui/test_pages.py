@@ -12,6 +12,8 @@ import pytest
 
 from engram.schemas.add import AddMemoryRequest
 from engram.schemas.memories import MemoryType
+from engram.schemas.settings import get_settings
+from engram.schemas.timeline import TimelineRequest
 from tests.ui.conftest import NOTE
 
 SCREENS = ["/", "/timeline?date=2024-05-02", "/search?q=piano+tuner", "/people", "/memories", "/activity",
@@ -155,3 +157,10 @@ def test_a_recordings_segment_plays_from_its_offset():
                            payload={"kind": kind, "start_s": 12.5, "end_s": 30.0, "object_key": "media/t/x.bin"})
         html = env.get_template("item.html").render(rec=rec, **common)
         assert f'<{tag} controls preload="metadata"' in html and f'src="/media/{rec.id}?user=ann#t=12.5,30"' in html
+
+
+def test_the_timeline_opens_on_the_day_of_the_newest_observation(client, ui):
+    newest = ui.service.timeline(TimelineRequest(tenant_id="default", limit=1)).items[0]
+    day = newest.time.astimezone(get_settings().tzinfo).date().isoformat()
+    page = client.get("/timeline").text  # no date asked for: not an empty today when the memory is older
+    assert f'name="date" value="{day}"' in page and "Nothing captured" not in page
