@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -60,16 +61,29 @@ def _progress(quiet: bool) -> Progress:
 
 
 class _Bars:
-    """One rich bar per phase, fed by the engine's ``progress(phase, done, total)`` from its threads."""
+    """One rich bar per phase, fed by the engine's ``progress(phase, done, total)`` from its threads; a bar is
+    updated at most every ``every`` seconds (and at its end): an update per block made a 100 k observations'
+    restore 0.5 s slower."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, every: float = 0.1) -> None:
         self.progress = progress
+        self.every = every
         self.tasks: dict[str, Any] = {}
+        self.last: dict[str, float] = {}
 
     def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
         if phase not in self.tasks:
             self.tasks[phase] = self.progress.add_task(phase, total=total)
+        elif done < total and now - self.last[phase] < self.every:
+            return
+        self.last[phase] = now
         self.progress.update(self.tasks[phase], completed=done, total=total)
+
+
+def _bars(progress: Progress, quiet: bool) -> _Bars | None:
+    """The engine's progress callback: None with ``--quiet`` or ``--json`` (no bars to draw)."""
+    return None if quiet else _Bars(progress)
 
 
 def backup(
@@ -104,7 +118,7 @@ def backup(
             repo = engine.open_repository(dest, create=True, s3=_s3_options(s3_endpoint))
             try:
                 result = engine.backup(data_dir, repo, wait=wait, include_vault_key=include_vault_key,
-                                       progress=_Bars(progress))
+                                       progress=_bars(progress, quiet or as_json))
             finally:
                 repo.close()
         except engine.BackupError as exc:
@@ -169,7 +183,8 @@ def restore(
             return
         with _progress(quiet or as_json) as progress:
             try:
-                result = engine.restore(repo, data_dir, snapshot=snapshot, progress=_Bars(progress))
+                result = engine.restore(repo, data_dir, snapshot=snapshot,
+                                        progress=_bars(progress, quiet or as_json))
             except engine.BackupError as exc:
                 raise _fail(str(exc)) from exc
             except OSError as exc:

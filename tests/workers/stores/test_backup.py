@@ -119,8 +119,9 @@ def test_a_restored_data_dir_is_the_backed_up_one_owner_only(tmp_path):
 
 
 def test_runs_of_blocks_zeros_holes_repeats_and_a_short_tail_restore_byte_for_byte(tmp_path):
-    """Blocks are read and restored in runs (``RUN_BLOCKS``): a file longer than a run, with a written block of
-    zeros (not stored), a hole, the same block twice and a short last block comes back the same; a byte changed in
+    """Blocks are read and restored in runs (``RUN_BLOCKS``) and segments (``SEGMENT_BLOCKS``): a file longer than
+    both, with a written block of zeros (not stored), holes, the same block twice, a run across two segments and a
+    short last block comes back the same; a byte changed in
     a pack is found by the restore (its block's digest), which writes nothing in place of the file."""
     c = bk.CHUNK_BYTES
     data = make_data_dir(tmp_path / "data", points=20, object_mb=0)
@@ -129,7 +130,9 @@ def test_runs_of_blocks_zeros_holes_repeats_and_a_short_tail_restore_byte_for_by
     same = os.urandom(c)
     with open(odd, "wb") as f:
         f.write(os.urandom(c * (bk.RUN_BLOCKS + 3)) + bytes(c) + same + same)
-        f.seek(c * 40)  # a hole
+        f.seek(c * (bk.SEGMENT_BLOCKS - 2))  # a hole, then a run across the threads' segments
+        f.write(os.urandom(c * 4))
+        f.seek(c * (bk.SEGMENT_BLOCKS + 40))  # a hole
         f.write(os.urandom(c // 3))  # a short tail
     repo = bk.open_repository(str(tmp_path / "backup"), create=True)
     result = bk.backup(data, repo)
