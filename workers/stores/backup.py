@@ -21,12 +21,13 @@ A backup is a *repository* (a folder, or ``s3://bucket/prefix``) holding
 
 What is copied, and how each part is made consistent while ``engram capture``, ``mcp`` or ``ui`` keep running:
 
-- the store (``vectors/``): under the store's own file lock (``EdgeVectorStore.hold``, the same hand-off every
-  engram process uses: a process only lingering with the store closes it at once, one in the middle of a unit of
-  work finishes it first, and a process that wants the store meanwhile waits for the backup, up to
-  ``ENGRAM_STORE_WAIT_SECONDS``). With the lock held no process has a shard open, so the shard files are those
-  of a closed store (Qdrant Edge has no API to make a snapshot of a shard: only to apply one). The lock is held
-  while the store's blocks are read, hashed and (when new) written, and let go before the objects are read;
+- the store (``vectors/``): under the store's own file lock (``_StoreHold``: the lock and hand-off of
+  ``EdgeVectorStore.hold``, without importing the engine: a process only lingering with the store closes it at
+  once, one in the middle of a unit of work finishes it first, and a process that wants the store meanwhile
+  waits for the backup, up to ``ENGRAM_STORE_WAIT_SECONDS``). With the lock held no process has a shard open,
+  so the shard files are those of a closed store (Qdrant Edge has no API to make a snapshot of a shard: only to
+  apply one). The lock is held while the store's blocks are read, hashed and (when new) written, and let go
+  before the objects are read;
 - SQLite files (``ledger.sqlite``, ``cache/embeddings.sqlite``): SQLite's online backup API
   (``sqlite3.Connection.backup``) into a temporary copy, taken while the store's lock is held, so ledger and
   store are of the same moment; their ``-wal``/``-shm`` files are not copied (the copy holds their pages);
@@ -777,7 +778,7 @@ def _chunk_file(path: Path, rel: str, repo: Repository, tally: _Tally, progress:
                     break
                 got += n
             progress(got)
-            new: list[tuple[str, memoryview]] = []
+            new: list[tuple[str, bytes | memoryview]] = []
             for start in range(0, got, CHUNK_BYTES):
                 data = whole[start:min(start + CHUNK_BYTES, got)]
                 # all zeros: not stored (a bytearray against bytes is one memcmp; memoryviews compare per byte)
