@@ -124,8 +124,9 @@ class Repository(Protocol):
     """Where backups live. ``put_chunk`` is called from several threads at once."""
 
     location: str
-    #: Threads that read, hash and write at once by default: 2 for a local folder (reads, SHA-256 and writes let
-    #: the GIL go, so two overlap; 1 and 2 threads were within the noise of a loaded 2-core machine, 4 slower),
+    #: Threads that read, hash and write at once by default: 4 for a local folder (reads, SHA-256 and writes let
+    #: the GIL go; with files cut into segments, 4 threads backed up 100 k observations in 0.84-0.99 s against
+    #: 2 threads' 1.41-1.62 s on a shared, loaded 2-core machine, where more threads get more of the CPU),
     #: 4 for S3 (a PUT waits for the network).
     threads: int
 
@@ -176,14 +177,15 @@ def _libc() -> Any:
     return None
 
 
-def _start_writeback(fd: int) -> None:
+def _start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
     """Start writing the open file's dirty pages to the disk now, without waiting for them
     (``sync_file_range(SYNC_FILE_RANGE_WRITE)``, Linux): the final ``syncfs`` then waits for less, as the disk
     writes while the next blocks are hashed (the kernel would start only at ``vm.dirty_background_ratio``, GBs
-    on a machine with memory to spare). Durability still comes from ``syncfs`` alone; elsewhere a no-op."""
+    on a machine with memory to spare). ``offset``, ``length``: the range (0, 0: the whole file). Durability
+    still comes from ``syncfs`` alone; elsewhere a no-op."""
     libc = _libc()
     if libc is not None and hasattr(libc, "sync_file_range"):
-        libc.sync_file_range(fd, ctypes.c_int64(0), ctypes.c_int64(0), 2)
+        libc.sync_file_range(fd, ctypes.c_int64(offset), ctypes.c_int64(length), 2)
 
 
 def _syncfs(path: Path) -> None:
@@ -299,7 +301,7 @@ class FolderRepository(_Packed):
 
         self.root = Path(root).expanduser().absolute()
         self.location = str(self.root)
-        self.threads = 2
+        self.threads = 4
         if not create and not (self.root / "snapshots").is_dir():
             raise BackupError(f"{self.root} holds no engram backup (no snapshots/ folder)")
         try:
@@ -1241,8 +1243,8 @@ def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, wo
                 with lock:
                     done[0] += CHUNK_BYTES * count
                     report("restore", done[0], total)
-            if len(blocks) > RUN_BLOCKS:
-                _start_writeback(fd)
+            if len(blocks) > RUN_BLOCKS:  # this segment's range only: other threads write the file's others
+                _start_writeback(fd, blocks[0][0], blocks[-1][0] + CHUNK_BYTES - blocks[0][0])
         finally:
             os.close(fd)
 
