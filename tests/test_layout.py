@@ -25,7 +25,8 @@ WINGS = tuple(f"engram.workers.{w}" for w in ("stores", "media", "text", "memory
 #: Modules whose commands import their implementation when they run, so that ``engram --help`` and the light
 #: SDK start without the workers' stack: their function-local imports need no comment each.
 LAZY_BY_DESIGN = {"engram.api.cli", "engram.api.memory_cli", "engram.api.agent_cli", "engram.api.mcp_server",
-                  "engram.api.console", "engram.api.demo", "engram.api.capture", "engram.api.watch"}
+                  "engram.api.console", "engram.api.demo", "engram.api.capture", "engram.api.watch",
+                  "engram.api.keep_cli"}
 
 MAX_FUNCTION_LINES = 80
 

@@ -77,7 +77,9 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from engram.workers.errors import EngramError
+from engram.workers.stores.owners import is_alive
 from engram.workers.stores.private import PRIVATE_UMASK
+from engram.workers.stores.sqlite import BUSY_TIMEOUT_S
 
 #: The manifest's format; a reader refuses a manifest of a higher one (it would misread it).
 FORMAT_VERSION = 1
@@ -824,8 +826,6 @@ def _pwritev_all(fd: int, parts: list[bytes | memoryview], offset: int) -> None:
 def _sqlite_copy(src: Path, dest: Path) -> None:
     """A consistent copy of the SQLite database ``src`` at ``dest`` through SQLite's online backup API (a read
     transaction: writers in WAL mode go on)."""
-    from engram.workers.stores.sqlite import BUSY_TIMEOUT_S
-
     dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     source = sqlite3.connect(src, timeout=BUSY_TIMEOUT_S)
     try:
@@ -928,8 +928,6 @@ def _previous(repo: Repository, source: str) -> dict[str, FileEntry]:
 def _remove_stale_copies(data_dir: Path) -> None:
     """Remove the temporary folders (SQLite copies) of backups killed earlier: ``<TMP_PREFIX><pid>-*`` whose
     process is gone. A copy of the ledger left behind would keep what a deletion removed since."""
-    from engram.workers.stores.owners import is_alive
-
     for entry in _scandir(data_dir):
         if entry.name.startswith(TMP_PREFIX) and entry.is_dir(follow_symlinks=False):
             pid = entry.name[len(TMP_PREFIX):].split("-", 1)[0]
@@ -987,6 +985,94 @@ class _StoreHold:
             self._lock.release(force=True)
 
 
+class _Pass:
+    """One phase of a backup (``store`` or ``objects``): its files cut into segments that share the threads, each
+    read, hashed and packed (``_chunk_file``), then joined back into one ``FileEntry`` per file."""
+
+    def __init__(self, phase: str, repo: Repository, previous: dict[str, FileEntry], tally: _Tally,
+                 report: Progress, threads: int) -> None:
+        self.phase, self.repo, self.previous, self.tally, self.report = phase, repo, previous, tally, report
+        self.threads, self.done, self.total, self.lock = threads, 0, 0, threading.Lock()
+
+    def advance(self, n: int) -> None:
+        """Count ``n`` more bytes done and report them."""
+        with self.lock:
+            self.done += n
+            self.report(self.phase, self.done, max(self.total, self.done))
+
+    def unchanged(self, path: Path, rel: str) -> FileEntry | None:
+        """The previous snapshot's entry of an object whose stat did not change (not read again)."""
+        old = self.previous.get(rel)
+        if old is None or self.phase != "objects":
+            return None
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            if ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (old.size, old.mtime_ns, *old.stat)
+                    and all(self.repo.has_chunk(d) for _, d in old.blocks)):
+                with self.tally.lock:
+                    self.tally.unchanged_files += 1
+                    self.tally.reused_chunks += len(old.blocks)
+                self.advance(min(st.st_size, st.st_blocks * 512))
+                return old
+        return None
+
+    def parts(self, jobs: list[tuple[Path, str]], entries: list[FileEntry], vanished: list[str]
+              ) -> list[tuple[Path, str, int, int | None]]:
+        """Segments of SEGMENT_BLOCKS of the files to read (not whole files: one large file does not keep one
+        thread busy alone); unchanged objects go straight to ``entries``, files gone to ``vanished``."""
+        segment = CHUNK_BYTES * SEGMENT_BLOCKS
+        out: list[tuple[Path, str, int, int | None]] = []
+        for path, rel in jobs:
+            old = self.unchanged(path, rel)
+            if old is not None:
+                entries.append(old)
+                continue
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                vanished.append(rel)  # deleted while the backup ran (a forget, a retention sweep)
+                continue
+            n = max(1, -(-size // segment))
+            out.extend((path, rel, k * segment, (k + 1) * segment if k < n - 1 else None) for k in range(n))
+        return out
+
+    def one(self, part: tuple[Path, str, int, int | None]) -> FileEntry | None:
+        """One segment read, hashed and packed; None when its file is gone."""
+        path, rel, start, stop = part
+        try:
+            return _chunk_file(path, rel, self.repo, self.tally, self.advance, start, stop)
+        except FileNotFoundError:
+            return None
+
+    def run(self, jobs: list[tuple[Path, str]], entries: list[FileEntry], vanished: list[str]) -> None:
+        """Back up ``jobs`` ((path, path in the snapshot)), adding a ``FileEntry`` per file to ``entries`` and the
+        paths of files deleted meanwhile to ``vanished``."""
+        self.total = _allocated(p for p, _ in jobs)
+        parts = self.parts(jobs, entries, vanished)
+        self.report(self.phase, 0, self.total)
+        pieces: dict[str, list[FileEntry | None]] = {}
+        for part, piece in zip(parts, _map(self.one, parts, self.threads, f"engram-backup-{self.phase}"),
+                               strict=True):
+            pieces.setdefault(part[1], []).append(piece)
+        paths = {rel: path for path, rel, _, _ in parts}
+        for rel, got in pieces.items():
+            if any(e is None for e in got):
+                vanished.append(rel)  # deleted while the backup ran (a forget, a retention sweep)
+                continue
+            first = got[0]
+            assert first is not None
+            if any((e.size, e.mtime_ns, e.stat) != (first.size, first.mtime_ns, first.stat) for e in got if e):
+                try:  # changed between its segments: read once more, whole
+                    first = _chunk_file(paths[rel], rel, self.repo, self.tally, self.advance)
+                except FileNotFoundError:
+                    vanished.append(rel)
+                    continue
+            else:
+                first.blocks = [b for e in got if e for b in e.blocks]
+                first.digest = first.tree_digest()
+            entries.append(first)
+
+
 def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vault_key: bool = False,
            workers: int | None = None, progress: Progress | None = None) -> BackupResult:
     """Write a snapshot of the embedded default's ``data_dir`` into ``repo`` (see the module docstring).
@@ -1011,76 +1097,7 @@ def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vau
     report = progress or (lambda phase, done, total: None)
 
     def run(phase: str, jobs: list[tuple[Path, str]]) -> None:
-        total = _allocated(p for p, _ in jobs)
-        done = [0]
-        lock = threading.Lock()
-
-        def advance(n: int) -> None:
-            with lock:
-                done[0] += n
-                report(phase, done[0], max(total, done[0]))
-
-        def unchanged(path: Path, rel: str) -> FileEntry | None:
-            """The previous snapshot's entry of an object whose stat did not change (not read again)."""
-            old = previous.get(rel)
-            if old is None or phase != "objects":
-                return None
-            with contextlib.suppress(OSError):
-                st = path.stat()
-                if ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (old.size, old.mtime_ns, *old.stat)
-                        and all(repo.has_chunk(d) for _, d in old.blocks)):
-                    with tally.lock:
-                        tally.unchanged_files += 1
-                        tally.reused_chunks += len(old.blocks)
-                    advance(min(st.st_size, st.st_blocks * 512))
-                    return old
-            return None
-
-        # segments of SEGMENT_BLOCKS, not whole files, share the threads: one large file does not keep one busy
-        segment = CHUNK_BYTES * SEGMENT_BLOCKS
-        parts: list[tuple[Path, str, int, int | None]] = []
-        for path, rel in jobs:
-            old = unchanged(path, rel)
-            if old is not None:
-                entries.append(old)
-                continue
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                vanished.append(rel)  # deleted while the backup ran (a forget, a retention sweep)
-                continue
-            n = max(1, -(-size // segment))
-            parts.extend((path, rel, k * segment, (k + 1) * segment if k < n - 1 else None) for k in range(n))
-
-        def one(part: tuple[Path, str, int, int | None]) -> FileEntry | None:
-            path, rel, start, stop = part
-            try:
-                return _chunk_file(path, rel, repo, tally, advance, start, stop)
-            except FileNotFoundError:
-                return None
-
-        report(phase, 0, total)
-        pieces: dict[str, list[FileEntry | None]] = {}
-        for part, piece in zip(parts, _map(one, parts, workers or repo.threads, f"engram-backup-{phase}"),
-                               strict=True):
-            pieces.setdefault(part[1], []).append(piece)
-        paths = {rel: path for path, rel, _, _ in parts}
-        for rel, got in pieces.items():
-            if any(e is None for e in got):
-                vanished.append(rel)  # deleted while the backup ran (a forget, a retention sweep)
-                continue
-            first = got[0]
-            assert first is not None
-            if any((e.size, e.mtime_ns, e.stat) != (first.size, first.mtime_ns, first.stat) for e in got if e):
-                try:  # changed between its segments: read once more, whole
-                    first = _chunk_file(paths[rel], rel, repo, tally, advance)
-                except FileNotFoundError:
-                    vanished.append(rel)
-                    continue
-            else:
-                first.blocks = [b for e in got if e for b in e.blocks]
-                first.digest = first.tree_digest()
-            entries.append(first)
+        _Pass(phase, repo, previous, tally, report, workers or repo.threads).run(jobs, entries, vanished)
 
     _remove_stale_copies(data_dir)
     with tempfile.TemporaryDirectory(dir=data_dir, prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp:
@@ -1172,6 +1189,64 @@ def check_restorable(data_dir: Path, snapshot: str) -> bool:
     return False
 
 
+class _Restorer:
+    """The file-by-file work of one restore: part files made with their size (``begin``), then segments of blocks
+    written into them by the threads (``segment``), every block checked against its digest."""
+
+    def __init__(self, name: str, repo: Repository, data_dir: Path, made: set[Path], total: int,
+                 report: Progress) -> None:
+        self.name, self.repo, self.data_dir, self.made, self.total, self.report = (name, repo, data_dir, made,
+                                                                                  total, report)
+        self.done, self.resumed, self.lock = 0, 0, threading.Lock()  # bytes, files an interrupted run completed
+
+    def begin(self, entry: FileEntry) -> bool:
+        """Check the entry and make its part file (its size, all holes); False when an interrupted run completed
+        the file already."""
+        if entry.tree_digest() != entry.digest:
+            raise BackupError(f"snapshot {self.name}: the entry of {entry.path} is damaged")
+        target = self.data_dir / entry.path
+        if ".." in Path(entry.path).parts or Path(entry.path).is_absolute():
+            raise BackupError(f"snapshot {self.name}: {entry.path} is outside the data dir")
+        if target.is_file() and target.stat().st_size == entry.size:  # completed by an interrupted run
+            self.done += CHUNK_BYTES * len(entry.blocks)
+            self.resumed += 1
+            return False
+        if target.parent not in self.made:  # a folder the manifest did not list (an older manifest's)
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.made.add(target.parent)
+        fd = os.open(target.with_name(target.name + PART_SUFFIX), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, entry.size)  # holes stay holes
+        finally:
+            os.close(fd)
+        return True
+
+    def segment(self, job: tuple[FileEntry, list[tuple[int, str]]]) -> None:
+        """Write one segment of a file's blocks into its part file, each checked against its digest."""
+        entry, blocks = job
+        target = self.data_dir / entry.path
+        fd = os.open(target.with_name(target.name + PART_SUFFIX), os.O_WRONLY)
+        try:
+            buf = bytearray(CHUNK_BYTES * RUN_BLOCKS)  # one buffer for the segment's runs (a folder's reads fill it)
+            digests = dict(blocks)
+            for first, count in _runs([off for off, _ in blocks]):
+                wanted = [digests[first + k * CHUNK_BYTES] for k in range(count)]
+                run = self.repo.read_blocks(wanted, buf)
+                for digest, data in zip(wanted, run, strict=True):
+                    if hashlib.sha256(data).hexdigest() != digest:
+                        raise BackupError(f"chunk {digest} in {self.repo.location} is damaged (its bytes do not "
+                                          f"match its digest); {entry.path} cannot be restored")
+                _pwritev_all(fd, run, first)
+                with self.lock:
+                    self.done += CHUNK_BYTES * count
+                    self.report("restore", self.done, self.total)
+            if len(blocks) > RUN_BLOCKS:  # this segment's range only: other threads write the file's others
+                _start_writeback(fd, blocks[0][0], blocks[-1][0] + CHUNK_BYTES - blocks[0][0])
+        finally:
+            os.close(fd)
+
+
 def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, workers: int | None = None,
             progress: Progress | None = None) -> RestoreResult:
     """Write ``snapshot`` (default: the newest) of ``repo`` into ``data_dir`` (new or empty; or holding an
@@ -1196,63 +1271,13 @@ def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, wo
         made.add(data_dir / d)
     entries = [FileEntry.from_json(d) for d in manifest["files"]]
     total = sum(CHUNK_BYTES * len(e.blocks) for e in entries)
-    done = [0, 0]  # bytes, resumed files
-    lock = threading.Lock()
-    report = progress or (lambda phase, d, t: None)
-    report("restore", 0, total)
-
-    def begin(entry: FileEntry) -> bool:
-        """Check the entry and make its part file (its size, all holes); False when an interrupted run completed
-        the file already."""
-        if entry.tree_digest() != entry.digest:
-            raise BackupError(f"snapshot {name}: the entry of {entry.path} is damaged")
-        target = data_dir / entry.path
-        if ".." in Path(entry.path).parts or Path(entry.path).is_absolute():
-            raise BackupError(f"snapshot {name}: {entry.path} is outside the data dir")
-        if target.is_file() and target.stat().st_size == entry.size:  # completed by an interrupted run
-            done[0] += CHUNK_BYTES * len(entry.blocks)
-            done[1] += 1
-            return False
-        if target.parent not in made:  # a folder the manifest did not list (an older manifest's)
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            made.add(target.parent)
-        fd = os.open(target.with_name(target.name + PART_SUFFIX), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            os.ftruncate(fd, entry.size)  # holes stay holes
-        finally:
-            os.close(fd)
-        return True
-
-    def segment(job: tuple[FileEntry, list[tuple[int, str]]]) -> None:
-        """Write one segment of a file's blocks into its part file, each checked against its digest."""
-        entry, blocks = job
-        target = data_dir / entry.path
-        fd = os.open(target.with_name(target.name + PART_SUFFIX), os.O_WRONLY)
-        try:
-            buf = bytearray(CHUNK_BYTES * RUN_BLOCKS)  # one buffer for the segment's runs (a folder's reads fill it)
-            digests = dict(blocks)
-            for first, count in _runs([off for off, _ in blocks]):
-                wanted = [digests[first + k * CHUNK_BYTES] for k in range(count)]
-                run = repo.read_blocks(wanted, buf)
-                for digest, data in zip(wanted, run, strict=True):
-                    if hashlib.sha256(data).hexdigest() != digest:
-                        raise BackupError(f"chunk {digest} in {repo.location} is damaged (its bytes do not match "
-                                          f"its digest); {entry.path} cannot be restored")
-                _pwritev_all(fd, run, first)
-                with lock:
-                    done[0] += CHUNK_BYTES * count
-                    report("restore", done[0], total)
-            if len(blocks) > RUN_BLOCKS:  # this segment's range only: other threads write the file's others
-                _start_writeback(fd, blocks[0][0], blocks[-1][0] + CHUNK_BYTES - blocks[0][0])
-        finally:
-            os.close(fd)
-
-    todo = [e for e in entries if begin(e)]
-    report("restore", done[0], total)
+    writer = _Restorer(name, repo, data_dir, made, total, progress or (lambda phase, d, t: None))
+    writer.report("restore", 0, total)
+    todo = [e for e in entries if writer.begin(e)]
+    writer.report("restore", writer.done, total)
     # segments of SEGMENT_BLOCKS, not whole files, share the threads: one large file does not keep one busy alone
     jobs = [(e, e.blocks[i:i + SEGMENT_BLOCKS]) for e in todo for i in range(0, len(e.blocks), SEGMENT_BLOCKS)]
-    for _ in _map(segment, jobs, workers or repo.threads, "engram-restore"):
+    for _ in _map(writer.segment, jobs, workers or repo.threads, "engram-restore"):
         pass
     for entry in todo:
         target = data_dir / entry.path
@@ -1269,7 +1294,7 @@ def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, wo
     finally:
         os.close(dfd)
     return RestoreResult(repo.location, name, str(manifest.get("engram_version")), str(manifest.get("created")),
-                         str(data_dir), len(entries), sum(e.size for e in entries), done[1],
+                         str(data_dir), len(entries), sum(e.size for e in entries), writer.resumed,
                          time.perf_counter() - t0, str(manifest.get("vault_key", "excluded")))
 
 
