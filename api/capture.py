@@ -66,7 +66,7 @@ _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: The longest title and app name an event takes (``schemas.events.MediaEvent``'s ``window`` and ``app``).
 MAX_TITLE, MAX_APP = 1024, 256
 #: How kept frames are stored: WebP at this quality (Pillow; 0-100), chosen by bytes and OCR word recall on the
-#: shared screenshots (``python bench/capture_cpu.py --formats``, README).
+#: shared screenshots (``python bench/capture_cpu.py --formats``, docs/figures.md).
 WEBP_QUALITY = 65
 #: Texts per embedding batch in a capture that runs the pipeline in its own process (unless
 #: ``ENGRAM_MODELS__EMBEDDING_BATCH_SIZE`` says otherwise): MiniLM's activations grow with the batch, and a

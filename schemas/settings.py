@@ -31,7 +31,7 @@ class ModelSettings(BaseModel):
         "(sentence-transformers), 'auto' (onnx when the exported model is there, else torch): these give the same "
         "vectors (cosine > 0.9999). 'onnx-int8': the same model with int8 weights (also made by scripts/setup.sh; "
         "CPU only), ~1.8x the texts per second on a CPU with int8 dot products (VNNI, AMX), for vectors at cosine "
-        "~0.99 of the float ones (README 'Figures': LoCoMo recall within 0.2 point, LongMemEval R@5 two of 98 "
+        "~0.99 of the float ones (bench/retrieval.py: LoCoMo recall within 0.2 point, LongMemEval R@5 two of 98 "
         "questions lower); kept apart in the embedding cache. Vectors "
         "already stored stay as they were embedded: choose it before ingesting, or ingest again.")
     asr_model: str = Field("tiny.en", description="faster-whisper model: 'tiny.en' (English only, ships in "

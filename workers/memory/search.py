@@ -20,7 +20,7 @@
 4. Time expressions in the query ("last Tuesday", "in May 2023"; ``workers.text.timeexpr``) are resolved against
    the request's ``reference_time`` (default now) into a range; points whose time span overlaps it gain
    ``TIME_BOOST``: a soft time filter, because the time a message was written is often not the time of the
-   event it tells (measured on LoCoMo: see the README). ``time_from``/``time_to`` stay hard filters.
+   event it tells (measured on LoCoMo with bench/retrieval.py). ``time_from``/``time_to`` stay hard filters.
 5. Memory dynamics (MemoryBank; ``workers.memory.dynamics``): superseded and archived memories are left out
    (``active_filter``) unless ``include_history``; a memory's fused score is multiplied by its
    ``decayed_score`` (retention since its last recall) before it enters the prior; the memories returned
@@ -94,7 +94,7 @@ TIME_BOOST = 0.01  # added to a point whose time span overlaps the query's resol
 DENSE_WITHOUT_NAMES = True
 
 
-TIME_AS_FILTER = False  # True: the resolved range is a hard filter instead (loses evidence: see the README)
+TIME_AS_FILTER = False  # True: the resolved range is a hard filter instead (loses LoCoMo evidence: bench/retrieval.py)
 
 
 def rrf(rankings: list[list[str]], k: int, weights: list[float] | None = None) -> dict[str, float]:
@@ -222,7 +222,7 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     now = datetime.now(UTC)
     zone = ZoneInfo(req.timezone) if req.timezone else None  # None: the server's ENGRAM_TIMEZONE
     span = resolve(req.query, req.reference_time, zone) if req.resolve_time else None
-    if span is not None and TIME_AS_FILTER:  # the alternative measured against the boost (README)
+    if span is not None and TIME_AS_FILTER:  # the alternative measured against the boost (bench/retrieval.py)
         req = req.model_copy(update={"time_from": max(filter(None, [req.time_from, span.start])),
                                      "time_to": min(filter(None, [req.time_to, span.end]))})
     named, content = named_entities(rt, req.tenant_id, req.query)

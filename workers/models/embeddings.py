@@ -369,7 +369,7 @@ def quantize_onnx(out_dir: Path, min_cosine: float = INT8_MIN_COSINE) -> Path:
     ``out_dir``/all-MiniLM-L6-v2.int8.onnx once its vectors of ``CHECK_TEXTS`` (each text alone, as the runtime runs
     them) keep a cosine ≥ ``min_cosine`` to the float model's. About 1.8x the texts per second of the float model
     on a CPU with int8 dot products (AVX-512 VNNI, AMX), for vectors at cosine ~0.99 of the float ones (LoCoMo in
-    README "Figures"). Returns the path. Raises FileNotFoundError without the float export and RuntimeError when
+    bench/retrieval.py). Returns the path. Raises FileNotFoundError without the float export and RuntimeError when
     the check fails (nothing written)."""
     import logging
     import tempfile
