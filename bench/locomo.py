@@ -9,6 +9,10 @@ Follows ``../shared/data/README.md`` ("How the retrieval figures are counted"):
 - recall at a budget of k turns: results in rank order, each expanded into its source turns (in its own
   order), the first k distinct turns kept; recall@k = |evidence ∩ kept| / |evidence|.
 
+The two halves of the protocol that cannot overfit (issue 45): conversations 0-4 of ``locomo10.json`` (positions
+in the file) are the half every weight, threshold and switch is *chosen on*; conversations 5 and up are *held out*,
+the half a change is judged on (``locomo_half``). A file with five conversations or fewer has an empty held-out half.
+
 The raw-turn baselines (BM25 with ``bm25s``, dense MiniLM, and their reciprocal rank fusion) index each
 turn as exactly the text engram indexes: ``ConversationMessage.display_text()`` from the LoCoMo adapter.
 """
@@ -29,6 +33,10 @@ LOCOMO_FILE = Path("conversations") / "locomo10.json"
 CATEGORIES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 EXPECTED_QUESTIONS = 1536  # categories 1-4 with evidence, all 10 conversations (data README)
 RRF_K = 60
+#: The two halves of every figure: tuned on, and judged on (see the module docstring).
+HALVES: tuple[str, str] = ("chosen_on", "held_out")
+#: Conversations at positions below this are the chosen-on half; the rest are held out.
+CHOSEN_ON_CONVERSATIONS = 5
 
 _EVIDENCE_SPLIT = re.compile(r"[;,\s]+")
 _EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")
@@ -50,6 +58,11 @@ def load_locomo(data_dir: Path | None = None) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"LoCoMo not found at {path} (set ENGRAM_EVAL_DATA)")
     return json.loads(path.read_bytes())
+
+
+def locomo_half(conversation: int) -> str:
+    """``"chosen_on"`` for conversations 0-4 (positions in the LoCoMo file), ``"held_out"`` for 5 and up."""
+    return HALVES[0] if conversation < CHOSEN_ON_CONVERSATIONS else HALVES[1]
 
 
 def normalize_evidence_id(token: str) -> str | None:

@@ -5,6 +5,10 @@ their source sessions (in their own order), the first k distinct sessions are ke
 when any of the question's ``answer_session_ids`` is kept. Abstention questions (``_abs`` ids) are skipped:
 98 of the 102 public LongMemEval-S files remain.
 
+The two halves (issue 45): a question is in the *chosen on* half when
+``int(hashlib.md5(question_id.encode()).hexdigest(), 16) % 2 == 0`` and *held out* otherwise
+(``longmemeval_half``).
+
 The baselines rank the question's haystack sessions as documents (each session's turns as engram indexes
 them, ``ConversationMessage.display_text()``, joined): BM25 (``bm25s`` with engram's tokenizer), dense
 MiniLM (the session text's embedding; MiniLM reads its first 256 word pieces) and their reciprocal rank
@@ -13,6 +17,7 @@ fusion (k=60).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.locomo import RRF_K, eval_data_dir, kept_turns, rrf_fuse
+from bench.locomo import HALVES, RRF_K, eval_data_dir, kept_turns, rrf_fuse
 
 LONGMEMEVAL_DIR = Path("conversations") / "longmemeval_s"
 EXPECTED_QUESTIONS = 98  # public LongMemEval-S files without abstention (data README)
@@ -58,6 +63,11 @@ def load_longmemeval(data_dir: Path | None = None) -> list[LmeQuestion]:
         out.append(LmeQuestion(qid, item["question"], item.get("question_type", ""), item.get("question_date", ""),
                                tuple(str(s) for s in item["answer_session_ids"]), item))
     return sorted(out, key=lambda q: q.question_id)
+
+
+def longmemeval_half(question_id: str) -> str:
+    """``"chosen_on"`` when the md5 of ``question_id`` (UTF-8, as an integer) is even, else ``"held_out"``."""
+    return HALVES[int(hashlib.md5(question_id.encode()).hexdigest(), 16) % 2]
 
 
 def recall_any_at_budget(ranked_sessions: Sequence[Sequence[str]], answers: set[str], k: int) -> float:

@@ -13,6 +13,23 @@ LongMemEval-S (``--longmemeval``): each question's haystack is ingested fresh as
 dir per question), the question is searched, and hits expand into their ``session_ids``; recall_any@k at a
 budget of k sessions beside BM25, dense and RRF over the haystack's sessions as documents.
 
+A protocol that cannot overfit (issue 45, ``docs/quality.md``): every figure is also reported on two halves,
+side by side. *Chosen on* — LoCoMo conversations 0-4 (positions in the file) and the public LongMemEval questions
+whose ``int(hashlib.md5(question_id.encode()).hexdigest(), 16) % 2 == 0`` — is where weights, thresholds and
+switches may be tuned; *held out* — conversations 5 and up, the other questions — is where a change is judged.
+The halves are computed from the same per-question results (no second ingest). JSON keys (``--json``):
+
+- ``recall.<system>.overall.<k>`` / ``.by_category.<cat>.<k>`` (LongMemEval: ``.by_type.<type>.<k>``): all the
+  questions run, as before;
+- ``recall_halves.<system>.<half>.overall.<k>`` and ``.by_category.<cat>.<k>`` (LongMemEval ``.by_type``), with
+  ``<half>`` ``chosen_on`` or ``held_out``; an empty half has ``{}`` for both;
+- ``halves.<half>``: ``questions`` (0 for an empty half), ``category_counts`` (LongMemEval ``type_counts``) and,
+  for LoCoMo, ``conversations`` (the sample ids in that half);
+- ``lift_halves.<half>.<k>``: engram's recall minus RRF's on that half (absent for an empty half).
+
+A LoCoMo-format file with five conversations or fewer (``--eval-data``) has an empty held-out half, printed as
+such. The JSON also carries ``load``: ``os.getloadavg()`` when the run ended.
+
     python bench/retrieval.py [--conversations 0 1 ...] [--ks 5 10 25] [--data-dir DIR] [--json out.json]
     python bench/retrieval.py --longmemeval [--questions N] [--embedding-cache DIR] [--json out.json]
 """
@@ -41,8 +58,10 @@ from rich.table import Table  # noqa: E402
 
 from bench.locomo import (  # noqa: E402
     CATEGORIES,
+    HALVES,
     kept_turns,
     load_locomo,
+    locomo_half,
     recall_at_budget,
     sample_questions,
     sample_turns,
@@ -215,7 +234,8 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                         for name, mtypes in variants.items():
                             ranked[name] = _search_sources(rt, q.question, user, 2 * kmax, kmax, mtypes,
                                                            reference_time=reference)[0]
-                        rows.append({"sample_id": sid, "category": q.category, "recall": {
+                        rows.append({"sample_id": sid, "conversation": ci, "half": locomo_half(ci),
+                                     "category": q.category, "recall": {
                             s: {k: recall_at_budget(ranked[s], ev, k) for k in ks} for s in systems}})
                         _budget_diagnostics(diag, sources, types, ks)
                     bar.update(task, current=f"{sid}: done")
@@ -229,6 +249,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     cat_summ = {c: summary(sel) for c, sel in by_cat.items() if sel}
     result = {
         "conversations": [locomo_sample_id(samples[i], i) for i in indices],
+        "conversations_total": len(samples),
         "ks": ks,
         "systems": systems,
         "questions": len(rows),
@@ -241,11 +262,88 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
         "search_ms_median": statistics.median(latencies) if latencies else float("nan"),
         "search_ms_p95": (statistics.quantiles(latencies, n=20)[-1] if len(latencies) >= 20
                           else max(latencies, default=float("nan"))),
+        **half_summaries(rows, ks, systems, "category", list(CATEGORIES)),
         "per_conversation": {sid: summary([r for r in rows if r["sample_id"] == sid])
                              for sid in dict.fromkeys(r["sample_id"] for r in rows)},
         "engram_budget": {key: _mean(vals) for key, vals in sorted(diag.items())},
     }
+    for half in HALVES:
+        result["halves"][half]["conversations"] = [locomo_sample_id(samples[i], i) for i in indices
+                                                   if locomo_half(i) == half]
     return result
+
+
+def half_summaries(rows: Sequence[dict], ks: Sequence[int], systems: Sequence[str], group: str,
+                   groups: Sequence) -> dict:
+    """The figures of each half (``HALVES``) from the per-question ``rows`` a run already has.
+
+    Each row holds ``"half"``, its ``group`` key (``"category"`` for LoCoMo, ``"type"`` for LongMemEval) and
+    ``"recall"[system][k]``. Returns ``{"recall_halves": {system: {half: {"overall": {k: mean},
+    "by_<group>": {g: {k: mean}}}}}, "halves": {half: {"questions": n, "<group>_counts": {g: n}}},
+    "lift_halves": {half: {k: engram − RRF}}}``. ``by_<group>`` holds only the groups with questions in the
+    half; an empty half has ``{}`` for ``overall`` and ``by_<group>``, 0 questions and no lift."""
+    by = "by_category" if group == "category" else f"by_{group}"
+    counts = "category_counts" if group == "category" else f"{group}_counts"
+    recall_halves: dict = {s: {} for s in systems}
+    halves: dict = {}
+    lift: dict = {}
+    for half in HALVES:
+        sel = [r for r in rows if r["half"] == half]
+        per_group = {g: [r for r in sel if r[group] == g] for g in groups}
+        halves[half] = {"questions": len(sel), counts: {g: len(v) for g, v in per_group.items() if v}}
+        for s in systems:
+            recall_halves[s][half] = {
+                "overall": {k: _mean([r["recall"][s][k] for r in sel]) for k in ks} if sel else {},
+                by: {g: {k: _mean([r["recall"][s][k] for r in v]) for k in ks} for g, v in per_group.items() if v},
+            }
+        if sel and "engram" in systems and "RRF" in systems:
+            lift[half] = {k: recall_halves["engram"][half]["overall"][k] - recall_halves["RRF"][half]["overall"][k]
+                          for k in ks}
+    return {"recall_halves": recall_halves, "halves": halves, "lift_halves": lift}
+
+
+def print_halves(result: dict, group: str, names: dict | None = None, console: Console | None = None) -> None:
+    """The chosen-on and held-out halves side by side: systems × R@k and per ``group`` (``"category"`` or
+    ``"type"``) at the middle k, each cell ``chosen on / held out``; an empty half is shown as "—" and said so.
+    ``names``: labels of the groups (LoCoMo's category names)."""
+    console = console or Console()
+    ks = result["ks"]
+    kc = 10 if 10 in ks and group == "category" else (5 if 5 in ks else ks[len(ks) // 2])
+    by = "by_category" if group == "category" else f"by_{group}"
+    counts = "category_counts" if group == "category" else f"{group}_counts"
+    halves = result["halves"]
+    n = {h: halves[h]["questions"] for h in HALVES}
+    table = Table(title=f"chosen on / held out — {n['chosen_on']} / {n['held_out']} questions"
+                  + "".join(f"; {h.replace('_', ' ')}: {', '.join(halves[h]['conversations']) or 'none'}"
+                            for h in HALVES if "conversations" in halves[h]))
+    table.add_column("system")
+    for k in ks:
+        table.add_column(f"R@{k}\nchosen / held", justify="right")
+    groups = list(dict.fromkeys([*halves["chosen_on"][counts], *halves["held_out"][counts]]))
+    for g in groups:
+        label = f"{g} {names[g]}" if names and g in names else str(g)
+        table.add_column(f"{label} @{kc}\n(n={halves['chosen_on'][counts].get(g, 0)}"
+                         f"/{halves['held_out'][counts].get(g, 0)})", justify="right")
+
+    def cell(figures: dict, key) -> str:
+        return f"{figures[key]:.3f}" if key in figures else "—"
+
+    for s in result["systems"]:
+        rec = result["recall_halves"][s]
+        table.add_row(s, *[f"{cell(rec['chosen_on']['overall'], k)} / {cell(rec['held_out']['overall'], k)}"
+                           for k in ks],
+                      *[f"{cell(rec['chosen_on'][by].get(g, {}), kc)} / {cell(rec['held_out'][by].get(g, {}), kc)}"
+                        for g in groups])
+    console.print(table)
+    for h in HALVES:
+        if not n[h]:
+            console.print(f"{h.replace('_', ' ')} half: empty (no question of the run falls in it"
+                          + (f"; the eval file holds {result['conversations_total']} conversations, held out are "
+                             "positions 5 and up)" if "conversations_total" in result else ")"))
+    lift = result.get("lift_halves", {})
+    if lift:
+        console.print("engram − RRF: " + "; ".join(
+            f"{h.replace('_', ' ')} " + " ".join(f"@{k} {lift[h][k]:+.3f}" for k in ks) for h in HALVES if h in lift))
 
 
 LME_KS = (1, 5, 10)
@@ -267,7 +365,7 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     per question) and the search latency median. ``checkpoint``: a JSON file rewritten with the figures so
     far after each question (``"complete": false`` until the last), so a run stopped early still leaves the
     figures of the questions it finished."""
-    from bench.longmemeval import SessionBaselines, load_longmemeval, recall_any_at_budget
+    from bench.longmemeval import SessionBaselines, load_longmemeval, longmemeval_half, recall_any_at_budget
     from engram.api.cli import ingest_paths
     from engram.workers.media.conversations import longmemeval_messages, parse_longmemeval_date, to_jsonl
     from engram.workers.runtime import runtime
@@ -309,7 +407,8 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
                     for name, ranking in base.rankings(q.question).items():
                         ranked[name] = [[sid] for sid in ranking]
             answers = set(q.answer_sessions)
-            rows.append({"question_id": q.question_id, "type": q.question_type, "recall": {
+            rows.append({"question_id": q.question_id, "half": longmemeval_half(q.question_id),
+                         "type": q.question_type, "recall": {
                 s: {k: recall_any_at_budget(ranked[s], answers, k) for k in ks} for s in systems}})
             if progress:
                 took = f"ingest {ingest_s[-1]:.1f} s" if ingest_s and not search_only else "search only"
@@ -336,6 +435,7 @@ def _longmemeval_summary(rows: list[dict], ks: list[int], systems: list[str], in
         "benchmark": "LongMemEval-S", "ks": ks, "systems": systems, "questions": len(rows),
         "type_counts": {t: sum(r["type"] == t for r in rows) for t in types},
         "recall": {s: {"overall": overall[s], "by_type": {t: by_type[t][s] for t in types}} for s in systems},
+        **half_summaries(rows, ks, systems, "type", types),
         "ingest_seconds": sum(ingest_s), "ingest_seconds_median": statistics.median(ingest_s) if ingest_s else 0.0,
         "ingest_seconds_by_question": (dict(zip([r["question_id"] for r in rows], ingest_s, strict=True))
                                        if len(ingest_s) == len(rows) else {}),
@@ -364,6 +464,7 @@ def print_longmemeval_report(result: dict, console: Console | None = None) -> No
     console.print(f"ingest: {result['ingest_seconds']:.1f} s total, median {result['ingest_seconds_median']:.1f} s "
                   f"per question; search latency median {result['search_ms_median']:.1f} ms")
     console.print(f"engram misses at R@{ks[0]}: {', '.join(result['misses_at_1']) or 'none'}")
+    print_halves(result, "type", console=console)
 
 
 def _budget_diagnostics(diag: dict[str, list], sources: list[list[str]], types: list[str],
@@ -410,6 +511,7 @@ def print_report(result: dict, console: Console | None = None) -> None:
         table.add_row(s, *[f"{rec['overall'][k]:.3f}" for k in ks],
                       *[f"{rec['by_category'][c][kc]:.3f}" for c in cats])
     console.print(table)
+    print_halves(result, "category", CATEGORIES, console)
     per_conv = ", ".join(f"{sid} {s:.1f} s" for sid, s in result["ingest_seconds_by_conversation"].items())
     console.print(f"ingest: {result['ingest_seconds']:.1f} s total ({per_conv})")
     console.print(f"search latency: median {result['search_ms_median']:.1f} ms, "
@@ -483,6 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    if args.json:  # written before the tables, so a figure is kept whatever the printing does
+        result["load"] = list(os.getloadavg())
+        args.json.write_text(json.dumps(result, indent=2))
     if args.ingest_only and not args.longmemeval:
         by_conv = result["ingest_seconds_by_conversation"]
         console.print(f"ingest through consolidation: {len(by_conv)} conversations in {result['ingest_seconds']:.1f} s "
@@ -490,7 +595,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         (print_longmemeval_report if args.longmemeval else print_report)(result, console)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
         console.print(f"wrote {args.json}")
     return 0
 
