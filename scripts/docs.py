@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -171,6 +172,8 @@ def _default(field: Any) -> str:
         return "unset"
     if hasattr(value, "get_secret_value"):
         return "(secret)"
+    if isinstance(value, Path) and value.is_absolute():  # made from the checkout's place: shown relative to it
+        return f"`{os.path.relpath(value, ROOT)}` (from the repository)"
     return f"`{show(value)}`" if show(value) else '`""`'
 
 
