@@ -542,6 +542,27 @@ def forget_user_entities(rt: Runtime, tenant_id: str, user_id: str, observations
     own = {str(r.id) for r in rt.vectors.scroll(ENTITIES, tenant_filter(tenant_id, user_id), with_payload=False)}
     memory = EntityMemory(rt, tenant_id)
     memory.load([uuid.UUID(e) for e in sorted(named | own)])
+    return _take_out_all(rt, tenant_id, memory, observations, user_id)
+
+
+def forget_observations(rt: Runtime, tenant_id: str, observations: list[qm.Record]) -> int:
+    """Take what ``observations`` (deleted points, as they were) gave the tenant's entities out of them, as
+    ``forget_user_entities`` does for a user's (``workers.memory.forget``): their samples, links, recent keys and
+    the names only they gave; an entity no remaining observation or memory names is deleted, as is a user's own
+    entity nothing names any more (it is made again by the user's next observation). Returns how many were
+    deleted."""
+    named = {e for o in observations for e in (o.payload or {}).get("entity_ids") or []}
+    memory = EntityMemory(rt, tenant_id)
+    memory.load([uuid.UUID(e) for e in sorted(named)])
+    return _take_out_all(rt, tenant_id, memory, observations, "\x00")  # a user id no entity has: nobody's own
+    # entity changes role
+
+
+def _take_out_all(rt: Runtime, tenant_id: str, memory: EntityMemory, observations: list[qm.Record],
+                  user_id: str) -> int:
+    """Take what ``observations`` gave each entity loaded in ``memory`` out of it (``_take_out``, ``user_id`` the
+    forgotten user's), delete the entities no remaining observation or memory names, save; returns how many
+    were deleted."""
     doomed = []
     for entity in list(memory.entities.values()):
         eid = str(entity.id)
@@ -554,37 +575,6 @@ def forget_user_entities(rt: Runtime, tenant_id: str, user_id: str, observations
             continue
         mine = [o for o in observations if eid in ((o.payload or {}).get("entity_ids") or [])]
         _take_out(entity, user_id, mine, remaining)
-        memory.dirty.add(entity.id)
-    if doomed:
-        rt.vectors.delete(ENTITIES, qm.Filter(must=[*tenant_filter(tenant_id).must, qm.HasIdCondition(has_id=doomed)]))
-    for eid in doomed:
-        memory.entities.pop(uuid.UUID(eid), None)
-        memory.dirty.discard(uuid.UUID(eid))
-    memory.save()
-    return len(doomed)
-
-
-def forget_observations(rt: Runtime, tenant_id: str, observations: list[qm.Record]) -> int:
-    """Take what ``observations`` (deleted points, as they were) gave the tenant's entities out of them, as
-    ``forget_user_entities`` does for a user's (``workers.memory.forget``): their samples, links, recent keys and
-    the names only they gave; an entity no remaining observation or memory names is deleted, as is a user's own
-    entity nothing names any more (it is made again by the user's next observation). Returns how many were
-    deleted."""
-    named = {e for o in observations for e in (o.payload or {}).get("entity_ids") or []}
-    memory = EntityMemory(rt, tenant_id)
-    memory.load([uuid.UUID(e) for e in sorted(named)])
-    doomed = []
-    for entity in list(memory.entities.values()):
-        eid = str(entity.id)
-        fields = ["speaker", "transcript", "user_id", "start_ts", "end_ts"]
-        remaining = [r.payload or {} for r in rt.vectors.scroll(
-            OBSERVATIONS, tenant_filter(tenant_id, entity_ids=eid), with_payload=fields)]
-        if not remaining and not any(rt.vectors.count(c, tenant_filter(tenant_id, entity_ids=eid))
-                                     for c in COLLECTIONS if c not in (ENTITIES, OBSERVATIONS)):
-            doomed.append(eid)
-            continue
-        mine = [o for o in observations if eid in ((o.payload or {}).get("entity_ids") or [])]
-        _take_out(entity, "\x00", mine, remaining)  # a user id no entity has: nobody's own entity changes role
         memory.dirty.add(entity.id)
     if doomed:
         rt.vectors.delete(ENTITIES, qm.Filter(must=[*(tenant_filter(tenant_id).must or []),
