@@ -116,6 +116,9 @@ def seaweedfs_s3(tmp_path_factory) -> Iterator[S3Server]:
            "-master.telemetry=false",  # on by default: it would report to seaweedfs.com
            f"-master.port={master}", f"-master.port.grpc={master_grpc}",
            f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
+           # each bucket is a collection that takes volumes of its own: the automatic limit ran out after
+           # ~73 buckets (HTTP 500 on put), fewer than a whole run's tests create
+           "-volume.max=2000",
            f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
            f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
            f"-s3.config={config}", "-admin.ui=false", f"-admin.port={admin}",
