@@ -192,7 +192,7 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
 
     # nothing of alice's is a duplicate any more: the same file is ingested anew
     again = ingest_paths([tmp_path / "alice.jsonl"], T, "alice", "laptop", quiet=True)
-    assert len(again["done"]) == 1 and rt.objects.exists(own)
+    assert len(again["done"]) == 1 and rt.objects.exists(own), again
     [me] = [p.payload for p in rt.vectors.scroll(ENTITIES, tenant_filter(T)) if "Alice" in p.payload["names"]]
     assert me["role"] == "self" and me["user_id"] == "alice"  # she is back: her own entity again, one of her
 
