@@ -50,10 +50,14 @@ class Task(StrEnum):
     memory_export = "workers.memory_admin.export"
     memory_forget = "workers.memory_admin.forget"
     memory_forget_scope = "workers.memory_admin.forget_scope"
+    memory_update = "workers.memory_admin.update"
     timeline = "workers.memory_admin.timeline"
     entity_list = "workers.entities.list"
     entity_name = "workers.entities.name"
     entity_merge = "workers.entities.merge"
+    entity_split = "workers.entities.split"
+    entity_samples = "workers.entities.samples"
+    entity_sample_media = "workers.entities.sample_media"
     expire_staged = "workers.uploads.expire_staged"
     retention = "workers.retention.apply"
 
@@ -82,10 +86,14 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.memory_export: Queue.query,
     Task.memory_forget: Queue.query,
     Task.memory_forget_scope: Queue.query,
+    Task.memory_update: Queue.query,
     Task.timeline: Queue.query,
     Task.entity_list: Queue.query,
     Task.entity_name: Queue.query,
     Task.entity_merge: Queue.query,
+    Task.entity_split: Queue.query,
+    Task.entity_samples: Queue.query,
+    Task.entity_sample_media: Queue.query,
     Task.expire_staged: Queue.maintenance,
     Task.retention: Queue.consolidate,  # it marks observations: where the vector store opens
 }
