@@ -17,7 +17,7 @@ from rich.text import Text
 from engram.api.console import console, err
 
 _S3_HELP = ("S3 endpoint for an s3:// DEST, e.g. http://127.0.0.1:8333 (default: AWS_ENDPOINT_URL_S3, "
-            "AWS_ENDPOINT_URL). Keys: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, else "
+            "AWS_ENDPOINT_URL, else ENGRAM_S3_ENDPOINT). Keys: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, else "
             "ENGRAM_S3_ACCESS_KEY / ENGRAM_S3_SECRET_KEY.")
 
 
@@ -32,7 +32,8 @@ def _s3_options(endpoint: str | None) -> dict[str, Any]:
     from engram.schemas.settings import get_settings
 
     settings = get_settings()
-    url = endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    url = (endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+           or settings.s3_endpoint)
     if not url:
         return {}
     secure = settings.s3_secure
@@ -45,14 +46,18 @@ def _s3_options(endpoint: str | None) -> dict[str, Any]:
             "region": os.environ.get("AWS_REGION") or settings.s3_region}
 
 
-def _embedded_only(what: str) -> None:
+def _is_cluster(what: str) -> bool:
+    """Whether the command runs on a cluster (ENGRAM_BROKER_URL set: ``workers.stores.cluster_backup``) rather
+    than the embedded default's data dir; exits with the reason for settings it does not cover."""
     from engram.schemas.settings import get_settings
 
     settings = get_settings()
-    if settings.broker_url or settings.qdrant_url or settings.s3_endpoint:
-        raise _fail(f"engram {what} covers the embedded default's data dir; with ENGRAM_BROKER_URL, "
-                    "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT set the data lives in servers (their backup is not "
-                    "built yet: use Qdrant's snapshot API and your S3 and Redis backups)")
+    if settings.broker_url:
+        return True
+    if settings.qdrant_url or settings.s3_endpoint:
+        raise _fail(f"engram {what} covers the embedded default's data dir, or a cluster (ENGRAM_BROKER_URL set); "
+                    "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT without a broker is neither")
+    return False
 
 
 def _progress(quiet: bool) -> Progress:
@@ -111,14 +116,21 @@ def backup(
     from engram.workers.errors import StoreError
     from engram.workers.stores import backup as engine
 
-    _embedded_only("backup")
-    data_dir = get_settings().data_dir
+    cluster = _is_cluster("backup")
+    settings = get_settings()
+    data_dir = settings.data_dir
     with _progress(quiet or as_json) as progress:
         try:
-            repo = engine.open_repository(dest, create=True, s3=_s3_options(s3_endpoint))
+            s3 = _s3_options(s3_endpoint)
+            repo = engine.open_repository(dest, create=True, s3=s3)
             try:
-                result = engine.backup(data_dir, repo, wait=wait, include_vault_key=include_vault_key,
-                                       progress=_bars(progress, quiet or as_json))
+                if cluster:
+                    from engram.workers.stores.cluster_backup import backup_cluster  # the distributed mode's
+
+                    result = backup_cluster(settings, repo, s3, progress=_bars(progress, quiet or as_json))
+                else:
+                    result = engine.backup(data_dir, repo, wait=wait, include_vault_key=include_vault_key,
+                                           progress=_bars(progress, quiet or as_json))
             finally:
                 repo.close()
         except engine.BackupError as exc:
@@ -133,11 +145,12 @@ def backup(
         console.print_json(json.dumps(result.to_json()))
         return
     mb = 1e6
-    console.print(f"backed up {data_dir} to {result.location}: snapshot {result.snapshot}, {result.files} files, "
+    what = "the cluster" if cluster else str(data_dir)
+    console.print(f"backed up {what} to {result.location}: snapshot {result.snapshot}, {result.files} files, "
                   f"{result.logical_bytes / mb:.1f} MB; wrote {result.written_bytes / mb:.1f} MB new "
                   f"({result.new_chunks} chunks, {result.reused_chunks} already there) in {result.seconds:.1f} s "
                   f"(store held {result.store_held_seconds:.1f} s)", highlight=False, soft_wrap=True)
-    if result.vault_key == "excluded" and (data_dir / engine.VAULT_KEY).is_file():
+    if not cluster and result.vault_key == "excluded" and (data_dir / engine.VAULT_KEY).is_file():
         err.print(f"note: the vault key {data_dir / engine.VAULT_KEY} is not in the backup (--include-vault-key "
                   "puts it in): keep a copy elsewhere, or the vault's entries cannot be read after a restore",
                   highlight=False, soft_wrap=True)
@@ -164,10 +177,12 @@ def restore(
     from engram.schemas.settings import get_settings
     from engram.workers.stores import backup as engine
 
-    _embedded_only("restore")
-    data_dir = get_settings().data_dir
+    cluster = _is_cluster("restore")
+    settings = get_settings()
+    data_dir = settings.data_dir
+    s3 = _s3_options(s3_endpoint)
     try:
-        repo = engine.open_repository(src, create=False, s3=_s3_options(s3_endpoint))
+        repo = engine.open_repository(src, create=False, s3=s3)
     except engine.BackupError as exc:
         raise _fail(str(exc)) from exc
     try:
@@ -183,8 +198,13 @@ def restore(
             return
         with _progress(quiet or as_json) as progress:
             try:
-                result = engine.restore(repo, data_dir, snapshot=snapshot,
-                                        progress=_bars(progress, quiet or as_json))
+                if cluster:
+                    from engram.workers.stores.cluster_backup import restore_cluster  # the distributed mode's
+
+                    result = restore_cluster(settings, repo, snapshot, s3, progress=_bars(progress, quiet or as_json))
+                else:
+                    result = engine.restore(repo, data_dir, snapshot=snapshot,
+                                            progress=_bars(progress, quiet or as_json))
             except engine.BackupError as exc:
                 raise _fail(str(exc)) from exc
             except OSError as exc:
@@ -196,9 +216,10 @@ def restore(
         console.print_json(json.dumps(result.to_json()))
         return
     console.print(f"restored snapshot {result.snapshot} (engram {result.engram_version}, {result.created}) into "
-                  f"{data_dir}: {result.files} files, {result.bytes / 1e6:.1f} MB in {result.seconds:.1f} s",
+                  f"{result.data_dir if cluster else data_dir}: {result.files} files, {result.bytes / 1e6:.1f} MB "
+                  f"in {result.seconds:.1f} s",
                   highlight=False, soft_wrap=True)
-    if result.vault_key == "excluded" and (Path(data_dir) / "objects" / "vault").is_dir() \
+    if not cluster and result.vault_key == "excluded" and (Path(data_dir) / "objects" / "vault").is_dir() \
             and not get_settings().vault_key:
         err.print(f"note: the backup holds vault entries but not their key: copy the old vault.key to "
                   f"{Path(data_dir) / 'vault.key'} (mode 0600) or set ENGRAM_VAULT_KEY", highlight=False,

@@ -298,7 +298,10 @@ class FolderRepository(_Packed):
     folder out until the first ends; temporary files and packs without an index that a killed backup left are
     removed when it is opened for a backup."""
 
-    def __init__(self, root: Path, create: bool) -> None:
+    def __init__(self, root: Path, create: bool, shared: bool = False) -> None:
+        """``create``: make the folder when missing (a backup); else it must hold a backup. ``shared``: write into
+        a repository another process holds for the same backup (the store worker, for ``engram backup`` in the
+        distributed mode): no lock taken and nothing cleaned (the holder's temporary pack is in progress)."""
         from filelock import FileLock, Timeout
 
         self.root = Path(root).expanduser().absolute()
@@ -311,7 +314,7 @@ class FolderRepository(_Packed):
                 folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise BackupError(f"cannot use {self.root} as a backup folder: {exc.strerror or exc}") from exc
-        self._lock = FileLock(str(self.root / "lock"), thread_local=False) if create else None
+        self._lock = FileLock(str(self.root / "lock"), thread_local=False) if create and not shared else None
         if self._lock is not None:
             try:
                 self._lock.acquire(timeout=0)
@@ -613,17 +616,18 @@ class S3Repository(_Packed):
         pass
 
 
-def open_repository(dest: str, create: bool, s3: dict[str, Any] | None = None) -> Repository:
+def open_repository(dest: str, create: bool, s3: dict[str, Any] | None = None, shared: bool = False) -> Repository:
     """The repository at ``dest``: ``s3://bucket/prefix`` (``s3``: the ``S3Repository`` keyword arguments
     ``endpoint``, ``access_key``, ``secret_key``, ``secure``, ``region``) or a folder. ``create``: made when
-    missing (a backup); else it must hold a backup (a restore). Raises BackupError."""
+    missing (a backup); else it must hold a backup (a restore); ``shared``: see ``FolderRepository``. Raises
+    BackupError."""
     if dest.startswith("s3://"):
         if not s3 or not s3.get("endpoint"):
             raise BackupError("an s3:// destination needs an endpoint: --s3-endpoint or AWS_ENDPOINT_URL")
         return S3Repository(dest, create=create, **s3)
     if "://" in dest:
         raise BackupError(f"{dest}: give a folder or s3://bucket/prefix")
-    return FolderRepository(Path(dest), create=create)
+    return FolderRepository(Path(dest), create=create, shared=shared)
 
 
 # --- manifests ---------------------------------------------------------------------------------------------
@@ -641,6 +645,7 @@ class FileEntry:
     blocks: list[tuple[int, str]]
     digest: str = ""
     stat: tuple[int, int] = (0, 0)
+    etag: str = ""  # an S3 object's ETag (the distributed mode's unchanged-object shortcut), else empty
 
     def tree_digest(self) -> str:
         """SHA-256 of the file's size and its blocks' offsets and digests (what the whole content is made of)."""
@@ -650,13 +655,16 @@ class FileEntry:
         return h.hexdigest()
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "digest": self.digest,
-                "blocks": self.blocks, "stat": list(self.stat)}
+        out = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "digest": self.digest,
+               "blocks": self.blocks, "stat": list(self.stat)}
+        if self.etag:
+            out["etag"] = self.etag
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FileEntry:
         return cls(d["path"], int(d["size"]), int(d["mtime_ns"]), [(int(o), str(h)) for o, h in d["blocks"]],
-                   d["digest"], tuple(d.get("stat") or (0, 0)))  # type: ignore[arg-type]
+                   d["digest"], tuple(d.get("stat") or (0, 0)), str(d.get("etag", "")))  # type: ignore[arg-type]
 
 
 def load_manifest(repo: Repository, name: str | None = None) -> tuple[str, dict[str, Any]]:
@@ -761,6 +769,34 @@ def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:
         i = j
 
 
+def _store_blocks(buf: bytearray, got: int, first: int, blocks: list[tuple[int, str]], repo: Repository,
+                  tally: _Tally) -> None:
+    """Hash the ``got`` bytes at the start of ``buf`` (the file's bytes from offset ``first``) block by block,
+    append each block's (offset, digest) to ``blocks`` (all-zero blocks left out: holes on restore) and store the
+    blocks ``repo`` lacks (claimed in ``tally`` so that two threads never write the same one)."""
+    whole = memoryview(buf)
+    new: list[tuple[str, bytes | memoryview]] = []
+    for start in range(0, got, CHUNK_BYTES):
+        data = whole[start:min(start + CHUNK_BYTES, got)]
+        # all zeros: not stored (a bytearray against bytes is one memcmp; memoryviews compare per byte)
+        if buf[start] == 0 and buf[start:start + len(data)] == (_ZERO if len(data) == CHUNK_BYTES
+                                                                else _ZERO[:len(data)]):
+            continue
+        digest = hashlib.sha256(data).hexdigest()
+        blocks.append((first + start, digest))
+        with tally.lock:
+            tally.read_bytes += len(data)
+            if not repo.has_chunk(digest) and digest not in tally.claimed:
+                tally.claimed.add(digest)
+                tally.new_chunks += 1
+                tally.written_bytes += len(data)
+                new.append((digest, data))
+            else:
+                tally.reused_chunks += 1
+    if new:
+        repo.put_chunks(new)
+
+
 def _chunk_file(path: Path, rel: str, repo: Repository, tally: _Tally, progress: Callable[[int], None],
                 start: int = 0, stop: int | None = None) -> FileEntry:
     """Read ``path`` block by block (those from ``start`` up to ``stop``: a segment, by default all), store the
@@ -782,31 +818,36 @@ def _chunk_file(path: Path, rel: str, repo: Repository, tally: _Tally, progress:
                     break
                 got += n
             progress(got)
-            new: list[tuple[str, bytes | memoryview]] = []
-            for start in range(0, got, CHUNK_BYTES):
-                data = whole[start:min(start + CHUNK_BYTES, got)]
-                # all zeros: not stored (a bytearray against bytes is one memcmp; memoryviews compare per byte)
-                if buf[start] == 0 and buf[start:start + len(data)] == (_ZERO if len(data) == CHUNK_BYTES
-                                                                        else _ZERO[:len(data)]):
-                    continue
-                digest = hashlib.sha256(data).hexdigest()
-                blocks.append((first + start, digest))
-                with tally.lock:
-                    tally.read_bytes += len(data)
-                    if not repo.has_chunk(digest) and digest not in tally.claimed:
-                        tally.claimed.add(digest)
-                        tally.new_chunks += 1
-                        tally.written_bytes += len(data)
-                        new.append((digest, data))
-                    else:
-                        tally.reused_chunks += 1
-            if new:
-                repo.put_chunks(new)
+            _store_blocks(buf, got, first, blocks, repo, tally)
         entry = FileEntry(rel, size, st.st_mtime_ns, blocks, stat=(st.st_ino, st.st_ctime_ns))
         entry.digest = entry.tree_digest()
         return entry
     finally:
         os.close(fd)
+
+
+def chunk_stream(read: Callable[[int], bytes], rel: str, size: int, mtime_ns: int, repo: Repository,
+                 tally: _Tally, progress: Callable[[int], None], etag: str = "") -> FileEntry:
+    """The entry of a stream of ``size`` bytes (an S3 object: ``read(n)`` returns up to ``n`` bytes, b"" at its
+    end), cut into blocks as ``_chunk_file`` cuts a file, the blocks ``repo`` lacks stored. Raises BackupError
+    when the stream ends before ``size`` bytes (the object changed while it was read)."""
+    blocks: list[tuple[int, str]] = []
+    buf = bytearray(CHUNK_BYTES * RUN_BLOCKS)
+    first = 0
+    while first < size:
+        want, got = min(len(buf), size - first), 0
+        while got < want:
+            part = read(want - got)
+            if not part:
+                raise BackupError(f"{rel} ended after {first + got} of its {size} bytes while it was read")
+            buf[got:got + len(part)] = part
+            got += len(part)
+        progress(got)
+        _store_blocks(buf, got, first, blocks, repo, tally)
+        first += got
+    entry = FileEntry(rel, size, mtime_ns, blocks, etag=etag)
+    entry.digest = entry.tree_digest()
+    return entry
 
 
 def _pwritev_all(fd: int, parts: list[bytes | memoryview], offset: int) -> None:
@@ -1073,6 +1114,22 @@ class _Pass:
             entries.append(first)
 
 
+def write_manifest(repo: Repository, source: str, entries: list[FileEntry], dirs: list[str], **extra: Any) -> str:
+    """Write the snapshot of ``entries`` (sorted here by path) and ``dirs`` into ``repo``, last and atomically
+    (``Repository.put_snapshot``: every pack made durable first); returns its name. ``source``: what was backed
+    up (a data dir, or the distributed mode's description); ``extra``: more manifest keys (``vault_key``,
+    ``mode``...)."""
+    entries.sort(key=lambda e: e.path)
+    created = datetime.now(UTC)
+    manifest = {"format": FORMAT_VERSION, "engram_version": engram_version(), "created": created.isoformat(),
+                "source": source, "host": os.uname().nodename, "chunk_bytes": CHUNK_BYTES, "hash": "sha256",
+                "vault_key": "excluded", **extra, "dirs": dirs, "files": [e.to_json() for e in entries]}
+    raw = gzip.compress(json.dumps(manifest, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+    name = f"{created.strftime('%Y%m%dT%H%M%S%fZ')}-{hashlib.sha256(raw).hexdigest()[:16]}.json.gz"
+    repo.put_snapshot(name, raw)
+    return name
+
+
 def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vault_key: bool = False,
            workers: int | None = None, progress: Progress | None = None) -> BackupResult:
     """Write a snapshot of the embedded default's ``data_dir`` into ``repo`` (see the module docstring).
@@ -1120,18 +1177,12 @@ def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vau
     _, _, others, dirs = _classify(data_dir, include_vault_key)
     run("objects", [(p, p.relative_to(data_dir).as_posix()) for p in others])
 
-    entries.sort(key=lambda e: e.path)
-    created = datetime.now(UTC)
-    manifest = {"format": FORMAT_VERSION, "engram_version": engram_version(), "created": created.isoformat(),
-                "source": str(data_dir), "host": os.uname().nodename, "chunk_bytes": CHUNK_BYTES,
-                "hash": "sha256", "vault_key": "included" if include_vault_key else "excluded",
-                "dirs": dirs, "files": [e.to_json() for e in entries]}
-    raw = gzip.compress(json.dumps(manifest, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
-    name = f"{created.strftime('%Y%m%dT%H%M%S%fZ')}-{hashlib.sha256(raw).hexdigest()[:16]}.json.gz"
-    repo.put_snapshot(name, raw)
+    name = write_manifest(repo, str(data_dir), entries, dirs,
+                          vault_key="included" if include_vault_key else "excluded")
     return BackupResult(repo.location, name, len(entries), sum(e.size for e in entries), tally.read_bytes,
                         tally.written_bytes, tally.new_chunks, tally.reused_chunks, tally.unchanged_files,
-                        time.perf_counter() - t0, held_s, str(manifest["vault_key"]), sorted(vanished))
+                        time.perf_counter() - t0, held_s, "included" if include_vault_key else "excluded",
+                        sorted(vanished))
 
 
 # --- restore -----------------------------------------------------------------------------------------------
@@ -1247,18 +1298,12 @@ class _Restorer:
             os.close(fd)
 
 
-def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, workers: int | None = None,
-            progress: Progress | None = None) -> RestoreResult:
-    """Write ``snapshot`` (default: the newest) of ``repo`` into ``data_dir`` (new or empty; or holding an
-    unfinished restore of the same snapshot, which is completed). Folders are made 0700 and files 0600; every
-    chunk is checked against its digest as it is read, every file against its tree digest.
-
-    ``progress(phase, done, total)`` in bytes, phase ``restore``. Raises BackupError (a newer backup, a non-empty
-    data dir, a missing or damaged chunk), OSError (a full disk: the marker stays, run it again)."""
-    t0 = time.perf_counter()
-    name, manifest = load_manifest(repo, snapshot)
-    data_dir = Path(data_dir).expanduser().absolute()
-    resuming = check_restorable(data_dir, name)
+def restore_files(repo: Repository, name: str, files: list[dict[str, Any]], dirs: list[str], data_dir: Path,
+                  resuming: bool, *, workers: int | None = None, progress: Progress | None = None) -> _Restorer:
+    """Write the manifest's ``files`` (entries as in the manifest) and ``dirs`` of snapshot ``name`` into
+    ``data_dir`` (checked by ``check_restorable`` first: ``resuming`` is its answer), under ``RESTORE_MARKER``,
+    as ``restore`` describes; returns the writer (bytes done, files found restored already). Raises BackupError
+    (a damaged or missing chunk), OSError (a full disk: the marker stays)."""
     os.umask(PRIVATE_UMASK)
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
@@ -1266,10 +1311,10 @@ def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, wo
         _atomic_write(data_dir / RESTORE_MARKER, json.dumps({"snapshot": name, "from": repo.location}).encode(),
                       sync=True)
     made: set[Path] = {data_dir}
-    for d in manifest.get("dirs", []):
+    for d in dirs:
         (data_dir / d).mkdir(mode=0o700, parents=True, exist_ok=True)
         made.add(data_dir / d)
-    entries = [FileEntry.from_json(d) for d in manifest["files"]]
+    entries = [FileEntry.from_json(d) for d in files]
     total = sum(CHUNK_BYTES * len(e.blocks) for e in entries)
     writer = _Restorer(name, repo, data_dir, made, total, progress or (lambda phase, d, t: None))
     writer.report("restore", 0, total)
@@ -1293,9 +1338,35 @@ def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, wo
         os.fsync(dfd)
     finally:
         os.close(dfd)
+    return writer
+
+
+#: The manifest's ``mode`` of a backup of the distributed mode (``workers.stores.cluster_backup``); a backup of
+#: the embedded default has none.
+CLUSTER_MODE = "cluster"
+
+
+def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, workers: int | None = None,
+            progress: Progress | None = None) -> RestoreResult:
+    """Write ``snapshot`` (default: the newest) of ``repo`` into ``data_dir`` (new or empty; or holding an
+    unfinished restore of the same snapshot, which is completed). Folders are made 0700 and files 0600; every
+    chunk is checked against its digest as it is read, every file against its tree digest.
+
+    ``progress(phase, done, total)`` in bytes, phase ``restore``. Raises BackupError (a newer backup, a backup of
+    the distributed mode, a non-empty data dir, a missing or damaged chunk), OSError (a full disk: the marker
+    stays, run it again)."""
+    t0 = time.perf_counter()
+    name, manifest = load_manifest(repo, snapshot)
+    if manifest.get("mode") == CLUSTER_MODE:
+        raise BackupError(f"snapshot {name} is a backup of the distributed mode (S3, Redis and the store worker's "
+                          "store): restore it with ENGRAM_BROKER_URL set, into an empty cluster")
+    data_dir = Path(data_dir).expanduser().absolute()
+    resuming = check_restorable(data_dir, name)
+    writer = restore_files(repo, name, manifest["files"], manifest.get("dirs", []), data_dir, resuming,
+                           workers=workers, progress=progress)
     return RestoreResult(repo.location, name, str(manifest.get("engram_version")), str(manifest.get("created")),
-                         str(data_dir), len(entries), sum(e.size for e in entries), writer.resumed,
-                         time.perf_counter() - t0, str(manifest.get("vault_key", "excluded")))
+                         str(data_dir), len(manifest["files"]), sum(int(f["size"]) for f in manifest["files"]),
+                         writer.resumed, time.perf_counter() - t0, str(manifest.get("vault_key", "excluded")))
 
 
 def snapshot_list(repo: Repository) -> list[dict[str, Any]]:
@@ -1313,6 +1384,6 @@ def snapshot_list(repo: Repository) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["BackupError", "BackupResult", "CHUNK_BYTES", "FORMAT_VERSION", "FolderRepository", "RestoreResult",
-           "S3Repository", "backup", "check_versions", "load_manifest", "open_repository", "restore",
-           "snapshot_list"]
+__all__ = ["BackupError", "BackupResult", "CHUNK_BYTES", "CLUSTER_MODE", "FORMAT_VERSION", "FolderRepository",
+           "RestoreResult", "S3Repository", "backup", "check_restorable", "check_versions", "chunk_stream",
+           "load_manifest", "open_repository", "restore", "restore_files", "snapshot_list", "write_manifest"]
