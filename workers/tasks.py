@@ -60,6 +60,8 @@ class Task(StrEnum):
     entity_sample_media = "workers.entities.sample_media"
     expire_staged = "workers.uploads.expire_staged"
     retention = "workers.retention.apply"
+    store_backup = "workers.backup.store_backup"
+    store_restore = "workers.backup.store_restore"
 
 
 #: The queue of each task. Beat's sweeps have a queue of their own: behind an ingest backlog they would expire
@@ -96,6 +98,8 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.entity_sample_media: Queue.query,
     Task.expire_staged: Queue.maintenance,
     Task.retention: Queue.consolidate,  # it marks observations: where the vector store opens
+    Task.store_backup: Queue.consolidate,  # the store's owner copies its own shards (engram backup of a cluster)
+    Task.store_restore: Queue.consolidate,
 }
 
 #: Batched consumers (celery-batches' ``Batches``, options in ``runtime.TASK_OPTIONS["batch"]``) and how many messages
@@ -121,4 +125,4 @@ QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 
 #: The stage modules, which register the tasks above (imported by a worker at start and by ``app.load_tasks``).
 STAGE_MODULES = tuple(f"engram.workers.{stage}" for stage in (
-    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention"))
+    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention", "backup"))
