@@ -1,8 +1,9 @@
 """Stage ``admin`` (queues ``query``, ``consolidate`` and ``maintenance``): the tasks that manage what is
 remembered, run where the vector store is: memory records (``memory.records``: get, list, delete, export, forget a
-user), entities (``memory.entities``: list, name, merge), beat's archive of faded memories (``memory.dynamics``)
-and its hourly sweep of staged uploads (``stores.objects.expire_staged``). The API never opens the vector store:
-it sends these by name (``workers.tasks.Task``) and awaits the answer.
+user; ``memory.corrections``: a user's correction), entities (``memory.entities``: list, name, merge;
+``memory.corrections``: "not this person", samples and their media), beat's archive of faded memories
+(``memory.dynamics``) and its hourly sweep of staged uploads (``stores.objects.expire_staged``). The API never
+opens the vector store: it sends these by name (``workers.tasks.Task``) and awaits the answer.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engram.schemas.memory_admin import (
 )
 from engram.schemas.timeline import TimelineRequest
 from engram.workers.app import task
+from engram.workers.memory import corrections
 from engram.workers.memory.dynamics import archive_decayed
 from engram.workers.memory.entities import list_entities, merge_entities, name_entity, summary
 from engram.workers.memory.forget import forget
@@ -76,6 +78,19 @@ def timeline_task(request: TimelineRequest) -> MemoryPage:
     return read_timeline(runtime(), request)
 
 
+@task(Task.memory_update, "request")
+def update_task(tenant_id: str, memory_id: str, text: str) -> dict | None:
+    """``corrections.update_memory`` (a new version superseding the old one) on the query worker: ``{"record":
+    the new version's MemoryRecord as JSON}``, ``{"refused": why}`` for a correction it refuses (an empty text,
+    an observation, a version already superseded: its ValueError's message, for the person), or None when the id
+    is no memory of the tenant's."""
+    try:
+        new = corrections.update_memory(runtime(), tenant_id, uuid.UUID(memory_id), text)
+    except ValueError as exc:
+        return {"refused": str(exc)}
+    return None if new is None else {"record": new.model_dump(mode="json")}
+
+
 @task(Task.memory_forget_scope, "request")
 def forget_scope_task(tenant_id: str, scope: ForgetScope, dry_run: bool = False) -> ForgetScopeReport:
     """``workers.memory.forget.forget`` (a time range, an app, a device, events or ids) on the query worker."""
@@ -107,6 +122,38 @@ def entity_merge_task(tenant_id: str, keep_id: str, drop_id: str, reason: str = 
         return summary(merge_entities(runtime(), tenant_id, keep_id, drop_id, reason))
     except KeyError:
         return None
+
+
+@task(Task.entity_split, "request")
+def entity_split_task(tenant_id: str, entity_id: str, sample_key: str) -> EntitySummary | None:
+    """"Not this person" (``corrections.split_entity``) on the query worker: the new entity holding the sample;
+    None when the entity or the sample is not the tenant's."""
+    try:
+        return summary(corrections.split_entity(runtime(), tenant_id, uuid.UUID(entity_id), sample_key))
+    except KeyError:
+        return None
+
+
+@task(Task.entity_samples, "request")
+def entity_samples_task(tenant_id: str, entity_id: str) -> list[dict] | None:
+    """``corrections.entity_samples`` on the query worker (each sample's key, modality, time and observation), or
+    None when the entity is not the tenant's."""
+    return corrections.entity_samples(runtime(), tenant_id, uuid.UUID(entity_id))
+
+
+@task(Task.entity_sample_media, "request")
+def entity_sample_media_task(tenant_id: str, entity_id: str, sample_key: str) -> dict | None:
+    """A sample's face crop or voice clip made (once) and stored in the object store by the query worker
+    (``corrections.sample_media``): ``{"key", "mime"}`` of the derived object, ``{"missing": why}`` when it
+    cannot be made (the original gone, no face box, an unreadable recording), None for an unknown entity or
+    sample. The API reads the object itself from the store."""
+    try:
+        key, mime = corrections.sample_media(runtime(), tenant_id, uuid.UUID(entity_id), sample_key)
+    except KeyError:
+        return None
+    except LookupError as exc:
+        return {"missing": str(exc)}
+    return {"key": key, "mime": mime}
 
 
 # --- beat's sweeps ------------------------------------------------------------------------------------------------

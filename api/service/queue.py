@@ -6,7 +6,9 @@ with a request's publish retry policy, and its JSON result is waited for up to o
 Errors: ``ServiceUnavailable`` when the broker refuses the task (about 2 s when it is down), ``ServiceTimeout``
 when no query worker answers in time, ``schemas.ask.AskFailed`` as the worker raised it (its message is ours),
 ``ServiceError`` for any other failure of the task (the reason is logged, not put in the message). Adding a memory
-is the route's own work (``NotOffered`` here). The timeline is a query task (``Task.timeline``); the ledger (events,
+is the route's own work (``NotOffered`` here). The timeline is a query task (``Task.timeline``), and so are the web
+app's changes (a memory's correction, "not this person") and an entity's samples; a sample's face crop or voice clip
+is made and stored by a query worker and read here from the object store. The ledger (events,
 their counts, the tenant's users) and media (originals, thumbnails) are read beside the API from the ``ledger`` and
 ``objects`` it was given (the API's own: ``api.routes.deps.Services``), ``NotOffered`` without them. Safe to call
 from several threads (Celery's producer pool).
@@ -23,10 +25,12 @@ import structlog
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from engram.api.service.base import (
+    MediaMissing,
     MediaObject,
     MemoryService,
     NotFound,
     NotOffered,
+    SampleRef,
     ServiceError,
     ServiceTimeout,
     ServiceUnavailable,
@@ -110,7 +114,15 @@ class QueueService(MemoryService):
                                                     offset))
 
     def update_memory(self, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
-        raise NotOffered("editing a memory (a correction that supersedes it) is not built yet")
+        """A new version superseding the old one, written by a query worker (``Task.memory_update``,
+        ``workers.memory.corrections.update_memory``). Raises ValueError (the worker's reason) for an empty text,
+        an observation or a version already superseded."""
+        got = self._task(Task.memory_update, tenant_id, str(memory_id), text)
+        if got is None:
+            return None
+        if "refused" in got:
+            raise ValueError(got["refused"])
+        return MemoryRecord.model_validate(got["record"])
 
     def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
         kind = self._task(Task.memory_delete, tenant_id, str(memory_id))
@@ -140,7 +152,31 @@ class QueueService(MemoryService):
         return None if got is None else EntitySummary.model_validate(got)
 
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
-        raise NotOffered("'not this person' (splitting a face or voice off an entity) is not built yet")
+        """"Not this person" on a query worker (``Task.entity_split``): the new entity holding the sample; None
+        when the entity or the sample is unknown."""
+        got = self._task(Task.entity_split, tenant_id, str(entity_id), sample_key)
+        return None if got is None else EntitySummary.model_validate(got)
+
+    def entity_samples(self, tenant_id: str, entity_id: uuid.UUID) -> list[SampleRef] | None:
+        """The entity's samples as a query worker reads them (``Task.entity_samples``); None when unknown."""
+        got = self._task(Task.entity_samples, tenant_id, str(entity_id))
+        return None if got is None else [SampleRef(**s) for s in got]
+
+    def sample_media(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> MediaObject:
+        """A face crop (WebP) or voice clip (WAV) made once by a query worker and stored beside the event's derived
+        objects (``Task.entity_sample_media``), read here from the API's object store (its bytes: a crop is a few
+        kB, a clip at most ``VOICE_CLIP_S`` seconds). Raises NotFound, MediaMissing (the reason), NotOffered
+        without the object store."""
+        from engram.api.service.media import read_object  # the stores, when a page asks for a sample
+
+        if self.objects is None:
+            raise NotOffered("media are read beside the API: this service was made without its object store")
+        got = self._task(Task.entity_sample_media, tenant_id, str(entity_id), sample_key)
+        if got is None:
+            raise NotFound(f"no sample {sample_key[:80]} of entity {entity_id}")
+        if "missing" in got:
+            raise MediaMissing(got["missing"])
+        return read_object(self.objects, got["key"], whole=True, mime=got["mime"])
 
     # --- the ledger and media, read beside the API ---------------------------------------------------------------
     def _ledger(self) -> Any:

@@ -1,12 +1,15 @@
 """The web app under ``engram serve`` (``/ui``, ``api.ui.signin``) on a real cluster: the API served by uvicorn in this
-process on a real redis-server and SeaweedFS S3, a real Celery worker process ingesting a rendered screenshot and a
-real recording (``jfk.flac``) published through the SDK. Signing in with an API key in Debian's chromium, the session
-cookie's flags, every screen through the queue, another tenant's URLs answering 404, the thumbnail stored at ingest
-and served with cache headers, an original streamed with HTTP ranges from S3, the tenant's keys on Connect (create,
-revoke: the session ends), sign-out, and the UI's routes out of the OpenAPI document."""
+process on a real redis-server and SeaweedFS S3, a real Celery worker process ingesting a rendered screenshot, a
+real recording (``jfk.flac``) and a photo of two faces published through the SDK, then consolidating alice's memories.
+Signing in with an API key in Debian's chromium, the session cookie's flags, every screen through the queue, another
+tenant's URLs answering 404, the thumbnail stored at ingest and served with cache headers, an original streamed with
+HTTP ranges from S3, the tenant's keys on Connect (create, revoke: the session ends), sign-out, the UI's routes out of
+the OpenAPI document, and the changes made on the query worker: a memory's correction, face crops and voice clips,
+"not this person"."""
 
 from __future__ import annotations
 
+import html
 import io
 import re
 from collections.abc import Iterator
@@ -65,14 +68,29 @@ def cluster(redis_server, seaweedfs_s3, tmp_path_factory) -> Iterator[Cluster]:
                                      app="Firefox", window="Budget - Mozilla Firefox").event_id
             audio_event = sdk.publish(eval_data_dir() / "audio" / "jfk.flac", MediaKind.audio,
                                       captured_at=DAY + timedelta(hours=11)).event_id
-            done = sdk.wait([shot_event, audio_event], timeout=300, interval=0.5)
+            faces_event = sdk.publish(eval_data_dir() / "faces" / "deepface" / "couple.jpg",
+                                      captured_at=DAY + timedelta(hours=12)).event_id
+            done = sdk.wait([shot_event, audio_event, faces_event], timeout=300, interval=0.5)
             assert {s.status for s in done.values()} == {EventStatus.done}, done
+            assert consolidate(settings, "acme", "alice") > 0  # episodic memories to edit
             obs = sdk.list_memories(MemoryType.observation, "alice", 20).items
-        shot_obs = next(o for o in obs if o.payload.get("kind") == "screenshot")
+        shot_obs = next(o for o in obs if o.payload.get("event_id") == str(shot_event))
         audio_obs = next(o for o in obs if o.payload.get("kind") == "audio")
         yield Cluster(url, settings, keys, str(shot_obs.id), str(shot_event), str(audio_obs.id),
                       audio_obs.payload["object_key"])
     r.close()
+
+
+def consolidate(settings, tenant: str, user: str) -> int:
+    """``consolidate_user`` on the cluster's worker (as beat would send it): the episodic memories written."""
+    from celery import Celery
+
+    from engram.workers.app import configure
+    from engram.workers.tasks import Task
+
+    celery = Celery("serve-ui-test")
+    configure(celery, settings)
+    return celery.send_task(Task.consolidate_user.value, args=[tenant, user]).get(timeout=180)
 
 
 @contextmanager
@@ -118,6 +136,11 @@ def test_signing_in_with_a_key_in_chromium_gives_a_strict_httponly_session(clust
     thumb.scroll_into_view_if_needed()
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=thumb.element_handle())
     assert "acme" in page.inner_text("footer")
+    page.goto(cluster.url + "/ui/people")  # face crops made by the query worker, read from S3
+    crop = page.locator("ul.faces img").first
+    crop.scroll_into_view_if_needed()
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=crop.element_handle())
+    assert serious_violations(page) == []
     page.goto(cluster.url + "/ui/connect")
     assert "egk_…" in page.inner_text("main") and serious_violations(page) == []
     assert page.dialogs == []
@@ -218,3 +241,85 @@ def test_connect_shows_the_tenants_keys_masked_and_a_revoked_key_ends_its_sessio
 def test_the_ui_is_not_in_the_openapi_document(cluster):
     spec = httpx.get(cluster.url + "/openapi.json").json()
     assert spec["paths"] and not any(p.startswith("/ui") for p in spec["paths"])
+
+
+CORRECTION = "The budget review moved to Friday <b>3 pm</b>"
+
+
+def test_editing_a_memory_through_the_cluster_supersedes_it(cluster):
+    from engram.api.client import EngramClient
+    from engram.schemas.memories import MemoryType
+
+    with signed_in(cluster, "acme") as http:
+        page = http.get("/ui/memories", params={"type": "episodic", "user": "alice"})
+        assert page.status_code == 200
+        old_id = re.search(r'action="/ui/memories/([0-9a-f-]{36})/edit"', page.text).group(1)
+        form = {"csrf_token": csrf_of(page.text), "user": "alice", "text": CORRECTION}
+        done = http.post(f"/ui/memories/{old_id}/edit", data=form)
+        assert done.status_code == 303, done.text
+        assert done.headers["location"].startswith("/ui/memories?type=episodic&user=alice#m-")
+        new_id = done.headers["location"].rsplit("#m-", 1)[1]
+        after = http.get("/ui/memories", params={"type": "episodic", "user": "alice"})
+        assert f'id="m-{new_id}"' in after.text and "Friday &lt;b&gt;3 pm&lt;/b&gt;" in after.text  # text, not markup
+        again = http.post(f"/ui/memories/{old_id}/edit", data=form)  # the old version cannot be corrected twice
+        assert again.status_code == 400 and "already superseded" in again.text
+    with EngramClient(cluster.url, cluster.keys["acme"], timeout=120) as sdk:
+        old = sdk.get_memory(old_id)
+        new = sdk.get_memory(new_id)
+    assert old.payload["superseded_by"] == new_id and old.payload["valid_to"]  # kept as history, not overwritten
+    assert new.memory_type is MemoryType.episodic and new.payload["corrected_from"] == old_id
+    assert new.payload["summary"] == CORRECTION and new.user_id == "alice"
+
+
+def _faces(cluster) -> list:
+    from engram.api.client import EngramClient
+
+    with EngramClient(cluster.url, cluster.keys["acme"], timeout=120) as sdk:
+        return [e for e in sdk.list_entities().items if e.faces]
+
+
+def test_face_crops_and_voice_clips_are_made_on_the_worker_and_served_from_s3(cluster):
+    from engram.workers.stores.objects import open_object_store
+
+    with signed_in(cluster, "acme") as http:
+        people = http.get("/ui/people")
+        assert people.status_code == 200
+        crops = re.findall(r'<img src="(/ui/people/[0-9a-f-]{36}/sample\?key=[^"]+)"', people.text)
+        clips = re.findall(r'<audio controls preload="none" src="(/ui/people/[0-9a-f-]{36}/sample\?key=[^"]+)"',
+                           people.text)
+        assert len(crops) >= 2 and clips, people.text[-3000:]
+        crop = http.get(crops[0].replace("&amp;", "&"))
+        assert crop.status_code == 200 and crop.headers["content-type"] == "image/webp", crop.text[:300]
+        with Image.open(io.BytesIO(crop.content)) as img:
+            assert max(img.size) <= 160 and min(img.size) > 10
+        clip = http.get(clips[0].replace("&amp;", "&"))
+        assert clip.status_code == 200 and clip.headers["content-type"] == "audio/wav"
+        assert clip.content[:4] == b"RIFF" and 16_000 < len(clip.content) < 16_000 * 2 * 7  # at most ~6 s
+        entity = re.search(r"/ui/people/([0-9a-f-]{36})/", crops[0]).group(1)
+        assert http.get(f"/ui/people/{entity}/sample", params={"key": "nope"}).status_code == 404
+    objects = open_object_store(cluster.settings)
+    stored = [k for k in objects.keys("derived/acme/") if "/face-" in k]
+    assert stored and objects.get_bytes(stored[0])[:4] == b"RIFF"  # made once by the worker, kept beside the event
+    with signed_in(cluster, "globex") as http:  # another tenant's person
+        assert http.get(crops[0].replace("&amp;", "&")).status_code == 404
+
+
+def test_not_this_person_splits_a_face_off_through_the_cluster(cluster):
+    a, b = _faces(cluster)[:2]
+    with signed_in(cluster, "acme") as http:
+        page = http.get("/ui/people")
+        merged = http.post(f"/ui/people/{b.id}/merge", data={"csrf_token": csrf_of(page.text), "into": str(a.id)})
+        assert merged.status_code == 303, merged.text
+        page = http.get("/ui/people")
+        assert 'aria-label="Face 2 is not' in page.text
+        keys = re.findall(rf'action="/ui/people/{a.id}/split">\s*<input type="hidden" name="csrf_token" value="[^"]+">'
+                          r'\s*<input type="hidden" name="key" value="([^"]+)">', page.text)
+        assert len(keys) == 2, page.text[-3000:]
+        done = http.post(f"/ui/people/{a.id}/split", data={"csrf_token": csrf_of(page.text),
+                                                           "key": html.unescape(keys[1])})
+        assert done.status_code == 303 and "#person-" in done.headers["location"], done.text
+        new_id = done.headers["location"].rsplit("#person-", 1)[1]
+        after = http.get("/ui/people")
+        assert after.status_code == 200 and f'id="person-{new_id}"' in after.text
+    people = {str(e.id): e for e in _faces(cluster)}
+    assert people[new_id].faces == 1 and people[str(a.id)].faces == 1
