@@ -174,6 +174,10 @@ class Settings(BaseSettings):
         "50/second;2000/minute", description="Requests one API key may make, in the `limits` library's notation, "
         "';'-separated (moving windows counted in Redis across API replicas); past one: 429 with Retry-After. "
         "Empty: no limit.")
+    ui_signin_rate_limit: str = Field(
+        "10/minute", description="Failed API-key sign-ins one client (IP address) may make on the web app under "
+        "`engram serve` (`/ui/signin`), in the `limits` library's notation, ';'-separated (moving windows in Redis); "
+        "past one: 429 with Retry-After, even for a right key, until the window lets one through. Empty: no limit.")
     api_public_docs: bool = Field(
         False, description="Serve /docs, /redoc and /openapi.json (the API's description, no data) to anyone; "
         "false: not served.")
