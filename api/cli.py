@@ -453,6 +453,11 @@ from engram.api.keep_cli import register as _register_keep_commands  # noqa: E40
 
 _register_keep_commands(app)
 
+# import: an archive of `engram export --archive` (api/archive_cli.py, workers/memory/archive.py)
+from engram.api.archive_cli import register as _register_archive_commands  # noqa: E402
+
+_register_archive_commands(app)
+
 
 # --- distributed mode: worker and beat processes (api/processes.py holds the rules) ---------------------
 

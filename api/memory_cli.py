@@ -12,6 +12,7 @@ import json
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -302,11 +303,26 @@ def _forget_user(tenant: str, user: str, yes: bool) -> None:
 
 @reads_store
 def export(
-    user: Annotated[str, typer.Option(help="The user to export.")],
+    user: Annotated[str | None, typer.Option(help="The user to export (with --archive, default: the whole "
+                                             "tenant).")] = None,
     tenant: TenantOpt = None,
+    archive: Annotated[Path | None, typer.Option(help="Write an archive FILE to move the memory to another data "
+                                                 "dir (`engram import FILE`): media, observations with their "
+                                                 "vectors, memories with their history, entities, vault entries "
+                                                 "still encrypted, thumbnails.", metavar="FILE")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="With --archive: print a JSON summary.")] = False,
 ) -> None:
     """Print everything stored about a user as JSON (events, every memory type with provenance; vault
-    entries without secrets), e.g. engram export --user U > file.json"""
+    entries without secrets), e.g. engram export --user U > file.json; or, with --archive FILE, write the
+    user's (or the tenant's) whole memory into one file that `engram import FILE` reads back, ids kept."""
+    if archive is not None:
+        from engram.api.archive_cli import export_archive  # the archive's engine loads only when asked for
+
+        export_archive(archive, _tenant(tenant), user, as_json)
+        return
+    if user is None:
+        raise typer.BadParameter("name the user to export (or give --archive FILE for the whole tenant)",
+                                 param_hint="--user")
     with service_call() as service:
         data = service.export_user(_tenant(tenant), user)
     print(json.dumps(data.model_dump(mode="json"), indent=2, ensure_ascii=False))
@@ -320,4 +336,5 @@ def register(app: typer.Typer) -> None:
     app.command(epilog="Examples:  engram forget --since 15m --yes  ·  engram forget --app Slack --user alice "
                        "--dry-run  ·  engram forget --device phone --since 2024-05-01 --until 2024-05-02  ·  "
                        "engram forget --user alice --yes")(forget)
-    app.command(epilog="Example:  engram export --user alice > alice.json")(export)
+    app.command(epilog="Examples:  engram export --user alice > alice.json  ·  "
+                       "engram export --user alice --archive alice.tar")(export)
