@@ -6,7 +6,9 @@ Signing in: ``/ui/signin`` takes an API key (a form, with the CSRF token of ``ap
 ``SESSION_MAX_AGE_S`` old) of the key's sha256 and its tenant; the key itself is never stored. Every request checks
 the token and that Redis still holds the key (a revoked key ends its sessions at once); the session's tenant is the
 key's. The CSRF session cookie is replaced at sign-in; ``POST /ui/signout`` ends both. Anything else without a
-session goes to the sign-in page (GET) or is refused (401).
+session goes to the sign-in page (GET) or is refused (401). Failed sign-ins are limited per client
+(``SigninLimits``, ``ENGRAM_UI_SIGNIN_RATE_LIMIT``): past the limit the form answers 429 with ``Retry-After``, for
+any key, until the window lets one through.
 
 The secret (Fernet key; the CSRF HMAC key derives from it) is made once and kept in Redis (``SECRET_KEY``), so every
 replica of the API reads the same one and a restart keeps sessions.
@@ -28,7 +30,9 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +44,9 @@ import structlog
 from cryptography.fernet import Fernet, InvalidToken
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from limits import parse_many
+from limits.storage import storage_from_string
+from limits.strategies import MovingWindowRateLimiter
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
@@ -64,6 +71,8 @@ TENANT_APPS = 64
 THUMB_MAX_AGE_S = 86_400
 #: Bytes read from the object store per chunk of a streamed original.
 CHUNK = 256 * 1024
+#: The ``limits`` namespace of the failed sign-in counters (keyed by a hash of the client's address).
+SIGNIN_NAMESPACE = "engram-ui-signin"
 _LINK = re.compile(rb'(\s(?:href|src|action|poster)=")/(?!/)')
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -150,6 +159,45 @@ class Prefixed:
             await send(message)
 
         await self.app(scope, receive, rewrite)
+
+
+class SigninLimits:
+    """Failed sign-ins per client, with the ``limits`` library (as ``api.ratelimit`` limits API keys): ``spec`` in
+    its notation, ``;``-separated (``ENGRAM_UI_SIGNIN_RATE_LIMIT``; empty: no limit), moving windows counted in
+    Redis at ``redis_url`` across the API's replicas. A client is the request's peer address (behind a proxy,
+    uvicorn's ``--proxy-headers`` with ``--forwarded-allow-ips`` makes it the browser's), kept only as a hash.
+    Raises ValueError for a rate ``limits`` cannot parse, or a limit without Redis."""
+
+    def __init__(self, spec: str, redis_url: str | None) -> None:
+        self.items = parse_many(spec) if spec.strip() else []
+        self.limiter: MovingWindowRateLimiter | None = None
+        if self.items:
+            if not redis_url:
+                raise ValueError("ENGRAM_UI_SIGNIN_RATE_LIMIT needs Redis (ENGRAM_REDIS_URL or ENGRAM_BROKER_URL)")
+            url = "redis+unix://" + redis_url[len("unix://"):] if redis_url.startswith("unix://") else redis_url
+            self.limiter = MovingWindowRateLimiter(storage_from_string(url))
+
+    @staticmethod
+    def _ident(client: str) -> str:
+        return hashlib.sha256(client.encode()).hexdigest()[:32]
+
+    def wait(self, client: str) -> int:
+        """Seconds until ``client`` may try a key again (0: now); reads the counters, counts nothing."""
+        if self.limiter is None:
+            return 0
+        ident = self._ident(client)
+        for item in self.items:
+            if not self.limiter.test(item, SIGNIN_NAMESPACE, ident):
+                reset = self.limiter.get_window_stats(item, SIGNIN_NAMESPACE, ident).reset_time
+                return max(1, math.ceil(reset - time.time()))
+        return 0
+
+    def failed(self, client: str) -> None:
+        """Count one failed sign-in of ``client`` against every limit."""
+        if self.limiter is not None:
+            ident = self._ident(client)
+            for item in self.items:
+                self.limiter.hit(item, SIGNIN_NAMESPACE, ident)
 
 
 class ServedUi:
@@ -246,6 +294,7 @@ class ServedUi:
             return self._signin
         app = self._signin = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
         csrf, prefix = sessions.csrf, self.prefix
+        failures = SigninLimits(svcs.settings.ui_signin_rate_limit, svcs.settings.redis_url or svcs.settings.broker_url)
 
         def page(request: Request, status: int = 200, error: str = "", nxt: str | None = None) -> HTMLResponse:
             sid = Csrf.session_of(request)
@@ -270,9 +319,19 @@ class ServedUi:
             except PermissionError as exc:
                 return await run_in_threadpool(page, request, 403, str(exc), "")
             key, nxt = (form.get("api_key") or "").strip(), local(form.get("next"))
+            client = request.client.host if request.client else "unknown"
+            wait = await run_in_threadpool(failures.wait, client)
+            if wait:
+                log.info("ui sign-in refused", reason="too many failed sign-ins")
+                resp = await run_in_threadpool(page, request, 429, "Too many failed sign-ins from here: try again "
+                                               f"in {wait} s.", nxt)
+                resp.headers["retry-after"] = str(wait)
+                return resp
             tenant = await run_in_threadpool(keys.tenant_for, svcs.redis, key) if key else None
             if tenant is None:
                 log.info("ui sign-in refused", reason="unknown key" if key else "no key")
+                if key:
+                    await run_in_threadpool(failures.failed, client)
                 return await run_in_threadpool(page, request, 401, "That API key is not known here: check it, or "
                                                "ask for one (engram keys create --tenant T).", nxt)
             target = prefix + (nxt or "/")
