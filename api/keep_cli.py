@@ -60,6 +60,30 @@ def _is_cluster(what: str) -> bool:
     return False
 
 
+def _ask_store_worker(settings: Any, timeout: float = 3600.0) -> Any:
+    """``cluster_backup.Ask`` for the cluster of ``settings``: the task sent through its broker, its answer awaited
+    (``timeout`` seconds: a backup of a large store takes long); no answer is a one-line error."""
+    from celery import Celery
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from engram.workers.app import configure
+
+    app = Celery(f"engram-keep-{os.getpid()}")
+    configure(app, settings)
+
+    def ask(task: str, args: list[Any]) -> dict[str, Any]:
+        result = app.send_task(task, args=args)
+        try:
+            return result.get(timeout=timeout)
+        except CeleryTimeout as exc:
+            raise _fail(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role "
+                        "store` running?") from exc
+        finally:
+            result.forget()
+
+    return ask
+
+
 def _progress(quiet: bool) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                     TimeElapsedColumn(), console=err, disable=quiet, transient=False)
@@ -127,7 +151,8 @@ def backup(
                 if cluster:
                     from engram.workers.stores.cluster_backup import backup_cluster  # the distributed mode's
 
-                    result = backup_cluster(settings, repo, s3, progress=_bars(progress, quiet or as_json))
+                    result = backup_cluster(settings, repo, _ask_store_worker(settings), s3,
+                                            progress=_bars(progress, quiet or as_json))
                 else:
                     result = engine.backup(data_dir, repo, wait=wait, include_vault_key=include_vault_key,
                                            progress=_bars(progress, quiet or as_json))
@@ -201,7 +226,8 @@ def restore(
                 if cluster:
                     from engram.workers.stores.cluster_backup import restore_cluster  # the distributed mode's
 
-                    result = restore_cluster(settings, repo, snapshot, s3, progress=_bars(progress, quiet or as_json))
+                    result = restore_cluster(settings, repo, _ask_store_worker(settings), snapshot, s3,
+                                             progress=_bars(progress, quiet or as_json))
                 else:
                     result = engine.restore(repo, data_dir, snapshot=snapshot,
                                             progress=_bars(progress, quiet or as_json))

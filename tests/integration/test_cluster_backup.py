@@ -97,6 +97,7 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
     _clean_redis(second_url)
     vault_key = Fernet.generate_key().decode()
     dest = tmp_path / "backups"
+    s3_dest = f"s3://keep-backups-{uuid.uuid4().hex[:12]}/cluster"
 
     first = Cluster.create(tmp_path / "first", _env(first_url, seaweedfs_s3, tmp_path / "first" / "data", vault_key))
     app = producer(Settings(broker_url=first_url))
@@ -118,6 +119,8 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
         assert second_run["written_bytes"] <= 0.2 * full["written_bytes"], (second_run, full)
         assert second_run["unchanged_files"] >= sum(p.startswith("objects/") for p in paths)
         assert _searches(app) == before  # the store worker opened its store again after the copy
+        in_s3 = _engram(first, "backup", s3_dest, "--json")  # S3: the store worker writes there with its own keys
+        assert in_s3.returncode == 0, in_s3.stderr[-3000:] + first.tails()
     finally:
         first.stop_all()
 
@@ -128,11 +131,16 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
         second.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@keep2",
                                "--loglevel", "INFO"])
         second.wait_ready(app2, ["store@keep2"], timeout=180)
-        run = _engram(second, "restore", str(dest), "--snapshot", full["snapshot"], "--json")
+        run = _engram(second, "restore", s3_dest, "--json")
         assert run.returncode == 0, run.stderr[-3000:] + second.tails()
         assert _searches(app2) == before
         refused = _engram(second, "restore", str(dest))
         assert refused.returncode == 2 and "empty cluster" in refused.stderr, refused.stderr
+        embedded = subprocess.run([ENGRAM, "--data-dir", str(tmp_path / "laptop"), "restore", str(dest)],
+                                  env={k: v for k, v in second.env.items() if not k.startswith("ENGRAM_")},
+                                  capture_output=True, text=True, timeout=120)
+        assert embedded.returncode == 2 and "distributed mode" in embedded.stderr, embedded.stderr
+        assert not (tmp_path / "laptop").exists()
     finally:
         second.kill("store", signal.SIGTERM)
         second.stop_all()

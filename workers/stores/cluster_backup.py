@@ -38,6 +38,7 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,9 @@ from engram.workers.stores.backup import (
     restore_files,
     write_manifest,
 )
+from engram.workers.stores.objects import open_object_store
 from engram.workers.stores.private import PRIVATE_UMASK
+from engram.workers.tasks import Task
 
 #: The Redis keys a backup copies: every key of engram's (ledger, API keys, claims); not the broker's queues.
 REDIS_PREFIX = "engram:"
@@ -351,45 +354,23 @@ def _refuse_qdrant_server(settings: Settings, what: str) -> None:
                           "their own tools")
 
 
-def _producer(settings: Settings) -> Any:
-    """A Celery app of this command for the cluster's broker (results through its result backend)."""
-    from celery import Celery  # the distributed mode's client: only when a cluster is backed up or restored
-
-    from engram.workers.app import configure
-
-    app = Celery(f"engram-keep-{os.getpid()}")
-    configure(app, settings)
-    return app
+#: How the command asks the store worker: ``ask(task name, args) -> dict`` (the task's answer; the caller sends it
+#: through the cluster's broker and waits). An answer with ``error`` is the worker's refusal.
+Ask = Callable[[str, list[Any]], dict[str, Any]]
 
 
-def _ask_store_worker(settings: Settings, task: str, args: list[Any], timeout: float) -> dict[str, Any]:
-    """Send ``task`` to the store worker's queue and wait for its answer; raises BackupError with the worker's
-    refusal or when no worker answered in ``timeout`` seconds."""
-    from celery.exceptions import TimeoutError as CeleryTimeout  # loaded with Celery already
-
-    app = _producer(settings)
-    result = app.send_task(task, args=args)
-    try:
-        got = result.get(timeout=timeout)
-    except CeleryTimeout as exc:
-        raise BackupError(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role "
-                          "store` running?") from exc
-    finally:
-        result.forget()
+def _answer(got: dict[str, Any]) -> dict[str, Any]:
     if got.get("error"):
         raise BackupError(str(got["error"]))
     return got
 
 
-def backup_cluster(settings: Settings, repo: Repository, s3: dict[str, Any] | None = None, *,
-                   timeout: float = 3600.0, progress: Progress | None = None) -> BackupResult:
-    """Write a snapshot of the cluster of ``settings`` into ``repo`` (see the module's docstring). ``s3``: the
-    endpoint options of an ``s3://`` repository (the store worker opens it too); ``timeout``: seconds to wait
-    for the store worker. Raises BackupError (a Qdrant server, the worker unreachable or unable to reach
-    ``repo``), OSError (a full disk: earlier snapshots untouched)."""
-    from engram.workers.stores.objects import open_object_store
-    from engram.workers.tasks import Task
-
+def backup_cluster(settings: Settings, repo: Repository, ask: Ask, s3: dict[str, Any] | None = None, *,
+                   progress: Progress | None = None) -> BackupResult:
+    """Write a snapshot of the cluster of ``settings`` into ``repo`` (see the module's docstring). ``ask``: sends a
+    task to the store worker (``Ask``); ``s3``: the endpoint options of an ``s3://`` repository (the store worker
+    opens it too). Raises BackupError (a Qdrant server, the worker unable to reach ``repo``, what ``ask`` raises
+    when no worker answers), OSError (a full disk: earlier snapshots untouched)."""
     _refuse_qdrant_server(settings, "backup")
     t0 = time.perf_counter()
     report = progress or (lambda phase, done, total: None)
@@ -398,7 +379,7 @@ def backup_cluster(settings: Settings, repo: Repository, s3: dict[str, Any] | No
     target = worker_target(repo, s3)
     try:
         report("store", 0, 1)
-        got = _ask_store_worker(settings, Task.store_backup.value, [target], timeout)
+        got = _answer(ask(Task.store_backup.value, [target]))
         report("store", 1, 1)
     finally:
         drop_probe(target)
@@ -472,16 +453,12 @@ def _put_object(objects: Any, repo: Repository, entry: FileEntry, key: str) -> N
         objects.put_file(key, path)
 
 
-def restore_cluster(settings: Settings, repo: Repository, snapshot: str | None = None,
-                    s3: dict[str, Any] | None = None, *, timeout: float = 3600.0,
-                    progress: Progress | None = None) -> RestoreResult:
+def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: str | None = None,
+                    s3: dict[str, Any] | None = None, *, progress: Progress | None = None) -> RestoreResult:
     """Write ``snapshot`` (default: the newest) of ``repo``, a backup of the distributed mode, into the empty
-    cluster of ``settings`` (see the module's docstring): the store through the store worker, then the objects,
-    then the Redis keys. Raises BackupError (not a cluster backup, a non-empty cluster, a newer backup, a damaged
-    chunk, the worker unreachable), OSError."""
-    from engram.workers.stores.objects import open_object_store
-    from engram.workers.tasks import Task
-
+    cluster of ``settings`` (see the module's docstring): the store through the store worker (``ask``), then the
+    objects, then the Redis keys. Raises BackupError (not a cluster backup, a non-empty cluster, a newer backup, a
+    damaged chunk, the worker's refusal), OSError."""
     _refuse_qdrant_server(settings, "restore")
     t0 = time.perf_counter()
     report = progress or (lambda phase, done, total: None)
@@ -495,7 +472,7 @@ def restore_cluster(settings: Settings, repo: Repository, snapshot: str | None =
         _marker(url, name)
     target = worker_target(repo, s3)
     try:
-        got = _ask_store_worker(settings, Task.store_restore.value, [target, name], timeout)
+        got = _answer(ask(Task.store_restore.value, [target, name]))
     except BackupError:
         if url and not resuming:  # refused before writing (a non-empty store): no restore is under way
             _marker(url, None)
