@@ -1,5 +1,6 @@
-"""``engram backup DEST`` and ``engram restore SRC``: the embedded default's data dir copied to a folder or
-``s3://bucket/prefix`` and back (the engine: ``workers.stores.backup``; registered on the main app by ``api.cli``).
+"""``engram backup DEST`` and ``engram restore SRC``: the embedded default's data dir, or a cluster's store, objects
+and Redis ledger (ENGRAM_BROKER_URL set), copied to a folder or ``s3://bucket/prefix`` and back (the engines:
+``workers.stores.backup`` and ``workers.stores.cluster_backup``; registered on the main app by ``api.cli``).
 Progress goes to stderr; ``--json`` prints one summary object on stdout. See docs/keep.md."""
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def backup(
     manifest is written last: a backup that is interrupted (killed, a full disk) is never taken for complete,
     and the earlier ones stay usable; run it again and it reuses what was written. Exit 3: the store stayed
     busy past --wait.
+
+    With ENGRAM_BROKER_URL set it backs up that cluster: the store worker copies its closed shards and the Redis
+    keys into DEST itself (DEST: s3://... or a folder it shares), then the objects are copied (see docs/keep.md).
     """
     from engram.schemas.settings import get_settings
     from engram.workers.errors import StoreError
@@ -197,7 +201,8 @@ def restore(
     Every chunk is checked against its SHA-256 as it is read; folders are made 0700, files 0600. A restore that
     is interrupted is completed by the same command again. A backup written by a newer engram is refused.
     Keep the vault key: without it (ENGRAM_VAULT_KEY, or data_dir/vault.key copied back) the vault's entries
-    stay unreadable.
+    stay unreadable. With ENGRAM_BROKER_URL set it restores a cluster's backup into that cluster, which must be
+    empty (Redis, bucket and store; its store worker running).
     """
     from engram.schemas.settings import get_settings
     from engram.workers.stores import backup as engine
