@@ -21,7 +21,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _embedded_only(what: str) -> None:
-    from engram.schemas.settings import get_settings
+    from engram.schemas.settings import get_settings  # loaded when the command runs (start-up)
 
     settings = get_settings()
     if settings.broker_url or settings.qdrant_url or settings.s3_endpoint:
@@ -38,9 +38,9 @@ def _points(counts: dict[str, Any]) -> str:
 def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool) -> None:
     """Write the archive of ``user`` of ``tenant`` (None: the whole tenant) to ``dest``; exit 1 when there is
     nothing to export, 2 when ``dest`` cannot be written or the mode has no embedded data dir."""
-    from engram.workers.errors import StoreError
-    from engram.workers.memory import archive
-    from engram.workers.runtime import store_session
+    from engram.workers.errors import StoreError  # loaded when the command runs (start-up)
+    from engram.workers.memory import archive  # loaded when the command runs (start-up)
+    from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
     _embedded_only("export --archive")
     if dest.is_dir():
@@ -78,9 +78,9 @@ def import_(
     interrupted is completed by the same command. Vault entries stay encrypted: reading them needs the source's
     vault key (ENGRAM_VAULT_KEY, or its data_dir/vault.key copied here). Exit 2: refused; 3: the store stayed busy.
     """
-    from engram.workers.errors import StoreError
-    from engram.workers.memory import archive
-    from engram.workers.runtime import store_session
+    from engram.workers.errors import StoreError  # loaded when the command runs (start-up)
+    from engram.workers.memory import archive  # loaded when the command runs (start-up)
+    from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
     _embedded_only("import")
     try:
