@@ -12,7 +12,7 @@ import uuid
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
-from engram.schemas.events import _ID_PATTERN, SHA256_PATTERN, EventStatus, MediaEvent, MediaKind
+from engram.schemas.events import _ID_PATTERN, SHA256_PATTERN, EventStatus, LedgerRecord, MediaEvent, MediaKind
 from engram.schemas.search import SearchRequest
 
 _SEGMENTS = re.compile(r"[/\\]")
@@ -166,6 +166,27 @@ class EventStatusResponse(BaseModel):
     segments_done: int = Field(0, description="Segments stored so far.")
     observations: int = Field(0, description="Observations stored for the event so far.")
     updated_at: AwareDatetime = Field(description="When the status last changed (UTC).")
+
+
+class EventList(BaseModel):
+    """``GET /v1/events``: the tenant's events (one user's when asked), most recently changed first, optionally of
+    one status, and how many of all the tenant's events are in each status (the web app's Activity screen)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {
+            "items": [{
+                "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42", "tenant_id": "acme", "user_id": "alice",
+                "device_id": "laptop", "kind": "screenshot",
+                "object_key": "media/acme/" + "ab" * 32 + ".png", "sha256": "ab" * 32,
+                "status": "failed", "stage": "ingest", "reason": "the object is gone", "segments_done": 0,
+                "observations": 0, "updated_at": "2024-05-02T09:30:07Z",
+            }],
+            "counts": {"queued": 0, "processing": 0, "done": 41, "skipped": 2, "failed": 1},
+        },
+    ]})
+
+    items: list[LedgerRecord] = Field(description="The events' ledger records, most recently changed first.")
+    counts: dict[EventStatus, int] = Field(description="The tenant's events per status (all users).")
 
 
 class SearchQuery(SearchRequest):
