@@ -33,6 +33,9 @@ EXPECTED = {
     ("GET", "/v1/entities"): AUTH | WORKER,
     ("POST", "/v1/entities/{entity_id}/merge"): AUTH | WORKER | {404, 413, 422},
     ("POST", "/v1/entities/{entity_id}/name"): AUTH | WORKER | {404, 413, 422},
+    ("GET", "/v1/events"): AUTH | {422},
+    ("GET", "/v1/users"): AUTH,
+    ("GET", "/v1/timeline"): AUTH | WORKER | {422},
 }
 
 
