@@ -37,7 +37,14 @@ import tenacity
 from pydantic import BaseModel
 
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse, AddMessage
-from engram.schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
+from engram.schemas.api import (
+    EventList,
+    EventStatusResponse,
+    PublishRequest,
+    PublishResponse,
+    UploadRequest,
+    UploadResponse,
+)
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
 from engram.schemas.events import EventStatus, MediaKind
@@ -51,6 +58,7 @@ from engram.schemas.memory_admin import (
     UserExport,
 )
 from engram.schemas.search import SearchRequest, SearchResponse
+from engram.schemas.timeline import TimelineRequest
 from engram.workers.errors import EngramError
 from engram.workers.ids import sha256_file
 
@@ -228,6 +236,24 @@ def _model_call(path: str, request: BaseModel, answer: type[BaseModel], retry_if
     return _Call("POST", path, body, parse=answer.model_validate, retry_if=retry_if)
 
 
+def _events_call(user: str | None, status: EventStatus | str | None, limit: int) -> _Call:
+    """``GET /v1/events``."""
+    params: dict[str, Any] = {"limit": limit}
+    if user:
+        params["user"] = user
+    if status is not None:
+        params["status"] = EventStatus(status).value
+    return _Call("GET", "/v1/events", params=params, parse=EventList.model_validate)
+
+
+def _timeline_call(request: TimelineRequest) -> _Call:
+    """``GET /v1/timeline`` with the request's fields as query parameters (``tenant_id`` left out: the key's)."""
+    req = request.model_dump(mode="json", exclude_none=True, exclude={"tenant_id"})
+    names = {"user_id": "user", "kinds": "kind", "apps": "app", "devices": "device"}
+    return _Call("GET", "/v1/timeline", params={names.get(k, k): v for k, v in req.items()},
+                 parse=MemoryPage.model_validate)
+
+
 _CALLS: dict[str, Callable[..., _Call]] = {
     "event_status": lambda eid: _Call("GET", f"/v1/events/{eid}", parse=EventStatusResponse.model_validate),
     "get_memory": lambda mid: _Call("GET", f"/v1/memories/{mid}", parse=MemoryRecord.model_validate),
@@ -235,6 +261,7 @@ _CALLS: dict[str, Callable[..., _Call]] = {
     "forget_user": lambda user: _Call("DELETE", f"/v1/users/{user}", parse=ForgetReport.model_validate),
     "export_user": lambda user: _Call("GET", f"/v1/users/{user}/export", parse=UserExport.model_validate),
     "list_entities": lambda: _Call("GET", "/v1/entities", parse=EntityList.model_validate),
+    "users": lambda: _Call("GET", "/v1/users", parse=list),
     "merge_entities": lambda keep, drop, reason: _Call("POST", f"/v1/entities/{keep}/merge",
                                                        {"entity_id": str(drop), "reason": reason},
                                                        parse=EntitySummary.model_validate),
@@ -410,6 +437,21 @@ class EngramClient(_Base):
         """``GET /v1/events/{id}``: the ledger status. EngramAPIError 404 for an unknown (or another
         tenant's) event."""
         return self._send(_CALLS["event_status"](event_id))
+
+    def events(self, user: str | None = None, status: EventStatus | str | None = None,
+               limit: int = 100) -> EventList:
+        """``GET /v1/events``: the tenant's events (``user``'s), most recently changed first, optionally of one
+        status, with how many of the tenant's events are in each status."""
+        return self._send(_events_call(user, status, limit))
+
+    def users(self) -> list[str]:
+        """``GET /v1/users``: the tenant's users (those with events), sorted."""
+        return self._send(_CALLS["users"]())
+
+    def timeline_request(self, request: TimelineRequest) -> MemoryPage:
+        """``GET /v1/timeline``: observations in a time span, newest first (``request.tenant_id`` is ignored: the
+        key's tenant)."""
+        return self._send(_timeline_call(request))
 
     def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
                kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
@@ -611,6 +653,19 @@ class AsyncEngramClient(_Base):
     async def event_status(self, event_id: uuid.UUID | str) -> EventStatusResponse:
         """``GET /v1/events/{id}`` (see ``EngramClient.event_status``)."""
         return await self._send(_CALLS["event_status"](event_id))
+
+    async def events(self, user: str | None = None, status: EventStatus | str | None = None,
+                     limit: int = 100) -> EventList:
+        """``GET /v1/events`` (see ``EngramClient.events``)."""
+        return await self._send(_events_call(user, status, limit))
+
+    async def users(self) -> list[str]:
+        """``GET /v1/users``."""
+        return await self._send(_CALLS["users"]())
+
+    async def timeline_request(self, request: TimelineRequest) -> MemoryPage:
+        """``GET /v1/timeline`` (see ``EngramClient.timeline_request``)."""
+        return await self._send(_timeline_call(request))
 
     async def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
                      kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
