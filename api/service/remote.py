@@ -2,8 +2,9 @@
 retries; one timeout per request, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``). The tenant is the API key's: the
 ``tenant_id`` arguments are not sent (a key of tenant A never reads tenant B).
 
-What the API has no route for yet raises ``NotOffered``: ``split_entity``, ``events``,
-``event_counts``, ``users``, ``timeline``, ``media`` and ``thumbnail``. ``add`` waits until the API has stored
+Events, their counts and the tenant's users come from ``GET /v1/events`` and ``GET /v1/users``, the timeline from
+``GET /v1/timeline``. What the API has no route for yet raises ``NotOffered``: ``split_entity``,
+``entity_samples``, ``sample_media``, ``media`` and ``thumbnail``. ``add`` waits until the API has stored
 the memory (so it is searchable when it returns, as on the embedded default). Safe to call from several threads
 (httpx's client is).
 """
@@ -185,19 +186,29 @@ class RemoteService(MemoryService):
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
         raise NotOffered("'not this person' (splitting an entity) is not built yet")
 
-    # --- what the API has no route for yet ---------------------------------------------------------------------
+    # --- the ledger and the timeline ---------------------------------------------------------------------------
     def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
                limit: int = 100) -> list[LedgerRecord]:
-        raise NotOffered("listing events through the HTTP API needs a route (GET /v1/events)")
+        """``GET /v1/events`` (at most 1,000)."""
+        with self._call():
+            return self.client.events(user_id, status, min(limit, 1000)).items
 
     def event_counts(self, tenant_id: str) -> dict[EventStatus, int]:
-        raise NotOffered("event counts through the HTTP API need a route")
+        """The counts ``GET /v1/events`` answers with (one event read besides)."""
+        with self._call():
+            return self.client.events(None, None, 1).counts
 
     def users(self, tenant_id: str) -> list[str]:
-        raise NotOffered("listing a tenant's users through the HTTP API needs a route")
+        """``GET /v1/users``."""
+        with self._call():
+            return self.client.users()
 
     def timeline(self, req: TimelineRequest) -> MemoryPage:
-        raise NotOffered("the timeline through the HTTP API needs a route (GET /v1/timeline)")
+        """``GET /v1/timeline`` (the key's tenant, whatever ``req.tenant_id`` says)."""
+        with self._call():
+            return self.client.timeline_request(req)
+
+    # --- what the API has no route for yet ---------------------------------------------------------------------
 
     def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         raise NotOffered("media through the HTTP API needs a route (GET /v1/media/{id})")

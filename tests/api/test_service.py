@@ -133,14 +133,16 @@ def test_a_missing_original_is_told_apart_from_an_unknown_observation(store):
 @pytest.mark.timeout(300)
 def test_remote_service_through_the_http_api(query_worker):
     """``RemoteService`` on the real API (uvicorn in this process) and a real Celery worker: add (stored when it
-    returns), search, get, list, delete; unknown ids answer None; what the API cannot do yet is NotOffered."""
+    returns), search, get, list, the timeline, events with their counts, users, delete; unknown ids answer None;
+    what the API cannot do yet is NotOffered."""
     import redis
 
     from engram.api.keys import create_key
     from engram.api.service.remote import RemoteService
     from tests.api.conftest import served
 
-    key = create_key(redis.Redis.from_url(query_worker.broker_url, decode_responses=True), "svc-remote")
+    r = redis.Redis.from_url(query_worker.broker_url, decode_responses=True)
+    key, other = create_key(r, "svc-remote"), create_key(r, "svc-other")
     with served(query_worker) as url:
         svc = RemoteService(url, key, timeout=120, device="laptop")
         try:
@@ -152,11 +154,25 @@ def test_remote_service_through_the_http_api(query_worker):
             assert hits and "oak desk" in hits[0].text
             assert svc.get_memory("svc-remote", hits[0].id).text == hits[0].text
             assert svc.list_memories("svc-remote", MemoryType.observation, "alice").total == 1
+            day = svc.timeline(TimelineRequest(tenant_id="ignored", user_id="alice", kinds=[MediaKind.text],
+                                               time_from=datetime.now(UTC) - timedelta(days=1)))
+            assert [r.id for r in day.items] == [hits[0].id]  # GET /v1/timeline, the key's tenant
+            assert svc.timeline(TimelineRequest(tenant_id="svc-remote", user_id="bob")).items == []
+            events = svc.events("svc-remote", "alice")
+            assert [e.event_id for e in events] == [added.event_id] and events[0].status is EventStatus.done
+            assert svc.events("svc-remote", None, EventStatus.failed) == []
+            assert svc.event_counts("svc-remote")[EventStatus.done] == 1 and svc.users("svc-remote") == ["alice"]
+            elsewhere = RemoteService(url, other, timeout=120)  # another tenant's key sees none of it
+            try:
+                assert elsewhere.events("svc-remote") == [] and elsewhere.users("svc-remote") == []
+                assert elsewhere.timeline(TimelineRequest(tenant_id="svc-remote")).items == []
+            finally:
+                elsewhere.close()
             assert svc.name_entity("svc-remote", uuid.uuid4(), "Maria") is None
             assert svc.delete_memory("svc-remote", hits[0].id) is MemoryType.observation
             assert svc.get_memory("svc-remote", hits[0].id) is None
             assert svc.delete_memory("svc-remote", hits[0].id) is None
-            with pytest.raises(NotOffered, match="timeline"):
-                svc.timeline(TimelineRequest(tenant_id="svc-remote"))
+            with pytest.raises(NotOffered, match="media"):
+                svc.media("svc-remote", hits[0].id)
         finally:
             svc.close()
