@@ -35,12 +35,13 @@ def store_backup_task(target: dict) -> dict:
 
 
 @task(Task.store_restore, "request", acks_late=False)
-def store_restore_task(target: dict, snapshot: str) -> dict:
-    """Write the store's files of ``snapshot`` from the repository of ``target`` into the empty store; returns
-    ``{"files", "bytes", "resumed_files"}`` or ``{"error": ...}``."""
+def store_restore_task(target: dict, snapshot: str, resuming: bool = False) -> dict:
+    """Write the store's files of ``snapshot`` from the repository of ``target`` into the empty store (``resuming``:
+    the cluster's restore of it was begun before); returns ``{"files", "bytes", "resumed_files"}`` or
+    ``{"error": ...}``."""
     rt = runtime()
     try:
-        got = restore_store(rt.vectors, embedded_store_dir(rt.settings), target, snapshot, rt.settings)
+        got = restore_store(rt.vectors, embedded_store_dir(rt.settings), target, snapshot, rt.settings, resuming)
     except BackupError as exc:
         log.warning("store restore refused", error=str(exc))
         return {"error": str(exc)}

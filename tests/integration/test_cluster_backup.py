@@ -87,6 +87,39 @@ def _ingest(cluster: Cluster, app, tmp_path: Path, monkeypatch) -> None:
     reset_runtimes()
 
 
+class _Stop(Exception):
+    pass
+
+
+def _interrupted_restore(cluster: Cluster, src: str, monkeypatch) -> None:
+    """A restore stopped part way (after the store worker restored the store, at its first object), as a killed
+    command leaves it: the marker key stays in Redis, the store is written, the Redis keys are not."""
+    import redis
+
+    from engram.api.keep_cli import _ask_store_worker, _s3_options
+    from engram.schemas.settings import Settings
+    from engram.workers.stores.backup import open_repository
+    from engram.workers.stores.cluster_backup import RESTORE_KEY, restore_cluster
+
+    for k, v in cluster.env.items():
+        if k.startswith("ENGRAM_"):
+            monkeypatch.setenv(k, v)
+    settings = Settings()
+
+    def stop(phase: str, done: int, total: int) -> None:
+        if phase == "objects":
+            raise _Stop
+
+    repo = open_repository(src, create=False, s3=_s3_options(None))
+    try:
+        with pytest.raises(_Stop):
+            restore_cluster(settings, repo, _ask_store_worker(settings), None, _s3_options(None), progress=stop)
+    finally:
+        repo.close()
+    r = redis.Redis.from_url(settings.broker_url, decode_responses=True)
+    assert r.get(RESTORE_KEY) and not list(r.scan_iter(match="engram:*"))
+
+
 def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(redis_server, seaweedfs_s3, tmp_path,
                                                                              monkeypatch):
     from engram.schemas.settings import Settings
@@ -131,8 +164,10 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
         second.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@keep2",
                                "--loglevel", "INFO"])
         second.wait_ready(app2, ["store@keep2"], timeout=180)
-        run = _engram(second, "restore", s3_dest, "--json")
+        _interrupted_restore(second, s3_dest, monkeypatch)
+        run = _engram(second, "restore", s3_dest, "--json")  # the same command completes it
         assert run.returncode == 0, run.stderr[-3000:] + second.tails()
+        assert json.loads(run.stdout)["resumed_files"] > 0
         assert _searches(app2) == before
         refused = _engram(second, "restore", str(dest))
         assert refused.returncode == 2 and "empty cluster" in refused.stderr, refused.stderr

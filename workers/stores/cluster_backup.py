@@ -36,6 +36,7 @@ import base64
 import json
 import os
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from typing import Any
 from engram.schemas.settings import Settings
 from engram.workers.stores.backup import (
     CLUSTER_MODE,
+    RESTORE_MARKER,
     TMP_PREFIX,
     BackupError,
     BackupResult,
@@ -230,12 +232,14 @@ def backup_store(store: Any, root: Path, target: dict[str, Any], settings: Setti
             "reused_chunks": tally.reused_chunks, "held_seconds": held_s}
 
 
-def restore_store(store: Any, root: Path, target: dict[str, Any], snapshot: str, settings: Settings
-                  ) -> dict[str, Any]:
+def restore_store(store: Any, root: Path, target: dict[str, Any], snapshot: str, settings: Settings,
+                  resuming: bool = False) -> dict[str, Any]:
     """Run by the store worker (``workers.backup.store_restore``): the ``vectors/`` files of ``snapshot`` into the
     store's folder ``root``, which must be empty or missing (or hold an unfinished restore of the same snapshot:
-    completed), with the store's lock held. Returns ``{"files", "bytes", "resumed_files"}``. Raises BackupError
-    (a non-empty store, a damaged chunk)."""
+    completed), with the store's lock held. ``resuming``: the cluster's restore of this snapshot was begun
+    before (``RESTORE_KEY``), so a store without the restore's marker holding files is this restore's,
+    complete (the first run's check refused any other). Returns ``{"files", "bytes", "resumed_files"}``. Raises
+    BackupError (a non-empty store, a damaged chunk)."""
     repo = _open_target(target, settings, create=False)
     try:
         name, manifest = load_manifest(repo, snapshot)
@@ -245,13 +249,14 @@ def restore_store(store: Any, root: Path, target: dict[str, Any], snapshot: str,
         store.close()
         store.hold()
         try:
-            resuming = check_restorable(root, name)
-            writer = restore_files(repo, name, files, dirs, root, resuming)
+            done = resuming and root.is_dir() and not (root / RESTORE_MARKER).exists() and any(root.iterdir())
+            resumed = len(files) if done else restore_files(repo, name, files, dirs, root,
+                                                              check_restorable(root, name)).resumed
         finally:
             store.close()
     finally:
         repo.close()
-    return {"files": len(files), "bytes": sum(int(f["size"]) for f in files), "resumed_files": writer.resumed}
+    return {"files": len(files), "bytes": sum(int(f["size"]) for f in files), "resumed_files": resumed}
 
 
 # --- the command's part: objects, and the whole ------------------------------------------------------------
@@ -472,7 +477,7 @@ def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: st
         _marker(url, name)
     target = worker_target(repo, s3)
     try:
-        got = _answer(ask(Task.store_restore.value, [target, name]))
+        got = _answer(ask(Task.store_restore.value, [target, name, resuming]))
     except BackupError:
         if url and not resuming:  # refused before writing (a non-empty store): no restore is under way
             _marker(url, None)
@@ -481,18 +486,18 @@ def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: st
         drop_probe(target)
     entries = [FileEntry.from_json(d) for d in manifest["files"]]
     wanted = [e for e in entries if e.path.startswith(f"{OBJECTS_DIR}/")]
-    total, done = sum(e.size for e in wanted), 0
+    total, done, lock = sum(e.size for e in wanted), [0], threading.Lock()
     have = {row[0]: row[1] for row in _object_listing(objects)} if resuming else {}
 
     def put(entry: FileEntry) -> None:
         key = entry.path[len(OBJECTS_DIR) + 1:]
         if have.get(key) != entry.size:  # written whole by an interrupted run otherwise (a PUT is atomic)
             _put_object(objects, repo, entry, key)
+        with lock:
+            done[0] += entry.size
+            report("objects", done[0], total)
 
-    for entry in wanted:  # in turn: progress in order; objects are many small PUTs the repository reads first
-        put(entry)
-        done += entry.size
-        report("objects", done, total)
+    _map(put, wanted, repo.threads, "engram-restore-objects")
     dump = next((e for e in entries if e.path == REDIS_FILE), None)
     if url and dump is not None:
         data = bytearray(dump.size)
