@@ -323,10 +323,10 @@ class ServedUi:
             wait = await run_in_threadpool(failures.wait, client)
             if wait:
                 log.info("ui sign-in refused", reason="too many failed sign-ins")
-                resp = await run_in_threadpool(page, request, 429, "Too many failed sign-ins from here: try again "
-                                               f"in {wait} s.", nxt)
-                resp.headers["retry-after"] = str(wait)
-                return resp
+                refused = await run_in_threadpool(page, request, 429, "Too many failed sign-ins from here: try "
+                                                  f"again in {wait} s.", nxt)
+                refused.headers["retry-after"] = str(wait)
+                return refused
             tenant = await run_in_threadpool(keys.tenant_for, svcs.redis, key) if key else None
             if tenant is None:
                 log.info("ui sign-in refused", reason="unknown key" if key else "no key")
