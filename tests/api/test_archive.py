@@ -76,6 +76,7 @@ def exported(template, tmp_path, monkeypatch):  # noqa: F811 (the fixture import
     from engram.workers.runtime import reset_runtimes
 
     shutil.copytree(template / "data", tmp_path / "src")
+    shutil.copy(template / "alice.jsonl", tmp_path / "alice.jsonl")
     rt = use_data_dir(monkeypatch, tmp_path / "src")
     before = _searches("alice"), _holdings(rt, "alice")
     assert before[0]["budget review"], before
@@ -120,6 +121,16 @@ def test_a_user_moved_to_a_new_data_dir_answers_the_same_ids_in_the_same_order(e
     assert _holdings(rt, "alice") == holdings
     assert {p: p.stat().st_mtime_ns for p in (dest / "objects").rglob("*")} == files
     assert _searches("alice") == searches
+
+    from engram.api.cli import ingest_paths
+
+    reset_runtimes()  # the same chat ingested again in the new data dir: a duplicate of the imported event
+    out = ingest_paths([tmp_path / "alice.jsonl"], T, "alice", "laptop", quiet=True)
+    assert not out["done"] and len(out["skipped"]) == 1, out
+    after = _holdings(runtime(), "alice")
+    new = sorted(set(after.pop("events")) - set(holdings["events"]))
+    assert len(new) == 1 and new[0].endswith(" skipped 0"), new  # recorded as a duplicate, nothing stored
+    assert after == {k: v for k, v in holdings.items() if k != "events"}
     reset_runtimes()
     assert _owner_only(dest) == []
 
