@@ -17,7 +17,8 @@ ROOTS = {"engram.api": "api", "engram.schemas": "schemas", "engram.workers": "wo
 
 #: The pipeline's stages: the only modules that define Celery tasks.
 STAGES = {f"engram.workers.{s}" for s in (
-    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention", "backup")}
+    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention", "backup",
+    "archive")}
 
 #: The wings the stages build on: no Celery task inside, and no import of a stage or of the Celery app.
 WINGS = tuple(f"engram.workers.{w}" for w in ("stores", "media", "text", "memory", "models", "extract"))

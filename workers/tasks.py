@@ -62,6 +62,8 @@ class Task(StrEnum):
     retention = "workers.retention.apply"
     store_backup = "workers.backup.store_backup"
     store_restore = "workers.backup.store_restore"
+    archive_import = "workers.archive.import"
+    archive_export = "workers.archive.export"
 
 
 #: The queue of each task. Beat's sweeps have a queue of their own: behind an ingest backlog they would expire
@@ -100,6 +102,8 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.retention: Queue.consolidate,  # it marks observations: where the vector store opens
     Task.store_backup: Queue.consolidate,  # the store's owner copies its own shards (engram backup of a cluster)
     Task.store_restore: Queue.consolidate,
+    Task.archive_import: Queue.consolidate,  # the store's owner writes an archive's points (engram import)
+    Task.archive_export: Queue.consolidate,
 }
 
 #: Batched consumers (celery-batches' ``Batches``, options in ``runtime.TASK_OPTIONS["batch"]``) and how many messages
@@ -125,4 +129,5 @@ QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
 
 #: The stage modules, which register the tasks above (imported by a worker at start and by ``app.load_tasks``).
 STAGE_MODULES = tuple(f"engram.workers.{stage}" for stage in (
-    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention", "backup"))
+    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention", "backup",
+    "archive"))
