@@ -1,24 +1,33 @@
 """What the web app's screens read besides memories and people, for a client of the HTTP API
 (``api.service.remote.RemoteService``): the tenant's events with their status counts (``GET /v1/events``, the
-Activity screen), its users (``GET /v1/users``) and a time span's observations (``GET /v1/timeline``). Events and
-users are read from the API's ledger; the timeline by a query worker (``Task.timeline``). Tenant-scoped: the key's
-tenant only."""
+Activity screen), its users (``GET /v1/users``), a time span's observations (``GET /v1/timeline``), an observation's
+original (``GET /v1/media/{id}``, HTTP ranges passed through to S3) and its thumbnail (``GET
+/v1/thumbnails/{id}``, with ``ETag``). Events and users are read from the API's ledger, the timeline and the
+observations by a query worker, the objects from the API's object store. Tenant-scoped: another tenant's ids answer
+404 like unknown ones; an observation whose object is gone answers 410 with the reason."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
 from pydantic import ValidationError
 
-from engram.api.routes.deps import Svc, Tenant
+from engram.api.routes.deps import Services, Svc, Tenant
 from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
 from engram.api.routes.queue import answered
-from engram.schemas.api import EventList
+from engram.api.service.base import MediaMissing
+from engram.api.service.media import original_object, thumbnail_object
+from engram.api.ui.pages import media_response
+from engram.api.ui.signin import stream_object, thumbnail_response
+from engram.schemas.api import ApiError, EventList
 from engram.schemas.events import _ID_PATTERN, EventStatus, MediaKind
-from engram.schemas.memory_admin import MemoryPage
+from engram.schemas.memories import MemoryType
+from engram.schemas.memory_admin import MemoryPage, MemoryRecord
 from engram.schemas.timeline import TimelineRequest
 
 router = APIRouter(tags=["activity"])
@@ -70,3 +79,51 @@ def timeline(tenant: Tenant, svc: Svc, user: UserQuery = None,
         raise RequestValidationError(exc.errors(include_url=False, include_context=False)) from exc
     with answered("timeline"):
         return svc.service.timeline(req)
+
+
+MEDIA_ERRORS = {
+    **responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422),
+    410: {"model": ApiError, "description": "Its object is gone (deleted, or removed by retention), or it has no "
+          "picture (a thumbnail of a recording or a chat): `detail` says which."},
+    416: {"description": "The range asked lies past the object's end (no body; `Content-Range: bytes */size`)."},
+}
+
+
+def _observation(svc: Services, tenant: str, observation_id: uuid.UUID, user: str | None) -> MemoryRecord:
+    """The tenant's observation (``user``'s when given), read by a query worker; 404 otherwise."""
+    with answered("media"):
+        rec = svc.service.get_memory(tenant, observation_id)
+    if rec is None or rec.memory_type is not MemoryType.observation or (user and rec.user_id != user):
+        raise HTTPException(404, "no such observation")
+    return rec
+
+
+@router.get("/v1/media/{observation_id}", response_class=Response, responses=MEDIA_ERRORS)
+def media(observation_id: uuid.UUID, request: Request, tenant: Tenant, svc: Svc, user: UserQuery = None) -> Response:
+    """The original an observation was read from (a picture, recording, clip or chat file), streamed with HTTP
+    range requests (206 with ``Content-Range``, 416 past the end). Anything but a picture, recording or video is
+    sent as an attachment. 404 for an unknown observation or another tenant's; 410 when its object is gone."""
+    rec = _observation(svc, tenant, observation_id, user)
+    try:
+        obj = original_object(svc.objects, rec, whole=False)
+    except MediaMissing as exc:
+        raise HTTPException(410, str(exc)) from exc
+    kind = obj.mime_type.split("/")[0]
+    if obj.path is not None or kind not in ("image", "audio", "video") or obj.mime_type == "image/svg+xml":
+        whole = obj if obj.path is not None else original_object(svc.objects, rec)
+        return media_response(whole)
+    return stream_object(svc.objects, obj, request.headers.get("range"))
+
+
+@router.get("/v1/thumbnails/{observation_id}", response_class=Response,
+            responses={k: v for k, v in MEDIA_ERRORS.items() if k != 416})
+def thumbnail(observation_id: uuid.UUID, request: Request, tenant: Tenant, svc: Svc,
+              user: UserQuery = None) -> Response:
+    """A small WebP of an observation's picture (made at ingest), with ``ETag`` and ``Cache-Control: private``;
+    304 to a matching ``If-None-Match``. 404 for an unknown observation or another tenant's; 410 when it has no
+    picture (a recording, a chat) or its original is gone."""
+    rec = _observation(svc, tenant, observation_id, user)
+    try:
+        return thumbnail_response(request, thumbnail_object(svc.objects, rec, svc.settings.max_image_pixels))
+    except MediaMissing as exc:
+        raise HTTPException(410, str(exc)) from exc

@@ -36,6 +36,8 @@ EXPECTED = {
     ("GET", "/v1/events"): AUTH | {422},
     ("GET", "/v1/users"): AUTH,
     ("GET", "/v1/timeline"): AUTH | WORKER | {422},
+    ("GET", "/v1/media/{observation_id}"): AUTH | WORKER | {404, 410, 416, 422},
+    ("GET", "/v1/thumbnails/{observation_id}"): AUTH | WORKER | {404, 410, 422},
 }
 
 
