@@ -254,6 +254,17 @@ def _timeline_call(request: TimelineRequest) -> _Call:
                  parse=MemoryPage.model_validate)
 
 
+def _media_path(observation_id: uuid.UUID | str, thumbnail: bool) -> str:
+    return f"/v1/{'thumbnails' if thumbnail else 'media'}/{observation_id}"
+
+
+def _media_answer(resp: httpx.Response, path: str) -> tuple[bytes, str]:
+    """The object's bytes and media type; EngramAPIError for an error status."""
+    if resp.status_code >= 400:
+        _raise_for_error(resp, path)
+    return resp.content, resp.headers.get("content-type", "application/octet-stream")
+
+
 _CALLS: dict[str, Callable[..., _Call]] = {
     "event_status": lambda eid: _Call("GET", f"/v1/events/{eid}", parse=EventStatusResponse.model_validate),
     "get_memory": lambda mid: _Call("GET", f"/v1/memories/{mid}", parse=MemoryRecord.model_validate),
@@ -452,6 +463,15 @@ class EngramClient(_Base):
         """``GET /v1/timeline``: observations in a time span, newest first (``request.tenant_id`` is ignored: the
         key's tenant)."""
         return self._send(_timeline_call(request))
+
+    def media(self, observation_id: uuid.UUID | str, thumbnail: bool = False,
+              user: str | None = None) -> tuple[bytes, str]:
+        """``GET /v1/media/{id}`` (the original) or, with ``thumbnail``, ``GET /v1/thumbnails/{id}`` (a small
+        WebP): the object's bytes and media type, whole. EngramAPIError 404 for an unknown (or another tenant's,
+        or with ``user`` another user's) observation, 410 when its object is gone or it has no picture (the reason
+        in ``detail``)."""
+        path, params = _media_path(observation_id, thumbnail), {"user": user} if user else None
+        return self._retrying(lambda: _media_answer(self._api.get(path, params=params), path))
 
     def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
                kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
@@ -666,6 +686,16 @@ class AsyncEngramClient(_Base):
     async def timeline_request(self, request: TimelineRequest) -> MemoryPage:
         """``GET /v1/timeline`` (see ``EngramClient.timeline_request``)."""
         return await self._send(_timeline_call(request))
+
+    async def media(self, observation_id: uuid.UUID | str, thumbnail: bool = False,
+                    user: str | None = None) -> tuple[bytes, str]:
+        """``GET /v1/media/{id}`` or ``/v1/thumbnails/{id}`` (see ``EngramClient.media``)."""
+        path, params = _media_path(observation_id, thumbnail), {"user": user} if user else None
+
+        async def once() -> tuple[bytes, str]:
+            return _media_answer(await self._api.get(path, params=params), path)
+
+        return await self._retrying(once)
 
     async def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
                      kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
