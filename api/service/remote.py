@@ -3,14 +3,16 @@ retries; one timeout per request, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``). The tenan
 ``tenant_id`` arguments are not sent (a key of tenant A never reads tenant B).
 
 Events, their counts and the tenant's users come from ``GET /v1/events`` and ``GET /v1/users``, the timeline from
-``GET /v1/timeline``. What the API has no route for yet raises ``NotOffered``: ``split_entity``,
-``entity_samples``, ``sample_media``, ``media`` and ``thumbnail``. ``add`` waits until the API has stored
+``GET /v1/timeline``, an observation's original and thumbnail from ``GET /v1/media/{id}`` and ``GET
+/v1/thumbnails/{id}`` (whole, as bytes). What the API has no route for yet raises ``NotOffered``: ``split_entity``,
+``entity_samples`` and ``sample_media``. ``add`` waits until the API has stored
 the memory (so it is searchable when it returns, as on the embedded default). Safe to call from several threads
 (httpx's client is).
 """
 
 from __future__ import annotations
 
+import mimetypes
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,8 +22,10 @@ import httpx
 
 from engram.api.client import EngramAPIError, EngramClient
 from engram.api.service.base import (
+    MediaMissing,
     MediaObject,
     MemoryService,
+    NotFound,
     NotOffered,
     ServiceError,
     ServiceTimeout,
@@ -210,8 +214,28 @@ class RemoteService(MemoryService):
 
     # --- what the API has no route for yet ---------------------------------------------------------------------
 
+    # --- media ------------------------------------------------------------------------------------------------
+    def _object(self, observation_id: uuid.UUID, user_id: str | None, thumbnail: bool) -> MediaObject:
+        """The object's bytes through the SDK's ``media``: NotFound for the API's 404, MediaMissing (its reason)
+        for its 410."""
+        try:
+            with self._call(absent_ok=True):
+                data, mime = self.client.media(observation_id, thumbnail, user_id)
+        except _Absent as exc:
+            raise NotFound(f"no observation {observation_id}") from exc
+        except ServiceError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, EngramAPIError) and cause.status == 410:
+                raise MediaMissing(str(cause.detail)) from exc
+            raise
+        mime = mime.split(";")[0].strip()
+        key = f"{observation_id}{mimetypes.guess_extension(mime) or ''}"
+        return MediaObject(key=key, mime_type=mime, size=len(data), data=data)
+
     def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
-        raise NotOffered("media through the HTTP API needs a route (GET /v1/media/{id})")
+        """``GET /v1/media/{id}``, the whole object's bytes (``key``: the observation's id and an extension)."""
+        return self._object(observation_id, user_id, thumbnail=False)
 
     def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
-        raise NotOffered("thumbnails through the HTTP API need a route (GET /v1/thumbnails/{id})")
+        """``GET /v1/thumbnails/{id}``."""
+        return self._object(observation_id, user_id, thumbnail=True)

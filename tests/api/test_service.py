@@ -133,12 +133,13 @@ def test_a_missing_original_is_told_apart_from_an_unknown_observation(store):
 @pytest.mark.timeout(300)
 def test_remote_service_through_the_http_api(query_worker):
     """``RemoteService`` on the real API (uvicorn in this process) and a real Celery worker: add (stored when it
-    returns), search, get, list, the timeline, events with their counts, users, delete; unknown ids answer None;
-    what the API cannot do yet is NotOffered."""
+    returns), search, get, list, the timeline, events with their counts, users, an original and a thumbnail's
+    reason, delete; unknown ids answer None; what the API cannot do yet is NotOffered."""
     import redis
 
     from engram.api.keys import create_key
     from engram.api.service.remote import RemoteService
+    from engram.workers.stores.objects import open_object_store
     from tests.api.conftest import served
 
     r = redis.Redis.from_url(query_worker.broker_url, decode_responses=True)
@@ -166,13 +167,26 @@ def test_remote_service_through_the_http_api(query_worker):
             try:
                 assert elsewhere.events("svc-remote") == [] and elsewhere.users("svc-remote") == []
                 assert elsewhere.timeline(TimelineRequest(tenant_id="svc-remote")).items == []
+                with pytest.raises(NotFound):
+                    elsewhere.media("svc-remote", hits[0].id)
             finally:
                 elsewhere.close()
+            original = svc.media("svc-remote", hits[0].id)  # GET /v1/media/{id}: the note's conversation record
+            stored = open_object_store(query_worker).get_bytes(svc.get_memory("", hits[0].id).payload["object_key"])
+            assert original.data == stored and original.size == len(stored)
+            with pytest.raises(MediaMissing, match="no picture"):  # GET /v1/thumbnails/{id}: 410 with the reason
+                svc.thumbnail("svc-remote", hits[0].id)
+            with pytest.raises(NotFound):
+                svc.media("svc-remote", hits[0].id, "bob")  # another user's
+            with pytest.raises(NotFound):
+                svc.media("svc-remote", uuid.uuid4())
             assert svc.name_entity("svc-remote", uuid.uuid4(), "Maria") is None
             assert svc.delete_memory("svc-remote", hits[0].id) is MemoryType.observation
             assert svc.get_memory("svc-remote", hits[0].id) is None
             assert svc.delete_memory("svc-remote", hits[0].id) is None
-            with pytest.raises(NotOffered, match="media"):
-                svc.media("svc-remote", hits[0].id)
+            with pytest.raises(NotFound):
+                svc.media("svc-remote", hits[0].id)  # deleted: 404
+            with pytest.raises(NotOffered, match="not this person"):
+                svc.split_entity("svc-remote", uuid.uuid4(), "x")
         finally:
             svc.close()
