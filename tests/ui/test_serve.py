@@ -323,3 +323,26 @@ def test_not_this_person_splits_a_face_off_through_the_cluster(cluster):
         assert after.status_code == 200 and f'id="person-{new_id}"' in after.text
     people = {str(e.id): e for e in _faces(cluster)}
     assert people[new_id].faces == 1 and people[str(a.id)].faces == 1
+
+
+def test_the_http_api_serves_originals_with_ranges_and_thumbnails_with_etags(cluster):
+    """``GET /v1/media/{id}`` and ``/v1/thumbnails/{id}`` (``api.routes.screens``, what ``RemoteService`` reads):
+    the same S3 ranges and ETags as the web app, behind an API key, 404 for another tenant's key."""
+    from engram.workers.stores.objects import open_object_store
+
+    original = open_object_store(cluster.settings).get_bytes(cluster.audio_key)
+    auth = {"Authorization": f"Bearer {cluster.keys['acme']}"}
+    with httpx.Client(base_url=cluster.url, timeout=120, headers=auth) as api:
+        part = api.get(f"/v1/media/{cluster.audio_id}", headers={"Range": "bytes=100-1123"})
+        assert part.status_code == 206 and part.content == original[100:1124]
+        assert part.headers["content-range"] == f"bytes 100-1123/{len(original)}"
+        assert api.get(f"/v1/media/{cluster.audio_id}", headers={"Range": f"bytes={len(original)}-"}).status_code == 416
+        thumb = api.get(f"/v1/thumbnails/{cluster.shot_id}")
+        assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/webp" and thumb.headers["etag"]
+        assert api.get(f"/v1/thumbnails/{cluster.shot_id}",
+                       headers={"If-None-Match": thumb.headers["etag"]}).status_code == 304
+        gone = api.get(f"/v1/thumbnails/{cluster.audio_id}")
+        assert gone.status_code == 410 and "no picture" in gone.json()["detail"]
+        assert api.get(f"/v1/media/{cluster.audio_id}", params={"user": "bob"}).status_code == 404
+    other = {"Authorization": f"Bearer {cluster.keys['globex']}"}
+    assert httpx.get(f"{cluster.url}/v1/media/{cluster.audio_id}", headers=other, timeout=60).status_code == 404
