@@ -1,11 +1,19 @@
 """``engram export --archive FILE`` and ``engram import FILE``: one user's (or a tenant's) whole memory in one
-archive file, and that file imported into another data dir, ids kept (the engine: ``workers.memory.archive``;
-``import`` is registered on the main app by ``api.cli``, ``export --archive`` is ``api.memory_cli.export``).
-``--json`` prints one summary object on stdout. See docs/keep.md."""
+archive file, and that file imported into another data dir or cluster, ids kept (the engine:
+``workers.memory.archive``; ``import`` is registered on the main app by ``api.cli``, ``export --archive`` is
+``api.memory_cli.export``).
+
+On the embedded default the command opens the data dir itself. On a cluster (``ENGRAM_BROKER_URL`` set) it stages
+the archive in the cluster's object store (``STAGING_PREFIX``) and asks the store worker (``workers.archive``, queue
+``consolidate``) to import it or to write one there, then fetches it. ``--json`` prints one summary object on
+stdout. See docs/keep.md."""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,14 +28,41 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _embedded_only(what: str) -> None:
+def _cluster(what: str) -> Any:
+    """The settings of the cluster the command works on (ENGRAM_BROKER_URL set), or None for the embedded
+    default's data dir; exits with the reason for settings that are neither."""
     from engram.schemas.settings import get_settings  # loaded when the command runs (start-up)
 
     settings = get_settings()
-    if settings.broker_url or settings.qdrant_url or settings.s3_endpoint:
-        raise _fail(f"engram {what} works on the embedded default's data dir; with ENGRAM_BROKER_URL, "
-                    "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT set the data lives in servers (an archive through the "
-                    "HTTP API is not built yet)")
+    if settings.broker_url:
+        return settings
+    if settings.qdrant_url or settings.s3_endpoint:
+        raise _fail(f"engram {what} works on the embedded default's data dir, or a cluster (ENGRAM_BROKER_URL set); "
+                    "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT without a broker is neither")
+    return None
+
+
+def _ask(settings: Any, task: str, args: list[Any], timeout: float = 3600.0) -> dict[str, Any]:
+    """Send ``task`` to the cluster's store worker and return its answer; no answer within ``timeout`` seconds,
+    or a refusal (``{"error": ...}``), exits with the reason."""
+    from celery import Celery  # loaded when the command runs on a cluster (start-up)
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from engram.workers.app import configure  # loaded when the command runs on a cluster (start-up)
+
+    app = Celery(f"engram-archive-{os.getpid()}")
+    configure(app, settings)
+    result = app.send_task(task, args=args)
+    try:
+        got = result.get(timeout=timeout)
+    except CeleryTimeout as exc:
+        raise _fail(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role store` "
+                    "running?", 3) from exc
+    finally:
+        result.forget()
+    if got.get("error"):
+        raise _fail(str(got["error"]))
+    return got
 
 
 def _points(counts: dict[str, Any]) -> str:
@@ -35,19 +70,43 @@ def _points(counts: dict[str, Any]) -> str:
     return ", ".join(f"{n} {c}" for c, n in points.items() if n) or "no points"
 
 
+def _export_in_cluster(settings: Any, dest: Path, tenant: str, user: str | None) -> dict[str, Any]:
+    """The store worker writes the archive into the object store; it is fetched into ``dest`` (a temporary name in
+    its folder, renamed when complete) and the staged object deleted."""
+    from engram.workers.memory.archive import STAGING_PREFIX  # loaded when the command runs (start-up)
+    from engram.workers.stores.objects import open_object_store  # loaded when the command runs (start-up)
+    from engram.workers.tasks import Task  # loaded when the command runs (start-up)
+
+    key = f"{STAGING_PREFIX}{uuid.uuid4()}.tar"
+    got = _ask(settings, Task.archive_export.value, [tenant, user, key])
+    objects = open_object_store(settings)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        objects.download(key, Path(tmp))
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        objects.delete(key)
+    return {**got, "path": str(dest)}
+
+
 def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool) -> None:
     """Write the archive of ``user`` of ``tenant`` (None: the whole tenant) to ``dest``; exit 1 when there is
-    nothing to export, 2 when ``dest`` cannot be written or the mode has no embedded data dir."""
+    nothing to export, 2 when ``dest`` cannot be written, 3 when the store stays busy or no store worker answers."""
     from engram.workers.errors import StoreError  # loaded when the command runs (start-up)
     from engram.workers.memory import archive  # loaded when the command runs (start-up)
     from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
-    _embedded_only("export --archive")
+    cluster = _cluster("export --archive")
     if dest.is_dir():
         raise _fail(f"{dest} is a folder: give the archive's file name, e.g. {dest / 'memory.tar'}")
     try:
-        with store_session() as rt:
-            result = archive.export_archive(rt, dest, tenant, user)
+        if cluster is not None:
+            got = _export_in_cluster(cluster, dest, tenant, user)
+        else:
+            with store_session() as rt:
+                got = archive.export_archive(rt, dest, tenant, user).to_json()
     except archive.ArchiveError as exc:
         raise _fail(str(exc), 1) from exc
     except StoreError as exc:
@@ -55,13 +114,29 @@ def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool) -> 
     except OSError as exc:
         raise _fail(f"cannot write {dest}: {exc.strerror or exc}") from exc
     if as_json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps(got))
         return
-    c = result.counts
+    c = got["counts"]
     console.print(Text(f"exported {repr(user) if user else 'tenant ' + repr(tenant)} to {dest}: "
                        f"{counted(c['objects'], 'object')} ({c['object_bytes'] / 1e6:.1f} MB), {_points(c)}, "
                        f"{counted(c['events'], 'event')}, {counted(c['vault_entries'], 'vault entry', 'vault entries')}"
-                       f" (still encrypted: the vault key is not in the archive) in {result.seconds:.1f} s"))
+                       f" (still encrypted: the vault key is not in the archive) in {got['seconds']:.1f} s"))
+
+
+def _import_in_cluster(settings: Any, archive_file: Path) -> dict[str, Any]:
+    """Stage ``archive_file`` in the cluster's object store, have the store worker import it, delete it."""
+    from engram.workers.memory.archive import STAGING_PREFIX  # loaded when the command runs (start-up)
+    from engram.workers.stores.objects import open_object_store  # loaded when the command runs (start-up)
+    from engram.workers.tasks import Task  # loaded when the command runs (start-up)
+
+    objects = open_object_store(settings)
+    key = f"{STAGING_PREFIX}{uuid.uuid4()}.tar"
+    objects.put_file(key, archive_file, "application/x-tar")
+    try:
+        got = _ask(settings, Task.archive_import.value, [key])
+    finally:
+        objects.delete(key)
+    return {**got, "path": str(archive_file)}
 
 
 def import_(
@@ -69,37 +144,42 @@ def import_(
                                                  "--archive FILE`.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
 ) -> None:
-    """Import an archive (`engram export --user U --archive FILE`) into this data dir, ids kept.
+    """Import an archive (`engram export --user U --archive FILE`) into this data dir, or into the cluster of
+    ENGRAM_BROKER_URL (through its store worker), ids kept.
 
     The whole archive is checked first (its format and the engram that wrote it, every member's SHA-256 against
     its manifest): a bad, truncated or foreign file, or one written by a newer engram, is refused with the reason
     before anything is written. Then its objects, points and ledger records are written; what is already here as
     the archive has it is not written again, so importing twice stores nothing twice, and an import that was
     interrupted is completed by the same command. Vault entries stay encrypted: reading them needs the source's
-    vault key (ENGRAM_VAULT_KEY, or its data_dir/vault.key copied here). Exit 2: refused; 3: the store stayed busy.
+    vault key (ENGRAM_VAULT_KEY, or its data_dir/vault.key copied here). Exit 2: refused; 3: the store stayed busy
+    or no store worker answered.
     """
     from engram.workers.errors import StoreError  # loaded when the command runs (start-up)
     from engram.workers.memory import archive  # loaded when the command runs (start-up)
     from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
-    _embedded_only("import")
+    cluster = _cluster("import")
     try:
         manifest = archive.verify_archive(archive_file)  # refused before the data dir is made or opened
-        with store_session() as rt:
-            result = archive.import_archive(rt, archive_file, manifest)
+        if cluster is not None:
+            got = _import_in_cluster(cluster, archive_file)
+        else:
+            with store_session() as rt:
+                got = archive.import_archive(rt, archive_file, manifest).to_json()
     except archive.ArchiveError as exc:
         raise _fail(str(exc)) from exc
     except StoreError as exc:
         raise _fail(str(exc), 3) from exc
     if as_json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps(got))
         return
-    w = result.written
+    w, counts = got["written"], got["counts"]
     new = (f"{counted(w['objects'], 'object')}, {_points(w)}, {counted(w['events'], 'event')} written"
            if w["objects"] or any(w["points"].values()) or w["events"] else "nothing new: all of it was already here")
-    who = repr(result.user_id) if result.user_id else f"tenant {result.tenant_id!r}"
-    console.print(Text(f"imported {who} from {archive_file} ({_points(result.counts)}; "
-                       f"{counted(result.counts['objects'], 'object')}): {new} in {result.seconds:.1f} s"))
+    who = repr(got["user_id"]) if got["user_id"] else f"tenant {got['tenant_id']!r}"
+    console.print(Text(f"imported {who} from {archive_file} ({_points(counts)}; "
+                       f"{counted(counts['objects'], 'object')}): {new} in {got['seconds']:.1f} s"))
 
 
 def register(app: typer.Typer) -> None:

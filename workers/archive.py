@@ -14,15 +14,17 @@ from pathlib import Path
 import structlog
 
 from engram.workers.app import task
-from engram.workers.memory.archive import ArchiveError, export_archive, import_archive, verify_archive
+from engram.workers.memory.archive import (
+    STAGING_PREFIX,
+    ArchiveError,
+    export_archive,
+    import_archive,
+    verify_archive,
+)
 from engram.workers.runtime import runtime
 from engram.workers.tasks import Task
 
 log = structlog.get_logger(__name__)
-
-#: Where a command stages an archive in the object store for the store worker, and the worker one it wrote.
-STAGING_PREFIX = "archives/"
-
 
 @task(Task.archive_import, "request", acks_late=False)
 def archive_import_task(key: str) -> dict:

@@ -76,6 +76,10 @@ EVENTS = "ledger/events.jsonl.gz"
 #: Points per ``points/`` member: the batch held in memory while writing or reading (a few MB of observations).
 POINTS_PER_MEMBER = 256
 _FOLDERS = ("objects/", "points/")
+#: Where ``engram import`` / ``export --archive`` of a cluster stage an archive in the object store for the store
+#: worker (``workers.archive``): under the staging area of uploads, so one a killed command left behind is removed
+#: by ``workers.stores.objects.expire_staged`` after its grace.
+STAGING_PREFIX = "uploads/archives/"
 _COPY_BYTES = 1 << 20
 
 

@@ -1,0 +1,99 @@
+"""``engram import`` / ``engram export --archive`` of the distributed mode on the test cluster: redis-server (broker,
+result backend, ledger), SeaweedFS (objects) and the store worker (``engram worker --role store``, the owner of the
+Qdrant Edge shards). A user's memory ingested on the embedded default (``tests.workers.memory.test_records``'
+template: chats, a screenshot, a vault entry) is moved into the cluster, where the same searches answer the same
+ids in the same order; imported again, nothing is written; exported from the cluster and imported into a new
+data dir, the same again."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+
+from engram.schemas.search import SearchRequest
+from tests.api.test_archive import QUERIES, _searches
+from tests.cluster import ENGRAM, Cluster, producer
+from tests.workers.memory.test_records import T, template, use_data_dir  # noqa: F401 (a fixture)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+
+DB = 10
+
+
+def _cluster_searches(app, user: str) -> dict[str, list[str]]:
+    """The searches of ``tests.api.test_archive._searches``, through the store worker's query queue."""
+    out = {}
+    for q in QUERIES:
+        req = SearchRequest(query=q, tenant_id=T, user_id=user, limit=10)
+        got = app.send_task("workers.query.search", args=[req.model_dump(mode="json")]).get(timeout=300)
+        out[q] = [str(h["id"]) for h in got["hits"]]
+    return out
+
+
+def _engram(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([ENGRAM, *args], env=env, capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def test_a_user_moved_from_a_laptop_into_a_cluster_and_back_answers_the_same(template, redis_server,  # noqa: F811
+                                                                              seaweedfs_s3, tmp_path, monkeypatch):
+    import redis
+
+    from engram.schemas.settings import Settings
+    from engram.workers.runtime import reset_runtimes
+
+    shutil.copytree(template / "data", tmp_path / "laptop")
+    use_data_dir(monkeypatch, tmp_path / "laptop")
+    before = _searches("alice")
+    assert before["budget review"], before
+    reset_runtimes()
+    laptop_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")} | {"HF_HUB_OFFLINE": "1"}
+    archive = tmp_path / "alice.tar"
+    run = _engram({**laptop_env, "ENGRAM_DATA_DIR": str(tmp_path / "laptop")}, tmp_path,
+                  "export", "--user", "alice", "--archive", str(archive))
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    url = redis_server.rsplit("/", 1)[0] + f"/{DB}"
+    redis.Redis.from_url(url).flushdb()
+    cluster = Cluster.create(tmp_path / "cluster", {
+        "ENGRAM_BROKER_URL": url, "ENGRAM_DATA_DIR": str(tmp_path / "cluster" / "data"), "ENGRAM_TENANT": T,
+        "ENGRAM_S3_ENDPOINT": seaweedfs_s3.endpoint, "ENGRAM_S3_ACCESS_KEY": seaweedfs_s3.access_key,
+        "ENGRAM_S3_SECRET_KEY": seaweedfs_s3.secret_key, "ENGRAM_S3_BUCKET": f"archive-{uuid.uuid4().hex[:12]}",
+        "ENGRAM_VAULT_KEY": Fernet.generate_key().decode()})
+    app = producer(Settings(broker_url=url))
+    try:
+        cluster.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@archive",
+                                "--loglevel", "INFO"])
+        cluster.wait_ready(app, ["store@archive"], timeout=300)
+        run = _engram(cluster.env, cluster.root, "import", str(archive), "--json")
+        assert run.returncode == 0, run.stderr[-3000:] + cluster.tails()
+        assert json.loads(run.stdout)["written"]["points"]["observations"] == 5
+        assert _cluster_searches(app, "alice") == before
+        again = _engram(cluster.env, cluster.root, "import", str(archive), "--json")
+        assert again.returncode == 0, again.stderr[-3000:]
+        written = json.loads(again.stdout)["written"]
+        assert written["objects"] == 0 and written["events"] == 0 and not any(written["points"].values()), written
+
+        back = tmp_path / "back.tar"
+        run = _engram(cluster.env, cluster.root, "export", "--user", "alice", "--archive", str(back), "--json")
+        assert run.returncode == 0, run.stderr[-3000:] + cluster.tails()
+    finally:
+        cluster.kill("store", signal.SIGTERM)
+        cluster.stop_all()
+    with tarfile.open(archive) as a, tarfile.open(back) as b:
+        names = sorted(n for n in a.getnames() if n.startswith("objects/"))
+        assert names == sorted(n for n in b.getnames() if n.startswith("objects/"))
+        assert any("/vault/" in n for n in names) and any("/thumb-" in n for n in names), names
+    run = _engram({**laptop_env, "ENGRAM_DATA_DIR": str(tmp_path / "new")}, tmp_path, "import", str(back))
+    assert run.returncode == 0, run.stderr[-3000:]
+    use_data_dir(monkeypatch, tmp_path / "new")
+    assert _searches("alice") == before
+    reset_runtimes()
