@@ -156,3 +156,35 @@ class EntityMergeRequest(BaseModel):
     entity_id: uuid.UUID = Field(description="The entity merged away.")
     reason: str = Field("manual", min_length=1, max_length=200, description="Recorded in the kept entity's "
                         "``merged_from``.")
+
+
+class EntitySplitRequest(BaseModel):
+    """``POST /v1/entities/{id}/split``: "not this person": the face or voice sample (an ``EntitySample.key``, as
+    ``GET /v1/entities/{id}/samples`` lists them) moved off the entity in the path into an entity of its own."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"sample_key": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d#1"},
+    ]})
+
+    sample_key: str = Field(min_length=1, max_length=300, description="The sample's key.")
+
+
+class SampleInfo(BaseModel):
+    """One face or voice sample of an entity, with the observation it came from."""
+
+    key: str = Field(description="The sample's key (``<observation id>#<face index>`` for a face).")
+    modality: str = Field(description="``face`` or ``voice``.")
+    at_ts: float = Field(description="When it was seen or heard, epoch seconds.")
+    observation_id: str | None = Field(None, description="The observation it came from; null when none is linked "
+                                       "any more.")
+
+
+class EntitySampleList(BaseModel):
+    """``GET /v1/entities/{id}/samples``: the entity's face and voice samples, newest first per modality."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"items": [{"key": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d#1", "modality": "face", "at_ts": 1714641000.0,
+                    "observation_id": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d"}]},
+    ]})
+
+    items: list[SampleInfo] = Field(description="The samples, faces first, newest first.")
