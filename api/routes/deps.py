@@ -44,7 +44,7 @@ class Services:
     presigner: Any | None  # minio.Minio for the public S3 endpoint, None without S3
     celery: Any  # celery.Celery producer configured from ``settings``
     metrics: Any  # prometheus_client.CollectorRegistry served on /metrics
-    service: Any = None  # api.service.queue.QueueService over ``celery``: the query workers' calls
+    service: Any = None  # api.service.queue.QueueService over ``celery``, ``ledger`` and ``objects``
 
 
 def _minio(endpoint: str, settings: Settings, secure: bool) -> Minio:
@@ -77,8 +77,9 @@ def build_services(settings: Settings, celery: Celery | None = None) -> Services
             public, secure = parts.netloc, parts.scheme == "https"
         presigner = _minio(public, settings, secure)
     registry = metrics_registry(settings.redis_url or settings.broker_url, [q.value for q in Queue])
-    return Services(settings, r, open_ledger(settings), objects, presigner, celery, registry,
-                    QueueService(celery, settings.service_timeout_seconds))
+    ledger = open_ledger(settings)
+    return Services(settings, r, ledger, objects, presigner, celery, registry,
+                    QueueService(celery, settings.service_timeout_seconds, ledger, objects))
 
 
 #: The bearer credentials of a request, None without an ``Authorization`` header (each route says what that means).
