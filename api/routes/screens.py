@@ -3,11 +3,15 @@
 Activity screen), its users (``GET /v1/users``), a time span's observations (``GET /v1/timeline``), an observation's
 original (``GET /v1/media/{id}``, HTTP ranges passed through to S3) and its thumbnail (``GET
 /v1/thumbnails/{id}``, with ``ETag``). Events and users are read from the API's ledger, the timeline and the
-observations by a query worker, the objects from the API's object store. Tenant-scoped: another tenant's ids answer
-404 like unknown ones; an observation whose object is gone answers 410 with the reason."""
+observations by a query worker, the objects from the API's object store. The People screen's entity samples
+(``GET /v1/entities/{id}/samples``), a sample's face crop or voice clip (``GET /v1/entities/{id}/samples/media``,
+made and stored once by a query worker) and "not this person" (``POST /v1/entities/{id}/split``) go through the
+query workers too. Tenant-scoped: another tenant's ids answer 404 like unknown ones; an object that is gone answers
+410 with the reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime
 from typing import Annotated
@@ -20,11 +24,12 @@ from pydantic import ValidationError
 from engram.api.routes.deps import Services, Svc, Tenant
 from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
 from engram.api.routes.queue import answered
-from engram.api.service.base import MediaMissing
+from engram.api.service.base import MediaMissing, NotFound
 from engram.api.service.media import original_object, thumbnail_object
 from engram.api.ui.pages import media_response
 from engram.api.ui.signin import stream_object, thumbnail_response
 from engram.schemas.api import ApiError, EventList
+from engram.schemas.entities import EntitySampleList, EntitySplitRequest, EntitySummary, SampleInfo
 from engram.schemas.events import _ID_PATTERN, EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import MemoryPage, MemoryRecord
@@ -127,3 +132,48 @@ def thumbnail(observation_id: uuid.UUID, request: Request, tenant: Tenant, svc: 
         return thumbnail_response(request, thumbnail_object(svc.objects, rec, svc.settings.max_image_pixels))
     except MediaMissing as exc:
         raise HTTPException(410, str(exc)) from exc
+
+
+# --- the People screen: an entity's samples, their media, "not this person" -------------------------------------
+
+@router.get("/v1/entities/{entity_id}/samples", response_model=EntitySampleList, tags=["entities"],
+            responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
+def entity_samples(entity_id: uuid.UUID, tenant: Tenant, svc: Svc) -> EntitySampleList:
+    """The entity's face and voice samples (faces first, newest first), each with the observation it came from.
+    404 for an unknown entity or another tenant's."""
+    with answered("samples"):
+        got = svc.service.entity_samples(tenant, entity_id)
+    if got is None:
+        raise HTTPException(404, "entity not found")
+    return EntitySampleList(items=[SampleInfo(**dataclasses.asdict(s)) for s in got])
+
+
+@router.get("/v1/entities/{entity_id}/samples/media", response_class=Response, tags=["entities"],
+            responses={k: v for k, v in MEDIA_ERRORS.items() if k != 416})
+def sample_media(entity_id: uuid.UUID, tenant: Tenant, svc: Svc,
+                 key: Annotated[str, Query(min_length=1, max_length=300, description="The sample's key.")]
+                 ) -> Response:
+    """A sample's face crop (WebP) or voice clip (WAV, at most a few seconds), made and stored once by a query
+    worker. 404 for an unknown entity or sample (or another tenant's); 410 with the reason when it cannot be made
+    (the original gone, no face box, an unreadable recording)."""
+    with answered("sample"):
+        try:
+            obj = svc.service.sample_media(tenant, entity_id, key)
+        except MediaMissing as exc:
+            raise HTTPException(410, str(exc)) from exc
+        except NotFound as exc:
+            raise HTTPException(404, "no such sample") from exc
+    return media_response(obj)
+
+
+@router.post("/v1/entities/{entity_id}/split", response_model=EntitySummary, tags=["entities"],
+             responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422))
+def split_entity(entity_id: uuid.UUID, body: EntitySplitRequest, tenant: Tenant, svc: Svc) -> EntitySummary:
+    """"Not this person": move the face or voice sample ``body.sample_key`` off the entity into a new entity
+    (unnamed), with the observations it came from relinked; returns the new entity. 404 for an unknown entity or
+    sample (or another tenant's)."""
+    with answered("split"):
+        new = svc.service.split_entity(tenant, entity_id, body.sample_key)
+    if new is None:
+        raise HTTPException(404, "entity or sample not found")
+    return new

@@ -20,6 +20,9 @@ EXPECTED = {
     ("POST", "/v1/uploads"): AUTH | {413, 422, 501},
     ("POST", "/v1/events"): AUTH | {403, 404, 409, 413, 422},
     ("GET", "/v1/events/{event_id}"): AUTH | {404, 422},
+    ("POST", "/v1/archives/uploads"): AUTH | {501},
+    ("POST", "/v1/archives/imports"): AUTH | {403, 404, 422, 504},
+    ("POST", "/v1/archives/exports"): AUTH | {422, 501, 504},
     ("POST", "/v1/search"): AUTH | WORKER | {403, 413, 422},
     ("POST", "/v1/ask"): AUTH | WORKER | {403, 413, 422},
     ("POST", "/v1/memories"): AUTH | {409, 413, 422},
@@ -38,6 +41,9 @@ EXPECTED = {
     ("GET", "/v1/timeline"): AUTH | WORKER | {422},
     ("GET", "/v1/media/{observation_id}"): AUTH | WORKER | {404, 410, 416, 422},
     ("GET", "/v1/thumbnails/{observation_id}"): AUTH | WORKER | {404, 410, 422},
+    ("GET", "/v1/entities/{entity_id}/samples"): AUTH | WORKER | {404, 422},
+    ("GET", "/v1/entities/{entity_id}/samples/media"): AUTH | WORKER | {404, 410, 422},
+    ("POST", "/v1/entities/{entity_id}/split"): AUTH | WORKER | {404, 413, 422},
 }
 
 
