@@ -46,7 +46,7 @@ from engram.schemas.api import (
     UploadResponse,
 )
 from engram.schemas.ask import AskRequest, AskResponse
-from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.entities import EntityList, EntitySampleList, EntitySummary
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import (
@@ -273,6 +273,10 @@ _CALLS: dict[str, Callable[..., _Call]] = {
     "export_user": lambda user: _Call("GET", f"/v1/users/{user}/export", parse=UserExport.model_validate),
     "list_entities": lambda: _Call("GET", "/v1/entities", parse=EntityList.model_validate),
     "users": lambda: _Call("GET", "/v1/users", parse=list),
+    "entity_samples": lambda eid: _Call("GET", f"/v1/entities/{eid}/samples", parse=EntitySampleList.model_validate),
+    "split_entity": lambda eid, key: _Call("POST", f"/v1/entities/{eid}/split", {"sample_key": key},
+                                           parse=EntitySummary.model_validate,  # a second split would 404
+                                           retry_if=lambda exc: isinstance(exc, httpx.ConnectError)),
     "merge_entities": lambda keep, drop, reason: _Call("POST", f"/v1/entities/{keep}/merge",
                                                        {"entity_id": str(drop), "reason": reason},
                                                        parse=EntitySummary.model_validate),
@@ -562,6 +566,22 @@ class EngramClient(_Base):
         EngramAPIError 404 when either is unknown (or another tenant's), 422 when they are the same."""
         return self._send(_CALLS["merge_entities"](keep, drop, reason))
 
+    def entity_samples(self, entity_id: uuid.UUID | str) -> EntitySampleList:
+        """``GET /v1/entities/{id}/samples``: the entity's face and voice samples. EngramAPIError 404 when
+        unknown (or another tenant's)."""
+        return self._send(_CALLS["entity_samples"](entity_id))
+
+    def sample_media(self, entity_id: uuid.UUID | str, sample_key: str) -> tuple[bytes, str]:
+        """``GET /v1/entities/{id}/samples/media``: a sample's face crop (WebP) or voice clip (WAV), bytes and media
+        type. EngramAPIError 404 for an unknown entity or sample, 410 when it cannot be made (the reason)."""
+        path = f"/v1/entities/{entity_id}/samples/media"
+        return self._retrying(lambda: _media_answer(self._api.get(path, params={"key": sample_key}), path))
+
+    def split_entity(self, entity_id: uuid.UUID | str, sample_key: str) -> EntitySummary:
+        """``POST /v1/entities/{id}/split``: "not this person", the sample moved into a new entity (returned).
+        EngramAPIError 404 for an unknown entity or sample."""
+        return self._send(_CALLS["split_entity"](entity_id, sample_key))
+
     def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
              interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:
         """Poll until every event is done, skipped or failed; returns each one's final status.
@@ -769,6 +789,23 @@ class AsyncEngramClient(_Base):
     async def name_entity(self, entity_id: uuid.UUID | str, name: str) -> EntitySummary:
         """``POST /v1/entities/{id}/name``."""
         return await self._send(_CALLS["name_entity"](entity_id, name))
+
+    async def entity_samples(self, entity_id: uuid.UUID | str) -> EntitySampleList:
+        """``GET /v1/entities/{id}/samples`` (see ``EngramClient.entity_samples``)."""
+        return await self._send(_CALLS["entity_samples"](entity_id))
+
+    async def sample_media(self, entity_id: uuid.UUID | str, sample_key: str) -> tuple[bytes, str]:
+        """``GET /v1/entities/{id}/samples/media`` (see ``EngramClient.sample_media``)."""
+        path = f"/v1/entities/{entity_id}/samples/media"
+
+        async def once() -> tuple[bytes, str]:
+            return _media_answer(await self._api.get(path, params={"key": sample_key}), path)
+
+        return await self._retrying(once)
+
+    async def split_entity(self, entity_id: uuid.UUID | str, sample_key: str) -> EntitySummary:
+        """``POST /v1/entities/{id}/split`` (see ``EngramClient.split_entity``)."""
+        return await self._send(_CALLS["split_entity"](entity_id, sample_key))
 
     async def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
                    interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:
