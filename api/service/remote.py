@@ -4,10 +4,11 @@ retries; one timeout per request, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``). The tenan
 
 Events, their counts and the tenant's users come from ``GET /v1/events`` and ``GET /v1/users``, the timeline from
 ``GET /v1/timeline``, an observation's original and thumbnail from ``GET /v1/media/{id}`` and ``GET
-/v1/thumbnails/{id}`` (whole, as bytes). What the API has no route for yet raises ``NotOffered``: ``split_entity``,
-``entity_samples`` and ``sample_media``. ``add`` waits until the API has stored
-the memory (so it is searchable when it returns, as on the embedded default). Safe to call from several threads
-(httpx's client is).
+/v1/thumbnails/{id}`` (whole, as bytes), and the People screen's samples, their crops and clips and "not this
+person" from ``/v1/entities/{id}/samples``, ``.../samples/media`` and ``.../split``. What it does not offer (the
+bytes stored per kind, a failed event's retry) and the API's 501s raise ``NotOffered``. ``add`` waits until the
+API has stored the memory (so it is searchable when it returns, as on the embedded default). Safe to call from
+several threads (httpx's client is).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from engram.api.service.base import (
     MemoryService,
     NotFound,
     NotOffered,
+    SampleRef,
     ServiceError,
     ServiceTimeout,
     ServiceUnavailable,
@@ -188,7 +190,17 @@ class RemoteService(MemoryService):
         return self._maybe(self.client.merge_entities, keep_id, drop_id, reason)
 
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
-        raise NotOffered("'not this person' (splitting an entity) is not built yet")
+        """``POST /v1/entities/{id}/split``; None when the entity or the sample is unknown."""
+        return self._maybe(self.client.split_entity, entity_id, sample_key)
+
+    def entity_samples(self, tenant_id: str, entity_id: uuid.UUID) -> list[SampleRef] | None:
+        """``GET /v1/entities/{id}/samples``; None when the entity is unknown."""
+        got = self._maybe(self.client.entity_samples, entity_id)
+        return None if got is None else [SampleRef(**s.model_dump()) for s in got.items]
+
+    def sample_media(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> MediaObject:
+        """``GET /v1/entities/{id}/samples/media``: the crop's or clip's bytes. Raises NotFound, MediaMissing."""
+        return self._bytes(f"{entity_id}-sample", lambda: self.client.sample_media(entity_id, sample_key))
 
     # --- the ledger and the timeline ---------------------------------------------------------------------------
     def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
@@ -215,27 +227,27 @@ class RemoteService(MemoryService):
     # --- what the API has no route for yet ---------------------------------------------------------------------
 
     # --- media ------------------------------------------------------------------------------------------------
-    def _object(self, observation_id: uuid.UUID, user_id: str | None, thumbnail: bool) -> MediaObject:
-        """The object's bytes through the SDK's ``media``: NotFound for the API's 404, MediaMissing (its reason)
-        for its 410."""
+    def _bytes(self, name: str, fetch: Any) -> MediaObject:
+        """``fetch()``'s (bytes, media type) from the SDK as a MediaObject keyed ``name`` and an extension:
+        NotFound for the API's 404, MediaMissing (its reason) for its 410."""
         try:
             with self._call(absent_ok=True):
-                data, mime = self.client.media(observation_id, thumbnail, user_id)
+                data, mime = fetch()
         except _Absent as exc:
-            raise NotFound(f"no observation {observation_id}") from exc
+            raise NotFound(f"no {name}") from exc
         except ServiceError as exc:
             cause = exc.__cause__
             if isinstance(cause, EngramAPIError) and cause.status == 410:
                 raise MediaMissing(str(cause.detail)) from exc
             raise
         mime = mime.split(";")[0].strip()
-        key = f"{observation_id}{mimetypes.guess_extension(mime) or ''}"
+        key = f"{name}{mimetypes.guess_extension(mime) or ''}"
         return MediaObject(key=key, mime_type=mime, size=len(data), data=data)
 
     def media(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         """``GET /v1/media/{id}``, the whole object's bytes (``key``: the observation's id and an extension)."""
-        return self._object(observation_id, user_id, thumbnail=False)
+        return self._bytes(str(observation_id), lambda: self.client.media(observation_id, False, user_id))
 
     def thumbnail(self, tenant_id: str, observation_id: uuid.UUID, user_id: str | None = None) -> MediaObject:
         """``GET /v1/thumbnails/{id}``."""
-        return self._object(observation_id, user_id, thumbnail=True)
+        return self._bytes(str(observation_id), lambda: self.client.media(observation_id, True, user_id))

@@ -186,7 +186,11 @@ def test_remote_service_through_the_http_api(query_worker):
             assert svc.delete_memory("svc-remote", hits[0].id) is None
             with pytest.raises(NotFound):
                 svc.media("svc-remote", hits[0].id)  # deleted: 404
-            with pytest.raises(NotOffered, match="not this person"):
-                svc.split_entity("svc-remote", uuid.uuid4(), "x")
+            assert svc.split_entity("svc-remote", uuid.uuid4(), "x") is None  # POST /v1/entities/{id}/split: 404
+            assert svc.entity_samples("svc-remote", uuid.uuid4()) is None
+            with pytest.raises(NotFound):
+                svc.sample_media("svc-remote", uuid.uuid4(), "x")
+            with pytest.raises(NotOffered):
+                svc.retry_event("svc-remote", added.event_id)
         finally:
             svc.close()

@@ -346,3 +346,36 @@ def test_the_http_api_serves_originals_with_ranges_and_thumbnails_with_etags(clu
         assert api.get(f"/v1/media/{cluster.audio_id}", params={"user": "bob"}).status_code == 404
     other = {"Authorization": f"Bearer {cluster.keys['globex']}"}
     assert httpx.get(f"{cluster.url}/v1/media/{cluster.audio_id}", headers=other, timeout=60).status_code == 404
+
+
+def test_remote_service_reads_samples_and_crops_and_splits_through_the_http_api(cluster):
+    """``RemoteService`` (the SDK over ``/v1/entities/{id}/samples``, ``.../samples/media`` and ``.../split``) on the
+    cluster's faces: the samples a query worker lists, a crop's WebP, a split, unknown ones None or NotFound."""
+    import uuid
+
+    from engram.api.service import NotFound
+    from engram.api.service.remote import RemoteService
+
+    svc = RemoteService(cluster.url, cluster.keys["acme"], timeout=120)
+    try:
+        person, other_face = [e for e in svc.list_entities("acme").items if e.faces][:2]
+        assert svc.merge_entities("acme", person.id, other_face.id, "test") is not None
+        samples = svc.entity_samples("acme", person.id)
+        faces = [s for s in samples if s.modality == "face"]
+        assert len(faces) >= 2 and all(s.observation_id for s in faces)
+        crop = svc.sample_media("acme", person.id, faces[0].key)
+        assert crop.mime_type == "image/webp" and crop.data[:4] == b"RIFF" and crop.size == len(crop.data)
+        with pytest.raises(NotFound):
+            svc.sample_media("acme", person.id, "nope")
+        assert svc.split_entity("acme", person.id, "nope") is None
+        new = svc.split_entity("acme", person.id, faces[1].key)
+        assert new is not None and new.id != person.id and new.faces == 1
+        assert [s.key for s in svc.entity_samples("acme", new.id)] == [faces[1].key]
+        assert svc.entity_samples("acme", uuid.uuid4()) is None
+    finally:
+        svc.close()
+    other = RemoteService(cluster.url, cluster.keys["globex"], timeout=120)
+    try:
+        assert other.entity_samples("globex", person.id) is None  # another tenant's person
+    finally:
+        other.close()
