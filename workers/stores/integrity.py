@@ -25,8 +25,9 @@ already have been written to):
 - A shard without a manifest (an older engram's, or one whose process was killed while it had the shard open)
   is checked by ``check_structure``: what no flush leaves half-done (sizes, presence), and, when the store's
   last clean close counted the shard's points (``vectors.CLOSED_FILE``), the id tracker and the vectors held
-  against that count. (The embedded store then reads every point back through the engine:
-  ``workers.stores.vectors.read_back``.)
+  against that count. (The embedded store then opens a scratch copy of the shard, ``sparse_copy``, and reads every
+  point of it back through the engine, ``workers.stores.vectors.EdgeVectorStore._trial_open``, before the engine
+  opens the shard itself.)
 
 Every refusal is a ``StoreCorrupt`` whose one-line message names the shard and the file. Reads only, but for
 ``write_manifest`` and ``drop_manifest``.
@@ -115,6 +116,36 @@ def file_digest(path: Path) -> str:
                 pos += len(chunk)
                 done = -(-pos // BLOCK)
     return h.hexdigest()
+
+
+def sparse_copy(src: Path, dst: Path) -> None:
+    """Copy the folder ``src`` to ``dst`` (which must not exist) with only the data extents of each file
+    (``_data_extents``): the engine's 32 MiB pages and chunks stay holes in the copy, so a shard copies in the time
+    of its data, not of its nominal size. Folders are made owner-only (0700), files 0600; the manifest is not
+    copied. Raises OSError (e.g. ENOSPC), leaving a partial ``dst`` for the caller to remove."""
+    dst.mkdir(mode=0o700, parents=True)
+    for folder, dirs, files in os.walk(src):
+        rel = Path(folder).relative_to(src)
+        for name in dirs:
+            (dst / rel / name).mkdir(mode=0o700)
+        for name in files:
+            if rel == Path(".") and name == MANIFEST:
+                continue
+            _sparse_copy_file(Path(folder) / name, dst / rel / name)
+
+
+def _sparse_copy_file(src: Path, dst: Path) -> None:
+    with open(src, "rb") as fin, open(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        for start, end in _data_extents(fin.fileno(), size):
+            pos = start
+            while pos < end:
+                chunk = os.pread(fin.fileno(), min(_READ, end - pos), pos)
+                if not chunk:
+                    break
+                os.pwrite(fout.fileno(), chunk, pos)
+                pos += len(chunk)
+        fout.truncate(size)
 
 
 def shard_files(shard: Path) -> dict[str, os.stat_result]:

@@ -65,6 +65,7 @@ from engram.workers.stores.integrity import (
     damaged,
     drop_manifest,
     read_manifest,
+    sparse_copy,
     verify_manifest,
     write_manifest,
 )
@@ -155,6 +156,8 @@ WANTED_SUFFIX = ".wanted-"
 #: ``EdgeVectorStore.compact``'s folders beside a collection's: the new shard being written, the old one being removed.
 COMPACTING_SUFFIX = ".compacting"
 FORGOTTEN_SUFFIX = ".forgotten"
+#: ``EdgeVectorStore._trial_open``'s scratch copy of a shard without a manifest, beside it.
+TRIAL_SUFFIX = ".trial"
 
 
 def _alive(pid: int) -> bool:
@@ -920,24 +923,48 @@ class EdgeVectorStore(VectorStore):
             self._known[collection] = verify_manifest(path, recorded)
         else:
             check_structure(path, self._closed_counts().get(collection))
+            self._trial_open(collection, path)
         drop_manifest(path)
-        try:
-            shard = _edge().EdgeShard.load(str(path))
-        except Exception as exc:
-            text = str(exc)
-            if "WouldBlock" in text:  # the write-ahead log's lock, held by another process
-                raise StoreBusy(
-                    f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
-                    "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
-            raise _corrupt(path, f"cannot be opened ({_one_line(exc)})") from exc
+        shard = self._load(path)
         try:
             self._check_count(collection, shard)
-            if recorded is None:
-                read_back(path, shard)
         except StoreCorrupt:
             shard.close()
             raise
         return shard
+
+    def _load(self, path: Path, copy_of: Path | None = None) -> Any:
+        """The engine's handle on the shard at ``path`` (a scratch copy of ``copy_of``, named in errors instead).
+        Raises StoreBusy when another process holds its write-ahead log, StoreCorrupt when the engine refuses it."""
+        try:
+            return _edge().EdgeShard.load(str(path))
+        except Exception as exc:
+            if "WouldBlock" in str(exc):  # the write-ahead log's lock, held by another process
+                raise StoreBusy(
+                    f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
+                    "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
+            raise _corrupt(copy_of or path, f"cannot be opened ({_one_line(exc)})") from exc
+
+    def _trial_open(self, collection: str, path: Path) -> None:
+        """Check a shard without a manifest (an older engram's, or one whose process was killed while it had the
+        shard open) on a scratch copy beside it (``<collection>.trial``, holes kept: ``integrity.sparse_copy``):
+        the engine opens the copy (replaying its write-ahead log, rewriting some files as it does), the count of
+        the last clean close is compared and every point is read back (``read_back``), and the copy is removed.
+        So the shard itself is written to only once it was found sound, whatever command opens it. Costs a copy
+        of the shard's data (once: the next clean close writes a manifest). Raises StoreCorrupt naming the shard's
+        damaged storage; OSError when the copy cannot be made (e.g. a full disk)."""
+        trial = self.root / f"{collection}{TRIAL_SUFFIX}"
+        shutil.rmtree(trial, ignore_errors=True)  # a killed trial's
+        try:
+            sparse_copy(path, trial)
+            shard = self._load(trial, copy_of=path)
+            try:
+                self._check_count(collection, shard)
+                read_back(path, shard)
+            finally:
+                shard.close()
+        finally:
+            shutil.rmtree(trial, ignore_errors=True)
 
     @staticmethod
     def _config(collection: str) -> Any:
