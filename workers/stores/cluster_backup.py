@@ -64,6 +64,7 @@ from engram.workers.stores.backup import (
     load_manifest,
     open_repository,
     restore_files,
+    without_gc,
     write_manifest,
 )
 from engram.workers.stores.objects import open_object_store
@@ -196,6 +197,7 @@ def _store_files(root: Path) -> tuple[list[tuple[Path, str]], list[str]]:
     return files, dirs
 
 
+@without_gc
 def backup_store(store: Any, root: Path, target: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """Run by the store worker (``workers.backup.store_backup``): the closed shards of ``store`` (its folder
     ``root``) and the Redis keys, of one moment, into the repository of ``target`` (see the module's docstring).
@@ -370,6 +372,7 @@ def _answer(got: dict[str, Any]) -> dict[str, Any]:
     return got
 
 
+@without_gc
 def backup_cluster(settings: Settings, repo: Repository, ask: Ask, s3: dict[str, Any] | None = None, *,
                    progress: Progress | None = None) -> BackupResult:
     """Write a snapshot of the cluster of ``settings`` into ``repo`` (see the module's docstring). ``ask``: sends a
