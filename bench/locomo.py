@@ -65,6 +65,17 @@ def locomo_half(conversation: int) -> str:
     return HALVES[0] if conversation < CHOSEN_ON_CONVERSATIONS else HALVES[1]
 
 
+def half_conversations(total: int, half: str | None, picked: Sequence[int] | None = None) -> list[int] | None:
+    """The conversation positions to run: ``picked`` (default: all ``total``) limited to those of ``half``
+    (``"chosen_on"`` or ``"held_out"``; None: no limit, and ``picked`` is returned as given). Raises ValueError
+    for another half."""
+    if half is None:
+        return None if picked is None else list(picked)
+    if half not in HALVES:
+        raise ValueError(f"half must be one of {HALVES}, not {half!r}")
+    return [i for i in (range(total) if picked is None else picked) if locomo_half(i) == half]
+
+
 def normalize_evidence_id(token: str) -> str | None:
     """``D<s>:<t>`` in canonical form (``D:11:26`` → ``D11:26``, ``D30:05`` → ``D30:5``); None if
     malformed."""

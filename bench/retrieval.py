@@ -30,8 +30,8 @@ The halves are computed from the same per-question results (no second ingest). J
 A LoCoMo-format file with five conversations or fewer (``--eval-data``) has an empty held-out half, printed as
 such. The JSON also carries ``load``: ``os.getloadavg()`` when the run ended.
 
-    python bench/retrieval.py [--conversations 0 1 ...] [--ks 5 10 25] [--data-dir DIR] [--json out.json]
-    python bench/retrieval.py --longmemeval [--questions N] [--embedding-cache DIR] [--json out.json]
+    python bench/retrieval.py [--conversations 0 1 ...] [--half chosen_on] [--ks 5 10 25] [--data-dir DIR] [--json F]
+    python bench/retrieval.py --longmemeval [--questions N] [--half chosen_on] [--embedding-cache DIR] [--json F]
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ from rich.table import Table  # noqa: E402
 from bench.locomo import (  # noqa: E402
     CATEGORIES,
     HALVES,
+    half_conversations,
     kept_turns,
     load_locomo,
     locomo_half,
@@ -352,7 +353,7 @@ LME_KS = (1, 5, 10)
 def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, eval_data: Path | None = None,
                          progress: bool = True, console: Console | None = None,
                          embedding_cache: Path | None = None, data_dir: Path | None = None,
-                         search_only: bool = False, checkpoint: Path | None = None) -> dict:
+                         search_only: bool = False, checkpoint: Path | None = None, half: str | None = None) -> dict:
     """LongMemEval-S session recall_any@k (budget of k sessions) for engram and the session baselines.
 
     Each of the first ``limit`` counted questions (default: all 98) is ingested through the real path
@@ -364,14 +365,16 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     ``recall[system]["by_type"][question_type][k]``, the question count, ingest seconds (total, median and
     per question) and the search latency median. ``checkpoint``: a JSON file rewritten with the figures so
     far after each question (``"complete": false`` until the last), so a run stopped early still leaves the
-    figures of the questions it finished."""
+    figures of the questions it finished. ``half``: only the questions of that half (``"chosen_on"`` or
+    ``"held_out"``), then the first ``limit`` of them."""
     from bench.longmemeval import SessionBaselines, load_longmemeval, longmemeval_half, recall_any_at_budget
     from engram.api.cli import ingest_paths
     from engram.workers.media.conversations import longmemeval_messages, parse_longmemeval_date, to_jsonl
     from engram.workers.runtime import runtime
 
     ks = sorted({int(k) for k in ks})
-    questions = load_longmemeval(eval_data)[:limit]
+    questions = [q for q in load_longmemeval(eval_data)
+                 if half is None or longmemeval_half(q.question_id) == half][:limit]
     systems = list(SYSTEMS)
     rows: list[dict] = []
     ingest_s: list[float] = []
@@ -567,6 +570,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--longmemeval", action="store_true",
                     help="LongMemEval-S session recall instead of LoCoMo (--ks default 1 5 10)")
     ap.add_argument("--questions", type=int, default=None, help="LongMemEval: only the first N questions")
+    ap.add_argument("--half", choices=HALVES, default=None,
+                    help="run one half only: chosen_on (tune here: LoCoMo conversations 0-4, LongMemEval questions "
+                         "of even md5) or held_out (judge here); with --conversations, those of the half")
     args = ap.parse_args(argv)
     _quiet_logs()
     console = Console(width=None if sys.stdout.isatty() else 170)
@@ -577,9 +583,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = evaluate_longmemeval(args.questions, LME_KS if args.ks == [5, 10, 25] else args.ks,
                                           args.eval_data, embedding_cache=args.embedding_cache,
                                           data_dir=args.data_dir, search_only=args.search_only,
-                                          checkpoint=args.json)
+                                          checkpoint=args.json, half=args.half)
         else:
-            result = evaluate(args.conversations, args.ks, args.data_dir, args.eval_data, variants=variants,
+            picked = half_conversations(len(load_locomo(args.eval_data)), args.half, args.conversations)
+            result = evaluate(picked, args.ks, args.data_dir, args.eval_data, variants=variants,
                               embedding_cache=args.embedding_cache, search_only=args.search_only,
                               ingest_only=args.ingest_only)
     except FileNotFoundError as exc:
