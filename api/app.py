@@ -25,7 +25,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from engram.api.ratelimit import RateLimiter
-from engram.api.routes import entities, health, memories, publish, screens, search
+from engram.api.routes import archives, entities, health, memories, publish, screens, search
 from engram.api.routes.deps import build_services
 from engram.api.routes.errors import HANDLERS
 from engram.api.ui.app import served_ui
@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, celery: Celery | None = None) -
     app = make(title="engram", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
                max_body_size=configured.api_max_body_bytes, exception_handlers=dict(HANDLERS))
     app.state.settings, app.state.celery = settings, celery  # read by the lifespan at start-up
-    for module in (health, publish, search, memories, entities, screens):
+    for module in (health, publish, search, memories, entities, screens, archives):
         app.include_router(module.router)
     app.mount("/ui", served_ui("/ui"))  # the web app (api.ui.signin): sign in with an API key; not in OpenAPI
     return app

@@ -27,15 +27,20 @@ from engram.workers.tasks import Task
 log = structlog.get_logger(__name__)
 
 @task(Task.archive_import, "request", acks_late=False)
-def archive_import_task(key: str) -> dict:
-    """Import the archive staged at object ``key`` (under ``STAGING_PREFIX``) into the cluster's stores; returns
-    ``ArchiveResult.to_json()`` or ``{"error": ...}``. The staged object is the command's to delete."""
+def archive_import_task(key: str, tenant_id: str | None = None) -> dict:
+    """Import the archive staged at object ``key`` (under ``STAGING_PREFIX``) into the cluster's stores; with
+    ``tenant_id`` (an import through the HTTP API: the API key's tenant), one of another tenant is refused.
+    Returns ``ArchiveResult.to_json()`` or ``{"error": ...}``. The staged object is the caller's to delete."""
     rt = runtime()
     if not key.startswith(STAGING_PREFIX):
         return {"error": f"{key!r} is not a staged archive"}
     try:
         with rt.objects.local_file(key) as path:
-            result = import_archive(rt, Path(path), verify_archive(Path(path)))
+            manifest = verify_archive(Path(path))
+            if tenant_id is not None and manifest["tenant_id"] != tenant_id:
+                return {"error": f"the archive is of tenant {manifest['tenant_id']!r}, not of this API key's "
+                                 f"({tenant_id!r})"}
+            result = import_archive(rt, Path(path), manifest)
     except ArchiveError as exc:
         log.warning("archive import refused", error=str(exc))
         return {"error": str(exc)}

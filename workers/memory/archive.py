@@ -383,6 +383,9 @@ def _read_all(path: Path, members: Iterator[tuple[tarfile.TarInfo, IO[bytes]]]
             manifest = _read_json(path, fh, "manifest")
             continue
         _safe_name(path, info.name)
+        if info.name.startswith("objects/") and PurePosixPath(info.name).parts[2] != header.get("tenant_id"):
+            raise ArchiveError(f"{path} is damaged: {info.name} is not an object of its tenant "
+                               f"{header.get('tenant_id')!r}")
         size, sha = _digest(fh)
         seen[info.name] = {"size": size, "sha256": sha}
     return header, manifest, seen
@@ -443,9 +446,12 @@ def _import_object(rt: Runtime, path: Path, key: str, fh: IO[bytes], expected: d
     return True
 
 
-def _import_points(rt: Runtime, collection: str, data: bytes) -> int:
-    """Upsert one member's points, leaving out those already stored with the same payload; how many were written."""
+def _import_points(rt: Runtime, collection: str, data: bytes, tenant_id: str) -> int:
+    """Upsert one member's points, leaving out those already stored with the same payload; how many were written.
+    Raises ArchiveError, before writing any of them, when one is not of ``tenant_id``."""
     points = [_point(line) for line in gzip.decompress(data).splitlines() if line]
+    if any((p.payload or {}).get("tenant_id") != tenant_id for p in points):
+        raise ArchiveError(f"the archive holds points of another tenant than its own ({tenant_id!r})")
     stored = {str(p.id): p.payload for p in rt.vectors.retrieve(collection, [p.id for p in points])}
     new = [p for p in points if stored.get(str(p.id)) != p.payload]
     rt.vectors.upsert(collection, new)
@@ -489,13 +495,12 @@ def _import_event(rt: Runtime, rec: LedgerRecord, segments: list[int]) -> bool:
     return True
 
 
-def _import_events(rt: Runtime, data: bytes) -> int:
-    written = 0
-    for line in gzip.decompress(data).splitlines():
-        if line:
-            d = json.loads(line)
-            written += _import_event(rt, LedgerRecord.model_validate(d["record"]), list(d["segments"]))
-    return written
+def _import_events(rt: Runtime, data: bytes, tenant_id: str) -> int:
+    events = [json.loads(line) for line in gzip.decompress(data).splitlines() if line]
+    records = [LedgerRecord.model_validate(d["record"]) for d in events]
+    if any(r.tenant_id != tenant_id for r in records):
+        raise ArchiveError(f"the archive holds events of another tenant than its own ({tenant_id!r})")
+    return sum(_import_event(rt, r, list(d["segments"])) for r, d in zip(records, events, strict=True))
 
 
 def _clean_temporary(data_dir: Path) -> None:
@@ -527,10 +532,10 @@ def import_archive(rt: Runtime, path: Path, manifest: dict[str, Any] | None = No
                 written["objects"] += _import_object(rt, path, name.removeprefix("objects/"), fh, listed[name])
             elif name.startswith("points/"):
                 coll = name.split("/")[1]
-                n = _import_points(rt, coll, _checked(path, fh, listed[name], name))
+                n = _import_points(rt, coll, _checked(path, fh, listed[name], name), manifest["tenant_id"])
                 written["points"][coll] = written["points"].get(coll, 0) + n
             else:
-                written["events"] += _import_events(rt, _checked(path, fh, listed[name], name))
+                written["events"] += _import_events(rt, _checked(path, fh, listed[name], name), manifest["tenant_id"])
     finally:
         members.close()
     log.info("archive imported", path=str(path), tenant=manifest["tenant_id"], user=manifest["user_id"],
