@@ -22,6 +22,12 @@ from rich.text import Text
 
 from engram.api.console import console, counted, err
 
+ApiUrl = Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", show_envvar=True, help="Through this "
+                                            "engram API (a cluster's), e.g. http://127.0.0.1:8000, instead of the "
+                                            "data dir or ENGRAM_BROKER_URL's cluster.")]
+ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", show_envvar=True, show_default=False,
+                                            help="With --api: an API key of the tenant.")]
+
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
     err.print(Text.assemble(("error: ", "red"), " ".join(message.split())), soft_wrap=True)
@@ -91,18 +97,75 @@ def _export_in_cluster(settings: Any, dest: Path, tenant: str, user: str | None)
     return {**got, "path": str(dest)}
 
 
-def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool) -> None:
+def _api(url: str, key: str | None) -> Any:
+    """An httpx client of the API at ``url`` with the bearer ``key`` (exits without one)."""
+    import httpx  # loaded when the command runs through the API (start-up)
+
+    if not key:
+        raise _fail("--api needs an API key: --api-key or ENGRAM_API_KEY (`engram keys create --tenant T`)")
+    return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {key}"}, timeout=3700.0)
+
+
+def _answer(resp: Any, what: str) -> dict[str, Any]:
+    """The JSON of an API answer; an error exits with its detail (3: no answer from the store worker)."""
+    if resp.status_code >= 400:
+        try:
+            detail = resp.json().get("detail")
+        except ValueError:
+            detail = resp.text[:300]
+        raise _fail(f"{what}: HTTP {resp.status_code}: {detail}", 3 if resp.status_code in (503, 504) else 2)
+    return resp.json()
+
+
+def _export_through_api(url: str, key: str | None, dest: Path, user: str | None) -> dict[str, Any]:
+    """``POST /v1/archives/exports``, then the archive fetched from its URL into ``dest`` (a temporary name in its
+    folder, renamed when complete)."""
+    import httpx  # loaded when the command runs through the API (start-up)
+
+    with _api(url, key) as api:
+        got = _answer(api.post("/v1/archives/exports", json={"user_id": user}), "export")
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, httpx.stream("GET", got["url"], timeout=3700.0) as resp:
+            if resp.status_code != 200:
+                raise _fail(f"cannot fetch the archive: HTTP {resp.status_code}")
+            for chunk in resp.iter_bytes(1 << 20):
+                out.write(chunk)
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return {**got, "path": str(dest)}
+
+
+def _import_through_api(url: str, key: str | None, archive_file: Path) -> dict[str, Any]:
+    """``POST /v1/archives/uploads``, the archive PUT to its URL (streamed), ``POST /v1/archives/imports``."""
+    import httpx  # loaded when the command runs through the API (start-up)
+
+    with _api(url, key) as api:
+        staged = _answer(api.post("/v1/archives/uploads"), "upload")
+        with open(archive_file, "rb") as fh:
+            put = httpx.put(staged["url"], content=fh, timeout=3700.0)
+        if put.status_code >= 300:
+            raise _fail(f"cannot upload the archive: HTTP {put.status_code}: {put.text[:300]}")
+        got = _answer(api.post("/v1/archives/imports", json={"key": staged["key"]}), "import")
+    return {**got, "path": str(archive_file)}
+
+
+def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool, api: str | None = None,
+                   api_key: str | None = None) -> None:
     """Write the archive of ``user`` of ``tenant`` (None: the whole tenant) to ``dest``; exit 1 when there is
     nothing to export, 2 when ``dest`` cannot be written, 3 when the store stays busy or no store worker answers."""
     from engram.workers.errors import StoreError  # loaded when the command runs (start-up)
     from engram.workers.memory import archive  # loaded when the command runs (start-up)
     from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
-    cluster = _cluster("export --archive")
+    cluster = None if api else _cluster("export --archive")
     if dest.is_dir():
         raise _fail(f"{dest} is a folder: give the archive's file name, e.g. {dest / 'memory.tar'}")
     try:
-        if cluster is not None:
+        if api:
+            got = _export_through_api(api, api_key, dest, user)
+        elif cluster is not None:
             got = _export_in_cluster(cluster, dest, tenant, user)
         else:
             with store_session() as rt:
@@ -142,10 +205,13 @@ def _import_in_cluster(settings: Any, archive_file: Path) -> dict[str, Any]:
 def import_(
     archive_file: Annotated[Path, typer.Argument(metavar="FILE", help="An archive written by `engram export "
                                                  "--archive FILE`.")],
+    api: ApiUrl = None,
+    api_key: ApiKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
 ) -> None:
-    """Import an archive (`engram export --user U --archive FILE`) into this data dir, or into the cluster of
-    ENGRAM_BROKER_URL (through its store worker), ids kept.
+    """Import an archive (`engram export --user U --archive FILE`) into this data dir, into the cluster of
+    ENGRAM_BROKER_URL (through its store worker), or through a cluster's API (--api, into the key's tenant), ids
+    kept.
 
     The whole archive is checked first (its format and the engram that wrote it, every member's SHA-256 against
     its manifest): a bad, truncated or foreign file, or one written by a newer engram, is refused with the reason
@@ -159,10 +225,12 @@ def import_(
     from engram.workers.memory import archive  # loaded when the command runs (start-up)
     from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
-    cluster = _cluster("import")
+    cluster = None if api else _cluster("import")
     try:
         manifest = archive.verify_archive(archive_file)  # refused before the data dir is made or opened
-        if cluster is not None:
+        if api:
+            got = _import_through_api(api, api_key, archive_file)
+        elif cluster is not None:
             got = _import_in_cluster(cluster, archive_file)
         else:
             with store_session() as rt:

@@ -21,7 +21,18 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from engram.api.console import console, counted, err, local_time, parse_time, print_hits, reads_store, snippet
+from engram.api.archive_cli import ApiKey, ApiUrl, export_archive
+from engram.api.console import (
+    console,
+    counted,
+    err,
+    local_time,
+    parse_time,
+    print_hits,
+    reads_store,
+    require_store,
+    snippet,
+)
 from engram.api.embedded import service_call
 from engram.api.explain import empty_type_line, explain_empty, why_empty_here
 from engram.api.service.base import NotOffered
@@ -301,7 +312,6 @@ def _forget_user(tenant: str, user: str, yes: bool) -> None:
                   highlight=False)
 
 
-@reads_store
 def export(
     user: Annotated[str | None, typer.Option(help="The user to export (with --archive, default: the whole "
                                              "tenant).")] = None,
@@ -311,14 +321,16 @@ def export(
                                                  "vectors, memories with their history, entities, vault entries "
                                                  "still encrypted, thumbnails.", metavar="FILE")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="With --archive: print a JSON summary.")] = False,
+    api: ApiUrl = None,
+    api_key: ApiKey = None,
 ) -> None:
     """Print everything stored about a user as JSON (events, every memory type with provenance; vault
     entries without secrets), e.g. engram export --user U > file.json; or, with --archive FILE, write the
     user's (or the tenant's) whole memory into one file that `engram import FILE` reads back, ids kept."""
+    if not (archive is not None and api):  # through the API no store is read here
+        require_store()
     if archive is not None:
-        from engram.api.archive_cli import export_archive  # the archive's engine loads only when asked for
-
-        export_archive(archive, _tenant(tenant), user, as_json)
+        export_archive(archive, _tenant(tenant), user, as_json, api, api_key)
         return
     if user is None:
         raise typer.BadParameter("name the user to export (or give --archive FILE for the whole tenant)",
