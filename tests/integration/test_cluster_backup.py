@@ -125,7 +125,7 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
     from engram.schemas.settings import Settings
 
     base = redis_server.rsplit("/", 1)[0]
-    first_url, second_url = f"{base}/14", f"{base}/15"
+    first_url, second_url = f"{base}/3", f"{base}/4"  # databases no other test uses
     _clean_redis(first_url)
     _clean_redis(second_url)
     vault_key = Fernet.generate_key().decode()

@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from engram.schemas.settings import Settings
 from engram.workers.stores.backup import (
@@ -274,10 +275,12 @@ def _object_listing(objects: Any) -> list[tuple[str, int, int, str]]:
             for o in client.list_objects(objects.bucket, recursive=True):
                 mtime = int(o.last_modified.timestamp() * 1e9) if o.last_modified else 0
                 out.append((o.object_name, int(o.size or 0), mtime, str(o.etag or "")))
-    else:
-        for key in objects.keys(""):
-            st = (objects.root / key).stat()
-            out.append((key, st.st_size, st.st_mtime_ns, f"{st.st_ino}-{st.st_ctime_ns}"))
+    elif objects.root.is_dir():  # a folder (a cluster sharing its data dir): (inode, ctime) stand for an ETag
+        for path in sorted(objects.root.rglob("*")):
+            if path.is_file() and not path.is_symlink() and not path.name.startswith(".tmp-"):
+                st = path.stat()
+                out.append((path.relative_to(objects.root).as_posix(), st.st_size, st.st_mtime_ns,
+                            f"{st.st_ino}-{st.st_ctime_ns}"))
     return [row for row in out if not row[0].startswith(SKIPPED_OBJECTS)]
 
 
@@ -336,10 +339,14 @@ class _ObjectPass:
 
 
 def describe(settings: Settings) -> str:
-    """The cluster's name in a manifest's ``source``: its Redis, its objects' place and its store."""
+    """The cluster's name in a manifest's ``source``: its Redis (without a password), its objects' place and its
+    store."""
+    url = urlsplit(redis_url(settings) or "")
+    host = url.hostname or url.path
+    redis_at = f"{url.scheme}://{host}{f':{url.port}' if url.port else ''}{url.path if url.hostname else ''}"
     objects = f"s3://{settings.s3_bucket}@{settings.s3_endpoint}" if settings.s3_endpoint else \
         str(settings.data_dir / "objects")
-    return f"cluster redis={redis_url(settings)} objects={objects} store=store-worker"
+    return f"cluster redis={redis_at} objects={objects} store=store-worker"
 
 
 def _previous(repo: Repository, source: str) -> dict[str, FileEntry]:
