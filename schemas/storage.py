@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from engram.schemas.events import MediaKind
 
@@ -23,6 +23,22 @@ class StorageUse(BaseModel):
     chunks, clip keyframes and audio tracks) per kind: what retention may remove. The objects (originals,
     thumbnails, caches, vault) are the tenant's own; ``store``, ``ledger`` and ``embedding_cache`` are shared by
     every tenant of the data dir (null where they are not files engram holds: a Qdrant server, the Redis ledger)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {
+            "tenant_id": "acme",
+            "originals": {"screenshot": {"count": 1680, "bytes": 412_000_000},
+                          "audio": {"count": 12, "bytes": 9_300_000}},
+            "thumbnails": {"count": 1680, "bytes": 13_400_000},
+            "ocr_cache": {"count": 1650, "bytes": 2_100_000},
+            "vault": {"count": 2, "bytes": 900},
+            "other_objects": {"count": 0, "bytes": 0},
+            "store": None, "ledger": None, "embedding_cache": 48_000_000, "other_files": 4096,
+            "total": 484_804_996, "capped_total": 436_800_900, "cap_bytes": None,
+            "retention_days": {"screenshot": 30.0},
+            "measured_at": "2024-05-02T09:30:07Z",
+        },
+    ]})
 
     tenant_id: str | None = Field(None, description="Whose objects are counted; null: every tenant's.")
     originals: dict[MediaKind, KindBytes] = Field(
