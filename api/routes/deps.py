@@ -79,7 +79,7 @@ def build_services(settings: Settings, celery: Celery | None = None) -> Services
     registry = metrics_registry(settings.redis_url or settings.broker_url, [q.value for q in Queue])
     ledger = open_ledger(settings)
     return Services(settings, r, ledger, objects, presigner, celery, registry,
-                    QueueService(celery, settings.service_timeout_seconds, ledger, objects))
+                    QueueService(celery, settings.service_timeout_seconds, ledger, objects, settings))
 
 
 #: The bearer credentials of a request, None without an ``Authorization`` header (each route says what that means).
