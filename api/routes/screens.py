@@ -6,8 +6,10 @@ original (``GET /v1/media/{id}``, HTTP ranges passed through to S3) and its thum
 observations by a query worker, the objects from the API's object store. The People screen's entity samples
 (``GET /v1/entities/{id}/samples``), a sample's face crop or voice clip (``GET /v1/entities/{id}/samples/media``,
 made and stored once by a query worker) and "not this person" (``POST /v1/entities/{id}/split``) go through the
-query workers too. Tenant-scoped: another tenant's ids answer 404 like unknown ones; an object that is gone answers
-410 with the reason."""
+query workers too. The Activity screen's storage table (``GET /v1/storage``: the bytes kept per kind, measured
+beside the API from the object store's listing) and a failed event's retry (``POST /v1/events/{id}/retry``: queued
+again in the ledger and published to ``ingest``) go through the routes' ``QueueService``. Tenant-scoped: another
+tenant's ids answer 404 like unknown ones; an object that is gone answers 410 with the reason."""
 
 from __future__ import annotations
 
@@ -28,11 +30,12 @@ from engram.api.service.base import MediaMissing, NotFound
 from engram.api.service.media import original_object, thumbnail_object
 from engram.api.ui.pages import media_response
 from engram.api.ui.signin import stream_object, thumbnail_response
-from engram.schemas.api import ApiError, EventList
+from engram.schemas.api import ApiError, EventList, EventStatusResponse
 from engram.schemas.entities import EntitySampleList, EntitySplitRequest, EntitySummary, SampleInfo
 from engram.schemas.events import _ID_PATTERN, EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import MemoryPage, MemoryRecord
+from engram.schemas.storage import StorageUse
 from engram.schemas.timeline import TimelineRequest
 
 router = APIRouter(tags=["activity"])
@@ -57,6 +60,28 @@ def list_events(tenant: Tenant, svc: Svc, user: UserQuery = None,
         mine = [r for r in ledger.user_events(tenant, user) if status is None or r.status is status]
         items = sorted(mine, key=lambda r: r.updated_at, reverse=True)[:limit]
     return EventList(items=items, counts=ledger.counts(tenant))
+
+
+@router.post("/v1/events/{event_id}/retry", response_model=EventStatusResponse,
+             responses=responses(*AUTH_ERRORS, 404, 422))
+def retry_event(event_id: uuid.UUID, tenant: Tenant, svc: Svc) -> EventStatusResponse:
+    """Run a failed event again: it is queued again in the ledger (its reason cleared; the segments already stored
+    are kept) and published to the ``ingest`` queue; answers its status (as ``GET /v1/events/{id}``), ``queued``.
+    A publish the broker refuses leaves it queued for beat's sweep of stalled events. 404 for an unknown event,
+    another tenant's, or one that is not failed (a second retry of the same failure)."""
+    rec = svc.service.retry_event(tenant, event_id)
+    if rec is None:
+        raise HTTPException(404, "no failed event with this id")
+    return EventStatusResponse.model_validate(rec.model_dump())
+
+
+@router.get("/v1/storage", response_model=StorageUse, responses=responses(*AUTH_ERRORS))
+def storage(tenant: Tenant, svc: Svc) -> StorageUse:
+    """The bytes kept per kind (``schemas.storage.StorageUse``): the tenant's originals per media kind, thumbnails,
+    OCR cache and vault from the object store's listing, the API's data dir's files (null store and ledger where
+    they are a Qdrant server and Redis), the storage cap and the retention rules. Measured at most once a minute
+    per tenant (``measured_at`` says when)."""
+    return svc.service.storage(tenant)
 
 
 @router.get("/v1/users", response_model=list[str], responses=responses(*AUTH_ERRORS))

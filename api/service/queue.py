@@ -10,8 +10,9 @@ is the route's own work (``NotOffered`` here). The timeline is a query task (``T
 app's changes (a memory's correction, "not this person") and an entity's samples; a sample's face crop or voice clip
 is made and stored by a query worker and read here from the object store. The ledger (events,
 their counts, the tenant's users) and media (originals, thumbnails) are read beside the API from the ``ledger`` and
-``objects`` it was given (the API's own: ``api.routes.deps.Services``), ``NotOffered`` without them. Safe to call
-from several threads (Celery's producer pool).
+``objects`` it was given (the API's own: ``api.routes.deps.Services``), ``NotOffered`` without them; so are the
+bytes stored per kind (``storage``: the object store's listing and the API's data dir, with ``settings``). Safe to
+call from several threads (Celery's producer pool).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import structlog
@@ -49,7 +51,8 @@ from engram.schemas.memory_admin import (
     UserExport,
 )
 from engram.schemas.search import SearchRequest, SearchResponse
-from engram.schemas.settings import get_settings
+from engram.schemas.settings import Settings, get_settings
+from engram.schemas.storage import StorageUse
 from engram.schemas.timeline import TimelineRequest
 from engram.workers.tasks import Task
 
@@ -61,19 +64,25 @@ REQUEST_PUBLISH_RETRY = {"max_retries": 3, "interval_start": 0.2, "interval_step
 #: How long the list of a tenant's users is reused, seconds; the ledger records it is read from, at most.
 USERS_TTL_S = 30.0
 USERS_SCAN = 20_000
+#: How long the bytes stored per kind are reused, seconds (each measure lists the whole object store).
+STORAGE_TTL_S = 60.0
 
 
 class QueueService(MemoryService):
     """The service on the query workers through ``celery`` (a configured producer app; see the module's
     docstring). ``timeout``: seconds per call (default ``ENGRAM_SERVICE_TIMEOUT_SECONDS``); ``ledger`` and
-    ``objects``: the API's ledger and object store, for the ledger's calls and media (else ``NotOffered``)."""
+    ``objects``: the API's ledger and object store, for the ledger's calls and media (else ``NotOffered``);
+    ``settings``: the API's (its data dir, cap and retention rules, for ``storage``; default ``get_settings()``)."""
 
-    def __init__(self, celery: Any, timeout: float | None = None, ledger: Any = None, objects: Any = None) -> None:
+    def __init__(self, celery: Any, timeout: float | None = None, ledger: Any = None, objects: Any = None,
+                 settings: Settings | None = None) -> None:
         self.celery = celery
-        self.timeout = timeout if timeout is not None else get_settings().service_timeout_seconds
+        self.settings = settings if settings is not None else get_settings()
+        self.timeout = timeout if timeout is not None else self.settings.service_timeout_seconds
         self.ledger, self.objects = ledger, objects
         self._users: dict[str, tuple[float, list[str]]] = {}
         self._users_lock = threading.Lock()
+        self._storage: dict[str, tuple[float, StorageUse]] = {}
 
     def _task(self, task: Task, *args: Any) -> Any:
         """Send ``task`` by name with JSON ``args`` and wait for its result (see the module's docstring)."""
@@ -223,6 +232,24 @@ class QueueService(MemoryService):
                 found = sorted({r.user_id for r in ledger.records(tenant_id, None, USERS_SCAN)})
                 self._users[tenant_id] = (time.monotonic(), found)
             return list(found)
+
+    def storage(self, tenant_id: str) -> StorageUse:
+        """``workers.stores.retention.storage_use`` beside the API: the tenant's objects by kind from the object
+        store's listing (every tenant's objects are listed: the measure is reused for ``STORAGE_TTL_S`` seconds),
+        the API's data dir's files (null store and ledger where they are a Qdrant server and Redis). Raises
+        NotOffered without the ledger or the object store."""
+        from engram.workers.stores.retention import storage_use  # the stores' listing, when a page asks for it
+
+        if self.objects is None:
+            raise NotOffered("the bytes stored are measured beside the API: this service was made without its "
+                             "object store")
+        rt = SimpleNamespace(settings=self.settings, objects=self.objects, ledger=self._ledger())
+        with self._users_lock:
+            found = self._storage.get(tenant_id)
+            if found is None or time.monotonic() - found[0] > STORAGE_TTL_S:
+                found = (time.monotonic(), storage_use(rt, tenant_id))
+                self._storage[tenant_id] = found
+            return found[1].model_copy()
 
     def timeline(self, req: TimelineRequest) -> MemoryPage:
         """``workers.memory.timeline.read_timeline`` on a query worker."""

@@ -219,7 +219,8 @@ class ServedUi:
         """(the API's Services, the Sessions, the QueueService of every tenant's app), made once."""
         if self._ready is None:
             svcs = api.state.services
-            service = QueueService(svcs.celery, svcs.settings.service_timeout_seconds, svcs.ledger, svcs.objects)
+            service = QueueService(svcs.celery, svcs.settings.service_timeout_seconds, svcs.ledger, svcs.objects,
+                                   svcs.settings)
             self._ready = (svcs, Sessions(secret(svcs.redis)), service)
         return self._ready
 

@@ -37,6 +37,8 @@ EXPECTED = {
     ("POST", "/v1/entities/{entity_id}/merge"): AUTH | WORKER | {404, 413, 422},
     ("POST", "/v1/entities/{entity_id}/name"): AUTH | WORKER | {404, 413, 422},
     ("GET", "/v1/events"): AUTH | {422},
+    ("POST", "/v1/events/{event_id}/retry"): AUTH | {404, 422},
+    ("GET", "/v1/storage"): AUTH,
     ("GET", "/v1/users"): AUTH,
     ("GET", "/v1/timeline"): AUTH | WORKER | {422},
     ("GET", "/v1/media/{observation_id}"): AUTH | WORKER | {404, 410, 416, 422},
