@@ -215,7 +215,7 @@ def test_an_import_killed_with_sigkill_is_completed_by_the_same_command(template
     deadline = time.monotonic() + 300
     while not (dest / "vectors" / OBSERVATIONS).is_dir() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(0.3)  # in the middle of writing the observations
+    time.sleep(0.1)  # in the middle of writing the observations
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
     rt = use_data_dir(monkeypatch, dest)
