@@ -22,9 +22,10 @@ from rich.text import Text
 
 from engram.api.console import console, counted, err
 
-ApiUrl = Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", show_envvar=True, help="Through this "
-                                            "engram API (a cluster's), e.g. http://127.0.0.1:8000, instead of the "
-                                            "data dir or ENGRAM_BROKER_URL's cluster.")]
+ApiUrl = Annotated[str | None, typer.Option("--api", help="Through this engram API (a cluster's), e.g. "
+                                            "http://127.0.0.1:8000, instead of the data dir or ENGRAM_BROKER_URL's "
+                                            "cluster (never taken from ENGRAM_API_URL: an import goes to a cluster "
+                                            "only when asked).")]
 ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", show_envvar=True, show_default=False,
                                             help="With --api: an API key of the tenant.")]
 

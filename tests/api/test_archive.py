@@ -165,6 +165,9 @@ def test_bad_truncated_damaged_foreign_and_newer_archives_are_refused_before_any
         "newer": (_tar(tmp_path / "n.tar", [(HEADER, json.dumps(newer).encode())]).read_bytes(),
                   f"written by engram 999.0 (archive format {FORMAT_VERSION + 1}); this is engram {engram_version()}"),
     }
+    nothing = _cli("export", "--user", "nobody", "--archive", str(tmp_path / "nobody.tar"))
+    assert nothing.exit_code == 1 and "holds nothing to export" in nothing.stderr, nothing.output
+    assert not (tmp_path / "nobody.tar").exists() and not list(tmp_path.glob(".nobody.tar.*"))
     for name, (content, reason) in cases.items():
         bad = tmp_path / f"{name}.tar"
         bad.write_bytes(content)

@@ -338,9 +338,9 @@ def _digest(fh: IO[bytes]) -> tuple[int, str]:
     return size, sha.hexdigest()
 
 
-def _read_json(path: Path, fh: IO[bytes], what: str) -> dict[str, Any]:
+def _read_json(path: Path, fh: IO[bytes], what: str, limit: int = -1) -> dict[str, Any]:
     try:
-        got = json.loads(fh.read(1 << 26))
+        got = json.loads(fh.read(limit))
     except ValueError as exc:
         raise ArchiveError(f"{path} is not an engram archive (its {what} is not JSON)") from exc
     if not isinstance(got, dict):
@@ -372,7 +372,7 @@ def _read_all(path: Path, members: Iterator[tuple[tarfile.TarInfo, IO[bytes]]]
     first = next(members, None)
     if first is None or first[0].name != HEADER:
         raise ArchiveError(f"{path} is not an engram archive (it does not begin with {HEADER})")
-    header = _read_json(path, first[1], "header")
+    header = _read_json(path, first[1], "header", 1 << 20)  # a few hundred bytes: a larger one is not ours
     _check_header(path, header)
     seen: dict[str, dict[str, Any]] = {}
     manifest = None
