@@ -58,6 +58,7 @@ from engram.schemas.memory_admin import (
     UserExport,
 )
 from engram.schemas.search import SearchRequest, SearchResponse
+from engram.schemas.storage import StorageUse
 from engram.schemas.timeline import TimelineRequest
 from engram.workers.errors import EngramError
 from engram.workers.ids import sha256_file
@@ -273,6 +274,9 @@ _CALLS: dict[str, Callable[..., _Call]] = {
     "export_user": lambda user: _Call("GET", f"/v1/users/{user}/export", parse=UserExport.model_validate),
     "list_entities": lambda: _Call("GET", "/v1/entities", parse=EntityList.model_validate),
     "users": lambda: _Call("GET", "/v1/users", parse=list),
+    "retry_event": lambda eid: _Call("POST", f"/v1/events/{eid}/retry", parse=EventStatusResponse.model_validate,
+                                     retry_if=lambda exc: isinstance(exc, httpx.ConnectError)),  # again: a 404
+    "storage": lambda: _Call("GET", "/v1/storage", parse=StorageUse.model_validate),
     "entity_samples": lambda eid: _Call("GET", f"/v1/entities/{eid}/samples", parse=EntitySampleList.model_validate),
     "split_entity": lambda eid, key: _Call("POST", f"/v1/entities/{eid}/split", {"sample_key": key},
                                            parse=EntitySummary.model_validate,  # a second split would 404
@@ -462,6 +466,17 @@ class EngramClient(_Base):
     def users(self) -> list[str]:
         """``GET /v1/users``: the tenant's users (those with events), sorted."""
         return self._send(_CALLS["users"]())
+
+    def retry_event(self, event_id: uuid.UUID | str) -> EventStatusResponse:
+        """``POST /v1/events/{id}/retry``: run a failed event again; its status after (queued). Retried only when
+        the connection failed (a second retry of the same failure answers 404). EngramAPIError 404 for an unknown
+        event, another tenant's, or one that is not failed."""
+        return self._send(_CALLS["retry_event"](event_id))
+
+    def storage(self) -> StorageUse:
+        """``GET /v1/storage``: the bytes kept per kind (the tenant's originals per media kind, thumbnails, caches,
+        vault; the data dir's shared files), the storage cap and the retention rules."""
+        return self._send(_CALLS["storage"]())
 
     def timeline_request(self, request: TimelineRequest) -> MemoryPage:
         """``GET /v1/timeline``: observations in a time span, newest first (``request.tenant_id`` is ignored: the
@@ -702,6 +717,14 @@ class AsyncEngramClient(_Base):
     async def users(self) -> list[str]:
         """``GET /v1/users``."""
         return await self._send(_CALLS["users"]())
+
+    async def retry_event(self, event_id: uuid.UUID | str) -> EventStatusResponse:
+        """``POST /v1/events/{id}/retry`` (see ``EngramClient.retry_event``)."""
+        return await self._send(_CALLS["retry_event"](event_id))
+
+    async def storage(self) -> StorageUse:
+        """``GET /v1/storage`` (see ``EngramClient.storage``)."""
+        return await self._send(_CALLS["storage"]())
 
     async def timeline_request(self, request: TimelineRequest) -> MemoryPage:
         """``GET /v1/timeline`` (see ``EngramClient.timeline_request``)."""
