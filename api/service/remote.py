@@ -5,8 +5,9 @@ retries; one timeout per request, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``). The tenan
 Events, their counts and the tenant's users come from ``GET /v1/events`` and ``GET /v1/users``, the timeline from
 ``GET /v1/timeline``, an observation's original and thumbnail from ``GET /v1/media/{id}`` and ``GET
 /v1/thumbnails/{id}`` (whole, as bytes), and the People screen's samples, their crops and clips and "not this
-person" from ``/v1/entities/{id}/samples``, ``.../samples/media`` and ``.../split``. What it does not offer (the
-bytes stored per kind, a failed event's retry) and the API's 501s raise ``NotOffered``. ``add`` waits until the
+person" from ``/v1/entities/{id}/samples``, ``.../samples/media`` and ``.../split``, the bytes stored per kind from
+``GET /v1/storage`` and a failed event's retry through ``POST /v1/events/{id}/retry``. The API's 501s raise
+``NotOffered``. ``add`` waits until the
 API has stored the memory (so it is searchable when it returns, as on the embedded default). Safe to call from
 several threads (httpx's client is).
 """
@@ -48,6 +49,7 @@ from engram.schemas.memory_admin import (
 )
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.settings import get_settings
+from engram.schemas.storage import StorageUse
 from engram.schemas.timeline import TimelineRequest
 
 
@@ -224,7 +226,19 @@ class RemoteService(MemoryService):
         with self._call():
             return self.client.timeline_request(req)
 
-    # --- what the API has no route for yet ---------------------------------------------------------------------
+    def retry_event(self, tenant_id: str, event_id: uuid.UUID) -> LedgerRecord | None:
+        """``POST /v1/events/{id}/retry``, then the event's record as ``GET /v1/events`` lists it (queued unless a
+        worker already took it); None when it is unknown, another tenant's or not failed."""
+        if self._maybe(self.client.retry_event, event_id) is None:
+            return None
+        with self._call():
+            found = [r for r in self.client.events(None, None, 1000).items if r.event_id == event_id]
+        return found[0] if found else None
+
+    def storage(self, tenant_id: str) -> StorageUse:
+        """``GET /v1/storage`` (the key's tenant)."""
+        with self._call():
+            return self.client.storage()
 
     # --- media ------------------------------------------------------------------------------------------------
     def _bytes(self, name: str, fetch: Any) -> MediaObject:

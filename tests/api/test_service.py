@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from PIL import Image, ImageDraw
 
-from engram.api.service import MediaMissing, NotFound, NotOffered
+from engram.api.service import MediaMissing, NotFound
 from engram.schemas.add import AddMemoryRequest
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
@@ -129,12 +129,34 @@ def test_a_missing_original_is_told_apart_from_an_unknown_observation(store):
         svc.thumbnail("default", shot.id)
 
 
+def retry_a_failure(svc, settings, event_id: uuid.UUID) -> None:
+    """Mark the done event ``event_id`` failed in the cluster's ledger, retry it through ``svc`` (``POST
+    /v1/events/{id}/retry``) and wait until the worker has run it again (done)."""
+    import time
+
+    from engram.workers.stores.ledger import open_ledger
+
+    ledger = open_ledger(settings)
+    ledger.mark(event_id, EventStatus.failed, stage="ingest", reason="test: the object store was down")
+    assert [e.event_id for e in svc.failures("svc-remote")] == [event_id]
+    again = svc.retry_event("svc-remote", event_id)
+    assert again is not None and again.event_id == event_id and again.status is not EventStatus.failed
+    assert again.reason is None
+    deadline = time.monotonic() + 60
+    while ledger.get(event_id).status not in (EventStatus.done, EventStatus.skipped, EventStatus.failed):
+        assert time.monotonic() < deadline, ledger.get(event_id)
+        time.sleep(0.2)
+    assert ledger.get(event_id).status is EventStatus.done
+    assert svc.retry_event("svc-remote", event_id) is None  # not failed any more: 404
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_remote_service_through_the_http_api(query_worker):
     """``RemoteService`` on the real API (uvicorn in this process) and a real Celery worker: add (stored when it
-    returns), search, get, list, the timeline, events with their counts, users, an original and a thumbnail's
-    reason, delete; unknown ids answer None; what the API cannot do yet is NotOffered."""
+    returns), search, get, list, the timeline, events with their counts, users, a failure's retry, the bytes stored
+    per kind, an original and a thumbnail's reason, delete; unknown ids answer None; another tenant's key sees and
+    retries nothing."""
     import redis
 
     from engram.api.keys import create_key
@@ -163,10 +185,15 @@ def test_remote_service_through_the_http_api(query_worker):
             assert [e.event_id for e in events] == [added.event_id] and events[0].status is EventStatus.done
             assert svc.events("svc-remote", None, EventStatus.failed) == []
             assert svc.event_counts("svc-remote")[EventStatus.done] == 1 and svc.users("svc-remote") == ["alice"]
+            retry_a_failure(svc, query_worker, added.event_id)
+            use = svc.storage("svc-remote")  # GET /v1/storage: the tenant's objects by kind
+            assert use.tenant_id == "svc-remote" and use.originals[MediaKind.text].count >= 1 and use.total > 0
             elsewhere = RemoteService(url, other, timeout=120)  # another tenant's key sees none of it
             try:
                 assert elsewhere.events("svc-remote") == [] and elsewhere.users("svc-remote") == []
                 assert elsewhere.timeline(TimelineRequest(tenant_id="svc-remote")).items == []
+                assert elsewhere.storage("svc-remote").originals == {}
+                assert elsewhere.retry_event("svc-remote", added.event_id) is None
                 with pytest.raises(NotFound):
                     elsewhere.media("svc-remote", hits[0].id)
             finally:
@@ -190,7 +217,6 @@ def test_remote_service_through_the_http_api(query_worker):
             assert svc.entity_samples("svc-remote", uuid.uuid4()) is None
             with pytest.raises(NotFound):
                 svc.sample_media("svc-remote", uuid.uuid4(), "x")
-            with pytest.raises(NotOffered):
-                svc.retry_event("svc-remote", added.event_id)
+            assert svc.retry_event("svc-remote", uuid.uuid4()) is None
         finally:
             svc.close()
