@@ -162,6 +162,16 @@ class MemoryService(ABC):
         unknown."""
         raise NotOffered("an entity's samples are not offered here")
 
+    def entities_samples(self, tenant_id: str, entity_ids: list[uuid.UUID]) -> dict[uuid.UUID, list[SampleRef]]:
+        """``entity_samples`` of several entities (the People page's): by entity id, the unknown ones left out.
+        This default asks once per entity; an implementation with a round trip per call reads them in one."""
+        out = {}
+        for eid in entity_ids:
+            got = self.entity_samples(tenant_id, eid)
+            if got is not None:
+                out[eid] = got
+        return out
+
     def sample_media(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> MediaObject:
         """A sample's media: a face crop (WebP) or a few seconds of the voice (WAV). Raises NotFound for an
         unknown entity or sample, MediaMissing (with the reason) when it cannot be made."""

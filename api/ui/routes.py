@@ -146,13 +146,11 @@ def _lists(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     @app.get("/people", include_in_schema=False)
     def people(request: Request) -> Response:
         entities = svc.list_entities(tenant)
-        samples = {}
-        for e in entities.items[:PEOPLE_WITH_SAMPLES]:
-            if e.faces or e.voices:
-                try:
-                    samples[str(e.id)] = svc.entity_samples(tenant, e.id) or []
-                except NotOffered:
-                    break
+        shown = [e.id for e in entities.items[:PEOPLE_WITH_SAMPLES] if e.faces or e.voices]
+        try:  # one request task under engram serve (QueueService), not one per person
+            samples = {str(eid): found for eid, found in svc.entities_samples(tenant, shown).items()}
+        except NotOffered:
+            samples = {}
         return pages.render(request, "people.html", user=pages.user(request), entities=entities, samples=samples,
                             faces_shown=FACES_SHOWN, voices_shown=VOICES_SHOWN)
 

@@ -230,6 +230,8 @@ def test_the_hourly_plot_has_a_title_and_a_table(page, ui, media):
     assert total == len(ui.service.events("default", None, None, 10_000))  # every event was published just now
     assert page.locator("#capture").is_visible() and page.get_by_text("keepassxc").first.is_visible()
     assert page.get_by_role("button", name=re.compile(r"(Pause|Resume) capture")).is_visible()
+    storage = page.get_by_role("table", name=re.compile("Bytes stored per kind"))  # the storage table, per kind
+    assert storage.get_by_role("rowheader", name="screenshot originals").is_visible()
 
 
 def test_pausing_capture_writes_its_pause_file(page, ui):

@@ -163,7 +163,9 @@ def test_every_screen_answers_through_the_cluster(cluster):
         assert found.status_code == 200 and f"/ui/item/{cluster.shot_id}" in found.text
         for screen in ("/ui/people", "/ui/memories", "/ui/activity", "/ui/connect", f"/ui/item/{cluster.shot_id}"):
             assert http.get(screen).status_code == 200, screen
-        assert "alice" in http.get("/ui/activity").text  # the ledger's users and events, read beside the API
+        activity = http.get("/ui/activity").text
+        assert "alice" in activity  # the ledger's users and events, read beside the API
+        assert "Bytes stored per kind" in activity and "screenshot originals" in activity  # S3's listing, by kind
 
 
 def test_a_url_of_tenant_a_is_404_for_tenant_b(cluster):
@@ -379,3 +381,41 @@ def test_remote_service_reads_samples_and_crops_and_splits_through_the_http_api(
         assert other.entity_samples("globex", person.id) is None  # another tenant's person
     finally:
         other.close()
+
+
+class Recorder:
+    """A Celery producer that notes the name of each task it sends (the broker and the worker are real)."""
+
+    def __init__(self, app) -> None:
+        self.app, self.sent = app, []
+
+    def send_task(self, name: str, **options):
+        self.sent.append(name)
+        return self.app.send_task(name, **options)
+
+
+def test_the_people_page_reads_every_persons_samples_in_one_request_task(cluster):
+    """``QueueService.entities_samples`` (what the People page under /ui asks): every person's samples in one request
+    task on the query worker, the same as one ``entity_samples`` each; another tenant's persons are left out."""
+    import uuid
+
+    from celery import Celery
+
+    from engram.api.service.queue import QueueService
+    from engram.workers.app import configure
+    from engram.workers.tasks import Task
+
+    app = Celery("serve-ui-people")
+    configure(app, cluster.settings)
+    producer = Recorder(app)
+    svc = QueueService(producer, 120)
+    ids = [e.id for e in svc.list_entities("acme").items if e.faces or e.voices]
+    assert len(ids) >= 2, ids
+    producer.sent.clear()
+    many = svc.entities_samples("acme", [*ids, uuid.uuid4()])
+    assert producer.sent == [Task.entity_samples_many.value]
+    assert many == {e: svc.entity_samples("acme", e) for e in ids} and all(many.values())
+    assert svc.entities_samples("globex", ids) == {}
+    with signed_in(cluster, "acme") as http:
+        page = http.get("/ui/people").text
+    assert all(f"/ui/people/{e}/sample?key=" in page for e in many)  # each person's crop or clip shown
