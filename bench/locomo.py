@@ -76,6 +76,50 @@ def half_conversations(total: int, half: str | None, picked: Sequence[int] | Non
     return [i for i in (range(total) if picked is None else picked) if locomo_half(i) == half]
 
 
+def row_key(row: dict) -> tuple:
+    """What identifies a question's row across runs: ``(sample_id, question)`` (LoCoMo), ``(question_id,)``
+    (LongMemEval)."""
+    return (row["question_id"],) if "question_id" in row else (row["sample_id"], row["question"])
+
+
+def _at(recall: dict, k: int) -> float:
+    """A row's recall at ``k``, whether its keys are ints (in memory) or strings (read back from JSON)."""
+    return recall[k] if k in recall else recall[str(k)]
+
+
+def paired_comparison(before: Sequence[dict], after: Sequence[dict], system: str = "engram", k: int = 10,
+                      resamples: int = 2000, seed: int = 0) -> dict:
+    """Whether a change moved ``system``'s recall@``k``, question by question (the per-question rows of two runs
+    of ``bench/retrieval.py --rows``, matched by ``row_key``; rows in only one run are left out).
+
+    Returns ``{half: {group: {"n", "before", "after", "diff", "ci95": [lo, hi], "better", "worse"}}}`` with
+    ``half`` ``chosen_on`` / ``held_out`` and ``group`` ``"all"`` and each category (or LongMemEval type):
+    the mean difference after − before, its 95 % interval by a paired bootstrap (``resamples`` draws of the
+    questions with replacement, seeded), and how many questions rose or fell. A change whose held-out interval
+    holds 0 is not shown to help."""
+    rng = np.random.default_rng(seed)
+    old = {row_key(r): r for r in before}
+    pairs = [(old[row_key(r)], r) for r in after if row_key(r) in old]
+    out: dict = {}
+    for half in HALVES:
+        sel = [(a, b) for a, b in pairs if b["half"] == half]
+        group_of = "category" if any("category" in b for _, b in sel) else "type"
+        groups = {"all": sel, **{str(g): [(a, b) for a, b in sel if b[group_of] == g]
+                                 for g in sorted({b[group_of] for _, b in sel}, key=str)}}
+        out[half] = {}
+        for g, ps in groups.items():
+            if not ps:
+                continue
+            x = np.array([_at(a["recall"][system], k) for a, _ in ps], dtype=float)
+            y = np.array([_at(b["recall"][system], k) for _, b in ps], dtype=float)
+            d = y - x
+            means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
+            out[half][g] = {"n": len(d), "before": float(x.mean()), "after": float(y.mean()), "diff": float(d.mean()),
+                            "ci95": [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))],
+                            "better": int((d > 0).sum()), "worse": int((d < 0).sum())}
+    return out
+
+
 def normalize_evidence_id(token: str) -> str | None:
     """``D<s>:<t>`` in canonical form (``D:11:26`` → ``D11:26``, ``D30:05`` → ``D30:5``); None if
     malformed."""

@@ -63,6 +63,7 @@ from bench.locomo import (  # noqa: E402
     kept_turns,
     load_locomo,
     locomo_half,
+    paired_comparison,
     recall_at_budget,
     sample_questions,
     sample_turns,
@@ -165,7 +166,9 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     query worker (raises FileNotFoundError without a data dir that holds a store). ``ingest_only``: time the
     ingest (through consolidation) and skip the searches (no recall figures). Returns a JSON-serialisable
     dict: ``recall[system]["overall"][k]``, ``recall[system]["by_category"][cat][k]``, question counts,
-    ingest seconds, search latency, per conversation figures and diagnostics of what fills engram's turn budget.
+    ingest seconds, search latency, per conversation figures, diagnostics of what fills engram's turn budget, and
+    ``rows``: each question's ``sample_id``, ``conversation``, ``question`` (its index in the sample's ``qa``),
+    ``half``, ``category`` and ``recall[system][k]`` (``main`` writes them to ``--rows``, not to ``--json``).
     """
     from engram.api.cli import ingest_paths
     from engram.workers.media.conversations import locomo_sample_id, to_jsonl
@@ -235,8 +238,8 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                         for name, mtypes in variants.items():
                             ranked[name] = _search_sources(rt, q.question, user, 2 * kmax, kmax, mtypes,
                                                            reference_time=reference)[0]
-                        rows.append({"sample_id": sid, "conversation": ci, "half": locomo_half(ci),
-                                     "category": q.category, "recall": {
+                        rows.append({"sample_id": sid, "conversation": ci, "question": q.index,
+                                     "half": locomo_half(ci), "category": q.category, "recall": {
                             s: {k: recall_at_budget(ranked[s], ev, k) for k in ks} for s in systems}})
                         _budget_diagnostics(diag, sources, types, ks)
                     bar.update(task, current=f"{sid}: done")
@@ -267,6 +270,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
         "per_conversation": {sid: summary([r for r in rows if r["sample_id"] == sid])
                              for sid in dict.fromkeys(r["sample_id"] for r in rows)},
         "engram_budget": {key: _mean(vals) for key, vals in sorted(diag.items())},
+        "rows": rows,
     }
     for half in HALVES:
         result["halves"][half]["conversations"] = [locomo_sample_id(samples[i], i) for i in indices
@@ -365,8 +369,9 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     ``recall[system]["by_type"][question_type][k]``, the question count, ingest seconds (total, median and
     per question) and the search latency median. ``checkpoint``: a JSON file rewritten with the figures so
     far after each question (``"complete": false`` until the last), so a run stopped early still leaves the
-    figures of the questions it finished. ``half``: only the questions of that half (``"chosen_on"`` or
-    ``"held_out"``), then the first ``limit`` of them."""
+    figures of the questions it finished; the result's ``rows`` (each question's ``question_id``, ``half``,
+    ``type`` and ``recall[system][k]``) are left out of it. ``half``: only the questions of that half
+    (``"chosen_on"`` or ``"held_out"``), then the first ``limit`` of them."""
     from bench.longmemeval import SessionBaselines, load_longmemeval, longmemeval_half, recall_any_at_budget
     from engram.api.cli import ingest_paths
     from engram.workers.media.conversations import longmemeval_messages, parse_longmemeval_date, to_jsonl
@@ -422,7 +427,7 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
             if checkpoint is not None:
                 done = _longmemeval_summary(rows, ks, systems, ingest_s, latencies)
                 Path(checkpoint).write_text(json.dumps({**done, "complete": len(rows) == len(questions)}, indent=2))
-    return _longmemeval_summary(rows, ks, systems, ingest_s, latencies)
+    return {**_longmemeval_summary(rows, ks, systems, ingest_s, latencies), "rows": rows}
 
 
 def _longmemeval_summary(rows: list[dict], ks: list[int], systems: list[str], ingest_s: list[float],
@@ -531,6 +536,29 @@ def print_report(result: dict, console: Console | None = None) -> None:
     console.print(f"engram's turn budget: {budget}")
 
 
+def compare_main(before: Path, after: Path, ks: Sequence[int], console: Console, out: Path | None = None) -> int:
+    """``--compare``: engram's recall in two ``--rows`` files question by question (``bench.locomo.paired_comparison``)
+    at each k of ``ks`` present in the rows, a table per k with a row per half and group: before, after, the mean
+    difference with its paired-bootstrap 95 % interval, questions better / worse. ``out``: also the figures as JSON."""
+    a, b = json.loads(before.read_text()), json.loads(after.read_text())
+    have = {int(k) for k in b[0]["recall"]["engram"]} if b else set()
+    figures = {k: paired_comparison(a, b, "engram", k) for k in sorted(set(ks) & have)}
+    for k, cmp in figures.items():
+        table = Table(title=f"engram R@{k}: {after.name} against {before.name}, question by question")
+        for col in ("half", "group", "n", "before", "after", "after − before", "95 % interval", "better / worse"):
+            table.add_column(col, justify="left" if col in ("half", "group") else "right")
+        for half, groups in cmp.items():
+            for g, f in groups.items():
+                label = f"{g} {CATEGORIES[int(g)]}" if g.isdigit() and int(g) in CATEGORIES else g
+                table.add_row(half.replace("_", " "), label, str(f["n"]), f"{f['before']:.3f}", f"{f['after']:.3f}",
+                              f"{f['diff']:+.3f}", f"[{f['ci95'][0]:+.3f}, {f['ci95'][1]:+.3f}]",
+                              f"{f['better']} / {f['worse']}")
+        console.print(table)
+    if out:
+        out.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
 def _quiet_logs() -> None:
     import logging
 
@@ -570,6 +598,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--longmemeval", action="store_true",
                     help="LongMemEval-S session recall instead of LoCoMo (--ks default 1 5 10)")
     ap.add_argument("--questions", type=int, default=None, help="LongMemEval: only the first N questions")
+    ap.add_argument("--rows", type=Path, default=None,
+                    help="also write each question's recall here (JSON), for --compare")
+    ap.add_argument("--compare", type=Path, nargs=2, default=None, metavar=("BEFORE", "AFTER"),
+                    help="no run: compare two --rows files question by question (paired bootstrap), per half")
     ap.add_argument("--half", choices=HALVES, default=None,
                     help="run one half only: chosen_on (tune here: LoCoMo conversations 0-4, LongMemEval questions "
                          "of even md5) or held_out (judge here); with --conversations, those of the half")
@@ -578,6 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 170)
     variants = ({"engram obs-only": ["observation"], "engram episodic-only": ["episodic"]}
                 if args.diagnose else None)
+    if args.compare:
+        return compare_main(args.compare[0], args.compare[1], args.ks, console, args.json)
     try:
         if args.longmemeval:
             result = evaluate_longmemeval(args.questions, LME_KS if args.ks == [5, 10, 25] else args.ks,
@@ -592,6 +626,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    rows = result.pop("rows", [])
+    if args.rows:
+        args.rows.write_text(json.dumps(rows))
     if args.json:  # written before the tables, so a figure is kept whatever the printing does
         result["load"] = list(os.getloadavg())
         args.json.write_text(json.dumps(result, indent=2))
