@@ -169,7 +169,6 @@ class Settings(BaseSettings):
         "with http:// or https://); default s3_endpoint.")
     upload_url_expiry_seconds: int = Field(900, ge=1, le=7 * 86400, description="Lifetime of a presigned PUT URL.")
     api_max_body_bytes: int = Field(1024**2, ge=1024, description="Largest accepted API request body; larger: 413.")
-    api_search_timeout_seconds: float = Field(30.0, gt=0, description="How long the API waits for a query worker.")
     api_rate_limit: str = Field(
         "50/second;2000/minute", description="Requests one API key may make, in the `limits` library's notation, "
         "';'-separated (moving windows counted in Redis across API replicas); past one: 429 with Retry-After. "
@@ -187,11 +186,10 @@ class Settings(BaseSettings):
         "<ENGRAM_API_METRICS_TOKEN>`, and not at all without a token.")
     api_metrics_token: SecretStr | None = Field(
         None, description="Bearer token a scraper sends for /metrics when api_public_metrics is false.")
-    api_ask_timeout_seconds: float = Field(180.0, gt=0, description="How long the API waits for a query worker's "
-                                           "`ask` (up to 5 rounds of search and LLM calls), export or forget.")
     service_timeout_seconds: float = Field(
-        600.0, gt=0, description="How long the service layer (api.service: the web app; the CLI and MCP server next) "
-        "waits for one call: a query task on the embedded store or the workers, or one request to the HTTP API.")
+        600.0, gt=0, description="How long the service layer (api.service: the web app, the CLI, the MCP "
+        "server and the HTTP routes) waits for one call: a query task on the embedded store or the workers, or one "
+        "request to the HTTP API. The one timeout of every front door.")
 
     # ingest
     max_object_bytes: int = Field(2 * 1024**3, description="Largest accepted object, bytes.")
