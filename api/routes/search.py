@@ -35,7 +35,7 @@ def ask(body: AskQuery, tenant: Tenant, svc: Svc) -> AskResponse:
     the workers, up to ``max_rounds`` rounds of search-then-decide (M3-Agent), returning the answer and
     the memories it cites; without one, the ranked evidence with ``answer`` null. 403 for a body naming
     another tenant; 502 when the LLM failed (the reason is given) or the ask failed; 504 when no query
-    worker answers within ``ENGRAM_API_ASK_TIMEOUT_SECONDS``."""
+    worker answers within ``ENGRAM_SERVICE_TIMEOUT_SECONDS``."""
     if body.tenant_id is not None and body.tenant_id != tenant:
         raise HTTPException(403, "this API key cannot ask about another tenant")
     req = AskRequest.model_validate({**body.model_dump(exclude={"tenant_id"}), "tenant_id": tenant})
