@@ -220,3 +220,53 @@ def test_remote_service_through_the_http_api(query_worker):
             assert svc.retry_event("svc-remote", uuid.uuid4()) is None
         finally:
             svc.close()
+
+
+#: The front doors over the service layer: none waits on a task itself or reads a timeout of its own.
+FRONT_DOORS = ["api/cli.py", "api/memory_cli.py", "api/mcp_server.py", "api/embedded.py", "api/ui_cli.py",
+               *(f"api/routes/{n}" for n in ("queue.py", "search.py", "memories.py", "entities.py", "screens.py")),
+               *(f"api/ui/{n}" for n in ("app.py", "routes.py", "signin.py", "pages.py"))]
+
+
+def test_one_timeout_for_every_front_door(redis_server, monkeypatch):
+    """``ENGRAM_SERVICE_TIMEOUT_SECONDS`` is the one wait of the service layer: the only such setting, the default of
+    the three implementations (the remote one's HTTP client too), and a call no query worker takes fails with
+    ServiceTimeout after it (a real broker on a database no worker consumes); the front doors wait on no task."""
+    import re
+    import time
+    from pathlib import Path
+
+    import redis
+    from celery import Celery
+
+    from engram.api.service import ServiceTimeout
+    from engram.api.service.embedded import EmbeddedService
+    from engram.api.service.queue import QueueService
+    from engram.api.service.remote import RemoteService
+    from engram.schemas.settings import Settings
+    from engram.workers.app import configure
+    from tests.api.conftest import db_url
+
+    waits = [f for f in Settings.model_fields if f.startswith(("api_", "service_")) and "timeout" in f]
+    assert waits == ["service_timeout_seconds"]
+    root = Path(__file__).resolve().parents[2]
+    for path in FRONT_DOORS:
+        source = (root / path).read_text()
+        assert not re.search(r"\.get\(\s*timeout=|\.wait\(\s*timeout=|_timeout_seconds", source.replace(
+            "service_timeout_seconds", "")), path
+    url = db_url(redis_server, 2)  # a database no worker consumes
+    monkeypatch.setenv("ENGRAM_SERVICE_TIMEOUT_SECONDS", "1.5")
+    monkeypatch.setenv("ENGRAM_BROKER_URL", url)
+    celery = Celery("one-timeout")
+    configure(celery, Settings())
+    svc, remote, embedded = QueueService(celery), RemoteService("http://127.0.0.1:1", "k"), EmbeddedService()
+    try:
+        assert svc.timeout == remote.timeout == embedded.timeout == 1.5
+        began = time.monotonic()
+        with pytest.raises(ServiceTimeout, match="1.5 s"):
+            svc.search(SearchRequest(query="anything", tenant_id="nobody"))
+        assert 1.4 < time.monotonic() - began < 10
+    finally:
+        remote.close()
+        embedded.close()
+        redis.Redis.from_url(url).delete("query")  # the message no worker took
