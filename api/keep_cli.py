@@ -73,6 +73,13 @@ def _ask_store_worker(settings: Any, timeout: float = 3600.0) -> Any:
     configure(app, settings)
 
     def ask(task: str, args: list[Any]) -> dict[str, Any]:
+        from engram.workers.tasks import QUEUE_OF, Task
+
+        queue = QUEUE_OF[Task(task)].value
+        served = {q["name"] for qs in (app.control.inspect(timeout=3.0).active_queues() or {}).values() for q in qs}
+        if queue not in served:  # at once, not after the answer's timeout
+            raise _fail(f"no worker serves the {queue} queue here: start the store worker (`engram worker --role "
+                        "store`) on the cluster ENGRAM_BROKER_URL names, then run this again")
         result = app.send_task(task, args=args)
         try:
             return result.get(timeout=timeout)

@@ -133,3 +133,14 @@ def test_help_says_what_is_copied_and_how_to_get_it_back(tmp_path):
     text = " ".join(run.stdout.split())
     for words in ("new or empty", "--list", "--snapshot", "vault key"):
         assert words in text, words
+
+
+def test_a_cluster_without_its_store_worker_is_said_at_once(redis_server, tmp_path):
+    """With ENGRAM_BROKER_URL set and no worker serving the store worker's queue, ``engram backup`` says so at once
+    (not after waiting an hour for an answer) and writes no snapshot."""
+    url = redis_server.rsplit("/", 1)[0] + "/2"  # a database no other test uses
+    env = {**_env(tmp_path / "data"), "ENGRAM_BROKER_URL": url}
+    run = subprocess.run([sys.executable, "-m", "engram.api.cli", "backup", str(tmp_path / "b")], capture_output=True,
+                         text=True, env=env, timeout=120, cwd=REPO)
+    assert run.returncode == 2 and "no worker serves the consolidate queue" in run.stderr, run.stderr[-2000:]
+    assert not list((tmp_path / "b" / "snapshots").glob("*"))
