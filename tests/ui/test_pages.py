@@ -164,3 +164,31 @@ def test_the_timeline_opens_on_the_day_of_the_newest_observation(client, ui):
     day = newest.time.astimezone(get_settings().tzinfo).date().isoformat()
     page = client.get("/timeline").text  # no date asked for: not an empty today when the memory is older
     assert f'name="date" value="{day}"' in page and "Nothing captured" not in page
+
+
+def test_no_asset_comes_from_another_origin(client):
+    """No CDN: the policy allows this origin only (no host, no scheme), and every page's scripts, styles, images
+    and media are paths of the app."""
+    for path in SCREENS:
+        r = client.get(path)
+        for directive in r.headers["content-security-policy"].split(";"):
+            sources = directive.split()[1:]
+            assert all(s in ("'self'", "'none'") for s in sources), directive
+        refs = re.findall(r'<(?:script|img|audio|video|source|link)\b[^>]*?\b(?:src|href)="([^"]*)"', r.text)
+        assert refs and all(ref.startswith("/") and not ref.startswith("//") for ref in refs), (path, refs)
+
+
+def test_connect_gives_the_mcp_configuration_with_this_installs_paths(client, ui):
+    import html
+    import json
+    import shutil
+    import sys
+    from pathlib import Path
+
+    page = client.get("/connect").text
+    snippet = json.loads(html.unescape(re.search(r'<pre class="snippet"><code>(.*?)</code></pre>', page, re.S)
+                                       .group(1)))
+    entry = snippet["mcpServers"]["engram"]
+    assert entry["args"] == ["mcp", "--data-dir", str(ui.data_dir)]
+    exe = shutil.which("engram") or str(Path(sys.executable).with_name("engram"))
+    assert entry["command"] == exe and Path(exe).is_absolute()
