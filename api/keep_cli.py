@@ -61,25 +61,34 @@ def _is_cluster(what: str) -> bool:
     return False
 
 
-def _ask_store_worker(settings: Any, timeout: float = 3600.0) -> Any:
+def _ask_store_worker(settings: Any, find: float = 60.0, timeout: float = 3600.0) -> Any:
     """``cluster_backup.Ask`` for the cluster of ``settings``: the task sent through its broker, its answer awaited
-    (``timeout`` seconds: a backup of a large store takes long); no answer is a one-line error."""
+    (``timeout`` seconds: a backup of a large store takes long). A worker serving the task's queue is looked for
+    first, for up to ``find`` seconds (the solo store worker answers only between two tasks): none is a one-line
+    error at once, not after ``timeout``."""
     from celery import Celery
     from celery.exceptions import TimeoutError as CeleryTimeout
 
     from engram.workers.app import configure
+    from engram.workers.tasks import QUEUE_OF, Task
 
     app = Celery(f"engram-keep-{os.getpid()}")
     configure(app, settings)
 
-    def ask(task: str, args: list[Any]) -> dict[str, Any]:
-        from engram.workers.tasks import QUEUE_OF, Task
+    def served(queue: str) -> bool:
+        deadline = time.monotonic() + find
+        while True:
+            replies = app.control.inspect(timeout=min(3.0, max(find, 0.5))).active_queues() or {}
+            if queue in {q["name"] for qs in replies.values() for q in qs}:
+                return True
+            if time.monotonic() >= deadline:
+                return False
 
+    def ask(task: str, args: list[Any]) -> dict[str, Any]:
         queue = QUEUE_OF[Task(task)].value
-        served = {q["name"] for qs in (app.control.inspect(timeout=3.0).active_queues() or {}).values() for q in qs}
-        if queue not in served:  # at once, not after the answer's timeout
-            raise _fail(f"no worker serves the {queue} queue here: start the store worker (`engram worker --role "
-                        "store`) on the cluster ENGRAM_BROKER_URL names, then run this again")
+        if not served(queue):
+            raise _fail(f"no worker serves the {queue} queue here (looked for {find:g} s): start the store worker "
+                        "(`engram worker --role store`) on the cluster ENGRAM_BROKER_URL names, then run this again")
         result = app.send_task(task, args=args)
         try:
             return result.get(timeout=timeout)
@@ -131,7 +140,8 @@ def backup(
         "--include-vault-key", help="Also copy data_dir/vault.key. Without it the vault's entries are in the backup "
         "still encrypted and the key is not: keep the key elsewhere (or set ENGRAM_VAULT_KEY).")] = False,
     wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the store while another engram command "
-                                                    "works in it.")] = 300.0,
+                                                    "works in it (a cluster: for its store worker to answer, "
+                                                    "at most 60).")] = 300.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
@@ -162,7 +172,7 @@ def backup(
                 if cluster:
                     from engram.workers.stores.cluster_backup import backup_cluster  # the distributed mode's
 
-                    result = backup_cluster(settings, repo, _ask_store_worker(settings), s3,
+                    result = backup_cluster(settings, repo, _ask_store_worker(settings, min(wait, 60.0)), s3,
                                             progress=_bars(progress, quiet or as_json))
                 else:
                     result = engine.backup(data_dir, repo, wait=wait, include_vault_key=include_vault_key,

@@ -140,7 +140,7 @@ def test_a_cluster_without_its_store_worker_is_said_at_once(redis_server, tmp_pa
     (not after waiting an hour for an answer) and writes no snapshot."""
     url = redis_server.rsplit("/", 1)[0] + "/2"  # a database no other test uses
     env = {**_env(tmp_path / "data"), "ENGRAM_BROKER_URL": url}
-    run = subprocess.run([sys.executable, "-m", "engram.api.cli", "backup", str(tmp_path / "b")], capture_output=True,
-                         text=True, env=env, timeout=120, cwd=REPO)
+    run = subprocess.run([sys.executable, "-m", "engram.api.cli", "backup", str(tmp_path / "b"), "--wait", "2"],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
     assert run.returncode == 2 and "no worker serves the consolidate queue" in run.stderr, run.stderr[-2000:]
     assert not list((tmp_path / "b" / "snapshots").glob("*"))
