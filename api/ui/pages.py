@@ -72,7 +72,8 @@ def environment(tz: tzinfo) -> jinja2.Environment:
         except (TypeError, ValueError):
             return str(value)[:40]
 
-    env.filters.update(local=local, epoch=epoch, iso=iso, short=present.short, why=present.why, counted=counted)
+    env.filters.update(local=local, epoch=epoch, iso=iso, short=present.short, why=present.why, counted=counted,
+                       marked=present.marked)
     env.globals.update(has_picture=present.has_picture, screens=SCREENS)
     return env
 

@@ -4,6 +4,7 @@ search hit. Nothing here renders HTML: the templates do, with autoescaping."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
@@ -81,6 +82,38 @@ def day_span(day: date, last: date | None, tz) -> tuple[datetime, datetime]:
     start = datetime.combine(day, time(0), tz)
     end = datetime.combine((last or day) + timedelta(days=1), time(0), tz)
     return start, end
+
+
+#: Words a search hit's page highlights at most (``?hl=``), and the longest one, characters.
+HIGHLIGHT_WORDS, HIGHLIGHT_LEN = 12, 64
+
+
+def highlight_words(value: str | None) -> list[str]:
+    """The words of an item page's ``?hl=`` (a search hit's ``matched.words``, space-separated): word characters
+    only, at most ``HIGHLIGHT_WORDS`` of at most ``HIGHLIGHT_LEN`` characters each."""
+    found = re.findall(r"\w+", value or "")
+    return [w for w in found if len(w) <= HIGHLIGHT_LEN][:HIGHLIGHT_WORDS]
+
+
+def marked(text: str | None, words: list[str]) -> list[tuple[str, bool]]:
+    """``text`` cut into (part, matched) pieces: a part is matched where it is a word starting with one of
+    ``words``, case ignored (the search compares BM25 stems: "review" matches "reviews"). The template shows a
+    matched part in ``<mark>``, every part escaped as text."""
+    if not text:
+        return []
+    if not words:
+        return [(text, False)]
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+                         + r")\w*", re.IGNORECASE)
+    out, at = [], 0
+    for m in pattern.finditer(text):
+        if m.start() > at:
+            out.append((text[at:m.start()], False))
+        out.append((m.group(0), True))
+        at = m.end()
+    if at < len(text):
+        out.append((text[at:], False))
+    return out
 
 
 def why(hit: SearchHit) -> str:

@@ -224,7 +224,8 @@ def _items(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
                 missing = str(exc)
         names = {str(e.id): e for e in svc.list_entities(tenant).items} if rec.payload.get("entity_ids") else {}
         return pages.render(request, "item.html", user=user, rec=rec, missing=missing, names=names,
-                            evidence=(rec.payload.get("provenance") or {}).get("observation_ids") or [])
+                            evidence=(rec.payload.get("provenance") or {}).get("observation_ids") or [],
+                            hl=present.highlight_words(request.query_params.get("hl")))
 
     @app.get("/media/{item_id}", include_in_schema=False)
     def media(request: Request, item_id: str) -> Response:

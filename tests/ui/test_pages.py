@@ -192,3 +192,20 @@ def test_connect_gives_the_mcp_configuration_with_this_installs_paths(client, ui
     assert entry["args"] == ["mcp", "--data-dir", str(ui.data_dir)]
     exe = shutil.which("engram") or str(Path(sys.executable).with_name("engram"))
     assert entry["command"] == exe and Path(exe).is_absolute()
+
+
+def test_a_hits_page_highlights_the_words_it_matched(client, ui):
+    """A search hit links to its item with the words it matched (``matched.words``); the item's text and OCR lines
+    show them in ``<mark>`` (a word that starts with one: BM25 compares stems), and stay text."""
+    found = client.get("/search", params={"q": "quarterly budget review", "user": "alice"}).text
+    link = re.search(rf'href="(/item/{ui.screenshot_id}\?user=alice&amp;hl=[^"]+)"', found)
+    assert link, found[-3000:]
+    page = client.get(link.group(1).replace("&amp;", "&")).text
+    assert "<mark>budget</mark>" in page.lower() and "<mark>review" in page.lower()
+    assert "<details open>" in page  # the OCR lines shown open
+    hostile = re.search(r'href="(/item/[0-9a-f-]{36}\?hl=budget%20memo)"',
+                        client.get("/search", params={"q": "budget memo"}).text).group(1)
+    item = client.get(hostile + "+%3Cscript%3E").text  # markup asked for is a word: marked inside the escaped text
+    assert ("&lt;<mark>script</mark>&gt;alert(1)&lt;/<mark>script</mark>&gt; <mark>budget</mark> <mark>memo</mark>"
+            in item)
+    assert "<script>alert" not in item and "<mark><" not in item
