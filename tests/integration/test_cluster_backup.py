@@ -87,6 +87,30 @@ def _ingest(cluster: Cluster, app, tmp_path: Path, monkeypatch) -> None:
     reset_runtimes()
 
 
+def _killed_then_again(cluster: Cluster, dest: Path, paths: list[str]) -> None:
+    """``kill -9`` of a backup while it runs, then the same command: one complete snapshot, of the same objects,
+    Redis keys and collections as the first backup's (``paths``)."""
+    proc = subprocess.Popen([ENGRAM, "backup", str(dest)], env=cluster.env, cwd=cluster.root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (dest / "packs").is_dir() and proc.poll() is None:  # under way: its repository made
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait(timeout=30)
+    run = _engram(cluster, "backup", str(dest), "--json")
+    assert run.returncode == 0, run.stderr[-3000:] + cluster.tails()
+    snapshots = sorted((dest / "snapshots").glob("*.json.gz"))
+    assert len(snapshots) == 1, snapshots
+    got = [f["path"] for f in json.loads(gzip.decompress(snapshots[0].read_bytes()))["files"]]
+
+    def parts(names: list[str]) -> tuple[list[str], set[str]]:  # the store's files change as searches open it
+        return [n for n in names if not n.startswith("vectors/")], {n.split("/")[1] for n in names
+                                                                     if n.startswith("vectors/")}
+
+    assert parts(got) == parts(paths)
+
+
 class _Stop(Exception):
     pass
 
@@ -154,6 +178,7 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
         assert _searches(app) == before  # the store worker opened its store again after the copy
         in_s3 = _engram(first, "backup", s3_dest, "--json")  # S3: the store worker writes there with its own keys
         assert in_s3.returncode == 0, in_s3.stderr[-3000:] + first.tails()
+        _killed_then_again(first, tmp_path / "killed", paths)
     finally:
         first.stop_all()
 
