@@ -75,6 +75,35 @@ def _memory_type(value: str | None) -> MemoryType | None:
     return _choice(MemoryType, value, "memory type")
 
 
+#: The search form's filters besides the query (``?kind=&type=&app=&device=&person=&from=&to=``).
+SEARCH_FILTERS = ("kind", "type", "app", "device", "person", "from", "to")
+
+
+def _search_form(q) -> dict[str, str]:
+    """The search form's filters as asked (stripped, at most 256 characters each; "" when not given)."""
+    return {name: (q.get(name) or "").strip()[:256] for name in SEARCH_FILTERS}
+
+
+def _search_span(first: str, last: str) -> tuple[datetime | None, datetime | None]:
+    """The span of the days ``first``..``last`` (YYYY-MM-DD, either may be empty), in the configured zone; 400 for a
+    date that is none or a range that ends before it starts."""
+    tz = get_settings().tzinfo
+    start, end = _day(first), _day(last)
+    if start and end and end < start:
+        raise HTTPException(400, "the range ends before it starts")
+    start_at = present.day_span(start, None, tz)[0] if start else None
+    end_at = present.day_span(end, None, tz)[1] if end else None
+    return start_at, end_at
+
+
+def _people_named(svc: MemoryService, tenant: str, person: str) -> list[str]:
+    """The ids of the tenant's entities called ``person`` (any of their names, case ignored), or ``person`` itself
+    when it is an entity's id; [] when none is."""
+    wanted = person.casefold()
+    return [str(e.id) for e in svc.list_entities(tenant).items
+            if str(e.id) == wanted or any(n.casefold() == wanted for n in e.names)]
+
+
 def _newest_day(svc: MemoryService, tenant: str, user: str | None, tz: tzinfo) -> date | None:
     """The day (in ``tz``) of the user's newest observation: the timeline opens there when no date is asked for,
     so a memory made of older files (the demo's, an import) does not open on an empty today."""
@@ -123,17 +152,23 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     @app.get("/search", include_in_schema=False)
     def search(request: Request) -> Response:
         q, user = request.query_params, pages.user(request)
-        text, app_name = (q.get("q") or "").strip()[:4000], (q.get("app") or "").strip()[:256]
-        kind, mtype = _kind(q.get("kind")), _memory_type(q.get("type"))
-        resp = None
+        text = (q.get("q") or "").strip()[:4000]
+        form = _search_form(q)
+        kind, mtype = _kind(form["kind"]), _memory_type(form["type"])
+        resp, unknown = None, None
         if text:
-            resp = svc.search(SearchRequest(
-                query=text, tenant_id=tenant, user_id=user, limit=SEARCH_LIMIT, kinds=[kind] if kind else None,
-                apps=[app_name] if app_name else None, timezone=get_settings().timezone,
-                memory_types=[mtype] if mtype else list(DEFAULT_SEARCH_TYPES)))
-        return pages.render(request, "search.html", user=user, q=text, resp=resp, kind=kind.value if kind else "",
-                            kinds=[k.value for k in MediaKind], mtype=mtype.value if mtype else "",
-                            types=[t.value for t in DEFAULT_SEARCH_TYPES], app_name=app_name)
+            start_at, end_at = _search_span(form["from"], form["to"])
+            people = _people_named(svc, tenant, form["person"]) if form["person"] else None
+            if people == []:
+                unknown = form["person"]
+            else:
+                resp = svc.search(SearchRequest(
+                    query=text, tenant_id=tenant, user_id=user, limit=SEARCH_LIMIT, kinds=[kind] if kind else None,
+                    apps=[form["app"]] if form["app"] else None, devices=[form["device"]] if form["device"] else None,
+                    entities=people, time_from=start_at, time_to=end_at, timezone=get_settings().timezone,
+                    memory_types=[mtype] if mtype else list(DEFAULT_SEARCH_TYPES)))
+        return pages.render(request, "search.html", user=user, q=text, resp=resp, form=form, unknown_person=unknown,
+                            kinds=[k.value for k in MediaKind], types=[t.value for t in DEFAULT_SEARCH_TYPES])
 
     @app.get("/connect", include_in_schema=False)
     def connect(request: Request) -> Response:

@@ -209,3 +209,24 @@ def test_a_hits_page_highlights_the_words_it_matched(client, ui):
     assert ("&lt;<mark>script</mark>&gt;alert(1)&lt;/<mark>script</mark>&gt; <mark>budget</mark> <mark>memo</mark>"
             in item)
     assert "<script>alert" not in item and "<mark><" not in item
+
+
+def test_search_filters_by_device_person_and_days(client):
+    """The search form's device, person (a name of an entity, or its id) and from/to days narrow the hits; an
+    unknown name says so instead of searching."""
+    def hits(**params) -> str:
+        page = client.get("/search", params={"q": "when does the harbour festival start", "type": "observation",
+                                             **params})
+        assert page.status_code == 200, page.text[-500:]
+        return page.text
+
+    assert "The harbour festival starts on the ninth" in hits()
+    assert "starts on the ninth" in hits(device="phone") and "starts on the ninth" not in hits(device="laptop")
+    bea = client.get("/people").text
+    assert "Bea" in bea
+    said = "starts on the ninth"
+    assert said in hits(person="bea") and said in hits(**{"from": "2024-05-02", "to": "2024-05-02"})
+    assert said not in hits(**{"from": "2024-05-03"}) and said not in hits(to="2024-05-01")
+    nobody = hits(person="Nobody Atall")
+    assert "No person is called" in nobody and 'class="hit"' not in nobody
+    assert client.get("/search", params={"q": "x", "from": "2024-05-03", "to": "2024-05-01"}).status_code == 400
