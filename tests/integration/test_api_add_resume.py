@@ -2,9 +2,10 @@
 (the cpu worker frozen, handed the message, then killed with SIGKILL, and the ingest queue emptied: the broker would
 give an unacknowledged task back only after its 30 min visibility timeout, beat's sweep after an hour) is taken up
 by its retry through the SDK, which answers once it is stored, ``resumed`` set; retries at once publish it once; a
-retry after that is a plain duplicate; the ledger and the store agree (one observation each). Then the user's
-consolidation lock, held by a process killed with SIGKILL, is taken by the store worker's consolidation within the
-lock's lease (``ledger.LOCK_LEASE_S``), not its 600 s ttl.
+retry after that is a plain duplicate; an addition lost mid-pipeline (perceived and embedded, its store task lost
+while the store worker was down) is finished by its retry too; the ledger and the store agree (one observation
+each). Then the user's consolidation lock, held by a process killed with SIGKILL, is taken by the store worker's
+consolidation within the lock's lease (``ledger.LOCK_LEASE_S``), not its 600 s ttl.
 
 On the cluster of tests/integration/test_api_cluster.py (redis-server, SeaweedFS, ``engram worker`` processes,
 the API in a thread)."""
@@ -24,6 +25,7 @@ import redis
 from engram.api.add import add_event_id
 from engram.schemas.events import EventStatus
 from engram.workers.stores.ledger import LOCK_LEASE_S
+from tests.cluster import broker_state
 from tests.conftest import REPO
 from tests.integration.test_api_cluster import db_url, make_stack, stop_and_count  # noqa: F401 (a fixture)
 
@@ -61,7 +63,8 @@ def test_a_retried_addition_whose_task_was_lost_is_taken_up_and_answered_once_st
 
         again = client.add(notes["boat-1"], id="boat-1")
         assert again.duplicate and not again.resumed and again.status is EventStatus.done, again
-        final = {r.event_id: client.event_status(r.event_id) for r in first.values()}
+        midway = _killed_mid_stage(stack, client)
+        final = {r.event_id: client.event_status(r.event_id) for r in [*first.values(), midway]}
         hits = client.search("where are the dinghy oars?", user="ann").hits
         assert any("blue locker" in h.text for h in hits), hits
     for cid in notes:
@@ -90,9 +93,35 @@ def test_a_retried_addition_whose_task_was_lost_is_taken_up_and_answered_once_st
     assert taken <= LOCK_LEASE_S + 0.5, taken
     assert _consolidate(stack, "ann") >= 1  # at once: the lock lapsed
     counts = stop_and_count(stack, final, {"ann"})
-    assert counts["observations"] == 2, counts
+    assert counts["observations"] == 3, counts
     print(f"\nlost additions taken up by their retries: {counts}; a killed holder's consolidation lock lapsed "
           f"{taken:.1f} s after its death; total {time.monotonic() - t0:.1f} s")
+
+
+MIDWAY = "The outboard's spare shear pin is taped inside the fuel locker lid"
+
+
+def _killed_mid_stage(stack, client):
+    """An addition lost mid-pipeline: the store worker stopped (SIGTERM: a SIGKILL would leave what it held
+    unacknowledged until the broker's 30 min visibility timeout, and the broker never quiet for the final count),
+    the cpu worker ingests, perceives and embeds the addition and hands its store task to the store queue, which is
+    then emptied (the task lost, as a broker that lost it would), so the event is ``processing`` with no task
+    anywhere. Its retry takes it up, runs it again and answers once it is stored, with one observation."""
+    stack.cluster.kill("store", signal.SIGTERM)
+    first = client.add(MIDWAY, id="boat-3")
+    deadline = time.monotonic() + 120
+    while broker_state(stack.redis_url)[0].get("store", 0) < 1:  # perceived and embedded: the store task waits
+        assert time.monotonic() < deadline, (broker_state(stack.redis_url), client.event_status(first.event_id))
+        time.sleep(0.2)
+    stack.app.control.purge()
+    stack.cluster.restart("store")
+    stack.cluster.wait_ready(stack.app, stack.nodes, timeout=120)
+    stuck = client.event_status(first.event_id)
+    assert stuck.status is EventStatus.processing and stuck.observations == 0, stuck  # nothing will finish it
+    retried = client.add(MIDWAY, id="boat-3")
+    assert retried.resumed and retried.status is EventStatus.done and retried.observations == 1, retried
+    assert any("shear pin" in h.text for h in client.search("where is the spare shear pin?", user="ann").hits)
+    return retried
 
 
 #: Holds the lock named by argv[2] on the Redis ledger at argv[1] (its default lease) until killed.
