@@ -107,6 +107,9 @@ class _IngestRun:
             if record.status is EventStatus.failed:
                 err.print(f"[red]failed[/red] {escape(shown_name(path))}: {escape(str(record.reason))} "
                           f"(stage {record.stage})", highlight=False)
+            elif status == "failed":  # the run ended with the event unfinished: never counted in silence
+                err.print(f"[red]failed[/red] {escape(shown_name(path))}: still {record.status.value} when the run "
+                          f"ended (stage {record.stage}); `engram ingest` again resumes it", highlight=False)
             self.users.add((self.tenant, self.user))
             self.progress.advance(self.task)
         self.pending.clear()
