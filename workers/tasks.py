@@ -58,6 +58,7 @@ class Task(StrEnum):
     entity_split = "workers.entities.split"
     entity_samples = "workers.entities.samples"
     entity_samples_many = "workers.entities.samples_many"
+    memories_from = "workers.memory_admin.memories_from"
     entity_sample_media = "workers.entities.sample_media"
     expire_staged = "workers.uploads.expire_staged"
     retention = "workers.retention.apply"
@@ -99,6 +100,7 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.entity_split: Queue.query,
     Task.entity_samples: Queue.query,
     Task.entity_samples_many: Queue.query,
+    Task.memories_from: Queue.query,
     Task.entity_sample_media: Queue.query,
     Task.expire_staged: Queue.maintenance,
     Task.retention: Queue.consolidate,  # it marks observations: where the vector store opens
