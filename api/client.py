@@ -277,6 +277,8 @@ _CALLS: dict[str, Callable[..., _Call]] = {
     "retry_event": lambda eid: _Call("POST", f"/v1/events/{eid}/retry", parse=EventStatusResponse.model_validate,
                                      retry_if=lambda exc: isinstance(exc, httpx.ConnectError)),  # again: a 404
     "storage": lambda: _Call("GET", "/v1/storage", parse=StorageUse.model_validate),
+    "memories_from": lambda oid: _Call("GET", f"/v1/memories/{oid}/derived",
+                                       parse=lambda items: [MemoryRecord.model_validate(r) for r in items]),
     "entity_samples": lambda eid: _Call("GET", f"/v1/entities/{eid}/samples", parse=EntitySampleList.model_validate),
     "split_entity": lambda eid, key: _Call("POST", f"/v1/entities/{eid}/split", {"sample_key": key},
                                            parse=EntitySummary.model_validate,  # a second split would 404
@@ -472,6 +474,11 @@ class EngramClient(_Base):
         the connection failed (a second retry of the same failure answers 404). EngramAPIError 404 for an unknown
         event, another tenant's, or one that is not failed."""
         return self._send(_CALLS["retry_event"](event_id))
+
+    def memories_from(self, observation_id: uuid.UUID | str) -> list[MemoryRecord]:
+        """``GET /v1/memories/{id}/derived``: the memories drawn from an observation (current versions, newest
+        first, at most 50); empty for an unknown or another tenant's id."""
+        return self._send(_CALLS["memories_from"](observation_id))
 
     def storage(self) -> StorageUse:
         """``GET /v1/storage``: the bytes kept per kind (the tenant's originals per media kind, thumbnails, caches,
@@ -721,6 +728,10 @@ class AsyncEngramClient(_Base):
     async def retry_event(self, event_id: uuid.UUID | str) -> EventStatusResponse:
         """``POST /v1/events/{id}/retry`` (see ``EngramClient.retry_event``)."""
         return await self._send(_CALLS["retry_event"](event_id))
+
+    async def memories_from(self, observation_id: uuid.UUID | str) -> list[MemoryRecord]:
+        """``GET /v1/memories/{id}/derived`` (see ``EngramClient.memories_from``)."""
+        return await self._send(_CALLS["memories_from"](observation_id))
 
     async def storage(self) -> StorageUse:
         """``GET /v1/storage`` (see ``EngramClient.storage``)."""

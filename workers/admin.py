@@ -157,6 +157,14 @@ def entity_samples_many_task(tenant_id: str, entity_ids: list[str]) -> dict[str,
     return out
 
 
+@task(Task.memories_from, "request")
+def memories_from_task(tenant_id: str, observation_id: str) -> list[dict]:
+    """``corrections.memories_from`` on the query worker: the memories the observation fed (an item's page), as
+    MemoryRecords' JSON."""
+    return [r.model_dump(mode="json") for r in corrections.memories_from(runtime(), tenant_id,
+                                                                         uuid.UUID(observation_id))]
+
+
 @task(Task.entity_sample_media, "request")
 def entity_sample_media_task(tenant_id: str, entity_id: str, sample_key: str) -> dict | None:
     """A sample's face crop or voice clip made (once) and stored in the object store by the query worker

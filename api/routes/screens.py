@@ -1,15 +1,16 @@
 """What the web app's screens read besides memories and people, for a client of the HTTP API
 (``api.service.remote.RemoteService``): the tenant's events with their status counts (``GET /v1/events``, the
 Activity screen), its users (``GET /v1/users``), a time span's observations (``GET /v1/timeline``), an observation's
-original (``GET /v1/media/{id}``, HTTP ranges passed through to S3) and its thumbnail (``GET
-/v1/thumbnails/{id}``, with ``ETag``). Events and users are read from the API's ledger, the timeline and the
-observations by a query worker, the objects from the API's object store. The People screen's entity samples
-(``GET /v1/entities/{id}/samples``), a sample's face crop or voice clip (``GET /v1/entities/{id}/samples/media``,
-made and stored once by a query worker) and "not this person" (``POST /v1/entities/{id}/split``) go through the
-query workers too. The Activity screen's storage table (``GET /v1/storage``: the bytes kept per kind, measured
-beside the API from the object store's listing) and a failed event's retry (``POST /v1/events/{id}/retry``: queued
-again in the ledger and published to ``ingest``) go through the routes' ``QueueService``. Tenant-scoped: another
-tenant's ids answer 404 like unknown ones; an object that is gone answers 410 with the reason."""
+original (``GET /v1/media/{id}``, HTTP ranges passed through to S3) and its thumbnail (``GET /v1/thumbnails/{id}``,
+with ``ETag``). Events and users are read from the API's ledger, the timeline and the observations by a query worker,
+the objects from the API's object store. The People screen's entity samples (``GET /v1/entities/{id}/samples``), a
+sample's face crop or voice clip (``GET /v1/entities/{id}/samples/media``, made and stored once by a query worker)
+and "not this person" (``POST /v1/entities/{id}/split``) go through the query workers too. The Activity screen's
+storage table (``GET /v1/storage``: the bytes kept per kind, measured beside the API from the object store's listing)
+and a failed event's retry (``POST /v1/events/{id}/retry``: queued again in the ledger and published to ``ingest``)
+go through the routes' ``QueueService``. Tenant-scoped: another tenant's ids answer 404 like unknown ones; an object
+that is gone answers 410 with the reason. An observation's page lists the memories it fed (``GET
+/v1/memories/{id}/derived``)."""
 
 from __future__ import annotations
 
@@ -157,6 +158,15 @@ def thumbnail(observation_id: uuid.UUID, request: Request, tenant: Tenant, svc: 
         return thumbnail_response(request, thumbnail_object(svc.objects, rec, svc.settings.max_image_pixels))
     except MediaMissing as exc:
         raise HTTPException(410, str(exc)) from exc
+
+
+@router.get("/v1/memories/{observation_id}/derived", response_model=list[MemoryRecord], tags=["memories"],
+            responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
+def derived_memories(observation_id: uuid.UUID, tenant: Tenant, svc: Svc) -> list[MemoryRecord]:
+    """The memories drawn from an observation (its id in their ``provenance.observation_ids``): current versions
+    only, newest content first, at most 50; read by a query worker. Empty for an unknown id or another tenant's."""
+    with answered("derived memories"):
+        return svc.service.memories_from(tenant, observation_id)
 
 
 # --- the People screen: an entity's samples, their media, "not this person" -------------------------------------

@@ -124,6 +124,11 @@ class MemoryService(ABC):
     def delete_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
         """Delete one observation or memory; its type, or None when unknown."""
 
+    def memories_from(self, tenant_id: str, observation_id: uuid.UUID) -> list[MemoryRecord]:
+        """The memories an observation fed (its id in their ``provenance.observation_ids``), current versions only,
+        newest first, at most 50 (``workers.memory.corrections.memories_from``); [] for an unknown id."""
+        raise NotOffered("the memories an observation fed are not offered here")
+
     # --- users ------------------------------------------------------------------------------------------------
     def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
         """Forget a user entirely (every collection, the ledger's records, the objects no other user references)."""

@@ -22,13 +22,14 @@ from engram.workers.memory.corrections import (
     VOICE_CLIP_S,
     audio_span,
     face_crop,
+    memories_from,
     sample_media,
     split_entity,
     update_memory,
 )
 
-__all__ = ["FACE_MARGIN", "FACE_SIDE", "VOICE_CLIP_S", "audio_span", "entity_samples", "face_crop", "retry_event",
-           "sample_media", "split_entity", "update_memory"]
+__all__ = ["FACE_MARGIN", "FACE_SIDE", "VOICE_CLIP_S", "audio_span", "entity_samples", "face_crop", "memories_from",
+           "retry_event", "sample_media", "split_entity", "update_memory"]
 
 
 def entity_samples(rt: Any, tenant_id: str, entity_id: uuid.UUID) -> list[SampleRef] | None:

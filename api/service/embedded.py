@@ -202,6 +202,10 @@ class EmbeddedService(MemoryService):
                 raise MediaMissing(str(exc)) from exc
         return _read_object(self._runtime().objects, key)
 
+    def memories_from(self, tenant_id: str, observation_id: uuid.UUID) -> list[MemoryRecord]:
+        with self._session() as rt:
+            return edits.memories_from(rt, tenant_id, observation_id)
+
     def retry_event(self, tenant_id: str, event_id: uuid.UUID) -> LedgerRecord | None:
         """Runs the event inline on the embedded default, holding the store (``api.service.edits.retry_event``)."""
         with self._session() as rt:

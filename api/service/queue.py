@@ -137,6 +137,11 @@ class QueueService(MemoryService):
         kind = self._task(Task.memory_delete, tenant_id, str(memory_id))
         return None if kind is None else MemoryType(kind)
 
+    def memories_from(self, tenant_id: str, observation_id: uuid.UUID) -> list[MemoryRecord]:
+        """``Task.memories_from`` on a query worker."""
+        return [MemoryRecord.model_validate(r) for r in self._task(Task.memories_from, tenant_id,
+                                                                    str(observation_id))]
+
     def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
         return ForgetReport.model_validate(self._task(Task.memory_forget, tenant_id, user_id))
 

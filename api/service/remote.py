@@ -235,6 +235,11 @@ class RemoteService(MemoryService):
             found = [r for r in self.client.events(None, None, 1000).items if r.event_id == event_id]
         return found[0] if found else None
 
+    def memories_from(self, tenant_id: str, observation_id: uuid.UUID) -> list[MemoryRecord]:
+        """``GET /v1/memories/{id}/derived``."""
+        with self._call():
+            return self.client.memories_from(observation_id)
+
     def storage(self, tenant_id: str) -> StorageUse:
         """``GET /v1/storage`` (the key's tenant)."""
         with self._call():

@@ -230,6 +230,14 @@ def _storage(svc, tenant: str):
         return None
 
 
+def _fed(svc: MemoryService, tenant: str, observation_id) -> list:
+    """The memories an observation fed (``MemoryService.memories_from``), [] where not offered."""
+    try:
+        return svc.memories_from(tenant, observation_id)
+    except NotOffered:
+        return []
+
+
 def mcp_snippet(data_dir: Path) -> str:
     """The ``claude_desktop_config.json`` entry that serves this install's memory over MCP (``engram mcp``), with
     the real paths of the ``engram`` command and the data dir."""
@@ -251,16 +259,17 @@ def _items(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     @app.get("/item/{item_id}", include_in_schema=False)
     def item(request: Request, item_id: str) -> Response:
         rec, user = record(request, item_id)
-        missing = None
+        missing, fed = None, []
         if rec.memory_type is MemoryType.observation:
             try:
                 svc.media(tenant, rec.id, user)
             except MediaMissing as exc:
                 missing = str(exc)
+            fed = _fed(svc, tenant, rec.id)
         names = {str(e.id): e for e in svc.list_entities(tenant).items} if rec.payload.get("entity_ids") else {}
         return pages.render(request, "item.html", user=user, rec=rec, missing=missing, names=names,
                             evidence=(rec.payload.get("provenance") or {}).get("observation_ids") or [],
-                            hl=present.highlight_words(request.query_params.get("hl")))
+                            hl=present.highlight_words(request.query_params.get("hl")), fed=fed)
 
     @app.get("/media/{item_id}", include_in_schema=False)
     def media(request: Request, item_id: str) -> Response:

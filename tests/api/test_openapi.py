@@ -39,6 +39,7 @@ EXPECTED = {
     ("GET", "/v1/events"): AUTH | {422},
     ("POST", "/v1/events/{event_id}/retry"): AUTH | {404, 422},
     ("GET", "/v1/storage"): AUTH,
+    ("GET", "/v1/memories/{observation_id}/derived"): AUTH | WORKER | {422},
     ("GET", "/v1/users"): AUTH,
     ("GET", "/v1/timeline"): AUTH | WORKER | {422},
     ("GET", "/v1/media/{observation_id}"): AUTH | WORKER | {404, 410, 416, 422},

@@ -230,3 +230,19 @@ def test_search_filters_by_device_person_and_days(client):
     nobody = hits(person="Nobody Atall")
     assert "No person is called" in nobody and 'class="hit"' not in nobody
     assert client.get("/search", params={"q": "x", "from": "2024-05-03", "to": "2024-05-01"}).status_code == 400
+
+
+def test_an_observations_page_lists_the_memories_it_fed(client, ui):
+    """An observation's page links the memories drawn from it (their provenance), and each of those links back to
+    it as evidence; another tenant's observation feeds nothing here."""
+    from engram.schemas.memories import MemoryType as T
+
+    note = next(r for r in ui.service.list_memories("default", T.observation, "alice", 50).items if NOTE in r.text)
+    fed = ui.service.memories_from("default", note.id)
+    assert fed and all(str(note.id) in m.payload["provenance"]["observation_ids"] for m in fed)
+    assert all(not m.payload.get("superseded_by") for m in fed)
+    page = client.get(f"/item/{note.id}").text
+    assert "Memories it fed" in page and all(f'href="/item/{m.id}"' in page for m in fed)
+    back = client.get(f"/item/{fed[0].id}").text
+    assert f'href="/item/{note.id}"' in back  # its evidence
+    assert ui.service.memories_from("globex", note.id) == []

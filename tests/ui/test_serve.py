@@ -419,3 +419,25 @@ def test_the_people_page_reads_every_persons_samples_in_one_request_task(cluster
     with signed_in(cluster, "acme") as http:
         page = http.get("/ui/people").text
     assert all(f"/ui/people/{e}/sample?key=" in page for e in many)  # each person's crop or clip shown
+
+
+def test_a_frames_page_lists_the_memories_it_fed_through_the_cluster(cluster):
+    """The memories drawn from the screenshot (alice's consolidation) through a query worker: on its /ui page, and
+    through the HTTP API (``GET /v1/memories/{id}/derived``, ``RemoteService``); none for another tenant's key."""
+    import uuid
+
+    from engram.api.service.remote import RemoteService
+
+    svc = RemoteService(cluster.url, cluster.keys["acme"], timeout=120)
+    other = RemoteService(cluster.url, cluster.keys["globex"], timeout=120)
+    try:
+        fed = svc.memories_from("acme", uuid.UUID(cluster.shot_id))
+        assert fed and all(cluster.shot_id in m.payload["provenance"]["observation_ids"] for m in fed)
+        assert other.memories_from("globex", uuid.UUID(cluster.shot_id)) == []
+        assert svc.memories_from("acme", uuid.uuid4()) == []
+    finally:
+        svc.close()
+        other.close()
+    with signed_in(cluster, "acme") as http:
+        page = http.get(f"/ui/item/{cluster.shot_id}").text
+    assert "Memories it fed" in page and f'href="/ui/item/{fed[0].id}"' in page

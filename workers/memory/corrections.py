@@ -24,8 +24,9 @@ from engram.workers.media.decode import SAMPLE_RATE, wav_bytes
 from engram.workers.memory.entities import EntityMemory, Modality, founded_id
 from engram.workers.memory.points import memory_points
 from engram.workers.memory.records import get_memory, to_record
+from engram.workers.stores import models as qm
 from engram.workers.stores.objects import ObjectNotFound
-from engram.workers.stores.vectors import ENTITIES, OBSERVATIONS, collection_for
+from engram.workers.stores.vectors import ENTITIES, OBSERVATIONS, collection_for, tenant_filter
 
 #: Longest voice clip, seconds; pixels of context around a face box (a fraction of its size); a crop's longer side.
 VOICE_CLIP_S = 6.0
@@ -290,3 +291,25 @@ def sample_media(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str)
         raise LookupError(f"the original cannot be read: {type(exc).__name__}") from exc
     rt.objects.put_bytes(key, data, mime)
     return key, mime
+
+
+#: The most memories an item's page lists as fed by an observation, and the types drawn from observations.
+MEMORIES_FED = 50
+FED = (MemoryType.episodic, MemoryType.semantic, MemoryType.procedural, MemoryType.resource, MemoryType.core)
+
+
+def memories_from(rt: Any, tenant_id: str, observation_id: uuid.UUID, limit: int = MEMORIES_FED
+                  ) -> list[MemoryRecord]:
+    """The tenant's memories drawn from the observation ``observation_id`` (its id in their
+    ``provenance.observation_ids``), current versions only (none superseded), newest content first, at most
+    ``limit``: the "memories it fed" of an item's page. One filtered scroll per memory type."""
+    fed = qm.FieldCondition(key="provenance.observation_ids", match=qm.MatchAny(any=[str(observation_id)]))
+    out = []
+    for mtype in FED:
+        flt = tenant_filter(tenant_id)
+        flt.must = [*(flt.must or []), fed]  # type: ignore[misc]  # a list, as tenant_filter makes it
+        for point in rt.vectors.scroll(collection_for(mtype), flt):
+            if not (point.payload or {}).get("superseded_by"):
+                out.append(to_record(mtype, point))
+    out.sort(key=lambda r: r.time.timestamp() if r.time else 0.0, reverse=True)
+    return out[:limit]
