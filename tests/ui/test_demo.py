@@ -80,3 +80,20 @@ def test_the_demos_frames_clip_and_memo_on_the_timeline(page, demo_ui):
     page.wait_for_function("() => document.querySelector('img.frame') && document.querySelector('img.frame').complete")
     assert page.locator("img.frame").evaluate("i => i.naturalWidth") == 1280  # the full frame
     assert page.locator("dt", has_text="Device").count() == 1 and page.get_by_text("demo-laptop").is_visible()
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="the demo makes its voice memo with espeak-ng")
+def test_the_memos_transcript_follows_its_player(page, demo_ui):
+    """A recording's page: the player starts at the segment, and its transcript's words (each with its time in the
+    recording) follow the player: the word playing is marked (``ui.js``)."""
+    page.goto(f"{demo_ui}/timeline")
+    page.locator("section.audio li a").first.click()
+    words = page.locator("p.transcript span[data-start]")
+    assert words.count() >= 3, page.content()[-2000:]
+    page.wait_for_function("() => document.getElementById('player').readyState >= 1")
+    third = words.nth(2)
+    at = (float(third.get_attribute("data-start")) + float(third.get_attribute("data-end"))) / 2
+    page.evaluate("t => { document.getElementById('player').currentTime = t; }", at)
+    page.wait_for_selector("p.transcript span.now")
+    assert page.locator("p.transcript span.now").count() == 1
+    assert page.locator("p.transcript span.now").inner_text() == third.inner_text()

@@ -16,3 +16,26 @@ document.addEventListener("keydown", function (event) {
     window.location.href = link ? link.href : "/search" + (user ? "?user=" + encodeURIComponent(user) : "");
   }
 });
+
+// an audio or video item's transcript follows its player: the word playing is marked (class "now"). Without this
+// script the transcript is plain text and the player starts at the segment (a media fragment).
+document.addEventListener("DOMContentLoaded", function () {
+  var box = document.querySelector("[data-follow]");
+  var player = box && document.getElementById(box.getAttribute("data-follow"));
+  if (!player) return;
+  var words = Array.prototype.slice.call(box.querySelectorAll("span[data-start]"));
+  var times = words.map(function (w) { return [parseFloat(w.dataset.start), parseFloat(w.dataset.end)]; });
+  var current = null;
+  function follow() {
+    var t = player.currentTime, found = null;
+    for (var i = 0; i < words.length && times[i][0] <= t; i++) {
+      if (t < times[i][1] + 0.3) found = words[i];
+    }
+    if (found === current) return;
+    if (current) current.classList.remove("now");
+    if (found) found.classList.add("now");
+    current = found;
+  }
+  player.addEventListener("timeupdate", follow);
+  player.addEventListener("seeked", follow);
+});
