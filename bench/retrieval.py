@@ -241,7 +241,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                         rows.append({"sample_id": sid, "conversation": ci, "question": q.index,
                                      "half": locomo_half(ci), "category": q.category, "recall": {
                             s: {k: recall_at_budget(ranked[s], ev, k) for k in ks} for s in systems}})
-                        _budget_diagnostics(diag, sources, types, ks)
+                        _budget_diagnostics(diag, sources, types, ks, ev)
                     bar.update(task, current=f"{sid}: done")
                     bar.advance(task)
 
@@ -476,27 +476,43 @@ def print_longmemeval_report(result: dict, console: Console | None = None) -> No
 
 
 def _budget_diagnostics(diag: dict[str, list], sources: list[list[str]], types: list[str],
-                        ks: Sequence[int]) -> None:
-    """What fills engram's budget of k turns: share of kept turns that came from non-observation hits,
-    hits consumed, and the share of hits among the consumed ones that are episodic."""
+                        ks: Sequence[int], evidence: set[str] | None = None) -> None:
+    """What fills engram's budget of k turns, appended per question to ``diag`` (means are reported).
+
+    Per k: the share of kept turns that came from non-observation hits (memories), the hits consumed, the share
+    of consumed hits that are episodic and, given the question's ``evidence``, whether memories earned their
+    place: ``memory-only evidence`` is 1 when a consumed memory hit brought an evidence turn that no turn hit
+    before it did (its budget was spent on evidence), ``evidence a returned memory cites beyond`` is 1 when any
+    returned memory hit (consumed or not) cites an evidence turn that the first k kept turns miss (what memories
+    could have brought). Per search: memory hits among the hits returned and the rank of the first (1-based,
+    over the searches that returned one)."""
+    memory = [t != "observation" for t in types]
+    diag["memory hits among returned (count)"].append(sum(memory))
+    diag["questions with a memory hit returned (share)"].append(float(any(memory)))
+    if any(memory):
+        diag["rank of the first memory hit returned"].append(memory.index(True) + 1)
     for k in ks:
-        kept: dict[str, None] = {}
-        from_memory = 0
+        kept: dict[str, bool] = {}  # turn -> brought by a memory hit
         used = 0
-        for src, mtype in zip(sources, types, strict=True):
+        for src, is_mem in zip(sources, memory, strict=True):
             if len(kept) >= k:
                 break
             used += 1
             for turn in src:
                 if len(kept) >= k:
                     break
-                if turn not in kept:
-                    kept[turn] = None
-                    from_memory += mtype != "observation"
-        diag[f"@{k} turns from memories (share)"].append(from_memory / max(1, len(kept)))
+                kept.setdefault(turn, is_mem)
+        diag[f"@{k} turns from memories (share)"].append(sum(kept.values()) / max(1, len(kept)))
         diag[f"@{k} hits consumed"].append(used)
         diag[f"@{k} episodic hits among consumed (share)"].append(
             sum(t == "episodic" for t in types[:used]) / max(1, used))
+        if evidence is None:
+            continue
+        diag[f"@{k} memory-only evidence (share of questions)"].append(
+            float(any(m and t in evidence for t, m in kept.items())))
+        cited = {t for src, is_mem in zip(sources, memory, strict=True) if is_mem for t in src}
+        diag[f"@{k} evidence a returned memory cites beyond the top k (share of questions)"].append(
+            float(bool(evidence & cited - set(kept))))
 
 
 def print_report(result: dict, console: Console | None = None) -> None:
