@@ -13,9 +13,10 @@ Given a reader that detects and recognizes apart (``LineReader``: ``workers.mode
 read by lines instead: text boxes are detected in the changed regions (in the whole frame, one detector pass,
 when they cover more than ``DETECT_WHOLE_SHARE`` of it), and only the boxes whose glyphs ``LineMemory`` has not
 seen are recognized; a box whose glyphs match a line read before (a window raised again over the same text, a
-terminal's lines scrolled up, a page come back to) takes that line's text. Recognition is most of OCR's cost
-(~25 ms a line against ~0.25 s to detect a whole 1920x1080 frame), and desktops show the same lines again and
-again.
+terminal's lines scrolled up, a page come back to) takes that line's text, and of the boxes of one frame that show
+the same glyphs (a terminal's ``root`` column, a table's repeated cells) one is recognized for all
+(``FrameTwins``). Recognition is most of OCR's cost (~25 ms a line against ~0.25 s to detect a whole 1920x1080
+frame), and desktops show the same lines again and again.
 
 The references are kept per process (``ReferenceFrames``: greyscale pixels and OCR lines of the last
 ``REFERENCE_DEVICES`` devices, least recently used dropped), so a frame whose predecessor was read by
@@ -51,7 +52,7 @@ DETECT_WHOLE_SHARE = 0.3  # changed regions covering more of the frame than this
 INK = 48  # grey levels from a line's background (its box's median) that count as a glyph's pixel
 GLYPH_PAD = 3  # px: how far apart two detections of one line's box may be (detector jitter)
 MEMORY_LINES = 3000  # lines a device's LineMemory keeps (their pixels, ~10 kB a line of a terminal: ~30 MB)
-MEMORY_PER_SHAPE = 16  # lines kept per ink width: the most recent
+MEMORY_PER_SHAPE = 128  # lines kept per ink width, the most recent (a terminal: hundreds of short numbers)
 
 
 def grey(pixels: np.ndarray) -> np.ndarray:
@@ -237,31 +238,88 @@ class Glyphs:
         """The ink's width in px: what ``LineMemory`` files lines under."""
         return self.width
 
+    def bound(self, heights: np.ndarray | int) -> np.ndarray | float:
+        """How far (grey levels) the profile of a line of ``heights`` px may differ from this one's, block by
+        block, when both show the same line: the block test's bound, plus what rows the jitter moves in or out."""
+        return DIFF_THRESHOLD + 255 * GLYPH_PAD / np.maximum(1, np.minimum(self.height, heights))
+
     def same(self, other: Glyphs) -> bool:
-        """Whether ``other`` shows the same line: its widths within 1 px, and this line's box rows and ink columns
-        found in ``other``'s pixels within ``GLYPH_PAD`` px up or down and 1 px sideways with no ``BLOCK`` x
-        ``BLOCK`` block differing by more than ``DIFF_THRESHOLD`` grey levels on average (the test
-        ``changed_regions`` uses: lossy compression noise passes, one character changed does not)."""
+        """Whether ``other`` shows the same line: its widths within 1 px, their profiles within ``bound``, and
+        this line's box rows and ink columns found in the other's pixels (``within``; not the other way round: a
+        box a little larger than the line it matched may hold a stroke more, '->' against '-')."""
         if abs(self.width - other.width) > 1:
             return False
         n = min(len(self.profile), len(other.profile))
-        # the profiles of one line agree within the block test's bound, plus what rows the jitter moves in or out
-        bound = DIFF_THRESHOLD + 255 * GLYPH_PAD / max(1, min(self.height, other.height))
-        if np.abs(self.profile[:n] - other.profile[:n]).max() > bound:
+        if np.abs(self.profile[:n] - other.profile[:n]).max() > self.bound(other.height):
             return False
+        return self.within(other)
+
+    def within(self, other: Glyphs) -> bool:
+        """Whether this line's box rows and ink columns are found in ``other``'s pixels within ``GLYPH_PAD`` px
+        up or down and 1 px sideways with no ``BLOCK`` x ``BLOCK`` block differing by more than
+        ``DIFF_THRESHOLD`` grey levels on average (the test ``changed_regions`` uses: lossy compression noise
+        passes, one character changed does not)."""
         core = self.pixels[self.top:self.top + self.height, self.left:self.left + self.width].astype(np.int16)
         h, w = core.shape
+        big_h, big_w = other.pixels.shape
+        y0, y1 = max(0, other.top - GLYPH_PAD), min(big_h - h, other.top + GLYPH_PAD)
+        x0, x1 = max(0, other.left - 1), min(big_w - w, other.left + 1)
+        if y0 > y1 or x0 > x1:
+            return False
+        # every offset at once: (ny, nx, h, w) windows of the other's pixels
+        windows = np.lib.stride_tricks.sliding_window_view(other.pixels, (h, w))[y0:y1 + 1, x0:x1 + 1]
         hb, wb = -(-h // BLOCK), -(-w // BLOCK)
-        padded = np.zeros((hb * BLOCK, wb * BLOCK), np.int16)
-        for dy in sorted(range(-GLYPH_PAD, GLYPH_PAD + 1), key=abs):
-            for dx in (0, -1, 1):
-                y, x = other.top + dy, other.left + dx
-                if y < 0 or x < 0 or y + h > other.pixels.shape[0] or x + w > other.pixels.shape[1]:
-                    continue
-                padded[:h, :w] = np.abs(core - other.pixels[y:y + h, x:x + w])
-                if padded.reshape(hb, BLOCK, wb, BLOCK).mean(axis=(1, 3)).max() <= DIFF_THRESHOLD:
-                    return True
-        return False
+        diff = np.zeros((*windows.shape[:2], hb * BLOCK, wb * BLOCK), np.int16)
+        diff[..., :h, :w] = np.abs(windows - core)
+        blocks = diff.reshape(*windows.shape[:2], hb, BLOCK, wb, BLOCK).sum(axis=(3, 5))
+        return bool((blocks.max(axis=(2, 3)) <= DIFF_THRESHOLD * BLOCK * BLOCK).any())
+
+
+class GlyphShelf:
+    """Lines filed by ink width (``Glyphs.key``), each with a payload, newest first per width; ``find`` compares
+    a line's profile with all those of widths within 1 px at once (a stacked array per width, built again after a
+    change) and its pixels only with those whose profiles are close. Not thread safe (its owner locks)."""
+
+    def __init__(self) -> None:
+        self.rows: OrderedDict[int, list[tuple[Glyphs, object]]] = OrderedDict()
+        self._stacks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def find(self, ink: Glyphs) -> tuple[int, object] | None:
+        """(width, payload) of a line with the same glyphs (``Glyphs.same``), or None."""
+        for key in (ink.key, ink.key - 1, ink.key + 1):
+            rows = self.rows.get(key)
+            if not rows:
+                continue
+            stack = self._stacks.get(key)
+            if stack is None:
+                stack = self._stacks[key] = (np.stack([g.profile for g, _ in rows]),
+                                             np.array([g.height for g, _ in rows]))
+            profiles, heights = stack
+            n = min(profiles.shape[1], len(ink.profile))
+            close = np.abs(profiles[:, :n] - ink.profile[:n]).max(axis=1) <= ink.bound(heights)
+            for i in np.flatnonzero(close):
+                known, payload = rows[i]
+                if ink.within(known):
+                    return key, payload
+        return None
+
+    def add(self, ink: Glyphs, payload: object, per_width: int | None = None) -> int:
+        """File ``ink`` first under its width, keeping ``per_width`` lines of that width at most (None: all);
+        returns how many lines were dropped (0 or 1)."""
+        kept = self.rows.setdefault(ink.key, [])
+        self.rows.move_to_end(ink.key)
+        kept.insert(0, (ink, payload))
+        self._stacks.pop(ink.key, None)
+        if per_width is not None and len(kept) > per_width:
+            kept.pop()
+            return 1
+        return 0
+
+    def drop_oldest(self) -> int:
+        """Drop the lines of the width used least recently; returns how many."""
+        key, dropped = self.rows.popitem(last=False)
+        self._stacks.pop(key, None)
+        return len(dropped)
 
 
 def glyphs(g: np.ndarray, box: tuple[float, float, float, float]) -> Glyphs | None:
@@ -285,12 +343,12 @@ def glyphs(g: np.ndarray, box: tuple[float, float, float, float]) -> Glyphs | No
 
 class LineMemory:
     """Lines a device's frames showed, by their glyph pixels (``glyphs``): text and confidence of up to
-    ``maxlines`` lines, ``MEMORY_PER_SHAPE`` per ink width, the widths used least recently dropped first.
-    Thread safe. ``hits`` and ``misses`` count the lookups."""
+    ``maxlines`` lines, ``MEMORY_PER_SHAPE`` per ink width, the widths used least recently dropped first
+    (``GlyphShelf``). Thread safe. ``hits`` and ``misses`` count the lookups."""
 
     def __init__(self, maxlines: int = MEMORY_LINES) -> None:
         self.maxlines = maxlines
-        self._shapes: OrderedDict[int, list[tuple[Glyphs, str, float]]] = OrderedDict()
+        self._shelf = GlyphShelf()
         self._count = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
@@ -301,29 +359,21 @@ class LineMemory:
     def find(self, ink: Glyphs) -> tuple[str, float] | None:
         """(text, confidence) of a remembered line with the same glyphs (``Glyphs.same``), or None."""
         with self._lock:
-            for key in (ink.key, ink.key - 1, ink.key + 1):
-                for known, text, conf in self._shapes.get(key, ()):
-                    if ink.same(known):
-                        self._shapes.move_to_end(key)
-                        self.hits += 1
-                        return text, conf
-            self.misses += 1
-        return None
+            found = self._shelf.find(ink)
+            if found is None:
+                self.misses += 1
+                return None
+            self._shelf.rows.move_to_end(found[0])
+            self.hits += 1
+            text, conf = found[1]  # type: ignore[misc]  # what ``add`` filed
+            return text, conf
 
     def add(self, ink: Glyphs, text: str, confidence: float) -> None:
         """Remember a line read from these glyphs."""
-        key = ink.key
         with self._lock:
-            kept = self._shapes.setdefault(key, [])
-            self._shapes.move_to_end(key)
-            kept.insert(0, (ink, text, confidence))
-            self._count += 1
-            if len(kept) > MEMORY_PER_SHAPE:
-                kept.pop()
-                self._count -= 1
-            while self._count > self.maxlines and self._shapes:
-                _, dropped = self._shapes.popitem(last=False)
-                self._count -= len(dropped)
+            self._count += 1 - self._shelf.add(ink, (text, confidence), MEMORY_PER_SHAPE)
+            while self._count > self.maxlines and self._shelf.rows:
+                self._count -= self._shelf.drop_oldest()
 
 
 def read_lines(reader: LineReader, pixels: np.ndarray, cur: np.ndarray, regions: list[Box] | None,
@@ -344,14 +394,20 @@ def read_lines(reader: LineReader, pixels: np.ndarray, cur: np.ndarray, regions:
             quads += [q + offset for q in reader.detect(np.ascontiguousarray(pixels[y0:y1, x0:x1]))]
     lines: list[OcrLine] = []
     unread: list[tuple[np.ndarray, Glyphs | None]] = []
+    twins = FrameTwins()
+    repeats: list[tuple[tuple[float, float, float, float], int]] = []  # (box, index in unread of its twin)
     for q in quads:
         box = _bounds(q)
         ink = glyphs(cur, box) if memory is not None else None
         known = memory.find(ink) if memory is not None and ink is not None else None
-        if known is None:
-            unread.append((q, ink))
-        else:
+        if known is not None:
             lines.append(OcrLine(text=known[0], confidence=known[1], box=box))
+        elif ink is not None and (twin := twins.find(ink)) is not None:
+            repeats.append((box, twin))
+        else:
+            if ink is not None:
+                twins.add(ink, len(unread))
+            unread.append((q, ink))
     read = reader.recognize(pixels, [q for q, _ in unread], min_confidence=0.0)
     for (_, ink), line in zip(unread, read, strict=True):
         if line is None:
@@ -359,7 +415,29 @@ def read_lines(reader: LineReader, pixels: np.ndarray, cur: np.ndarray, regions:
         lines.append(line)
         if memory is not None and ink is not None:
             memory.add(ink, line.text, line.confidence)
+    for box, twin in repeats:
+        if (line := read[twin]) is not None:
+            lines.append(line.model_copy(update={"box": box}))
     return lines
+
+
+class FrameTwins:
+    """The boxes of one frame waiting to be recognized, by their glyphs: a box whose glyphs (``Glyphs.same``)
+    another box of the frame shows (a terminal's ``root`` column, a table's repeated cells, a menu shown twice)
+    takes that box's text instead of being recognized too (``find`` gives the other box's index, as given to
+    ``add``). Not thread safe (one ``read_lines`` call owns it)."""
+
+    def __init__(self) -> None:
+        self._shelf = GlyphShelf()
+
+    def find(self, ink: Glyphs) -> int | None:
+        """The index of a box added with the same glyphs, or None."""
+        found = self._shelf.find(ink)
+        return None if found is None else int(found[1])  # type: ignore[call-overload]  # what ``add`` filed
+
+    def add(self, ink: Glyphs, index: int) -> None:
+        """Remember the box at ``index`` (into the caller's list of boxes to recognize) by its glyphs."""
+        self._shelf.add(ink, index)
 
 
 def _bounds(quad: np.ndarray) -> tuple[float, float, float, float]:

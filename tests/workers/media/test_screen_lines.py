@@ -139,9 +139,10 @@ def test_frames_of_a_real_desktop_read_by_lines_give_the_full_read_text(engram_e
         full = model.read(px, min_confidence=0.0)
         # the words of a full read, but for a line read in an earlier frame from a box a pixel apart (the same
         # pixels may read 'activate-glc' there and 'activate-glq' here) and boxes a changed region's detector
-        # split where the whole frame's did not
+        # split where the whole frame's did not; and boxes of one frame with the same glyphs share one reading
+        # ('NoV' for all of a listing's 'Nov' when that is how the one recognized read; 5 words of 217 here)
         got, want = Counter(words(lines)), Counter(words(full))
-        assert sum((want - got).values()) <= 0.02 * sum(want.values()), (i, want - got, got - want)
+        assert sum((want - got).values()) <= 0.03 * sum(want.values()), (i, want - got, got - want)
         if i:
             assert len(rec.recognized) < len(full) / 2, (i, share, len(rec.recognized), len(full))
         reference = (screens.grey(px), lines)
