@@ -9,9 +9,12 @@ average. ``engram capture --json --duration`` runs at its defaults (2-30 s inter
 into the embedded store of a fresh ``ENGRAM_DATA_DIR`` (OCR, embedding, storing inline: the pipeline runs in the
 capture's process). Measured from the process's rusage (``os.wait4``): CPU of the capture agent and the
 pipeline together, user + system, over the capture's length (as % of one core), peak RSS; the data dir's
-allocated bytes per hour of capture; frames kept. ``--json FILE`` writes ``{"cpu_percent", "rss_peak_bytes",
-"disk_bytes_per_hour", "frames_kept", "load"}`` and the details (``cpu_s_per_kept_frame``, the drain after the
-capture, the data dir by folder, the load average before).
+allocated bytes per hour of capture; frames kept; coverage: of the script's changes (a sentence typed, a
+command run, which ends by echoing a few words, a page switched to: its title), the share for which a frame
+kept while the change was its window's newest holds 80 % of the change's words in its stored text (read back from
+the store). ``--json FILE`` writes ``{"cpu_percent", "rss_peak_bytes", "disk_bytes_per_hour", "frames_kept",
+"coverage", "load"}`` and the details (``cpu_s_per_kept_frame``, coverage by kind, the drain after the capture,
+the data dir by folder, the load average before).
 
     python bench/capture_cpu.py [--minutes 10] [--baseline] [--json bench/results/capture.json]
 
@@ -40,6 +43,7 @@ import io
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -47,6 +51,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -160,8 +165,14 @@ SENTENCES = ("Meeting notes: the harbour budget review moves to Thursday at 10:3
              "Call the insurer about claim 48213 (water damage, kitchen).",
              "Draft reply: thanks for the slides, the numbers on page 7 look right.",
              "Groceries: oat milk, lemons, rice, coffee beans, dish soap.")
-COMMANDS = ("seq 1 40 | sed 's/^/build step /'", "ls -la /usr/bin | head -45", "cat /etc/os-release",
-            "df -h", "ps aux | head -30", "for i in 1 2 3 4 5 6; do date; uname -a; done", "ls -la /etc | tail -40")
+#: (command, what it echoes last: the words that stay on screen after it, whatever its output, for ``coverage``)
+COMMANDS = (("seq 1 40 | sed 's/^/build step /'", "build steps listed"),
+            ("ls -la /usr/bin | head -45", "programs listed"), ("cat /etc/os-release", "release shown"),
+            ("df -h", "disk usage shown"), ("ps aux | head -30", "processes listed"),
+            ("for i in 1 2 3 4 5 6; do date; uname -a; done", "dates printed"),
+            ("ls -la /etc | tail -40", "settings folder listed"))
+#: A change is covered when a frame kept while it was its window's newest shows this share of its words.
+COVER_WORDS = 0.8
 
 
 def browser_pages() -> list[tuple[str, object]]:
@@ -192,6 +203,8 @@ class ScriptedDesktop:
         self.display, self.workdir, self.rng = display, workdir, random.Random(seed)
         self.pages = browser_pages()
         self.changes: dict[str, int] = {"editor": 0, "terminal": 0, "browser": 0, "idle": 0}
+        #: (UTC time the change began, kind, the text it puts on screen) of every change but idle stretches
+        self.log: list[tuple[datetime, str, str]] = []
 
     def open(self, stack: contextlib.ExitStack) -> None:
         """Start openbox, the editor and the terminal xterms, and the browser-like window."""
@@ -212,13 +225,19 @@ class ScriptedDesktop:
     def step(self) -> str:
         """One change of the screen (or an idle stretch); returns its kind."""
         kind = self.rng.choices(("editor", "terminal", "browser", "idle"), (0.3, 0.25, 0.3, 0.15))[0]
+        began = datetime.now(UTC)
         if kind == "editor":
-            xdesktop.type_text(self.display, self.editor, self.rng.choice(SENTENCES) + "\n", delay_ms=40)
+            sentence = self.rng.choice(SENTENCES)
+            self.log.append((began, kind, sentence))
+            xdesktop.type_text(self.display, self.editor, sentence + "\n", delay_ms=40)
         elif kind == "terminal":
-            xdesktop.type_text(self.display, self.terminal, self.rng.choice(COMMANDS) + "\n", delay_ms=30)
+            command, said = self.rng.choice(COMMANDS)
+            self.log.append((began, kind, said))
+            xdesktop.type_text(self.display, self.terminal, f"{command}; echo {said}\n", delay_ms=30)
         elif kind == "browser":
             self.page = (self.page + self.rng.randrange(1, len(self.pages))) % len(self.pages)
             title, page = self.pages[self.page]
+            self.log.append((began, kind, title))
             self.desk.retitle(self.browser, title)
             xdesktop.activate(self.display, self.browser.id)
             self.desk.paint(self.browser, page)
@@ -231,6 +250,48 @@ class ScriptedDesktop:
             began = time.monotonic()
             self.step()
             stop.wait(max(0.0, self.rng.uniform(4, 12) - (time.monotonic() - began)))
+
+
+def words(text: str) -> list[str]:
+    """Lower-case runs of letters and digits of ``text``."""
+    return re.findall(r"[^\W_]+", text.lower())
+
+
+def stored_frames(env: dict) -> list[tuple[datetime, str]]:
+    """(capture time, stored text) of every observation in the embedded store of ``env``'s ``ENGRAM_DATA_DIR``
+    (read in a child process: the store's settings come from the environment), oldest first."""
+    code = ("import json; from engram.api.service.embedded import EmbeddedService; "
+            "from engram.schemas.timeline import TimelineRequest; from engram.schemas.settings import get_settings; "
+            "svc = EmbeddedService(); page = svc.timeline(TimelineRequest(tenant_id=get_settings().tenant, "
+            "limit=10000)); svc.close(); "
+            "print(json.dumps([[r.payload['start_ts'], r.payload.get('text') or ''] for r in page.items]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    rows = [(datetime.fromisoformat(ts) if isinstance(ts, str) else datetime.fromtimestamp(ts, UTC), text)
+            for ts, text in json.loads(out.strip().splitlines()[-1])]
+    return sorted(rows)
+
+
+def coverage(log: list[tuple[datetime, str, str]], frames: list[tuple[datetime, str]], end: datetime) -> dict:
+    """Of the desktop's changes (``log``: time, kind, text), the share covered: a frame kept from the change's
+    start until the next change of its window (``end`` for the last) whose text holds ``COVER_WORDS`` of the
+    change's words. ``{"coverage", "coverage_by_kind", "changes_covered", "changes_scripted"}``."""
+    got: dict[str, list[bool]] = {}
+    for i, (began, kind, text) in enumerate(log):
+        until = next((t for t, k, _ in log[i + 1:] if k == kind), end)
+        want = Counter(words(text))
+        covered = False
+        for at, stored in frames:
+            if began <= at < until:
+                found = Counter(words(stored))
+                if sum(min(n, found[w]) for w, n in want.items()) >= COVER_WORDS * sum(want.values()):
+                    covered = True
+                    break
+        got.setdefault(kind, []).append(covered)
+    every = [c for cs in got.values() for c in cs]
+    return {"coverage": round(sum(every) / max(1, len(every)), 3),
+            "coverage_by_kind": {k: f"{sum(cs)}/{len(cs)}" for k, cs in sorted(got.items())},
+            "changes_covered": sum(every), "changes_scripted": len(every)}
 
 
 def allocated_bytes(folder: Path) -> dict[str, int]:
@@ -270,12 +331,13 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
         load_before = os.getloadavg()
         stop = threading.Event()
         player = threading.Thread(target=desktop.play, args=(stop,), name="desktop", daemon=True)
-        procs = {}
+        procs, envs = {}, {}
         for name, extra in runs.items():
             env = {**os.environ, "DISPLAY": display, "ENGRAM_DATA_DIR": str(root / name / "data"),
                    "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
             for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "WAYLAND_DISPLAY"):
                 env.pop(var, None)
+            envs[name] = env
             (root / name).mkdir()
             out, err = open(root / name / "out.txt", "w"), open(root / name / "err.txt", "w")
             stack.callback(out.close)
@@ -299,14 +361,16 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
         for w in waiters:
             w.join()
         results = {}
+        stop.set()
+        player.join(timeout=60)
+        ended = datetime.now(UTC)
         for name, (code, usage, elapsed) in reaped.items():
             procs[name].returncode = code
             if code != 0:
                 raise SystemExit((root / name / "err.txt").read_text()[-3000:])
             stats = json.loads((root / name / "out.txt").read_text().strip().splitlines()[-1])
             results[name] = _figures(stats, usage, allocated_bytes(root / name / "data"), elapsed)
-        stop.set()
-        player.join(timeout=60)
+            results[name] |= coverage(desktop.log, stored_frames(envs[name]), ended)
     result = {**results["run"], "load": [round(x, 2) for x in os.getloadavg()],
               "load_before": [round(x, 2) for x in load_before], "minutes": minutes,
               "screen": "x".join(map(str, SCREEN)), "changes": desktop.changes}
@@ -315,7 +379,7 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
         result["baseline"] = {"args": baseline, **base}
         result["ratio_to_baseline"] = {k: round(result[k] / base[k], 3) if base[k] else None
                                        for k in ("cpu_percent", "rss_peak_bytes", "disk_bytes_per_hour",
-                                                 "frames_kept")}
+                                                 "frames_kept", "coverage")}
     return result
 
 
