@@ -13,6 +13,12 @@ from engram.schemas.search import SearchHit
 
 #: Thumbnails shown per run of one application's screenshots on the day's page; the rest behind a link.
 GROUP_THUMBS = 12
+#: A burst of near-identical frames is shown as one thumbnail (the search's rule, ``workers.memory.bursts``, on the
+#: words as split on spaces, case ignored, of the text's first ``BURST_TEXT`` characters): consecutive frames of one
+#: device, each within ``BURST_GAP_S`` seconds of the previous one, whose words' Jaccard similarity to the burst's
+#: first frame is at least ``BURST_JACCARD``.
+BURST_GAP_S = 300.0
+BURST_JACCARD = 0.8
 #: Characters of a text shown in lists (the whole text is on the item's page).
 SHORT_TEXT = 400
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")
@@ -22,7 +28,8 @@ PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".
 class Group:
     """A run of consecutive timeline items of one kind (and, for screenshots, one app and window; for chat turns,
     one session), newest first. ``shown``: the items drawn (every one, or ``GROUP_THUMBS`` sampled evenly);
-    ``anchors``: the ids of the hours that start at this group (``scrubber``)."""
+    ``anchors``: the ids of the hours that start at this group (``scrubber``); ``bursts``: for a screenshot run,
+    each burst's frame shown (its first) by id, with how many frames the burst holds."""
 
     kind: str
     app: str | None
@@ -31,11 +38,42 @@ class Group:
     items: list[MemoryRecord] = field(default_factory=list)
     shown: list[MemoryRecord] = field(default_factory=list)
     anchors: list[str] = field(default_factory=list)
+    bursts: dict[str, int] = field(default_factory=dict)
 
     @property
     def more(self) -> int:
-        """Items in the run that are not drawn."""
-        return len(self.items) - len(self.shown)
+        """Items in the run that are not drawn (nor in a drawn burst)."""
+        return len(self.items) - sum(self.bursts.get(str(r.id), 1) for r in self.shown)
+
+
+#: Characters of a frame's text compared for bursts (the start of a long OCR text is enough to tell screens apart).
+BURST_TEXT = 2000
+
+
+def _words(rec: MemoryRecord) -> set[str]:
+    return set((rec.text or "")[:BURST_TEXT].lower().split())
+
+
+def bursts(frames: list[MemoryRecord]) -> list[list[MemoryRecord]]:
+    """``frames`` (one window's screenshots, newest first) as bursts of near-identical frames (see
+    ``BURST_GAP_S``), newest first, each in time order."""
+    out: list[list[MemoryRecord]] = []
+    head_words: set[str] = set()
+    for rec in reversed(frames):
+        last = out[-1][-1] if out else None
+        near = (last is not None and rec.time is not None and last.time is not None
+                and (rec.time - last.time).total_seconds() <= BURST_GAP_S
+                and rec.payload.get("device_id") == last.payload.get("device_id"))
+        words = _words(rec) if near or not out else None
+        if near and words is not None:
+            union = len(words | head_words)
+            near = (len(words & head_words) / union if union else 1.0) >= BURST_JACCARD
+        if near:
+            out[-1].append(rec)
+        else:
+            out.append([rec])
+            head_words = words if words is not None else _words(rec)
+    return out[::-1]
 
 
 def _key(rec: MemoryRecord) -> tuple:
@@ -49,8 +87,8 @@ def _key(rec: MemoryRecord) -> tuple:
 
 
 def group_timeline(items: list[MemoryRecord], sample: bool = True) -> list[Group]:
-    """``items`` (newest first) as runs of ``Group``; with ``sample`` a screenshot run draws at most
-    ``GROUP_THUMBS`` of its frames, evenly spread over it."""
+    """``items`` (newest first) as runs of ``Group``; a screenshot run draws one frame per burst of near-identical
+    frames (``bursts``), and with ``sample`` at most ``GROUP_THUMBS`` of them, evenly spread over it."""
     groups: list[Group] = []
     for rec in items:
         key = _key(rec)
@@ -58,11 +96,16 @@ def group_timeline(items: list[MemoryRecord], sample: bool = True) -> list[Group
             groups.append(Group(*key))
         groups[-1].items.append(rec)
     for g in groups:
-        n = len(g.items)
+        heads = list(g.items)
+        if g.kind == "screenshot":
+            found = bursts(g.items)
+            heads = [b[0] for b in found]
+            g.bursts = {str(b[0].id): len(b) for b in found}
+        n = len(heads)
         if sample and g.kind == "screenshot" and n > GROUP_THUMBS:
-            g.shown = [g.items[round(i * (n - 1) / (GROUP_THUMBS - 1))] for i in range(GROUP_THUMBS)]
+            g.shown = [heads[round(i * (n - 1) / (GROUP_THUMBS - 1))] for i in range(GROUP_THUMBS)]
         else:
-            g.shown = list(g.items)
+            g.shown = heads
     return groups
 
 
