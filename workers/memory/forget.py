@@ -25,7 +25,9 @@ What goes, for the observations a scope selects (tenant-scoped; all of the crite
 7. then ``leave_nothing``: the embedding cache emptied (it is keyed by the text's hash and holds each text's
    vector), SQLite's freed pages overwritten and the files rewritten (``secure_delete``, ``VACUUM``, the
    write-ahead log truncated) for the ledger and the cache, and the embedded store's touched collections rewritten
-   (``EdgeVectorStore.compact``: Qdrant Edge keeps a deleted point's bytes in its write-ahead log and pages).
+   (``EdgeVectorStore.compact``: Qdrant Edge keeps a deleted point's bytes in its write-ahead log and pages); in
+   the distributed mode each Redis server's append-only file and snapshot rewritten from its live keys
+   (``rewrite_redis``: the AOF keeps every task message that carried an observation's text).
 
 A dry run (``dry_run=True``) counts what would go and changes nothing. Events still being ingested may write
 points after a forget: forget once ingestion has settled (``engram status``).
@@ -36,10 +38,12 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import structlog
@@ -85,6 +89,8 @@ POINT_FIELDS = ("start_ts", "end_ts", "kinds", "device_ids", "apps", "entity_ids
 MIN_CUT = 12
 #: Kinds whose derived objects are per segment (``seg-<n>-...``, ``thumb-<n>.webp``): a chat file's are not.
 _SEGMENTED = ("screenshot", "audio", "clip")
+#: How long a forget waits for each Redis server to rewrite its append-only file and snapshot, seconds.
+REDIS_REWRITE_TIMEOUT_S = 120.0
 _IMAGE_SUFFIXES = (".png", ".jpg", ".webp", ".gif", ".bmp", ".tif")
 
 
@@ -423,8 +429,10 @@ def delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
 
 def leave_nothing(rt: Runtime, collections: list[str]) -> list[str]:
     """After a deletion: empty the embedding cache, overwrite and drop SQLite's freed pages in the ledger and the
-    cache, and rewrite the embedded store's ``collections`` so none of their files holds a deleted point's bytes
-    (``VectorStore.compact``; a Qdrant server compacts itself). Returns the collections compacted."""
+    cache, rewrite the embedded store's ``collections`` so none of their files holds a deleted point's bytes
+    (``VectorStore.compact``; a Qdrant server compacts itself), and in the distributed mode have each Redis server
+    rewrite its append-only file and snapshot from its live keys (``rewrite_redis``). Returns the collections
+    compacted."""
     clear_text_memos()
     cache = getattr(rt, "embedding_cache", None)
     if cache is not None and getattr(cache, "path", None) is not None and cache.path.exists():
@@ -432,11 +440,93 @@ def leave_nothing(rt: Runtime, collections: list[str]) -> list[str]:
     ledger_path = getattr(rt.ledger, "path", None)
     if ledger_path is not None and ledger_path.exists():
         vacuum_sqlite(ledger_path)
-    if not collections:
-        return []
-    if hasattr(rt.vectors, "flush"):
-        rt.vectors.flush()
-    return sorted(rt.vectors.compact(collections))
+    compacted = []
+    if collections:
+        if hasattr(rt.vectors, "flush"):
+            rt.vectors.flush()
+        compacted = sorted(rt.vectors.compact(collections))
+    for url in redis_servers(rt):
+        rewrite_redis(url)
+    return compacted
+
+
+def redis_servers(rt: Runtime) -> list[str]:
+    """One URL per Redis server the distributed mode writes to (the ledger's, the broker's, the result backend's;
+    several databases of one server counted once); none on the embedded default."""
+    servers: dict[tuple, str] = {}
+    for url in (getattr(rt.ledger, "url", None), rt.settings.broker_url, rt.settings.result_backend):
+        if url and url.startswith(("redis://", "rediss://", "unix://")):
+            parts = urlsplit(url)
+            servers.setdefault((parts.scheme, parts.hostname, parts.port,
+                                parts.path if parts.scheme == "unix" else ""), url)
+    return list(servers.values())
+
+
+def rewrite_redis(url: str, timeout: float = REDIS_REWRITE_TIMEOUT_S) -> list[str]:
+    """Leave no deleted value in the files of the Redis server at ``url``: its append-only file keeps every write
+    (a task message carrying an observation's text, a ledger row, a result), deleted keys included, until it is
+    rewritten from the live keys (``BGREWRITEAOF``), and an RDB snapshot keeps the keys of its time until the next
+    one (``BGSAVE``). Each is started when the server persists that way and waited for (``timeout`` seconds).
+    Returns what was rewritten (``"aof"``, ``"rdb"``). A server that refuses the commands (a managed Redis may) is
+    logged and left as it is: its provider's persistence then holds the history (docs/keep.md)."""
+    import redis  # the distributed mode's client: the embedded default has no Redis
+
+    r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=timeout)
+    done = []
+    try:
+        info = r.info("persistence")
+        try:
+            saves = bool((r.config_get("save") or {}).get("save"))
+        except redis.ResponseError:  # CONFIG renamed away: a snapshot may exist, so take a new one
+            saves = True
+        for kind, on, start in (("aof", bool(info.get("aof_enabled")), r.bgrewriteaof), ("rdb", saves, r.bgsave)):
+            if on:
+                _rewrite_once(r, kind, start, time.monotonic() + timeout)
+                done.append(kind)
+    except (redis.RedisError, TimeoutError) as exc:
+        log.warning("redis files not rewritten after a forget", error=f"{type(exc).__name__}: {exc}")
+    finally:
+        r.close()
+    return done
+
+
+def _rewrite_once(r: Any, kind: str, start: Any, deadline: float) -> None:
+    """Start a background rewrite of ``kind`` (``aof``: ``aof_rewrites``/``aof_rewrite_in_progress``; ``rdb``:
+    ``rdb_saves``/``rdb_bgsave_in_progress``) once none is running (one that runs began before the deletion) and
+    wait until it has finished; raises TimeoutError past ``deadline`` (monotonic seconds), RuntimeError when Redis
+    reports it failed."""
+    count, busy = ("aof_rewrites", ("aof_rewrite_in_progress", "aof_rewrite_scheduled")) if kind == "aof" \
+        else ("rdb_saves", ("rdb_bgsave_in_progress",))
+    import redis  # the distributed mode's client: the embedded default has no Redis
+
+    status = "aof_last_bgrewrite_status" if kind == "aof" else "rdb_last_bgsave_status"
+    info = _settled(r, busy, deadline)
+    before = int(info.get(count, 0))
+    try:
+        start()
+    except redis.ResponseError as exc:  # "already in progress": another client started one meanwhile
+        if "progress" not in str(exc):
+            raise
+        _settled(r, busy, deadline)
+        start()
+    while True:
+        info = _settled(r, busy, deadline)
+        if int(info.get(count, 0)) > before:
+            break
+        time.sleep(0.05)
+    if info.get(status) != "ok":
+        raise RuntimeError(f"redis {kind} rewrite failed: {info.get(status)}")
+
+
+def _settled(r: Any, busy: tuple[str, ...], deadline: float) -> dict:
+    """Redis's INFO persistence once none of ``busy`` is set; TimeoutError past ``deadline``."""
+    while True:
+        info = r.info("persistence")
+        if not any(int(info.get(b, 0)) for b in busy):
+            return info
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"redis still busy ({', '.join(busy)})")
+        time.sleep(0.05)
 
 
 def vacuum_sqlite(path: Any, statement: str | None = None) -> None:
