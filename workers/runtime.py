@@ -28,6 +28,7 @@ from engram.schemas.settings import Settings, get_settings
 from engram.workers.errors import MediaError
 from engram.workers.metrics import STAGE_ERRORS, STAGE_SECONDS
 from engram.workers.models import EmbeddingCache
+from engram.workers.models.embeddings import check_store_embedder
 from engram.workers.stores.ledger import Ledger, open_ledger
 from engram.workers.stores.objects import ObjectStore, open_object_store
 from engram.workers.stores.private import secure_data_dir
@@ -87,8 +88,12 @@ class Runtime:
     @property
     def vectors(self) -> VectorStore:
         """The vector store (opened on first use). Raises vectorstore.StoreBusy if another process holds the
-        embedded store."""
+        embedded store, EmbedderMismatch if another text embedder made its vectors (``check_store_embedder``; the
+        embedded store only: a Qdrant server's collections are not in the data dir)."""
         if self._vectors is None:
+            if not self.settings.qdrant_url:  # one vector space per store
+                check_store_embedder(self.settings.data_dir, self.settings.models.embedding_model,
+                                     _holds_vectors(self.settings))
             self._vectors = open_vector_store(self.settings)
         return self._vectors
 
@@ -100,6 +105,11 @@ _lock = threading.Lock()
 #: How often a lease that lingers looks for another process waiting for the store (``VectorStore.wanted``): the
 #: longest such a process waits for an idle holder (a glob of the store's folder each time, ~20 us).
 HANDOFF_POLL_S = 0.2
+
+
+def _holds_vectors(settings: Settings) -> bool:
+    """Whether the data dir holds an embedded store already (this engram's or an older one's folder, not empty)."""
+    return any(d.is_dir() and any(d.iterdir()) for d in (embedded_store_dir(settings), settings.data_dir / "qdrant"))
 
 
 def _holds_a_store(settings: Settings) -> bool:
