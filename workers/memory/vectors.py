@@ -80,7 +80,7 @@ def embed_query(rt: Runtime, text: str) -> np.ndarray:
         return hit
     model = get_model("embedding", rt.settings)
     with model_timer("embedding", items=1):
-        vec = model.embed([text])[0]
+        vec = model.embed_queries([text])[0]  # e5 embeds a query with its own prefix
     with _QUERY_LOCK:
         _QUERY_VECTORS[key] = vec
     return vec
