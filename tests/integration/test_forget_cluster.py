@@ -150,7 +150,7 @@ def seaweed_holds(tmp_path_factory, needles: list[bytes]) -> list[tuple[str, str
 
 
 def test_forgotten_items_are_nowhere_on_the_cluster(make_stack, restartable_redis, tmp_path,  # noqa: F811
-                                                    tmp_path_factory):
+                                                    tmp_path_factory, capsys):
     t0 = time.monotonic()
     stack = make_stack(restartable_redis.url, "forgetc", cpu_workers=1, beat=False)
     with stack.client() as client:
@@ -178,21 +178,27 @@ def test_forgotten_items_are_nowhere_on_the_cluster(make_stack, restartable_redi
         published = time.monotonic() - t0
 
         # 1. by id: the chat message; its episode rewritten with the kept messages only
+        took = [time.monotonic()]
         report = client.forget(memory_ids=[gone_id])
+        took[0] = time.monotonic() - took[0]
         assert report.observations == 1, report
         check_gone(stack, restartable_redis, [GONE.encode(), b"violet lighthouse"], [KEPT.encode()])
         assert "violet lighthouse" not in searched(client, "zebra quokka treaty lighthouse")
         assert KEPT in searched(client, "lunch with Priya Thai place", USER)
 
         # 2. by scope: the application, its screenshot's objects, OCR cache and resource memory
+        took.append(time.monotonic())
         report = client.forget(app="Ledgerly")
+        took[-1] = time.monotonic() - took[-1]
         assert report.observations == 1 and report.objects_deleted, report
         check_gone(stack, restartable_redis, shot_needles, [KEPT.encode()])
         assert "Marguerite" not in searched(client, "invoice approved by Marguerite Okonkwo")
         assert "Quarterly roadmap" in searched(client, "quarterly roadmap review design", USER)
 
         # 3. a whole user
+        took.append(time.monotonic())
         report = client.forget_user(OTHER)
+        took[-1] = time.monotonic() - took[-1]
         assert report.event_ids, report
         blobs = check_gone(stack, restartable_redis, [BOBS.encode(), b"ceramic hedgehog"],
                            [KEPT.encode(), KEPT_TOO.encode()])
@@ -200,6 +206,11 @@ def test_forgotten_items_are_nowhere_on_the_cluster(make_stack, restartable_redi
         assert KEPT in searched(client, "lunch with Priya", USER)
     # (the searches above, sent after each check, put their own queries in Redis's AOF: not asserted on)
     deleted = [GONE.encode(), BOBS.encode(), *shot_needles]
+    captured = capsys.readouterr()  # the API's log lines (it runs in this process)
+    api_log = {"api log": (captured.out + captured.err).encode()}
+    assert b"event published" in api_log["api log"]
+    assert not found_in(api_log, [GONE.encode(), BOBS.encode(), b"Halvorsen"]), found_in(api_log, deleted)
     print(f"\nforgotten on the cluster: nothing left in {len(blobs)} files, keys and objects; SeaweedFS's volume "
           f"files still hold {len(seaweed_holds(tmp_path_factory, deleted))} of the deleted needles until its "
-          f"vacuum; published {published:.1f} s, total {time.monotonic() - t0:.1f} s")
+          f"vacuum; published {published:.1f} s, forgets took {', '.join(f'{t:.1f}' for t in took)} s, "
+          f"total {time.monotonic() - t0:.1f} s")
