@@ -196,6 +196,8 @@ def test_deleting_a_memory(page, ui, media):
         item.get_by_role("button", name="Delete this memory").click()
     assert page.locator(f"#m-{mid}").count() == 0 and "/memories?type=episodic" in page.url
     assert ui.service.get_memory("default", uuid.UUID(mid)) is None
+    gone = page.goto(f"{ui.url}/item/{mid}")  # a deleted item answers 404 cleanly, with the app's page
+    assert gone.status == 404 and page.get_by_role("heading").first.is_visible() and "Traceback" not in page.content()
 
 
 def test_retrying_a_failure(page, ui, media):
