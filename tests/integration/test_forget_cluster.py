@@ -214,3 +214,46 @@ def test_forgotten_items_are_nowhere_on_the_cluster(make_stack, restartable_redi
           f"files still hold {len(seaweed_holds(tmp_path_factory, deleted))} of the deleted needles until its "
           f"vacuum; published {published:.1f} s, forgets took {', '.join(f'{t:.1f}' for t in took)} s, "
           f"total {time.monotonic() - t0:.1f} s")
+
+
+def test_a_redis_snapshot_is_taken_again_after_a_forget(tmp_path):
+    """A Redis that persists by RDB snapshots (``save`` rules, AOF off): ``rewrite_redis`` takes a new snapshot, so
+    ``dump.rdb`` no longer holds a deleted key's value; a Redis with neither is left alone."""
+    import shutil
+    import subprocess
+
+    from engram.workers.memory.forget import rewrite_redis
+    from tests.servers import free_ports
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server not installed (scripts/setup.sh installs it)")
+    (port,) = free_ports(1)
+    proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp_path),
+                             "--appendonly", "no", "--save", "3600 1", "--rdbcompression", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        r = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+        r.set("k", GONE)
+        r.set("kept", KEPT)
+        r.save()
+        assert GONE.encode() in (tmp_path / "dump.rdb").read_bytes()
+        r.delete("k")
+        assert rewrite_redis(url) == ["rdb"]
+        dump = (tmp_path / "dump.rdb").read_bytes()
+        assert GONE.encode() not in dump and KEPT.encode() in dump
+        r.config_set("save", "")
+        assert rewrite_redis(url) == []
+        r.close()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

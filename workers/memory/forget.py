@@ -468,10 +468,10 @@ def rewrite_redis(url: str, timeout: float = REDIS_REWRITE_TIMEOUT_S) -> list[st
     rewritten from the live keys (``BGREWRITEAOF``), and an RDB snapshot keeps the keys of its time until the next
     one (``BGSAVE``). Each is started when the server persists that way and waited for (``timeout`` seconds).
     Returns what was rewritten (``"aof"``, ``"rdb"``). A server that refuses the commands (a managed Redis may) is
-    logged and left as it is: its provider's persistence then holds the history (docs/keep.md)."""
+    logged and left as it is: its provider's persistence then holds the history (docs/forget.md)."""
     import redis  # the distributed mode's client: the embedded default has no Redis
 
-    r = redis.Redis.from_url(url, decode_responses=True, socket_timeout=timeout)
+    r: Any = redis.Redis.from_url(url, decode_responses=True, socket_timeout=timeout)  # sync client: not awaited
     done = []
     try:
         info = r.info("persistence")
@@ -483,7 +483,7 @@ def rewrite_redis(url: str, timeout: float = REDIS_REWRITE_TIMEOUT_S) -> list[st
             if on:
                 _rewrite_once(r, kind, start, time.monotonic() + timeout)
                 done.append(kind)
-    except (redis.RedisError, TimeoutError) as exc:
+    except (redis.RedisError, TimeoutError, RuntimeError) as exc:  # the deletion is done: said, not raised
         log.warning("redis files not rewritten after a forget", error=f"{type(exc).__name__}: {exc}")
     finally:
         r.close()
