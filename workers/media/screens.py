@@ -365,8 +365,8 @@ class LineMemory:
                 return None
             self._shelf.rows.move_to_end(found[0])
             self.hits += 1
-            text, conf = found[1]  # type: ignore[misc]  # what ``add`` filed
-            return text, conf
+            filed: tuple[str, float] = found[1]  # type: ignore[assignment]  # what ``add`` filed
+            return filed
 
     def add(self, ink: Glyphs, text: str, confidence: float) -> None:
         """Remember a line read from these glyphs."""
