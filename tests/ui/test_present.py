@@ -39,3 +39,28 @@ def test_a_long_run_samples_its_bursts():
     assert group.more == len(frames) - sum(group.bursts[str(r.id)] for r in group.shown)
     (full,) = group_timeline(sorted(frames, key=lambda r: r.time, reverse=True), sample=False)
     assert len(full.shown) == 41 and full.more == 0
+
+
+def test_a_burst_is_drawn_once_on_the_timeline_and_in_search():
+    """The templates: a timeline burst's one thumbnail says ×N (and its alt text how many frames follow); a search
+    hit standing for a burst says how many similar frames it holds and why it matched."""
+    from datetime import date
+    from zoneinfo import ZoneInfo
+
+    from engram.api.ui.pages import environment
+    from engram.schemas.search import Matched, SearchHit, SearchResponse
+
+    env = environment(ZoneInfo("UTC"))
+    common = dict(user=None, uq="", ua="", tenant="t", users=[], csrf="x", csrf_field="c", path="/", query={})
+    frames = [frame(10 * i, f"{CODE} 09:{i:02d}") for i in range(4)]
+    groups = group_timeline(frames[::-1])
+    html = env.get_template("timeline.html").render(
+        groups=groups, total=4, day=date(2024, 5, 2), hours=[], today=date(2024, 5, 2), last=None,
+        before=date(2024, 5, 1), after=date(2024, 5, 3), kind="", kinds=[], app_name="", capped=False, **common)
+    assert html.count('<img src="/thumb/') == 1 and "×4" in html and "and 3 near-identical frames after it" in html
+    hit = SearchHit(id=frames[0].id, memory_type=MemoryType.observation, score=0.5, text=CODE, time=T0,
+                    object_key="media/t/a.png", burst_size=4, matched=Matched(words=["reconcile"], sparse_rank=1))
+    resp = SearchResponse(query="reconcile", hits=[hit], took_ms=3.0)
+    page = env.get_template("search.html").render(q="reconcile", resp=resp, form={}, kinds=[], types=[],
+                                                  unknown_person=None, **common)
+    assert "4 similar frames" in page and "Why: words: reconcile" in page and "hl=reconcile" in page
