@@ -466,7 +466,7 @@ def check_store_embedder(data_dir: Path, embedder: str, store_exists: bool) -> N
     else:
         have = LEGACY_EMBEDDER if store_exists else want
         data_dir.mkdir(parents=True, exist_ok=True)
-        tmp = marker.with_suffix(f".{os.getpid()}.tmp")
+        tmp = data_dir / f".tmp-{EMBEDDER_FILE}.{os.getpid()}"  # a backup skips ``.tmp-`` files
         tmp.write_text(json.dumps({"model": have, "dim": DIM}) + "\n")
         tmp.replace(marker)
     if have != want:
