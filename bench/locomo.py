@@ -259,6 +259,13 @@ class TurnBaselines:
         model = get_model("embedding", self.settings)
         return embed_cached(model, self.cache, texts, self.settings.models.embedding_batch_size)
 
+    def _embed_query(self, query: str) -> np.ndarray:
+        """The query's vector as engram's search makes it (``embed_queries``: e5's ``query:`` prefix; MiniLM's is
+        ``embed``), so a dense baseline never scores a question as a passage."""
+        from engram.workers.models import get_model
+
+        return get_model("embedding", self.settings).embed_queries([query])[0]
+
     def bm25_ranking(self, query: str) -> list[str]:
         """Turn ids with a BM25 score above zero, best first (ties in conversation order)."""
         tokens = [t for t in self._tokenize([query])[0] if t in self.bm25.vocab_dict]
@@ -270,7 +277,7 @@ class TurnBaselines:
 
     def dense_ranking(self, query: str, query_vector: np.ndarray | None = None) -> list[str]:
         """All turn ids by cosine similarity to the query (unit vectors), best first."""
-        qv = self._embed([query])[0] if query_vector is None else query_vector
+        qv = self._embed_query(query) if query_vector is None else query_vector
         scores = self.vectors @ qv.astype(np.float32)
         return [self.ids[i] for i in np.argsort(-scores, kind="stable")]
 

@@ -106,7 +106,7 @@ class SessionBaselines:
         self._tokenize = sparse.tokenize
         self.bm25 = bm25s.BM25(k1=self.settings.bm25_k1, b=self.settings.bm25_b)
         self.bm25.index(self._tokenize(texts), show_progress=False)
-        model = get_model("embedding", self.settings)
+        model = self._model = get_model("embedding", self.settings)
         self._embed = lambda xs: embed_cached(model, cache, xs, self.settings.models.embedding_batch_size)
         self.vectors = self._embed(texts)
 
@@ -117,6 +117,6 @@ class SessionBaselines:
         if tokens:
             scores = np.asarray(self.bm25.get_scores(tokens), dtype=np.float64)
             bm25 = [self.ids[i] for i in np.argsort(-scores, kind="stable") if scores[i] > 0]
-        sims = self.vectors @ self._embed([query])[0]
+        sims = self.vectors @ self._model.embed_queries([query])[0]  # as engram's search: e5 with its query prefix
         dense = [self.ids[i] for i in np.argsort(-sims, kind="stable")]
         return {"BM25": bm25, "dense": dense, "RRF": rrf_fuse([bm25, dense], RRF_K)}
