@@ -10,6 +10,7 @@ import io
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,9 @@ from typing import Protocol
 
 from engram.schemas.settings import Settings
 from engram.workers.errors import StoreError
+
+#: Seconds an S3 store trusts its last answer to whether the bucket keeps versions (``S3ObjectStore._versioned``).
+VERSIONING_TTL_S = 60.0
 
 
 class ObjectNotFound(StoreError, KeyError):
@@ -160,6 +164,8 @@ class S3ObjectStore:
         self.bucket = bucket
         self._ready = False
         self._lock = threading.Lock()
+        self._versioning = False
+        self._versioning_at: float | None = None  # time.monotonic() of the last ask (``_versioned``)
 
     def _ensure_bucket(self) -> None:
         if self._ready:
@@ -231,8 +237,35 @@ class S3ObjectStore:
             raise
 
     def delete(self, key: str) -> None:
+        """Remove ``key``; on a bucket whose versioning is or was on (``Enabled`` or ``Suspended``), every version of
+        it and its delete markers too, so that nothing of a deleted object stays readable through S3 (a plain
+        delete there only adds a delete marker above the kept versions). Whether the provider then erases the
+        bytes from its disks is its own business (SeaweedFS: its vacuum; see docs/forget.md)."""
+        from minio.deleteobjects import DeleteObject  # the SDK's, with the client already imported
+
         self._ensure_bucket()
         self.client.remove_object(self.bucket, _check_key(key))
+        if not self._versioned():
+            return
+        versions = [DeleteObject(key, v.version_id) for v in self.client.list_objects(
+            self.bucket, prefix=key, include_version=True) if v.object_name == key and v.version_id]
+        errors = list(self.client.remove_objects(self.bucket, versions)) if versions else []
+        if errors:
+            raise OSError(f"could not delete every version of {key!r}: {errors[0]}")
+
+    def _versioned(self) -> bool:
+        """Whether the bucket keeps versions (its versioning ``Enabled`` or ``Suspended``), asked at most once a
+        minute; a server that does not answer the question (no permission, no versioning) counts as unversioned."""
+        from minio.error import S3Error  # idem
+
+        now = time.monotonic()
+        if self._versioning_at is None or now - self._versioning_at > VERSIONING_TTL_S:
+            try:
+                status = self.client.get_bucket_versioning(self.bucket).status
+            except S3Error:
+                status = None
+            self._versioning, self._versioning_at = status in ("Enabled", "Suspended"), now
+        return self._versioning
 
     def keys(self, prefix: str) -> list[str]:
         self._ensure_bucket()

@@ -131,3 +131,29 @@ def test_s3_unknown_access_key_is_refused(seaweedfs_s3):
     with pytest.raises(S3Error) as info:
         bad.put_bytes("media/t/x.txt", b"x")
     assert info.value.code in ("InvalidAccessKeyId", "AccessDenied", "SignatureDoesNotMatch")
+
+
+def test_s3_delete_on_a_versioned_bucket_leaves_no_version(seaweedfs_s3):
+    """On a bucket that keeps versions a plain S3 delete only adds a delete marker; engram's delete removes every
+    version of the key and the marker (issue 44: deletion leaves nothing), and no other key's versions."""
+    import uuid
+
+    from minio.versioningconfig import ENABLED, VersioningConfig
+
+    s3 = seaweedfs_s3
+    store = S3ObjectStore(s3.endpoint, s3.access_key, s3.secret_key, f"vers-{uuid.uuid4().hex[:12]}")
+    store.put_bytes("media/t/note.txt", b"first")
+    store.client.set_bucket_versioning(store.bucket, VersioningConfig(ENABLED))
+    for data in (b"second", b"third"):
+        store.put_bytes("media/t/note.txt", data)
+    store.put_bytes("media/t/note.txt.kept", b"another key sharing the prefix")
+
+    def versions(key: str) -> list:
+        return [v for v in store.client.list_objects(store.bucket, prefix=key, include_version=True)
+                if v.object_name == key]
+
+    assert len(versions("media/t/note.txt")) == 3
+    store.delete("media/t/note.txt")
+    assert versions("media/t/note.txt") == [] and not store.exists("media/t/note.txt")
+    assert store.get_bytes("media/t/note.txt.kept") == b"another key sharing the prefix"
+    store.delete("media/t/never-stored.txt")  # nothing to delete: no error
