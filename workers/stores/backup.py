@@ -973,8 +973,9 @@ def _allocated(paths: Iterable[Path]) -> int:
     return total
 
 
-def _previous(repo: Repository, source: str) -> dict[str, FileEntry]:
-    """The entries of the newest snapshot of ``source`` in ``repo`` (for the unchanged-object shortcut)."""
+def previous_entries(repo: Repository, source: str) -> dict[str, FileEntry]:
+    """The entries of the newest snapshot of ``source`` in ``repo``, by path: what a new backup of the same source
+    need not read again when a file's size and stamp (an object's size and ETag) are unchanged."""
     for name in reversed(repo.snapshots()):
         try:
             _, manifest = load_manifest(repo, name)
@@ -1168,7 +1169,7 @@ def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vau
                           "before backing it up")
     t0 = time.perf_counter()
     os.umask(PRIVATE_UMASK)
-    previous = _previous(repo, str(data_dir))
+    previous = previous_entries(repo, str(data_dir))
     tally = _Tally()
     entries: list[FileEntry] = []
     vanished: list[str] = []

@@ -64,6 +64,7 @@ from engram.workers.stores.backup import (
     chunk_stream,
     load_manifest,
     open_repository,
+    previous_entries,
     restore_files,
     without_gc,
     write_manifest,
@@ -349,18 +350,6 @@ def describe(settings: Settings) -> str:
     return f"cluster redis={redis_at} objects={objects} store=store-worker"
 
 
-def _previous(repo: Repository, source: str) -> dict[str, FileEntry]:
-    """The entries of the newest snapshot of ``source`` in ``repo`` (the unchanged-object shortcut)."""
-    for name in reversed(repo.snapshots()):
-        try:
-            _, manifest = load_manifest(repo, name)
-        except BackupError:
-            continue
-        if manifest.get("source") == source:
-            return {d["path"]: FileEntry.from_json(d) for d in manifest["files"]}
-    return {}
-
-
 def _refuse_qdrant_server(settings: Settings, what: str) -> None:
     if settings.qdrant_url:
         raise BackupError(f"engram {what} of a cluster on a Qdrant server (ENGRAM_QDRANT_URL) is not built: take "
@@ -390,7 +379,7 @@ def backup_cluster(settings: Settings, repo: Repository, ask: Ask, s3: dict[str,
     t0 = time.perf_counter()
     report = progress or (lambda phase, done, total: None)
     source = describe(settings)
-    previous = _previous(repo, source)
+    previous = previous_entries(repo, source)
     target = worker_target(repo, s3)
     try:
         report("store", 0, 1)
