@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -29,18 +28,21 @@ import redis
 from engram.schemas.events import EventStatus
 from engram.schemas.memories import MemoryType
 from tests.integration.test_api_cluster import make_stack, wait_final  # noqa: F401 (a fixture)
-from tests.workers.media.test_bad_input import render_png
-from tests.workers.memory.test_forget_nowhere import found_in, persisted
+from tests.workers.memory.test_forget_nowhere import (
+    BOBS,
+    GONE,
+    KEPT,
+    KEPT_TOO,
+    MAY,
+    SHOT_LINES,
+    found_in,
+    persisted,
+    write_inputs,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 USER, OTHER = "alice", "bob"
-GONE = "The zebra quokka treaty was signed under the violet lighthouse at dawn"
-KEPT = "Lunch with Priya moved to the Thai place on Friday at noon"
-KEPT_TOO = "Remember to renew the passport before the trip to Lisbon"
-SHOT_LINES = ["Invoice QX7731 approved by Marguerite Okonkwo", "Wire transfer to Halvorsen Shipping"]
-KEPT_SHOT = ["Quarterly roadmap review with the design team"]
-BOBS = "Bob keeps the spare garage key under the ceramic hedgehog"
 
 
 def redis_blobs(url: str, aof_dir: Path) -> dict[str, bytes]:
@@ -111,19 +113,10 @@ def searched(client, query: str, user: str | None = None) -> str:
 def publish_all(stack, client, folder: Path) -> dict[str, object]:
     """Alice's chat (the sentence to delete between two kept ones), her screenshot to delete (Ledgerly) and one to
     keep (Firefox), captured in May 2024; Bob's chat. Waited for, then consolidated on the store worker."""
-    chat = folder / "chat.jsonl"
-    chat.write_text("".join(json.dumps({"message_id": f"m{i}", "session_id": "s1", "speaker": "alice", "text": t,
-                                        "timestamp": f"2024-05-01T10:0{i}:00+00:00"}) + "\n"
-                            for i, t in enumerate([KEPT, GONE, KEPT_TOO])))
-    bob = folder / "bob.jsonl"
-    bob.write_text(json.dumps({"message_id": "b0", "session_id": "b", "speaker": "bob", "text": BOBS,
-                               "timestamp": "2024-05-01T10:00:00+00:00"}) + "\n")
-    shot = render_png(folder / "ledger.png", SHOT_LINES, size=(900, 140))
-    kept_shot = render_png(folder / "roadmap.png", KEPT_SHOT, size=(900, 100))
-    may = datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
+    chat, shot, kept_shot, bob = write_inputs(folder)
     events = [client.publish(chat, user=USER, device="laptop").event_id,
-              client.publish(shot, user=USER, device="laptop", captured_at=may, app="Ledgerly").event_id,
-              client.publish(kept_shot, user=USER, device="laptop", captured_at=may, app="Firefox").event_id,
+              client.publish(shot, user=USER, device="laptop", captured_at=MAY, app="Ledgerly").event_id,
+              client.publish(kept_shot, user=USER, device="laptop", captured_at=MAY, app="Firefox").event_id,
               client.publish(bob, user=OTHER, device="phone").event_id]
     final = wait_final(stack, client, events, timeout=150)
     assert all(s.status is EventStatus.done for s in final.values()), final

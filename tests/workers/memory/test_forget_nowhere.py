@@ -90,12 +90,14 @@ def stored(rt) -> str:
     return json.dumps({c: [p.payload for p in rt.vectors.scroll(c, tenant_filter(TENANT))] for c in COLLECTIONS})
 
 
-def ingest(rt, folder: Path) -> dict[str, object]:
-    """Alice's chat (the sentence to delete between two kept ones, one session: one episode), her screenshot to
-    delete (app Ledgerly) and one to keep (app Firefox), both captured in May 2024; Bob's chat. Consolidated.
-    Returns the events and the screenshot's path."""
-    from engram.workers.consolidate import consolidate_user
+#: When the screenshots were captured (both in May 2024, so a forget by time range can take one app's).
+MAY = datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
 
+
+def write_inputs(folder: Path) -> tuple[Path, Path, Path, Path]:
+    """Write into ``folder`` alice's chat (``GONE`` between ``KEPT`` and ``KEPT_TOO``, one session), her screenshot
+    to delete (``SHOT_LINES``), one to keep (``KEPT_SHOT``) and bob's chat (``BOBS``); returns (chat, shot,
+    kept shot, bob's chat)."""
     chat = folder / "chat.jsonl"
     chat.write_text("".join(json.dumps({"message_id": f"m{i}", "session_id": "s1", "speaker": "alice", "text": t,
                                         "timestamp": f"2024-05-01T10:0{i}:00+00:00"}) + "\n"
@@ -105,10 +107,19 @@ def ingest(rt, folder: Path) -> dict[str, object]:
                                "timestamp": "2024-05-01T10:00:00+00:00"}) + "\n")
     shot = render_png(folder / "ledger.png", SHOT_LINES, size=(900, 140))
     kept_shot = render_png(folder / "roadmap.png", KEPT_SHOT, size=(900, 100))
-    may = datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
+    return chat, shot, kept_shot, bob
+
+
+def ingest(rt, folder: Path) -> dict[str, object]:
+    """Alice's chat (the sentence to delete between two kept ones, one session: one episode), her screenshot to
+    delete (app Ledgerly) and one to keep (app Firefox), both captured in May 2024; Bob's chat. Consolidated.
+    Returns the events and the screenshot's path."""
+    from engram.workers.consolidate import consolidate_user
+
+    chat, shot, kept_shot, bob = write_inputs(folder)
     events = [publish_file(rt, classify(chat), TENANT, USER, "laptop"),
-              publish_file(rt, classify(shot), TENANT, USER, "laptop", captured_at=may, app_name="Ledgerly"),
-              publish_file(rt, classify(kept_shot), TENANT, USER, "laptop", captured_at=may, app_name="Firefox"),
+              publish_file(rt, classify(shot), TENANT, USER, "laptop", captured_at=MAY, app_name="Ledgerly"),
+              publish_file(rt, classify(kept_shot), TENANT, USER, "laptop", captured_at=MAY, app_name="Firefox"),
               publish_file(rt, classify(bob), TENANT, OTHER, "phone")]
     assert all(r.status is EventStatus.done for r in run_events(rt, events))
     consolidate_user(TENANT, USER)
