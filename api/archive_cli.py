@@ -20,7 +20,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from engram.api.console import console, counted, err
+from engram.api.console import console, counted
+from engram.api.keep_cli import cluster_settings, fail
 
 ApiUrl = Annotated[str | None, typer.Option("--api", help="Through this engram API (a cluster's), e.g. "
                                             "http://127.0.0.1:8000, instead of the data dir or ENGRAM_BROKER_URL's "
@@ -28,25 +29,6 @@ ApiUrl = Annotated[str | None, typer.Option("--api", help="Through this engram A
                                             "only when asked).")]
 ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", show_envvar=True, show_default=False,
                                             help="With --api: an API key of the tenant.")]
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(Text.assemble(("error: ", "red"), " ".join(message.split())), soft_wrap=True)
-    return typer.Exit(code)
-
-
-def _cluster(what: str) -> Any:
-    """The settings of the cluster the command works on (ENGRAM_BROKER_URL set), or None for the embedded
-    default's data dir; exits with the reason for settings that are neither."""
-    from engram.schemas.settings import get_settings  # loaded when the command runs (start-up)
-
-    settings = get_settings()
-    if settings.broker_url:
-        return settings
-    if settings.qdrant_url or settings.s3_endpoint:
-        raise _fail(f"engram {what} works on the embedded default's data dir, or a cluster (ENGRAM_BROKER_URL set); "
-                    "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT without a broker is neither")
-    return None
 
 
 def _ask(settings: Any, task: str, args: list[Any], timeout: float = 3600.0) -> dict[str, Any]:
@@ -63,12 +45,12 @@ def _ask(settings: Any, task: str, args: list[Any], timeout: float = 3600.0) -> 
     try:
         got = result.get(timeout=timeout)
     except CeleryTimeout as exc:
-        raise _fail(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role store` "
+        raise fail(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role store` "
                     "running?", 3) from exc
     finally:
         result.forget()
     if got.get("error"):
-        raise _fail(str(got["error"]))
+        raise fail(str(got["error"]))
     return got
 
 
@@ -103,7 +85,7 @@ def _api(url: str, key: str | None) -> Any:
     import httpx  # loaded when the command runs through the API (start-up)
 
     if not key:
-        raise _fail("--api needs an API key: --api-key or ENGRAM_API_KEY (`engram keys create --tenant T`)")
+        raise fail("--api needs an API key: --api-key or ENGRAM_API_KEY (`engram keys create --tenant T`)")
     return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {key}"}, timeout=3700.0)
 
 
@@ -114,7 +96,7 @@ def _answer(resp: Any, what: str) -> dict[str, Any]:
             detail = resp.json().get("detail")
         except ValueError:
             detail = resp.text[:300]
-        raise _fail(f"{what}: HTTP {resp.status_code}: {detail}", 3 if resp.status_code in (503, 504) else 2)
+        raise fail(f"{what}: HTTP {resp.status_code}: {detail}", 3 if resp.status_code in (503, 504) else 2)
     return resp.json()
 
 
@@ -129,7 +111,7 @@ def _export_through_api(url: str, key: str | None, dest: Path, user: str | None)
     try:
         with os.fdopen(fd, "wb") as out, httpx.stream("GET", got["url"], timeout=3700.0) as resp:
             if resp.status_code != 200:
-                raise _fail(f"cannot fetch the archive: HTTP {resp.status_code}")
+                raise fail(f"cannot fetch the archive: HTTP {resp.status_code}")
             for chunk in resp.iter_bytes(1 << 20):
                 out.write(chunk)
         os.replace(tmp, dest)
@@ -147,7 +129,7 @@ def _import_through_api(url: str, key: str | None, archive_file: Path) -> dict[s
         with open(archive_file, "rb") as fh:
             put = httpx.put(staged["url"], content=fh, timeout=3700.0)
         if put.status_code >= 300:
-            raise _fail(f"cannot upload the archive: HTTP {put.status_code}: {put.text[:300]}")
+            raise fail(f"cannot upload the archive: HTTP {put.status_code}: {put.text[:300]}")
         got = _answer(api.post("/v1/archives/imports", json={"key": staged["key"]}), "import")
     return {**got, "path": str(archive_file)}
 
@@ -160,9 +142,9 @@ def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool, api
     from engram.workers.memory import archive  # loaded when the command runs (start-up)
     from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
-    cluster = None if api else _cluster("export --archive")
+    cluster = None if api else cluster_settings("export --archive")
     if dest.is_dir():
-        raise _fail(f"{dest} is a folder: give the archive's file name, e.g. {dest / 'memory.tar'}")
+        raise fail(f"{dest} is a folder: give the archive's file name, e.g. {dest / 'memory.tar'}")
     try:
         if api:
             got = _export_through_api(api, api_key, dest, user)
@@ -172,11 +154,11 @@ def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool, api
             with store_session() as rt:
                 got = archive.export_archive(rt, dest, tenant, user).to_json()
     except archive.ArchiveError as exc:
-        raise _fail(str(exc), 1) from exc
+        raise fail(str(exc), 1) from exc
     except StoreError as exc:
-        raise _fail(str(exc), 3) from exc
+        raise fail(str(exc), 3) from exc
     except OSError as exc:
-        raise _fail(f"cannot write {dest}: {exc.strerror or exc}") from exc
+        raise fail(f"cannot write {dest}: {exc.strerror or exc}") from exc
     if as_json:
         print(json.dumps(got))
         return
@@ -226,7 +208,7 @@ def import_(
     from engram.workers.memory import archive  # loaded when the command runs (start-up)
     from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
-    cluster = None if api else _cluster("import")
+    cluster = None if api else cluster_settings("import")
     try:
         manifest = archive.verify_archive(archive_file)  # refused before the data dir is made or opened
         if api:
@@ -237,9 +219,9 @@ def import_(
             with store_session() as rt:
                 got = archive.import_archive(rt, archive_file, manifest).to_json()
     except archive.ArchiveError as exc:
-        raise _fail(str(exc)) from exc
+        raise fail(str(exc)) from exc
     except StoreError as exc:
-        raise _fail(str(exc), 3) from exc
+        raise fail(str(exc), 3) from exc
     if as_json:
         print(json.dumps(got))
         return

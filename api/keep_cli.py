@@ -22,7 +22,9 @@ _S3_HELP = ("S3 endpoint for an s3:// DEST, e.g. http://127.0.0.1:8333 (default:
             "ENGRAM_S3_ACCESS_KEY / ENGRAM_S3_SECRET_KEY.")
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """The exit of a keeping command (backup, restore, export --archive, import) that cannot go on: ``message``
+    printed on stderr as one line; raise what it returns."""
     err.print(Text.assemble(("error: ", "red"), " ".join(message.split())), soft_wrap=True)
     return typer.Exit(code)
 
@@ -47,18 +49,19 @@ def _s3_options(endpoint: str | None) -> dict[str, Any]:
             "region": os.environ.get("AWS_REGION") or settings.s3_region}
 
 
-def _is_cluster(what: str) -> bool:
-    """Whether the command runs on a cluster (ENGRAM_BROKER_URL set: ``workers.stores.cluster_backup``) rather
-    than the embedded default's data dir; exits with the reason for settings it does not cover."""
+def cluster_settings(what: str) -> Any:
+    """The settings of the cluster ``engram <what>`` works on (ENGRAM_BROKER_URL set:
+    ``workers.stores.cluster_backup``, ``workers.archive``), or None for the embedded default's data dir; exits
+    with the reason for settings that are neither (a Qdrant server or S3 without a broker)."""
     from engram.schemas.settings import get_settings
 
     settings = get_settings()
     if settings.broker_url:
-        return True
+        return settings
     if settings.qdrant_url or settings.s3_endpoint:
-        raise _fail(f"engram {what} covers the embedded default's data dir, or a cluster (ENGRAM_BROKER_URL set); "
-                    "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT without a broker is neither")
-    return False
+        raise fail(f"engram {what} covers the embedded default's data dir, or a cluster (ENGRAM_BROKER_URL set); "
+                   "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT without a broker is neither")
+    return None
 
 
 def _ask_store_worker(settings: Any, find: float = 60.0, timeout: float = 3600.0) -> Any:
@@ -87,13 +90,13 @@ def _ask_store_worker(settings: Any, find: float = 60.0, timeout: float = 3600.0
     def ask(task: str, args: list[Any]) -> dict[str, Any]:
         queue = QUEUE_OF[Task(task)].value
         if not served(queue):
-            raise _fail(f"no worker serves the {queue} queue here (looked for {find:g} s): start the store worker "
+            raise fail(f"no worker serves the {queue} queue here (looked for {find:g} s): start the store worker "
                         "(`engram worker --role store`) on the cluster ENGRAM_BROKER_URL names, then run this again")
         result = app.send_task(task, args=args)
         try:
             return result.get(timeout=timeout)
         except CeleryTimeout as exc:
-            raise _fail(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role "
+            raise fail(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role "
                         "store` running?") from exc
         finally:
             result.forget()
@@ -161,7 +164,7 @@ def backup(
     from engram.workers.errors import StoreError
     from engram.workers.stores import backup as engine
 
-    cluster = _is_cluster("backup")
+    cluster = cluster_settings("backup") is not None
     settings = get_settings()
     data_dir = settings.data_dir
     with _progress(quiet or as_json) as progress:
@@ -180,11 +183,11 @@ def backup(
             finally:
                 repo.close()
         except engine.BackupError as exc:
-            raise _fail(str(exc)) from exc
+            raise fail(str(exc)) from exc
         except StoreError as exc:
-            raise _fail(str(exc), 3) from exc
+            raise fail(str(exc), 3) from exc
         except OSError as exc:
-            raise _fail(f"backup into {dest} failed: {exc.strerror or exc}"
+            raise fail(f"backup into {dest} failed: {exc.strerror or exc}"
                         + (" (the disk is full)" if exc.errno == 28 else "")
                         + "; earlier backups there are untouched and complete") from exc
     if as_json:
@@ -224,14 +227,14 @@ def restore(
     from engram.schemas.settings import get_settings
     from engram.workers.stores import backup as engine
 
-    cluster = _is_cluster("restore")
+    cluster = cluster_settings("restore") is not None
     settings = get_settings()
     data_dir = settings.data_dir
     s3 = _s3_options(s3_endpoint)
     try:
         repo = engine.open_repository(src, create=False, s3=s3)
     except engine.BackupError as exc:
-        raise _fail(str(exc)) from exc
+        raise fail(str(exc)) from exc
     try:
         if list_snapshots:
             rows = engine.snapshot_list(repo)
@@ -254,9 +257,9 @@ def restore(
                     result = engine.restore(repo, data_dir, snapshot=snapshot,
                                             progress=_bars(progress, quiet or as_json))
             except engine.BackupError as exc:
-                raise _fail(str(exc)) from exc
+                raise fail(str(exc)) from exc
             except OSError as exc:
-                raise _fail(f"restore into {data_dir} failed: {exc.strerror or exc}; run the same command again "
+                raise fail(f"restore into {data_dir} failed: {exc.strerror or exc}; run the same command again "
                             "to complete it") from exc
     finally:
         repo.close()
