@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -48,6 +47,7 @@ from engram.api.console import (  # noqa: E402
     print_hits,
     reads_store,
     shown_name,
+    time_bound,
 )
 from engram.api.embedded import ingest_paths, run_search, service_call  # noqa: E402
 from engram.api.explain import explain_empty  # noqa: E402
@@ -93,25 +93,6 @@ def _runtime():
     from engram.workers.runtime import runtime
 
     return runtime()
-
-
-def _time_bound(value: str | None, option: str, end: bool = False) -> datetime | None:
-    """A ``--since``/``--until`` value: an ISO 8601 time, or the words a query may use ("last week", "2024-05",
-    "yesterday", "May 2023"; ``workers.text.timeexpr``): the start of the range they name, its end for ``--until``.
-    Raises typer.BadParameter naming the option."""
-    if value is None:
-        return None
-    try:
-        return parse_time(value)
-    except typer.BadParameter:
-        pass
-    from engram.workers.text.timeexpr import resolve
-
-    span = resolve(value)
-    if span is None:
-        raise typer.BadParameter(f"{value!r} is not a time: give ISO 8601 (2024-05-01T14:30:00Z) or words such as "
-                                 "'last week', '2024-05', 'yesterday'", param_hint=option)
-    return span.end if end else span.start
 
 
 @app.command(epilog="Examples:  engram ingest ~/Pictures/Screenshots --user alice  ·  "
@@ -170,10 +151,10 @@ def search(
     memory_type: Annotated[list[MemoryType] | None, typer.Option("--type", help="Collections to search "
                                                                  "(repeatable; default: all but the vault).")] = None,
     kind: Annotated[list[MediaKind] | None, typer.Option(help="Only content from these media kinds.")] = None,
-    since: Annotated[str | None, typer.Option(help="Only content from this time on: ISO 8601 or words "
-                                              "('last week', '2024-05', 'yesterday').")] = None,
-    until: Annotated[str | None, typer.Option(help="Only content up to this time: ISO 8601 or words (the end of "
-                                              "the range they name).")] = None,
+    since: Annotated[str | None, typer.Option(help="Only content from this time on: a span back from now (2h, "
+                                              "3d), ISO 8601 or words ('last week', '2024-05', 'yesterday').")] = None,
+    until: Annotated[str | None, typer.Option(help="Only content up to this time: a span back from now, ISO 8601 "
+                                              "or words (the end of the range they name).")] = None,
     entity: Annotated[list[str] | None, typer.Option(help="Only content linked to these entities (ids from "
                                                      "`engram entities`; repeatable).")] = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Number of results.")] = 10,
@@ -193,7 +174,7 @@ def search(
 
     req = SearchRequest(query=query, tenant_id=tenant or get_settings().tenant, user_id=user,
                         memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind, entities=entity,
-                        time_from=_time_bound(since, "--since"), time_to=_time_bound(until, "--until", end=True),
+                        time_from=time_bound(since, "--since"), time_to=time_bound(until, "--until", end=True),
                         limit=limit, collapse=not no_collapse,
                         reference_time=parse_time(as_of), include_history=history)
     resp = run_search(req)

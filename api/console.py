@@ -18,7 +18,7 @@ import re
 import socket
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
@@ -183,6 +183,30 @@ def parse_time(value: str | None) -> datetime | None:
     except ValueError as exc:
         raise typer.BadParameter(f"{value!r} is not an ISO 8601 time (e.g. 2024-05-01T14:30:00Z)") from exc
     return (t if t.tzinfo else t.replace(tzinfo=get_settings().tzinfo)).astimezone(UTC)
+
+
+def time_bound(value: str | None, option: str, end: bool = False) -> datetime | None:
+    """A ``--since``/``--until`` value as UTC: a span back from now (``15m``, ``2h``, ``3d``, ``1w``), an ISO 8601
+    time (``parse_time``: one without a zone in ``ENGRAM_TIMEZONE``), or the words a query may use ("yesterday",
+    "last week", "2024-05", "May 2023"; ``workers.text.timeexpr``): the start of the range they name, its end with
+    ``end`` (for ``--until``). None for None. Raises typer.BadParameter naming the option."""
+    if value is None:
+        return None
+    if m := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", value.lower()):
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
+        return datetime.now(UTC) - timedelta(seconds=float(m.group(1)) * unit)
+    try:
+        return parse_time(value)
+    except typer.BadParameter:
+        pass
+    from engram.workers.text.timeexpr import resolve  # the time words' parser, only for words
+
+    span = resolve(value)
+    if span is None:
+        raise typer.BadParameter(f"{value!r} is not a time: give a span back from now (15m, 2h, 3d), ISO 8601 "
+                                 "(2024-05-01T14:30:00Z) or words such as 'yesterday', 'last week', '2024-05'",
+                                 param_hint=option)
+    return span.end if end else span.start
 
 
 def api_client(api: str | None, api_key: str | None, user: str | None, device: str | None) -> EngramClient:

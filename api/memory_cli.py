@@ -9,9 +9,7 @@ The tenant is ``--tenant``, else ``ENGRAM_TENANT`` (``default``).
 from __future__ import annotations
 
 import json
-import re
 import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -27,11 +25,11 @@ from engram.api.console import (
     counted,
     err,
     local_time,
-    parse_time,
     print_hits,
     reads_store,
     require_store,
     snippet,
+    time_bound,
 )
 from engram.api.embedded import service_call
 from engram.api.explain import empty_type_line, explain_empty, why_empty_here
@@ -199,29 +197,6 @@ def _uuid(value: str) -> uuid.UUID:
         raise typer.BadParameter(f"{value!r} is not a memory id (a UUID)") from exc
 
 
-def _when(value: str | None, option: str, end: bool = False) -> datetime | None:
-    """A ``--since``/``--until`` of ``forget``: a span back from now (``15m``, ``2h``, ``3d``, ``1w``), an ISO 8601
-    time (one without a zone in ``ENGRAM_TIMEZONE``), or words ("yesterday", "last week", "2024-05";
-    ``workers.text.timeexpr``: their start, their end for ``--until``). Raises typer.BadParameter naming the
-    option."""
-    if value is None:
-        return None
-    if m := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", value.lower()):
-        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[m.group(2)]
-        return datetime.now(UTC) - timedelta(seconds=float(m.group(1)) * unit)
-    try:
-        return parse_time(value)
-    except typer.BadParameter:
-        pass
-    from engram.workers.text.timeexpr import resolve
-
-    span = resolve(value)
-    if span is None:
-        raise typer.BadParameter(f"{value!r} is not a time: give a span back from now (15m, 2h, 3d), ISO 8601 "
-                                 "(2024-05-01T14:30:00Z) or words such as 'yesterday'", param_hint=option)
-    return span.end if end else span.start
-
-
 def _scope_line(r: ForgetScopeReport) -> str:
     """What a scoped forget did (or, dry, would do), in one line."""
     deleted = {c: n for c, n in r.points_deleted.items() if n and c != "observations"}
@@ -270,8 +245,9 @@ def forget(
         _forget_user(tenant, user, yes)
         return
     try:
-        scope = ForgetScope(user_id=user, since=_when(since, "--since"), until=_when(until, "--until", end=True),
-                        app=app_name, device_id=device, event_ids=events)
+        scope = ForgetScope(user_id=user, since=time_bound(since, "--since"),
+                            until=time_bound(until, "--until", end=True), app=app_name, device_id=device,
+                            event_ids=events)
     except ValidationError as exc:
         options = {"user_id": "--user", "app": "--app", "device_id": "--device"}
         raise typer.BadParameter("; ".join(

@@ -44,5 +44,7 @@ def test_since_and_until_take_the_words_a_query_takes(tmp_path):
     assert may.returncode == 0 and "Lisbon is booked" in may.stdout and "lovely" not in may.stdout
     later = _engram(tmp_path, "--data-dir", data, "search", "Lisbon", "--since", "June 2024")
     assert later.returncode == 0 and "lovely" in later.stdout and "booked" not in later.stdout
+    recent = _engram(tmp_path, "--data-dir", data, "search", "Lisbon", "--since", "2h")  # a span back from now
+    assert recent.returncode == 0 and "booked" not in recent.stdout and "lovely" not in recent.stdout  # 2024
     bad = _engram(tmp_path, "--data-dir", data, "search", "Lisbon", "--since", "banana")
     assert bad.returncode == 2 and "--since" in bad.stderr and "'banana' is not a time" in " ".join(bad.stderr.split())
