@@ -576,18 +576,19 @@ def compare_main(before: Path, after: Path, ks: Sequence[int], console: Console,
 
 
 def _quiet_logs() -> None:
+    """Warnings and errors only, through engram's own logging configuration (``workers.logs.configure_logging``:
+    structlog and the standard library on one stderr handler). Setting structlog's logger factory alone kept the
+    processors of engram's configuration, which need a standard-library logger: a warning then raised
+    AttributeError ('PrintLogger' object has no attribute 'name') where it was logged."""
     import logging
 
-    import structlog
+    from engram.workers.logs import configure_logging
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(logging.WARNING)
     import bm25s  # noqa: F401  (it sets its own logger to DEBUG on import)
 
     for name in ("bm25s", "kombu", "celery"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
