@@ -182,6 +182,17 @@ def _timed(fn) -> tuple[float, object]:
     return (time.perf_counter() - t0) * 1000, out
 
 
+#: The page's first-contentful-paint start (ms), waited for up to 5 s: at the ``load`` event headless Chromium has
+#: not always recorded it yet (a run read none in CI), so a buffered PerformanceObserver hands it over when it comes.
+FCP_JS = """() => new Promise(resolve => {
+  new PerformanceObserver((list, observer) => {
+    const fcp = list.getEntries().find(e => e.name === 'first-contentful-paint');
+    if (fcp) { observer.disconnect(); resolve(fcp.startTime); }
+  }).observe({type: 'paint', buffered: true});
+  setTimeout(() => resolve(null), 5000);
+})"""
+
+
 def _first_paint(url: str, runs: int) -> list[float]:
     """The page's first-contentful-paint in Chromium (ms after navigation start), one new context per run."""
     from playwright.sync_api import sync_playwright
@@ -194,8 +205,7 @@ def _first_paint(url: str, runs: int) -> list[float]:
                 ctx = browser.new_context()
                 page = ctx.new_page()
                 page.goto(url, wait_until="load")
-                fcp = page.evaluate("() => (performance.getEntriesByType('paint')"
-                                    ".find(e => e.name === 'first-contentful-paint') || {}).startTime ?? null")
+                fcp = page.evaluate(FCP_JS)
                 ctx.close()
                 if fcp is not None:
                     out.append(float(fcp))
