@@ -142,8 +142,28 @@ def seaweed_holds(tmp_path_factory, needles: list[bytes]) -> list[tuple[str, str
     return found_in(blobs, needles)
 
 
+@pytest.fixture
+def info_logs():
+    """engram's logging at info level for the test (an in-process CLI or bench run earlier in the session may have
+    left warnings only, and the API's log lines would not reach the capture), put back as it was after."""
+    import logging
+
+    import structlog
+
+    from engram.workers.logs import configure_logging
+
+    old = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    configure_logging(logging.INFO)
+    yield
+    structlog.configure(**old)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 def test_forgotten_items_are_nowhere_on_the_cluster(make_stack, restartable_redis, tmp_path,  # noqa: F811
-                                                    tmp_path_factory, capsys):
+                                                    tmp_path_factory, info_logs, capsys):
     t0 = time.monotonic()
     stack = make_stack(restartable_redis.url, "forgetc", cpu_workers=1, beat=False)
     with stack.client() as client:
