@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from engram.schemas.search import SearchRequest
 from engram.workers.stores.vectors import COLLECTIONS, OBSERVATIONS, tenant_filter
 from tests.conftest import REPO
+from tests.files import copy_tree
 from tests.workers.memory.test_records import CIPHERTEXT, T, template, use_data_dir  # noqa: F401 (a fixture)
 
 QUERIES = ["budget review", "Lisbon flights", "tomatoes in the garden", "Quarterly budget review Thursday",
@@ -75,7 +76,7 @@ def exported(template, tmp_path, monkeypatch):  # noqa: F811 (the fixture import
     """alice's archive written from a copy of the template: (archive, searches there, holdings there)."""
     from engram.workers.runtime import reset_runtimes
 
-    shutil.copytree(template / "data", tmp_path / "src")
+    copy_tree(template / "data", tmp_path / "src")
     shutil.copy(template / "alice.jsonl", tmp_path / "alice.jsonl")
     rt = use_data_dir(monkeypatch, tmp_path / "src")
     before = _searches("alice"), _holdings(rt, "alice")
@@ -204,7 +205,7 @@ def test_an_import_killed_with_sigkill_is_completed_by_the_same_command(template
                                                                          monkeypatch):
     from engram.workers.runtime import reset_runtimes
 
-    shutil.copytree(template / "data", tmp_path / "src")
+    copy_tree(template / "data", tmp_path / "src")
     rt = use_data_dir(monkeypatch, tmp_path / "src")
     _grow(rt, 6000)
     holdings = _holdings(rt, None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import tarfile
@@ -23,6 +22,7 @@ from cryptography.fernet import Fernet
 from engram.schemas.search import SearchRequest
 from tests.api.test_archive import QUERIES, _searches
 from tests.cluster import ENGRAM, Cluster, producer, serve_api
+from tests.files import copy_tree
 from tests.workers.memory.test_records import T, template, use_data_dir  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -52,7 +52,7 @@ def test_a_user_moved_from_a_laptop_into_a_cluster_and_back_answers_the_same(tem
     from engram.schemas.settings import Settings
     from engram.workers.runtime import reset_runtimes
 
-    shutil.copytree(template / "data", tmp_path / "laptop")
+    copy_tree(template / "data", tmp_path / "laptop")
     use_data_dir(monkeypatch, tmp_path / "laptop")
     before = _searches("alice")
     assert before["budget review"], before

@@ -5,7 +5,6 @@ memories stay; the cap removes the oldest first; a dry run changes nothing; the 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,6 +16,7 @@ from PIL import Image, ImageDraw, ImageFont
 from engram.schemas.add import AddMemoryRequest
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.search import SearchRequest
+from tests.files import copy_tree
 
 SHOT_TEXT = "quarterly budget review"
 NOTE = "The piano tuner comes on Thursday morning"
@@ -68,7 +68,7 @@ def store(template, tmp_path, monkeypatch):
     from engram.workers.runtime import reset_runtimes, runtime
 
     data = tmp_path / "data"
-    shutil.copytree(template, data, symlinks=True)
+    copy_tree(template, data)
     monkeypatch.setenv("ENGRAM_DATA_DIR", str(data))
     for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_BROKER_URL"):
         monkeypatch.delenv(var, raising=False)

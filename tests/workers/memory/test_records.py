@@ -15,6 +15,7 @@ from engram.schemas.events import EventStatus
 from engram.schemas.memories import KnowledgeVaultEntry, MemoryType, Provenance
 from engram.schemas.search import SearchRequest
 from engram.workers.stores.vectors import COLLECTIONS, DENSE, ENTITIES, OBSERVATIONS, collection_for, tenant_filter
+from tests.files import copy_tree
 from tests.workers.media.test_bad_input import render_png
 from tests.workers.test_ask import write_chat
 
@@ -91,7 +92,7 @@ def people(template, tmp_path, monkeypatch):
     """A copy of ``template``'s data as the embedded default; yields its Runtime."""
     from engram.workers.runtime import reset_runtimes
 
-    shutil.copytree(template / "data", tmp_path / "data")
+    copy_tree(template / "data", tmp_path / "data")
     shutil.copy(template / "alice.jsonl", tmp_path / "alice.jsonl")
     yield use_data_dir(monkeypatch, tmp_path / "data")
     reset_runtimes()

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.files import copy_tree
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def pristine(tmp_path_factory) -> tuple[Path, dict[str, object]]:
     data = root / "pristine"
     out = _engram(data, "ingest", str(notes))
     assert out.returncode == 0, out.stderr[-3000:]
-    shutil.copytree(data, root / "baseline")
+    copy_tree(data, root / "baseline")
     answers = {}
     for command, args in COMMANDS.items():
         out = _engram(root / "baseline", *args)
@@ -166,7 +167,7 @@ def test_a_damaged_shard_is_named_or_repaired(pristine, tmp_path, damage, manife
 
     source, answers = pristine
     data = tmp_path / "data"
-    shutil.copytree(source, data)
+    copy_tree(source, data)
     shard = data / "vectors" / "observations"
     assert (shard / MANIFEST).is_file()
     if not manifest:
