@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.conversations import ConversationMessage
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
-from engram.workers.ids import object_key
+from engram.schemas.ids import object_key
 
 #: The mime type an addition is stored as (one ConversationMessage per line).
 ADD_MIME = "application/x-ndjson"

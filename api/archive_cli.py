@@ -138,7 +138,7 @@ def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool, api
                    api_key: str | None = None) -> None:
     """Write the archive of ``user`` of ``tenant`` (None: the whole tenant) to ``dest``; exit 1 when there is
     nothing to export, 2 when ``dest`` cannot be written, 3 when the store stays busy or no store worker answers."""
-    from engram.workers.errors import StoreError  # loaded when the command runs (start-up)
+    from engram.schemas.errors import StoreError  # loaded when the command runs (start-up)
     from engram.workers.memory import archive  # loaded when the command runs (start-up)
     from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 
@@ -204,7 +204,7 @@ def import_(
     vault key (ENGRAM_VAULT_KEY, or its data_dir/vault.key copied here). Exit 2: refused; 3: the store stayed busy
     or no store worker answered.
     """
-    from engram.workers.errors import StoreError  # loaded when the command runs (start-up)
+    from engram.schemas.errors import StoreError  # loaded when the command runs (start-up)
     from engram.workers.memory import archive  # loaded when the command runs (start-up)
     from engram.workers.runtime import store_session  # loaded when the command runs (start-up)
 

@@ -899,7 +899,7 @@ def main() -> None:
     except Exception as exc:  # a last line of defence: one clear line, not a traceback
         from rich.text import Text
 
-        from engram.workers.errors import StoreError
+        from engram.schemas.errors import StoreError
 
         if isinstance(exc, StoreError):  # busy, damaged, unreachable: one line naming the folder or the file
             err.print(Text.assemble(("error: ", "red"), " ".join(str(exc).split())), soft_wrap=True)

@@ -47,7 +47,9 @@ from engram.schemas.api import (
 )
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySampleList, EntitySummary
+from engram.schemas.errors import EngramError
 from engram.schemas.events import EventStatus, MediaKind
+from engram.schemas.ids import sha256_file
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import (
     ForgetReport,
@@ -60,8 +62,6 @@ from engram.schemas.memory_admin import (
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.storage import StorageUse
 from engram.schemas.timeline import TimelineRequest
-from engram.workers.errors import EngramError
-from engram.workers.ids import sha256_file
 
 FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 _PUBLISH_NAMESPACE = uuid.UUID("0b7e0c1e-55a4-5f61-9d0e-3a1f2c4b5d6e")

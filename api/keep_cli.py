@@ -160,8 +160,8 @@ def backup(
     With ENGRAM_BROKER_URL set it backs up that cluster: the store worker copies its closed shards and the Redis
     keys into DEST itself (DEST: s3://... or a folder it shares), then the objects are copied (see docs/keep.md).
     """
+    from engram.schemas.errors import StoreError
     from engram.schemas.settings import get_settings
-    from engram.workers.errors import StoreError
     from engram.workers.stores import backup as engine
 
     cluster = cluster_settings("backup") is not None

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from engram.schemas.events import LedgerRecord, MediaEvent, MediaKind
+from engram.schemas.ids import object_key, sha256_file
 from engram.workers.batching import deferred_segments, run_segments
-from engram.workers.ids import object_key, sha256_file
 from engram.workers.ingest import ingest
 from engram.workers.media import decode as media
 from engram.workers.media.detect import detect

@@ -51,11 +51,11 @@ from engram.api.service.base import MemoryService, NotOffered, ServiceError
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.errors import EngramError
 from engram.schemas.events import _ID_PATTERN
 from engram.schemas.memory_admin import ForgetScopeReport, MemoryPage, MemoryRecord
 from engram.schemas.search import EmptyReason, SearchHit, SearchRequest, SearchResponse
 from engram.schemas.tools import ForgetArgs, ListMemoriesArgs, MemoryIdArgs, NameEntityArgs, NoArgs, UpdateMemoryArgs
-from engram.workers.errors import EngramError
 
 log = logging.getLogger("engram.mcp")
 

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from engram.workers.errors import EngramError
+from engram.schemas.errors import EngramError
 
 SAMPLE_RATE = 16_000  # Hz: what the pipeline's ASR and the VAD read
 FRAME_MS = 30  # webrtcvad takes 10, 20 or 30 ms frames

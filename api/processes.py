@@ -25,8 +25,8 @@ from typing import Any
 
 import structlog
 
+from engram.schemas.errors import ConfigError
 from engram.schemas.settings import Settings
-from engram.workers.errors import ConfigError
 from engram.workers.tasks import BATCH_FLUSH_EVERY, QDRANT_BOUND, QUEUE_OF, Queue
 
 log = structlog.get_logger(__name__)

@@ -23,7 +23,7 @@ import secrets
 
 from minio.commonconfig import CopySource
 
-from engram.workers.errors import EngramError
+from engram.schemas.errors import EngramError
 from engram.workers.stores.objects import STAGING_PREFIX
 
 MEDIA_PREFIX = "media/"

@@ -14,10 +14,10 @@ from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
+from engram.schemas.errors import ModelError
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import DEFAULT_SEARCH_TYPES, EmptyReason, SearchHit
 from engram.schemas.settings import TimeZoneName
-from engram.workers.errors import ModelError
 
 MAX_ROUNDS = 5  # M3-Agent's limit of search rounds per question
 

@@ -188,3 +188,13 @@ def test_every_task_name_is_a_registered_task_on_its_queue():
     assert set(QUEUE_OF) == set(Task) and set(ROUTES) == {t.value for t in Task}
     engram_tasks = {name for name in app.tasks if name.startswith("workers.")}
     assert engram_tasks == {t.value for t in Task}
+
+
+def test_schemas_and_the_sdk_stand_on_their_own():
+    """``schemas/`` (with the base modules ``errors`` and ``ids``) imports nothing of the workers or the front doors,
+    and the SDK (``api/client.py``) nothing of the workers at import time (publishing a file loads the worker
+    extra's media sniffing inside the function), so a ``[client]`` install and the schemas need neither."""
+    leaning = [(a, b, line) for a, b, inside, line, _ in imports()
+               if (a.startswith("engram.schemas") and not b.startswith("engram.schemas"))
+               or (a == "engram.api.client" and b.startswith("engram.workers") and not inside)]
+    assert leaning == []

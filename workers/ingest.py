@@ -23,11 +23,11 @@ import structlog
 from celery import chain
 
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
+from engram.schemas.ids import derived_key, sha256_file
 from engram.schemas.jobs import Keyframe, SegmentJob
 from engram.workers.app import signature, task
 from engram.workers.batching import defer
 from engram.workers.fairness import segment_priority, tenant_priority
-from engram.workers.ids import derived_key, sha256_file
 from engram.workers.media import bounds
 from engram.workers.media import decode as media
 from engram.workers.media.bounds import UploadBudget

@@ -16,10 +16,10 @@ from datetime import timedelta
 import numpy as np
 
 from engram.schemas.events import MediaEvent, MediaKind
+from engram.schemas.ids import point_id
 from engram.schemas.jobs import ObservationBatch, SegmentJob
 from engram.schemas.observations import Observation, OcrLine, SpeakerVoice, WordTiming
 from engram.workers.app import task
-from engram.workers.ids import point_id
 from engram.workers.media import decode as media
 from engram.workers.media import speech, vision
 from engram.workers.media.chat import conversation_messages, message_context

@@ -23,9 +23,9 @@ import urllib3
 from celery import current_task
 from celery.exceptions import Ignore
 
+from engram.schemas.errors import MediaError
 from engram.schemas.events import EventStatus, MediaEvent
 from engram.schemas.settings import Settings, get_settings
-from engram.workers.errors import MediaError
 from engram.workers.metrics import STAGE_ERRORS, STAGE_SECONDS
 from engram.workers.models import EmbeddingCache
 from engram.workers.models.embeddings import check_store_embedder

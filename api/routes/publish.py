@@ -22,8 +22,8 @@ from engram.api.routes.queue import REQUEST_PUBLISH_RETRY
 from engram.api.uploads import UploadRejected, promote, staging_key
 from engram.schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
+from engram.schemas.ids import EXTENSIONS, object_key
 from engram.workers.fairness import tenant_priority
-from engram.workers.ids import EXTENSIONS, object_key
 from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.tasks import Task
 
@@ -40,7 +40,7 @@ _TEXT_MIMES = {"application/json", "application/x-ndjson", "text/plain", "applic
 
 def kinds_for_mime(mime_type: str) -> set[MediaKind]:
     """The event kinds ``mime_type`` may carry; empty when it is not a supported type
-    (``workers.ids.EXTENSIONS`` lists the supported ones)."""
+    (``schemas.ids.EXTENSIONS`` lists the supported ones)."""
     if mime_type not in EXTENSIONS:
         return set()
     if mime_type in _TEXT_MIMES:

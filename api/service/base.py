@@ -17,6 +17,7 @@ from pathlib import Path
 from engram.schemas.add import AddMemoryRequest, AddMemoryResponse
 from engram.schemas.ask import AskRequest, AskResponse
 from engram.schemas.entities import EntityList, EntitySummary
+from engram.schemas.errors import EngramError
 from engram.schemas.events import EventStatus, LedgerRecord
 from engram.schemas.memories import MemoryType
 from engram.schemas.memory_admin import (
@@ -30,7 +31,6 @@ from engram.schemas.memory_admin import (
 from engram.schemas.search import SearchRequest, SearchResponse
 from engram.schemas.storage import StorageUse
 from engram.schemas.timeline import TimelineRequest
-from engram.workers.errors import EngramError
 
 
 class ServiceError(EngramError):

@@ -11,8 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from engram.schemas.errors import ModelError
 from engram.schemas.extraction import Extraction
-from engram.workers.errors import ModelError
 from engram.workers.text.sentences import sentences, sentences_without_prefix
 
 #: Speakers that are the user themselves (LongMemEval's "user" role, a chat app's "me").

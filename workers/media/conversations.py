@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from engram.schemas.conversations import Attachment, ConversationMessage
-from engram.workers.errors import MediaError
+from engram.schemas.errors import MediaError
 from engram.workers.media import importers
 from engram.workers.text.timeexpr import date_order, parse_locomo_datetime
 

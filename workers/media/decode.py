@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engram.schemas.errors import MediaError
 from engram.schemas.events import MediaKind
 from engram.schemas.settings import get_settings
-from engram.workers.errors import MediaError
 
 SAMPLE_RATE = 16_000
 MEDIA_EXTENSIONS = {

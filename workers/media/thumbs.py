@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from engram.workers.ids import derived_key
+from engram.schemas.ids import derived_key
 
 log = structlog.get_logger(__name__)
 

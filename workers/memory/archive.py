@@ -54,8 +54,8 @@ from typing import IO, Any
 import numpy as np
 import structlog
 
+from engram.schemas.errors import EngramError
 from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
-from engram.workers.errors import EngramError
 from engram.workers.memory import vault
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 import numpy as np
 
 from engram.schemas.events import MediaKind
+from engram.schemas.ids import memory_id
 from engram.schemas.memories import EpisodicMemory, MemoryType
-from engram.workers.ids import memory_id
 from engram.workers.memory.points import provenance
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm

@@ -22,6 +22,7 @@ import numpy as np
 import structlog
 
 from engram.schemas.extraction import Draft, Extraction
+from engram.schemas.ids import memory_id
 from engram.schemas.memories import (
     CoreMemory,
     MemoryBase,
@@ -33,7 +34,6 @@ from engram.schemas.memories import (
 )
 from engram.workers.extract import ExtractionFailed, Seen, extractor_for
 from engram.workers.extract.rules import RulesExtractor
-from engram.workers.ids import memory_id
 from engram.workers.memory import dynamics, vault
 from engram.workers.memory.points import memory_points, provenance, source_fields
 from engram.workers.memory.vectors import embed_texts, sentence_vectors

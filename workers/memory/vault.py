@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING
 import structlog
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
+from engram.schemas.errors import EngramError
 from engram.schemas.events import MediaEvent
 from engram.schemas.memories import KnowledgeVaultEntry, Provenance
 from engram.schemas.observations import Observation, OcrLine, WordTiming
 from engram.schemas.settings import Settings
-from engram.workers.errors import EngramError
 from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.text.secrets import LABELS, PLACEHOLDER, Finding, detect
 

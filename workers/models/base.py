@@ -19,7 +19,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
 
-from engram.workers.errors import ModelError
+from engram.schemas.errors import ModelError
 from engram.workers.metrics import model_timer
 
 #: Held while a model loads (``Model.load``): one load at a time in a process. A model's ``_load`` imports its

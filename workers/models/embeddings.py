@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from engram.schemas.errors import ConfigError
 from engram.schemas.settings import get_settings
-from engram.workers.errors import ConfigError
 from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
 from engram.workers.stores.sqlite import ThreadConnections
 

@@ -12,7 +12,7 @@ raises ``LlmUnavailable`` with a one-line reason naming the model and the endpoi
 
 from __future__ import annotations
 
-from engram.workers.errors import ModelError
+from engram.schemas.errors import ModelError
 from engram.workers.models.base import Model, ModelTask, ModelType
 from engram.workers.models.vlm import GeminiCaptioner, OpenAiCaptioner
 

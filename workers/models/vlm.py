@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import importlib
 
-from engram.workers.errors import ModelError
+from engram.schemas.errors import ModelError
 from engram.workers.media.decode import jpeg_bytes
 from engram.workers.models.base import Model, ModelTask, ModelType
 

@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from engram.workers.errors import EngramError
+from engram.schemas.errors import EngramError
 from engram.workers.stores.owners import is_alive
 from engram.workers.stores.private import PRIVATE_UMASK
 from engram.workers.stores.sqlite import BUSY_TIMEOUT_S

@@ -42,7 +42,7 @@ import struct
 import time
 from pathlib import Path
 
-from engram.workers.errors import StoreCorrupt
+from engram.schemas.errors import StoreCorrupt
 
 #: The manifest's name, inside the shard folder (so a backup of the folder carries it).
 MANIFEST = "engram-manifest.json"

@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from engram.schemas.errors import StoreError
 from engram.schemas.settings import Settings
-from engram.workers.errors import StoreError
 
 #: Seconds an S3 store trusts its last answer to whether the bucket keeps versions (``S3ObjectStore._versioned``).
 VERSIONING_TTL_S = 60.0

@@ -43,6 +43,7 @@ from typing import Any
 import structlog
 
 from engram.schemas.events import EventStatus, MediaKind
+from engram.schemas.ids import EXTENSIONS
 from engram.schemas.settings import Settings
 from engram.schemas.storage import (
     ITEMS_SHOWN,
@@ -52,7 +53,6 @@ from engram.schemas.storage import (
     RetentionReport,
     StorageUse,
 )
-from engram.workers.ids import EXTENSIONS
 from engram.workers.media.thumbs import THUMB_MIME, ThumbnailError, thumb_key_of, webp_of_file
 from engram.workers.stores import models as qm
 from engram.workers.stores.objects import LocalObjectStore, ObjectNotFound, S3ObjectStore
@@ -91,7 +91,7 @@ def _kind_of_mime(mime: str) -> MediaKind | None:
     return _KIND_OF_MIME.get(mime.split("/", 1)[0])
 
 
-#: Extension (``workers.ids.EXTENSIONS``) -> the kind of media it names.
+#: Extension (``schemas.ids.EXTENSIONS``) -> the kind of media it names.
 _KIND_OF_EXTENSION = {ext: kind for mime, ext in reversed(list(EXTENSIONS.items())) if (kind := _kind_of_mime(mime))}
 
 

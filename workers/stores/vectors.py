@@ -55,9 +55,9 @@ from typing import Any
 import numpy as np
 import structlog
 
+from engram.schemas.errors import StoreCorrupt, StoreError
 from engram.schemas.memories import MemoryType
 from engram.schemas.settings import Settings
-from engram.workers.errors import StoreCorrupt, StoreError
 from engram.workers.stores import models as qm
 from engram.workers.stores.integrity import (
     Known,

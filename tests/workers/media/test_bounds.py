@@ -115,7 +115,7 @@ def test_mp4_whose_sample_tables_claim_2_000_000_s_fails_at_ingest(engram_env, t
 
 def test_honest_clip_keeps_its_segments(engram_env, tmp_path, monkeypatch):
     from engram.schemas.events import MediaEvent, MediaKind
-    from engram.workers.ids import sha256_file
+    from engram.schemas.ids import sha256_file
     from engram.workers.ingest import plan
     from engram.workers.runtime import runtime
 

@@ -44,7 +44,7 @@ def test_an_unreadable_picture_is_a_thumbnail_error():
 
 def _event(engram_env, tmp_path, name: str, data: bytes, kind, mime: str):
     from engram.schemas.events import MediaEvent
-    from engram.workers.ids import sha256_file
+    from engram.schemas.ids import sha256_file
 
     path = tmp_path / name
     path.write_bytes(data)

@@ -26,7 +26,7 @@ CIPHERTEXT = "gAAAAABn-not-a-real-fernet-token-but-must-never-leave-the-store"
 def add_vault_entry(rt, user: str, what: str = "wifi", index: bool = True) -> KnowledgeVaultEntry:
     """Keep a vault entry for ``user`` at rest and (``index``) index it as consolidation does (caption and
     ciphertext); without ``index`` it is as perceive left it before any consolidation."""
-    from engram.workers.ids import memory_id
+    from engram.schemas.ids import memory_id
     from engram.workers.memory.vault import object_key
     from engram.workers.memory.vectors import embed_texts
 
