@@ -188,6 +188,9 @@ def test_every_task_name_is_a_registered_task_on_its_queue():
     assert set(QUEUE_OF) == set(Task) and set(ROUTES) == {t.value for t in Task}
     engram_tasks = {name for name in app.tasks if name.startswith("workers.")}
     assert engram_tasks == {t.value for t in Task}
+    elsewhere = {t.value: app.tasks[t.value].run.__module__ for t in Task
+                 if app.tasks[t.value].run.__module__ != "engram." + t.value.rsplit(".", 1)[0]}
+    assert elsewhere == {}, "a wire name must name the module that defines its task"
 
 
 def test_schemas_and_the_sdk_stand_on_their_own():
