@@ -17,7 +17,7 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
   with the cold run instead of biasing their ratio; the figures are the medians over the rounds, ``cold_ratio``
   the median of each round's cold ÷ ceiling, ``cold_ratio_cpu`` the same in CPU seconds of this process
   (steadier when other jobs load the machine); ``rounds`` lists each round's figures. Before each cold
-  run the process's text memos are cleared (``workers.memory.vectors.clear_text_memos``: sentence splits,
+  run the process's text memos are cleared (``workers.memory.embedding.clear_text_memos``: sentence splits,
   secret findings, BM25 tokens), so every round is as cold as the first;
 - ``cold_task_cpu_s``: the cold run's CPU seconds by task (medians over the rounds; ``task_cpu_seconds``), where the
   time beside the model goes: ``embed_many`` holds the model's calls (compare the ceiling's CPU seconds), then
@@ -128,7 +128,7 @@ def text(args: argparse.Namespace) -> dict:
     from bench.locomo import load_locomo, sample_turns
     from engram.schemas.settings import get_settings
     from engram.workers.media.conversations import to_jsonl
-    from engram.workers.memory.vectors import clear_text_memos
+    from engram.workers.memory.embedding import clear_text_memos
     from engram.workers.models import get_model
 
     samples = load_locomo(args.eval_data)

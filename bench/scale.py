@@ -216,8 +216,8 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
     os.environ.update(ENGRAM_DATA_DIR=str(data_dir), ENGRAM_VAULT_KEY=os.environ.get("ENGRAM_VAULT_KEY",
                                                                                       BENCH_VAULT_KEY))
     from engram.schemas.search import SearchRequest
+    from engram.workers.memory.embedding import embed_query, embed_texts
     from engram.workers.memory.search import DENSE_WEIGHT, MIN_DEPTH, search
-    from engram.workers.memory.vectors import embed_query, embed_texts
     from engram.workers.runtime import runtime
     from engram.workers.stores.vectors import COLLECTIONS, ENTITIES, tenant_filter
     from engram.workers.text import sparse

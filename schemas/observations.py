@@ -149,7 +149,7 @@ Float32Vector = Annotated[list[float], BeforeValidator(unpack_float32),
 
 class EmbeddedObservation(BaseModel):
     """An observation with its vectors: dense ``text`` (384 float32, L2-normalised), sparse ``bm25`` and
-    ``sentences``, the multivector its dense search scores by MaxSim (``workers.memory.vectors.dense_vectors``):
+    ``sentences``, the multivector its dense search scores by MaxSim (``workers.memory.embedding.dense_vectors``):
     ``dense`` first, then one vector per sentence of a short turn of several sentences (None: ``dense`` alone).
     The dense vectors travel between workers packed (``Float32Vector``); a message with lists of numbers, as
     earlier releases wrote, is read too."""

@@ -1,6 +1,6 @@
 """Stage ``embed`` (queue ``perceive.gpu``; CPU workers can serve it): each observation's dense vector (its own
 embedding blended with its neighbouring turns'), sentence rows and fielded BM25 sparse vector
-(``memory.vectors``: the methods and their sources).
+(``memory.embedding``: the methods and their sources).
 
 ``embed`` embeds one segment; ``embed_many`` the segments of many events in one pass (each distinct text encoded
 once, in batches of ``models.embedding_batch_size``): ``workers.batching`` calls it inline on the embedded
@@ -16,7 +16,7 @@ from engram.schemas.jobs import EmbeddedBatch, EmbeddedBatches, ObservationBatch
 from engram.schemas.observations import EmbeddedObservation
 from engram.workers.app import signature, task
 from engram.workers.batching import consume, priorities
-from engram.workers.memory.vectors import dense_vectors, observation_sparse_vectors
+from engram.workers.memory.embedding import dense_vectors, observation_sparse_vectors
 from engram.workers.runtime import Runtime, run_together, runtime, stage
 from engram.workers.tasks import Task
 

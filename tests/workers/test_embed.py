@@ -12,7 +12,13 @@ from qdrant_client import models as qm
 
 from engram.schemas.events import MediaKind
 from engram.schemas.observations import Observation
-from engram.workers.memory.vectors import CONTEXT_WEIGHT, SENTENCE_MAX_WORDS, dense_vectors, embed_texts, sentence_spans
+from engram.workers.memory.embedding import (
+    CONTEXT_WEIGHT,
+    SENTENCE_MAX_WORDS,
+    dense_vectors,
+    embed_texts,
+    sentence_spans,
+)
 from engram.workers.models import get_model
 from engram.workers.stores.vectors import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
 from engram.workers.text.sentences import sentences
@@ -147,7 +153,7 @@ def test_a_turn_keeps_its_own_words_weight_beside_long_neighbours():
     """BM25F: a turn and its neighbours are two fields, each normalised by its own length, so two 600-word
     answers beside a one-line turn do not drown its words (joined into one text they would)."""
     from engram.schemas.settings import Settings
-    from engram.workers.memory.vectors import CONTEXT_TF_WEIGHT, observation_sparse_vectors
+    from engram.workers.memory.embedding import CONTEXT_TF_WEIGHT, observation_sparse_vectors
     from engram.workers.text import sparse
 
     settings = Settings()

@@ -27,7 +27,7 @@ import numpy as np
 from engram.schemas.entities import Entity, EntityRole, EntitySample, EntitySummary, MergeRecord
 from engram.schemas.ids import ENGRAM_NAMESPACE
 from engram.schemas.observations import Observation
-from engram.workers.memory.vectors import embed_texts
+from engram.workers.memory.embedding import embed_texts
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import (

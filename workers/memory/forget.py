@@ -55,15 +55,15 @@ from engram.schemas.observations import Observation
 from engram.workers.media import decode as media
 from engram.workers.media.vision import pixels_sha256
 from engram.workers.memory import vault
-from engram.workers.memory.entities import forget_observations
-from engram.workers.memory.episodes import _time_order, build_episode, episode_vector
-from engram.workers.memory.points import memory_points, provenance, source_fields
-from engram.workers.memory.vectors import (
+from engram.workers.memory.embedding import (
     clear_text_memos,
     dense_vectors,
     observation_sparse_vectors,
     sentence_spans,
 )
+from engram.workers.memory.entities import forget_observations
+from engram.workers.memory.episodes import _time_order, build_episode, episode_vector
+from engram.workers.memory.points import memory_points, provenance, source_fields
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 from engram.workers.stores.objects import ObjectNotFound
@@ -212,7 +212,7 @@ def _memories_of(rt: Runtime, tenant_id: str, doomed: list[qm.Record], gone: set
 
 def _neighbours(rt: Runtime, tenant_id: str, doomed: list[qm.Record], gone: set[str]) -> list[qm.PointStruct]:
     """The observations that stay in the deleted chat turns' sessions and quote one of them as context
-    (``context_before``/``context_after``: contextual indexing, ``memory.vectors``), as points that rewrite them:
+    (``context_before``/``context_after``: contextual indexing, ``memory.embedding``), as points that rewrite them:
     the deleted turns taken out of their context, their contextual vector, sentence rows and BM25F vector
     computed again from what stays."""
     texts = {str((o.payload or {}).get("text") or "") for o in doomed} - {""}

@@ -11,7 +11,7 @@ from engram.schemas.memories import (
     EpisodicMemory,
     Provenance,
 )
-from engram.workers.memory.vectors import embed_texts, sparse_vectors
+from engram.workers.memory.embedding import embed_texts, sparse_vectors
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, SPARSE

@@ -55,9 +55,9 @@ from engram.schemas.memories import MemoryType
 from engram.schemas.search import ContextTurn, Matched, SearchHit, SearchRequest, SearchResponse, TimeRange
 from engram.workers.memory.bursts import collapse
 from engram.workers.memory.dynamics import active_filter, decayed_score, reinforce
+from engram.workers.memory.embedding import embed_query
 from engram.workers.memory.entities import entity_names
 from engram.workers.memory.holdings import why_empty
-from engram.workers.memory.vectors import embed_query
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import OBSERVATIONS, collection_for, tenant_filter

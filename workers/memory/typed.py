@@ -35,8 +35,8 @@ from engram.schemas.memories import (
 from engram.workers.extract import ExtractionFailed, Seen, extractor_for
 from engram.workers.extract.rules import RulesExtractor
 from engram.workers.memory import dynamics, vault
+from engram.workers.memory.embedding import embed_texts, sentence_vectors
 from engram.workers.memory.points import memory_points, provenance, source_fields
-from engram.workers.memory.vectors import embed_texts, sentence_vectors
 from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm

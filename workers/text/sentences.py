@@ -13,7 +13,8 @@ def sentences(text: str) -> list[str]:
     initials, decimals and times stay whole: "Dr. Smith", "3 p.m. on Friday", "U.S. Navy"); each sentence is
     the exact span of the text (inner whitespace kept), stripped. Texts of up to ``_MEMO_CHARS`` characters
     (chat turns) are kept per process for the ones split last (``_split_memo``): embedding
-    (``workers.memory.vectors.sentence_spans``) and extraction ask for the same turns, and syntok costs ~3 ms a turn."""
+    (``workers.memory.embedding.sentence_spans``) and extraction ask for the same turns, and syntok costs ~3 ms a
+    turn."""
     return list(_split_memo(text) if len(text) <= _MEMO_CHARS else _split(text))
 
 

@@ -27,8 +27,8 @@ def add_vault_entry(rt, user: str, what: str = "wifi", index: bool = True) -> Kn
     """Keep a vault entry for ``user`` at rest and (``index``) index it as consolidation does (caption and
     ciphertext); without ``index`` it is as perceive left it before any consolidation."""
     from engram.schemas.ids import memory_id
+    from engram.workers.memory.embedding import embed_texts
     from engram.workers.memory.vault import object_key
-    from engram.workers.memory.vectors import embed_texts
 
     now = datetime(2024, 5, 3, 12, tzinfo=UTC)
     entry = KnowledgeVaultEntry(

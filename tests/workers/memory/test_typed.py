@@ -15,8 +15,8 @@ from engram.api.cli import ingest_paths
 from engram.schemas.memories import MemoryType
 from engram.workers.consolidate import consolidate_user
 from engram.workers.memory import dynamics
+from engram.workers.memory.embedding import embed_texts, sentence_spans
 from engram.workers.memory.episodes import due_users
-from engram.workers.memory.vectors import embed_texts, sentence_spans
 from engram.workers.models import get_model
 from engram.workers.models.embeddings import DIM
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS, tenant_filter

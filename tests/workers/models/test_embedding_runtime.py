@@ -75,7 +75,7 @@ def test_a_search_in_a_new_process_does_not_import_torch(onnx_dir, tmp_path):
 def test_onnx_and_torch_give_the_same_sentence_rows(onnx_dir):
     """Late chunking (``embed_spans``) pools the same token states on both runtimes; a span past the 256 word
     pieces the model reads has no row."""
-    from engram.workers.memory.vectors import sentence_spans
+    from engram.workers.memory.embedding import sentence_spans
 
     texts = ["Caroline: Hey Mel! Good to see you! How have you been?", "  Mel: Great.  Busy with the kids!",
              "Wow. " * 300 + "End here."]
