@@ -52,6 +52,10 @@ DETECT_WHOLE_SHARE = 0.3  # changed regions covering more of the frame than this
 INK = 48  # grey levels from a line's background (its box's median) that count as a glyph's pixel
 GLYPH_PAD = 3  # px: how far apart two detections of one line's box may be (detector jitter)
 MEMORY_LINES = 3000  # lines a device's LineMemory keeps (their pixels, ~10 kB a line of a terminal: ~30 MB)
+EDGE_GAP = 2  # blank columns that part a glyph cut by a box's edge from the line's own ink
+GLYPH_THRESHOLD = 20  # grey levels: a BLOCK x BLOCK block of two boxes' pixels averaging more apart differs (the
+# same line in two WebP frames (quality 65): 8-12 at most; two lines of different text: 70 and more, on the bench's
+# desktop)
 MEMORY_PER_SHAPE = 128  # lines kept per ink width, the most recent (a terminal: hundreds of short numbers)
 
 
@@ -216,10 +220,12 @@ class LineReader(Protocol):
 
 class Glyphs:
     """A line's pixels, to tell whether another box shows the same line (``same``): the greyscale frame around
-    the box (``GLYPH_PAD`` px more on each side, clipped), the box's rows in it (``top``, ``height``) and its
-    ink's columns in it (``left``, ``width``: the columns with pixels more than ``INK`` grey levels from the box's
-    median, its background, in the box's middle half of rows, which the lines above and below never reach). Where
-    on the screen the line is does not matter."""
+    the box (``GLYPH_PAD`` px more on each side, clipped), its ink's columns in it (``left``, ``width``: the
+    columns with pixels more than ``INK`` grey levels from the box's median, its background, in the box's middle
+    half of rows, which the lines above and below never reach; a neighbour's glyph cut by the box's edge left out:
+    ``_own_columns``) and its ink's rows (``top``, ``height``: the rows with ink in those columns from the middle
+    half out to the first row without, so a box a few px taller, reaching into the next line, holds the same rows).
+    Where on the screen the line is does not matter."""
 
     __slots__ = ("pixels", "top", "height", "left", "width", "profile")
 
@@ -241,7 +247,7 @@ class Glyphs:
     def bound(self, heights: np.ndarray | int) -> np.ndarray | float:
         """How far (grey levels) the profile of a line of ``heights`` px may differ from this one's, block by
         block, when both show the same line: the block test's bound, plus what rows the jitter moves in or out."""
-        return DIFF_THRESHOLD + 255 * GLYPH_PAD / np.maximum(1, np.minimum(self.height, heights))
+        return GLYPH_THRESHOLD + 255 * GLYPH_PAD / np.maximum(1, np.minimum(self.height, heights))
 
     def same(self, other: Glyphs) -> bool:
         """Whether ``other`` shows the same line: its widths within 1 px, their profiles within ``bound``, and
@@ -255,10 +261,10 @@ class Glyphs:
         return self.within(other)
 
     def within(self, other: Glyphs) -> bool:
-        """Whether this line's box rows and ink columns are found in ``other``'s pixels within ``GLYPH_PAD`` px
+        """Whether this line's ink rows and columns are found in ``other``'s pixels within ``GLYPH_PAD`` px
         up or down and 1 px sideways with no ``BLOCK`` x ``BLOCK`` block differing by more than
-        ``DIFF_THRESHOLD`` grey levels on average (the test ``changed_regions`` uses: lossy compression noise
-        passes, one character changed does not)."""
+        ``GLYPH_THRESHOLD`` grey levels on average (lossy compression noise passes, one character changed does
+        not)."""
         core = self.pixels[self.top:self.top + self.height, self.left:self.left + self.width].astype(np.int16)
         h, w = core.shape
         big_h, big_w = other.pixels.shape
@@ -272,7 +278,7 @@ class Glyphs:
         diff = np.zeros((*windows.shape[:2], hb * BLOCK, wb * BLOCK), np.int16)
         diff[..., :h, :w] = np.abs(windows - core)
         blocks = diff.reshape(*windows.shape[:2], hb, BLOCK, wb, BLOCK).sum(axis=(3, 5))
-        return bool((blocks.max(axis=(2, 3)) <= DIFF_THRESHOLD * BLOCK * BLOCK).any())
+        return bool((blocks.max(axis=(2, 3)) <= GLYPH_THRESHOLD * BLOCK * BLOCK).any())
 
 
 class GlyphShelf:
@@ -330,15 +336,39 @@ def glyphs(g: np.ndarray, box: tuple[float, float, float, float]) -> Glyphs | No
     bx1, by1 = min(w, int(np.ceil(box[2]))), min(h, int(np.ceil(box[3])))
     if bx1 - bx0 < 2 or by1 - by0 < 4:
         return None
-    x0, y0 = max(0, bx0 - GLYPH_PAD), max(0, by0 - GLYPH_PAD)
-    x1, y1 = min(w, bx1 + GLYPH_PAD), min(h, by1 + GLYPH_PAD)
-    crop = g[y0:y1, x0:x1]
+    ink = np.abs(g[by0:by1, bx0:bx1].astype(np.int16) - int(np.median(g[by0:by1, bx0:bx1]))) > INK
     quarter = (by1 - by0) // 4
-    middle = g[by0 + quarter:by1 - quarter, bx0:bx1]
-    cols = np.flatnonzero((np.abs(middle.astype(np.int16) - int(np.median(g[by0:by1, bx0:bx1]))) > INK).any(axis=0))
+    cols = _own_columns(ink[quarter:by1 - by0 - quarter].any(axis=0))
     if not cols.size:
         return None
-    return Glyphs(crop.copy(), by0 - y0, by1 - by0, bx0 - x0 + int(cols[0]), int(cols[-1] - cols[0]) + 1)
+    rows = ink[:, cols[0]:cols[-1] + 1].any(axis=1)
+    mid = np.flatnonzero(rows[quarter:by1 - by0 - quarter]) + quarter
+    top, bottom = int(mid[0]), int(mid[-1]) + 1
+    while top > 0 and rows[top - 1]:  # the line's own ascenders, up to a row without ink
+        top -= 1
+    while bottom < len(rows) and rows[bottom]:
+        bottom += 1
+    x0, y0 = max(0, bx0 - GLYPH_PAD), max(0, by0 - GLYPH_PAD)
+    x1, y1 = min(w, bx1 + GLYPH_PAD), min(h, by1 + GLYPH_PAD)
+    return Glyphs(g[y0:y1, x0:x1].copy(), by0 - y0 + top, bottom - top, bx0 - x0 + int(cols[0]),
+                  int(cols[-1] - cols[0]) + 1)
+
+
+def _own_columns(has_ink: np.ndarray) -> np.ndarray:
+    """The indices of the True columns of a box's ink columns (``has_ink``, bool (w,)) that are the line's own: a
+    run of ink at either end that touches the box's edge and is ``EDGE_GAP`` blank columns or more from the rest is
+    a neighbouring word's glyph the detector's box cut into (its margin reaches the next word in a terminal's
+    columns), left out so that the same word boxed with or without it has one width."""
+    cols = np.flatnonzero(has_ink)
+    if cols.size < 2:
+        return cols
+    gaps = np.flatnonzero(np.diff(cols) > EDGE_GAP)
+    if gaps.size and cols[0] == 0:
+        cols = cols[gaps[0] + 1:]
+        gaps = gaps[1:] - (gaps[0] + 1)
+    if gaps.size and cols[-1] == len(has_ink) - 1:
+        cols = cols[:gaps[-1] + 1]
+    return cols
 
 
 class LineMemory:
