@@ -4,10 +4,8 @@ message is one line naming the reason (the caller adds the file); nothing here t
 from __future__ import annotations
 
 import base64
-import io
 import itertools
 import json
-import wave
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,8 +16,12 @@ import numpy as np
 from engram.schemas.errors import MediaError
 from engram.schemas.events import MediaKind
 from engram.schemas.settings import get_settings
+from engram.workers.codecs import SAMPLE_RATE as SAMPLE_RATE  # the helpers below media/, re-exported here
+from engram.workers.codecs import jpeg_bytes as jpeg_bytes
+from engram.workers.codecs import load_image as load_image
+from engram.workers.codecs import read_wav as read_wav
+from engram.workers.codecs import wav_bytes as wav_bytes
 
-SAMPLE_RATE = 16_000
 MEDIA_EXTENSIONS = {
     ".png": MediaKind.screenshot, ".jpg": MediaKind.screenshot, ".jpeg": MediaKind.screenshot,
     ".webp": MediaKind.screenshot, ".gif": MediaKind.screenshot, ".bmp": MediaKind.screenshot,
@@ -133,33 +135,6 @@ def _container_time(path: Path) -> tuple[datetime, str] | None:
 
 
 # --- images -------------------------------------------------------------------------------------------
-
-def load_image(data: bytes, max_pixels: int):
-    """Decode an image fully into RGB. Raises MediaError for empty, truncated, non-image or too large
-    (decompression bomb: declared width*height over ``max_pixels``) input. Returns a PIL RGB image."""
-    from PIL import Image, ImageFile, UnidentifiedImageError
-
-    if not data:
-        raise MediaError("empty file (0 bytes)")
-    Image.MAX_IMAGE_PIXELS = None  # our own limit below, checked before decoding
-    try:
-        img = Image.open(io.BytesIO(data))
-    except UnidentifiedImageError as exc:
-        raise MediaError("not a decodable image") from exc
-    w, h = img.size
-    if w <= 0 or h <= 0:
-        raise MediaError(f"image has no pixels ({w}x{h})")
-    if w * h > max_pixels:
-        raise MediaError(f"image too large: declared {w}x{h} = {w * h / 1e6:.0f} MP exceeds "
-                         f"the {max_pixels / 1e6:.0f} MP limit (possible decompression bomb)")
-    # strict: a truncated image is bad input (the flag is process-wide: any library may have turned it on)
-    ImageFile.LOAD_TRUNCATED_IMAGES = False
-    try:
-        img.load()
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise MediaError(f"corrupt or truncated {img.format or 'image'}: {exc}") from exc
-    return img.convert("RGB")
-
 
 def perceptual_hash(img) -> str:
     """64-bit perceptual hash (DCT pHash, via ``imagehash``) as 16 hex digits."""
@@ -300,25 +275,6 @@ def audio_blocks(path: Path, block_samples: int = 30 * SAMPLE_RATE) -> Iterator[
         yield np.concatenate(pending)
 
 
-def wav_bytes(audio: np.ndarray) -> bytes:
-    """16-bit PCM WAV (16 kHz mono) of float32 samples in [-1, 1]."""
-    pcm = (np.clip(audio, -1.0, 1.0) * 32767).astype("<i2")
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SAMPLE_RATE)
-        w.writeframes(pcm.tobytes())
-    return buf.getvalue()
-
-
-def read_wav(data: bytes) -> np.ndarray:
-    """float32 samples of a 16-bit mono WAV written by ``wav_bytes``."""
-    with wave.open(io.BytesIO(data), "rb") as w:
-        frames = w.readframes(w.getnframes())
-    return np.frombuffer(frames, dtype="<i2").astype(np.float32) / 32767.0
-
-
 def keyframes(path: Path, segment_seconds: float, per_segment: int, sample_fps: float = 2.0,
               scene_threshold: float = 12.0,
               on_frame: Callable[[float], None] | None = None) -> dict[int, list[tuple[float, object]]]:
@@ -362,13 +318,6 @@ def keyframes(path: Path, segment_seconds: float, per_segment: int, sample_fps: 
         best = sorted(frames, key=lambda f: -f[0])[:per_segment]
         result[seg] = [(t, img) for _, t, img in sorted(best, key=lambda f: f[1])]
     return result
-
-
-def jpeg_bytes(img, quality: int = 90) -> bytes:
-    """JPEG encoding of a PIL image."""
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality)
-    return buf.getvalue()
 
 
 def json_or_none(data: bytes):

@@ -20,7 +20,7 @@ import numpy as np
 
 from engram.schemas.memories import MEMORY_MODELS, MemoryType
 from engram.schemas.memory_admin import MemoryRecord
-from engram.workers.media.decode import SAMPLE_RATE, wav_bytes
+from engram.workers.codecs import SAMPLE_RATE, wav_bytes
 from engram.workers.memory.entities import EntityMemory, Modality, founded_id
 from engram.workers.memory.points import memory_points
 from engram.workers.memory.records import get_memory, to_record

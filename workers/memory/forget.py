@@ -48,12 +48,12 @@ from urllib.parse import urlsplit
 import numpy as np
 import structlog
 
+from engram.schemas.errors import MediaError
 from engram.schemas.events import EventStatus
 from engram.schemas.memories import MEMORY_MODELS, MemoryType
 from engram.schemas.memory_admin import ForgetScope, ForgetScopeReport
 from engram.schemas.observations import Observation
-from engram.workers.media import decode as media
-from engram.workers.media.vision import pixels_sha256
+from engram.workers.codecs import load_image, pixels_sha256
 from engram.workers.memory import vault
 from engram.workers.memory.embedding import (
     clear_text_memos,
@@ -415,8 +415,8 @@ def delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
         if key.lower().endswith(_IMAGE_SUFFIXES):
             try:
                 digests.add(pixels_sha256(np.asarray(
-                    media.load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))))
-            except (ObjectNotFound, media.MediaError, OSError, ValueError, MemoryError):
+                    load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))))
+            except (ObjectNotFound, MediaError, OSError, ValueError, MemoryError):
                 pass  # not decodable (a broken or bomb file), so nothing was cached for it
     cached = [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in digests] \
         if digests else []

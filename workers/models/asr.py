@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from engram.workers.codecs import SAMPLE_RATE
 from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
 
-SAMPLE_RATE = 16_000
 MIN_SAMPLES = SAMPLE_RATE // 10  # shorter audio (< 0.1 s) holds no word: nothing is transcribed
 _BASE_FILES = ("config.json", "tokenizer.json", "vocabulary.json")
 

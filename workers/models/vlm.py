@@ -18,7 +18,7 @@ import base64
 import importlib
 
 from engram.schemas.errors import ModelError
-from engram.workers.media.decode import jpeg_bytes
+from engram.workers.codecs import jpeg_bytes
 from engram.workers.models.base import Model, ModelTask, ModelType
 
 

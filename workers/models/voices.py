@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from engram.workers.codecs import SAMPLE_RATE
 from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
 
 #: The pinned release engram is tested with, and how to install it (also in the README and scripts/setup.sh).
@@ -27,7 +28,6 @@ INSTALL_HINT = (f"pip install --no-deps '{RESEMBLYZER}' (its declared webrtcvad 
                 "embeddings off with ENGRAM_MODELS__VOICE_MODEL=none")
 
 DIM = 256
-SAMPLE_RATE = 16_000
 FRAME_SAMPLES = 160  # the encoder's mel hop: 10 ms at 16 kHz
 
 
