@@ -87,9 +87,9 @@ def build_data_dir(seed_dir: Path, data_dir: Path, n_obs: int, user: str) -> dic
     for name in ("ledger.sqlite", "cache/embeddings.sqlite"):
         if (seed_dir / name).is_file():
             (data_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            from engram.workers.stores.backup import _sqlite_copy
+            from engram.workers.stores.backup import sqlite_copy
 
-            _sqlite_copy(seed_dir / name, data_dir / name)
+            sqlite_copy(seed_dir / name, data_dir / name)
     if (seed_dir / "objects").is_dir():
         shutil.copytree(seed_dir / "objects", data_dir / "objects", dirs_exist_ok=True)
     return built

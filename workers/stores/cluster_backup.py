@@ -1,7 +1,7 @@
 """Backup and restore of the distributed mode (``ENGRAM_BROKER_URL`` set): the store the store worker owns, the
 objects (S3, or the shared data dir's ``objects/``) and the Redis ledger, into the same repositories, packs and
 manifests as the embedded default's backup (``workers.stores.backup``: blocks of ``CHUNK_BYTES`` known by their
-SHA-256, so a second backup writes only new content; the manifest last).
+digest, ``chunk_digest``, so a second backup writes only new content; the manifest last).
 
 A snapshot of the distributed mode holds, beside ``mode: "cluster"`` in its manifest:
 
@@ -50,22 +50,23 @@ from engram.workers.stores.backup import (
     RESTORE_MARKER,
     TMP_PREFIX,
     BackupError,
+    BackupPass,
     BackupResult,
     FileEntry,
     FolderRepository,
     Progress,
     Repository,
     RestoreResult,
-    _map,
-    _Pass,
-    _syncfs,
-    _Tally,
+    Tally,
     check_restorable,
+    chunk_hasher,
     chunk_stream,
     load_manifest,
     open_repository,
     previous_entries,
     restore_files,
+    syncfs,
+    thread_map,
     without_gc,
     write_manifest,
 )
@@ -207,7 +208,7 @@ def backup_store(store: Any, root: Path, target: dict[str, Any], settings: Setti
     "held_seconds"}``. Raises BackupError (the repository unreachable from here)."""
     os.umask(PRIVATE_UMASK)
     repo = _open_target(target, settings, create=True)
-    tally, entries, vanished = _Tally(), [], []  # type: ignore[var-annotated]
+    tally, entries, vanished = Tally(), [], []  # type: ignore[var-annotated]
     try:
         store.close()  # shards flushed and closed, their integrity manifests written; the lock let go
         store.hold()  # taken again: no shard is opened until the copy is made
@@ -222,13 +223,13 @@ def backup_store(store: Any, root: Path, target: dict[str, Any], settings: Setti
                     dump.write_bytes(dump_redis(url))
                     files.append((dump, REDIS_FILE))
                     dirs.append(REDIS_FILE.split("/")[0])
-                _Pass("store", repo, {}, tally, lambda *a: None, repo.threads).run(files, entries, vanished)
+                BackupPass("store", repo, {}, tally, lambda *a: None, repo.threads).run(files, entries, vanished)
         finally:
             store.close()
             held_s = time.perf_counter() - held
         repo.flush()
         if isinstance(repo, FolderRepository):
-            _syncfs(repo.root)  # durable before the command writes the manifest that names these blocks
+            syncfs(repo.root)  # durable before the command writes the manifest that names these blocks
     finally:
         repo.close()
     return {"files": [e.to_json() for e in entries], "dirs": dirs, "read_bytes": tally.read_bytes,
@@ -255,7 +256,8 @@ def restore_store(store: Any, root: Path, target: dict[str, Any], snapshot: str,
         try:
             done = resuming and root.is_dir() and not (root / RESTORE_MARKER).exists() and any(root.iterdir())
             resumed = len(files) if done else restore_files(repo, name, files, dirs, root,
-                                                              check_restorable(root, name)).resumed
+                                                              check_restorable(root, name),
+                                                              hasher=chunk_hasher(manifest)).resumed
         finally:
             store.close()
     finally:
@@ -289,7 +291,7 @@ class _ObjectPass:
     """The objects of a cluster read into blocks (``chunk_stream``) by ``threads``: one unchanged since the
     previous snapshot (size and ETag) is taken from it without being read."""
 
-    def __init__(self, objects: Any, repo: Repository, previous: dict[str, FileEntry], tally: _Tally,
+    def __init__(self, objects: Any, repo: Repository, previous: dict[str, FileEntry], tally: Tally,
                  report: Progress) -> None:
         self.objects, self.repo, self.previous, self.tally, self.report = objects, repo, previous, tally, report
         self.done, self.total = 0, 0
@@ -334,7 +336,7 @@ class _ObjectPass:
         """Every object's entry, and the keys deleted while the backup ran."""
         rows = _object_listing(self.objects)
         self.total = sum(r[1] for r in rows)
-        got = _map(self.one, rows, self.repo.threads, "engram-backup-objects")
+        got = thread_map(self.one, rows, self.repo.threads, "engram-backup-objects")
         return ([e for e in got if e is not None],
                 [f"{OBJECTS_DIR}/{r[0]}" for r, e in zip(rows, got, strict=True) if e is None])
 
@@ -387,7 +389,7 @@ def backup_cluster(settings: Settings, repo: Repository, ask: Ask, s3: dict[str,
         report("store", 1, 1)
     finally:
         drop_probe(target)
-    tally = _Tally(read_bytes=got["read_bytes"], written_bytes=got["written_bytes"], new_chunks=got["new_chunks"],
+    tally = Tally(read_bytes=got["read_bytes"], written_bytes=got["written_bytes"], new_chunks=got["new_chunks"],
                    reused_chunks=got["reused_chunks"])
     entries = [FileEntry.from_json(d) for d in got["files"]]
     found, vanished = _ObjectPass(open_object_store(settings), repo, previous, tally, report).run()
@@ -439,18 +441,17 @@ def _marker(url: str, name: str | None) -> None:
         r.close()
 
 
-def _put_object(objects: Any, repo: Repository, entry: FileEntry, key: str) -> None:
-    """Write one object of the snapshot into ``objects``, every block checked against its digest, through a
-    temporary file (an object may be larger than memory allows)."""
-    import hashlib
-
+def _put_object(objects: Any, repo: Repository, entry: FileEntry, key: str,
+                hasher: Callable[[bytes | memoryview], str]) -> None:
+    """Write one object of the snapshot into ``objects``, every block checked against its digest (``hasher``: the
+    manifest's), through a temporary file (an object may be larger than memory allows)."""
     with tempfile.TemporaryDirectory(prefix="engram-restore-") as tmp:
         path = Path(tmp) / "object"
         with open(path, "wb") as f:
             f.truncate(entry.size)
             for off, digest in entry.blocks:
                 data = repo.get_chunk(digest)
-                if hashlib.sha256(data).hexdigest() != digest:
+                if hasher(data) != digest:
                     raise BackupError(f"chunk {digest} in {repo.location} is damaged; {key} cannot be restored")
                 f.seek(off)
                 f.write(data)
@@ -470,6 +471,7 @@ def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: st
     if manifest.get("mode") != CLUSTER_MODE:
         raise BackupError(f"snapshot {name} is a backup of the embedded default's data dir: restore it without "
                           "ENGRAM_BROKER_URL (into a data dir), or move it with `engram export --archive`")
+    hasher = chunk_hasher(manifest)
     objects, url = open_object_store(settings), redis_url(settings)
     resuming = _check_empty(objects, url, name)
     if url and not resuming:
@@ -491,17 +493,19 @@ def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: st
     def put(entry: FileEntry) -> None:
         key = entry.path[len(OBJECTS_DIR) + 1:]
         if have.get(key) != entry.size:  # written whole by an interrupted run otherwise (a PUT is atomic)
-            _put_object(objects, repo, entry, key)
+            _put_object(objects, repo, entry, key, hasher)
         with lock:
             done[0] += entry.size
             report("objects", done[0], total)
 
-    _map(put, wanted, repo.threads, "engram-restore-objects")
+    thread_map(put, wanted, repo.threads, "engram-restore-objects")
     dump = next((e for e in entries if e.path == REDIS_FILE), None)
     if url and dump is not None:
         data = bytearray(dump.size)
         for off, digest in dump.blocks:
             chunk = repo.get_chunk(digest)
+            if hasher(chunk) != digest:
+                raise BackupError(f"chunk {digest} in {repo.location} is damaged; the Redis keys cannot be restored")
             data[off:off + len(chunk)] = chunk
         load_redis(url, bytes(data))
         _marker(url, None)

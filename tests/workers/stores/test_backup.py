@@ -182,6 +182,43 @@ def test_a_backup_of_a_newer_engram_is_refused_naming_both_versions(tmp_path):
     bk.restore(repo, tmp_path / "restored", snapshot=name)  # the older snapshot still restores
 
 
+def test_a_backup_of_format_1_with_sha256_blocks_restores_and_a_new_backup_beside_it_is_whole(tmp_path):
+    """engram before format 2 named blocks by their SHA-256 (the manifest's ``hash``): such a repository, made
+    here from a new backup's blocks as that engram laid them out, restores byte for byte; a backup into it names
+    its blocks by BLAKE3 and takes none of the older manifest's entries as unchanged."""
+    data = make_data_dir(tmp_path / "data", points=100, object_mb=1)
+    new = bk.open_repository(str(tmp_path / "new"), create=True)
+    first = bk.backup(data, new)
+    _, manifest = bk.load_manifest(new, first.snapshot)
+    assert (manifest["format"], manifest["hash"]) == (2, "blake3")
+    old = bk.open_repository(str(tmp_path / "old"), create=True)
+    entries = []
+    for f in manifest["files"]:
+        entry = bk.FileEntry.from_json(f)
+        blocks = []
+        for off, digest in entry.blocks:
+            block = new.get_chunk(digest)
+            assert bk.chunk_digest(block) == digest
+            blocks.append((off, hashlib.sha256(block).hexdigest()))
+            old.put_chunk(blocks[-1][1], block)
+        entry.blocks, entry.digest = blocks, ""
+        entry.digest = entry.tree_digest()
+        entries.append(entry)
+    bk.write_manifest(old, manifest["source"], entries, manifest["dirs"], format=1, hash="sha256")
+    old.close()
+    new.close()
+
+    bk.restore(bk.open_repository(str(tmp_path / "new"), create=False), tmp_path / "from-new")
+    bk.restore(bk.open_repository(str(tmp_path / "old"), create=False), tmp_path / "from-old")
+    assert _files(tmp_path / "from-old") == _files(tmp_path / "from-new")
+    again = bk.backup(data, bk.open_repository(str(tmp_path / "old"), create=True))
+    # nothing named by SHA-256 taken: every block written again, as into an empty repository
+    assert again.unchanged_files == 0 and again.written_bytes == first.written_bytes
+    bk.restore(bk.open_repository(str(tmp_path / "old"), create=False), tmp_path / "again")
+    assert _files(tmp_path / "again") == _files(tmp_path / "from-new")
+    assert _search_ids(tmp_path / "again") == _search_ids(data)
+
+
 def test_a_non_empty_data_dir_is_refused_and_left_alone(tmp_path):
     data = make_data_dir(tmp_path / "data", points=100, object_mb=1)
     repo = bk.open_repository(str(tmp_path / "backup"), create=True)
@@ -228,7 +265,7 @@ def test_kill_9_during_backup_and_restore_then_the_same_command_completes(tmp_pa
     repo = bk.open_repository(str(dest), create=False)
     digests = [line.split()[0] for idx in dest.glob("packs/*/*.idx") for line in idx.read_text().splitlines()]
     assert len(digests) == len(set(digests))  # no block stored twice
-    assert all(hashlib.sha256(repo.get_chunk(d)).hexdigest() == d for d in digests)  # none torn
+    assert all(bk.chunk_digest(repo.get_chunk(d)) == d for d in digests)  # none torn
     repo.close()
 
     restored = tmp_path / "restored"

@@ -10,7 +10,7 @@ import os
 import redis
 
 from engram.schemas.settings import Settings
-from engram.workers.stores.backup import FolderRepository, _Tally
+from engram.workers.stores.backup import FolderRepository, Tally
 from engram.workers.stores.cluster_backup import (
     REDIS_PREFIX,
     RESTORE_KEY,
@@ -50,7 +50,7 @@ def test_folder_objects_are_cut_into_blocks_and_a_second_pass_reuses_them(tmp_pa
     (tmp_path / "objects" / "media" / "t" / ".tmp-partial").write_bytes(b"a writer's temporary file")
     repo = FolderRepository(tmp_path / "repo", create=True)
     try:
-        tally = _Tally()
+        tally = Tally()
         entries, gone = _ObjectPass(objects, repo, {}, tally, lambda *a: None).run()
         assert not gone and sorted(e.path for e in entries) == sorted(f"objects/{k}" for k in payloads)
         repo.flush()
@@ -60,7 +60,7 @@ def test_folder_objects_are_cut_into_blocks_and_a_second_pass_reuses_them(tmp_pa
                 chunk = repo.get_chunk(digest)
                 data[off:off + len(chunk)] = chunk
             assert bytes(data) == payloads[e.path.removeprefix("objects/")]
-        again = _Tally()
+        again = Tally()
         second, _ = _ObjectPass(objects, repo, {e.path: e for e in entries}, again, lambda *a: None).run()
         assert again.unchanged_files == 3 and again.written_bytes == 0 and again.read_bytes == 0
         assert [e.to_json() for e in sorted(second, key=lambda e: e.path)] == \
