@@ -455,9 +455,9 @@ def _celery_logging(ctx: typer.Context, loglevel: str) -> None:
 def worker(
     ctx: typer.Context,
     queues: Annotated[str | None, typer.Option(help="Comma-separated queues: ingest, perceive.cpu, perceive.gpu, "
-                                               "link, store, consolidate, query.")] = None,
+                                               "store, consolidate, query.")] = None,
     role: Annotated[str | None, typer.Option(help="Queue set shortcut: cpu (ingest, perceive.*), gpu "
-                                             "(perceive.gpu), store (link, store, consolidate, query), all.")] = None,
+                                             "(perceive.gpu), store (store, consolidate, query), all.")] = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Worker processes or threads "
                                                     "(default: the number of CPUs; 1 with --pool solo).")] = None,
     pool: Annotated[str | None, typer.Option("--pool", "-P", help="prefork, solo or threads (default: solo for "
@@ -472,7 +472,7 @@ def worker(
     """Run a Celery worker of the distributed mode (needs ENGRAM_BROKER_URL).
 
     With the embedded store (no ENGRAM_QDRANT_URL) exactly one worker serves the Qdrant-bound queues
-    (link, store, consolidate, query), all four, with --pool solo; the others serve ingest and perceive.*.
+    (store, consolidate, query), all three, with --pool solo; the others serve ingest and perceive.*.
     With a metrics port, the worker serves the metrics of all its pool processes there (prometheus-client's
     multiprocess mode, in PROMETHEUS_MULTIPROC_DIR or a fresh temporary folder). A worker that Celery stops on an
     unrecoverable error (seen when Redis restarts under a worker holding prefetched messages) starts itself again,
@@ -491,7 +491,7 @@ def worker(
     except WorkerConfigError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
-    if not settings.qdrant_url and set(plan.queues) & {"link", "store", "consolidate", "query"}:
+    if not settings.qdrant_url and set(plan.queues) & {"store", "consolidate", "query"}:
         # the one store worker of the embedded store opens the store now (its solo pool runs tasks in this
         # process), so a second one fails here with the reason instead of failing every task
         from engram.workers.runtime import runtime

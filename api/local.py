@@ -1,5 +1,6 @@
-"""Publishing files on the embedded default: store the object, record the event, run the pipeline inline;
-and resuming the events a killed run left unfinished (``resume_interrupted``).
+"""Publishing files on the embedded default: store the object, record the event, run the pipeline inline
+(``run_events``, ``run_event``: the runner ``workers.pipeline``); and resuming the events a killed run left
+unfinished (``resume_interrupted``, from the runner).
 
 Used by ``engram ingest`` and ``watch`` (``api.embedded.ingest_paths``), ``engram capture`` and ``add`` on the
 embedded default; the distributed producer (``engram publish``/``watch``/``capture --api``, presigned uploads
@@ -17,12 +18,14 @@ from pathlib import Path
 
 from engram.schemas.events import LedgerRecord, MediaEvent, MediaKind
 from engram.schemas.ids import object_key, sha256_file
-from engram.workers.batching import deferred_segments, run_segments
-from engram.workers.ingest import ingest
 from engram.workers.media import decode as media
 from engram.workers.media.detect import detect
 from engram.workers.memory.vault import redact_event
+from engram.workers.pipeline import resume_interrupted, run_events
 from engram.workers.runtime import Runtime
+
+__all__ = ["RUN_BATCH_FILES", "Candidate", "classify", "iter_files", "publish_file", "resume_interrupted",
+           "run_event", "run_events"]
 
 
 @dataclass(frozen=True)
@@ -84,38 +87,11 @@ def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, dev
     return event
 
 
-def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:
-    """Embedded default: run again the events left queued or processing by a process that is gone (killed,
-    crashed), and the ones this process left (a batch the store was busy for), and return their records. An event
-    of another process that still lives (running it, or waiting for the store) is left to it: several engram
-    processes share one data dir (``Ledger.claim_interrupted``). The pipeline is idempotent and ingest skips the
-    segments already stored: what the killed run stored is kept and the rest is done. An event interrupted
-    ``max_redeliveries`` times is marked failed instead. Call it with none of this process's events in flight."""
-    if not rt.settings.embedded:
-        return []
-    events, given_up = rt.ledger.claim_interrupted(rt.settings.max_redeliveries, include_own=True)
-    out = run_events(rt, events)  # together: their segments share model passes (workers.batching)
-    return out + [r for eid in given_up if (r := rt.ledger.get(eid)) is not None]
-
-
 #: Files ``engram ingest`` publishes and then runs together (``run_events``): their segments share model passes.
 RUN_BATCH_FILES = 32
 
 
 def run_event(rt: Runtime, event: MediaEvent) -> LedgerRecord:
-    """Run the pipeline for ``event`` (inline on the embedded default) and return its ledger record."""
+    """Run the pipeline for ``event`` (inline on the embedded default: ``workers.pipeline.run_events``) and return its
+    ledger record."""
     return run_events(rt, [event])[0]
-
-
-def run_events(rt: Runtime, events: list[MediaEvent]) -> list[LedgerRecord]:
-    """Run the pipeline for ``events`` together (inline on the embedded default): each is validated and cut
-    into segments by its own ``ingest``, then the segments of all of them are perceived, embedded in one pass
-    and stored (``workers.batching``). A bad file fails alone, with its stage and reason in its record.
-    Returns the events' ledger records, in order."""
-    with deferred_segments() as jobs:
-        for event in events:
-            ingest.delay(event)
-    run_segments(rt, jobs)
-    records = [rt.ledger.get(event.event_id) for event in events]
-    assert all(r is not None for r in records)
-    return records

@@ -1,7 +1,7 @@
 """Worker and beat processes of the distributed mode: which queues a worker serves, and the ``celery``
 command lines that ``engram worker`` and ``engram beat`` run.
 
-The rule of DESIGN.md for Qdrant-bound queues (``link``, ``store``, ``consolidate``, ``query``) is
+The rule of DESIGN.md for Qdrant-bound queues (``store``, ``consolidate``, ``query``) is
 enforced here: with a Qdrant server (``ENGRAM_QDRANT_URL``) any number of workers may serve them; with
 the embedded store (Qdrant Edge) one process may open the store, so exactly one worker serves all four, with
 ``--pool solo`` and concurrency 1. Nothing here opens a store or a broker connection.

@@ -2,7 +2,7 @@
 
 For each kind (text: JSONL conversations of 4 messages; screenshot: 640x360 PNGs with a few lines of text)
 and each number of ``engram worker --role cpu`` processes (ingest, perceive, embed), the bench starts a
-redis-server of its own, the workers and the one store worker of the embedded store (link, store,
+redis-server of its own, the workers and the one store worker of the embedded store (store,
 consolidate, query) as a user starts them, publishes ``--events`` events (object stored, event queued in
 the ledger, ``ingest`` sent to the broker) as a backlog, with the cpu workers' ingest consumers paused (Celery's
 remote control: ``cancel_consumer``), then resumes them (``add_consumer``) and measures the workers draining it,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from pydantic import BaseModel, Field
 
 from engram.schemas.events import MediaEvent
@@ -52,26 +50,3 @@ class EmbeddedBatch(BaseModel):
 
     job: SegmentJob
     items: list[EmbeddedObservation]
-
-
-class ObservationBatches(BaseModel):
-    """The observations of many segments (of one or many events), embedded together by ``embed_many``."""
-
-    batches: list[ObservationBatch]
-
-    def __repr_args__(self) -> Iterator[tuple[str, int]]:
-        """Its size, not every observation: Celery's eager trace takes the repr of a task's return value."""
-        yield "segments", len(self.batches)
-        yield "observations", sum(len(b.observations) for b in self.batches)
-
-
-class EmbeddedBatches(BaseModel):
-    """``embed_many``'s output: the embedded segments, linked and stored together by ``store_many``."""
-
-    batches: list[EmbeddedBatch]
-
-    def __repr_args__(self) -> Iterator[tuple[str, int]]:
-        """Its size, not every vector: Celery's eager trace takes the repr of a task's return value (a full repr
-        of a few hundred observations' vectors took ~1 CPU s)."""
-        yield "segments", len(self.batches)
-        yield "observations", sum(len(b.items) for b in self.batches)

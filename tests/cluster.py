@@ -176,7 +176,7 @@ def total(samples: dict[tuple[str, tuple], float], name: str, **labels: str) -> 
     return sum(v for (n, items), v in samples.items() if n == name and set(labels.items()) <= set(items))
 
 
-QUEUES = ("ingest", "perceive.cpu", "perceive.gpu", "link", "store", "consolidate", "query")
+QUEUES = ("ingest", "perceive.cpu", "perceive.gpu", "store", "consolidate", "query")
 
 
 def producer(settings):

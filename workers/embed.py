@@ -2,22 +2,22 @@
 embedding blended with its neighbouring turns'), sentence rows and fielded BM25 sparse vector
 (``memory.embedding``: the methods and their sources).
 
-``embed`` embeds one segment; ``embed_many`` the segments of many events in one pass (each distinct text encoded
-once, in batches of ``models.embedding_batch_size``): ``workers.batching`` calls it inline on the embedded
-default. In the distributed mode ``embed_batched``, a batched consumer (celery-batches), embeds the segments a
-worker accumulated from many events in one pass and hands them to the store worker's ``store_batched``.
+``embed_batches`` embeds the segments of many events in one pass (each distinct text encoded once, in batches of
+``models.embedding_batch_size``): the embedded default's runner calls it (``workers.pipeline``). In the distributed
+mode ``embed_batched``, a batched consumer (celery-batches), runs it over the segments a worker accumulated from
+many events and hands them to the store worker's ``store_batched``.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from engram.schemas.jobs import EmbeddedBatch, EmbeddedBatches, ObservationBatch, ObservationBatches
+from engram.schemas.jobs import EmbeddedBatch, ObservationBatch
 from engram.schemas.observations import EmbeddedObservation
 from engram.workers.app import signature, task
 from engram.workers.batching import consume, priorities
 from engram.workers.memory.embedding import dense_vectors, observation_sparse_vectors
-from engram.workers.runtime import Runtime, run_together, runtime, stage
+from engram.workers.runtime import Runtime
 from engram.workers.tasks import Task
 
 
@@ -43,26 +43,6 @@ def embed_batches(rt: Runtime, batches: list[ObservationBatch]) -> list[Embedded
         out.append(EmbeddedBatch(job=b.job, items=items[at:at + len(b.observations)]))
         at += len(b.observations)
     return out
-
-
-@task(Task.embed)
-def embed(batch: ObservationBatch) -> EmbeddedBatch:
-    """Vectors for every observation of one segment."""
-    rt = runtime()
-    with stage(rt, batch.job.event.event_id, "embed"):
-        return embed_batches(rt, [batch])[0]
-
-
-@task(Task.embed_many, pydantic=False)  # called inline: its models pass as they are, not through JSON
-def embed_many(batches: ObservationBatches | dict) -> EmbeddedBatches:
-    """Vectors for the segments of many events in one pass; when that fails each segment embeds alone, so a bad
-    one fails only its own event (``runtime.run_together``). ``batches``: the model, or its JSON form. Returns
-    the segments embedded, in order (the model itself: ``workers.batching.run_segments`` hands it to
-    ``store_many`` in the same process, without a JSON round trip of every vector)."""
-    rt = runtime()
-    batches = ObservationBatches.model_validate(batches)
-    done = run_together(rt, "embed", batches.batches, lambda bs: embed_batches(rt, bs), lambda b: b.job.event)
-    return EmbeddedBatches(batches=done)
 
 
 @task(Task.embed_batched, "batch")

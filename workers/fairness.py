@@ -7,7 +7,7 @@ transport: 0 is the highest priority there). Every message of the pipeline carri
 - ``ingest`` of an event: ``tenant_priority``, one step lower per ``fair_tenant_events_per_priority`` events
   of the same tenant queued or processing (from the ledger's per-tenant counts), so a tenant that publishes a
   flood sends most of it at low priority while another tenant's next event goes at 0;
-- each segment chain (perceive → embed → link → store) of an event: ``segment_priority``, the event's priority
+- each segment chain (perceive → embed_batched → store_batched) of an event: ``segment_priority``, the event's priority
   plus one step per ``fair_segments_per_priority`` segments before it, so the tail of a long recording or
   conversation yields to other events' first segments.
 

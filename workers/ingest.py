@@ -10,6 +10,10 @@ decode it, drop exact and near-duplicates, and cut it into bounded segments for 
   (JPEG objects) and its audio track (WAV object);
 - text: batches of ``chat_batch_size`` messages of the conversation record (in the distributed mode perceived here,
   inline, and handed to ``embed_batched``: ``INLINE_PERCEPTION``).
+
+``ingest_events`` is the stage over a batch of events, which the embedded default's runner calls
+(``workers.pipeline``); the ``ingest`` task is its adapter for the distributed mode, which publishes each segment's
+work to the workers (``dispatch``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from engram.schemas.events import EventStatus, MediaEvent, MediaKind
 from engram.schemas.ids import derived_key, sha256_file
 from engram.schemas.jobs import Keyframe, SegmentJob
 from engram.workers.app import signature, task
-from engram.workers.batching import defer
 from engram.workers.fairness import segment_priority, tenant_priority
 from engram.workers.media import bounds
 from engram.workers.media import decode as media
@@ -34,7 +37,7 @@ from engram.workers.media.bounds import UploadBudget
 from engram.workers.media.chat import conversation_messages  # parsed once, kept for the perceive tasks
 from engram.workers.media.thumbs import store_thumbnail
 from engram.workers.metrics import NEAR_DUPLICATES
-from engram.workers.runtime import Runtime, runtime, stage
+from engram.workers.runtime import TRANSIENT_ERRORS, Runtime, runtime, stage
 from engram.workers.stores.ledger import FINAL_STATUSES
 from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.tasks import Queue, Task
@@ -51,28 +54,54 @@ INLINE_PERCEPTION = frozenset({MediaKind.text})
 
 @task(Task.ingest)
 def ingest(event: MediaEvent) -> None:
-    """Validate ``event``'s object and dispatch each segment (``dispatch``: batched across events in the
-    distributed mode)."""
+    """The distributed mode's ingest of one event: ``ingest_event``, then each segment dispatched to the workers
+    (``dispatch``: batched across events), at its tenant's fair priority."""
     rt = runtime()
+    jobs = ingest_event(rt, event)
+    if not jobs:
+        return
+    base = 0 if rt.settings.embedded else tenant_priority(rt.ledger, event.tenant_id, rt.settings)
+    for job in jobs:
+        dispatch(job, segment_priority(base, job.segment_index, rt.settings))
+
+
+def ingest_event(rt: Runtime, event: MediaEvent, final: bool | None = None) -> list[SegmentJob]:
+    """Validate ``event``'s object and cut it into segments (``plan``, inside ``runtime.stage``: a failure marks
+    the event failed with the stage and reason and is raised; ``final`` as there); returns the segments still to
+    run: none when the event was final already (published twice, redelivered after it finished) or skipped as a
+    duplicate, and, for an event run again, only those not yet stored."""
     known = rt.ledger.get(event.event_id)  # the publisher recorded it (the common case: one read, no write)
     if known is None:
         rt.ledger.record_queued(event)
     elif known.status in FINAL_STATUSES:
         log.info("event already final", event_id=str(event.event_id), status=known.status.value)
-        return  # published twice, or redelivered after it finished: nothing to do
+        return []  # published twice, or redelivered after it finished: nothing to do
     rt.ledger.mark(event.event_id, EventStatus.processing, stage="ingest")
-    with stage(rt, event, "ingest"):
+    with stage(rt, event, "ingest", final):
         jobs = plan(rt, event)
     if jobs is None:
-        return
+        return []
     rt.ledger.expect_segments(event.event_id, len(jobs))
     # a redelivered event: only the segments not yet stored (an event with none stored when read above needs no
     # second read: a segment stored meanwhile by a duplicate delivery is stored again, idempotently)
     done = rt.ledger.done_segments(event.event_id) if known is not None and known.segments_done else set()
-    base = 0 if rt.settings.embedded else tenant_priority(rt.ledger, event.tenant_id, rt.settings)
-    for job in jobs:
-        if job.segment_index not in done:
-            dispatch(job, segment_priority(base, job.segment_index, rt.settings), batched=not rt.settings.embedded)
+    return [job for job in jobs if job.segment_index not in done]
+
+
+def ingest_events(rt: Runtime, events: list[MediaEvent], final: bool | None = None) -> list[SegmentJob]:
+    """The stage over a batch (``workers.pipeline``): ``ingest_event`` of each of ``events``, their segments still
+    to run in order. An event that fails is left out (marked failed with its stage and reason), so it fails alone;
+    a transient error (``runtime.TRANSIENT_ERRORS``) is raised for the caller's retry (``final`` as for
+    ``runtime.stage``)."""
+    jobs: list[SegmentJob] = []
+    for event in events:
+        try:
+            jobs.extend(ingest_event(rt, event, final))
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception:  # noqa: BLE001 (stage marked the event failed with its reason; Ignore for bad input)
+            continue
+    return jobs
 
 
 @task(Task.redeliver_stalled, "beat")
@@ -94,18 +123,14 @@ def redeliver_stalled() -> dict[str, int]:
     return {"redelivered": len(events), "failed": len(given_up)}
 
 
-def dispatch(job: SegmentJob, priority: int = 0, batched: bool = False) -> None:
-    """Start the segment's chain; speech goes to the GPU queue, the rest to the CPU queue. Every message of
-    the chain carries ``priority`` (0 highest .. 9, ``workers.fairness``). ``batched`` (the distributed mode):
-    perceive → ``embed_batched``, whose worker embeds the segments of many events in one pass and hands them to
-    the store worker's ``store_batched`` (link and store of many segments in one request: issue 15); a chat
-    segment is perceived here, inline (``INLINE_PERCEPTION``), and goes to ``embed_batched`` directly. Else
-    perceive → embed → link → store, one task each. Inside ``workers.batching.deferred_segments`` (embedded
-    default, many files at once) the job is collected instead. An inline perception that fails has marked its
-    event failed with the stage and reason (``runtime.stage``); nothing is published for it."""
-    if defer(job):
-        return
-    if batched and job.event.kind in INLINE_PERCEPTION:
+def dispatch(job: SegmentJob, priority: int = 0) -> None:
+    """Publish the segment's work to the distributed mode's workers, every message at ``priority`` (0 highest .. 9,
+    ``workers.fairness``): perceive (speech on the GPU queue, the rest on the CPU queue) → ``embed_batched``, whose
+    worker embeds the segments of many events in one pass and hands them to the store worker's ``store_batched``
+    (link and store of many segments in one request: issue 15). A chat segment is perceived here, inline
+    (``INLINE_PERCEPTION``), and goes to ``embed_batched`` directly; an inline perception that fails has marked its
+    event failed with the stage and reason (``runtime.stage``), and nothing is published for it."""
+    if job.event.kind in INLINE_PERCEPTION:
         # the task applied here (its stage, ledger and metrics as on a worker; a stage never imports another)
         # gives the batch's JSON form, what its chain would have handed ``embed_batched``
         perceived = signature(Task.perceive, job).apply()
@@ -113,12 +138,8 @@ def dispatch(job: SegmentJob, priority: int = 0, batched: bool = False) -> None:
             signature(Task.embed_batched, perceived.result, priority=priority).apply_async()
         return
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
-    perceive = signature(Task.perceive, job, queue=queue.value, priority=priority)
-    if batched:
-        chain(perceive, signature(Task.embed_batched, priority=priority)).apply_async()
-        return
-    chain(perceive, signature(Task.embed, priority=priority), signature(Task.link, priority=priority),
-          signature(Task.store, priority=priority)).apply_async()
+    chain(signature(Task.perceive, job, queue=queue.value, priority=priority),
+          signature(Task.embed_batched, priority=priority)).apply_async()
 
 
 def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:

@@ -5,6 +5,9 @@ keyframes (``workers.media.vision``), speech-to-text with word timings, speakers
 chunks and clip audio (``workers.media.speech``: faster-whisper + VAD, Resemblyzer), conversation messages
 passed through. Last, secrets are redacted (``workers.memory.vault``: each one replaced by a knowledge-vault
 placeholder and kept encrypted): nothing leaves this stage that should not be stored.
+
+``perceive_segments`` is the stage over a batch of segments, which the embedded default's runner calls
+(``workers.pipeline``); the ``perceive`` task is its adapter for the distributed mode, one segment a message.
 """
 
 from __future__ import annotations
@@ -24,18 +27,24 @@ from engram.workers.media import decode as media
 from engram.workers.media import speech, vision
 from engram.workers.media.chat import conversation_messages, message_context
 from engram.workers.memory import vault
-from engram.workers.runtime import Runtime, deaths_guard, runtime, stage
+from engram.workers.runtime import TRANSIENT_ERRORS, Runtime, deaths_guard, runtime, stage
 from engram.workers.tasks import Task
 
 
 @task(Task.perceive)
 def perceive(job: SegmentJob) -> ObservationBatch:
-    """Observations of one segment (possibly none: a silent chunk, a screen without text)."""
-    rt = runtime()
+    """The distributed mode's perceive of one segment (``perceive_segment``)."""
+    return perceive_segment(runtime(), job)
+
+
+def perceive_segment(rt: Runtime, job: SegmentJob, final: bool | None = None) -> ObservationBatch:
+    """Observations of one segment (possibly none: a silent chunk, a screen without text), inside
+    ``runtime.stage`` (a failure marks the event failed with the stage and reason and is raised; ``final`` as
+    there)."""
     # media go through native decoders and models, which a hostile file can crash (``runtime.deaths_guard``);
     # a conversation is parsed JSON, no decoder: not counted (two ledger writes a segment spared)
     guarded = job.event.kind is not MediaKind.text
-    with stage(rt, job.event.event_id, "perceive"), \
+    with stage(rt, job.event.event_id, "perceive", final), \
             deaths_guard(rt, job.event.event_id, f"perceive:{job.segment_index}") if guarded else nullcontext():
         match job.event.kind:
             case MediaKind.screenshot:
@@ -48,6 +57,21 @@ def perceive(job: SegmentJob) -> ObservationBatch:
                 observations = _text(rt, job)
         observations = vault.redact_observations(rt, observations)
     return ObservationBatch(job=job, observations=observations)
+
+
+def perceive_segments(rt: Runtime, jobs: list[SegmentJob], final: bool | None = None) -> list[ObservationBatch]:
+    """The stage over a batch (``workers.pipeline``): ``perceive_segment`` of each of ``jobs``, in order. A segment
+    that fails is left out (its event marked failed with the stage and reason), so it fails alone; a transient
+    error (``runtime.TRANSIENT_ERRORS``) is raised for the caller's retry (``final`` as for ``runtime.stage``)."""
+    out: list[ObservationBatch] = []
+    for job in jobs:
+        try:
+            out.append(perceive_segment(rt, job, final))
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception:  # noqa: BLE001 (stage marked the event failed with its reason; Ignore for bad input)
+            continue
+    return out
 
 
 def _base(event: MediaEvent, segment: int, kind: str, text: str, **fields) -> Observation:

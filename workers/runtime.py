@@ -256,7 +256,7 @@ def runtime(settings: Settings | None = None) -> Runtime:
 
 #: Python's collector thresholds inside ``bulk_work``: a young collection every 100,000 container allocations net of
 #: those freed, instead of 700. An ingest's objects are short-lived and freed by reference counting (a round's
-#: vectors included: ``workers.batching`` empties them once stored), so what is still young when a collection runs is
+#: vectors included: ``workers.pipeline`` empties them once stored), so what is still young when a collection runs is
 #: what the work keeps (memos, results: ~6,000 containers after 788 LoCoMo turns) or a cycle's garbage, which this
 #: bounds. Measured on that ingest: the collector's time 0.045 s (a collection every 20,000) → 0.002 s.
 BULK_GC_THRESHOLDS = (100_000, 20, 50)
@@ -301,10 +301,12 @@ def bulk_work() -> Iterator[None]:
 
 
 @contextmanager
-def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str) -> Iterator[None]:
+def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str, final: bool | None = None) -> Iterator[None]:
     """Run one stage of one event: bad input (MediaError) marks the event failed with the stage and reason
-    and stops its chain without retrying; a transient error is re-raised for the task's retry policy and
-    marks the event failed only when no retry is left; any other error marks it failed and is re-raised.
+    and stops its chain without retrying; a transient error is re-raised for the caller's retry policy and
+    marks the event failed only when no retry is left (``final``: this try is the last, as the embedded runner
+    ``workers.pipeline`` says; None: asks the Celery task running it, the last when none runs); any other error
+    marks it failed and is re-raised.
 
     The stage's wall time goes to ``engram_stage_duration_seconds{stage}``, its errors to
     ``engram_stage_errors_total{stage, error}``; log lines inside carry the event id, the stage and the task
@@ -325,12 +327,14 @@ def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str) -> Iterator[Non
             raise Ignore() from exc  # no retry: the input will not change
         except TRANSIENT_ERRORS as exc:
             STAGE_ERRORS.labels(stage=name, error="transient").inc()
-            task = current_task
-            if task is None or task.request.retries >= (task.max_retries or 0):
+            if final is None:
+                task = current_task
+                final = task is None or task.request.retries >= (task.max_retries or 0)
+            if final:
                 reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
                 rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=f"{reason} (retries exhausted)")
                 log.error("event failed", reason=reason)
-            raise  # retried with backoff by the task's autoretry policy
+            raise  # retried by the task's autoretry policy (backoff), or by workers.pipeline
         except Exception as exc:
             STAGE_ERRORS.labels(stage=name, error="error").inc()
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
@@ -381,7 +385,7 @@ def deaths_guard(rt: Runtime, event_id: uuid.UUID, work: str) -> Iterator[None]:
 
 
 def run_together(rt: Runtime, name: str, items: list[T], run: Callable[[list[T]], list[R]],
-                 event_of: Callable[[T], MediaEvent]) -> list[R]:
+                 event_of: Callable[[T], MediaEvent], final: bool | None = None) -> list[R]:
     """Run stage ``name`` over ``items`` (segments of one or many events) at once: ``run(items)``, one model call
     or one store request for all, returning one output per item. When that raises, each item runs alone,
     ``run([item])`` inside its own ``stage``, so a bad item fails only its own event (marked failed with the stage
@@ -389,7 +393,8 @@ def run_together(rt: Runtime, name: str, items: list[T], run: Callable[[list[T]]
 
     Returns the outputs of the items that succeeded, in order. A transient error (``TRANSIENT_ERRORS``) is
     re-raised, joint or alone, for the caller's retry policy: every stage is idempotent, so the batch is run
-    again whole. The joint run's wall time goes to ``engram_stage_duration_seconds{stage}`` once."""
+    again whole (``final``: whether this is the last try, as for ``stage``). The joint run's wall time goes to
+    ``engram_stage_duration_seconds{stage}`` once."""
     with structlog.contextvars.bound_contextvars(stage=name, segments=len(items)):
         try:
             with STAGE_SECONDS.labels(stage=name).time():
@@ -404,7 +409,7 @@ def run_together(rt: Runtime, name: str, items: list[T], run: Callable[[list[T]]
     kept: list[R] = []
     for item in items:
         try:
-            with stage(rt, event_of(item), name):
+            with stage(rt, event_of(item), name, final):
                 kept.extend(run([item]))
         except TRANSIENT_ERRORS:
             raise

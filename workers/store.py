@@ -1,9 +1,9 @@
 """Stage ``store`` (queue ``store``): upsert observations into Qdrant's ``observations`` collection and
 record the segment in the ledger (the event is done when all its segments are).
 
-``store`` writes one segment; ``store_many`` links and stores the segments of many events together (one entity
-save per tenant, one upsert): ``workers.batching`` calls it inline on the embedded default, and the store worker's
-batched consumer ``store_batched`` (celery-batches) with the segments it accumulated from ``embed_batched``.
+``store_batches`` stores the segments of many events together (one upsert): the embedded default's runner calls it
+after ``link_batches`` (``workers.pipeline``), and the store worker's batched consumer ``store_batched``
+(celery-batches) links and stores with them the segments it accumulated from ``embed_batched``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from datetime import UTC, datetime
 
 import structlog
 
-from engram.schemas.jobs import EmbeddedBatch, EmbeddedBatches
+from engram.schemas.jobs import EmbeddedBatch
 from engram.schemas.observations import EmbeddedObservation
 from engram.workers.app import task
 from engram.workers.batching import consume
 from engram.workers.memory.linking import link_batches
 from engram.workers.metrics import OBSERVATIONS_WRITTEN, PUBLISH_TO_SEARCHABLE
-from engram.workers.runtime import Runtime, run_together, runtime, stage
+from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS, SENTENCES, SPARSE
 from engram.workers.tasks import Task
@@ -69,26 +69,6 @@ def store_batches(rt: Runtime, batches: list[EmbeddedBatch]) -> list[int]:
                 PUBLISH_TO_SEARCHABLE.labels(kind=event.kind.value).observe(
                     (datetime.now(UTC) - rec.created_at).total_seconds())
     return [len(batch.items) for batch in batches]
-
-
-@task(Task.store)
-def store(batch: EmbeddedBatch) -> int:
-    """Write the segment's observations; returns how many were written."""
-    rt = runtime()
-    with stage(rt, batch.job.event, "store"):
-        return store_batches(rt, [batch])[0]
-
-
-@task(Task.store_many, pydantic=False)  # called inline: its model passes as it is, not through JSON
-def store_many(batches: EmbeddedBatches | dict) -> int:
-    """Link and store the segments of many events together (one entity save per tenant, one upsert):
-    ``link_batches`` then ``store_batches``, each joint and, when that fails, segment by segment, so a bad one
-    fails only its own event (``runtime.run_together``). ``batches``: the model, or its JSON form. Returns the
-    observations written."""
-    rt = runtime()
-    batches = EmbeddedBatches.model_validate(batches)
-    linked = run_together(rt, "link", batches.batches, lambda bs: link_batches(rt, bs), lambda b: b.job.event)
-    return sum(run_together(rt, "store", linked, lambda bs: store_batches(rt, bs), lambda b: b.job.event))
 
 
 @task(Task.store_batched, "batch")

@@ -1,7 +1,7 @@
 """Task and queue names of the pipeline, in one place: the stages register their tasks under these names
-(``workers.app.task``), chains are built from them (a stage never imports another), the API publishes by them and
-``workers.app`` routes them to their queues. This module imports nothing but the standard library, so the slim API
-image can use it.
+(``workers.app.task``), the distributed mode's chains are built from them (a stage never imports another), the
+API publishes by them and ``workers.app`` routes them to their queues. This module imports nothing but the
+standard library, so the slim API image can use it.
 
 The names keep the wire form ``workers.<stage>.<task>`` of earlier releases (before the code moved into the
 ``engram`` namespace and into role folders), so messages already queued stay valid across an upgrade: no queue
@@ -19,7 +19,6 @@ class Queue(StrEnum):
     ingest = "ingest"
     perceive_cpu = "perceive.cpu"
     perceive_gpu = "perceive.gpu"
-    link = "link"
     store = "store"
     consolidate = "consolidate"
     query = "query"
@@ -33,12 +32,7 @@ class Task(StrEnum):
     ingest = "workers.ingest.ingest"
     redeliver_stalled = "workers.ingest.redeliver_stalled"
     perceive = "workers.perceive.perceive"
-    embed = "workers.embed.embed"
-    embed_many = "workers.embed.embed_many"
     embed_batched = "workers.embed.embed_batched"
-    link = "workers.link.link"
-    store = "workers.store.store"
-    store_many = "workers.store.store_many"
     store_batched = "workers.store.store_batched"
     consolidate_user = "workers.consolidate.consolidate_user"
     consolidate_due = "workers.consolidate.consolidate_due"
@@ -75,12 +69,7 @@ QUEUE_OF: dict[Task, Queue] = {
     Task.ingest: Queue.ingest,
     Task.redeliver_stalled: Queue.maintenance,
     Task.perceive: Queue.perceive_cpu,
-    Task.embed: Queue.perceive_gpu,
-    Task.embed_many: Queue.perceive_gpu,
     Task.embed_batched: Queue.perceive_gpu,
-    Task.link: Queue.link,
-    Task.store: Queue.store,
-    Task.store_many: Queue.store,
     Task.store_batched: Queue.store,
     Task.consolidate_user: Queue.consolidate,
     Task.consolidate_due: Queue.consolidate,
@@ -130,9 +119,8 @@ BATCH_FLUSH_SECONDS: dict[Task, float] = {Task.embed_batched: 0.5, Task.store_ba
 
 #: Queues whose tasks open the vector store. With the embedded store exactly one ``--pool solo`` worker serves
 #: all of them.
-QDRANT_BOUND = (Queue.link, Queue.store, Queue.consolidate, Queue.query)
+QDRANT_BOUND = (Queue.store, Queue.consolidate, Queue.query)
 
 #: The stage modules, which register the tasks above (imported by a worker at start and by ``app.load_tasks``).
 STAGE_MODULES = tuple(f"engram.workers.{stage}" for stage in (
-    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention", "backup",
-    "archive"))
+    "ingest", "perceive", "embed", "store", "consolidate", "query", "ask", "admin", "retention", "backup", "archive"))

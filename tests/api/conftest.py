@@ -159,7 +159,7 @@ def worker_process(settings: Settings, s3, **env: str) -> Iterator[None]:
                 ENGRAM_S3_BUCKET=settings.s3_bucket, ENGRAM_DATA_DIR=str(data), HF_HUB_OFFLINE="1",
                 TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **env)
     base.setdefault("ENGRAM_VAULT_KEY", Fernet.generate_key().decode())  # distributed workers need one
-    queues = "ingest,perceive.cpu,perceive.gpu,link,store,consolidate,query"
+    queues = "ingest,perceive.cpu,perceive.gpu,store,consolidate,query"
     with open(data / "worker.log", "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "engram.workers.app", "worker", "-Q", queues, "--pool", "solo",

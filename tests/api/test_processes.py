@@ -46,8 +46,8 @@ def test_roles_pick_queue_sets(tmp_path):
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"queues": "store,link"}, "not consolidate, query"),
-    ({"queues": "query"}, "exactly one worker serves all of link, store, consolidate, query"),
+    ({"queues": "store,consolidate"}, "not query"),
+    ({"queues": "query"}, "exactly one worker serves all of store, consolidate, query"),
     ({"role": "store", "pool": "prefork"}, "--pool prefork is not allowed"),
     ({"role": "all", "pool": "threads"}, "--pool threads is not allowed"),
     ({"role": "store", "concurrency": 2}, "--concurrency 2 is not allowed"),
@@ -80,7 +80,7 @@ def test_no_broker_no_workers(tmp_path):
 def test_celery_argv(tmp_path):
     plan = plan_worker(settings(tmp_path), role="store")
     argv = worker_argv(plan, "info", events=True)
-    assert argv[:7] == ["worker", "--queues", "link,store,consolidate,query,maintenance", "--pool", "solo",
+    assert argv[:7] == ["worker", "--queues", "store,consolidate,query,maintenance", "--pool", "solo",
                         "--loglevel", "INFO"]  # every worker serves beat's sweeps too
     assert argv[argv.index("--hostname") + 1] == f"store-{os.getpid()}@%h"
     # the store worker's batched consumer (store_batched) needs BATCH_FLUSH_EVERY messages prefetched

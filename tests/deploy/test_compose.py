@@ -154,7 +154,7 @@ def test_worker_commands_follow_the_queue_rules(monkeypatch):
         plan = plan_worker(Settings(), _option(cmd, "--queues"), _option(cmd, "--role"), _option(cmd, "--pool"),
                            int(conc) if conc else None)
         served.update(plan.queues)
-    assert served == {"ingest", "perceive.cpu", "perceive.gpu", "link", "store", "consolidate", "query"}
+    assert served == {"ingest", "perceive.cpu", "perceive.gpu", "store", "consolidate", "query"}
     beats = [n for n, s in services.items() if (s.get("command") or [])[:1] == ["beat"]]
     assert beats == ["beat"]
     assert services["beat"].get("deploy", {}).get("replicas", 1) == 1

@@ -531,7 +531,7 @@ def test_pod_disruption_budgets_select_their_pods():
 @pytest.mark.parametrize(("values", "reason"), [
     ({"workers": {"query": {"enabled": False}}}, "no enabled worker group serves query"),
     ({"workers": {"cpu": {"gpuFallback": False}}}, "no enabled worker group serves perceive.gpu"),
-    ({"workers": {"store": {"queues": ["link", "store", "consolidate", "stores"]}}}, "value must be one of"),
+    ({"workers": {"store": {"queues": ["store", "consolidate", "stores"]}}}, "value must be one of"),
     ({"workers": {"cpu": {"pool": "gevent"}}}, "value must be one of 'prefork', 'solo', 'threads'"),
     ({"workers": {"cpu": {"concurency": 4}}}, "additional properties 'concurency' not allowed"),
     ({"config": {"S3_BUCKET": "b"}}, "'S3_BUCKET' does not match pattern '^ENGRAM_"),

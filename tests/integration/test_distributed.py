@@ -1,7 +1,7 @@
 """The distributed mode with real processes: a real redis-server (broker, result backend, ledger), a shared
 temporary ENGRAM_DATA_DIR (local object store, Qdrant's local mode), and ``engram worker`` / ``engram beat``
 processes started as a user starts them: one ``--role cpu`` worker (ingest, perceive.cpu, perceive.gpu,
-prefork) and the one store worker that local mode allows (link, store, consolidate, query; ``--pool solo``).
+prefork) and the one store worker that local mode allows (store, consolidate, query; ``--pool solo``).
 
 The test process publishes with ``api.local.publish_file`` (object stored, event queued in the Redis ledger)
 and ``send_task`` of the ingest task. Qdrant is opened here only after the store worker has stopped (local
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 TENANT = "dist"
 FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
-QUEUES = ("ingest", "perceive.cpu", "perceive.gpu", "link", "store", "consolidate", "query")
+QUEUES = ("ingest", "perceive.cpu", "perceive.gpu", "store", "consolidate", "query")
 
 
 def make_items(folder: Path, per_user: int, tag: str) -> list[Item]:
@@ -409,9 +409,9 @@ def test_a_bad_segment_in_a_store_batch_fails_alone_on_the_store_worker(make_clu
     and stored as one batch, the joint upsert fails, each segment then runs alone; five events are done with
     their observations and the bad one failed at stage store with its reason."""
     from engram.api.local import classify, publish_file
-    from engram.schemas.jobs import EmbeddedBatches, ObservationBatches, SegmentJob
-    from engram.workers.embed import embed_many
-    from engram.workers.perceive import perceive
+    from engram.schemas.jobs import SegmentJob
+    from engram.workers.embed import embed_batches
+    from engram.workers.perceive import perceive_segments
     from engram.workers.runtime import runtime
     from tests.workload import make_conversation
 
@@ -428,15 +428,14 @@ def test_a_bad_segment_in_a_store_batch_fails_alone_on_the_store_worker(make_clu
         rt.ledger.expect_segments(event.event_id, 1)
         jobs.append(SegmentJob(event=event, segment_index=0, first_message=0, last_message=n))
     # perceived and embedded here, as a cpu worker does (no store is opened for that)
-    observed = ObservationBatches(batches=[perceive.apply(args=[job]).result for job in jobs])
-    embedded = EmbeddedBatches.model_validate(embed_many.apply(args=[observed]).result)
-    bad = embedded.batches[2]
+    embedded = embed_batches(rt, perceive_segments(rt, jobs))
+    bad = embedded[2]
     for item in bad.items:
         item.dense = item.dense[:7]  # not a 384-d vector
     app = sender()
     # three in one message, as embed_batched sends one pass's segments, and three alone (earlier releases)
-    app.send_task("workers.store.store_batched", args=[[b.model_dump(mode="json") for b in embedded.batches[:3]]])
-    for batch in embedded.batches[3:]:
+    app.send_task("workers.store.store_batched", args=[[b.model_dump(mode="json") for b in embedded[:3]]])
+    for batch in embedded[3:]:
         app.send_task("workers.store.store_batched", args=[batch.model_dump(mode="json")])
     records = wait_final(rt, cluster, [j.event.event_id for j in jobs], timeout=120)
     failed = records[bad.job.event.event_id]

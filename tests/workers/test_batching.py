@@ -1,5 +1,6 @@
-"""Batching across events on the embedded default (``workers.batching``, ``api.local.run_events``): the segments of
-several files are embedded in one model pass, and a corrupt file inside the batch fails alone with its reason."""
+"""Batching across events: on the embedded default (the runner ``workers.pipeline``, ``api.local.run_events``) the
+segments of several files are embedded in one model pass, and a corrupt file inside the batch fails alone with its
+reason; in the distributed mode the batched consumers (``workers.batching``) do the same on their workers."""
 
 from __future__ import annotations
 
@@ -92,9 +93,9 @@ def test_engram_ingest_of_a_folder_runs_its_files_together(engram_env, tmp_path,
 
 
 def test_a_rounds_observations_and_vectors_are_freed_once_stored_without_the_garbage_collector(engram_env, tmp_path):
-    """Celery's in-process results hold their values in a reference cycle; ``run_segments`` empties the round's
-    batches once stored, so no observation or vector outlives the round waiting for a collection (with the
-    collector off, nothing of the round is left among the live or unreachable objects)."""
+    """``run_segments`` empties the round's batches once stored, so no observation or vector outlives the round
+    waiting for a collection (with the collector off, nothing of the round is left among the live or unreachable
+    objects)."""
     import gc
 
     from engram.schemas.observations import EmbeddedObservation, Observation
@@ -117,33 +118,27 @@ def test_a_rounds_observations_and_vectors_are_freed_once_stored_without_the_gar
 
 def _embedded_segments(rt, paths):
     """Publish and plan ``paths`` (conversation files), perceive and embed their segments together: (events,
-    EmbeddedBatches)."""
-    from engram.schemas.jobs import EmbeddedBatches, ObservationBatches
-    from engram.workers.batching import deferred_segments
-    from engram.workers.embed import embed_many
-    from engram.workers.ingest import ingest
-    from engram.workers.perceive import perceive
+    embedded batches)."""
+    from engram.workers.embed import embed_batches
+    from engram.workers.ingest import ingest_events
+    from engram.workers.perceive import perceive_segments
 
     events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
-    with deferred_segments() as jobs:
-        for event in events:
-            ingest.delay(event)
-    batches = [perceive.apply(args=[job]).result for job in jobs]
-    result = embed_many.apply(args=[ObservationBatches(batches=batches)]).result  # pydantic: dumped
-    return events, EmbeddedBatches.model_validate(result)
+    batches = perceive_segments(rt, ingest_events(rt, events))
+    return events, embed_batches(rt, batches)
 
 
 def test_segments_of_many_events_are_linked_and_stored_in_one_upsert(engram_env, tmp_path, monkeypatch):
-    """``store_many`` links and stores the segments of several events with one upsert of the observations
+    """``link_and_store`` links and stores the segments of several events with one upsert of the observations
     collection and one entity save per tenant, and records each segment in the ledger."""
-    from engram.workers.store import store_many
+    from engram.workers.pipeline import link_and_store
     from engram.workers.stores.vectors import ENTITIES, OBSERVATIONS
 
     rt = engram_env
     paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} likes tea number {i}." for i in range(3)])
              for n in ("ann", "bob", "cat")]
     events, embedded = _embedded_segments(rt, paths)
-    assert len(embedded.batches) == 3
+    assert len(embedded) == 3
     upserts: list[tuple[str, int]] = []
     upsert = rt.vectors.upsert
 
@@ -152,7 +147,7 @@ def test_segments_of_many_events_are_linked_and_stored_in_one_upsert(engram_env,
         return upsert(collection, points, *a, **k)
 
     monkeypatch.setattr(rt.vectors, "upsert", counting_upsert)  # a spy: the real store writes
-    assert store_many.apply(args=[embedded]).result == 9
+    assert sum(link_and_store(rt, embedded)) == 9
     assert [n for c, n in upserts if c == OBSERVATIONS] == [9]
     assert len([c for c, _ in upserts if c == ENTITIES]) <= 1
     assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 3
@@ -162,16 +157,16 @@ def test_segments_of_many_events_are_linked_and_stored_in_one_upsert(engram_env,
 def test_a_bad_segment_in_a_store_batch_fails_alone_with_its_reason(engram_env, tmp_path):
     """One segment the store refuses (a dense vector of the wrong size) fails its own event with the stage and
     reason; the joint write falls back to segment by segment and the others are stored and done."""
-    from engram.workers.store import store_many
+    from engram.workers.pipeline import link_and_store
     from engram.workers.stores.vectors import OBSERVATIONS
 
     rt = engram_env
     paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} flies to Oslo on day {i}." for i in range(2)])
              for n in ("ann", "bob", "cat")]
     events, embedded = _embedded_segments(rt, paths)
-    for item in embedded.batches[1].items:
+    for item in embedded[1].items:
         item.dense = item.dense[:7]  # not a 384-d vector: the store refuses the point
-    assert store_many.apply(args=[embedded]).result == 4
+    assert sum(link_and_store(rt, embedded)) == 4
     records = [rt.ledger.get(e.event_id) for e in events]
     assert [r.status for r in records] == [EventStatus.done, EventStatus.failed, EventStatus.done]
     assert records[1].stage == "store" and records[1].reason
@@ -187,18 +182,16 @@ def test_a_transient_error_publishes_the_batch_again(engram_env, tmp_path):
     from celery_batches import SimpleRequest
 
     from engram.schemas.jobs import ObservationBatch
-    from engram.workers.batching import consume, deferred_segments
+    from engram.workers.batching import consume
     from engram.workers.embed import embed_batched
-    from engram.workers.ingest import ingest
+    from engram.workers.ingest import ingest_events
     from engram.workers.perceive import perceive
 
     rt = engram_env
     paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} parks at gate {i}." for i in range(2)])
              for n in ("ann", "bob")]
     events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
-    with deferred_segments() as jobs:
-        for event in events:
-            ingest.delay(event)
+    jobs = ingest_events(rt, events)
     observed = [perceive.apply(args=[job]).result for job in jobs]
 
     def request(args):
@@ -274,16 +267,12 @@ def test_an_embed_pass_sends_its_segments_to_the_store_in_one_message_per_priori
 def _planned(rt, tmp_path, names, line: str):
     """Conversations of two messages (``line`` with ``{i}``), one per name, published and planned: (events,
     their segment jobs)."""
-    from engram.workers.batching import deferred_segments
-    from engram.workers.ingest import ingest
+    from engram.workers.ingest import ingest_events
 
     paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} {line.format(i=i)}" for i in range(2)])
              for n in names]
     events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
-    with deferred_segments() as jobs:
-        for event in events:
-            ingest.delay(event)
-    return events, jobs
+    return events, ingest_events(rt, events)
 
 
 @contextmanager

@@ -78,9 +78,9 @@ def test_json_logs_carry_tenant_event_stage_and_task(engram_env, tmp_path):
 
 
 def test_each_task_counts_its_cpu_seconds_once_in_the_outermost_task(engram_env, tmp_path):
-    """An eager ``ingest`` runs its segment's whole chain inside it (perceive, embed, link, store, each applied in
-    turn): the chain's CPU, model included, counts under ingest, and none under the inner tasks, so the family
-    sums to the tasks' CPU. A task run alone counts under its own name."""
+    """An eager ``ingest`` runs its segment's whole chain inside it (a chat's perceive, then ``embed_batched`` and
+    ``store_batched``, each applied in turn): the chain's CPU, model included, counts under ingest, and none under
+    the inner tasks, so the family sums to the tasks' CPU. A task run alone counts under its own name."""
     from engram.api.local import classify, publish_file
     from engram.workers.consolidate import consolidate_user
     from engram.workers.ingest import ingest
@@ -90,8 +90,8 @@ def test_each_task_counts_its_cpu_seconds_once_in_the_outermost_task(engram_env,
     path.write_text("".join(json.dumps({"message_id": f"m{i}", "session_id": "s1", "speaker": "Ann",
                                         "text": f"I moved to Porto in spring, day {i}.",
                                         "timestamp": f"2023-05-0{i + 1}T10:00:00Z"}) + "\n" for i in range(3)))
-    names = ["workers.ingest.ingest", "workers.perceive.perceive", "workers.embed.embed", "workers.store.store",
-             "workers.consolidate.consolidate_user"]
+    names = ["workers.ingest.ingest", "workers.perceive.perceive", "workers.embed.embed_batched",
+             "workers.store.store_batched", "workers.consolidate.consolidate_user"]
     before = {n: sample("engram_task_cpu_seconds_total", task=n) for n in names}
     event = publish_file(rt, classify(path), "t", "u", "d")
     ingest.delay(event)
@@ -99,4 +99,5 @@ def test_each_task_counts_its_cpu_seconds_once_in_the_outermost_task(engram_env,
     consolidate_user.delay("t", "u")
     grew = {n: sample("engram_task_cpu_seconds_total", task=n) - before[n] for n in names}
     assert grew["workers.ingest.ingest"] > 0 and grew["workers.consolidate.consolidate_user"] > 0, grew
-    assert grew["workers.perceive.perceive"] == grew["workers.embed.embed"] == grew["workers.store.store"] == 0, grew
+    assert grew["workers.perceive.perceive"] == grew["workers.embed.embed_batched"] == 0, grew
+    assert grew["workers.store.store_batched"] == 0, grew

@@ -59,7 +59,7 @@ def test_messages_carry_no_representation_of_their_arguments(producer):
     assert "budget review" in base64.b64decode(message["body"]).decode()  # the body holds them whole
     tasks = load_tasks().tasks
     assert all(tasks[t.value].resultrepr_maxsize == REPR_MAXSIZE == 0 for t in (Task.ingest, Task.perceive,
-                                                                               Task.embed_many, Task.store_many))
+                                                                               Task.embed_batched, Task.store_batched))
 
 
 def test_every_worker_serves_the_maintenance_queue(tmp_path):
