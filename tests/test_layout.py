@@ -20,6 +20,13 @@ STAGES = {f"engram.workers.{s}" for s in (
     "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention", "backup",
     "archive")}
 
+#: The embedded default's runner: it imports the stages and calls their functions over batches, in rounds; no stage
+#: imports it (the distributed mode's runner is Celery, through the stages' tasks).
+RUNNER = "engram.workers.pipeline"
+
+#: The stages of an ingest, in the order the runner calls them.
+PIPELINE_STAGES = tuple(f"engram.workers.{s}" for s in ("ingest", "perceive", "embed", "link", "store"))
+
 #: The wings the stages build on: no Celery task inside, and no import of a stage or of the Celery app.
 WINGS = tuple(f"engram.workers.{w}" for w in ("stores", "media", "text", "memory", "models", "extract"))
 
@@ -121,6 +128,17 @@ def test_no_import_circle_even_through_function_local_imports():
 def test_a_stage_never_imports_another_stage():
     crossings = [(a, b, line) for a, b, _, line, _ in imports() if a in STAGES and b in STAGES]
     assert crossings == []
+
+
+def test_the_runner_imports_the_stages_and_no_stage_imports_the_runner():
+    """The rule of docs/architecture.md: ``workers.pipeline`` imports each stage of an ingest (it calls their
+    functions); a stage, a wing, or anything else of ``workers`` imports no runner (the API may: it runs it)."""
+    arrows = imports()
+    assert {b for a, b, _, _, _ in arrows if a == RUNNER} >= set(PIPELINE_STAGES)
+    upward = [(a, line) for a, b, _, line, _ in arrows
+              if b == RUNNER and a.startswith("engram.workers") and a != RUNNER]
+    assert upward == []
+    assert RUNNER not in STAGES
 
 
 def test_wings_import_no_stage_and_no_celery_app():
