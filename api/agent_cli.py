@@ -133,7 +133,7 @@ def mcp(
     if not http:
         run_stdio(tools)
         return
-    from engram.api.keys import redis_client
+    from engram.api.http.keys import redis_client
 
     try:
         r = redis_client(settings)

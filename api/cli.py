@@ -602,7 +602,7 @@ def vault_keygen() -> None:
     print(Fernet.generate_key().decode())
 
 
-# --- distributed mode: API keys, the API server, and publishing through it (api/app.py, api/client.py) ---
+# --- distributed mode: API keys, the API server, and publishing through it (api/http/app.py, api/client.py) ---
 
 keys_app = typer.Typer(help="API keys per tenant, stored hashed in Redis (ENGRAM_BROKER_URL or ENGRAM_REDIS_URL).",
                        no_args_is_help=True)
@@ -615,7 +615,7 @@ ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY"
 
 
 def _keys_redis():
-    from engram.api.keys import redis_client
+    from engram.api.http.keys import redis_client
     from engram.schemas.settings import get_settings
 
     try:
@@ -631,7 +631,7 @@ def keys_create(
     label: Annotated[str | None, typer.Option(help="A note to recognise the key by in `engram keys list`.")] = None,
 ) -> None:
     """Make an API key for TENANT and print it. It is shown only this once: only its hash is stored."""
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     try:
         key = create_key(_keys_redis(), tenant, label)
@@ -647,7 +647,7 @@ def keys_list(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's keys.")] = None,
 ) -> None:
     """List the stored keys (their ids, never the keys themselves)."""
-    from engram.api.keys import list_keys
+    from engram.api.http.keys import list_keys
 
     table = Table(title="API keys")
     for col in ("key id", "tenant", "created", "label"):
@@ -662,7 +662,7 @@ def keys_revoke(
     key_id: Annotated[str, typer.Argument(help="Key id from `engram keys list` (≥ 8 characters).")],
 ) -> None:
     """Delete a key: requests with it are refused (401) from now on."""
-    from engram.api.keys import revoke_key
+    from engram.api.http.keys import revoke_key
 
     try:
         n = revoke_key(_keys_redis(), key_id)
@@ -881,7 +881,7 @@ def serve(
     """Run the HTTP API (uvicorn api.app:app). Needs ENGRAM_BROKER_URL (Redis) and, for uploads, S3."""
     import uvicorn
 
-    from engram.api.keys import redis_client
+    from engram.api.http.keys import redis_client
     from engram.schemas.settings import get_settings
 
     try:
@@ -889,7 +889,7 @@ def serve(
     except RuntimeError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
-    uvicorn.run("engram.api.app:app", host=host, port=port, workers=workers, log_level=log_level)
+    uvicorn.run("engram.api.http.app:app", host=host, port=port, workers=workers, log_level=log_level)
 
 
 def main() -> None:

@@ -458,7 +458,7 @@ def run_http(tools: EngramTools, host: str, port: int, redis_client: Any) -> Non
     import uvicorn
     from starlette.responses import JSONResponse
 
-    from engram.api import keys
+    from engram.api.http import keys
 
     def key_tenant(headers: Any) -> str | None:
         auth = headers.get("authorization") or ""

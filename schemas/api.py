@@ -1,4 +1,4 @@
-"""Bodies of the HTTP API (``api/app.py``) and its producer SDK (``api/client.py``).
+"""Bodies of the HTTP API (``api/http/app.py``) and its producer SDK (``api/client.py``).
 
 The tenant of every request comes from its API key: bodies may leave ``tenant_id`` out; one that names
 another tenant is refused (403).

@@ -278,7 +278,7 @@ def serve_api(settings, timeout: float = 20.0) -> Iterator[str]:
     ``engram serve`` serves it; yields its base URL and stops it on exit."""
     import uvicorn
 
-    from engram.api.app import create_app
+    from engram.api.http.app import create_app
     from tests.servers import free_ports
 
     (port,) = free_ports(1)

@@ -153,7 +153,7 @@ def test_the_mcp_extra_alone_serves_an_api_to_the_mcp_sdk_client(wheel: Path, tm
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

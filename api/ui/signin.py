@@ -52,7 +52,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
-from engram.api import keys
+from engram.api.http import keys
 from engram.api.service.base import MediaMissing, MediaObject, NotFound
 from engram.api.service.queue import QueueService
 from engram.api.ui.pages import HERE, Pages, UiConfig, media_response, parse_id

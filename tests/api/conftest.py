@@ -66,7 +66,7 @@ def api_redis(api_settings):
 @pytest.fixture(scope="session")
 def api_keys(api_redis) -> dict[str, str]:
     """One API key per test tenant: ``acme`` and ``globex``."""
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     return {t: create_key(api_redis, t) for t in ("acme", "globex")}
 
@@ -121,7 +121,7 @@ def served(settings: Settings) -> Iterator[str]:
     """The API for ``settings`` served by uvicorn in a thread on a free port; yields its base URL."""
     import uvicorn
 
-    from engram.api.app import create_app
+    from engram.api.http.app import create_app
 
     (port,) = free_ports(1)
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,

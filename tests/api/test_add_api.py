@@ -10,7 +10,7 @@ import anyio
 import pytest
 from fastapi.testclient import TestClient
 
-from engram.api.app import create_app
+from engram.api.http.app import create_app
 from tests.api.conftest import served
 from tests.api.test_app import auth
 from tests.api.test_memories_api import wait_done
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_add_by_api_then_search_name_and_sdks(query_worker):
     from engram.api.client import AsyncEngramClient, EngramAPIError, EngramClient
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     with TestClient(create_app(query_worker)) as c:
         tag = uuid.uuid4().hex[:6]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from engram.api.app import create_app
+from engram.api.http.app import create_app
 from tests.api.conftest import chat_jsonl, png_bytes, queue_length
 
 pytestmark = pytest.mark.timeout(120)
@@ -313,7 +313,7 @@ def test_keys_cli(api_settings, api_redis, monkeypatch):
     from typer.testing import CliRunner
 
     from engram.api.cli import app as cli
-    from engram.api.keys import tenant_for
+    from engram.api.http.keys import tenant_for
 
     monkeypatch.setenv("ENGRAM_BROKER_URL", api_settings.broker_url)
     runner = CliRunner()
@@ -333,7 +333,7 @@ def test_search_and_readiness_through_a_query_worker(query_worker, api_keys):
     """A real worker process serves the queues: a chat published by acme becomes searchable for acme
     only; /readyz is ready."""
     with TestClient(create_app(query_worker)) as c:
-        from engram.api.keys import create_key
+        from engram.api.http.keys import create_key
 
         keys = {t: create_key(c.app.state.services.redis, t) for t in ("acme", "globex")}
         deadline = time.monotonic() + 30

@@ -10,7 +10,7 @@ from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from engram.api.app import create_app
+from engram.api.http.app import create_app
 from engram.workers.fairness import queue_lists
 from tests.api.conftest import png_bytes
 from tests.api.test_app import auth, event_body, upload

@@ -48,7 +48,7 @@ def test_a_user_moved_from_a_laptop_into_a_cluster_and_back_answers_the_same(tem
                                                                               seaweedfs_s3, tmp_path, monkeypatch):
     import redis
 
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
     from engram.schemas.settings import Settings
     from engram.workers.runtime import reset_runtimes
 

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from engram.api.app import create_app
+from engram.api.http.app import create_app
 from tests.api.conftest import served
 from tests.api.test_app import auth
 from tests.api.test_memories_api import publish_chat, wait_done
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(240)
 
 def test_entities_are_listed_per_tenant_and_merged(query_worker):
     from engram.api.client import EngramAPIError, EngramClient
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     with TestClient(create_app(query_worker)) as c:
         tag = uuid.uuid4().hex[:6]

@@ -181,7 +181,7 @@ def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_serv
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
     from tests.api.conftest import db_url
     from tests.servers import free_ports
 
@@ -235,7 +235,7 @@ def test_mcp_through_the_http_api(tmp_path, query_worker):
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
     from tests.api.conftest import served
 
     key = create_key(redis.Redis.from_url(query_worker.broker_url, decode_responses=True), "mcp-api")

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from engram.api.app import create_app
-from engram.api.routes.publish import CLAIM_PREFIX
+from engram.api.http.app import create_app
+from engram.api.http.routes.publish import CLAIM_PREFIX
 from tests.api.conftest import chat_jsonl, make_settings, served, worker_process
 from tests.api.test_app import auth, event_body, upload
 from tests.llm_stub import ScriptedLlm, last_user_text
@@ -61,7 +61,7 @@ def cite(needle: str):
 def test_ask_and_memory_management(llm_worker):
     settings, llm = llm_worker
     with TestClient(create_app(settings)) as c:
-        from engram.api.keys import create_key
+        from engram.api.http.keys import create_key
 
         redis = c.app.state.services.redis
         acme, globex = (auth(create_key(redis, t)) for t in ("acme", "globex"))
@@ -125,7 +125,7 @@ def test_ask_and_memory_management(llm_worker):
 def test_sdk(llm_worker):
     """The SDK's ask and memory calls against the same API, served by uvicorn."""
     from engram.api.client import EngramAPIError, EngramClient
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     settings, llm = llm_worker
     with TestClient(create_app(settings)) as c:

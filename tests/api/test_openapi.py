@@ -7,12 +7,12 @@ import pytest
 from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
 
-from engram.api.app import create_app
+from engram.api.http.app import create_app
 from engram.schemas.settings import Settings
 
 AUTH = {401, 429, 503}
 WORKER = {502, 504}
-#: (method, path) -> the error statuses the route can return (see each route's body in api/routes/)
+#: (method, path) -> the error statuses the route can return (see each route's body in api/http/routes/)
 EXPECTED = {
     ("GET", "/metrics"): {401, 404},
     ("GET", "/healthz"): set(),

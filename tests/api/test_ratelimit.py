@@ -7,8 +7,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from engram.api.app import create_app
-from engram.api.keys import create_key
+from engram.api.http.app import create_app
+from engram.api.http.keys import create_key
 from tests.api.test_app import auth
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from fastapi.testclient import TestClient
 
-from engram.api.app import create_app
+from engram.api.http.app import create_app
 from tests.api.test_app import auth
 from tests.api.test_memories_api import wait_done
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def test_an_unknown_user_and_an_empty_tenant_say_so_and_name_no_one(query_worker):
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     with TestClient(create_app(query_worker)) as c:
         tag = uuid.uuid4().hex[:6]

@@ -159,7 +159,7 @@ def test_remote_service_through_the_http_api(query_worker):
     retries nothing."""
     import redis
 
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
     from engram.api.service.remote import RemoteService
     from engram.workers.stores.objects import open_object_store
     from tests.api.conftest import served
@@ -224,7 +224,7 @@ def test_remote_service_through_the_http_api(query_worker):
 
 #: The front doors over the service layer: none waits on a task itself or reads a timeout of its own.
 FRONT_DOORS = ["api/cli.py", "api/memory_cli.py", "api/mcp_server.py", "api/embedded.py", "api/ui_cli.py",
-               *(f"api/routes/{n}" for n in ("queue.py", "search.py", "memories.py", "entities.py", "screens.py")),
+               *(f"api/http/routes/{n}" for n in ("queue.py", "search.py", "memories.py", "entities.py", "screens.py")),
                *(f"api/ui/{n}" for n in ("app.py", "routes.py", "signin.py", "pages.py"))]
 
 

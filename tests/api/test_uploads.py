@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from engram.api.app import create_app
+from engram.api.http.app import create_app
 from engram.workers.stores.objects import S3ObjectStore
 from tests.api.conftest import png_bytes
 from tests.api.test_app import auth, event_body

@@ -114,7 +114,7 @@ import engram.workers.memory.vault  # what publishing a real event loads: the AP
 print("vault", engram.workers.memory.vault.__name__)
 
 from fastapi.testclient import TestClient
-from engram.api.app import create_app
+from engram.api.http.app import create_app
 from engram.schemas.settings import Settings
 with TestClient(create_app(Settings())) as client:
     print("healthz", client.get("/healthz").status_code)

@@ -97,7 +97,7 @@ def make_stack(seaweedfs_s3: S3Server, tmp_path) -> Iterator:
     Stack. Everything it started is stopped at teardown."""
     import redis
 
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     stacks = ExitStack()
 

@@ -48,7 +48,7 @@ def cluster(redis_server, seaweedfs_s3, tmp_path_factory) -> Iterator[Cluster]:
     import redis
 
     from engram.api.client import EngramClient
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
     from engram.schemas.events import EventStatus, MediaKind
     from engram.schemas.memories import MemoryType
 
@@ -217,7 +217,7 @@ def test_a_recording_streams_with_range_requests_from_s3(cluster):
 
 
 def test_connect_shows_the_tenants_keys_masked_and_a_revoked_key_ends_its_session(cluster):
-    from engram.api.keys import hash_key
+    from engram.api.http.keys import hash_key
 
     with signed_in(cluster, "acme") as http:
         page = http.get("/ui/connect")

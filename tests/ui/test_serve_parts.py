@@ -79,7 +79,7 @@ def test_pages_made_for_the_root_link_under_the_prefix():
 def test_redis_out_of_reach_is_a_503_not_a_traceback(tmp_path):
     from starlette.testclient import TestClient
 
-    from engram.api.app import create_app
+    from engram.api.http.app import create_app
     from engram.schemas.settings import Settings
     from tests.servers import free_ports
 

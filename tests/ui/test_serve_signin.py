@@ -27,7 +27,7 @@ def test_the_wrong_key_past_the_limit_is_429_and_a_right_key_works_after_the_win
                                                                                     tmp_path):
     import redis
 
-    from engram.api.keys import create_key
+    from engram.api.http.keys import create_key
 
     settings = make_settings(redis_server, seaweedfs_s3, tmp_path, db=SIGNIN_DB,
                              ui_signin_rate_limit=f"3 per {WINDOW_S} seconds")

@@ -17,10 +17,10 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import Response
 
 from engram.api.add import ADD_MIME, add_event, add_event_id, conversation_record
-from engram.api.routes.deps import Services, Svc, Tenant, UserId
-from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses, unavailable
-from engram.api.routes.publish import CLAIM_PREFIX, already_published, publish_event, stored_size
-from engram.api.routes.queue import REQUEST_PUBLISH_RETRY, answered
+from engram.api.http.routes.deps import Services, Svc, Tenant, UserId
+from engram.api.http.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses, unavailable
+from engram.api.http.routes.publish import CLAIM_PREFIX, already_published, publish_event, stored_size
+from engram.api.http.routes.queue import REQUEST_PUBLISH_RETRY, answered
 from engram.api.service.base import NotOffered
 from engram.schemas.add import AddMemoryQuery, AddMemoryResponse
 from engram.schemas.api import PublishRequest

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 
-from engram.api.routes.deps import Svc, Tenant
-from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
-from engram.api.routes.queue import answered
+from engram.api.http.routes.deps import Svc, Tenant
+from engram.api.http.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
+from engram.api.http.routes.queue import answered
 from engram.schemas.api import SearchQuery
 from engram.schemas.ask import AskQuery, AskRequest, AskResponse
 from engram.schemas.search import SearchRequest, SearchResponse

@@ -22,7 +22,7 @@ from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from minio import Minio
 
-from engram.api import keys
+from engram.api.http import keys
 from engram.api.service.queue import QueueService
 from engram.schemas.events import _ID_PATTERN
 from engram.schemas.settings import Settings

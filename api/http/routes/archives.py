@@ -19,8 +19,8 @@ from typing import Any
 import structlog
 from fastapi import APIRouter, HTTPException
 
-from engram.api.routes.deps import Services, Svc, Tenant
-from engram.api.routes.errors import AUTH_ERRORS, responses, unavailable
+from engram.api.http.routes.deps import Services, Svc, Tenant
+from engram.api.http.routes.errors import AUTH_ERRORS, responses, unavailable
 from engram.schemas.archive import ArchiveAnswer, ArchiveExportRequest, ArchiveImportRequest, ArchiveUpload
 from engram.workers.tasks import Task
 

@@ -16,10 +16,10 @@ from datetime import timedelta
 import structlog
 from fastapi import APIRouter, HTTPException
 
-from engram.api.routes.deps import Services, Svc, Tenant
-from engram.api.routes.errors import AUTH_ERRORS, ERROR_MEANINGS, invalid, responses, unavailable
-from engram.api.routes.queue import REQUEST_PUBLISH_RETRY
-from engram.api.uploads import UploadRejected, promote, staging_key
+from engram.api.http.routes.deps import Services, Svc, Tenant
+from engram.api.http.routes.errors import AUTH_ERRORS, ERROR_MEANINGS, invalid, responses, unavailable
+from engram.api.http.routes.queue import REQUEST_PUBLISH_RETRY
+from engram.api.http.uploads import UploadRejected, promote, staging_key
 from engram.schemas.api import EventStatusResponse, PublishRequest, PublishResponse, UploadRequest, UploadResponse
 from engram.schemas.events import EventStatus, MediaEvent, MediaKind
 from engram.schemas.ids import EXTENSIONS, object_key

@@ -24,9 +24,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from engram.api.routes.deps import Services, Svc, Tenant
-from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
-from engram.api.routes.queue import answered
+from engram.api.http.routes.deps import Services, Svc, Tenant
+from engram.api.http.routes.errors import AUTH_ERRORS, WORKER_ERRORS, responses
+from engram.api.http.routes.queue import answered
 from engram.api.service.base import MediaMissing, NotFound
 from engram.api.service.media import original_object, thumbnail_object
 from engram.api.ui.pages import media_response

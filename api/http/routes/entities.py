@@ -9,9 +9,9 @@ import uuid
 import structlog
 from fastapi import APIRouter, HTTPException
 
-from engram.api.routes.deps import Svc, Tenant
-from engram.api.routes.errors import AUTH_ERRORS, WORKER_ERRORS, invalid, responses
-from engram.api.routes.queue import answered
+from engram.api.http.routes.deps import Svc, Tenant
+from engram.api.http.routes.errors import AUTH_ERRORS, WORKER_ERRORS, invalid, responses
+from engram.api.http.routes.queue import answered
 from engram.schemas.entities import EntityList, EntityMergeRequest, EntitySummary
 from engram.schemas.tools import EntityNameRequest
 

@@ -11,7 +11,7 @@ Layout: one router per resource in ``api.routes`` (``health``, ``publish``, ``se
 ``entities``); authentication and tenancy are dependencies (``api.routes.deps``), the error handlers sit in
 ``api.routes.errors``; the web app is mounted at ``/ui`` (``api.ui.signin``). ``create_app`` only assembles them;
 its lifespan opens the ``Services`` (Redis client, ledger, object store, Celery producer) into ``app.state``, where
-the routes reach them. Run with ``uvicorn engram.api.app:app`` or ``engram serve``.
+the routes reach them. Run with ``uvicorn engram.api.http.app:app`` or ``engram serve``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from celery import Celery
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from engram.api.ratelimit import RateLimiter
-from engram.api.routes import archives, entities, health, memories, publish, screens, search
-from engram.api.routes.deps import build_services
-from engram.api.routes.errors import HANDLERS
+from engram.api.http.ratelimit import RateLimiter
+from engram.api.http.routes import archives, entities, health, memories, publish, screens, search
+from engram.api.http.routes.deps import build_services
+from engram.api.http.routes.errors import HANDLERS
 from engram.api.ui.app import served_ui
 from engram.schemas.settings import Settings, get_settings
 

@@ -9,8 +9,8 @@ import structlog
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse, Response
 
-from engram.api.routes.deps import Credentials, Services, Svc
-from engram.api.routes.errors import responses
+from engram.api.http.routes.deps import Credentials, Services, Svc
+from engram.api.http.routes.errors import responses
 from engram.workers.metrics import render
 from engram.workers.tasks import Queue
 

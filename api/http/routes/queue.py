@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from fastapi import HTTPException
 
-from engram.api.routes.errors import unavailable
+from engram.api.http.routes.errors import unavailable
 from engram.api.service.base import ServiceError, ServiceTimeout, ServiceUnavailable
 from engram.api.service.queue import REQUEST_PUBLISH_RETRY
 from engram.schemas.ask import AskFailed
