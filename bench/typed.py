@@ -2,6 +2,7 @@
 
     python bench/typed.py                        # LoCoMo (all 10) and the LongMemEval-S public split
     python bench/typed.py --facts-only --conversations 0 1 2   # fact precision and recall only, 3 conversations
+    python bench/typed.py --json bench/results/typed.json      # the figures docs/figures.md shows
 
 Prints, per corpus: messages, what the vault detector finds per entry type (each a redaction: on these
 benchmark chats every hit is a business phone number, e-mail or street address quoted in a reply; no key,
@@ -16,12 +17,17 @@ the draft's summary and the annotation's text is at least ``MATCH_COSINE`` (0.6:
 0.87 with "Painting is a fun way for Melanie to express her feelings and get creative", 0.33 with "Melanie is going
 swimming with the kids"; "Deborah likes cats" 0.58 with "Max, Deborah's mother's cat, is 8 years old").
 Precision: drafts matching some annotation / drafts; recall: annotations matched by some draft / annotations.
+Printed per half, side by side: "chosen on" (conversations 0-4, where every choice of the extractor is made) and
+"held out" (5-9), as issue 45's protocol asks. Then the core block of the first speaker of conversations 0 and 5
+(``--profiles``) taken as the user, as consolidation would write it. ``--json``: ``facts.<all|chosen_on|held_out>``
+({precision, recall, drafts, matched_drafts, annotations, matched_annotations}), ``profiles``, ``load``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -100,8 +106,21 @@ def fact_scores(sample: dict, index: int, embed, threshold: float = MATCH_COSINE
             "matched_annotations": len(matched_truth), "pairs": pairs}
 
 
+#: The issue-45 protocol: choices are made on LoCoMo conversations 0-4 and reported on 5-9 too
+HALVES = {"chosen_on": range(0, 5), "held_out": range(5, 10)}
+
+
+def _ratios(total: Counter) -> dict:
+    precision = total["matched_drafts"] / total["drafts"] if total["drafts"] else 0.0
+    recall = total["matched_annotations"] / total["annotations"] if total["annotations"] else 0.0
+    return {"precision": round(precision, 3), "recall": round(recall, 3), **total}
+
+
 def facts_figures(samples: list[dict], indices: list[int], threshold: float, show: int) -> dict:
-    """Fact precision and recall over the LoCoMo samples ``indices``, printed per conversation and in total."""
+    """Fact precision and recall over the LoCoMo samples ``indices``, printed per conversation, per half
+    (``HALVES``: "chosen on" 0-4, "held out" 5-9, side by side) and in total: {'all': {...}, 'chosen_on': {...},
+    'held_out': {...}}, each {'precision', 'recall', 'drafts', 'matched_drafts', 'annotations',
+    'matched_annotations'} (a half none of ``indices`` falls in is left out)."""
     from engram.schemas.settings import get_settings
     from engram.workers.models import get_model
 
@@ -111,21 +130,40 @@ def facts_figures(samples: list[dict], indices: list[int], threshold: float, sho
         v = np.asarray(model.embed(texts), dtype=np.float32)
         return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
 
-    total = Counter()
+    per: dict[int, Counter] = {}
     print(f"LoCoMo facts (rules extractor vs observation annotations; match: same turn and MiniLM cosine "
           f">= {threshold}):")
     for i in indices:
         got = fact_scores(samples[i], i, embed, threshold)
-        total.update({k: v for k, v in got.items() if k != "pairs"})
+        per[i] = Counter({k: v for k, v in got.items() if k != "pairs"})
         print(f"  {locomo_sample_id(samples[i], i)}: {got['drafts']} drafts, {got['matched_drafts']} matching; "
               f"{got['matched_annotations']} of {got['annotations']} annotations found")
         for summary, best, cos in got["pairs"][:show]:
             print(f"    {cos:.2f}  {summary!r}  ~  {best!r}")
-    precision = total["matched_drafts"] / total["drafts"] if total["drafts"] else 0.0
-    recall = total["matched_annotations"] / total["annotations"] if total["annotations"] else 0.0
-    print(f"  total: {total['drafts']} drafts, precision {precision:.3f}; {total['annotations']} annotations, "
-          f"recall {recall:.3f}")
-    return {"precision": precision, "recall": recall, **total}
+    out = {"all": _ratios(sum(per.values(), Counter()))}
+    for half, span in HALVES.items():
+        if any(i in span for i in per):
+            out[half] = _ratios(sum((c for i, c in per.items() if i in span), Counter()))
+    print(f"  {'':10s} {'drafts':>7s} {'precision':>10s} {'annotations':>12s} {'recall':>7s}")
+    for key, label in (("chosen_on", "chosen on"), ("held_out", "held out"), ("all", "all")):
+        if key in out:
+            f = out[key]
+            print(f"  {label:10s} {f['drafts']:7d} {f['precision']:10.3f} {f['annotations']:12d} {f['recall']:7.3f}")
+    return out
+
+
+def profile(sample: dict, index: int, limit: int = 2000) -> str:
+    """The core ``human`` block of a user after one LoCoMo conversation: the conversation's first speaker taken as
+    the user, the rules extractor's core drafts merged as consolidation merges them (``dynamics.merge_block``,
+    ``limit`` characters, the default ``core_memory_limit``)."""
+    from engram.workers.memory.dynamics import merge_block  # on demand: only where a profile is printed
+
+    user = sample["conversation"]["speaker_a"]
+    seen = [Seen(text=m.display_text(), kind="text", captured_at=m.timestamp, speaker=m.speaker,
+                 message_id=m.message_id, about_user=m.speaker == user)
+            for m in locomo_sample_messages(sample, index)]
+    got = RulesExtractor().extract(seen, user)
+    return merge_block("", [f for c in got.core if c.label == "human" for f in c.facts], limit)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -136,6 +174,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--show", type=int, default=0, help="print this many drafts per conversation with their "
                     "closest annotation of the same turn")
     ap.add_argument("--facts-only", action="store_true", help="only the fact precision and recall")
+    ap.add_argument("--profiles", type=int, nargs="*", default=[0, 5],
+                    help="LoCoMo conversations whose first speaker's core block is printed (default: 0 and 5)")
+    ap.add_argument("--json", type=Path, default=None, help="write the fact figures and profiles here")
     args = ap.parse_args(argv)
     data = locomo_path().parent
     if not locomo_path().exists():
@@ -149,8 +190,18 @@ def main(argv: list[str] | None = None) -> None:
         lme = [parse_conversation_file(p.read_bytes()) for p in sorted((data / "longmemeval_s").glob("*.json"))]
         corpus_figures("LongMemEval-S", lme)
     samples = json.loads(locomo_path().read_bytes())
-    facts_figures(samples, args.conversations if args.conversations is not None else list(range(len(samples))),
-                  args.match_cosine, args.show)
+    figures = facts_figures(samples, args.conversations if args.conversations is not None else
+                            list(range(len(samples))), args.match_cosine, args.show)
+    profiles = {}
+    for i in args.profiles:
+        profiles[samples[i]["conversation"]["speaker_a"]] = block = profile(samples[i], i)
+        print(f"core block of {samples[i]['conversation']['speaker_a']} after {locomo_sample_id(samples[i], i)} "
+              f"(the first speaker as the user):")
+        print("\n".join(f"  {line}" for line in block.splitlines()) or "  (empty)")
+    if args.json:
+        args.json.write_text(json.dumps({"facts": figures, "match_cosine": args.match_cosine, "profiles": profiles,
+                                         "load": round(os.getloadavg()[0], 2)}, indent=2, ensure_ascii=False)
+                             + "\n")
 
 
 if __name__ == "__main__":

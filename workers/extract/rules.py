@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from engram.schemas.extraction import CoreDraft, Extraction, ProceduralDraft, ResourceDraft, SemanticDraft
 from engram.workers.extract.base import Extractor, Seen
+from engram.workers.extract.statements import statements, turn_fact
 from engram.workers.text.sentences import sentences
 
 _NAME = r"[A-Z][a-z]+(?: [A-Z][a-z]+)?"
@@ -45,6 +46,7 @@ FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [(a, single, tpl, re.co
                                                r" is working) as (?:a|an) " + _PHRASE),
     ("age", True, "{s} is {v} years old", _SUBJ + r"(?: am|'m| is| just turned| turned) (?P<value>\d{1,3}) years old"),
     ("origin", True, "{s} is from {v}", _SUBJ + r"(?: am|'m| is| come| comes) (?:originally )?from " + _PLACE),
+    ("origin", True, "{s} is from {v}", _POSS + r" (?:home country|home town|hometown)(?:,| is) " + _PLACE),
     ("grew_up_in", True, "{s} grew up in {v}", _SUBJ + r" grew up in " + _PLACE),
     ("spouse", True, "{s} is married to {v}", _SUBJ + r"(?: am|'m| is| got) married to (?P<value>" + _NAME + r")"),
     ("birthday", True, "{s}'s birthday is {v}", _POSS + r" birthday is (?:on )?(?P<value>(?:\d{1,2}(?:st|nd|rd|th)? "
@@ -59,7 +61,14 @@ FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [(a, single, tpl, re.co
                                        r"(?:to )?" + _PHRASE),
     # what a speaker does, did or is into (multi-valued; ``what``: the verb as the summary says it)
     ("interest", False, "{s} is {w} {v}", _SUBJ + r"(?:'m| am| is) (?:really |very |so |super |also )?"
-                                           r"(?P<what>passionate about|into|a (?:big |huge )?fan of) " + _CLAUSE),
+                                           r"(?P<what>passionate about|keen on|into|a (?:big |huge )?fan of) "
+                                           + _CLAUSE),
+    # who someone is, in their own words ("my own journey as a transgender woman"), and what they aim at
+    ("identity", True, "{s} is {v}", _POSS + r" (?:own )?(?:journey|path|life|story|experience) as (?P<value>an? "
+                                      r"(?:[a-z]+ ){0,2}(?:woman|man|person|mom|mother|dad|father|parent|student|"
+                                      r"teacher|artist|immigrant|veteran))\b"),
+    ("goal", True, "{s}'s goal is to {v}", _POSS + r" (?:biggest |main |ultimate |big )?(?:goal|dream) is (?:to )?"
+                                            r"(?P<value>[\w'-]+(?: [\w'&-]+){1,15}?)(?=[,.;:!?)]|$)"),
     ("doing", False, "{s} is {w} {v}", _SUBJ + r"(?:'m| am| is|'ve been| have been| has been) (?:currently |still "
                                         r"|now |also |just |really )?(?P<what>working on|preparing for|getting ready "
                                         r"for|training for|planning to|planning on|looking for|searching for|on the "
@@ -73,7 +82,7 @@ FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [(a, single, tpl, re.co
 ]]
 #: Attributes whose value is a clause in the speaker's own words: its first person is made third ("my store" ->
 #: "their store") before it is stored.
-_CLAUSE_ATTRIBUTES = {"interest", "doing", "did"}
+_CLAUSE_ATTRIBUTES = {"interest", "doing", "did", "identity", "goal"}
 #: What someone does or did, not who they are: semantic facts, but no line of the user's core profile block.
 _EVENTS = {"doing", "did"}
 #: For each of ``FACT_PATTERNS`` (same order), literals a sentence must contain for the pattern to match
@@ -87,6 +96,7 @@ FACT_GATES: list[tuple[tuple[str, ...], ...]] = [
     (("work",), (" as a",)),
     ((" years old",),),
     (("from ",),),
+    ((" home country", " home town", " hometown"),),
     ((" grew up in ",),),
     ((" married to ",),),
     ((" birthday is ",),),
@@ -94,7 +104,9 @@ FACT_GATES: list[tuple[tuple[str, ...], ...]] = [
     ((" stud", " major"),),
     (("dog", "cat", "puppy", "kitten", "parrot", "rabbit", "hamster", "horse", "turtle", "fish"), (" a ", " an ")),
     (("love", "enjoy"),),
-    (("passionate about ", " into ", " fan of "),),
+    (("passionate about ", " keen on ", " into ", " fan of "),),
+    ((" as a",),),
+    ((" goal is ", " dream is "),),
     ((" working on ", " preparing for ", " getting ready for ", " training for ", " planning ", " looking for ",
       " searching for ", " on the hunt for ", " starting ", " opening ", " learning ", " taking ", " volunteering ",
       " writing ", " building ", " organizing ", " organising ", " thinking ", " considering ", " hoping to ",
@@ -158,6 +170,11 @@ _FILE_EXT = re.compile(r"\.(?:pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|od
 _BROWSERS = ("chrome", "firefox", "safari", "edge", "brave", "opera", "arc", "chromium", "vivaldi")
 
 
+_WORDS = re.compile(r"[\w']+")
+#: Speakers whose "I" is a program's, not a person's: no statements read from their turns
+_NOT_PEOPLE = {"assistant", "system", "bot", "ai"}
+
+
 def _clean_value(value: str) -> str:
     return value.strip(" ,.;:!?'\"").removeprefix("the ").strip()
 
@@ -180,14 +197,40 @@ class RulesExtractor(Extractor):
         """Drafts of every observation of ``seen``, each citing the one observation it was read from."""
         names = {s.speaker.lower() for s in seen if s.speaker} | {user_id.lower()}
         out = Extraction()
+        asked: list[tuple[str, str]] = []  # (sentence, speaker) of every sentence a speaker said
+        owner: list[int] = []
         for i, obs in enumerate(seen):
             text = obs.own_text()
             sents = obs.own_sentences()
             for sentence in sents:
                 self._facts(sentence, i, obs, names, user_id, out)
+                if obs.speaker and obs.speaker.lower() not in _NOT_PEOPLE:
+                    asked.append((sentence, user_id if obs.about_user else obs.speaker))
+                    owner.append(i)
             out.procedural.extend(procedures(text, i, sents))
             out.resource.extend(resources(obs, i))
+        self._statements(asked, owner, seen, user_id, out)
         return out
+
+    @staticmethod
+    def _statements(asked: list[tuple[str, str]], owner: list[int], seen: list[Seen], user_id: str,
+                    out: Extraction) -> None:
+        """One semantic draft per turn from what its speaker says about themselves (``extract.statements``); a
+        multi-valued pattern draft of the same turn that it says in full ("Gina launched an ad campaign ...") is
+        dropped for it."""
+        by_turn: dict[int, list] = {}
+        for i, found in zip(owner, statements(asked), strict=True):
+            by_turn.setdefault(i, []).extend(found)
+        said: dict[int, set[str]] = {}
+        made = []
+        for i, found in by_turn.items():
+            if fact := turn_fact(found):
+                obs = seen[i]
+                made.append(SemanticDraft(name=user_id if obs.about_user else obs.speaker, summary=fact[:1000],
+                                          details=obs.own_text()[:4000], sources=[i]))
+                said[i] = set(_WORDS.findall(fact.lower()))
+        out.semantic = [d for d in out.semantic if d.attribute or d.sources[0] not in said
+                        or not set(_WORDS.findall(d.summary.lower())) <= said[d.sources[0]]] + made
 
     def _facts(self, sentence: str, i: int, obs: Seen, names: set[str], user_id: str, out: Extraction) -> None:
         for (attribute, single, template, pattern), gate in zip(FACT_PATTERNS, FACT_GATES, strict=True):
@@ -222,7 +265,7 @@ class RulesExtractor(Extractor):
                     attribute=attr if single else "", value=value if single else ""))
                 if (first_person and obs.about_user or subject == user_id) and attribute not in _EVENTS:
                     label = attr.replace("_", " ")
-                    fact = f"{label}: {what} {value}" if clause else f"{label}: {value}"
+                    fact = f"{label}: {what} {value}".replace(":  ", ": ") if clause else f"{label}: {value}"
                     out.core.append(CoreDraft(label="human", sources=[i], facts=[fact]))
 
 

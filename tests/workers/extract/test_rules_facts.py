@@ -21,9 +21,10 @@ def test_what_a_speaker_does_did_or_is_into_in_the_third_person():
         "I've been training for a marathon since May.",
         "I used to compete in a few dance competitions and shows.",
         "Lisa is a big fan of jazz.",  # not a speaker of the conversation: not known to be anyone here
-    ) == ["Gina launched an ad campaign for their clothing store in hopes of growing the business",
-          "Gina is passionate about dancing", "Gina is starting a dance studio", "Gina is training for a marathon",
-          "Gina used to compete in a few dance competitions"]
+    ) == ["Gina is passionate about dancing", "Gina is starting a dance studio", "Gina is training for a marathon",
+          "Gina used to compete in a few dance competitions",
+          # a turn long enough to tell on its own: its statement (extract.statements) says the pattern's fact in full
+          "Gina just launched an ad campaign for their clothing store in hopes of growing the business"]
 
 
 def test_clauses_that_say_nothing_make_no_fact():

@@ -77,6 +77,7 @@ def test_gates_pass_every_example():
                                           speaker="user", about_user=True) for t in EXAMPLES], "user").semantic
 
 
+@pytest.mark.slow  # ~40 s: every LoCoMo turn extracted twice, each time parsed by spaCy (extract.statements)
 def test_gates_on_locomo():
     path = get_settings().eval_data / "conversations" / "locomo10.json"
     if not path.exists():

