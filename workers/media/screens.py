@@ -528,6 +528,13 @@ class ReferenceFrames:
             kept = self._frames.get((tenant_id, device_id))
         return None if kept is None else (kept[1], kept[2])
 
+    def lines_of(self, tenant_id: str, device_id: str, digest: str) -> list[OcrLine] | None:
+        """The lines of the device's last frame when it is the frame of sha256 ``digest`` (this process read it),
+        else None."""
+        with self._lock:
+            kept = self._frames.get((tenant_id, device_id))
+        return list(kept[2]) if kept is not None and kept[0] == digest else None
+
     def put(self, tenant_id: str, device_id: str, digest: str, pixels: np.ndarray, lines: list[OcrLine]) -> None:
         """Make this frame (uint8 RGB pixels, sha256 ``digest``, lines of any confidence) the device's
         reference; the same frame again changes nothing."""

@@ -91,7 +91,9 @@ def screenshot_faces(rt: Runtime, tenant_id: str, pixels: np.ndarray,
 
     With ``device_id`` (a frame of a device's stream) faces are searched only in the regions changed since the
     device's last frame searched in this process, the others carried over, and not at all when nothing changed
-    (``workers.media.screen_faces``); without it, or for a device's first frame, the whole frame is searched (HOG)."""
+    (``workers.media.screen_faces``), and only where the frame shows neither plain background nor the text lines
+    ``ocr_lines`` read on it (``screen_faces.photo_regions``); without ``device_id`` the whole frame is searched
+    (HOG)."""
     if not rt.settings.models.faces_on_screenshots:
         return []
     model = get_model("faces", rt.settings)
@@ -103,10 +105,12 @@ def screenshot_faces(rt: Runtime, tenant_id: str, pixels: np.ndarray,
             return model.detect([img], [None], cnn_fallback=False)[0]
         return model.detect_regions(img, boxes)
 
+    digest = pixels_sha256(pixels)
+    text = screens.REFERENCES.lines_of(tenant_id, device_id, digest) or []  # read by ocr_lines just before
     with model_timer("faces", items=1):
         reference = screen_faces.REFERENCES.get(tenant_id, device_id)
-        found, _ = screen_faces.detect_changed(detect, pixels, reference)
-    screen_faces.REFERENCES.put(tenant_id, device_id, pixels_sha256(pixels), pixels, found)
+        found, _ = screen_faces.detect_changed(detect, pixels, reference, [ln.box for ln in text])
+    screen_faces.REFERENCES.put(tenant_id, device_id, digest, pixels, found)
     return found
 
 

@@ -4,12 +4,17 @@ throughout, wrapped to record which regions it was given; a real photo (deepface
 
 from __future__ import annotations
 
+import time
+
+import mss
 import numpy as np
+import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from engram.workers.media import screen_faces, screens, vision
 from engram.workers.models import get_model
 from engram.workers.models.faces import SAME_PERSON_DISTANCE, face_distance
+from tests.xdesktop import have_real_desktop, openbox, type_text, xterm, xvfb
 
 SIZE = (1000, 600)
 PHOTO_AT = (40, 150)  # top left of the pasted photo
@@ -43,8 +48,11 @@ def test_faces_carried_over_away_from_a_change_and_detected_again_over_one(engra
     calls: list = []
     detect = recording_detector(engram_env, calls)
     first, share = screen_faces.detect_changed(detect, a, None)
-    assert share == 1.0 and calls == [None] and len(first) == 1  # no reference: the whole frame
+    assert len(calls) == 1 and len(first) == 1  # no reference: the whole frame, where it is not plain or text
+    assert calls[0] is not None and share < 0.4
     face = first[0]
+    assert any(r[0] <= face.box[0] and r[1] <= face.box[1] and face.box[2] <= r[2] and face.box[3] <= r[3]
+               for r in calls[0])  # the photo searched
     assert PHOTO_AT[0] <= face.box[0] < face.box[2] <= PHOTO_AT[0] + photo.width
 
     # nothing changed: no detection at all
@@ -52,13 +60,11 @@ def test_faces_carried_over_away_from_a_change_and_detected_again_over_one(engra
     same, share = screen_faces.detect_changed(detect, a.copy(), (screens.grey(a), first))
     assert calls == [] and share == 0.0 and same == first
 
-    # a change away from the face: only its region searched, the face carried over as it was
+    # a change away from the face: the face carried over as it was
     b = screen(photo, "Meeting moved to 11:30")
     calls.clear()
     second, share = screen_faces.detect_changed(detect, b, (screens.grey(a), first))
-    assert len(calls) == 1 and calls[0] and share < 0.2
-    assert all(not (x0 < face.box[2] and face.box[0] < x1 and y0 < face.box[3] and face.box[1] < y1)
-               for x0, y0, x1, y1 in calls[0])  # no region over the face
+    assert calls == [] and share == 0.0  # a line of text changed: nothing that could be a face to search
     assert second == first
 
     # a change over the face (a few rows of the photo scribbled over): the face is detected again, whole
@@ -83,7 +89,35 @@ def test_screenshot_faces_of_a_device_stream_match_whole_frame_detection(engram_
     kept = vision.screenshot_faces(rt, "acme", b, device_id="desk")
     whole = get_model("faces", rt.settings).detect([b])[0]
     assert len(kept) == len(whole) == 1
-    assert all(abs(p - q) <= 2 for p, q in zip(kept[0].box, whole[0].box, strict=True))
-    assert face_distance(kept[0].embedding, whole[0].embedding) < 0.05
+    # the photo's region alone searched: HOG's cells fall elsewhere on it than on the whole frame (a few px)
+    assert all(abs(p - q) <= 12 for p, q in zip(kept[0].box, whole[0].box, strict=True))
+    assert face_distance(kept[0].embedding, whole[0].embedding) < SAME_PERSON_DISTANCE
     grey_now, faces_now = screen_faces.REFERENCES.get("acme", "desk")  # this frame is the device's reference now
     assert np.array_equal(grey_now, screens.grey(b)) and faces_now == kept
+
+
+def test_text_and_plain_screens_are_not_searched_for_faces(engram_env, eval_data, tmp_path):
+    """``photo_regions`` of a screen of text (a real xterm's listing on a real desktop): nothing to search once its
+    OCR lines are left out; the same screen with a photo pasted: the photo's region alone, and the face is in it."""
+    if not have_real_desktop():
+        pytest.skip("openbox, xterm and xdotool are not installed")
+    with xvfb("1280x720x24") as display, openbox(display), \
+            xterm(display, "PS1='$ ' exec sh -i", "user@host: ~", "120x40+0+0") as term:
+        type_text(display, term, "ls -la /usr/bin | head -38\n", delay_ms=5)
+        time.sleep(1.5)
+        with mss.MSS(display=display) as grab:
+            shot = grab.grab(grab.monitors[1])
+    text = np.asarray(Image.frombytes("RGB", shot.size, shot.bgra, "raw", "BGRX"))
+    lines = get_model("ocr", engram_env.settings).read(text, min_confidence=0.0)
+    assert len(lines) > 30
+    boxes = [ln.box for ln in lines]
+    assert screen_faces.photo_regions(screens.grey(text), None, boxes) == []
+    photo = Image.open(eval_data / "faces" / "deepface" / "img1.jpg").convert("RGB")
+    photo = photo.resize((photo.width * 300 // photo.height, 300))
+    img = Image.fromarray(text)
+    img.paste(photo, (900, 300))
+    with_photo = np.asarray(img)
+    regions = screen_faces.photo_regions(screens.grey(with_photo), None, boxes)
+    assert len(regions) == 1 and regions[0][0] >= 900 - screen_faces.FACE_PAD - 2 * screen_faces.FACE_BLOCK
+    faces = get_model("faces", engram_env.settings).detect_regions(with_photo, regions)
+    assert len(faces) == 1 and faces[0].box[0] >= 900
