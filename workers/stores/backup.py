@@ -1448,7 +1448,7 @@ def restore_files(repo: Repository, name: str, files: list[dict[str, Any]], dirs
     writer.report("restore", 0, total)
     # segments of SEGMENT_BLOCKS, not whole files, share the threads: one large file does not keep one busy alone;
     # a file without blocks (empty, or all holes) is one empty segment
-    jobs = []
+    jobs: list[tuple[FileEntry, list[tuple[int, str]]]] = []
     for e in entries:
         segments = [e.blocks[i:i + SEGMENT_BLOCKS] for i in range(0, len(e.blocks), SEGMENT_BLOCKS)] or [[]]
         if writer.check(e, len(segments)):
