@@ -226,8 +226,8 @@ class RulesExtractor(Extractor):
         for i, found in by_turn.items():
             if fact := turn_fact(found):
                 obs = seen[i]
-                made.append(SemanticDraft(name=user_id if obs.about_user else obs.speaker, summary=fact[:1000],
-                                          details=obs.own_text()[:4000], sources=[i]))
+                name = user_id if obs.about_user else obs.speaker or user_id
+                made.append(SemanticDraft(name=name, summary=fact[:1000], details=obs.own_text()[:4000], sources=[i]))
                 said[i] = set(_WORDS.findall(fact.lower()))
         out.semantic = [d for d in out.semantic if d.attribute or d.sources[0] not in said
                         or not set(_WORDS.findall(d.summary.lower())) <= said[d.sources[0]]] + made
