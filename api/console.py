@@ -5,7 +5,7 @@ read a store.
 ``console`` is stdout (tables, results), ``err`` is stderr (progress, one line per failed file). Text that was
 stored or typed by a user is printed through ``rich.markup.escape`` or ``rich.text.Text``, never as markup, and
 both consoles show the control characters it may hold instead of passing them to the terminal (``SafeConsole``).
-This module sits below every command module (``api.cli``, ``memory_cli``, ``agent_cli``, ``capture``, ``demo``),
+This module sits below every command module (``api.cli.main``, ``cli.memory``, ``cli.agent``, ``capture``, ``demo``),
 which import from it and never from each other.
 """
 

@@ -1,4 +1,4 @@
-"""The ``engram`` console script: the CLI (``api.cli``) when the command's extra is installed, else one line saying
+"""The ``engram`` console script: the CLI (``api.cli.main``) when the command's extra is installed, else one line saying
 which extra the command needs and how to install it (exit 2, no traceback).
 
 ``pip install engram-multimodal[client]`` gives the SDK alone (no typer, rich, Celery or model), ``[mcp]`` adds
@@ -22,7 +22,7 @@ INSTALL = {
 #: Commands that run on the API or Redis without the pipeline, and those that do with ``--api URL`` only.
 SERVER_COMMANDS = {"serve", "publish", "keys"}
 SERVER_WITH_API = {"watch", "capture"}
-#: Global options (``api.cli.main_options``) that take a value, skipped when looking for the command's name.
+#: Global options (``api.cli.main.main_options``) that take a value, skipped when looking for the command's name.
 _VALUED_OPTIONS = {"--data-dir", "--log-format"}
 
 
@@ -76,9 +76,9 @@ def first_missing(exc: ModuleNotFoundError) -> str | None:
 
 
 def main() -> None:
-    """Console entry point (``[project.scripts]``): ``api.cli.main``, or the extra's line on ModuleNotFoundError."""
+    """Console entry point (``[project.scripts]``): ``api.cli.main.main``, or the line naming the missing extra."""
     try:
-        from engram.api.cli import main as cli_main  # only now: a [client] install lacks what it imports
+        from engram.api.cli.main import main as cli_main  # only now: a [client] install lacks what it imports
 
         cli_main()
     except ModuleNotFoundError as exc:

@@ -6,7 +6,7 @@ half-done. Ownership: watchdog's observer thread only records paths in ``_pendin
 the thread that calls ``run`` owns stat-ing and publishing.
 
 ``engram watch`` publishes through the API (``--api``), or on the embedded default ingests each batch of
-settled files in the calling process (``api.cli.ingest_paths``) inside a ``workers.runtime.StoreLease``: the
+settled files in the calling process (``api.cli.main.ingest_paths``) inside a ``workers.runtime.StoreLease``: the
 embedded store stays open between batches and is left at once to another process that asks for it, so ``engram
 search`` and other commands run between batches.
 """
@@ -143,7 +143,7 @@ class FolderWatcher:
 
 class EmbeddedBatches:
     """``FolderWatcher``'s ``publish`` and ``on_batch`` for the embedded default: ``publish`` only collects the
-    settled files; ``on_batch`` ingests them together with ``ingest(paths)`` (``api.cli.ingest_paths``: the same
+    settled files; ``on_batch`` ingests them together with ``ingest(paths)`` (``api.cli.main.ingest_paths``: the same
     exact-duplicate, near-duplicate and resume rules as ``engram ingest``) in a session of a
     ``workers.runtime.StoreLease`` that keeps the store open ``linger`` seconds after a batch (the next batch does
     not open it again) unless another process asks for it, and passes its result (``{'done'|'skipped'|'failed'|

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 #: The steps, in the order a search runs them, each timed in the child (``_child``).
-STEPS = ["import engram.api.cli", "import search path", "runtime()", "open shards", "entity names",
+STEPS = ["import engram.api.cli.main", "import search path", "runtime()", "open shards", "entity names",
          "time expressions", "query tokens", "query embedding", "search (warm)", "search (cold, whole)"]
 
 
@@ -37,7 +37,7 @@ def _child(question: str, user: str) -> dict:
 
     out: dict = {}
     w0, c0 = time.perf_counter(), time.process_time()
-    _timed(out, STEPS[0], lambda: importlib.import_module("engram.api.cli"))
+    _timed(out, STEPS[0], lambda: importlib.import_module("engram.api.cli.main"))
     search_mod = _timed(out, STEPS[1], lambda: importlib.import_module("engram.workers.memory.search"))
     from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest
     from engram.schemas.settings import get_settings

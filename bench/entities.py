@@ -25,7 +25,7 @@ def jfk_halves(audio_dir: Path, out_dir: Path) -> list[Path]:
 def ingest_observations(paths: list[Path], tenant: str) -> dict[str, list]:
     """Ingest ``paths`` as events of ``tenant`` on the current runtime (without consolidation) and return
     {file name: its stored observations (``Observation``)}. Raises RuntimeError when a file fails."""
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.schemas.observations import Observation
     from engram.workers.runtime import runtime
     from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter

@@ -5,7 +5,7 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
 - **ceiling**: messages ÷ the seconds the embedding model alone (the runtime the pipeline uses, loaded and
   warmed up first, no cache) takes to encode one text per message (the message's indexed text,
   ``ConversationMessage.display_text``), in batches of the configured ``embedding_batch_size``;
-- **cold**: messages ÷ the seconds ``api.cli.ingest_paths`` (the embedded default, consolidation included)
+- **cold**: messages ÷ the seconds ``api.embedded.ingest_paths`` (the embedded default, consolidation included)
   takes on a fresh data dir with a fresh embedding cache, made by the bench; in-process after imports, the
   model already loaded (as a worker runs);
 - **warm**: the same ingest into another fresh data dir whose embedding cache is the cold run's;
@@ -93,7 +93,7 @@ def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = N
     left out). ``cache_of``: a data dir whose embedding cache is shared (warm), else a fresh cache (cold). Raises
     RuntimeError when a file fails."""
     from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.workers.runtime import runtime
     from engram.workers.stores.vectors import COLLECTIONS
 

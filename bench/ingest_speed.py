@@ -1,7 +1,7 @@
 """Warm ingest time of LongMemEval-S haystacks: seconds per question through the real path, no searches.
 
 Each of the first N LongMemEval-S questions' haystack (~40-50 sessions, ~500 turns) is written as engram's
-JSONL conversation record and ingested through ``api.cli.ingest_paths(..., consolidate=True)`` into a fresh
+JSONL conversation record and ingested through ``api.embedded.ingest_paths(..., consolidate=True)`` into a fresh
 data dir as its own user, exactly as ``bench/retrieval.py --longmemeval`` does, with the embedding cache
 shared across questions and runs (``--embedding-cache``). Prints each question's seconds and stored counts
 per collection, then the median. With ``--passes 2`` the first pass warms the cache and only the last pass
@@ -36,7 +36,7 @@ def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = N
     RuntimeError when an ingest fails."""
     from bench.longmemeval import load_longmemeval
     from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.workers.media.conversations import longmemeval_messages, to_jsonl
     from engram.workers.runtime import runtime
 

@@ -1,7 +1,7 @@
 """LoCoMo evidence recall of engram's search against raw-turn baselines, at a budget of k turns.
 
 For each LoCoMo conversation: the dialog turns (and image captions) are written as engram's JSONL
-conversation record through the adapter, ingested through the real path (``api.cli.ingest_paths`` with
+conversation record through the adapter, ingested through the real path (``api.embedded.ingest_paths`` with
 consolidation, on the embedded default under a temporary ``ENGRAM_DATA_DIR`` or ``--data-dir``), and every
 counted question (categories 1-4 with evidence, 1,536 over the 10 conversations) is searched with
 ``workers.memory.search.search`` as the conversation's user. Each hit expands into its ``message_ids`` in the
@@ -118,7 +118,7 @@ def share_embedding_cache(data_dir: Path, cache_dir: Path | None) -> None:
 
 
 def check_ingest(name: str, out: dict[str, list]) -> None:
-    """Raise RuntimeError (with the first reason) unless ``api.cli.ingest_paths``'s result ``out`` stored the
+    """Raise RuntimeError (with the first reason) unless ``api.embedded.ingest_paths``'s result ``out`` stored the
     conversation: a failed file, and one ignored as not a conversation, both stop the bench."""
     if out["failed"] or not out["done"]:
         raise RuntimeError(f"ingest of {name} failed: {(out['failed'] or out['ignored'])[0][1]}")
@@ -170,7 +170,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     ``rows``: each question's ``sample_id``, ``conversation``, ``question`` (its index in the sample's ``qa``),
     ``half``, ``category`` and ``recall[system][k]`` (``main`` writes them to ``--rows``, not to ``--json``).
     """
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.workers.media.conversations import locomo_sample_id, to_jsonl
     from engram.workers.runtime import runtime
 
@@ -373,7 +373,7 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     ``type`` and ``recall[system][k]``) are left out of it. ``half``: only the questions of that half
     (``"chosen_on"`` or ``"held_out"``), then the first ``limit`` of them."""
     from bench.longmemeval import SessionBaselines, load_longmemeval, longmemeval_half, recall_any_at_budget
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.workers.media.conversations import longmemeval_messages, parse_longmemeval_date, to_jsonl
     from engram.workers.runtime import runtime
 

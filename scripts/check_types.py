@@ -32,7 +32,7 @@ LAYOUT = ROOT / ".mypy_layout"
 #: fully typed: no error allowed whatever the baseline says (the SDK, the schemas, the service layer)
 STRICT = ("schemas/", "api/client.py", "api/service/")
 PACKAGES = ("api", "schemas", "workers")
-#: ``engram/api/cli.py:363: error: Argument 1 ... [arg-type]``
+#: ``engram/api/cli/main.py:363: error: Argument 1 ... [arg-type]``
 ERROR = re.compile(r"^engram/(?P<file>[^:]+):\d+: error: .*\[(?P<code>[a-z0-9-]+)\]$")
 
 

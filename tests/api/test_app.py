@@ -312,7 +312,7 @@ def test_readyz_names_what_is_missing(client, api_settings, tmp_path):
 def test_keys_cli(api_settings, api_redis, monkeypatch):
     from typer.testing import CliRunner
 
-    from engram.api.cli import app as cli
+    from engram.api.cli.main import app as cli
     from engram.api.http.keys import tenant_for
 
     monkeypatch.setenv("ENGRAM_BROKER_URL", api_settings.broker_url)

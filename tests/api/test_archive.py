@@ -31,7 +31,7 @@ QUERIES = ["budget review", "Lisbon flights", "tomatoes in the garden", "Quarter
 
 
 def _cli(*args: str):
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     return CliRunner().invoke(app, list(args))
 
@@ -123,7 +123,7 @@ def test_a_user_moved_to_a_new_data_dir_answers_the_same_ids_in_the_same_order(e
     assert {p: p.stat().st_mtime_ns for p in (dest / "objects").rglob("*")} == files
     assert _searches("alice") == searches
 
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
 
     reset_runtimes()  # the same chat ingested again in the new data dir: a duplicate of the imported event
     out = ingest_paths([tmp_path / "alice.jsonl"], T, "alice", "laptop", quiet=True)

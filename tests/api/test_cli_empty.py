@@ -10,7 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from engram.api.cli import app
+from engram.api.cli.main import app
 
 NOTES = {
     "lease.md": "# Lease\n\nThe lease for Flat 4B ends on 30 April. Dana sent the renewal form to sign by 31 March.\n",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from engram.api.cli import app
+from engram.api.cli.main import app
 
 
 def _help(*command: str) -> str:

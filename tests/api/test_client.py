@@ -147,7 +147,7 @@ def test_retries_transient_errors_with_backoff_and_gives_up():
 def test_cli_publish_is_resumable(api_server, api_keys, api_redis, files):
     from typer.testing import CliRunner
 
-    from engram.api.cli import app as cli
+    from engram.api.cli.main import app as cli
 
     (files / "notes.txt").write_text("not media")
     runner = CliRunner()

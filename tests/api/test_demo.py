@@ -8,7 +8,7 @@ import shutil
 from typer.testing import CliRunner
 
 import engram.api.demo
-from engram.api.cli import app
+from engram.api.cli.main import app
 
 
 def test_demo_ingests_its_sample_and_finds_each_part(tmp_path, monkeypatch):

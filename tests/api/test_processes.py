@@ -95,7 +95,7 @@ def test_celery_argv(tmp_path):
 
 
 def test_cli_refuses_with_reason(monkeypatch, tmp_path):
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     monkeypatch.delenv("ENGRAM_BROKER_URL", raising=False)
     monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path))

@@ -223,7 +223,7 @@ def test_remote_service_through_the_http_api(query_worker):
 
 
 #: The front doors over the service layer: none waits on a task itself or reads a timeout of its own.
-FRONT_DOORS = ["api/cli.py", "api/memory_cli.py", "api/mcp_server.py", "api/embedded.py", "api/ui_cli.py",
+FRONT_DOORS = ["api/cli/main.py", "api/cli/memory.py", "api/mcp_server.py", "api/embedded.py", "api/cli/ui.py",
                *(f"api/http/routes/{n}" for n in ("queue.py", "search.py", "memories.py", "entities.py", "screens.py")),
                *(f"api/ui/{n}" for n in ("app.py", "routes.py", "signin.py", "pages.py"))]
 

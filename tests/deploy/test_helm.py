@@ -576,7 +576,7 @@ def test_readme_documents_every_value():
 def test_every_worker_and_beat_has_liveness_and_readiness(scenario):
     """Workers: `celery inspect ping` of the pod's own node, named by the worker's --hostname (an option `engram
     worker` has); beat: its schedule file, where `engram beat` keeps it, written recently."""
-    from engram.api.cli import worker as worker_command
+    from engram.api.cli.main import worker as worker_command
     from engram.api.processes import beat_schedule_path
 
     assert "hostname" in inspect.signature(worker_command).parameters

@@ -96,7 +96,7 @@ class Block(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, Block())
 
 from typer.testing import CliRunner
-from engram.api.cli import app as cli
+from engram.api.cli.main import app as cli
 for args in (["--help"], ["serve", "--help"], ["publish", "--help"], ["keys", "--help"], ["watch", "--help"]):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, (args, result.output, result.exception)

@@ -120,7 +120,7 @@ def _interrupted_restore(cluster: Cluster, src: str, monkeypatch) -> None:
     command leaves it: the marker key stays in Redis, the store is written, the Redis keys are not."""
     import redis
 
-    from engram.api.keep_cli import _ask_store_worker, _s3_options
+    from engram.api.cli.keep import _ask_store_worker, _s3_options
     from engram.schemas.settings import Settings
     from engram.workers.stores.backup import open_repository
     from engram.workers.stores.cluster_backup import RESTORE_KEY, restore_cluster

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def ingested(eval_data: Path, tmp_path_factory):
     """Ingest the real media once for this module; yields (runtime, ingest result)."""
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.workers.runtime import reset_runtimes, runtime
 
     data_dir = tmp_path_factory.mktemp("real-media")
@@ -35,7 +35,7 @@ def ingested(eval_data: Path, tmp_path_factory):
 
 
 def _search(query: str, limit: int = 5):
-    from engram.api.cli import run_search
+    from engram.api.cli.main import run_search
 
     return run_search(SearchRequest(query=query, tenant_id="eval", limit=limit)).hits
 
@@ -65,7 +65,7 @@ def test_receiver_count_finds_the_code_editor(ingested):
 
 
 def test_receiver_count_through_the_cli(ingested):
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     _, _, data_dir = ingested
     out = CliRunner().invoke(app, ["--data-dir", str(data_dir), "search", "receiver_count", "--tenant", "eval",

@@ -43,7 +43,7 @@ def write_chat(path: Path, lines: list[tuple[str, str]], day: int) -> Path:
 def chats(tmp_path_factory):
     """An embedded default with the three chats ingested (and consolidated) for user alice, shared by this
     module's tests (ask only reads); yields the Runtime."""
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.workers.runtime import reset_runtimes, runtime
 
     tmp = tmp_path_factory.mktemp("ask")
@@ -202,7 +202,7 @@ def test_gemini(chats, monkeypatch):
 def test_cli_ask(chats, monkeypatch):
     from typer.testing import CliRunner
 
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     runner = CliRunner()
     plain = runner.invoke(app, ["ask", QUESTION, "--json", "-k", "3"])

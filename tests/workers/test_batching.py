@@ -66,7 +66,7 @@ def test_files_embed_together_and_a_corrupt_one_fails_alone(engram_env, tmp_path
 def test_engram_ingest_of_a_folder_runs_its_files_together(engram_env, tmp_path, monkeypatch):
     """``ingest_paths`` (``engram ingest``) publishes a folder's files and runs them together: one model pass for
     the turns of all of them; a conversation file with a bad record fails alone with its reason."""
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
 
     rt = engram_env
     model = get_model("embedding", rt.settings)

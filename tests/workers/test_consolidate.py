@@ -48,7 +48,7 @@ def test_gap_and_size_split_a_session_and_episodes_come_in_time_order():
 def test_consolidated_episodes_cite_one_session_each(engram_env, tmp_path):
     """Through the real path: a chat file with two sessions at the same timestamps gives episodic memories
     whose sources each lie in one session, and every turn is in exactly one episode."""
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
 
     lines = [{"message_id": f"{s}:{i}", "session_id": s, "speaker": "user" if i % 2 == 0 else "assistant",
               "text": f"{s} turn {i} about {'gardening tomatoes' if s == 'garden' else 'fixing the bicycle'}",

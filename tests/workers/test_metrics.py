@@ -63,7 +63,7 @@ def test_json_logs_carry_tenant_event_stage_and_task(engram_env, tmp_path):
     tenant, the event id, the stage and the task id."""
     from typer.testing import CliRunner
 
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from engram.api.cli import ingest_paths
+from engram.api.cli.main import ingest_paths
 from engram.schemas.ask import AskRequest
 from engram.schemas.events import EventStatus, MediaKind
 from engram.schemas.memories import MemoryType
@@ -342,7 +342,7 @@ def test_search_output_shows_the_resolved_time_range():
 
     from rich.console import Console
 
-    from engram.api.cli import print_hits
+    from engram.api.cli.main import print_hits
     from engram.schemas.search import SearchResponse
     from engram.workers.text.timeexpr import resolve
 
@@ -359,7 +359,7 @@ def test_search_output_shows_sources_by_their_file_names():
 
     from rich.console import Console
 
-    from engram.api.cli import print_hits
+    from engram.api.cli.main import print_hits
     from engram.schemas.memories import MemoryType
     from engram.schemas.search import SearchHit, SearchResponse
 

@@ -1,5 +1,5 @@
 """Archives: one user's (or a tenant's) whole memory in one file, and that file imported into another data dir
-(``engram export --archive FILE`` / ``engram import FILE``; the commands: ``api.archive_cli``).
+(``engram export --archive FILE`` / ``engram import FILE``; the commands: ``api.cli.archive``).
 
 An archive is a POSIX tar file (``tarfile``, written and read as a stream: nothing is held in memory but one
 batch of points and the manifest), its members in this order:

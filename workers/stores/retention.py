@@ -21,7 +21,7 @@ app and ``engram search --json`` say "removed by retention" instead of failing t
 still queued or processing, and any stored less than ``MIN_AGE_S`` ago, are never removed (ingest still reads
 them). A dry run plans the same and changes nothing.
 
-Who runs it: ``engram retention`` (``api.retention_cli``); the embedded default after a batch of ``engram
+Who runs it: ``engram retention`` (``api.cli.retention``); the embedded default after a batch of ``engram
 ingest``, ``watch`` or ``capture`` at most every ``ENGRAM_RETENTION_INTERVAL_SECONDS`` (``apply_if_due``, from
 consolidation, in the process that holds the store); beat's ``retention`` entry in the distributed mode
 (``workers.retention``, on the ``consolidate`` queue: a process that may open the vector store). Files it

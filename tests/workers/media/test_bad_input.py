@@ -13,7 +13,7 @@ import sys
 import zlib
 from pathlib import Path
 
-from engram.api.cli import ingest_paths
+from engram.api.cli.main import ingest_paths
 from engram.schemas.events import EventStatus
 
 REPO = Path(__file__).resolve().parents[3]
@@ -228,7 +228,7 @@ def test_near_identical_screenshots_from_one_device(engram_env, tmp_path):
 def test_cli_prints_one_line_per_bad_file(engram_env, tmp_path):
     from typer.testing import CliRunner
 
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     folder = make_bad_folder(tmp_path / "cli")
     result = CliRunner().invoke(app, ["ingest", str(folder), "--tenant", "acme", "--user", "alice",
@@ -250,7 +250,7 @@ def test_cli_prints_one_line_per_bad_file(engram_env, tmp_path):
 def test_cli_exits_non_zero_when_every_file_failed(engram_env, tmp_path):
     from typer.testing import CliRunner
 
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     folder = tmp_path / "allbad"
     folder.mkdir()
@@ -266,7 +266,7 @@ def test_cli_exits_non_zero_when_every_file_failed(engram_env, tmp_path):
 def test_cli_reports_a_missing_path(engram_env, tmp_path):
     from typer.testing import CliRunner
 
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     result = CliRunner().invoke(app, ["ingest", str(tmp_path / "missing.png"), "--no-consolidate"])
     assert result.exit_code == 2

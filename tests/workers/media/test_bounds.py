@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from engram.api.cli import ingest_paths
+from engram.api.cli.main import ingest_paths
 from engram.schemas.events import EventStatus
 
 WHO = {"tenant": "acme", "user": "alice", "device": "laptop"}

@@ -270,7 +270,7 @@ def test_multilingual_model_detects_the_language(eval_data, lang, max_wer):
 # --- bad input ------------------------------------------------------------------------------------------
 
 def _ingest(path: Path):
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
 
     return ingest_paths([path], **WHO, consolidate=False, quiet=True)
 

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 
 from bench import vision as ev
 from bench.speech import perceive_file
-from engram.api.cli import ingest_paths
+from engram.api.cli.main import ingest_paths
 from engram.schemas.events import EventStatus
 from engram.schemas.observations import OcrLine
 from engram.workers.media import decode as media

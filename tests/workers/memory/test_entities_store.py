@@ -74,7 +74,7 @@ def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(eng
 
 
 def test_engram_entities_lists_and_merges(engram_env, capsys):
-    from engram.api.cli import show_entities
+    from engram.api.cli.main import show_entities
     from engram.workers.link import link_observations
     from engram.workers.memory.entities import EntityMemory, list_entities
 

@@ -70,7 +70,7 @@ def template(tmp_path_factory) -> Path:
     """A data dir where alice published a chat shared with bob (same bytes), a chat of her own, a screenshot
     and has a vault entry; bob published the shared chat (same bytes: the same object, his own observations) and
     a chat of his own. Built once; each test works on a copy. Returns the folder of the inputs and ``data/``."""
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.workers.runtime import reset_runtimes
 
     tmp = tmp_path_factory.mktemp("people")
@@ -152,7 +152,7 @@ def test_export_has_every_type_with_provenance_and_no_secret(people):
 
 
 def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp_path):
-    from engram.api.cli import ingest_paths
+    from engram.api.cli.main import ingest_paths
     from engram.workers.memory.records import forget_user
     from engram.workers.memory.search import search
     from engram.workers.memory.vault import list_entries, object_key
@@ -212,7 +212,7 @@ def test_forget_the_last_user_of_a_shared_object_deletes_it(people):
 def test_cli(people):
     from typer.testing import CliRunner
 
-    from engram.api.cli import app
+    from engram.api.cli.main import app
 
     runner = CliRunner()
     listed = runner.invoke(app, ["memories", "list", "--type", "observation", "--user", "alice", "--json"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engram.api.cli import ingest_paths
+from engram.api.cli.main import ingest_paths
 from engram.schemas.memories import MemoryType
 from engram.workers.consolidate import consolidate_user
 from engram.workers.memory import dynamics

@@ -1,5 +1,5 @@
 """The ``engram`` commands that read memory through the query worker: ``ask``, ``memories list|get|update|delete``,
-``forget`` and ``export`` (registered on the main app by ``api.cli``).
+``forget`` and ``export`` (registered on the main app by ``api.cli.main.main``).
 
 Each calls the service layer (``api.embedded.service_call``: the tasks inline on the embedded default, through
 the ``query`` queue when ``ENGRAM_BROKER_URL`` is set; one timeout, ``ENGRAM_SERVICE_TIMEOUT_SECONDS``).
@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from engram.api.archive_cli import ApiKey, ApiUrl, export_archive
+from engram.api.cli.archive import ApiKey, ApiUrl, export_archive
 from engram.api.console import (
     console,
     counted,

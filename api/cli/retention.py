@@ -1,6 +1,6 @@
 """``engram retention``: remove originals past their kind's age or the storage cap, keeping their text, vectors,
 thumbnails and memories (``workers.stores.retention``); and the bytes-per-kind table of ``engram status``
-(``print_storage``). Registered on the main app by ``api.cli``.
+(``print_storage``). Registered on the main app by ``api.cli.main.main``.
 
 On the embedded default the command runs in this process, with a progress bar on stderr; with
 ``ENGRAM_BROKER_URL`` set it sends the ``retention`` task to the workers (queue ``consolidate``) and waits for its

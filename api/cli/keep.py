@@ -1,6 +1,6 @@
 """``engram backup DEST`` and ``engram restore SRC``: the embedded default's data dir, or a cluster's store, objects
 and Redis ledger (ENGRAM_BROKER_URL set), copied to a folder or ``s3://bucket/prefix`` and back (the engines:
-``workers.stores.backup`` and ``workers.stores.cluster_backup``; registered on the main app by ``api.cli``).
+``workers.stores.backup`` and ``workers.stores.cluster_backup``; registered on the main app by ``api.cli.main.main``).
 Progress goes to stderr; ``--json`` prints one summary object on stdout. See docs/keep.md."""
 
 from __future__ import annotations

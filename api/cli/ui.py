@@ -1,5 +1,5 @@
 """``engram ui``: the web app (``api.ui``) on the embedded default, at http://127.0.0.1:PORT/ (registered on the
-main app by ``api.cli``). The store is shared with the other engram commands as ``engram mcp`` shares it
+main app by ``api.cli.main.main``). The store is shared with the other engram commands as ``engram mcp`` shares it
 (``api.service.embedded.EmbeddedService``: held during a page's reads, let go when another command asks)."""
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ def status(
         what = ("1 event was", "it", "it") if len(stuck) == 1 else (f"{len(stuck)} events were", "them", "they")
         console.print("{} interrupted: the next `engram ingest` (of any file) runs {} again first, keeping what {} "
                       "stored".format(*what), highlight=False)
-    from engram.api.retention_cli import print_storage
+    from engram.api.cli.retention import print_storage
 
     print_storage(rt, tenant)  # bytes per kind: originals, thumbnails, store, ledger, caches
     if reveals := rt.ledger.reveal_count(tenant):
@@ -409,33 +409,33 @@ def demo(
     run_demo(workdir, console)
 
 
-# ask, memories list|get|delete, forget, export: through the query worker (api/memory_cli.py)
-from engram.api.memory_cli import register as _register_memory_commands  # noqa: E402
+# ask, memories list|get|delete, forget, export: through the query worker (api/cli/memory.py)
+from engram.api.cli.memory import register as _register_memory_commands  # noqa: E402
 
 _register_memory_commands(app)
 
-# add, mcp: for agents (api/agent_cli.py, api/mcp_server.py)
-from engram.api.agent_cli import register as _register_agent_commands  # noqa: E402
+# add, mcp: for agents (api/cli/agent.py, api/mcp_server.py)
+from engram.api.cli.agent import register as _register_agent_commands  # noqa: E402
 
 _register_agent_commands(app)
 
-# ui: the web app on the embedded default (api/ui_cli.py, api/ui/)
-from engram.api.ui_cli import ui as _ui  # noqa: E402
+# ui: the web app on the embedded default (api/cli/ui.py, api/ui/)
+from engram.api.cli.ui import ui as _ui  # noqa: E402
 
 app.command("ui", epilog="Example:  engram ui --port 8780")(_ui)
 
-# retention: originals past their kind's age or the storage cap (api/retention_cli.py, workers/stores/retention.py)
-from engram.api.retention_cli import register as _register_retention_command  # noqa: E402
+# retention: originals past their kind's age or the storage cap (api/cli/retention.py, workers/stores/retention.py)
+from engram.api.cli.retention import register as _register_retention_command  # noqa: E402
 
 _register_retention_command(app)
 
-# backup, restore: the embedded default's data dir (api/keep_cli.py, workers/stores/backup.py)
-from engram.api.keep_cli import register as _register_keep_commands  # noqa: E402
+# backup, restore: the embedded default's data dir (api/cli/keep.py, workers/stores/backup.py)
+from engram.api.cli.keep import register as _register_keep_commands  # noqa: E402
 
 _register_keep_commands(app)
 
-# import: an archive of `engram export --archive` (api/archive_cli.py, workers/memory/archive.py)
-from engram.api.archive_cli import register as _register_archive_commands  # noqa: E402
+# import: an archive of `engram export --archive` (api/cli/archive.py, workers/memory/archive.py)
+from engram.api.cli.archive import register as _register_archive_commands  # noqa: E402
 
 _register_archive_commands(app)
 

@@ -1,5 +1,5 @@
 """The ``engram`` commands for agents: ``add`` (remember a text or chat messages now) and ``mcp`` (the MCP server,
-``api/mcp_server.py``). Registered on the main app by ``api.cli``.
+``api/mcp_server.py``). Registered on the main app by ``api.cli.main.main``.
 """
 
 from __future__ import annotations

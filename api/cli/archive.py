@@ -1,7 +1,7 @@
 """``engram export --archive FILE`` and ``engram import FILE``: one user's (or a tenant's) whole memory in one
 archive file, and that file imported into another data dir or cluster, ids kept (the engine:
-``workers.memory.archive``; ``import`` is registered on the main app by ``api.cli``, ``export --archive`` is
-``api.memory_cli.export``).
+``workers.memory.archive``; ``import`` is registered on the main app by ``api.cli.main.main``, ``export --archive`` is
+``api.cli.memory.export``).
 
 On the embedded default the command opens the data dir itself. On a cluster (``ENGRAM_BROKER_URL`` set) it stages
 the archive in the cluster's object store (``STAGING_PREFIX``) and asks the store worker (``workers.archive``, queue
@@ -20,8 +20,8 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from engram.api.cli.keep import cluster_settings, fail
 from engram.api.console import console, counted
-from engram.api.keep_cli import cluster_settings, fail
 
 ApiUrl = Annotated[str | None, typer.Option("--api", help="Through this engram API (a cluster's), e.g. "
                                             "http://127.0.0.1:8000, instead of the data dir or ENGRAM_BROKER_URL's "
