@@ -8,13 +8,12 @@ in two clips) costs no model time.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import structlog
 from pydantic import TypeAdapter
 
 from engram.schemas.observations import FaceDetection, OcrLine
+from engram.workers.codecs import pixels_sha256  # the OCR cache's key, also read by memory.forget
 from engram.workers.media import screen_faces, screens
 from engram.workers.memory.vault import VaultError, seal, unseal
 from engram.workers.metrics import model_timer
@@ -25,14 +24,6 @@ from engram.workers.stores.objects import ObjectNotFound
 log = structlog.get_logger(__name__)
 
 _LINES = TypeAdapter(list[OcrLine])
-
-
-def pixels_sha256(pixels: np.ndarray) -> str:
-    """Hex sha256 of an image's shape and pixel bytes: the same picture re-encoded (PNG, WebP) hashes alike."""
-    arr = np.ascontiguousarray(pixels)
-    h = hashlib.sha256(f"{arr.shape}|{arr.dtype}|".encode())
-    h.update(arr.data)
-    return h.hexdigest()
 
 
 def ocr_cache_key(tenant_id: str, model: str, digest: str) -> str:
