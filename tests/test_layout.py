@@ -147,6 +147,20 @@ def test_wings_import_no_stage_and_no_celery_app():
     assert upward == []
 
 
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_models_and_memory_never_import_media():
+    """``models/`` and ``memory/`` sit below ``media/``: neither imports it, not even inside a function. What they
+    need of decoded media (a VLM's JPEG, a sample's WAV, the sample rate, the pixel digest that keys the OCR cache)
+    is in ``workers/codecs.py``, which ``media/`` imports too."""
+    upward = [(a, b, line) for a, b, _, line, _ in imports()
+              if (_within(a, "engram.workers.models") or _within(a, "engram.workers.memory"))
+              and _within(b, "engram.workers.media")]
+    assert upward == []
+
+
 def test_only_stages_define_celery_tasks():
     defining = set()
     for name, path in modules().items():
