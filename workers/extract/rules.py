@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from engram.schemas.extraction import CoreDraft, Extraction, ProceduralDraft, ResourceDraft, SemanticDraft
 from engram.workers.extract.base import Extractor, Seen
-from engram.workers.extract.statements import statements, turn_fact
+from engram.workers.extract.statements import statements, turn_fact, turn_worth_parsing
 from engram.workers.text.sentences import sentences
 
 _NAME = r"[A-Z][a-z]+(?: [A-Z][a-z]+)?"
@@ -204,9 +204,9 @@ class RulesExtractor(Extractor):
             sents = obs.own_sentences()
             for sentence in sents:
                 self._facts(sentence, i, obs, names, user_id, out)
-                if obs.speaker and obs.speaker.lower() not in _NOT_PEOPLE:
-                    asked.append((sentence, user_id if obs.about_user else obs.speaker))
-                    owner.append(i)
+            if obs.speaker and obs.speaker.lower() not in _NOT_PEOPLE and turn_worth_parsing(sents):
+                asked.extend((sentence, user_id if obs.about_user else obs.speaker) for sentence in sents)
+                owner.extend([i] * len(sents))
             out.procedural.extend(procedures(text, i, sents))
             out.resource.extend(resources(obs, i))
         self._statements(asked, owner, seen, user_id, out)

@@ -80,6 +80,14 @@ def worth_parsing(sentence: str) -> bool:
     return bool(s) and not s.endswith("?") and bool(_GATE.search(s))
 
 
+def turn_worth_parsing(sentences: list[str]) -> bool:
+    """Whether a turn's ``sentences`` can make a fact at all (``turn_fact``): the sentences worth parsing hold at
+    least ``MIN_WORDS`` words, a contraction counted as two ("I'm" becomes "Caroline is"). A statement's words
+    are its sentence's, rewritten, so a turn below that gives no fact and is not parsed (the parse is most of the
+    extractor's time)."""
+    return sum(len(w) + s.count("'") for s in sentences if worth_parsing(s) for w in [s.split()]) >= MIN_WORDS
+
+
 def statements(items: Iterable[tuple[str, str]]) -> list[list[Statement]]:
     """For each (sentence, speaker name) of ``items``, the statements read from it (see the module docstring),
     in order; a sentence that is no statement gives []. Parses the sentences in one ``nlp.pipe`` batch."""

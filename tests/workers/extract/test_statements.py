@@ -67,3 +67,11 @@ def test_profile_lines_of_the_user():
     got = RulesExtractor().extract(seen, "Caroline")
     assert [f for c in got.core for f in c.facts] == [
         "origin: Sweden", "identity: a transgender woman", "goal: create a safe and loving home for these kids"]
+
+
+def test_a_turn_too_short_to_make_a_fact_is_not_parsed():
+    from engram.workers.extract.statements import turn_worth_parsing
+
+    assert not turn_worth_parsing(["Hey Mel!", "I'm swamped with the kids & work.", "What's up with you?"])
+    assert turn_worth_parsing(["I went to a LGBTQ support group yesterday.",
+                               "I'm keen on counseling or working in mental health."])
