@@ -480,7 +480,7 @@ def _import_event(rt: Runtime, rec: LedgerRecord, segments: list[int]) -> bool:
             and have.observations == rec.observations:
         return False
     eid = rec.event_id
-    rt.ledger.record_queued(_media_event(rt, rec))
+    rt.ledger.record_queued(_media_event(rt, rec), created_at=rec.created_at)  # its time, not the import's
     if rec.status not in FINAL_STATUSES:
         rt.ledger.mark(eid, EventStatus.failed, rec.stage, f"was {rec.status.value} when it was exported: "
                        "`engram retry` processes it")

@@ -18,8 +18,9 @@ FINAL_STATUSES = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 class Ledger(Protocol):
     """Event status and ingest's shared state. Every method is atomic and safe across processes."""
 
-    def record_queued(self, event: MediaEvent) -> None:
-        """Add ``event`` as queued (no-op if it is already known)."""
+    def record_queued(self, event: MediaEvent, created_at: datetime | None = None) -> None:
+        """Add ``event`` as queued (no-op if it is already known). ``created_at``: its creation time when it is
+        not now (an event imported from an archive keeps the one it had where it was exported)."""
 
     def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
         """The event's record, or None."""

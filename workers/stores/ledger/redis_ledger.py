@@ -108,7 +108,7 @@ class RedisLedger:
         pipe.zadd(f"{self.p}tenant:{rec['tenant_id']}:status:{rec['status']}", {rec["event_id"]: now.timestamp()})
         pipe.zadd(f"{self.p}tenant:{rec['tenant_id']}:events", {rec["event_id"]: now.timestamp()})
 
-    def record_queued(self, event: MediaEvent) -> None:
+    def record_queued(self, event: MediaEvent, created_at: datetime | None = None) -> None:
         key = self._ek(event.event_id)
         if self.r.exists(key):  # the publisher recorded it (ingest records it again): one round trip, no WATCH
             return
@@ -120,7 +120,8 @@ class RedisLedger:
             now = datetime.now(UTC).isoformat()
             rec = {"event_id": str(event.event_id), "tenant_id": event.tenant_id, "user_id": event.user_id,
                    "device_id": event.device_id, "kind": event.kind.value, "object_key": event.object_key,
-                   "sha256": event.sha256, "source_name": event.source_name or "", "created_at": now,
+                   "sha256": event.sha256, "source_name": event.source_name or "",
+                   "created_at": created_at.astimezone(UTC).isoformat() if created_at else now,
                    "updated_at": now, "segments_total": "", "event_json": event.model_dump_json(),
                    "redeliveries": 0}
             pipe.multi()

@@ -101,8 +101,9 @@ class SqliteLedger:
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         return self._db.transaction()
 
-    def record_queued(self, event: MediaEvent) -> None:
+    def record_queued(self, event: MediaEvent, created_at: datetime | None = None) -> None:
         now = _now()
+        created_at_s = created_at.astimezone(UTC).isoformat() if created_at else now
         with self._tx() as db:
             me = this_process()
             created = db.execute(
@@ -110,7 +111,7 @@ class SqliteLedger:
                 " source_name, status, created_at, updated_at, event_json, owner_pid, owner_started)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (str(event.event_id), event.tenant_id, event.user_id, event.device_id, event.kind.value,
-                 event.object_key, event.sha256, event.source_name, EventStatus.queued.value, now, now,
+                 event.object_key, event.sha256, event.source_name, EventStatus.queued.value, created_at_s, now,
                  event.model_dump_json(), me.pid, me.started)).rowcount
         if created:
             EVENTS_RECEIVED.labels(kind=event.kind.value).inc()
