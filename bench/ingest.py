@@ -61,6 +61,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.lib.embedded import merge_json, quiet_logs  # noqa: E402
+
 
 def _cache_rows(data_dir: Path) -> int:
     """Texts encoded into the data dir's embedding cache (``cache/embeddings.sqlite``): its rows of plain
@@ -92,7 +94,7 @@ def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = N
     indexes, once per data dir), then those CPU seconds by task (``task_cpu_seconds``; a task that did not run is
     left out). ``cache_of``: a data dir whose embedding cache is shared (warm), else a fresh cache (cold). Raises
     RuntimeError when a file fails."""
-    from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
+    from bench.lib.embedded import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
     from engram.api.cli.main import ingest_paths
     from engram.workers.runtime import runtime
     from engram.workers.stores.vectors import COLLECTIONS
@@ -125,7 +127,7 @@ def _encode_seconds(model, texts: list[str], batch_size: int) -> tuple[float, fl
 def text(args: argparse.Namespace) -> dict:
     """The text section: ceiling, cold and warm messages/s, their ratio and encodes per message, medians of
     ``args.rounds`` rounds (see the module's docstring). Raises FileNotFoundError without the LoCoMo data."""
-    from bench.locomo import load_locomo, sample_turns
+    from bench.lib.locomo import load_locomo, sample_turns
     from engram.schemas.settings import get_settings
     from engram.workers.media.conversations import to_jsonl
     from engram.workers.memory.embedding import clear_text_memos
@@ -210,8 +212,8 @@ def distributed(args: argparse.Namespace) -> dict:
     """``{"<workers>": {"events_per_s", "events_per_cpu_s", "store_busy", "efficiency_vs_fewest"}}``: text events
     through the distributed mode with each count of cpu workers in ``--distributed-workers``, medians of
     ``--distributed-rounds`` interleaved rounds, each row and the targets' checks printed
-    (``bench.distributed.distributed_rates``: its own redis-server and ``engram worker`` processes; minutes)."""
-    from bench.distributed import distributed_rates  # starts servers: only when this section is asked for
+    (``bench.lib.distributed.distributed_rates``: its own redis-server and ``engram worker`` processes; minutes)."""
+    from bench.lib.distributed import distributed_rates  # starts servers: only when this section is asked for
 
     print(f"distributed, {args.distributed_events} text events per row, {args.distributed_rounds} interleaved "
           f"round(s) of {', '.join(map(str, args.distributed_workers))} cpu worker(s) (minutes):")
@@ -244,13 +246,6 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "audio": lambda args: perception("audio", args), "distributed": distributed}
 
 
-def merge_json(path: Path, results: dict) -> None:
-    """Write ``results``' keys into the JSON object in ``path`` (made when absent; other keys kept; text as it is,
-    not escaped: the screenshot section's strings include Chinese). ``bench/perception_speed.py`` writes with it
-    too."""
-    data = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
-    data.update(results)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,9 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="text: rounds of ceiling, cold and warm, side by side; medians reported (default: 5)")
     ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")
     args = ap.parse_args(argv)
-    from bench.retrieval import _quiet_logs
-
-    _quiet_logs()
+    quiet_logs()
     results: dict = {}
     for name in args.sections:
         results[name] = SECTIONS[name](args)

@@ -7,7 +7,7 @@ shared across questions and runs (``--embedding-cache``). Prints each question's
 per collection, then the median. With ``--passes 2`` the first pass warms the cache and only the last pass
 is reported. ``--profile FILE`` writes cProfile statistics of the reported pass (``python -m pstats FILE``).
 
-The data dirs share one vault key (``ENGRAM_VAULT_KEY`` or ``bench.retrieval.BENCH_VAULT_KEY``), so the vault
+The data dirs share one vault key (``ENGRAM_VAULT_KEY`` or ``bench.lib.embedded.BENCH_VAULT_KEY``), so the vault
 placeholders in turns that hold a secret are the same on every run and hit the warm cache.
 
     python bench/ingest_speed.py --questions 10 --embedding-cache /tmp/emb [--passes 2]
@@ -28,14 +28,16 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.lib.embedded import quiet_logs  # noqa: E402
+
 
 def ingest_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = None,
                    profile: cProfile.Profile | None = None) -> list[tuple[str, float, dict[str, int]]]:
     """(question id, warm ingest seconds, points per collection) for each of the first ``limit`` questions.
     ``profile``: enabled around each ingest only. Raises FileNotFoundError without the LongMemEval data and
     RuntimeError when an ingest fails."""
-    from bench.longmemeval import load_longmemeval
-    from bench.retrieval import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
+    from bench.lib.embedded import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
+    from bench.lib.longmemeval import load_longmemeval
     from engram.api.cli.main import ingest_paths
     from engram.workers.media.conversations import longmemeval_messages, to_jsonl
     from engram.workers.runtime import runtime
@@ -74,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-data", type=Path, default=None,
                     help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
     args = ap.parse_args(argv)
-    from bench.retrieval import _quiet_logs
-
-    _quiet_logs()
+    quiet_logs()
     rows: list[tuple[str, float, dict[str, int]]] = []
     for n in range(max(1, args.passes)):
         last = n == max(1, args.passes) - 1

@@ -98,7 +98,8 @@ def _engram(data_dir: Path, *args: str) -> dict:
 
 def build_data_dir(seed_dir: Path, data_dir: Path, n_obs: int, user: str) -> dict:
     """The store of ``n_obs`` observations (``bench.scale.build``) with the seed's ledger, caches and objects."""
-    from bench.scale import _seed, build
+    from bench.lib.seed import build
+    from bench.lib.seed import seed_points as _seed
 
     built = build(_seed(seed_dir), user, n_obs, data_dir)
     for name in ("ledger.sqlite", "cache/embeddings.sqlite"):
@@ -114,7 +115,8 @@ def build_data_dir(seed_dir: Path, data_dir: Path, n_obs: int, user: str) -> dic
 
 def add_new(seed_dir: Path, data_dir: Path, n: int) -> int:
     """Write ``n`` more observations (seed points with new ids, a new user) through the store; returns how many."""
-    from bench.scale import _copy, _seed
+    from bench.lib.seed import copy_point as _copy
+    from bench.lib.seed import seed_points as _seed
     from engram.workers.stores.vectors import OBSERVATIONS, EdgeVectorStore
 
     recs = [r for by_coll in _seed(seed_dir).values() for r in by_coll.get(OBSERVATIONS, [])]
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = ap.parse_args(argv)
 
-    from bench.locomo import load_locomo
+    from bench.lib.locomo import load_locomo
     from engram.workers.media.conversations import locomo_sample_id
     from engram.workers.stores import backup as bk
 
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     args.seed_dir = args.seed_dir or work / "seed"
     if not (args.seed_dir / "vectors").is_dir():
-        from bench.retrieval import evaluate
+        from bench.lib.retrieval import evaluate
 
         print(f"ingesting LoCoMo conversations 0 1 2 into {args.seed_dir} ...", file=sys.stderr)
         evaluate([0, 1, 2], data_dir=args.seed_dir, ingest_only=True, progress=False)

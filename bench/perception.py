@@ -5,8 +5,8 @@ The file is a list of sections (``SECTIONS``); each is a function of a ``Context
 files go through ingest's plan (streamed, overlapping chunks) and the ``perceive`` task (faster-whisper + VAD,
 Resemblyzer speaker windows, clustering) on a temporary embedded data dir. Vision calls engram's own functions
 (``workers.media.vision``: OCR with its cache, faces; ``workers.media``: near-duplicate signatures; clips through
-ingest's plan and the ``perceive`` task) with the evaluation helpers of ``bench/vision.py``. Entities ingest
-real media through the whole path, link included (``bench/entities.py``).
+ingest's plan and the ``perceive`` task) with the evaluation helpers of ``bench/lib/vision.py``. Entities ingest
+real media through the whole path, link included (``bench/lib/entities.py``).
 
     python bench/perception.py [--only audio|vision|entities] [--section NAME ...] [--runs 5] [--json out.json]
                                [--long [--long-hours 3]]
@@ -36,7 +36,7 @@ os.environ.setdefault("ENGRAM_DATA_DIR", tempfile.mkdtemp(prefix="engram-bench-p
 for _var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
     os.environ.pop(_var, None)
 
-from bench import speech  # noqa: E402
+from bench.lib import speech  # noqa: E402
 
 Row = tuple[str, str, str, str]  # (what, data, figure, floor)
 
@@ -244,7 +244,7 @@ def vision_ocr_finds(ctx: Context) -> list[Row]:
 
 def vision_ocr_recall(ctx: Context) -> list[Row]:
     """OCR word recall of each webui viewport (floor 0.85) and full page against its accessibility tree."""
-    from bench import vision as ev
+    from bench.lib import vision as ev
     from engram.workers.media import vision
     from engram.workers.runtime import runtime
 
@@ -264,7 +264,7 @@ def vision_ocr_recall(ctx: Context) -> list[Row]:
 def vision_faces(ctx: Context) -> list[Row]:
     """Face clustering (average-linkage agglomerative at dlib's 0.6) and plain verification at 0.6, pairwise
     P/R/F1 over the labelled pairs of both deepface lists."""
-    from bench import vision as ev
+    from bench.lib import vision as ev
     from engram.workers.models.faces import SAME_PERSON_DISTANCE, cluster_faces, face_distance
 
     folder = ctx.data / "faces" / "deepface"
@@ -286,7 +286,7 @@ def vision_faces(ctx: Context) -> list[Row]:
 
 def vision_clip_faces(ctx: Context) -> list[Row]:
     """Faces on the Hamilton clip's keyframes against the two reference faces."""
-    from bench import vision as ev
+    from bench.lib import vision as ev
     from engram.workers.models.faces import SAME_PERSON_DISTANCE
 
     video = ctx.data / "video"
@@ -306,7 +306,7 @@ def vision_near_duplicates(ctx: Context) -> list[Row]:
 
     from PIL import Image
 
-    from bench import vision as ev
+    from bench.lib import vision as ev
     from engram.workers.media import decode as media
     from engram.workers.runtime import runtime
 
@@ -387,7 +387,7 @@ def vision_speed(ctx: Context) -> list[Row]:
 def _entity_observations(ctx: Context) -> dict[str, list]:
     """jfk.flac's halves, leopard_test.wav, pyannote_sample.wav and the Hamilton clip through the whole path
     (link included) into tenant ``bench-entities`` (once per run of the bench)."""
-    from bench import entities as be
+    from bench.lib import entities as be
 
     if "entities" not in ctx.cache:
         halves = be.jfk_halves(ctx.data / "audio", Path(tempfile.mkdtemp(prefix="engram-bench-halves-")))
@@ -404,7 +404,7 @@ def entities_voices(ctx: Context) -> list[Row]:
     import itertools
     import uuid
 
-    from bench import entities as be
+    from bench.lib import entities as be
     from engram.workers.memory.entities import EntityMemory, centroid, closeness
     from engram.workers.runtime import runtime
 
@@ -429,8 +429,8 @@ def entities_voices(ctx: Context) -> list[Row]:
 
 def entities_clip(ctx: Context) -> list[Row]:
     """The Hamilton clip's faces linked to entities, each reference face against the nearest entity centroid."""
-    from bench import entities as be
-    from bench import vision as ev
+    from bench.lib import entities as be
+    from bench.lib import vision as ev
     from engram.workers.runtime import runtime
 
     threshold = runtime().settings.entity_face_distance

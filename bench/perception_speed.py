@@ -3,7 +3,7 @@
 Section ``screenshot``: a capture sequence per webui viewport (``screens/webui``): the viewport screenshot, then
 windows of the same size scrolled down the full-page screenshot (``--scroll`` px apart), then the last window
 with a new line of text drawn on it. Each frame goes through engram's real path on a fresh embedded data dir
-(``bench.speech.perceive_file``: publish, ingest's plan with the near-duplicate gate, the ``perceive`` task with
+(``bench.lib.speech.perceive_file``: publish, ingest's plan with the near-duplicate gate, the ``perceive`` task with
 OCR and faces on the regions changed since the device's last frame); a frame the gate drops is not a kept frame.
 Reported:
 
@@ -25,7 +25,7 @@ settings of ``BEFORE_AUDIO`` (the former defaults) and once with the current one
 
 - ``x_real_time``: audio seconds ÷ process CPU seconds of perceiving them, for the files one by one and for
   ``long``: the four files looped into a ``--long-seconds`` recording (as a device's stream arrives);
-- ``wer``: jfk.flac and leopard_test.wav (``bench.speech.wer``); ``speaker_f1``: pairwise F1 of word speaker
+- ``wer``: jfk.flac and leopard_test.wav (``bench.lib.speech.wer``); ``speaker_f1``: pairwise F1 of word speaker
   labels on leopard_diarization_test.wav and pyannote_sample.wav (as ``bench/perception.py`` counts them).
 
 - ``--variant LABEL:VAR=VALUE[,...]`` adds a configuration reported under ``LABEL`` (e.g. ``--variant
@@ -60,9 +60,9 @@ os.environ.setdefault("ENGRAM_DATA_DIR", tempfile.mkdtemp(prefix="engram-bench-s
 for _var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
     os.environ.pop(_var, None)
 
-from bench import speech  # noqa: E402
-from bench import vision as ev  # noqa: E402
-from bench.ingest import merge_json  # noqa: E402
+from bench.lib import speech  # noqa: E402
+from bench.lib import vision as ev  # noqa: E402
+from bench.lib.embedded import merge_json  # noqa: E402
 
 DATA = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
 NEW_LINE = "Meeting moved to Thursday at 10:42 in room Orion"

@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.locomo import locomo_path, parse_evidence  # noqa: E402
+from bench.lib.locomo import locomo_path, parse_evidence  # noqa: E402
 from engram.workers.extract.base import Seen  # noqa: E402
 from engram.workers.extract.rules import RulesExtractor  # noqa: E402
 from engram.workers.media.conversations import locomo_sample_id, locomo_sample_messages, parse_conversation_file  # noqa: E402

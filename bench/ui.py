@@ -2,7 +2,7 @@
 thumbnail sizes and the first paint in Chromium, on a store of 100 k observations of which 10 k screenshots, one
 user with a busy day of 1,680 frames, in one run.
 
-The store is built from copied seed points, as ``bench/scale.py`` does (its ``_seed`` and ``_copy``): a seed data
+The store is built from copied seed points, as ``bench/scale.py`` does (``bench.lib.seed``): a seed data
 dir holds real screenshots of ``../shared/data/screens`` and a short chat ingested through the real path
 (``engram ingest``: OCR, embedding); their points are copied with new ids, users, apps and times, and the seed's
 objects copied beside them, so each copied frame's original is a real PNG. Tenant ``bench``, user ``busy``: the
@@ -50,7 +50,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402,F401  (the offline model environment)
-from bench.scale import _copy, _du, _seed  # noqa: E402
+from bench.lib.seed import copy_point, disk_bytes, seed_points  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENS = ROOT.parent / "shared" / "data" / "screens"
@@ -109,7 +109,7 @@ def build(seed_dir: Path, data_dir: Path, n_obs: int, n_shots: int, n_busy: int)
     the ids of one busy-day frame per real screenshot (``sample``)."""
     from engram.workers.stores.vectors import OBSERVATIONS, EdgeVectorStore
 
-    seed = _seed(seed_dir)["seed"][OBSERVATIONS]
+    seed = seed_points(seed_dir)["seed"][OBSERVATIONS]
     shots = [r for r in seed if (r.payload or {}).get("kind") == "screenshot"]
     chat = [r for r in seed if (r.payload or {}).get("kind") != "screenshot"]
     if not shots or not chat:
@@ -131,7 +131,7 @@ def build(seed_dir: Path, data_dir: Path, n_obs: int, n_shots: int, n_busy: int)
     sample: list[str] = []
     for i in range(n_busy):  # the busy day
         key = f"busy:{i}"
-        p = _stamp(_copy(shots[i % len(shots)], OBSERVATIONS, {}, TENANT, BUSY_USER, key),
+        p = _stamp(copy_point(shots[i % len(shots)], OBSERVATIONS, {}, TENANT, BUSY_USER, key),
                    BUSY_DAY.timestamp() + i * FRAME_S, APPS[(i // 40) % len(APPS)], f"window {i // 40}")
         if i < len(shots):
             sample.append(str(p.id))
@@ -143,7 +143,7 @@ def build(seed_dir: Path, data_dir: Path, n_obs: int, n_shots: int, n_busy: int)
         tenant, user = (TENANT, BUSY_USER) if j == 0 else (f"tenant-{j % TENANTS}", f"user-{j}")
         src = shots[i % len(shots)] if i < rest_shots else chat[i % len(chat)]
         ts = day0 + (i // USERS) * 3600.0 + (i % 60) * 30  # over the months before the busy day
-        put(_stamp(_copy(src, OBSERVATIONS, {}, tenant, user, f"rest:{i}"), ts, APPS[i % len(APPS)],
+        put(_stamp(copy_point(src, OBSERVATIONS, {}, tenant, user, f"rest:{i}"), ts, APPS[i % len(APPS)],
                    f"window {i % 97}"))
     if batch:
         store.upsert(OBSERVATIONS, batch)
@@ -151,7 +151,7 @@ def build(seed_dir: Path, data_dir: Path, n_obs: int, n_shots: int, n_busy: int)
     optimize_s = sum(store.optimize().values())
     store.close()
     return {"build_s": build_s, "optimize_s": optimize_s, "observations": n_obs, "screenshots": n_shots,
-            "busy_frames": n_busy, "sample": sample, "disk_bytes": _du(data_dir / "vectors")}
+            "busy_frames": n_busy, "sample": sample, "disk_bytes": disk_bytes(data_dir / "vectors")}
 
 
 # --- measuring (in a fresh process on the built store) ---------------------------------------------------------

@@ -15,7 +15,7 @@ Printed and written (``--json``):
   duration-weighted mean of the d-vectors of the utterances most of whose words are theirs): the same speaker in
   two recordings, different speakers in two recordings (the pairs the linking threshold decides; within one
   recording the clustering and the cannot-link constraint decide), and the threshold chosen from them
-  (``choose_threshold``);
+  (``bench.lib.entities.choose_threshold``);
 - **pairwise F1** of voice entities over every pair of words of all recordings (a pair is positive when both words
   are one person's): engram's linking at the chosen threshold (recordings linked one by one, as they arrive), at
   the previous default 0.72, "one entity per speaker per file" (perfect clustering within a file, no linking
@@ -41,8 +41,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import entities as be  # noqa: E402
-from bench import speech as bs  # noqa: E402
+from bench.lib import entities as be  # noqa: E402
+from bench.lib import speech as bs  # noqa: E402
 
 #: (name, espeak-ng voice with its variant, pitch 0-99, words per minute)
 VOICES = [
@@ -157,22 +157,6 @@ def similarities(found: list[tuple[str, str, np.ndarray]]) -> dict[str, list[flo
     return out
 
 
-def choose_threshold(same: list[float], different: list[float], false_accepts: float = 0.02) -> float:
-    """The linking threshold from measured similarities: the lowest value (to 0.01) that at most ``false_accepts``
-    of different-speaker pairs reach, so two people are rarely linked (a wrong link joins two people for good and
-    draws their later voices together; a missed one leaves two entities that merge later by name). Raised to
-    the same-speaker pairs' minimum when that is higher (no same pair is lost by it). Raises ValueError
-    without different-speaker pairs."""
-    if not different:
-        raise ValueError("no different-speaker pairs to choose a threshold from")
-    ranked = sorted(different)
-    top = ranked[max(0, int(np.ceil((1 - false_accepts) * len(ranked))) - 1)]  # at most that share lie above it
-    t = float(np.ceil((top + 1e-9) * 100) / 100)
-    if same and min(same) > t:
-        t = float(np.floor(min(same) * 100) / 100)
-    return round(t, 2)
-
-
 def linked(files: dict[str, tuple[list, list]], threshold: float, margin: float | None = None) -> dict[str, list]:
     """Each observation's voice entity (its first entity id) after linking the recordings one by one, in order,
     into a fresh tenant at this threshold: {file: [entity id or None per observation]}."""
@@ -226,7 +210,7 @@ def measure(audio_dir: Path, work: Path) -> dict:
     files = perceived([*real(audio_dir, work), *synthetic(work)], audio_dir)
     sims = similarities(speaker_voices(files))
     same, different = sims["same"], sims["different"]
-    threshold = choose_threshold(same, different)
+    threshold = be.choose_threshold(same, different)
     baseline = {name: [f"{name}:{Counter(t for t in ts if t).most_common(1)[0][0] if any(ts) else None}"
                        for ts in truths] for name, (_, truths) in files.items()}
     single = {name: ["all"] * len(obs) for name, (obs, _) in files.items()}

@@ -233,3 +233,28 @@ def test_schemas_and_the_sdk_stand_on_their_own():
                if (a.startswith("engram.schemas") and not b.startswith("engram.schemas"))
                or (a == "engram.api.client" and b.startswith("engram.workers") and not inside)]
     assert leaning == []
+
+
+#: Bench scripts a test may import: those whose ``main()`` a test runs (``tests/bench/test_compare.py``).
+#: ``bench.typed``: its fact scoring moves to ``bench.lib`` once the work in progress on ``bench/typed.py`` lands
+#: (issue 46).
+BENCH_SCRIPTS_TESTS_RUN = {"bench.retrieval", "bench.typed"}
+
+
+def test_tests_import_bench_scripts_only_through_bench_lib():
+    """Tests import what the benches share from ``bench.lib``; a bench script (``bench/<name>.py``) only when its
+    ``main()`` is run (``BENCH_SCRIPTS_TESTS_RUN``), so a script stays free to change everything but its output."""
+    reached = []
+    for path in (REPO / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = ([f"{node.module}.{a.name}" for a in node.names] if node.module == "bench"
+                         else [node.module])
+            else:
+                continue
+            reached += [(str(path.relative_to(REPO)), node.lineno, n) for n in names
+                        if n.startswith("bench.") and not n.startswith("bench.lib")
+                        and ".".join(n.split(".")[:2]) not in BENCH_SCRIPTS_TESTS_RUN]
+    assert reached == []

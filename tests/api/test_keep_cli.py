@@ -62,7 +62,7 @@ def _ids(data_dir: Path) -> dict[str, list[str]]:
 def ingested(tmp_path_factory, eval_data) -> Path:
     """A data dir holding LoCoMo conversation 0 and the demo's sample (screenshots, a voice memo, a clip, a chat),
     ingested for one user through one ``engram ingest``."""
-    from bench.locomo import load_locomo, sample_turns
+    from bench.lib.locomo import load_locomo, sample_turns
     from engram.api.demo import make_samples
     from engram.workers.media.conversations import to_jsonl
 

@@ -7,7 +7,7 @@ import logging
 import pytest
 import structlog
 
-#: Loggers a bench script quiets (``bench.retrieval._quiet_logs``) besides the root.
+#: Loggers a bench script quiets (``bench.lib.embedded.quiet_logs``) besides the root.
 QUIETED = ("bm25s", "kombu", "celery")
 
 

@@ -1,5 +1,5 @@
 """``bench/retrieval.py --rows`` / ``--compare``: two runs compared question by question, per half, with a paired
-bootstrap interval (``bench.locomo.paired_comparison``), the way a change is judged on the held-out half."""
+bootstrap interval (``bench.lib.locomo.paired_comparison``), the way a change is judged on the held-out half."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.locomo import paired_comparison, row_key  # noqa: E402
+from bench.lib.locomo import paired_comparison, row_key  # noqa: E402
 from bench.retrieval import main  # noqa: E402
 
 

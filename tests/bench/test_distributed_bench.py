@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.distributed import Figure, checks, contention_line, efficiency_ratios, machine_contention, rates
+from bench.lib.distributed import Figure, checks, contention_line, efficiency_ratios, machine_contention, rates
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "distributed.py"
 

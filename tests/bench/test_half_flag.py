@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.locomo import half_conversations  # noqa: E402
+from bench.lib.locomo import half_conversations  # noqa: E402
 
 
 def test_a_half_of_the_ten_conversations():

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.locomo import (  # noqa: E402
+from bench.lib.locomo import (  # noqa: E402
     CATEGORIES,
     HALVES,
     all_questions,
@@ -24,8 +24,8 @@ from bench.locomo import (  # noqa: E402
     locomo_path,
     recall_at_budget,
 )
-from bench.longmemeval import load_longmemeval, longmemeval_half, longmemeval_path  # noqa: E402
-from bench.retrieval import SYSTEMS, half_summaries, print_halves  # noqa: E402
+from bench.lib.longmemeval import load_longmemeval, longmemeval_half, longmemeval_path  # noqa: E402
+from bench.lib.retrieval import SYSTEMS, half_summaries, print_halves  # noqa: E402
 
 KS = [5, 10, 25]
 
@@ -65,7 +65,7 @@ def _conversation(n: int) -> dict:
 
 
 def _rows(samples: list[dict]) -> list[dict]:
-    """Per-question rows as ``bench.retrieval.evaluate`` makes them, from fixed rankings (no ingest)."""
+    """Per-question rows as ``bench.lib.retrieval.evaluate`` makes them, from fixed rankings (no ingest)."""
     rows = []
     for q in all_questions(samples):
         ranked = {"engram": [["D1:1"], ["D1:3"]], "BM25": [["D1:2"]], "dense": [["D1:3"]], "RRF": [["D1:1"]]}

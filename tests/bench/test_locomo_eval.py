@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.locomo import (  # noqa: E402
+from bench.lib.locomo import (  # noqa: E402
     EXPECTED_QUESTIONS,
     all_questions,
     kept_turns,

@@ -11,12 +11,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.retrieval import _budget_diagnostics  # noqa: E402
+from bench.lib.retrieval import budget_diagnostics  # noqa: E402
 
 
 def _diag(sources, types, ks, evidence):
     diag: dict[str, list] = defaultdict(list)
-    _budget_diagnostics(diag, sources, types, ks, evidence)
+    budget_diagnostics(diag, sources, types, ks, evidence)
     return {key: vals[0] for key, vals in diag.items()}
 
 

@@ -17,11 +17,11 @@ if str(REPO) not in sys.path:
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
 def test_engram_recall_at_10_beats_raw_turn_rrf_on_conversation_0(tmp_path):
-    from bench.locomo import locomo_path
+    from bench.lib.locomo import locomo_path
 
     if not locomo_path().exists():
         pytest.skip(f"LoCoMo not found at {locomo_path()} (set ENGRAM_EVAL_DATA)")
-    from bench.retrieval import evaluate
+    from bench.lib.retrieval import evaluate
 
     result = evaluate([0], ks=(5, 10, 25), data_dir=tmp_path / "data", progress=False)
     engram = result["recall"]["engram"]["overall"][10]

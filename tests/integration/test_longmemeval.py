@@ -19,11 +19,11 @@ QUESTIONS = 3
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
 def test_engram_session_recall_on_first_longmemeval_questions():
-    from bench.longmemeval import longmemeval_path
+    from bench.lib.longmemeval import longmemeval_path
 
     if not longmemeval_path().is_dir():
         pytest.skip(f"LongMemEval-S not found at {longmemeval_path()} (set ENGRAM_EVAL_DATA)")
-    from bench.retrieval import evaluate_longmemeval
+    from bench.lib.retrieval import evaluate_longmemeval
 
     result = evaluate_longmemeval(QUESTIONS, progress=False)
     rec = {s: result["recall"][s]["overall"] for s in result["systems"]}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from bench.speech import perceive_file
+from bench.lib.speech import perceive_file
 
 
 @pytest.mark.parametrize("name", ["img14.jpg", "img26.jpg"])  # a Canon EOS 5D and a Nikon D750 in their EXIF

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench import vision as ev
+from bench.lib import vision as ev
 from engram.schemas.observations import OcrLine
 from engram.workers.media import decode as media
 from engram.workers.media import screens, vision
@@ -107,7 +107,7 @@ def test_scroll_offset(d):
 
 
 def test_a_device_stream_through_perceive_reads_against_its_last_frame(engram_env, tmp_path):
-    from bench.speech import perceive_file
+    from bench.lib.speech import perceive_file
 
     changed = ["Invoice 4471 rejected by Bob"] + LINES[1:]
     first = perceive_file(render_png(tmp_path / "a.png", LINES, (640, 240)), tenant="acme", device="laptop-stream")

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import speech as bench  # noqa: E402
+from bench.lib import speech as bench  # noqa: E402
 
 WHO = dict(tenant="t1", user="alice", device="laptop")
 

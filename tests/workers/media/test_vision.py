@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 from pydantic import TypeAdapter
 
-from bench import vision as ev
-from bench.speech import perceive_file
+from bench.lib import vision as ev
+from bench.lib.speech import perceive_file
 from engram.api.cli.main import ingest_paths
 from engram.schemas.events import EventStatus
 from engram.schemas.observations import OcrLine

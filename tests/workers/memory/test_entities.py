@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import entities as be
-from bench import speech as bench_speech
+from bench.lib import entities as be
+from bench.lib import speech as bench_speech
 from engram.schemas.events import MediaKind
 from engram.schemas.observations import EmbeddedObservation, Observation, SpeakerVoice
 from engram.schemas.search import SearchRequest
@@ -112,7 +112,7 @@ def test_speakers_a_recording_separated_are_separate_entities(ingested, tmp_path
 
 
 def test_clip_people_are_linked_to_entities_matching_the_references(ingested, eval_data):
-    from bench import vision as ev
+    from bench.lib import vision as ev
     from engram.workers.models.faces import SAME_PERSON_DISTANCE
 
     rt, by_file = ingested

@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bench import entities as be
-from bench import voices as bv
+from bench.lib import entities as be
 
 
 @pytest.mark.slow
@@ -30,11 +29,11 @@ def test_the_demos_two_voices_are_two_entities(engram_env, tmp_path):
 
 def test_the_threshold_lets_few_different_speakers_through():
     different = [i / 100 for i in range(40, 90)] + [0.95]  # 51 pairs: 2 % is one pair, the 0.95
-    assert bv.choose_threshold([0.9, 0.97], different) == 0.9  # 0.89 and below are let through: 0.90
-    assert bv.choose_threshold([0.8, 0.97], different, false_accepts=0.0) == 0.96
-    assert bv.choose_threshold([0.93], [0.5, 0.6]) == 0.93  # no same pair lost by going up to the lowest
+    assert be.choose_threshold([0.9, 0.97], different) == 0.9  # 0.89 and below are let through: 0.90
+    assert be.choose_threshold([0.8, 0.97], different, false_accepts=0.0) == 0.96
+    assert be.choose_threshold([0.93], [0.5, 0.6]) == 0.93  # no same pair lost by going up to the lowest
     with pytest.raises(ValueError):
-        bv.choose_threshold([0.9], [])
+        be.choose_threshold([0.9], [])
 
 
 def test_the_default_threshold_is_the_benchs_choice():
@@ -44,5 +43,5 @@ def test_the_default_threshold_is_the_benchs_choice():
 
     from engram.schemas.settings import Settings
 
-    measured = json.loads((Path(bv.__file__).parent / "results" / "voices.json").read_text())
+    measured = json.loads((Path(be.__file__).parents[1] / "results" / "voices.json").read_text())
     assert Settings.model_fields["entity_voice_similarity"].default == measured["threshold"]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.locomo import HALVES, RRF_K, eval_data_dir, kept_turns, rrf_fuse
+from bench.lib.locomo import HALVES, RRF_K, eval_data_dir, kept_turns, rrf_fuse
 
 LONGMEMEVAL_DIR = Path("conversations") / "longmemeval_s"
 EXPECTED_QUESTIONS = 98  # public LongMemEval-S files without abstention (data README)

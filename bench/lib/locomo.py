@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LOCOMO_FILE = Path("conversations") / "locomo10.json"
 CATEGORIES: dict[int, str] = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 EXPECTED_QUESTIONS = 1536  # categories 1-4 with evidence, all 10 conversations (data README)

@@ -1,12 +1,16 @@
 """Entity-linking evaluation helpers: real media ingested through engram's whole path (ingest, perceive, embed,
 link, store), then the entities their observations were linked to.
 
-Used by ``bench/perception.py`` (the figures) and ``tests/workers/test_entities.py`` (the floors).
+Used by ``bench/perception.py`` (the figures), ``bench/voices.py`` (the voice linking threshold chosen from measured
+similarities: ``choose_threshold``) and the tests (the floors: ``tests/workers/memory/test_entities.py``,
+``tests/workers/models/test_voices.py``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
 
 
 def jfk_halves(audio_dir: Path, out_dir: Path) -> list[Path]:
@@ -61,3 +65,19 @@ def reference_matches(tenant: str, clip_observation, refs: dict[str, list[float]
         best = min(dist, key=dist.get)
         out[person] = (best, dist[best])
     return out
+
+
+def choose_threshold(same: list[float], different: list[float], false_accepts: float = 0.02) -> float:
+    """The linking threshold from measured similarities: the lowest value (to 0.01) that at most ``false_accepts``
+    of different-speaker pairs reach, so two people are rarely linked (a wrong link joins two people for good and
+    draws their later voices together; a missed one leaves two entities that merge later by name). Raised to
+    the same-speaker pairs' minimum when that is higher (no same pair is lost by it). Raises ValueError
+    without different-speaker pairs."""
+    if not different:
+        raise ValueError("no different-speaker pairs to choose a threshold from")
+    ranked = sorted(different)
+    top = ranked[max(0, int(np.ceil((1 - false_accepts) * len(ranked))) - 1)]  # at most that share lie above it
+    t = float(np.ceil((top + 1e-9) * 100) / 100)
+    if same and min(same) > t:
+        t = float(np.floor(min(same) * 100) / 100)
+    return round(t, 2)
