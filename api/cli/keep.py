@@ -152,7 +152,7 @@ def backup(
 
     Consistent while `engram capture`, `mcp` or `ui` run: the store is held for the moment its files are read
     (they pause, then go on), the ledger and caches are copied with SQLite's backup API. Content is stored by
-    SHA-256, in 64 KiB blocks: a second backup into the same DEST writes only what changed. The snapshot's
+    BLAKE3 digest, in 64 KiB blocks: a second backup into the same DEST writes only what changed. The snapshot's
     manifest is written last: a backup that is interrupted (killed, a full disk) is never taken for complete,
     and the earlier ones stay usable; run it again and it reuses what was written. Exit 3: the store stayed
     busy past --wait.
@@ -218,7 +218,7 @@ def restore(
 ) -> None:
     """Restore a backup into the data dir (--data-dir or ENGRAM_DATA_DIR), which must be new or empty.
 
-    Every chunk is checked against its SHA-256 as it is read; folders are made 0700, files 0600. A restore that
+    Every chunk is checked against its digest as it is read; folders are made 0700, files 0600. A restore that
     is interrupted is completed by the same command again. A backup written by a newer engram is refused.
     Keep the vault key: without it (ENGRAM_VAULT_KEY, or data_dir/vault.key copied back) the vault's entries
     stay unreadable. With ENGRAM_BROKER_URL set it restores a cluster's backup into that cluster, which must be
