@@ -112,6 +112,31 @@ def test_a_fact_takes_its_sentence_vector_from_its_turns_own_pass(engram_env, tm
     assert "\n".join([proc["summary"], *proc["steps"]]) in encoded
 
 
+def test_a_statement_fact_takes_its_turns_own_embedding(engram_env, tmp_path, monkeypatch):
+    """A fact read from a whole turn (what its speaker says about themselves, ``extract.statements``) costs no
+    encode either: its vector is the turn's own embedding, cached by the ingest."""
+    rt = engram_env
+    model = get_model("embedding", rt.settings)
+    encoded: list[str] = []
+    embed = model.embed
+
+    def counting_embed(texts, *a, **k):
+        encoded.extend(texts)
+        return embed(texts, *a, **k)
+
+    monkeypatch.setattr(model, "embed", counting_embed)  # a spy: the real model runs
+    turn = ("I went to a LGBTQ support group yesterday and it was so powerful. The support group has made me "
+            "feel accepted and given me the courage to embrace myself.")
+    ingest(chat(tmp_path / "c.jsonl", [("Caroline", turn)]))
+    [text] = [r.payload["text"] for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))]
+    sem = [(r.payload, np.asarray(r.vector[DENSE])) for r in rt.vectors.scroll(
+        MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])]
+    [(payload, vector)] = [(p, v) for p, v in sem if p["details"] == turn]
+    assert payload["summary"].startswith("Caroline went to a LGBTQ support group yesterday")
+    assert np.allclose(vector, embed_texts(rt, [text])[0], atol=1e-5)
+    assert f"{payload['name']}: {payload['summary']}\n{payload['details']}" not in encoded
+
+
 def test_a_fact_past_the_models_word_pieces_is_encoded_as_its_own_text(engram_env, tmp_path):
     """A turn short enough in words for sentence rows whose last sentence lies past the model's 256 word pieces has no
     row for it: the fact read there is encoded as its own text, and consolidation does not fail."""
