@@ -25,8 +25,8 @@ Section ``text`` (LoCoMo conversations through the LoCoMo adapter, as ``bench/re
 - ``encodes_per_msg`` = texts the cold run encoded (rows of its embedding cache: every encoded text is written
   there once) ÷ messages.
 
-    python bench/ingest.py [--sections text screenshot audio distributed] [--conversations 0 1] [--limit N]
-                           [--rounds N] [--json FILE]
+    python bench/ingest.py [--sections text screenshot audio distributed longmemeval] [--conversations 0 1]
+                           [--limit N] [--rounds N] [--json FILE]
 
 Section ``distributed``: events/s, events per CPU-second and the store worker's busy share with 1, 2 and 4 cpu
 workers, medians of ``--distributed-rounds`` (default 3) interleaved rounds (``bench/distributed.py``, which also
@@ -37,6 +37,18 @@ real time with WER and speaker F1, each measured by ``bench/perception_speed.py`
 own data dir and model settings; ``--long-seconds`` and ``--audio-runs`` passed on), its rows printed as they
 come. ``--sections text screenshot audio distributed`` gives every figure of issue 15 in one run.
 
+Section ``longmemeval`` (was ``bench/ingest_speed.py``): warm ingest seconds of LongMemEval-S haystacks, no
+searches. Each of the first ``--questions`` (default 10) haystacks (~40-50 sessions, ~500 turns) is written as
+engram's JSONL conversation record and ingested through ``api.embedded.ingest_paths(..., consolidate=True)`` into a
+fresh data dir as its own user, exactly as ``bench/retrieval.py --longmemeval`` does, with the embedding cache
+shared across questions and runs (``--embedding-cache``, needed by this section). Prints each question's seconds and
+stored counts per collection, then the median. With ``--passes 2`` the first pass warms the cache and only the last
+pass is reported. ``--profile FILE`` writes cProfile statistics of the reported pass (``python -m pstats FILE``).
+The data dirs share one vault key (``ENGRAM_VAULT_KEY`` or ``bench.lib.embedded.BENCH_VAULT_KEY``), so the vault
+placeholders in turns that hold a secret are the same on every run and hit the warm cache.
+
+    python bench/ingest.py --sections longmemeval --questions 10 --embedding-cache /tmp/emb [--passes 2]
+
 ``--json FILE`` merges ``{"<section>": {...}, "load": <1-minute load average>}`` for the sections run into FILE's
 JSON object (created when absent), keeping the sections other runs wrote. A section is a function
 ``name(args) -> dict`` in ``SECTIONS``; add one there and it is one of ``--sections``' choices.
@@ -45,6 +57,7 @@ JSON object (created when absent), keeping the sections other runs wrote. A sect
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import sqlite3
@@ -240,10 +253,64 @@ def perception(section: str, args: argparse.Namespace) -> dict:
         return json.loads(out.read_text())[section]
 
 
+def _longmemeval_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = None,
+                         profile: cProfile.Profile | None = None) -> list[tuple[str, float, dict[str, int]]]:
+    """(question id, warm ingest seconds, points per collection) for each of the first ``limit`` LongMemEval-S
+    questions. ``profile``: enabled around each ingest only. Raises FileNotFoundError without the LongMemEval data
+    and RuntimeError when an ingest fails."""
+    from bench.lib.embedded import TENANT, check_ingest, embedded_data_dir, share_embedding_cache
+    from bench.lib.longmemeval import load_longmemeval
+    from engram.api.cli.main import ingest_paths
+    from engram.workers.media.conversations import longmemeval_messages, to_jsonl
+    from engram.workers.runtime import runtime
+
+    out = []
+    for q in load_longmemeval(eval_data)[:limit]:
+        with tempfile.TemporaryDirectory(prefix="engram-ingest-speed-") as tmp:
+            store_dir = Path(tmp) / "data"
+            share_embedding_cache(store_dir, embedding_cache)
+            path = Path(tmp) / f"{q.question_id}.jsonl"
+            path.write_bytes(to_jsonl(longmemeval_messages(q.item)))
+            with embedded_data_dir(store_dir):
+                if profile is not None:
+                    profile.enable()
+                t0 = time.perf_counter()
+                done = ingest_paths([path], tenant=TENANT, user=q.question_id, device="bench", consolidate=True,
+                                    quiet=True)
+                took = time.perf_counter() - t0
+                if profile is not None:
+                    profile.disable()
+                check_ingest(q.question_id, done)
+                vectors = runtime().vectors
+                counts = {c: vectors.count(c) for c in vectors.collections()}
+        out.append((q.question_id, took, dict(sorted(counts.items()))))
+    return out
+
+
+def longmemeval(args: argparse.Namespace) -> dict:
+    """The longmemeval section (see the module's docstring): ``{"questions", "passes", "median_s", "total_s",
+    "by_question": {<question id>: {"seconds", "points": {<collection>: n}}}}`` of the last pass, each question's
+    row and the median printed."""
+    rows: list[tuple[str, float, dict[str, int]]] = []
+    passes = max(1, args.passes)
+    for n in range(passes):
+        prof = cProfile.Profile() if args.profile and n == passes - 1 else None
+        rows = _longmemeval_seconds(args.questions, args.embedding_cache, args.eval_data, prof)
+        if prof is not None:
+            prof.dump_stats(args.profile)
+    for qid, took, counts in rows:
+        print(f"{qid}  {took:6.2f} s  " + " ".join(f"{k}={v}" for k, v in counts.items()))
+    secs = [t for _, t, _ in rows]
+    print(f"median warm ingest {statistics.median(secs):.2f} s per question over {len(secs)} questions "
+          f"(total {sum(secs):.1f} s; load {os.getloadavg()[0]:.1f})")
+    return {"questions": len(rows), "passes": passes, "median_s": statistics.median(secs), "total_s": sum(secs),
+            "by_question": {qid: {"seconds": took, "points": counts} for qid, took, counts in rows}}
+
+
 #: Section name -> function(args) -> its JSON dict, in the order ``--sections`` lists them.
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
     "text": text, "screenshot": lambda args: perception("screenshot", args),
-    "audio": lambda args: perception("audio", args), "distributed": distributed}
+    "audio": lambda args: perception("audio", args), "distributed": distributed, "longmemeval": longmemeval}
 
 
 
@@ -269,8 +336,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="audio: runs of the current and the former settings, in turn; medians (default: 3)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="text: rounds of ceiling, cold and warm, side by side; medians reported (default: 5)")
+    ap.add_argument("--questions", type=int, default=10,
+                    help="longmemeval: the first N LongMemEval-S questions (default 10)")
+    ap.add_argument("--embedding-cache", type=Path, default=None,
+                    help="longmemeval (needed): folder of the embedding cache kept across runs (warm it with "
+                         "--passes 2 or a bench run)")
+    ap.add_argument("--passes", type=int, default=1,
+                    help="longmemeval: ingest the questions this many times; report the last")
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="longmemeval: write cProfile statistics of the last pass here")
     ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")
     args = ap.parse_args(argv)
+    if "longmemeval" in args.sections and args.embedding_cache is None:
+        ap.error("--sections longmemeval needs --embedding-cache")
     quiet_logs()
     results: dict = {}
     for name in args.sections:

@@ -1,7 +1,7 @@
 """The embedded default as the benches run it: a data dir of their own, a shared embedding cache, the bench's
 tenant and vault key, an ingest checked, logs quieted, and figures merged into a JSON file.
 
-Used by ``bench/retrieval.py``, ``bench/ingest.py``, ``bench/ingest_speed.py``, ``bench/scale.py`` and the scripts
+Used by ``bench/retrieval.py``, ``bench/ingest.py``, ``bench/scale.py`` and the scripts
 that write ``bench/results/*.json`` (through ``merge_json``).
 """
 

@@ -58,3 +58,11 @@ def test_ingest_bench_runs_the_audio_section_in_its_own_process(tmp_path, eval_d
                                                                           "pyannote_sample.wav"}
     assert audio["before"]["x_real_time"] > 0  # the former settings, in the same run
     assert "merged into" in run.stdout  # perception_speed's rows printed, not its JSON again
+
+
+def test_ingest_bench_longmemeval_needs_an_embedding_cache():
+    """``--sections longmemeval`` (warm ingest of LongMemEval-S haystacks, was ``bench/ingest_speed.py``) measures a
+    warm cache: without ``--embedding-cache`` it refuses before any work."""
+    run = subprocess.run([sys.executable, str(BENCH), "--sections", "longmemeval"], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and "--sections longmemeval needs --embedding-cache" in run.stderr
