@@ -1,7 +1,7 @@
 """Bytes and OCR word recall of kept frames in the form engram stores them (issue 44).
 
 Each shared screenshot (``screens/screenpipe_*.png`` and the webui viewports ``screens/webui/*-screenshot.webp``)
-is encoded as ``engram capture`` keeps a frame (WebP at ``api.capture.WEBP_QUALITY``) and, for comparison, as the
+is encoded as ``engram capture`` keeps a frame (WebP at ``api.capture.agent.WEBP_QUALITY``) and, for comparison, as the
 PNG capture wrote before (Pillow, compression level 1, as ``bench/capture_cpu.py --formats``); each is put into an
 embedded object store, read back from it, decoded by engram's decoder (``workers.media.decode.load_image``) and
 read by engram's OCR (``workers.media.vision.ocr_lines``, the ingest path's). Word recall is the existing code of
@@ -42,7 +42,7 @@ MAX_PIXELS = 60_000_000
 
 def encode(img, fmt: str) -> bytes:
     """``img`` as capture keeps a frame (``webp``: ``WEBP_QUALITY``) or as it did before (``png``: level 1)."""
-    from engram.api.capture import WEBP_QUALITY
+    from engram.api.capture.agent import WEBP_QUALITY
 
     buf = io.BytesIO()
     if fmt == "png":

@@ -33,7 +33,7 @@ WINGS = tuple(f"engram.workers.{w}" for w in ("stores", "media", "text", "memory
 #: Modules whose commands import their implementation when they run, so that ``engram --help`` and the light
 #: SDK start without the workers' stack: their function-local imports need no comment each.
 LAZY_BY_DESIGN = {"engram.api.cli.main", "engram.api.cli.memory", "engram.api.cli.agent", "engram.api.mcp_server",
-                  "engram.api.console", "engram.api.demo", "engram.api.capture", "engram.api.watch",
+                  "engram.api.console", "engram.api.demo", "engram.api.capture.agent", "engram.api.capture.watch",
                   "engram.api.cli.keep"}
 
 MAX_FUNCTION_LINES = 80

@@ -783,8 +783,8 @@ def watch(
     Without --api, ingests them on the embedded default (no servers), a batch at a time, holding the store only
     while a batch is ingested."""
 
+    from engram.api.capture.watch import FolderWatcher
     from engram.api.client import NotMedia
-    from engram.api.watch import FolderWatcher
 
     if not api:
         _watch_embedded(folder, tenant, user, device, settle, existing)
@@ -812,7 +812,7 @@ def watch(
 
 
 def _register_capture() -> None:
-    from engram.api.capture import capture_command
+    from engram.api.capture.agent import capture_command
 
     app.command("capture", epilog="Examples:  engram capture  ·  engram capture --duration 600 --deny-title 'Bank'  "
                 "·  engram capture --api http://engram:8000 --api-key $KEY")(capture_command)
@@ -823,9 +823,9 @@ _register_capture()
 
 def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: str | None, settle: float,
                     existing: bool) -> None:
-    """``engram watch`` without --api: each batch of settled files through ``ingest_paths`` (api.watch)."""
+    """``engram watch`` without --api: each batch of settled files through ``ingest_paths`` (api.capture.watch)."""
 
-    from engram.api.watch import EmbeddedBatches, FolderWatcher
+    from engram.api.capture.watch import EmbeddedBatches, FolderWatcher
     from engram.schemas.settings import get_settings
 
     tenant, user, device = tenant or get_settings().tenant, user or default_user(), device or default_device()
@@ -855,7 +855,7 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
 
 
 def _run_watcher(watcher) -> None:
-    """Run ``watcher`` (api.watch.FolderWatcher) until Ctrl-C (SIGINT) or SIGTERM, which set its stop event: the
+    """Run ``watcher`` (api.capture.watch.FolderWatcher) until Ctrl-C (SIGINT) or SIGTERM, which set its stop event: the
     publish or batch under way is finished and it returns, instead of a KeyboardInterrupt raised wherever the main
     thread is (inside a lock, a request)."""
     import signal

@@ -18,7 +18,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from engram.api.capture import DEFAULT_DENY_APPS, DEFAULT_DENY_TITLES
+from engram.api.capture.agent import DEFAULT_DENY_APPS, DEFAULT_DENY_TITLES
 from engram.api.service.base import MediaMissing, MemoryService, NotFound, NotOffered, ServiceError
 from engram.api.ui import present
 from engram.api.ui.pages import Pages, UiConfig, media_response, parse_id

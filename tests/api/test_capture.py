@@ -20,7 +20,7 @@ import uuid
 
 import pytest
 
-from engram.api.capture import AdaptiveInterval, PrivacyRules, WindowInfo, XWindows, check_display, screen_source
+from engram.api.capture.agent import AdaptiveInterval, PrivacyRules, WindowInfo, XWindows, check_display, screen_source
 from engram.schemas.api import PublishRequest
 from tests.conftest import REPO
 from tests.xdesktop import Desktop, have_real_desktop, openbox, vanishing_windows, xterm, xvfb
@@ -303,8 +303,8 @@ def test_microphone_chunks_gate_silence_and_hand_kept_chunks_to_the_publisher(tm
     import wave
     from datetime import UTC
 
-    from engram.api.capture import audio_frame
-    from engram.api.microphone import MicrophoneConfig, MicrophoneRecorder, SilenceGate
+    from engram.api.capture.agent import audio_frame
+    from engram.api.capture.microphone import MicrophoneConfig, MicrophoneRecorder, SilenceGate
     from engram.schemas.events import MediaKind
 
     speech = _speech_16k(eval_data / "audio" / "jfk.flac")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from engram.api.capture import Capture, CaptureConfig, CpuBudget, PrivacyRules, spool_sink
+from engram.api.capture.agent import Capture, CaptureConfig, CpuBudget, PrivacyRules, spool_sink
 from tests.xdesktop import Desktop, xvfb
 
 

@@ -167,7 +167,7 @@ def test_cli_publish_is_resumable(api_server, api_keys, api_redis, files):
 
 
 def test_watch_publishes_new_files_once_complete(api_server, api_keys, api_redis, tmp_path):
-    from engram.api.watch import FolderWatcher
+    from engram.api.capture.watch import FolderWatcher
 
     folder = tmp_path / "shots"
     folder.mkdir()

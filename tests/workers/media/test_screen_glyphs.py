@@ -10,7 +10,7 @@ import io
 import numpy as np
 import pytest
 
-from engram.api.capture import WEBP_QUALITY
+from engram.api.capture.agent import WEBP_QUALITY
 from engram.workers.media import decode as media
 from engram.workers.media import screens
 from engram.workers.models import get_model

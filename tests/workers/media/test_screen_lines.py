@@ -113,7 +113,7 @@ def test_frames_of_a_real_desktop_read_by_lines_give_the_full_read_text(engram_e
     import mss
     from PIL import Image
 
-    from engram.api.capture import WEBP_QUALITY
+    from engram.api.capture.agent import WEBP_QUALITY
 
     model = get_model("ocr", engram_env.settings)
     rec = Recorder(model)

@@ -12,7 +12,7 @@ each kept chunk written as a WAV file and published like a kept screenshot.
   is the detector's aggressiveness, 0 (keeps most) to 3 (drops most). A frame counts only above an energy floor
   (``min_dbfs``, -55 dBFS): the VAD alone calls a few frames of digital silence speech.
 - A kept chunk is written to the spool as ``<UTC start>.wav`` and handed to ``publish`` as a one-item batch of
-  ``api.capture.Frame`` (kind ``audio``), the same publisher thread and sinks as the screenshots: the embedded
+  ``api.capture.agent.Frame`` (kind ``audio``), the same publisher thread and sinks as the screenshots: the embedded
   store or an API, the spool keeping what failed.
 
 Ownership: ``callback`` runs on PortAudio's thread and touches only the block queue and the overflow count; the
@@ -124,7 +124,7 @@ def write_wav(path: Path, pcm: bytes, samplerate: int) -> None:
 
 class MicrophoneRecorder:
     """Records the microphone in chunks (module docstring). ``publish(batch)`` takes a list of
-    ``api.capture.Frame`` (one kept chunk each) from the recorder thread; ``frame`` builds one (path, start time);
+    ``api.capture.agent.Frame`` (one kept chunk each) from the recorder thread; ``frame`` builds one (path, start time);
     ``report`` gets one line per dropped or kept chunk's trouble. ``open_stream``: makes the started input
     stream from (samplerate, blocksize, device, callback); default sounddevice's ``InputStream``."""
 

@@ -33,7 +33,7 @@ Ownership: the caller's thread runs the loop (grabs, windows, the gate, the spoo
 queue (``run`` joins it before returning): a slow embedded ingest (OCR) delays publishing, never the grabs.
 Signal handlers only set flags.
 
-Microphone (``--microphone``, off by default; ``api.microphone``): audio from PortAudio (``sounddevice``) in
+Microphone (``--microphone``, off by default; ``api.capture.microphone``): audio from PortAudio (``sounddevice``) in
 ``--chunk-seconds`` chunks, chunks without speech dropped at the edge by WebRTC's VAD, each kept chunk a WAV
 ``Frame`` of kind audio put on the same publisher queue as the screenshots (so the same sinks publish it). The
 microphone runs beside the screen loop, or alone with ``--no-screen``.
@@ -450,7 +450,7 @@ class CaptureConfig:
 class Capture:
     """The capture loop (module docstring). ``windows``: an ``XWindows`` or None (no window information: the
     title and app rules cannot apply). ``stop``: set to end the run (the pending batch is published).
-    ``microphone``: an ``api.microphone.MicrophoneRecorder`` recording beside the screen (or alone), or None."""
+    ``microphone``: an ``api.capture.microphone.MicrophoneRecorder`` recording beside the screen (or alone), or None."""
 
     def __init__(self, config: CaptureConfig, sink: Sink, rules: PrivacyRules, windows: XWindows | None = None,
                  stop: threading.Event | None = None, report: Callable[[str], None] = lambda _: None,
@@ -824,7 +824,7 @@ def print_stats(stats: CaptureStats, json_out: bool, console: Any) -> None:
 def open_microphone(spool: Path, chunk_seconds: float, device: str | None, report: Callable[[str], None]):
     """A ``MicrophoneRecorder`` for ``--microphone`` (not started). Exits 2 with one line when the audio
     libraries are missing (sounddevice, PortAudio's libportaudio2, webrtcvad)."""
-    from engram.api.microphone import MicrophoneConfig, MicrophoneRecorder
+    from engram.api.capture.microphone import MicrophoneConfig, MicrophoneRecorder
 
     dev = int(device) if device is not None and device.isdigit() else device
     try:
@@ -862,7 +862,7 @@ def run_with_progress(cap: Capture, previous: dict, windows: XWindows | None, cl
 def run_capture(cap: Capture, previous: dict, windows: XWindows | None, client: Any,
                 report: Callable[[str], None]) -> CaptureStats:
     """``cap.run()``, then ``restore``; a microphone that cannot be opened exits 2 with one line."""
-    from engram.api.microphone import MicrophoneUnavailable
+    from engram.api.capture.microphone import MicrophoneUnavailable
 
     try:
         return cap.run()
