@@ -77,7 +77,7 @@ def face_regions(prev: np.ndarray, cur: np.ndarray,
         carried = kept
         boxes, merged_any = screens.merge_touching(boxes)
         grown = grown or merged_any
-    return [tuple(b) for b in boxes], carried
+    return [(b[0], b[1], b[2], b[3]) for b in boxes], carried
 
 
 def _text_blocks(shape: tuple[int, int], text: Sequence[Sequence[float]]) -> np.ndarray:
@@ -122,7 +122,7 @@ def photo_regions(g: np.ndarray, within: Sequence[Box] | None, text: Sequence[Se
     merged, grown = screens.merge_touching(boxes)
     while grown:
         merged, grown = screens.merge_touching(merged)
-    return [tuple(b) for b in merged]
+    return [(b[0], b[1], b[2], b[3]) for b in merged]
 
 
 def detect_changed(detect: Callable[[np.ndarray, list[Box] | None], list[FaceDetection]], pixels: np.ndarray,

@@ -205,7 +205,7 @@ def changed_regions(prev: np.ndarray, cur: np.ndarray, prev_lines: list[OcrLine]
                 grown = True
         boxes, merged_any = merge_touching(boxes)
         grown = grown or merged_any
-    return [tuple(b) for b in boxes if b[3] - b[1] >= MIN_READ_HEIGHT], carried
+    return [(b[0], b[1], b[2], b[3]) for b in boxes if b[3] - b[1] >= MIN_READ_HEIGHT], carried
 
 
 def reading_order(lines: list[OcrLine]) -> list[OcrLine]:
@@ -344,12 +344,12 @@ def glyphs(g: np.ndarray, box: tuple[float, float, float, float]) -> Glyphs | No
     bx1, by1 = min(w, int(np.ceil(box[2]))), min(h, int(np.ceil(box[3])))
     if bx1 - bx0 < 2 or by1 - by0 < 4:
         return None
-    ink = np.abs(g[by0:by1, bx0:bx1].astype(np.int16) - int(np.median(g[by0:by1, bx0:bx1]))) > INK
+    ink = np.asarray(np.abs(g[by0:by1, bx0:bx1].astype(np.int16) - int(np.median(g[by0:by1, bx0:bx1]))) > INK)
     quarter = (by1 - by0) // 4
-    cols = _own_columns(ink[quarter:by1 - by0 - quarter].any(axis=0))
+    cols = _own_columns(np.asarray(ink[quarter:by1 - by0 - quarter].any(axis=0)))
     if not cols.size:
         return None
-    rows = ink[:, cols[0]:cols[-1] + 1].any(axis=1)
+    rows = np.asarray(ink[:, cols[0]:cols[-1] + 1].any(axis=1))
     mid = np.flatnonzero(rows[quarter:by1 - by0 - quarter]) + quarter
     top, bottom = int(mid[0]), int(mid[-1]) + 1
     while top > 0 and rows[top - 1]:  # the line's own ascenders, up to a row without ink
