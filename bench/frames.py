@@ -5,7 +5,7 @@ is encoded as ``engram capture`` keeps a frame (WebP at ``api.capture.agent.WEBP
 PNG capture wrote before (Pillow, compression level 1, as ``bench/capture_cpu.py --formats``); each is put into an
 embedded object store, read back from it, decoded by engram's decoder (``workers.media.decode.load_image``) and
 read by engram's OCR (``workers.media.vision.ocr_lines``, the ingest path's). Word recall is the existing code of
-``bench/vision.py`` (``words``, ``word_recall``).
+``bench/lib/vision.py`` (``words``, ``word_recall``).
 
 Figures (``--json FILE`` merges them):
 

@@ -1,7 +1,7 @@
 """Backup and restore speed beside ``cp -r``, and what an incremental backup writes, on a data dir of 100 k
 observations: ``engram backup`` and ``engram restore`` run as a user runs them, each in a new process.
 
-The store is built as ``bench/scale.py`` builds it (``bench.scale.build``: the real points of LoCoMo conversations
+The store is built as ``bench/scale.py`` builds it (``bench.lib.seed.build``: the real points of LoCoMo conversations
 ingested into a seed data dir, copied with new ids over 99 more users until it holds ``--observations``), beside
 the seed's ledger, embedding cache and objects. Memory for three times the data dir is touched once first
 (``_touch_memory``: on a virtual machine the first use of a page costs far more than its reuse). Then, in one
@@ -97,7 +97,7 @@ def _engram(data_dir: Path, *args: str) -> dict:
 
 
 def build_data_dir(seed_dir: Path, data_dir: Path, n_obs: int, user: str) -> dict:
-    """The store of ``n_obs`` observations (``bench.scale.build``) with the seed's ledger, caches and objects."""
+    """The store of ``n_obs`` observations (``bench.lib.seed.build``) with the seed's ledger, caches and objects."""
     from bench.lib.seed import build
     from bench.lib.seed import seed_points as _seed
 
