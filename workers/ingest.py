@@ -37,7 +37,7 @@ from engram.workers.media.bounds import UploadBudget
 from engram.workers.media.chat import conversation_messages  # parsed once, kept for the perceive tasks
 from engram.workers.media.thumbs import store_thumbnail
 from engram.workers.metrics import NEAR_DUPLICATES
-from engram.workers.runtime import TRANSIENT_ERRORS, Runtime, runtime, stage
+from engram.workers.runtime import Runtime, each_alone, runtime, stage
 from engram.workers.stores.ledger import FINAL_STATUSES
 from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.tasks import Queue, Task
@@ -93,15 +93,7 @@ def ingest_events(rt: Runtime, events: list[MediaEvent], final: bool | None = No
     to run in order. An event that fails is left out (marked failed with its stage and reason), so it fails alone;
     a transient error (``runtime.TRANSIENT_ERRORS``) is raised for the caller's retry (``final`` as for
     ``runtime.stage``)."""
-    jobs: list[SegmentJob] = []
-    for event in events:
-        try:
-            jobs.extend(ingest_event(rt, event, final))
-        except TRANSIENT_ERRORS:
-            raise
-        except Exception:  # noqa: BLE001 (stage marked the event failed with its reason; Ignore for bad input)
-            continue
-    return jobs
+    return [job for jobs in each_alone(events, lambda e: ingest_event(rt, e, final)) for job in jobs]
 
 
 @task(Task.redeliver_stalled, "beat")

@@ -27,7 +27,7 @@ from engram.workers.media import decode as media
 from engram.workers.media import speech, vision
 from engram.workers.media.chat import conversation_messages, message_context
 from engram.workers.memory import vault
-from engram.workers.runtime import TRANSIENT_ERRORS, Runtime, deaths_guard, runtime, stage
+from engram.workers.runtime import Runtime, deaths_guard, each_alone, runtime, stage
 from engram.workers.tasks import Task
 
 
@@ -63,15 +63,7 @@ def perceive_segments(rt: Runtime, jobs: list[SegmentJob], final: bool | None = 
     """The stage over a batch (``workers.pipeline``): ``perceive_segment`` of each of ``jobs``, in order. A segment
     that fails is left out (its event marked failed with the stage and reason), so it fails alone; a transient
     error (``runtime.TRANSIENT_ERRORS``) is raised for the caller's retry (``final`` as for ``runtime.stage``)."""
-    out: list[ObservationBatch] = []
-    for job in jobs:
-        try:
-            out.append(perceive_segment(rt, job, final))
-        except TRANSIENT_ERRORS:
-            raise
-        except Exception:  # noqa: BLE001 (stage marked the event failed with its reason; Ignore for bad input)
-            continue
-    return out
+    return each_alone(jobs, lambda j: perceive_segment(rt, j, final))
 
 
 def _base(event: MediaEvent, segment: int, kind: str, text: str, **fields) -> Observation:

@@ -300,6 +300,21 @@ def bulk_work() -> Iterator[None]:
             gc.unfreeze()
 
 
+def each_alone(items: list[T], run: Callable[[T], R]) -> list[R]:
+    """``run`` of each of ``items`` in order (a stage over a batch, ``workers.pipeline``), leaving out an item whose
+    ``stage`` failed: ``stage`` has marked its event failed with the stage and reason (or raised Ignore for bad
+    input), so the item fails alone. A transient error (``TRANSIENT_ERRORS``) is raised for the caller's retry."""
+    out: list[R] = []
+    for item in items:
+        try:
+            out.append(run(item))
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception:  # noqa: BLE001 (stage marked the event failed with its reason; Ignore for bad input)
+            continue
+    return out
+
+
 @contextmanager
 def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str, final: bool | None = None) -> Iterator[None]:
     """Run one stage of one event: bad input (MediaError) marks the event failed with the stage and reason
