@@ -172,6 +172,11 @@ def embed_with_rows(rt: Runtime, texts: list[str]) -> tuple[np.ndarray, dict[str
     return out, rows
 
 
+def _whole_turn(text: str, said: str) -> bool:
+    """Whether ``said`` is all of the turn ``text``: the text itself or what follows its ``speaker:`` prefix."""
+    return text == said or text.endswith(said) and text[:-len(said)].rstrip().endswith(":")
+
+
 def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list[np.ndarray | None]:
     """For each ``(turn text, sentence)`` (a sentence of that turn, as ``text.sentences.sentences`` splits it,
     possibly without the turn's ``speaker:`` prefix), the sentence's vector (384,) from the turn's own forward
@@ -180,9 +185,14 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
     neither (no cache, a turn too long for rows, a sentence past the model's ``MAX_WORD_PIECES``, a text never
     embedded) or for a None origin: the caller embeds those itself. No model call and no write.
 
-    Consolidation uses it for a fact read from one sentence (``memory.typed``): the turn's pass already holds a
-    vector of that sentence in its context (late chunking, Günther et al. 2024), so the fact costs a cache
-    look-up instead of an encode of its own text (~0.5 s of a 788-turn LoCoMo ingest, 6 % of it cold)."""
+    A ``sentence`` that is the whole turn (a fact read from all of it, ``extract.statements``: the text itself or
+    what follows its ``speaker:`` prefix) takes the turn's own embedding when the turn holds at most
+    ``SENTENCE_MAX_WORDS`` words (a longer one's embedding is cut by the model's length).
+
+    Consolidation uses it for a fact read from one sentence or one turn (``memory.typed``): the turn's pass already
+    holds a vector of that sentence in its context (late chunking, Günther et al. 2024), so the fact costs a cache
+    look-up instead of an encode of its own text (~0.5 s of a 788-turn LoCoMo ingest, 6 % of it cold; ~3 s more
+    for the statement facts, one per ~4 in 10 LoCoMo turns, docs/quality.md)."""
     out: list[np.ndarray | None] = [None] * len(origins)
     cache = rt.embedding_cache
     if cache is None or not any(origins):
@@ -191,12 +201,16 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
     texts = list(dict.fromkeys(o[0] for o in origins if o))
     keys = {t: cache.key(t) for t in texts}
     split = [t for t in texts if sentence_spans(t)]
+    turns = {o[0] for o in origins if o and o[1] and _whole_turn(*o) and len(o[0].split()) <= SENTENCE_MAX_WORDS}
     rows = cache.get_many(model.cache_id + SENTENCE_ROWS_TAG, [keys[t] for t in split])
-    whole = cache.get_many(model.cache_id, [keys[t] for t in texts if t not in split])
+    whole = cache.get_many(model.cache_id, [keys[t] for t in texts if t not in split or t in turns])
     for i, origin in enumerate(origins):
         if not origin or not origin[1]:
             continue
         text, sentence = origin
+        if text in turns and _whole_turn(text, sentence):
+            out[i] = whole.get(keys[text])
+            continue
         spans = sentence_spans(text)
         if spans:
             found = rows.get(keys[text])

@@ -7,7 +7,7 @@ and Mem0's NOOP make the repeat harmless). Steps: the configured extractor reads
 (``workers.extract``; the LLM one falls back to the rules one unless ``llm_extract_required``), each draft
 becomes a memory with the provenance of the observations it cites (observation, event, message ids such
 as LoCoMo's ``dia_id``, sessions, time span) and a dense vector (a fact read from one sentence takes that
-sentence's vector from its turn's own pass, ``vectors.sentence_vectors``; the others are embedded),
+sentence's vector from its turn's own pass, ``embedding.sentence_vectors``; the others are embedded),
 ``workers.memory.dynamics.apply`` writes it (ADD / UPDATE / SUPERSEDE / NOOP), the ``human`` core block is
 rewritten with the new facts (DigitalLife), and the vault entries the observations' placeholders point to are
 indexed.
@@ -35,10 +35,9 @@ from engram.schemas.memories import (
 from engram.workers.extract import ExtractionFailed, Seen, extractor_for
 from engram.workers.extract.rules import RulesExtractor
 from engram.workers.memory import dynamics, vault
-from engram.workers.memory.embedding import SENTENCE_MAX_WORDS, embed_texts, sentence_vectors
+from engram.workers.memory.embedding import embed_texts, sentence_vectors
 from engram.workers.memory.points import memory_points, provenance, source_fields
 from engram.workers.metrics import MEMORIES_WRITTEN
-from engram.workers.models import get_model
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 
@@ -132,43 +131,17 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
 
 def _memory_vectors(rt: Runtime, memories: list[MemoryBase], origins: list[tuple[str, str] | None]) -> np.ndarray:
     """Dense vectors (n, 384) of new typed memories: a fact read from one sentence of one observation takes that
-    sentence's vector from the observation's own forward pass (``vectors.sentence_vectors``: a cache look-up;
+    sentence's vector from the observation's own forward pass (``embedding.sentence_vectors``: a cache look-up;
     two facts of one sentence then share a vector, and ``dynamics`` never merges memories of one observation);
     a fact read from a whole turn (``extract.statements``: what its speaker says about themselves, rewritten)
-    takes the turn's own embedding the same way (``_turn_vectors``); the rest (procedures, resources, facts
-    whose turn has no cached vector) are embedded in one model call (full batches)."""
+    takes the turn's own embedding the same way; the rest (procedures, resources, facts whose turn has no cached
+    vector) are embedded in one model call (full batches)."""
     vectors = sentence_vectors(rt, origins)
-    turns = _turn_vectors(rt, [o if v is None else None for o, v in zip(origins, vectors, strict=True)])
-    vectors = [v if v is not None else t for v, t in zip(vectors, turns, strict=True)]
     todo = [i for i, v in enumerate(vectors) if v is None]
     if todo:
         for i, v in zip(todo, embed_texts(rt, [memories[i].index_text() for i in todo]), strict=True):
             vectors[i] = v
     return np.stack(vectors)
-
-
-def _whole_turn(text: str, said: str) -> bool:
-    """Whether ``said`` is all of the turn ``text``: the text itself or what follows its ``speaker:`` prefix."""
-    return bool(said) and (text == said or text.endswith(said) and text[:-len(said)].rstrip().endswith(":"))
-
-
-def _turn_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list[np.ndarray | None]:
-    """For each ``(turn text, said)`` whose ``said`` is the whole turn (``_whole_turn``) of at most
-    ``SENTENCE_MAX_WORDS`` words (a longer one's embedding is cut by the model's length), the turn's embedding
-    (384,) as the ingest cached it; None elsewhere, and where the cache holds none. No model call and no write.
-    A statement fact (one per turn, ~4 in 10 LoCoMo turns) then costs a cache look-up instead of an encode of its
-    own text: ~3 CPU s of a 788-turn LoCoMo ingest, a third of its cold pass (docs/quality.md)."""
-    out: list[np.ndarray | None] = [None] * len(origins)
-    cache = rt.embedding_cache
-    wanted = {i: o[0] for i, o in enumerate(origins)
-              if o and _whole_turn(*o) and len(o[0].split()) <= SENTENCE_MAX_WORDS}
-    if cache is None or not wanted:
-        return out
-    keys = {t: cache.key(t) for t in wanted.values()}
-    have = cache.get_many(get_model("embedding", rt.settings).cache_id, list(dict.fromkeys(keys.values())))
-    for i, text in wanted.items():
-        out[i] = have.get(keys[text])
-    return out
 
 
 def write_core(rt: Runtime, tenant_id: str, user_id: str, label: str, facts: list[str], records: list[qm.Record],
