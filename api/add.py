@@ -49,29 +49,43 @@ def conversation_record(req: AddMemoryRequest, now: datetime | None = None) -> t
     first: datetime | None = None
     for n, m in enumerate(req.messages or [None]):
         text = req.text if m is None else m.text
-        stamp = (m.timestamp if m is not None and m.timestamp is not None else when + timedelta(microseconds=n))
+        stamp = m.timestamp if m is not None and m.timestamp is not None else when + timedelta(microseconds=n)
         msg = ConversationMessage(
             message_id=(m.message_id if m is not None and m.message_id else f"{req.id or session}:{n}"),
             session_id=(m.session_id if m is not None and m.session_id else session),
             speaker=(m.speaker if m is not None and m.speaker else req.user_id),
-            text=text or "", timestamp=stamp, attachments=m.attachments if m is not None else [])
+            text=text or "",
+            timestamp=stamp,
+            attachments=m.attachments if m is not None else [],
+        )
         first = min(first, msg.timestamp) if first else msg.timestamp
         lines.append(msg.model_dump_json())
     assert first is not None
     return ("\n".join(lines) + "\n").encode(), first.astimezone(UTC)
 
 
-def add_event(req: AddMemoryRequest, tenant_id: str, device_id: str, data: bytes, captured_at: datetime,
-              event_id: uuid.UUID) -> MediaEvent:
+def add_event(
+    req: AddMemoryRequest, tenant_id: str, device_id: str, data: bytes, captured_at: datetime, event_id: uuid.UUID
+) -> MediaEvent:
     """The ``text`` event publishing the conversation record ``data`` (from ``conversation_record``): its key is
     content addressed like any file's, its source name ``req.source`` (else ``add``), the client id in
     ``metadata['client_id']``."""
     digest = hashlib.sha256(data).hexdigest()
-    return MediaEvent(event_id=event_id, tenant_id=tenant_id, user_id=req.user_id, device_id=device_id,
-                      kind=MediaKind.text, object_key=object_key(tenant_id, digest, ADD_MIME), sha256=digest,
-                      size=len(data), mime_type=ADD_MIME, captured_at=captured_at, captured_at_source="given",
-                      source_name=req.source or "add",
-                      metadata={"client_id": req.id} if req.id else {})
+    return MediaEvent(
+        event_id=event_id,
+        tenant_id=tenant_id,
+        user_id=req.user_id,
+        device_id=device_id,
+        kind=MediaKind.text,
+        object_key=object_key(tenant_id, digest, ADD_MIME),
+        sha256=digest,
+        size=len(data),
+        mime_type=ADD_MIME,
+        captured_at=captured_at,
+        captured_at_source="given",
+        source_name=req.source or "add",
+        metadata={"client_id": req.id} if req.id else {},
+    )
 
 
 _running: set[uuid.UUID] = set()  # additions this process is running now, in any thread
@@ -97,8 +111,9 @@ def _running_here(event_id: uuid.UUID) -> Iterator[bool]:
 ADD_WAIT_S = 600.0
 
 
-def add_embedded(rt, req: AddMemoryRequest, tenant_id: str, device_id: str, consolidate: bool = True
-                 ) -> AddMemoryResponse:
+def add_embedded(
+    rt, req: AddMemoryRequest, tenant_id: str, device_id: str, consolidate: bool = True
+) -> AddMemoryResponse:
     """Add ``req`` on the embedded default (``rt``: a ``workers.runtime.Runtime``): store the record, record the
     event, run the pipeline inline, then consolidate the user (``consolidate``). Returns the final status: the
     memory is searchable when this returns ``done``. A client id added before is answered by ``added_before``:
@@ -121,8 +136,13 @@ def add_embedded(rt, req: AddMemoryRequest, tenant_id: str, device_id: str, cons
     with _running_here(event_id):
         record = run_event(rt, event)
     _consolidate(record, tenant_id, req.user_id, consolidate)
-    return AddMemoryResponse(event_id=event_id, status=record.status, observations=record.observations,
-                             reason=record.reason, captured_at=when)
+    return AddMemoryResponse(
+        event_id=event_id,
+        status=record.status,
+        observations=record.observations,
+        reason=record.reason,
+        captured_at=when,
+    )
 
 
 def _consolidate(record, tenant_id: str, user_id: str, consolidate: bool) -> None:
@@ -132,8 +152,7 @@ def _consolidate(record, tenant_id: str, user_id: str, consolidate: bool) -> Non
         consolidate_user.delay(tenant_id, user_id)
 
 
-def added_before(rt, event_id: uuid.UUID, tenant_id: str, user_id: str, consolidate: bool = True
-                 ) -> AddMemoryResponse:
+def added_before(rt, event_id: uuid.UUID, tenant_id: str, user_id: str, consolidate: bool = True) -> AddMemoryResponse:
     """The answer to adding a client id again whose event ``event_id`` is in the ledger, once it is stored:
 
     - its event is final (done, skipped, failed): that status, ``duplicate`` set; nothing is stored again;
@@ -152,18 +171,25 @@ def added_before(rt, event_id: uuid.UUID, tenant_id: str, user_id: str, consolid
         if old is None:  # its user forgotten meanwhile
             return AddMemoryResponse(event_id=event_id, status=EventStatus.failed, reason="forgotten meanwhile")
         if old.status in (EventStatus.done, EventStatus.skipped, EventStatus.failed):
-            return AddMemoryResponse(event_id=event_id, status=old.status, duplicate=True,
-                                     observations=old.observations, reason=old.reason)
+            return AddMemoryResponse(
+                event_id=event_id, status=old.status, duplicate=True, observations=old.observations, reason=old.reason
+            )
         if rt.settings.embedded:
             rt.vectors.hold()  # one process at a time stores: the holder, if alive, finishes meanwhile
         with _running_here(event_id) as own_idle:  # this process's own attempt, if any, ended (an exception)
-            events, given_up = rt.ledger.claim_interrupted(rt.settings.max_redeliveries, event_ids=[event_id],
-                                                           include_own=own_idle)
+            events, given_up = rt.ledger.claim_interrupted(
+                rt.settings.max_redeliveries, event_ids=[event_id], include_own=own_idle
+            )
             record = run_events(rt, events)[0] if events else rt.ledger.get(event_id)
         if events or given_up:
             _consolidate(record, tenant_id, user_id, consolidate)
-            return AddMemoryResponse(event_id=event_id, status=record.status, resumed=bool(events),
-                                     observations=record.observations, reason=record.reason)
+            return AddMemoryResponse(
+                event_id=event_id,
+                status=record.status,
+                resumed=bool(events),
+                observations=record.observations,
+                reason=record.reason,
+            )
         if time.monotonic() > deadline:
             raise StoreBusy(f"the addition {event_id} is being stored by another engram process; try again later")
         time.sleep(0.2)

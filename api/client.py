@@ -65,11 +65,25 @@ from engram.schemas.timeline import TimelineRequest
 
 FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 _PUBLISH_NAMESPACE = uuid.UUID("0b7e0c1e-55a4-5f61-9d0e-3a1f2c4b5d6e")
-_MIME_BY_SUFFIX = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".webp": "image/webp",
-                   ".wav": "audio/wav", ".flac": "audio/flac", ".mp3": "audio/mpeg", ".ogg": "audio/ogg",
-                   ".m4a": "audio/mp4", ".mp4": "video/mp4", ".mov": "video/quicktime", ".webm": "video/webm",
-                   ".mkv": "video/x-matroska", ".json": "application/json", ".jsonl": "application/x-ndjson",
-                   ".ndjson": "application/x-ndjson", ".txt": "text/plain"}
+_MIME_BY_SUFFIX = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".webp": "image/webp",
+    ".wav": "audio/wav",
+    ".flac": "audio/flac",
+    ".mp3": "audio/mpeg",
+    ".ogg": "audio/ogg",
+    ".m4a": "audio/mp4",
+    ".mp4": "video/mp4",
+    ".mov": "video/quicktime",
+    ".webm": "video/webm",
+    ".mkv": "video/x-matroska",
+    ".json": "application/json",
+    ".jsonl": "application/x-ndjson",
+    ".ndjson": "application/x-ndjson",
+    ".txt": "text/plain",
+}
 
 
 class EngramAPIError(EngramError):
@@ -131,8 +145,8 @@ def _transient_for_ask(exc: BaseException) -> bool:
     return _transient(exc) and not (isinstance(exc, EngramAPIError) and exc.status == 502)
 
 
-
 # --- request building, shared by both clients ------------------------------------------------------------
+
 
 def _identity(answer: Any) -> Any:
     return answer
@@ -151,9 +165,15 @@ class _Call:
     retry_if: Callable[[BaseException], bool] = field(default=_transient)
 
 
-def _search_call(query: str, user: str | None, memory_types: Iterable[MemoryType] | None,
-                 kinds: Iterable[MediaKind] | None, time_from: datetime | None, time_to: datetime | None,
-                 limit: int) -> _Call:
+def _search_call(
+    query: str,
+    user: str | None,
+    memory_types: Iterable[MemoryType] | None,
+    kinds: Iterable[MediaKind] | None,
+    time_from: datetime | None,
+    time_to: datetime | None,
+    limit: int,
+) -> _Call:
     """``POST /v1/search``."""
     body: dict[str, Any] = {"query": query, "limit": limit}
     if user:
@@ -168,8 +188,9 @@ def _search_call(query: str, user: str | None, memory_types: Iterable[MemoryType
     return _Call("POST", "/v1/search", body, parse=SearchResponse.model_validate)
 
 
-def _ask_call(question: str, user: str | None, memory_types: Iterable[MemoryType] | None, limit: int,
-              max_rounds: int) -> _Call:
+def _ask_call(
+    question: str, user: str | None, memory_types: Iterable[MemoryType] | None, limit: int, max_rounds: int
+) -> _Call:
     """``POST /v1/ask`` (a 502 is the answer, not retried)."""
     body: dict[str, Any] = {"question": question, "limit": limit, "max_rounds": max_rounds}
     if user:
@@ -179,18 +200,25 @@ def _ask_call(question: str, user: str | None, memory_types: Iterable[MemoryType
     return _Call("POST", "/v1/ask", body, parse=AskResponse.model_validate, retry_if=_transient_for_ask)
 
 
-def _add_call(messages_or_text: str | list[AddMessage | dict], user_id: str, client_id: str | None,
-              time: datetime | None, source: str | None, session_id: str | None) -> _Call:
+def _add_call(
+    messages_or_text: str | list[AddMessage | dict],
+    user_id: str,
+    client_id: str | None,
+    time: datetime | None,
+    source: str | None,
+    session_id: str | None,
+) -> _Call:
     """``POST /v1/memories``, its body validated here (pydantic.ValidationError before any request)."""
     if isinstance(messages_or_text, str):
         content: dict[str, Any] = {"text": messages_or_text}
     else:
-        content = {"messages": [m if isinstance(m, AddMessage) else AddMessage.model_validate(m)
-                                for m in messages_or_text]}
-    req = AddMemoryRequest(**content, user_id=user_id, id=client_id, time=time, source=source,
-                           session_id=session_id)
-    return _Call("POST", "/v1/memories", req.model_dump(mode="json", exclude_none=True),
-                 parse=AddMemoryResponse.model_validate)
+        content = {
+            "messages": [m if isinstance(m, AddMessage) else AddMessage.model_validate(m) for m in messages_or_text]
+        }
+    req = AddMemoryRequest(**content, user_id=user_id, id=client_id, time=time, source=source, session_id=session_id)
+    return _Call(
+        "POST", "/v1/memories", req.model_dump(mode="json", exclude_none=True), parse=AddMemoryResponse.model_validate
+    )
 
 
 def _list_memories_call(memory_type: MemoryType | str, user: str | None, limit: int, offset: int) -> _Call:
@@ -209,26 +237,50 @@ def _upload_call(sha256: str, size: int, mime_type: str) -> _Call:
 
 def _publish_call(event: PublishRequest) -> _Call:
     """``POST /v1/events``."""
-    return _Call("POST", "/v1/events", event.model_dump(mode="json", exclude_none=True),
-                 parse=PublishResponse.model_validate)
+    return _Call(
+        "POST", "/v1/events", event.model_dump(mode="json", exclude_none=True), parse=PublishResponse.model_validate
+    )
 
 
-def _forget_call(user: str | None, since: datetime | None, until: datetime | None, app: str | None,
-                 device: str | None, memory_ids: Iterable[uuid.UUID | str], event_ids: Iterable[uuid.UUID | str],
-                 dry_run: bool) -> _Call:
+def _forget_call(
+    user: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    app: str | None,
+    device: str | None,
+    memory_ids: Iterable[uuid.UUID | str],
+    event_ids: Iterable[uuid.UUID | str],
+    dry_run: bool,
+) -> _Call:
     """``POST /v1/forget``; raises ValueError (pydantic's) for a scope that names nothing. Retried when transient:
     forgetting again what is already forgotten changes nothing."""
-    scope = ForgetScope(user_id=user, since=since, until=until, app=app, device_id=device,
-                        memory_ids=[uuid.UUID(str(i)) for i in memory_ids],
-                        event_ids=[uuid.UUID(str(i)) for i in event_ids])
-    return _Call("POST", "/v1/forget", scope.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
-                 params={"dry_run": "true"} if dry_run else None, parse=ForgetScopeReport.model_validate)
+    scope = ForgetScope(
+        user_id=user,
+        since=since,
+        until=until,
+        app=app,
+        device_id=device,
+        memory_ids=[uuid.UUID(str(i)) for i in memory_ids],
+        event_ids=[uuid.UUID(str(i)) for i in event_ids],
+    )
+    return _Call(
+        "POST",
+        "/v1/forget",
+        scope.model_dump(mode="json", exclude_none=True, exclude_defaults=True),
+        params={"dry_run": "true"} if dry_run else None,
+        parse=ForgetScopeReport.model_validate,
+    )
 
 
 def _update_call(memory_id: uuid.UUID | str, text: str) -> _Call:
     """``PATCH /v1/memories/{id}``: not retried (a second correction of a superseded memory is refused)."""
-    return _Call("PATCH", f"/v1/memories/{memory_id}", {"text": text}, parse=MemoryRecord.model_validate,
-                 retry_if=lambda exc: isinstance(exc, httpx.ConnectError))
+    return _Call(
+        "PATCH",
+        f"/v1/memories/{memory_id}",
+        {"text": text},
+        parse=MemoryRecord.model_validate,
+        retry_if=lambda exc: isinstance(exc, httpx.ConnectError),
+    )
 
 
 def _model_call(path: str, request: BaseModel, answer: type[BaseModel], retry_if=_transient) -> _Call:
@@ -251,8 +303,9 @@ def _timeline_call(request: TimelineRequest) -> _Call:
     """``GET /v1/timeline`` with the request's fields as query parameters (``tenant_id`` left out: the key's)."""
     req = request.model_dump(mode="json", exclude_none=True, exclude={"tenant_id"})
     names = {"user_id": "user", "kinds": "kind", "apps": "app", "devices": "device"}
-    return _Call("GET", "/v1/timeline", params={names.get(k, k): v for k, v in req.items()},
-                 parse=MemoryPage.model_validate)
+    return _Call(
+        "GET", "/v1/timeline", params={names.get(k, k): v for k, v in req.items()}, parse=MemoryPage.model_validate
+    )
 
 
 def _media_path(observation_id: uuid.UUID | str, thumbnail: bool) -> str:
@@ -274,20 +327,33 @@ _CALLS: dict[str, Callable[..., _Call]] = {
     "export_user": lambda user: _Call("GET", f"/v1/users/{user}/export", parse=UserExport.model_validate),
     "list_entities": lambda: _Call("GET", "/v1/entities", parse=EntityList.model_validate),
     "users": lambda: _Call("GET", "/v1/users", parse=list),
-    "retry_event": lambda eid: _Call("POST", f"/v1/events/{eid}/retry", parse=EventStatusResponse.model_validate,
-                                     retry_if=lambda exc: isinstance(exc, httpx.ConnectError)),  # again: a 404
+    "retry_event": lambda eid: _Call(
+        "POST",
+        f"/v1/events/{eid}/retry",
+        parse=EventStatusResponse.model_validate,
+        retry_if=lambda exc: isinstance(exc, httpx.ConnectError),
+    ),  # again: a 404
     "storage": lambda: _Call("GET", "/v1/storage", parse=StorageUse.model_validate),
-    "memories_from": lambda oid: _Call("GET", f"/v1/memories/{oid}/derived",
-                                       parse=lambda items: [MemoryRecord.model_validate(r) for r in items]),
+    "memories_from": lambda oid: _Call(
+        "GET", f"/v1/memories/{oid}/derived", parse=lambda items: [MemoryRecord.model_validate(r) for r in items]
+    ),
     "entity_samples": lambda eid: _Call("GET", f"/v1/entities/{eid}/samples", parse=EntitySampleList.model_validate),
-    "split_entity": lambda eid, key: _Call("POST", f"/v1/entities/{eid}/split", {"sample_key": key},
-                                           parse=EntitySummary.model_validate,  # a second split would 404
-                                           retry_if=lambda exc: isinstance(exc, httpx.ConnectError)),
-    "merge_entities": lambda keep, drop, reason: _Call("POST", f"/v1/entities/{keep}/merge",
-                                                       {"entity_id": str(drop), "reason": reason},
-                                                       parse=EntitySummary.model_validate),
-    "name_entity": lambda eid, name: _Call("POST", f"/v1/entities/{eid}/name", {"name": name},
-                                           parse=EntitySummary.model_validate),
+    "split_entity": lambda eid, key: _Call(
+        "POST",
+        f"/v1/entities/{eid}/split",
+        {"sample_key": key},
+        parse=EntitySummary.model_validate,  # a second split would 404
+        retry_if=lambda exc: isinstance(exc, httpx.ConnectError),
+    ),
+    "merge_entities": lambda keep, drop, reason: _Call(
+        "POST",
+        f"/v1/entities/{keep}/merge",
+        {"entity_id": str(drop), "reason": reason},
+        parse=EntitySummary.model_validate,
+    ),
+    "name_entity": lambda eid, name: _Call(
+        "POST", f"/v1/entities/{eid}/name", {"name": name}, parse=EntitySummary.model_validate
+    ),
 }
 
 
@@ -335,8 +401,16 @@ class _Base:
     """What both clients share: the base URL, default user and device, the key's hash (for event ids), the
     retry policy's arguments, and the event a published file makes."""
 
-    def __init__(self, base_url: str, api_key: str, retries: int, backoff: float, max_backoff: float,
-                 user: str | None, device: str | None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        retries: int,
+        backoff: float,
+        max_backoff: float,
+        user: str | None,
+        device: str | None,
+    ) -> None:
         if not api_key:
             raise ValueError("an API key is required (engram keys create --tenant T)")
         self.base_url = base_url.rstrip("/")
@@ -347,18 +421,38 @@ class _Base:
         self._stop = tenacity.stop_after_attempt(max(1, retries))
         self._wait = tenacity.wait_exponential(multiplier=backoff, max=max_backoff)
 
-    def _event(self, staged: _Staged, up: UploadResponse, user: str | None, device: str | None,
-               captured_at: datetime | None, app: str | None, window: str | None, event_id: uuid.UUID | None,
-               metadata: dict[str, str] | None, source_name: str | None = None) -> PublishRequest:
+    def _event(
+        self,
+        staged: _Staged,
+        up: UploadResponse,
+        user: str | None,
+        device: str | None,
+        captured_at: datetime | None,
+        app: str | None,
+        window: str | None,
+        event_id: uuid.UUID | None,
+        metadata: dict[str, str] | None,
+        source_name: str | None = None,
+    ) -> PublishRequest:
         """The event of a staged and uploaded file (default id from key, user, device and sha256; default name
         the file's absolute path)."""
         user, device = user or self.user, device or self.device
         eid = event_id or uuid.uuid5(_PUBLISH_NAMESPACE, f"{self._key_id}\x1f{user}\x1f{device}\x1f{staged.sha256}")
         return PublishRequest(
-            event_id=eid, user_id=user, device_id=device, kind=staged.kind, object_key=up.object_key,
-            sha256=staged.sha256, size=staged.size, mime_type=staged.mime,
+            event_id=eid,
+            user_id=user,
+            device_id=device,
+            kind=staged.kind,
+            object_key=up.object_key,
+            sha256=staged.sha256,
+            size=staged.size,
+            mime_type=staged.mime,
             captured_at=captured_at or datetime.fromtimestamp(staged.mtime, UTC),
-            source_name=source_name or os.path.abspath(staged.path), app=app, window=window, metadata=metadata or {})
+            source_name=source_name or os.path.abspath(staged.path),
+            app=app,
+            window=window,
+            metadata=metadata or {},
+        )
 
 
 def _pending_report(pending: set, out: dict, timeout: float) -> TimeoutError:
@@ -374,14 +468,25 @@ class EngramClient(_Base):
     user and the host name).
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0, retries: int = 5,
-                 backoff: float = 0.5, max_backoff: float = 8.0, user: str | None = None,
-                 device: str | None = None, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        user: str | None = None,
+        device: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         super().__init__(base_url, api_key, retries, backoff, max_backoff, user, device)
         self._api = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport, headers=self._headers)
         self._store = httpx.Client(timeout=timeout, transport=transport)  # presigned URLs carry no API key
-        self._retrying = tenacity.Retrying(stop=self._stop, wait=self._wait,
-                                           retry=tenacity.retry_if_exception(_transient), reraise=True)
+        self._retrying = tenacity.Retrying(
+            stop=self._stop, wait=self._wait, retry=tenacity.retry_if_exception(_transient), reraise=True
+        )
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -428,10 +533,19 @@ class EngramClient(_Base):
         """``POST /v1/events``: publish an event whose object is stored; idempotent by event id."""
         return self._send(_publish_call(event))
 
-    def publish(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
-                device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
-                window: str | None = None, event_id: uuid.UUID | None = None,
-                metadata: dict[str, str] | None = None, source_name: str | None = None) -> PublishResult:
+    def publish(
+        self,
+        path: str | Path,
+        kind: MediaKind | None = None,
+        user: str | None = None,
+        device: str | None = None,
+        captured_at: datetime | None = None,
+        app: str | None = None,
+        window: str | None = None,
+        event_id: uuid.UUID | None = None,
+        metadata: dict[str, str] | None = None,
+        source_name: str | None = None,
+    ) -> PublishResult:
         """Hash ``path``, upload it unless the store has it, and publish its event (named ``source_name``,
         default the file's absolute path).
 
@@ -444,13 +558,21 @@ class EngramClient(_Base):
         up = self.upload_url(staged.sha256, staged.size, staged.mime)
         if not up.exists:
             self._put(up.url, staged)
-        resp = self.publish_event(self._event(staged, up, user, device, captured_at, app, window, event_id,
-                                              metadata, source_name))
+        resp = self.publish_event(
+            self._event(staged, up, user, device, captured_at, app, window, event_id, metadata, source_name)
+        )
         return PublishResult(resp.event_id, resp.status, not up.exists, resp.duplicate, staged.size)
 
-    def publish_file(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
-                     device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
-                     window: str | None = None) -> uuid.UUID:
+    def publish_file(
+        self,
+        path: str | Path,
+        kind: MediaKind | None = None,
+        user: str | None = None,
+        device: str | None = None,
+        captured_at: datetime | None = None,
+        app: str | None = None,
+        window: str | None = None,
+    ) -> uuid.UUID:
         """``publish`` returning only the event id."""
         return self.publish(path, kind, user, device, captured_at, app, window).event_id
 
@@ -459,8 +581,7 @@ class EngramClient(_Base):
         tenant's) event."""
         return self._send(_CALLS["event_status"](event_id))
 
-    def events(self, user: str | None = None, status: EventStatus | str | None = None,
-               limit: int = 100) -> EventList:
+    def events(self, user: str | None = None, status: EventStatus | str | None = None, limit: int = 100) -> EventList:
         """``GET /v1/events``: the tenant's events (``user``'s), most recently changed first, optionally of one
         status, with how many of the tenant's events are in each status."""
         return self._send(_events_call(user, status, limit))
@@ -490,8 +611,9 @@ class EngramClient(_Base):
         key's tenant)."""
         return self._send(_timeline_call(request))
 
-    def media(self, observation_id: uuid.UUID | str, thumbnail: bool = False,
-              user: str | None = None) -> tuple[bytes, str]:
+    def media(
+        self, observation_id: uuid.UUID | str, thumbnail: bool = False, user: str | None = None
+    ) -> tuple[bytes, str]:
         """``GET /v1/media/{id}`` (the original) or, with ``thumbnail``, ``GET /v1/thumbnails/{id}`` (a small
         WebP): the object's bytes and media type, whole. EngramAPIError 404 for an unknown (or another tenant's,
         or with ``user`` another user's) observation, 410 when its object is gone or it has no picture (the reason
@@ -499,9 +621,16 @@ class EngramClient(_Base):
         path, params = _media_path(observation_id, thumbnail), {"user": user} if user else None
         return self._retrying(lambda: _media_answer(self._api.get(path, params=params), path))
 
-    def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
-               kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
-               time_to: datetime | None = None, limit: int = 10) -> SearchResponse:
+    def search(
+        self,
+        query: str,
+        user: str | None = None,
+        memory_types: Iterable[MemoryType] | None = None,
+        kinds: Iterable[MediaKind] | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        limit: int = 10,
+    ) -> SearchResponse:
         """``POST /v1/search``: hybrid search over the tenant's memories (hits best first)."""
         return self._send(_search_call(query, user, memory_types, kinds, time_from, time_to, limit))
 
@@ -518,16 +647,29 @@ class EngramClient(_Base):
         """``POST /v1/memories`` with an ``AddMemoryRequest`` (see ``add``)."""
         return self._send(_model_call("/v1/memories", request, AddMemoryResponse))
 
-    def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
-            limit: int = 10, max_rounds: int = 5) -> AskResponse:
+    def ask(
+        self,
+        question: str,
+        user: str | None = None,
+        memory_types: Iterable[MemoryType] | None = None,
+        limit: int = 10,
+        max_rounds: int = 5,
+    ) -> AskResponse:
         """``POST /v1/ask``: an answer from memory with the memories it cites (M3-Agent's multi-round
         retrieval when the workers have an LLM), or the ranked evidence with ``answer`` None. ``limit``: hits
         per round. EngramAPIError 502 (not retried) when the LLM failed, with the reason."""
         return self._send(_ask_call(question, user, memory_types, limit, max_rounds))
 
-    def add(self, messages_or_text: str | list[AddMessage | dict], user_id: str | None = None, *,
-            id: str | None = None, time: datetime | None = None, source: str | None = None,
-            session_id: str | None = None) -> AddMemoryResponse:
+    def add(
+        self,
+        messages_or_text: str | list[AddMessage | dict],
+        user_id: str | None = None,
+        *,
+        id: str | None = None,
+        time: datetime | None = None,
+        source: str | None = None,
+        session_id: str | None = None,
+    ) -> AddMemoryResponse:
         """``POST /v1/memories``: remember one text, or chat messages (each an ``AddMessage`` or a dict with at
         least ``text``; the conversation record's speaker, timestamp, message_id and session_id optional), for
         ``user_id`` (default: the client's user). ``id``: your id for this addition; adding again with it stores
@@ -547,8 +689,9 @@ class EngramClient(_Base):
         tenant's)."""
         return self._send(_CALLS["get_memory"](memory_id))
 
-    def list_memories(self, memory_type: MemoryType | str, user: str | None = None, limit: int = 50,
-                      offset: int = 0) -> MemoryPage:
+    def list_memories(
+        self, memory_type: MemoryType | str, user: str | None = None, limit: int = 50, offset: int = 0
+    ) -> MemoryPage:
         """``GET /v1/memories``: a page of one type, newest content first."""
         return self._send(_list_memories_call(memory_type, user, limit, offset))
 
@@ -560,9 +703,18 @@ class EngramClient(_Base):
         """``DELETE /v1/users/{user}``: forget the user entirely; returns what was deleted."""
         return self._send(_CALLS["forget_user"](user))
 
-    def forget(self, *, user: str | None = None, since: datetime | None = None, until: datetime | None = None,
-               app: str | None = None, device: str | None = None, memory_ids: Iterable[uuid.UUID | str] = (),
-               event_ids: Iterable[uuid.UUID | str] = (), dry_run: bool = False) -> ForgetScopeReport:
+    def forget(
+        self,
+        *,
+        user: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        app: str | None = None,
+        device: str | None = None,
+        memory_ids: Iterable[uuid.UUID | str] = (),
+        event_ids: Iterable[uuid.UUID | str] = (),
+        dry_run: bool = False,
+    ) -> ForgetScopeReport:
         """``POST /v1/forget``: forget, leaving nothing behind, a time range (aware datetimes), an app, a device,
         events or ids (every criterion given must match), optionally of one user; memories drawn also from other
         sources are rewritten without it. ``dry_run``: only count. Raises ValueError for a scope naming nothing,
@@ -604,8 +756,9 @@ class EngramClient(_Base):
         EngramAPIError 404 for an unknown entity or sample."""
         return self._send(_CALLS["split_entity"](entity_id, sample_key))
 
-    def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
-             interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:
+    def wait(
+        self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0, interval: float = 0.5
+    ) -> dict[uuid.UUID, EventStatusResponse]:
         """Poll until every event is done, skipped or failed; returns each one's final status.
         Raises TimeoutError (naming how many are pending) after ``timeout`` seconds."""
         pending = {uuid.UUID(str(i)) for i in ids}
@@ -636,15 +789,27 @@ class AsyncEngramClient(_Base):
             hits = (await client.search("where does Maria move?")).hits
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0, retries: int = 5,
-                 backoff: float = 0.5, max_backoff: float = 8.0, user: str | None = None,
-                 device: str | None = None, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        user: str | None = None,
+        device: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         super().__init__(base_url, api_key, retries, backoff, max_backoff, user, device)
-        self._api = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, transport=transport,
-                                      headers=self._headers)
+        self._api = httpx.AsyncClient(
+            base_url=self.base_url, timeout=timeout, transport=transport, headers=self._headers
+        )
         self._store = httpx.AsyncClient(timeout=timeout, transport=transport)  # presigned URLs carry no API key
-        self._retrying = tenacity.AsyncRetrying(stop=self._stop, wait=self._wait,
-                                                retry=tenacity.retry_if_exception(_transient), reraise=True)
+        self._retrying = tenacity.AsyncRetrying(
+            stop=self._stop, wait=self._wait, retry=tenacity.retry_if_exception(_transient), reraise=True
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
@@ -689,10 +854,19 @@ class AsyncEngramClient(_Base):
         """``POST /v1/events`` (see ``EngramClient.publish_event``)."""
         return await self._send(_publish_call(event))
 
-    async def publish(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
-                      device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
-                      window: str | None = None, event_id: uuid.UUID | None = None,
-                      metadata: dict[str, str] | None = None, source_name: str | None = None) -> PublishResult:
+    async def publish(
+        self,
+        path: str | Path,
+        kind: MediaKind | None = None,
+        user: str | None = None,
+        device: str | None = None,
+        captured_at: datetime | None = None,
+        app: str | None = None,
+        window: str | None = None,
+        event_id: uuid.UUID | None = None,
+        metadata: dict[str, str] | None = None,
+        source_name: str | None = None,
+    ) -> PublishResult:
         """Hash ``path`` (in a worker thread), upload it unless the store has it, publish its event (see
         ``EngramClient.publish``: the same event id, so either client publishing a file again is a no-op).
         Raises NotMedia, OSError, EngramAPIError, httpx.TransportError."""
@@ -702,13 +876,21 @@ class AsyncEngramClient(_Base):
         up = await self.upload_url(staged.sha256, staged.size, staged.mime)
         if not up.exists:
             await self._put(up.url, staged)
-        resp = await self.publish_event(self._event(staged, up, user, device, captured_at, app, window, event_id,
-                                                    metadata, source_name))
+        resp = await self.publish_event(
+            self._event(staged, up, user, device, captured_at, app, window, event_id, metadata, source_name)
+        )
         return PublishResult(resp.event_id, resp.status, not up.exists, resp.duplicate, staged.size)
 
-    async def publish_file(self, path: str | Path, kind: MediaKind | None = None, user: str | None = None,
-                           device: str | None = None, captured_at: datetime | None = None, app: str | None = None,
-                           window: str | None = None) -> uuid.UUID:
+    async def publish_file(
+        self,
+        path: str | Path,
+        kind: MediaKind | None = None,
+        user: str | None = None,
+        device: str | None = None,
+        captured_at: datetime | None = None,
+        app: str | None = None,
+        window: str | None = None,
+    ) -> uuid.UUID:
         """``publish`` returning only the event id."""
         return (await self.publish(path, kind, user, device, captured_at, app, window)).event_id
 
@@ -716,8 +898,9 @@ class AsyncEngramClient(_Base):
         """``GET /v1/events/{id}`` (see ``EngramClient.event_status``)."""
         return await self._send(_CALLS["event_status"](event_id))
 
-    async def events(self, user: str | None = None, status: EventStatus | str | None = None,
-                     limit: int = 100) -> EventList:
+    async def events(
+        self, user: str | None = None, status: EventStatus | str | None = None, limit: int = 100
+    ) -> EventList:
         """``GET /v1/events`` (see ``EngramClient.events``)."""
         return await self._send(_events_call(user, status, limit))
 
@@ -741,8 +924,9 @@ class AsyncEngramClient(_Base):
         """``GET /v1/timeline`` (see ``EngramClient.timeline_request``)."""
         return await self._send(_timeline_call(request))
 
-    async def media(self, observation_id: uuid.UUID | str, thumbnail: bool = False,
-                    user: str | None = None) -> tuple[bytes, str]:
+    async def media(
+        self, observation_id: uuid.UUID | str, thumbnail: bool = False, user: str | None = None
+    ) -> tuple[bytes, str]:
         """``GET /v1/media/{id}`` or ``/v1/thumbnails/{id}`` (see ``EngramClient.media``)."""
         path, params = _media_path(observation_id, thumbnail), {"user": user} if user else None
 
@@ -751,9 +935,16 @@ class AsyncEngramClient(_Base):
 
         return await self._retrying(once)
 
-    async def search(self, query: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
-                     kinds: Iterable[MediaKind] | None = None, time_from: datetime | None = None,
-                     time_to: datetime | None = None, limit: int = 10) -> SearchResponse:
+    async def search(
+        self,
+        query: str,
+        user: str | None = None,
+        memory_types: Iterable[MemoryType] | None = None,
+        kinds: Iterable[MediaKind] | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        limit: int = 10,
+    ) -> SearchResponse:
         """``POST /v1/search`` (see ``EngramClient.search``)."""
         return await self._send(_search_call(query, user, memory_types, kinds, time_from, time_to, limit))
 
@@ -769,14 +960,27 @@ class AsyncEngramClient(_Base):
         """``POST /v1/memories`` with an ``AddMemoryRequest``."""
         return await self._send(_model_call("/v1/memories", request, AddMemoryResponse))
 
-    async def ask(self, question: str, user: str | None = None, memory_types: Iterable[MemoryType] | None = None,
-                  limit: int = 10, max_rounds: int = 5) -> AskResponse:
+    async def ask(
+        self,
+        question: str,
+        user: str | None = None,
+        memory_types: Iterable[MemoryType] | None = None,
+        limit: int = 10,
+        max_rounds: int = 5,
+    ) -> AskResponse:
         """``POST /v1/ask`` (see ``EngramClient.ask``; a 502 is the answer, not retried)."""
         return await self._send(_ask_call(question, user, memory_types, limit, max_rounds))
 
-    async def add(self, messages_or_text: str | list[AddMessage | dict], user_id: str | None = None, *,
-                  id: str | None = None, time: datetime | None = None, source: str | None = None,
-                  session_id: str | None = None) -> AddMemoryResponse:
+    async def add(
+        self,
+        messages_or_text: str | list[AddMessage | dict],
+        user_id: str | None = None,
+        *,
+        id: str | None = None,
+        time: datetime | None = None,
+        source: str | None = None,
+        session_id: str | None = None,
+    ) -> AddMemoryResponse:
         """``POST /v1/memories`` (see ``EngramClient.add``)."""
         return await self._send(_add_call(messages_or_text, user_id or self.user, id, time, source, session_id))
 
@@ -784,8 +988,9 @@ class AsyncEngramClient(_Base):
         """``GET /v1/memories/{id}``."""
         return await self._send(_CALLS["get_memory"](memory_id))
 
-    async def list_memories(self, memory_type: MemoryType | str, user: str | None = None, limit: int = 50,
-                            offset: int = 0) -> MemoryPage:
+    async def list_memories(
+        self, memory_type: MemoryType | str, user: str | None = None, limit: int = 50, offset: int = 0
+    ) -> MemoryPage:
         """``GET /v1/memories``: a page of one type, newest content first."""
         return await self._send(_list_memories_call(memory_type, user, limit, offset))
 
@@ -797,9 +1002,18 @@ class AsyncEngramClient(_Base):
         """``DELETE /v1/users/{user}``."""
         return await self._send(_CALLS["forget_user"](user))
 
-    async def forget(self, *, user: str | None = None, since: datetime | None = None, until: datetime | None = None,
-                     app: str | None = None, device: str | None = None, memory_ids: Iterable[uuid.UUID | str] = (),
-                     event_ids: Iterable[uuid.UUID | str] = (), dry_run: bool = False) -> ForgetScopeReport:
+    async def forget(
+        self,
+        *,
+        user: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        app: str | None = None,
+        device: str | None = None,
+        memory_ids: Iterable[uuid.UUID | str] = (),
+        event_ids: Iterable[uuid.UUID | str] = (),
+        dry_run: bool = False,
+    ) -> ForgetScopeReport:
         """``POST /v1/forget`` (see ``EngramClient.forget``)."""
         return await self._send(_forget_call(user, since, until, app, device, memory_ids, event_ids, dry_run))
 
@@ -815,8 +1029,9 @@ class AsyncEngramClient(_Base):
         """``GET /v1/entities``."""
         return await self._send(_CALLS["list_entities"]())
 
-    async def merge_entities(self, keep: uuid.UUID | str, drop: uuid.UUID | str,
-                             reason: str = "manual") -> EntitySummary:
+    async def merge_entities(
+        self, keep: uuid.UUID | str, drop: uuid.UUID | str, reason: str = "manual"
+    ) -> EntitySummary:
         """``POST /v1/entities/{keep}/merge``."""
         return await self._send(_CALLS["merge_entities"](keep, drop, reason))
 
@@ -841,8 +1056,9 @@ class AsyncEngramClient(_Base):
         """``POST /v1/entities/{id}/split`` (see ``EngramClient.split_entity``)."""
         return await self._send(_CALLS["split_entity"](entity_id, sample_key))
 
-    async def wait(self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0,
-                   interval: float = 0.5) -> dict[uuid.UUID, EventStatusResponse]:
+    async def wait(
+        self, ids: Iterable[uuid.UUID | str], timeout: float = 300.0, interval: float = 0.5
+    ) -> dict[uuid.UUID, EventStatusResponse]:
         """Poll until every event is done, skipped or failed (see ``EngramClient.wait``). Raises TimeoutError."""
         import asyncio
 

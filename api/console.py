@@ -77,9 +77,11 @@ def ingest_summary(result: dict[str, list]) -> str:
     """The one line (Rich markup) that ends an ingest: files done with the observations they gave, skipped, failed,
     not media; ``result`` as ``api.embedded.ingest_paths`` returns it."""
     obs = sum(r.observations for _, r in result["done"])
-    return (f"[green]{len(result['done'])} done[/green] ({counted(obs, 'observation')}), "
-            f"{len(result['skipped'])} skipped, [red]{len(result['failed'])} failed[/red], "
-            f"{len(result['ignored'])} not media")
+    return (
+        f"[green]{len(result['done'])} done[/green] ({counted(obs, 'observation')}), "
+        f"{len(result['skipped'])} skipped, [red]{len(result['failed'])} failed[/red], "
+        f"{len(result['ignored'])} not media"
+    )
 
 
 class SafeConsole(Console):
@@ -129,11 +131,19 @@ def require_store() -> None:
     settings = get_settings()
     if settings.qdrant_url or settings.broker_url:
         return
-    if not (embedded_store_dir(settings).is_dir() or legacy_store_dir(settings).is_dir()
-            or (settings.data_dir / "ledger.sqlite").is_file()):  # only failed files so far: status shows them
-        err.print(Text.assemble(("error: ", "red"), f"no engram store in {settings.data_dir}: nothing was ingested "
-                                "there. `engram ingest FILES` makes one; --data-dir or ENGRAM_DATA_DIR chooses "
-                                "the folder."))
+    if not (
+        embedded_store_dir(settings).is_dir()
+        or legacy_store_dir(settings).is_dir()
+        or (settings.data_dir / "ledger.sqlite").is_file()
+    ):  # only failed files so far: status shows them
+        err.print(
+            Text.assemble(
+                ("error: ", "red"),
+                f"no engram store in {settings.data_dir}: nothing was ingested "
+                "there. `engram ingest FILES` makes one; --data-dir or ENGRAM_DATA_DIR chooses "
+                "the folder.",
+            )
+        )
         raise typer.Exit(2)
 
 
@@ -203,9 +213,11 @@ def time_bound(value: str | None, option: str, end: bool = False) -> datetime | 
 
     span = resolve(value)
     if span is None:
-        raise typer.BadParameter(f"{value!r} is not a time: give a span back from now (15m, 2h, 3d), ISO 8601 "
-                                 "(2024-05-01T14:30:00Z) or words such as 'yesterday', 'last week', '2024-05'",
-                                 param_hint=option)
+        raise typer.BadParameter(
+            f"{value!r} is not a time: give a span back from now (15m, 2h, 3d), ISO 8601 "
+            "(2024-05-01T14:30:00Z) or words such as 'yesterday', 'last week', '2024-05'",
+            param_hint=option,
+        )
     return span.end if end else span.start
 
 
@@ -231,7 +243,7 @@ def snippet(text: str, query: str, width: int = 110) -> str:
     low = flat.lower()
     pos = min((i for w in query.lower().split() if len(w) > 2 and (i := low.find(w)) >= 0), default=0)
     start = max(0, pos - width // 3)
-    out = flat[start:start + width]
+    out = flat[start : start + width]
     return ("…" if start else "") + out + ("…" if start + width < len(flat) else "")
 
 
@@ -260,13 +272,16 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
     out = out or console
     if resp.time_range:
         tr = resp.time_range
-        out.print(f"time: {escape(repr(tr.expression))} → {local_time(tr.start)} to {local_time(tr.end)} "
-                  f"(as of {local_time(tr.reference_time, '%Y-%m-%d')}; ranked first, not a filter)")
+        out.print(
+            f"time: {escape(repr(tr.expression))} → {local_time(tr.start)} to {local_time(tr.end)} "
+            f"(as of {local_time(tr.reference_time, '%Y-%m-%d')}; ranked first, not a filter)"
+        )
     if not resp.hits:
         out.print(f"no results for {escape(repr(resp.query))}")
         return
-    table = Table(title=f"{escape(repr(resp.query))} — {counted(len(resp.hits), 'result')} in {resp.took_ms:.0f} ms",
-                  expand=True)
+    table = Table(
+        title=f"{escape(repr(resp.query))} — {counted(len(resp.hits), 'result')} in {resp.took_ms:.0f} ms", expand=True
+    )
     table.add_column("#", no_wrap=True, min_width=2)
     table.add_column("matched", max_width=24, overflow="fold")
     table.add_column("type", no_wrap=True, min_width=11)
@@ -287,6 +302,12 @@ def print_hits(resp: SearchResponse, out: Console | None = None) -> None:
             src += f" @{hit.start_s:.1f}s"
         if hit.message_ids and hit.memory_type is MemoryType.observation:
             src += f" {hit.message_ids[0]}"
-        table.add_row(str(i), Text(why_found(hit)), hit.memory_type.value, when, Text(src[:40]),
-                      Text(snippet(hit.text, resp.query)))
+        table.add_row(
+            str(i),
+            Text(why_found(hit)),
+            hit.memory_type.value,
+            when,
+            Text(src[:40]),
+            Text(snippet(hit.text, resp.query)),
+        )
     out.print(table)

@@ -46,15 +46,26 @@ sam@db-primary:~$ psql -c "select slot_name, active from pg_replication_slots"
  analytics_sync | f
 (1 row)
 sam@db-primary:~$ """
-EMAIL = ["From: Dana Whitfield <dana@harbourview-lettings.com>", "To: Sam Carter",
-         "Subject: Your lease renewal for Flat 4B, 27 Harbour Street", "",
-         "Hi Sam,", "", "Your current lease ends on 30 April. The landlord is happy to renew",
-         "for another twelve months at 1,450 pounds per month (up from 1,395).", "",
-         "Please sign the renewal form and return it by 31 March so we can",
-         "register the deposit again. Let me know if you have any questions.", "",
-         "Kind regards,", "Dana"]
-MEMO = ("Reminder: the quarterly budget review moved to Thursday at three pm. Bring the updated hiring "
-        "plan and the cloud cost numbers. Priya will send the slides by Wednesday.")
+EMAIL = [
+    "From: Dana Whitfield <dana@harbourview-lettings.com>",
+    "To: Sam Carter",
+    "Subject: Your lease renewal for Flat 4B, 27 Harbour Street",
+    "",
+    "Hi Sam,",
+    "",
+    "Your current lease ends on 30 April. The landlord is happy to renew",
+    "for another twelve months at 1,450 pounds per month (up from 1,395).",
+    "",
+    "Please sign the renewal form and return it by 31 March so we can",
+    "register the deposit again. Let me know if you have any questions.",
+    "",
+    "Kind regards,",
+    "Dana",
+]
+MEMO = (
+    "Reminder: the quarterly budget review moved to Thursday at three pm. Bring the updated hiring "
+    "plan and the cloud cost numbers. Priya will send the slides by Wednesday."
+)
 SLIDE = ["Sprint demo", "Release 2.4 ships on Friday", "• Offline sync for mobile", "• Search is 40% faster"]
 CLIP_SECONDS = 8
 CLIP_SPEECH = "Sprint demo. Release two point four ships on Friday, with offline sync for mobile."
@@ -63,8 +74,13 @@ CHAT = [  # (session, day offset, speaker, text, attachment caption)
     ("lisbon-1", -3, "Sam", "Yes! I was thinking May 16 to 20, flights are cheapest then.", None),
     ("lisbon-1", -3, "Maya", "Perfect. I'll look for a place in Alfama, somewhere with a view.", None),
     ("lisbon-1", -3, "Sam", "Sounds great. Can we squeeze in a day in Sintra too?", None),
-    ("lisbon-1", -3, "Maya", "Definitely. This is the apartment I like.",
-     "a sunny balcony overlooking red tiled roofs and a wide river"),
+    (
+        "lisbon-1",
+        -3,
+        "Maya",
+        "Definitely. This is the apartment I like.",
+        "a sunny balcony overlooking red tiled roofs and a wide river",
+    ),
     ("lisbon-2", -1, "Sam", "Booked the flights! Landing at 11:40 on the 16th.", None),
     ("lisbon-2", -1, "Maya", "Amazing. I reserved the Alfama apartment, 460 euros for four nights.", None),
     ("lisbon-2", -1, "Sam", "I'll send you my half tonight.", None),
@@ -91,8 +107,7 @@ def _window(title: str, dark: bool) -> tuple[Image.Image, ImageDraw.ImageDraw]:
     draw.rectangle((0, 0, SIZE[0], 38), fill=(50, 50, 52) if dark else (222, 222, 224))
     for i, color in enumerate([(255, 95, 87), (254, 188, 46), (40, 200, 64)]):
         draw.ellipse((14 + 22 * i, 12, 28 + 22 * i, 26), fill=color)
-    draw.text((SIZE[0] // 2, 19), title, font=_font(16), anchor="mm",
-              fill=(200, 200, 200) if dark else (60, 60, 60))
+    draw.text((SIZE[0] // 2, 19), title, font=_font(16), anchor="mm", fill=(200, 200, 200) if dark else (60, 60, 60))
     return img, draw
 
 
@@ -110,8 +125,7 @@ def _code_editor(path: Path) -> None:
         color = (0, 90, 170) if line.lstrip().startswith(("def", "for", "if", "return")) else (30, 30, 30)
         draw.text((310, y), line, font=mono, fill=(20, 120, 40) if '"""' in line else color)
     draw.rectangle((0, SIZE[1] - 28, SIZE[0], SIZE[1]), fill=(0, 110, 200))
-    draw.text((16, SIZE[1] - 24), "main   Ln 41, Col 9   Spaces: 4   UTF-8   Python 3.12", font=_font(15),
-              fill="white")
+    draw.text((16, SIZE[1] - 24), "main   Ln 41, Col 9   Spaces: 4   UTF-8   Python 3.12", font=_font(15), fill="white")
     img.save(path)
 
 
@@ -128,8 +142,9 @@ def _terminal(path: Path) -> None:
 def _email(path: Path) -> None:
     img, draw = _window("Inbox — Mail", dark=False)
     draw.rectangle((0, 39, 330, SIZE[1]), fill=(232, 238, 247))
-    for i, (who, subject) in enumerate([("Dana Whitfield", "Your lease renewal"), ("GitHub", "[billing] CI"),
-                                        ("Priya Nair", "Offsite agenda")]):
+    for i, (who, subject) in enumerate(
+        [("Dana Whitfield", "Your lease renewal"), ("GitHub", "[billing] CI"), ("Priya Nair", "Offsite agenda")]
+    ):
         y = 60 + 80 * i
         draw.rectangle((8, y - 8, 322, y + 62), fill=(200, 220, 245) if i == 0 else (232, 238, 247))
         draw.text((20, y), who, font=_font(18), fill=(20, 20, 20))
@@ -145,8 +160,9 @@ CLIP_VOICE = ("en-gb-x-rp+f2", "70", "160")  # whoever presents the sprint demo:
 
 def _speak(text: str, path: Path, voice: tuple[str, str, str] = MEMO_VOICE) -> None:
     name, pitch, speed = voice
-    subprocess.run(["espeak-ng", "-v", name, "-p", pitch, "-s", speed, "-w", str(path), text], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["espeak-ng", "-v", name, "-p", pitch, "-s", speed, "-w", str(path), text], check=True, capture_output=True
+    )
 
 
 def _clip(out: Path, espeak: bool) -> None:
@@ -163,11 +179,34 @@ def _clip(out: Path, espeak: bool) -> None:
             audio = ["-i", str(tmp / "speech.wav"), "-af", "apad"]  # silence after the speech
         else:
             audio = ["-f", "lavfi", "-i", "anullsrc=r=16000:cl=mono"]
-        subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-loop", "1", "-framerate", "5",
-                        "-i", str(tmp / "slide.png"), *audio, "-t", str(CLIP_SECONDS),
-                        "-c:v", "libx264", "-tune", "stillimage", "-pix_fmt", "yuv420p", "-c:a", "aac",
-                        str(out)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                "ffmpeg",
+                "-loglevel",
+                "error",
+                "-y",
+                "-loop",
+                "1",
+                "-framerate",
+                "5",
+                "-i",
+                str(tmp / "slide.png"),
+                *audio,
+                "-t",
+                str(CLIP_SECONDS),
+                "-c:v",
+                "libx264",
+                "-tune",
+                "stillimage",
+                "-pix_fmt",
+                "yuv420p",
+                "-c:a",
+                "aac",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
+        )
 
 
 def _chat(path: Path, evening: datetime) -> None:
@@ -177,10 +216,16 @@ def _chat(path: Path, evening: datetime) -> None:
     msgs, counts = [], {}
     for session, day, speaker, text, caption in CHAT:
         counts[session] = counts.get(session, 0) + 1
-        msgs.append(ConversationMessage(
-            message_id=f"{session}:{counts[session]:02d}", session_id=session, speaker=speaker, text=text,
-            timestamp=evening + timedelta(days=day, minutes=3 * counts[session]),
-            attachments=[Attachment(kind="image", caption=caption)] if caption else []))
+        msgs.append(
+            ConversationMessage(
+                message_id=f"{session}:{counts[session]:02d}",
+                session_id=session,
+                speaker=speaker,
+                text=text,
+                timestamp=evening + timedelta(days=day, minutes=3 * counts[session]),
+                attachments=[Attachment(kind="image", caption=caption)] if caption else [],
+            )
+        )
     path.write_bytes(to_jsonl(msgs))
 
 
@@ -241,8 +286,9 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     warm_up_for_searches()  # the searches after the ingest: the time parser is ready for the first to name a time
     try:
         console.print("Ingesting: OCR, speech-to-text, embeddings, then consolidation (a minute or less)…")
-        result = ingest_paths([workdir / "sample"], tenant="demo", user="demo-user", device="demo-laptop",
-                              consolidate=True)
+        result = ingest_paths(
+            [workdir / "sample"], tenant="demo", user="demo-user", device="demo-laptop", consolidate=True
+        )
         console.print(ingest_summary(result), highlight=False)
         notes = [*result["ignored"], *((p, r.reason) for p, r in result["skipped"] + result["failed"])]
         for path, why in notes:
@@ -258,8 +304,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
             if expect in files:
                 resp = run_search(SearchRequest(query=query, tenant_id="demo", limit=3))
                 print_hits(resp, console)
-                searches.append({"query": query, "expect": expect, "message_id": message_id,
-                                 "response": resp})
+                searches.append({"query": query, "expect": expect, "message_id": message_id, "response": resp})
     finally:
         reset_runtimes()
         for key, value in saved.items():
@@ -268,10 +313,20 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
             else:
                 os.environ[key] = value
     seconds = time.monotonic() - started
-    console.print(Text(f"\nDone in {seconds:.0f} s. The data is in {workdir / 'data'}; search it again with\n"
-                       f"  engram --data-dir {workdir / 'data'} search \"when does the lease end\" --tenant demo\n"
-                       f"  engram --data-dir {workdir / 'data'} status --tenant demo\n"
-                       f"or look at it in a browser (the web app on http://127.0.0.1:8780/):\n"
-                       f"  engram ui --data-dir {workdir / 'data'} --tenant demo"))
-    return {"workdir": workdir, "files": files, "ingest": result, "counts": counts, "searches": searches,
-            "seconds": seconds}
+    console.print(
+        Text(
+            f"\nDone in {seconds:.0f} s. The data is in {workdir / 'data'}; search it again with\n"
+            f'  engram --data-dir {workdir / "data"} search "when does the lease end" --tenant demo\n'
+            f"  engram --data-dir {workdir / 'data'} status --tenant demo\n"
+            f"or look at it in a browser (the web app on http://127.0.0.1:8780/):\n"
+            f"  engram ui --data-dir {workdir / 'data'} --tenant demo"
+        )
+    )
+    return {
+        "workdir": workdir,
+        "files": files,
+        "ingest": result,
+        "counts": counts,
+        "searches": searches,
+        "seconds": seconds,
+    }

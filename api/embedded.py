@@ -38,8 +38,9 @@ class _IngestRun:
     user: str
     progress: Progress
     task: TaskID | None = None
-    out: dict[str, list] = field(default_factory=lambda: {k: [] for k in ("done", "skipped", "failed", "ignored",
-                                                                         "resumed")})
+    out: dict[str, list] = field(
+        default_factory=lambda: {k: [] for k in ("done", "skipped", "failed", "ignored", "resumed")}
+    )
     users: set[tuple[str, str]] = field(default_factory=set)
     pending: list[tuple[Path, MediaEvent]] = field(default_factory=list)
 
@@ -57,8 +58,12 @@ class _IngestRun:
             self.out["resumed"].append((Path(record.source_name or record.object_key), record))
             self.users.add((record.tenant_id, record.user_id))
             if not quiet:
-                err.print(Text(f"resumed {shown_name(record.source_name or record.event_id)} (interrupted earlier): "
-                               f"{record.status.value}"))
+                err.print(
+                    Text(
+                        f"resumed {shown_name(record.source_name or record.event_id)} (interrupted earlier): "
+                        f"{record.status.value}"
+                    )
+                )
 
     def classify(self, path: Path):
         """``path``'s ``api.local.Candidate``, or None when it failed (unreadable, larger than
@@ -101,23 +106,40 @@ class _IngestRun:
             if isinstance(record, str):
                 self.fail(path, record)
                 continue
-            status = record.status.value if record.status in (EventStatus.done, EventStatus.skipped,
-                                                              EventStatus.failed) else "failed"
+            status = (
+                record.status.value
+                if record.status in (EventStatus.done, EventStatus.skipped, EventStatus.failed)
+                else "failed"
+            )
             self.out[status].append((path, record))
             if record.status is EventStatus.failed:
-                err.print(f"[red]failed[/red] {escape(shown_name(path))}: {escape(str(record.reason))} "
-                          f"(stage {record.stage})", highlight=False)
+                err.print(
+                    f"[red]failed[/red] {escape(shown_name(path))}: {escape(str(record.reason))} "
+                    f"(stage {record.stage})",
+                    highlight=False,
+                )
             elif status == "failed":  # the run ended with the event unfinished: never counted in silence
-                err.print(f"[red]failed[/red] {escape(shown_name(path))}: still {record.status.value} when the run "
-                          f"ended (stage {record.stage}); `engram ingest` again resumes it", highlight=False)
+                err.print(
+                    f"[red]failed[/red] {escape(shown_name(path))}: still {record.status.value} when the run "
+                    f"ended (stage {record.stage}); `engram ingest` again resumes it",
+                    highlight=False,
+                )
             self.users.add((self.tenant, self.user))
             self.progress.advance(self.task)
         self.pending.clear()
 
 
-def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, captured_at: datetime | None = None,
-                 app_name: str | None = None, window: str | None = None, consolidate: bool = True,
-                 quiet: bool = False) -> dict[str, list]:
+def ingest_paths(
+    paths: list[Path],
+    tenant: str,
+    user: str,
+    device: str,
+    captured_at: datetime | None = None,
+    app_name: str | None = None,
+    window: str | None = None,
+    consolidate: bool = True,
+    quiet: bool = False,
+) -> dict[str, list]:
     """Ingest files and folders on the configured runtime, showing progress on stderr (none with ``quiet``);
     returns {'done'|'skipped'|'failed'|'ignored'|'resumed': [...]} where each item is (path, record or reason).
     Events a killed run left unfinished are run first ('resumed'). One bad file never stops the rest.
@@ -128,19 +150,35 @@ def ingest_paths(paths: list[Path], tenant: str, user: str, device: str, capture
     from engram.workers.runtime import bulk_work, runtime  # the workers' stack, when it runs
 
     with bulk_work():
-        return _ingest_paths(runtime(), paths, tenant, user, device, captured_at, app_name, window, consolidate,
-                             quiet)
+        return _ingest_paths(runtime(), paths, tenant, user, device, captured_at, app_name, window, consolidate, quiet)
 
 
-def _ingest_paths(rt: Any, paths: list[Path], tenant: str, user: str, device: str, captured_at: datetime | None,
-                  app_name: str | None, window: str | None, consolidate: bool, quiet: bool) -> dict[str, list]:
+def _ingest_paths(
+    rt: Any,
+    paths: list[Path],
+    tenant: str,
+    user: str,
+    device: str,
+    captured_at: datetime | None,
+    app_name: str | None,
+    window: str | None,
+    consolidate: bool,
+    quiet: bool,
+) -> dict[str, list]:
     from engram.api.local import RUN_BATCH_FILES, iter_files, publish_file  # the workers' stack, when it runs
     from engram.workers.stores.vectors import StoreBusy, StoreCorrupt  # idem
 
     files = list(iter_files(paths))
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,
-                        disable=quiet, transient=False)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[current]}"),
+        console=err,
+        disable=quiet,
+        transient=False,
+    )
     run = _IngestRun(rt, tenant, user, progress)
     run.resume(quiet)
     with progress:
@@ -150,8 +188,9 @@ def _ingest_paths(rt: Any, paths: list[Path], tenant: str, user: str, device: st
             if (cand := run.classify(path)) is None:
                 continue
             try:
-                run.pending.append((path, publish_file(run.rt, cand, tenant, user, device, captured_at, app_name,
-                                                       window)))
+                run.pending.append(
+                    (path, publish_file(run.rt, cand, tenant, user, device, captured_at, app_name, window))
+                )
             except (StoreBusy, StoreCorrupt):
                 raise  # the store, not this file: nothing else can be stored either
             except Exception as exc:  # noqa: BLE001 (one file never stops the batch, whatever it raises)

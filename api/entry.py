@@ -46,7 +46,8 @@ def needed_extra(argv: list[str]) -> tuple[str, str]:
     store."""
     name = command_name(argv)
     api = any(a == "--api" or a.startswith("--api=") for a in argv) or (
-        name == "mcp" and bool(os.environ.get("ENGRAM_API_URL")))
+        name == "mcp" and bool(os.environ.get("ENGRAM_API_URL"))
+    )
     if name == "mcp" and api:
         return "engram mcp --api", "mcp"
     if name in SERVER_COMMANDS or (name in SERVER_WITH_API and api):
@@ -58,11 +59,12 @@ def missing_extra_line(argv: list[str], missing: str | None) -> str:
     """The one line for a command whose extra is not installed (``missing``: the module that was not found)."""
     command, extra = needed_extra(argv)
     if command == "engram":
-        return (f"error: engram's commands need an extra (this install lacks {missing!r}): "
-                f"'engram mcp --api URL' needs [mcp] ({INSTALL['mcp']}), serve, publish and keys need [server], "
-                f"the others [worker,cpu]: {INSTALL['worker']}")
-    return (f"error: {command} needs the [{extra}] extra (this install lacks the module {missing!r}): "
-            f"{INSTALL[extra]}")
+        return (
+            f"error: engram's commands need an extra (this install lacks {missing!r}): "
+            f"'engram mcp --api URL' needs [mcp] ({INSTALL['mcp']}), serve, publish and keys need [server], "
+            f"the others [worker,cpu]: {INSTALL['worker']}"
+        )
+    return f"error: {command} needs the [{extra}] extra (this install lacks the module {missing!r}): {INSTALL[extra]}"
 
 
 def first_missing(exc: ModuleNotFoundError) -> str | None:

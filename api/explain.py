@@ -25,15 +25,17 @@ from engram.schemas.search import EmptyReason
 #: What the offline rules extractor (``workers.extract.rules``) writes each type from.
 RULES_WRITE = {
     MemoryType.semantic: "facts from statements such as 'I live in Lisbon', 'Ann works at Acme' or 'my favourite "
-                         "band is Muse'",
+    "band is Muse'",
     MemoryType.procedural: "workflows from numbered step lists and 'first ..., then ..., finally ...' instructions",
     MemoryType.core: "the user's profile from facts about the user in the first person ('I live in ...', 'I work "
-                     "at ...')",
+    "at ...')",
     MemoryType.resource: "resources from URLs, file names and the windows seen on screenshots",
 }
-LLM_HINT = ("set ENGRAM_EXTRACTOR=llm with an LLM (ENGRAM_MODELS__LLM_PROVIDER=openai or gemini, "
-            "ENGRAM_MODELS__LLM_MODEL, ENGRAM_MODELS__LLM_API_KEY or ENGRAM_MODELS__LLM_BASE_URL) for what is "
-            "consolidated from then on")
+LLM_HINT = (
+    "set ENGRAM_EXTRACTOR=llm with an LLM (ENGRAM_MODELS__LLM_PROVIDER=openai or gemini, "
+    "ENGRAM_MODELS__LLM_MODEL, ENGRAM_MODELS__LLM_API_KEY or ENGRAM_MODELS__LLM_BASE_URL) for what is "
+    "consolidated from then on"
+)
 
 
 def _holders_line(tenant: str, user: str | None, reason: EmptyReason) -> str:
@@ -64,8 +66,11 @@ def explain_empty(reason: EmptyReason | None, tenant: str, user: str | None) -> 
 
     if reason not in (EmptyReason.no_data, EmptyReason.unknown_user):
         return
-    line = (f"nothing stored for tenant {tenant!r}" if reason is EmptyReason.no_data
-            else f"nothing stored for user {user!r} in tenant {tenant!r}")
+    line = (
+        f"nothing stored for tenant {tenant!r}"
+        if reason is EmptyReason.no_data
+        else f"nothing stored for user {user!r} in tenant {tenant!r}"
+    )
     if get_settings().embedded:
         line += _holders_line(tenant, user, reason)
     err.print(Text(line))
@@ -92,14 +97,20 @@ def empty_type_line(memory_type: MemoryType) -> str | None:
 
     settings = get_settings()
     if memory_type is MemoryType.episodic:
-        return ("no episodic memories yet: consolidation writes them (at the end of `engram ingest`, or `engram "
-                "consolidate` now)")
+        return (
+            "no episodic memories yet: consolidation writes them (at the end of `engram ingest`, or `engram "
+            "consolidate` now)"
+        )
     if memory_type is MemoryType.knowledge_vault:
         return "no secrets were found in what was ingested (keys, passwords, tokens, card numbers go here)"
     if memory_type not in RULES_WRITE:
         return None
     if settings.extractor == "llm":
-        return (f"no {memory_type.value} memories: the LLM extractor ({settings.models.llm_provider}, "
-                f"{settings.models.llm_model}) found none in what was consolidated")
-    return (f"no {memory_type.value} memories: the offline rules extractor ran (ENGRAM_EXTRACTOR=rules); it writes "
-            f"only {RULES_WRITE[memory_type]}; {LLM_HINT}")
+        return (
+            f"no {memory_type.value} memories: the LLM extractor ({settings.models.llm_provider}, "
+            f"{settings.models.llm_model}) found none in what was consolidated"
+        )
+    return (
+        f"no {memory_type.value} memories: the offline rules extractor ran (ENGRAM_EXTRACTOR=rules); it writes "
+        f"only {RULES_WRITE[memory_type]}; {LLM_HINT}"
+    )

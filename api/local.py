@@ -24,8 +24,16 @@ from engram.workers.memory.vault import redact_event
 from engram.workers.pipeline import resume_interrupted, run_events
 from engram.workers.runtime import Runtime
 
-__all__ = ["RUN_BATCH_FILES", "Candidate", "classify", "iter_files", "publish_file", "resume_interrupted",
-           "run_event", "run_events"]
+__all__ = [
+    "RUN_BATCH_FILES",
+    "Candidate",
+    "classify",
+    "iter_files",
+    "publish_file",
+    "resume_interrupted",
+    "run_event",
+    "run_events",
+]
 
 
 @dataclass(frozen=True)
@@ -59,10 +67,18 @@ def classify(path: Path) -> Candidate:
     return Candidate(path, *(found or (None, None)))
 
 
-def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, device_id: str,
-                 captured_at: datetime | None = None, app_name: str | None = None,
-                 window: str | None = None, metadata: dict[str, str] | None = None,
-                 source_name: str | None = None) -> MediaEvent:
+def publish_file(
+    rt: Runtime,
+    cand: Candidate,
+    tenant_id: str,
+    user_id: str,
+    device_id: str,
+    captured_at: datetime | None = None,
+    app_name: str | None = None,
+    window: str | None = None,
+    metadata: dict[str, str] | None = None,
+    source_name: str | None = None,
+) -> MediaEvent:
     """Store ``cand``'s bytes at their content-addressed key and record a queued event (not yet run), its
     app name, window title and ``metadata`` values with their secrets in the vault (``vault.redact_event``).
     ``source_name``: what the event is named (default the file's path; ``engram capture`` names a frame by its
@@ -75,13 +91,27 @@ def publish_file(rt: Runtime, cand: Candidate, tenant_id: str, user_id: str, dev
     if captured_at is not None:
         when, source = captured_at, "given"
     else:  # what the content says (EXIF, a container's creation time, an audio tag), else the file's time
-        when, source = (media.content_capture_time(cand.path, cand.kind)
-                        or (datetime.fromtimestamp(cand.path.stat().st_mtime, UTC), "file"))
-    event = MediaEvent(event_id=uuid.uuid4(), tenant_id=tenant_id, user_id=user_id, device_id=device_id,
-                       kind=cand.kind, object_key=key, sha256=digest, size=cand.path.stat().st_size,
-                       mime_type=cand.mime, captured_at=when, captured_at_source=source,
-                       source_name=source_name or str(cand.path), app=app_name,
-                       window=window, metadata=metadata or {})
+        when, source = media.content_capture_time(cand.path, cand.kind) or (
+            datetime.fromtimestamp(cand.path.stat().st_mtime, UTC),
+            "file",
+        )
+    event = MediaEvent(
+        event_id=uuid.uuid4(),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        device_id=device_id,
+        kind=cand.kind,
+        object_key=key,
+        sha256=digest,
+        size=cand.path.stat().st_size,
+        mime_type=cand.mime,
+        captured_at=when,
+        captured_at_source=source,
+        source_name=source_name or str(cand.path),
+        app=app_name,
+        window=window,
+        metadata=metadata or {},
+    )
     event = redact_event(rt, event)  # its window title and app name hold no secret from here on
     rt.ledger.record_queued(event)
     return event

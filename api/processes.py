@@ -42,10 +42,10 @@ MAINTENANCE = Queue.maintenance
 class Role(StrEnum):
     """Shortcuts for the queue sets of DESIGN.md's worker kinds."""
 
-    cpu = "cpu"      # ingest and perception on CPU; serves the GPU queue too where there is no GPU worker
-    gpu = "gpu"      # speech-to-text, captioning, text embedding
+    cpu = "cpu"  # ingest and perception on CPU; serves the GPU queue too where there is no GPU worker
+    gpu = "gpu"  # speech-to-text, captioning, text embedding
     store = "store"  # the Qdrant-bound queues
-    all = "all"      # everything in one process (a single-machine cluster)
+    all = "all"  # everything in one process (a single-machine cluster)
 
 
 ROLE_QUEUES: dict[Role, tuple[str, ...]] = {
@@ -73,8 +73,13 @@ class WorkerPlan:
     role: str
 
 
-def plan_worker(settings: Settings, queues: str | None = None, role: Role | str | None = None,
-                pool: str | None = None, concurrency: int | None = None) -> WorkerPlan:
+def plan_worker(
+    settings: Settings,
+    queues: str | None = None,
+    role: Role | str | None = None,
+    pool: str | None = None,
+    concurrency: int | None = None,
+) -> WorkerPlan:
     """Check a worker's options against the settings and fill in defaults. Raises WorkerConfigError.
 
     ``queues`` is a comma-separated list of queue names, ``role`` a shortcut for one (give one or
@@ -85,7 +90,8 @@ def plan_worker(settings: Settings, queues: str | None = None, role: Role | str 
     if not settings.broker_url:
         raise WorkerConfigError(
             "ENGRAM_BROKER_URL is not set: on the embedded default there are no workers (tasks run inside "
-            "`engram ingest`). Point it at the cluster's Redis, e.g. ENGRAM_BROKER_URL=redis://localhost:6379/0.")
+            "`engram ingest`). Point it at the cluster's Redis, e.g. ENGRAM_BROKER_URL=redis://localhost:6379/0."
+        )
     names: list[str] = []
     if role is not None:
         try:
@@ -100,8 +106,10 @@ def plan_worker(settings: Settings, queues: str | None = None, role: Role | str 
             raise WorkerConfigError(f"unknown queue {name!r}; queues are {', '.join(ALL_QUEUES)}")
         names.append(name)
     if not names:
-        raise WorkerConfigError(f"say which queues to serve: --queues {','.join(ALL_QUEUES[:3])} or "
-                                f"--role {'|'.join(r.value for r in Role)}")
+        raise WorkerConfigError(
+            f"say which queues to serve: --queues {','.join(ALL_QUEUES[:3])} or "
+            f"--role {'|'.join(r.value for r in Role)}"
+        )
     served = tuple(q for q in ALL_QUEUES if q in names)
     if pool is not None and pool not in POOLS:
         raise WorkerConfigError(f"unknown pool {pool!r}; choose one of {', '.join(POOLS)}")
@@ -111,10 +119,12 @@ def plan_worker(settings: Settings, queues: str | None = None, role: Role | str 
     bound = [q for q in served if q in QDRANT_BOUND]
     if bound and not settings.qdrant_url:
         missing = [q for q in QDRANT_BOUND if q not in served]
-        rule = ("with the embedded store (ENGRAM_QDRANT_URL unset) only one process can open the vector "
-                f"store, so exactly one worker serves all of {', '.join(QDRANT_BOUND)}, with --pool solo and "
-                "concurrency 1 (run `engram worker --role store`); set ENGRAM_QDRANT_URL to a Qdrant server "
-                "to run more.")
+        rule = (
+            "with the embedded store (ENGRAM_QDRANT_URL unset) only one process can open the vector "
+            f"store, so exactly one worker serves all of {', '.join(QDRANT_BOUND)}, with --pool solo and "
+            "concurrency 1 (run `engram worker --role store`); set ENGRAM_QDRANT_URL to a Qdrant server "
+            "to run more."
+        )
         if missing:
             raise WorkerConfigError(f"this worker serves {', '.join(bound)} but not {', '.join(missing)}: {rule}")
         if pool not in (None, "solo"):
@@ -129,8 +139,9 @@ def plan_worker(settings: Settings, queues: str | None = None, role: Role | str 
     return WorkerPlan(queues=served, pool=pool, concurrency=1 if pool == "solo" else concurrency, role=label)
 
 
-def worker_argv(plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None = None,
-                events: bool = False) -> list[str]:
+def worker_argv(
+    plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None = None, events: bool = False
+) -> list[str]:
     """The ``celery worker`` arguments for ``plan`` (for ``app.worker_main``). The default node name,
     ``<role>-<pid>@<host>``, keeps several workers on one host apart. Every worker also serves the
     ``maintenance`` queue (beat's sweeps).
@@ -140,9 +151,19 @@ def worker_argv(plan: WorkerPlan, loglevel: str = "INFO", hostname: str | None =
     the API's health asks the workers through remote control, which stays on). With gossip, every worker receives
     every other worker's heartbeat (every 2 s) on its consumer: broker traffic and CPU that grow with the square of
     the workers (celery/celery#2566 reports it for large deployments)."""
-    argv = ["worker", "--queues", ",".join((*plan.queues, MAINTENANCE)), "--pool", plan.pool,
-            "--loglevel", loglevel.upper(), "--hostname", hostname or f"{plan.role}-{os.getpid()}@%h",
-            "--without-gossip", "--without-mingle"]
+    argv = [
+        "worker",
+        "--queues",
+        ",".join((*plan.queues, MAINTENANCE)),
+        "--pool",
+        plan.pool,
+        "--loglevel",
+        loglevel.upper(),
+        "--hostname",
+        hostname or f"{plan.role}-{os.getpid()}@%h",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     if plan.concurrency is not None:
         argv += ["--concurrency", str(plan.concurrency)]
     multiplier = prefetch_multiplier(plan)
@@ -266,8 +287,12 @@ def load_text_embedder() -> None:
     except (ModelUnavailable, OSError, RuntimeError) as exc:
         log.warning("text embedder not loaded at start; the first task that embeds will say why", reason=str(exc)[:300])
         return
-    log.info("text embedder loaded", seconds=round(time.perf_counter() - t0, 2), pid=os.getpid(),
-             threads=getattr(model.session, "runs", None))  # batches at once (the ONNX runtime's run threads)
+    log.info(
+        "text embedder loaded",
+        seconds=round(time.perf_counter() - t0, 2),
+        pid=os.getpid(),
+        threads=getattr(model.session, "runs", None),
+    )  # batches at once (the ONNX runtime's run threads)
 
 
 def beat_schedule_path(settings: Settings) -> Path:
@@ -280,7 +305,8 @@ def beat_argv(settings: Settings, loglevel: str = "INFO") -> list[str]:
     if not settings.broker_url:
         raise WorkerConfigError(
             "ENGRAM_BROKER_URL is not set: beat schedules consolidation for workers of the distributed mode; "
-            "on the embedded default run `engram consolidate` instead.")
+            "on the embedded default run `engram consolidate` instead."
+        )
     schedule = beat_schedule_path(settings)
     schedule.parent.mkdir(parents=True, exist_ok=True)
     return ["beat", "--schedule", str(schedule), "--loglevel", loglevel.upper()]
@@ -352,8 +378,13 @@ def restart_worker(watch: UnrecoverableWatch) -> None:
     ran = time.monotonic() - watch.started
     restarts = 0 if ran >= HEALTHY_RUN_SECONDS else int(os.environ.get(RESTARTS_ENV, "0") or 0)
     delay = restart_delay(restarts, ran)
-    log.warning("worker stopped on an unrecoverable error; starting it again", error=watch.error,
-                ran_s=round(ran, 1), restarts_in_a_row=restarts, delay_s=delay)
+    log.warning(
+        "worker stopped on an unrecoverable error; starting it again",
+        error=watch.error,
+        ran_s=round(ran, 1),
+        restarts_in_a_row=restarts,
+        delay_s=delay,
+    )
     time.sleep(delay)
     os.environ[RESTARTS_ENV] = str(restarts + 1)
     os.execv(sys.executable, sys.orig_argv)

@@ -33,8 +33,9 @@ USER = "bench"
 def _engram(data_dir: Path, *args: str) -> tuple[float, dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")} | {"ENGRAM_DATA_DIR": str(data_dir)}
     t0 = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "engram.api.cli", *args, "--json"], env=env, capture_output=True,
-                         text=True, timeout=3600)
+    run = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args, "--json"], env=env, capture_output=True, text=True, timeout=3600
+    )
     took = time.perf_counter() - t0
     if run.returncode:
         raise SystemExit(run.stderr[-2000:])
@@ -53,8 +54,11 @@ def build(data_dir: Path, observations: int) -> int:
 
     os.environ["ENGRAM_DATA_DIR"] = str(data_dir)
     reset_runtimes()
-    chat = write_chat(data_dir.parent / "chat.jsonl", [("Alice", "Flights to Lisbon are booked for the review."),
-                                                      ("Dan", "Great, the review is on Thursday at 10.")], 1)
+    chat = write_chat(
+        data_dir.parent / "chat.jsonl",
+        [("Alice", "Flights to Lisbon are booked for the review."), ("Dan", "Great, the review is on Thursday at 10.")],
+        1,
+    )
     shot = render_png(data_dir.parent / "shot.png", ["Quarterly budget review", "Lisbon office, Thursday 10:00"])
     ingest_paths([chat, shot], "default", USER, "laptop", quiet=True)
     rt = runtime()
@@ -62,9 +66,14 @@ def build(data_dir: Path, observations: int) -> int:
     seeds = rt.vectors.scroll(OBSERVATIONS, flt, with_vectors=True)
     have = len(seeds)
     while have < observations:
-        batch = [qm.PointStruct(id=str(uuid.uuid4()), vector=dict(s.vector),
-                                payload={**s.payload, "text": f"{s.payload.get('text', '')} #{have + i}"})
-                 for i, s in zip(range(min(1000, observations - have)), seeds * 1000, strict=False)]
+        batch = [
+            qm.PointStruct(
+                id=str(uuid.uuid4()),
+                vector=dict(s.vector),
+                payload={**s.payload, "text": f"{s.payload.get('text', '')} #{have + i}"},
+            )
+            for i, s in zip(range(min(1000, observations - have)), seeds * 1000, strict=False)
+        ]
         rt.vectors.upsert(OBSERVATIONS, batch)
         have += len(batch)
     held = rt.vectors.count(OBSERVATIONS, flt)
@@ -95,12 +104,15 @@ def main(argv: list[str] | None = None) -> int:
             archive.unlink()
             shutil.rmtree(dest)
         med = {k: statistics.median(v) for k, v in times.items()}
-        result = {"observations": held, "archive_mb": round(size / 1e6, 1),
-                  "archive_bytes_per_observation": round(size / held),
-                  **{f"{k}_seconds": round(v, 2) for k, v in med.items()},
-                  "export_points_per_second": round(held / med["export"]),
-                  "import_points_per_second": round(held / med["import"]),
-                  "load": os.getloadavg()[0]}
+        result = {
+            "observations": held,
+            "archive_mb": round(size / 1e6, 1),
+            "archive_bytes_per_observation": round(size / held),
+            **{f"{k}_seconds": round(v, 2) for k, v in med.items()},
+            "export_points_per_second": round(held / med["export"]),
+            "import_points_per_second": round(held / med["import"]),
+            "load": os.getloadavg()[0],
+        }
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -78,12 +78,31 @@ def run(display: str, seconds: float, change_every: float | None, data_dir: Path
             desk.draw(win, f"line {n} of the meeting notes: item {n * 7919 % 1000}")
 
     changer = threading.Thread(target=change, daemon=True) if change_every else None
-    env = {**os.environ, "DISPLAY": display, "ENGRAM_DATA_DIR": str(data_dir), "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "DISPLAY": display,
+        "ENGRAM_DATA_DIR": str(data_dir),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+    }
     load_before = os.getloadavg()
-    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--duration", str(seconds),
-                             *(["--spool-only"] if spool_only else [])],
-                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engram.api.cli",
+            "capture",
+            "--json",
+            "--duration",
+            str(seconds),
+            *(["--spool-only"] if spool_only else []),
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if changer:
         changer.start()
     out, err = proc.communicate()
@@ -92,14 +111,20 @@ def run(display: str, seconds: float, change_every: float | None, data_dir: Path
         raise SystemExit(err[-3000:])
     stats = json.loads(out)
     hours = stats["wall_seconds"] / 3600
-    return {"screen": f"changing every {change_every:g} s" if change_every else "static",
-            "publish": "none (--spool-only)" if spool_only else "embedded",
-            "wall_s": round(stats["wall_seconds"], 1), "grabbed": stats["grabbed"], "kept": stats["kept"],
-            "kept_per_hour": round(stats["kept"] / hours), "capture_cpu_s_per_hour": round(stats["gate_cpu_seconds"]
-                                                                                          / hours, 1),
-            "process_cpu_s_per_hour": round(stats["cpu_seconds"] / hours, 1), "published": stats["published"],
-            "publish_wait_s": round(stats["publish_wait_seconds"], 1),
-            "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "screen": f"changing every {change_every:g} s" if change_every else "static",
+        "publish": "none (--spool-only)" if spool_only else "embedded",
+        "wall_s": round(stats["wall_seconds"], 1),
+        "grabbed": stats["grabbed"],
+        "kept": stats["kept"],
+        "kept_per_hour": round(stats["kept"] / hours),
+        "capture_cpu_s_per_hour": round(stats["gate_cpu_seconds"] / hours, 1),
+        "process_cpu_s_per_hour": round(stats["cpu_seconds"] / hours, 1),
+        "published": stats["published"],
+        "publish_wait_s": round(stats["publish_wait_seconds"], 1),
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def run_microphone(root: Path, seconds: float, speech: list[Path] | None) -> dict:
@@ -120,9 +145,25 @@ def run_microphone(root: Path, seconds: float, speech: list[Path] | None) -> dic
         run_env = {**os.environ, **env, "ENGRAM_DATA_DIR": str(root / "data"), "PYTHONPATH": str(REPO)}
         run_env.pop("DISPLAY", None)
         load_before = os.getloadavg()
-        proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--microphone",
-                                 "--no-screen", "--spool-only", "--duration", str(seconds)], env=run_env, cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "engram.api.cli",
+                "capture",
+                "--json",
+                "--microphone",
+                "--no-screen",
+                "--spool-only",
+                "--duration",
+                str(seconds),
+            ],
+            env=run_env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         if talker:
             talker.start()
         out, err = proc.communicate()
@@ -133,11 +174,18 @@ def run_microphone(root: Path, seconds: float, speech: list[Path] | None) -> dic
         raise SystemExit(err[-3000:])
     stats = json.loads(out)
     hours = stats["wall_seconds"] / 3600
-    return {"source": "speech" if speech else "silent", "wall_s": round(stats["wall_seconds"], 1),
-            "audio_s": round(stats["audio_seconds"], 1), "chunks": stats["audio_chunks"], "kept": stats["audio_kept"],
-            "kept_per_hour": round(stats["audio_kept"] / hours), "process_cpu_s_per_hour":
-            round(stats["cpu_seconds"] / hours, 1), "overflows": stats["audio_overflows"],
-            "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "source": "speech" if speech else "silent",
+        "wall_s": round(stats["wall_seconds"], 1),
+        "audio_s": round(stats["audio_seconds"], 1),
+        "chunks": stats["audio_chunks"],
+        "kept": stats["audio_kept"],
+        "kept_per_hour": round(stats["audio_kept"] / hours),
+        "process_cpu_s_per_hour": round(stats["cpu_seconds"] / hours, 1),
+        "overflows": stats["audio_overflows"],
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def speech_wavs(folder: Path) -> list[Path]:
@@ -157,20 +205,26 @@ def speech_wavs(folder: Path) -> list[Path]:
 
 SCREEN = (1920, 1080)
 BROWSER = (1280, 800)
-SENTENCES = ("Meeting notes: the harbour budget review moves to Thursday at 10:30.",
-             "TODO: send the ferry timetable to Ana before Friday.",
-             "The lighthouse keeper asked for two more batteries and a radio.",
-             "Decision: ship version 2.4 of the booking service next Tuesday.",
-             "Open question: who owns the on-call rota in December?",
-             "Call the insurer about claim 48213 (water damage, kitchen).",
-             "Draft reply: thanks for the slides, the numbers on page 7 look right.",
-             "Groceries: oat milk, lemons, rice, coffee beans, dish soap.")
+SENTENCES = (
+    "Meeting notes: the harbour budget review moves to Thursday at 10:30.",
+    "TODO: send the ferry timetable to Ana before Friday.",
+    "The lighthouse keeper asked for two more batteries and a radio.",
+    "Decision: ship version 2.4 of the booking service next Tuesday.",
+    "Open question: who owns the on-call rota in December?",
+    "Call the insurer about claim 48213 (water damage, kitchen).",
+    "Draft reply: thanks for the slides, the numbers on page 7 look right.",
+    "Groceries: oat milk, lemons, rice, coffee beans, dish soap.",
+)
 #: (command, what it echoes last: the words that stay on screen after it, whatever its output, for ``coverage``)
-COMMANDS = (("seq 1 40 | sed 's/^/build step /'", "build steps listed"),
-            ("ls -la /usr/bin | head -45", "programs listed"), ("cat /etc/os-release", "release shown"),
-            ("df -h", "disk usage shown"), ("ps aux | head -30", "processes listed"),
-            ("for i in 1 2 3 4 5 6; do date; uname -a; done", "dates printed"),
-            ("ls -la /etc | tail -40", "settings folder listed"))
+COMMANDS = (
+    ("seq 1 40 | sed 's/^/build step /'", "build steps listed"),
+    ("ls -la /usr/bin | head -45", "programs listed"),
+    ("cat /etc/os-release", "release shown"),
+    ("df -h", "disk usage shown"),
+    ("ps aux | head -30", "processes listed"),
+    ("for i in 1 2 3 4 5 6; do date; uname -a; done", "dates printed"),
+    ("ls -la /etc | tail -40", "settings folder listed"),
+)
 #: A change is covered when a frame kept while it was its window's newest shows this share of its words.
 COVER_WORDS = 0.8
 
@@ -188,9 +242,12 @@ def browser_pages() -> list[tuple[str, object]]:
             pages.append((f"Research sample, part {top // 700 + 1} - Browser", page.crop((0, top, *BROWSER))))
     for shot in sorted((DATA / "screens").glob("screenpipe_*.png")):
         img = Image.open(shot).convert("RGB")
-        pages.append((shot.stem.removeprefix("screenpipe_").replace("_", " ") + " - Browser",
-                      img.crop((0, 0, min(img.width, BROWSER[0]), min(img.height, BROWSER[1])))
-                      .resize(BROWSER)))
+        pages.append(
+            (
+                shot.stem.removeprefix("screenpipe_").replace("_", " ") + " - Browser",
+                img.crop((0, 0, min(img.width, BROWSER[0]), min(img.height, BROWSER[1]))).resize(BROWSER),
+            )
+        )
     return pages
 
 
@@ -210,10 +267,12 @@ class ScriptedDesktop:
         """Start openbox, the editor and the terminal xterms, and the browser-like window."""
         stack.enter_context(xdesktop.openbox(self.display))
         notes = self.workdir / "notes.txt"
-        self.editor = stack.enter_context(xdesktop.xterm(
-            self.display, f"vim -u NONE -N -n {notes}", "notes.txt - VIM", "110x34+0+0"))
-        self.terminal = stack.enter_context(xdesktop.xterm(
-            self.display, "PS1='user@host:~$ ' exec sh -i", "user@host: ~", "110x34+960+420"))
+        self.editor = stack.enter_context(
+            xdesktop.xterm(self.display, f"vim -u NONE -N -n {notes}", "notes.txt - VIM", "110x34+0+0")
+        )
+        self.terminal = stack.enter_context(
+            xdesktop.xterm(self.display, "PS1='user@host:~$ ' exec sh -i", "user@host: ~", "110x34+960+420")
+        )
         xdesktop.type_text(self.display, self.editor, "i")  # vim's insert mode
         self.desk = Desktop(self.display)
         stack.callback(self.desk.close)
@@ -260,15 +319,20 @@ def words(text: str) -> list[str]:
 def stored_frames(env: dict) -> list[tuple[datetime, str]]:
     """(capture time, stored text) of every observation in the embedded store of ``env``'s ``ENGRAM_DATA_DIR``
     (read in a child process: the store's settings come from the environment), oldest first."""
-    code = ("import json; from engram.api.service.embedded import EmbeddedService; "
-            "from engram.schemas.timeline import TimelineRequest; from engram.schemas.settings import get_settings; "
-            "svc = EmbeddedService(); page = svc.timeline(TimelineRequest(tenant_id=get_settings().tenant, "
-            "limit=10000)); svc.close(); "
-            "print(json.dumps([[r.payload['start_ts'], r.payload.get('text') or ''] for r in page.items]))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout
-    rows = [(datetime.fromisoformat(ts) if isinstance(ts, str) else datetime.fromtimestamp(ts, UTC), text)
-            for ts, text in json.loads(out.strip().splitlines()[-1])]
+    code = (
+        "import json; from engram.api.service.embedded import EmbeddedService; "
+        "from engram.schemas.timeline import TimelineRequest; from engram.schemas.settings import get_settings; "
+        "svc = EmbeddedService(); page = svc.timeline(TimelineRequest(tenant_id=get_settings().tenant, "
+        "limit=10000)); svc.close(); "
+        "print(json.dumps([[r.payload['start_ts'], r.payload.get('text') or ''] for r in page.items]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    rows = [
+        (datetime.fromisoformat(ts) if isinstance(ts, str) else datetime.fromtimestamp(ts, UTC), text)
+        for ts, text in json.loads(out.strip().splitlines()[-1])
+    ]
     return sorted(rows)
 
 
@@ -278,7 +342,7 @@ def coverage(log: list[tuple[datetime, str, str]], frames: list[tuple[datetime, 
     change's words. ``{"coverage", "coverage_by_kind", "changes_covered", "changes_scripted"}``."""
     got: dict[str, list[bool]] = {}
     for i, (began, kind, text) in enumerate(log):
-        until = next((t for t, k, _ in log[i + 1:] if k == kind), end)
+        until = next((t for t, k, _ in log[i + 1 :] if k == kind), end)
         want = Counter(words(text))
         covered = False
         for at, stored in frames:
@@ -289,9 +353,12 @@ def coverage(log: list[tuple[datetime, str, str]], frames: list[tuple[datetime, 
                     break
         got.setdefault(kind, []).append(covered)
     every = [c for cs in got.values() for c in cs]
-    return {"coverage": round(sum(every) / max(1, len(every)), 3),
-            "coverage_by_kind": {k: f"{sum(cs)}/{len(cs)}" for k, cs in sorted(got.items())},
-            "changes_covered": sum(every), "changes_scripted": len(every)}
+    return {
+        "coverage": round(sum(every) / max(1, len(every)), 3),
+        "coverage_by_kind": {k: f"{sum(cs)}/{len(cs)}" for k, cs in sorted(got.items())},
+        "changes_covered": sum(every),
+        "changes_scripted": len(every),
+    }
 
 
 def allocated_bytes(folder: Path) -> dict[str, int]:
@@ -307,13 +374,22 @@ def _figures(stats: dict, usage, disk: dict[str, int], elapsed: float) -> dict:
     """A capture run's figures (module docstring) from its ``--json`` counts, rusage and data dir."""
     cpu = usage.ru_utime + usage.ru_stime
     hours = stats["wall_seconds"] / 3600
-    return {"cpu_percent": round(100 * cpu / stats["wall_seconds"], 2), "rss_peak_bytes": usage.ru_maxrss * 1024,
-            "disk_bytes_per_hour": round(sum(disk.values()) / hours), "frames_kept": stats["kept"],
-            "cpu_seconds": round(cpu, 1), "cpu_s_per_kept_frame": round(cpu / max(1, stats["kept"]), 2),
-            "capture_thread_cpu_seconds": round(stats["gate_cpu_seconds"], 1),
-            "drain_seconds": round(elapsed - stats["wall_seconds"], 1), "grabbed": stats["grabbed"],
-            "duplicates": stats["duplicates"], "throttled_seconds": round(stats.get("throttled_seconds", 0.0), 1),
-            "published": stats["published"], "failed": stats["failed"], "disk_bytes": disk}
+    return {
+        "cpu_percent": round(100 * cpu / stats["wall_seconds"], 2),
+        "rss_peak_bytes": usage.ru_maxrss * 1024,
+        "disk_bytes_per_hour": round(sum(disk.values()) / hours),
+        "frames_kept": stats["kept"],
+        "cpu_seconds": round(cpu, 1),
+        "cpu_s_per_kept_frame": round(cpu / max(1, stats["kept"]), 2),
+        "capture_thread_cpu_seconds": round(stats["gate_cpu_seconds"], 1),
+        "drain_seconds": round(elapsed - stats["wall_seconds"], 1),
+        "grabbed": stats["grabbed"],
+        "duplicates": stats["duplicates"],
+        "throttled_seconds": round(stats.get("throttled_seconds", 0.0), 1),
+        "published": stats["published"],
+        "failed": stats["failed"],
+        "disk_bytes": disk,
+    }
 
 
 def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) -> dict:
@@ -323,8 +399,11 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
     without its CPU budget); its figures under ``baseline`` and the ratios of the first's to its."""
     seconds = minutes * 60
     runs = {"run": []} | ({"baseline": baseline} if baseline is not None else {})
-    with tempfile.TemporaryDirectory(prefix="engram-bench-capture-") as tmp, \
-            xvfb(f"{SCREEN[0]}x{SCREEN[1]}x24") as display, contextlib.ExitStack() as stack:
+    with (
+        tempfile.TemporaryDirectory(prefix="engram-bench-capture-") as tmp,
+        xvfb(f"{SCREEN[0]}x{SCREEN[1]}x24") as display,
+        contextlib.ExitStack() as stack,
+    ):
         root = Path(tmp)
         desktop = ScriptedDesktop(display, root, seed)
         desktop.open(stack)
@@ -333,8 +412,13 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
         player = threading.Thread(target=desktop.play, args=(stop,), name="desktop", daemon=True)
         procs, envs = {}, {}
         for name, extra in runs.items():
-            env = {**os.environ, "DISPLAY": display, "ENGRAM_DATA_DIR": str(root / name / "data"),
-                   "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+            env = {
+                **os.environ,
+                "DISPLAY": display,
+                "ENGRAM_DATA_DIR": str(root / name / "data"),
+                "HF_HUB_OFFLINE": "1",
+                "PYTHONPATH": str(REPO),
+            }
             for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "WAYLAND_DISPLAY"):
                 env.pop(var, None)
             envs[name] = env
@@ -342,9 +426,13 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
             out, err = open(root / name / "out.txt", "w"), open(root / name / "err.txt", "w")
             stack.callback(out.close)
             stack.callback(err.close)
-            procs[name] = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json",
-                                            "--duration", str(seconds), *extra], env=env, cwd=REPO, stdout=out,
-                                           stderr=err)
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "engram.api.cli", "capture", "--json", "--duration", str(seconds), *extra],
+                env=env,
+                cwd=REPO,
+                stdout=out,
+                stderr=err,
+            )
         started = time.monotonic()
         player.start()
         ending = threading.Timer(seconds, stop.set)  # the desktop plays while the capture grabs, not its drain
@@ -371,19 +459,26 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
             stats = json.loads((root / name / "out.txt").read_text().strip().splitlines()[-1])
             results[name] = _figures(stats, usage, allocated_bytes(root / name / "data"), elapsed)
             results[name] |= coverage(desktop.log, stored_frames(envs[name]), ended)
-    result = {**results["run"], "load": [round(x, 2) for x in os.getloadavg()],
-              "load_before": [round(x, 2) for x in load_before], "minutes": minutes,
-              "screen": "x".join(map(str, SCREEN)), "changes": desktop.changes}
+    result = {
+        **results["run"],
+        "load": [round(x, 2) for x in os.getloadavg()],
+        "load_before": [round(x, 2) for x in load_before],
+        "minutes": minutes,
+        "screen": "x".join(map(str, SCREEN)),
+        "changes": desktop.changes,
+    }
     if "baseline" in results:
         base = results["baseline"]
         result["baseline"] = {"args": baseline, **base}
-        result["ratio_to_baseline"] = {k: round(result[k] / base[k], 3) if base[k] else None
-                                       for k in ("cpu_percent", "rss_peak_bytes", "disk_bytes_per_hour",
-                                                 "frames_kept", "coverage")}
+        result["ratio_to_baseline"] = {
+            k: round(result[k] / base[k], 3) if base[k] else None
+            for k in ("cpu_percent", "rss_peak_bytes", "disk_bytes_per_hour", "frames_kept", "coverage")
+        }
     return result
 
 
 # --- the frame format -------------------------------------------------------------------------------------
+
 
 def _encode(img, fmt: str, quality: int | None) -> tuple[bytes, float]:
     """``img`` encoded as ``fmt`` (PNG at compression level 1; WebP at ``quality``, None: lossless) and the CPU
@@ -434,11 +529,16 @@ def formats(qualities: list[int]) -> dict:
             if path.name in needles:
                 row["found"].append(any(needles[path.name] in ln.text for ln in lines))
             print(path.name, name, len(data), f"{row['webui' if webui else 'screenpipe'][-1]:.3f}", flush=True)
-    return {name: {"bytes_share_of_png": round(statistics.fmean(r["share"]), 3),
-                   "encode_cpu_ms": round(1000 * statistics.median(r["cpu"]), 1),
-                   "webui_recall": round(statistics.fmean(r["webui"]), 3),
-                   "screenpipe_recall_vs_png": round(statistics.fmean(r["screenpipe"]), 3),
-                   "named_strings_found": f"{sum(r['found'])}/{len(r['found'])}"} for name, r in rows.items()}
+    return {
+        name: {
+            "bytes_share_of_png": round(statistics.fmean(r["share"]), 3),
+            "encode_cpu_ms": round(1000 * statistics.median(r["cpu"]), 1),
+            "webui_recall": round(statistics.fmean(r["webui"]), 3),
+            "screenpipe_recall_vs_png": round(statistics.fmean(r["screenpipe"]), 3),
+            "named_strings_found": f"{sum(r['found'])}/{len(r['found'])}",
+        }
+        for name, r in rows.items()
+    }
 
 
 def main() -> None:
@@ -446,17 +546,27 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=10.0, help="Length of the scripted desktop's capture.")
     ap.add_argument("--seed", type=int, default=41, help="Seed of the desktop's script.")
     ap.add_argument("--json", type=Path, help="Write (merge) the figures into this JSON file.")
-    ap.add_argument("--baseline", action="store_true", help="Also run a capture without its CPU budget "
-                    "(--cpu-budget 0) on the same desktop at the same time, and give the ratios to it.")
+    ap.add_argument(
+        "--baseline",
+        action="store_true",
+        help="Also run a capture without its CPU budget "
+        "(--cpu-budget 0) on the same desktop at the same time, and give the ratios to it.",
+    )
     ap.add_argument("--formats", action="store_true", help="Measure the frame formats instead (bytes, recall).")
     ap.add_argument("--qualities", type=int, nargs="+", default=[50, 65, 75, 80, 85, 90], help="WebP qualities.")
     ap.add_argument("--seconds", type=float, default=150.0, help="Length of each --only/--microphone run.")
     ap.add_argument("--change-every", type=float, default=2.0, help="Seconds between text changes (changing run).")
     ap.add_argument("--only", choices=("static", "changing"), help="The older single-window run instead.")
-    ap.add_argument("--embedded", action="store_true", help="With --only: publish into the embedded store (OCR, "
-                    "embedding) instead of measuring the agent alone.")
-    ap.add_argument("--microphone", action="store_true", help="Measure the microphone alone (a silent and a "
-                    "speaking PulseAudio source) instead of the screen.")
+    ap.add_argument(
+        "--embedded",
+        action="store_true",
+        help="With --only: publish into the embedded store (OCR, embedding) instead of measuring the agent alone.",
+    )
+    ap.add_argument(
+        "--microphone",
+        action="store_true",
+        help="Measure the microphone alone (a silent and a speaking PulseAudio source) instead of the screen.",
+    )
     args = ap.parse_args()
     if args.microphone:
         with tempfile.TemporaryDirectory() as tmp:

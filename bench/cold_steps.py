@@ -20,8 +20,18 @@ import time
 from pathlib import Path
 
 #: The steps, in the order a search runs them, each timed in the child (``_child``).
-STEPS = ["import engram.api.cli.main", "import search path", "runtime()", "open shards", "entity names",
-         "time expressions", "query tokens", "query embedding", "search (warm)", "search (cold, whole)"]
+STEPS = [
+    "import engram.api.cli.main",
+    "import search path",
+    "runtime()",
+    "open shards",
+    "entity names",
+    "time expressions",
+    "query tokens",
+    "query embedding",
+    "search (warm)",
+    "search (cold, whole)",
+]
 
 
 def _timed(out: dict, name: str, fn):
@@ -45,8 +55,14 @@ def _child(question: str, user: str) -> dict:
     from engram.workers.stores.vectors import collection_for
 
     rt = _timed(out, STEPS[2], runtime)
-    req = SearchRequest(query=question, tenant_id=get_settings().tenant, user_id=user,
-                        memory_types=list(DEFAULT_SEARCH_TYPES), limit=5, reinforce=False)
+    req = SearchRequest(
+        query=question,
+        tenant_id=get_settings().tenant,
+        user_id=user,
+        memory_types=list(DEFAULT_SEARCH_TYPES),
+        limit=5,
+        reinforce=False,
+    )
 
     def open_shards():
         for mtype in req.memory_types:
@@ -90,15 +106,36 @@ def main(argv: list[str] | None = None) -> int:
     cli: dict[str, list] = {"wall_s": [], "cpu_s": []}
     engram = Path(sys.executable).with_name("engram")
     for _ in range(args.runs):
-        got = json.loads(subprocess.run([sys.executable, __file__, "--child", args.question, "--data-dir",
-                                         str(args.data_dir), "--user", args.user], env=env, check=True,
-                                        capture_output=True, text=True, timeout=600).stdout.splitlines()[-1])
+        got = json.loads(
+            subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    args.question,
+                    "--data-dir",
+                    str(args.data_dir),
+                    "--user",
+                    args.user,
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            ).stdout.splitlines()[-1]
+        )
         for s in STEPS:
             steps[s].append(got[s])
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run([str(engram), "search", args.question, "--user", args.user, "-k", "5"], env=env, check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(
+            [str(engram), "search", args.question, "--user", args.user, "-k", "5"],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         cli["wall_s"].append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cli["cpu_s"].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -108,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     for s in STEPS:
         wall, cpu = statistics.median(w for w, _ in steps[s]), statistics.median(c for _, c in steps[s])
         print(f"{s:<24} {wall:8.3f} {cpu:8.3f}")
-    print(f"{'engram search (CLI)':<24} {statistics.median(cli['wall_s']):8.3f} {statistics.median(cli['cpu_s']):8.3f}"
-          f"   runs: {' '.join(f'{w:.2f}' for w in cli['wall_s'])}")
+    print(
+        f"{'engram search (CLI)':<24} {statistics.median(cli['wall_s']):8.3f} {statistics.median(cli['cpu_s']):8.3f}"
+        f"   runs: {' '.join(f'{w:.2f}' for w in cli['wall_s'])}"
+    )
     if args.json:
         args.json.write_text(json.dumps({"load": [load_before, load_after], "steps": steps, "cli": cli}, indent=1))
     return 0

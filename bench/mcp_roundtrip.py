@@ -32,9 +32,12 @@ async def run(data_dir: Path, n: int, api: str | None = None, api_key: str | Non
     via = ["--api", api] if api else []
     if api_key:
         env["ENGRAM_API_KEY"] = api_key  # not on the command line
-    params = StdioServerParameters(command=sys.executable, cwd=str(REPO), env=env,
-                                   args=["-m", "engram.api.cli", "mcp", "--data-dir", str(data_dir), "--user", "bench",
-                                         *via])
+    params = StdioServerParameters(
+        command=sys.executable,
+        cwd=str(REPO),
+        env=env,
+        args=["-m", "engram.api.cli", "mcp", "--data-dir", str(data_dir), "--user", "bench", *via],
+    )
     times: dict[str, list[float]] = {"add": [], "search": [], "round_trip": [], "first_round_trip": []}
     async with Client(params, read_timeout_seconds=900) as client:
         for i in range(n + 1):
@@ -43,8 +46,9 @@ async def run(data_dir: Path, n: int, api: str | None = None, api_key: str | Non
             added = await client.call_tool("add_memory", {"text": text, "id": f"bench-{time.time_ns()}"})
             t1 = time.perf_counter()
             assert not added.is_error, added.content[0].text
-            found = await client.call_tool("search", {"query": f"parcel locker code building {i}", "user_id": "bench",
-                                                      "limit": 5})
+            found = await client.call_tool(
+                "search", {"query": f"parcel locker code building {i}", "user_id": "bench", "limit": 5}
+            )
             t2 = time.perf_counter()
             assert text in found.content[0].text, found.content[0].text[:500]
             if i == 0:

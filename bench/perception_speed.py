@@ -67,9 +67,12 @@ from bench.lib.embedded import merge_json  # noqa: E402
 DATA = Path(os.environ.get("ENGRAM_EVAL_DATA", REPO.parent / "shared" / "data"))
 NEW_LINE = "Meeting moved to Thursday at 10:42 in room Orion"
 #: The audio settings before issue 15 (environment variables of the ``before`` run).
-BEFORE_AUDIO = {"ENGRAM_MODELS__ASR_BEAM_SIZE": "5", "ENGRAM_SPEAKER_HOP_SECONDS": "0.5",
-                "ENGRAM_MODELS__CPU_THREADS": "2",  # = the libraries' defaults (one thread per core) on 2 cores
-                "ENGRAM_MODELS__ASR_BATCH_SIZE": "1"}
+BEFORE_AUDIO = {
+    "ENGRAM_MODELS__ASR_BEAM_SIZE": "5",
+    "ENGRAM_SPEAKER_HOP_SECONDS": "0.5",
+    "ENGRAM_MODELS__CPU_THREADS": "2",  # = the libraries' defaults (one thread per core) on 2 cores
+    "ENGRAM_MODELS__ASR_BATCH_SIZE": "1",
+}
 
 
 def _median(xs: list[float]) -> float | None:
@@ -155,14 +158,16 @@ def screenshot(args) -> dict:
             pixels = np.asarray(img)
             text = [ln.text for ln in obs[0].ocr_lines]
             if top is not None:
-                recall, _ = ev.word_recall(window_reference(shot, top, top + img.height),
-                                           [w for t_ in text for w in ev.words(t_)])
+                recall, _ = ev.word_recall(
+                    window_reference(shot, top, top + img.height), [w for t_ in text for w in ev.words(t_)]
+                )
                 recalls.append(recall)
             else:
                 recall = float(any(NEW_LINE.split()[-1] in t_ for t_ in text))
             t = time.process_time()
-            lines, share = screens.read_changed(lambda im: model.read(im, min_confidence=0.0), pixels, reference,
-                                                model, memory)  # as vision.ocr_lines reads a device's frames
+            lines, share = screens.read_changed(
+                lambda im: model.read(im, min_confidence=0.0), pixels, reference, model, memory
+            )  # as vision.ocr_lines reads a device's frames
             ocr_now.append(time.process_time() - t)
             reference = (screens.grey(pixels), lines)
             t = time.process_time()
@@ -175,30 +180,47 @@ def screenshot(args) -> dict:
             t = time.process_time()
             faces.detect([pixels])
             faces_before.append(time.process_time() - t)
-            rows.append((device, name, f"cpu {cpu:.2f} s, OCR {ocr_now[-1]:.2f} s (before {ocr_before[-1]:.2f} s), "
-                         f"read {share:.0%} of the frame, recall {recall:.3f}, "
-                         f"faces {faces_now[-1]:.2f} s (before {faces_before[-1]:.2f} s)"))
+            rows.append(
+                (
+                    device,
+                    name,
+                    f"cpu {cpu:.2f} s, OCR {ocr_now[-1]:.2f} s (before {ocr_before[-1]:.2f} s), "
+                    f"read {share:.0%} of the frame, recall {recall:.3f}, "
+                    f"faces {faces_now[-1]:.2f} s (before {faces_before[-1]:.2f} s)",
+                )
+            )
             print(*rows[-1], sep=" | ", flush=True)
     viewport_recall = {}
     for viewport, shot, _ in ev.webui_pages(DATA / "screens" / "webui"):
         img = np.asarray(ev_frame(shot))
         lines = vision.ocr_lines(rt, "bench-viewports", img)
-        viewport_recall[viewport] = round(ev.word_recall(ev.webui_reference(shot, img.shape[0]),
-                                                         [w for ln in lines for w in ev.words(ln.text)])[0], 3)
+        viewport_recall[viewport] = round(
+            ev.word_recall(ev.webui_reference(shot, img.shape[0]), [w for ln in lines for w in ev.words(ln.text)])[0], 3
+        )
     found = {}
-    for name, needle in (("screenpipe_testing_OCR.png", "receiver_count"),
-                         ("screenpipe_testing_OCR_chinese.png", "管理分支")):
+    for name, needle in (
+        ("screenpipe_testing_OCR.png", "receiver_count"),
+        ("screenpipe_testing_OCR_chinese.png", "管理分支"),
+    ):
         t = time.process_time()
         lines = vision.ocr_lines(rt, "bench-finds", np.asarray(ev_frame(DATA / "screens" / name)))
-        found[needle] = {"found": any(needle in ln.text for ln in lines),
-                         "cpu_s": round(time.process_time() - t, 3)}
+        found[needle] = {"found": any(needle in ln.text for ln in lines), "cpu_s": round(time.process_time() - t, 3)}
     every = first + kept
-    return {"cpu_s": _median(every), "first_frame_cpu_s": _median(first), "later_frame_cpu_s": _median(kept),
-            "kept_frames": len(every), "ocr_cpu_s": _median(ocr_now), "before_ocr_cpu_s": _median(ocr_before),
-            "faces_cpu_s": _median(faces_now), "before_faces_cpu_s": _median(faces_before),
-            "ocr_word_recall": round(statistics.fmean(recalls), 3), "min_frame_recall": round(min(recalls), 3),
-            "viewport_recall": viewport_recall, "found": found,
-            "frames": [" | ".join(r) for r in rows]}
+    return {
+        "cpu_s": _median(every),
+        "first_frame_cpu_s": _median(first),
+        "later_frame_cpu_s": _median(kept),
+        "kept_frames": len(every),
+        "ocr_cpu_s": _median(ocr_now),
+        "before_ocr_cpu_s": _median(ocr_before),
+        "faces_cpu_s": _median(faces_now),
+        "before_faces_cpu_s": _median(faces_before),
+        "ocr_word_recall": round(statistics.fmean(recalls), 3),
+        "min_frame_recall": round(min(recalls), 3),
+        "viewport_recall": viewport_recall,
+        "found": found,
+        "frames": [" | ".join(r) for r in rows],
+    }
 
 
 def ev_frame(path: Path):
@@ -229,9 +251,13 @@ def _audio_run(tenant: str, long_path: Path) -> dict:
     long_s = len(media.decode_audio(long_path)) / media.SAMPLE_RATE
     out["x_real_time"] = round(long_s / long_cpu, 2)
     out["long_seconds"] = round(long_s, 1)
-    out["wer"] = {n: round(speech.wer(ref, " ".join(o.text for o in obs_of[n])), 4)
-                  for n, ref in (("jfk.flac", speech.JFK_REFERENCE),
-                                 ("leopard_test.wav", speech.leopard_reference(audio, "test.wav")))}
+    out["wer"] = {
+        n: round(speech.wer(ref, " ".join(o.text for o in obs_of[n])), 4)
+        for n, ref in (
+            ("jfk.flac", speech.JFK_REFERENCE),
+            ("leopard_test.wav", speech.leopard_reference(audio, "test.wav")),
+        )
+    }
     f1 = {}
     for name in ("leopard_diarization_test.wav", "pyannote_sample.wav"):
         words = [(w, o.speaker_label) for o in sorted(obs_of[name], key=lambda o: o.start_s) for w in o.words]
@@ -297,8 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scroll", type=int, default=150, help="px between scrolled windows of the full page")
     parser.add_argument("--long-seconds", type=float, default=300.0, help="length of the looped recording")
     parser.add_argument("--runs", type=int, default=1, help="audio: rounds of every configuration (medians)")
-    parser.add_argument("--variant", type=parse_variant, action="append", metavar="LABEL:VAR=VALUE[,VAR=VALUE]",
-                        help="audio: also run with these ENGRAM_* settings, reported under LABEL (repeatable)")
+    parser.add_argument(
+        "--variant",
+        type=parse_variant,
+        action="append",
+        metavar="LABEL:VAR=VALUE[,VAR=VALUE]",
+        help="audio: also run with these ENGRAM_* settings, reported under LABEL (repeatable)",
+    )
     parser.add_argument("--json", type=Path, help="merge the figures into this JSON file")
     args = parser.parse_args(argv)
     if not DATA.is_dir():

@@ -61,8 +61,10 @@ def print_longmemeval_report(result: dict, console: Console | None = None) -> No
     console = console or Console()
     ks = result["ks"]
     kc = 5 if 5 in ks else ks[len(ks) // 2]
-    table = Table(title=f"LongMemEval-S session recall_any at a budget of k sessions — {result['questions']} "
-                        "questions (no abstention)")
+    table = Table(
+        title=f"LongMemEval-S session recall_any at a budget of k sessions — {result['questions']} "
+        "questions (no abstention)"
+    )
     table.add_column("system")
     for k in ks:
         table.add_column(f"R@{k}", justify="right")
@@ -73,11 +75,12 @@ def print_longmemeval_report(result: dict, console: Console | None = None) -> No
         rec = result["recall"][s]
         table.add_row(s, *[f"{rec['overall'][k]:.3f}" for k in ks], *[f"{rec['by_type'][t][kc]:.3f}" for t in types])
     console.print(table)
-    console.print(f"ingest: {result['ingest_seconds']:.1f} s total, median {result['ingest_seconds_median']:.1f} s "
-                  f"per question; search latency median {result['search_ms_median']:.1f} ms")
+    console.print(
+        f"ingest: {result['ingest_seconds']:.1f} s total, median {result['ingest_seconds_median']:.1f} s "
+        f"per question; search latency median {result['search_ms_median']:.1f} ms"
+    )
     console.print(f"engram misses at R@{ks[0]}: {', '.join(result['misses_at_1']) or 'none'}")
     print_halves(result, "type", console=console)
-
 
 
 def print_report(result: dict, console: Console | None = None) -> None:
@@ -86,9 +89,11 @@ def print_report(result: dict, console: Console | None = None) -> None:
     ks = result["ks"]
     kc = 10 if 10 in ks else ks[len(ks) // 2]
     counts = result["category_counts"]
-    table = Table(title=f"LoCoMo evidence recall at a budget of k turns — conversations "
-                        f"{', '.join(result['conversations'])}; {result['questions']} questions "
-                        "(categories 1-4)")
+    table = Table(
+        title=f"LoCoMo evidence recall at a budget of k turns — conversations "
+        f"{', '.join(result['conversations'])}; {result['questions']} questions "
+        "(categories 1-4)"
+    )
     table.add_column("system")
     for k in ks:
         table.add_column(f"R@{k}", justify="right")
@@ -97,14 +102,15 @@ def print_report(result: dict, console: Console | None = None) -> None:
         table.add_column(f"{c} {CATEGORIES[c]} @{kc}\n(n={counts[c]})", justify="right")
     for s in result["systems"]:
         rec = result["recall"][s]
-        table.add_row(s, *[f"{rec['overall'][k]:.3f}" for k in ks],
-                      *[f"{rec['by_category'][c][kc]:.3f}" for c in cats])
+        table.add_row(s, *[f"{rec['overall'][k]:.3f}" for k in ks], *[f"{rec['by_category'][c][kc]:.3f}" for c in cats])
     console.print(table)
     print_halves(result, "category", CATEGORIES, console)
     per_conv = ", ".join(f"{sid} {s:.1f} s" for sid, s in result["ingest_seconds_by_conversation"].items())
     console.print(f"ingest: {result['ingest_seconds']:.1f} s total ({per_conv})")
-    console.print(f"search latency: median {result['search_ms_median']:.1f} ms, "
-                  f"p95 {result['search_ms_p95']:.1f} ms over {result['questions']} searches")
+    console.print(
+        f"search latency: median {result['search_ms_median']:.1f} ms, "
+        f"p95 {result['search_ms_p95']:.1f} ms over {result['questions']} searches"
+    )
     if len(result["per_conversation"]) > 1:
         per = Table(title=f"per conversation, R@{kc}")
         per.add_column("conversation")
@@ -132,65 +138,117 @@ def compare_main(before: Path, after: Path, ks: Sequence[int], console: Console,
         for half, groups in cmp.items():
             for g, f in groups.items():
                 label = f"{g} {CATEGORIES[int(g)]}" if g.isdigit() and int(g) in CATEGORIES else g
-                table.add_row(half.replace("_", " "), label, str(f["n"]), f"{f['before']:.3f}", f"{f['after']:.3f}",
-                              f"{f['diff']:+.3f}", f"[{f['ci95'][0]:+.3f}, {f['ci95'][1]:+.3f}]",
-                              f"{f['better']} / {f['worse']}")
+                table.add_row(
+                    half.replace("_", " "),
+                    label,
+                    str(f["n"]),
+                    f"{f['before']:.3f}",
+                    f"{f['after']:.3f}",
+                    f"{f['diff']:+.3f}",
+                    f"[{f['ci95'][0]:+.3f}, {f['ci95'][1]:+.3f}]",
+                    f"{f['better']} / {f['worse']}",
+                )
         console.print(table)
     if out:
         out.write_text(json.dumps(figures, indent=2))
     return 0
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--conversations", type=int, nargs="+", default=None,
-                    help="LoCoMo conversation positions 0-9 (default: all)")
+    ap.add_argument(
+        "--conversations", type=int, nargs="+", default=None, help="LoCoMo conversation positions 0-9 (default: all)"
+    )
     ap.add_argument("--ks", type=int, nargs="+", default=[5, 10, 25], help="turn budgets")
-    ap.add_argument("--data-dir", type=Path, default=None,
-                    help="engram data dir (ENGRAM_DATA_DIR) to ingest into and keep (default: a temporary one); "
-                         "LongMemEval: one sub-folder per question")
-    ap.add_argument("--search-only", action="store_true",
-                    help="reuse what an earlier run ingested into --data-dir: only search (after a query change)")
-    ap.add_argument("--ingest-only", action="store_true",
-                    help="LoCoMo: time the ingest through consolidation, no searches")
-    ap.add_argument("--eval-data", type=Path, default=None,
-                    help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)")
-    ap.add_argument("--embedding-cache", type=Path, default=None,
-                    help="folder of an embedding cache kept across runs (default: none, a cold cache)")
-    ap.add_argument("--json", type=Path, default=None,
-                    help="also write the figures as JSON here (LongMemEval: rewritten after each question)")
-    ap.add_argument("--diagnose", action="store_true",
-                    help="extra engram rows: observations only, episodic only")
-    ap.add_argument("--longmemeval", action="store_true",
-                    help="LongMemEval-S session recall instead of LoCoMo (--ks default 1 5 10)")
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="engram data dir (ENGRAM_DATA_DIR) to ingest into and keep (default: a temporary one); "
+        "LongMemEval: one sub-folder per question",
+    )
+    ap.add_argument(
+        "--search-only",
+        action="store_true",
+        help="reuse what an earlier run ingested into --data-dir: only search (after a query change)",
+    )
+    ap.add_argument(
+        "--ingest-only", action="store_true", help="LoCoMo: time the ingest through consolidation, no searches"
+    )
+    ap.add_argument(
+        "--eval-data",
+        type=Path,
+        default=None,
+        help="evaluation data folder (default: ENGRAM_EVAL_DATA or ../shared/data)",
+    )
+    ap.add_argument(
+        "--embedding-cache",
+        type=Path,
+        default=None,
+        help="folder of an embedding cache kept across runs (default: none, a cold cache)",
+    )
+    ap.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help="also write the figures as JSON here (LongMemEval: rewritten after each question)",
+    )
+    ap.add_argument("--diagnose", action="store_true", help="extra engram rows: observations only, episodic only")
+    ap.add_argument(
+        "--longmemeval",
+        action="store_true",
+        help="LongMemEval-S session recall instead of LoCoMo (--ks default 1 5 10)",
+    )
     ap.add_argument("--questions", type=int, default=None, help="LongMemEval: only the first N questions")
-    ap.add_argument("--rows", type=Path, default=None,
-                    help="also write each question's recall here (JSON), for --compare")
-    ap.add_argument("--compare", type=Path, nargs=2, default=None, metavar=("BEFORE", "AFTER"),
-                    help="no run: compare two --rows files question by question (paired bootstrap), per half")
-    ap.add_argument("--half", choices=HALVES, default=None,
-                    help="run one half only: chosen_on (tune here: LoCoMo conversations 0-4, LongMemEval questions "
-                         "of even md5) or held_out (judge here); with --conversations, those of the half")
+    ap.add_argument(
+        "--rows", type=Path, default=None, help="also write each question's recall here (JSON), for --compare"
+    )
+    ap.add_argument(
+        "--compare",
+        type=Path,
+        nargs=2,
+        default=None,
+        metavar=("BEFORE", "AFTER"),
+        help="no run: compare two --rows files question by question (paired bootstrap), per half",
+    )
+    ap.add_argument(
+        "--half",
+        choices=HALVES,
+        default=None,
+        help="run one half only: chosen_on (tune here: LoCoMo conversations 0-4, LongMemEval questions "
+        "of even md5) or held_out (judge here); with --conversations, those of the half",
+    )
     args = ap.parse_args(argv)
     quiet_logs()
     console = Console(width=None if sys.stdout.isatty() else 170)
-    variants = ({"engram obs-only": ["observation"], "engram episodic-only": ["episodic"]}
-                if args.diagnose else None)
+    variants = {"engram obs-only": ["observation"], "engram episodic-only": ["episodic"]} if args.diagnose else None
     if args.compare:
         return compare_main(args.compare[0], args.compare[1], args.ks, console, args.json)
     try:
         if args.longmemeval:
-            result = evaluate_longmemeval(args.questions, LME_KS if args.ks == [5, 10, 25] else args.ks,
-                                          args.eval_data, embedding_cache=args.embedding_cache,
-                                          data_dir=args.data_dir, search_only=args.search_only,
-                                          checkpoint=args.json, half=args.half)
+            result = evaluate_longmemeval(
+                args.questions,
+                LME_KS if args.ks == [5, 10, 25] else args.ks,
+                args.eval_data,
+                embedding_cache=args.embedding_cache,
+                data_dir=args.data_dir,
+                search_only=args.search_only,
+                checkpoint=args.json,
+                half=args.half,
+            )
         else:
             picked = half_conversations(len(load_locomo(args.eval_data)), args.half, args.conversations)
-            result = evaluate(picked, args.ks, args.data_dir, args.eval_data, variants=variants,
-                              embedding_cache=args.embedding_cache, search_only=args.search_only,
-                              ingest_only=args.ingest_only)
+            result = evaluate(
+                picked,
+                args.ks,
+                args.data_dir,
+                args.eval_data,
+                variants=variants,
+                embedding_cache=args.embedding_cache,
+                search_only=args.search_only,
+                ingest_only=args.ingest_only,
+            )
     except FileNotFoundError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
@@ -202,13 +260,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.write_text(json.dumps(result, indent=2))
     if args.ingest_only and not args.longmemeval:
         by_conv = result["ingest_seconds_by_conversation"]
-        console.print(f"ingest through consolidation: {len(by_conv)} conversations in {result['ingest_seconds']:.1f} s "
-                      f"(median {statistics.median(by_conv.values()):.1f} s per conversation)")
+        console.print(
+            f"ingest through consolidation: {len(by_conv)} conversations in {result['ingest_seconds']:.1f} s "
+            f"(median {statistics.median(by_conv.values()):.1f} s per conversation)"
+        )
     else:
         (print_longmemeval_report if args.longmemeval else print_report)(result, console)
     if args.json:
         console.print(f"wrote {args.json}")
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -47,6 +47,7 @@ from bench.lib.seed import build, seed_points  # noqa: E402
 
 # --- measuring (in a fresh process per store) -----------------------------------------------------------------
 
+
 def _user_rows(store, tenant: str, user: str) -> dict[str, dict]:
     """The user's rows per collection as numpy: ids, dense rows (a MaxSim collection: all rows and the point of
     each), sparse vectors."""
@@ -77,8 +78,12 @@ def _user_rows(store, tenant: str, user: str) -> dict[str, dict]:
                     rows.append(v)
                     owner.append(i)
         sparse = [(r.vector or {}).get(SPARSE) for r in recs]
-        out[coll] = {"ids": [str(r.id) for r in recs], "dense": np.asarray(rows, dtype=np.float32),
-                     "owner": np.asarray(owner), "sparse": sparse}
+        out[coll] = {
+            "ids": [str(r.id) for r in recs],
+            "dense": np.asarray(rows, dtype=np.float32),
+            "owner": np.asarray(owner),
+            "sparse": sparse,
+        }
     return out
 
 
@@ -129,8 +134,9 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
     import numpy as np
     import psutil
 
-    os.environ.update(ENGRAM_DATA_DIR=str(data_dir), ENGRAM_VAULT_KEY=os.environ.get("ENGRAM_VAULT_KEY",
-                                                                                      BENCH_VAULT_KEY))
+    os.environ.update(
+        ENGRAM_DATA_DIR=str(data_dir), ENGRAM_VAULT_KEY=os.environ.get("ENGRAM_VAULT_KEY", BENCH_VAULT_KEY)
+    )
     from engram.schemas.search import SearchRequest
     from engram.workers.memory.embedding import embed_query, embed_texts
     from engram.workers.memory.search import DENSE_WEIGHT, MIN_DEPTH, search
@@ -158,25 +164,41 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
         dense = np.asarray(embed_query(rt, q), dtype=np.float32)  # the whole query (search embeds it without names)
         sparse_q = sparse.query_vector(q)
         w0 = time.perf_counter()
-        exact = {c: _numpy_fused(r, dense, sparse_q, depth, rt.settings.rrf_k, (DENSE_WEIGHT, 1.0))[:10]
-                 for c, r in rows.items()}
+        exact = {
+            c: _numpy_fused(r, dense, sparse_q, depth, rt.settings.rrf_k, (DENSE_WEIGHT, 1.0))[:10]
+            for c, r in rows.items()
+        }
         scan.append((time.perf_counter() - w0) * 1000)
         for coll, want in exact.items():
             if len(want) < 10 or coll == ENTITIES:
                 continue
-            d, s = store.search(coll, dense.tolist(), sparse_q, tenant_filter(TENANT, user), depth,
-                                idf_corpus=tenant_filter(TENANT, user), with_payload=False)
+            d, s = store.search(
+                coll,
+                dense.tolist(),
+                sparse_q,
+                tenant_filter(TENANT, user),
+                depth,
+                idf_corpus=tenant_filter(TENANT, user),
+                with_payload=False,
+            )
             fused: dict[str, float] = defaultdict(float)
             for w, ranking in ((DENSE_WEIGHT, d), (1.0, s)):
                 for r, p in enumerate(ranking):
                     fused[str(p.id)] += w / (rt.settings.rrf_k + r + 1)
             got = sorted(fused, key=lambda p: -fused[p])[:10]
             overlap.append(len(set(got) & set(want)) / 10)
-    return {"p50_ms": statistics.median(wall), "p95_ms": float(np.percentile(wall, 95)),
-            "cpu_p50_ms": statistics.median(cpu), "numpy_p50_ms": statistics.median(scan),
-            "overlap": statistics.mean(overlap) if overlap else None, "open_s": open_s, "rss_open_bytes": rss_open,
-            "rss_bytes": max(rss_open, proc.memory_info().rss, _peak_rss()),
-            "questions": len(questions), "user_rows": {c: len(r["ids"]) for c, r in rows.items()}}
+    return {
+        "p50_ms": statistics.median(wall),
+        "p95_ms": float(np.percentile(wall, 95)),
+        "cpu_p50_ms": statistics.median(cpu),
+        "numpy_p50_ms": statistics.median(scan),
+        "overlap": statistics.mean(overlap) if overlap else None,
+        "open_s": open_s,
+        "rss_open_bytes": rss_open,
+        "rss_bytes": max(rss_open, proc.memory_info().rss, _peak_rss()),
+        "questions": len(questions),
+        "user_rows": {c: len(r["ids"]) for c, r in rows.items()},
+    }
 
 
 def cli_search(data_dir: Path, user: str, question: str, runs: int = 5) -> dict:
@@ -191,8 +213,13 @@ def cli_search(data_dir: Path, user: str, question: str, runs: int = 5) -> dict:
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run([str(engram), "search", question, "--user", user, "-k", "5"], env=env, check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(
+            [str(engram), "search", question, "--user", user, "-k", "5"],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         wall.append(time.perf_counter() - t0)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
@@ -202,10 +229,19 @@ def cli_search(data_dir: Path, user: str, question: str, runs: int = 5) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seed-dir", type=Path, required=True,
-                    help="a data dir holding ingested LoCoMo conversations (made with --seed-conversations if empty)")
-    ap.add_argument("--seed-conversations", type=int, nargs="+", default=[0, 1, 2],
-                    help="LoCoMo conversations to ingest into an empty --seed-dir (default 0 1 2)")
+    ap.add_argument(
+        "--seed-dir",
+        type=Path,
+        required=True,
+        help="a data dir holding ingested LoCoMo conversations (made with --seed-conversations if empty)",
+    )
+    ap.add_argument(
+        "--seed-conversations",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="LoCoMo conversations to ingest into an empty --seed-dir (default 0 1 2)",
+    )
     ap.add_argument("--conversation", type=int, default=0, help="the queried user's conversation (default 0)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000], help="observations per store")
     ap.add_argument("--questions", type=int, default=40, help="questions timed per size (default 40)")
@@ -213,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedding-cache", type=Path, default=None, help="kept embedding cache for the seed ingest")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     ap.add_argument("--cli-runs", type=int, default=5, help="cold `engram search` runs (the median is reported)")
-    ap.add_argument("--reuse", action="store_true",
-                    help="measure the stores an earlier run built in --work-dir instead of building them again")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure the stores an earlier run built in --work-dir instead of building them again",
+    )
     ap.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one size
     ap.add_argument("--user", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -223,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sample = load_locomo()[args.conversation]
     user = f"locomo-{locomo_sample_id(sample, args.conversation)}"
-    questions = [q.question for q in sample_questions(sample, args.conversation)][:args.questions]
+    questions = [q.question for q in sample_questions(sample, args.conversation)][: args.questions]
     if args.measure:
         print(json.dumps(measure(args.measure, args.user or user, questions)))
         return 0
@@ -231,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         from bench.lib.retrieval import evaluate
 
         print(f"ingesting LoCoMo conversations {args.seed_conversations} into {args.seed_dir} ...", file=sys.stderr)
-        evaluate(args.seed_conversations, data_dir=args.seed_dir, ingest_only=True,
-                 embedding_cache=args.embedding_cache)
+        evaluate(
+            args.seed_conversations, data_dir=args.seed_dir, ingest_only=True, embedding_cache=args.embedding_cache
+        )
     seed = seed_points(args.seed_dir)
     if user not in seed:
         raise SystemExit(f"{args.seed_dir} holds no points of {user} (conversation {args.conversation})")
@@ -252,25 +292,47 @@ def main(argv: list[str] | None = None) -> int:
             print(f"building {n:,} observations ...", file=sys.stderr)
             built = build(seed, user, n, data_dir)
             record.write_text(json.dumps(built))
-        out = subprocess.run([sys.executable, __file__, "--seed-dir", str(args.seed_dir), "--measure", str(data_dir),
-                              "--user", user, "--conversation", str(args.conversation),
-                              "--questions", str(args.questions)], capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--seed-dir",
+                str(args.seed_dir),
+                "--measure",
+                str(data_dir),
+                "--user",
+                user,
+                "--conversation",
+                str(args.conversation),
+                "--questions",
+                str(args.questions),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode:
             raise SystemExit(f"measuring {n}: {out.stderr[-3000:]}")
         figures = {**built, **json.loads(out.stdout.strip().splitlines()[-1])}
         result["sizes"][str(n)] = figures
-        print(f"{n:>9,}  p50 {figures['p50_ms']:.1f} ms  p95 {figures['p95_ms']:.1f} ms  numpy p50 "
-              f"{figures['numpy_p50_ms']:.1f} ms  overlap {figures['overlap']:.3f}  build {built['build_s']:.0f} s "
-              f"+ optimize {built['optimize_s']:.0f} s  "
-              f"disk {built['disk_bytes'] / 1e6:.0f} MB  rss {figures['rss_bytes'] / 1e6:.0f} MB  open "
-              f"{figures['open_s']:.2f} s", file=sys.stderr)
+        print(
+            f"{n:>9,}  p50 {figures['p50_ms']:.1f} ms  p95 {figures['p95_ms']:.1f} ms  numpy p50 "
+            f"{figures['numpy_p50_ms']:.1f} ms  overlap {figures['overlap']:.3f}  build {built['build_s']:.0f} s "
+            f"+ optimize {built['optimize_s']:.0f} s  "
+            f"disk {built['disk_bytes'] / 1e6:.0f} MB  rss {figures['rss_bytes'] / 1e6:.0f} MB  open "
+            f"{figures['open_s']:.2f} s",
+            file=sys.stderr,
+        )
     sizes = sorted(int(n) for n in result["sizes"])
     if len(sizes) > 1:
         first, last = result["sizes"][str(sizes[0])], result["sizes"][str(sizes[-1])]
         result["growth_per_10x"] = (last["p50_ms"] / first["p50_ms"]) ** (1 / math.log10(sizes[-1] / sizes[0]))
     cold = cli_search(work / f"store-{sizes[-1]}", user, questions[0], args.cli_runs)
-    result.update(cli_search_s=statistics.median(cold["wall_s"]), cli_search_cpu_s=statistics.median(cold["cpu_s"]),
-                  cli_search_runs=cold)
+    result.update(
+        cli_search_s=statistics.median(cold["wall_s"]),
+        cli_search_cpu_s=statistics.median(cold["cpu_s"]),
+        cli_search_runs=cold,
+    )
     result["load_after"] = list(os.getloadavg())
     _print(result)
     if args.json:
@@ -282,22 +344,49 @@ def _print(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"search as the store grows (load {result['load'][0]:.1f} before, "
-                        f"{result['load_after'][0]:.1f} after)")
-    for col in ("observations", "points", "p50 ms", "p95 ms", "CPU p50 ms", "numpy p50 ms", "ratio", "top-10 overlap",
-                "build s", "optimize s", "disk MB", "RSS MB", "open s"):
+    table = Table(
+        title=f"search as the store grows (load {result['load'][0]:.1f} before, {result['load_after'][0]:.1f} after)"
+    )
+    for col in (
+        "observations",
+        "points",
+        "p50 ms",
+        "p95 ms",
+        "CPU p50 ms",
+        "numpy p50 ms",
+        "ratio",
+        "top-10 overlap",
+        "build s",
+        "optimize s",
+        "disk MB",
+        "RSS MB",
+        "open s",
+    ):
         table.add_column(col, justify="right")
     for n, f in sorted(result["sizes"].items(), key=lambda kv: int(kv[0])):
-        table.add_row(f"{int(n):,}", f"{sum(f['points'].values()):,}", f"{f['p50_ms']:.1f}", f"{f['p95_ms']:.1f}",
-                      f"{f['cpu_p50_ms']:.1f}", f"{f['numpy_p50_ms']:.1f}", f"{f['p50_ms'] / f['numpy_p50_ms']:.1f}",
-                      f"{f['overlap']:.3f}", f"{f['build_s']:.0f}", f"{f.get('optimize_s', 0):.0f}",
-                      f"{f['disk_bytes'] / 1e6:.0f}",
-                      f"{f['rss_bytes'] / 1e6:.0f}", f"{f['open_s']:.2f}")
+        table.add_row(
+            f"{int(n):,}",
+            f"{sum(f['points'].values()):,}",
+            f"{f['p50_ms']:.1f}",
+            f"{f['p95_ms']:.1f}",
+            f"{f['cpu_p50_ms']:.1f}",
+            f"{f['numpy_p50_ms']:.1f}",
+            f"{f['p50_ms'] / f['numpy_p50_ms']:.1f}",
+            f"{f['overlap']:.3f}",
+            f"{f['build_s']:.0f}",
+            f"{f.get('optimize_s', 0):.0f}",
+            f"{f['disk_bytes'] / 1e6:.0f}",
+            f"{f['rss_bytes'] / 1e6:.0f}",
+            f"{f['open_s']:.2f}",
+        )
     Console(stderr=True, width=200).print(table)
     if "growth_per_10x" in result:
         print(f"growth per 10x: {result['growth_per_10x']:.2f}", file=sys.stderr)
-    print(f"cold `engram search` (median of {len(result['cli_search_runs']['wall_s'])}): "
-          f"{result['cli_search_s']:.2f} s wall, {result['cli_search_cpu_s']:.2f} CPU s", file=sys.stderr)
+    print(
+        f"cold `engram search` (median of {len(result['cli_search_runs']['wall_s'])}): "
+        f"{result['cli_search_s']:.2f} s wall, {result['cli_search_cpu_s']:.2f} CPU s",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -31,26 +31,38 @@ from pathlib import Path
 
 from engram.workers.text import secrets
 
-SAID = ("the WiFi password is blue Falcon 77, my bank password is Hunter 2. The door code is 4,500 and 12. "
-        "my PIN is four five one two.")
-JWT = ("eyJhbGciOiAiSFMyNTYiLCAidHlwIjogIkpXVCJ9.eyJzdWIiOiAiMTIzNDU2Nzg5MCIsICJuYW1lIjogIkFkYSIsICJpYXQiOiAxNzE2"
-       "MjAwMDAwfQ.q86-mEKsrLv2qJReR0yeRE-L-L8gfPUQ2MR_k-WExMM")
+SAID = (
+    "the WiFi password is blue Falcon 77, my bank password is Hunter 2. The door code is 4,500 and 12. "
+    "my PIN is four five one two."
+)
+JWT = (
+    "eyJhbGciOiAiSFMyNTYiLCAidHlwIjogIkpXVCJ9.eyJzdWIiOiAiMTIzNDU2Nzg5MCIsICJuYW1lIjogIkFkYSIsICJpYXQiOiAxNzE2"
+    "MjAwMDAwfQ.q86-mEKsrLv2qJReR0yeRE-L-L8gfPUQ2MR_k-WExMM"
+)
 
 
 def texts(eval_data: Path, words: int) -> dict[str, str]:
     """The ``transcript``, ``transcript_plain`` and ``ocr`` texts of about ``words`` words each (module docstring)."""
     data = json.loads((eval_data / "conversations" / "locomo10.json").read_text())
     conv = data[0]["conversation"]
-    turns = [t["text"] for k in sorted(conv, key=str) if k.startswith("session_") and isinstance(conv[k], list)
-             for t in conv[k]]
+    turns = [
+        t["text"]
+        for k in sorted(conv, key=str)
+        if k.startswith("session_") and isinstance(conv[k], list)
+        for t in conv[k]
+    ]
     pool = " ".join(turns).split()
     while len(pool) < words:
         pool += pool
     body = pool[:words]
     third = len(body) // 3
-    transcript = " ".join([*body[:third], SAID, *body[third:2 * third], SAID, *body[2 * third:], SAID])
+    transcript = " ".join([*body[:third], SAID, *body[third : 2 * third], SAID, *body[2 * third :], SAID])
     lines = textwrap.wrap(" ".join(body), 90)
-    lines[len(lines) // 2:len(lines) // 2] = [f"Authorization: Bearer {JWT[:70]}", JWT[70:], "GITHUB=ghp_Q7xN2mK9pR4t"]
+    lines[len(lines) // 2 : len(lines) // 2] = [
+        f"Authorization: Bearer {JWT[:70]}",
+        JWT[70:],
+        "GITHUB=ghp_Q7xN2mK9pR4t",
+    ]
     return {"transcript": transcript, "transcript_plain": " ".join(body), "ocr": "\n".join(lines)}
 
 
@@ -86,10 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in texts(eval_data, args.words).items():
         secrets.detect(text)  # imports (syntok, phonenumbers' metadata) and first-use compilation outside the timing
         whole, added = timed(secrets.detect, text, args.runs), timed(added_steps, text, args.runs)
-        results[name] = {"chars": len(text), "detect_ms": round(whole, 2), "added_ms": round(added, 2),
-                         "added_share": round(added / whole, 3),
-                         "found": sorted(f"{f.entry_type}{' (partial)' if f.partial else ''}"
-                                         for f in secrets.detect(text))}
+        results[name] = {
+            "chars": len(text),
+            "detect_ms": round(whole, 2),
+            "added_ms": round(added, 2),
+            "added_share": round(added / whole, 3),
+            "found": sorted(f"{f.entry_type}{' (partial)' if f.partial else ''}" for f in secrets.detect(text)),
+        }
     results["load"] = os.getloadavg()[0]
     print(json.dumps(results, indent=2))
     if args.json:

@@ -54,8 +54,17 @@ def corpus_figures(name: str, conversations: list[list]) -> None:
             t0 = time.perf_counter()
             found.update(f.entry_type for f in detect(m.display_text()))
             detect_us.append((time.perf_counter() - t0) * 1e6)
-        seen = [Seen(text=m.display_text(), kind="text", captured_at=m.timestamp, speaker=m.speaker,
-                     message_id=m.message_id, about_user=m.speaker.lower() == "user") for m in messages]
+        seen = [
+            Seen(
+                text=m.display_text(),
+                kind="text",
+                captured_at=m.timestamp,
+                speaker=m.speaker,
+                message_id=m.message_id,
+                about_user=m.speaker.lower() == "user",
+            )
+            for m in messages
+        ]
         t0 = time.perf_counter()
         got = extractor.extract(seen, "user")
         extract_us.append((time.perf_counter() - t0) * 1e6 / max(1, len(seen)))
@@ -87,8 +96,10 @@ def fact_scores(sample: dict, index: int, embed, threshold: float = MATCH_COSINE
     annotations: {'drafts', 'matched_drafts', 'annotations', 'matched_annotations', 'pairs'} where ``pairs`` lists
     (draft summary, best annotation, cosine) of each draft. ``embed``: texts -> L2-normalised vectors."""
     messages = locomo_sample_messages(sample, index)
-    seen = [Seen(text=m.display_text(), kind="text", captured_at=m.timestamp, speaker=m.speaker,
-                 message_id=m.message_id) for m in messages]
+    seen = [
+        Seen(text=m.display_text(), kind="text", captured_at=m.timestamp, speaker=m.speaker, message_id=m.message_id)
+        for m in messages
+    ]
     drafts = RulesExtractor().extract(seen, "user").semantic
     truth = annotations(sample)
     matched_drafts, matched_truth, pairs = 0, set(), []
@@ -102,8 +113,13 @@ def fact_scores(sample: dict, index: int, embed, threshold: float = MATCH_COSINE
             matched_truth.update(hits)
             best = max(cands, default=(0.0, None))
             pairs.append((d.summary, truth[best[1]][0] if best[1] is not None else "", best[0]))
-    return {"drafts": len(drafts), "matched_drafts": matched_drafts, "annotations": len(truth),
-            "matched_annotations": len(matched_truth), "pairs": pairs}
+    return {
+        "drafts": len(drafts),
+        "matched_drafts": matched_drafts,
+        "annotations": len(truth),
+        "matched_annotations": len(matched_truth),
+        "pairs": pairs,
+    }
 
 
 #: The issue-45 protocol: choices are made on LoCoMo conversations 0-4 and reported on 5-9 too
@@ -131,13 +147,16 @@ def facts_figures(samples: list[dict], indices: list[int], threshold: float, sho
         return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
 
     per: dict[int, Counter] = {}
-    print(f"LoCoMo facts (rules extractor vs observation annotations; match: same turn and MiniLM cosine "
-          f">= {threshold}):")
+    print(
+        f"LoCoMo facts (rules extractor vs observation annotations; match: same turn and MiniLM cosine >= {threshold}):"
+    )
     for i in indices:
         got = fact_scores(samples[i], i, embed, threshold)
         per[i] = Counter({k: v for k, v in got.items() if k != "pairs"})
-        print(f"  {locomo_sample_id(samples[i], i)}: {got['drafts']} drafts, {got['matched_drafts']} matching; "
-              f"{got['matched_annotations']} of {got['annotations']} annotations found")
+        print(
+            f"  {locomo_sample_id(samples[i], i)}: {got['drafts']} drafts, {got['matched_drafts']} matching; "
+            f"{got['matched_annotations']} of {got['annotations']} annotations found"
+        )
         for summary, best, cos in got["pairs"][:show]:
             print(f"    {cos:.2f}  {summary!r}  ~  {best!r}")
     out = {"all": _ratios(sum(per.values(), Counter()))}
@@ -159,23 +178,45 @@ def profile(sample: dict, index: int, limit: int = 2000) -> str:
     from engram.workers.memory.dynamics import merge_block  # on demand: only where a profile is printed
 
     user = sample["conversation"]["speaker_a"]
-    seen = [Seen(text=m.display_text(), kind="text", captured_at=m.timestamp, speaker=m.speaker,
-                 message_id=m.message_id, about_user=m.speaker == user)
-            for m in locomo_sample_messages(sample, index)]
+    seen = [
+        Seen(
+            text=m.display_text(),
+            kind="text",
+            captured_at=m.timestamp,
+            speaker=m.speaker,
+            message_id=m.message_id,
+            about_user=m.speaker == user,
+        )
+        for m in locomo_sample_messages(sample, index)
+    ]
     got = RulesExtractor().extract(seen, user)
     return merge_block("", [f for c in got.core if c.label == "human" for f in c.facts], limit)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--conversations", type=int, nargs="*", default=None,
-                    help="LoCoMo conversations (0-9) to score facts on (default: all)")
+    ap.add_argument(
+        "--conversations",
+        type=int,
+        nargs="*",
+        default=None,
+        help="LoCoMo conversations (0-9) to score facts on (default: all)",
+    )
     ap.add_argument("--match-cosine", type=float, default=MATCH_COSINE, help="cosine a match needs")
-    ap.add_argument("--show", type=int, default=0, help="print this many drafts per conversation with their "
-                    "closest annotation of the same turn")
+    ap.add_argument(
+        "--show",
+        type=int,
+        default=0,
+        help="print this many drafts per conversation with their closest annotation of the same turn",
+    )
     ap.add_argument("--facts-only", action="store_true", help="only the fact precision and recall")
-    ap.add_argument("--profiles", type=int, nargs="*", default=[0, 5],
-                    help="LoCoMo conversations whose first speaker's core block is printed (default: 0 and 5)")
+    ap.add_argument(
+        "--profiles",
+        type=int,
+        nargs="*",
+        default=[0, 5],
+        help="LoCoMo conversations whose first speaker's core block is printed (default: 0 and 5)",
+    )
     ap.add_argument("--json", type=Path, default=None, help="write the fact figures and profiles here")
     args = ap.parse_args(argv)
     data = locomo_path().parent
@@ -190,18 +231,34 @@ def main(argv: list[str] | None = None) -> None:
         lme = [parse_conversation_file(p.read_bytes()) for p in sorted((data / "longmemeval_s").glob("*.json"))]
         corpus_figures("LongMemEval-S", lme)
     samples = json.loads(locomo_path().read_bytes())
-    figures = facts_figures(samples, args.conversations if args.conversations is not None else
-                            list(range(len(samples))), args.match_cosine, args.show)
+    figures = facts_figures(
+        samples,
+        args.conversations if args.conversations is not None else list(range(len(samples))),
+        args.match_cosine,
+        args.show,
+    )
     profiles = {}
     for i in args.profiles:
         profiles[samples[i]["conversation"]["speaker_a"]] = block = profile(samples[i], i)
-        print(f"core block of {samples[i]['conversation']['speaker_a']} after {locomo_sample_id(samples[i], i)} "
-              f"(the first speaker as the user):")
+        print(
+            f"core block of {samples[i]['conversation']['speaker_a']} after {locomo_sample_id(samples[i], i)} "
+            f"(the first speaker as the user):"
+        )
         print("\n".join(f"  {line}" for line in block.splitlines()) or "  (empty)")
     if args.json:
-        args.json.write_text(json.dumps({"facts": figures, "match_cosine": args.match_cosine, "profiles": profiles,
-                                         "load": round(os.getloadavg()[0], 2)}, indent=2, ensure_ascii=False)
-                             + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "facts": figures,
+                    "match_cosine": args.match_cosine,
+                    "profiles": profiles,
+                    "load": round(os.getloadavg()[0], 2),
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -60,12 +60,25 @@ FRAME_S = 17
 APPS = ("Firefox", "Slack", "Code", "Terminal", "Thunderbird")
 USERS, TENANTS = 100, 10
 QUERY = "OCR testing results in the prompt window"
-TARGETS = {"timeline_ms": 300, "timeline_cold_ms": 300, "timeline_html_bytes": 200_000, "search_overhead_ms": 100,
-           "thumb_bytes_p50": 20_000,
-           "first_paint_ms": 1500}
+TARGETS = {
+    "timeline_ms": 300,
+    "timeline_cold_ms": 300,
+    "timeline_html_bytes": 200_000,
+    "search_overhead_ms": 100,
+    "thumb_bytes_p50": 20_000,
+    "first_paint_ms": 1500,
+}
 CHROMIUM = "/usr/bin/chromium"
-TOPICS = ("the quarterly invoice batch", "the flight to Lisbon", "Maya's birthday dinner", "the OCR benchmark",
-          "the new espresso grinder", "the Kubernetes upgrade", "a running plan for May", "the garden's tomatoes")
+TOPICS = (
+    "the quarterly invoice batch",
+    "the flight to Lisbon",
+    "Maya's birthday dinner",
+    "the OCR benchmark",
+    "the new espresso grinder",
+    "the Kubernetes upgrade",
+    "a running plan for May",
+    "the garden's tomatoes",
+)
 
 
 def _loadavg() -> list[float]:
@@ -73,6 +86,7 @@ def _loadavg() -> list[float]:
 
 
 # --- the seed: real screenshots and a chat, ingested through the real path ------------------------------------
+
 
 def make_seed(seed_dir: Path, screens: list[Path], messages: int) -> None:
     """Ingest ``screens`` and a chat of ``messages`` messages into ``seed_dir`` with ``engram ingest`` (tenant
@@ -82,22 +96,34 @@ def make_seed(seed_dir: Path, screens: list[Path], messages: int) -> None:
 
     seed_dir.mkdir(parents=True, exist_ok=True)
     start = datetime(2024, 4, 2, 19, tzinfo=UTC)
-    msgs = [ConversationMessage(message_id=f"m{i}", session_id=f"s{i // 12}", speaker=("Ana", "Ben")[i % 2],
-                                text=f"About {TOPICS[i % len(TOPICS)]}: let's settle it by day {i % 28 + 1}, "
-                                     f"item {i} on the list.", timestamp=start + timedelta(minutes=7 * i))
-            for i in range(messages)]
+    msgs = [
+        ConversationMessage(
+            message_id=f"m{i}",
+            session_id=f"s{i // 12}",
+            speaker=("Ana", "Ben")[i % 2],
+            text=f"About {TOPICS[i % len(TOPICS)]}: let's settle it by day {i % 28 + 1}, item {i} on the list.",
+            timestamp=start + timedelta(minutes=7 * i),
+        )
+        for i in range(messages)
+    ]
     chat = seed_dir / "chat.jsonl"
     chat.write_bytes(to_jsonl(msgs))
     engram = Path(sys.executable).with_name("engram")
     env = {**os.environ, "ENGRAM_DATA_DIR": str(seed_dir)}
     for paths, extra in (([chat], []), (screens, ["--captured-at", "2024-04-02T10:00:00Z", "--app", "Firefox"])):
-        out = subprocess.run([str(engram), "ingest", *map(str, paths), "--tenant", "seed", "--user", "seed",
-                              "--no-consolidate", *extra], env=env, capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            [str(engram), "ingest", *map(str, paths), "--tenant", "seed", "--user", "seed", "--no-consolidate", *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode:
             raise SystemExit(f"seed ingest failed: {out.stderr[-2000:]}")
 
 
 # --- the store -------------------------------------------------------------------------------------------------
+
 
 def _stamp(point, ts: float, app: str, window: str):
     point.payload.update(start_ts=ts, end_ts=ts, app=app, window=window)
@@ -131,8 +157,12 @@ def build(seed_dir: Path, data_dir: Path, n_obs: int, n_shots: int, n_busy: int)
     sample: list[str] = []
     for i in range(n_busy):  # the busy day
         key = f"busy:{i}"
-        p = _stamp(copy_point(shots[i % len(shots)], OBSERVATIONS, {}, TENANT, BUSY_USER, key),
-                   BUSY_DAY.timestamp() + i * FRAME_S, APPS[(i // 40) % len(APPS)], f"window {i // 40}")
+        p = _stamp(
+            copy_point(shots[i % len(shots)], OBSERVATIONS, {}, TENANT, BUSY_USER, key),
+            BUSY_DAY.timestamp() + i * FRAME_S,
+            APPS[(i // 40) % len(APPS)],
+            f"window {i // 40}",
+        )
         if i < len(shots):
             sample.append(str(p.id))
         put(p)
@@ -143,18 +173,32 @@ def build(seed_dir: Path, data_dir: Path, n_obs: int, n_shots: int, n_busy: int)
         tenant, user = (TENANT, BUSY_USER) if j == 0 else (f"tenant-{j % TENANTS}", f"user-{j}")
         src = shots[i % len(shots)] if i < rest_shots else chat[i % len(chat)]
         ts = day0 + (i // USERS) * 3600.0 + (i % 60) * 30  # over the months before the busy day
-        put(_stamp(copy_point(src, OBSERVATIONS, {}, tenant, user, f"rest:{i}"), ts, APPS[i % len(APPS)],
-                   f"window {i % 97}"))
+        put(
+            _stamp(
+                copy_point(src, OBSERVATIONS, {}, tenant, user, f"rest:{i}"),
+                ts,
+                APPS[i % len(APPS)],
+                f"window {i % 97}",
+            )
+        )
     if batch:
         store.upsert(OBSERVATIONS, batch)
     build_s = time.perf_counter() - t0
     optimize_s = sum(store.optimize().values())
     store.close()
-    return {"build_s": build_s, "optimize_s": optimize_s, "observations": n_obs, "screenshots": n_shots,
-            "busy_frames": n_busy, "sample": sample, "disk_bytes": disk_bytes(data_dir / "vectors")}
+    return {
+        "build_s": build_s,
+        "optimize_s": optimize_s,
+        "observations": n_obs,
+        "screenshots": n_shots,
+        "busy_frames": n_busy,
+        "sample": sample,
+        "disk_bytes": disk_bytes(data_dir / "vectors"),
+    }
 
 
 # --- measuring (in a fresh process on the built store) ---------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -233,8 +277,14 @@ def measure(data_dir: Path, sample: list[str], runs: int) -> dict:
     server = _serve(create_ui(UiConfig(svc, TENANT, data_dir, loopback_hosts("127.0.0.1", port))), port)
     base = f"http://127.0.0.1:{port}"
     day = f"/timeline?date={BUSY_DAY.date().isoformat()}&user={BUSY_USER}"
-    req = SearchRequest(query=QUERY, tenant_id=TENANT, user_id=BUSY_USER, limit=SEARCH_LIMIT,
-                        timezone=get_settings().timezone, memory_types=list(DEFAULT_SEARCH_TYPES))
+    req = SearchRequest(
+        query=QUERY,
+        tenant_id=TENANT,
+        user_id=BUSY_USER,
+        limit=SEARCH_LIMIT,
+        timezone=get_settings().timezone,
+        memory_types=list(DEFAULT_SEARCH_TYPES),
+    )
     try:
         with httpx.Client(base_url=base, timeout=120) as http:
             first_ms, r = _timed(lambda: http.get(day))
@@ -248,8 +298,9 @@ def measure(data_dir: Path, sample: list[str], runs: int) -> dict:
             http.get("/search", params={"q": QUERY, "user": BUSY_USER}).raise_for_status()  # warm: model, caches
             page, bare = [], []
             for _ in range(runs):
-                page.append(_timed(lambda: http.get("/search", params={"q": QUERY, "user": BUSY_USER})
-                                   .raise_for_status())[0])
+                page.append(
+                    _timed(lambda: http.get("/search", params={"q": QUERY, "user": BUSY_USER}).raise_for_status())[0]
+                )
                 bare.append(_timed(lambda: svc.search(req))[0])
             thumbs, thumb_ms = [], []
             for oid in sample:
@@ -261,15 +312,24 @@ def measure(data_dir: Path, sample: list[str], runs: int) -> dict:
     finally:
         server.should_exit = True
         svc.close()
-    return {"timeline_ms": statistics.median(timeline), "timeline_runs_ms": timeline,
-            "timeline_cold_ms": statistics.median(cold), "timeline_cold_runs_ms": cold,
-            "timeline_first_ms": first_ms, "timeline_html_bytes": html_bytes,
-            "search_page_ms": statistics.median(page), "search_ms": statistics.median(bare),
-            "search_overhead_ms": statistics.median(page) - statistics.median(bare),
-            "search_page_runs_ms": page, "search_runs_ms": bare,
-            "thumb_bytes_p50": statistics.median(thumbs) if thumbs else None, "thumb_bytes": thumbs,
-            "thumb_first_ms": thumb_ms,
-            "first_paint_ms": statistics.median(paint) if paint else None, "first_paint_runs_ms": paint}
+    return {
+        "timeline_ms": statistics.median(timeline),
+        "timeline_runs_ms": timeline,
+        "timeline_cold_ms": statistics.median(cold),
+        "timeline_cold_runs_ms": cold,
+        "timeline_first_ms": first_ms,
+        "timeline_html_bytes": html_bytes,
+        "search_page_ms": statistics.median(page),
+        "search_ms": statistics.median(bare),
+        "search_overhead_ms": statistics.median(page) - statistics.median(bare),
+        "search_page_runs_ms": page,
+        "search_runs_ms": bare,
+        "thumb_bytes_p50": statistics.median(thumbs) if thumbs else None,
+        "thumb_bytes": thumbs,
+        "thumb_first_ms": thumb_ms,
+        "first_paint_ms": statistics.median(paint) if paint else None,
+        "first_paint_runs_ms": paint,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     load_start = _loadavg()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="engram-ui-bench-"))
     seed_dir = args.seed_dir or work / "seed"
-    screens = sorted(SCREENS.glob("*.png"))[:args.screens]
+    screens = sorted(SCREENS.glob("*.png"))[: args.screens]
     if not screens:
         raise SystemExit(f"no screenshots in {SCREENS}")
     if not (seed_dir / "vectors").is_dir():
@@ -307,12 +367,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"building {args.observations:,} observations ...", file=sys.stderr)
     built = build(seed_dir, data_dir, args.observations, args.screenshots, args.busy)
     (data_dir / "build.json").write_text(json.dumps(built))
-    out = subprocess.run([sys.executable, __file__, "--measure", str(data_dir), "--runs", str(args.runs)],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", str(data_dir), "--runs", str(args.runs)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode:
         raise SystemExit(f"measuring: {out.stderr[-3000:]}")
-    result = {**json.loads(out.stdout.strip().splitlines()[-1]), "build": built,
-              "load": {"start": load_start, "end": _loadavg()}}
+    result = {
+        **json.loads(out.stdout.strip().splitlines()[-1]),
+        "build": built,
+        "load": {"start": load_start, "end": _loadavg()},
+    }
     _print(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
@@ -324,9 +391,11 @@ def _print(result: dict) -> None:
     from rich.table import Table
 
     b = result["build"]
-    table = Table(title=f"web app on {b['observations']:,} observations ({b['screenshots']:,} screenshots, a day of "
-                        f"{b['busy_frames']:,} frames); load {result['load']['start'][0]:.1f} at start, "
-                        f"{result['load']['end'][0]:.1f} at end")
+    table = Table(
+        title=f"web app on {b['observations']:,} observations ({b['screenshots']:,} screenshots, a day of "
+        f"{b['busy_frames']:,} frames); load {result['load']['start'][0]:.1f} at start, "
+        f"{result['load']['end'][0]:.1f} at end"
+    )
     for col in ("figure", "median", "target", ""):
         table.add_column(col, justify="right")
     for key, target in TARGETS.items():
@@ -334,9 +403,12 @@ def _print(result: dict) -> None:
         met = "—" if value is None else ("met" if value <= target else "MISSED")
         table.add_row(key, "—" if value is None else f"{value:,.0f}", f"≤ {target:,}", met)
     Console(stderr=True, width=160).print(table)
-    print(f"search page {result['search_page_ms']:.0f} ms, the search alone {result['search_ms']:.0f} ms; "
-          f"first timeline {result['timeline_first_ms']:.0f} ms; build {b['build_s']:.0f} s + optimize "
-          f"{b['optimize_s']:.0f} s", file=sys.stderr)
+    print(
+        f"search page {result['search_page_ms']:.0f} ms, the search alone {result['search_ms']:.0f} ms; "
+        f"first timeline {result['timeline_first_ms']:.0f} ms; build {b['build_s']:.0f} s + optimize "
+        f"{b['optimize_s']:.0f} s",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

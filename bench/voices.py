@@ -46,9 +46,14 @@ from bench.lib import speech as bs  # noqa: E402
 
 #: (name, espeak-ng voice with its variant, pitch 0-99, words per minute)
 VOICES = [
-    ("v0", "en-us+m3", 40, 150), ("v1", "en-gb+f2", 65, 165), ("v2", "en-gb-scotland+m1", 30, 140),
-    ("v3", "en-us+f4", 75, 175), ("v4", "en-029+m7", 50, 130), ("v5", "en-gb-x-rp+f1", 55, 155),
-    ("v6", "en-us-nyc+m5", 20, 160), ("v7", "en-gb-x-gbcwmd+f5", 85, 145),
+    ("v0", "en-us+m3", 40, 150),
+    ("v1", "en-gb+f2", 65, 165),
+    ("v2", "en-gb-scotland+m1", 30, 140),
+    ("v3", "en-us+f4", 75, 175),
+    ("v4", "en-029+m7", 50, 130),
+    ("v5", "en-gb-x-rp+f1", 55, 155),
+    ("v6", "en-us-nyc+m5", 20, 160),
+    ("v7", "en-gb-x-gbcwmd+f5", 85, 145),
 ]
 #: The voices of each synthetic recording, in turn order (each speaks twice); every voice is in 2-3 recordings.
 SYNTHETIC = [(0, 1, 2), (3, 4), (5, 6, 7), (0, 3, 5), (1, 4, 6), (2, 7), (0, 6), (1, 3, 7)]
@@ -93,8 +98,22 @@ def synthetic(out_dir: Path) -> list[tuple[Path, list[bs.Turn]]]:
         for turn, v in enumerate([*voices, *voices]):
             name, voice, pitch, speed = VOICES[v]
             wav = out_dir / f"turn-{r}-{turn}.wav"
-            subprocess.run(["espeak-ng", "-v", voice, "-p", str(pitch), "-s", str(speed), "-w", str(wav),
-                            SENTENCES[said % len(SENTENCES)]], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "espeak-ng",
+                    "-v",
+                    voice,
+                    "-p",
+                    str(pitch),
+                    "-s",
+                    str(speed),
+                    "-w",
+                    str(wav),
+                    SENTENCES[said % len(SENTENCES)],
+                ],
+                check=True,
+                capture_output=True,
+            )
             said += 1
             audio = decode_audio(wav)
             parts += [audio, np.zeros(int(GAP_S * SAMPLE_RATE), dtype=np.float32)]
@@ -114,8 +133,13 @@ def real(audio_dir: Path, out_dir: Path) -> list[tuple[Path, list[bs.Turn] | str
     halves = be.jfk_halves(audio_dir, out_dir)
     rttm = bs.read_rttm(audio_dir / "pyannote_sample.rttm")
     pyannote = [bs.Turn(x.start, x.end, f"pyannote:{x.speaker}") for x in rttm]
-    return [one(halves[0], "jfk"), one(halves[1], "jfk"), one(audio_dir / "leopard_test.wav", "leopard-test"),
-            (audio_dir / "pyannote_sample.wav", pyannote), (audio_dir / "leopard_diarization_test.wav", "leopard")]
+    return [
+        one(halves[0], "jfk"),
+        one(halves[1], "jfk"),
+        one(audio_dir / "leopard_test.wav", "leopard-test"),
+        (audio_dir / "pyannote_sample.wav", pyannote),
+        (audio_dir / "leopard_diarization_test.wav", "leopard"),
+    ]
 
 
 def word_truth(observations: list, truth: list[bs.Turn] | str, audio_dir: Path) -> list[list[str | None]]:
@@ -139,8 +163,11 @@ def speaker_voices(files: dict[str, tuple[list, list]]) -> list[tuple[str, str, 
             if obs.voice_embedding is not None and who:
                 groups.setdefault(who[0][0], []).append(obs)
         for who, members in groups.items():
-            mean = np.average([o.voice_embedding for o in members], axis=0,
-                              weights=[max((o.end_s or 0) - (o.start_s or 0), 1e-3) for o in members])
+            mean = np.average(
+                [o.voice_embedding for o in members],
+                axis=0,
+                weights=[max((o.end_s or 0) - (o.start_s or 0), 1e-3) for o in members],
+            )
             out.append((name, who, mean / np.linalg.norm(mean)))
     return out
 
@@ -151,7 +178,7 @@ def similarities(found: list[tuple[str, str, np.ndarray]]) -> dict[str, list[flo
     the recording's speaker clustering and the cannot-link constraint decide)."""
     out: dict[str, list[float]] = {"same": [], "different": [], "different_within": []}
     for i, (fa, a, va) in enumerate(found):
-        for fb, b, vb in found[i + 1:]:
+        for fb, b, vb in found[i + 1 :]:
             kind = "same" if a == b else "different" if fa != fb else "different_within"
             out[kind].append(float(va @ vb))
     return out
@@ -193,16 +220,25 @@ def perceived(recordings: list, audio_dir: Path) -> dict[str, tuple[list, list]]
     """{file: (its observations through ingest and perceive, their words' truth)}, utterances with words only."""
     out = {}
     for path, truth in recordings:
-        observations = sorted((o for o in bs.perceive_file(Path(path)) if o.words),
-                              key=lambda o: (o.segment_index, o.start_s or 0.0))
+        observations = sorted(
+            (o for o in bs.perceive_file(Path(path)) if o.words), key=lambda o: (o.segment_index, o.start_s or 0.0)
+        )
         out[Path(path).name] = (observations, word_truth(observations, truth, audio_dir))
     return out
 
 
 def spread(values: list[float]) -> dict:
     """min, median, max and count, rounded."""
-    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3),
-            "max": round(max(values), 3), "n": len(values)} if values else {"n": 0}
+    return (
+        {
+            "min": round(min(values), 3),
+            "median": round(statistics.median(values), 3),
+            "max": round(max(values), 3),
+            "n": len(values),
+        }
+        if values
+        else {"n": 0}
+    )
 
 
 def measure(audio_dir: Path, work: Path) -> dict:
@@ -211,17 +247,23 @@ def measure(audio_dir: Path, work: Path) -> dict:
     sims = similarities(speaker_voices(files))
     same, different = sims["same"], sims["different"]
     threshold = be.choose_threshold(same, different)
-    baseline = {name: [f"{name}:{Counter(t for t in ts if t).most_common(1)[0][0] if any(ts) else None}"
-                       for ts in truths] for name, (_, truths) in files.items()}
+    baseline = {
+        name: [f"{name}:{Counter(t for t in ts if t).most_common(1)[0][0] if any(ts) else None}" for ts in truths]
+        for name, (_, truths) in files.items()
+    }
     single = {name: ["all"] * len(obs) for name, (obs, _) in files.items()}
     speakers = {t for _, truths in files.values() for ts in truths for t in ts if t}
     return {
-        "recordings": len(files), "speakers": len(speakers),
+        "recordings": len(files),
+        "speakers": len(speakers),
         "words": sum(1 for _, truths in files.values() for ts in truths for t in ts if t),
-        "similarity": {"same_speaker": spread(same), "different_speakers": spread(different),
-                       "different_speakers_within_a_recording": spread(sims["different_within"]),
-                       "different_above_threshold": sum(d >= threshold for d in different),
-                       "same_below_threshold": sum(s < threshold for s in same)},
+        "similarity": {
+            "same_speaker": spread(same),
+            "different_speakers": spread(different),
+            "different_speakers_within_a_recording": spread(sims["different_within"]),
+            "different_above_threshold": sum(d >= threshold for d in different),
+            "same_below_threshold": sum(s < threshold for s in same),
+        },
         "threshold": threshold,
         "pairwise_f1": {
             f"engram (threshold {threshold})": f1(files, linked(files, threshold)),
@@ -255,10 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     print("cosine similarity of per-speaker voices:")
     for kind in ("same_speaker", "different_speakers", "different_speakers_within_a_recording"):
         s = sim[kind]
-        print(f"  {kind.replace('_', ' '):38} n={s['n']:4}  min {s['min']:.3f}  median {s['median']:.3f}  "
-              f"max {s['max']:.3f}")
-    print(f"chosen threshold {results['threshold']}: {sim['different_above_threshold']} different-speaker pairs "
-          f"above it, {sim['same_below_threshold']} same-speaker pairs below")
+        print(
+            f"  {kind.replace('_', ' '):38} n={s['n']:4}  min {s['min']:.3f}  median {s['median']:.3f}  "
+            f"max {s['max']:.3f}"
+        )
+    print(
+        f"chosen threshold {results['threshold']}: {sim['different_above_threshold']} different-speaker pairs "
+        f"above it, {sim['same_below_threshold']} same-speaker pairs below"
+    )
     print("pairwise F1 of voice entities over all words (precision / recall / F1):")
     for name, m in results["pairwise_f1"].items():
         print(f"  {name:34} {m['precision']:.3f} / {m['recall']:.3f} / {m['f1']:.3f}")

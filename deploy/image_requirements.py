@@ -19,6 +19,7 @@ from pathlib import Path
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
+
 def normalise(name: str) -> str:
     """PEP 503 name normalisation: ``Pydantic_Settings`` -> ``pydantic-settings``."""
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -46,7 +47,7 @@ def api_requirements(pyproject: Path) -> list[str]:
                 out.append(req)
                 continue
             names = re.search(r"\[([^\]]*)\]", req)
-            for extra in (names.group(1).split(",") if names else []):
+            for extra in names.group(1).split(",") if names else []:
                 out += [r for r in expand(extras[extra.strip()]) if r not in out]
         return out
 

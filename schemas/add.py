@@ -38,13 +38,20 @@ class AddMessage(BaseModel):
     speaker: str | None = Field(None, min_length=1, max_length=256, description="Who said it (default: the user).")
     timestamp: AwareDatetime | None = Field(None, description="When it was said, ISO 8601 with a zone.")
     message_id: str | None = Field(
-        None, min_length=1, max_length=256, description="The message's id in its chat (default: made from the "
-        "request's id).")
+        None,
+        min_length=1,
+        max_length=256,
+        description="The message's id in its chat (default: made from the request's id).",
+    )
     session_id: str | None = Field(
-        None, min_length=1, max_length=256, description="The chat session it belongs to (default: made from "
-        "the request's id).")
+        None,
+        min_length=1,
+        max_length=256,
+        description="The chat session it belongs to (default: made from the request's id).",
+    )
     attachments: list[Attachment] = Field(
-        default_factory=list, max_length=32, description="What was shared with it, known by captions.")
+        default_factory=list, max_length=32, description="What was shared with it, known by captions."
+    )
 
     @field_validator("timestamp", mode="before")
     @classmethod
@@ -62,16 +69,20 @@ class AddMemoryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str | None = Field(None, min_length=1, max_length=100_000, description="One text to remember.")
-    messages: list[AddMessage] | None = Field(None, min_length=1, max_length=1000,
-                                              description="Chat messages to remember, in order.")
+    messages: list[AddMessage] | None = Field(
+        None, min_length=1, max_length=1000, description="Chat messages to remember, in order."
+    )
     user_id: str = Field(pattern=_ID_PATTERN, description="Whose memory it is.")
-    id: str | None = Field(None, min_length=1, max_length=256,
-                           description="The client's id for this addition (idempotency key).")
+    id: str | None = Field(
+        None, min_length=1, max_length=256, description="The client's id for this addition (idempotency key)."
+    )
     time: AwareDatetime | None = Field(None, description="When it happened (default: now), ISO 8601 with a zone.")
-    source: str | None = Field(None, min_length=1, max_length=256,
-                               description="Where it comes from, e.g. the agent's name ('claude-desktop').")
-    session_id: str | None = Field(None, min_length=1, max_length=256,
-                                   description="The conversation it belongs to (default: from the id or time).")
+    source: str | None = Field(
+        None, min_length=1, max_length=256, description="Where it comes from, e.g. the agent's name ('claude-desktop')."
+    )
+    session_id: str | None = Field(
+        None, min_length=1, max_length=256, description="The conversation it belongs to (default: from the id or time)."
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> AddMemoryRequest:
@@ -88,9 +99,13 @@ class AddMemoryRequest(BaseModel):
 class AddMemoryQuery(AddMemoryRequest):
     """``POST /v1/memories``'s body: an ``AddMemoryRequest`` (the tenant follows from the API key)."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"user_id": "alice", "text": "I moved the Q2 budget review to Friday 3 pm.", "id": "note-2024-05-02-1"},
-    ]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"user_id": "alice", "text": "I moved the Q2 budget review to Friday 3 pm.", "id": "note-2024-05-02-1"},
+            ]
+        }
+    )
 
 
 class AddMemoryResponse(BaseModel):
@@ -98,22 +113,30 @@ class AddMemoryResponse(BaseModel):
     skipped or failed (on the embedded default it is final when returned). ``duplicate``: the same client id
     was added before and nothing new was stored. ``observations``: stored so far."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {
-            "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42",
-            "status": "queued",
-            "duplicate": False,
-            "observations": 0,
-            "captured_at": "2024-05-02T09:30:00Z",
-        },
-    ]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42",
+                    "status": "queued",
+                    "duplicate": False,
+                    "observations": 0,
+                    "captured_at": "2024-05-02T09:30:00Z",
+                },
+            ]
+        }
+    )
 
     event_id: uuid.UUID = Field(description="The event the memory was published as: poll GET /v1/events/{event_id}.")
     status: EventStatus = Field(
-        description="The event's status: queued after a first addition, its current status for a duplicate.")
+        description="The event's status: queued after a first addition, its current status for a duplicate."
+    )
     duplicate: bool = Field(False, description="True when this id was added before: nothing was stored again.")
-    resumed: bool = Field(False, description="True when this id's earlier addition was interrupted (its process "
-                          "gone before it was stored) and this call finished it.")
+    resumed: bool = Field(
+        False,
+        description="True when this id's earlier addition was interrupted (its process "
+        "gone before it was stored) and this call finished it.",
+    )
     observations: int = Field(0, description="Observations stored so far (final on the embedded default).")
     reason: str | None = Field(None, description="Why it was skipped or failed, if it was.")
     captured_at: datetime | None = Field(None, description="When it happened: the request's time (default: now), UTC.")

@@ -19,8 +19,10 @@ class Attachment(BaseModel):
 
     kind: str = Field("image", max_length=32, description="What was shared, e.g. 'image'.")
     caption: str | None = Field(
-        None, max_length=4000, description="What it shows, in words (e.g. an image's caption): this is what is stored "
-        "and searched.")
+        None,
+        max_length=4000,
+        description="What it shows, in words (e.g. an image's caption): this is what is stored and searched.",
+    )
     url: str | None = Field(None, max_length=2048, description="Where it was, if known (not fetched).")
 
 

@@ -80,8 +80,10 @@ class Entity(BaseModel):
     last_seen_ts: float | None = None
     merged_from: list[MergeRecord] = Field(default_factory=list)
     recording_speakers: dict[str, str] = Field(
-        default_factory=dict, description="The speaker label this entity's voice has in each recent recording "
-        "(event id -> label), so every chunk of a long recording gives one voice one label (``workers.link``).")
+        default_factory=dict,
+        description="The speaker label this entity's voice has in each recent recording "
+        "(event id -> label), so every chunk of a long recording gives one voice one label (``workers.link``).",
+    )
 
     @property
     def label(self) -> str:
@@ -92,39 +94,9 @@ class Entity(BaseModel):
 class EntitySummary(BaseModel):
     """What ``engram entities`` lists: an entity's id, names, counts and first/last seen (UTC)."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {
-            "id": "c0ffee00-1234-4abc-8def-0123456789ab",
-            "role": "person",
-            "names": ["Maria"],
-            "faces": 12,
-            "voices": 3,
-            "observations": 41,
-            "first_seen": "2024-04-11T08:02:00Z",
-            "last_seen": "2024-05-02T16:45:00Z",
-            "merged_from": [],
-        },
-    ]})
-
-    id: uuid.UUID = Field(description="The entity's id.")
-    role: EntityRole = Field("person", description="'self' (the user), 'assistant' (of an assistant export) or "
-                             "'person'.")
-    names: list[str] = Field(
-        description="Names it was called by, the chosen one first; empty for a face or voice never named.")
-    faces: int = Field(description="Faces ever linked to it.")
-    voices: int = Field(description="Voice clusters ever linked to it.")
-    observations: int = Field(description="Observations ever linked to it.")
-    first_seen: AwareDatetime | None = Field(None, description="When it was first seen (UTC).")
-    last_seen: AwareDatetime | None = Field(None, description="When it was last seen (UTC).")
-    merged_from: list[str] = Field(default_factory=list, description="Ids of the entities merged into it.")
-
-
-class EntityList(BaseModel):
-    """A tenant's entities (``GET /v1/entities``), most observations first."""
-
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {
-            "items": [
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
                 {
                     "id": "c0ffee00-1234-4abc-8def-0123456789ab",
                     "role": "person",
@@ -136,10 +108,50 @@ class EntityList(BaseModel):
                     "last_seen": "2024-05-02T16:45:00Z",
                     "merged_from": [],
                 },
-            ],
-            "total": 1,
-        },
-    ]})
+            ]
+        }
+    )
+
+    id: uuid.UUID = Field(description="The entity's id.")
+    role: EntityRole = Field(
+        "person", description="'self' (the user), 'assistant' (of an assistant export) or 'person'."
+    )
+    names: list[str] = Field(
+        description="Names it was called by, the chosen one first; empty for a face or voice never named."
+    )
+    faces: int = Field(description="Faces ever linked to it.")
+    voices: int = Field(description="Voice clusters ever linked to it.")
+    observations: int = Field(description="Observations ever linked to it.")
+    first_seen: AwareDatetime | None = Field(None, description="When it was first seen (UTC).")
+    last_seen: AwareDatetime | None = Field(None, description="When it was last seen (UTC).")
+    merged_from: list[str] = Field(default_factory=list, description="Ids of the entities merged into it.")
+
+
+class EntityList(BaseModel):
+    """A tenant's entities (``GET /v1/entities``), most observations first."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        {
+                            "id": "c0ffee00-1234-4abc-8def-0123456789ab",
+                            "role": "person",
+                            "names": ["Maria"],
+                            "faces": 12,
+                            "voices": 3,
+                            "observations": 41,
+                            "first_seen": "2024-04-11T08:02:00Z",
+                            "last_seen": "2024-05-02T16:45:00Z",
+                            "merged_from": [],
+                        },
+                    ],
+                    "total": 1,
+                },
+            ]
+        }
+    )
 
     items: list[EntitySummary] = Field(description="The tenant's entities, most observations first.")
     total: int = Field(ge=0, description="How many there are.")
@@ -149,22 +161,33 @@ class EntityMergeRequest(BaseModel):
     """``POST /v1/entities/{id}/merge``: the entity to merge into the one in the path (it is deleted, its
     samples, names, links and counts kept by the other, and every stored reference to it rewritten)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"entity_id": "d00dfeed-5678-4bcd-9ef0-123456789abc", "reason": "same person, seen by the camera"},
-    ]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"entity_id": "d00dfeed-5678-4bcd-9ef0-123456789abc", "reason": "same person, seen by the camera"},
+            ]
+        },
+    )
 
     entity_id: uuid.UUID = Field(description="The entity merged away.")
-    reason: str = Field("manual", min_length=1, max_length=200, description="Recorded in the kept entity's "
-                        "``merged_from``.")
+    reason: str = Field(
+        "manual", min_length=1, max_length=200, description="Recorded in the kept entity's ``merged_from``."
+    )
 
 
 class EntitySplitRequest(BaseModel):
     """``POST /v1/entities/{id}/split``: "not this person": the face or voice sample (an ``EntitySample.key``, as
     ``GET /v1/entities/{id}/samples`` lists them) moved off the entity in the path into an entity of its own."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"sample_key": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d#1"},
-    ]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"sample_key": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d#1"},
+            ]
+        },
+    )
 
     sample_key: str = Field(min_length=1, max_length=300, description="The sample's key.")
 
@@ -175,16 +198,29 @@ class SampleInfo(BaseModel):
     key: str = Field(description="The sample's key (``<observation id>#<face index>`` for a face).")
     modality: str = Field(description="``face`` or ``voice``.")
     at_ts: float = Field(description="When it was seen or heard, epoch seconds.")
-    observation_id: str | None = Field(None, description="The observation it came from; null when none is linked "
-                                       "any more.")
+    observation_id: str | None = Field(
+        None, description="The observation it came from; null when none is linked any more."
+    )
 
 
 class EntitySampleList(BaseModel):
     """``GET /v1/entities/{id}/samples``: the entity's face and voice samples, newest first per modality."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {"items": [{"key": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d#1", "modality": "face", "at_ts": 1714641000.0,
-                    "observation_id": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d"}]},
-    ]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        {
+                            "key": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d#1",
+                            "modality": "face",
+                            "at_ts": 1714641000.0,
+                            "observation_id": "0b1c2d3e-4f50-5a6b-8c7d-9e0f1a2b3c4d",
+                        }
+                    ]
+                },
+            ]
+        }
+    )
 
     items: list[SampleInfo] = Field(description="The samples, faces first, newest first.")

@@ -35,31 +35,42 @@ class MediaEvent(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     event_id: uuid.UUID = Field(
-        default_factory=uuid.uuid4, description="Idempotency key chosen by the device (UUID); publishing it again "
-        "changes nothing. Default: a new one.")
+        default_factory=uuid.uuid4,
+        description="Idempotency key chosen by the device (UUID); publishing it again "
+        "changes nothing. Default: a new one.",
+    )
     tenant_id: str = Field(
-        pattern=_ID_PATTERN, description="The tenant (letters, digits and ._@:+-, at most 128 characters).")
+        pattern=_ID_PATTERN, description="The tenant (letters, digits and ._@:+-, at most 128 characters)."
+    )
     user_id: str = Field(
-        pattern=_ID_PATTERN, description="Whose media it is (letters, digits and ._@:+-, at most 128 characters).")
+        pattern=_ID_PATTERN, description="Whose media it is (letters, digits and ._@:+-, at most 128 characters)."
+    )
     device_id: str = Field(
-        pattern=_ID_PATTERN, description="The device that captured it (letters, digits and ._@:+-, at most 128 "
-        "characters).")
+        pattern=_ID_PATTERN,
+        description="The device that captured it (letters, digits and ._@:+-, at most 128 characters).",
+    )
     kind: MediaKind = Field(description="What it carries: screenshot, audio, clip or text (a conversation file).")
     object_key: str = Field(
-        min_length=1, max_length=512, description="Where the object is stored: media/<tenant>/<sha256>.<ext>.")
+        min_length=1, max_length=512, description="Where the object is stored: media/<tenant>/<sha256>.<ext>."
+    )
     sha256: str = Field(pattern=SHA256_PATTERN, description="Lowercase hex SHA-256 of the object's bytes.")
     size: int = Field(ge=0, description="Object size in bytes.")
     mime_type: str = Field(max_length=128, description="Media type of the object, e.g. image/png.")
     captured_at: AwareDatetime = Field(description="When the media was captured, ISO 8601 with a zone (stored as UTC).")
     captured_at_source: str | None = Field(
-        None, max_length=64, description="Where captured_at was read: 'given' (by the caller), the content "
-        "('exif:DateTimeOriginal', 'container:creation_time', 'tag:date'), or 'file' (its modification time).")
+        None,
+        max_length=64,
+        description="Where captured_at was read: 'given' (by the caller), the content "
+        "('exif:DateTimeOriginal', 'container:creation_time', 'tag:date'), or 'file' (its modification time).",
+    )
     source_name: str | None = Field(None, max_length=1024, description="Original file name or path.")
     app: str | None = Field(None, max_length=256, description="Foreground application, if known.")
     window: str | None = Field(None, max_length=1024, description="Window title, if known.")
     metadata: dict[MetadataKey, MetadataValue] = Field(
-        default_factory=dict, max_length=MAX_METADATA_ITEMS,
-        description="Free-form device metadata: at most 64 items, keys ≤ 128 and values ≤ 2048 characters.")
+        default_factory=dict,
+        max_length=MAX_METADATA_ITEMS,
+        description="Free-form device metadata: at most 64 items, keys ≤ 128 and values ≤ 2048 characters.",
+    )
 
     @field_validator("captured_at")
     @classmethod

@@ -31,8 +31,12 @@ class SemanticDraft(Draft):
     name: str = Field(min_length=1, max_length=200, description="The entity or concept the fact is about.")
     summary: str = Field(min_length=1, max_length=1000, description="The fact, one sentence.")
     details: str = Field("", max_length=4000)
-    attribute: str = Field("", max_length=64, description="snake_case attribute, e.g. lives_in, works_at; "
-                           "empty when the fact is not one value of a single-valued attribute.")
+    attribute: str = Field(
+        "",
+        max_length=64,
+        description="snake_case attribute, e.g. lives_in, works_at; "
+        "empty when the fact is not one value of a single-valued attribute.",
+    )
     value: str = Field("", max_length=200)
 
 
@@ -87,6 +91,7 @@ class Extraction(BaseModel):
         """A copy whose sources are moved by ``offset`` (a batch's drafts into the whole list's indexes)."""
         out = Extraction()
         for kind in ("semantic", "procedural", "resource", "core"):
-            getattr(out, kind).extend(d.model_copy(update={"sources": [s + offset for s in d.sources]})
-                                      for d in getattr(self, kind))
+            getattr(out, kind).extend(
+                d.model_copy(update={"sources": [s + offset for s in d.sources]}) for d in getattr(self, kind)
+            )
         return out

@@ -9,12 +9,30 @@ from pathlib import Path
 ENGRAM_NAMESPACE = uuid.UUID("6f1c9b52-3d0e-5a8e-9c47-2b1e0d6a7f10")
 
 EXTENSIONS = {
-    "image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif", "image/bmp": "bmp",
-    "image/tiff": "tif", "audio/flac": "flac", "audio/x-flac": "flac", "audio/wav": "wav",
-    "audio/x-wav": "wav", "audio/mpeg": "mp3", "audio/ogg": "ogg", "audio/mp4": "m4a", "audio/x-m4a": "m4a",
-    "audio/webm": "weba", "video/mp4": "mp4", "video/quicktime": "mov", "video/webm": "webm",
-    "video/x-matroska": "mkv", "video/x-msvideo": "avi", "application/json": "json",
-    "application/x-ndjson": "jsonl", "text/plain": "txt", "application/zip": "zip",
+    "image/png": "png",
+    "image/jpeg": "jpg",
+    "image/webp": "webp",
+    "image/gif": "gif",
+    "image/bmp": "bmp",
+    "image/tiff": "tif",
+    "audio/flac": "flac",
+    "audio/x-flac": "flac",
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/mpeg": "mp3",
+    "audio/ogg": "ogg",
+    "audio/mp4": "m4a",
+    "audio/x-m4a": "m4a",
+    "audio/webm": "weba",
+    "video/mp4": "mp4",
+    "video/quicktime": "mov",
+    "video/webm": "webm",
+    "video/x-matroska": "mkv",
+    "video/x-msvideo": "avi",
+    "application/json": "json",
+    "application/x-ndjson": "jsonl",
+    "text/plain": "txt",
+    "application/zip": "zip",
 }
 
 

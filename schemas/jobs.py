@@ -31,8 +31,9 @@ class SegmentJob(BaseModel):
     start_s: float | None = None
     end_s: float | None = None
     audio_key: str | None = None
-    audio_start_s: float | None = Field(None, ge=0, description="Where the audio_key WAV starts in the recording, "
-                                        "seconds (None: at start_s).")
+    audio_start_s: float | None = Field(
+        None, ge=0, description="Where the audio_key WAV starts in the recording, seconds (None: at start_s)."
+    )
     keyframes: list[Keyframe] = Field(default_factory=list)
     first_message: int | None = None
     last_message: int | None = None

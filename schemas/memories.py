@@ -46,8 +46,10 @@ class Provenance(BaseModel):
 
     def union(self, other: Provenance) -> Provenance:
         """Both provenances: each id list in order without repeats (``self``'s first), the wider time span."""
-        lists = {k: list(dict.fromkeys([*getattr(self, k), *getattr(other, k)]))
-                 for k in ("observation_ids", "event_ids", "message_ids", "session_ids", "object_keys", "source_names")}
+        lists = {
+            k: list(dict.fromkeys([*getattr(self, k), *getattr(other, k)]))
+            for k in ("observation_ids", "event_ids", "message_ids", "session_ids", "object_keys", "source_names")
+        }
         starts = [t for t in (self.start, other.start) if t]
         ends = [t for t in (self.end, other.end) if t]
         return Provenance(**lists, start=min(starts) if starts else None, end=max(ends) if ends else None)
@@ -65,13 +67,20 @@ class MemoryBase(BaseModel):
     updated_at: AwareDatetime
     strength: float = Field(1.0, ge=0, le=1, description="Retention strength (MemoryBank); 1 = fresh.")
     provenance: Provenance = Field(default_factory=Provenance)
-    recalls: int = Field(0, ge=0, description="Times the memory was recalled or reinforced by a repeat "
-                         "(MemoryBank: each one lengthens its stability S).")
+    recalls: int = Field(
+        0,
+        ge=0,
+        description="Times the memory was recalled or reinforced by a repeat "
+        "(MemoryBank: each one lengthens its stability S).",
+    )
     last_recalled_at: AwareDatetime | None = Field(
-        None, description="When it was last recalled or reinforced; the forgetting curve counts from here "
-        "(unset: from updated_at).")
-    archived: bool = Field(False, description="Retention fell below the archive threshold: kept, not searched "
-                           "by default.")
+        None,
+        description="When it was last recalled or reinforced; the forgetting curve counts from here "
+        "(unset: from updated_at).",
+    )
+    archived: bool = Field(
+        False, description="Retention fell below the archive threshold: kept, not searched by default."
+    )
     superseded_by: uuid.UUID | None = Field(None, description="The newer memory that contradicts this one.")
     valid_to: AwareDatetime | None = Field(None, description="Until when this memory held (set when superseded).")
 
@@ -104,8 +113,11 @@ class SemanticMemory(MemoryBase):
     summary: str
     details: str = ""
     source: str = ""
-    attribute: str = Field("", description="What the fact says about ``name`` (lives_in, works_at, ...); with "
-                           "``value``, lets a newer fact on the same attribute supersede an older one.")
+    attribute: str = Field(
+        "",
+        description="What the fact says about ``name`` (lives_in, works_at, ...); with "
+        "``value``, lets a newer fact on the same attribute supersede an older one.",
+    )
     value: str = ""
 
     def index_text(self) -> str:

@@ -23,43 +23,9 @@ class MemoryRecord(BaseModel):
     a vault entry's caption, a core block's value). ``time``/``time_end``: the span its content covers (UTC).
     ``payload``: every stored field (provenance included) but ``HIDDEN_FIELDS``."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {
-            "id": "8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f",
-            "memory_type": "observation",
-            "tenant_id": "acme",
-            "user_id": "alice",
-            "time": "2024-05-02T09:30:00Z",
-            "text": "Q2 budget review moved to Friday 3 pm",
-            "payload": {"kind": "screenshot", "app": "Firefox", "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"},
-        },
-    ]})
-
-    id: uuid.UUID = Field(description="The observation's or memory's id.")
-    memory_type: MemoryType = Field(description="Its collection.")
-    tenant_id: str = Field(description="Its tenant.")
-    user_id: str | None = Field(None, description="Whose it is.")
-    time: AwareDatetime | None = Field(None, description="When its content starts (UTC).")
-    time_end: AwareDatetime | None = Field(None, description="When its content ends (UTC).")
-    text: str = Field(
-        "", description="What it says (an observation's text, a memory's summary, a vault entry's caption, a core "
-        "block's value).")
-    payload: dict = Field(
-        default_factory=dict, description="Every stored field, provenance included, but the vault's encrypted secret "
-        "and bookkeeping fields.")
-
-
-class MemoryPage(BaseModel):
-    """A page of one memory type, newest content first: ``total`` items match, ``offset`` were skipped."""
-
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {
-            "memory_type": "observation",
-            "user_id": "alice",
-            "total": 1,
-            "limit": 50,
-            "offset": 0,
-            "items": [
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
                 {
                     "id": "8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f",
                     "memory_type": "observation",
@@ -73,9 +39,58 @@ class MemoryPage(BaseModel):
                         "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42",
                     },
                 },
-            ],
-        },
-    ]})
+            ]
+        }
+    )
+
+    id: uuid.UUID = Field(description="The observation's or memory's id.")
+    memory_type: MemoryType = Field(description="Its collection.")
+    tenant_id: str = Field(description="Its tenant.")
+    user_id: str | None = Field(None, description="Whose it is.")
+    time: AwareDatetime | None = Field(None, description="When its content starts (UTC).")
+    time_end: AwareDatetime | None = Field(None, description="When its content ends (UTC).")
+    text: str = Field(
+        "",
+        description="What it says (an observation's text, a memory's summary, a vault entry's caption, a core "
+        "block's value).",
+    )
+    payload: dict = Field(
+        default_factory=dict,
+        description="Every stored field, provenance included, but the vault's encrypted secret and bookkeeping fields.",
+    )
+
+
+class MemoryPage(BaseModel):
+    """A page of one memory type, newest content first: ``total`` items match, ``offset`` were skipped."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "memory_type": "observation",
+                    "user_id": "alice",
+                    "total": 1,
+                    "limit": 50,
+                    "offset": 0,
+                    "items": [
+                        {
+                            "id": "8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f",
+                            "memory_type": "observation",
+                            "tenant_id": "acme",
+                            "user_id": "alice",
+                            "time": "2024-05-02T09:30:00Z",
+                            "text": "Q2 budget review moved to Friday 3 pm",
+                            "payload": {
+                                "kind": "screenshot",
+                                "app": "Firefox",
+                                "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42",
+                            },
+                        },
+                    ],
+                },
+            ]
+        }
+    )
 
     memory_type: MemoryType = Field(description="The collection listed.")
     user_id: str | None = Field(None, description="The user the page is limited to; null: every user.")
@@ -84,62 +99,70 @@ class MemoryPage(BaseModel):
     offset: int = Field(description="Items skipped (newest first).")
     items: list[MemoryRecord] = Field(description="This page's items, newest content first.")
     empty: EmptyReason | None = Field(
-        None, description="Why nothing matches (total 0): no_data (nothing stored for the tenant), unknown_user "
-        "(nothing stored for the user), no_match (there is data, none of this type); null otherwise.")
+        None,
+        description="Why nothing matches (total 0): no_data (nothing stored for the tenant), unknown_user "
+        "(nothing stored for the user), no_match (there is data, none of this type); null otherwise.",
+    )
 
 
 class UserExport(BaseModel):
     """Everything stored about one user of a tenant: the ledger's events (what was published, its status
     and quarantine reasons) and every observation and memory of every type, each type newest first."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {
-            "tenant_id": "acme",
-            "user_id": "alice",
-            "exported_at": "2024-05-08T12:00:00Z",
-            "events": [
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
                 {
-                    "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42",
                     "tenant_id": "acme",
                     "user_id": "alice",
-                    "device_id": "laptop-1",
-                    "kind": "screenshot",
-                    "object_key": "media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png",
-                    "sha256": "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef",
-                    "status": "done",
-                    "stage": "store",
-                    "observations": 1,
-                    "updated_at": "2024-05-02T09:30:07Z",
-                },
-            ],
-            "memories": {
-                "observation": [
-                    {
-                        "id": "8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f",
-                        "memory_type": "observation",
-                        "tenant_id": "acme",
-                        "user_id": "alice",
-                        "time": "2024-05-02T09:30:00Z",
-                        "text": "Q2 budget review moved to Friday 3 pm",
-                        "payload": {
-                            "kind": "screenshot",
-                            "app": "Firefox",
+                    "exported_at": "2024-05-08T12:00:00Z",
+                    "events": [
+                        {
                             "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42",
+                            "tenant_id": "acme",
+                            "user_id": "alice",
+                            "device_id": "laptop-1",
+                            "kind": "screenshot",
+                            "object_key": "media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png",  # noqa: E501
+                            "sha256": "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef",
+                            "status": "done",
+                            "stage": "store",
+                            "observations": 1,
+                            "updated_at": "2024-05-02T09:30:07Z",
                         },
+                    ],
+                    "memories": {
+                        "observation": [
+                            {
+                                "id": "8d1c4e7a-2b3f-4c5d-8e9f-0a1b2c3d4e5f",
+                                "memory_type": "observation",
+                                "tenant_id": "acme",
+                                "user_id": "alice",
+                                "time": "2024-05-02T09:30:00Z",
+                                "text": "Q2 budget review moved to Friday 3 pm",
+                                "payload": {
+                                    "kind": "screenshot",
+                                    "app": "Firefox",
+                                    "event_id": "3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42",
+                                },
+                            },
+                        ],
                     },
-                ],
-            },
-        },
-    ]})
+                },
+            ]
+        }
+    )
 
     tenant_id: str = Field(description="The tenant.")
     user_id: str = Field(description="The exported user.")
     exported_at: AwareDatetime = Field(description="When the export was made (UTC).")
     events: list[LedgerRecord] = Field(
-        description="The ledger records of the user's events: what was published, its status and reasons.")
+        description="The ledger records of the user's events: what was published, its status and reasons."
+    )
     memories: dict[MemoryType, list[MemoryRecord]] = Field(
         description="Every observation and memory of the user per collection, newest first; vault entries without "
-        "their secret.")
+        "their secret."
+    )
 
 
 class ForgetReport(BaseModel):
@@ -147,26 +170,34 @@ class ForgetReport(BaseModel):
     objects no other user of the tenant references (media, what ingest cut from them, cached OCR text), the
     entities only the user's observations named; ``objects_kept`` are media another user still references."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {
-            "tenant_id": "acme",
-            "user_id": "alice",
-            "points_deleted": {"observations": 120, "episodic": 9, "semantic": 4},
-            "event_ids": ["3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"],
-            "objects_deleted": ["media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png"],
-            "objects_kept": [],
-            "entities_deleted": 1,
-        },
-    ]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "tenant_id": "acme",
+                    "user_id": "alice",
+                    "points_deleted": {"observations": 120, "episodic": 9, "semantic": 4},
+                    "event_ids": ["3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"],
+                    "objects_deleted": [
+                        "media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png"
+                    ],
+                    "objects_kept": [],
+                    "entities_deleted": 1,
+                },
+            ]
+        }
+    )
 
     tenant_id: str = Field(description="The tenant.")
     user_id: str = Field(description="The forgotten user.")
     points_deleted: dict[str, int] = Field(description="Points deleted per collection.")
     event_ids: list[uuid.UUID] = Field(description="The user's events whose ledger records were deleted.")
     objects_deleted: list[str] = Field(
-        description="Object keys deleted: media no other user references, what ingest cut from it, cached OCR.")
+        description="Object keys deleted: media no other user references, what ingest cut from it, cached OCR."
+    )
     objects_kept: list[str] = Field(
-        description="Media keys kept because another user of the tenant still references them.")
+        description="Media keys kept because another user of the tenant still references them."
+    )
     entities_deleted: int = Field(0, description="Entities deleted because only the user's observations named them.")
 
 
@@ -175,21 +206,31 @@ class ForgetScope(BaseModel):
     given (at least one of ``since``, ``until``, ``app``, ``device_id``, ``memory_ids``, ``event_ids``), optionally of
     one user, and every memory, vector, cached text and object that came from them."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"user_id": "alice", "since": "2024-05-02T09:15:00Z", "until": "2024-05-02T09:30:00Z"},
-        {"user_id": "alice", "app": "Slack"},
-    ]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"user_id": "alice", "since": "2024-05-02T09:15:00Z", "until": "2024-05-02T09:30:00Z"},
+                {"user_id": "alice", "app": "Slack"},
+            ]
+        },
+    )
 
-    user_id: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}$",
-                                description="Only this user's (default: every user of the tenant).")
+    user_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}$",
+        description="Only this user's (default: every user of the tenant).",
+    )
     since: AwareDatetime | None = Field(None, description="Observations whose content starts at or after this time.")
     until: AwareDatetime | None = Field(None, description="Observations whose content starts before this time.")
     app: str | None = Field(None, min_length=1, max_length=256, description="Observations of this application.")
     device_id: str | None = Field(None, min_length=1, max_length=256, description="Observations of this device.")
-    memory_ids: list[uuid.UUID] = Field(default_factory=list, max_length=10_000,
-                                        description="These observations or memories (any type).")
-    event_ids: list[uuid.UUID] = Field(default_factory=list, max_length=10_000,
-                                       description="Every observation of these events (published files).")
+    memory_ids: list[uuid.UUID] = Field(
+        default_factory=list, max_length=10_000, description="These observations or memories (any type)."
+    )
+    event_ids: list[uuid.UUID] = Field(
+        default_factory=list, max_length=10_000, description="Every observation of these events (published files)."
+    )
 
     @model_validator(mode="after")
     def _names_something(self) -> ForgetScope:
@@ -207,21 +248,27 @@ class ForgetScopeReport(BaseModel):
     again), ledger events, objects (originals, what ingest cut from them, thumbnails, cached OCR, vault entries)
     and entities only the deleted observations named."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [
-        {
-            "tenant_id": "acme",
-            "scope": {"user_id": "alice", "app": "Slack"},
-            "dry_run": False,
-            "observations": 42,
-            "points_deleted": {"observations": 42, "episodic": 3},
-            "memories_rewritten": {"episodic": 1},
-            "event_ids": ["3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"],
-            "objects_deleted": ["media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png"],
-            "objects_kept": [],
-            "entities_deleted": 0,
-            "compacted": ["episodic", "observations"],
-        },
-    ]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "tenant_id": "acme",
+                    "scope": {"user_id": "alice", "app": "Slack"},
+                    "dry_run": False,
+                    "observations": 42,
+                    "points_deleted": {"observations": 42, "episodic": 3},
+                    "memories_rewritten": {"episodic": 1},
+                    "event_ids": ["3f2b8c1e-6f0a-4d9b-9a57-0c8e2d6b1a42"],
+                    "objects_deleted": [
+                        "media/acme/5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef.png"
+                    ],
+                    "objects_kept": [],
+                    "entities_deleted": 0,
+                    "compacted": ["episodic", "observations"],
+                },
+            ]
+        }
+    )
 
     tenant_id: str = Field(description="The tenant.")
     scope: ForgetScope = Field(description="What was asked.")
@@ -229,15 +276,19 @@ class ForgetScopeReport(BaseModel):
     observations: int = Field(0, description="Observations deleted.")
     points_deleted: dict[str, int] = Field(default_factory=dict, description="Points deleted per collection.")
     memories_rewritten: dict[str, int] = Field(
-        default_factory=dict, description="Memories per collection rewritten without the deleted sources' content.")
-    event_ids: list[uuid.UUID] = Field(default_factory=list,
-                                       description="Events whose every observation went: their ledger records too.")
+        default_factory=dict, description="Memories per collection rewritten without the deleted sources' content."
+    )
+    event_ids: list[uuid.UUID] = Field(
+        default_factory=list, description="Events whose every observation went: their ledger records too."
+    )
     objects_deleted: list[str] = Field(default_factory=list, description="Object keys deleted.")
-    objects_kept: list[str] = Field(default_factory=list,
-                                    description="Originals kept because an item that stays still references them.")
+    objects_kept: list[str] = Field(
+        default_factory=list, description="Originals kept because an item that stays still references them."
+    )
     entities_deleted: int = Field(0, description="Entities deleted because only deleted observations named them.")
-    compacted: list[str] = Field(default_factory=list,
-                                 description="Store collections rewritten so no byte of a deleted point is left.")
+    compacted: list[str] = Field(
+        default_factory=list, description="Store collections rewritten so no byte of a deleted point is left."
+    )
 
 
 class MemoryUpdate(BaseModel):

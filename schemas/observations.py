@@ -89,21 +89,28 @@ class Observation(BaseModel):
     language: str | None = None
     words: list[WordTiming] = Field(default_factory=list)
     voice_embedding: list[float] | None = Field(
-        None, description="Speaker embedding of this speech segment (resemblyzer d-vector, 256-d, L2-normalised).")
+        None, description="Speaker embedding of this speech segment (resemblyzer d-vector, 256-d, L2-normalised)."
+    )
     speaker_label: str | None = Field(
-        None, description="Speaker cluster within one recording (spk0, spk1, ...), before entity linking.")
+        None, description="Speaker cluster within one recording (spk0, spk1, ...), before entity linking."
+    )
     speaker_voices: list[SpeakerVoice] = Field(
-        default_factory=list, description="A clip segment's speakers, each with their voice (longest talker first; "
-        "``voice_embedding``/``speaker_label`` are the first's), so entity linking links every voice of the clip.")
+        default_factory=list,
+        description="A clip segment's speakers, each with their voice (longest talker first; "
+        "``voice_embedding``/``speaker_label`` are the first's), so entity linking links every voice of the clip.",
+    )
     faces: list[FaceDetection] = Field(default_factory=list)
     caption: str | None = Field(None, description="Caption by a vision-language model, when one is configured.")
     entity_ids: list[str] = Field(default_factory=list)
     context_before: list[str] = Field(
-        default_factory=list, description="Texts of the chat turns just before this one in its session (nearest "
-        "last), indexed with it (contextual retrieval); not part of its text.")
+        default_factory=list,
+        description="Texts of the chat turns just before this one in its session (nearest "
+        "last), indexed with it (contextual retrieval); not part of its text.",
+    )
     context_after: list[str] = Field(
-        default_factory=list, description="Texts of the chat turns just after this one in its session (nearest "
-        "first), indexed with it.")
+        default_factory=list,
+        description="Texts of the chat turns just after this one in its session (nearest first), indexed with it.",
+    )
 
     @field_validator("captured_at")
     @classmethod
@@ -143,8 +150,9 @@ def unpack_float32(value: Any) -> Any:
 #: A vector that is a list of floats in Python and, in JSON (a broker message), ``pack_float32``'s base64 text;
 #: read from either form. JSON's float text made an embedded chat segment's message (4 observations, ~2,000
 #: floats each) 162 kB and cost ~8 ms of CPU to dump, write and read; packed: ~47 kB and ~1 ms (issue 15).
-Float32Vector = Annotated[list[float], BeforeValidator(unpack_float32),
-                          PlainSerializer(pack_float32, return_type=str, when_used="json")]
+Float32Vector = Annotated[
+    list[float], BeforeValidator(unpack_float32), PlainSerializer(pack_float32, return_type=str, when_used="json")
+]
 
 
 class EmbeddedObservation(BaseModel):

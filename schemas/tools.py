@@ -20,9 +20,14 @@ class EntityNameRequest(BaseModel):
     """Give an entity a name: it becomes the entity's first name, so a query naming it filters to it and ``ask``
     shows it in its evidence."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"name": "Maria"},
-    ]})
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"name": "Maria"},
+            ]
+        },
+    )
 
     name: str = Field(min_length=1, max_length=256, pattern=r"\S", description="The person's name, e.g. 'Maria'.")
 

@@ -45,9 +45,22 @@ def run_mypy() -> tuple[Counter[str], str]:
         if not (pkg / name).is_symlink():
             (pkg / name).symlink_to(ROOT / name, target_is_directory=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--cache-dir", str(ROOT / ".mypy_cache"), "-p", "engram"],
-        cwd=LAYOUT, capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            "-p",
+            "engram",
+        ],
+        cwd=LAYOUT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"mypy failed to run (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}")
     counts: Counter[str] = Counter()
@@ -60,10 +73,14 @@ def run_mypy() -> tuple[Counter[str], str]:
 def compare(counts: Counter[str], baseline: dict[str, int]) -> tuple[list[str], list[str]]:
     """(what rose above the baseline or is in a fully typed part, what fell below the baseline), a line per
     (file, code)."""
-    worse = [f"{key}: {n} (baseline {baseline.get(key, 0)}{', fully typed' if key.startswith(STRICT) else ''})"
-             for key, n in sorted(counts.items()) if n > baseline.get(key, 0) or key.startswith(STRICT)]
-    better = [f"{key}: {counts.get(key, 0)} (baseline {n})" for key, n in sorted(baseline.items())
-              if counts.get(key, 0) < n]
+    worse = [
+        f"{key}: {n} (baseline {baseline.get(key, 0)}{', fully typed' if key.startswith(STRICT) else ''})"
+        for key, n in sorted(counts.items())
+        if n > baseline.get(key, 0) or key.startswith(STRICT)
+    ]
+    better = [
+        f"{key}: {counts.get(key, 0)} (baseline {n})" for key, n in sorted(baseline.items()) if counts.get(key, 0) < n
+    ]
     return worse, better
 
 
@@ -75,8 +92,9 @@ def offending_lines(output: str, worse: list[str]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--update", action="store_true",
-                        help="rewrite the baseline with today's counts (refused when any count grew)")
+    parser.add_argument(
+        "--update", action="store_true", help="rewrite the baseline with today's counts (refused when any count grew)"
+    )
     args = parser.parse_args()
     try:
         counts, output = run_mypy()
@@ -99,8 +117,9 @@ def main() -> int:
         return 0
     print(f"mypy: {total} errors, within the baseline ({before})")
     if better:
-        print("below the baseline (run `python scripts/check_types.py --update` to keep the gain):",
-              *better, sep="\n  ")
+        print(
+            "below the baseline (run `python scripts/check_types.py --update` to keep the gain):", *better, sep="\n  "
+        )
     return 0
 
 

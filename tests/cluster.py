@@ -44,8 +44,13 @@ class Cluster:
         """A cluster whose processes see the current environment without any ENGRAM_ variable, plus
         ``settings_env``."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
-        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                   PYTHONUNBUFFERED="1", **settings_env)
+        env.update(
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            TOKENIZERS_PARALLELISM="false",
+            PYTHONUNBUFFERED="1",
+            **settings_env,
+        )
         env.setdefault("ENGRAM_VAULT_KEY", Fernet.generate_key().decode())  # distributed workers need one
         (root / "logs").mkdir(parents=True, exist_ok=True)
         return cls(root=root, env=env)
@@ -60,8 +65,15 @@ class Cluster:
         with open(self.log_path(name), "ab") as log:
             log.write(f"\n=== {' '.join(argv)}\n".encode())
             log.flush()
-            proc = subprocess.Popen(argv, env=self.env, cwd=self.root, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                env=self.env,
+                cwd=self.root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.procs[name], self.argv[name] = proc, args
         return proc
 
@@ -125,8 +137,14 @@ class Cluster:
 
     # --- the standard distributed layout, and its state ----------------------------------------------
 
-    def start_distributed(self, cpu_workers: int = 2, cpu_concurrency: int = 1, beat: bool = True,
-                          tag: str = "test", metrics: bool = False) -> list[str]:
+    def start_distributed(
+        self,
+        cpu_workers: int = 2,
+        cpu_concurrency: int = 1,
+        beat: bool = True,
+        tag: str = "test",
+        metrics: bool = False,
+    ) -> list[str]:
         """Start DESIGN.md's layout on Qdrant's local mode as a user starts it: ``cpu_workers`` processes of
         ``engram worker --role cpu`` (prefork, ``cpu_concurrency`` children each), the one store worker
         (``--role store --pool solo``) and, with ``beat``, ``engram beat``. With ``metrics`` each worker
@@ -141,12 +159,38 @@ class Cluster:
             return ["--metrics-port", str(self.metrics_ports[name])]
 
         nodes = [f"store@{tag}"]
-        self.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", nodes[0],
-                             "--loglevel", "INFO", *metrics_args("store")])
+        self.start(
+            "store",
+            [
+                "worker",
+                "--role",
+                "store",
+                "--pool",
+                "solo",
+                "--hostname",
+                nodes[0],
+                "--loglevel",
+                "INFO",
+                *metrics_args("store"),
+            ],
+        )
         for i in range(1, cpu_workers + 1):
             nodes.append(f"cpu{i}@{tag}")
-            self.start(f"cpu{i}", ["worker", "--role", "cpu", "--concurrency", str(cpu_concurrency),
-                                   "--hostname", nodes[-1], "--loglevel", "INFO", *metrics_args(f"cpu{i}")])
+            self.start(
+                f"cpu{i}",
+                [
+                    "worker",
+                    "--role",
+                    "cpu",
+                    "--concurrency",
+                    str(cpu_concurrency),
+                    "--hostname",
+                    nodes[-1],
+                    "--loglevel",
+                    "INFO",
+                    *metrics_args(f"cpu{i}"),
+                ],
+            )
         if beat:
             self.start("beat", ["beat", "--loglevel", "INFO"])
         return nodes
@@ -157,8 +201,11 @@ class Cluster:
 
     def count_in_logs(self, text: str, prefix: str = "") -> int:
         """How many times ``text`` occurs in the logs of the processes whose name starts with ``prefix``."""
-        return sum(self.log_path(n).read_text(errors="replace").count(text)
-                   for n in self.procs if n.startswith(prefix) and self.log_path(n).exists())
+        return sum(
+            self.log_path(n).read_text(errors="replace").count(text)
+            for n in self.procs
+            if n.startswith(prefix) and self.log_path(n).exists()
+        )
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -167,8 +214,11 @@ def scrape(url: str) -> dict[tuple[str, tuple], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(url, timeout=10).text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def total(samples: dict[tuple[str, tuple], float], name: str, **labels: str) -> float:
@@ -214,8 +264,10 @@ def wait_quiet(redis_url: str, timeout: float, cluster: Cluster | None = None) -
             return
         if time.monotonic() > deadline:
             logs = f"\n{cluster.tails()}" if cluster else ""
-            raise AssertionError(f"broker not quiet after {timeout:.0f} s: queued {waiting}, unacked {unacked}"
-                                 f"{unacked_report(redis_url)}{logs}")
+            raise AssertionError(
+                f"broker not quiet after {timeout:.0f} s: queued {waiting}, unacked {unacked}"
+                f"{unacked_report(redis_url)}{logs}"
+            )
         time.sleep(0.5)
 
 
@@ -255,7 +307,8 @@ def drain_consolidation(app, timeout: float = 120.0, cluster: Cluster | None = N
     deadline = time.monotonic() + timeout
     while pending := app.send_task("workers.consolidate.consolidate_due").get(timeout=60):
         assert time.monotonic() < deadline, f"consolidation did not settle: {pending} users pending" + (
-            f"\n{cluster.tails()}" if cluster else "")
+            f"\n{cluster.tails()}" if cluster else ""
+        )
         time.sleep(0.5)
 
 
@@ -282,8 +335,9 @@ def serve_api(settings, timeout: float = 20.0) -> Iterator[str]:
     from tests.servers import free_ports
 
     (port,) = free_ports(1)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + timeout

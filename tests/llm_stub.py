@@ -50,12 +50,21 @@ class ScriptedLlm:
                     return self._send(step, {"error": {"message": f"scripted status {step}", "code": step}})
                 text = step if isinstance(step, str) else json.dumps(step)
                 if self.path.endswith("/chat/completions"):
-                    answer = {"id": "c1", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                              "choices": [{"index": 0, "finish_reason": "stop",
-                                           "message": {"role": "assistant", "content": text}}]}
+                    answer = {
+                        "id": "c1",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model"),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                        ],
+                    }
                 else:
-                    answer = {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
-                                              "finishReason": "STOP"}]}
+                    answer = {
+                        "candidates": [
+                            {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP"}
+                        ]
+                    }
                 self._send(200, answer)
 
             def _send(self, status: int, payload: dict) -> None:

@@ -29,15 +29,31 @@ def null_source(root: Path, start_timeout: float = 30.0) -> Iterator[dict[str, s
     runtime = root / "pulse-runtime"
     runtime.mkdir(parents=True, exist_ok=True)
     socket = runtime / "native"
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "XDG_RUNTIME_DIR": str(runtime),
-           "PULSE_SERVER": f"unix:{socket}"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "PULSE_SERVER": f"unix:{socket}",
+    }
     log = root / "pulseaudio.log"
     with open(log, "wb") as out:
-        server = subprocess.Popen(["pulseaudio", "-n", "--daemonize=no", "--exit-idle-time=-1", "--disallow-exit",
-                                   "--log-target=stderr", "-L",
-                                   f"module-native-protocol-unix auth-anonymous=1 socket={socket}",
-                                   "-L", f"module-null-sink sink_name={SINK}"],
-                                  env=env, stdout=subprocess.DEVNULL, stderr=out)
+        server = subprocess.Popen(
+            [
+                "pulseaudio",
+                "-n",
+                "--daemonize=no",
+                "--exit-idle-time=-1",
+                "--disallow-exit",
+                "--log-target=stderr",
+                "-L",
+                f"module-native-protocol-unix auth-anonymous=1 socket={socket}",
+                "-L",
+                f"module-null-sink sink_name={SINK}",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
     try:
         deadline = time.monotonic() + start_timeout
         while subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode != 0:

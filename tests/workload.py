@@ -15,13 +15,28 @@ from engram.schemas.events import EventStatus
 
 USERS = ("alice", "bob", "carol")
 FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
-TOPICS = ["quarterly budget review", "flight to Lisbon on Friday", "dentist appointment moved",
-          "kubernetes upgrade plan", "birthday gift for Sam", "invoice 4471 overdue", "marathon training week",
-          "sourdough starter recipe", "rent increase letter", "guitar lesson schedule", "tax return deadline",
-          "garden fence repair", "conference talk slides", "car insurance renewal", "piano recital tickets"]
-SPOKEN = ["Remember to call the plumber on Monday morning about the kitchen sink.",
-          "The team meeting moves to Thursday afternoon in the large conference room.",
-          "Buy oat milk, green apples and coffee beans on the way home."]
+TOPICS = [
+    "quarterly budget review",
+    "flight to Lisbon on Friday",
+    "dentist appointment moved",
+    "kubernetes upgrade plan",
+    "birthday gift for Sam",
+    "invoice 4471 overdue",
+    "marathon training week",
+    "sourdough starter recipe",
+    "rent increase letter",
+    "guitar lesson schedule",
+    "tax return deadline",
+    "garden fence repair",
+    "conference talk slides",
+    "car insurance renewal",
+    "piano recital tickets",
+]
+SPOKEN = [
+    "Remember to call the plumber on Monday morning about the kitchen sink.",
+    "The team meeting moves to Thursday afternoon in the large conference room.",
+    "Buy oat milk, green apples and coffee beans on the way home.",
+]
 
 
 @dataclass
@@ -62,10 +77,22 @@ def make_conversation(path: Path, session: str, speakers: tuple[str, str], topic
     from engram.schemas.conversations import ConversationMessage
     from engram.workers.media.conversations import to_jsonl
 
-    texts = [f"Did you see the note about the {topic}?", f"Yes, the {topic} is on my list for this week.",
-             f"Let's talk about the {topic} tomorrow morning.", "Sounds good, I will bring the details."]
-    msgs = [ConversationMessage(message_id=f"{session}:{i}", session_id=session, speaker=speakers[i % 2],
-                                text=t, timestamp=start + timedelta(minutes=2 * i)) for i, t in enumerate(texts)]
+    texts = [
+        f"Did you see the note about the {topic}?",
+        f"Yes, the {topic} is on my list for this week.",
+        f"Let's talk about the {topic} tomorrow morning.",
+        "Sounds good, I will bring the details.",
+    ]
+    msgs = [
+        ConversationMessage(
+            message_id=f"{session}:{i}",
+            session_id=session,
+            speaker=speakers[i % 2],
+            text=t,
+            timestamp=start + timedelta(minutes=2 * i),
+        )
+        for i, t in enumerate(texts)
+    ]
     path.write_bytes(to_jsonl(msgs))
     return len(msgs)
 
@@ -106,6 +133,15 @@ def chats_and_screens(folder: Path, n: int, tag: str, offset: int = 0, kind: str
         else:
             path = folder / f"{tag}-{k}-{user}-screen.png"
             make_screenshot(path, f"Notes {k} - {user}", [topic, f"ticket {tag}-{k} for {user}"], seed=k)
-            items.append(Item(path, user, f"{user}-laptop-{tag}-{k}", 1, app="Notes",
-                              window=f"{topic} ({tag} {k})", captured_at=when))
+            items.append(
+                Item(
+                    path,
+                    user,
+                    f"{user}-laptop-{tag}-{k}",
+                    1,
+                    app="Notes",
+                    window=f"{topic} ({tag} {k})",
+                    captured_at=when,
+                )
+            )
     return items

@@ -20,8 +20,12 @@ def xvfb(size: str = "1024x600x24") -> Iterator[str]:
     """Run ``Xvfb`` on a free display (``-displayfd``: the server picks it) and yield its DISPLAY (``:N``);
     the server is stopped on exit. Raises RuntimeError when it does not start."""
     read, write = os.pipe()
-    proc = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", size, "-nolisten", "tcp"],
-                            pass_fds=(write,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["Xvfb", "-displayfd", str(write), "-screen", "0", size, "-nolisten", "tcp"],
+        pass_fds=(write,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     os.close(write)
     with os.fdopen(read) as fh:
         number = fh.readline().strip()
@@ -54,9 +58,18 @@ class Desktop:
         """Close the connection (its windows go with it)."""
         self.d.close()
 
-    def window(self, title: str, wm_class: tuple[str, str], text: str, y: int = 0, *,
-               net_wm_name: bool | bytes = True, wm_name: bytes | None = None, activate: bool = True,
-               size: tuple[int, int] = (1024, 300)):
+    def window(
+        self,
+        title: str,
+        wm_class: tuple[str, str],
+        text: str,
+        y: int = 0,
+        *,
+        net_wm_name: bool | bytes = True,
+        wm_name: bytes | None = None,
+        activate: bool = True,
+        size: tuple[int, int] = (1024, 300),
+    ):
         """Map a window with ``title``, WM_CLASS ``(instance, class)`` and ``text``, and make it the active one
         (``activate``). ``WM_NAME`` (type ``STRING``) holds ``wm_name``'s bytes, default ``title`` in Latin-1
         (unencodable characters as ``?``); ``_NET_WM_NAME`` (``UTF8_STRING``) holds ``title`` in UTF-8
@@ -174,8 +187,12 @@ def _wait_for(check, timeout: float, what: str):
 def openbox(display: str) -> Iterator[subprocess.Popen]:
     """Run the ``openbox`` window manager on ``display`` until exit; yields once it manages the screen (the
     root's ``_NET_SUPPORTING_WM_CHECK`` is set). Raises RuntimeError when it does not start."""
-    proc = subprocess.Popen(["openbox", "--sm-disable"], env={**os.environ, "DISPLAY": display},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["openbox", "--sm-disable"],
+        env={**os.environ, "DISPLAY": display},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     desk = Desktop(display)
     try:
         check = desk.d.intern_atom("_NET_SUPPORTING_WM_CHECK")
@@ -193,12 +210,16 @@ def xterm(display: str, command: str, title: str | None = None, geometry: str = 
     sets ``_NET_WM_NAME``) and ``-hold`` after it; yields its window id (the client window, class ``XTerm``)
     once mapped. The terminal is stopped on exit."""
     args = ["xterm", "-hold", "-geometry", geometry, "-fa", "DejaVu Sans Mono", "-fs", "13"]
-    proc = subprocess.Popen([*args, *(["-T", title] if title else []), "-e", "sh", "-c", command],
-                            env={**os.environ, "DISPLAY": display}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*args, *(["-T", title] if title else []), "-e", "sh", "-c", command],
+        env={**os.environ, "DISPLAY": display},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        wid = _wait_for(lambda: _xdotool(display, "search", "--sync", "--onlyvisible", "--pid", str(proc.pid)),
-                        20, "xterm's window")
+        wid = _wait_for(
+            lambda: _xdotool(display, "search", "--sync", "--onlyvisible", "--pid", str(proc.pid)), 20, "xterm's window"
+        )
         yield int(wid.split()[0])
     finally:
         proc.terminate()
@@ -206,8 +227,9 @@ def xterm(display: str, command: str, title: str | None = None, geometry: str = 
 
 
 def _xdotool(display: str, *args: str) -> str:
-    out = subprocess.run(["xdotool", *args], env={**os.environ, "DISPLAY": display}, capture_output=True,
-                         text=True, timeout=30)
+    out = subprocess.run(
+        ["xdotool", *args], env={**os.environ, "DISPLAY": display}, capture_output=True, text=True, timeout=30
+    )
     return out.stdout.strip()
 
 
@@ -215,8 +237,12 @@ def type_text(display: str, window: int, text: str, delay_ms: int = 60) -> None:
     """Type ``text`` into ``window`` with ``xdotool`` (focused first through the window manager; the keys go
     through XTEST, as xterm ignores synthetic events), ``delay_ms`` between keys."""
     activate(display, window)
-    subprocess.run(["xdotool", "type", "--delay", str(delay_ms), text],
-                   env={**os.environ, "DISPLAY": display}, check=True, timeout=600)
+    subprocess.run(
+        ["xdotool", "type", "--delay", str(delay_ms), text],
+        env={**os.environ, "DISPLAY": display},
+        check=True,
+        timeout=600,
+    )
 
 
 def activate(display: str, window: int) -> None:

@@ -43,6 +43,7 @@ log = structlog.get_logger(__name__)
 
 # --- memory records ---------------------------------------------------------------------------------------------
 
+
 @task(Task.memory_get, "request")
 def get_task(tenant_id: str, memory_id: str) -> MemoryRecord | None:
     """``get_memory`` on the query worker."""
@@ -50,8 +51,9 @@ def get_task(tenant_id: str, memory_id: str) -> MemoryRecord | None:
 
 
 @task(Task.memory_list, "request")
-def list_task(tenant_id: str, memory_type: str, user_id: str | None = None, limit: int = 50,
-              offset: int = 0) -> MemoryPage:
+def list_task(
+    tenant_id: str, memory_type: str, user_id: str | None = None, limit: int = 50, offset: int = 0
+) -> MemoryPage:
     """``list_memories`` on the query worker."""
     return list_memories(runtime(), tenant_id, MemoryType(memory_type), user_id, limit, offset)
 
@@ -102,6 +104,7 @@ def forget_scope_task(tenant_id: str, scope: ForgetScope, dry_run: bool = False)
 
 # --- entities (``GET /v1/entities``, ``POST /v1/entities/{id}/name`` and ``/merge``) -----------------------------
 
+
 @task(Task.entity_list, "request")
 def entity_list_task(tenant_id: str) -> EntityList:
     """``list_entities`` on the query worker."""
@@ -129,7 +132,7 @@ def entity_merge_task(tenant_id: str, keep_id: str, drop_id: str, reason: str = 
 
 @task(Task.entity_split, "request")
 def entity_split_task(tenant_id: str, entity_id: str, sample_key: str) -> EntitySummary | None:
-    """"Not this person" (``corrections.split_entity``) on the query worker: the new entity holding the sample;
+    """ "Not this person" (``corrections.split_entity``) on the query worker: the new entity holding the sample;
     None when the entity or the sample is not the tenant's."""
     try:
         return summary(corrections.split_entity(runtime(), tenant_id, uuid.UUID(entity_id), sample_key))
@@ -161,8 +164,9 @@ def entity_samples_many_task(tenant_id: str, entity_ids: list[str]) -> dict[str,
 def memories_from_task(tenant_id: str, observation_id: str) -> list[dict]:
     """``corrections.memories_from`` on the query worker: the memories the observation fed (an item's page), as
     MemoryRecords' JSON."""
-    return [r.model_dump(mode="json") for r in corrections.memories_from(runtime(), tenant_id,
-                                                                         uuid.UUID(observation_id))]
+    return [
+        r.model_dump(mode="json") for r in corrections.memories_from(runtime(), tenant_id, uuid.UUID(observation_id))
+    ]
 
 
 @task(Task.entity_sample_media, "request")
@@ -181,6 +185,7 @@ def entity_sample_media_task(tenant_id: str, entity_id: str, sample_key: str) ->
 
 
 # --- beat's sweeps ------------------------------------------------------------------------------------------------
+
 
 @task(Task.archive_decayed, "beat")
 def archive_task() -> dict[str, int]:

@@ -41,9 +41,12 @@ def transport_options(settings: Settings) -> dict:
     ten message priority steps of ``workers.fairness`` (0 highest)."""
     vt = settings.broker_visibility_timeout
     interval = min(10, max(1, round(vt / 20)))
-    return {"visibility_timeout": vt, "unacked_restore_interval": interval,
-            "unacked_restore_throttle": min(10, max(1, round(vt / 20 / interval))),
-            "priority_steps": PRIORITY_STEPS}  # fair scheduling across tenants (workers.fairness)
+    return {
+        "visibility_timeout": vt,
+        "unacked_restore_interval": interval,
+        "unacked_restore_throttle": min(10, max(1, round(vt / 20 / interval))),
+        "priority_steps": PRIORITY_STEPS,
+    }  # fair scheduling across tenants (workers.fairness)
 
 
 def celery_settings(settings: Settings) -> dict:
@@ -73,8 +76,7 @@ def celery_settings(settings: Settings) -> dict:
         broker_connection_retry_on_startup=True,
         # a chain's next step is published from inside a task: ride out a broker restart of up to about a
         # minute instead of Celery's default 0.6 s, or the step is lost with its message already acknowledged
-        task_publish_retry_policy={"max_retries": 20, "interval_start": 0.5, "interval_step": 1.0,
-                                   "interval_max": 5.0},
+        task_publish_retry_policy={"max_retries": 20, "interval_start": 0.5, "interval_step": 1.0, "interval_max": 5.0},
         worker_cancel_long_running_tasks_on_connection_loss=True,  # redelivered, not run twice at once
         timezone="UTC",
         enable_utc=True,
@@ -172,8 +174,12 @@ def task(name: Task, kind: str = "stage", **options):
     if kind == "batch":
         from celery_batches import Batches  # start-up time: the API's Celery client needs no batched consumer
 
-        options = {"base": Batches, "flush_every": BATCH_FLUSH_EVERY[name],
-                   "flush_interval": BATCH_FLUSH_SECONDS[name], **options}
+        options = {
+            "base": Batches,
+            "flush_every": BATCH_FLUSH_EVERY[name],
+            "flush_interval": BATCH_FLUSH_SECONDS[name],
+            **options,
+        }
     return app.task(name=name.value, **{**TASK_OPTIONS[kind], "resultrepr_maxsize": REPR_MAXSIZE, **options})
 
 
@@ -209,9 +215,11 @@ def _require_vault_key(**_) -> None:
     reason; Celery's signal dispatch lets it through)."""
     settings = get_settings()
     if not settings.embedded and settings.vault_key is None:
-        raise SystemExit("engram worker: ENGRAM_VAULT_KEY is not set; every worker needs the same vault key "
-                         "(`engram vault keygen` prints one; a deployment keeps it as a secret) to redact "
-                         "secrets and read the OCR cache")
+        raise SystemExit(
+            "engram worker: ENGRAM_VAULT_KEY is not set; every worker needs the same vault key "
+            "(`engram vault keygen` prints one; a deployment keeps it as a secret) to redact "
+            "secrets and read the OCR cache"
+        )
 
 
 @worker_init.connect

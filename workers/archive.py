@@ -26,6 +26,7 @@ from engram.workers.tasks import Task
 
 log = structlog.get_logger(__name__)
 
+
 @task(Task.archive_import, "request", acks_late=False)
 def archive_import_task(key: str, tenant_id: str | None = None) -> dict:
     """Import the archive staged at object ``key`` (under ``STAGING_PREFIX``) into the cluster's stores; with
@@ -38,8 +39,10 @@ def archive_import_task(key: str, tenant_id: str | None = None) -> dict:
         with rt.objects.local_file(key) as path:
             manifest = verify_archive(Path(path))
             if tenant_id is not None and manifest["tenant_id"] != tenant_id:
-                return {"error": f"the archive is of tenant {manifest['tenant_id']!r}, not of this API key's "
-                                 f"({tenant_id!r})"}
+                return {
+                    "error": f"the archive is of tenant {manifest['tenant_id']!r}, not of this API key's "
+                    f"({tenant_id!r})"
+                }
             result = import_archive(rt, Path(path), manifest)
     except ArchiveError as exc:
         log.warning("archive import refused", error=str(exc))

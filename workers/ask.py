@@ -90,8 +90,10 @@ def round_prompt(req: AskRequest, evidence: list[SearchHit], rounds: list[AskRou
     n = len(rounds)
     runs = "\n".join(f"{i}. {r.query!r}: {len(r.hit_ids)} hits, {r.new_hits} new" for i, r in enumerate(rounds, 1))
     last = " This is the last round: answer now." if n >= req.max_rounds else ""
-    return (f"Question: {req.question}\n\nSearches so far:\n{runs}\n\nEvidence:\n{evidence_block(evidence)}\n\n"
-            f"Round {n} of {req.max_rounds}.{last} Reply with the JSON object.")
+    return (
+        f"Question: {req.question}\n\nSearches so far:\n{runs}\n\nEvidence:\n{evidence_block(evidence)}\n\n"
+        f"Round {n} of {req.max_rounds}.{last} Reply with the JSON object."
+    )
 
 
 def decide(rt: Runtime, prompt: str) -> AnswerDecision | SearchDecision:
@@ -109,10 +111,18 @@ def decide(rt: Runtime, prompt: str) -> AnswerDecision | SearchDecision:
         except ValidationError as exc:
             reason = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors())[:400]
             if attempt == 2:
-                raise AskFailed(f"LLM {llm.name!r} at {llm.where} replied twice without the ask protocol's JSON "
-                                f"({reason}); last reply: {reply[:200]!r}") from exc
-            turns += [("assistant", reply), ("user", f"That reply is not valid ({reason}). Reply with exactly one "
-                                                     "JSON object as specified, nothing else.")]
+                raise AskFailed(
+                    f"LLM {llm.name!r} at {llm.where} replied twice without the ask protocol's JSON "
+                    f"({reason}); last reply: {reply[:200]!r}"
+                ) from exc
+            turns += [
+                ("assistant", reply),
+                (
+                    "user",
+                    f"That reply is not valid ({reason}). Reply with exactly one "
+                    "JSON object as specified, nothing else.",
+                ),
+            ]
     raise AssertionError("unreachable")
 
 
@@ -123,8 +133,9 @@ def ask(rt: Runtime, req: AskRequest) -> AskResponse:
     evidence: dict[uuid.UUID, SearchHit] = {}
     rounds: list[AskRound] = []
     query = req.question
-    search_fields = req.model_dump(include={"tenant_id", "user_id", "memory_types", "time_from", "time_to", "timezone",
-                                            "reference_time", "limit"})
+    search_fields = req.model_dump(
+        include={"tenant_id", "user_id", "memory_types", "time_from", "time_to", "timezone", "reference_time", "limit"}
+    )
     answer: str | None = None
     cited: list[SearchHit] = []
     while len(rounds) < req.max_rounds:
@@ -146,13 +157,19 @@ def ask(rt: Runtime, req: AskRequest) -> AskResponse:
     used = [h.id for h in cited if h.memory_type is not MemoryType.observation]
     if used:
         reinforce(rt, req.tenant_id, used)
-    return AskResponse(question=req.question, answer=answer, memories=cited, evidence=list(evidence.values()),
-                       rounds=rounds, llm=None if provider == "none" else f"{provider}:{rt.settings.models.llm_model}",
-                       took_ms=(time.perf_counter() - t0) * 1000, empty=None if evidence else empty)
+    return AskResponse(
+        question=req.question,
+        answer=answer,
+        memories=cited,
+        evidence=list(evidence.values()),
+        rounds=rounds,
+        llm=None if provider == "none" else f"{provider}:{rt.settings.models.llm_model}",
+        took_ms=(time.perf_counter() - t0) * 1000,
+        empty=None if evidence else empty,
+    )
 
 
 @task(Task.ask, "request")
 def ask_task(request: AskRequest) -> AskResponse:
     """The query worker's ``ask``. Raises AskFailed (the message says why) when the LLM fails."""
     return ask(runtime(), request)
-

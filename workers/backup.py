@@ -29,8 +29,12 @@ def store_backup_task(target: dict) -> dict:
     except BackupError as exc:
         log.warning("store backup refused", error=str(exc))
         return {"error": str(exc)}
-    log.info("store backed up", files=len(got["files"]), written_bytes=got["written_bytes"],
-             held_seconds=round(got["held_seconds"], 2))
+    log.info(
+        "store backed up",
+        files=len(got["files"]),
+        written_bytes=got["written_bytes"],
+        held_seconds=round(got["held_seconds"], 2),
+    )
     return got
 
 

@@ -41,13 +41,18 @@ def batch_items(requests: list, model: type[M]) -> list[tuple[Any, M]]:
             try:
                 out.append((request, model.model_validate(value)))
             except ValidationError as exc:
-                log.error("batched message dropped: not a valid job", task=request.name, task_id=request.id,
-                          error=str(exc).splitlines()[0][:300])
+                log.error(
+                    "batched message dropped: not a valid job",
+                    task=request.name,
+                    task_id=request.id,
+                    error=str(exc).splitlines()[0][:300],
+                )
     return out
 
 
-def consume(task: Any, requests: list, model: type[M], steps: list[tuple[str, Callable[[Runtime, list], list]]]
-            ) -> tuple[list[tuple[Any, M]], list]:
+def consume(
+    task: Any, requests: list, model: type[M], steps: list[tuple[str, Callable[[Runtime, list], list]]]
+) -> tuple[list[tuple[Any, M]], list]:
     """Run a batched consumer's buffered ``requests`` through ``steps`` ((stage name, function of the runtime
     and a list of items → one output per item)), each over all items at once and, when that fails, item by
     item, so a bad item fails only its own event (``runtime.run_together``). Returns ``(pairs, outputs)``: the
@@ -78,22 +83,30 @@ def _retry_later(task: Any, rt: Runtime, name: str, pairs: list[tuple[Any, Any]]
     for request, item in pairs:
         retries = int((request.kwargs or {}).get("retries", 0))
         if retries >= options["max_retries"]:
-            rt.ledger.mark(item.job.event.event_id, EventStatus.failed, stage=name,
-                           reason=f"{reason} (retries exhausted)")
+            rt.ledger.mark(
+                item.job.event.event_id, EventStatus.failed, stage=name, reason=f"{reason} (retries exhausted)"
+            )
             log.error("event failed", event_id=str(item.job.event.event_id), stage=name, reason=reason)
             continue
         if id(request) in published:
             continue
         published.add(id(request))
-        countdown = get_exponential_backoff_interval(options["retry_backoff"], retries,
-                                                     options["retry_backoff_max"], options["retry_jitter"])
-        task.apply_async(args=list(request.args), kwargs={"retries": retries + 1}, countdown=countdown,
-                         priority=(request.delivery_info or {}).get("priority"))
+        countdown = get_exponential_backoff_interval(
+            options["retry_backoff"], retries, options["retry_backoff_max"], options["retry_jitter"]
+        )
+        task.apply_async(
+            args=list(request.args),
+            kwargs={"retries": retries + 1},
+            countdown=countdown,
+            priority=(request.delivery_info or {}).get("priority"),
+        )
     log.warning("batch published again after a transient error", stage=name, segments=len(pairs), reason=reason)
 
 
 def priorities(pairs: list[tuple[Any, Any]]) -> dict[tuple[str, int], int | None]:
     """{(event id, segment index): the message priority its request came with} (``workers.fairness``), so the
     next step of a segment goes on at the priority its chain had."""
-    return {(str(item.job.event.event_id), item.job.segment_index): (request.delivery_info or {}).get("priority")
-            for request, item in pairs}
+    return {
+        (str(item.job.event.event_id), item.job.segment_index): (request.delivery_info or {}).get("priority")
+        for request, item in pairs
+    }

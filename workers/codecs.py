@@ -33,8 +33,10 @@ def load_image(data: bytes, max_pixels: int):
     if w <= 0 or h <= 0:
         raise MediaError(f"image has no pixels ({w}x{h})")
     if w * h > max_pixels:
-        raise MediaError(f"image too large: declared {w}x{h} = {w * h / 1e6:.0f} MP exceeds "
-                         f"the {max_pixels / 1e6:.0f} MP limit (possible decompression bomb)")
+        raise MediaError(
+            f"image too large: declared {w}x{h} = {w * h / 1e6:.0f} MP exceeds "
+            f"the {max_pixels / 1e6:.0f} MP limit (possible decompression bomb)"
+        )
     # strict: a truncated image is bad input (the flag is process-wide: any library may have turned it on)
     ImageFile.LOAD_TRUNCATED_IMAGES = False
     try:

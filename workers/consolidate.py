@@ -47,8 +47,12 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
         if not got:
             log.info("consolidation already running", tenant=tenant_id, user=user_id)
             return 0
-        records = rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant_id, user_id, consolidated=False),
-                                    with_vectors=[DENSE], without=UNREAD_OBSERVATION_FIELDS)
+        records = rt.vectors.scroll(
+            OBSERVATIONS,
+            tenant_filter(tenant_id, user_id, consolidated=False),
+            with_vectors=[DENSE],
+            without=UNREAD_OBSERVATION_FIELDS,
+        )
         if not records:
             return 0
         episodes = group_episodes(records, s.episode_gap_seconds, s.episode_max_observations)
@@ -58,8 +62,9 @@ def consolidate_user(tenant_id: str, user_id: str) -> int:
         # turns' tokens are still cached from the embed stage: sparse.tokenize_parts)
         texts = [[r.payload["text"] for r in ep] for ep in episodes]
         fields = [source_fields(ep) for ep in episodes]
-        rt.vectors.upsert(MemoryType.episodic.value,
-                          memory_points(rt, memories, fields, vectors, texts, [len(ep) for ep in episodes]))
+        rt.vectors.upsert(
+            MemoryType.episodic.value, memory_points(rt, memories, fields, vectors, texts, [len(ep) for ep in episodes])
+        )
         MEMORIES_WRITTEN.labels(memory_type=MemoryType.episodic.value).inc(len(memories))
         consolidate_typed(rt, tenant_id, user_id, records)  # semantic, procedural, resource, core, vault index
         rt.vectors.set_payload(OBSERVATIONS, [r.id for r in records], {"consolidated": True})

@@ -35,12 +35,19 @@ def embed_batches(rt: Runtime, batches: list[ObservationBatch]) -> list[Embedded
     # built without validation: the vectors are the model's float32 rows as Python floats and the sparse pairs
     # BM25F's (ints, floats), already of the model's types; validating ~1,000 floats per observation cost as much
     # as turning them into lists
-    items = [EmbeddedObservation.model_construct(observation=o, dense=d.tolist(), sparse_indices=si,
-                                                 sparse_values=sv, sentences=m.tolist() if len(m) > 1 else None)
-             for o, d, m, (si, sv) in zip(obs, dense, multi, sparse_vecs, strict=True)]
+    items = [
+        EmbeddedObservation.model_construct(
+            observation=o,
+            dense=d.tolist(),
+            sparse_indices=si,
+            sparse_values=sv,
+            sentences=m.tolist() if len(m) > 1 else None,
+        )
+        for o, d, m, (si, sv) in zip(obs, dense, multi, sparse_vecs, strict=True)
+    ]
     out, at = [], 0
     for b in batches:
-        out.append(EmbeddedBatch(job=b.job, items=items[at:at + len(b.observations)]))
+        out.append(EmbeddedBatch(job=b.job, items=items[at : at + len(b.observations)]))
         at += len(b.observations)
     return out
 
@@ -61,7 +68,8 @@ def embed_batched(requests: list) -> int:
     for batch in done:
         # a batched consumer's arguments are plain JSON (celery-batches: no pydantic dump on the way)
         by_priority.setdefault(priority[(str(batch.job.event.event_id), batch.job.segment_index)], []).append(
-            batch.model_dump(mode="json"))
+            batch.model_dump(mode="json")
+        )
     for level, batches in by_priority.items():
         signature(Task.store_batched, batches, priority=level).apply_async()
     return len(done)

@@ -108,8 +108,12 @@ def redeliver_stalled() -> dict[str, int]:
     events, given_up = rt.ledger.claim_stalled(s.stalled_after, s.max_redeliveries)
     for event in events:
         ingest.apply_async(args=[event.model_dump(mode="json")])
-        log.warning("stalled event published again", event_id=str(event.event_id), tenant=event.tenant_id,
-                    stalled_after_s=s.stalled_after)
+        log.warning(
+            "stalled event published again",
+            event_id=str(event.event_id),
+            tenant=event.tenant_id,
+            stalled_after_s=s.stalled_after,
+        )
     for event_id in given_up:
         log.error("stalled event failed", event_id=str(event_id), max_redeliveries=s.max_redeliveries)
     return {"redelivered": len(events), "failed": len(given_up)}
@@ -130,8 +134,10 @@ def dispatch(job: SegmentJob, priority: int = 0) -> None:
             signature(Task.embed_batched, perceived.result, priority=priority).apply_async()
         return
     queue = Queue.perceive_gpu if job.audio_key else Queue.perceive_cpu
-    chain(signature(Task.perceive, job, queue=queue.value, priority=priority),
-          signature(Task.embed_batched, priority=priority)).apply_async()
+    chain(
+        signature(Task.perceive, job, queue=queue.value, priority=priority),
+        signature(Task.embed_batched, priority=priority),
+    ).apply_async()
 
 
 def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:
@@ -154,8 +160,9 @@ def plan(rt: Runtime, event: MediaEvent) -> list[SegmentJob] | None:
             raise media.MediaError(f"sha256 mismatch: event says {event.sha256[:12]}…, content is {digest[:12]}…")
         earlier = rt.ledger.claim_content(event.tenant_id, event.user_id, digest, event.event_id)
         if earlier is not None:
-            rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest",
-                           reason=f"exact duplicate of event {earlier}")
+            rt.ledger.mark(
+                event.event_id, EventStatus.skipped, stage="ingest", reason=f"exact duplicate of event {earlier}"
+            )
             return None
         match event.kind:
             case MediaKind.screenshot:
@@ -184,11 +191,19 @@ def _plan_screenshot(rt: Runtime, event: MediaEvent, path: Path) -> list[Segment
     img = media.load_image(path.read_bytes(), s.max_image_pixels)
     signature = media.frame_signature(img, s.near_duplicate_thumb_side)
     previous = rt.ledger.swap_frame(
-        event.tenant_id, event.device_id, signature, event.event_id,
-        lambda a, b: media.is_near_duplicate(a, b, s.near_duplicate_similarity, s.near_duplicate_ssim))
+        event.tenant_id,
+        event.device_id,
+        signature,
+        event.event_id,
+        lambda a, b: media.is_near_duplicate(a, b, s.near_duplicate_similarity, s.near_duplicate_ssim),
+    )
     if previous is not None:
-        rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest",
-                       reason=f"near-duplicate of the device's previous frame (event {previous})")
+        rt.ledger.mark(
+            event.event_id,
+            EventStatus.skipped,
+            stage="ingest",
+            reason=f"near-duplicate of the device's previous frame (event {previous})",
+        )
         log.info("near-duplicate dropped", event_id=str(event.event_id), previous=str(previous))
         NEAR_DUPLICATES.labels(kind=event.kind.value).inc()
         return None
@@ -214,22 +229,39 @@ def _plan_audio(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob] 
             yield block
 
     blocks = counted(media.audio_blocks(path, int(media.SAMPLE_RATE * min(s.audio_chunk_seconds, 30.0)) or 1))
-    jobs = _audio_chunks(rt, event, blocks, s.audio_chunk_seconds, s.audio_chunk_overlap_seconds, "chunk",
-                         budget=budget, silence_dbfs=s.silence_threshold_dbfs)
+    jobs = _audio_chunks(
+        rt,
+        event,
+        blocks,
+        s.audio_chunk_seconds,
+        s.audio_chunk_overlap_seconds,
+        "chunk",
+        budget=budget,
+        silence_dbfs=s.silence_threshold_dbfs,
+    )
     if not jobs:
         declared = f" (the header declares {info.duration:,.0f} s)" if info.duration else ""
-        reason = (f"silent: no sound above {s.silence_threshold_dbfs:g} dBFS in "
-                  f"{decoded / media.SAMPLE_RATE:,.1f} s of audio" if decoded
-                  else f"empty: no audio samples decoded{declared}")
+        reason = (
+            f"silent: no sound above {s.silence_threshold_dbfs:g} dBFS in {decoded / media.SAMPLE_RATE:,.1f} s of audio"
+            if decoded
+            else f"empty: no audio samples decoded{declared}"
+        )
         rt.ledger.mark(event.event_id, EventStatus.skipped, stage="ingest", reason=reason)
         log.info("audio skipped", event_id=str(event.event_id), reason=reason)
         return None
     return jobs
 
 
-def _audio_chunks(rt: Runtime, event: MediaEvent, blocks: Iterator[np.ndarray], seconds: float, overlap: float,
-                  prefix: str, budget: UploadBudget | None = None,
-                  silence_dbfs: float | None = None) -> list[SegmentJob]:
+def _audio_chunks(
+    rt: Runtime,
+    event: MediaEvent,
+    blocks: Iterator[np.ndarray],
+    seconds: float,
+    overlap: float,
+    prefix: str,
+    budget: UploadBudget | None = None,
+    silence_dbfs: float | None = None,
+) -> list[SegmentJob]:
     """Cut streamed audio into chunks whose cores are ``seconds`` long, each written as a WAV object that also
     holds ``overlap`` seconds of its neighbours on either side (``audio_start_s`` says where it starts), so a
     word cut by a core's edge is heard whole by the chunk that keeps it (``workers.media.speech``). At most one
@@ -248,17 +280,25 @@ def _audio_chunks(rt: Runtime, event: MediaEvent, blocks: Iterator[np.ndarray], 
     def emit(i: int, hi: int, end: int) -> None:
         nonlocal buf, buf_start, cut
         lo = max(0, i * core - pad)
-        audio = buf[lo - buf_start: hi - buf_start]
+        audio = buf[lo - buf_start : hi - buf_start]
         if silence_dbfs is None or not bounds.silent(audio, silence_dbfs):
             if budget is not None:
                 budget.add_segment()
             key = derived_key(event.tenant_id, event.event_id, f"{prefix}-{i:05d}.wav")
             put(key, media.wav_bytes(audio), "audio/wav")
-            jobs.append(SegmentJob(event=event, segment_index=i, start_s=i * core / rate, end_s=end / rate,
-                                   audio_key=key, audio_start_s=lo / rate))
+            jobs.append(
+                SegmentJob(
+                    event=event,
+                    segment_index=i,
+                    start_s=i * core / rate,
+                    end_s=end / rate,
+                    audio_key=key,
+                    audio_start_s=lo / rate,
+                )
+            )
         cut += 1
         keep = max(0, (i + 1) * core - pad)  # where the next chunk's audio starts
-        buf, buf_start = buf[keep - buf_start:], keep
+        buf, buf_start = buf[keep - buf_start :], keep
 
     for block in blocks:
         buf = np.concatenate([buf, block])
@@ -322,8 +362,11 @@ def _plan_clip(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
             if j == 0:  # the segment's thumbnail for the web app, made once (issue 42)
                 store_thumbnail(rt.objects, event.tenant_id, event.event_id, i, img)
             kfs.append(Keyframe(t=t, object_key=key))
-        jobs.append(SegmentJob(event=event, segment_index=i, start_s=start, end_s=end, audio_key=audio_keys.get(i),
-                               keyframes=kfs))
+        jobs.append(
+            SegmentJob(
+                event=event, segment_index=i, start_s=start, end_s=end, audio_key=audio_keys.get(i), keyframes=kfs
+            )
+        )
     return jobs
 
 
@@ -332,5 +375,7 @@ def _plan_text(rt: Runtime, event: MediaEvent, path: Path) -> list[SegmentJob]:
     messages = conversation_messages(rt, event, path.read_bytes())
     batch = rt.settings.chat_batch_size
     UploadBudget(rt.settings, rt.objects).check_segments(math.ceil(len(messages) / batch))
-    return [SegmentJob(event=event, segment_index=i, first_message=lo, last_message=min(lo + batch, len(messages)))
-            for i, lo in enumerate(range(0, len(messages), batch))]
+    return [
+        SegmentJob(event=event, segment_index=i, first_message=lo, last_message=min(lo + batch, len(messages)))
+        for i, lo in enumerate(range(0, len(messages), batch))
+    ]

@@ -54,20 +54,31 @@ def configure_logging(level: int | str = logging.INFO, fmt: LogFormat | None = N
     global _format
     level = logging.getLevelName(level.upper()) if isinstance(level, str) else level
     _format = fmt or _format
-    shared = [structlog.contextvars.merge_contextvars, structlog.stdlib.add_logger_name,
-              structlog.stdlib.add_log_level, structlog.processors.TimeStamper(fmt="iso")]
-    renderer = (structlog.processors.JSONRenderer() if _format == "json"
-                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))  # no colour codes in a file
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+    ]
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if _format == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )  # no colour codes in a file
     handler = _StderrHandler()
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
-        processors=[_process_name, structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer]))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[_process_name, structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
     logging.basicConfig(level=level, handlers=[handler], force=True)
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.stdlib.LoggerFactory(),
-        cache_logger_on_first_use=False)
+        cache_logger_on_first_use=False,
+    )
 
 
 def celery_setup_logging(loglevel: int | str | None = None, **_: object) -> None:

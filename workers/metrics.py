@@ -44,36 +44,52 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 #: Latency buckets from 5 ms to 10 min (stages, publish-to-searchable).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
-EVENTS_RECEIVED = Counter("engram_events_received_total", "Events recorded in the ledger (published).",
-                          ["kind"])
+EVENTS_RECEIVED = Counter("engram_events_received_total", "Events recorded in the ledger (published).", ["kind"])
 EVENTS_FINISHED = Counter(
     "engram_events_finished_total",
     "Events that reached a final status (done, skipped, failed), by kind, stage and reason class.",
-    ["kind", "status", "stage", "reason"])
-STAGE_SECONDS = Histogram("engram_stage_duration_seconds", "Wall time of one stage task for one segment or event.",
-                          ["stage"], buckets=LATENCY_BUCKETS)
-STAGE_ERRORS = Counter("engram_stage_errors_total", "Stage runs that raised, by stage and error class "
-                       "(transient: retried; bad_input; error).", ["stage", "error"])
-MODEL_SECONDS = Histogram("engram_model_seconds_per_item", "Model wall time per item (image, audio second, text).",
-                          ["model"], buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                              1, 2.5, 5, 10))
-MODEL_ITEMS = Counter("engram_model_items_total", "Items a model processed (images, audio seconds, texts).",
-                      ["model"])
-OBSERVATIONS_WRITTEN = Counter("engram_observations_written_total", "Observations upserted into the store.",
-                               ["kind"])
-MEMORIES_WRITTEN = Counter("engram_memories_written_total", "Memories written by consolidation.",
-                           ["memory_type"])
-NEAR_DUPLICATES = Counter("engram_near_duplicates_dropped_total",
-                          "Screenshots dropped as near-duplicates of the device's previous frame.", ["kind"])
-PUBLISH_TO_SEARCHABLE = Histogram("engram_publish_to_searchable_seconds",
-                                  "From an event's publish (ledger record) to its last segment stored.",
-                                  ["kind"], buckets=LATENCY_BUCKETS)
-SEARCH_SECONDS = Histogram("engram_search_duration_seconds", "Hybrid search latency in the query stage.",
-                           buckets=LATENCY_BUCKETS)
-TASK_CPU_SECONDS = Counter("engram_task_cpu_seconds_total",
-                           "CPU seconds (user + system, all threads) of the process running each task, from its "
-                           "start to its end, by task name (a task applied inside another counts in the outer).",
-                           ["task"])
+    ["kind", "status", "stage", "reason"],
+)
+STAGE_SECONDS = Histogram(
+    "engram_stage_duration_seconds",
+    "Wall time of one stage task for one segment or event.",
+    ["stage"],
+    buckets=LATENCY_BUCKETS,
+)
+STAGE_ERRORS = Counter(
+    "engram_stage_errors_total",
+    "Stage runs that raised, by stage and error class (transient: retried; bad_input; error).",
+    ["stage", "error"],
+)
+MODEL_SECONDS = Histogram(
+    "engram_model_seconds_per_item",
+    "Model wall time per item (image, audio second, text).",
+    ["model"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+MODEL_ITEMS = Counter("engram_model_items_total", "Items a model processed (images, audio seconds, texts).", ["model"])
+OBSERVATIONS_WRITTEN = Counter("engram_observations_written_total", "Observations upserted into the store.", ["kind"])
+MEMORIES_WRITTEN = Counter("engram_memories_written_total", "Memories written by consolidation.", ["memory_type"])
+NEAR_DUPLICATES = Counter(
+    "engram_near_duplicates_dropped_total",
+    "Screenshots dropped as near-duplicates of the device's previous frame.",
+    ["kind"],
+)
+PUBLISH_TO_SEARCHABLE = Histogram(
+    "engram_publish_to_searchable_seconds",
+    "From an event's publish (ledger record) to its last segment stored.",
+    ["kind"],
+    buckets=LATENCY_BUCKETS,
+)
+SEARCH_SECONDS = Histogram(
+    "engram_search_duration_seconds", "Hybrid search latency in the query stage.", buckets=LATENCY_BUCKETS
+)
+TASK_CPU_SECONDS = Counter(
+    "engram_task_cpu_seconds_total",
+    "CPU seconds (user + system, all threads) of the process running each task, from its "
+    "start to its end, by task name (a task applied inside another counts in the outer).",
+    ["task"],
+)
 
 
 class TaskCpuClock:
@@ -108,8 +124,13 @@ class TaskCpuClock:
 
 TASK_CPU = TaskCpuClock()
 
-_REASONS = (("exact duplicate", "exact_duplicate"), ("near-duplicate", "near_duplicate"),
-            ("stalled", "stalled"), ("retries exhausted", "retries_exhausted"), ("no content", "no_content"))
+_REASONS = (
+    ("exact duplicate", "exact_duplicate"),
+    ("near-duplicate", "near_duplicate"),
+    ("stalled", "stalled"),
+    ("retries exhausted", "retries_exhausted"),
+    ("no content", "no_content"),
+)
 _EXCEPTION = re.compile(r"^[A-Z][A-Za-z0-9_]*[a-z][A-Za-z0-9_]*: ")  # "KeyError: ...", "UnexpectedResponse: ..."
 
 
@@ -131,8 +152,7 @@ def reason_class(status: str, reason: str | None) -> str:
 
 def count_finished(kind: str, status: str, stage: str | None, reason: str | None) -> None:
     """Count one event's transition into a final status (called by the ledgers, once per transition)."""
-    EVENTS_FINISHED.labels(kind=kind, status=status, stage=stage or "none",
-                           reason=reason_class(status, reason)).inc()
+    EVENTS_FINISHED.labels(kind=kind, status=status, stage=stage or "none", reason=reason_class(status, reason)).inc()
 
 
 #: the models being timed in this context: an inner ``model_timer`` of one of them observes nothing
@@ -189,7 +209,7 @@ class QueueDepthCollector:
             return
         per = len(PRIORITY_STEPS)
         for i, q in enumerate(self.queues):
-            depth.add_metric([q], sum(values[i * per:(i + 1) * per]))
+            depth.add_metric([q], sum(values[i * per : (i + 1) * per]))
         unacked.add_metric([], values[-1])
         yield depth
         yield unacked
@@ -218,10 +238,12 @@ class WorkerResourcesCollector:
     def collect(self):
         import psutil
 
-        cpu = CounterMetricFamily("engram_worker_cpu_seconds", "CPU seconds (user + system) of the worker "
-                                "and its pool processes.")
-        rss = GaugeMetricFamily("engram_worker_resident_memory_bytes", "Resident memory of the worker and its "
-                                "pool processes, bytes.")
+        cpu = CounterMetricFamily(
+            "engram_worker_cpu_seconds", "CPU seconds (user + system) of the worker and its pool processes."
+        )
+        rss = GaugeMetricFamily(
+            "engram_worker_resident_memory_bytes", "Resident memory of the worker and its pool processes, bytes."
+        )
         total_cpu = total_rss = 0.0
         for p in [self.proc, *self.proc.children(recursive=True)]:
             try:

@@ -44,8 +44,10 @@ def perceive_segment(rt: Runtime, job: SegmentJob, final: bool | None = None) ->
     # media go through native decoders and models, which a hostile file can crash (``runtime.deaths_guard``);
     # a conversation is parsed JSON, no decoder: not counted (two ledger writes a segment spared)
     guarded = job.event.kind is not MediaKind.text
-    with stage(rt, job.event.event_id, "perceive", final), \
-            deaths_guard(rt, job.event.event_id, f"perceive:{job.segment_index}") if guarded else nullcontext():
+    with (
+        stage(rt, job.event.event_id, "perceive", final),
+        deaths_guard(rt, job.event.event_id, f"perceive:{job.segment_index}") if guarded else nullcontext(),
+    ):
         match job.event.kind:
             case MediaKind.screenshot:
                 observations = _screenshot(rt, job)
@@ -68,10 +70,20 @@ def perceive_segments(rt: Runtime, jobs: list[SegmentJob], final: bool | None = 
 
 def _base(event: MediaEvent, segment: int, kind: str, text: str, **fields) -> Observation:
     return Observation(
-        id=point_id(event.tenant_id, event.event_id, segment, kind), tenant_id=event.tenant_id,
-        user_id=event.user_id, device_id=event.device_id, event_id=event.event_id, kind=event.kind,
-        segment_index=segment, text=text, object_key=event.object_key, source_name=event.source_name,
-        app=event.app, window=event.window, **{"captured_at": event.captured_at, **fields})
+        id=point_id(event.tenant_id, event.event_id, segment, kind),
+        tenant_id=event.tenant_id,
+        user_id=event.user_id,
+        device_id=event.device_id,
+        event_id=event.event_id,
+        kind=event.kind,
+        segment_index=segment,
+        text=text,
+        object_key=event.object_key,
+        source_name=event.source_name,
+        app=event.app,
+        window=event.window,
+        **{"captured_at": event.captured_at, **fields},
+    )
 
 
 def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
@@ -99,11 +111,28 @@ def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
 #: Screen sizes in pixels (landscape): desktop and laptop panels, at scale factors 1, 1.25, 1.5 and 2 where the
 #: capture keeps device pixels (Windows, macOS Retina); a frame of one of these sizes (either orientation) is a screen.
 SCREEN_SIZES = frozenset(
-    (round(w * f), round(h * f)) for w, h in ((1024, 768), (1280, 720), (1280, 800), (1280, 1024), (1366, 768),
-                                              (1440, 900), (1536, 864), (1600, 900), (1680, 1050), (1920, 1080),
-                                              (1920, 1200), (2560, 1440), (2560, 1600), (3440, 1440), (1512, 982),
-                                              (1728, 1117), (3840, 2160))
-    for f in (1, 1.25, 1.5, 2))
+    (round(w * f), round(h * f))
+    for w, h in (
+        (1024, 768),
+        (1280, 720),
+        (1280, 800),
+        (1280, 1024),
+        (1366, 768),
+        (1440, 900),
+        (1536, 864),
+        (1600, 900),
+        (1680, 1050),
+        (1920, 1080),
+        (1920, 1200),
+        (2560, 1440),
+        (2560, 1600),
+        (3440, 1440),
+        (1512, 982),
+        (1728, 1117),
+        (3840, 2160),
+    )
+    for f in (1, 1.25, 1.5, 2)
+)
 PHOTO_MIMES = frozenset({"image/jpeg", "image/heic", "image/heif", "image/avif"})  # what cameras and phones write
 
 
@@ -130,13 +159,28 @@ def _audio(rt: Runtime, job: SegmentJob) -> list[Observation]:
     """One observation per utterance of the chunk (a Whisper segment, split where the speaker changes) with
     its words, language, speaker label and voice embedding; none for silence."""
     heard = speech.transcribe_job(rt, job)
-    return [_base(job.event, job.segment_index, f"asr-{i}", u.text, transcript=u.text, language=heard.language,
-                  start_s=u.start, end_s=u.end, speaker_label=u.speaker,
-                  words=[WordTiming(word=w.word.strip(), start_s=max(0.0, w.start), end_s=max(0.0, w.end),
-                                    probability=w.probability) for w in u.words],
-                  voice_embedding=None if u.voice is None else u.voice.tolist(),
-                  captured_at=job.event.captured_at + timedelta(seconds=u.start))
-            for i, u in enumerate(heard.utterances)]
+    return [
+        _base(
+            job.event,
+            job.segment_index,
+            f"asr-{i}",
+            u.text,
+            transcript=u.text,
+            language=heard.language,
+            start_s=u.start,
+            end_s=u.end,
+            speaker_label=u.speaker,
+            words=[
+                WordTiming(
+                    word=w.word.strip(), start_s=max(0.0, w.start), end_s=max(0.0, w.end), probability=w.probability
+                )
+                for w in u.words
+            ],
+            voice_embedding=None if u.voice is None else u.voice.tolist(),
+            captured_at=job.event.captured_at + timedelta(seconds=u.start),
+        )
+        for i, u in enumerate(heard.utterances)
+    ]
 
 
 def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
@@ -145,8 +189,9 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     speakers (``speech.speaker_voices``; the main speaker's is also ``voice_embedding``)."""
     seen: set[str] = set()
     screen_lines: list[OcrLine] = []
-    images = [media.load_image(rt.objects.get_bytes(kf.object_key), rt.settings.max_image_pixels)
-              for kf in job.keyframes]
+    images = [
+        media.load_image(rt.objects.get_bytes(kf.object_key), rt.settings.max_image_pixels) for kf in job.keyframes
+    ]
     frames = [np.asarray(img) for img in images]
     for pixels in frames:
         for line in vision.ocr_lines(rt, job.event.tenant_id, pixels):
@@ -159,8 +204,10 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     if job.audio_key:
         heard = speech.transcribe_job(rt, job)
         transcript, language = " ".join(u.text for u in heard.utterances), heard.language
-        voices = [SpeakerVoice(speaker_label=label, embedding=voice.tolist(), seconds=round(seconds, 3))
-                  for label, voice, seconds in speech.speaker_voices(heard.utterances)]  # stage link links each
+        voices = [
+            SpeakerVoice(speaker_label=label, embedding=voice.tolist(), seconds=round(seconds, 3))
+            for label, voice, seconds in speech.speaker_voices(heard.utterances)
+        ]  # stage link links each
     speaker, voice = (voices[0].speaker_label, voices[0].embedding) if voices else (None, None)
     parts = [transcript] if transcript else []
     if screen_lines:
@@ -172,10 +219,25 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
     if not parts:
         return []
     start = job.start_s or 0.0
-    return [_base(job.event, job.segment_index, "clip", "\n".join(parts), transcript=transcript or None,
-                  language=language, ocr_lines=screen_lines, faces=faces, caption=" | ".join(captions) or None,
-                  speaker_label=speaker, voice_embedding=voice, speaker_voices=voices, start_s=start,
-                  end_s=job.end_s, captured_at=job.event.captured_at + timedelta(seconds=start))]
+    return [
+        _base(
+            job.event,
+            job.segment_index,
+            "clip",
+            "\n".join(parts),
+            transcript=transcript or None,
+            language=language,
+            ocr_lines=screen_lines,
+            faces=faces,
+            caption=" | ".join(captions) or None,
+            speaker_label=speaker,
+            voice_embedding=voice,
+            speaker_voices=voices,
+            start_s=start,
+            end_s=job.end_s,
+            captured_at=job.event.captured_at + timedelta(seconds=start),
+        )
+    ]
 
 
 def _text(rt: Runtime, job: SegmentJob) -> list[Observation]:
@@ -184,7 +246,18 @@ def _text(rt: Runtime, job: SegmentJob) -> list[Observation]:
     for idx in range(job.first_message or 0, job.last_message or len(messages)):
         msg = messages[idx]
         before, after = message_context(messages, idx)
-        out.append(_base(job.event, job.segment_index, f"msg-{idx}", msg.display_text(),
-                         captured_at=msg.timestamp, message_id=msg.message_id, session_id=msg.session_id,
-                         speaker=msg.speaker, context_before=before, context_after=after))
+        out.append(
+            _base(
+                job.event,
+                job.segment_index,
+                f"msg-{idx}",
+                msg.display_text(),
+                captured_at=msg.timestamp,
+                message_id=msg.message_id,
+                session_id=msg.session_id,
+                speaker=msg.speaker,
+                context_before=before,
+                context_after=after,
+            )
+        )
     return out

@@ -50,8 +50,12 @@ ROUND_OBSERVATIONS = 512
 #: The name each step's CPU seconds count under (``engram_task_cpu_seconds_total{task}``,
 #: ``metrics.TaskCpuClock``): the names of the tasks these steps ran as before this runner called the stages
 #: directly, which ``bench/ingest.py``'s figures keep (``cold_task_cpu_s``).
-CPU_NAMES = {"ingest": Task.ingest.value, "perceive": Task.perceive.value, "embed": "workers.embed.embed_many",
-             "store": "workers.store.store_many"}
+CPU_NAMES = {
+    "ingest": Task.ingest.value,
+    "perceive": Task.perceive.value,
+    "embed": "workers.embed.embed_many",
+    "store": "workers.store.store_many",
+}
 
 #: Tries of one step that meets a transient error (``runtime.TRANSIENT_ERRORS``), at once one after the other: the
 #: stage tasks' first try and their ``max_retries``.
@@ -101,8 +105,10 @@ def _embed_and_store(rt: Runtime, batches: list[ObservationBatch]) -> int:
     which would traverse them (788 LoCoMo turns: ~940,000 list items, ~0.02 s per collection)."""
     embedded: list[EmbeddedBatch] | None = None
     try:
-        embedded = _step("embed", lambda final: run_together(rt, "embed", batches,
-                                                             functools.partial(embed_batches, rt), _event, final))
+        embedded = _step(
+            "embed",
+            lambda final: run_together(rt, "embed", batches, functools.partial(embed_batches, rt), _event, final),
+        )
         if not embedded:
             return 0
         counts = _step("store", lambda final: link_and_store(rt, embedded or [], final))

@@ -49,14 +49,27 @@ R = TypeVar("R")
 #: Errors worth retrying: a server that is restarting or unreachable for a moment, a store held by
 #: another process. Anything else (bad input, bugs) fails at once.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    ConnectionError, TimeoutError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-    httpx.TransportError, urllib3.exceptions.HTTPError, StoreBusy)  # a server not answering: StoreUnavailable
+    ConnectionError,
+    TimeoutError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    httpx.TransportError,
+    urllib3.exceptions.HTTPError,
+    StoreBusy,
+)  # a server not answering: StoreUnavailable
 
 #: Options shared by the pipeline's stage tasks: pydantic arguments, late acks (a killed worker's task is
 #: redelivered), and retries with exponential backoff and jitter on transient errors only.
-STAGE_TASK_OPTIONS = dict(pydantic=True, acks_late=True, reject_on_worker_lost=True,
-                          autoretry_for=TRANSIENT_ERRORS, retry_backoff=2, retry_backoff_max=300,
-                          retry_jitter=True, max_retries=5)
+STAGE_TASK_OPTIONS = dict(
+    pydantic=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    retry_backoff=2,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=5,
+)
 
 #: Options of a batched consumer (``workers.tasks.BATCHED``; its flush settings are there): late acks (the
 #: buffered messages are acknowledged when the batch returns, so a worker killed mid-batch has them redelivered);
@@ -92,8 +105,9 @@ class Runtime:
         embedded store only: a Qdrant server's collections are not in the data dir)."""
         if self._vectors is None:
             if not self.settings.qdrant_url:  # one vector space per store
-                check_store_embedder(self.settings.data_dir, self.settings.models.embedding_model,
-                                     _holds_vectors(self.settings))
+                check_store_embedder(
+                    self.settings.data_dir, self.settings.models.embedding_model, _holds_vectors(self.settings)
+                )
             self._vectors = open_vector_store(self.settings)
         return self._vectors
 
@@ -237,8 +251,14 @@ def runtime(settings: Settings | None = None) -> Runtime:
     owner-only (``stores.private.secure_data_dir``: this process's umask 0o077, a looser existing dir tightened with
     a warning on stderr)."""
     settings = settings or get_settings()
-    key = (str(settings.data_dir), settings.s3_endpoint, settings.s3_bucket, settings.qdrant_url,
-           settings.redis_url, settings.broker_url)
+    key = (
+        str(settings.data_dir),
+        settings.s3_endpoint,
+        settings.s3_bucket,
+        settings.qdrant_url,
+        settings.redis_url,
+        settings.broker_url,
+    )
     with _lock:
         rt = _runtimes.get(key)
         if rt is None:
@@ -329,8 +349,10 @@ def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str, final: bool | N
     event_id = event.event_id if isinstance(event, MediaEvent) else event
     context = {"tenant": event.tenant_id} if isinstance(event, MediaEvent) else {}
     task_id = getattr(getattr(current_task, "request", None), "id", None)
-    with structlog.contextvars.bound_contextvars(event_id=str(event_id), stage=name, task_id=task_id, **context), \
-            STAGE_SECONDS.labels(stage=name).time():
+    with (
+        structlog.contextvars.bound_contextvars(event_id=str(event_id), stage=name, task_id=task_id, **context),
+        STAGE_SECONDS.labels(stage=name).time(),
+    ):
         try:
             yield
         except Ignore:
@@ -388,9 +410,11 @@ def deaths_guard(rt: Runtime, event_id: uuid.UUID, work: str) -> Iterator[None]:
     starts = rt.ledger.begin_work(event_id, work)
     try:
         if starts > limit:
-            raise MediaError(f"{work.replace(':', ' of segment ')} was started {starts - 1} times before and never "
-                             "finished: the process running it died each time (a crash in a decoder or a model on "
-                             "this input, or more memory than the process has); not tried again")
+            raise MediaError(
+                f"{work.replace(':', ' of segment ')} was started {starts - 1} times before and never "
+                "finished: the process running it died each time (a crash in a decoder or a model on "
+                "this input, or more memory than the process has); not tried again"
+            )
         yield
     finally:
         try:
@@ -399,8 +423,14 @@ def deaths_guard(rt: Runtime, event_id: uuid.UUID, work: str) -> Iterator[None]:
             log.warning("unfinished work not cleared", work=work, error=f"{type(exc).__name__}: {exc}"[:200])
 
 
-def run_together(rt: Runtime, name: str, items: list[T], run: Callable[[list[T]], list[R]],
-                 event_of: Callable[[T], MediaEvent], final: bool | None = None) -> list[R]:
+def run_together(
+    rt: Runtime,
+    name: str,
+    items: list[T],
+    run: Callable[[list[T]], list[R]],
+    event_of: Callable[[T], MediaEvent],
+    final: bool | None = None,
+) -> list[R]:
     """Run stage ``name`` over ``items`` (segments of one or many events) at once: ``run(items)``, one model call
     or one store request for all, returning one output per item. When that raises, each item runs alone,
     ``run([item])`` inside its own ``stage``, so a bad item fails only its own event (marked failed with the stage

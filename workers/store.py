@@ -35,8 +35,9 @@ def observation_point(item: EmbeddedObservation) -> qm.PointStruct:
     payload = obs.model_dump(mode="json")
     ts = obs.captured_at.timestamp()
     duration = (obs.end_s - obs.start_s) if obs.start_s is not None and obs.end_s is not None else 0.0
-    payload.update(start_ts=ts, end_ts=ts + duration, consolidated=False, memory_type="observation",
-                   stored_at=time.time())  # consolidation's idle timeout counts from here
+    payload.update(
+        start_ts=ts, end_ts=ts + duration, consolidated=False, memory_type="observation", stored_at=time.time()
+    )  # consolidation's idle timeout counts from here
     vector = {DENSE: item.dense}
     if item.sentences:  # else the store gives it its own vector as its one row (``VectorStore.upsert``)
         vector[SENTENCES] = item.sentences
@@ -53,8 +54,11 @@ def store_batches(rt: Runtime, batches: list[EmbeddedBatch]) -> list[int]:
     points = [observation_point(item) for batch in batches for item in batch.items]
     if points:
         # a redelivered segment must not make consolidated observations pending again
-        already = {str(r.id) for r in rt.vectors.retrieve(OBSERVATIONS, [p.id for p in points])
-                   if (r.payload or {}).get("consolidated")}
+        already = {
+            str(r.id)
+            for r in rt.vectors.retrieve(OBSERVATIONS, [p.id for p in points])
+            if (r.payload or {}).get("consolidated")
+        }
         for point in points:
             point.payload["consolidated"] = point.id in already
         rt.vectors.upsert(OBSERVATIONS, points)
@@ -67,7 +71,8 @@ def store_batches(rt: Runtime, batches: list[EmbeddedBatch]) -> list[int]:
             rec = rt.ledger.get(event.event_id)
             if rec is not None and rec.created_at is not None:
                 PUBLISH_TO_SEARCHABLE.labels(kind=event.kind.value).observe(
-                    (datetime.now(UTC) - rec.created_at).total_seconds())
+                    (datetime.now(UTC) - rec.created_at).total_seconds()
+                )
     return [len(batch.items) for batch in batches]
 
 

@@ -122,5 +122,19 @@ BATCH_FLUSH_SECONDS: dict[Task, float] = {Task.embed_batched: 0.5, Task.store_ba
 QDRANT_BOUND = (Queue.store, Queue.consolidate, Queue.query)
 
 #: The stage modules, which register the tasks above (imported by a worker at start and by ``app.load_tasks``).
-STAGE_MODULES = tuple(f"engram.workers.{stage}" for stage in (
-    "ingest", "perceive", "embed", "store", "consolidate", "query", "ask", "admin", "retention", "backup", "archive"))
+STAGE_MODULES = tuple(
+    f"engram.workers.{stage}"
+    for stage in (
+        "ingest",
+        "perceive",
+        "embed",
+        "store",
+        "consolidate",
+        "query",
+        "ask",
+        "admin",
+        "retention",
+        "backup",
+        "archive",
+    )
+)

@@ -59,8 +59,19 @@ from engram.api.console import counted
 from engram.schemas.events import MediaKind
 
 #: Applications never captured (matched case-insensitively within WM_CLASS's instance and class names).
-DEFAULT_DENY_APPS = ("keepassxc", "keepass", "1password", "bitwarden", "lastpass", "enpass", "dashlane",
-                     "proton pass", "seahorse", "kwalletmanager", "gnome-keyring")
+DEFAULT_DENY_APPS = (
+    "keepassxc",
+    "keepass",
+    "1password",
+    "bitwarden",
+    "lastpass",
+    "enpass",
+    "dashlane",
+    "proton pass",
+    "seahorse",
+    "kwalletmanager",
+    "gnome-keyring",
+)
 #: Control characters (Unicode category Cc), which a title may hold and an event's names may not: read as spaces.
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: The longest title and app name an event takes (``schemas.events.MediaEvent``'s ``window`` and ``app``).
@@ -77,8 +88,15 @@ CAPTURE_EMBEDDING_BATCH = 4
 SCREEN_SOURCE, MICROPHONE_SOURCE = "screen", "microphone"
 
 #: Window titles never captured (regular expressions, case-insensitive, searched anywhere in the title).
-DEFAULT_DENY_TITLES = (r"private browsing", r"\bincognito\b", r"\binprivate\b", r"private window",
-                       r"keepassxc", r"1password", r"bitwarden")
+DEFAULT_DENY_TITLES = (
+    r"private browsing",
+    r"\bincognito\b",
+    r"\binprivate\b",
+    r"private window",
+    r"keepassxc",
+    r"1password",
+    r"bitwarden",
+)
 
 
 @dataclass(frozen=True)
@@ -101,8 +119,10 @@ class XWindows:
 
         self.display = xdisplay.Display(display)
         self.root = self.display.screen().root
-        self._atoms = {name: self.display.intern_atom(name) for name in (
-            "_NET_ACTIVE_WINDOW", "_NET_CLIENT_LIST", "_NET_WM_NAME", "UTF8_STRING")}
+        self._atoms = {
+            name: self.display.intern_atom(name)
+            for name in ("_NET_ACTIVE_WINDOW", "_NET_CLIENT_LIST", "_NET_WM_NAME", "UTF8_STRING")
+        }
 
     def close(self) -> None:
         """Close the connection."""
@@ -172,8 +192,10 @@ class XWindows:
         where it decodes); undecodable bytes are replaced. Raises ``Xlib.error.XError`` when the window is gone."""
         from Xlib import X, Xatom
 
-        for atom, wanted, fallback in ((self._atoms["_NET_WM_NAME"], self._atoms["UTF8_STRING"], "utf-8"),
-                                       (Xatom.WM_NAME, X.AnyPropertyType, "latin-1")):
+        for atom, wanted, fallback in (
+            (self._atoms["_NET_WM_NAME"], self._atoms["UTF8_STRING"], "utf-8"),
+            (Xatom.WM_NAME, X.AnyPropertyType, "latin-1"),
+        ):
             value = getattr(win.get_full_property(atom, wanted), "value", None)
             if isinstance(value, bytes):
                 try:
@@ -192,8 +214,9 @@ class PrivacyRules:
     insensitive) or a title matching one of ``deny_titles`` (regular expressions, case-insensitive). Raises
     re.error for a bad pattern."""
 
-    def __init__(self, deny_apps: Iterable[str] = DEFAULT_DENY_APPS,
-                 deny_titles: Iterable[str] = DEFAULT_DENY_TITLES) -> None:
+    def __init__(
+        self, deny_apps: Iterable[str] = DEFAULT_DENY_APPS, deny_titles: Iterable[str] = DEFAULT_DENY_TITLES
+    ) -> None:
         self.deny_apps = tuple(a.lower() for a in deny_apps if a)
         self.deny_titles = tuple(re.compile(p, re.IGNORECASE) for p in deny_titles if p)
 
@@ -235,8 +258,13 @@ class CpuBudget:
     ``wait`` says how long until the bucket is no longer in debt. (The ``limits`` library counts hits and turns
     away those over the limit; this CPU is spent before it is counted.) ``clock`` and ``cpu`` are for tests."""
 
-    def __init__(self, cores: float, burst: float, clock: Callable[[], float] = time.monotonic,
-                 cpu: Callable[[], float] = time.process_time) -> None:
+    def __init__(
+        self,
+        cores: float,
+        burst: float,
+        clock: Callable[[], float] = time.monotonic,
+        cpu: Callable[[], float] = time.process_time,
+    ) -> None:
         if cores <= 0:
             raise ValueError("a CPU budget needs cores > 0")
         self.cores, self.burst, self._clock, self._cpu = cores, burst, clock, cpu
@@ -341,8 +369,15 @@ class EmbeddedSink:
     it again: 0.3-4 s from 10 k to 1 M points) and is left at once to another engram process that asks for it;
     ``close`` releases it (the run is over)."""
 
-    def __init__(self, tenant: str, user: str, device: str, report: Callable[[str], None] = lambda _: None,
-                 linger: float = 0.0, consolidate_every: int = 20) -> None:
+    def __init__(
+        self,
+        tenant: str,
+        user: str,
+        device: str,
+        report: Callable[[str], None] = lambda _: None,
+        linger: float = 0.0,
+        consolidate_every: int = 20,
+    ) -> None:
         from engram.workers.runtime import StoreLease  # the workers' stack, when the capture publishes
 
         self.tenant, self.user, self.device, self.report = tenant, user, device, report
@@ -358,9 +393,17 @@ class EmbeddedSink:
         with self.lease.session() as rt:
             for frame in frames:
                 try:
-                    event = publish_file(rt, Candidate(frame.path, frame.kind, frame.mime), self.tenant, self.user,
-                                         self.device, frame.captured_at, frame.app, frame.window,
-                                         source_name=frame.source_name)
+                    event = publish_file(
+                        rt,
+                        Candidate(frame.path, frame.kind, frame.mime),
+                        self.tenant,
+                        self.user,
+                        self.device,
+                        frame.captured_at,
+                        frame.app,
+                        frame.window,
+                        source_name=frame.source_name,
+                    )
                     record = run_event(rt, event)
                 except Exception as exc:  # noqa: BLE001 (one frame never stops the capture)
                     self.report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
@@ -407,8 +450,14 @@ def api_sink(client, report: Callable[[str], None] = lambda _: None) -> Sink:
         ok = bad = 0
         for frame in frames:
             try:
-                client.publish(frame.path, frame.kind, captured_at=frame.captured_at, app=frame.app,
-                               window=frame.window, source_name=frame.source_name)
+                client.publish(
+                    frame.path,
+                    frame.kind,
+                    captured_at=frame.captured_at,
+                    app=frame.app,
+                    window=frame.window,
+                    source_name=frame.source_name,
+                )
             except Exception as exc:  # noqa: BLE001 (the API down: the frame stays in the spool)
                 report(f"failed {frame.path.name}: {type(exc).__name__}: {exc}")
                 bad += 1
@@ -452,9 +501,16 @@ class Capture:
     title and app rules cannot apply). ``stop``: set to end the run (the pending batch is published).
     ``microphone``: an ``api.capture.microphone.MicrophoneRecorder`` recording beside the screen (or alone), or None."""
 
-    def __init__(self, config: CaptureConfig, sink: Sink, rules: PrivacyRules, windows: XWindows | None = None,
-                 stop: threading.Event | None = None, report: Callable[[str], None] = lambda _: None,
-                 microphone: Any = None) -> None:
+    def __init__(
+        self,
+        config: CaptureConfig,
+        sink: Sink,
+        rules: PrivacyRules,
+        windows: XWindows | None = None,
+        stop: threading.Event | None = None,
+        report: Callable[[str], None] = lambda _: None,
+        microphone: Any = None,
+    ) -> None:
         self.config, self.sink, self.rules, self.windows, self.report = config, sink, rules, windows, report
         self.microphone = microphone
         self.stop = stop or threading.Event()
@@ -482,8 +538,7 @@ class Capture:
         cfg.spool.mkdir(parents=True, exist_ok=True)
         start, cpu0 = time.monotonic(), time.process_time()
         batches: queue.Queue[list[Frame] | None] = queue.Queue()
-        publisher = threading.Thread(target=self._publish_batches, args=(batches,), name="capture-publish",
-                                     daemon=True)
+        publisher = threading.Thread(target=self._publish_batches, args=(batches,), name="capture-publish", daemon=True)
         publisher.start()
         try:
             if self.microphone is not None:
@@ -551,8 +606,9 @@ class Capture:
                     st.grabbed += 1
                     # the gate's pHash and thumbnail from a half-size image (a box filter): a third less CPU a grab
                     signature = media.frame_signature(img.reduce(2) if img.width >= 1280 else img, cfg.thumb_side)
-                    if last_signature is not None and media.is_near_duplicate(last_signature, signature,
-                                                                               cfg.hash_min, cfg.ssim_min):
+                    if last_signature is not None and media.is_near_duplicate(
+                        last_signature, signature, cfg.hash_min, cfg.ssim_min
+                    ):
                         st.duplicates += 1
                     else:
                         changed, last_signature = True, signature
@@ -595,8 +651,10 @@ class Capture:
         except Exception as exc:  # noqa: BLE001 (a window's properties never stop the capture)
             if type(exc).__name__ not in self.window_errors:
                 self.window_errors.add(type(exc).__name__)
-                self.report(f"cannot read the windows ({type(exc).__name__}: {exc}); such ticks keep their frame "
-                            "without a title")
+                self.report(
+                    f"cannot read the windows ({type(exc).__name__}: {exc}); such ticks keep their frame "
+                    "without a title"
+                )
             return None, None
         for win in windows:
             if why := self.rules.denies(win):
@@ -617,15 +675,20 @@ class Capture:
             self.stats.published += ok
             self.stats.failed += bad
             if self.batch_lines or bad:
-                self.report(f"published {counted(ok, 'file')}"
-                            + (f", {bad} failed (kept in {self.config.spool})" if bad else ""))
+                self.report(
+                    f"published {counted(ok, 'file')}"
+                    + (f", {bad} failed (kept in {self.config.spool})" if bad else "")
+                )
 
 
 def install_signals(capture: Capture) -> dict:
     """SIGINT/SIGTERM stop the run (the pending batch is published), SIGUSR1 toggles pause; returns the
     previous handlers for ``signal.signal`` to restore. Call from the main thread."""
-    handlers = {signal.SIGINT: lambda *_: capture.stop.set(), signal.SIGTERM: lambda *_: capture.stop.set(),
-                signal.SIGUSR1: capture.toggle_pause}
+    handlers = {
+        signal.SIGINT: lambda *_: capture.stop.set(),
+        signal.SIGTERM: lambda *_: capture.stop.set(),
+        signal.SIGUSR1: capture.toggle_pause,
+    }
     return {sig: signal.signal(sig, h) for sig, h in handlers.items()}
 
 
@@ -647,18 +710,24 @@ def check_display(report: Callable[[str], None], environ: dict | None = None) ->
     wayland = bool(env.get("WAYLAND_DISPLAY")) or env.get("XDG_SESSION_TYPE", "").lower() == "wayland"
     if env.get("DISPLAY"):
         if wayland:
-            report(f"Wayland session: the screen is read through XWayland (DISPLAY={env['DISPLAY']}), which shows "
-                   "X11 applications only: native Wayland windows are grabbed black and their titles are unknown, "
-                   "so the privacy rules by title and app see X11 windows only")
+            report(
+                f"Wayland session: the screen is read through XWayland (DISPLAY={env['DISPLAY']}), which shows "
+                "X11 applications only: native Wayland windows are grabbed black and their titles are unknown, "
+                "so the privacy rules by title and app see X11 windows only"
+            )
         return
     if wayland:
-        report("error: Wayland session without an X display (DISPLAY unset): engram capture grabs the screen and "
-               "reads window titles through X, which Wayland does not give. What works: XWayland (set DISPLAY, "
-               "e.g. DISPLAY=:0; X11 applications' windows only) and the microphone alone (--microphone "
-               "--no-screen). What does not: native Wayland windows (grabs and titles need X).")
+        report(
+            "error: Wayland session without an X display (DISPLAY unset): engram capture grabs the screen and "
+            "reads window titles through X, which Wayland does not give. What works: XWayland (set DISPLAY, "
+            "e.g. DISPLAY=:0; X11 applications' windows only) and the microphone alone (--microphone "
+            "--no-screen). What does not: native Wayland windows (grabs and titles need X)."
+        )
     else:
-        report("error: no X display (DISPLAY unset): engram capture grabs the screen through X (Xorg, XWayland "
-               "or Xvfb). Set DISPLAY, or record the microphone alone with --microphone --no-screen.")
+        report(
+            "error: no X display (DISPLAY unset): engram capture grabs the screen through X (Xorg, XWayland "
+            "or Xvfb). Set DISPLAY, or record the microphone alone with --microphone --no-screen."
+        )
     raise typer.Exit(2)
 
 
@@ -666,10 +735,12 @@ def progress_line(cap: Capture) -> str:
     """What a capture did so far, for its progress display: phase, grabbed, kept, repeats, denied, published,
     failed, and what waits for OCR (or in the spool, ``--spool-only``)."""
     st = cap.stats
-    waiting = (f"{st.waiting} in the spool" if cap.sink is spool_sink else f"{st.waiting} waiting for OCR")
+    waiting = f"{st.waiting} in the spool" if cap.sink is spool_sink else f"{st.waiting} waiting for OCR"
     audio = f", {st.audio_kept}/{st.audio_chunks} audio chunks kept" if st.audio_chunks else ""
-    return (f"{cap.phase}: {st.grabbed} grabbed, {st.kept} kept, {st.duplicates} repeats, {st.denied} denied{audio}, "
-            f"{st.published} published, {st.failed} failed, {waiting}")
+    return (
+        f"{cap.phase}: {st.grabbed} grabbed, {st.kept} kept, {st.duplicates} repeats, {st.denied} denied{audio}, "
+        f"{st.published} published, {st.failed} failed, {waiting}"
+    )
 
 
 def progress_display(cap: Capture, console: Any):
@@ -694,49 +765,82 @@ def open_windows(report: Callable[[str], None]) -> XWindows | None:
     try:
         return XWindows()
     except Exception as exc:  # noqa: BLE001 (Xlib raises its own DisplayError family and OSError)
-        report(f"cannot read windows from the X server ({type(exc).__name__}: {exc}): privacy rules by title and "
-               "app cannot apply")
+        report(
+            f"cannot read windows from the X server ({type(exc).__name__}: {exc}): privacy rules by title and "
+            "app cannot apply"
+        )
         return None
 
 
 def capture_command(
-    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds (default: until "
-                                                   "Ctrl-C).")] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="Stop after this many seconds (default: until Ctrl-C).")
+    ] = None,
     max_frames: Annotated[int | None, typer.Option(help="Stop after this many screenshots grabbed.")] = None,
     interval: Annotated[float, typer.Option(help="Seconds between grabs while the screen changes.")] = 2.0,
-    max_interval: Annotated[float, typer.Option(help="Longest wait on a static screen (doubled per repeat up "
-                                                "to this).")] = 30.0,
+    max_interval: Annotated[
+        float, typer.Option(help="Longest wait on a static screen (doubled per repeat up to this).")
+    ] = 30.0,
     batch: Annotated[int, typer.Option(min=1, help="Kept frames per publish.")] = 5,
     flush_seconds: Annotated[float, typer.Option(help="Publish a smaller batch after this many seconds.")] = 60.0,
     monitor: Annotated[int, typer.Option(help="mss monitor: 1 the first, 2 the second, 0 all as one image.")] = 1,
-    deny_app: Annotated[list[str] | None, typer.Option(help="Also never capture this app (WM_CLASS substring; "
-                                                       "repeatable).")] = None,
-    deny_title: Annotated[list[str] | None, typer.Option(help="Also never capture a window whose title matches "
-                                                         "this regular expression (repeatable).")] = None,
-    pause_file: Annotated[Path | None, typer.Option(help="Paused while this file exists (default: "
-                                                    "DATA_DIR/capture.pause).")] = None,
-    spool: Annotated[Path | None, typer.Option(help="Where kept frames wait to be published (default: "
-                                               "DATA_DIR/capture-spool).")] = None,
-    api: Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", help="Publish to this engram API "
-                                            "(default: the embedded store).")] = None,
+    deny_app: Annotated[
+        list[str] | None, typer.Option(help="Also never capture this app (WM_CLASS substring; repeatable).")
+    ] = None,
+    deny_title: Annotated[
+        list[str] | None,
+        typer.Option(help="Also never capture a window whose title matches this regular expression (repeatable)."),
+    ] = None,
+    pause_file: Annotated[
+        Path | None, typer.Option(help="Paused while this file exists (default: DATA_DIR/capture.pause).")
+    ] = None,
+    spool: Annotated[
+        Path | None, typer.Option(help="Where kept frames wait to be published (default: DATA_DIR/capture-spool).")
+    ] = None,
+    api: Annotated[
+        str | None,
+        typer.Option(
+            "--api", envvar="ENGRAM_API_URL", help="Publish to this engram API (default: the embedded store)."
+        ),
+    ] = None,
     api_key: Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", help="API key.")] = None,
     user: Annotated[str | None, typer.Option(help="User id (default: ENGRAM_USER or the OS user).")] = None,
     device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant, embedded (default: ENGRAM_TENANT).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the run's counts as one JSON object on the last "
-                                           "line of stdout.")] = False,
-    spool_only: Annotated[bool, typer.Option("--spool-only", help="Publish nothing: kept frames stay in the spool "
-                                             "(to measure the agent alone, or to ingest later).")] = False,
-    microphone: Annotated[bool, typer.Option("--microphone", help="Also record the microphone in chunks; chunks "
-                                             "without speech are dropped (off by default).")] = False,
-    chunk_seconds: Annotated[float, typer.Option(min=1, help="Seconds of audio per published chunk, with "
-                                                 "--microphone.")] = 30.0,
-    mic_device: Annotated[str | None, typer.Option(help="PortAudio input device (index or name part; default: "
-                                                   "the system's default input).")] = None,
-    screen: Annotated[bool, typer.Option("--screen/--no-screen", help="Capture the screen (--no-screen: the "
-                                         "microphone alone).")] = True,
-    cpu_budget: Annotated[float | None, typer.Option(min=0, help="CPU budget in cores, the embedded pipeline's "
-                                                     "included (default ENGRAM_CAPTURE_CPU_BUDGET; 0: none).")] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the run's counts as one JSON object on the last line of stdout.")
+    ] = False,
+    spool_only: Annotated[
+        bool,
+        typer.Option(
+            "--spool-only",
+            help="Publish nothing: kept frames stay in the spool (to measure the agent alone, or to ingest later).",
+        ),
+    ] = False,
+    microphone: Annotated[
+        bool,
+        typer.Option(
+            "--microphone",
+            help="Also record the microphone in chunks; chunks without speech are dropped (off by default).",
+        ),
+    ] = False,
+    chunk_seconds: Annotated[
+        float, typer.Option(min=1, help="Seconds of audio per published chunk, with --microphone.")
+    ] = 30.0,
+    mic_device: Annotated[
+        str | None,
+        typer.Option(help="PortAudio input device (index or name part; default: the system's default input)."),
+    ] = None,
+    screen: Annotated[
+        bool, typer.Option("--screen/--no-screen", help="Capture the screen (--no-screen: the microphone alone).")
+    ] = True,
+    cpu_budget: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            help="CPU budget in cores, the embedded pipeline's included (default ENGRAM_CAPTURE_CPU_BUDGET; 0: none).",
+        ),
+    ] = None,
 ) -> None:
     """Capture the screen (and with --microphone the microphone) into memory: screenshots at an adaptive
     interval, repeats dropped before anything is stored, denied apps and windows never captured, audio chunks
@@ -758,18 +862,32 @@ def capture_command(
     if screen:
         check_display(report)
     rules = privacy_rules(deny_app, deny_title, report)
-    config = CaptureConfig(spool=spool or settings.data_dir / "capture-spool", interval=interval,
-                           max_interval=max_interval, max_frames=max_frames, duration=duration, batch=batch,
-                           flush_seconds=flush_seconds, monitor=monitor,
-                           pause_file=pause_file or settings.data_dir / "capture.pause",
-                           hash_min=settings.near_duplicate_similarity, ssim_min=settings.near_duplicate_ssim,
-                           thumb_side=settings.near_duplicate_thumb_side, screen=screen,
-                           cpu_budget=settings.capture_cpu_budget if cpu_budget is None else cpu_budget)
+    config = CaptureConfig(
+        spool=spool or settings.data_dir / "capture-spool",
+        interval=interval,
+        max_interval=max_interval,
+        max_frames=max_frames,
+        duration=duration,
+        batch=batch,
+        flush_seconds=flush_seconds,
+        monitor=monitor,
+        pause_file=pause_file or settings.data_dir / "capture.pause",
+        hash_min=settings.near_duplicate_similarity,
+        ssim_min=settings.near_duplicate_ssim,
+        thumb_side=settings.near_duplicate_thumb_side,
+        screen=screen,
+        cpu_budget=settings.capture_cpu_budget if cpu_budget is None else cpu_budget,
+    )
     mic = open_microphone(config.spool, chunk_seconds, mic_device, report) if microphone else None
     user, device = user or _default_user(), device or _default_device()
     client = _client(api, api_key, user, device) if api and not spool_only else None
-    sink = (spool_sink if spool_only else api_sink(client, report) if client
-            else embedded_sink(config, tenant or settings.tenant, user, device, report))
+    sink = (
+        spool_sink
+        if spool_only
+        else api_sink(client, report)
+        if client
+        else embedded_sink(config, tenant or settings.tenant, user, device, report)
+    )
     windows = open_windows(report) if screen else None
     cap = Capture(config, sink, rules, windows, report=report, microphone=mic)
     previous = install_signals(cap)
@@ -786,12 +904,15 @@ def start_line(config: CaptureConfig, chunk_seconds: float | None, target: Path 
     longest = max(config.max_interval, config.interval)
     screen = f"capturing monitor {config.monitor} every {config.interval:g}-{longest:g} s"
     mic = f"{' and' if config.screen else ''} the microphone in {chunk_seconds:g} s chunks" if chunk_seconds else ""
-    return ((screen if config.screen else "capturing") + mic + f" into {target or 'the embedded store'} (pause: "
-            f"SIGUSR1 or {config.pause_file}; Ctrl-C stops)")
+    return (
+        (screen if config.screen else "capturing") + mic + f" into {target or 'the embedded store'} (pause: "
+        f"SIGUSR1 or {config.pause_file}; Ctrl-C stops)"
+    )
 
 
-def embedded_sink(config: CaptureConfig, tenant: str, user: str, device: str,
-                  report: Callable[[str], None]) -> EmbeddedSink:
+def embedded_sink(
+    config: CaptureConfig, tenant: str, user: str, device: str, report: Callable[[str], None]
+) -> EmbeddedSink:
     """The ``EmbeddedSink`` of a capture that runs the pipeline in its own process: the store kept open twice
     ``flush_seconds``, the user consolidated every ``consolidate_min_observations`` frames; grabs wait while two
     batches wait for the pipeline (``max_backlog``), and the pipeline embeds in batches of
@@ -800,8 +921,14 @@ def embedded_sink(config: CaptureConfig, tenant: str, user: str, device: str,
 
     config.max_backlog = 2 * config.batch
     os.environ.setdefault("ENGRAM_MODELS__EMBEDDING_BATCH_SIZE", str(CAPTURE_EMBEDDING_BATCH))
-    return EmbeddedSink(tenant, user, device, report, linger=2 * config.flush_seconds,
-                        consolidate_every=get_settings().consolidate_min_observations)
+    return EmbeddedSink(
+        tenant,
+        user,
+        device,
+        report,
+        linger=2 * config.flush_seconds,
+        consolidate_every=get_settings().consolidate_min_observations,
+    )
 
 
 def print_stats(stats: CaptureStats, json_out: bool, console: Any) -> None:
@@ -813,12 +940,17 @@ def print_stats(stats: CaptureStats, json_out: bool, console: Any) -> None:
     if json_out:
         console.out(json.dumps({**asdict(stats), "waiting": stats.waiting}), highlight=False)
         return
-    audio = (f"; audio: {stats.audio_chunks} chunks, {stats.audio_kept} kept, {stats.audio_silent} silent dropped"
-             if stats.audio_chunks or stats.audio_seconds else "")
-    console.print(f"{stats.grabbed} grabbed, {stats.kept} kept, {stats.duplicates} repeats dropped, "
-                  f"{stats.denied} denied, {stats.published} published, {stats.failed} failed{audio}; "
-                  f"{stats.gate_cpu_seconds:.2f} CPU s capturing, {stats.cpu_seconds:.2f} CPU s in all, "
-                  f"{stats.wall_seconds:.1f} s")
+    audio = (
+        f"; audio: {stats.audio_chunks} chunks, {stats.audio_kept} kept, {stats.audio_silent} silent dropped"
+        if stats.audio_chunks or stats.audio_seconds
+        else ""
+    )
+    console.print(
+        f"{stats.grabbed} grabbed, {stats.kept} kept, {stats.duplicates} repeats dropped, "
+        f"{stats.denied} denied, {stats.published} published, {stats.failed} failed{audio}; "
+        f"{stats.gate_cpu_seconds:.2f} CPU s capturing, {stats.cpu_seconds:.2f} CPU s in all, "
+        f"{stats.wall_seconds:.1f} s"
+    )
 
 
 def open_microphone(spool: Path, chunk_seconds: float, device: str | None, report: Callable[[str], None]):
@@ -830,15 +962,17 @@ def open_microphone(spool: Path, chunk_seconds: float, device: str | None, repor
     try:
         import sounddevice  # noqa: F401 (raises OSError when the PortAudio library is missing)
 
-        return MicrophoneRecorder(MicrophoneConfig(spool=spool, chunk_seconds=chunk_seconds, device=dev),
-                                  audio_frame, report)
+        return MicrophoneRecorder(
+            MicrophoneConfig(spool=spool, chunk_seconds=chunk_seconds, device=dev), audio_frame, report
+        )
     except (ImportError, OSError) as exc:
         report(f"error: --microphone: {exc} (pip install sounddevice webrtcvad-wheels; apt install libportaudio2)")
         raise typer.Exit(2) from exc
 
 
-def privacy_rules(deny_app: list[str] | None, deny_title: list[str] | None,
-                  report: Callable[[str], None]) -> PrivacyRules:
+def privacy_rules(
+    deny_app: list[str] | None, deny_title: list[str] | None, report: Callable[[str], None]
+) -> PrivacyRules:
     """The default rules plus ``--deny-app``/``--deny-title``; exits 2 with one line for a bad pattern."""
     try:
         return PrivacyRules((*DEFAULT_DENY_APPS, *(deny_app or [])), (*DEFAULT_DENY_TITLES, *(deny_title or [])))
@@ -847,8 +981,9 @@ def privacy_rules(deny_app: list[str] | None, deny_title: list[str] | None,
         raise typer.Exit(2) from exc
 
 
-def run_with_progress(cap: Capture, previous: dict, windows: XWindows | None, client: Any,
-                      report: Callable[[str], None]) -> CaptureStats:
+def run_with_progress(
+    cap: Capture, previous: dict, windows: XWindows | None, client: Any, report: Callable[[str], None]
+) -> CaptureStats:
     """``run_capture`` under ``progress_display`` on stderr; on a terminal the counts are refreshed in place
     instead of a line per published batch."""
     from engram.api.console import err
@@ -859,8 +994,9 @@ def run_with_progress(cap: Capture, previous: dict, windows: XWindows | None, cl
         return run_capture(cap, previous, windows, client, report)
 
 
-def run_capture(cap: Capture, previous: dict, windows: XWindows | None, client: Any,
-                report: Callable[[str], None]) -> CaptureStats:
+def run_capture(
+    cap: Capture, previous: dict, windows: XWindows | None, client: Any, report: Callable[[str], None]
+) -> CaptureStats:
     """``cap.run()``, then ``restore``; a microphone that cannot be opened exits 2 with one line."""
     from engram.api.capture.microphone import MicrophoneUnavailable
 

@@ -80,8 +80,9 @@ class SilenceGate:
     or 48 kHz (webrtcvad's). Raises ImportError naming the package when webrtcvad is not installed,
     ValueError for a bad mode or rate."""
 
-    def __init__(self, samplerate: int = SAMPLE_RATE, vad_mode: int = 2, min_voiced: float = 0.1,
-                 min_dbfs: float = -55.0) -> None:
+    def __init__(
+        self, samplerate: int = SAMPLE_RATE, vad_mode: int = 2, min_voiced: float = 0.1, min_dbfs: float = -55.0
+    ) -> None:
         try:
             import webrtcvad
         except ImportError as exc:
@@ -104,8 +105,10 @@ class SilenceGate:
             return 0.0
         frames = np.frombuffer(pcm, dtype="<i2", count=n * self.frame_bytes // 2).reshape(n, -1).astype(np.float32)
         loud = np.sqrt((frames * frames).mean(axis=1)) >= self.min_rms
-        voiced = sum(self.vad.is_speech(pcm[i * self.frame_bytes:(i + 1) * self.frame_bytes], self.samplerate)
-                     for i in np.flatnonzero(loud))
+        voiced = sum(
+            self.vad.is_speech(pcm[i * self.frame_bytes : (i + 1) * self.frame_bytes], self.samplerate)
+            for i in np.flatnonzero(loud)
+        )
         return voiced / n
 
     def keeps(self, pcm: bytes) -> bool:
@@ -128,9 +131,13 @@ class MicrophoneRecorder:
     ``report`` gets one line per dropped or kept chunk's trouble. ``open_stream``: makes the started input
     stream from (samplerate, blocksize, device, callback); default sounddevice's ``InputStream``."""
 
-    def __init__(self, config: MicrophoneConfig, frame: Callable[[Path, datetime], Any],
-                 report: Callable[[str], None] = lambda _: None,
-                 open_stream: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        config: MicrophoneConfig,
+        frame: Callable[[Path, datetime], Any],
+        report: Callable[[str], None] = lambda _: None,
+        open_stream: Callable[..., Any] | None = None,
+    ) -> None:
         self.config, self.frame, self.report = config, frame, report
         self.gate = SilenceGate(config.samplerate, config.vad_mode, config.min_voiced, config.min_dbfs)
         self.stats = MicrophoneStats()
@@ -155,14 +162,17 @@ class MicrophoneRecorder:
         self._thread = threading.Thread(target=self._record, name="capture-microphone", daemon=True)
         self._thread.start()
         try:
-            self._stream = self._open_stream(self.config.samplerate, int(self.config.samplerate * BLOCK_SECONDS),
-                                             self.config.device, self.callback)
+            self._stream = self._open_stream(
+                self.config.samplerate, int(self.config.samplerate * BLOCK_SECONDS), self.config.device, self.callback
+            )
         except BaseException as exc:
             self._blocks.put(None)
             self._thread.join()
             if isinstance(exc, Exception):  # sounddevice.PortAudioError, ValueError (no such device), OSError
-                raise MicrophoneUnavailable(f"cannot record from input device {self.config.device or 'default'}: "
-                                            f"{exc}; inputs: {'; '.join(_inputs_or_why()) or 'none'}") from exc
+                raise MicrophoneUnavailable(
+                    f"cannot record from input device {self.config.device or 'default'}: "
+                    f"{exc}; inputs: {'; '.join(_inputs_or_why()) or 'none'}"
+                ) from exc
             raise
 
     def stop(self) -> MicrophoneStats:
@@ -223,8 +233,9 @@ def _sounddevice_stream(samplerate: int, blocksize: int, device: int | str | Non
     """A started sounddevice InputStream: mono int16 at ``samplerate``, ``blocksize`` frames per callback."""
     import sounddevice
 
-    stream = sounddevice.RawInputStream(samplerate=samplerate, blocksize=blocksize, device=device, channels=1,
-                                        dtype="int16", callback=callback)
+    stream = sounddevice.RawInputStream(
+        samplerate=samplerate, blocksize=blocksize, device=device, channels=1, dtype="int16", callback=callback
+    )
     stream.start()
     return stream
 
@@ -234,8 +245,11 @@ def input_devices() -> list[str]:
     import sounddevice
 
     apis = sounddevice.query_hostapis()
-    return [f"{i}: {d['name']} ({apis[d['hostapi']]['name']})" for i, d in enumerate(sounddevice.query_devices())
-            if d["max_input_channels"] > 0]
+    return [
+        f"{i}: {d['name']} ({apis[d['hostapi']]['name']})"
+        for i, d in enumerate(sounddevice.query_devices())
+        if d["max_input_channels"] > 0
+    ]
 
 
 def _inputs_or_why() -> list[str]:

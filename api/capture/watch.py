@@ -38,11 +38,18 @@ class FolderWatcher:
     that published files, with them (e.g. to release a store held for the batch).
     """
 
-    def __init__(self, folder: Path, publish: Callable[[Path], object], settle: float = 2.0, poll: float = 0.5,
-                 recursive: bool = True, existing: bool = False,
-                 on_error: Callable[[Path, Exception], None] | None = None,
-                 on_ready: Callable[[], None] | None = None,
-                 on_batch: Callable[[list[Path]], None] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        publish: Callable[[Path], object],
+        settle: float = 2.0,
+        poll: float = 0.5,
+        recursive: bool = True,
+        existing: bool = False,
+        on_error: Callable[[Path, Exception], None] | None = None,
+        on_ready: Callable[[], None] | None = None,
+        on_batch: Callable[[list[Path]], None] | None = None,
+    ) -> None:
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise NotADirectoryError(f"{folder}: not a folder")
@@ -152,8 +159,13 @@ class EmbeddedBatches:
     ``on_busy(exc)`` is told. ``close`` releases the store (the watch is over). Owned by the thread that runs the
     watcher."""
 
-    def __init__(self, ingest: Callable[[list[Path]], dict[str, list]], report: Callable[[dict[str, list]], None],
-                 on_busy: Callable[[Exception], None] | None = None, linger: float = 0.0) -> None:
+    def __init__(
+        self,
+        ingest: Callable[[list[Path]], dict[str, list]],
+        report: Callable[[dict[str, list]], None],
+        on_busy: Callable[[Exception], None] | None = None,
+        linger: float = 0.0,
+    ) -> None:
         self.ingest, self.report, self.on_busy, self.linger = ingest, report, on_busy, linger
         self.watcher: FolderWatcher | None = None
         self._batch: list[Path] = []

@@ -23,12 +23,26 @@ from rich.text import Text
 from engram.api.cli.keep import cluster_settings, fail
 from engram.api.console import console, counted
 
-ApiUrl = Annotated[str | None, typer.Option("--api", help="Through this engram API (a cluster's), e.g. "
-                                            "http://127.0.0.1:8000, instead of the data dir or ENGRAM_BROKER_URL's "
-                                            "cluster (never taken from ENGRAM_API_URL: an import goes to a cluster "
-                                            "only when asked).")]
-ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", show_envvar=True, show_default=False,
-                                            help="With --api: an API key of the tenant.")]
+ApiUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--api",
+        help="Through this engram API (a cluster's), e.g. "
+        "http://127.0.0.1:8000, instead of the data dir or ENGRAM_BROKER_URL's "
+        "cluster (never taken from ENGRAM_API_URL: an import goes to a cluster "
+        "only when asked).",
+    ),
+]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="ENGRAM_API_KEY",
+        show_envvar=True,
+        show_default=False,
+        help="With --api: an API key of the tenant.",
+    ),
+]
 
 
 def _ask(settings: Any, task: str, args: list[Any], timeout: float = 3600.0) -> dict[str, Any]:
@@ -45,8 +59,9 @@ def _ask(settings: Any, task: str, args: list[Any], timeout: float = 3600.0) -> 
     try:
         got = result.get(timeout=timeout)
     except CeleryTimeout as exc:
-        raise fail(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role store` "
-                    "running?", 3) from exc
+        raise fail(
+            f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role store` running?", 3
+        ) from exc
     finally:
         result.forget()
     if got.get("error"):
@@ -134,8 +149,9 @@ def _import_through_api(url: str, key: str | None, archive_file: Path) -> dict[s
     return {**got, "path": str(archive_file)}
 
 
-def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool, api: str | None = None,
-                   api_key: str | None = None) -> None:
+def export_archive(
+    dest: Path, tenant: str, user: str | None, as_json: bool, api: str | None = None, api_key: str | None = None
+) -> None:
     """Write the archive of ``user`` of ``tenant`` (None: the whole tenant) to ``dest``; exit 1 when there is
     nothing to export, 2 when ``dest`` cannot be written, 3 when the store stays busy or no store worker answers."""
     from engram.schemas.errors import StoreError  # loaded when the command runs (start-up)
@@ -163,10 +179,14 @@ def export_archive(dest: Path, tenant: str, user: str | None, as_json: bool, api
         print(json.dumps(got))
         return
     c = got["counts"]
-    console.print(Text(f"exported {repr(user) if user else 'tenant ' + repr(tenant)} to {dest}: "
-                       f"{counted(c['objects'], 'object')} ({c['object_bytes'] / 1e6:.1f} MB), {_points(c)}, "
-                       f"{counted(c['events'], 'event')}, {counted(c['vault_entries'], 'vault entry', 'vault entries')}"
-                       f" (still encrypted: the vault key is not in the archive) in {got['seconds']:.1f} s"))
+    console.print(
+        Text(
+            f"exported {repr(user) if user else 'tenant ' + repr(tenant)} to {dest}: "
+            f"{counted(c['objects'], 'object')} ({c['object_bytes'] / 1e6:.1f} MB), {_points(c)}, "
+            f"{counted(c['events'], 'event')}, {counted(c['vault_entries'], 'vault entry', 'vault entries')}"
+            f" (still encrypted: the vault key is not in the archive) in {got['seconds']:.1f} s"
+        )
+    )
 
 
 def _import_in_cluster(settings: Any, archive_file: Path) -> dict[str, Any]:
@@ -186,8 +206,9 @@ def _import_in_cluster(settings: Any, archive_file: Path) -> dict[str, Any]:
 
 
 def import_(
-    archive_file: Annotated[Path, typer.Argument(metavar="FILE", help="An archive written by `engram export "
-                                                 "--archive FILE`.")],
+    archive_file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="An archive written by `engram export --archive FILE`.")
+    ],
     api: ApiUrl = None,
     api_key: ApiKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
@@ -226,14 +247,23 @@ def import_(
         print(json.dumps(got))
         return
     w, counts = got["written"], got["counts"]
-    new = (f"{counted(w['objects'], 'object')}, {_points(w)}, {counted(w['events'], 'event')} written"
-           if w["objects"] or any(w["points"].values()) or w["events"] else "nothing new: all of it was already here")
+    new = (
+        f"{counted(w['objects'], 'object')}, {_points(w)}, {counted(w['events'], 'event')} written"
+        if w["objects"] or any(w["points"].values()) or w["events"]
+        else "nothing new: all of it was already here"
+    )
     who = repr(got["user_id"]) if got["user_id"] else f"tenant {got['tenant_id']!r}"
-    console.print(Text(f"imported {who} from {archive_file} ({_points(counts)}; "
-                       f"{counted(counts['objects'], 'object')}): {new} in {got['seconds']:.1f} s"))
+    console.print(
+        Text(
+            f"imported {who} from {archive_file} ({_points(counts)}; "
+            f"{counted(counts['objects'], 'object')}): {new} in {got['seconds']:.1f} s"
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:
     """Add ``import`` to the ``engram`` app."""
-    app.command("import", epilog="Example:  engram export --user alice --archive alice.tar  ·  "
-                "engram --data-dir ~/new import alice.tar")(import_)
+    app.command(
+        "import",
+        epilog="Example:  engram export --user alice --archive alice.tar  ·  engram --data-dir ~/new import alice.tar",
+    )(import_)

@@ -17,9 +17,11 @@ from rich.text import Text
 
 from engram.api.console import console, err
 
-_S3_HELP = ("S3 endpoint for an s3:// DEST, e.g. http://127.0.0.1:8333 (default: AWS_ENDPOINT_URL_S3, "
-            "AWS_ENDPOINT_URL, else ENGRAM_S3_ENDPOINT). Keys: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, else "
-            "ENGRAM_S3_ACCESS_KEY / ENGRAM_S3_SECRET_KEY.")
+_S3_HELP = (
+    "S3 endpoint for an s3:// DEST, e.g. http://127.0.0.1:8333 (default: AWS_ENDPOINT_URL_S3, "
+    "AWS_ENDPOINT_URL, else ENGRAM_S3_ENDPOINT). Keys: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, else "
+    "ENGRAM_S3_ACCESS_KEY / ENGRAM_S3_SECRET_KEY."
+)
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:
@@ -35,18 +37,22 @@ def _s3_options(endpoint: str | None) -> dict[str, Any]:
     from engram.schemas.settings import get_settings
 
     settings = get_settings()
-    url = (endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-           or settings.s3_endpoint)
+    url = (
+        endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or settings.s3_endpoint
+    )
     if not url:
         return {}
     secure = settings.s3_secure
     if "://" in url:
         scheme, url = url.split("://", 1)
         secure = scheme == "https"
-    return {"endpoint": url.rstrip("/"), "secure": secure,
-            "access_key": os.environ.get("AWS_ACCESS_KEY_ID") or settings.s3_access_key,
-            "secret_key": os.environ.get("AWS_SECRET_ACCESS_KEY") or settings.s3_secret_key,
-            "region": os.environ.get("AWS_REGION") or settings.s3_region}
+    return {
+        "endpoint": url.rstrip("/"),
+        "secure": secure,
+        "access_key": os.environ.get("AWS_ACCESS_KEY_ID") or settings.s3_access_key,
+        "secret_key": os.environ.get("AWS_SECRET_ACCESS_KEY") or settings.s3_secret_key,
+        "region": os.environ.get("AWS_REGION") or settings.s3_region,
+    }
 
 
 def cluster_settings(what: str) -> Any:
@@ -59,8 +65,10 @@ def cluster_settings(what: str) -> Any:
     if settings.broker_url:
         return settings
     if settings.qdrant_url or settings.s3_endpoint:
-        raise fail(f"engram {what} covers the embedded default's data dir, or a cluster (ENGRAM_BROKER_URL set); "
-                   "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT without a broker is neither")
+        raise fail(
+            f"engram {what} covers the embedded default's data dir, or a cluster (ENGRAM_BROKER_URL set); "
+            "ENGRAM_QDRANT_URL or ENGRAM_S3_ENDPOINT without a broker is neither"
+        )
     return None
 
 
@@ -90,14 +98,17 @@ def _ask_store_worker(settings: Any, find: float = 60.0, timeout: float = 3600.0
     def ask(task: str, args: list[Any]) -> dict[str, Any]:
         queue = QUEUE_OF[Task(task)].value
         if not served(queue):
-            raise fail(f"no worker serves the {queue} queue here (looked for {find:g} s): start the store worker "
-                        "(`engram worker --role store`) on the cluster ENGRAM_BROKER_URL names, then run this again")
+            raise fail(
+                f"no worker serves the {queue} queue here (looked for {find:g} s): start the store worker "
+                "(`engram worker --role store`) on the cluster ENGRAM_BROKER_URL names, then run this again"
+            )
         result = app.send_task(task, args=args)
         try:
             return result.get(timeout=timeout)
         except CeleryTimeout as exc:
-            raise fail(f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role "
-                        "store` running?") from exc
+            raise fail(
+                f"the store worker did not answer {task} within {timeout:g} s: is `engram worker --role store` running?"
+            ) from exc
         finally:
             result.forget()
 
@@ -105,8 +116,16 @@ def _ask_store_worker(settings: Any, find: float = 60.0, timeout: float = 3600.0
 
 
 def _progress(quiet: bool) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeElapsedColumn(), console=err, disable=quiet, transient=False)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=quiet,
+        transient=False,
+    )
 
 
 class _Bars:
@@ -136,15 +155,31 @@ def _bars(progress: Progress, quiet: bool) -> _Bars | None:
 
 
 def backup(
-    dest: Annotated[str, typer.Argument(help="A folder (made if missing) or s3://BUCKET/PREFIX. The same DEST again "
-                                        "makes an incremental backup: only new content is written.")],
+    dest: Annotated[
+        str,
+        typer.Argument(
+            help="A folder (made if missing) or s3://BUCKET/PREFIX. The same DEST again "
+            "makes an incremental backup: only new content is written."
+        ),
+    ],
     s3_endpoint: Annotated[str | None, typer.Option(help=_S3_HELP)] = None,
-    include_vault_key: Annotated[bool, typer.Option(
-        "--include-vault-key", help="Also copy data_dir/vault.key. Without it the vault's entries are in the backup "
-        "still encrypted and the key is not: keep the key elsewhere (or set ENGRAM_VAULT_KEY).")] = False,
-    wait: Annotated[float, typer.Option(min=0, help="Seconds to wait for the store while another engram command "
-                                                    "works in it (a cluster: for its store worker to answer, "
-                                                    "at most 60).")] = 300.0,
+    include_vault_key: Annotated[
+        bool,
+        typer.Option(
+            "--include-vault-key",
+            help="Also copy data_dir/vault.key. Without it the vault's entries are in the backup "
+            "still encrypted and the key is not: keep the key elsewhere (or set ENGRAM_VAULT_KEY).",
+        ),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds to wait for the store while another engram command "
+            "works in it (a cluster: for its store worker to answer, "
+            "at most 60).",
+        ),
+    ] = 300.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
@@ -175,11 +210,21 @@ def backup(
                 if cluster:
                     from engram.workers.stores.cluster_backup import backup_cluster  # the distributed mode's
 
-                    result = backup_cluster(settings, repo, _ask_store_worker(settings, min(wait, 60.0)), s3,
-                                            progress=_bars(progress, quiet or as_json))
+                    result = backup_cluster(
+                        settings,
+                        repo,
+                        _ask_store_worker(settings, min(wait, 60.0)),
+                        s3,
+                        progress=_bars(progress, quiet or as_json),
+                    )
                 else:
-                    result = engine.backup(data_dir, repo, wait=wait, include_vault_key=include_vault_key,
-                                           progress=_bars(progress, quiet or as_json))
+                    result = engine.backup(
+                        data_dir,
+                        repo,
+                        wait=wait,
+                        include_vault_key=include_vault_key,
+                        progress=_bars(progress, quiet or as_json),
+                    )
             finally:
                 repo.close()
         except engine.BackupError as exc:
@@ -187,30 +232,41 @@ def backup(
         except StoreError as exc:
             raise fail(str(exc), 3) from exc
         except OSError as exc:
-            raise fail(f"backup into {dest} failed: {exc.strerror or exc}"
-                        + (" (the disk is full)" if exc.errno == 28 else "")
-                        + "; earlier backups there are untouched and complete") from exc
+            raise fail(
+                f"backup into {dest} failed: {exc.strerror or exc}"
+                + (" (the disk is full)" if exc.errno == 28 else "")
+                + "; earlier backups there are untouched and complete"
+            ) from exc
     if as_json:
         console.print_json(json.dumps(result.to_json()))
         return
     mb = 1e6
     what = "the cluster" if cluster else str(data_dir)
-    console.print(f"backed up {what} to {result.location}: snapshot {result.snapshot}, {result.files} files, "
-                  f"{result.logical_bytes / mb:.1f} MB; wrote {result.written_bytes / mb:.1f} MB new "
-                  f"({result.new_chunks} chunks, {result.reused_chunks} already there) in {result.seconds:.1f} s "
-                  f"(store held {result.store_held_seconds:.1f} s)", highlight=False, soft_wrap=True)
+    console.print(
+        f"backed up {what} to {result.location}: snapshot {result.snapshot}, {result.files} files, "
+        f"{result.logical_bytes / mb:.1f} MB; wrote {result.written_bytes / mb:.1f} MB new "
+        f"({result.new_chunks} chunks, {result.reused_chunks} already there) in {result.seconds:.1f} s "
+        f"(store held {result.store_held_seconds:.1f} s)",
+        highlight=False,
+        soft_wrap=True,
+    )
     if not cluster and result.vault_key == "excluded" and (data_dir / engine.VAULT_KEY).is_file():
-        err.print(f"note: the vault key {data_dir / engine.VAULT_KEY} is not in the backup (--include-vault-key "
-                  "puts it in): keep a copy elsewhere, or the vault's entries cannot be read after a restore",
-                  highlight=False, soft_wrap=True)
+        err.print(
+            f"note: the vault key {data_dir / engine.VAULT_KEY} is not in the backup (--include-vault-key "
+            "puts it in): keep a copy elsewhere, or the vault's entries cannot be read after a restore",
+            highlight=False,
+            soft_wrap=True,
+        )
     for rel in result.vanished:
         err.print(f"note: {rel} was deleted while the backup ran and is not in it", highlight=False, soft_wrap=True)
 
 
 def restore(
     src: Annotated[str, typer.Argument(help="A folder or s3://BUCKET/PREFIX written by `engram backup`.")],
-    snapshot: Annotated[str | None, typer.Option(help="The snapshot to restore (a name or its unique start, see "
-                                                      "--list; default: the newest).")] = None,
+    snapshot: Annotated[
+        str | None,
+        typer.Option(help="The snapshot to restore (a name or its unique start, see --list; default: the newest)."),
+    ] = None,
     list_snapshots: Annotated[bool, typer.Option("--list", help="List SRC's snapshots and restore nothing.")] = False,
     s3_endpoint: Annotated[str | None, typer.Option(help=_S3_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary on stdout.")] = False,
@@ -241,45 +297,71 @@ def restore(
             if as_json:
                 console.print_json(json.dumps(rows))
             for row in [] if as_json else rows:
-                console.print(f"{row['snapshot']}  {row.get('created', '')}  engram {row.get('engram_version')}  "
-                              f"{row.get('files', 0)} files  {row.get('bytes', 0) / 1e6:.1f} MB  {row.get('source')}"
-                              if "error" not in row else f"{row['snapshot']}  {row['error']}",
-                              highlight=False, soft_wrap=True)
+                console.print(
+                    f"{row['snapshot']}  {row.get('created', '')}  engram {row.get('engram_version')}  "
+                    f"{row.get('files', 0)} files  {row.get('bytes', 0) / 1e6:.1f} MB  {row.get('source')}"
+                    if "error" not in row
+                    else f"{row['snapshot']}  {row['error']}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
             return
         with _progress(quiet or as_json) as progress:
             try:
                 if cluster:
                     from engram.workers.stores.cluster_backup import restore_cluster  # the distributed mode's
 
-                    result = restore_cluster(settings, repo, _ask_store_worker(settings), snapshot, s3,
-                                             progress=_bars(progress, quiet or as_json))
+                    result = restore_cluster(
+                        settings,
+                        repo,
+                        _ask_store_worker(settings),
+                        snapshot,
+                        s3,
+                        progress=_bars(progress, quiet or as_json),
+                    )
                 else:
-                    result = engine.restore(repo, data_dir, snapshot=snapshot,
-                                            progress=_bars(progress, quiet or as_json))
+                    result = engine.restore(
+                        repo, data_dir, snapshot=snapshot, progress=_bars(progress, quiet or as_json)
+                    )
             except engine.BackupError as exc:
                 raise fail(str(exc)) from exc
             except OSError as exc:
-                raise fail(f"restore into {data_dir} failed: {exc.strerror or exc}; run the same command again "
-                            "to complete it") from exc
+                raise fail(
+                    f"restore into {data_dir} failed: {exc.strerror or exc}; run the same command again to complete it"
+                ) from exc
     finally:
         repo.close()
     if as_json:
         console.print_json(json.dumps(result.to_json()))
         return
-    console.print(f"restored snapshot {result.snapshot} (engram {result.engram_version}, {result.created}) into "
-                  f"{result.data_dir if cluster else data_dir}: {result.files} files, {result.bytes / 1e6:.1f} MB "
-                  f"in {result.seconds:.1f} s",
-                  highlight=False, soft_wrap=True)
-    if not cluster and result.vault_key == "excluded" and (Path(data_dir) / "objects" / "vault").is_dir() \
-            and not get_settings().vault_key:
-        err.print(f"note: the backup holds vault entries but not their key: copy the old vault.key to "
-                  f"{Path(data_dir) / 'vault.key'} (mode 0600) or set ENGRAM_VAULT_KEY", highlight=False,
-                  soft_wrap=True)
+    console.print(
+        f"restored snapshot {result.snapshot} (engram {result.engram_version}, {result.created}) into "
+        f"{result.data_dir if cluster else data_dir}: {result.files} files, {result.bytes / 1e6:.1f} MB "
+        f"in {result.seconds:.1f} s",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if (
+        not cluster
+        and result.vault_key == "excluded"
+        and (Path(data_dir) / "objects" / "vault").is_dir()
+        and not get_settings().vault_key
+    ):
+        err.print(
+            f"note: the backup holds vault entries but not their key: copy the old vault.key to "
+            f"{Path(data_dir) / 'vault.key'} (mode 0600) or set ENGRAM_VAULT_KEY",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def register(app: typer.Typer) -> None:
     """Add ``backup`` and ``restore`` to the ``engram`` app."""
-    app.command(epilog="Examples:  engram backup ~/engram-backups  ·  engram backup s3://my-bucket/engram "
-                       "--s3-endpoint https://s3.example.com  ·  engram backup /mnt/usb/engram --json")(backup)
-    app.command(epilog="Examples:  engram --data-dir ~/engram-restored restore ~/engram-backups  ·  "
-                       "engram restore ~/engram-backups --list")(restore)
+    app.command(
+        epilog="Examples:  engram backup ~/engram-backups  ·  engram backup s3://my-bucket/engram "
+        "--s3-endpoint https://s3.example.com  ·  engram backup /mnt/usb/engram --json"
+    )(backup)
+    app.command(
+        epilog="Examples:  engram --data-dir ~/engram-restored restore ~/engram-backups  ·  "
+        "engram restore ~/engram-backups --list"
+    )(restore)

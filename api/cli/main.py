@@ -58,9 +58,12 @@ from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchRequest  # noqa: E
 app = typer.Typer(
     name="engram",
     help="Long-term multimodal memory for AI agents: ingest screenshots, audio, clips and chats, then search "
-         "them. Runs on the embedded default (no servers; data under ENGRAM_DATA_DIR) unless "
-         "ENGRAM_BROKER_URL is set.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    "them. Runs on the embedded default (no servers; data under ENGRAM_DATA_DIR) unless "
+    "ENGRAM_BROKER_URL is set.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 
 
 def _configure_logging(verbose: bool, log_format: str) -> None:
@@ -78,8 +81,9 @@ def _configure_logging(verbose: bool, log_format: str) -> None:
 
 @app.callback()
 def main_options(
-    data_dir: Annotated[Path | None, typer.Option(help="Where the embedded default keeps everything "
-                                                  "(sets ENGRAM_DATA_DIR).")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Where the embedded default keeps everything (sets ENGRAM_DATA_DIR).")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log pipeline progress to stderr.")] = False,
     log_format: Annotated[str, typer.Option(help="Log lines as 'console' or 'json'.")] = "console",
 ) -> None:
@@ -95,17 +99,25 @@ def _runtime():
     return runtime()
 
 
-@app.command(epilog="Examples:  engram ingest ~/Pictures/Screenshots --user alice  ·  "
-                     "engram ingest memo.m4a chat.jsonl --captured-at 2024-05-01T09:30:00Z")
+@app.command(
+    epilog="Examples:  engram ingest ~/Pictures/Screenshots --user alice  ·  "
+    "engram ingest memo.m4a chat.jsonl --captured-at 2024-05-01T09:30:00Z"
+)
 def ingest(
-    paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursively). Kind is detected by "
-                                                "content: images, audio, video, conversation JSON/JSONL, ChatGPT and "
-                                                "WhatsApp exports, Markdown notes.")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Files or folders (recursively). Kind is detected by "
+            "content: images, audio, video, conversation JSON/JSONL, ChatGPT and "
+            "WhatsApp exports, Markdown notes."
+        ),
+    ],
     user: Annotated[str | None, typer.Option(help="User id (default: ENGRAM_USER or the OS user).")] = None,
     device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
-    captured_at: Annotated[str | None, typer.Option(help="When the media was captured, ISO 8601 "
-                                                    "(default: each file's modification time).")] = None,
+    captured_at: Annotated[
+        str | None, typer.Option(help="When the media was captured, ISO 8601 (default: each file's modification time).")
+    ] = None,
     app_name: Annotated[str | None, typer.Option("--app", help="Foreground application, for screenshots.")] = None,
     window: Annotated[str | None, typer.Option(help="Window title, for screenshots.")] = None,
     no_consolidate: Annotated[bool, typer.Option("--no-consolidate", help="Skip consolidation afterwards.")] = False,
@@ -118,9 +130,16 @@ def ingest(
     from engram.schemas.settings import get_settings
 
     try:
-        result = ingest_paths(paths, tenant or get_settings().tenant, user or default_user(),
-                              device or default_device(), parse_time(captured_at), app_name, window,
-                              consolidate=not no_consolidate)
+        result = ingest_paths(
+            paths,
+            tenant or get_settings().tenant,
+            user or default_user(),
+            device or default_device(),
+            parse_time(captured_at),
+            app_name,
+            window,
+            consolidate=not no_consolidate,
+        )
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
@@ -132,39 +151,64 @@ def ingest(
 def _print_ingest_summary(result: dict[str, list]) -> None:
     console.print(ingest_summary(result))
     for path, record in result["skipped"]:
-        console.print(f"  skipped {escape(shown_name(path))}: {escape(str(record.reason))}", highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"  skipped {escape(shown_name(path))}: {escape(str(record.reason))}", highlight=False, soft_wrap=True
+        )
     for path, why in result["ignored"][:10]:
-        console.print(f"  skipped {escape(shown_name(path))}: {escape(str(why))}", highlight=False,
-                      soft_wrap=True)
+        console.print(f"  skipped {escape(shown_name(path))}: {escape(str(why))}", highlight=False, soft_wrap=True)
     if len(result["ignored"]) > 10:
         console.print(f"  … and {len(result['ignored']) - 10} more files that are not media")
 
 
-@app.command(epilog="Examples:  engram search \"budget review\" --since 2024-05-01  ·  "
-                     "engram search receiver_count --kind screenshot -k 3  ·  engram search \"trip\" --type episodic")
+@app.command(
+    epilog='Examples:  engram search "budget review" --since 2024-05-01  ·  '
+    'engram search receiver_count --kind screenshot -k 3  ·  engram search "trip" --type episodic'
+)
 @reads_store
 def search(
     query: Annotated[str, typer.Argument(help="What to look for, in words.")],
     user: Annotated[str | None, typer.Option(help="Only this user's memories (default: all users).")] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
-    memory_type: Annotated[list[MemoryType] | None, typer.Option("--type", help="Collections to search "
-                                                                 "(repeatable; default: all but the vault).")] = None,
+    memory_type: Annotated[
+        list[MemoryType] | None,
+        typer.Option("--type", help="Collections to search (repeatable; default: all but the vault)."),
+    ] = None,
     kind: Annotated[list[MediaKind] | None, typer.Option(help="Only content from these media kinds.")] = None,
-    since: Annotated[str | None, typer.Option(help="Only content from this time on: a span back from now (2h, "
-                                              "3d), ISO 8601 or words ('last week', '2024-05', 'yesterday').")] = None,
-    until: Annotated[str | None, typer.Option(help="Only content up to this time: a span back from now, ISO 8601 "
-                                              "or words (the end of the range they name).")] = None,
-    entity: Annotated[list[str] | None, typer.Option(help="Only content linked to these entities (ids from "
-                                                     "`engram entities`; repeatable).")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Only content from this time on: a span back from now (2h, "
+            "3d), ISO 8601 or words ('last week', '2024-05', 'yesterday')."
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            help="Only content up to this time: a span back from now, ISO 8601 "
+            "or words (the end of the range they name)."
+        ),
+    ] = None,
+    entity: Annotated[
+        list[str] | None,
+        typer.Option(help="Only content linked to these entities (ids from `engram entities`; repeatable)."),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=1000, help="Number of results.")] = 10,
-    as_of: Annotated[str | None, typer.Option(help="Resolve time words in the query (\"last Tuesday\") against "
-                                              "this time (ISO 8601; default: now).")] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            help='Resolve time words in the query ("last Tuesday") against this time (ISO 8601; default: now).'
+        ),
+    ] = None,
     history: Annotated[bool, typer.Option("--history", help="Include superseded and archived memories.")] = False,
-    no_collapse: Annotated[bool, typer.Option("--no-collapse", help="Show every near-duplicate screenshot of a "
-                                              "burst (default: one hit per burst).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the SearchResponse as JSON (with the fused "
-                                          "scores).")] = False,
+    no_collapse: Annotated[
+        bool,
+        typer.Option(
+            "--no-collapse", help="Show every near-duplicate screenshot of a burst (default: one hit per burst)."
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the SearchResponse as JSON (with the fused scores).")
+    ] = False,
 ) -> None:
     """Hybrid search (dense MiniLM + BM25, fused by reciprocal rank fusion) over observations and memories.
 
@@ -172,11 +216,20 @@ def search(
     window is one hit. A tenant or user that holds nothing is named on stderr (exit 1)."""
     from engram.schemas.settings import get_settings
 
-    req = SearchRequest(query=query, tenant_id=tenant or get_settings().tenant, user_id=user,
-                        memory_types=memory_type or list(DEFAULT_SEARCH_TYPES), kinds=kind, entities=entity,
-                        time_from=time_bound(since, "--since"), time_to=time_bound(until, "--until", end=True),
-                        limit=limit, collapse=not no_collapse,
-                        reference_time=parse_time(as_of), include_history=history)
+    req = SearchRequest(
+        query=query,
+        tenant_id=tenant or get_settings().tenant,
+        user_id=user,
+        memory_types=memory_type or list(DEFAULT_SEARCH_TYPES),
+        kinds=kind,
+        entities=entity,
+        time_from=time_bound(since, "--since"),
+        time_to=time_bound(until, "--until", end=True),
+        limit=limit,
+        collapse=not no_collapse,
+        reference_time=parse_time(as_of),
+        include_history=history,
+    )
     resp = run_search(req)
     if as_json:
         print(resp.model_dump_json(indent=2))
@@ -213,46 +266,66 @@ def status(
     console.print(coll)
     failed = rt.ledger.records(tenant, EventStatus.failed, limit=failures)
     for rec in failed:
-        console.print(f"[red]failed[/red] {escape(shown_name(rec.source_name or rec.object_key))} \\[{rec.stage}]: "
-                      f"{escape(str(rec.reason))}", highlight=False)
+        console.print(
+            f"[red]failed[/red] {escape(shown_name(rec.source_name or rec.object_key))} \\[{rec.stage}]: "
+            f"{escape(str(rec.reason))}",
+            highlight=False,
+        )
     skipped = rt.ledger.records(tenant, EventStatus.skipped, limit=failures)
     for rec in skipped:
-        console.print(f"skipped {escape(shown_name(rec.source_name or rec.object_key))}: {escape(str(rec.reason))}",
-                      highlight=False)
-    unfinished = [r for st in (EventStatus.processing, EventStatus.queued)
-                  for r in rt.ledger.records(tenant, st, limit=failures)]
+        console.print(
+            f"skipped {escape(shown_name(rec.source_name or rec.object_key))}: {escape(str(rec.reason))}",
+            highlight=False,
+        )
+    unfinished = [
+        r for st in (EventStatus.processing, EventStatus.queued) for r in rt.ledger.records(tenant, st, limit=failures)
+    ]
     running = rt.ledger.running([r.event_id for r in unfinished])  # its process lives: not interrupted
     for rec in unfinished:
-        console.print(f"{'[cyan]in progress[/cyan]' if rec.event_id in running else '[yellow]unfinished[/yellow]'} "
-                      f"{escape(shown_name(rec.source_name or rec.object_key))} "
-                      f"({rec.status.value}, stage {rec.stage or 'ingest'})", highlight=False)
+        console.print(
+            f"{'[cyan]in progress[/cyan]' if rec.event_id in running else '[yellow]unfinished[/yellow]'} "
+            f"{escape(shown_name(rec.source_name or rec.object_key))} "
+            f"({rec.status.value}, stage {rec.stage or 'ingest'})",
+            highlight=False,
+        )
     stuck = [r for r in unfinished if r.event_id not in running]
     if stuck and rt.settings.embedded:
         what = ("1 event was", "it", "it") if len(stuck) == 1 else (f"{len(stuck)} events were", "them", "they")
-        console.print("{} interrupted: the next `engram ingest` (of any file) runs {} again first, keeping what {} "
-                      "stored".format(*what), highlight=False)
+        console.print(
+            "{} interrupted: the next `engram ingest` (of any file) runs {} again first, keeping what {} stored".format(
+                *what
+            ),
+            highlight=False,
+        )
     from engram.api.cli.retention import print_storage
 
     print_storage(rt, tenant)  # bytes per kind: originals, thumbnails, store, ledger, caches
     if reveals := rt.ledger.reveal_count(tenant):
-        console.print(f"vault: {counted(reveals, 'reveal')} of a secret audited (who, when, which entry)",
-                      highlight=False)
+        console.print(
+            f"vault: {counted(reveals, 'reveal')} of a secret audited (who, when, which entry)", highlight=False
+        )
 
 
 entities_app = typer.Typer(no_args_is_help=False)
 app.add_typer(entities_app, name="entities")
 
 
-@entities_app.callback(invoke_without_command=True,
-                       epilog="Examples:  engram entities --tenant acme  ·  engram entities --merge <kept id> "
-                              "<merged id>  ·  engram entities name <id> Maria")
+@entities_app.callback(
+    invoke_without_command=True,
+    epilog="Examples:  engram entities --tenant acme  ·  engram entities --merge <kept id> "
+    "<merged id>  ·  engram entities name <id> Maria",
+)
 @reads_store
 def entities(
     ctx: typer.Context,
     tenant: Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")] = None,
-    merge: Annotated[tuple[str, str] | None, typer.Option(
-        help="Merge the second entity into the first (samples, names and links move; recorded in the first).",
-        metavar="KEEP DROP")] = None,
+    merge: Annotated[
+        tuple[str, str] | None,
+        typer.Option(
+            help="Merge the second entity into the first (samples, names and links move; recorded in the first).",
+            metavar="KEEP DROP",
+        ),
+    ] = None,
 ) -> None:
     """People linked from faces, voices and chat speakers (M3-Agent's entities): names and counts."""
     if ctx.invoked_subcommand is None:
@@ -275,13 +348,21 @@ def show_entities(tenant: str | None = None, merge: tuple[str, str] | None = Non
             raise typer.Exit(1) from exc
         console.print(f"merged {escape(merge[1])} into {kept.id} ({escape(str(kept.label))})")
     table = Table(title=f"entities of tenant {tenant!r}")
-    for column in ("id", "role", "names", "faces", "voices", "observations", "first seen", "last seen",
-                   "merged from"):
+    for column in ("id", "role", "names", "faces", "voices", "observations", "first seen", "last seen", "merged from"):
         table.add_column(column, justify="right" if column in ("faces", "voices", "observations") else "left")
     for e in list_entities(rt, tenant):
         role = {"self": "you", "assistant": "assistant"}.get(e.role, "")
-        table.add_row(str(e.id), role, Text(", ".join(e.names)), str(e.faces), str(e.voices), str(e.observations),
-                      local_time(e.first_seen), local_time(e.last_seen), ", ".join(m[:8] for m in e.merged_from))
+        table.add_row(
+            str(e.id),
+            role,
+            Text(", ".join(e.names)),
+            str(e.faces),
+            str(e.voices),
+            str(e.observations),
+            local_time(e.first_seen),
+            local_time(e.last_seen),
+            ", ".join(m[:8] for m in e.merged_from),
+        )
     console.print(table)
 
 
@@ -317,8 +398,9 @@ def entities_name(
 @app.command()
 @reads_store
 def consolidate(
-    user: Annotated[str | None, typer.Option(
-        help="Only this user (default: every user with new observations).")] = None,
+    user: Annotated[
+        str | None, typer.Option(help="Only this user (default: every user with new observations).")
+    ] = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant (with --user).")] = None,
 ) -> None:
     """Turn new observations into memories now (beat does this periodically in the distributed mode)."""
@@ -331,8 +413,7 @@ def consolidate(
     total = 0
     for t, u in pairs:
         total += consolidate_user.delay(t, u).get()
-    console.print(f"{counted(total, 'episodic memory', 'episodic memories')} written for "
-                  f"{counted(len(pairs), 'user')}")
+    console.print(f"{counted(total, 'episodic memory', 'episodic memories')} written for {counted(len(pairs), 'user')}")
 
 
 @app.command()
@@ -352,8 +433,9 @@ def migrate() -> None:
     if not old.is_dir():
         console.print(Text(f"nothing to migrate: no old store at {old}"))
         return
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=err)
+    bar = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    )
     tasks: dict[str, int] = {}
 
     def told(collection: str, done: int, total: int) -> None:
@@ -363,8 +445,12 @@ def migrate() -> None:
 
     with bar:
         copied = migrate_local_store(settings, told)
-    console.print(Text(f"migrated {sum(copied.values())} points in {len(copied)} collections from {old} to "
-                       f"{embedded_store_dir(settings)}; the old folder is removed"))
+    console.print(
+        Text(
+            f"migrated {sum(copied.values())} points in {len(copied)} collections from {old} to "
+            f"{embedded_store_dir(settings)}; the old folder is removed"
+        )
+    )
 
 
 @app.command()
@@ -399,8 +485,10 @@ def convert(
 
 @app.command()
 def demo(
-    workdir: Annotated[Path | None, typer.Option(help="Where to write the sample media and the demo's data "
-                                                 "(default: a fresh temporary folder).")] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="Where to write the sample media and the demo's data (default: a fresh temporary folder)."),
+    ] = None,
 ) -> None:
     """Make a small realistic sample (rendered screenshots, synthetic speech, a short clip, a chat), run the
     whole pipeline on it on the embedded default, and show what was stored and a few searches."""
@@ -442,6 +530,7 @@ _register_archive_commands(app)
 
 # --- distributed mode: worker and beat processes (api/processes.py holds the rules) ---------------------
 
+
 def _celery_logging(ctx: typer.Context, loglevel: str) -> None:
     """structlog at the worker's log level, in the format chosen by the global ``--log-format``; Celery's
     ``setup_logging`` signal then applies the same format at ``--loglevel`` (``workers.logs``)."""
@@ -450,24 +539,48 @@ def _celery_logging(ctx: typer.Context, loglevel: str) -> None:
     logging.getLogger("celery").setLevel(logging.NOTSET)  # task received/succeeded lines at the worker's level
 
 
-@app.command(epilog="Examples:  engram worker --role cpu --concurrency 2  ·  engram worker --role store  ·  "
-                     "engram worker --queues perceive.gpu --pool threads")
+@app.command(
+    epilog="Examples:  engram worker --role cpu --concurrency 2  ·  engram worker --role store  ·  "
+    "engram worker --queues perceive.gpu --pool threads"
+)
 def worker(
     ctx: typer.Context,
-    queues: Annotated[str | None, typer.Option(help="Comma-separated queues: ingest, perceive.cpu, perceive.gpu, "
-                                               "store, consolidate, query.")] = None,
-    role: Annotated[str | None, typer.Option(help="Queue set shortcut: cpu (ingest, perceive.*), gpu "
-                                             "(perceive.gpu), store (store, consolidate, query), all.")] = None,
-    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Worker processes or threads "
-                                                    "(default: the number of CPUs; 1 with --pool solo).")] = None,
-    pool: Annotated[str | None, typer.Option("--pool", "-P", help="prefork, solo or threads (default: solo for "
-                                             "the store worker on the embedded store, else prefork).")] = None,
+    queues: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated queues: ingest, perceive.cpu, perceive.gpu, store, consolidate, query."),
+    ] = None,
+    role: Annotated[
+        str | None,
+        typer.Option(
+            help="Queue set shortcut: cpu (ingest, perceive.*), gpu "
+            "(perceive.gpu), store (store, consolidate, query), all."
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency", "-c", help="Worker processes or threads (default: the number of CPUs; 1 with --pool solo)."
+        ),
+    ] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool",
+            "-P",
+            help="prefork, solo or threads (default: solo for the store worker on the embedded store, else prefork).",
+        ),
+    ] = None,
     loglevel: Annotated[str, typer.Option("--loglevel", "-l", help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
-    hostname: Annotated[str | None, typer.Option("--hostname", "-n", help="Celery node name "
-                                                 "(default: <role>-<pid>@<host>).")] = None,
+    hostname: Annotated[
+        str | None, typer.Option("--hostname", "-n", help="Celery node name (default: <role>-<pid>@<host>).")
+    ] = None,
     events: Annotated[bool, typer.Option("--events", "-E", help="Send task events (for Flower).")] = False,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus /metrics on this port (default: "
-                                                     "ENGRAM_METRICS_PORT; unset: no metrics server).")] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus /metrics on this port (default: ENGRAM_METRICS_PORT; unset: no metrics server)."
+        ),
+    ] = None,
 ) -> None:
     """Run a Celery worker of the distributed mode (needs ENGRAM_BROKER_URL).
 
@@ -501,8 +614,10 @@ def worker(
             # at once, without waiting for the store's lock (ENGRAM_STORE_WAIT_SECONDS): it is held by a live worker
             runtime(settings.model_copy(update={"store_wait_seconds": 0.0})).vectors.count("observations")
         except StoreBusy as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}; only one store worker may run on the embedded store",
-                      highlight=False)
+            err.print(
+                f"[red]error:[/red] {escape(str(exc))}; only one store worker may run on the embedded store",
+                highlight=False,
+            )
             raise typer.Exit(3) from exc
     _celery_logging(ctx, loglevel)
     from engram.api.processes import UnrecoverableWatch, pool_model_environment, restart_worker, warm_up_models
@@ -559,14 +674,17 @@ def beat(
 
 # --- the knowledge vault (workers/memory/vault.py): secrets redacted in perceive, kept Fernet-encrypted ---
 
-vault_app = typer.Typer(help="Secrets found in content (keys, passwords, card numbers, ...), kept encrypted.",
-                        no_args_is_help=True)
+vault_app = typer.Typer(
+    help="Secrets found in content (keys, passwords, card numbers, ...), kept encrypted.", no_args_is_help=True
+)
 app.add_typer(vault_app, name="vault")
 
 
 @vault_app.command("list")
-def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None,
-               user: Annotated[str | None, typer.Option(help="Only this user's entries.")] = None) -> None:
+def vault_list(
+    tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None,
+    user: Annotated[str | None, typer.Option(help="Only this user's entries.")] = None,
+) -> None:
     """List vault entries: id, type, sensitivity, user and caption (never the secret)."""
     from engram.schemas.settings import get_settings
     from engram.workers.memory.vault import list_entries
@@ -579,9 +697,10 @@ def vault_list(tenant: Annotated[str | None, typer.Option(help="Tenant (default 
 
 
 @vault_app.command("reveal")
-def vault_reveal(entry_id: Annotated[str, typer.Argument(
-                     help=escape("The entry id (from a [vault:ID type] placeholder)."))],
-                 tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None) -> None:
+def vault_reveal(
+    entry_id: Annotated[str, typer.Argument(help=escape("The entry id (from a [vault:ID type] placeholder)."))],
+    tenant: Annotated[str | None, typer.Option(help="Tenant (default ENGRAM_TENANT).")] = None,
+) -> None:
     """Print one entry's decrypted secret (the only way to read a secret back). Each reveal is audited (OS user,
     pid, time, entry; never the secret) and counted by `engram status`."""
     from engram.schemas.settings import get_settings
@@ -604,14 +723,27 @@ def vault_keygen() -> None:
 
 # --- distributed mode: API keys, the API server, and publishing through it (api/http/app.py, api/client.py) ---
 
-keys_app = typer.Typer(help="API keys per tenant, stored hashed in Redis (ENGRAM_BROKER_URL or ENGRAM_REDIS_URL).",
-                       no_args_is_help=True)
+keys_app = typer.Typer(
+    help="API keys per tenant, stored hashed in Redis (ENGRAM_BROKER_URL or ENGRAM_REDIS_URL).", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 
-ApiUrl = Annotated[str | None, typer.Option("--api", envvar="ENGRAM_API_URL", show_envvar=True,
-                                            help="The engram API, e.g. http://127.0.0.1:8000.")]
-ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="ENGRAM_API_KEY", show_envvar=True,
-                                            show_default=False, help="API key of the tenant to publish as.")]
+ApiUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--api", envvar="ENGRAM_API_URL", show_envvar=True, help="The engram API, e.g. http://127.0.0.1:8000."
+    ),
+]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="ENGRAM_API_KEY",
+        show_envvar=True,
+        show_default=False,
+        help="API key of the tenant to publish as.",
+    ),
+]
 
 
 def _keys_redis():
@@ -680,8 +812,11 @@ def _publish_error(exc: Exception) -> str:
     from engram.api.client import EngramAPIError
 
     if isinstance(exc, EngramAPIError):
-        detail = exc.detail if isinstance(exc.detail, str) else "; ".join(
-            f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in exc.detail)
+        detail = (
+            exc.detail
+            if isinstance(exc.detail, str)
+            else "; ".join(f"{'.'.join(str(x) for x in d.get('loc', [])[1:])}: {d.get('msg')}" for d in exc.detail)
+        )
         return f"HTTP {exc.status}: {detail}"
     if isinstance(exc, httpx.TransportError):
         return f"cannot reach the API or object store ({type(exc).__name__})"
@@ -690,8 +825,10 @@ def _publish_error(exc: Exception) -> str:
     return str(exc).splitlines()[0]
 
 
-@app.command(epilog="Examples:  engram publish ~/Pictures/Screenshots --api http://engram:8000 --api-key $KEY  ·  "
-                     "ENGRAM_API_URL=... ENGRAM_API_KEY=... engram publish memo.m4a --wait")
+@app.command(
+    epilog="Examples:  engram publish ~/Pictures/Screenshots --api http://engram:8000 --api-key $KEY  ·  "
+    "ENGRAM_API_URL=... ENGRAM_API_KEY=... engram publish memo.m4a --wait"
+)
 def publish(
     paths: Annotated[list[Path], typer.Argument(help="Files or folders (recursively); kind detected by content.")],
     api: ApiUrl = None,
@@ -723,8 +860,15 @@ def publish(
     ids = []
     with api_client(api, api_key, user, device) as client:
         total = sum(p.stat().st_size for p in files if p.exists())
-        progress = Progress(TextColumn("[bold]publish"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                            TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err)
+        progress = Progress(
+            TextColumn("[bold]publish"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[current]}"),
+            console=err,
+        )
         with progress:
             task = progress.add_task("publish", total=total, current="")
             for path in files:
@@ -736,27 +880,34 @@ def publish(
                     counts["not media"] += 1
                 except Exception as exc:  # one bad file does not stop the rest
                     counts["failed"] += 1
-                    err.print(f"[red]failed[/red] {escape(shown_name(path))}: {escape(_publish_error(exc))}",
-                              highlight=False)
+                    err.print(
+                        f"[red]failed[/red] {escape(shown_name(path))}: {escape(_publish_error(exc))}", highlight=False
+                    )
                 else:
                     ids.append(res.event_id)
                     counts["published"] += 1
                     counts["uploaded" if res.uploaded else "stored"] += 1
                     counts["again"] += res.duplicate
                 progress.advance(task, size)
-        console.print(f"{counts['published']} published ({counts['uploaded']} uploaded, {counts['stored']} "
-                      f"already stored, {counts['again']} published before), {counts['not media']} not media, "
-                      f"[red]{counts['failed']} failed[/red]")
+        console.print(
+            f"{counts['published']} published ({counts['uploaded']} uploaded, {counts['stored']} "
+            f"already stored, {counts['again']} published before), {counts['not media']} not media, "
+            f"[red]{counts['failed']} failed[/red]"
+        )
         if wait and ids:
             try:
                 final = client.wait(ids, timeout=timeout)
             except TimeoutError as exc:
                 err.print(f"[red]error:[/red] {escape(str(exc))}")
                 raise typer.Exit(1) from exc
-            by = {s: sum(1 for r in final.values() if r.status is s) for s in (EventStatus.done, EventStatus.skipped,
-                                                                              EventStatus.failed)}
-            console.print(f"{by[EventStatus.done]} done, {by[EventStatus.skipped]} skipped, "
-                          f"[red]{by[EventStatus.failed]} failed[/red]")
+            by = {
+                s: sum(1 for r in final.values() if r.status is s)
+                for s in (EventStatus.done, EventStatus.skipped, EventStatus.failed)
+            }
+            console.print(
+                f"{by[EventStatus.done]} done, {by[EventStatus.skipped]} skipped, "
+                f"[red]{by[EventStatus.failed]} failed[/red]"
+            )
             for eid, r in final.items():
                 if r.status is EventStatus.failed:
                     console.print(f"  failed {eid} \\[{r.stage}]: {escape(str(r.reason))}", highlight=False)
@@ -764,18 +915,26 @@ def publish(
         raise typer.Exit(1)
 
 
-@app.command(epilog="Examples:  engram watch ~/Pictures/Screenshots  ·  "
-                     "engram watch ~/Pictures/Screenshots --api http://engram:8000 --api-key $KEY")
+@app.command(
+    epilog="Examples:  engram watch ~/Pictures/Screenshots  ·  "
+    "engram watch ~/Pictures/Screenshots --api http://engram:8000 --api-key $KEY"
+)
 def watch(
     folder: Annotated[Path, typer.Argument(help="The folder to watch (recursively).")],
     api: ApiUrl = None,
     api_key: ApiKey = None,
     user: Annotated[str | None, typer.Option(help="User id (default: ENGRAM_USER or the OS user).")] = None,
     device: Annotated[str | None, typer.Option(help="Device id (default: ENGRAM_DEVICE or the host name).")] = None,
-    settle: Annotated[float, typer.Option(help="Seconds a file's size must stay unchanged before it is "
-                                          "published.")] = 2.0,
-    existing: Annotated[bool, typer.Option("--existing", help="Also publish the files already in the folder "
-                                           "(those published before are not sent again).")] = False,
+    settle: Annotated[
+        float, typer.Option(help="Seconds a file's size must stay unchanged before it is published.")
+    ] = 2.0,
+    existing: Annotated[
+        bool,
+        typer.Option(
+            "--existing",
+            help="Also publish the files already in the folder (those published before are not sent again).",
+        ),
+    ] = False,
     tenant: Annotated[str | None, typer.Option(help="Tenant without --api (default: ENGRAM_TENANT).")] = None,
 ) -> None:
     """Publish new files in FOLDER as they appear, once each is completely written. Ctrl-C stops.
@@ -790,21 +949,29 @@ def watch(
         _watch_embedded(folder, tenant, user, device, settle, existing)
         return
     with api_client(api, api_key, user, device) as client:
+
         def send(path: Path) -> None:
             res = client.publish(path)
             note = "published before" if res.duplicate else ("uploaded" if res.uploaded else "already stored")
-            console.print(f"published {escape(shown_name(path))} ({note}): {res.event_id}", highlight=False,
-                          soft_wrap=True)
+            console.print(
+                f"published {escape(shown_name(path))} ({note}): {res.event_id}", highlight=False, soft_wrap=True
+            )
 
         def failed(path: Path, exc: Exception) -> None:
             if not isinstance(exc, NotMedia):
-                err.print(f"[red]failed[/red] {escape(shown_name(path))}: {escape(_publish_error(exc))}",
-                          highlight=False)
+                err.print(
+                    f"[red]failed[/red] {escape(shown_name(path))}: {escape(_publish_error(exc))}", highlight=False
+                )
 
         try:
-            watcher = FolderWatcher(folder, send, settle=settle, existing=existing, on_error=failed,
-                                    on_ready=lambda: err.print(f"watching {escape(str(folder))} (Ctrl-C stops)",
-                                                               highlight=False))
+            watcher = FolderWatcher(
+                folder,
+                send,
+                settle=settle,
+                existing=existing,
+                on_error=failed,
+                on_ready=lambda: err.print(f"watching {escape(str(folder))} (Ctrl-C stops)", highlight=False),
+            )
         except NotADirectoryError as exc:
             err.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
@@ -814,15 +981,19 @@ def watch(
 def _register_capture() -> None:
     from engram.api.capture.agent import capture_command
 
-    app.command("capture", epilog="Examples:  engram capture  ·  engram capture --duration 600 --deny-title 'Bank'  "
-                "·  engram capture --api http://engram:8000 --api-key $KEY")(capture_command)
+    app.command(
+        "capture",
+        epilog="Examples:  engram capture  ·  engram capture --duration 600 --deny-title 'Bank'  "
+        "·  engram capture --api http://engram:8000 --api-key $KEY",
+    )(capture_command)
 
 
 _register_capture()
 
 
-def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: str | None, settle: float,
-                    existing: bool) -> None:
+def _watch_embedded(
+    folder: Path, tenant: str | None, user: str | None, device: str | None, settle: float, existing: bool
+) -> None:
     """``engram watch`` without --api: each batch of settled files through ``ingest_paths`` (api.capture.watch)."""
 
     from engram.api.capture.watch import EmbeddedBatches, FolderWatcher
@@ -832,18 +1003,29 @@ def _watch_embedded(folder: Path, tenant: str | None, user: str | None, device: 
 
     def report(result: dict[str, list]) -> None:
         for path, rec in result["done"] + result["resumed"]:
-            console.print(Text(f"ingested {shown_name(path)}: {rec.status.value} "
-                               f"({counted(rec.observations, 'observation')})"))
+            console.print(
+                Text(f"ingested {shown_name(path)}: {rec.status.value} ({counted(rec.observations, 'observation')})")
+            )
         for path, rec in result["skipped"]:
             console.print(Text(f"skipped {shown_name(path)}: {rec.reason}"))
         for path, why in result["failed"]:
             err.print(Text.assemble(("failed ", "red"), f"{shown_name(path)}: {getattr(why, 'reason', why)}"))
 
-    batches = EmbeddedBatches(lambda paths: ingest_paths(paths, tenant, user, device, quiet=True), report,
-                              on_busy=lambda exc: err.print(Text(f"waiting: {exc}")), linger=STORE_HOLD_SECONDS)
+    batches = EmbeddedBatches(
+        lambda paths: ingest_paths(paths, tenant, user, device, quiet=True),
+        report,
+        on_busy=lambda exc: err.print(Text(f"waiting: {exc}")),
+        linger=STORE_HOLD_SECONDS,
+    )
     try:
-        watcher = FolderWatcher(folder, batches.publish, settle=settle, existing=existing, on_batch=batches.on_batch,
-                                on_ready=lambda: err.print(Text(f"watching {folder} (embedded; Ctrl-C stops)")))
+        watcher = FolderWatcher(
+            folder,
+            batches.publish,
+            settle=settle,
+            existing=existing,
+            on_batch=batches.on_batch,
+            on_ready=lambda: err.print(Text(f"watching {folder} (embedded; Ctrl-C stops)")),
+        )
     except NotADirectoryError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
@@ -914,8 +1096,12 @@ def main() -> None:
         if isinstance(exc, ValidationError):  # a request built from the command's arguments (an empty query)
             for e in exc.errors(include_url=False):
                 field = ".".join(str(p) for p in e["loc"]) or exc.title
-                err.print(Text.assemble(("error: ", "red"), f"{field}: {e['msg'].removeprefix('Value error, ')} "
-                                        f"(given {e['input']!r:.80})"))
+                err.print(
+                    Text.assemble(
+                        ("error: ", "red"),
+                        f"{field}: {e['msg'].removeprefix('Value error, ')} (given {e['input']!r:.80})",
+                    )
+                )
             sys.exit(2)
         raise
 

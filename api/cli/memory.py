@@ -41,8 +41,9 @@ from engram.schemas.search import DEFAULT_SEARCH_TYPES, SearchResponse
 
 TenantOpt = Annotated[str | None, typer.Option(help="Tenant (default: ENGRAM_TENANT or 'default').")]
 
-memories_app = typer.Typer(help="Look at, page through and delete stored observations and memories.",
-                           no_args_is_help=True)
+memories_app = typer.Typer(
+    help="Look at, page through and delete stored observations and memories.", no_args_is_help=True
+)
 
 
 def _tenant(tenant: str | None) -> str:
@@ -56,16 +57,24 @@ def ask(
     question: Annotated[str, typer.Argument(help="The question, in words.")],
     user: Annotated[str | None, typer.Option(help="Only this user's memories (default: all users).")] = None,
     tenant: TenantOpt = None,
-    memory_type: Annotated[list[MemoryType] | None, typer.Option("--type", help="Collections to search "
-                                                                 "(repeatable; default: all but the vault).")] = None,
+    memory_type: Annotated[
+        list[MemoryType] | None,
+        typer.Option("--type", help="Collections to search (repeatable; default: all but the vault)."),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", "-k", min=1, max=50, help="Hits per search round.")] = 10,
     rounds: Annotated[int, typer.Option(min=1, max=5, help="Search rounds at most (with an LLM).")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the AskResponse as JSON.")] = False,
 ) -> None:
     """Answer a question from memory. With an LLM (ENGRAM_MODELS__LLM_PROVIDER), up to 5 rounds of
     search-then-decide (M3-Agent) and the memories the answer cites; without one, the ranked evidence."""
-    req = AskRequest(question=question, tenant_id=_tenant(tenant), user_id=user, limit=limit, max_rounds=rounds,
-                     memory_types=memory_type or list(DEFAULT_SEARCH_TYPES))
+    req = AskRequest(
+        question=question,
+        tenant_id=_tenant(tenant),
+        user_id=user,
+        limit=limit,
+        max_rounds=rounds,
+        memory_types=memory_type or list(DEFAULT_SEARCH_TYPES),
+    )
     try:
         with service_call() as service:
             resp = service.ask(req)
@@ -87,20 +96,26 @@ def _print_answer(question: str, resp: AskResponse) -> None:
         console.print(f"[yellow]no answer after {counted(len(resp.rounds), 'round')}[/yellow]")
     else:
         rounds = escape(" → ".join(repr(r.query) for r in resp.rounds))
-        console.print(f"[bold]{escape(resp.answer)}[/bold]  [dim]({escape(str(resp.llm))}, "
-                      f"{counted(len(resp.rounds), 'round')}: {rounds})[/dim]", highlight=False)
+        console.print(
+            f"[bold]{escape(resp.answer)}[/bold]  [dim]({escape(str(resp.llm))}, "
+            f"{counted(len(resp.rounds), 'round')}: {rounds})[/dim]",
+            highlight=False,
+        )
     print_hits(SearchResponse(query=question, hits=resp.memories, took_ms=resp.took_ms))
 
 
 def _records_table(title: str, items: list[MemoryRecord]) -> Table:
     table = Table(title=title, expand=True)
-    for col, opts in (("id", {"no_wrap": True, "min_width": 36}), ("type", {"no_wrap": True}),
-                      ("time", {"no_wrap": True, "min_width": 20}), ("user", {"no_wrap": True}),
-                      ("text", {"ratio": 1, "overflow": "fold"})):
+    for col, opts in (
+        ("id", {"no_wrap": True, "min_width": 36}),
+        ("type", {"no_wrap": True}),
+        ("time", {"no_wrap": True, "min_width": 20}),
+        ("user", {"no_wrap": True}),
+        ("text", {"ratio": 1, "overflow": "fold"}),
+    ):
         table.add_column(col, **opts)
     for m in items:
-        table.add_row(str(m.id), m.memory_type.value, local_time(m.time),
-                      m.user_id or "", Text(snippet(m.text, "")))
+        table.add_row(str(m.id), m.memory_type.value, local_time(m.time), m.user_id or "", Text(snippet(m.text, "")))
     return table
 
 
@@ -121,8 +136,9 @@ def memories_list(
         print(page.model_dump_json(indent=2))
     else:
         last = offset + len(page.items)
-        console.print(_records_table(f"{memory_type.value}: {offset + 1 if page.items else 0}-{last} of "
-                                     f"{page.total}", page.items))
+        console.print(
+            _records_table(f"{memory_type.value}: {offset + 1 if page.items else 0}-{last} of {page.total}", page.items)
+        )
     if page.total == 0:  # why: a tenant or user that holds nothing (exit 1), or what would fill this type
         tenant = _tenant(tenant)
         reason = page.empty or why_empty_here(tenant, user)
@@ -164,8 +180,9 @@ def memories_delete(
 @memories_app.command("update")
 @reads_store
 def memories_update(
-    memory_id: Annotated[str, typer.Argument(help="The id of a memory (not an observation: what was captured "
-                                             "is not corrected).")],
+    memory_id: Annotated[
+        str, typer.Argument(help="The id of a memory (not an observation: what was captured is not corrected).")
+    ],
     text: Annotated[str, typer.Argument(help="The corrected text.")],
     tenant: TenantOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the new version as JSON.")] = False,
@@ -186,8 +203,9 @@ def memories_update(
     if as_json:
         print(got.model_dump_json(indent=2))
     else:
-        console.print(f"updated {got.memory_type.value} {escape(memory_id)}: the new version is {got.id}",
-                      highlight=False)
+        console.print(
+            f"updated {got.memory_type.value} {escape(memory_id)}: the new version is {got.id}", highlight=False
+        )
 
 
 def _uuid(value: str) -> uuid.UUID:
@@ -216,15 +234,27 @@ def _scope_line(r: ForgetScopeReport) -> str:
 
 @reads_store
 def forget(
-    user: Annotated[str | None, typer.Option(help="Whose memory. Alone: forget the user entirely; with a scope "
-                                             "below: only that user's part of it (default: every user's).")] = None,
-    since: Annotated[str | None, typer.Option(help="Forget what was captured from this time on: a span back from "
-                                              "now (15m, 2h, 3d), ISO 8601, or words ('yesterday').")] = None,
+    user: Annotated[
+        str | None,
+        typer.Option(
+            help="Whose memory. Alone: forget the user entirely; with a scope "
+            "below: only that user's part of it (default: every user's)."
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Forget what was captured from this time on: a span back from "
+            "now (15m, 2h, 3d), ISO 8601, or words ('yesterday')."
+        ),
+    ] = None,
     until: Annotated[str | None, typer.Option(help="... and before this time (same forms; default: now).")] = None,
     app_name: Annotated[str | None, typer.Option("--app", help="Forget everything seen in this application.")] = None,
     device: Annotated[str | None, typer.Option(help="Forget everything from this device.")] = None,
-    event: Annotated[list[str] | None, typer.Option(help="Forget everything of this event (a published file: "
-                                                    "engram status lists them; repeatable).")] = None,
+    event: Annotated[
+        list[str] | None,
+        typer.Option(help="Forget everything of this event (a published file: engram status lists them; repeatable)."),
+    ] = None,
     tenant: TenantOpt = None,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be forgotten.")] = False,
@@ -238,21 +268,31 @@ def forget(
     events = [_uuid(e) for e in event or []]
     if not (since or until or app_name or device or events):
         if user is None:
-            raise typer.BadParameter("name what to forget: --since/--until, --app, --device, --event, or --user "
-                                     "alone for a whole user")
+            raise typer.BadParameter(
+                "name what to forget: --since/--until, --app, --device, --event, or --user alone for a whole user"
+            )
         if dry_run:
             raise typer.BadParameter("--dry-run is for --since/--until, --app or --device", param_hint="--dry-run")
         _forget_user(tenant, user, yes)
         return
     try:
-        scope = ForgetScope(user_id=user, since=time_bound(since, "--since"),
-                            until=time_bound(until, "--until", end=True), app=app_name, device_id=device,
-                            event_ids=events)
+        scope = ForgetScope(
+            user_id=user,
+            since=time_bound(since, "--since"),
+            until=time_bound(until, "--until", end=True),
+            app=app_name,
+            device_id=device,
+            event_ids=events,
+        )
     except ValidationError as exc:
         options = {"user_id": "--user", "app": "--app", "device_id": "--device"}
-        raise typer.BadParameter("; ".join(
-            (f"{options.get(str(e['loc'][0]), e['loc'][0])}: " if e["loc"] else "")
-            + e["msg"].removeprefix("Value error, ") for e in exc.errors())) from exc
+        raise typer.BadParameter(
+            "; ".join(
+                (f"{options.get(str(e['loc'][0]), e['loc'][0])}: " if e["loc"] else "")
+                + e["msg"].removeprefix("Value error, ")
+                for e in exc.errors()
+            )
+        ) from exc
     with service_call() as service:
         if dry_run or not yes:
             preview = service.forget_scope(tenant, scope, dry_run=True)
@@ -276,26 +316,34 @@ def forget(
 def _forget_user(tenant: str, user: str, yes: bool) -> None:
     """Forget ``user`` of ``tenant`` entirely (``forget --user U`` alone)."""
     if not yes:
-        typer.confirm(f"Forget everything about user {user!r} of tenant {tenant!r}? This cannot be undone",
-                      abort=True)
+        typer.confirm(f"Forget everything about user {user!r} of tenant {tenant!r}? This cannot be undone", abort=True)
     with service_call() as service:
         report = service.forget_user(tenant, user)
     points = ", ".join(f"{n} {c}" for c, n in report.points_deleted.items() if n) or "no points"
-    console.print(f"forgot {escape(repr(user))}: {points}; {counted(len(report.event_ids), 'event')}, "
-                  f"{counted(report.entities_deleted, 'entity', 'entities')}, "
-                  f"{counted(len(report.objects_deleted), 'object')} deleted, "
-                  f"{counted(len(report.objects_kept), 'shared object')} kept",
-                  highlight=False)
+    console.print(
+        f"forgot {escape(repr(user))}: {points}; {counted(len(report.event_ids), 'event')}, "
+        f"{counted(report.entities_deleted, 'entity', 'entities')}, "
+        f"{counted(len(report.objects_deleted), 'object')} deleted, "
+        f"{counted(len(report.objects_kept), 'shared object')} kept",
+        highlight=False,
+    )
 
 
 def export(
-    user: Annotated[str | None, typer.Option(help="The user to export (with --archive, default: the whole "
-                                             "tenant).")] = None,
+    user: Annotated[
+        str | None, typer.Option(help="The user to export (with --archive, default: the whole tenant).")
+    ] = None,
     tenant: TenantOpt = None,
-    archive: Annotated[Path | None, typer.Option(help="Write an archive FILE to move the memory to another data "
-                                                 "dir (`engram import FILE`): media, observations with their "
-                                                 "vectors, memories with their history, entities, vault entries "
-                                                 "still encrypted, thumbnails.", metavar="FILE")] = None,
+    archive: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write an archive FILE to move the memory to another data "
+            "dir (`engram import FILE`): media, observations with their "
+            "vectors, memories with their history, entities, vault entries "
+            "still encrypted, thumbnails.",
+            metavar="FILE",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="With --archive: print a JSON summary.")] = False,
     api: ApiUrl = None,
     api_key: ApiKey = None,
@@ -309,8 +357,9 @@ def export(
         export_archive(archive, _tenant(tenant), user, as_json, api, api_key)
         return
     if user is None:
-        raise typer.BadParameter("name the user to export (or give --archive FILE for the whole tenant)",
-                                 param_hint="--user")
+        raise typer.BadParameter(
+            "name the user to export (or give --archive FILE for the whole tenant)", param_hint="--user"
+        )
     with service_call() as service:
         data = service.export_user(_tenant(tenant), user)
     print(json.dumps(data.model_dump(mode="json"), indent=2, ensure_ascii=False))
@@ -318,11 +367,16 @@ def export(
 
 def register(app: typer.Typer) -> None:
     """Add ``ask``, ``memories``, ``forget`` and ``export`` to the ``engram`` app."""
-    app.command(epilog="Examples:  engram ask \"when is the budget review?\"  ·  "
-                       "engram ask \"where did Alice fly to?\" --user alice --json")(ask)
+    app.command(
+        epilog='Examples:  engram ask "when is the budget review?"  ·  '
+        'engram ask "where did Alice fly to?" --user alice --json'
+    )(ask)
     app.add_typer(memories_app, name="memories")
-    app.command(epilog="Examples:  engram forget --since 15m --yes  ·  engram forget --app Slack --user alice "
-                       "--dry-run  ·  engram forget --device phone --since 2024-05-01 --until 2024-05-02  ·  "
-                       "engram forget --user alice --yes")(forget)
-    app.command(epilog="Examples:  engram export --user alice > alice.json  ·  "
-                       "engram export --user alice --archive alice.tar")(export)
+    app.command(
+        epilog="Examples:  engram forget --since 15m --yes  ·  engram forget --app Slack --user alice "
+        "--dry-run  ·  engram forget --device phone --since 2024-05-01 --until 2024-05-02  ·  "
+        "engram forget --user alice --yes"
+    )(forget)
+    app.command(
+        epilog="Examples:  engram export --user alice > alice.json  ·  engram export --user alice --archive alice.tar"
+    )(export)

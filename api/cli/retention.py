@@ -18,15 +18,22 @@ from rich.table import Table
 
 from engram.api.console import console, err, parse_time, reads_store
 
-_EPILOG = ("Examples:  engram retention --dry-run  ·  ENGRAM_RETENTION_SCREENSHOT_DAYS=30 engram retention  ·  "
-           "engram retention --dry-run --at 2027-01-01 --json")
+_EPILOG = (
+    "Examples:  engram retention --dry-run  ·  ENGRAM_RETENTION_SCREENSHOT_DAYS=30 engram retention  ·  "
+    "engram retention --dry-run --at 2027-01-01 --json"
+)
 
 
 @reads_store
 def retention(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; change nothing.")] = False,
-    at: Annotated[str | None, typer.Option(help="Count ages from this time instead of now (ISO 8601), e.g. with "
-                                           "--dry-run to see what a later run would remove.")] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            help="Count ages from this time instead of now (ISO 8601), e.g. with "
+            "--dry-run to see what a later run would remove."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RetentionReport as JSON.")] = False,
 ) -> None:
     """Remove originals (screenshots, recordings, videos, conversation files) older than their kind's
@@ -39,8 +46,11 @@ def retention(
     settings = get_settings()
     when = parse_time(at) if at else None
     if not configured(settings):
-        err.print("no retention rule is set (ENGRAM_RETENTION_SCREENSHOT_DAYS, _AUDIO_DAYS, _CLIP_DAYS, _TEXT_DAYS, "
-                  "ENGRAM_STORAGE_CAP_BYTES): nothing is removed", highlight=False)
+        err.print(
+            "no retention rule is set (ENGRAM_RETENTION_SCREENSHOT_DAYS, _AUDIO_DAYS, _CLIP_DAYS, _TEXT_DAYS, "
+            "ENGRAM_STORAGE_CAP_BYTES): nothing is removed",
+            highlight=False,
+        )
     if settings.embedded:
         report = _run_here(dry_run, when, quiet=as_json)
     else:
@@ -63,8 +73,14 @@ def _run_here(dry_run: bool, when: datetime | None, quiet: bool) -> Any:
     from engram.workers.runtime import runtime  # the workers' stack, when the command runs
     from engram.workers.stores.retention import apply_retention  # the workers' stack, when the command runs
 
-    with Progress(TextColumn("[bold]retention"), BarColumn(), MofNCompleteColumn(), console=err,
-                  disable=quiet or dry_run, transient=True) as progress:
+    with Progress(
+        TextColumn("[bold]retention"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        disable=quiet or dry_run,
+        transient=True,
+    ) as progress:
         task = progress.add_task("remove", total=None)
 
         def advance(done: int, total: int) -> None:
@@ -86,19 +102,30 @@ def print_storage(rt: Any, tenant: str) -> None:
     table.add_column("bytes", justify="right")
     for kind, kb in sorted(use.originals.items()):
         table.add_row(f"{kind.value} originals", str(kb.count), human_bytes(kb.bytes))
-    for name, kb in (("thumbnails", use.thumbnails), ("OCR cache", use.ocr_cache), ("vault", use.vault),
-                     ("other objects", use.other_objects)):
+    for name, kb in (
+        ("thumbnails", use.thumbnails),
+        ("OCR cache", use.ocr_cache),
+        ("vault", use.vault),
+        ("other objects", use.other_objects),
+    ):
         if kb.count:
             table.add_row(name, str(kb.count), human_bytes(kb.bytes))
-    for name, size in (("store (all tenants)", use.store), ("ledger (all tenants)", use.ledger),
-                       ("embedding cache", use.embedding_cache), ("other files", use.other_files)):
+    for name, size in (
+        ("store (all tenants)", use.store),
+        ("ledger (all tenants)", use.ledger),
+        ("embedding cache", use.embedding_cache),
+        ("other files", use.other_files),
+    ):
         if size is not None:
             table.add_row(name, "", human_bytes(size))
     table.add_row("total", "", human_bytes(use.total))
     console.print(table)
     rules = [f"{k.value} {d:g} d" for k, d in sorted(use.retention_days.items())]
-    cap = (f"{human_bytes(use.capped_total)} of a {human_bytes(use.cap_bytes)} cap" if use.cap_bytes is not None
-           else "no storage cap")
+    cap = (
+        f"{human_bytes(use.capped_total)} of a {human_bytes(use.cap_bytes)} cap"
+        if use.cap_bytes is not None
+        else "no storage cap"
+    )
     console.print(f"retention: {', '.join(rules) or 'originals kept'}; {cap}", highlight=False)
 
 

@@ -19,8 +19,7 @@ HOST = "127.0.0.1"
 def ui(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")] = 8780,
     tenant: Annotated[str | None, typer.Option(help="Tenant shown (default: ENGRAM_TENANT or 'default').")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="The embedded default's folder (sets ENGRAM_DATA_DIR).")
-                        ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="The embedded default's folder (sets ENGRAM_DATA_DIR).")] = None,
 ) -> None:
     """See what engram remembers in a browser: timeline, search, people, memories, activity and how to connect
     an assistant. Listens on 127.0.0.1 only and answers only requests addressed to it; the store stays usable by

@@ -31,8 +31,10 @@ from engram.api.http.routes.errors import HANDLERS
 from engram.api.ui.app import served_ui
 from engram.schemas.settings import Settings, get_settings
 
-DESCRIPTION = ("Long-term multimodal memory for AI agents: publish media, follow its ingestion, search memories. "
-               "Authenticate with `Authorization: Bearer <API key>`.")
+DESCRIPTION = (
+    "Long-term multimodal memory for AI agents: publish media, follow its ingestion, search memories. "
+    "Authenticate with `Authorization: Bearer <API key>`."
+)
 
 
 @asynccontextmanager
@@ -58,10 +60,19 @@ def create_app(settings: Settings | None = None, celery: Celery | None = None) -
     configured = settings or get_settings()
     # /docs and /redoc from the Swagger UI and ReDoc files packaged in fastapi-offline (no CDN: they load offline)
     # (served only with ENGRAM_API_PUBLIC_DOCS; else no /docs, /redoc or /openapi.json at all)
-    make = (FastAPIOffline if configured.api_public_docs
-            else partial(FastAPI, docs_url=None, redoc_url=None, openapi_url=None))
-    app = make(title="engram", version="0.1.0", description=DESCRIPTION, lifespan=lifespan,
-               max_body_size=configured.api_max_body_bytes, exception_handlers=dict(HANDLERS))
+    make = (
+        FastAPIOffline
+        if configured.api_public_docs
+        else partial(FastAPI, docs_url=None, redoc_url=None, openapi_url=None)
+    )
+    app = make(
+        title="engram",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        max_body_size=configured.api_max_body_bytes,
+        exception_handlers=dict(HANDLERS),
+    )
     app.state.settings, app.state.celery = settings, celery  # read by the lifespan at start-up
     for module in (health, publish, search, memories, entities, screens, archives):
         app.include_router(module.router)

@@ -39,10 +39,12 @@ def redis_client(settings):
     Raises RuntimeError when neither is a Redis URL (the API and keys need Redis)."""
     url = settings.redis_url or settings.broker_url
     if not url or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise RuntimeError("API keys and the API need Redis: set ENGRAM_BROKER_URL (or ENGRAM_REDIS_URL) to "
-                           "redis://host:port/db")
-    return redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=3, socket_timeout=10,
-                                health_check_interval=30)
+        raise RuntimeError(
+            "API keys and the API need Redis: set ENGRAM_BROKER_URL (or ENGRAM_REDIS_URL) to redis://host:port/db"
+        )
+    return redis.Redis.from_url(
+        url, decode_responses=True, socket_connect_timeout=3, socket_timeout=10, health_check_interval=30
+    )
 
 
 def hash_key(key: str) -> str:
@@ -78,8 +80,9 @@ def list_keys(r, tenant: str | None = None) -> list[ApiKeyInfo]:
     for digest, raw in r.hgetall(INDEX).items():
         info = json.loads(raw)
         if tenant is None or info["tenant"] == tenant:
-            out.append(ApiKeyInfo(digest[:12], info["tenant"], datetime.fromisoformat(info["created_at"]),
-                                  info.get("label")))
+            out.append(
+                ApiKeyInfo(digest[:12], info["tenant"], datetime.fromisoformat(info["created_at"]), info.get("label"))
+            )
     return sorted(out, key=lambda k: k.created_at)
 
 

@@ -35,7 +35,7 @@ class RateLimiter:
             url = settings.redis_url or settings.broker_url
             if not url:
                 raise ValueError("ENGRAM_API_RATE_LIMIT needs Redis (ENGRAM_REDIS_URL or ENGRAM_BROKER_URL)")
-            url = "redis+unix://" + url[len("unix://"):] if url.startswith("unix://") else url
+            url = "redis+unix://" + url[len("unix://") :] if url.startswith("unix://") else url
             self.limiter = MovingWindowRateLimiter(storage_from_string(url))
 
     def check(self, api_key: str) -> None:
@@ -47,5 +47,8 @@ class RateLimiter:
             if not self.limiter.hit(item, NAMESPACE, ident):
                 reset = self.limiter.get_window_stats(item, NAMESPACE, ident).reset_time
                 wait = max(1, math.ceil(reset - time.time()))
-                raise HTTPException(429, f"rate limit exceeded for this API key: {item} (ENGRAM_API_RATE_LIMIT); "
-                                         f"retry after {wait} s", headers={"Retry-After": str(wait)})
+                raise HTTPException(
+                    429,
+                    f"rate limit exceeded for this API key: {item} (ENGRAM_API_RATE_LIMIT); retry after {wait} s",
+                    headers={"Retry-After": str(wait)},
+                )

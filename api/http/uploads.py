@@ -37,7 +37,7 @@ def _staging_folder(object_key: str) -> str:
     """``uploads/<tenant>/<sha256>.<ext>/`` for the content-addressed ``media/<tenant>/<sha256>.<ext>``."""
     if not object_key.startswith(MEDIA_PREFIX):
         raise ValueError(f"not a content-addressed key: {object_key}")
-    return STAGING_PREFIX + object_key[len(MEDIA_PREFIX):] + "/"
+    return STAGING_PREFIX + object_key[len(MEDIA_PREFIX) :] + "/"
 
 
 def staging_key(object_key: str) -> str:

@@ -14,5 +14,13 @@ from engram.api.service.base import (
     ServiceUnavailable,
 )
 
-__all__ = ["MediaMissing", "MediaObject", "MemoryService", "NotFound", "NotOffered", "ServiceError",
-           "ServiceTimeout", "ServiceUnavailable"]
+__all__ = [
+    "MediaMissing",
+    "MediaObject",
+    "MemoryService",
+    "NotFound",
+    "NotOffered",
+    "ServiceError",
+    "ServiceTimeout",
+    "ServiceUnavailable",
+]

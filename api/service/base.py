@@ -112,8 +112,9 @@ class MemoryService(ABC):
         """One observation or memory of any type, or None."""
 
     @abstractmethod
-    def list_memories(self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50,
-                      offset: int = 0) -> MemoryPage:
+    def list_memories(
+        self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50, offset: int = 0
+    ) -> MemoryPage:
         """A page of one type, newest content first."""
 
     @abstractmethod
@@ -154,13 +155,14 @@ class MemoryService(ABC):
         """Give an entity a name (its first name from now on); None when unknown."""
 
     @abstractmethod
-    def merge_entities(self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID,
-                       reason: str = "manual") -> EntitySummary | None:
+    def merge_entities(
+        self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID, reason: str = "manual"
+    ) -> EntitySummary | None:
         """Merge ``drop_id`` into ``keep_id``; the kept entity, or None when either is unknown."""
 
     @abstractmethod
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
-        """"Not this person": move one face or voice sample (``EntitySample.key``) into an entity of its own."""
+        """ "Not this person": move one face or voice sample (``EntitySample.key``) into an entity of its own."""
 
     def entity_samples(self, tenant_id: str, entity_id: uuid.UUID) -> list[SampleRef] | None:
         """An entity's face and voice samples (newest first, each with the observation it came from); None when
@@ -184,8 +186,9 @@ class MemoryService(ABC):
 
     # --- the ledger -------------------------------------------------------------------------------------------
     @abstractmethod
-    def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
-               limit: int = 100) -> list[LedgerRecord]:
+    def events(
+        self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None, limit: int = 100
+    ) -> list[LedgerRecord]:
         """The tenant's (user's) events, most recently changed first, optionally of one status."""
 
     @abstractmethod

@@ -28,8 +28,19 @@ from engram.workers.memory.corrections import (
     update_memory,
 )
 
-__all__ = ["FACE_MARGIN", "FACE_SIDE", "VOICE_CLIP_S", "audio_span", "entity_samples", "face_crop", "memories_from",
-           "retry_event", "sample_media", "split_entity", "update_memory"]
+__all__ = [
+    "FACE_MARGIN",
+    "FACE_SIDE",
+    "VOICE_CLIP_S",
+    "audio_span",
+    "entity_samples",
+    "face_crop",
+    "memories_from",
+    "retry_event",
+    "sample_media",
+    "split_entity",
+    "update_memory",
+]
 
 
 def entity_samples(rt: Any, tenant_id: str, entity_id: uuid.UUID) -> list[SampleRef] | None:
@@ -40,6 +51,7 @@ def entity_samples(rt: Any, tenant_id: str, entity_id: uuid.UUID) -> list[Sample
 
 
 # --- the ledger -------------------------------------------------------------------------------------------------
+
 
 def retry_event(rt: Any, tenant_id: str, event_id: uuid.UUID) -> Any:
     """Run a failed event of the tenant again (``Ledger.retry``: queued again, the segments already stored kept):

@@ -142,8 +142,9 @@ class EmbeddedService(MemoryService):
         got = self._task(get_task, tenant_id, str(memory_id))
         return None if got is None else MemoryRecord.model_validate(got)
 
-    def list_memories(self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50,
-                      offset: int = 0) -> MemoryPage:
+    def list_memories(
+        self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50, offset: int = 0
+    ) -> MemoryPage:
         return MemoryPage.model_validate(self._task(list_task, tenant_id, memory_type.value, user_id, limit, offset))
 
     def update_memory(self, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
@@ -174,8 +175,9 @@ class EmbeddedService(MemoryService):
         got = self._task(entity_name_task, tenant_id, str(entity_id), name)
         return None if got is None else EntitySummary.model_validate(got)
 
-    def merge_entities(self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID,
-                       reason: str = "manual") -> EntitySummary | None:
+    def merge_entities(
+        self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID, reason: str = "manual"
+    ) -> EntitySummary | None:
         got = self._task(entity_merge_task, tenant_id, str(keep_id), str(drop_id), reason)
         return None if got is None else EntitySummary.model_validate(got)
 
@@ -212,8 +214,9 @@ class EmbeddedService(MemoryService):
             return edits.retry_event(rt, tenant_id, event_id)
 
     # --- the ledger -------------------------------------------------------------------------------------------
-    def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
-               limit: int = 100) -> list[LedgerRecord]:
+    def events(
+        self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None, limit: int = 100
+    ) -> list[LedgerRecord]:
         ledger = self._runtime().ledger
         if user_id is None:
             return ledger.records(tenant_id, status, limit)

@@ -44,8 +44,10 @@ def removed_reason(payload: dict[str, Any]) -> str | None:
     if not removed:
         return None
     why = "the storage cap" if payload.get("original_removed_by") == "cap" else "its kind's retention period"
-    return (f"the original was removed by retention on {str(removed)[:10]} ({why}); its text, thumbnail and "
-            "memories are kept")
+    return (
+        f"the original was removed by retention on {str(removed)[:10]} ({why}); its text, thumbnail and "
+        "memories are kept"
+    )
 
 
 def original_object(objects: Any, rec: MemoryRecord, whole: bool = True) -> MediaObject:
@@ -88,5 +90,8 @@ def thumbnail_object(objects: Any, rec: MemoryRecord, max_pixels: int = 100_000_
     except ImportError as exc:  # the slim API image has no Pillow: new items' thumbnails come from ingest
         raise MediaMissing("no thumbnail was stored at ingest, and this server cannot make one (no Pillow)") from exc
     objects.put_bytes(key, data, THUMB_MIME)
-    return read_object(objects, key, mime=THUMB_MIME) if isinstance(objects, LocalObjectStore) else \
-        MediaObject(key=key, mime_type=THUMB_MIME, size=len(data), data=data)
+    return (
+        read_object(objects, key, mime=THUMB_MIME)
+        if isinstance(objects, LocalObjectStore)
+        else MediaObject(key=key, mime_type=THUMB_MIME, size=len(data), data=data)
+    )

@@ -74,8 +74,14 @@ class QueueService(MemoryService):
     ``objects``: the API's ledger and object store, for the ledger's calls and media (else ``NotOffered``);
     ``settings``: the API's (its data dir, cap and retention rules, for ``storage``; default ``get_settings()``)."""
 
-    def __init__(self, celery: Any, timeout: float | None = None, ledger: Any = None, objects: Any = None,
-                 settings: Settings | None = None) -> None:
+    def __init__(
+        self,
+        celery: Any,
+        timeout: float | None = None,
+        ledger: Any = None,
+        objects: Any = None,
+        settings: Settings | None = None,
+    ) -> None:
         self.celery = celery
         self.settings = settings if settings is not None else get_settings()
         self.timeout = timeout if timeout is not None else self.settings.service_timeout_seconds
@@ -117,10 +123,12 @@ class QueueService(MemoryService):
         got = self._task(Task.memory_get, tenant_id, str(memory_id))
         return None if got is None else MemoryRecord.model_validate(got)
 
-    def list_memories(self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50,
-                      offset: int = 0) -> MemoryPage:
-        return MemoryPage.model_validate(self._task(Task.memory_list, tenant_id, memory_type.value, user_id, limit,
-                                                    offset))
+    def list_memories(
+        self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50, offset: int = 0
+    ) -> MemoryPage:
+        return MemoryPage.model_validate(
+            self._task(Task.memory_list, tenant_id, memory_type.value, user_id, limit, offset)
+        )
 
     def update_memory(self, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
         """A new version superseding the old one, written by a query worker (``Task.memory_update``,
@@ -139,15 +147,15 @@ class QueueService(MemoryService):
 
     def memories_from(self, tenant_id: str, observation_id: uuid.UUID) -> list[MemoryRecord]:
         """``Task.memories_from`` on a query worker."""
-        return [MemoryRecord.model_validate(r) for r in self._task(Task.memories_from, tenant_id,
-                                                                    str(observation_id))]
+        return [MemoryRecord.model_validate(r) for r in self._task(Task.memories_from, tenant_id, str(observation_id))]
 
     def forget_user(self, tenant_id: str, user_id: str) -> ForgetReport:
         return ForgetReport.model_validate(self._task(Task.memory_forget, tenant_id, user_id))
 
     def forget_scope(self, tenant_id: str, scope: ForgetScope, dry_run: bool = False) -> ForgetScopeReport:
-        return ForgetScopeReport.model_validate(self._task(Task.memory_forget_scope, tenant_id,
-                                                           scope.model_dump(mode="json"), dry_run))
+        return ForgetScopeReport.model_validate(
+            self._task(Task.memory_forget_scope, tenant_id, scope.model_dump(mode="json"), dry_run)
+        )
 
     def export_user(self, tenant_id: str, user_id: str) -> UserExport:
         return UserExport.model_validate(self._task(Task.memory_export, tenant_id, user_id))
@@ -160,13 +168,14 @@ class QueueService(MemoryService):
         got = self._task(Task.entity_name, tenant_id, str(entity_id), name)
         return None if got is None else EntitySummary.model_validate(got)
 
-    def merge_entities(self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID,
-                       reason: str = "manual") -> EntitySummary | None:
+    def merge_entities(
+        self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID, reason: str = "manual"
+    ) -> EntitySummary | None:
         got = self._task(Task.entity_merge, tenant_id, str(keep_id), str(drop_id), reason)
         return None if got is None else EntitySummary.model_validate(got)
 
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
-        """"Not this person" on a query worker (``Task.entity_split``): the new entity holding the sample; None
+        """ "Not this person" on a query worker (``Task.entity_split``): the new entity holding the sample; None
         when the entity or the sample is unknown."""
         got = self._task(Task.entity_split, tenant_id, str(entity_id), sample_key)
         return None if got is None else EntitySummary.model_validate(got)
@@ -204,8 +213,9 @@ class QueueService(MemoryService):
             raise NotOffered("the ledger is read beside the API: this service was made without it")
         return self.ledger
 
-    def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
-               limit: int = 100) -> list[LedgerRecord]:
+    def events(
+        self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None, limit: int = 100
+    ) -> list[LedgerRecord]:
         ledger = self._ledger()
         if user_id is None:
             return ledger.records(tenant_id, status, limit)
@@ -227,11 +237,19 @@ class QueueService(MemoryService):
         if event is None:
             return None
         try:
-            self.celery.send_task(Task.ingest.value, args=[event.model_dump(mode="json")], task_id=str(event_id),
-                                  retry_policy=REQUEST_PUBLISH_RETRY, ignore_result=True)
+            self.celery.send_task(
+                Task.ingest.value,
+                args=[event.model_dump(mode="json")],
+                task_id=str(event_id),
+                retry_policy=REQUEST_PUBLISH_RETRY,
+                ignore_result=True,
+            )
         except Exception as exc:  # noqa: BLE001 (the broker's errors are many: queued, the sweep publishes it)
-            log.warning("retry not published; the stalled-event sweep will", event_id=str(event_id),
-                        error=f"{type(exc).__name__}: {exc}")
+            log.warning(
+                "retry not published; the stalled-event sweep will",
+                event_id=str(event_id),
+                error=f"{type(exc).__name__}: {exc}",
+            )
         return ledger.get(event_id)
 
     def users(self, tenant_id: str) -> list[str]:
@@ -252,8 +270,9 @@ class QueueService(MemoryService):
         from engram.workers.stores.retention import storage_use  # the stores' listing, when a page asks for it
 
         if self.objects is None:
-            raise NotOffered("the bytes stored are measured beside the API: this service was made without its "
-                             "object store")
+            raise NotOffered(
+                "the bytes stored are measured beside the API: this service was made without its object store"
+            )
         rt = SimpleNamespace(settings=self.settings, objects=self.objects, ledger=self._ledger())
         with self._users_lock:
             found = self._storage.get(tenant_id)

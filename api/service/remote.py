@@ -63,13 +63,13 @@ class RemoteService(MemoryService):
     ``ServiceTimeout`` (the request or the API's own wait timed out), ``ServiceUnavailable`` (unreachable, 502,
     503), ``ServiceError`` (any other error answer, with the API's message) and ``NotOffered`` (see above)."""
 
-    def __init__(self, url: str, api_key: str, timeout: float | None = None, device: str | None = None,
-                 client: Any = None) -> None:
+    def __init__(
+        self, url: str, api_key: str, timeout: float | None = None, device: str | None = None, client: Any = None
+    ) -> None:
         if not api_key:
             raise ValueError("RemoteService needs an API key (engram keys create --tenant T)")
         self.timeout = timeout if timeout is not None else get_settings().service_timeout_seconds
-        self.client = client if client is not None else EngramClient(url, api_key, timeout=self.timeout,
-                                                                     device=device)
+        self.client = client if client is not None else EngramClient(url, api_key, timeout=self.timeout, device=device)
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -121,15 +121,17 @@ class RemoteService(MemoryService):
                 final = self.client.wait([resp.event_id], timeout=self.timeout, interval=0.1)[resp.event_id]
             except TimeoutError as exc:
                 raise ServiceTimeout(f"event {resp.event_id} not stored within {self.timeout:g} s") from exc
-        return resp.model_copy(update={"status": final.status, "observations": final.observations,
-                                       "reason": final.reason})
+        return resp.model_copy(
+            update={"status": final.status, "observations": final.observations, "reason": final.reason}
+        )
 
     # --- memories ---------------------------------------------------------------------------------------------
     def get_memory(self, tenant_id: str, memory_id: uuid.UUID) -> MemoryRecord | None:
         return self._maybe(self.client.get_memory, memory_id)
 
-    def list_memories(self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50,
-                      offset: int = 0) -> MemoryPage:
+    def list_memories(
+        self, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50, offset: int = 0
+    ) -> MemoryPage:
         with self._call():
             return self.client.list_memories(memory_type, user_id, limit, offset)
 
@@ -166,9 +168,16 @@ class RemoteService(MemoryService):
         """``POST /v1/forget``; NotOffered when the API answers 501."""
         try:
             with self._call():
-                return self.client.forget(user=scope.user_id, since=scope.since, until=scope.until, app=scope.app,
-                                          device=scope.device_id, memory_ids=scope.memory_ids,
-                                          event_ids=scope.event_ids, dry_run=dry_run)
+                return self.client.forget(
+                    user=scope.user_id,
+                    since=scope.since,
+                    until=scope.until,
+                    app=scope.app,
+                    device=scope.device_id,
+                    memory_ids=scope.memory_ids,
+                    event_ids=scope.event_ids,
+                    dry_run=dry_run,
+                )
         except ServiceError as exc:
             cause = exc.__cause__
             if isinstance(cause, EngramAPIError) and cause.status == 501:
@@ -187,8 +196,9 @@ class RemoteService(MemoryService):
     def name_entity(self, tenant_id: str, entity_id: uuid.UUID, name: str) -> EntitySummary | None:
         return self._maybe(self.client.name_entity, entity_id, name)
 
-    def merge_entities(self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID,
-                       reason: str = "manual") -> EntitySummary | None:
+    def merge_entities(
+        self, tenant_id: str, keep_id: uuid.UUID, drop_id: uuid.UUID, reason: str = "manual"
+    ) -> EntitySummary | None:
         return self._maybe(self.client.merge_entities, keep_id, drop_id, reason)
 
     def split_entity(self, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> EntitySummary | None:
@@ -205,8 +215,9 @@ class RemoteService(MemoryService):
         return self._bytes(f"{entity_id}-sample", lambda: self.client.sample_media(entity_id, sample_key))
 
     # --- the ledger and the timeline ---------------------------------------------------------------------------
-    def events(self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None,
-               limit: int = 100) -> list[LedgerRecord]:
+    def events(
+        self, tenant_id: str, user_id: str | None = None, status: EventStatus | None = None, limit: int = 100
+    ) -> list[LedgerRecord]:
         """``GET /v1/events`` (at most 1,000)."""
         with self._call():
             return self.client.events(user_id, status, min(limit, 1000)).items

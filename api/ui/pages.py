@@ -30,16 +30,28 @@ from engram.schemas.settings import get_settings
 
 HERE = Path(__file__).parent
 USER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}$")
-SCREENS = [("timeline", "Timeline", "A day or a range of what was captured: screenshots by application and window, "
-            "audio with its transcript, chat turns."),
-           ("search", "Search", "One box over everything remembered (press / to jump to it)."),
-           ("people", "People", "The people engram recognised, with their faces and voices; name, merge or split "
-            "them."),
-           ("memories", "Memories", "The six kinds of memory, each with the observations it came from and its "
-            "history; correct or delete them."),
-           ("activity", "Activity", "What was ingested per hour, what is pending, what failed and why (retry it), "
-            "and the capture's privacy rules and pause."),
-           ("connect", "Connect", "Give an AI assistant this memory over MCP.")]
+SCREENS = [
+    (
+        "timeline",
+        "Timeline",
+        "A day or a range of what was captured: screenshots by application and window, "
+        "audio with its transcript, chat turns.",
+    ),
+    ("search", "Search", "One box over everything remembered (press / to jump to it)."),
+    ("people", "People", "The people engram recognised, with their faces and voices; name, merge or split them."),
+    (
+        "memories",
+        "Memories",
+        "The six kinds of memory, each with the observations it came from and its history; correct or delete them.",
+    ),
+    (
+        "activity",
+        "Activity",
+        "What was ingested per hour, what is pending, what failed and why (retry it), "
+        "and the capture's privacy rules and pause.",
+    ),
+    ("connect", "Connect", "Give an AI assistant this memory over MCP."),
+]
 
 
 @dataclass
@@ -57,8 +69,13 @@ class UiConfig:
 def environment(tz: tzinfo) -> jinja2.Environment:
     """The templates' environment: autoescape on for every template (stored text is always text); times shown in
     ``tz`` (``ENGRAM_TIMEZONE``, else the system's: read once, a page shows thousands)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                             undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
     def local(t: datetime | None, fmt: str = "%Y-%m-%d %H:%M") -> str:
         return t.astimezone(tz).strftime(fmt) if t else ""
@@ -72,8 +89,9 @@ def environment(tz: tzinfo) -> jinja2.Environment:
         except (TypeError, ValueError):
             return str(value)[:40]
 
-    env.filters.update(local=local, epoch=epoch, iso=iso, short=present.short, why=present.why, counted=counted,
-                       marked=present.marked)
+    env.filters.update(
+        local=local, epoch=epoch, iso=iso, short=present.short, why=present.why, counted=counted, marked=present.marked
+    )
     env.globals.update(has_picture=present.has_picture, screens=SCREENS)
     return env
 
@@ -104,9 +122,17 @@ class Pages:
             users = []
         user = context.pop("user", None)
         html = self.env.get_template(template).render(
-            tenant=self.cfg.tenant, users=users, user=user, csrf=self.cfg.csrf.token(session), csrf_field=CSRF_FIELD,
-            path=request.url.path, query=dict(request.query_params), uq=f"?user={quote(user)}" if user else "",
-            ua=f"&user={quote(user)}" if user else "", **context)
+            tenant=self.cfg.tenant,
+            users=users,
+            user=user,
+            csrf=self.cfg.csrf.token(session),
+            csrf_field=CSRF_FIELD,
+            path=request.url.path,
+            query=dict(request.query_params),
+            uq=f"?user={quote(user)}" if user else "",
+            ua=f"&user={quote(user)}" if user else "",
+            **context,
+        )
         resp = HTMLResponse(html, status_code=http_status)
         if fresh:
             Csrf.set_cookie(resp, session)
@@ -125,10 +151,18 @@ def media_response(obj: Any, download: bool = False) -> Response:
     disposition = "inline" if inline and not download else "attachment"
     media_type = obj.mime_type if inline else "application/octet-stream"
     if obj.path is not None:
-        return FileResponse(obj.path, media_type=media_type, headers=headers, content_disposition_type=disposition,
-                            filename=obj.path.name)
-    return Response(obj.data or b"", media_type=media_type,
-                    headers={**headers, "content-disposition": f"{disposition}; filename=\"{Path(obj.key).name}\""})
+        return FileResponse(
+            obj.path,
+            media_type=media_type,
+            headers=headers,
+            content_disposition_type=disposition,
+            filename=obj.path.name,
+        )
+    return Response(
+        obj.data or b"",
+        media_type=media_type,
+        headers={**headers, "content-disposition": f'{disposition}; filename="{Path(obj.key).name}"'},
+    )
 
 
 def parse_id(value: str) -> uuid.UUID:

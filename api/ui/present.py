@@ -61,9 +61,13 @@ def bursts(frames: list[MemoryRecord]) -> list[list[MemoryRecord]]:
     head_words: set[str] = set()
     for rec in reversed(frames):
         last = out[-1][-1] if out else None
-        near = (last is not None and rec.time is not None and last.time is not None
-                and (rec.time - last.time).total_seconds() <= BURST_GAP_S
-                and rec.payload.get("device_id") == last.payload.get("device_id"))
+        near = (
+            last is not None
+            and rec.time is not None
+            and last.time is not None
+            and (rec.time - last.time).total_seconds() <= BURST_GAP_S
+            and rec.payload.get("device_id") == last.payload.get("device_id")
+        )
         words = _words(rec) if near or not out else None
         if near and words is not None:
             union = len(words | head_words)
@@ -146,12 +150,13 @@ def marked(text: str | None, words: list[str]) -> list[tuple[str, bool]]:
         return []
     if not words:
         return [(text, False)]
-    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
-                         + r")\w*", re.IGNORECASE)
+    pattern = re.compile(
+        r"\b(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + r")\w*", re.IGNORECASE
+    )
     out, at = [], 0
     for m in pattern.finditer(text):
         if m.start() > at:
-            out.append((text[at:m.start()], False))
+            out.append((text[at : m.start()], False))
         out.append((m.group(0), True))
         at = m.end()
     if at < len(text):
@@ -171,12 +176,20 @@ def why(hit: SearchHit) -> str:
         parts.append(f"meaning: #{m.dense_rank}")
     if m.sparse_rank is not None:
         parts.append(f"keywords: #{m.sparse_rank}")
-    parts += [label for flag, label in ((m.time, "in the time asked"), (m.entity, "the person named"),
-                                        (m.memory, "a memory built from it")) if flag]
+    parts += [
+        label
+        for flag, label in (
+            (m.time, "in the time asked"),
+            (m.entity, "the person named"),
+            (m.memory, "a memory built from it"),
+        )
+        if flag
+    ]
     return " · ".join(parts)
 
 
 # --- the timeline's scrubber -----------------------------------------------------------------------------------
+
 
 @dataclass
 class HourSlot:
@@ -286,12 +299,23 @@ def ingest_plot(records: list, now: datetime, tz, hours: int = 24) -> Plot:
             if n:
                 h = inner_h * n / top
                 y -= h
-                bars.append(Bar(PLOT_PAD + i * step + 1, round(y, 1), round(step - 2, 1), round(h, 1), kind, colour,
-                                n, labels[i]))
+                bars.append(
+                    Bar(
+                        PLOT_PAD + i * step + 1,
+                        round(y, 1),
+                        round(step - 2, 1),
+                        round(h, 1),
+                        kind,
+                        colour,
+                        n,
+                        labels[i],
+                    )
+                )
     return Plot(labels, dict(zip(labels, counts, strict=True)), bars, top, sum(sum(c.values()) for c in counts))
 
 
 # --- memories and their history --------------------------------------------------------------------------------
+
 
 def with_history(items: list[MemoryRecord]) -> tuple[list[MemoryRecord], dict[str, list[MemoryRecord]]]:
     """``items`` split into the current memories (not superseded) and, for each, the versions it superseded,

@@ -100,8 +100,11 @@ def _people_named(svc: MemoryService, tenant: str, person: str) -> list[str]:
     """The ids of the tenant's entities called ``person`` (any of their names, case ignored), or ``person`` itself
     when it is an entity's id; [] when none is."""
     wanted = person.casefold()
-    return [str(e.id) for e in svc.list_entities(tenant).items
-            if str(e.id) == wanted or any(n.casefold() == wanted for n in e.names)]
+    return [
+        str(e.id)
+        for e in svc.list_entities(tenant).items
+        if str(e.id) == wanted or any(n.casefold() == wanted for n in e.names)
+    ]
 
 
 def _newest_day(svc: MemoryService, tenant: str, user: str | None, tz: tzinfo) -> date | None:
@@ -114,6 +117,7 @@ def _newest_day(svc: MemoryService, tenant: str, user: str | None, tz: tzinfo) -
 def register(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
     """Add every route of the web app to ``app``."""
     _screens(app, cfg, pages)
+    _search_screen(app, cfg, pages)
     _lists(app, cfg, pages)
     _items(app, cfg, pages)
     _changes(app, cfg, pages)
@@ -137,17 +141,47 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
             raise HTTPException(400, "the range ends before it starts")
         start_at, end_at = present.day_span(first, last, tz)
         kind, app_name = _kind(q.get("kind")), q.get("app") or None
-        page = svc.timeline(TimelineRequest(tenant_id=tenant, user_id=user, time_from=start_at, time_to=end_at,
-                                            kinds=[kind] if kind else None, apps=[app_name] if app_name else None,
-                                            limit=TIMELINE_LIMIT))
+        page = svc.timeline(
+            TimelineRequest(
+                tenant_id=tenant,
+                user_id=user,
+                time_from=start_at,
+                time_to=end_at,
+                kinds=[kind] if kind else None,
+                apps=[app_name] if app_name else None,
+                limit=TIMELINE_LIMIT,
+            )
+        )
         groups = present.group_timeline(page.items, sample=not q.get("full"))
         hours = present.scrubber(groups, first, last, tz)
         span = ((last or first) - first).days + 1
-        return pages.render(request, "timeline.html", user=user, groups=groups, total=page.total, day=first,
-                            hours=hours, today=datetime.now(tz).date(),
-                            last=last, before=first - timedelta(days=span), after=first + timedelta(days=span),
-                            kind=kind.value if kind else "", app_name=app_name or "",
-                            kinds=[k.value for k in MediaKind], capped=page.total > len(page.items))
+        return pages.render(
+            request,
+            "timeline.html",
+            user=user,
+            groups=groups,
+            total=page.total,
+            day=first,
+            hours=hours,
+            today=datetime.now(tz).date(),
+            last=last,
+            before=first - timedelta(days=span),
+            after=first + timedelta(days=span),
+            kind=kind.value if kind else "",
+            app_name=app_name or "",
+            kinds=[k.value for k in MediaKind],
+            capped=page.total > len(page.items),
+        )
+
+    @app.get("/connect", include_in_schema=False)
+    def connect(request: Request) -> Response:
+        return pages.render(request, "connect.html", user=pages.user(request), snippet=mcp_snippet(cfg.data_dir))
+
+
+def _search_screen(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
+    """The search screen (GET /search?q=...): the hybrid search with the CLI's filters, hits by burst, each saying
+    why it matched."""
+    svc, tenant = cfg.service, cfg.tenant
 
     @app.get("/search", include_in_schema=False)
     def search(request: Request) -> Response:
@@ -162,17 +196,33 @@ def _screens(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
             if people == []:
                 unknown = form["person"]
             else:
-                resp = svc.search(SearchRequest(
-                    query=text, tenant_id=tenant, user_id=user, limit=SEARCH_LIMIT, kinds=[kind] if kind else None,
-                    apps=[form["app"]] if form["app"] else None, devices=[form["device"]] if form["device"] else None,
-                    entities=people, time_from=start_at, time_to=end_at, timezone=get_settings().timezone,
-                    memory_types=[mtype] if mtype else list(DEFAULT_SEARCH_TYPES)))
-        return pages.render(request, "search.html", user=user, q=text, resp=resp, form=form, unknown_person=unknown,
-                            kinds=[k.value for k in MediaKind], types=[t.value for t in DEFAULT_SEARCH_TYPES])
-
-    @app.get("/connect", include_in_schema=False)
-    def connect(request: Request) -> Response:
-        return pages.render(request, "connect.html", user=pages.user(request), snippet=mcp_snippet(cfg.data_dir))
+                resp = svc.search(
+                    SearchRequest(
+                        query=text,
+                        tenant_id=tenant,
+                        user_id=user,
+                        limit=SEARCH_LIMIT,
+                        kinds=[kind] if kind else None,
+                        apps=[form["app"]] if form["app"] else None,
+                        devices=[form["device"]] if form["device"] else None,
+                        entities=people,
+                        time_from=start_at,
+                        time_to=end_at,
+                        timezone=get_settings().timezone,
+                        memory_types=[mtype] if mtype else list(DEFAULT_SEARCH_TYPES),
+                    )
+                )
+        return pages.render(
+            request,
+            "search.html",
+            user=user,
+            q=text,
+            resp=resp,
+            form=form,
+            unknown_person=unknown,
+            kinds=[k.value for k in MediaKind],
+            types=[t.value for t in DEFAULT_SEARCH_TYPES],
+        )
 
 
 def _lists(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
@@ -186,8 +236,15 @@ def _lists(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
             samples = {str(eid): found for eid, found in svc.entities_samples(tenant, shown).items()}
         except NotOffered:
             samples = {}
-        return pages.render(request, "people.html", user=pages.user(request), entities=entities, samples=samples,
-                            faces_shown=FACES_SHOWN, voices_shown=VOICES_SHOWN)
+        return pages.render(
+            request,
+            "people.html",
+            user=pages.user(request),
+            entities=entities,
+            samples=samples,
+            faces_shown=FACES_SHOWN,
+            voices_shown=VOICES_SHOWN,
+        )
 
     @app.get("/memories", include_in_schema=False)
     def memories(request: Request) -> Response:
@@ -199,10 +256,20 @@ def _lists(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
             raise HTTPException(400, "not an offset") from exc
         scan = svc.list_memories(tenant, mtype, user, MEMORY_SCAN, 0)
         current, history = present.with_history(scan.items)
-        return pages.render(request, "memories.html", user=user, items=current[offset:offset + MEMORIES_PAGE],
-                            history=history, total=len(current), offset=offset, capped=scan.total > MEMORY_SCAN,
-                            mtype=mtype.value, types=[t.value for t in MEMORY_TYPES], step=MEMORIES_PAGE,
-                            editable=mtype is not MemoryType.knowledge_vault)
+        return pages.render(
+            request,
+            "memories.html",
+            user=user,
+            items=current[offset : offset + MEMORIES_PAGE],
+            history=history,
+            total=len(current),
+            offset=offset,
+            capped=scan.total > MEMORY_SCAN,
+            mtype=mtype.value,
+            types=[t.value for t in MEMORY_TYPES],
+            step=MEMORIES_PAGE,
+            editable=mtype is not MemoryType.knowledge_vault,
+        )
 
     @app.get("/activity", include_in_schema=False)
     def activity(request: Request) -> Response:
@@ -215,11 +282,22 @@ def _lists(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
         tz = get_settings().tzinfo
         plot = present.ingest_plot(svc.events(tenant, user, None, PLOT_EVENTS), datetime.now(tz), tz)
         pause = cfg.data_dir / CAPTURE_PAUSE
-        return pages.render(request, "activity.html", user=user, counts=svc.event_counts(tenant),
-                            statuses=[s.value for s in EventStatus], status=status or "",
-                            events=svc.events(tenant, user, wanted, 200), failures=svc.failures(tenant, user, 50),
-                            plot=plot, deny_apps=DEFAULT_DENY_APPS, deny_titles=DEFAULT_DENY_TITLES,
-                            pause_file=str(pause), paused=pause.exists(), storage=_storage(svc, tenant))
+        return pages.render(
+            request,
+            "activity.html",
+            user=user,
+            counts=svc.event_counts(tenant),
+            statuses=[s.value for s in EventStatus],
+            status=status or "",
+            events=svc.events(tenant, user, wanted, 200),
+            failures=svc.failures(tenant, user, 50),
+            plot=plot,
+            deny_apps=DEFAULT_DENY_APPS,
+            deny_titles=DEFAULT_DENY_TITLES,
+            pause_file=str(pause),
+            paused=pause.exists(),
+            storage=_storage(svc, tenant),
+        )
 
 
 def _storage(svc, tenant: str):
@@ -267,9 +345,17 @@ def _items(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
                 missing = str(exc)
             fed = _fed(svc, tenant, rec.id)
         names = {str(e.id): e for e in svc.list_entities(tenant).items} if rec.payload.get("entity_ids") else {}
-        return pages.render(request, "item.html", user=user, rec=rec, missing=missing, names=names,
-                            evidence=(rec.payload.get("provenance") or {}).get("observation_ids") or [],
-                            hl=present.highlight_words(request.query_params.get("hl")), fed=fed)
+        return pages.render(
+            request,
+            "item.html",
+            user=user,
+            rec=rec,
+            missing=missing,
+            names=names,
+            evidence=(rec.payload.get("provenance") or {}).get("observation_ids") or [],
+            hl=present.highlight_words(request.query_params.get("hl")),
+            fed=fed,
+        )
 
     @app.get("/media/{item_id}", include_in_schema=False)
     def media(request: Request, item_id: str) -> Response:
@@ -312,8 +398,9 @@ async def _form(cfg: UiConfig, request: Request) -> dict[str, str]:
 def back(path: str, anchor: str = "", **params: str | None) -> RedirectResponse:
     """A 303 to ``path`` with the non-empty ``params`` as its query and ``anchor`` as its fragment."""
     kept = {k: v for k, v in params.items() if v}
-    return RedirectResponse(path + (f"?{urlencode(kept)}" if kept else "") + (f"#{anchor}" if anchor else ""),
-                            status_code=303)
+    return RedirectResponse(
+        path + (f"?{urlencode(kept)}" if kept else "") + (f"#{anchor}" if anchor else ""), status_code=303
+    )
 
 
 def _changes(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:

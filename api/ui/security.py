@@ -21,11 +21,18 @@ SESSION_COOKIE = "engram_ui_session"
 CSRF_FIELD = "csrf_token"
 #: Every page's policy: scripts, styles, pictures and media from this origin only; no inline script or style, no
 #: plugin, not framed, forms post here only.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; media-src 'self'; "
-       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-HEADERS = {"content-security-policy": CSP, "x-content-type-options": "nosniff", "referrer-policy": "same-origin",
-           "x-frame-options": "DENY", "cross-origin-opener-policy": "same-origin",
-           "cross-origin-resource-policy": "same-origin"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; media-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "x-frame-options": "DENY",
+    "cross-origin-opener-policy": "same-origin",
+    "cross-origin-resource-policy": "same-origin",
+}
 
 
 def loopback_hosts(host: str, port: int) -> frozenset[str]:
@@ -49,8 +56,9 @@ class Guard:
             return
         host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1").lower()
         if self.allowed is not None and host not in self.allowed:
-            resp = PlainTextResponse("403: this address is not the one engram ui listens on", status_code=403,
-                                     headers=HEADERS)
+            resp = PlainTextResponse(
+                "403: this address is not the one engram ui listens on", status_code=403, headers=HEADERS
+            )
             await resp(scope, receive, send)
             return
 

@@ -138,8 +138,15 @@ class Prefixed:
         async def rewrite(message: Message) -> None:
             nonlocal start
             if message["type"] == "http.response.start":
-                headers = [(k, self.prefix + v if k.lower() == b"location" and v.startswith(b"/")
-                            and not v.startswith(b"//") else v) for k, v in message.get("headers", [])]
+                headers = [
+                    (
+                        k,
+                        self.prefix + v
+                        if k.lower() == b"location" and v.startswith(b"/") and not v.startswith(b"//")
+                        else v,
+                    )
+                    for k, v in message.get("headers", [])
+                ]
                 message = {**message, "headers": headers}
                 if any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers):
                     start = message
@@ -174,7 +181,7 @@ class SigninLimits:
         if self.items:
             if not redis_url:
                 raise ValueError("ENGRAM_UI_SIGNIN_RATE_LIMIT needs Redis (ENGRAM_REDIS_URL or ENGRAM_BROKER_URL)")
-            url = "redis+unix://" + redis_url[len("unix://"):] if redis_url.startswith("unix://") else redis_url
+            url = "redis+unix://" + redis_url[len("unix://") :] if redis_url.startswith("unix://") else redis_url
             self.limiter = MovingWindowRateLimiter(storage_from_string(url))
 
     @staticmethod
@@ -219,8 +226,9 @@ class ServedUi:
         """(the API's Services, the Sessions, the QueueService of every tenant's app), made once."""
         if self._ready is None:
             svcs = api.state.services
-            service = QueueService(svcs.celery, svcs.settings.service_timeout_seconds, svcs.ledger, svcs.objects,
-                                   svcs.settings)
+            service = QueueService(
+                svcs.celery, svcs.settings.service_timeout_seconds, svcs.ledger, svcs.objects, svcs.settings
+            )
             self._ready = (svcs, Sessions(secret(svcs.redis)), service)
         return self._ready
 
@@ -242,20 +250,23 @@ class ServedUi:
         if scope["type"] != "http":
             return
         root = scope.get("root_path", "")
-        path = scope["path"][len(root):] if scope["path"].startswith(root) else scope["path"]
+        path = scope["path"][len(root) :] if scope["path"].startswith(root) else scope["path"]
         inner = {**scope, "path": path or "/", "raw_path": (path or "/").encode(), "root_path": ""}
         try:
             svcs, sessions, _ = await run_in_threadpool(self._setup, scope["app"])
             tenant = await run_in_threadpool(self._tenant_of, svcs, sessions, scope)
         except RedisError as exc:  # the keys and sessions live in Redis: nothing can be checked without it
             log.error("ui: redis unavailable", error=f"{type(exc).__name__}: {exc}")
-            resp: Response = Response("503: engram cannot reach Redis (API keys and sessions); try again shortly",
-                                      status_code=503, media_type="text/plain",
-                                      headers={**HEADERS, "retry-after": "5"})
+            resp: Response = Response(
+                "503: engram cannot reach Redis (API keys and sessions); try again shortly",
+                status_code=503,
+                media_type="text/plain",
+                headers={**HEADERS, "retry-after": "5"},
+            )
             await resp(inner, receive, send)
             return
         if path.startswith("/static/"):
-            await Guard(self.static, None)({**inner, "path": path[len("/static"):]}, receive, send)
+            await Guard(self.static, None)({**inner, "path": path[len("/static") :]}, receive, send)
             return
         if path in ("/signin", "/signout"):
             await Guard(self._signin_app(svcs, sessions), None)(inner, receive, send)
@@ -284,10 +295,14 @@ class ServedUi:
         return tenant if tenant == session[1] else None
 
     def _signout_form(self, token: str) -> bytes:
-        return self.env.from_string(
-            '<form class="signout" method="post" action="{{ p }}/signout"><input type="hidden" name="{{ f }}" '
-            'value="{{ t }}"><button type="submit">Sign out</button></form>').render(
-            p=self.prefix, f=CSRF_FIELD, t=token).encode()
+        return (
+            self.env.from_string(
+                '<form class="signout" method="post" action="{{ p }}/signout"><input type="hidden" name="{{ f }}" '
+                'value="{{ t }}"><button type="submit">Sign out</button></form>'
+            )
+            .render(p=self.prefix, f=CSRF_FIELD, t=token)
+            .encode()
+        )
 
     # --- sign in and out --------------------------------------------------------------------------------------
     def _signin_app(self, svcs: Any, sessions: Sessions) -> FastAPI:
@@ -302,8 +317,12 @@ class ServedUi:
             fresh = sid is None
             sid = sid or Csrf.new_session()
             html = self.env.get_template("signin.html").render(
-                prefix=prefix, csrf=csrf.token(sid), csrf_field=CSRF_FIELD, error=error,
-                next=local(nxt if nxt is not None else request.query_params.get("next")))
+                prefix=prefix,
+                csrf=csrf.token(sid),
+                csrf_field=CSRF_FIELD,
+                error=error,
+                next=local(nxt if nxt is not None else request.query_params.get("next")),
+            )
             resp = HTMLResponse(html, status_code=status)
             if fresh:
                 Csrf.set_cookie(resp, sid)
@@ -324,8 +343,9 @@ class ServedUi:
             wait = await run_in_threadpool(failures.wait, client)
             if wait:
                 log.info("ui sign-in refused", reason="too many failed sign-ins")
-                refused = await run_in_threadpool(page, request, 429, "Too many failed sign-ins from here: try "
-                                                  f"again in {wait} s.", nxt)
+                refused = await run_in_threadpool(
+                    page, request, 429, f"Too many failed sign-ins from here: try again in {wait} s.", nxt
+                )
                 refused.headers["retry-after"] = str(wait)
                 return refused
             tenant = await run_in_threadpool(keys.tenant_for, svcs.redis, key) if key else None
@@ -333,16 +353,14 @@ class ServedUi:
                 log.info("ui sign-in refused", reason="unknown key" if key else "no key")
                 if key:
                     await run_in_threadpool(failures.failed, client)
-                return await run_in_threadpool(page, request, 401, "That API key is not known here: check it, or "
-                                               "ask for one (engram keys create --tenant T).", nxt)
-            target = prefix + (nxt or "/")
-            resp = RedirectResponse(target, status_code=303)
-            secure = request.url.scheme == "https"
-            resp.set_cookie(AUTH_COOKIE, sessions.token(keys.hash_key(key), tenant), httponly=True,
-                            samesite="strict", path=prefix, secure=secure)
-            Csrf.set_cookie(resp, Csrf.new_session())  # a new CSRF session with the new sign-in
-            log.info("ui signed in", tenant=tenant, key_id=keys.hash_key(key)[:12])
-            return resp
+                return await run_in_threadpool(
+                    page,
+                    request,
+                    401,
+                    "That API key is not known here: check it, or ask for one (engram keys create --tenant T).",
+                    nxt,
+                )
+            return _signed_in(request, sessions, prefix, nxt or "/", key, tenant)
 
         @app.post("/signout")
         async def signout(request: Request) -> Response:
@@ -358,7 +376,26 @@ class ServedUi:
         return app
 
 
+def _signed_in(request: Request, sessions: Sessions, prefix: str, path: str, key: str, tenant: str) -> Response:
+    """The answer to a sign-in with a known API key: a redirect to `path` under the app's `prefix` (e.g. "/ui") that
+    sets the HttpOnly, SameSite=Strict session cookie on `prefix` (Secure over HTTPS) for the key's tenant, and a new
+    CSRF session."""
+    resp = RedirectResponse(prefix + path, status_code=303)
+    resp.set_cookie(
+        AUTH_COOKIE,
+        sessions.token(keys.hash_key(key), tenant),
+        httponly=True,
+        samesite="strict",
+        path=prefix,
+        secure=request.url.scheme == "https",
+    )
+    Csrf.set_cookie(resp, Csrf.new_session())  # a new CSRF session with the new sign-in
+    log.info("ui signed in", tenant=tenant, key_id=keys.hash_key(key)[:12])
+    return resp
+
+
 # --- what a tenant's app adds under engram serve: its API keys, and media from S3 -------------------------------
+
 
 class ServeContext:
     """What a tenant's web app under ``engram serve`` reaches besides its service: Redis (the API keys), the object
@@ -381,10 +418,25 @@ def register(app: FastAPI, cfg: UiConfig, pages: Pages, serve: ServeContext) -> 
     def connect_page(request: Request, new_key: str | None = None, status: int = 200) -> Response:
         listed = keys.list_keys(serve.redis, tenant)
         base = str(request.base_url).rstrip("/")
-        entry = {"mcpServers": {"engram": {"command": "engram", "args": ["mcp", "--api", base],
-                                           "env": {"ENGRAM_API_KEY": "<one of the keys below>"}}}}
-        return pages.render(request, "keys.html", http_status=status, user=pages.user(request), keys=listed,
-                            masked=masked, new_key=new_key, snippet=json.dumps(entry, indent=2))
+        entry = {
+            "mcpServers": {
+                "engram": {
+                    "command": "engram",
+                    "args": ["mcp", "--api", base],
+                    "env": {"ENGRAM_API_KEY": "<one of the keys below>"},
+                }
+            }
+        }
+        return pages.render(
+            request,
+            "keys.html",
+            http_status=status,
+            user=pages.user(request),
+            keys=listed,
+            masked=masked,
+            new_key=new_key,
+            snippet=json.dumps(entry, indent=2),
+        )
 
     async def form(request: Request) -> dict[str, str]:
         try:
@@ -455,9 +507,12 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
 def stream_object(objects: Any, obj: MediaObject, range_header: str | None) -> Response:
     """An original kept in S3 (``obj`` names its key and size) streamed from the store: the whole (200) or the one
     range asked (206 with ``Content-Range``, the store's ranged GET); 416 for a range past the end."""
-    headers = {"accept-ranges": "bytes", "cache-control": "private, max-age=86400",
-               "etag": '"' + hashlib.sha256(f"{obj.key}:{obj.size}".encode()).hexdigest()[:32] + '"',
-               "content-disposition": f"inline; filename=\"{Path(obj.key).name}\""}
+    headers = {
+        "accept-ranges": "bytes",
+        "cache-control": "private, max-age=86400",
+        "etag": '"' + hashlib.sha256(f"{obj.key}:{obj.size}".encode()).hexdigest()[:32] + '"',
+        "content-disposition": f'inline; filename="{Path(obj.key).name}"',
+    }
     try:
         span = byte_range(range_header, obj.size)
     except ValueError:
@@ -479,8 +534,9 @@ def stream_object(objects: Any, obj: MediaObject, range_header: str | None) -> R
     headers["content-length"] = str(length)
     if span is not None:
         headers["content-range"] = f"bytes {start}-{end}/{obj.size}"
-    return StreamingResponse(chunks(), status_code=206 if span is not None else 200, media_type=obj.mime_type,
-                             headers=headers)
+    return StreamingResponse(
+        chunks(), status_code=206 if span is not None else 200, media_type=obj.mime_type, headers=headers
+    )
 
 
 def media_routes(app: FastAPI, cfg: UiConfig, pages: Pages, objects: Any) -> None:
@@ -509,4 +565,3 @@ def media_routes(app: FastAPI, cfg: UiConfig, pages: Pages, objects: Any) -> Non
             return RedirectResponse("/static/missing.svg", status_code=307)
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from exc
-

@@ -140,9 +140,20 @@ CONTROL_ROUNDS = 12_000
 def python_work(rounds: int = CONTROL_ROUNDS) -> float:
     """CPU seconds (``time.process_time``) this process takes for a fixed piece of pure-Python work (what the
     workers do around the model: JSON, dicts, small lists), single-threaded."""
-    record = {"event_id": "8c1d4a2e-52f4-4c39-9b0e-3f6a1c2d7e90", "tenant": TENANT, "segment": 3,
-              "messages": [{"speaker": "Caroline", "text": "I went to the LGBTQ support group yesterday " * 2,
-                            "ts": 1_700_000_000.5 + i} for i in range(4)], "vector": [0.125] * 48}
+    record = {
+        "event_id": "8c1d4a2e-52f4-4c39-9b0e-3f6a1c2d7e90",
+        "tenant": TENANT,
+        "segment": 3,
+        "messages": [
+            {
+                "speaker": "Caroline",
+                "text": "I went to the LGBTQ support group yesterday " * 2,
+                "ts": 1_700_000_000.5 + i,
+            }
+            for i in range(4)
+        ],
+        "vector": [0.125] * 48,
+    }
     start = time.process_time()
     for i in range(rounds):
         back = json.loads(json.dumps(record))
@@ -189,12 +200,15 @@ def machine_contention(pairs: int = 5) -> dict[str, float]:
 def contention_line(control: dict[str, float], figures: list[Figure], kind: str) -> str:
     """``machine_contention``'s control and each distributed row of ``kind``'s cores kept busy (CPU s ÷ wall s,
     medians by worker count), one line."""
-    busy = {n: statistics.median(f.cpu_s / f.wall_s for f in fs if f.wall_s)
-            for n, fs in by_workers(figures, kind).items()}
-    return (f"the machine (control): the same single-threaded Python work took x{control['factor']:.2f} its CPU "
-            f"seconds with the other cores busy ({control['alone_cpu_s']:.2f} s alone, "
-            f"{control['beside_busy_cpu_s']:.2f} s beside); cores kept busy by the workers: "
-            + ", ".join(f"{n} worker(s) {b:.2f}" for n, b in busy.items()))
+    busy = {
+        n: statistics.median(f.cpu_s / f.wall_s for f in fs if f.wall_s) for n, fs in by_workers(figures, kind).items()
+    }
+    return (
+        f"the machine (control): the same single-threaded Python work took x{control['factor']:.2f} its CPU "
+        f"seconds with the other cores busy ({control['alone_cpu_s']:.2f} s alone, "
+        f"{control['beside_busy_cpu_s']:.2f} s beside); cores kept busy by the workers: "
+        + ", ".join(f"{n} worker(s) {b:.2f}" for n, b in busy.items())
+    )
 
 
 def tree_cpu_seconds(pids: Iterable[int]) -> float:
@@ -242,8 +256,9 @@ def sum_by_label(pages: Iterable[dict[tuple[str, tuple], float]], metric: str, l
 
 
 @contextmanager
-def measured(pids: Callable[[], list[int]], store_pid: int | None, store_port: int | None,
-             metrics_ports: Iterable[int] = ()) -> Iterator[dict]:
+def measured(
+    pids: Callable[[], list[int]], store_pid: int | None, store_port: int | None, metrics_ports: Iterable[int] = ()
+) -> Iterator[dict]:
     """Wall and tree CPU seconds of the enclosed block; the store worker's CPU and its stage tasks' wall seconds
     (``engram_stage_duration_seconds`` on its /metrics, None when unreadable); the CPU seconds by task
     (``engram_task_cpu_seconds_total``) of the workers serving /metrics on ``metrics_ports`` (None without
@@ -267,11 +282,15 @@ def measured(pids: Callable[[], list[int]], store_pid: int | None, store_port: i
         return {k: v - then.get(k, 0.0) for k, v in sorted(now.items())}
 
     read = {p for p in ports if p in pages and p in pages0}
-    out["store_task_s"] = (sum(grew("engram_stage_duration_seconds_sum", "stage", [store_port]).values())
-                           if store_port in read else None)
+    out["store_task_s"] = (
+        sum(grew("engram_stage_duration_seconds_sum", "stage", [store_port]).values()) if store_port in read else None
+    )
     workers = [p for p in worker_ports if p in read]
-    out["task_cpu_s"] = ({t: round(v, 3) for t, v in grew("engram_task_cpu_seconds_total", "task", workers).items()
-                          if v > 0} if workers else None)
+    out["task_cpu_s"] = (
+        {t: round(v, 3) for t, v in grew("engram_task_cpu_seconds_total", "task", workers).items() if v > 0}
+        if workers
+        else None
+    )
 
 
 # --- workload, publishing, latency -----------------------------------------------------------------------
@@ -298,8 +317,11 @@ def on_every_node(control: Callable, queue: str, nodes: list[str]) -> None:
     """Call Celery's remote ``control`` command (``app.control.cancel_consumer`` to pause ``queue``'s consumer,
     ``app.control.add_consumer`` to resume it) on the worker ``nodes`` and wait for every node's reply. Raises
     RuntimeError when a node does not answer within 10 s or answers with an error."""
-    replies = {node: answer for reply in control(queue, destination=nodes, reply=True, timeout=10) or []
-               for node, answer in reply.items()}
+    replies = {
+        node: answer
+        for reply in control(queue, destination=nodes, reply=True, timeout=10) or []
+        for node, answer in reply.items()
+    }
     bad = {n: replies.get(n) for n in nodes if not isinstance(replies.get(n), dict) or "error" in replies[n]}
     if bad:
         raise RuntimeError(f"{control.__name__}({queue!r}) not done on every worker: {bad}")
@@ -327,8 +349,9 @@ def wait_final(rt, ids: list[uuid.UUID], timeout: float, progress=None, task=Non
             continue
         now = time.monotonic()
         if now > deadline or now - moved > stall:
-            raise TimeoutError(f"{len(ids) - at} of {len(ids)} events not final after {timeout:.0f} s "
-                               f"(none for {now - moved:.0f} s)")
+            raise TimeoutError(
+                f"{len(ids) - at} of {len(ids)} events not final after {timeout:.0f} s (none for {now - moved:.0f} s)"
+            )
         time.sleep(0.05)
     return failed
 
@@ -364,8 +387,9 @@ def searchable_latency(rt, folder: Path, kind: str, samples: int, send, search) 
         while not any(eid in hit.event_ids for hit in search(req).hits):
             if time.monotonic() > deadline:
                 rec = rt.ledger.get(eid)
-                raise TimeoutError(f"{kind} event {eid} not searchable after 120 s "
-                                   f"(ledger: {rec.status.value if rec else None})")
+                raise TimeoutError(
+                    f"{kind} event {eid} not searchable after 120 s (ledger: {rec.status.value if rec else None})"
+                )
             time.sleep(0.05)
         out.append((time.perf_counter() - t0, final))
     return out
@@ -391,27 +415,55 @@ def percentile(values: list[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
-def figure(mode: str, kind: str, workers: int, events: int, failed: int, m: dict,
-           samples: list[tuple[float, float]], first_search_s: float) -> Figure:
+def figure(
+    mode: str,
+    kind: str,
+    workers: int,
+    events: int,
+    failed: int,
+    m: dict,
+    samples: list[tuple[float, float]],
+    first_search_s: float,
+) -> Figure:
     """A Figure from the ``measured`` dict ``m`` of a run and its latency samples (``searchable_latency``)."""
     latency = [total for total, _ in samples]
     wall, cpu = m["wall_s"], m["cpu_s"]
     store_cpu, store_task = m.get("store_cpu_s"), m.get("store_task_s")
-    return Figure(mode, kind, workers, events, failed, round(wall, 3), events / wall, round(cpu, 3),
-                  events / cpu if cpu > 0 else float("nan"),
-                  round(store_cpu, 3) if store_cpu is not None else None,
-                  store_cpu / wall if store_cpu is not None else None,
-                  store_task / wall if store_task is not None else None,
-                  percentile(latency, 0.5), percentile(latency, 0.95), len(latency),
-                  [round(x, 3) for x in latency], [round(final, 3) for _, final in samples],
-                  round(first_search_s, 3))
+    return Figure(
+        mode,
+        kind,
+        workers,
+        events,
+        failed,
+        round(wall, 3),
+        events / wall,
+        round(cpu, 3),
+        events / cpu if cpu > 0 else float("nan"),
+        round(store_cpu, 3) if store_cpu is not None else None,
+        store_cpu / wall if store_cpu is not None else None,
+        store_task / wall if store_task is not None else None,
+        percentile(latency, 0.5),
+        percentile(latency, 0.95),
+        len(latency),
+        [round(x, 3) for x in latency],
+        [round(final, 3) for _, final in samples],
+        round(first_search_s, 3),
+    )
 
 
 # --- the two modes ---------------------------------------------------------------------------------------
 
 
-def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, events: int, samples: int,
-                    progress: Progress, round_no: int = 1) -> Figure:
+def run_distributed(
+    redis: RedisProcess,
+    root: Path,
+    kind: str,
+    workers: int,
+    events: int,
+    samples: int,
+    progress: Progress,
+    round_no: int = 1,
+) -> Figure:
     """One configuration on a fresh Redis database and data dir: ``workers`` cpu workers and the store worker
     (``round_no``: which round, for the Figure and the folders' names)."""
     import redis as redis_lib
@@ -423,12 +475,13 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
 
     redis_lib.Redis.from_url(redis.url).flushall()
     tag = f"{kind}{workers}r{round_no}"
-    values = dict(broker_url=redis.url, data_dir=str(root / f"data-{tag}"),
-                  consolidate_interval_seconds=3600.0)
+    values = dict(broker_url=redis.url, data_dir=str(root / f"data-{tag}"), consolidate_interval_seconds=3600.0)
     settings = Settings(**values)
     threads = model_threads(workers)
-    cluster = Cluster.create(root / f"cluster-{tag}", {**{f"ENGRAM_{k.upper()}": str(v) for k, v in values.items()},
-                                                       "ENGRAM_MODELS__CPU_THREADS": str(threads)})
+    cluster = Cluster.create(
+        root / f"cluster-{tag}",
+        {**{f"ENGRAM_{k.upper()}": str(v) for k, v in values.items()}, "ENGRAM_MODELS__CPU_THREADS": str(threads)},
+    )
     app = producer(settings)
     reset_runtimes()
     rt = runtime(settings)
@@ -438,7 +491,8 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
 
     def search(req):
         return SearchResponse.model_validate(
-            app.send_task("workers.query.search", args=[req.model_dump(mode="json")]).get(timeout=60))
+            app.send_task("workers.query.search", args=[req.model_dump(mode="json")]).get(timeout=60)
+        )
 
     try:
         nodes = cluster.start_distributed(cpu_workers=workers, beat=False, tag=tag, metrics=True)
@@ -456,8 +510,9 @@ def run_distributed(redis: RedisProcess, root: Path, kind: str, workers: int, ev
         # a backlog, queued while the cpu workers' ingest consumers are paused; the window times its draining
         on_every_node(app.control.cancel_consumer, Queue.ingest.value, cpu_nodes)
         ids = publish(rt, items, send)
-        with measured(pids, cluster.procs["store"].pid, cluster.metrics_ports.get("store"),
-                      cluster.metrics_ports.values()) as m:
+        with measured(
+            pids, cluster.procs["store"].pid, cluster.metrics_ports.get("store"), cluster.metrics_ports.values()
+        ) as m:
             on_every_node(app.control.add_consumer, Queue.ingest.value, cpu_nodes)
             failed = wait_final(rt, ids, timeout=3600, progress=progress, task=task)
         latency = searchable_latency(rt, root / f"lat-{tag}", kind, samples, send, search)
@@ -520,8 +575,15 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run(kinds: Iterable[str], workers: Iterable[int], events: int, samples: int, embedded: bool,
-        console: Console | None = None, rounds: int = 1) -> list[Figure]:
+def run(
+    kinds: Iterable[str],
+    workers: Iterable[int],
+    events: int,
+    samples: int,
+    embedded: bool,
+    console: Console | None = None,
+    rounds: int = 1,
+) -> list[Figure]:
     """Every configuration: for each kind, ``rounds`` rounds of the distributed mode with each number of cpu
     workers (interleaved: 1, 2, 4, 1, 2, 4, ..., so a load that comes and goes meets every count alike;
     publish→searchable measured in the first round only), then (with ``embedded``) the embedded default once.
@@ -543,8 +605,9 @@ def run(kinds: Iterable[str], workers: Iterable[int], events: int, samples: int,
                 for kind in kinds:
                     for r in range(1, rounds + 1):
                         for n in workers:
-                            figures.append(run_distributed(redis, root, kind, n, events, samples if r == 1 else 0,
-                                                           progress, r))
+                            figures.append(
+                                run_distributed(redis, root, kind, n, events, samples if r == 1 else 0, progress, r)
+                            )
                     if embedded:
                         figures.append(run_embedded(root, kind, events, samples, progress))
         finally:
@@ -560,8 +623,9 @@ def _median(values: Iterable[float | None]) -> float | None:
 def by_workers(figures: list[Figure], kind: str) -> dict[int, list[Figure]]:
     """The distributed figures of ``kind`` by number of cpu workers (ascending), each list in round order."""
     out: dict[int, list[Figure]] = {}
-    for f in sorted((f for f in figures if f.mode == "distributed" and f.kind == kind),
-                    key=lambda f: (f.workers, f.round)):
+    for f in sorted(
+        (f for f in figures if f.mode == "distributed" and f.kind == kind), key=lambda f: (f.workers, f.round)
+    ):
         out.setdefault(f.workers, []).append(f)
     return out
 
@@ -577,10 +641,12 @@ def rates(figures: list[Figure], kind: str = "text") -> dict[str, dict[str, floa
     for n, fs in groups.items():
         busy = _median(f.store_busy for f in fs)
         ratio = 1.0 if n == min(groups) else _median(ratios.get(n, []))
-        out[str(n)] = {"events_per_s": round(_median(f.events_per_s for f in fs), 3),
-                       "events_per_cpu_s": round(_median(f.events_per_cpu_s for f in fs), 4),
-                       "store_busy": round(busy, 3) if busy is not None else None,
-                       "efficiency_vs_fewest": round(ratio, 3) if ratio is not None else None}
+        out[str(n)] = {
+            "events_per_s": round(_median(f.events_per_s for f in fs), 3),
+            "events_per_cpu_s": round(_median(f.events_per_cpu_s for f in fs), 4),
+            "store_busy": round(busy, 3) if busy is not None else None,
+            "efficiency_vs_fewest": round(ratio, 3) if ratio is not None else None,
+        }
     return out
 
 
@@ -592,12 +658,21 @@ def efficiency_ratios(figures: list[Figure], kind: str = "text") -> dict[int, li
     if len(groups) < 2:
         return {}
     base = {f.round: f.events_per_cpu_s for f in groups[min(groups)]}
-    return {n: [f.events_per_cpu_s / base[f.round] for f in fs if base.get(f.round)]
-            for n, fs in groups.items() if n != min(groups)}
+    return {
+        n: [f.events_per_cpu_s / base[f.round] for f in fs if base.get(f.round)]
+        for n, fs in groups.items()
+        if n != min(groups)
+    }
 
 
-def distributed_rates(events: int = 60, workers: Iterable[int] = (1, 2, 4), kind: str = "text",
-                      latency_samples: int = 0, rounds: int = 1, out=print) -> dict[str, dict[str, float | None]]:
+def distributed_rates(
+    events: int = 60,
+    workers: Iterable[int] = (1, 2, 4),
+    kind: str = "text",
+    latency_samples: int = 0,
+    rounds: int = 1,
+    out=print,
+) -> dict[str, dict[str, float | None]]:
     """Run the distributed mode alone (no embedded row, no latency by default) on ``kind`` events, ``rounds``
     rounds, print each row's figures and the targets' checks (``checks``) through ``out``, and return ``rates()``:
     ``{"1": {"events_per_s": .., "events_per_cpu_s": .., "store_busy": .., "efficiency_vs_fewest": 1.0}, "2": ..,
@@ -605,12 +680,13 @@ def distributed_rates(events: int = 60, workers: Iterable[int] = (1, 2, 4), kind
     worker's CPU share of the wall time; each count's median ratio to one worker, round by round). For
     ``bench/ingest.py``; takes minutes (each configuration starts its workers and loads their models)."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    figures = run(kinds=[kind], workers=workers, events=events, samples=latency_samples, embedded=False,
-                  rounds=rounds)
+    figures = run(kinds=[kind], workers=workers, events=events, samples=latency_samples, embedded=False, rounds=rounds)
     for f in figures:
-        out(f"  {f.workers} cpu worker(s), round {f.round}: {f.events_per_s:.2f} events/s, "
+        out(
+            f"  {f.workers} cpu worker(s), round {f.round}: {f.events_per_s:.2f} events/s, "
             f"{f.events_per_cpu_s:.2f} events per CPU-second"
-            + (f", store busy {f.store_busy:.0%}" if f.store_busy is not None else ""))
+            + (f", store busy {f.store_busy:.0%}" if f.store_busy is not None else "")
+        )
         if line := task_cpu_line(f):
             out(f"    {line}")
     for line in checks(figures):
@@ -623,8 +699,11 @@ def task_cpu_line(f: Figure) -> str | None:
     """``f``'s CPU seconds by task and the rest of its CPU (no task), one line, or None without them."""
     if not f.task_cpu_s:
         return None
-    return ("CPU s by task " + ", ".join(f"{t.rsplit('.', 1)[-1]} {v:.2f}" for t, v in f.task_cpu_s.items())
-            + f"; in no task (consumers, pool parents, polls) {f.cpu_s - sum(f.task_cpu_s.values()):.2f}")
+    return (
+        "CPU s by task "
+        + ", ".join(f"{t.rsplit('.', 1)[-1]} {v:.2f}" for t, v in f.task_cpu_s.items())
+        + f"; in no task (consumers, pool parents, polls) {f.cpu_s - sum(f.task_cpu_s.values()):.2f}"
+    )
 
 
 def checks(figures: list[Figure]) -> list[str]:
@@ -639,19 +718,25 @@ def checks(figures: list[Figure]) -> list[str]:
                 continue
             ratio = statistics.median(ratios)
             each = f" (rounds: {', '.join(f'x{r:.2f}' for r in ratios)})" if len(ratios) > 1 else ""
-            lines.append(f"{kind}: events/CPU-s {n} vs {fewest} worker(s) x{ratio:.2f}"
-                         f"{' median of the rounds' if len(ratios) > 1 else ''}{each} "
-                         f"({'ok' if ratio >= 0.9 else 'MISSED'}: at most 10 % lower)")
+            lines.append(
+                f"{kind}: events/CPU-s {n} vs {fewest} worker(s) x{ratio:.2f}"
+                f"{' median of the rounds' if len(ratios) > 1 else ''}{each} "
+                f"({'ok' if ratio >= 0.9 else 'MISSED'}: at most 10 % lower)"
+            )
         medians = rates(figures, kind)
         if medians:
             top = max(medians, key=lambda n: medians[n]["events_per_s"] or 0)
             busy = medians[top]["store_busy"]
             if busy is not None:
-                lines.append(f"{kind}: store busy at the highest rate ({top} worker(s), "
-                             f"{medians[top]['events_per_s']:.2f} events/s) {busy:.0%} "
-                             f"({'ok' if busy < 0.5 else 'MISSED'}: < 50 %)")
+                lines.append(
+                    f"{kind}: store busy at the highest rate ({top} worker(s), "
+                    f"{medians[top]['events_per_s']:.2f} events/s) {busy:.0%} "
+                    f"({'ok' if busy < 0.5 else 'MISSED'}: < 50 %)"
+                )
         for f in figures:
             if f.kind == kind and f.latency_p95_s is not None:
-                lines.append(f"{kind}: publish→searchable p95 {f.mode} {f.workers or ''} {f.latency_p95_s:.2f} s "
-                             f"({'ok' if f.latency_p95_s <= 2.0 else 'MISSED'}: ≤ 2 s)")
+                lines.append(
+                    f"{kind}: publish→searchable p95 {f.mode} {f.workers or ''} {f.latency_p95_s:.2f} s "
+                    f"({'ok' if f.latency_p95_s <= 2.0 else 'MISSED'}: ≤ 2 s)"
+                )
     return lines

@@ -87,8 +87,14 @@ def _at(recall: dict, k: int) -> float:
     return recall[k] if k in recall else recall[str(k)]
 
 
-def paired_comparison(before: Sequence[dict], after: Sequence[dict], system: str = "engram", k: int = 10,
-                      resamples: int = 2000, seed: int = 0) -> dict:
+def paired_comparison(
+    before: Sequence[dict],
+    after: Sequence[dict],
+    system: str = "engram",
+    k: int = 10,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> dict:
     """Whether a change moved ``system``'s recall@``k``, question by question (the per-question rows of two runs
     of ``bench/retrieval.py --rows``, matched by ``row_key``; rows in only one run are left out).
 
@@ -104,8 +110,13 @@ def paired_comparison(before: Sequence[dict], after: Sequence[dict], system: str
     for half in HALVES:
         sel = [(a, b) for a, b in pairs if b["half"] == half]
         group_of = "category" if any("category" in b for _, b in sel) else "type"
-        groups = {"all": sel, **{str(g): [(a, b) for a, b in sel if b[group_of] == g]
-                                 for g in sorted({b[group_of] for _, b in sel}, key=str)}}
+        groups = {
+            "all": sel,
+            **{
+                str(g): [(a, b) for a, b in sel if b[group_of] == g]
+                for g in sorted({b[group_of] for _, b in sel}, key=str)
+            },
+        }
         out[half] = {}
         for g, ps in groups.items():
             if not ps:
@@ -114,9 +125,15 @@ def paired_comparison(before: Sequence[dict], after: Sequence[dict], system: str
             y = np.array([_at(b["recall"][system], k) for _, b in ps], dtype=float)
             d = y - x
             means = d[rng.integers(0, len(d), size=(resamples, len(d)))].mean(axis=1)
-            out[half][g] = {"n": len(d), "before": float(x.mean()), "after": float(y.mean()), "diff": float(d.mean()),
-                            "ci95": [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))],
-                            "better": int((d > 0).sum()), "worse": int((d < 0).sum())}
+            out[half][g] = {
+                "n": len(d),
+                "before": float(x.mean()),
+                "after": float(y.mean()),
+                "diff": float(d.mean()),
+                "ci95": [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))],
+                "better": int((d > 0).sum()),
+                "worse": int((d < 0).sum()),
+            }
     return out
 
 
@@ -155,8 +172,12 @@ def sample_turns(sample: dict) -> list:
 
 def turn_ids(sample: dict) -> set[str]:
     """All ``dia_id``s of one sample's dialog turns."""
-    return {turn["dia_id"] for key, turns in sample["conversation"].items()
-            if re.fullmatch(r"session_\d+", key) for turn in turns}
+    return {
+        turn["dia_id"]
+        for key, turns in sample["conversation"].items()
+        if re.fullmatch(r"session_\d+", key)
+        for turn in turns
+    }
 
 
 @dataclass(frozen=True)
@@ -182,8 +203,16 @@ def sample_questions(sample: dict, conversation: int = 0) -> list[Question]:
             continue
         evidence = parse_evidence(qa.get("evidence") or [], ids)
         if evidence:
-            out.append(Question(locomo_sample_id(sample, conversation), conversation, i, qa["question"],
-                                int(qa["category"]), tuple(evidence)))
+            out.append(
+                Question(
+                    locomo_sample_id(sample, conversation),
+                    conversation,
+                    i,
+                    qa["question"],
+                    int(qa["category"]),
+                    tuple(evidence),
+                )
+            )
     return out
 
 

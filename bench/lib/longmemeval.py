@@ -60,8 +60,16 @@ def load_longmemeval(data_dir: Path | None = None) -> list[LmeQuestion]:
         qid = str(item["question_id"])
         if qid.endswith("_abs"):
             continue
-        out.append(LmeQuestion(qid, item["question"], item.get("question_type", ""), item.get("question_date", ""),
-                               tuple(str(s) for s in item["answer_session_ids"]), item))
+        out.append(
+            LmeQuestion(
+                qid,
+                item["question"],
+                item.get("question_type", ""),
+                item.get("question_date", ""),
+                tuple(str(s) for s in item["answer_session_ids"]),
+                item,
+            )
+        )
     return sorted(out, key=lambda q: q.question_id)
 
 

@@ -37,9 +37,17 @@ from bench.lib.locomo import (
 SYSTEMS = ("engram", "BM25", "dense", "RRF")
 
 
-def _search_sources(rt, query: str, user: str, limit: int, need: int, memory_types=None,
-                    tenant: str = TENANT, unit: str = "message_ids", reference_time=None
-                    ) -> tuple[list[list[str]], list[str], float]:
+def _search_sources(
+    rt,
+    query: str,
+    user: str,
+    limit: int,
+    need: int,
+    memory_types=None,
+    tenant: str = TENANT,
+    unit: str = "message_ids",
+    reference_time=None,
+) -> tuple[list[list[str]], list[str], float]:
     """Hits of one search as (sources per hit — its ``unit``, message or session ids —, memory type per hit,
     milliseconds). The limit grows (up to 1000) while the hits expand to fewer than ``need`` distinct sources
     and more hits may exist. ``reference_time``: the question's date (time expressions resolve against it).
@@ -63,10 +71,18 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int] = (5, 10, 25),
-             data_dir: Path | None = None, eval_data: Path | None = None, progress: bool = True,
-             variants: dict[str, list[str]] | None = None, console: Console | None = None,
-             embedding_cache: Path | None = None, search_only: bool = False, ingest_only: bool = False) -> dict:
+def evaluate(
+    conversation_indices: Sequence[int] | None = None,
+    ks: Sequence[int] = (5, 10, 25),
+    data_dir: Path | None = None,
+    eval_data: Path | None = None,
+    progress: bool = True,
+    variants: dict[str, list[str]] | None = None,
+    console: Console | None = None,
+    embedding_cache: Path | None = None,
+    search_only: bool = False,
+    ingest_only: bool = False,
+) -> dict:
     """Ingest the chosen LoCoMo conversations through the real path and compute evidence recall@k at a
     budget of k turns for engram and the raw-turn baselines (BM25, dense, RRF).
 
@@ -90,8 +106,7 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
     ks = sorted({int(k) for k in ks})
     kmax = ks[-1]
     samples = load_locomo(eval_data)
-    indices = (list(range(len(samples))) if conversation_indices is None
-               else [int(i) for i in conversation_indices])
+    indices = list(range(len(samples))) if conversation_indices is None else [int(i) for i in conversation_indices]
     variants = variants or {}
     systems = [*SYSTEMS, *variants]
     err = console or Console(stderr=True)
@@ -111,9 +126,15 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
         conv_dir.mkdir()
         share_embedding_cache(store_dir, embedding_cache)
         with embedded_data_dir(store_dir):
-            bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), TextColumn("{task.fields[current]}"), console=err,
-                           disable=not progress)
+            bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[current]}"),
+                console=err,
+                disable=not progress,
+            )
             with bar:
                 task = bar.add_task("LoCoMo", total=len(indices), current="")
                 for ci in indices:
@@ -126,8 +147,9 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                         path = conv_dir / f"{sid}.jsonl"
                         path.write_bytes(to_jsonl(msgs))
                         t0 = time.perf_counter()
-                        out = ingest_paths([path], tenant=TENANT, user=user, device="bench", consolidate=True,
-                                           quiet=True)
+                        out = ingest_paths(
+                            [path], tenant=TENANT, user=user, device="bench", consolidate=True, quiet=True
+                        )
                         ingest_s[sid] = time.perf_counter() - t0
                         ingest_counts[sid] = {k: len(v) for k, v in out.items()}
                         check_ingest(sid, out)
@@ -142,18 +164,27 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
                     base = turn_baselines(sample, rt.settings, rt.embedding_cache)
                     for q in sample_questions(sample, ci):
                         ev = set(q.evidence)
-                        sources, types, ms = _search_sources(rt, q.question, user, 2 * kmax, kmax,
-                                                             reference_time=reference)
+                        sources, types, ms = _search_sources(
+                            rt, q.question, user, 2 * kmax, kmax, reference_time=reference
+                        )
                         latencies.append(ms)
                         ranked = {"engram": sources}
                         for name, ranking in base.rankings(q.question).items():
                             ranked[name] = [[t] for t in ranking]
                         for name, mtypes in variants.items():
-                            ranked[name] = _search_sources(rt, q.question, user, 2 * kmax, kmax, mtypes,
-                                                           reference_time=reference)[0]
-                        rows.append({"sample_id": sid, "conversation": ci, "question": q.index,
-                                     "half": locomo_half(ci), "category": q.category, "recall": {
-                            s: {k: recall_at_budget(ranked[s], ev, k) for k in ks} for s in systems}})
+                            ranked[name] = _search_sources(
+                                rt, q.question, user, 2 * kmax, kmax, mtypes, reference_time=reference
+                            )[0]
+                        rows.append(
+                            {
+                                "sample_id": sid,
+                                "conversation": ci,
+                                "question": q.index,
+                                "half": locomo_half(ci),
+                                "category": q.category,
+                                "recall": {s: {k: recall_at_budget(ranked[s], ev, k) for k in ks} for s in systems},
+                            }
+                        )
                         budget_diagnostics(diag, sources, types, ks, ev)
                     bar.update(task, current=f"{sid}: done")
                     bar.advance(task)
@@ -171,28 +202,34 @@ def evaluate(conversation_indices: Sequence[int] | None = None, ks: Sequence[int
         "systems": systems,
         "questions": len(rows),
         "category_counts": {c: len(sel) for c, sel in by_cat.items()},
-        "recall": {s: {"overall": overall[s], "by_category": {c: cs[s] for c, cs in cat_summ.items()}}
-                   for s in systems},
+        "recall": {
+            s: {"overall": overall[s], "by_category": {c: cs[s] for c, cs in cat_summ.items()}} for s in systems
+        },
         "ingest_seconds": sum(ingest_s.values()),
         "ingest_seconds_by_conversation": ingest_s,
         "ingest_files": ingest_counts,
         "search_ms_median": statistics.median(latencies) if latencies else float("nan"),
-        "search_ms_p95": (statistics.quantiles(latencies, n=20)[-1] if len(latencies) >= 20
-                          else max(latencies, default=float("nan"))),
+        "search_ms_p95": (
+            statistics.quantiles(latencies, n=20)[-1] if len(latencies) >= 20 else max(latencies, default=float("nan"))
+        ),
         **half_summaries(rows, ks, systems, "category", list(CATEGORIES)),
-        "per_conversation": {sid: summary([r for r in rows if r["sample_id"] == sid])
-                             for sid in dict.fromkeys(r["sample_id"] for r in rows)},
+        "per_conversation": {
+            sid: summary([r for r in rows if r["sample_id"] == sid])
+            for sid in dict.fromkeys(r["sample_id"] for r in rows)
+        },
         "engram_budget": {key: _mean(vals) for key, vals in sorted(diag.items())},
         "rows": rows,
     }
     for half in HALVES:
-        result["halves"][half]["conversations"] = [locomo_sample_id(samples[i], i) for i in indices
-                                                   if locomo_half(i) == half]
+        result["halves"][half]["conversations"] = [
+            locomo_sample_id(samples[i], i) for i in indices if locomo_half(i) == half
+        ]
     return result
 
 
-def half_summaries(rows: Sequence[dict], ks: Sequence[int], systems: Sequence[str], group: str,
-                   groups: Sequence) -> dict:
+def half_summaries(
+    rows: Sequence[dict], ks: Sequence[int], systems: Sequence[str], group: str, groups: Sequence
+) -> dict:
     """The figures of each half (``HALVES``) from the per-question ``rows`` a run already has.
 
     Each row holds ``"half"``, its ``group`` key (``"category"`` for LoCoMo, ``"type"`` for LongMemEval) and
@@ -215,8 +252,9 @@ def half_summaries(rows: Sequence[dict], ks: Sequence[int], systems: Sequence[st
                 by: {g: {k: _mean([r["recall"][s][k] for r in v]) for k in ks} for g, v in per_group.items() if v},
             }
         if sel and "engram" in systems and "RRF" in systems:
-            lift[half] = {k: recall_halves["engram"][half]["overall"][k] - recall_halves["RRF"][half]["overall"][k]
-                          for k in ks}
+            lift[half] = {
+                k: recall_halves["engram"][half]["overall"][k] - recall_halves["RRF"][half]["overall"][k] for k in ks
+            }
     return {"recall_halves": recall_halves, "halves": halves, "lift_halves": lift}
 
 
@@ -231,46 +269,75 @@ def print_halves(result: dict, group: str, names: dict | None = None, console: C
     counts = "category_counts" if group == "category" else f"{group}_counts"
     halves = result["halves"]
     n = {h: halves[h]["questions"] for h in HALVES}
-    table = Table(title=f"chosen on / held out — {n['chosen_on']} / {n['held_out']} questions"
-                  + "".join(f"; {h.replace('_', ' ')}: {', '.join(halves[h]['conversations']) or 'none'}"
-                            for h in HALVES if "conversations" in halves[h]))
+    table = Table(
+        title=f"chosen on / held out — {n['chosen_on']} / {n['held_out']} questions"
+        + "".join(
+            f"; {h.replace('_', ' ')}: {', '.join(halves[h]['conversations']) or 'none'}"
+            for h in HALVES
+            if "conversations" in halves[h]
+        )
+    )
     table.add_column("system")
     for k in ks:
         table.add_column(f"R@{k}\nchosen / held", justify="right")
     groups = list(dict.fromkeys([*halves["chosen_on"][counts], *halves["held_out"][counts]]))
     for g in groups:
         label = f"{g} {names[g]}" if names and g in names else str(g)
-        table.add_column(f"{label} @{kc}\n(n={halves['chosen_on'][counts].get(g, 0)}"
-                         f"/{halves['held_out'][counts].get(g, 0)})", justify="right")
+        table.add_column(
+            f"{label} @{kc}\n(n={halves['chosen_on'][counts].get(g, 0)}/{halves['held_out'][counts].get(g, 0)})",
+            justify="right",
+        )
 
     def cell(figures: dict, key) -> str:
         return f"{figures[key]:.3f}" if key in figures else "—"
 
     for s in result["systems"]:
         rec = result["recall_halves"][s]
-        table.add_row(s, *[f"{cell(rec['chosen_on']['overall'], k)} / {cell(rec['held_out']['overall'], k)}"
-                           for k in ks],
-                      *[f"{cell(rec['chosen_on'][by].get(g, {}), kc)} / {cell(rec['held_out'][by].get(g, {}), kc)}"
-                        for g in groups])
+        table.add_row(
+            s,
+            *[f"{cell(rec['chosen_on']['overall'], k)} / {cell(rec['held_out']['overall'], k)}" for k in ks],
+            *[
+                f"{cell(rec['chosen_on'][by].get(g, {}), kc)} / {cell(rec['held_out'][by].get(g, {}), kc)}"
+                for g in groups
+            ],
+        )
     console.print(table)
     for h in HALVES:
         if not n[h]:
-            console.print(f"{h.replace('_', ' ')} half: empty (no question of the run falls in it"
-                          + (f"; the eval file holds {result['conversations_total']} conversations, held out are "
-                             "positions 5 and up)" if "conversations_total" in result else ")"))
+            console.print(
+                f"{h.replace('_', ' ')} half: empty (no question of the run falls in it"
+                + (
+                    f"; the eval file holds {result['conversations_total']} conversations, held out are "
+                    "positions 5 and up)"
+                    if "conversations_total" in result
+                    else ")"
+                )
+            )
     lift = result.get("lift_halves", {})
     if lift:
-        console.print("engram − RRF: " + "; ".join(
-            f"{h.replace('_', ' ')} " + " ".join(f"@{k} {lift[h][k]:+.3f}" for k in ks) for h in HALVES if h in lift))
+        console.print(
+            "engram − RRF: "
+            + "; ".join(
+                f"{h.replace('_', ' ')} " + " ".join(f"@{k} {lift[h][k]:+.3f}" for k in ks) for h in HALVES if h in lift
+            )
+        )
 
 
 LME_KS = (1, 5, 10)
 
 
-def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, eval_data: Path | None = None,
-                         progress: bool = True, console: Console | None = None,
-                         embedding_cache: Path | None = None, data_dir: Path | None = None,
-                         search_only: bool = False, checkpoint: Path | None = None, half: str | None = None) -> dict:
+def evaluate_longmemeval(
+    limit: int | None = None,
+    ks: Sequence[int] = LME_KS,
+    eval_data: Path | None = None,
+    progress: bool = True,
+    console: Console | None = None,
+    embedding_cache: Path | None = None,
+    data_dir: Path | None = None,
+    search_only: bool = False,
+    checkpoint: Path | None = None,
+    half: str | None = None,
+) -> dict:
     """LongMemEval-S session recall_any@k (budget of k sessions) for engram and the session baselines.
 
     Each of the first ``limit`` counted questions (default: all 98) is ingested through the real path
@@ -291,15 +358,23 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     from engram.workers.runtime import runtime
 
     ks = sorted({int(k) for k in ks})
-    questions = [q for q in load_longmemeval(eval_data)
-                 if half is None or longmemeval_half(q.question_id) == half][:limit]
+    questions = [q for q in load_longmemeval(eval_data) if half is None or longmemeval_half(q.question_id) == half][
+        :limit
+    ]
     systems = list(SYSTEMS)
     rows: list[dict] = []
     ingest_s: list[float] = []
     latencies: list[float] = []
     err = console or Console(stderr=True)
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.fields[current]}"), console=err, disable=not progress)
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[current]}"),
+        console=err,
+        disable=not progress,
+    )
     with bar:
         task = bar.add_task("LongMemEval", total=len(questions), current="")
         for q in questions:
@@ -314,28 +389,36 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
                 with embedded_data_dir(store_dir):
                     if not search_only:
                         t0 = time.perf_counter()
-                        out = ingest_paths([path], tenant=TENANT, user=q.question_id, device="bench",
-                                           consolidate=True, quiet=True)
+                        out = ingest_paths(
+                            [path], tenant=TENANT, user=q.question_id, device="bench", consolidate=True, quiet=True
+                        )
                         ingest_s.append(time.perf_counter() - t0)
                         check_ingest(q.question_id, out)
                     rt = runtime()
                     reference = parse_longmemeval_date(q.question_date) if q.question_date else None
-                    sources, _, ms = _search_sources(rt, q.question, q.question_id, 2 * ks[-1], ks[-1],
-                                                     unit="session_ids", reference_time=reference)
+                    sources, _, ms = _search_sources(
+                        rt, q.question, q.question_id, 2 * ks[-1], ks[-1], unit="session_ids", reference_time=reference
+                    )
                     latencies.append(ms)
                     ranked = {"engram": sources}
                     base = SessionBaselines(q.item, rt.settings, rt.embedding_cache)
                     for name, ranking in base.rankings(q.question).items():
                         ranked[name] = [[sid] for sid in ranking]
             answers = set(q.answer_sessions)
-            rows.append({"question_id": q.question_id, "half": longmemeval_half(q.question_id),
-                         "type": q.question_type, "recall": {
-                s: {k: recall_any_at_budget(ranked[s], answers, k) for k in ks} for s in systems}})
+            rows.append(
+                {
+                    "question_id": q.question_id,
+                    "half": longmemeval_half(q.question_id),
+                    "type": q.question_type,
+                    "recall": {s: {k: recall_any_at_budget(ranked[s], answers, k) for k in ks} for s in systems},
+                }
+            )
             if progress:
                 took = f"ingest {ingest_s[-1]:.1f} s" if ingest_s and not search_only else "search only"
-                bar.console.print(f"{len(rows)} {q.question_id} ({q.question_type}, {took}): "
-                                  + "; ".join(f"{s} " + "/".join(f"{rows[-1]['recall'][s][k]:.0f}" for k in ks)
-                                              for s in systems))
+                bar.console.print(
+                    f"{len(rows)} {q.question_id} ({q.question_type}, {took}): "
+                    + "; ".join(f"{s} " + "/".join(f"{rows[-1]['recall'][s][k]:.0f}" for k in ks) for s in systems)
+                )
             bar.advance(task)
             if checkpoint is not None:
                 done = _longmemeval_summary(rows, ks, systems, ingest_s, latencies)
@@ -343,9 +426,11 @@ def evaluate_longmemeval(limit: int | None = None, ks: Sequence[int] = LME_KS, e
     return {**_longmemeval_summary(rows, ks, systems, ingest_s, latencies), "rows": rows}
 
 
-def _longmemeval_summary(rows: list[dict], ks: list[int], systems: list[str], ingest_s: list[float],
-                         latencies: list[float]) -> dict:
+def _longmemeval_summary(
+    rows: list[dict], ks: list[int], systems: list[str], ingest_s: list[float], latencies: list[float]
+) -> dict:
     """The LongMemEval figures of the question ``rows`` done so far (see ``evaluate_longmemeval``)."""
+
     def summary(sel: list[dict]) -> dict:
         return {s: {k: _mean([r["recall"][s][k] for r in sel]) for k in ks} for s in systems}
 
@@ -353,20 +438,30 @@ def _longmemeval_summary(rows: list[dict], ks: list[int], systems: list[str], in
     by_type = {t: summary([r for r in rows if r["type"] == t]) for t in types}
     overall = summary(rows)
     return {
-        "benchmark": "LongMemEval-S", "ks": ks, "systems": systems, "questions": len(rows),
+        "benchmark": "LongMemEval-S",
+        "ks": ks,
+        "systems": systems,
+        "questions": len(rows),
         "type_counts": {t: sum(r["type"] == t for r in rows) for t in types},
         "recall": {s: {"overall": overall[s], "by_type": {t: by_type[t][s] for t in types}} for s in systems},
         **half_summaries(rows, ks, systems, "type", types),
-        "ingest_seconds": sum(ingest_s), "ingest_seconds_median": statistics.median(ingest_s) if ingest_s else 0.0,
-        "ingest_seconds_by_question": (dict(zip([r["question_id"] for r in rows], ingest_s, strict=True))
-                                       if len(ingest_s) == len(rows) else {}),
+        "ingest_seconds": sum(ingest_s),
+        "ingest_seconds_median": statistics.median(ingest_s) if ingest_s else 0.0,
+        "ingest_seconds_by_question": (
+            dict(zip([r["question_id"] for r in rows], ingest_s, strict=True)) if len(ingest_s) == len(rows) else {}
+        ),
         "search_ms_median": statistics.median(latencies) if latencies else float("nan"),
         "misses_at_1": [r["question_id"] for r in rows if r["recall"]["engram"][ks[0]] < 1],
     }
 
 
-def budget_diagnostics(diag: dict[str, list], sources: list[list[str]], types: list[str],
-                        ks: Sequence[int], evidence: set[str] | None = None) -> None:
+def budget_diagnostics(
+    diag: dict[str, list],
+    sources: list[list[str]],
+    types: list[str],
+    ks: Sequence[int],
+    evidence: set[str] | None = None,
+) -> None:
     """What fills engram's budget of k turns, appended per question to ``diag`` (means are reported).
 
     Per k: the share of kept turns that came from non-observation hits (memories), the hits consumed, the share
@@ -395,11 +490,14 @@ def budget_diagnostics(diag: dict[str, list], sources: list[list[str]], types: l
         diag[f"@{k} turns from memories (share)"].append(sum(kept.values()) / max(1, len(kept)))
         diag[f"@{k} hits consumed"].append(used)
         diag[f"@{k} episodic hits among consumed (share)"].append(
-            sum(t == "episodic" for t in types[:used]) / max(1, used))
+            sum(t == "episodic" for t in types[:used]) / max(1, used)
+        )
         if evidence is None:
             continue
         diag[f"@{k} memory-only evidence (share of questions)"].append(
-            float(any(m and t in evidence for t, m in kept.items())))
+            float(any(m and t in evidence for t, m in kept.items()))
+        )
         cited = {t for src, is_mem in zip(sources, memory, strict=True) if is_mem for t in src}
         diag[f"@{k} evidence a returned memory cites beyond the top k (share of questions)"].append(
-            float(bool(evidence & cited - set(kept))))
+            float(bool(evidence & cited - set(kept)))
+        )

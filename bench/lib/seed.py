@@ -49,8 +49,10 @@ def copy_point(rec, collection: str, new_id: dict[str, str], tenant: str, user: 
     payload.update(tenant_id=tenant, user_id=user)
     prov = payload.get("provenance")
     if isinstance(prov, dict) and prov.get("observation_ids"):
-        payload["provenance"] = {**prov, "observation_ids": [new_id[str(o)] for o in prov["observation_ids"]
-                                                             if str(o) in new_id]}
+        payload["provenance"] = {
+            **prov,
+            "observation_ids": [new_id[str(o)] for o in prov["observation_ids"] if str(o) in new_id],
+        }
     return qm.PointStruct(id=str(uuid.uuid5(NS, f"{key}:{rec.id}")), vector=rec.vector or {}, payload=payload)
 
 
@@ -66,7 +68,7 @@ def build(seed: dict[str, dict[str, list]], real_user: str, n_obs: int, data_dir
 
     def put(collection: str, points: list) -> None:
         for i in range(0, len(points), 512):
-            store.upsert(collection, points[i:i + 512])
+            store.upsert(collection, points[i : i + 512])
         counts[collection] += len(points)
 
     for coll, recs in seed[real_user].items():  # the queried user's own rows, as ingested
@@ -86,14 +88,23 @@ def build(seed: dict[str, dict[str, list]], real_user: str, n_obs: int, data_dir
             put(OBSERVATIONS, [copy_point(r, OBSERVATIONS, new_id, tenant, user, key) for r in obs])
             for coll, recs in conv.items():
                 if coll != OBSERVATIONS:
-                    mems = [m for m in recs if any(str(o) in new_id for o in
-                                                   ((m.payload or {}).get("provenance") or {}).get("observation_ids",
-                                                                                                     []))]
+                    mems = [
+                        m
+                        for m in recs
+                        if any(
+                            str(o) in new_id
+                            for o in ((m.payload or {}).get("provenance") or {}).get("observation_ids", [])
+                        )
+                    ]
                     put(coll, [copy_point(m, coll, new_id, tenant, user, key) for m in mems])
             left -= len(obs)
             copy += 1
     build_s = time.perf_counter() - t0
     optimize_s = sum(store.optimize().values())  # as after an import: the appendable segments made immutable
     store.close()
-    return {"build_s": build_s, "optimize_s": optimize_s, "points": dict(counts),
-            "disk_bytes": disk_bytes(data_dir / "vectors")}
+    return {
+        "build_s": build_s,
+        "optimize_s": optimize_s,
+        "points": dict(counts),
+        "disk_bytes": disk_bytes(data_dir / "vectors"),
+    }

@@ -19,8 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-JFK_REFERENCE = ("And so my fellow Americans, ask not what your country can do for you, ask what you can do for "
-                 "your country.")
+JFK_REFERENCE = (
+    "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+)
 
 
 def normalize(text: str) -> str:
@@ -171,8 +172,11 @@ def main_voice(observations: list):
     if not talk:
         raise ValueError("no observation carries a voice embedding")
     speaker = talk.most_common(1)[0][0]
-    vec = sum(np.asarray(o.voice_embedding) * (o.end_s - o.start_s) for o in observations
-              if o.speaker_label == speaker and o.voice_embedding is not None)
+    vec = sum(
+        np.asarray(o.voice_embedding) * (o.end_s - o.start_s)
+        for o in observations
+        if o.speaker_label == speaker and o.voice_embedding is not None
+    )
     return vec / np.linalg.norm(vec)
 
 
@@ -199,8 +203,10 @@ def looped_recording(audio_dir: Path, out: Path, seconds: float) -> Path:
 
     from engram.workers.media import decode as media
 
-    parts = [media.decode_audio(audio_dir / n) for n in ("jfk.flac", "leopard_test.wav",
-                                                        "leopard_diarization_test.wav", "pyannote_sample.wav")]
+    parts = [
+        media.decode_audio(audio_dir / n)
+        for n in ("jfk.flac", "leopard_test.wav", "leopard_diarization_test.wav", "pyannote_sample.wav")
+    ]
     gap = np.zeros(media.SAMPLE_RATE, dtype=np.float32)
     with av.open(str(out), "w") as container:
         stream = container.add_stream("flac", rate=media.SAMPLE_RATE, layout="mono")
@@ -227,9 +233,14 @@ def transcribe_in_child(path: str, data_dir: str, queue) -> None:
     try:
         started = time.perf_counter()
         observations = perceive_file(Path(path), tenant="bench-long")
-        queue.put({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                   "seconds": time.perf_counter() - started,
-                   "chunks": len({o.segment_index for o in observations}),
-                   "observations": len(observations), "words": sum(len(o.words) for o in observations)})
+        queue.put(
+            {
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "seconds": time.perf_counter() - started,
+                "chunks": len({o.segment_index for o in observations}),
+                "observations": len(observations),
+                "words": sum(len(o.words) for o in observations),
+            }
+        )
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises it
         queue.put({"error": f"{type(exc).__name__}: {exc}"})

@@ -116,8 +116,12 @@ def changed_screens(base) -> dict[str, object]:
     line = base.copy()
     draw = ImageDraw.Draw(line)
     draw.rectangle([60, 500, 520, 518], fill=(30, 30, 30))
-    draw.text((62, 503), "def receiver_total(count): return sum(count) + offset", fill=(220, 220, 220),
-              font=ImageFont.load_default(size=14))
+    draw.text(
+        (62, 503),
+        "def receiver_total(count): return sum(count) + offset",
+        fill=(220, 220, 220),
+        font=ImageFont.load_default(size=14),
+    )
     arr = np.asarray(base)
     scrolled = Image.fromarray(np.concatenate([arr[20:], np.full_like(arr[:20], 30)]))
     return {"new line of text": line, "scrolled 20 px": scrolled}
@@ -158,8 +162,7 @@ def clip_faces(path: Path, tenant: str = "bench-faces") -> list:
     rt = runtime()
     event = publish_file(rt, classify(path), tenant, "bench", "bench")
     jobs = plan(rt, event) or []
-    batches = [ObservationBatch.model_validate(perceive(job.model_copy(update={"audio_key": None})))
-               for job in jobs]
+    batches = [ObservationBatch.model_validate(perceive(job.model_copy(update={"audio_key": None}))) for job in jobs]
     return [face for batch in batches for obs in batch.observations for face in obs.faces]
 
 

@@ -39,10 +39,19 @@ def db_url(redis_url: str, db: int) -> str:
 
 def make_settings(redis_url: str, s3, data_dir: Path, db: int = API_DB, **overrides) -> Settings:
     """Distributed-mode settings on the test servers (bucket ``engram-api-test``)."""
-    values = dict(broker_url=db_url(redis_url, db), s3_endpoint=s3.endpoint, s3_access_key=s3.access_key,
-                  s3_secret_key=s3.secret_key, s3_bucket="engram-api-test", data_dir=data_dir,
-                  max_object_bytes=5_000_000, api_max_body_bytes=64 * 1024, api_search_timeout_seconds=60,
-                  api_public_docs=True, api_rate_limit="")  # rate limits: tests/api/test_ratelimit.py
+    values = dict(
+        broker_url=db_url(redis_url, db),
+        s3_endpoint=s3.endpoint,
+        s3_access_key=s3.access_key,
+        s3_secret_key=s3.secret_key,
+        s3_bucket="engram-api-test",
+        data_dir=data_dir,
+        max_object_bytes=5_000_000,
+        api_max_body_bytes=64 * 1024,
+        api_search_timeout_seconds=60,
+        api_public_docs=True,
+        api_rate_limit="",
+    )  # rate limits: tests/api/test_ratelimit.py
     values.update(overrides)
     return Settings(**values)
 
@@ -110,9 +119,16 @@ def wav_bytes(seconds: float = 0.5, freq: float = 440.0) -> bytes:
 def chat_jsonl(lines: list[tuple[str, str]], session: str = "s1") -> bytes:
     """A conversation file (JSONL of engram's conversation record) from (speaker, text) pairs."""
     start = datetime(2024, 5, 1, 9, tzinfo=UTC).timestamp()
-    recs = [{"message_id": f"{session}-{i}", "session_id": session, "speaker": who, "text": text,
-             "timestamp": datetime.fromtimestamp(start + 60 * i, UTC).isoformat()}
-            for i, (who, text) in enumerate(lines)]
+    recs = [
+        {
+            "message_id": f"{session}-{i}",
+            "session_id": session,
+            "speaker": who,
+            "text": text,
+            "timestamp": datetime.fromtimestamp(start + 60 * i, UTC).isoformat(),
+        }
+        for i, (who, text) in enumerate(lines)
+    ]
     return "\n".join(json.dumps(r) for r in recs).encode() + b"\n"
 
 
@@ -124,8 +140,9 @@ def served(settings: Settings) -> Iterator[str]:
     from engram.api.http.app import create_app
 
     (port,) = free_ports(1)
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -154,17 +171,46 @@ def worker_process(settings: Settings, s3, **env: str) -> Iterator[None]:
     to its environment; terminated on exit. Its log is ``<data dir>/worker.log``."""
     data = settings.data_dir
     base = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
-    base.update(ENGRAM_BROKER_URL=settings.broker_url, ENGRAM_S3_ENDPOINT=s3.endpoint,
-                ENGRAM_S3_ACCESS_KEY=s3.access_key, ENGRAM_S3_SECRET_KEY=s3.secret_key,
-                ENGRAM_S3_BUCKET=settings.s3_bucket, ENGRAM_DATA_DIR=str(data), HF_HUB_OFFLINE="1",
-                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **env)
+    base.update(
+        ENGRAM_BROKER_URL=settings.broker_url,
+        ENGRAM_S3_ENDPOINT=s3.endpoint,
+        ENGRAM_S3_ACCESS_KEY=s3.access_key,
+        ENGRAM_S3_SECRET_KEY=s3.secret_key,
+        ENGRAM_S3_BUCKET=settings.s3_bucket,
+        ENGRAM_DATA_DIR=str(data),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        **env,
+    )
     base.setdefault("ENGRAM_VAULT_KEY", Fernet.generate_key().decode())  # distributed workers need one
     queues = "ingest,perceive.cpu,perceive.gpu,store,consolidate,query"
     with open(data / "worker.log", "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "engram.workers.app", "worker", "-Q", queues, "--pool", "solo",
-             "-n", f"apitest-{uuid.uuid4().hex[:6]}@%h", "--without-gossip", "--without-mingle", "-l", "warning"],
-            cwd=REPO, env=base, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "engram.workers.app",
+                "worker",
+                "-Q",
+                queues,
+                "--pool",
+                "solo",
+                "-n",
+                f"apitest-{uuid.uuid4().hex[:6]}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "warning",
+            ],
+            cwd=REPO,
+            env=base,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         yield
     finally:

@@ -28,31 +28,42 @@ def test_add_by_api_then_search_name_and_sdks(query_worker):
         other = create_key(c.app.state.services.redis, f"add-other-{tag}")
         text = f"The spare key for the boathouse is under the green pot ({tag})."
         t0 = time.perf_counter()
-        r = c.post("/v1/memories", json={"text": text, "user_id": "erin", "id": f"k-{tag}", "source": "agent"},
-                   headers=auth(key))
+        r = c.post(
+            "/v1/memories",
+            json={"text": text, "user_id": "erin", "id": f"k-{tag}", "source": "agent"},
+            headers=auth(key),
+        )
         assert r.status_code == 202, r.text
         added = r.json()
         assert added["status"] == "queued" and added["duplicate"] is False
         wait_done(c, key, [added["event_id"]])
-        hits = c.post("/v1/search", json={"query": "where is the boathouse key?", "user_id": "erin"},
-                      headers=auth(key)).json()["hits"]
+        hits = c.post(
+            "/v1/search", json={"query": "where is the boathouse key?", "user_id": "erin"}, headers=auth(key)
+        ).json()["hits"]
         took = time.perf_counter() - t0
         assert any(text in h["text"] for h in hits), hits
         print(f"API add → searchable: {took:.2f} s")
-        again = c.post("/v1/memories", json={"text": "something else", "user_id": "erin", "id": f"k-{tag}"},
-                       headers=auth(key)).json()
+        again = c.post(
+            "/v1/memories", json={"text": "something else", "user_id": "erin", "id": f"k-{tag}"}, headers=auth(key)
+        ).json()
         assert again["event_id"] == added["event_id"] and again["duplicate"] is True
         assert c.post("/v1/memories", json={"text": text, "user_id": "erin"}).status_code == 401
-        both = c.post("/v1/memories", json={"text": "a", "messages": [{"text": "b"}], "user_id": "erin"},
-                      headers=auth(key))
+        both = c.post(
+            "/v1/memories", json={"text": "a", "messages": [{"text": "b"}], "user_id": "erin"}, headers=auth(key)
+        )
         assert both.status_code == 422
         assert c.get(f"/v1/events/{added['event_id']}", headers=auth(other)).status_code == 404
 
         # chat messages: one observation each; the speaker becomes an entity, which is named
-        msgs = [{"speaker": "Frank", "text": f"I moved the canoe to the north shed ({tag})."},
-                {"speaker": "erin", "text": "Thanks, I will tell the others."}]
-        r = c.post("/v1/memories", json={"messages": msgs, "user_id": "erin", "time": "2024-05-02T18:00:00Z"},
-                   headers=auth(key))
+        msgs = [
+            {"speaker": "Frank", "text": f"I moved the canoe to the north shed ({tag})."},
+            {"speaker": "erin", "text": "Thanks, I will tell the others."},
+        ]
+        r = c.post(
+            "/v1/memories",
+            json={"messages": msgs, "user_id": "erin", "time": "2024-05-02T18:00:00Z"},
+            headers=auth(key),
+        )
         assert r.status_code == 202, r.text
         wait_done(c, key, [r.json()["event_id"]])
         assert c.get(f"/v1/events/{r.json()['event_id']}", headers=auth(key)).json()["observations"] == 2
@@ -69,8 +80,9 @@ def test_add_by_api_then_search_name_and_sdks(query_worker):
         with served(query_worker) as url:
             with EngramClient(url, key, retries=2, backoff=0.01, user="gina") as sdk:
                 t0 = time.perf_counter()  # the worker's models are loaded by now
-                res = sdk.add([{"speaker": "gina", "text": f"Dinner with the Okafors is on the 14th ({tag})."}],
-                              id=f"sdk-{tag}")
+                res = sdk.add(
+                    [{"speaker": "gina", "text": f"Dinner with the Okafors is on the 14th ({tag})."}], id=f"sdk-{tag}"
+                )
                 sdk.wait([res.event_id], timeout=120, interval=0.1)
                 assert any("Okafors" in h.text for h in sdk.search("dinner Okafors", user="gina").hits)
                 print(f"SDK add → searchable (warm worker): {time.perf_counter() - t0:.2f} s")

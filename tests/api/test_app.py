@@ -35,8 +35,7 @@ def upload(client: TestClient, key: str, data: bytes, mime: str = "image/png", d
     it on the real S3 server. Returns (sha256, upload answer)."""
     declared = data if declared is None else declared
     sha = hashlib.sha256(declared).hexdigest()
-    resp = client.post("/v1/uploads", json={"sha256": sha, "size": len(declared), "mime_type": mime},
-                       headers=auth(key))
+    resp = client.post("/v1/uploads", json={"sha256": sha, "size": len(declared), "mime_type": mime}, headers=auth(key))
     assert resp.status_code == 200, resp.text
     body = resp.json()
     if not body["exists"]:
@@ -46,9 +45,18 @@ def upload(client: TestClient, key: str, data: bytes, mime: str = "image/png", d
 
 
 def event_body(sha: str, size: int, mime: str = "image/png", kind: str = "screenshot", **extra) -> dict:
-    return {"event_id": str(uuid.uuid4()), "user_id": "alice", "device_id": "laptop", "kind": kind,
-            "sha256": sha, "size": size, "mime_type": mime, "captured_at": "2024-05-01T12:00:00Z",
-            "source_name": "/home/alice/shot.png", **extra}
+    return {
+        "event_id": str(uuid.uuid4()),
+        "user_id": "alice",
+        "device_id": "laptop",
+        "kind": kind,
+        "sha256": sha,
+        "size": size,
+        "mime_type": mime,
+        "captured_at": "2024-05-01T12:00:00Z",
+        "source_name": "/home/alice/shot.png",
+        **extra,
+    }
 
 
 def published(client, key: str, seed: int) -> dict:
@@ -69,14 +77,18 @@ def test_health_and_openapi(client):
         html = client.get(page).text
         assert "cdn.jsdelivr.net" not in html and "unpkg.com" not in html
         assets = [a.split('"')[0] for a in html.split('src="')[1:]] + [
-            a.split('"')[0] for a in html.split('href="')[1:] if a.split('"')[0].endswith(".css")]
+            a.split('"')[0] for a in html.split('href="')[1:] if a.split('"')[0].endswith(".css")
+        ]
         assert assets and all(client.get(a).status_code == 200 for a in assets), assets
 
 
 def test_requests_need_a_valid_key(client, api_keys, api_redis):
-    calls = [("post", "/v1/uploads", {"sha256": "0" * 64, "size": 1, "mime_type": "image/png"}),
-             ("post", "/v1/events", {}), ("get", f"/v1/events/{uuid.uuid4()}", None),
-             ("post", "/v1/search", {"query": "x"})]
+    calls = [
+        ("post", "/v1/uploads", {"sha256": "0" * 64, "size": 1, "mime_type": "image/png"}),
+        ("post", "/v1/events", {}),
+        ("get", f"/v1/events/{uuid.uuid4()}", None),
+        ("post", "/v1/search", {"query": "x"}),
+    ]
     for method, path, body in calls:
         for headers in ({}, auth("egk_not-a-key"), {"Authorization": f"Basic {api_keys['acme']}"}):
             resp = client.request(method, path, json=body, headers=headers)
@@ -145,14 +157,18 @@ def test_tenants_cannot_read_or_publish_into_each_other(client, api_keys):
     assert theirs.status_code == unknown.status_code == 404
     assert theirs.json() == unknown.json() == {"detail": "event not found"}  # no existence leak
 
-    resp = client.post("/v1/events", json={**body, "event_id": str(uuid.uuid4()), "tenant_id": "acme"},
-                       headers=auth(globex))
+    resp = client.post(
+        "/v1/events", json={**body, "event_id": str(uuid.uuid4()), "tenant_id": "acme"}, headers=auth(globex)
+    )
     assert resp.status_code == 403
     # acme's object is not globex's: its key resolves under media/globex/, where nothing was uploaded
     resp = client.post("/v1/events", json={**body, "event_id": str(uuid.uuid4())}, headers=auth(globex))
     assert resp.status_code == 404
-    resp = client.post("/v1/events", json={**body, "event_id": str(uuid.uuid4()),
-                                           "object_key": f"media/acme/{body['sha256']}.png"}, headers=auth(globex))
+    resp = client.post(
+        "/v1/events",
+        json={**body, "event_id": str(uuid.uuid4()), "object_key": f"media/acme/{body['sha256']}.png"},
+        headers=auth(globex),
+    )
     assert resp.status_code == 422
     resp = client.post("/v1/events", json=body, headers=auth(globex))  # acme's event id
     assert resp.status_code in (404, 409) and "acme" not in resp.text
@@ -173,8 +189,9 @@ def test_missing_object_and_size_mismatch(client, api_keys):
 
 def test_oversize_is_413(client, api_keys):
     key = api_keys["acme"]
-    resp = client.post("/v1/uploads", json={"sha256": "a" * 64, "size": 5_000_001, "mime_type": "image/png"},
-                       headers=auth(key))
+    resp = client.post(
+        "/v1/uploads", json={"sha256": "a" * 64, "size": 5_000_001, "mime_type": "image/png"}, headers=auth(key)
+    )
     assert resp.status_code == 413 and "too large" in resp.json()["detail"]
     resp = client.post("/v1/events", json=event_body("a" * 64, 5_000_001), headers=auth(key))
     assert resp.status_code == 413
@@ -217,19 +234,22 @@ def test_hostile_input_is_422(client, api_keys, api_redis, override):
 
 def test_unsupported_mime_and_kind_mismatch_are_422(client, api_keys):
     key = api_keys["acme"]
-    resp = client.post("/v1/uploads", json={"sha256": "c" * 64, "size": 5, "mime_type": "application/x-sh"},
-                       headers=auth(key))
+    resp = client.post(
+        "/v1/uploads", json={"sha256": "c" * 64, "size": 5, "mime_type": "application/x-sh"}, headers=auth(key)
+    )
     assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", "mime_type"]
     resp = client.post("/v1/events", json=event_body("c" * 64, 5, mime="image/png", kind="text"), headers=auth(key))
     assert resp.status_code == 422 and resp.json()["detail"][0]["loc"] == ["body", "kind"]
     # a ChatGPT export as downloaded (a .zip holding conversations.json) is a text upload
-    resp = client.post("/v1/uploads", json={"sha256": "d" * 64, "size": 5, "mime_type": "application/zip"},
-                       headers=auth(key))
+    resp = client.post(
+        "/v1/uploads", json={"sha256": "d" * 64, "size": 5, "mime_type": "application/zip"}, headers=auth(key)
+    )
     assert resp.status_code == 200 and resp.json()["object_key"].endswith(".zip"), resp.text
 
 
-def test_wrong_sha256_event_fails_in_ingest_with_reason(client, api_keys, api_settings, seaweedfs_s3,
-                                                         monkeypatch, tmp_path):
+def test_wrong_sha256_event_fails_in_ingest_with_reason(
+    client, api_keys, api_settings, seaweedfs_s3, monkeypatch, tmp_path
+):
     """The presigned PUT does not check content: publishing does (409, api.uploads); and should an object under
     its content-addressed key hold other bytes all the same, ingest fails the event with the reason."""
     key = api_keys["acme"]
@@ -242,8 +262,9 @@ def test_wrong_sha256_event_fails_in_ingest_with_reason(client, api_keys, api_se
 
     from engram.workers.stores.objects import S3ObjectStore
 
-    store = S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key,
-                          api_settings.s3_bucket)
+    store = S3ObjectStore(
+        seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key, api_settings.s3_bucket
+    )
     store.put_bytes(f"media/acme/{sha}.png", actual)  # written past the API, as a damaged store would
     assert client.post("/v1/events", json=body, headers=auth(key)).status_code == 202
 
@@ -251,9 +272,14 @@ def test_wrong_sha256_event_fails_in_ingest_with_reason(client, api_keys, api_se
     from engram.workers.ingest import ingest
     from engram.workers.runtime import reset_runtimes
 
-    for var, value in {"ENGRAM_REDIS_URL": api_settings.broker_url, "ENGRAM_S3_ENDPOINT": seaweedfs_s3.endpoint,
-                       "ENGRAM_S3_ACCESS_KEY": seaweedfs_s3.access_key, "ENGRAM_S3_SECRET_KEY": seaweedfs_s3.secret_key,
-                       "ENGRAM_S3_BUCKET": api_settings.s3_bucket, "ENGRAM_DATA_DIR": str(tmp_path)}.items():
+    for var, value in {
+        "ENGRAM_REDIS_URL": api_settings.broker_url,
+        "ENGRAM_S3_ENDPOINT": seaweedfs_s3.endpoint,
+        "ENGRAM_S3_ACCESS_KEY": seaweedfs_s3.access_key,
+        "ENGRAM_S3_SECRET_KEY": seaweedfs_s3.secret_key,
+        "ENGRAM_S3_BUCKET": api_settings.s3_bucket,
+        "ENGRAM_DATA_DIR": str(tmp_path),
+    }.items():
         monkeypatch.setenv(var, value)
     reset_runtimes()
     try:
@@ -296,8 +322,9 @@ def test_readyz_names_what_is_missing(client, api_settings, tmp_path):
     from tests.servers import free_ports
 
     dead_redis, dead_s3 = free_ports(2)
-    broken = api_settings.model_copy(update={"broker_url": f"redis://127.0.0.1:{dead_redis}/0",
-                                             "s3_endpoint": f"127.0.0.1:{dead_s3}"})
+    broken = api_settings.model_copy(
+        update={"broker_url": f"redis://127.0.0.1:{dead_redis}/0", "s3_endpoint": f"127.0.0.1:{dead_s3}"}
+    )
     with TestClient(create_app(broken)) as c:
         t0 = time.monotonic()
         resp = c.get("/readyz")
@@ -341,14 +368,20 @@ def test_search_and_readiness_through_a_query_worker(query_worker, api_keys):
             time.sleep(0.5)
         assert ready.status_code == 200, ready.text
 
-        data = chat_jsonl([("alice", "The quarterly budget review moved to Thursday at the Lisbon office."),
-                           ("bob", "Fine, I will book the flights to Lisbon.")])
+        data = chat_jsonl(
+            [
+                ("alice", "The quarterly budget review moved to Thursday at the Lisbon office."),
+                ("bob", "Fine, I will book the flights to Lisbon."),
+            ]
+        )
         sha, _ = upload(c, keys["acme"], data, mime="application/x-ndjson")
         body = event_body(sha, len(data), mime="application/x-ndjson", kind="text", source_name="chat.jsonl")
         assert c.post("/v1/events", json=body, headers=auth(keys["acme"])).status_code == 202
         deadline = time.monotonic() + 60
         while (st := c.get(f"/v1/events/{body['event_id']}", headers=auth(keys["acme"])).json())["status"] in (
-                "queued", "processing") and time.monotonic() < deadline:
+            "queued",
+            "processing",
+        ) and time.monotonic() < deadline:
             time.sleep(0.3)
         assert st["status"] == "done", st
 

@@ -24,8 +24,12 @@ def test_window_title_and_metadata_reach_the_ledger_and_the_queue_redacted(api_s
     key = api_keys["acme"]
     data = png_bytes(4242)
     # a user of its own: its vault entries are not those of another test's user (test_memories_api forgets alice)
-    body = {"user_id": "dora", "window": f"mysql -u root password: {WINDOW_SECRET}", "app": "Terminal",
-            "metadata": {"note": f"token {TOKEN}", "plain": "nothing here"}}
+    body = {
+        "user_id": "dora",
+        "window": f"mysql -u root password: {WINDOW_SECRET}",
+        "app": "Terminal",
+        "metadata": {"note": f"token {TOKEN}", "plain": "nothing here"},
+    }
     # an API without ENGRAM_VAULT_KEY cannot keep the secret: 503 with the reason, nothing recorded or queued
     with TestClient(create_app(api_settings)) as c:
         sha, _ = upload(c, key, data)
@@ -39,8 +43,12 @@ def test_window_title_and_metadata_reach_the_ledger_and_the_queue_redacted(api_s
         assert resp.status_code == 202, resp.text
         status = c.get(f"/v1/events/{event['event_id']}", headers=auth(key)).json()
     # the message sits in one of the ingest queue's priority lists (which one: the tenant's events in flight)
-    (message,) = [m for name in queue_lists("ingest") for m in api_redis.lrange(name, 0, -1)
-                  if json.loads(m)["headers"]["id"] == event["event_id"]]
+    (message,) = [
+        m
+        for name in queue_lists("ingest")
+        for m in api_redis.lrange(name, 0, -1)
+        if json.loads(m)["headers"]["id"] == event["event_id"]
+    ]
     stored = [message, json.dumps(status)]
     for k in api_redis.scan_iter():
         if api_redis.type(k) == "hash":

@@ -26,8 +26,13 @@ from tests.conftest import REPO
 from tests.files import copy_tree
 from tests.workers.memory.test_records import CIPHERTEXT, T, template, use_data_dir  # noqa: F401 (a fixture)
 
-QUERIES = ["budget review", "Lisbon flights", "tomatoes in the garden", "Quarterly budget review Thursday",
-           "cello lessons"]
+QUERIES = [
+    "budget review",
+    "Lisbon flights",
+    "tomatoes in the garden",
+    "Quarterly budget review Thursday",
+    "cello lessons",
+]
 
 
 def _cli(*args: str):
@@ -39,8 +44,10 @@ def _cli(*args: str):
 def _searches(user: str) -> dict[str, list[str]]:
     from engram.api.embedded import run_search
 
-    return {q: [str(h.id) for h in run_search(SearchRequest(query=q, tenant_id=T, user_id=user, limit=10)).hits]
-            for q in QUERIES}
+    return {
+        q: [str(h.id) for h in run_search(SearchRequest(query=q, tenant_id=T, user_id=user, limit=10)).hits]
+        for q in QUERIES
+    }
 
 
 def _objects(rt) -> list[str]:
@@ -50,12 +57,17 @@ def _objects(rt) -> list[str]:
 def _holdings(rt, user: str | None) -> dict[str, list[str]]:
     """{collection: sorted point ids} of the user (None: the tenant), the ledger's events (id, status,
     observations), and (the tenant) the objects."""
-    out = {c: sorted(str(p.id) for p in rt.vectors.scroll(c, tenant_filter(T, user), with_payload=False))
-           for c in COLLECTIONS}
+    out = {
+        c: sorted(str(p.id) for p in rt.vectors.scroll(c, tenant_filter(T, user), with_payload=False))
+        for c in COLLECTIONS
+    }
     if user is None:
         out["objects"] = _objects(rt)
-    out["events"] = sorted(f"{r.event_id} {r.status} {r.observations}" for r in rt.ledger.records(T, limit=10_000)
-                           if user is None or r.user_id == user)
+    out["events"] = sorted(
+        f"{r.event_id} {r.status} {r.observations}"
+        for r in rt.ledger.records(T, limit=10_000)
+        if user is None or r.user_id == user
+    )
     return out
 
 
@@ -145,8 +157,9 @@ def _tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
     return path
 
 
-def test_bad_truncated_damaged_foreign_and_newer_archives_are_refused_before_anything_is_written(exported, tmp_path,
-                                                                                                   monkeypatch):
+def test_bad_truncated_damaged_foreign_and_newer_archives_are_refused_before_anything_is_written(
+    exported, tmp_path, monkeypatch
+):
     from engram.workers.memory.archive import FORMAT_VERSION, HEADER
     from engram.workers.stores.backup import engram_version
 
@@ -156,15 +169,22 @@ def test_bad_truncated_damaged_foreign_and_newer_archives_are_refused_before_any
         shot = next(m for m in tar.getmembers() if m.name.endswith(".png"))
     damaged = bytearray(data)
     damaged[shot.offset_data + 100] ^= 0xFF
-    newer = {"format": "engram-archive", "format_version": FORMAT_VERSION + 1, "engram_version": "999.0",
-             "tenant_id": T, "user_id": "alice"}
+    newer = {
+        "format": "engram-archive",
+        "format_version": FORMAT_VERSION + 1,
+        "engram_version": "999.0",
+        "tenant_id": T,
+        "user_id": "alice",
+    }
     cases = {
         "not-a-tar": (b"just some text\n" * 100, "not an engram archive"),
         "truncated": (data[: len(data) // 2], "truncated"),
         "damaged": (bytes(damaged), "do not match their checksum"),
         "foreign": (_tar(tmp_path / "f.tar", [("notes.txt", b"hello")]).read_bytes(), "not an engram archive"),
-        "newer": (_tar(tmp_path / "n.tar", [(HEADER, json.dumps(newer).encode())]).read_bytes(),
-                  f"written by engram 999.0 (archive format {FORMAT_VERSION + 1}); this is engram {engram_version()}"),
+        "newer": (
+            _tar(tmp_path / "n.tar", [(HEADER, json.dumps(newer).encode())]).read_bytes(),
+            f"written by engram 999.0 (archive format {FORMAT_VERSION + 1}); this is engram {engram_version()}",
+        ),
     }
     nothing = _cli("export", "--user", "nobody", "--archive", str(tmp_path / "nobody.tar"))
     assert nothing.exit_code == 1 and "holds nothing to export" in nothing.stderr, nothing.output
@@ -173,8 +193,14 @@ def test_bad_truncated_damaged_foreign_and_newer_archives_are_refused_before_any
         bad = tmp_path / f"{name}.tar"
         bad.write_bytes(content)
         dest = tmp_path / f"dest-{name}"
-        run = subprocess.run([sys.executable, "-m", "engram.api.cli", "--data-dir", str(dest), "import", str(bad)],
-                             capture_output=True, text=True, timeout=300, cwd=REPO, env=_env())
+        run = subprocess.run(
+            [sys.executable, "-m", "engram.api.cli", "--data-dir", str(dest), "import", str(bad)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+            env=_env(),
+        )
         assert run.returncode == 2 and reason in " ".join(run.stderr.split()), (name, run.stderr)
         assert not dest.exists(), name  # nothing written, not even the data dir
 
@@ -193,16 +219,25 @@ def _grow(rt, copies: int) -> None:
     seeds = rt.vectors.scroll(OBSERVATIONS, tenant_filter(T, "alice"), with_vectors=True)
     from engram.workers.stores import models as qm  # the store's own point type
 
-    points = [qm.PointStruct(id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"copy-{n}")), vector=dict(s.vector),
-                             payload={**s.payload, "text": f"{s.payload.get('text', '')} copy {n}"})
-              for n in range(copies) for s in seeds[n % len(seeds): n % len(seeds) + 1]]
+    points = [
+        qm.PointStruct(
+            id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"copy-{n}")),
+            vector=dict(s.vector),
+            payload={**s.payload, "text": f"{s.payload.get('text', '')} copy {n}"},
+        )
+        for n in range(copies)
+        for s in seeds[n % len(seeds) : n % len(seeds) + 1]
+    ]
     for start in range(0, len(points), 500):
-        rt.vectors.upsert(OBSERVATIONS, points[start:start + 500])
+        rt.vectors.upsert(OBSERVATIONS, points[start : start + 500])
 
 
 @pytest.mark.slow
-def test_an_import_killed_with_sigkill_is_completed_by_the_same_command(template, tmp_path,  # noqa: F811
-                                                                         monkeypatch):
+def test_an_import_killed_with_sigkill_is_completed_by_the_same_command(
+    template,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
     from engram.workers.runtime import reset_runtimes
 
     copy_tree(template / "data", tmp_path / "src")

@@ -44,8 +44,13 @@ def _engram(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedP
     return subprocess.run([ENGRAM, *args], env=env, capture_output=True, text=True, timeout=600, cwd=cwd)
 
 
-def test_a_user_moved_from_a_laptop_into_a_cluster_and_back_answers_the_same(template, redis_server,  # noqa: F811
-                                                                              seaweedfs_s3, tmp_path, monkeypatch):
+def test_a_user_moved_from_a_laptop_into_a_cluster_and_back_answers_the_same(
+    template,  # noqa: F811
+    redis_server,  # noqa: F811
+    seaweedfs_s3,
+    tmp_path,
+    monkeypatch,
+):
     import redis
 
     from engram.api.http.keys import create_key
@@ -59,24 +64,41 @@ def test_a_user_moved_from_a_laptop_into_a_cluster_and_back_answers_the_same(tem
     reset_runtimes()
     laptop_env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")} | {"HF_HUB_OFFLINE": "1"}
     archive = tmp_path / "alice.tar"
-    run = _engram({**laptop_env, "ENGRAM_DATA_DIR": str(tmp_path / "laptop")}, tmp_path,
-                  "export", "--user", "alice", "--archive", str(archive))
+    run = _engram(
+        {**laptop_env, "ENGRAM_DATA_DIR": str(tmp_path / "laptop")},
+        tmp_path,
+        "export",
+        "--user",
+        "alice",
+        "--archive",
+        str(archive),
+    )
     assert run.returncode == 0, run.stderr[-3000:]
 
     url = redis_server.rsplit("/", 1)[0] + f"/{DB}"
     r = redis.Redis.from_url(url, decode_responses=True)
     r.flushdb()
-    values = dict(broker_url=url, data_dir=tmp_path / "cluster" / "data", s3_endpoint=seaweedfs_s3.endpoint,
-                  s3_access_key=seaweedfs_s3.access_key, s3_secret_key=seaweedfs_s3.secret_key,
-                  s3_bucket=f"archive-{uuid.uuid4().hex[:12]}")
-    cluster = Cluster.create(tmp_path / "cluster", {f"ENGRAM_{k.upper()}": str(v) for k, v in values.items()}
-                             | {"ENGRAM_TENANT": T, "ENGRAM_VAULT_KEY": Fernet.generate_key().decode()})
+    values = dict(
+        broker_url=url,
+        data_dir=tmp_path / "cluster" / "data",
+        s3_endpoint=seaweedfs_s3.endpoint,
+        s3_access_key=seaweedfs_s3.access_key,
+        s3_secret_key=seaweedfs_s3.secret_key,
+        s3_bucket=f"archive-{uuid.uuid4().hex[:12]}",
+    )
+    cluster = Cluster.create(
+        tmp_path / "cluster",
+        {f"ENGRAM_{k.upper()}": str(v) for k, v in values.items()}
+        | {"ENGRAM_TENANT": T, "ENGRAM_VAULT_KEY": Fernet.generate_key().decode()},
+    )
     settings = Settings(**values, api_rate_limit="")
     app = producer(settings)
     key, other = create_key(r, T), create_key(r, "other")
     try:
-        cluster.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@archive",
-                                "--loglevel", "INFO"])
+        cluster.start(
+            "store",
+            ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@archive", "--loglevel", "INFO"],
+        )
         cluster.wait_ready(app, ["store@archive"], timeout=300)
         with serve_api(settings) as api:
             run = _engram(laptop_env, tmp_path, "import", str(archive), "--api", api, "--api-key", other)
@@ -86,8 +108,19 @@ def test_a_user_moved_from_a_laptop_into_a_cluster_and_back_answers_the_same(tem
             assert json.loads(run.stdout)["written"]["points"]["observations"] == 5
             assert _cluster_searches(app, "alice") == before
             through_api = tmp_path / "through-api.tar"
-            run = _engram(laptop_env, tmp_path, "export", "--user", "alice", "--archive", str(through_api),
-                          "--api", api, "--api-key", key)
+            run = _engram(
+                laptop_env,
+                tmp_path,
+                "export",
+                "--user",
+                "alice",
+                "--archive",
+                str(through_api),
+                "--api",
+                api,
+                "--api-key",
+                key,
+            )
             assert run.returncode == 0, run.stderr[-3000:] + cluster.tails()
         again = _engram(cluster.env, cluster.root, "import", str(archive), "--json")  # through the broker
         assert again.returncode == 0, again.stderr[-3000:]

@@ -36,14 +36,28 @@ def xserver():
 
 
 def _env(tmp_path, display: str) -> dict:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-            "ENGRAM_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "300", "ENGRAM_USER": "ann",
-            "ENGRAM_DEVICE": "desk", "DISPLAY": display}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+        "COLUMNS": "300",
+        "ENGRAM_USER": "ann",
+        "ENGRAM_DEVICE": "desk",
+        "DISPLAY": display,
+    }
 
 
 def _capture(env: dict, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", *args], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "engram.api.cli", "capture", "--json", *args],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen, with_stderr: bool = False):
@@ -64,8 +78,9 @@ def _frames_kept(spool, n: int, timeout: float = 120) -> None:
 
 
 def _cli(env: dict, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", *args], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return " ".join(out.stdout.split())
 
@@ -100,8 +115,9 @@ def test_capture_keeps_changes_drops_repeats_and_never_grabs_denied_windows(xser
     assert second["denied"] >= 2 and second["grabbed"] == 0 and second["kept"] == 0, second
     desk.hide(vault)
     desk.activate(editor)
-    private = desk.window("New Tab - Mozilla Firefox Private Browsing", ("Navigator", "firefox"),
-                          "private search terms", y=300)
+    private = desk.window(
+        "New Tab - Mozilla Firefox Private Browsing", ("Navigator", "firefox"), "private search terms", y=300
+    )
     third = _finish(_capture(env, "--max-frames", "1", "--duration", "3", "--interval", "1"))
     assert third["grabbed"] == 0 and third["denied"] >= 1, third
     desk.hide(private)
@@ -121,6 +137,7 @@ def test_capture_keeps_changes_drops_repeats_and_never_grabs_denied_windows(xser
 
 
 # --- windows of every kind ---------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def display():
@@ -169,9 +186,19 @@ def test_window_titles_of_every_kind_read_as_text_or_unknown_never_as_errors(dis
     assert screen_source(None, "..") == "screen/\u2024\u2024" and screen_source("Editor", None) == "screen/Editor"
     assert screen_source(None, None) == "screen"
     for app, title in (("XTerm", "vim ../../etc/passwd"), (None, ".."), ("sh", "C:\\Users\\..\\x")):
-        PublishRequest(event_id=uuid.uuid4(), user_id="ann", device_id="desk", kind="screenshot", sha256="0" * 64,
-                       size=1, mime_type="image/webp", captured_at="2026-11-29T00:00:00Z", app=app, window=title,
-                       source_name=screen_source(app, title))  # what the API takes from a device
+        PublishRequest(
+            event_id=uuid.uuid4(),
+            user_id="ann",
+            device_id="desk",
+            kind="screenshot",
+            sha256="0" * 64,
+            size=1,
+            mime_type="image/webp",
+            captured_at="2026-11-29T00:00:00Z",
+            app=app,
+            window=title,
+            source_name=screen_source(app, title),
+        )  # what the API takes from a device
 
 
 def test_capture_survives_windows_of_every_kind_and_shows_its_progress(display, tmp_path):
@@ -194,8 +221,9 @@ def test_capture_survives_windows_of_every_kind_and_shows_its_progress(display, 
             time.sleep(1)
         desk.root_property("_NET_ACTIVE_WINDOW", "STRING", 8, b"garbage")
         desk.root_property("_NET_CLIENT_LIST", "CARDINAL", 32, [1, 2, 3])
-        desk.window("", ("editor", "Editor"), "caf\u00e9 orders for Tuesday", y=300, wm_name=b"caf\xe9 notes",
-                    net_wm_name=False)
+        desk.window(
+            "", ("editor", "Editor"), "caf\u00e9 orders for Tuesday", y=300, wm_name=b"caf\xe9 notes", net_wm_name=False
+        )
         _frames_kept(spool, 3)
         desk.activate(term)
         desk.draw(term, "ferry schedule published to the harbour")
@@ -227,8 +255,10 @@ def test_capture_under_openbox_with_a_real_xterm_keeps_its_frames_and_never_stop
 
     from tests.xdesktop import type_text
 
-    script = ("i=0; while [ $i -lt 120 ]; do echo \"build step $i: linking the lighthouse module\"; i=$((i+1)); "
-              "sleep 0.25; done; cat")
+    script = (
+        'i=0; while [ $i -lt 120 ]; do echo "build step $i: linking the lighthouse module"; i=$((i+1)); '
+        "sleep 0.25; done; cat"
+    )
     env = _env(tmp_path, display)
     with openbox(display), xterm(display, script, "user@host: ~/harbour") as wid:
         x = xdisplay.Display(display)
@@ -237,8 +267,21 @@ def test_capture_under_openbox_with_a_real_xterm_keeps_its_frames_and_never_stop
         x.close()
         # no CPU budget: the first batch's model loads and OCR would spend it and hold the grabs this test
         # counts (the budget's own tests: test_capture_budget.py)
-        proc = _capture(env, "--duration", "30", "--interval", "1", "--max-interval", "2", "--batch", "5",
-                        "--flush-seconds", "10", "--cpu-budget", "0")
+        proc = _capture(
+            env,
+            "--duration",
+            "30",
+            "--interval",
+            "1",
+            "--max-interval",
+            "2",
+            "--batch",
+            "5",
+            "--flush-seconds",
+            "10",
+            "--cpu-budget",
+            "0",
+        )
         time.sleep(20)
         type_text(display, wid, "echo harbour master signed off\n")
         stats, errs = _finish(proc, with_stderr=True)
@@ -257,11 +300,19 @@ def test_capture_without_an_x_display_says_what_works_and_exits(tmp_path):
     never a traceback; on Wayland with XWayland, a line that only X11 windows are seen."""
     base = _env(tmp_path, ":0")
     base.pop("DISPLAY")
-    for extra, words in (({"WAYLAND_DISPLAY": "wayland-0"}, "Wayland session without an X display"),
-                         ({"XDG_SESSION_TYPE": "wayland"}, "Wayland session without an X display"),
-                         ({}, "no X display (DISPLAY unset)")):
-        out = subprocess.run([sys.executable, "-m", "engram.api.cli", "capture", "--duration", "2"],
-                             env={**base, **extra}, cwd=REPO, capture_output=True, text=True, timeout=300)
+    for extra, words in (
+        ({"WAYLAND_DISPLAY": "wayland-0"}, "Wayland session without an X display"),
+        ({"XDG_SESSION_TYPE": "wayland"}, "Wayland session without an X display"),
+        ({}, "no X display (DISPLAY unset)"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "engram.api.cli", "capture", "--duration", "2"],
+            env={**base, **extra},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 2, out.stderr[-2000:]
         assert words in out.stderr and "--microphone --no-screen" in out.stderr, out.stderr[-2000:]
         assert "Traceback" not in out.stderr
@@ -273,6 +324,7 @@ def test_capture_without_an_x_display_says_what_works_and_exits(tmp_path):
 
 
 # --- the microphone ---------------------------------------------------------------------------------------
+
 
 def _speech_16k(path) -> bytes:
     """A real recording as 16 kHz mono int16 PCM (soundfile reads it, librosa resamples)."""
@@ -312,14 +364,17 @@ def test_microphone_chunks_gate_silence_and_hand_kept_chunks_to_the_publisher(tm
     gate = SilenceGate()
     assert gate.voiced_fraction(speech) > 0.5 and gate.voiced_fraction(silence) == 0.0
     published: list = []
-    rec = MicrophoneRecorder(MicrophoneConfig(spool=tmp_path / "spool", chunk_seconds=5), audio_frame,
-                             open_stream=lambda rate, block, device, callback: _Blocks())
+    rec = MicrophoneRecorder(
+        MicrophoneConfig(spool=tmp_path / "spool", chunk_seconds=5),
+        audio_frame,
+        open_stream=lambda rate, block, device, callback: _Blocks(),
+    )
     rec.start(published.extend)
     stream = silence + speech + bytes(2 * 16_000 * 6)
     block = 2 * 1600
     t0 = time.time()
     for i in range(0, len(stream), block):
-        rec.callback(stream[i:i + block], len(stream[i:i + block]) // 2, None, None)
+        rec.callback(stream[i : i + block], len(stream[i : i + block]) // 2, None, None)
     stats = rec.stop()
     assert (stats.chunks, stats.silent) == (5, 2), stats  # 0-5 s and 20-22 s silent; 5-10, 10-15, 15-20 speech
     assert stats.kept == 3 and abs(stats.seconds - 22.0) < 0.01
@@ -335,9 +390,25 @@ def test_microphone_chunks_gate_silence_and_hand_kept_chunks_to_the_publisher(tm
 def test_capture_microphone_without_the_device_is_one_line(tmp_path):
     env = {**_env(tmp_path, ":0"), "XDG_RUNTIME_DIR": str(tmp_path)}
     env.pop("DISPLAY")
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "capture", "--microphone", "--no-screen",
-                          "--mic-device", "97", "--duration", "2"], env=env, cwd=REPO, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engram.api.cli",
+            "capture",
+            "--microphone",
+            "--no-screen",
+            "--mic-device",
+            "97",
+            "--duration",
+            "2",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert "error: --microphone: cannot record from input device 97" in out.stderr, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
@@ -365,9 +436,26 @@ def test_capture_microphone_from_a_real_audio_server_into_search(tmp_path, pulse
     pulse_env = pulse_null_source
     env = {**_env(tmp_path, ":0"), **pulse_env}
     env.pop("DISPLAY")
-    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "capture", "--json", "--microphone",
-                             "--no-screen", "--chunk-seconds", "4", "--duration", "26"], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engram.api.cli",
+            "capture",
+            "--json",
+            "--microphone",
+            "--no-screen",
+            "--chunk-seconds",
+            "4",
+            "--duration",
+            "26",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     import soundfile as sf
 
     speech = tmp_path / "jfk.wav"  # as WAV: paplay 16.1 stops a FLAC after its first buffer

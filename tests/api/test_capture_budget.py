@@ -54,6 +54,7 @@ def changing_screen(monkeypatch):
         from PIL import Image
 
         from engram.workers.media.decode import frame_signature, is_near_duplicate
+
         sig = frame_signature(Image.new("RGB", (64, 64)))
         is_near_duplicate(sig, sig, 0.9, 0.99)
         yield display
@@ -64,9 +65,17 @@ def changing_screen(monkeypatch):
 def test_capture_holds_its_grabs_while_the_cpu_budget_is_spent(changing_screen, tmp_path):
     """Grabbing every 0.2 s a screen that always changes: with no budget every tick grabs; with a budget far
     below what grabbing costs the loop grabs a frame or two, then holds (``throttled_seconds``)."""
+
     def run(cpu_budget: float) -> object:
-        config = CaptureConfig(spool=tmp_path / f"spool-{cpu_budget}", interval=0.2, max_interval=0.2, duration=4.0,
-                               pause_file=None, cpu_budget=cpu_budget, cpu_burst=0.01)
+        config = CaptureConfig(
+            spool=tmp_path / f"spool-{cpu_budget}",
+            interval=0.2,
+            max_interval=0.2,
+            duration=4.0,
+            pause_file=None,
+            cpu_budget=cpu_budget,
+            cpu_burst=0.01,
+        )
         return Capture(config, spool_sink, PrivacyRules()).run()
 
     free, held = run(0.0), run(0.001)
@@ -85,8 +94,9 @@ def test_capture_holds_its_grabs_while_a_batch_waits_for_the_pipeline(changing_s
         done.extend(frames)
         return len(frames), 0
 
-    config = CaptureConfig(spool=tmp_path / "spool", interval=0.2, max_interval=0.2, duration=3.0, batch=1,
-                           pause_file=None, max_backlog=1)
+    config = CaptureConfig(
+        spool=tmp_path / "spool", interval=0.2, max_interval=0.2, duration=3.0, batch=1, pause_file=None, max_backlog=1
+    )
     stats = Capture(config, slow_sink, PrivacyRules()).run()
     assert stats.throttled_seconds > 1.0, stats
     assert stats.kept <= 5 and stats.published == stats.kept == len(done), stats  # ~1 s a frame, 3 s

@@ -47,8 +47,10 @@ def test_a_search_of_the_default_tenant_names_the_tenants_with_data(cli):
     out = cli("search", "when does the lease end")
     assert out.exit_code == 1, out.output
     assert "no results" in out.stdout
-    assert ("nothing stored for tenant 'default'; tenants with data: demo (users: demo-user) - try --tenant demo"
-            in " ".join(out.stderr.split()))
+    assert (
+        "nothing stored for tenant 'default'; tenants with data: demo (users: demo-user) - try --tenant demo"
+        in " ".join(out.stderr.split())
+    )
     as_json = cli("search", "when does the lease end", "--json")
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["empty"] == "no_data"
 
@@ -56,8 +58,10 @@ def test_a_search_of_the_default_tenant_names_the_tenants_with_data(cli):
 def test_an_unknown_user_names_the_tenants_users(cli):
     out = cli("search", "lease", "--tenant", "demo", "--user", "carol")
     assert out.exit_code == 1, out.output
-    assert ("nothing stored for user 'carol' in tenant 'demo'; users with data: demo-user - try --user demo-user"
-            in " ".join(out.stderr.split()))
+    assert (
+        "nothing stored for user 'carol' in tenant 'demo'; users with data: demo-user - try --user demo-user"
+        in " ".join(out.stderr.split())
+    )
 
 
 def test_ask_and_list_say_why_too(cli):

@@ -14,8 +14,14 @@ from tests.conftest import REPO
 
 
 def run(data, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engram.api.cli", *args], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "ENGRAM_DATA_DIR": str(data), "COLUMNS": "200"}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ENGRAM_DATA_DIR": str(data), "COLUMNS": "200"},
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -25,14 +31,17 @@ def data(tmp_path):
     return tmp_path / "data"
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    ((), "name what to forget"),
-    (("--event", "not-a-uuid"), "is not a memory id"),
-    (("--since", "the day the music died"), "is not a time"),
-    (("--since", "2024-05-02", "--until", "2024-05-01"), "since must be before until"),
-    (("--user", "bob", "--dry-run"), "--dry-run is for"),
-    (("--app", "Slack", "--user", "not a user id!"), "--user: String should match pattern"),
-])
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((), "name what to forget"),
+        (("--event", "not-a-uuid"), "is not a memory id"),
+        (("--since", "the day the music died"), "is not a time"),
+        (("--since", "2024-05-02", "--until", "2024-05-01"), "since must be before until"),
+        (("--user", "bob", "--dry-run"), "--dry-run is for"),
+        (("--app", "Slack", "--user", "not a user id!"), "--user: String should match pattern"),
+    ],
+)
 def test_forget_refuses_bad_input_in_words(data, args, said):
     proc = run(data, "forget", *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -25,22 +25,54 @@ NEWLINE_NAME = "two\nfailed other.txt"
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-           "ENGRAM_DATA_DIR": str(root / "data"), "COLUMNS": "400", "ENGRAM_USER": "ann"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "ENGRAM_DATA_DIR": str(root / "data"),
+        "COLUMNS": "400",
+        "ENGRAM_USER": "ann",
+    }
     folder = root / "in"
     folder.mkdir()
-    (folder / "chat.jsonl").write_text(json.dumps({"message_id": "m1", "session_id": "s1", "speaker": "Ann [admin]",
-                                                   "text": HOSTILE, "timestamp": "2024-05-02T18:03:00Z"}) + "\n")
+    (folder / "chat.jsonl").write_text(
+        json.dumps(
+            {
+                "message_id": "m1",
+                "session_id": "s1",
+                "speaker": "Ann [admin]",
+                "text": HOSTILE,
+                "timestamp": "2024-05-02T18:03:00Z",
+            }
+        )
+        + "\n"
+    )
     shot = Image.new("RGB", (480, 120), "white")
     ImageDraw.Draw(shot).text((10, 40), "quarterly budget review", fill="black")
     shot.save(folder / "[final] shot.png")
     (folder / "[notes] readme.txt").write_text("not media")
     (folder / ESCAPES_NAME).write_text("not media")
     (folder / NEWLINE_NAME).write_text("not media")
-    (folder / "terminal.jsonl").write_text(json.dumps({"message_id": "t1", "session_id": "s2", "speaker": "Eve",
-                                                       "text": ESCAPES_TEXT, "timestamp": "2024-05-03T18:03:00Z"}))
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "ingest", str(folder)], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+    (folder / "terminal.jsonl").write_text(
+        json.dumps(
+            {
+                "message_id": "t1",
+                "session_id": "s2",
+                "speaker": "Eve",
+                "text": ESCAPES_TEXT,
+                "timestamp": "2024-05-03T18:03:00Z",
+            }
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "ingest", str(folder)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return env, out
 
@@ -51,8 +83,14 @@ def test_control_characters_are_shown_not_sent_to_the_terminal(store):
     env, out = store
     assert "\x1b" not in out.stdout + out.stderr and "\u202e" not in out.stdout + out.stderr
     assert r"evil\x1b[31mred\x1b]0;pwned\u202etxt.txt" in out.stdout
-    shown = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", "launch codes"], env=env, cwd=REPO,
-                           capture_output=True, text=True, timeout=300).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "search", "launch codes"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     assert r"launch codes \x1b[2J\x1b[1;1H are \u202e4321" in " ".join(shown.replace("│", " ").split())
     assert "\x1b" not in shown and "\u202e" not in shown
 
@@ -64,8 +102,9 @@ def test_a_file_name_with_a_line_break_stays_on_its_one_line(store):
 
 
 def _run(env, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", *args], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     return " ".join(out.stdout.replace("│", " ").split())  # table borders out: a wrapped cell reads as one line
@@ -94,7 +133,13 @@ def test_an_empty_query_is_one_line_naming_the_argument(store):
     """A request the command's arguments cannot make (an empty query) is one line saying which argument and why
     (exit code 2, as for a bad option), not a traceback."""
     env, _ = store
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", ""], env=env, cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "search", ""],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip() == "error: query: String should have at least 1 character (given '')", out.stderr

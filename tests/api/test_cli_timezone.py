@@ -14,18 +14,28 @@ from tests.conftest import REPO
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("tz")
     chat = root / "chat.jsonl"
-    chat.write_text('{"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "Lisbon is booked", '
-                    '"timestamp": "2024-05-02T18:03:00Z"}\n')
+    chat.write_text(
+        '{"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "Lisbon is booked", '
+        '"timestamp": "2024-05-02T18:03:00Z"}\n'
+    )
     out = _engram(root, "UTC", "ingest", str(chat), "--user", "ann")
     assert out.returncode == 0, out.stderr[-3000:]
     return root
 
 
 def _engram(root, zone: str, *args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-           "COLUMNS": "250", "ENGRAM_DATA_DIR": str(root / "data"), "ENGRAM_TIMEZONE": zone}
-    return subprocess.run([sys.executable, "-m", "engram.api.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=REPO)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "250",
+        "ENGRAM_DATA_DIR": str(root / "data"),
+        "ENGRAM_TIMEZONE": zone,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args], capture_output=True, text=True, env=env, timeout=600, cwd=REPO
+    )
 
 
 def test_times_print_in_the_zone_and_naive_times_are_read_in_it(store):
@@ -34,8 +44,9 @@ def test_times_print_in_the_zone_and_naive_times_are_read_in_it(store):
     # 12:00 in Los Angeles is 19:00 UTC: after the message
     la = _engram(store, "America/Los_Angeles", "search", "Lisbon", "--since", "2024-05-02T12:00")
     assert la.returncode == 0 and "Lisbon is booked" not in la.stdout, la.stdout
-    la = _engram(store, "America/Los_Angeles", "search", "what was booked yesterday", "--as-of",
-                 "2024-05-03T12:00")  # 05:00 PDT on May 3: yesterday is May 2 in Los Angeles
+    la = _engram(
+        store, "America/Los_Angeles", "search", "what was booked yesterday", "--as-of", "2024-05-03T12:00"
+    )  # 05:00 PDT on May 3: yesterday is May 2 in Los Angeles
     assert la.returncode == 0, la.stderr[-2000:]
     shown = " ".join(la.stdout.replace("│", " ").split())
     assert "2024-05-02 11:03 PDT" in shown, shown  # the message, 18:03 UTC

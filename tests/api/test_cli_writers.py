@@ -24,9 +24,16 @@ from tests.conftest import REPO
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-            "ENGRAM_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "300", "ENGRAM_USER": "ann",
-            "ENGRAM_STORE_WAIT_SECONDS": "900"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+        "COLUMNS": "300",
+        "ENGRAM_USER": "ann",
+        "ENGRAM_STORE_WAIT_SECONDS": "900",
+    }
 
 
 def _engram(tmp_path: Path, *args: str) -> list[str]:
@@ -34,8 +41,9 @@ def _engram(tmp_path: Path, *args: str) -> list[str]:
 
 
 def _run(tmp_path: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(_engram(tmp_path, *args), env=_env(tmp_path), cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        _engram(tmp_path, *args), env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _query(db: Path, sql: str, args: tuple = ()) -> list[tuple]:
@@ -47,34 +55,51 @@ def _query(db: Path, sql: str, args: tuple = ()) -> list[tuple]:
 
 
 def _python(tmp_path: Path, code: str) -> str:
-    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), cwd=REPO, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
 
 #: Prints the observations' (event id, text) of every stored observation, as JSON.
-_OBSERVATIONS = ("import json\n"
-                 "from engram.workers.runtime import runtime\n"
-                 "from engram.workers.stores.vectors import OBSERVATIONS\n"
-                 "rt = runtime()\n"
-                 "points = rt.vectors.scroll(OBSERVATIONS, None, with_payload=['event_id', 'text']) "
-                 "if rt.vectors.has_collection(OBSERVATIONS) else []\n"
-                 "print(json.dumps([[p.payload['event_id'], p.payload['text']] for p in points]))\n")
+_OBSERVATIONS = (
+    "import json\n"
+    "from engram.workers.runtime import runtime\n"
+    "from engram.workers.stores.vectors import OBSERVATIONS\n"
+    "rt = runtime()\n"
+    "points = rt.vectors.scroll(OBSERVATIONS, None, with_payload=['event_id', 'text']) "
+    "if rt.vectors.has_collection(OBSERVATIONS) else []\n"
+    "print(json.dumps([[p.payload['event_id'], p.payload['text']] for p in points]))\n"
+)
 
 
 @pytest.mark.slow
 def test_ten_adds_three_killed_then_retried_are_all_stored_once(tmp_path):
     from engram.api.add import add_event_id
 
-    notes = {f"note-{n}": f"Note {n}: the {w} key hangs by the {p} door" for n, (w, p) in enumerate(zip(
-        "brass iron silver copper golden steel bronze wooden plastic glass".split(),
-        "kitchen garden cellar attic garage office studio porch shed hall".split(), strict=True))}
+    notes = {
+        f"note-{n}": f"Note {n}: the {w} key hangs by the {p} door"
+        for n, (w, p) in enumerate(
+            zip(
+                "brass iron silver copper golden steel bronze wooden plastic glass".split(),
+                "kitchen garden cellar attic garage office studio porch shed hall".split(),
+                strict=True,
+            )
+        )
+    }
     ids = {add_event_id("default", "ann", cid): cid for cid in notes}
     db = tmp_path / "data" / "ledger.sqlite"
-    procs = {cid: subprocess.Popen(_engram(tmp_path, "add", text, "--id", cid, "--no-consolidate"),
-                                   env=_env(tmp_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for cid, text in notes.items()}
+    procs = {
+        cid: subprocess.Popen(
+            _engram(tmp_path, "add", text, "--id", cid, "--no-consolidate"),
+            env=_env(tmp_path),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for cid, text in notes.items()
+    }
     killed: list[str] = []
     deadline = time.monotonic() + 600
     while len(killed) < 3 and time.monotonic() < deadline:  # kill the first three whose event is recorded
@@ -87,13 +112,23 @@ def test_ten_adds_three_killed_then_retried_are_all_stored_once(tmp_path):
     for proc in procs.values():
         proc.communicate(timeout=900)
     assert len(killed) == 3, killed
-    unfinished = {ids[uuid.UUID(e)] for (e,) in _query(
-        db, "SELECT event_id FROM events WHERE status NOT IN ('done', 'skipped', 'failed')")}
+    unfinished = {
+        ids[uuid.UUID(e)]
+        for (e,) in _query(db, "SELECT event_id FROM events WHERE status NOT IN ('done', 'skipped', 'failed')")
+    }
     assert unfinished and unfinished <= set(killed)  # killed mid-way: recorded, never finished
 
-    again = {cid: subprocess.Popen(_engram(tmp_path, "add", text, "--id", cid, "--no-consolidate"),
-                                   env=_env(tmp_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True) for cid, text in notes.items()}
+    again = {
+        cid: subprocess.Popen(
+            _engram(tmp_path, "add", text, "--id", cid, "--no-consolidate"),
+            env=_env(tmp_path),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for cid, text in notes.items()
+    }
     answers = {cid: proc.communicate(timeout=900) + (proc.returncode,) for cid, proc in again.items()}
     for cid, (out, errs, code) in answers.items():
         assert code == 0, (cid, out, errs[-2000:])
@@ -108,10 +143,21 @@ def test_ten_adds_three_killed_then_retried_are_all_stored_once(tmp_path):
 
 
 def _chat(path: Path, n: int) -> None:
-    path.write_text("".join(json.dumps({
-        "message_id": f"m{i}", "session_id": f"s{i // 20}", "speaker": ["Ann", "Bob"][i % 2],
-        "text": f"Message {i}: we talked about the garden plan number {i} and the tools for day {i // 20}.",
-        "timestamp": f"2024-05-{1 + i // 20:02d}T10:{i % 60:02d}:00Z"}) + "\n" for i in range(n)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "message_id": f"m{i}",
+                    "session_id": f"s{i // 20}",
+                    "speaker": ["Ann", "Bob"][i % 2],
+                    "text": f"Message {i}: we talked about the garden plan number {i} and the tools for day {i // 20}.",
+                    "timestamp": f"2024-05-{1 + i // 20:02d}T10:{i % 60:02d}:00Z",
+                }
+            )
+            + "\n"
+            for i in range(n)
+        )
+    )
 
 
 @pytest.mark.slow
@@ -121,11 +167,15 @@ def test_a_consolidation_killed_holding_its_lock_is_taken_over_at_once(tmp_path)
     out = _run(tmp_path, "ingest", str(chat), "--user", "ann", "--no-consolidate")
     assert out.returncode == 0, out.stderr[-3000:]
     db = tmp_path / "data" / "ledger.sqlite"
-    proc = subprocess.Popen(_engram(tmp_path, "consolidate"), env=_env(tmp_path), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _engram(tmp_path, "consolidate"), env=_env(tmp_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     deadline = time.monotonic() + 600
-    while not _query(db, "SELECT name FROM locks WHERE name LIKE 'consolidate:%'") and proc.poll() is None \
-            and time.monotonic() < deadline:
+    while (
+        not _query(db, "SELECT name FROM locks WHERE name LIKE 'consolidate:%'")
+        and proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
@@ -143,8 +193,10 @@ def _files(folder: Path, names: range, pictures: range = range(0)) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     for n in names:
-        (folder / f"note{n}.md").write_text(f"# Note {n}\n\nThe delivery number {n} arrives at dock {n % 7} on "
-                                            f"{['Monday', 'Tuesday', 'Friday'][n % 3]}; sign for crate {n * 13}.\n")
+        (folder / f"note{n}.md").write_text(
+            f"# Note {n}\n\nThe delivery number {n} arrives at dock {n % 7} on "
+            f"{['Monday', 'Tuesday', 'Friday'][n % 3]}; sign for crate {n * 13}.\n"
+        )
     for n in pictures:
         img = Image.new("RGB", (640, 360), [(255, 255, 255), (20, 40, 90), (250, 230, 120)][n % 3])
         draw = ImageDraw.Draw(img)
@@ -161,9 +213,17 @@ def test_several_ingests_on_one_data_dir_share_the_work(tmp_path, writers):
     _files(a, range(0, 10), pictures=range(0, 2))
     _files(b, range(6, 16), pictures=range(2, 3))  # notes 6-9 in both: the same contents; screenshots unlike
     folders = [[a], [b], [a, b], [b, a]][:writers]
-    procs = [subprocess.Popen(_engram(tmp_path, "ingest", *map(str, f), "--user", "ann", "--no-consolidate"),
-                              env=_env(tmp_path), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for f in folders]
+    procs = [
+        subprocess.Popen(
+            _engram(tmp_path, "ingest", *map(str, f), "--user", "ann", "--no-consolidate"),
+            env=_env(tmp_path),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for f in folders
+    ]
     outs = [p.communicate(timeout=1500) + (p.returncode,) for p in procs]
     for out, errs, code in outs:
         assert code == 0 and "failed" not in errs and "interrupted earlier" not in errs, (out, errs[-3000:])
@@ -174,8 +234,13 @@ def test_several_ingests_on_one_data_dir_share_the_work(tmp_path, writers):
     assert all("exact duplicate" in reason for _, reason in skipped), skipped
     assert _query(db, "SELECT SUM(redeliveries) FROM events") == [(0,)]  # nobody died: nothing redelivered
     assert _query(db, "SELECT COUNT(*) FROM unfinished") == [(0,)]
-    done = dict(_query(db, "SELECT e.event_id, COALESCE(SUM(s.observations), 0) FROM events e LEFT JOIN segments s "
-                           "ON s.event_id = e.event_id WHERE e.status='done' GROUP BY e.event_id"))
+    done = dict(
+        _query(
+            db,
+            "SELECT e.event_id, COALESCE(SUM(s.observations), 0) FROM events e LEFT JOIN segments s "
+            "ON s.event_id = e.event_id WHERE e.status='done' GROUP BY e.event_id",
+        )
+    )
     stored: dict[str, int] = {}
     for event_id, _ in json.loads(_python(tmp_path, _OBSERVATIONS)):  # every event's observations, once
         stored[event_id] = stored.get(event_id, 0) + 1
@@ -228,11 +293,19 @@ def _add_killed_mid_way(tmp_path: Path, cid: str, text: str) -> None:
     from engram.api.add import add_event_id
 
     event_id = str(add_event_id("default", "ann", cid))
-    proc = subprocess.Popen(_engram(tmp_path, "add", text, "--id", cid, "--no-consolidate"), env=_env(tmp_path),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _engram(tmp_path, "add", text, "--id", cid, "--no-consolidate"),
+        env=_env(tmp_path),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     db, deadline = tmp_path / "data" / "ledger.sqlite", time.monotonic() + 600
-    while not _query(db, "SELECT 1 FROM events WHERE event_id=?", (event_id,)) and proc.poll() is None \
-            and time.monotonic() < deadline:
+    while (
+        not _query(db, "SELECT 1 FROM events WHERE event_id=?", (event_id,))
+        and proc.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
@@ -248,8 +321,9 @@ def test_the_mcp_servers_add_memory_resumes_an_interrupted_addition(tmp_path):
 
     text = "The spare boiler fuse is taped under the third stair"
     _add_killed_mid_way(tmp_path, "fuse-1", text)
-    params = StdioServerParameters(command=sys.executable, cwd=str(REPO), env=_env(tmp_path),
-                                   args=["-m", "engram.api.cli", "mcp", "--user", "ann"])
+    params = StdioServerParameters(
+        command=sys.executable, cwd=str(REPO), env=_env(tmp_path), args=["-m", "engram.api.cli", "mcp", "--user", "ann"]
+    )
     answers = []
 
     async def session() -> None:
@@ -259,8 +333,9 @@ def test_the_mcp_servers_add_memory_resumes_an_interrupted_addition(tmp_path):
 
     anyio.run(session)
     first, again = answers
-    assert not first.is_error and first.content[0].text.startswith("Resumed an interrupted addition: Remembered"), \
+    assert not first.is_error and first.content[0].text.startswith("Resumed an interrupted addition: Remembered"), (
         first.content[0].text
+    )
     assert first.structured_content["resumed"] is True and first.structured_content["status"] == "done"
     assert again.structured_content["duplicate"] is True and again.content[0].text.startswith("Already added")
     stored = [t for _, t in json.loads(_python(tmp_path, _OBSERVATIONS))]

@@ -44,16 +44,34 @@ def test_watch_and_capture_beside_ingest_on_one_data_dir(tmp_path):
         editor = desk.window("plan.txt - Editor", ("editor", "Editor"), "harbour crane schedule for Monday")
 
         def start(*args: str, merged: bool = False) -> subprocess.Popen:
-            return subprocess.Popen(_engram(tmp_path, *args), env=env, cwd=REPO, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True)
+            return subprocess.Popen(
+                _engram(tmp_path, *args),
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                text=True,
+            )
 
         watch = start("watch", str(inbox), "--settle", "0.5", merged=True)
         watched: queue.Queue = queue.Queue()
         threading.Thread(target=_lines, args=(watch.stdout, watched), daemon=True).start()
         seen: list[str] = []
         try:
-            capture = start("capture", "--json", "--duration", "30", "--interval", "1", "--max-interval", "1",
-                            "--batch", "2", "--flush-seconds", "5")
+            capture = start(
+                "capture",
+                "--json",
+                "--duration",
+                "30",
+                "--interval",
+                "1",
+                "--max-interval",
+                "1",
+                "--batch",
+                "2",
+                "--flush-seconds",
+                "5",
+            )
             capture_errs: list[str] = []
             errs_reader = threading.Thread(target=lambda: capture_errs.extend(capture.stderr), daemon=True)
             errs_reader.start()
@@ -72,8 +90,9 @@ def test_watch_and_capture_beside_ingest_on_one_data_dir(tmp_path):
             errs_reader.join(timeout=60)
             captured = (capture_out, "".join(capture_errs), capture.wait(timeout=60))
             deadline = time.monotonic() + 300
-            while sum("ingested " in line for line in seen) < 6 and time.monotonic() < deadline \
-                    and watch.poll() is None:
+            while (
+                sum("ingested " in line for line in seen) < 6 and time.monotonic() < deadline and watch.poll() is None
+            ):
                 try:
                     seen.append(watched.get(timeout=0.5))
                 except queue.Empty:
@@ -103,13 +122,21 @@ def test_watch_and_capture_beside_ingest_on_one_data_dir(tmp_path):
     assert all("duplicate" in reason for _, reason in skipped), skipped
     by_device = dict(_query(db, "SELECT device_id, COUNT(*) FROM events GROUP BY device_id"))
     assert by_device == {"desk": 8 + 2 + 6 + stats["published"]}, by_device  # every file and frame: one event
-    names = _query(db, "SELECT source_name, COUNT(*) FROM events WHERE source_name LIKE ? OR source_name LIKE ?"
-                       " GROUP BY source_name", (f"{folder}/%", f"{inbox}/%"))
+    names = _query(
+        db,
+        "SELECT source_name, COUNT(*) FROM events WHERE source_name LIKE ? OR source_name LIKE ? GROUP BY source_name",
+        (f"{folder}/%", f"{inbox}/%"),
+    )
     assert len(names) == 8 + 2 + 6 and all(n == 1 for _, n in names), names  # each file once
     assert _query(db, "SELECT SUM(redeliveries) FROM events") == [(0,)]  # nobody died: nothing redelivered
     assert _query(db, "SELECT COUNT(*) FROM unfinished") == [(0,)]
-    done = dict(_query(db, "SELECT e.event_id, COALESCE(SUM(s.observations), 0) FROM events e LEFT JOIN segments s "
-                           "ON s.event_id = e.event_id WHERE e.status='done' GROUP BY e.event_id"))
+    done = dict(
+        _query(
+            db,
+            "SELECT e.event_id, COALESCE(SUM(s.observations), 0) FROM events e LEFT JOIN segments s "
+            "ON s.event_id = e.event_id WHERE e.status='done' GROUP BY e.event_id",
+        )
+    )
     stored: dict[str, int] = {}
     for event_id, _ in json.loads(_python(tmp_path, _OBSERVATIONS)):  # every event's observations, once
         stored[event_id] = stored.get(event_id, 0) + 1

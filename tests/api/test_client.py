@@ -119,17 +119,33 @@ def test_retries_transient_errors_with_backoff_and_gives_up():
         calls.append(request.url.path)
         if len(calls) < 3:
             return httpx.Response(503, json={"detail": "queue unavailable, try again"})
-        return httpx.Response(200, json={"event_id": str(uuid.uuid4()), "kind": "text", "status": "done",
-                                         "updated_at": "2024-05-01T12:00:00Z"})
+        return httpx.Response(
+            200,
+            json={
+                "event_id": str(uuid.uuid4()),
+                "kind": "text",
+                "status": "done",
+                "updated_at": "2024-05-01T12:00:00Z",
+            },
+        )
 
     client = EngramClient("http://engram.test", "egk_x", retries=4, backoff=0.01, transport=httpx.MockTransport(flaky))
     assert client.event_status(uuid.uuid4()).status is EventStatus.done
     assert len(calls) == 3
 
     calls.clear()
-    refused = EngramClient("http://engram.test", "egk_x", retries=4, backoff=0.01,
-                           transport=httpx.MockTransport(lambda r: calls.append(1) or httpx.Response(
-                               422, json={"detail": [{"loc": ["body", "x"], "msg": "bad", "type": "t"}]})))
+    refused = EngramClient(
+        "http://engram.test",
+        "egk_x",
+        retries=4,
+        backoff=0.01,
+        transport=httpx.MockTransport(
+            lambda r: (
+                calls.append(1)
+                or httpx.Response(422, json={"detail": [{"loc": ["body", "x"], "msg": "bad", "type": "t"}]})
+            )
+        ),
+    )
     with pytest.raises(EngramAPIError) as info:
         refused.event_status(uuid.uuid4())
     assert info.value.status == 422 and len(calls) == 1  # client errors are not retried
@@ -161,8 +177,11 @@ def test_cli_publish_is_resumable(api_server, api_keys, api_redis, files):
     assert "3 published (0 uploaded, 3 already stored, 3 published before)" in again.stdout
     assert queue_length(api_redis) == before + 3
 
-    bad = runner.invoke(cli, ["publish", str(files / "shot.png"), "--api", api_server, "--api-key", "egk_wrong"],
-                        env={"ENGRAM_API_URL": "", "ENGRAM_API_KEY": ""})
+    bad = runner.invoke(
+        cli,
+        ["publish", str(files / "shot.png"), "--api", api_server, "--api-key", "egk_wrong"],
+        env={"ENGRAM_API_URL": "", "ENGRAM_API_KEY": ""},
+    )
     assert bad.exit_code == 1 and "HTTP 401" in bad.stderr
 
 
@@ -176,8 +195,14 @@ def test_watch_publishes_new_files_once_complete(api_server, api_keys, api_redis
     with EngramClient(api_server, api_keys["acme"], device="watcher") as client:
         # settle 1.5 s against a 0.2 s pause in the write: a loaded machine may stretch the pause, not by 1.3 s
         ready = threading.Event()
-        watcher = FolderWatcher(folder, lambda p: published.append((p, client.publish(p))), settle=1.5, poll=0.05,
-                                on_error=lambda p, e: errors.append((p, e)), on_ready=ready.set)
+        watcher = FolderWatcher(
+            folder,
+            lambda p: published.append((p, client.publish(p))),
+            settle=1.5,
+            poll=0.05,
+            on_error=lambda p, e: errors.append((p, e)),
+            on_ready=ready.set,
+        )
         stop = threading.Event()
         thread = threading.Thread(target=watcher.run, args=(stop,))
         thread.start()
@@ -189,7 +214,7 @@ def test_watch_publishes_new_files_once_complete(api_server, api_keys, api_redis
                 fh.flush()
                 time.sleep(0.2)
                 assert not published  # not stable yet
-                fh.write(data[len(data) // 2:])
+                fh.write(data[len(data) // 2 :])
             (folder / "download.png.part").write_bytes(data)  # in-progress names are ignored
             (folder / "notes.txt").write_text("not media")
             deadline = time.monotonic() + 20
@@ -217,9 +242,13 @@ def test_watch_command_publishes_and_stops_on_ctrl_c(api_server, api_keys, api_r
     folder = tmp_path / "recorder"
     folder.mkdir()
     env = {**os.environ, "ENGRAM_API_URL": api_server, "ENGRAM_API_KEY": api_keys["acme"], "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "watch", str(folder), "--settle", "0.3",
-                             "--device", "recorder"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram.api.cli", "watch", str(folder), "--settle", "0.3", "--device", "recorder"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     printed = ""
     try:
         ready = select.select([proc.stderr], [], [], 120)[0] and proc.stderr.readline()  # imports: slow when loaded

@@ -23,8 +23,16 @@ def test_counts_read_in_the_singular_and_the_plural():
 
 def test_the_search_table_counts_one_result_in_the_singular():
     def title(n: int) -> str:
-        hits = [SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.5, text=f"turn {i}",
-                          time=datetime(2023, 5, 20, 12, tzinfo=UTC)) for i in range(n)]
+        hits = [
+            SearchHit(
+                id=uuid.uuid4(),
+                memory_type=MemoryType.observation,
+                score=0.5,
+                text=f"turn {i}",
+                time=datetime(2023, 5, 20, 12, tzinfo=UTC),
+            )
+            for i in range(n)
+        ]
         out = StringIO()
         print_hits(SearchResponse(query="lab hours", hits=hits, took_ms=12.0), Console(file=out, width=160))
         return out.getvalue()
@@ -36,8 +44,9 @@ def test_the_search_table_counts_one_result_in_the_singular():
 def test_the_ingest_summary_counts_files_and_observations():
     done = [(Path("a.png"), SimpleNamespace(observations=1))]
     result = {"done": done, "skipped": [], "failed": [(Path("b.wav"), "empty file")], "ignored": [], "resumed": []}
-    assert ingest_summary(result) == ("[green]1 done[/green] (1 observation), 0 skipped, [red]1 failed[/red], "
-                                      "0 not media")
+    assert ingest_summary(result) == (
+        "[green]1 done[/green] (1 observation), 0 skipped, [red]1 failed[/red], 0 not media"
+    )
     done.append((Path("c.jsonl"), SimpleNamespace(observations=16)))
     assert "2 done[/green] (17 observations)" in ingest_summary(result)
 
@@ -47,8 +56,16 @@ def test_a_hit_says_what_matched_in_words():
     from engram.schemas.search import Matched
 
     def why(burst: int = 1, **matched) -> str:
-        return why_found(SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.0615, text="x",
-                                   matched=Matched(**matched), burst_size=burst))
+        return why_found(
+            SearchHit(
+                id=uuid.uuid4(),
+                memory_type=MemoryType.observation,
+                score=0.0615,
+                text="x",
+                matched=Matched(**matched),
+                burst_size=burst,
+            )
+        )
 
     assert why(dense_rank=3, sparse_rank=1, words=["budget", "review"]) == "words: budget, review + meaning"
     assert why(dense_rank=1) == "meaning"

@@ -75,7 +75,7 @@ def test_sample_without_espeak_has_a_silent_clip_and_distinct_screens(tmp_path, 
     screens = [p for name, p in files.items() if name.endswith(".png")]
     hashes = [media.perceptual_hash(Image.open(p)) for p in screens]
     assert len(hashes) == 3
-    assert max(media.hash_similarity(a, b) for i, a in enumerate(hashes) for b in hashes[i + 1:]) < 0.8
+    assert max(media.hash_similarity(a, b) for i, a in enumerate(hashes) for b in hashes[i + 1 :]) < 0.8
     assert len({p.stat().st_mtime for p in screens}) == 3
     if real_which("ffmpeg"):
         info = media.probe(files["sprint-demo.mp4"])

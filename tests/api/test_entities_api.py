@@ -24,9 +24,17 @@ def test_entities_are_listed_per_tenant_and_merged(query_worker):
         tag = uuid.uuid4().hex[:6]
         key = create_key(c.app.state.services.redis, f"ent-{tag}")
         other = create_key(c.app.state.services.redis, f"ent-other-{tag}")
-        eid = publish_chat(c, key, "carol", [("Carol", "The budget review moved to Friday."),
-                                             ("Dave", "Then I book the Lisbon room."),
-                                             ("Carol", "Thanks, Dave.")], f"e{tag}")
+        eid = publish_chat(
+            c,
+            key,
+            "carol",
+            [
+                ("Carol", "The budget review moved to Friday."),
+                ("Dave", "Then I book the Lisbon room."),
+                ("Carol", "Thanks, Dave."),
+            ],
+            f"e{tag}",
+        )
         wait_done(c, key, [eid])
 
         got = c.get("/v1/entities", headers=auth(key))
@@ -57,6 +65,7 @@ def test_entities_are_listed_per_tenant_and_merged(query_worker):
                 sdk.merge_entities(carol["id"], dave["id"])  # merged away already
             assert err.value.status == 404
         # the stored messages of Dave now name the kept entity
-        hits = c.post("/v1/search", json={"query": "Lisbon room", "entities": [carol["id"]]},
-                      headers=auth(key)).json()["hits"]
+        hits = c.post("/v1/search", json={"query": "Lisbon room", "entities": [carol["id"]]}, headers=auth(key)).json()[
+            "hits"
+        ]
         assert any("Lisbon" in h["text"] for h in hits)

@@ -17,8 +17,14 @@ import pytest
 from tests.conftest import REPO
 
 USER = "locomo-conv-26"
-QUERIES = ["what did Caroline research?", "Melanie painting a sunrise", "LGBTQ support group",
-           "reconcile_invoice_batches", "trip to Lisbon", "budget review"]
+QUERIES = [
+    "what did Caroline research?",
+    "Melanie painting a sunrise",
+    "LGBTQ support group",
+    "reconcile_invoice_batches",
+    "trip to Lisbon",
+    "budget review",
+]
 
 #: The searches of ``engram search`` (``api.embedded.run_search``, the command's own path) in one process.
 _SEARCH = """
@@ -34,8 +40,14 @@ print(json.dumps(out))
 
 
 def _engram(data_dir: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engram.api.cli", *args], capture_output=True, text=True,
-                          env=_env(data_dir), timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args],
+        capture_output=True,
+        text=True,
+        env=_env(data_dir),
+        timeout=timeout,
+        cwd=REPO,
+    )
 
 
 def _env(data_dir: Path) -> dict[str, str]:
@@ -50,8 +62,14 @@ def _ids(data_dir: Path) -> dict[str, list[str]]:
     run = _engram(data_dir, "search", QUERIES[0], "--user", USER, "--limit", "10", "--json")
     assert run.returncode == 0, run.stderr[-2000:]
     first = [hit["id"] for hit in json.loads(run.stdout)["hits"]]
-    run = subprocess.run([sys.executable, "-c", _SEARCH, USER, json.dumps(QUERIES)], capture_output=True, text=True,
-                         env=_env(data_dir), timeout=600, cwd=REPO)
+    run = subprocess.run(
+        [sys.executable, "-c", _SEARCH, USER, json.dumps(QUERIES)],
+        capture_output=True,
+        text=True,
+        env=_env(data_dir),
+        timeout=600,
+        cwd=REPO,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out[QUERIES[0]] == first
@@ -93,13 +111,16 @@ def test_a_restored_data_dir_answers_searches_with_the_same_ids_in_the_same_orde
     assert _ids(restored) == before
     status = _engram(restored, "status")
     assert status.returncode == 0, status.stderr[-2000:]
-    modes = {oct(p.stat().st_mode & 0o777) for p in [restored, *restored.rglob("*")]
-             if not p.name.endswith(("-wal", "-shm"))}  # SQLite's own side files, made by the searches above
+    modes = {
+        oct(p.stat().st_mode & 0o777) for p in [restored, *restored.rglob("*")] if not p.name.endswith(("-wal", "-shm"))
+    }  # SQLite's own side files, made by the searches above
     assert modes <= {"0o700", "0o600"}, modes
 
-    (tmp_path / "more.jsonl").write_text('{"message_id": "n1", "session_id": "s9", "speaker": "Ann", "text": '
-                                         '"the ferry to Cacilhas leaves at nine", "timestamp": '
-                                         '"2024-05-03T09:00:00Z"}\n')
+    (tmp_path / "more.jsonl").write_text(
+        '{"message_id": "n1", "session_id": "s9", "speaker": "Ann", "text": '
+        '"the ferry to Cacilhas leaves at nine", "timestamp": '
+        '"2024-05-03T09:00:00Z"}\n'
+    )
     assert _engram(ingested, "ingest", str(tmp_path / "more.jsonl"), "--user", USER).returncode == 0
     run = _engram(ingested, "backup", str(dest), "--json")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -140,7 +161,13 @@ def test_a_cluster_without_its_store_worker_is_said_at_once(redis_server, tmp_pa
     (not after waiting an hour for an answer) and writes no snapshot."""
     url = redis_server.rsplit("/", 1)[0] + "/2"  # a database no other test uses
     env = {**_env(tmp_path / "data"), "ENGRAM_BROKER_URL": url}
-    run = subprocess.run([sys.executable, "-m", "engram.api.cli", "backup", str(tmp_path / "b"), "--wait", "2"],
-                         capture_output=True, text=True, env=env, timeout=120, cwd=REPO)
+    run = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "backup", str(tmp_path / "b"), "--wait", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=REPO,
+    )
     assert run.returncode == 2 and "no worker serves the consolidate queue" in run.stderr, run.stderr[-2000:]
     assert not list((tmp_path / "b" / "snapshots").glob("*"))

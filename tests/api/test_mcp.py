@@ -22,13 +22,25 @@ SECOND = "The car is parked on level minus three of the parking garage, spot 47"
 
 
 def _env(root) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(root), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-            "COLUMNS": "300", "ENGRAM_STORE_WAIT_SECONDS": "60"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "300",
+        "ENGRAM_STORE_WAIT_SECONDS": "60",
+    }
 
 
 def _cli(env: dict[str, str], data, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engram.api.cli", "--data-dir", str(data), *args], env=env,
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "--data-dir", str(data), *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_mcp_server_over_stdio_adds_finds_and_deletes_while_the_cli_uses_the_store(tmp_path):
@@ -37,8 +49,12 @@ def test_mcp_server_over_stdio_adds_finds_and_deletes_while_the_cli_uses_the_sto
 
     data = tmp_path / "data"
     env = _env(tmp_path)
-    params = StdioServerParameters(command=sys.executable, cwd=str(REPO), env=env,
-                                   args=["-m", "engram.api.cli", "mcp", "--data-dir", str(data), "--user", "alice"])
+    params = StdioServerParameters(
+        command=sys.executable,
+        cwd=str(REPO),
+        env=env,
+        args=["-m", "engram.api.cli", "mcp", "--data-dir", str(data), "--user", "alice"],
+    )
     timings: dict[str, float] = {}
 
     async def session() -> None:
@@ -52,16 +68,29 @@ def test_mcp_server_over_stdio_adds_finds_and_deletes_while_the_cli_uses_the_sto
 async def _exercise(client, data, env, timings) -> None:
     listed = await client.list_tools()
     tools = {t.name: t for t in listed.tools}
-    assert set(tools) == {"search", "ask", "add_memory", "list_memories", "get_memory", "delete_memory",
-                          "forget", "update_memory", "list_entities", "name_entity"}
+    assert set(tools) == {
+        "search",
+        "ask",
+        "add_memory",
+        "list_memories",
+        "get_memory",
+        "delete_memory",
+        "forget",
+        "update_memory",
+        "list_entities",
+        "name_entity",
+    }
     assert tools["forget"].annotations.destructive_hint is True and not tools["forget"].annotations.read_only_hint
     assert {"since", "until", "app", "device_id", "memory_ids", "dry_run"} <= set(
-        tools["forget"].input_schema["properties"])
+        tools["forget"].input_schema["properties"]
+    )
     assert {"query", "user_id", "limit", "kinds", "time_from", "entities"} <= set(
-        tools["search"].input_schema["properties"])
+        tools["search"].input_schema["properties"]
+    )
     assert "tenant_id" not in tools["search"].input_schema["properties"]
     assert {"text", "messages", "user_id", "id", "time", "source"} <= set(
-        tools["add_memory"].input_schema["properties"])
+        tools["add_memory"].input_schema["properties"]
+    )
 
     t0 = time.perf_counter()
     added = await client.call_tool("add_memory", {"text": FACT, "id": "note-1", "source": "test-agent"})
@@ -77,8 +106,9 @@ async def _exercise(client, data, env, timings) -> None:
     assert "second drawer of the oak desk" in out.stdout
 
     t0 = time.perf_counter()
-    found = await client.call_tool("search", {"query": "where are the vendor contracts?", "user_id": "alice",
-                                              "limit": 5})
+    found = await client.call_tool(
+        "search", {"query": "where are the vendor contracts?", "user_id": "alice", "limit": 5}
+    )
     timings["search"] = time.perf_counter() - t0
     assert not found.is_error, found.content[0].text
     assert FACT in found.content[0].text
@@ -91,17 +121,21 @@ async def _exercise(client, data, env, timings) -> None:
 
     bad = await client.call_tool("search", {"query": ""})
     assert bad.is_error and "query" in bad.content[0].text
-    unknown = await client.call_tool("name_entity", {"entity_id": "00000000-0000-4000-8000-000000000000",
-                                                     "name": "Maria"})
+    unknown = await client.call_tool(
+        "name_entity", {"entity_id": "00000000-0000-4000-8000-000000000000", "name": "Maria"}
+    )
     assert unknown.is_error and "no entity" in unknown.content[0].text
 
     deleted = await client.call_tool("delete_memory", {"memory_id": hit["id"]})
     assert not deleted.is_error and "Deleted observation" in deleted.content[0].text
-    after = await client.call_tool("search", {"query": "where are the vendor contracts?", "user_id": "alice",
-                                              "memory_types": ["observation"]})
+    after = await client.call_tool(
+        "search", {"query": "where are the vendor contracts?", "user_id": "alice", "memory_types": ["observation"]}
+    )
     assert FACT not in after.content[0].text
-    everywhere = await client.call_tool("search", {"query": "where are the vendor contracts?", "user_id": "alice",
-                                                   "memory_types": ["observation", "episodic"]})
+    everywhere = await client.call_tool(
+        "search",
+        {"query": "where are the vendor contracts?", "user_id": "alice", "memory_types": ["observation", "episodic"]},
+    )
     assert "oak desk" not in everywhere.content[0].text  # the episodic memory quoting it went with it
 
     # forget by time: a dry run says what would go, then it goes
@@ -114,8 +148,9 @@ async def _exercise(client, data, env, timings) -> None:
     assert "Would forget" in dry.content[0].text
     gone = await client.call_tool("forget", {"since": since})
     assert not gone.is_error and gone.structured_content["observations"] == 1, gone.content[0].text
-    left = await client.call_tool("search", {"query": "parking garage level", "user_id": "alice",
-                                             "memory_types": ["observation", "episodic"]})
+    left = await client.call_tool(
+        "search", {"query": "parking garage level", "user_id": "alice", "memory_types": ["observation", "episodic"]}
+    )
     assert "minus three" not in left.content[0].text and left.structured_content["hits"] == []
 
 
@@ -125,9 +160,15 @@ def test_an_embedded_mcp_server_loads_the_search_models_before_the_first_call_wi
     import select
 
     data = tmp_path / "data"
-    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "-v", "mcp", "--data-dir", str(data)],
-                            env=_env(tmp_path), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram.api.cli", "-v", "mcp", "--data-dir", str(data)],
+        env=_env(tmp_path),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wanted, seen = {"text embedder loaded", "time-expression parser loaded"}, ""
     try:
         deadline = time.monotonic() + 240
@@ -143,7 +184,6 @@ def test_an_embedded_mcp_server_loads_the_search_models_before_the_first_call_wi
     assert proc.returncode == 0
 
 
-
 def test_an_embedded_mcp_server_opens_an_existing_store_as_it_starts_and_lets_a_cli_have_it(tmp_path):
     """With a store in the data dir and no other process holding it, the server opens it as it starts (an agent's
     first call does not pay the open), and a CLI command that then needs the store gets it (it asks; the server
@@ -157,9 +197,15 @@ def test_an_embedded_mcp_server_opens_an_existing_store_as_it_starts_and_lets_a_
     store.ensure(OBSERVATIONS)
     store.close()
     env = _env(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "-v", "mcp", "--data-dir", str(data)],
-                            env=env, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram.api.cli", "-v", "mcp", "--data-dir", str(data)],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = ""
     try:
         deadline = time.monotonic() + 240
@@ -173,6 +219,7 @@ def test_an_embedded_mcp_server_opens_an_existing_store_as_it_starts_and_lets_a_
         proc.stdin.close()
         proc.wait(timeout=60)
     assert proc.returncode == 0
+
 
 def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_server):
     import httpx
@@ -192,9 +239,24 @@ def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_serv
     env = {**_env(tmp_path), "ENGRAM_REDIS_URL": redis_url}
     url = f"http://127.0.0.1:{port}/mcp"
     with open(tmp_path / "server.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "mcp", "--http", "--all-users",
-                                 "--port", str(port), "--data-dir", str(data)], env=env, cwd=REPO, stdout=log,
-                                stderr=log)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "engram.api.cli",
+                "mcp",
+                "--http",
+                "--all-users",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=log,
+            stderr=log,
+        )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -242,12 +304,22 @@ def test_mcp_through_the_http_api(tmp_path, query_worker):
     local = tmp_path / "never-opened"
     env = {**_env(tmp_path), "ENGRAM_DATA_DIR": str(local)}
     with served(query_worker) as url:
-        no_key = subprocess.run([sys.executable, "-m", "engram.api.cli", "mcp", "--api", url], env=env, cwd=REPO,
-                                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        no_key = subprocess.run(
+            [sys.executable, "-m", "engram.api.cli", "mcp", "--api", url],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         assert no_key.returncode == 2 and "--api needs an API key" in no_key.stderr, no_key.stderr[-2000:]
-        params = StdioServerParameters(command=sys.executable, cwd=str(REPO),
-                                       env={**env, "ENGRAM_API_URL": url, "ENGRAM_API_KEY": key},
-                                       args=["-m", "engram.api.cli", "mcp", "--user", "alice"])
+        params = StdioServerParameters(
+            command=sys.executable,
+            cwd=str(REPO),
+            env={**env, "ENGRAM_API_URL": url, "ENGRAM_API_KEY": key},
+            args=["-m", "engram.api.cli", "mcp", "--user", "alice"],
+        )
         timings: dict[str, float] = {}
 
         async def session() -> None:
@@ -266,15 +338,18 @@ def test_mcp_through_the_http_api(tmp_path, query_worker):
                 timings["warm_add"] = time.perf_counter() - t0
                 assert warm.structured_content["status"] == "done", warm.structured_content
                 t0 = time.perf_counter()
-                found = await client.call_tool("search", {"query": "where are the vendor contracts?",
-                                                          "user_id": "alice", "memory_types": ["observation"]})
+                found = await client.call_tool(
+                    "search",
+                    {"query": "where are the vendor contracts?", "user_id": "alice", "memory_types": ["observation"]},
+                )
                 timings["search"] = time.perf_counter() - t0
                 assert FACT in found.content[0].text, found.content[0].text
                 hit = found.structured_content["hits"][0]
                 got = await client.call_tool("get_memory", {"memory_id": hit["id"]})
                 assert FACT in got.content[0].text
-                unknown = await client.call_tool("name_entity", {"entity_id": "00000000-0000-4000-8000-000000000000",
-                                                                 "name": "Maria"})
+                unknown = await client.call_tool(
+                    "name_entity", {"entity_id": "00000000-0000-4000-8000-000000000000", "name": "Maria"}
+                )
                 assert unknown.is_error and "no entity" in unknown.content[0].text
                 deleted = await client.call_tool("delete_memory", {"memory_id": hit["id"]})
                 assert not deleted.is_error and "Deleted observation" in deleted.content[0].text
@@ -283,5 +358,7 @@ def test_mcp_through_the_http_api(tmp_path, query_worker):
 
         anyio.run(session)
     assert not local.exists()  # the MCP process never opened an embedded store
-    print(f"MCP through the API, add → stored: {timings['add']:.2f} s first (the worker loading its models), "
-          f"{timings['warm_add']:.2f} s warm; search {timings['search']:.2f} s")
+    print(
+        f"MCP through the API, add → stored: {timings['add']:.2f} s first (the worker loading its models), "
+        f"{timings['warm_add']:.2f} s warm; search {timings['search']:.2f} s"
+    )

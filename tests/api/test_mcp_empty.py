@@ -24,8 +24,23 @@ def test_mcp_says_unknown_user_and_names_no_other_tenant(tmp_path):
     data, env = tmp_path / "data", _env(tmp_path)
     other = _cli(env, data, "add", "The spare key is under the blue flowerpot", "--user", "bob", "--tenant", "globex")
     assert other.returncode == 0, other.stderr[-3000:]
-    params = StdioServerParameters(command=sys.executable, cwd=str(REPO), env=env, args=[
-        "-m", "engram.api.cli", "mcp", "--data-dir", str(data), "--tenant", "acme", "--all-users", "--user", "alice"])
+    params = StdioServerParameters(
+        command=sys.executable,
+        cwd=str(REPO),
+        env=env,
+        args=[
+            "-m",
+            "engram.api.cli",
+            "mcp",
+            "--data-dir",
+            str(data),
+            "--tenant",
+            "acme",
+            "--all-users",
+            "--user",
+            "alice",
+        ],
+    )
     texts: list[str] = []
 
     async def session() -> None:
@@ -35,9 +50,11 @@ def test_mcp_says_unknown_user_and_names_no_other_tenant(tmp_path):
             assert "nothing is stored yet" in nothing.content[0].text
             added = await client.call_tool("add_memory", {"text": "Alice parks on level 3 of the station garage"})
             assert not added.is_error, added.content[0].text
-            for tool, args in (("search", {"query": "where is the spare key?", "user_id": "carol"}),
-                               ("ask", {"question": "where is the spare key?", "user_id": "carol"}),
-                               ("list_memories", {"memory_type": "observation", "user_id": "carol"})):
+            for tool, args in (
+                ("search", {"query": "where is the spare key?", "user_id": "carol"}),
+                ("ask", {"question": "where is the spare key?", "user_id": "carol"}),
+                ("list_memories", {"memory_type": "observation", "user_id": "carol"}),
+            ):
                 got = await client.call_tool(tool, args)
                 assert not got.is_error and "unknown user 'carol'" in got.content[0].text, (tool, got.content)
                 assert got.structured_content["empty"] == "unknown_user", tool
@@ -49,4 +66,3 @@ def test_mcp_says_unknown_user_and_names_no_other_tenant(tmp_path):
     anyio.run(session)
     for text in texts:
         assert "globex" not in text and "bob" not in text and "alice" not in text.lower(), text
-

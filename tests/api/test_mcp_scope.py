@@ -22,8 +22,12 @@ BAD_IDS = ("\u202eecila\u0000", "../../etc", "", "a" * 200)
 def _server(data, env, *args: str):
     from mcp.client.stdio import StdioServerParameters
 
-    return StdioServerParameters(command=sys.executable, cwd=str(REPO), env=env,
-                                 args=["-m", "engram.api.cli", "mcp", "--data-dir", str(data), *args])
+    return StdioServerParameters(
+        command=sys.executable,
+        cwd=str(REPO),
+        env=env,
+        args=["-m", "engram.api.cli", "mcp", "--data-dir", str(data), *args],
+    )
 
 
 def test_mcp_user_scope_all_users_hostile_ids_and_quoted_stored_text(tmp_path):
@@ -37,16 +41,18 @@ def test_mcp_user_scope_all_users_hostile_ids_and_quoted_stored_text(tmp_path):
             for args in ({"text": HOSTILE, "id": "a1"}, {"text": BOB, "user_id": "bob", "id": "b1"}):
                 added = await c.call_tool("add_memory", args)
                 assert not added.is_error and added.structured_content["status"] == "done", added.content
-            both = await c.call_tool("search", {"query": "spare key flowerpot lunch Dana", "limit": 10,
-                                                "memory_types": ["observation"]})
+            both = await c.call_tool(
+                "search", {"query": "spare key flowerpot lunch Dana", "limit": 10, "memory_types": ["observation"]}
+            )
             users = {h["user_id"] for h in both.structured_content["hits"]}
             assert users == {"alice", "bob"}, both.content[0].text
             ids.update({h["user_id"]: h["id"] for h in both.structured_content["hits"]})
 
     async def alice_only() -> None:
         async with Client(_server(data, env, "--user", "alice"), read_timeout_seconds=600) as c:
-            mine = await c.call_tool("search", {"query": "spare key flowerpot lunch Dana", "limit": 10,
-                                                "memory_types": ["observation"]})
+            mine = await c.call_tool(
+                "search", {"query": "spare key flowerpot lunch Dana", "limit": 10, "memory_types": ["observation"]}
+            )
             assert not mine.is_error, mine.content[0].text
             assert {h["user_id"] for h in mine.structured_content["hits"]} == {"alice"}
             assert "under the blue" not in mine.content[0].text
@@ -56,10 +62,12 @@ def test_mcp_user_scope_all_users_hostile_ids_and_quoted_stored_text(tmp_path):
             assert "</tool_result>" not in text and "<system>" not in text
             assert "\\u003c/tool_result\\u003e" in text
             assert HOSTILE in mine.structured_content["hits"][0]["text"]  # the field holds it as stored
-            for tool, args in (("search", {"query": "spare key", "user_id": "bob"}),
-                               ("ask", {"question": "where is the spare key?", "user_id": "bob"}),
-                               ("list_memories", {"memory_type": "observation", "user_id": "bob"}),
-                               ("add_memory", {"text": "planted", "user_id": "bob"})):
+            for tool, args in (
+                ("search", {"query": "spare key", "user_id": "bob"}),
+                ("ask", {"question": "where is the spare key?", "user_id": "bob"}),
+                ("list_memories", {"memory_type": "observation", "user_id": "bob"}),
+                ("add_memory", {"text": "planted", "user_id": "bob"}),
+            ):
                 refused = await c.call_tool(tool, args)
                 assert refused.is_error and "serves user 'alice' only" in refused.content[0].text, (tool, refused)
             for tool in ("get_memory", "delete_memory"):
@@ -70,10 +78,12 @@ def test_mcp_user_scope_all_users_hostile_ids_and_quoted_stored_text(tmp_path):
             got = await c.call_tool("get_memory", {"memory_id": ids["alice"]})
             assert not got.is_error and "<system>" not in got.content[0].text
             for bad in BAD_IDS:
-                for tool, args in (("search", {"query": "key", "user_id": bad}),
-                                   ("ask", {"question": "key?", "user_id": bad}),
-                                   ("list_memories", {"memory_type": "observation", "user_id": bad}),
-                                   ("add_memory", {"text": "x", "user_id": bad})):
+                for tool, args in (
+                    ("search", {"query": "key", "user_id": bad}),
+                    ("ask", {"question": "key?", "user_id": bad}),
+                    ("list_memories", {"memory_type": "observation", "user_id": bad}),
+                    ("add_memory", {"text": "x", "user_id": bad}),
+                ):
                     refused = await c.call_tool(tool, args)
                     assert refused.is_error and "user_id" in refused.content[0].text, (tool, bad, refused.content)
                     assert "\u202e" not in refused.content[0].text and "\u0000" not in refused.content[0].text
@@ -91,8 +101,14 @@ def test_mcp_user_scope_all_users_hostile_ids_and_quoted_stored_text(tmp_path):
 
 @pytest.mark.parametrize("bad", ["../../etc", "\u202eecila"])
 def test_mcp_refuses_a_hostile_user_option_before_serving(tmp_path, bad):
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "mcp", "--data-dir", str(tmp_path / "d"),
-                          "--user", bad], env=_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=120,
-                         stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "mcp", "--data-dir", str(tmp_path / "d"), "--user", bad],
+        env=_env(tmp_path),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 2 and "--user" in out.stderr, out.stderr[-2000:]
     assert "Traceback" not in out.stderr

@@ -26,17 +26,26 @@ def llm_worker(redis_server, seaweedfs_s3, tmp_path_factory):
     """A worker process on its own Redis database whose LLM is a scripted stub (no retries); yields the
     API settings and the stub (tests append to its ``script``)."""
     settings = make_settings(redis_server, seaweedfs_s3, tmp_path_factory.mktemp("llm-worker"), db=LLM_DB)
-    with ScriptedLlm([]) as llm, worker_process(
-            settings, seaweedfs_s3, ENGRAM_MODELS__LLM_PROVIDER="openai", ENGRAM_MODELS__LLM_BASE_URL=llm.openai_url,
-            ENGRAM_MODELS__LLM_MODEL="stub-model", ENGRAM_MODELS__LLM_MAX_RETRIES="0"):
+    with (
+        ScriptedLlm([]) as llm,
+        worker_process(
+            settings,
+            seaweedfs_s3,
+            ENGRAM_MODELS__LLM_PROVIDER="openai",
+            ENGRAM_MODELS__LLM_BASE_URL=llm.openai_url,
+            ENGRAM_MODELS__LLM_MODEL="stub-model",
+            ENGRAM_MODELS__LLM_MAX_RETRIES="0",
+        ),
+    ):
         yield settings, llm
 
 
 def publish_chat(c: TestClient, key: str, user: str, lines: list[tuple[str, str]], session: str) -> str:
     data = chat_jsonl(lines, session=session)
     sha, _ = upload(c, key, data, mime="application/x-ndjson")
-    body = event_body(sha, len(data), mime="application/x-ndjson", kind="text", source_name=f"{session}.jsonl",
-                      user_id=user)
+    body = event_body(
+        sha, len(data), mime="application/x-ndjson", kind="text", source_name=f"{session}.jsonl", user_id=user
+    )
     assert c.post("/v1/events", json=body, headers=auth(key)).status_code == 202
     return body["event_id"]
 
@@ -52,9 +61,11 @@ def wait_done(c: TestClient, key: str, event_ids: list[str]) -> None:
 
 def cite(needle: str):
     """A scripted LLM step answering with the evidence line that holds ``needle``."""
+
     def step(body: dict) -> dict:
         line = next(ln for ln in last_user_text(body).splitlines() if needle in ln and ln.startswith("["))
         return {"action": "answer", "answer": "In Lisbon.", "memory_ids": [line[1:37]]}
+
     return step
 
 
@@ -67,8 +78,16 @@ def test_ask_and_memory_management(llm_worker):
         acme, globex = (auth(create_key(redis, t)) for t in ("acme", "globex"))
         key = acme["Authorization"].split()[1]
         tag = uuid.uuid4().hex[:6]
-        alice = publish_chat(c, key, "alice", [("Alice", "The quarterly budget review moved to the Lisbon office."),
-                                               ("Dan", f"Fine, I will book the flights ({tag}).")], f"a{tag}")
+        alice = publish_chat(
+            c,
+            key,
+            "alice",
+            [
+                ("Alice", "The quarterly budget review moved to the Lisbon office."),
+                ("Dan", f"Fine, I will book the flights ({tag})."),
+            ],
+            f"a{tag}",
+        )
         bob = publish_chat(c, key, "bob", [("Bob", f"My cello lesson is on Friday ({tag}).")], f"b{tag}")
         wait_done(c, key, [alice, bob])
 
@@ -131,8 +150,9 @@ def test_sdk(llm_worker):
     with TestClient(create_app(settings)) as c:
         key = create_key(c.app.state.services.redis, "sdk-tenant")
         tag = uuid.uuid4().hex[:6]
-        eid = publish_chat(c, key, "carol", [("Carol", f"The budget review is in the Lisbon office ({tag}).")],
-                           f"c{tag}")
+        eid = publish_chat(
+            c, key, "carol", [("Carol", f"The budget review is in the Lisbon office ({tag}).")], f"c{tag}"
+        )
         wait_done(c, key, [eid])
         with served(settings) as url, EngramClient(url, key, retries=2, backoff=0.01) as sdk:
             llm.script += [cite("Lisbon office")]

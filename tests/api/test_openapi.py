@@ -58,8 +58,12 @@ def app():
 def test_every_property_of_every_model_has_a_description(app):
     schemas = app.openapi()["components"]["schemas"]
     assert len(schemas) > 15
-    missing = [f"{name}.{prop}" for name, schema in schemas.items()
-               for prop, spec in schema.get("properties", {}).items() if not spec.get("description")]
+    missing = [
+        f"{name}.{prop}"
+        for name, schema in schemas.items()
+        for prop, spec in schema.get("properties", {}).items()
+        if not spec.get("description")
+    ]
     assert not missing, missing
 
 

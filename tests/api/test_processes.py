@@ -45,18 +45,21 @@ def test_roles_pick_queue_sets(tmp_path):
     assert plan_worker(s, queues=" ingest , perceive.cpu").queues == ("ingest", "perceive.cpu")
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    ({"queues": "store,consolidate"}, "not query"),
-    ({"queues": "query"}, "exactly one worker serves all of store, consolidate, query"),
-    ({"role": "store", "pool": "prefork"}, "--pool prefork is not allowed"),
-    ({"role": "all", "pool": "threads"}, "--pool threads is not allowed"),
-    ({"role": "store", "concurrency": 2}, "--concurrency 2 is not allowed"),
-    ({"queues": "ingest,search"}, "unknown queue 'search'"),
-    ({"role": "tpu"}, "unknown role 'tpu'"),
-    ({}, "say which queues"),
-    ({"role": "cpu", "pool": "solo", "concurrency": 4}, "--pool solo runs one task at a time"),
-    ({"role": "cpu", "pool": "gevent"}, "unknown pool"),
-])
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"queues": "store,consolidate"}, "not query"),
+        ({"queues": "query"}, "exactly one worker serves all of store, consolidate, query"),
+        ({"role": "store", "pool": "prefork"}, "--pool prefork is not allowed"),
+        ({"role": "all", "pool": "threads"}, "--pool threads is not allowed"),
+        ({"role": "store", "concurrency": 2}, "--concurrency 2 is not allowed"),
+        ({"queues": "ingest,search"}, "unknown queue 'search'"),
+        ({"role": "tpu"}, "unknown role 'tpu'"),
+        ({}, "say which queues"),
+        ({"role": "cpu", "pool": "solo", "concurrency": 4}, "--pool solo runs one task at a time"),
+        ({"role": "cpu", "pool": "gevent"}, "unknown pool"),
+    ],
+)
 def test_refused_on_local_qdrant(tmp_path, kw, message):
     with pytest.raises(WorkerConfigError) as info:
         plan_worker(settings(tmp_path), **kw)
@@ -80,12 +83,24 @@ def test_no_broker_no_workers(tmp_path):
 def test_celery_argv(tmp_path):
     plan = plan_worker(settings(tmp_path), role="store")
     argv = worker_argv(plan, "info", events=True)
-    assert argv[:7] == ["worker", "--queues", "store,consolidate,query,maintenance", "--pool", "solo",
-                        "--loglevel", "INFO"]  # every worker serves beat's sweeps too
+    assert argv[:7] == [
+        "worker",
+        "--queues",
+        "store,consolidate,query,maintenance",
+        "--pool",
+        "solo",
+        "--loglevel",
+        "INFO",
+    ]  # every worker serves beat's sweeps too
     assert argv[argv.index("--hostname") + 1] == f"store-{os.getpid()}@%h"
     # the store worker's batched consumer (store_batched) needs BATCH_FLUSH_EVERY messages prefetched
-    assert argv[-5:] == ["--concurrency", "1", "--prefetch-multiplier", str(BATCH_FLUSH_EVERY[Task.store_batched]),
-                         "--task-events"]
+    assert argv[-5:] == [
+        "--concurrency",
+        "1",
+        "--prefetch-multiplier",
+        str(BATCH_FLUSH_EVERY[Task.store_batched]),
+        "--task-events",
+    ]
     # no gossip or mingle; heartbeats only with task events (Flower reads both)
     assert {"--without-gossip", "--without-mingle"} <= set(argv) and "--without-heartbeat" not in argv
     assert "--without-heartbeat" in worker_argv(plan) and "--task-events" not in worker_argv(plan)
@@ -116,8 +131,13 @@ def test_second_store_worker_fails_fast(engram_env, tmp_path):
     # never written opens nothing)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(ENGRAM_DATA_DIR=str(engram_env.settings.data_dir), ENGRAM_BROKER_URL=BROKER)
-    proc = subprocess.run([str(Path(sys.executable).parent / "engram"), "worker", "--role", "store"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "engram"), "worker", "--role", "store"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 3, proc.stderr
     assert "only one store worker" in proc.stderr
 
@@ -183,11 +203,18 @@ def test_workers_that_embed_load_the_text_embedder_as_their_pool_processes_start
 def test_a_search_worker_reads_a_time_expression_as_it_starts():
     """``load_time_parser`` (on a query worker's warm-up thread) imports dateparser and resolves one expression, and
     logs it, so the first search that names a time does not wait for that; in a fresh process, as a worker's."""
-    code = ("import sys; from engram.api.processes import load_time_parser; "
-            "print('before', 'dateparser' in sys.modules); load_time_parser(); "
-            "print('after', 'dateparser.search' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    code = (
+        "import sys; from engram.api.processes import load_time_parser; "
+        "print('before', 'dateparser' in sys.modules); load_time_parser(); "
+        "print('after', 'dateparser.search' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert out.returncode == 0, out.stderr
     assert "before False" in out.stdout and "after True" in out.stdout
     assert "time-expression parser loaded" in out.stdout + out.stderr
@@ -225,13 +252,15 @@ def test_restarts_back_off_and_a_healthy_run_resets_them():
 
 def test_a_restart_runs_the_same_command_again_in_the_same_process():
     """``restart_worker`` execs the process's own command line (same pid), counting restarts in the environment."""
-    code = ("import logging, os\n"
-            "from engram.api.processes import RESTARTS_ENV, UnrecoverableWatch, restart_worker\n"
-            "print('run', os.getpid(), os.environ.get(RESTARTS_ENV), flush=True)\n"
-            "if os.environ.get(RESTARTS_ENV) is None:\n"
-            "    with UnrecoverableWatch() as watch:\n"
-            "        logging.getLogger('celery.worker').critical('Unrecoverable error: %r', OSError('gone'))\n"
-            "    restart_worker(watch)\n")
+    code = (
+        "import logging, os\n"
+        "from engram.api.processes import RESTARTS_ENV, UnrecoverableWatch, restart_worker\n"
+        "print('run', os.getpid(), os.environ.get(RESTARTS_ENV), flush=True)\n"
+        "if os.environ.get(RESTARTS_ENV) is None:\n"
+        "    with UnrecoverableWatch() as watch:\n"
+        "        logging.getLogger('celery.worker').critical('Unrecoverable error: %r', OSError('gone'))\n"
+        "    restart_worker(watch)\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "ENGRAM_WORKER_RESTARTS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -18,8 +18,7 @@ def test_each_key_is_limited_on_its_own(api_settings, api_redis):
     limited = api_settings.model_copy(update={"api_rate_limit": "5/minute;100/hour"})
     hasty, other = create_key(api_redis, "acme"), create_key(api_redis, "acme")
     with TestClient(create_app(limited)) as c:
-        codes = [c.get("/v1/memories", params={"user_id": "alice"}, headers=auth(hasty)).status_code
-                 for _ in range(6)]
+        codes = [c.get("/v1/memories", params={"user_id": "alice"}, headers=auth(hasty)).status_code for _ in range(6)]
         assert 429 not in codes[:5] and codes[5] == 429
         refused = c.get("/v1/memories", params={"user_id": "alice"}, headers=auth(hasty))
         assert refused.status_code == 429 and 1 <= int(refused.headers["Retry-After"]) <= 60

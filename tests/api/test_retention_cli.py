@@ -17,16 +17,30 @@ pytestmark = pytest.mark.slow  # each command loads the embedding model in a new
 
 
 def _engram(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    base = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-            "COLUMNS": "250", "ENGRAM_TIMEZONE": "UTC"}
-    return subprocess.run([sys.executable, "-m", "engram.api.cli", "--data-dir", str(tmp_path / "data"), *args],
-                          capture_output=True, text=True, env={**base, **env}, timeout=600, cwd=REPO)
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "250",
+        "ENGRAM_TIMEZONE": "UTC",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "--data-dir", str(tmp_path / "data"), *args],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+        timeout=600,
+        cwd=REPO,
+    )
 
 
 def test_retention_dry_run_then_run_and_status(tmp_path):
     chat = tmp_path / "chat.jsonl"
-    chat.write_text('{"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "Lisbon is booked", '
-                    '"timestamp": "2024-05-02T18:03:00Z"}\n')
+    chat.write_text(
+        '{"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "Lisbon is booked", '
+        '"timestamp": "2024-05-02T18:03:00Z"}\n'
+    )
     assert _engram(tmp_path, "ingest", str(chat), "--user", "ann").returncode == 0
     originals = tmp_path / "data" / "objects" / "media" / "default"
     assert len(list(originals.iterdir())) == 1

@@ -23,15 +23,19 @@ def test_an_unknown_user_and_an_empty_tenant_say_so_and_name_no_one(query_worker
         tag = uuid.uuid4().hex[:6]
         key = create_key(c.app.state.services.redis, f"holder-{tag}")
         empty = create_key(c.app.state.services.redis, f"empty-{tag}")
-        r = c.post("/v1/memories", json={"text": f"Erin keeps the boat keys in the red tin ({tag}).",
-                                         "user_id": "erin"}, headers=auth(key))
+        r = c.post(
+            "/v1/memories",
+            json={"text": f"Erin keeps the boat keys in the red tin ({tag}).", "user_id": "erin"},
+            headers=auth(key),
+        )
         assert r.status_code == 202, r.text
         wait_done(c, key, [r.json()["event_id"]])
 
         answers = {
             "search": c.post("/v1/search", json={"query": "boat keys", "user_id": "carol"}, headers=auth(key)),
-            "ask": c.post("/v1/ask", json={"question": "where are the boat keys?", "user_id": "carol"},
-                          headers=auth(key)),
+            "ask": c.post(
+                "/v1/ask", json={"question": "where are the boat keys?", "user_id": "carol"}, headers=auth(key)
+            ),
             "list": c.get("/v1/memories", params={"type": "observation", "user": "carol"}, headers=auth(key)),
         }
         for name, resp in answers.items():

@@ -19,9 +19,11 @@ from engram.schemas.search import SearchRequest
 from engram.schemas.timeline import TimelineRequest
 
 DAY = datetime(2024, 5, 2, tzinfo=UTC)
-NOTES = [("alice", "The piano tuner comes on Thursday morning", DAY + timedelta(hours=9)),
-         ("alice", "Maria moves to Lisbon in March", DAY + timedelta(hours=11)),
-         ("bob", "My cello lesson is on Friday", DAY + timedelta(hours=10))]
+NOTES = [
+    ("alice", "The piano tuner comes on Thursday morning", DAY + timedelta(hours=9)),
+    ("alice", "Maria moves to Lisbon in March", DAY + timedelta(hours=11)),
+    ("bob", "My cello lesson is on Friday", DAY + timedelta(hours=10)),
+]
 
 
 def screenshot(folder, name: str, text: str, hour: int) -> dict:
@@ -31,8 +33,17 @@ def screenshot(folder, name: str, text: str, hour: int) -> dict:
     shot = Image.new("RGB", (640, 200), "white")
     ImageDraw.Draw(shot).text((10, 80), text, fill="black")
     shot.save(folder / name)
-    out = ingest_paths([folder / name], "default", "alice", "laptop", captured_at=DAY + timedelta(hours=hour),
-                       app_name="Firefox", window="Budget - Mozilla Firefox", consolidate=False, quiet=True)
+    out = ingest_paths(
+        [folder / name],
+        "default",
+        "alice",
+        "laptop",
+        captured_at=DAY + timedelta(hours=hour),
+        app_name="Firefox",
+        window="Budget - Mozilla Firefox",
+        consolidate=False,
+        quiet=True,
+    )
     assert len(out["done"]) == 1, out
     return out
 
@@ -71,12 +82,18 @@ def test_embedded_service_answers_every_call(store):
     page = svc.list_memories("default", MemoryType.observation, "alice")
     assert page.total == 3 and {m.user_id for m in page.items} == {"alice"}
 
-    day = svc.timeline(TimelineRequest(tenant_id="default", user_id="alice", time_from=DAY + timedelta(hours=9),
-                                       time_to=DAY + timedelta(days=1)))  # (the other test adds one at 8:00)
+    day = svc.timeline(
+        TimelineRequest(
+            tenant_id="default", user_id="alice", time_from=DAY + timedelta(hours=9), time_to=DAY + timedelta(days=1)
+        )
+    )  # (the other test adds one at 8:00)
     assert [m.payload["kind"] for m in day.items] == ["screenshot", "text", "text"] and day.total == 3
     assert [m.time for m in day.items] == sorted((m.time for m in day.items), reverse=True)  # newest first
-    shots = svc.timeline(TimelineRequest(tenant_id="default", kinds=[MediaKind.screenshot], apps=["Firefox"],
-                                         time_from=DAY + timedelta(hours=9)))
+    shots = svc.timeline(
+        TimelineRequest(
+            tenant_id="default", kinds=[MediaKind.screenshot], apps=["Firefox"], time_from=DAY + timedelta(hours=9)
+        )
+    )
     assert len(shots.items) == 1 and "budget" in shots.items[0].text.lower()
     assert shots.items[0].payload["app"] == "Firefox" and "ocr_lines" not in shots.items[0].payload  # light
     assert svc.timeline(TimelineRequest(tenant_id="default", apps=["Slack"])).items == []
@@ -117,8 +134,9 @@ def test_embedded_service_answers_every_call(store):
 def test_a_missing_original_is_told_apart_from_an_unknown_observation(store):
     svc, root = store
     screenshot(root, "gone.png", "travel expenses form", 8)
-    shot = svc.timeline(TimelineRequest(tenant_id="default", kinds=[MediaKind.screenshot],
-                                        time_to=DAY + timedelta(hours=9))).items[0]
+    shot = svc.timeline(
+        TimelineRequest(tenant_id="default", kinds=[MediaKind.screenshot], time_to=DAY + timedelta(hours=9))
+    ).items[0]
     assert "expenses" in shot.text
     svc.media("default", shot.id).path.unlink()
     with pytest.raises(MediaMissing, match="no longer stored"):
@@ -169,16 +187,29 @@ def test_remote_service_through_the_http_api(query_worker):
     with served(query_worker) as url:
         svc = RemoteService(url, key, timeout=120, device="laptop")
         try:
-            added = svc.add(AddMemoryRequest(text="The vendor contracts are in the oak desk", user_id="alice"),
-                            "ignored", "laptop")
+            added = svc.add(
+                AddMemoryRequest(text="The vendor contracts are in the oak desk", user_id="alice"), "ignored", "laptop"
+            )
             assert added.status is EventStatus.done and added.observations >= 1
-            hits = svc.search(SearchRequest(query="where are the vendor contracts", tenant_id="svc-remote",
-                                            user_id="alice", memory_types=[MemoryType.observation])).hits
+            hits = svc.search(
+                SearchRequest(
+                    query="where are the vendor contracts",
+                    tenant_id="svc-remote",
+                    user_id="alice",
+                    memory_types=[MemoryType.observation],
+                )
+            ).hits
             assert hits and "oak desk" in hits[0].text
             assert svc.get_memory("svc-remote", hits[0].id).text == hits[0].text
             assert svc.list_memories("svc-remote", MemoryType.observation, "alice").total == 1
-            day = svc.timeline(TimelineRequest(tenant_id="ignored", user_id="alice", kinds=[MediaKind.text],
-                                               time_from=datetime.now(UTC) - timedelta(days=1)))
+            day = svc.timeline(
+                TimelineRequest(
+                    tenant_id="ignored",
+                    user_id="alice",
+                    kinds=[MediaKind.text],
+                    time_from=datetime.now(UTC) - timedelta(days=1),
+                )
+            )
             assert [r.id for r in day.items] == [hits[0].id]  # GET /v1/timeline, the key's tenant
             assert svc.timeline(TimelineRequest(tenant_id="svc-remote", user_id="bob")).items == []
             events = svc.events("svc-remote", "alice")
@@ -223,9 +254,15 @@ def test_remote_service_through_the_http_api(query_worker):
 
 
 #: The front doors over the service layer: none waits on a task itself or reads a timeout of its own.
-FRONT_DOORS = ["api/cli/main.py", "api/cli/memory.py", "api/mcp_server.py", "api/embedded.py", "api/cli/ui.py",
-               *(f"api/http/routes/{n}" for n in ("queue.py", "search.py", "memories.py", "entities.py", "screens.py")),
-               *(f"api/ui/{n}" for n in ("app.py", "routes.py", "signin.py", "pages.py"))]
+FRONT_DOORS = [
+    "api/cli/main.py",
+    "api/cli/memory.py",
+    "api/mcp_server.py",
+    "api/embedded.py",
+    "api/cli/ui.py",
+    *(f"api/http/routes/{n}" for n in ("queue.py", "search.py", "memories.py", "entities.py", "screens.py")),
+    *(f"api/ui/{n}" for n in ("app.py", "routes.py", "signin.py", "pages.py")),
+]
 
 
 def test_one_timeout_for_every_front_door(redis_server, monkeypatch):
@@ -252,8 +289,9 @@ def test_one_timeout_for_every_front_door(redis_server, monkeypatch):
     root = Path(__file__).resolve().parents[2]
     for path in FRONT_DOORS:
         source = (root / path).read_text()
-        assert not re.search(r"\.get\(\s*timeout=|\.wait\(\s*timeout=|_timeout_seconds", source.replace(
-            "service_timeout_seconds", "")), path
+        assert not re.search(
+            r"\.get\(\s*timeout=|\.wait\(\s*timeout=|_timeout_seconds", source.replace("service_timeout_seconds", "")
+        ), path
     url = db_url(redis_server, 2)  # a database no worker consumes
     monkeypatch.setenv("ENGRAM_SERVICE_TIMEOUT_SECONDS", "1.5")
     monkeypatch.setenv("ENGRAM_BROKER_URL", url)

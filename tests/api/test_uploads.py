@@ -26,14 +26,16 @@ def client(api_settings):
 
 @pytest.fixture(scope="module")
 def store(api_settings, seaweedfs_s3) -> S3ObjectStore:
-    return S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key,
-                         api_settings.s3_bucket)
+    return S3ObjectStore(
+        seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key, api_settings.s3_bucket
+    )
 
 
 def ask(client, key: str, data: bytes) -> tuple[str, dict]:
     sha = hashlib.sha256(data).hexdigest()
-    resp = client.post("/v1/uploads", json={"sha256": sha, "size": len(data), "mime_type": "image/png"},
-                       headers=auth(key))
+    resp = client.post(
+        "/v1/uploads", json={"sha256": sha, "size": len(data), "mime_type": "image/png"}, headers=auth(key)
+    )
     assert resp.status_code == 200, resp.text
     return sha, resp.json()
 
@@ -47,8 +49,9 @@ def test_a_body_larger_than_declared_is_refused_at_publish(client, api_keys, sto
     assert put.status_code == 200
     resp = client.post("/v1/events", json=event_body(sha, 100), headers=auth(key))
     assert resp.status_code == 409
-    assert resp.json()["detail"] == ("upload rejected: the upload has 2000000 bytes, the event says 100; "
-                                     "upload the declared bytes again")
+    assert resp.json()["detail"] == (
+        "upload rejected: the upload has 2000000 bytes, the event says 100; upload the declared bytes again"
+    )
     assert not store.exists(up["object_key"])
     assert store.keys(f"uploads/acme/{sha}.png/") == []  # the staged body is deleted
 

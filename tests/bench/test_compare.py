@@ -17,8 +17,17 @@ from bench.retrieval import main  # noqa: E402
 
 def _rows(recalls: list[tuple[int, int, float]], half: str = "held_out") -> list[dict]:
     """LoCoMo rows of questions (index, category, engram R@10) in conversation conv-50."""
-    return [{"sample_id": "conv-50", "conversation": 5, "question": i, "half": half, "category": c,
-             "recall": {"engram": {"10": r}, "RRF": {"10": 0.0}}} for i, c, r in recalls]
+    return [
+        {
+            "sample_id": "conv-50",
+            "conversation": 5,
+            "question": i,
+            "half": half,
+            "category": c,
+            "recall": {"engram": {"10": r}, "RRF": {"10": 0.0}},
+        }
+        for i, c, r in recalls
+    ]
 
 
 def test_a_row_is_known_by_its_sample_and_question_or_by_its_question_id():
@@ -66,20 +75,49 @@ def test_compare_prints_and_writes_the_figures(tmp_path, capsys):
 def test_a_run_of_the_held_out_half_writes_its_rows_and_compares_with_itself(tmp_path, capsys):
     """The real path (ingest, consolidation, search) on a six-conversation LoCoMo-format file: ``--half held_out``
     runs conversation 5 alone, ``--rows`` keeps its questions, and a run compared with itself moved nothing."""
-    turns = [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat called Tom last week."},
-             {"speaker": "Bob", "dia_id": "D1:2", "text": "Lovely, how old is he?"},
-             {"speaker": "Ann", "dia_id": "D1:3", "text": "Two years old, and he loves the garden."}]
-    conversations = [{"sample_id": f"conv-{n}", "conversation": {
-        "speaker_a": "Ann", "speaker_b": "Bob", "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": turns},
-        "qa": [{"question": "What is Ann's cat called?", "evidence": ["D1:1"], "category": 4}]} for n in range(6)]
+    turns = [
+        {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat called Tom last week."},
+        {"speaker": "Bob", "dia_id": "D1:2", "text": "Lovely, how old is he?"},
+        {"speaker": "Ann", "dia_id": "D1:3", "text": "Two years old, and he loves the garden."},
+    ]
+    conversations = [
+        {
+            "sample_id": f"conv-{n}",
+            "conversation": {
+                "speaker_a": "Ann",
+                "speaker_b": "Bob",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": turns,
+            },
+            "qa": [{"question": "What is Ann's cat called?", "evidence": ["D1:1"], "category": 4}],
+        }
+        for n in range(6)
+    ]
     (tmp_path / "conversations").mkdir()
     (tmp_path / "conversations" / "locomo10.json").write_text(json.dumps(conversations))
     rows, out = tmp_path / "rows.json", tmp_path / "out.json"
-    assert main(["--eval-data", str(tmp_path), "--half", "held_out", "--ks", "1", "2", "--rows", str(rows),
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--eval-data",
+                str(tmp_path),
+                "--half",
+                "held_out",
+                "--ks",
+                "1",
+                "2",
+                "--rows",
+                str(rows),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     written = json.loads(rows.read_text())
     assert [(r["sample_id"], r["question"], r["half"], r["category"]) for r in written] == [
-        ("conv-5", 0, "held_out", 4)]
+        ("conv-5", 0, "held_out", 4)
+    ]
     assert written[0]["recall"]["engram"]["2"] == 1.0
     figures = json.loads(out.read_text())
     assert figures["conversations"] == ["conv-5"] and "rows" not in figures

@@ -55,13 +55,24 @@ def test_public_sets_split_near_evenly():
 
 
 def _conversation(n: int) -> dict:
-    turns = [{"speaker": "A", "dia_id": "D1:1", "text": f"I adopted a cat called Tom{n}."},
-             {"speaker": "B", "dia_id": "D1:2", "text": "Lovely, how old is he?"},
-             {"speaker": "A", "dia_id": "D1:3", "text": "Two years old."}]
-    return {"sample_id": f"conv-{n}", "conversation": {
-        "speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": turns},
-        "qa": [{"question": "What is A's cat called?", "evidence": ["D1:1"], "category": 4},
-               {"question": "How old is the cat?", "evidence": ["D1:3", "D1:2"], "category": 1}]}
+    turns = [
+        {"speaker": "A", "dia_id": "D1:1", "text": f"I adopted a cat called Tom{n}."},
+        {"speaker": "B", "dia_id": "D1:2", "text": "Lovely, how old is he?"},
+        {"speaker": "A", "dia_id": "D1:3", "text": "Two years old."},
+    ]
+    return {
+        "sample_id": f"conv-{n}",
+        "conversation": {
+            "speaker_a": "A",
+            "speaker_b": "B",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": turns,
+        },
+        "qa": [
+            {"question": "What is A's cat called?", "evidence": ["D1:1"], "category": 4},
+            {"question": "How old is the cat?", "evidence": ["D1:3", "D1:2"], "category": 1},
+        ],
+    }
 
 
 def _rows(samples: list[dict]) -> list[dict]:
@@ -69,9 +80,15 @@ def _rows(samples: list[dict]) -> list[dict]:
     rows = []
     for q in all_questions(samples):
         ranked = {"engram": [["D1:1"], ["D1:3"]], "BM25": [["D1:2"]], "dense": [["D1:3"]], "RRF": [["D1:1"]]}
-        rows.append({"sample_id": q.sample_id, "conversation": q.conversation, "half": locomo_half(q.conversation),
-                     "category": q.category, "recall": {
-                         s: {k: recall_at_budget(ranked[s], set(q.evidence), k) for k in KS} for s in SYSTEMS}})
+        rows.append(
+            {
+                "sample_id": q.sample_id,
+                "conversation": q.conversation,
+                "half": locomo_half(q.conversation),
+                "category": q.category,
+                "recall": {s: {k: recall_at_budget(ranked[s], set(q.evidence), k) for k in KS} for s in SYSTEMS},
+            }
+        )
     return rows
 
 
@@ -94,8 +111,9 @@ def test_a_three_conversation_file_has_an_empty_held_out_half(tmp_path):
 
     result = {"ks": KS, "systems": list(SYSTEMS), "conversations_total": len(samples), **out}
     for half in HALVES:
-        result["halves"][half]["conversations"] = [s["sample_id"] for i, s in enumerate(samples)
-                                                   if locomo_half(i) == half]
+        result["halves"][half]["conversations"] = [
+            s["sample_id"] for i, s in enumerate(samples) if locomo_half(i) == half
+        ]
     console = Console(record=True, width=200)
     print_halves(result, "category", CATEGORIES, console)
     text = console.export_text()
@@ -108,13 +126,21 @@ def test_halves_of_ten_conversations_and_of_longmemeval_types():
     out = half_summaries(_rows(samples), KS, SYSTEMS, "category", list(CATEGORIES))
     assert out["halves"]["chosen_on"]["questions"] == out["halves"]["held_out"]["questions"] == 10
     assert out["recall_halves"]["RRF"]["held_out"]["by_category"][1][10] == 0.0
-    rows = [{"question_id": qid, "half": longmemeval_half(qid), "type": t, "recall": {
-        s: {k: float(qid == "07741c45") for k in (1, 5)} for s in SYSTEMS}}
-        for qid, t in [("07741c45", "temporal-reasoning"), ("078150f1", "multi-session")]]
+    rows = [
+        {
+            "question_id": qid,
+            "half": longmemeval_half(qid),
+            "type": t,
+            "recall": {s: {k: float(qid == "07741c45") for k in (1, 5)} for s in SYSTEMS},
+        }
+        for qid, t in [("07741c45", "temporal-reasoning"), ("078150f1", "multi-session")]
+    ]
     out = half_summaries(rows, [1, 5], SYSTEMS, "type", ["multi-session", "temporal-reasoning"])
     assert out["halves"]["chosen_on"] == {"questions": 1, "type_counts": {"temporal-reasoning": 1}}
-    assert out["recall_halves"]["engram"]["held_out"] == {"overall": {1: 0.0, 5: 0.0},
-                                                          "by_type": {"multi-session": {1: 0.0, 5: 0.0}}}
+    assert out["recall_halves"]["engram"]["held_out"] == {
+        "overall": {1: 0.0, 5: 0.0},
+        "by_type": {"multi-session": {1: 0.0, 5: 0.0}},
+    }
     console = Console(record=True, width=200)
     print_halves({"ks": [1, 5], "systems": list(SYSTEMS), **out}, "type", console=console)
     assert "1.000 / 0.000" in console.export_text()

@@ -18,9 +18,27 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "ingest.py"
 def test_ingest_bench_merges_its_section(tmp_path, eval_data):
     out = tmp_path / "figures.json"
     out.write_text(json.dumps({"audio": {"x_real_time": 25.0}, "load": 9.0}))
-    run = subprocess.run([sys.executable, str(BENCH), "--sections", "text", "--conversations", "1", "--limit", "40",
-                          "--rounds", "2", "--eval-data", str(eval_data), "--json", str(out)],
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--sections",
+            "text",
+            "--conversations",
+            "1",
+            "--limit",
+            "40",
+            "--rounds",
+            "2",
+            "--eval-data",
+            str(eval_data),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "of the ceiling" in run.stdout
     data = json.loads(out.read_text())
@@ -46,16 +64,34 @@ def test_ingest_bench_runs_the_audio_section_in_its_own_process(tmp_path, eval_d
     under ``audio`` (the text section's figures kept); ``--long-seconds`` and ``--audio-runs`` reach it."""
     out = tmp_path / "figures.json"
     out.write_text(json.dumps({"text": {"cold_ratio": 0.8}}))
-    run = subprocess.run([sys.executable, str(BENCH), "--sections", "audio", "--long-seconds", "12",
-                          "--audio-runs", "1", "--eval-data", str(eval_data), "--json", str(out)],
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--sections",
+            "audio",
+            "--long-seconds",
+            "12",
+            "--audio-runs",
+            "1",
+            "--eval-data",
+            str(eval_data),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["text"] == {"cold_ratio": 0.8} and "load" in data
     audio = data["audio"]
     assert audio["x_real_time"] > 0 and audio["long_seconds"] >= 12 and len(audio["runs_x_real_time"]) == 1
-    assert audio["wer"]["jfk.flac"] < 0.1 and set(audio["speaker_f1"]) == {"leopard_diarization_test.wav",
-                                                                          "pyannote_sample.wav"}
+    assert audio["wer"]["jfk.flac"] < 0.1 and set(audio["speaker_f1"]) == {
+        "leopard_diarization_test.wav",
+        "pyannote_sample.wav",
+    }
     assert audio["before"]["x_real_time"] > 0  # the former settings, in the same run
     assert "merged into" in run.stdout  # perception_speed's rows printed, not its JSON again
 
@@ -63,6 +99,7 @@ def test_ingest_bench_runs_the_audio_section_in_its_own_process(tmp_path, eval_d
 def test_ingest_bench_longmemeval_needs_an_embedding_cache():
     """``--sections longmemeval`` (warm ingest of LongMemEval-S haystacks, was ``bench/ingest_speed.py``) measures a
     warm cache: without ``--embedding-cache`` it refuses before any work."""
-    run = subprocess.run([sys.executable, str(BENCH), "--sections", "longmemeval"], capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--sections", "longmemeval"], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 2 and "--sections longmemeval needs --embedding-cache" in run.stderr

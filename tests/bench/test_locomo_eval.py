@@ -25,13 +25,16 @@ from bench.lib.locomo import (  # noqa: E402
 )
 
 
-@pytest.mark.parametrize(("raw", "canonical"), [
-    ("D1:3", "D1:3"),
-    ("D:11:26", "D11:26"),
-    ("D30:05", "D30:5"),
-    ("D:03:007", "D3:7"),
-    (" D2:8 ", "D2:8"),
-])
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        ("D1:3", "D1:3"),
+        ("D:11:26", "D11:26"),
+        ("D30:05", "D30:5"),
+        ("D:03:007", "D3:7"),
+        (" D2:8 ", "D2:8"),
+    ],
+)
 def test_normalize_evidence_id_readme_examples(raw, canonical):
     assert normalize_evidence_id(raw) == canonical
 
@@ -43,8 +46,18 @@ def test_malformed_evidence_ids_are_none(raw):
 
 def test_parse_evidence_splits_on_semicolon_comma_and_space():
     entries = ["D8:6; D9:17", "D9:1 D4:4 D4:6", "D1:1,D1:2", "D22:1\tD22:2\nD9:10"]
-    assert parse_evidence(entries) == ["D8:6", "D9:17", "D9:1", "D4:4", "D4:6", "D1:1", "D1:2",
-                                       "D22:1", "D22:2", "D9:10"]
+    assert parse_evidence(entries) == [
+        "D8:6",
+        "D9:17",
+        "D9:1",
+        "D4:4",
+        "D4:6",
+        "D1:1",
+        "D1:2",
+        "D22:1",
+        "D22:2",
+        "D9:10",
+    ]
 
 
 def test_parse_evidence_drops_malformed_and_repeats():
@@ -58,18 +71,27 @@ def test_parse_evidence_drops_ids_absent_from_conversation():
 
 
 def _sample(qa):
-    return {"sample_id": "s", "conversation": {
-        "speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"},
-                      {"speaker": "B", "dia_id": "D1:2", "text": "hello"}]}, "qa": qa}
+    return {
+        "sample_id": "s",
+        "conversation": {
+            "speaker_a": "A",
+            "speaker_b": "B",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "A", "dia_id": "D1:1", "text": "hi"},
+                {"speaker": "B", "dia_id": "D1:2", "text": "hello"},
+            ],
+        },
+        "qa": qa,
+    }
 
 
 def test_questions_without_evidence_or_of_category_5_are_not_counted():
     qa = [
         {"question": "q1", "evidence": ["D1:1"], "category": 4},
-        {"question": "q2", "evidence": ["D"], "category": 1},          # malformed only
-        {"question": "q3", "evidence": ["D7:1"], "category": 2},       # absent only
-        {"question": "q4", "evidence": ["D1:2"], "category": 5},       # adversarial
+        {"question": "q2", "evidence": ["D"], "category": 1},  # malformed only
+        {"question": "q3", "evidence": ["D7:1"], "category": 2},  # absent only
+        {"question": "q4", "evidence": ["D1:2"], "category": 5},  # adversarial
         {"question": "q5", "evidence": [], "category": 3},
         {"question": "q6", "evidence": ["D:1:02; D9:9"], "category": 1},
     ]

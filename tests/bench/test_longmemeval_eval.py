@@ -21,14 +21,19 @@ from bench.lib.longmemeval import (  # noqa: E402
 )
 
 ITEM = {
-    "question_id": "q1", "question": "Where did I park the blue bicycle?", "question_type": "single-session-user",
-    "question_date": "2023/05/30 (Tue) 10:00", "answer_session_ids": ["s2"],
+    "question_id": "q1",
+    "question": "Where did I park the blue bicycle?",
+    "question_type": "single-session-user",
+    "question_date": "2023/05/30 (Tue) 10:00",
+    "answer_session_ids": ["s2"],
     "haystack_session_ids": ["s1", "s2", "s3"],
     "haystack_dates": ["2023/05/01 (Mon) 09:00", "2023/05/02 (Tue) 09:00", "2023/05/03 (Wed) 09:00"],
     "haystack_sessions": [
         [{"role": "user", "content": "Recommend a pasta recipe."}, {"role": "assistant", "content": "Try carbonara."}],
-        [{"role": "user", "content": "I parked my blue bicycle by the library."},
-         {"role": "assistant", "content": "Noted, by the library.", "has_answer": True}],
+        [
+            {"role": "user", "content": "I parked my blue bicycle by the library."},
+            {"role": "assistant", "content": "Noted, by the library.", "has_answer": True},
+        ],
         [{"role": "user", "content": "What is the capital of Peru?"}, {"role": "assistant", "content": "Lima."}],
     ],
 }

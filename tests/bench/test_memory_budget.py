@@ -22,8 +22,7 @@ def _diag(sources, types, ks, evidence):
 
 def test_a_memory_within_the_budget_that_brings_new_evidence_is_counted():
     # two turns, then an episode citing one turn already shown and the evidence D1:9
-    d = _diag([["D1:1"], ["D1:2"], ["D1:1", "D1:9", "D1:8"]], ["observation", "observation", "episodic"], [3],
-              {"D1:9"})
+    d = _diag([["D1:1"], ["D1:2"], ["D1:1", "D1:9", "D1:8"]], ["observation", "observation", "episodic"], [3], {"D1:9"})
     assert d["@3 turns from memories (share)"] == 1 / 3  # D1:9 only: D1:1 was a turn's
     assert d["@3 memory-only evidence (share of questions)"] == 1.0
     assert d["@3 evidence a returned memory cites beyond the top k (share of questions)"] == 0.0
@@ -32,8 +31,7 @@ def test_a_memory_within_the_budget_that_brings_new_evidence_is_counted():
 
 
 def test_a_memory_below_the_budget_that_cites_missed_evidence_is_what_memories_could_have_brought():
-    d = _diag([["D1:1"], ["D1:2"], ["D2:4", "D1:9"]], ["observation", "observation", "semantic"], [2],
-              {"D1:9"})
+    d = _diag([["D1:1"], ["D1:2"], ["D2:4", "D1:9"]], ["observation", "observation", "semantic"], [2], {"D1:9"})
     assert d["@2 turns from memories (share)"] == 0.0
     assert d["@2 memory-only evidence (share of questions)"] == 0.0
     assert d["@2 evidence a returned memory cites beyond the top k (share of questions)"] == 1.0

@@ -12,23 +12,28 @@ def _sample() -> dict:
     return {
         "sample_id": "conv-t",
         "conversation": {
-            "speaker_a": "Ann", "speaker_b": "Bob",
+            "speaker_a": "Ann",
+            "speaker_b": "Bob",
             "session_1_date_time": "1:56 pm on 8 May, 2023",
             "session_1": [
                 {"speaker": "Ann", "dia_id": "D1:1", "text": "I love painting landscapes, it calms me."},
                 {"speaker": "Bob", "dia_id": "D1:2", "text": "Nice! The lake was lovely yesterday."},
             ],
         },
-        "observation": {"session_1_observation": {
-            "Ann": [["Ann loves painting landscapes because it calms her.", "D1:1"]],
-            "Bob": [["Bob found the lake lovely the day before.", ["D1:2"]]],
-        }},
+        "observation": {
+            "session_1_observation": {
+                "Ann": [["Ann loves painting landscapes because it calms her.", "D1:1"]],
+                "Bob": [["Bob found the lake lovely the day before.", ["D1:2"]]],
+            }
+        },
     }
 
 
 def test_annotations_are_read_with_their_turns():
-    assert annotations(_sample()) == [("Ann loves painting landscapes because it calms her.", {"D1:1"}),
-                                      ("Bob found the lake lovely the day before.", {"D1:2"})]
+    assert annotations(_sample()) == [
+        ("Ann loves painting landscapes because it calms her.", {"D1:1"}),
+        ("Bob found the lake lovely the day before.", {"D1:2"}),
+    ]
 
 
 def test_a_draft_matches_the_annotation_of_its_turn():

@@ -18,13 +18,41 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "ui.py"
 
 def test_ui_bench_small(tmp_path):
     out = tmp_path / "ui.json"
-    run = subprocess.run([sys.executable, str(BENCH), "--observations", "300", "--screenshots", "120", "--busy", "60",
-                          "--screens", "1", "--messages", "8", "--runs", "2", "--work-dir", str(tmp_path / "work"),
-                          "--json", str(out)], capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--observations",
+            "300",
+            "--screenshots",
+            "120",
+            "--busy",
+            "60",
+            "--screens",
+            "1",
+            "--messages",
+            "8",
+            "--runs",
+            "2",
+            "--work-dir",
+            str(tmp_path / "work"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert {"timeline_ms", "timeline_html_bytes", "search_overhead_ms", "thumb_bytes_p50", "first_paint_ms",
-            "load"} <= set(data)
+    assert {
+        "timeline_ms",
+        "timeline_html_bytes",
+        "search_overhead_ms",
+        "thumb_bytes_p50",
+        "first_paint_ms",
+        "load",
+    } <= set(data)
     assert data["timeline_ms"] > 0 and len(data["timeline_runs_ms"]) == 2
     assert data["timeline_html_bytes"] > 1000
     assert data["search_ms"] > 0 and data["search_page_ms"] > 0
@@ -38,6 +66,10 @@ def test_ui_bench_small(tmp_path):
 
 
 def test_ui_bench_refuses_bad_sizes():
-    run = subprocess.run([sys.executable, str(BENCH), "--observations", "10", "--screenshots", "20"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--observations", "10", "--screenshots", "20"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2 and "sizes must satisfy" in run.stderr

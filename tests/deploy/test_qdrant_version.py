@@ -33,8 +33,10 @@ def server_tag(image: str) -> str:
 def server_pins() -> dict[str, str]:
     compose = yaml.safe_load((REPO / "deploy" / "docker-compose.yml").read_text())
     helm_values = yaml.safe_load((REPO / "helm" / "qdrant-values.yaml").read_text())
-    return {"deploy/docker-compose.yml": server_tag(compose["services"]["qdrant"]["image"]),
-            "helm/qdrant-values.yaml": server_tag("qdrant/qdrant:" + helm_values["image"]["tag"])}
+    return {
+        "deploy/docker-compose.yml": server_tag(compose["services"]["qdrant"]["image"]),
+        "helm/qdrant-values.yaml": server_tag("qdrant/qdrant:" + helm_values["image"]["tag"]),
+    }
 
 
 @pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.name)
@@ -43,7 +45,8 @@ def test_the_servers_are_ones_the_locked_client_accepts(lock):
     for where, server in server_pins().items():
         assert is_compatible(client, server), (
             f"{where} runs Qdrant {server}, {lock.name} pins qdrant-client {client}: more than one minor version "
-            "apart, the client warns on every connection; move the server's tag")
+            "apart, the client warns on every connection; move the server's tag"
+        )
 
 
 def test_compose_and_helm_run_the_same_server():

@@ -31,12 +31,13 @@ from tests.integration.test_api_cluster import db_url, make_stack, stop_and_coun
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_a_retried_addition_whose_task_was_lost_is_taken_up_and_answered_once_stored(
-        make_stack, redis_server):  # noqa: F811 (the fixture imported above)
+def test_a_retried_addition_whose_task_was_lost_is_taken_up_and_answered_once_stored(make_stack, redis_server):  # noqa: F811 (the fixture imported above)
     t0 = time.monotonic()
     stack = make_stack(db_url(redis_server, 7), "addresume", cpu_workers=1, beat=False)
-    notes = {"boat-1": "The dinghy oars are in the blue locker by the slipway",
-             "boat-2": "The harbour master's office closes at four on Sundays"}
+    notes = {
+        "boat-1": "The dinghy oars are in the blue locker by the slipway",
+        "boat-2": "The harbour master's office closes at four on Sundays",
+    }
     stack.cluster.kill("cpu1", signal.SIGTERM)  # no cpu worker: the additions wait in the queue
     with stack.client(user="ann") as client:
         first = {cid: client.add(text, id=cid) for cid, text in notes.items()}
@@ -73,8 +74,12 @@ def test_a_retried_addition_whose_task_was_lost_is_taken_up_and_answered_once_st
         assert received == 1, (cid, received)  # published again once, run once
 
     # ann's consolidation lock held by a process that is then killed: taken within the lease, not the 600 s ttl
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, stack.redis_url, f"consolidate:{stack.tenant}:ann"],
-                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, stack.redis_url, f"consolidate:{stack.tenant}:ann"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert _consolidate(stack, "ann") == 0  # held by a live process: nothing done
@@ -94,8 +99,10 @@ def test_a_retried_addition_whose_task_was_lost_is_taken_up_and_answered_once_st
     assert _consolidate(stack, "ann") >= 1  # at once: the lock lapsed
     counts = stop_and_count(stack, final, {"ann"})
     assert counts["observations"] == 3, counts
-    print(f"\nlost additions taken up by their retries: {counts}; a killed holder's consolidation lock lapsed "
-          f"{taken:.1f} s after its death; total {time.monotonic() - t0:.1f} s")
+    print(
+        f"\nlost additions taken up by their retries: {counts}; a killed holder's consolidation lock lapsed "
+        f"{taken:.1f} s after its death; total {time.monotonic() - t0:.1f} s"
+    )
 
 
 MIDWAY = "The outboard's spare shear pin is taped inside the fuel locker lid"

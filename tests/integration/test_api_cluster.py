@@ -46,6 +46,7 @@ from tests.workload import USERS, Item, chats_and_screens, speech_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
+
 @dataclass
 class Stack:
     """A running cluster, the API in front of it and one tenant's API key."""
@@ -72,11 +73,16 @@ def mixed_items(folder: Path, total: int = 60) -> list[Item]:
     for i, path in enumerate(speech_files(folder)):
         special.append(Item(path, USERS[i % len(USERS)], f"{USERS[i % len(USERS)]}-recorder", None))
     data = eval_data_dir()
-    real = [(data / "screens" / "screenpipe_testing_OCR.png", "alice", "alice-desktop"),
-            (data / "screens" / "screenpipe_testing_OCR_chinese.png", "carol", "carol-desktop"),
-            (data / "audio" / "jfk.flac", "bob", "bob-recorder")]
-    special += [Item(p, user, device, None) for p, user, device in real if p.exists()
-                and not any(s.path.name == p.name for s in special)]
+    real = [
+        (data / "screens" / "screenpipe_testing_OCR.png", "alice", "alice-desktop"),
+        (data / "screens" / "screenpipe_testing_OCR_chinese.png", "carol", "carol-desktop"),
+        (data / "audio" / "jfk.flac", "bob", "bob-recorder"),
+    ]
+    special += [
+        Item(p, user, device, None)
+        for p, user, device in real
+        if p.exists() and not any(s.path.name == p.name for s in special)
+    ]
     items = chats_and_screens(folder, total - len(special) - 2, "mix")
     broken = folder / "broken.png"
     broken.write_bytes(next(i for i in items if i.path.suffix == ".png").path.read_bytes()[:200])
@@ -90,6 +96,7 @@ def mixed_items(folder: Path, total: int = 60) -> list[Item]:
 
 # --- the cluster behind the API -----------------------------------------------------------------------
 
+
 @pytest.fixture
 def make_stack(seaweedfs_s3: S3Server, tmp_path) -> Iterator:
     """A factory: ``make_stack(redis_url, tenant, ...)`` flushes the Redis database, starts the cluster's
@@ -101,18 +108,33 @@ def make_stack(seaweedfs_s3: S3Server, tmp_path) -> Iterator:
 
     stacks = ExitStack()
 
-    def make(redis_url: str, tenant: str, cpu_workers: int = 2, visibility_timeout: float = 1800.0,
-             beat: bool = True, metrics: bool = False) -> Stack:
+    def make(
+        redis_url: str,
+        tenant: str,
+        cpu_workers: int = 2,
+        visibility_timeout: float = 1800.0,
+        beat: bool = True,
+        metrics: bool = False,
+    ) -> Stack:
         redis.Redis.from_url(redis_url).flushdb()
         data = tmp_path / "data"
-        values = dict(broker_url=redis_url, data_dir=data, s3_endpoint=seaweedfs_s3.endpoint,
-                      s3_access_key=seaweedfs_s3.access_key, s3_secret_key=seaweedfs_s3.secret_key,
-                      s3_bucket=f"api-{uuid.uuid4().hex[:12]}", broker_visibility_timeout=visibility_timeout,
-                      consolidate_interval_seconds=3.0, api_search_timeout_seconds=60, api_public_metrics=True,
-                      api_rate_limit="")  # rate limits: tests/api/test_ratelimit.py
+        values = dict(
+            broker_url=redis_url,
+            data_dir=data,
+            s3_endpoint=seaweedfs_s3.endpoint,
+            s3_access_key=seaweedfs_s3.access_key,
+            s3_secret_key=seaweedfs_s3.secret_key,
+            s3_bucket=f"api-{uuid.uuid4().hex[:12]}",
+            broker_visibility_timeout=visibility_timeout,
+            consolidate_interval_seconds=3.0,
+            api_search_timeout_seconds=60,
+            api_public_metrics=True,
+            api_rate_limit="",
+        )  # rate limits: tests/api/test_ratelimit.py
         settings = Settings(**values)
-        env = {f"ENGRAM_{k.upper()}": str(v) for k, v in values.items()
-               if not k.startswith("api_")} | {"ENGRAM_TENANT": tenant}
+        env = {f"ENGRAM_{k.upper()}": str(v) for k, v in values.items() if not k.startswith("api_")} | {
+            "ENGRAM_TENANT": tenant
+        }
         cluster = Cluster.create(tmp_path / "cluster", env)
         stacks.callback(cluster.stop_all)
         nodes = cluster.start_distributed(cpu_workers=cpu_workers, beat=beat, metrics=metrics)
@@ -137,8 +159,9 @@ def publish(client: EngramClient, items: list[Item]) -> dict[uuid.UUID, Item]:
     """Publish each item through the SDK (hash, presigned upload, POST /v1/events); returns them by event id."""
     out = {}
     for it in items:
-        res = client.publish(it.path, user=it.user, device=it.device, captured_at=it.captured_at, app=it.app,
-                             window=it.window)
+        res = client.publish(
+            it.path, user=it.user, device=it.device, captured_at=it.captured_at, app=it.app, window=it.window
+        )
         assert not res.duplicate and res.status is EventStatus.queued, (it.path.name, res)
         out[res.event_id] = it
     return out
@@ -151,23 +174,34 @@ def wait_final(stack: Stack, client: EngramClient, ids, timeout: float) -> dict:
         return client.wait(ids, timeout=timeout, interval=1.0)
     except TimeoutError as exc:
         pending = {i: s for i in ids if (s := client.event_status(i)).status not in FINAL}
-        lines = "\n".join(f"{i} {s.status.value}@{s.stage}:\n{trace(stack.cluster, str(i))}"
-                          for i, s in pending.items())
-        raise AssertionError(f"{exc}; broker (queued, unacked) {broker_state(stack.redis_url)}; the workers' warnings "
-                             f"and errors naming each pending event:\n{lines}\n"
-                             f"where deliveries may have been dropped:\n{drops(stack.cluster)}") from None
+        lines = "\n".join(
+            f"{i} {s.status.value}@{s.stage}:\n{trace(stack.cluster, str(i))}" for i, s in pending.items()
+        )
+        raise AssertionError(
+            f"{exc}; broker (queued, unacked) {broker_state(stack.redis_url)}; the workers' warnings "
+            f"and errors naming each pending event:\n{lines}\n"
+            f"where deliveries may have been dropped:\n{drops(stack.cluster)}"
+        ) from None
 
 
-DROP_SIGNS = ("cannot be acknowledged", "Giving up refused callback publish", "reject requeue=False",
-              "raised unexpected")
+DROP_SIGNS = (
+    "cannot be acknowledged",
+    "Giving up refused callback publish",
+    "reject requeue=False",
+    "raised unexpected",
+)
 
 
 def drops(cluster: Cluster, width: int = 260) -> str:
     """The log lines where Celery gave up a delivery (a task cancelled or failed after a connection loss, a
     callback that could not be published, a retry that could not be sent and was rejected)."""
-    out = [f"  {name}: {line[:width]}" for name in cluster.procs if cluster.log_path(name).exists()
-           for line in cluster.log_path(name).read_text(errors="replace").splitlines()
-           if any(sign in line for sign in DROP_SIGNS)]
+    out = [
+        f"  {name}: {line[:width]}"
+        for name in cluster.procs
+        if cluster.log_path(name).exists()
+        for line in cluster.log_path(name).read_text(errors="replace").splitlines()
+        if any(sign in line for sign in DROP_SIGNS)
+    ]
     return "\n".join(out[:30]) or "  (none logged)"
 
 
@@ -176,19 +210,34 @@ def trace(cluster: Cluster, event_id: str, width: int = 260) -> str:
     request of a task whose arguments carry it), and the lines naming those tasks' ids."""
     import re
 
-    logs = {n: cluster.log_path(n).read_text(errors="replace").splitlines() for n in cluster.procs
-            if cluster.log_path(n).exists()}
-    task_ids = {event_id} | {t for lines in logs.values() for line in lines if event_id in line
-                             for t in re.findall(r"\[([0-9a-f-]{36})\]", line)}
-    out = [f"  {name}: {line[:width]}" for name, lines in logs.items() for line in lines
-           if any(t in line for t in task_ids) and ("WARNING" in line or "ERROR" in line or " reject" in line)]
+    logs = {
+        n: cluster.log_path(n).read_text(errors="replace").splitlines()
+        for n in cluster.procs
+        if cluster.log_path(n).exists()
+    }
+    task_ids = {event_id} | {
+        t
+        for lines in logs.values()
+        for line in lines
+        if event_id in line
+        for t in re.findall(r"\[([0-9a-f-]{36})\]", line)
+    }
+    out = [
+        f"  {name}: {line[:width]}"
+        for name, lines in logs.items()
+        for line in lines
+        if any(t in line for t in task_ids) and ("WARNING" in line or "ERROR" in line or " reject" in line)
+    ]
     return "\n".join(out[:15]) or "  (no warning or error names it)"
 
 
 def check_final(by_event: dict[uuid.UUID, Item], final: dict) -> None:
     """Every event has the status its item expects; failed and skipped ones name a stage and a reason."""
-    wrong = [(it.path.name, final[eid].status.value, final[eid].stage, final[eid].reason)
-             for eid, it in by_event.items() if final[eid].status is not it.status]
+    wrong = [
+        (it.path.name, final[eid].status.value, final[eid].stage, final[eid].reason)
+        for eid, it in by_event.items()
+        if final[eid].status is not it.status
+    ]
     assert not wrong, wrong
     for eid, st in final.items():
         if st.status is not EventStatus.done:
@@ -205,11 +254,14 @@ def wait_memories(stack: Stack, client: EngramClient, users, timeout: float) -> 
     deadline = time.monotonic() + timeout
     missing = list(users)
     while missing:
-        missing = [u for u in missing if not client.search("notes plans week", user=u,
-                                                           memory_types=[MemoryType.episodic]).hits]
+        missing = [
+            u for u in missing if not client.search("notes plans week", user=u, memory_types=[MemoryType.episodic]).hits
+        ]
         if missing and time.monotonic() > deadline:
-            raise AssertionError(f"no episodic memories for {missing} after {timeout:.0f} s\n"
-                                 f"{stack.cluster.tail('beat')}\n{stack.cluster.tail('store')}")
+            raise AssertionError(
+                f"no episodic memories for {missing} after {timeout:.0f} s\n"
+                f"{stack.cluster.tail('beat')}\n{stack.cluster.tail('store')}"
+            )
         time.sleep(1.0)
 
 
@@ -218,8 +270,7 @@ def check_metrics(stack: Stack, api_before: dict, final: dict) -> None:
     queue depths; the workers' /metrics together count each event's final status once, by kind, and the
     observations written, equal to the ledger's figures."""
     api = scrape(f"{stack.api_url}/metrics")
-    assert total(api, "engram_events_received_total") - total(api_before, "engram_events_received_total") \
-        == len(final)
+    assert total(api, "engram_events_received_total") - total(api_before, "engram_events_received_total") == len(final)
     searches = "engram_search_duration_seconds_count"
     assert total(api, searches) > total(api_before, searches)
     assert {dict(items)["queue"] for (n, items) in api if n == "engram_queue_depth"} >= {"ingest", "store", "query"}
@@ -231,8 +282,9 @@ def check_metrics(stack: Stack, api_before: dict, final: dict) -> None:
         return sum(total(w, name, **labels) for w in workers)
 
     for status in ("done", "skipped", "failed"):
-        assert summed("engram_events_finished_total", status=status) == \
-            sum(st.status.value == status for st in final.values()), status
+        assert summed("engram_events_finished_total", status=status) == sum(
+            st.status.value == status for st in final.values()
+        ), status
     assert summed("engram_events_finished_total", status="skipped", reason="exact_duplicate") == 1
     assert summed("engram_events_finished_total", status="failed", stage="ingest", reason="bad_input") == 1
     done_kinds = Counter(st.kind.value for st in final.values() if st.status is EventStatus.done)
@@ -265,11 +317,20 @@ def stop_and_count(stack: Stack, final: dict, users) -> dict[str, int]:
         points = store.scroll(OBSERVATIONS, tenant_filter(stack.tenant))
         memories = store.scroll(MemoryType.episodic.value, tenant_filter(stack.tenant))
     per_event = Counter(p.payload["event_id"] for p in points)
-    expected = {str(eid): st.observations for eid, st in final.items()
-                if st.status is EventStatus.done and st.observations}
+    expected = {
+        str(eid): st.observations for eid, st in final.items() if st.status is EventStatus.done and st.observations
+    }
     assert dict(per_event) == expected
-    units = Counter((p.payload["event_id"], p.payload["segment_index"], p.payload.get("message_id"),
-                     p.payload.get("start_s"), p.payload.get("end_s")) for p in points)
+    units = Counter(
+        (
+            p.payload["event_id"],
+            p.payload["segment_index"],
+            p.payload.get("message_id"),
+            p.payload.get("start_s"),
+            p.payload.get("end_s"),
+        )
+        for p in points
+    )
     assert [u for u, n in units.items() if n > 1] == []
     assert all(p.payload["consolidated"] for p in points), "observations left unconsolidated"
 
@@ -282,6 +343,7 @@ def stop_and_count(stack: Stack, final: dict, users) -> dict[str, int]:
 
 
 # --- tests --------------------------------------------------------------------------------------------
+
 
 def test_sixty_mixed_events_through_the_api(make_stack, redis_server, tmp_path):
     """60 mixed events (conversations, screenshots, speech, real files) from three users, published by the
@@ -308,8 +370,9 @@ def test_sixty_mixed_events_through_the_api(make_stack, redis_server, tmp_path):
         # the text of one synthetic screenshot, rendered there only, is found by OCR and search
         screen_eid, screen = next((e, it) for e, it in by_event.items() if it.user == "bob" and it.app == "Notes")
         topic = screen.window.split(" (")[0]
-        hits = client.search(screen.window, user="bob", memory_types=[MemoryType.observation],
-                             kinds=[MediaKind.screenshot], limit=3).hits
+        hits = client.search(
+            screen.window, user="bob", memory_types=[MemoryType.observation], kinds=[MediaKind.screenshot], limit=3
+        ).hits
         assert hits and hits[0].kind.value == "screenshot" and hits[0].event_ids == [screen_eid], hits[:1]
         assert all(w in hits[0].text.lower() for w in topic.lower().split()), hits[0].text
         real = next((it for it in items if it.path.name == "screenpipe_testing_OCR.png"), None)
@@ -320,8 +383,10 @@ def test_sixty_mixed_events_through_the_api(make_stack, redis_server, tmp_path):
     check_metrics(stack, api_before, final)
     counts = stop_and_count(stack, final, USERS)
     kinds = Counter(it.path.suffix for it in items)
-    print(f"\n60 events ({dict(kinds)}; {statuses}): cluster ready {ready:.1f} s, published {published:.1f} s, "
-          f"all final {processed:.1f} s; {counts}; total {time.monotonic() - t0:.1f} s")
+    print(
+        f"\n60 events ({dict(kinds)}; {statuses}): cluster ready {ready:.1f} s, published {published:.1f} s, "
+        f"all final {processed:.1f} s; {counts}; total {time.monotonic() - t0:.1f} s"
+    )
 
 
 def test_redis_restart_mid_run_loses_nothing(make_stack, restartable_redis, tmp_path):
@@ -352,9 +417,11 @@ def test_redis_restart_mid_run_loses_nothing(make_stack, restartable_redis, tmp_
     assert stack.cluster.exited() == {}, stack.cluster.tails()
     stack.cluster.wait_ready(stack.app, stack.nodes, timeout=30)  # every worker answers after the restart
     counts = stop_and_count(stack, final, USERS)
-    print(f"\nredis-server restarted with {dict(at_stop)} of the first 20 events, {waiting} queued and {unacked} "
-          f"unacknowledged; all 40 done {recovered:.1f} s after the restart; {counts}; "
-          f"total {time.monotonic() - t0:.1f} s")
+    print(
+        f"\nredis-server restarted with {dict(at_stop)} of the first 20 events, {waiting} queued and {unacked} "
+        f"unacknowledged; all 40 done {recovered:.1f} s after the restart; {counts}; "
+        f"total {time.monotonic() - t0:.1f} s"
+    )
 
 
 def test_same_event_published_twice_is_stored_once(make_stack, redis_server, tmp_path):
@@ -401,5 +468,7 @@ def test_same_event_published_twice_is_stored_once(make_stack, redis_server, tmp
         assert received == 1, (event_id, received)
     counts = stop_and_count(stack, final, {chat.user, screen.user})  # consolidation drained there, no beat
     assert counts["observations"] == chat.observations + 1, counts
-    print(f"\nsame event published twice: one ingest per event id, stored once ({counts}); "
-          f"total {time.monotonic() - t0:.1f} s")
+    print(
+        f"\nsame event published twice: one ingest per event id, stored once ({counts}); "
+        f"total {time.monotonic() - t0:.1f} s"
+    )

@@ -32,10 +32,17 @@ FINAL = (EventStatus.done, EventStatus.skipped, EventStatus.failed)
 
 
 def _env(redis_url: str, s3, data_dir: Path, vault_key: str) -> dict[str, str]:
-    return {"ENGRAM_BROKER_URL": redis_url, "ENGRAM_DATA_DIR": str(data_dir), "ENGRAM_TENANT": TENANT,
-            "ENGRAM_S3_ENDPOINT": s3.endpoint, "ENGRAM_S3_ACCESS_KEY": s3.access_key,
-            "ENGRAM_S3_SECRET_KEY": s3.secret_key, "ENGRAM_S3_BUCKET": f"keep-{uuid.uuid4().hex[:12]}",
-            "ENGRAM_VAULT_KEY": vault_key, "ENGRAM_CONSOLIDATE_INTERVAL_SECONDS": "3"}
+    return {
+        "ENGRAM_BROKER_URL": redis_url,
+        "ENGRAM_DATA_DIR": str(data_dir),
+        "ENGRAM_TENANT": TENANT,
+        "ENGRAM_S3_ENDPOINT": s3.endpoint,
+        "ENGRAM_S3_ACCESS_KEY": s3.access_key,
+        "ENGRAM_S3_SECRET_KEY": s3.secret_key,
+        "ENGRAM_S3_BUCKET": f"keep-{uuid.uuid4().hex[:12]}",
+        "ENGRAM_VAULT_KEY": vault_key,
+        "ENGRAM_CONSOLIDATE_INTERVAL_SECONDS": "3",
+    }
 
 
 def _searches(app) -> dict[str, list[str]]:
@@ -51,8 +58,9 @@ def _searches(app) -> dict[str, list[str]]:
 
 
 def _engram(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([ENGRAM, *args], env=cluster.env, capture_output=True, text=True, timeout=600,
-                          cwd=cluster.root)
+    return subprocess.run(
+        [ENGRAM, *args], env=cluster.env, capture_output=True, text=True, timeout=600, cwd=cluster.root
+    )
 
 
 def _clean_redis(url: str) -> None:
@@ -90,8 +98,13 @@ def _ingest(cluster: Cluster, app, tmp_path: Path, monkeypatch) -> None:
 def _killed_then_again(cluster: Cluster, dest: Path, paths: list[str]) -> None:
     """``kill -9`` of a backup while it runs, then the same command: one complete snapshot, of the same objects,
     Redis keys and collections as the first backup's (``paths``)."""
-    proc = subprocess.Popen([ENGRAM, "backup", str(dest)], env=cluster.env, cwd=cluster.root,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [ENGRAM, "backup", str(dest)],
+        env=cluster.env,
+        cwd=cluster.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while not (dest / "packs").is_dir() and proc.poll() is None:  # under way: its repository made
         assert time.monotonic() < deadline
@@ -105,8 +118,9 @@ def _killed_then_again(cluster: Cluster, dest: Path, paths: list[str]) -> None:
     got = [f["path"] for f in json.loads(gzip.decompress(snapshots[0].read_bytes()))["files"]]
 
     def parts(names: list[str]) -> tuple[list[str], set[str]]:  # the store's files change as searches open it
-        return [n for n in names if not n.startswith("vectors/")], {n.split("/")[1] for n in names
-                                                                     if n.startswith("vectors/")}
+        return [n for n in names if not n.startswith("vectors/")], {
+            n.split("/")[1] for n in names if n.startswith("vectors/")
+        }
 
     assert parts(got) == parts(paths)
 
@@ -144,8 +158,9 @@ def _interrupted_restore(cluster: Cluster, src: str, monkeypatch) -> None:
     assert r.get(RESTORE_KEY) and not list(r.scan_iter(match="engram:*"))
 
 
-def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(redis_server, seaweedfs_s3, tmp_path,
-                                                                             monkeypatch):
+def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(
+    redis_server, seaweedfs_s3, tmp_path, monkeypatch
+):
     from engram.schemas.settings import Settings
 
     base = redis_server.rsplit("/", 1)[0]
@@ -166,8 +181,10 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
         run = _engram(first, "backup", str(dest), "--json")
         assert run.returncode == 0, run.stderr[-3000:] + first.tails()
         full = json.loads(run.stdout)
-        paths = [f["path"] for f in json.loads(gzip.decompress(
-            (dest / "snapshots" / full["snapshot"]).read_bytes()))["files"]]
+        paths = [
+            f["path"]
+            for f in json.loads(gzip.decompress((dest / "snapshots" / full["snapshot"]).read_bytes()))["files"]
+        ]
         assert any(p.startswith("vectors/observations/") for p in paths), paths[:20]
         assert "redis/engram.json" in paths and any(p.startswith("objects/media/") for p in paths)
         again = _engram(first, "backup", str(dest), "--json")  # nothing new: little written, objects not read
@@ -182,12 +199,14 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
     finally:
         first.stop_all()
 
-    second = Cluster.create(tmp_path / "second",
-                            _env(second_url, seaweedfs_s3, tmp_path / "second" / "data", vault_key))
+    second = Cluster.create(
+        tmp_path / "second", _env(second_url, seaweedfs_s3, tmp_path / "second" / "data", vault_key)
+    )
     app2 = producer(Settings(broker_url=second_url))
     try:
-        second.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@keep2",
-                               "--loglevel", "INFO"])
+        second.start(
+            "store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@keep2", "--loglevel", "INFO"]
+        )
         second.wait_ready(app2, ["store@keep2"], timeout=180)
         _interrupted_restore(second, s3_dest, monkeypatch)
         run = _engram(second, "restore", s3_dest, "--json")  # the same command completes it
@@ -196,9 +215,13 @@ def test_a_cluster_backed_up_and_restored_into_an_empty_one_answers_the_same(red
         assert _searches(app2) == before
         refused = _engram(second, "restore", str(dest))
         assert refused.returncode == 2 and "empty cluster" in refused.stderr, refused.stderr
-        embedded = subprocess.run([ENGRAM, "--data-dir", str(tmp_path / "laptop"), "restore", str(dest)],
-                                  env={k: v for k, v in second.env.items() if not k.startswith("ENGRAM_")},
-                                  capture_output=True, text=True, timeout=120)
+        embedded = subprocess.run(
+            [ENGRAM, "--data-dir", str(tmp_path / "laptop"), "restore", str(dest)],
+            env={k: v for k, v in second.env.items() if not k.startswith("ENGRAM_")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert embedded.returncode == 2 and "distributed mode" in embedded.stderr, embedded.stderr
         assert not (tmp_path / "laptop").exists()
     finally:

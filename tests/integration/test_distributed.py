@@ -51,8 +51,9 @@ def make_items(folder: Path, per_user: int, tag: str) -> list[Item]:
                 path = folder / f"{tag}-{user}-screen-{i}.png"
                 make_screenshot(path, f"Notes {i} - {user}", [topic, f"item {n} for {user}", tag], seed=n)
                 # a device per screenshot stream, so no frame is a near-duplicate of another by chance
-                items.append(Item(path, user, f"{user}-laptop-{i}", 1, app="Notes", window=f"{topic} ({tag})",
-                                  captured_at=when))
+                items.append(
+                    Item(path, user, f"{user}-laptop-{i}", 1, app="Notes", window=f"{topic} ({tag})", captured_at=when)
+                )
             n += 1
     return items
 
@@ -93,8 +94,9 @@ def wait_final(rt, cluster: Cluster, event_ids: list[uuid.UUID], timeout: float)
         if not pending:
             return records
         if time.monotonic() > deadline:
-            raise AssertionError(f"{len(pending)} events not final after {timeout:.0f} s, e.g. "
-                                 f"{records[pending[0]]}\n{cluster.tails()}")
+            raise AssertionError(
+                f"{len(pending)} events not final after {timeout:.0f} s, e.g. {records[pending[0]]}\n{cluster.tails()}"
+            )
         time.sleep(0.5)
 
 
@@ -104,7 +106,8 @@ def search(query: str, user: str, types: list[MemoryType]) -> SearchResponse:
 
     req = SearchRequest(query=query, tenant_id=TENANT, user_id=user, memory_types=types, limit=5)
     return SearchResponse.model_validate(
-        app.send_task("workers.query.search", args=[req.model_dump(mode="json")]).get(timeout=60))
+        app.send_task("workers.query.search", args=[req.model_dump(mode="json")]).get(timeout=60)
+    )
 
 
 def wait_memories(cluster: Cluster, timeout: float) -> None:
@@ -172,28 +175,55 @@ def make_cluster(redis_server, tmp_path, monkeypatch):
 
     made: list[Cluster] = []
 
-    def start(visibility_timeout: float = 1800.0, cpu_concurrency: int = 2,
-              s3: S3Server | None = None) -> tuple[Cluster, str]:
+    def start(
+        visibility_timeout: float = 1800.0, cpu_concurrency: int = 2, s3: S3Server | None = None
+    ) -> tuple[Cluster, str]:
         url = redis_server.rsplit("/", 1)[0] + "/7"  # a database of its own on the session's redis-server
         redis.Redis.from_url(url).flushdb()
-        env = {"ENGRAM_BROKER_URL": url, "ENGRAM_DATA_DIR": str(tmp_path / "data"),
-               "ENGRAM_BROKER_VISIBILITY_TIMEOUT": str(visibility_timeout),
-               "ENGRAM_CONSOLIDATE_INTERVAL_SECONDS": "3", "ENGRAM_TENANT": TENANT}
+        env = {
+            "ENGRAM_BROKER_URL": url,
+            "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+            "ENGRAM_BROKER_VISIBILITY_TIMEOUT": str(visibility_timeout),
+            "ENGRAM_CONSOLIDATE_INTERVAL_SECONDS": "3",
+            "ENGRAM_TENANT": TENANT,
+        }
         if s3 is not None:  # objects in S3 (SeaweedFS), a bucket of this test's own
-            env.update(ENGRAM_S3_ENDPOINT=s3.endpoint, ENGRAM_S3_ACCESS_KEY=s3.access_key,
-                       ENGRAM_S3_SECRET_KEY=s3.secret_key, ENGRAM_S3_BUCKET=f"dist-{uuid.uuid4().hex[:12]}")
-        for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_S3_BUCKET", "ENGRAM_RESULT_BACKEND",
-                    "ENGRAM_REDIS_URL"):
+            env.update(
+                ENGRAM_S3_ENDPOINT=s3.endpoint,
+                ENGRAM_S3_ACCESS_KEY=s3.access_key,
+                ENGRAM_S3_SECRET_KEY=s3.secret_key,
+                ENGRAM_S3_BUCKET=f"dist-{uuid.uuid4().hex[:12]}",
+            )
+        for var in (
+            "ENGRAM_QDRANT_URL",
+            "ENGRAM_S3_ENDPOINT",
+            "ENGRAM_S3_BUCKET",
+            "ENGRAM_RESULT_BACKEND",
+            "ENGRAM_REDIS_URL",
+        ):
             monkeypatch.delenv(var, raising=False)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         reset_runtimes()
         cluster = Cluster.create(tmp_path, env)
         made.append(cluster)
-        cluster.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@test",
-                                "--loglevel", "INFO"])
-        cluster.start("cpu", ["worker", "--role", "cpu", "--concurrency", str(cpu_concurrency),
-                              "--hostname", "cpu@test", "--loglevel", "INFO"])
+        cluster.start(
+            "store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@test", "--loglevel", "INFO"]
+        )
+        cluster.start(
+            "cpu",
+            [
+                "worker",
+                "--role",
+                "cpu",
+                "--concurrency",
+                str(cpu_concurrency),
+                "--hostname",
+                "cpu@test",
+                "--loglevel",
+                "INFO",
+            ],
+        )
         cluster.start("beat", ["beat", "--loglevel", "INFO"])
         cluster.wait_ready(sender(), ["store@test", "cpu@test"])
         return cluster, url
@@ -228,8 +258,9 @@ def check_exactly_once(rt, items_by_event: dict[uuid.UUID, Item], records: dict)
 
     points = rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))
     per_event = Counter(p.payload["event_id"] for p in points)
-    expected = {str(eid): items_by_event[eid].observations for eid, r in records.items()
-                if r.status is EventStatus.done}
+    expected = {
+        str(eid): items_by_event[eid].observations for eid, r in records.items() if r.status is EventStatus.done
+    }
     assert dict(per_event) == expected
     for eid, rec in records.items():
         if rec.status is EventStatus.done:
@@ -258,8 +289,9 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
     # each process that embeds (the cpu worker's pool child, the solo store worker) loads its text embedder as it
     # starts, before any task (api.processes.warm_up_models)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not all(cluster.count_in_logs("text embedder loaded", n)
-                                                  for n in ("cpu", "store")):
+    while time.monotonic() < deadline and not all(
+        cluster.count_in_logs("text embedder loaded", n) for n in ("cpu", "store")
+    ):
         time.sleep(0.2)
     assert [cluster.count_in_logs("text embedder loaded", n) for n in ("cpu", "store")] == [1, 1], cluster.tails()
     # the store worker serves searches: it has read a time expression too (dateparser loaded before the first one)
@@ -298,8 +330,11 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
     shots = sum(r.status is EventStatus.done and r.kind == "screenshot" for r in records.values())
     chats = sum(r.status is EventStatus.done and r.kind == "text" for r in records.values())
     assert shots and chats, statuses
-    received = [line for line in cluster.log_path("cpu").read_text(errors="replace").splitlines()
-                if "Task workers.perceive.perceive[" in line and "] received" in line]
+    received = [
+        line
+        for line in cluster.log_path("cpu").read_text(errors="replace").splitlines()
+        if "Task workers.perceive.perceive[" in line and "] received" in line
+    ]
     # (the event sent twice may be planned twice while its first run is not final: its segment again)
     assert shots <= len(received) <= shots + 1, cluster.tail("cpu")
     screen = next(it for it in items if it.user == "bob" and it.path.suffix == ".png")
@@ -310,8 +345,10 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
 
     rt = stop_and_open_store(cluster, url)
     check_exactly_once(rt, by_event, records)
-    print(f"\ncluster ready in {started:.1f} s; {len(events)} events final in {processed:.1f} s; "
-          f"total {time.monotonic() - t0:.1f} s")
+    print(
+        f"\ncluster ready in {started:.1f} s; {len(events)} events final in {processed:.1f} s; "
+        f"total {time.monotonic() - t0:.1f} s"
+    )
 
 
 def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
@@ -339,8 +376,9 @@ def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
         done = sum(1 for e in events if (r := rt.ledger.get(e.event_id)) and r.status in FINAL)
         if done >= 3 and cpu_tasks_unacked(url):
             break
-        assert time.monotonic() < deadline, \
+        assert time.monotonic() < deadline, (
             f"never saw the cpu worker hold a task with {done}/{len(events)} events final\n{cluster.tails()}"
+        )
         time.sleep(0.05)
     cluster.kill("cpu", signal.SIGKILL)
     at_kill = done
@@ -350,15 +388,18 @@ def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
     cluster.restart("cpu")
 
     records = wait_final(rt, cluster, list(by_event), timeout=180)
-    assert all(r.status is EventStatus.done for r in records.values()), \
-        [(r.source_name, r.status, r.reason) for r in records.values() if r.status is not EventStatus.done]
+    assert all(r.status is EventStatus.done for r in records.values()), [
+        (r.source_name, r.status, r.reason) for r in records.values() if r.status is not EventStatus.done
+    ]
     wait_memories(cluster, timeout=60)
     rt = stop_and_open_store(cluster, url)
     check_exactly_once(rt, by_event, records)
-    print(f"\nkilled the cpu worker with {at_kill}/{len(events)} events final and {len(lost)} tasks in hand "
-          f"({', '.join(sorted(set(lost)))}); "
-          f"all final and stored once; objects in {'S3' if s3 else 'the local folder'}; "
-          f"total {time.monotonic() - t0:.1f} s")
+    print(
+        f"\nkilled the cpu worker with {at_kill}/{len(events)} events final and {len(lost)} tasks in hand "
+        f"({', '.join(sorted(set(lost)))}); "
+        f"all final and stored once; objects in {'S3' if s3 else 'the local folder'}; "
+        f"total {time.monotonic() - t0:.1f} s"
+    )
 
 
 def test_media_that_kill_their_worker_process_fail_alone(make_cluster, tmp_path):
@@ -395,11 +436,14 @@ def test_media_that_kill_their_worker_process_fail_alone(make_cluster, tmp_path)
     failed = records[event.event_id]
     assert failed.status is EventStatus.failed and failed.stage == "perceive", failed
     assert f"started {MAX_UNFINISHED_STARTS} times before and never finished" in failed.reason, failed.reason
-    assert all(records[e.event_id].status is EventStatus.done for e in events[1:]), \
-        [(r.source_name, r.status, r.reason) for r in records.values()]
+    assert all(records[e.event_id].status is EventStatus.done for e in events[1:]), [
+        (r.source_name, r.status, r.reason) for r in records.values()
+    ]
     assert cluster.exited() == {} and worker.is_running(), cluster.tails()
-    print(f"\n{kills} pool processes killed perceiving one screenshot, then it failed: {failed.reason!r}; "
-          f"{len(others)} other events done; total {time.monotonic() - t0:.1f} s")
+    print(
+        f"\n{kills} pool processes killed perceiving one screenshot, then it failed: {failed.reason!r}; "
+        f"{len(others)} other events done; total {time.monotonic() - t0:.1f} s"
+    )
 
 
 def test_a_bad_segment_in_a_store_batch_fails_alone_on_the_store_worker(make_cluster, tmp_path):

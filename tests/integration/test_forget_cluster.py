@@ -57,7 +57,8 @@ def redis_blobs(url: str, aof_dir: Path) -> dict[str, bytes]:
             for key in c.scan_iter(count=1000):
                 value = _value(c, key)
                 out[f"redis {db} {key.decode(errors='replace')}"] = repr(value).encode() + (
-                    value if isinstance(value, bytes) else b"")
+                    value if isinstance(value, bytes) else b""
+                )
             c.close()
     finally:
         r.close()
@@ -100,24 +101,34 @@ def s3_blobs(settings) -> dict[str, bytes]:
 def everywhere(stack, redis_proc) -> dict[str, bytes]:
     """The data dir's files, Redis (keys and AOF), the bucket's objects and the workers' logs."""
     logs = {f"log {p.name}": p.read_bytes() for p in (stack.cluster.root / "logs").glob("*.log")}
-    return {**persisted(stack.settings.data_dir), **redis_blobs(redis_proc.url, redis_proc.data),
-            **s3_blobs(stack.settings), **logs}
+    return {
+        **persisted(stack.settings.data_dir),
+        **redis_blobs(redis_proc.url, redis_proc.data),
+        **s3_blobs(stack.settings),
+        **logs,
+    }
 
 
 def searched(client, query: str, user: str | None = None) -> str:
     """Every hit of ``query`` over every memory type, as JSON."""
-    return json.dumps([h.model_dump(mode="json") for h in client.search(
-        query, user=user, memory_types=list(MemoryType), limit=50).hits])
+    return json.dumps(
+        [
+            h.model_dump(mode="json")
+            for h in client.search(query, user=user, memory_types=list(MemoryType), limit=50).hits
+        ]
+    )
 
 
 def publish_all(stack, client, folder: Path) -> dict[str, object]:
     """Alice's chat (the sentence to delete between two kept ones), her screenshot to delete (Ledgerly) and one to
     keep (Firefox), captured in May 2024; Bob's chat. Waited for, then consolidated on the store worker."""
     chat, shot, kept_shot, bob = write_inputs(folder)
-    events = [client.publish(chat, user=USER, device="laptop").event_id,
-              client.publish(shot, user=USER, device="laptop", captured_at=MAY, app="Ledgerly").event_id,
-              client.publish(kept_shot, user=USER, device="laptop", captured_at=MAY, app="Firefox").event_id,
-              client.publish(bob, user=OTHER, device="phone").event_id]
+    events = [
+        client.publish(chat, user=USER, device="laptop").event_id,
+        client.publish(shot, user=USER, device="laptop", captured_at=MAY, app="Ledgerly").event_id,
+        client.publish(kept_shot, user=USER, device="laptop", captured_at=MAY, app="Firefox").event_id,
+        client.publish(bob, user=OTHER, device="phone").event_id,
+    ]
     final = wait_final(stack, client, events, timeout=150)
     assert all(s.status is EventStatus.done for s in final.values()), final
     for user in (USER, OTHER):
@@ -162,23 +173,35 @@ def info_logs():
     root.setLevel(level)
 
 
-def test_forgotten_items_are_nowhere_on_the_cluster(make_stack, restartable_redis, tmp_path,  # noqa: F811
-                                                    tmp_path_factory, info_logs, capsys):
+def test_forgotten_items_are_nowhere_on_the_cluster(
+    make_stack,  # noqa: F811
+    restartable_redis,
+    tmp_path,
+    tmp_path_factory,
+    info_logs,
+    capsys,
+):
     t0 = time.monotonic()
     stack = make_stack(restartable_redis.url, "forgetc", cpu_workers=1, beat=False)
     with stack.client() as client:
         got = publish_all(stack, client, tmp_path)
-        hits = client.search("zebra quokka treaty violet lighthouse", user=USER,
-                             memory_types=[MemoryType.observation]).hits
+        hits = client.search(
+            "zebra quokka treaty violet lighthouse", user=USER, memory_types=[MemoryType.observation]
+        ).hits
         gone_id = next(h.id for h in hits if GONE in h.text)
-        shot_hit = next(h for h in client.search("invoice approved by Marguerite Okonkwo", user=USER,
-                                                 memory_types=[MemoryType.observation]).hits
-                        if "Marguerite" in h.text)
+        shot_hit = next(
+            h
+            for h in client.search(
+                "invoice approved by Marguerite Okonkwo", user=USER, memory_types=[MemoryType.observation]
+            ).hits
+            if "Marguerite" in h.text
+        )
         assert "Halvorsen" in shot_hit.text, shot_hit.text
         png = Path(got["shot"]).read_bytes()
         words = " ".join(SHOT_LINES).split()  # the screenshot's words as OCR read them (not the app's name)
-        shot_needles = [w.encode() for w in shot_hit.text.split() if len(w) >= 8 and w in words] \
-            + [png[len(png) // 2:len(png) // 2 + 48]]
+        shot_needles = [w.encode() for w in shot_hit.text.split() if len(w) >= 8 and w in words] + [
+            png[len(png) // 2 : len(png) // 2 + 48]
+        ]
         assert len(shot_needles) >= 4, shot_hit.text
         episodes = searched(client, "lunch with Priya, passport renewal, treaty", USER)
         assert GONE in episodes, episodes  # the episode quotes the sentence
@@ -213,8 +236,9 @@ def test_forgotten_items_are_nowhere_on_the_cluster(make_stack, restartable_redi
         report = client.forget_user(OTHER)
         took[-1] = time.monotonic() - took[-1]
         assert report.event_ids, report
-        blobs = check_gone(stack, restartable_redis, [BOBS.encode(), b"ceramic hedgehog"],
-                           [KEPT.encode(), KEPT_TOO.encode()])
+        blobs = check_gone(
+            stack, restartable_redis, [BOBS.encode(), b"ceramic hedgehog"], [KEPT.encode(), KEPT_TOO.encode()]
+        )
         assert "hedgehog" not in searched(client, "spare garage key ceramic hedgehog")
         assert KEPT in searched(client, "lunch with Priya", USER)
     # (the searches above, sent after each check, put their own queries in Redis's AOF: not asserted on)
@@ -223,10 +247,12 @@ def test_forgotten_items_are_nowhere_on_the_cluster(make_stack, restartable_redi
     api_log = {"api log": (captured.out + captured.err).encode()}
     assert b"event published" in api_log["api log"]
     assert not found_in(api_log, [GONE.encode(), BOBS.encode(), b"Halvorsen"]), found_in(api_log, deleted)
-    print(f"\nforgotten on the cluster: nothing left in {len(blobs)} files, keys and objects; SeaweedFS's volume "
-          f"files still hold {len(seaweed_holds(tmp_path_factory, deleted))} of the deleted needles until its "
-          f"vacuum; published {published:.1f} s, forgets took {', '.join(f'{t:.1f}' for t in took)} s, "
-          f"total {time.monotonic() - t0:.1f} s")
+    print(
+        f"\nforgotten on the cluster: nothing left in {len(blobs)} files, keys and objects; SeaweedFS's volume "
+        f"files still hold {len(seaweed_holds(tmp_path_factory, deleted))} of the deleted needles until its "
+        f"vacuum; published {published:.1f} s, forgets took {', '.join(f'{t:.1f}' for t in took)} s, "
+        f"total {time.monotonic() - t0:.1f} s"
+    )
 
 
 def test_a_redis_snapshot_is_taken_again_after_a_forget(tmp_path):
@@ -242,9 +268,25 @@ def test_a_redis_snapshot_is_taken_again_after_a_forget(tmp_path):
     if binary is None:
         pytest.skip("redis-server not installed (scripts/setup.sh installs it)")
     (port,) = free_ports(1)
-    proc = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(tmp_path),
-                             "--appendonly", "no", "--save", "3600 1", "--rdbcompression", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(tmp_path),
+            "--appendonly",
+            "no",
+            "--save",
+            "3600 1",
+            "--rdbcompression",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"redis://127.0.0.1:{port}/0"
         r = redis.Redis.from_url(url)

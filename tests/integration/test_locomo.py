@@ -26,9 +26,11 @@ def test_engram_recall_at_10_beats_raw_turn_rrf_on_conversation_0(tmp_path):
     result = evaluate([0], ks=(5, 10, 25), data_dir=tmp_path / "data", progress=False)
     engram = result["recall"]["engram"]["overall"][10]
     bm25 = result["recall"]["BM25"]["overall"][10]
-    print(f"LoCoMo {result['conversations'][0]}, {result['questions']} questions: evidence recall@10 "
-          f"engram {engram:.3f}, BM25 {bm25:.3f}, dense {result['recall']['dense']['overall'][10]:.3f}, "
-          f"RRF {result['recall']['RRF']['overall'][10]:.3f}")
+    print(
+        f"LoCoMo {result['conversations'][0]}, {result['questions']} questions: evidence recall@10 "
+        f"engram {engram:.3f}, BM25 {bm25:.3f}, dense {result['recall']['dense']['overall'][10]:.3f}, "
+        f"RRF {result['recall']['RRF']['overall'][10]:.3f}"
+    )
     assert result["questions"] > 100
     assert result["ingest_files"][result["conversations"][0]]["done"] == 1
     assert engram >= 0.75

@@ -27,8 +27,10 @@ def test_engram_session_recall_on_first_longmemeval_questions():
 
     result = evaluate_longmemeval(QUESTIONS, progress=False)
     rec = {s: result["recall"][s]["overall"] for s in result["systems"]}
-    print(f"LongMemEval-S, {result['questions']} questions: " + "; ".join(
-        f"{s} R@1 {r[1]:.2f} R@5 {r[5]:.2f}" for s, r in rec.items()))
+    print(
+        f"LongMemEval-S, {result['questions']} questions: "
+        + "; ".join(f"{s} R@1 {r[1]:.2f} R@5 {r[5]:.2f}" for s, r in rec.items())
+    )
     assert result["questions"] == QUESTIONS
     assert rec["engram"][5] >= rec["RRF"][5]
     assert rec["engram"][5] >= 2 / 3

@@ -27,9 +27,13 @@ def ingested(eval_data: Path, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENGRAM_DATA_DIR", str(data_dir))
         reset_runtimes()
-        result = ingest_paths([eval_data / "screens", eval_data / "audio", eval_data / "video" /
-                               "short_hamilton_clip.mp4"], tenant="eval", user="tester", device="laptop",
-                              quiet=True)
+        result = ingest_paths(
+            [eval_data / "screens", eval_data / "audio", eval_data / "video" / "short_hamilton_clip.mp4"],
+            tenant="eval",
+            user="tester",
+            device="laptop",
+            quiet=True,
+        )
         yield runtime(), result, data_dir
         reset_runtimes()
 
@@ -68,8 +72,9 @@ def test_receiver_count_through_the_cli(ingested):
     from engram.api.cli.main import app
 
     _, _, data_dir = ingested
-    out = CliRunner().invoke(app, ["--data-dir", str(data_dir), "search", "receiver_count", "--tenant", "eval",
-                                   "--limit", "3"])
+    out = CliRunner().invoke(
+        app, ["--data-dir", str(data_dir), "search", "receiver_count", "--tenant", "eval", "--limit", "3"]
+    )
     assert out.exit_code == 0, out.output
     first_row = next(line for line in out.output.splitlines() if re.match(r"^│\s*1\s*│", line))
     assert "screenpipe_testing_OCR.png" in first_row
@@ -77,8 +82,10 @@ def test_receiver_count_through_the_cli(ingested):
 
 def test_chinese_ui_text_is_read(ingested):
     hits = _search("管理分支", limit=3)
-    assert any(h.source_name and h.source_name.endswith("screenpipe_testing_OCR_chinese.png") and
-               "管理分支" in h.text for h in hits)
+    assert any(
+        h.source_name and h.source_name.endswith("screenpipe_testing_OCR_chinese.png") and "管理分支" in h.text
+        for h in hits
+    )
 
 
 def test_jfk_quote_finds_jfk(ingested):

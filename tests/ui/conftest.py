@@ -24,13 +24,24 @@ CHROMIUM = "/usr/bin/chromium"
 #: ``rebind.test`` resolves to 127.0.0.1 in the browser: a DNS-rebinding page's request reaches the UI with its
 #: own name as Host.
 REBIND_HOST = "rebind.test"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    f"--host-resolver-rules=MAP {REBIND_HOST} 127.0.0.1",
+]
 DAY = datetime(2024, 5, 2, tzinfo=UTC)
 NOTE = "The piano tuner comes on Thursday morning"
 RLO = "invoice \u202egnp.exe total"
-HOSTILE = ["<script>alert(1)</script> budget memo", "<img src=x onerror=alert(1)> travel plan", RLO,
-           "[/code] long line " + "x" * 10_000]
+HOSTILE = [
+    "<script>alert(1)</script> budget memo",
+    "<img src=x onerror=alert(1)> travel plan",
+    RLO,
+    "[/code] long line " + "x" * 10_000,
+]
 
 
 @dataclass
@@ -59,22 +70,40 @@ def _fill(svc, folder: Path) -> dict[str, str]:
 
     texts = [NOTE, *HOSTILE]
     for i, text in enumerate(texts):
-        resp = svc.add(AddMemoryRequest(text=text, user_id="alice", time=DAY + timedelta(hours=8, minutes=i)),
-                       "default", "laptop")
+        resp = svc.add(
+            AddMemoryRequest(text=text, user_id="alice", time=DAY + timedelta(hours=8, minutes=i)), "default", "laptop"
+        )
         assert resp.status is EventStatus.done, resp
-    chat = AddMemoryRequest(messages=[{"speaker": "Bea", "text": "The harbour festival starts on the ninth"}],
-                            user_id="bob", time=DAY + timedelta(hours=9))
+    chat = AddMemoryRequest(
+        messages=[{"speaker": "Bea", "text": "The harbour festival starts on the ninth"}],
+        user_id="bob",
+        time=DAY + timedelta(hours=9),
+    )
     assert svc.add(chat, "default", "phone").status is EventStatus.done
-    assert svc.add(AddMemoryRequest(text="globex secret roadmap", user_id="carol", time=DAY), "globex",
-                   "x").status is EventStatus.done
-    out = ingest_paths([_screenshot(folder)], "default", "alice", "laptop", captured_at=DAY + timedelta(hours=10),
-                       app_name="Firefox", window="Budget - Mozilla Firefox", consolidate=False, quiet=True)
+    assert (
+        svc.add(AddMemoryRequest(text="globex secret roadmap", user_id="carol", time=DAY), "globex", "x").status
+        is EventStatus.done
+    )
+    out = ingest_paths(
+        [_screenshot(folder)],
+        "default",
+        "alice",
+        "laptop",
+        captured_at=DAY + timedelta(hours=10),
+        app_name="Firefox",
+        window="Budget - Mozilla Firefox",
+        consolidate=False,
+        quiet=True,
+    )
     assert len(out["done"]) == 1, out
     shot = svc.list_memories("default", MemoryType.observation, "alice", 50).items
     bob = svc.list_memories("default", MemoryType.observation, "bob", 5).items[0]
     other = svc.list_memories("globex", MemoryType.observation, None, 5).items[0]
-    return {"screenshot_id": str(next(m.id for m in shot if m.payload.get("kind") == "screenshot")),
-            "other_tenant_id": str(other.id), "bob_id": str(bob.id)}
+    return {
+        "screenshot_id": str(next(m.id for m in shot if m.payload.get("kind") == "screenshot")),
+        "other_tenant_id": str(other.id),
+        "bob_id": str(bob.id),
+    }
 
 
 def _serve(app, port: int) -> tuple[object, threading.Thread]:
@@ -110,8 +139,9 @@ def ui(tmp_path_factory) -> Iterator[UiStore]:
         svc = EmbeddedService(linger=60)
         ids = _fill(svc, root)
         (port,) = free_ports(1)
-        server, thread = _serve(create_ui(UiConfig(svc, "default", root / "data", loopback_hosts("127.0.0.1", port))),
-                                port)
+        server, thread = _serve(
+            create_ui(UiConfig(svc, "default", root / "data", loopback_hosts("127.0.0.1", port))), port
+        )
         try:
             yield UiStore(url=f"http://127.0.0.1:{port}", service=svc, data_dir=root / "data", **ids)
         finally:
@@ -130,8 +160,9 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"),
-                              args=CHROMIUM_ARGS)
+        b = p.chromium.launch(
+            executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"), args=CHROMIUM_ARGS
+        )
         try:
             yield b
         finally:

@@ -19,8 +19,9 @@ def test_a_note_on_the_timeline_and_in_search(page, ui):
     page.goto(f"{ui.url}/search?q=quarterly+budget+review")
     hit = page.locator("li.hit").filter(has=page.locator("img")).first
     hit.locator("img").scroll_into_view_if_needed()
-    page.wait_for_function("() => [...document.querySelectorAll('li.hit img')].some(i => i.complete && "
-                           "i.naturalWidth > 0)")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('li.hit img')].some(i => i.complete && i.naturalWidth > 0)"
+    )
     assert "quarterly budget review" in hit.inner_text().lower() and "Why:" in hit.inner_text()
 
 
@@ -69,8 +70,17 @@ def test_renaming_a_person(page, ui):
     assert any("Beatrice <b>" in e.names for e in ui.service.list_entities("default").items)
 
 
-SCREENS = ["/", "/timeline?date=2024-05-02", "/search?q=quarterly+budget", "/people", "/memories",
-           "/memories?type=semantic", "/activity", "/connect", "/nowhere"]
+SCREENS = [
+    "/",
+    "/timeline?date=2024-05-02",
+    "/search?q=quarterly+budget",
+    "/people",
+    "/memories",
+    "/memories?type=semantic",
+    "/activity",
+    "/connect",
+    "/nowhere",
+]
 
 
 def test_no_serious_accessibility_violation_on_any_screen(page, ui):
@@ -80,7 +90,10 @@ def test_no_serious_accessibility_violation_on_any_screen(page, ui):
     for path in [*SCREENS, f"/item/{ui.screenshot_id}"]:
         page.goto(ui.url + path)
         found = axe.run(page).response["violations"]
-        bad = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3]) for v in found
-               if v["impact"] in ("serious", "critical")]
+        bad = [
+            (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+            for v in found
+            if v["impact"] in ("serious", "critical")
+        ]
         assert bad == [], (path, bad)
     assert page.dialogs == []

@@ -15,13 +15,27 @@ from tests.conftest import REPO
 
 
 def _env(root) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(root), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-            "COLUMNS": "300", "ENGRAM_STORE_WAIT_SECONDS": "60", "ENGRAM_TIMEZONE": "UTC", "ENGRAM_USER": "ann"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "300",
+        "ENGRAM_STORE_WAIT_SECONDS": "60",
+        "ENGRAM_TIMEZONE": "UTC",
+        "ENGRAM_USER": "ann",
+    }
 
 
 def _cli(env: dict[str, str], data, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engram.api.cli", "--data-dir", str(data), *args], env=env,
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "--data-dir", str(data), *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _first_id(html: str) -> str:
@@ -34,8 +48,14 @@ def test_engram_ui_serves_the_store_and_shares_it(tmp_path):
     env, data = _env(tmp_path), tmp_path / "data"
     added = _cli(env, data, "add", "The piano tuner comes on Thursday morning", "--time", "2024-05-02T09:00:00Z")
     assert added.returncode == 0, added.stderr[-2000:]
-    proc = subprocess.Popen([sys.executable, "-m", "engram.api.cli", "ui", "--port", "0", "--data-dir", str(data)],
-                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram.api.cli", "ui", "--port", "0", "--data-dir", str(data)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         while line and not line.startswith("engram ui on "):  # (a library's notice before it, if any)
@@ -48,8 +68,10 @@ def test_engram_ui_serves_the_store_and_shares_it(tmp_path):
             assert c.get("/", headers={"Host": "attacker.example"}).status_code == 403
             # the UI holds the store (lingering after the page): another command gets it when it asks
             found = _cli(env, data, "search", "when does the piano tuner come")
-            assert found.returncode == 0 and "piano tuner comes on Thursday" in found.stdout, \
-                (found.stdout[-2000:], found.stderr[-2000:])
+            assert found.returncode == 0 and "piano tuner comes on Thursday" in found.stdout, (
+                found.stdout[-2000:],
+                found.stderr[-2000:],
+            )
             again = c.get(f"/item/{_first_id(day.text)}")
             assert again.status_code == 200 and "The piano tuner comes on Thursday morning" in again.text
     finally:

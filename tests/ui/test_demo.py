@@ -42,8 +42,9 @@ def demo_ui(tmp_path_factory) -> Iterator[str]:
         reset_runtimes()
         svc = EmbeddedService(linger=60)
         (port,) = free_ports(1)
-        server, thread = _serve(create_ui(UiConfig(svc, "demo", work / "data", loopback_hosts("127.0.0.1", port))),
-                                port)
+        server, thread = _serve(
+            create_ui(UiConfig(svc, "demo", work / "data", loopback_hosts("127.0.0.1", port))), port
+        )
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
@@ -66,8 +67,9 @@ def test_the_demos_frames_clip_and_memo_on_the_timeline(page, demo_ui):
         got = httpx.get(demo_ui + src, follow_redirects=False, timeout=60)
         assert got.status_code == 200 and got.headers["content-type"] == "image/webp", (src, got.status_code)
     page.wait_for_function("() => [...document.querySelectorAll('ul.thumbs img')].every(i => i.complete)")
-    assert all(w > 0 for w in page.evaluate("() => [...document.querySelectorAll('ul.thumbs img')]"
-                                            ".map(i => i.naturalWidth)"))
+    assert all(
+        w > 0 for w in page.evaluate("() => [...document.querySelectorAll('ul.thumbs img')].map(i => i.naturalWidth)")
+    )
     if shutil.which("espeak-ng"):
         memo = page.locator("section.audio")  # its segments, each with its transcript and a player
         assert memo.locator("audio[controls]").count() == memo.locator("li").count() >= 1

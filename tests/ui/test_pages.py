@@ -16,8 +16,7 @@ from engram.schemas.settings import get_settings
 from engram.schemas.timeline import TimelineRequest
 from tests.ui.conftest import NOTE
 
-SCREENS = ["/", "/timeline?date=2024-05-02", "/search?q=piano+tuner", "/people", "/memories", "/activity",
-           "/connect"]
+SCREENS = ["/", "/timeline?date=2024-05-02", "/search?q=piano+tuner", "/people", "/memories", "/activity", "/connect"]
 
 
 @pytest.fixture
@@ -150,11 +149,28 @@ def test_a_recordings_segment_plays_from_its_offset():
     from engram.schemas.memory_admin import MemoryRecord
 
     env = environment(ZoneInfo("UTC"))
-    common = dict(user=None, uq="?user=ann", ua="&user=ann", missing=None, names={}, evidence=[], tenant="t",
-                  users=[], csrf="x", csrf_field="c", path="/item", query={})
+    common = dict(
+        user=None,
+        uq="?user=ann",
+        ua="&user=ann",
+        missing=None,
+        names={},
+        evidence=[],
+        tenant="t",
+        users=[],
+        csrf="x",
+        csrf_field="c",
+        path="/item",
+        query={},
+    )
     for kind, tag in (("audio", "audio"), ("clip", "video")):
-        rec = MemoryRecord(id=uuid.uuid4(), memory_type=MemoryType.observation, tenant_id="t", text="hello",
-                           payload={"kind": kind, "start_s": 12.5, "end_s": 30.0, "object_key": "media/t/x.bin"})
+        rec = MemoryRecord(
+            id=uuid.uuid4(),
+            memory_type=MemoryType.observation,
+            tenant_id="t",
+            text="hello",
+            payload={"kind": kind, "start_s": 12.5, "end_s": 30.0, "object_key": "media/t/x.bin"},
+        )
         html = env.get_template("item.html").render(rec=rec, **common)
         assert f'<{tag} id="player" controls preload="metadata"' in html
         assert f'src="/media/{rec.id}?user=ann#t=12.5,30"' in html
@@ -187,8 +203,9 @@ def test_connect_gives_the_mcp_configuration_with_this_installs_paths(client, ui
     from pathlib import Path
 
     page = client.get("/connect").text
-    snippet = json.loads(html.unescape(re.search(r'<pre class="snippet"><code>(.*?)</code></pre>', page, re.S)
-                                       .group(1)))
+    snippet = json.loads(
+        html.unescape(re.search(r'<pre class="snippet"><code>(.*?)</code></pre>', page, re.S).group(1))
+    )
     entry = snippet["mcpServers"]["engram"]
     assert entry["args"] == ["mcp", "--data-dir", str(ui.data_dir)]
     exe = shutil.which("engram") or str(Path(sys.executable).with_name("engram"))
@@ -204,20 +221,24 @@ def test_a_hits_page_highlights_the_words_it_matched(client, ui):
     page = client.get(link.group(1).replace("&amp;", "&")).text
     assert "<mark>budget</mark>" in page.lower() and "<mark>review" in page.lower()
     assert "<details open>" in page  # the OCR lines shown open
-    hostile = re.search(r'href="(/item/[0-9a-f-]{36}\?hl=budget%20memo)"',
-                        client.get("/search", params={"q": "budget memo"}).text).group(1)
+    hostile = re.search(
+        r'href="(/item/[0-9a-f-]{36}\?hl=budget%20memo)"', client.get("/search", params={"q": "budget memo"}).text
+    ).group(1)
     item = client.get(hostile + "+%3Cscript%3E").text  # markup asked for is a word: marked inside the escaped text
-    assert ("&lt;<mark>script</mark>&gt;alert(1)&lt;/<mark>script</mark>&gt; <mark>budget</mark> <mark>memo</mark>"
-            in item)
+    assert (
+        "&lt;<mark>script</mark>&gt;alert(1)&lt;/<mark>script</mark>&gt; <mark>budget</mark> <mark>memo</mark>" in item
+    )
     assert "<script>alert" not in item and "<mark><" not in item
 
 
 def test_search_filters_by_device_person_and_days(client):
     """The search form's device, person (a name of an entity, or its id) and from/to days narrow the hits; an
     unknown name says so instead of searching."""
+
     def hits(**params) -> str:
-        page = client.get("/search", params={"q": "when does the harbour festival start", "type": "observation",
-                                             **params})
+        page = client.get(
+            "/search", params={"q": "when does the harbour festival start", "type": "observation", **params}
+        )
         assert page.status_code == 200, page.text[-500:]
         return page.text
 

@@ -14,9 +14,15 @@ CODE = "def reconcile_invoice_batches ledger batches tolerance unmatched total e
 
 
 def frame(second: float, text: str, device: str = "laptop", window: str = "editor.py") -> MemoryRecord:
-    return MemoryRecord(id=uuid.uuid4(), memory_type=MemoryType.observation, tenant_id="t", user_id="u",
-                        time=T0 + timedelta(seconds=second), text=text,
-                        payload={"kind": "screenshot", "app": "Code", "window": window, "device_id": device})
+    return MemoryRecord(
+        id=uuid.uuid4(),
+        memory_type=MemoryType.observation,
+        tenant_id="t",
+        user_id="u",
+        time=T0 + timedelta(seconds=second),
+        text=text,
+        payload={"kind": "screenshot", "app": "Code", "window": window, "device_id": device},
+    )
 
 
 def test_a_burst_of_near_identical_frames_is_one_thumbnail():
@@ -55,12 +61,33 @@ def test_a_burst_is_drawn_once_on_the_timeline_and_in_search():
     frames = [frame(10 * i, f"{CODE} 09:{i:02d}") for i in range(4)]
     groups = group_timeline(frames[::-1])
     html = env.get_template("timeline.html").render(
-        groups=groups, total=4, day=date(2024, 5, 2), hours=[], today=date(2024, 5, 2), last=None,
-        before=date(2024, 5, 1), after=date(2024, 5, 3), kind="", kinds=[], app_name="", capped=False, **common)
+        groups=groups,
+        total=4,
+        day=date(2024, 5, 2),
+        hours=[],
+        today=date(2024, 5, 2),
+        last=None,
+        before=date(2024, 5, 1),
+        after=date(2024, 5, 3),
+        kind="",
+        kinds=[],
+        app_name="",
+        capped=False,
+        **common,
+    )
     assert html.count('<img src="/thumb/') == 1 and "×4" in html and "and 3 near-identical frames after it" in html
-    hit = SearchHit(id=frames[0].id, memory_type=MemoryType.observation, score=0.5, text=CODE, time=T0,
-                    object_key="media/t/a.png", burst_size=4, matched=Matched(words=["reconcile"], sparse_rank=1))
+    hit = SearchHit(
+        id=frames[0].id,
+        memory_type=MemoryType.observation,
+        score=0.5,
+        text=CODE,
+        time=T0,
+        object_key="media/t/a.png",
+        burst_size=4,
+        matched=Matched(words=["reconcile"], sparse_rank=1),
+    )
     resp = SearchResponse(query="reconcile", hits=[hit], took_ms=3.0)
-    page = env.get_template("search.html").render(q="reconcile", resp=resp, form={}, kinds=[], types=[],
-                                                  unknown_person=None, **common)
+    page = env.get_template("search.html").render(
+        q="reconcile", resp=resp, form={}, kinds=[], types=[], unknown_person=None, **common
+    )
     assert "4 similar frames" in page and "Why: words: reconcile" in page and "hl=reconcile" in page

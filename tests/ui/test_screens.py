@@ -42,16 +42,23 @@ def media(ui, eval_data, tmp_path_factory) -> Media:
     from engram.api.local import classify, publish_file, run_event
     from engram.workers.runtime import runtime
 
-    out = ingest_paths([eval_data / "faces" / "deepface" / "couple.jpg", eval_data / "audio" / "jfk.flac"],
-                       "default", "alice", "laptop", captured_at=DAY + timedelta(hours=11), quiet=True)
+    out = ingest_paths(
+        [eval_data / "faces" / "deepface" / "couple.jpg", eval_data / "audio" / "jfk.flac"],
+        "default",
+        "alice",
+        "laptop",
+        captured_at=DAY + timedelta(hours=11),
+        quiet=True,
+    )
     assert len(out["done"]) == 2, out
     folder = tmp_path_factory.mktemp("lost")
     shot = Image.new("RGB", (480, 200), "white")
     ImageDraw.Draw(shot).text((10, 90), "lost and found invoice", fill="black")
     shot.save(folder / "lost.png")
     rt = runtime()
-    event = publish_file(rt, classify(folder / "lost.png"), "default", "alice", "laptop",
-                         captured_at=DAY + timedelta(hours=12))
+    event = publish_file(
+        rt, classify(folder / "lost.png"), "default", "alice", "laptop", captured_at=DAY + timedelta(hours=12)
+    )
     data = rt.objects.get_bytes(event.object_key)
     rt.objects.delete(event.object_key)
     assert run_event(rt, event).status.value == "failed"
@@ -86,8 +93,9 @@ def _tab_to(page, selector: str, limit: int = 300) -> None:
 
 def _loaded(page, selector: str) -> None:
     page.locator(selector).first.scroll_into_view_if_needed()
-    page.wait_for_function("s => [...document.querySelectorAll(s)].some(i => i.complete && i.naturalWidth > 0)",
-                           arg=selector)
+    page.wait_for_function(
+        "s => [...document.querySelectorAll(s)].some(i => i.complete && i.naturalWidth > 0)", arg=selector
+    )
 
 
 def test_naming_a_person_from_a_face_crop_by_keyboard(page, ui, media):
@@ -268,22 +276,30 @@ def test_every_change_needs_the_csrf_token(ui, media):
     person = _faces(ui)[0]
     with httpx.Client(base_url=ui.url, timeout=60) as client:
         client.get("/people")  # a session cookie, but no token sent
-        for url, data in ((f"/people/{person.id}/split", {"key": "x"}), (f"/memories/{uuid.uuid4()}/edit",
-                          {"text": "x"}), (f"/activity/{media.failed_id}/retry", {}), ("/activity/pause",
-                          {"pause": "1"})):
+        for url, data in (
+            (f"/people/{person.id}/split", {"key": "x"}),
+            (f"/memories/{uuid.uuid4()}/edit", {"text": "x"}),
+            (f"/activity/{media.failed_id}/retry", {}),
+            ("/activity/pause", {"pause": "1"}),
+        ):
             assert client.post(url, data=data).status_code == 403, url
         token = re.search(r'name="csrf_token" value="([0-9a-f]+)"', client.get("/people").text).group(1)
         assert client.post(f"/people/{person.id}/split", data={"key": "nope", "csrf_token": token}).status_code == 404
-        assert client.post(f"/memories/{uuid.uuid4()}/edit", data={"text": "x", "csrf_token": token}
-                           ).status_code == 404
+        assert client.post(f"/memories/{uuid.uuid4()}/edit", data={"text": "x", "csrf_token": token}).status_code == 404
         obs = ui.screenshot_id  # an observation is what was captured: not edited
         assert client.post(f"/memories/{obs}/edit", data={"text": "x", "csrf_token": token}).status_code == 400
     assert not (ui.data_dir / "capture.pause").exists()
 
 
-SCREENS = {"start": "/", "timeline": "/timeline?date=2024-05-02", "search": "/search?q=quarterly+budget+review",
-           "people": "/people", "memories": "/memories?type=episodic", "activity": "/activity",
-           "connect": "/connect"}
+SCREENS = {
+    "start": "/",
+    "timeline": "/timeline?date=2024-05-02",
+    "search": "/search?q=quarterly+budget+review",
+    "people": "/people",
+    "memories": "/memories?type=episodic",
+    "activity": "/activity",
+    "connect": "/connect",
+}
 
 
 def test_no_serious_violation_and_a_screenshot_of_each_screen(page, ui, media):
@@ -296,8 +312,11 @@ def test_no_serious_violation_and_a_screenshot_of_each_screen(page, ui, media):
         for summary in page.locator("details.history summary").all()[:1]:
             summary.click()
         found = axe.run(page).response["violations"]
-        bad = [(v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3]) for v in found
-               if v["impact"] in ("serious", "critical")]
+        bad = [
+            (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+            for v in found
+            if v["impact"] in ("serious", "critical")
+        ]
         assert bad == [], (path, bad)
         if name not in ("memories", "activity", "timeline") or not (SCREENS_DIR / f"{name}.png").exists():
             _shot(page, name)

@@ -61,6 +61,7 @@ def test_the_distributed_service_retries_through_the_ledger_and_ingest(tmp_path)
     assert svc.retry_event("another-tenant", event.event_id) is None and producer.sent == []
     rec = svc.retry_event("acme", event.event_id)
     assert rec is not None and rec.status is EventStatus.queued
-    assert [(name, args[0]["event_id"]) for name, args, _ in producer.sent] == [(Task.ingest.value,
-                                                                                  str(event.event_id))]
+    assert [(name, args[0]["event_id"]) for name, args, _ in producer.sent] == [
+        (Task.ingest.value, str(event.event_id))
+    ]
     assert svc.retry_event("acme", event.event_id) is None  # not failed any more

@@ -53,8 +53,7 @@ def cluster(redis_server, seaweedfs_s3, tmp_path_factory) -> Iterator[Cluster]:
     from engram.schemas.memories import MemoryType
 
     root = tmp_path_factory.mktemp("serve-ui")
-    settings = make_settings(redis_server, seaweedfs_s3, root / "data", db=SERVE_DB,
-                             s3_bucket="engram-ui-serve-test")
+    settings = make_settings(redis_server, seaweedfs_s3, root / "data", db=SERVE_DB, s3_bucket="engram-ui-serve-test")
     (root / "data").mkdir()
     r = redis.Redis.from_url(settings.broker_url, decode_responses=True)
     r.flushdb()
@@ -64,20 +63,28 @@ def cluster(redis_server, seaweedfs_s3, tmp_path_factory) -> Iterator[Cluster]:
     shot.save(root / "shot.png")
     with worker_process(settings, seaweedfs_s3), served(settings) as url:
         with EngramClient(url, keys["acme"], timeout=120, user="alice", device="laptop") as sdk:
-            shot_event = sdk.publish(root / "shot.png", MediaKind.screenshot, captured_at=DAY + timedelta(hours=10),
-                                     app="Firefox", window="Budget - Mozilla Firefox").event_id
-            audio_event = sdk.publish(eval_data_dir() / "audio" / "jfk.flac", MediaKind.audio,
-                                      captured_at=DAY + timedelta(hours=11)).event_id
-            faces_event = sdk.publish(eval_data_dir() / "faces" / "deepface" / "couple.jpg",
-                                      captured_at=DAY + timedelta(hours=12)).event_id
+            shot_event = sdk.publish(
+                root / "shot.png",
+                MediaKind.screenshot,
+                captured_at=DAY + timedelta(hours=10),
+                app="Firefox",
+                window="Budget - Mozilla Firefox",
+            ).event_id
+            audio_event = sdk.publish(
+                eval_data_dir() / "audio" / "jfk.flac", MediaKind.audio, captured_at=DAY + timedelta(hours=11)
+            ).event_id
+            faces_event = sdk.publish(
+                eval_data_dir() / "faces" / "deepface" / "couple.jpg", captured_at=DAY + timedelta(hours=12)
+            ).event_id
             done = sdk.wait([shot_event, audio_event, faces_event], timeout=300, interval=0.5)
             assert {s.status for s in done.values()} == {EventStatus.done}, done
             assert consolidate(settings, "acme", "alice") > 0  # episodic memories to edit
             obs = sdk.list_memories(MemoryType.observation, "alice", 20).items
         shot_obs = next(o for o in obs if o.payload.get("event_id") == str(shot_event))
         audio_obs = next(o for o in obs if o.payload.get("kind") == "audio")
-        yield Cluster(url, settings, keys, str(shot_obs.id), str(shot_event), str(audio_obs.id),
-                      audio_obs.payload["object_key"])
+        yield Cluster(
+            url, settings, keys, str(shot_obs.id), str(shot_event), str(audio_obs.id), audio_obs.payload["object_key"]
+        )
     r.close()
 
 
@@ -228,8 +235,9 @@ def test_connect_shows_the_tenants_keys_masked_and_a_revoked_key_ends_its_sessio
         new_key = re.search(r"<code>(egk_[A-Za-z0-9_-]{20,})</code>", made.text).group(1)
         assert http.post("/ui/connect/keys", data={"label": "no token"}).status_code == 403  # CSRF
         other = hash_key(cluster.keys["globex"])[:12]
-        assert http.post(f"/ui/connect/keys/{other}/revoke",
-                         data={"csrf_token": csrf_of(page.text)}).status_code == 404  # another tenant's key
+        assert (
+            http.post(f"/ui/connect/keys/{other}/revoke", data={"csrf_token": csrf_of(page.text)}).status_code == 404
+        )  # another tenant's key
     mine = Cluster(**{**cluster.__dict__, "keys": {"acme": new_key}})
     with signed_in(mine, "acme") as http:
         page = http.get("/ui/connect")
@@ -287,8 +295,9 @@ def test_face_crops_and_voice_clips_are_made_on_the_worker_and_served_from_s3(cl
         people = http.get("/ui/people")
         assert people.status_code == 200
         crops = re.findall(r'<img src="(/ui/people/[0-9a-f-]{36}/sample\?key=[^"]+)"', people.text)
-        clips = re.findall(r'<audio controls preload="none" src="(/ui/people/[0-9a-f-]{36}/sample\?key=[^"]+)"',
-                           people.text)
+        clips = re.findall(
+            r'<audio controls preload="none" src="(/ui/people/[0-9a-f-]{36}/sample\?key=[^"]+)"', people.text
+        )
         assert len(crops) >= 2 and clips, people.text[-3000:]
         crop = http.get(crops[0].replace("&amp;", "&"))
         assert crop.status_code == 200 and crop.headers["content-type"] == "image/webp", crop.text[:300]
@@ -314,11 +323,15 @@ def test_not_this_person_splits_a_face_off_through_the_cluster(cluster):
         assert merged.status_code == 303, merged.text
         page = http.get("/ui/people")
         assert 'aria-label="Face 2 is not' in page.text
-        keys = re.findall(rf'action="/ui/people/{a.id}/split">\s*<input type="hidden" name="csrf_token" value="[^"]+">'
-                          r'\s*<input type="hidden" name="key" value="([^"]+)">', page.text)
+        keys = re.findall(
+            rf'action="/ui/people/{a.id}/split">\s*<input type="hidden" name="csrf_token" value="[^"]+">'
+            r'\s*<input type="hidden" name="key" value="([^"]+)">',
+            page.text,
+        )
         assert len(keys) == 2, page.text[-3000:]
-        done = http.post(f"/ui/people/{a.id}/split", data={"csrf_token": csrf_of(page.text),
-                                                           "key": html.unescape(keys[1])})
+        done = http.post(
+            f"/ui/people/{a.id}/split", data={"csrf_token": csrf_of(page.text), "key": html.unescape(keys[1])}
+        )
         assert done.status_code == 303 and "#person-" in done.headers["location"], done.text
         new_id = done.headers["location"].rsplit("#person-", 1)[1]
         after = http.get("/ui/people")
@@ -341,8 +354,10 @@ def test_the_http_api_serves_originals_with_ranges_and_thumbnails_with_etags(clu
         assert api.get(f"/v1/media/{cluster.audio_id}", headers={"Range": f"bytes={len(original)}-"}).status_code == 416
         thumb = api.get(f"/v1/thumbnails/{cluster.shot_id}")
         assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/webp" and thumb.headers["etag"]
-        assert api.get(f"/v1/thumbnails/{cluster.shot_id}",
-                       headers={"If-None-Match": thumb.headers["etag"]}).status_code == 304
+        assert (
+            api.get(f"/v1/thumbnails/{cluster.shot_id}", headers={"If-None-Match": thumb.headers["etag"]}).status_code
+            == 304
+        )
         gone = api.get(f"/v1/thumbnails/{cluster.audio_id}")
         assert gone.status_code == 410 and "no picture" in gone.json()["detail"]
         assert api.get(f"/v1/media/{cluster.audio_id}", params={"user": "bob"}).status_code == 404

@@ -25,8 +25,9 @@ def test_a_session_token_is_read_back_only_unaltered_in_time_and_with_its_secret
     stale = old.token("cd" * 32, "acme")
     time.sleep(2.1)
     assert old.read(stale) is None  # older than allowed
-    assert Sessions(key).csrf.token("s1") == sessions.csrf.token("s1") != Sessions(Fernet.generate_key()).csrf.token(
-        "s1")  # the CSRF key derives from the shared secret: every replica checks the same tokens
+    assert (
+        Sessions(key).csrf.token("s1") == sessions.csrf.token("s1") != Sessions(Fernet.generate_key()).csrf.token("s1")
+    )  # the CSRF key derives from the shared secret: every replica checks the same tokens
 
 
 def test_sign_in_sends_the_browser_back_only_within_the_app():
@@ -37,10 +38,20 @@ def test_sign_in_sends_the_browser_back_only_within_the_app():
         assert local(bad) == ""
 
 
-@pytest.mark.parametrize(("header", "size", "want"), [
-    ("bytes=0-99", 1000, (0, 99)), ("bytes=100-", 1000, (100, 999)), ("bytes=-10", 1000, (990, 999)),
-    ("bytes=990-5000", 1000, (990, 999)), ("bytes=-5000", 1000, (0, 999)), (None, 1000, None),
-    ("bytes=0-1,5-9", 1000, None), ("items=0-1", 1000, None), ("bytes=-", 1000, None)])
+@pytest.mark.parametrize(
+    ("header", "size", "want"),
+    [
+        ("bytes=0-99", 1000, (0, 99)),
+        ("bytes=100-", 1000, (100, 999)),
+        ("bytes=-10", 1000, (990, 999)),
+        ("bytes=990-5000", 1000, (990, 999)),
+        ("bytes=-5000", 1000, (0, 999)),
+        (None, 1000, None),
+        ("bytes=0-1,5-9", 1000, None),
+        ("items=0-1", 1000, None),
+        ("bytes=-", 1000, None),
+    ],
+)
 def test_byte_ranges(header, size, want):
     from engram.api.ui.signin import byte_range
 
@@ -63,11 +74,17 @@ def test_pages_made_for_the_root_link_under_the_prefix():
 
     from engram.api.ui.signin import Prefixed
 
-    html = ('<a href="/timeline">t</a> <img src="/thumb/1" alt=""> <form action="/search"></form> '
-            '<a href="//cdn.example/x">c</a> <p>href=&#34;/not-a-link&#34; said href="/x" in text</p>'
-            '<footer>f</footer>')
-    app = Starlette(routes=[Route("/", lambda r: HTMLResponse(html)),
-                            Route("/go", lambda r: RedirectResponse("/people?user=a", status_code=303))])
+    html = (
+        '<a href="/timeline">t</a> <img src="/thumb/1" alt=""> <form action="/search"></form> '
+        '<a href="//cdn.example/x">c</a> <p>href=&#34;/not-a-link&#34; said href="/x" in text</p>'
+        "<footer>f</footer>"
+    )
+    app = Starlette(
+        routes=[
+            Route("/", lambda r: HTMLResponse(html)),
+            Route("/go", lambda r: RedirectResponse("/people?user=a", status_code=303)),
+        ]
+    )
     client = TestClient(Prefixed(app, "/ui", b"<form>out</form>"))
     body = client.get("/").text
     assert 'href="/ui/timeline"' in body and 'src="/ui/thumb/1"' in body and 'action="/ui/search"' in body

@@ -23,14 +23,16 @@ def _try(http: httpx.Client, token: str, key: str) -> httpx.Response:
     return http.post("/ui/signin", data={"csrf_token": token, "api_key": key})
 
 
-def test_the_wrong_key_past_the_limit_is_429_and_a_right_key_works_after_the_window(redis_server, seaweedfs_s3,
-                                                                                    tmp_path):
+def test_the_wrong_key_past_the_limit_is_429_and_a_right_key_works_after_the_window(
+    redis_server, seaweedfs_s3, tmp_path
+):
     import redis
 
     from engram.api.http.keys import create_key
 
-    settings = make_settings(redis_server, seaweedfs_s3, tmp_path, db=SIGNIN_DB,
-                             ui_signin_rate_limit=f"3 per {WINDOW_S} seconds")
+    settings = make_settings(
+        redis_server, seaweedfs_s3, tmp_path, db=SIGNIN_DB, ui_signin_rate_limit=f"3 per {WINDOW_S} seconds"
+    )
     r = redis.Redis.from_url(settings.broker_url, decode_responses=True)
     r.flushdb()
     key = create_key(r, "acme", "test")
@@ -41,8 +43,10 @@ def test_the_wrong_key_past_the_limit_is_429_and_a_right_key_works_after_the_win
             assert wrong.status_code == 401 and "not known here" in wrong.text
         refused = _try(http, token, "egk_not-a-key-4")  # the limit's N+1th in the window
         assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= WINDOW_S
-        assert "Too many failed sign-ins" in refused.text and "script-src 'self'" in refused.headers[
-            "content-security-policy"]
+        assert (
+            "Too many failed sign-ins" in refused.text
+            and "script-src 'self'" in refused.headers["content-security-policy"]
+        )
         assert _try(http, token, key).status_code == 429  # while over it, any key: a guess learns nothing
         counters = r.keys("*engram-ui-signin*")
         assert counters and not any("127.0.0" in k for k in counters)  # the client's address kept as a hash

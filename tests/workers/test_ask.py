@@ -22,19 +22,33 @@ TENANT = "default"
 QUESTION = "Where is Alice flying to for the budget review?"
 
 CHATS = {
-    "trip.jsonl": [("Alice", "Flights to Lisbon are booked for the budget review next week."),
-                   ("Bob", "Nice, the review is on Thursday at 10 in the Lisbon office."),
-                   ("Alice", "I land at 8 in the morning, so I will go straight there.")],
-    "garden.jsonl": [("Alice", "The tomatoes in the garden finally turned red."),
-                     ("Carol", "Pick them before the birds do! Basil is doing well too.")],
-    "music.jsonl": [("Bob", "I started learning the cello last month."),
-                    ("Alice", "Wonderful, my sister plays the violin in an orchestra.")],
+    "trip.jsonl": [
+        ("Alice", "Flights to Lisbon are booked for the budget review next week."),
+        ("Bob", "Nice, the review is on Thursday at 10 in the Lisbon office."),
+        ("Alice", "I land at 8 in the morning, so I will go straight there."),
+    ],
+    "garden.jsonl": [
+        ("Alice", "The tomatoes in the garden finally turned red."),
+        ("Carol", "Pick them before the birds do! Basil is doing well too."),
+    ],
+    "music.jsonl": [
+        ("Bob", "I started learning the cello last month."),
+        ("Alice", "Wonderful, my sister plays the violin in an orchestra."),
+    ],
 }
 
 
 def write_chat(path: Path, lines: list[tuple[str, str]], day: int) -> Path:
-    recs = [{"message_id": f"{path.stem}-{i}", "session_id": path.stem, "speaker": who, "text": text,
-             "timestamp": f"2024-05-{day:02d}T09:{i:02d}:00Z"} for i, (who, text) in enumerate(lines)]
+    recs = [
+        {
+            "message_id": f"{path.stem}-{i}",
+            "session_id": path.stem,
+            "speaker": who,
+            "text": text,
+            "timestamp": f"2024-05-{day:02d}T09:{i:02d}:00Z",
+        }
+        for i, (who, text) in enumerate(lines)
+    ]
     path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     return path
 
@@ -95,8 +109,11 @@ def test_without_llm_returns_the_ranked_evidence(chats):
 
 def test_llm_searches_again_then_answers_with_the_memories_it_used(chats, monkeypatch):
     made_up = str(uuid.uuid4())
-    answer = lambda body: {"action": "answer", "answer": "To Lisbon.",  # noqa: E731
-                           "memory_ids": [evidence_id(body, "Flights to Lisbon"), made_up]}
+    answer = lambda body: {  # noqa: E731
+        "action": "answer",
+        "answer": "To Lisbon.",
+        "memory_ids": [evidence_id(body, "Flights to Lisbon"), made_up],
+    }
     with ScriptedLlm([{"action": "search", "query": "Alice flights booked"}, answer]) as llm:
         use_llm(monkeypatch, llm.openai_url)
         resp = run(user_id="alice")
@@ -120,8 +137,9 @@ def test_evidence_shows_neighbouring_turns_and_the_cited_memories_are_reinforced
     shown: set[str] = set()
 
     def recalls_now() -> dict[str, int]:
-        return {str(r.id): (r.payload or {}).get("recalls", 0)
-                for r in chats.vectors.scroll(coll, tenant_filter(TENANT))}
+        return {
+            str(r.id): (r.payload or {}).get("recalls", 0) for r in chats.vectors.scroll(coll, tenant_filter(TENANT))
+        }
 
     def cite_first_episode(body):
         shown.update(re.findall(r"^\[([0-9a-f-]{36})\] episodic", last_user_text(body), re.M))
@@ -145,8 +163,11 @@ def test_evidence_shows_neighbouring_turns_and_the_cited_memories_are_reinforced
 
 
 def test_a_malformed_reply_is_sent_back_once(chats, monkeypatch):
-    fenced = lambda body: "```json\n" + json.dumps(  # noqa: E731
-        {"action": "answer", "answer": "Lisbon", "memory_ids": [evidence_id(body, "Lisbon")]}) + "\n```"
+    fenced = lambda body: (  # noqa: E731
+        "```json\n"
+        + json.dumps({"action": "answer", "answer": "Lisbon", "memory_ids": [evidence_id(body, "Lisbon")]})
+        + "\n```"
+    )
     with ScriptedLlm(['{"action": "maybe"}', fenced]) as llm:
         use_llm(monkeypatch, llm.openai_url)
         resp = run()
@@ -188,8 +209,11 @@ def test_the_round_limit_ends_without_an_answer(chats, monkeypatch):
 
 
 def test_gemini(chats, monkeypatch):
-    answer = lambda body: {"action": "answer", "answer": "Lisbon",  # noqa: E731
-                           "memory_ids": [evidence_id(body, "Lisbon")]}
+    answer = lambda body: {  # noqa: E731
+        "action": "answer",
+        "answer": "Lisbon",
+        "memory_ids": [evidence_id(body, "Lisbon")],
+    }
     with ScriptedLlm([answer]) as llm:
         use_llm(monkeypatch, llm.url, provider="gemini")
         resp = run()
@@ -209,8 +233,11 @@ def test_cli_ask(chats, monkeypatch):
     assert plain.exit_code == 0, plain.output
     body = json.loads(plain.stdout)
     assert body["answer"] is None and len(body["memories"]) == 3
-    answer = lambda body: {"action": "answer", "answer": "Lisbon",  # noqa: E731
-                           "memory_ids": [evidence_id(body, "Lisbon")]}
+    answer = lambda body: {  # noqa: E731
+        "action": "answer",
+        "answer": "Lisbon",
+        "memory_ids": [evidence_id(body, "Lisbon")],
+    }
     with ScriptedLlm([answer, '"oops"', "[]"]) as llm:
         use_llm(monkeypatch, llm.openai_url)
         shown = runner.invoke(app, ["ask", QUESTION, "--user", "alice"])

@@ -15,9 +15,21 @@ from engram.workers.models import get_model
 
 
 def _conversation(path, speaker: str, lines: list[str]):
-    path.write_text("".join(json.dumps({"message_id": f"{path.stem}-{i}", "session_id": "s1", "speaker": speaker,
-                                        "text": t, "timestamp": f"2023-05-0{i + 1}T10:00:00Z"}) + "\n"
-                            for i, t in enumerate(lines)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "message_id": f"{path.stem}-{i}",
+                    "session_id": "s1",
+                    "speaker": speaker,
+                    "text": t,
+                    "timestamp": f"2023-05-0{i + 1}T10:00:00Z",
+                }
+            )
+            + "\n"
+            for i, t in enumerate(lines)
+        )
+    )
     return path
 
 
@@ -53,14 +65,19 @@ def test_files_embed_together_and_a_corrupt_one_fails_alone(engram_env, tmp_path
     assert records[2].stage == "ingest" and records[2].reason
     # one model call for the turns of both good files (each text once), not one per file; later calls embed
     # other things (the speakers' names for their entities)
-    good = ["Ann: I adopted a corgi named Biscuit.", "Ann: We walk at the lake.",
-            "Cat: My sister flies to Lisbon in June.", "Cat: Ok."]
+    good = [
+        "Ann: I adopted a corgi named Biscuit.",
+        "Ann: We walk at the lake.",
+        "Cat: My sister flies to Lisbon in June.",
+        "Cat: Ok.",
+    ]
     turns = [[t for t in c if ": " in t] for c in calls]
     assert sorted(turns[0]) == sorted(good) and not any(turns[1:])
     hits = search(rt, SearchRequest(query="Where does the sister fly to?", tenant_id="t", user_id="u")).hits
     assert any("Lisbon" in h.text for h in hits)
-    assert any("corgi" in h.text for h in search(rt, SearchRequest(query="dog's name", tenant_id="t",
-                                                                   user_id="u")).hits)
+    assert any(
+        "corgi" in h.text for h in search(rt, SearchRequest(query="dog's name", tenant_id="t", user_id="u")).hits
+    )
 
 
 def test_engram_ingest_of_a_folder_runs_its_files_together(engram_env, tmp_path, monkeypatch):
@@ -87,9 +104,10 @@ def test_engram_ingest_of_a_folder_runs_its_files_together(engram_env, tmp_path,
     assert sorted(p.name for p, _ in out["done"]) == ["a.jsonl", "c.jsonl"]
     assert [(p.name, r.stage) for p, r in out["failed"]] == [("b.jsonl", "ingest")]
     assert "invalid conversation record" in out["failed"][0][1].reason
-    assert len(calls) == 1 and sorted(calls[0]) == ["Ann: I adopted a corgi. His name is Biscuit.",
-                                                    "Cat: My sister flies to Lisbon. She leaves in June."]
-
+    assert len(calls) == 1 and sorted(calls[0]) == [
+        "Ann: I adopted a corgi. His name is Biscuit.",
+        "Cat: My sister flies to Lisbon. She leaves in June.",
+    ]
 
 
 def test_a_rounds_observations_and_vectors_are_freed_once_stored_without_the_garbage_collector(engram_env, tmp_path):
@@ -101,8 +119,10 @@ def test_a_rounds_observations_and_vectors_are_freed_once_stored_without_the_gar
     from engram.schemas.observations import EmbeddedObservation, Observation
 
     rt = engram_env
-    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} keeps bees, hive number {i}." for i in range(4)])
-             for n in ("ann", "bob")]
+    paths = [
+        _conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} keeps bees, hive number {i}." for i in range(4)])
+        for n in ("ann", "bob")
+    ]
     events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
     gc.collect()
     gc.disable()
@@ -115,6 +135,7 @@ def test_a_rounds_observations_and_vectors_are_freed_once_stored_without_the_gar
     assert [r.status for r in records] == [EventStatus.done] * 2
     assert rt.vectors.count("observations") == 8
     assert left == []
+
 
 def _embedded_segments(rt, paths):
     """Publish and plan ``paths`` (conversation files), perceive and embed their segments together: (events,
@@ -135,8 +156,10 @@ def test_segments_of_many_events_are_linked_and_stored_in_one_upsert(engram_env,
     from engram.workers.stores.vectors import ENTITIES, OBSERVATIONS
 
     rt = engram_env
-    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} likes tea number {i}." for i in range(3)])
-             for n in ("ann", "bob", "cat")]
+    paths = [
+        _conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} likes tea number {i}." for i in range(3)])
+        for n in ("ann", "bob", "cat")
+    ]
     events, embedded = _embedded_segments(rt, paths)
     assert len(embedded) == 3
     upserts: list[tuple[str, int]] = []
@@ -161,8 +184,10 @@ def test_a_bad_segment_in_a_store_batch_fails_alone_with_its_reason(engram_env, 
     from engram.workers.stores.vectors import OBSERVATIONS
 
     rt = engram_env
-    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} flies to Oslo on day {i}." for i in range(2)])
-             for n in ("ann", "bob", "cat")]
+    paths = [
+        _conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} flies to Oslo on day {i}." for i in range(2)])
+        for n in ("ann", "bob", "cat")
+    ]
     events, embedded = _embedded_segments(rt, paths)
     for item in embedded[1].items:
         item.dense = item.dense[:7]  # not a 384-d vector: the store refuses the point
@@ -188,16 +213,27 @@ def test_a_transient_error_publishes_the_batch_again(engram_env, tmp_path):
     from engram.workers.perceive import perceive
 
     rt = engram_env
-    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} parks at gate {i}." for i in range(2)])
-             for n in ("ann", "bob")]
+    paths = [
+        _conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} parks at gate {i}." for i in range(2)])
+        for n in ("ann", "bob")
+    ]
     events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
     jobs = ingest_events(rt, events)
     observed = [perceive.apply(args=[job]).result for job in jobs]
 
     def request(args):
-        return SimpleRequest(id=f"r{len(args)}", name=embed_batched.name, args=args, kwargs={}, delivery_info={},
-                             hostname="test", ignore_result=True, reply_to=None, correlation_id=None,
-                             request_dict={})
+        return SimpleRequest(
+            id=f"r{len(args)}",
+            name=embed_batched.name,
+            args=args,
+            kwargs={},
+            delivery_info={},
+            hostname="test",
+            ignore_result=True,
+            reply_to=None,
+            correlation_id=None,
+            request_dict={},
+        )
 
     calls = []
 
@@ -205,8 +241,12 @@ def test_a_transient_error_publishes_the_batch_again(engram_env, tmp_path):
         calls.append(len(batches))
         raise ConnectionError("broker restarting")
 
-    pairs, done = consume(embed_batched, [request((o,)) for o in observed] + [request(({"job": 1},))],
-                          ObservationBatch, [("embed", flaky)])
+    pairs, done = consume(
+        embed_batched,
+        [request((o,)) for o in observed] + [request(({"job": 1},))],
+        ObservationBatch,
+        [("embed", flaky)],
+    )
     assert len(pairs) == 2 and done == [] and calls == [2]  # one joint call; bad JSON left out
     assert [rt.ledger.get(e.event_id).status for e in events] == [EventStatus.done] * 2
 
@@ -228,9 +268,18 @@ def test_an_embed_pass_sends_its_segments_to_the_store_in_one_message_per_priori
     rt = engram_env
 
     def request(i, args, priority):
-        return SimpleRequest(id=f"r{i}", name=embed_batched.name, args=args, kwargs={},
-                             delivery_info={"priority": priority}, hostname="test", ignore_result=True,
-                             reply_to=None, correlation_id=None, request_dict={})
+        return SimpleRequest(
+            id=f"r{i}",
+            name=embed_batched.name,
+            args=args,
+            kwargs={},
+            delivery_info={"priority": priority},
+            hostname="test",
+            ignore_result=True,
+            reply_to=None,
+            correlation_id=None,
+            request_dict={},
+        )
 
     def statuses(events):
         return [rt.ledger.get(e.event_id).status for e in events]
@@ -269,8 +318,9 @@ def _planned(rt, tmp_path, names, line: str):
     their segment jobs)."""
     from engram.workers.ingest import ingest_events
 
-    paths = [_conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} {line.format(i=i)}" for i in range(2)])
-             for n in names]
+    paths = [
+        _conversation(tmp_path / f"{n}.jsonl", n.title(), [f"{n} {line.format(i=i)}" for i in range(2)]) for n in names
+    ]
     events = [publish_file(rt, classify(p), "t", "u", "d") for p in paths]
     return events, ingest_events(rt, events)
 

@@ -17,8 +17,14 @@ DAY = 1_700_000_000.0
 
 def rec(session: str | None, t: float, i: int = 0, msg: str | None = None) -> qm.Record:
     """An observation record as consolidation scrolls it (times in seconds since the epoch)."""
-    payload = {"start_ts": t, "end_ts": t, "segment_index": i, "session_id": session, "message_id": msg,
-               "text": f"{session} {t}"}
+    payload = {
+        "start_ts": t,
+        "end_ts": t,
+        "segment_index": i,
+        "session_id": session,
+        "message_id": msg,
+        "text": f"{session} {t}",
+    }
     return qm.Record(id=str(uuid.uuid4()), payload=payload, vector=None)
 
 
@@ -50,9 +56,17 @@ def test_consolidated_episodes_cite_one_session_each(engram_env, tmp_path):
     whose sources each lie in one session, and every turn is in exactly one episode."""
     from engram.api.cli.main import ingest_paths
 
-    lines = [{"message_id": f"{s}:{i}", "session_id": s, "speaker": "user" if i % 2 == 0 else "assistant",
-              "text": f"{s} turn {i} about {'gardening tomatoes' if s == 'garden' else 'fixing the bicycle'}",
-              "timestamp": f"2024-05-01T10:0{i}:00Z"} for s in ("garden", "bike") for i in range(4)]
+    lines = [
+        {
+            "message_id": f"{s}:{i}",
+            "session_id": s,
+            "speaker": "user" if i % 2 == 0 else "assistant",
+            "text": f"{s} turn {i} about {'gardening tomatoes' if s == 'garden' else 'fixing the bicycle'}",
+            "timestamp": f"2024-05-01T10:0{i}:00Z",
+        }
+        for s in ("garden", "bike")
+        for i in range(4)
+    ]
     path = tmp_path / "chat.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     out = ingest_paths([path], tenant="acme", user="alice", device="laptop", quiet=True)

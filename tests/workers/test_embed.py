@@ -23,18 +23,31 @@ from engram.workers.models import get_model
 from engram.workers.stores.vectors import DENSE, DIM, OBSERVATIONS, SENTENCES, SPARSE, tenant_filter
 from engram.workers.text.sentences import sentences
 
-ASIDE = ("user: I'm thinking of exploring Instagram and Twitter to promote my writing services. Do you have tips "
-         "for getting started? By the way, I got a 10% discount on my first purchase from that new clothing brand.")
-OTHERS = ["user: Can you recommend a content calendar template for my blog?",
-          "assistant: Post consistently, reply to comments and track engagement metrics every week.",
-          "user: What are the best hours to post on Instagram for engagement?"]
+ASIDE = (
+    "user: I'm thinking of exploring Instagram and Twitter to promote my writing services. Do you have tips "
+    "for getting started? By the way, I got a 10% discount on my first purchase from that new clothing brand."
+)
+OTHERS = [
+    "user: Can you recommend a content calendar template for my blog?",
+    "assistant: Post consistently, reply to comments and track engagement metrics every week.",
+    "user: What are the best hours to post on Instagram for engagement?",
+]
 QUERY = "What was the discount I got on my first purchase from the new clothing brand?"
 
 
 def _obs(text: str, i: int = 0) -> Observation:
-    return Observation(id=uuid.uuid4(), tenant_id="t", user_id="u", device_id="d", event_id=uuid.uuid4(),
-                       kind=MediaKind.text, segment_index=i, text=text, object_key="k",
-                       captured_at=datetime(2023, 5, 23, 5, 40, tzinfo=UTC))
+    return Observation(
+        id=uuid.uuid4(),
+        tenant_id="t",
+        user_id="u",
+        device_id="d",
+        event_id=uuid.uuid4(),
+        kind=MediaKind.text,
+        segment_index=i,
+        text=text,
+        object_key="k",
+        captured_at=datetime(2023, 5, 23, 5, 40, tzinfo=UTC),
+    )
 
 
 def test_short_turns_of_several_sentences_get_one_row_per_sentence(engram_env):
@@ -76,8 +89,12 @@ def test_each_distinct_text_is_encoded_once(engram_env, monkeypatch):
     monkeypatch.setattr(model, "embed", counting_embed)  # a spy: the real model runs
     monkeypatch.setattr(model, "embed_spans", counting_embed_spans)
     turns = [ASIDE, *OTHERS]
-    obs = [_obs(t, i).model_copy(update={"context_before": turns[max(0, i - 2):i], "context_after": turns[i + 1:i + 3]})
-           for i, t in enumerate(turns)]
+    obs = [
+        _obs(t, i).model_copy(
+            update={"context_before": turns[max(0, i - 2) : i], "context_after": turns[i + 1 : i + 3]}
+        )
+        for i, t in enumerate(turns)
+    ]
     dense_vectors(rt, obs[:2])  # segment 1: its last turn's neighbour is in segment 2
     dense_vectors(rt, obs[2:])
     assert sorted(encoded) == sorted(turns)
@@ -102,10 +119,17 @@ def test_dense_search_scores_an_observation_by_its_best_sentence(engram_env):
     rt = engram_env
     obs = [_obs(t, i) for i, t in enumerate([ASIDE, *OTHERS])]
     dense, multi = dense_vectors(rt, obs)
-    rt.vectors.upsert(OBSERVATIONS, [
-        qm.PointStruct(id=str(o.id), vector={DENSE: d.tolist(), SENTENCES: m.tolist()},
-                       payload={"tenant_id": "t", "user_id": "u", "text": o.text})
-        for o, d, m in zip(obs, dense, multi, strict=True)])
+    rt.vectors.upsert(
+        OBSERVATIONS,
+        [
+            qm.PointStruct(
+                id=str(o.id),
+                vector={DENSE: d.tolist(), SENTENCES: m.tolist()},
+                payload={"tenant_id": "t", "user_id": "u", "text": o.text},
+            )
+            for o, d, m in zip(obs, dense, multi, strict=True)
+        ],
+    )
     q = embed_texts(rt, [QUERY])[0]
     found, _ = rt.vectors.search(OBSERVATIONS, q.tolist(), None, tenant_filter("t", "u"), 10)
     assert found[0].payload["text"] == ASIDE
@@ -123,17 +147,25 @@ def test_observations_without_sentences_stay_searchable(engram_env, tmp_path):
 
     rt = engram_env
     unit = [1.0] + [0.0] * (DIM - 1)
-    rt.vectors.upsert(OBSERVATIONS, [qm.PointStruct(id=str(uuid.UUID(int=1)), vector={DENSE: unit},
-                                                    payload={"tenant_id": "t", "user_id": "u"})])
+    rt.vectors.upsert(
+        OBSERVATIONS,
+        [qm.PointStruct(id=str(uuid.UUID(int=1)), vector={DENSE: unit}, payload={"tenant_id": "t", "user_id": "u"})],
+    )
     found, _ = rt.vectors.search(OBSERVATIONS, unit, None, tenant_filter("t", "u"), 5)
     assert [str(p.id) for p in found] == [str(uuid.UUID(int=1))]
 
     client = QdrantClient(path=str(tmp_path / "server"))
-    client.create_collection(OBSERVATIONS, vectors_config={DENSE: qm.VectorParams(size=DIM,
-                                                                                  distance=qm.Distance.COSINE)},
-                             sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
-    client.upsert(OBSERVATIONS, points=[qm.PointStruct(id=str(uuid.UUID(int=2)), vector={DENSE: unit},
-                                                       payload={"tenant_id": "t", "user_id": "u"})])
+    client.create_collection(
+        OBSERVATIONS,
+        vectors_config={DENSE: qm.VectorParams(size=DIM, distance=qm.Distance.COSINE)},
+        sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+    )
+    client.upsert(
+        OBSERVATIONS,
+        points=[
+            qm.PointStruct(id=str(uuid.UUID(int=2)), vector={DENSE: unit}, payload={"tenant_id": "t", "user_id": "u"})
+        ],
+    )
     server = ClientVectorStore(client, local=True)
     found, _ = server.search(OBSERVATIONS, unit, None, tenant_filter("t", "u"), 5)
     assert [str(p.id) for p in found] == [str(uuid.UUID(int=2))]
@@ -157,14 +189,17 @@ def test_a_turn_keeps_its_own_words_weight_beside_long_neighbours():
     from engram.workers.text import sparse
 
     settings = Settings()
-    with_ctx = [_obs(TURN).model_copy(update={"context_before": b, "context_after": a})
-                for b, a in ((["Any tips for Instagram?"], ["Sure, post often."]), ([ANSWER + " Instagram"], [ANSWER]))]
+    with_ctx = [
+        _obs(TURN).model_copy(update={"context_before": b, "context_after": a})
+        for b, a in ((["Any tips for Instagram?"], ["Sure, post often."]), ([ANSWER + " Instagram"], [ANSWER]))
+    ]
     alone, short_ctx, long_ctx = observation_sparse_vectors(settings, [_obs(TURN), *with_ctx])
     assert alone == sparse.document_vectors([TURN], settings.bm25_k1, settings.bm25_b, settings.bm25_avgdl)[0]
     discount = sparse.token_index("discount")
     assert _weights(long_ctx)[discount] > 0.9 * _weights(alone)[discount]
-    joined = sparse.document_vectors([["23 May 2023", ANSWER, TURN, ANSWER]], settings.bm25_k1, settings.bm25_b,
-                                     3 * settings.bm25_avgdl)[0]
+    joined = sparse.document_vectors(
+        [["23 May 2023", ANSWER, TURN, ANSWER]], settings.bm25_k1, settings.bm25_b, 3 * settings.bm25_avgdl
+    )[0]
     assert _weights(joined)[discount] < 0.5 * _weights(alone)[discount]
     # the context and the date still index the turn; a long context's words weigh less than the turn's own
     assert {sparse.token_index("instagram"), sparse.token_index("may"), sparse.token_index("2023")} <= set(short_ctx[0])
@@ -185,9 +220,21 @@ def test_embedded_vectors_travel_packed_and_come_back_exact(engram_env):
 
     rt = engram_env
     obs = [_obs(ASIDE), _obs(OTHERS[0], 1)]
-    job = SegmentJob(event={"event_id": obs[0].event_id, "tenant_id": "t", "user_id": "u", "device_id": "d",
-                            "kind": "text", "object_key": "k", "sha256": "0" * 64, "size": 1,
-                            "mime_type": "application/jsonl", "captured_at": obs[0].captured_at}, segment_index=0)
+    job = SegmentJob(
+        event={
+            "event_id": obs[0].event_id,
+            "tenant_id": "t",
+            "user_id": "u",
+            "device_id": "d",
+            "kind": "text",
+            "object_key": "k",
+            "sha256": "0" * 64,
+            "size": 1,
+            "mime_type": "application/jsonl",
+            "captured_at": obs[0].captured_at,
+        },
+        segment_index=0,
+    )
     [batch] = embed_batches(rt, [ObservationBatch(job=job, observations=obs)])
     message = batch.model_dump(mode="json")
     item = message["items"][0]

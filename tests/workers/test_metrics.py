@@ -18,18 +18,21 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-@pytest.mark.parametrize(("status", "reason", "label"), [
-    ("done", None, "none"),
-    ("skipped", "exact duplicate of event 1234", "exact_duplicate"),
-    ("skipped", "near-duplicate of the device's previous frame (event 9)", "near_duplicate"),
-    ("failed", "stalled: no progress for 3600 s after 3 redeliveries", "stalled"),
-    ("failed", "ConnectionError: refused (retries exhausted)", "retries_exhausted"),
-    ("failed", "KeyError: 'x'", "error"),
-    ("failed", "UnexpectedResponse: 500 (Internal Server Error)", "error"),
-    ("failed", "Invalid conversation record at line 3: missing text", "bad_input"),
-    ("failed", "corrupt or truncated PNG: image file is truncated", "bad_input"),
-    ("done", "no content to store", "no_content"),
-])
+@pytest.mark.parametrize(
+    ("status", "reason", "label"),
+    [
+        ("done", None, "none"),
+        ("skipped", "exact duplicate of event 1234", "exact_duplicate"),
+        ("skipped", "near-duplicate of the device's previous frame (event 9)", "near_duplicate"),
+        ("failed", "stalled: no progress for 3600 s after 3 redeliveries", "stalled"),
+        ("failed", "ConnectionError: refused (retries exhausted)", "retries_exhausted"),
+        ("failed", "KeyError: 'x'", "error"),
+        ("failed", "UnexpectedResponse: 500 (Internal Server Error)", "error"),
+        ("failed", "Invalid conversation record at line 3: missing text", "bad_input"),
+        ("failed", "corrupt or truncated PNG: image file is truncated", "bad_input"),
+        ("done", "no content to store", "no_content"),
+    ],
+)
 def test_reason_classes_are_bounded(status, reason, label):
     assert reason_class(status, reason) == label
 
@@ -54,8 +57,11 @@ def test_ledger_counts_each_transition_once(ledger):  # noqa: F811
 
     assert sample("engram_events_received_total", kind=kind) - received == 2
     assert sample("engram_events_finished_total", kind=kind, status="done", stage="none", reason="none") - done == 1
-    assert sample("engram_events_finished_total", kind=kind, status="failed", stage="perceive",
-                  reason="bad_input") - failed == 1
+    assert (
+        sample("engram_events_finished_total", kind=kind, status="failed", stage="perceive", reason="bad_input")
+        - failed
+        == 1
+    )
 
 
 def test_json_logs_carry_tenant_event_stage_and_task(engram_env, tmp_path):
@@ -67,8 +73,23 @@ def test_json_logs_carry_tenant_event_stage_and_task(engram_env, tmp_path):
 
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
-    result = CliRunner().invoke(app, ["--log-format", "json", "-v", "ingest", str(bad), "--tenant", "acme",
-                                      "--user", "alice", "--device", "laptop", "--no-consolidate"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--log-format",
+            "json",
+            "-v",
+            "ingest",
+            str(bad),
+            "--tenant",
+            "acme",
+            "--user",
+            "alice",
+            "--device",
+            "laptop",
+            "--no-consolidate",
+        ],
+    )
     lines = [json.loads(ln) for ln in result.stderr.splitlines() if ln.startswith("{")]
     failed = [ln for ln in lines if ln.get("event") == "event failed"]
     assert failed, result.stderr
@@ -87,11 +108,28 @@ def test_each_task_counts_its_cpu_seconds_once_in_the_outermost_task(engram_env,
 
     rt = engram_env
     path = tmp_path / "chat.jsonl"
-    path.write_text("".join(json.dumps({"message_id": f"m{i}", "session_id": "s1", "speaker": "Ann",
-                                        "text": f"I moved to Porto in spring, day {i}.",
-                                        "timestamp": f"2023-05-0{i + 1}T10:00:00Z"}) + "\n" for i in range(3)))
-    names = ["workers.ingest.ingest", "workers.perceive.perceive", "workers.embed.embed_batched",
-             "workers.store.store_batched", "workers.consolidate.consolidate_user"]
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "message_id": f"m{i}",
+                    "session_id": "s1",
+                    "speaker": "Ann",
+                    "text": f"I moved to Porto in spring, day {i}.",
+                    "timestamp": f"2023-05-0{i + 1}T10:00:00Z",
+                }
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
+    names = [
+        "workers.ingest.ingest",
+        "workers.perceive.perceive",
+        "workers.embed.embed_batched",
+        "workers.store.store_batched",
+        "workers.consolidate.consolidate_user",
+    ]
     before = {n: sample("engram_task_cpu_seconds_total", task=n) for n in names}
     event = publish_file(rt, classify(path), "t", "u", "d")
     ingest.delay(event)

@@ -14,9 +14,21 @@ def _conversations(tmp_path, names):
     paths = []
     for name in names:
         path = tmp_path / f"{name}.jsonl"
-        path.write_text("".join(json.dumps({"message_id": f"{name}-{i}", "session_id": "s1", "speaker": name.title(),
-                                            "text": f"{name} waters the ferns on day {i}.",
-                                            "timestamp": f"2023-05-0{i + 1}T10:00:00Z"}) + "\n" for i in range(2)))
+        path.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        "message_id": f"{name}-{i}",
+                        "session_id": "s1",
+                        "speaker": name.title(),
+                        "text": f"{name} waters the ferns on day {i}.",
+                        "timestamp": f"2023-05-0{i + 1}T10:00:00Z",
+                    }
+                )
+                + "\n"
+                for i in range(2)
+            )
+        )
         paths.append(path)
     return paths
 

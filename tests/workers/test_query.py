@@ -44,8 +44,12 @@ def _chat(path: Path) -> Path:
         ("c2", "alice", "Yes, the invoice total looked fine to me.", "2024-02-01T18:00:30Z"),
         ("c3", "bob", "Great, then I will book the flight to Lisbon.", "2024-02-01T18:01:00Z"),
     ]
-    path.write_text("".join(json.dumps({"message_id": m, "session_id": "chat-1", "speaker": s, "text": t,
-                                        "timestamp": ts}) + "\n" for m, s, t, ts in msgs))
+    path.write_text(
+        "".join(
+            json.dumps({"message_id": m, "session_id": "chat-1", "speaker": s, "text": t, "timestamp": ts}) + "\n"
+            for m, s, t, ts in msgs
+        )
+    )
     return path
 
 
@@ -65,15 +69,49 @@ def corpus(tmp_path_factory) -> Corpus:
         reset_runtimes()
         rt = runtime()
         batches = [
-            ("acme", "alice", "laptop", JAN, [render_png(src / "budget.png", [
-                "Quarterly budget review", "invoice total 4812 dollars"])]),
-            ("acme", "alice", "laptop", MAR, [render_png(src / "trip.png", [
-                "Flight to Lisbon boarding pass", "Gate 42 departs at noon"], size=(700, 160))]),
+            (
+                "acme",
+                "alice",
+                "laptop",
+                JAN,
+                [render_png(src / "budget.png", ["Quarterly budget review", "invoice total 4812 dollars"])],
+            ),
+            (
+                "acme",
+                "alice",
+                "laptop",
+                MAR,
+                [
+                    render_png(
+                        src / "trip.png", ["Flight to Lisbon boarding pass", "Gate 42 departs at noon"], size=(700, 160)
+                    )
+                ],
+            ),
             ("acme", "alice", "laptop", None, [_chat(src / "chat.jsonl")]),
-            ("acme", "bob", "desktop", JAN, [render_png(src / "bob.png", [
-                "Bob spreadsheet: quarterly budget", "marketing costs 1200"], size=(660, 220))]),
-            ("globex", "alice", "laptop", JAN, [render_png(src / "globex.png", [
-                "Globex quarterly budget review", "confidential merger plan"], size=(680, 180))]),
+            (
+                "acme",
+                "bob",
+                "desktop",
+                JAN,
+                [
+                    render_png(
+                        src / "bob.png", ["Bob spreadsheet: quarterly budget", "marketing costs 1200"], size=(660, 220)
+                    )
+                ],
+            ),
+            (
+                "globex",
+                "alice",
+                "laptop",
+                JAN,
+                [
+                    render_png(
+                        src / "globex.png",
+                        ["Globex quarterly budget review", "confidential merger plan"],
+                        size=(680, 180),
+                    )
+                ],
+            ),
         ]
         for tenant, user, device, when, files in batches:
             out = ingest_paths(files, tenant=tenant, user=user, device=device, captured_at=when, quiet=True)
@@ -121,12 +159,10 @@ def test_user_filter(corpus):
 
 
 def test_kinds_filter(corpus):
-    shots = corpus.find("quarterly budget invoice", memory_types=[MemoryType.observation],
-                        kinds=[MediaKind.screenshot])
+    shots = corpus.find("quarterly budget invoice", memory_types=[MemoryType.observation], kinds=[MediaKind.screenshot])
     assert shots and all(h.kind is MediaKind.screenshot for h in shots)
     assert not any(h.message_ids for h in shots)
-    chat = corpus.find("quarterly budget invoice", memory_types=[MemoryType.observation],
-                       kinds=[MediaKind.text])
+    chat = corpus.find("quarterly budget invoice", memory_types=[MemoryType.observation], kinds=[MediaKind.text])
     assert chat and all(h.kind is MediaKind.text for h in chat)
     assert {h.message_ids[0] for h in chat} <= {"c1", "c2", "c3"}
     # memories are kept when one of their sources has the kind
@@ -137,20 +173,25 @@ def test_kinds_filter(corpus):
 
 
 def test_time_range_filter(corpus):
-    march_on = corpus.find("budget Lisbon invoice flight", time_from=datetime(2024, 3, 1, tzinfo=UTC),
-                           memory_types=[MemoryType.observation, MemoryType.episodic])
+    march_on = corpus.find(
+        "budget Lisbon invoice flight",
+        time_from=datetime(2024, 3, 1, tzinfo=UTC),
+        memory_types=[MemoryType.observation, MemoryType.episodic],
+    )
     assert march_on
     assert {str(e) for h in march_on for e in h.event_ids} == {corpus.event_of["trip.png"]}
     assert all(h.time >= datetime(2024, 3, 1, tzinfo=UTC) for h in march_on)
 
     january = corpus.find("budget Lisbon invoice flight", time_to=datetime(2024, 1, 31, tzinfo=UTC))
     assert january
-    assert {str(e) for h in january for e in h.event_ids} == {corpus.event_of["budget.png"],
-                                                              corpus.event_of["bob.png"]}
+    assert {str(e) for h in january for e in h.event_ids} == {corpus.event_of["budget.png"], corpus.event_of["bob.png"]}
 
-    february = corpus.find("budget Lisbon invoice flight", memory_types=[MemoryType.observation],
-                           time_from=datetime(2024, 2, 1, 17, tzinfo=UTC),
-                           time_to=datetime(2024, 2, 2, tzinfo=UTC))
+    february = corpus.find(
+        "budget Lisbon invoice flight",
+        memory_types=[MemoryType.observation],
+        time_from=datetime(2024, 2, 1, 17, tzinfo=UTC),
+        time_to=datetime(2024, 2, 2, tzinfo=UTC),
+    )
     assert sorted(h.message_ids[0] for h in february) == ["c1", "c2", "c3"]
     assert all(FEB <= h.time <= datetime(2024, 2, 1, 18, 1, tzinfo=UTC) for h in february)
 
@@ -208,11 +249,15 @@ def test_entity_filter(corpus):
 
 def test_named_speaker_boosts_their_turns(corpus):
     # bob's turns say "budget"; the query names alice, so her turn comes first
-    hits = corpus.find("what did alice say about the quarterly budget review", kinds=[MediaKind.text],
-                       memory_types=[MemoryType.observation])
+    hits = corpus.find(
+        "what did alice say about the quarterly budget review",
+        kinds=[MediaKind.text],
+        memory_types=[MemoryType.observation],
+    )
     assert hits[0].message_ids == ["c2"]
-    plain = corpus.find("what was said about the quarterly budget review", kinds=[MediaKind.text],
-                        memory_types=[MemoryType.observation])
+    plain = corpus.find(
+        "what was said about the quarterly budget review", kinds=[MediaKind.text], memory_types=[MemoryType.observation]
+    )
     assert plain[0].message_ids == ["c1"]
 
 
@@ -232,8 +277,9 @@ def test_turns_are_indexed_with_their_neighbours(corpus):
     from engram.workers.text import sparse
 
     # only c3 says "Lisbon"; BM25 finds c1 and c2 through their neighbouring turns (contextual indexing)
-    _, found = corpus.rt.vectors.search(OBSERVATIONS, None, sparse.query_vector("Lisbon"),
-                                        tenant_filter("acme", "alice"), 10)
+    _, found = corpus.rt.vectors.search(
+        OBSERVATIONS, None, sparse.query_vector("Lisbon"), tenant_filter("acme", "alice"), 10
+    )
     assert {p.payload.get("message_id") for p in found} >= {"c1", "c2", "c3"}
     hits = corpus.find("Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation])
     assert hits[0].message_ids == ["c3"]
@@ -241,44 +287,73 @@ def test_turns_are_indexed_with_their_neighbours(corpus):
 
 
 def test_hits_carry_their_neighbouring_turns(corpus):
-    hits = corpus.find("Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation], user_id="alice",
-                       context_turns=1)
+    hits = corpus.find(
+        "Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation], user_id="alice", context_turns=1
+    )
     by_msg = {h.message_ids[0]: h for h in hits}
     assert [(c.message_id, c.offset) for c in by_msg["c3"].context] == [("c2", -1)]
     assert [(c.message_id, c.offset) for c in by_msg["c2"].context] == [("c1", -1), ("c3", 1)]
     assert "invoice total" in by_msg["c3"].context[0].text
-    two = corpus.find("Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation], user_id="alice",
-                      context_turns=2)
+    two = corpus.find(
+        "Lisbon", kinds=[MediaKind.text], memory_types=[MemoryType.observation], user_id="alice", context_turns=2
+    )
     assert [c.message_id for c in next(h for h in two if h.message_ids == ["c3"]).context] == ["c1", "c2"]
     assert all(not h.context for h in corpus.find("Lisbon", user_id="alice"))  # none unless asked for
 
 
 def test_time_expression_is_resolved_and_boosts_its_range(corpus):
     ref = datetime(2024, 3, 20, 12, 0, tzinfo=UTC)
-    resp = search(corpus.rt, SearchRequest(query="quarterly budget review in January", tenant_id="acme",
-                                           user_id="alice", reference_time=ref, limit=20,
-                                           memory_types=[MemoryType.observation]))
+    resp = search(
+        corpus.rt,
+        SearchRequest(
+            query="quarterly budget review in January",
+            tenant_id="acme",
+            user_id="alice",
+            reference_time=ref,
+            limit=20,
+            memory_types=[MemoryType.observation],
+        ),
+    )
     assert resp.time_range is not None and resp.time_range.expression == "in January"
-    assert (resp.time_range.start, resp.time_range.end) == (datetime(2024, 1, 1, tzinfo=UTC),
-                                                            datetime(2024, 2, 1, tzinfo=UTC))
+    assert (resp.time_range.start, resp.time_range.end) == (
+        datetime(2024, 1, 1, tzinfo=UTC),
+        datetime(2024, 2, 1, tzinfo=UTC),
+    )
     assert resp.hits[0].time.month == 1  # the January screenshot, over the February chat that says the same
-    resp = search(corpus.rt, SearchRequest(query="quarterly budget review in February", tenant_id="acme",
-                                           user_id="alice", reference_time=ref, limit=20,
-                                           memory_types=[MemoryType.observation]))
+    resp = search(
+        corpus.rt,
+        SearchRequest(
+            query="quarterly budget review in February",
+            tenant_id="acme",
+            user_id="alice",
+            reference_time=ref,
+            limit=20,
+            memory_types=[MemoryType.observation],
+        ),
+    )
     assert resp.hits[0].time.month == 2
     # a soft boost: what lies outside the range is still found
     assert {h.time.month for h in resp.hits} >= {1, 2}
-    off = search(corpus.rt, SearchRequest(query="quarterly budget review in February", tenant_id="acme",
-                                          reference_time=ref, resolve_time=False))
+    off = search(
+        corpus.rt,
+        SearchRequest(
+            query="quarterly budget review in February", tenant_id="acme", reference_time=ref, resolve_time=False
+        ),
+    )
     assert off.time_range is None
-
 
 
 def test_a_request_reads_time_words_in_its_own_zone(corpus):
     """``timezone`` on the request: "yesterday" counts from the asker's wall clock, not the server's zone."""
     ref = datetime(2024, 3, 20, 3, 0, tzinfo=UTC)  # 20 March in UTC, still 19 March in Los Angeles
-    ask = dict(query="budget review yesterday", tenant_id="acme", user_id="alice", reference_time=ref,
-               memory_types=[MemoryType.observation], reinforce=False)
+    ask = dict(
+        query="budget review yesterday",
+        tenant_id="acme",
+        user_id="alice",
+        reference_time=ref,
+        memory_types=[MemoryType.observation],
+        reinforce=False,
+    )
     utc = search(corpus.rt, SearchRequest(**ask, timezone="UTC")).time_range
     la = search(corpus.rt, SearchRequest(**ask, timezone="America/Los_Angeles")).time_range
     assert (utc.start, utc.end) == (datetime(2024, 3, 19, tzinfo=UTC), datetime(2024, 3, 20, tzinfo=UTC))
@@ -305,8 +380,13 @@ def test_superseded_and_archived_memories_are_left_out_unless_history(corpus):
             corpus.rt.vectors.set_payload(coll, [ep.id], change)
             found = corpus.find("quarterly budget invoice", user_id="alice", reinforce=False)
             assert ep.id not in {h.id for h in found}
-            history = corpus.find("quarterly budget invoice", user_id="alice", reinforce=False,
-                                  include_history=True, memory_types=[MemoryType.episodic])
+            history = corpus.find(
+                "quarterly budget invoice",
+                user_id="alice",
+                reinforce=False,
+                include_history=True,
+                memory_types=[MemoryType.episodic],
+            )
             assert ep.id in {h.id for h in history}
             corpus.rt.vectors.set_payload(coll, [ep.id], {"archived": False, "superseded_by": None})
     finally:
@@ -323,8 +403,13 @@ def test_faded_memories_rank_lower_and_returned_ones_are_reinforced(corpus):
     old = datetime(2020, 1, 1, tzinfo=UTC).isoformat()
     try:
         corpus.rt.vectors.set_payload(coll, [ep.id], {"last_recalled_at": old, "updated_at": old, "recalls": 0})
-        faded = next(h for h in corpus.find("quarterly budget invoice", user_id="alice", reinforce=False,
-                                            memory_types=[MemoryType.episodic]) if h.id == ep.id)
+        faded = next(
+            h
+            for h in corpus.find(
+                "quarterly budget invoice", user_id="alice", reinforce=False, memory_types=[MemoryType.episodic]
+            )
+            if h.id == ep.id
+        )
         assert faded.score < 0.6 * ep.score  # retention ~0: the floor of decayed_score (0.5)
         assert corpus.rt.vectors.retrieve(coll, [ep.id])[0].payload["recalls"] == 0  # reinforce=False
         hits = corpus.find("quarterly budget invoice", user_id="alice", memory_types=[MemoryType.episodic])
@@ -333,8 +418,9 @@ def test_faded_memories_rank_lower_and_returned_ones_are_reinforced(corpus):
         assert after["recalls"] == 1 and after["last_recalled_at"] > old
         assert _episode(corpus).score == pytest.approx(ep.score, rel=0.02)  # recalled now: fresh again
     finally:
-        corpus.rt.vectors.set_payload(coll, [ep.id], {k: before.get(k) for k in
-                                                     ("last_recalled_at", "updated_at", "recalls", "strength")})
+        corpus.rt.vectors.set_payload(
+            coll, [ep.id], {k: before.get(k) for k in ("last_recalled_at", "updated_at", "recalls", "strength")}
+        )
 
 
 def test_search_output_shows_the_resolved_time_range():
@@ -347,8 +433,12 @@ def test_search_output_shows_the_resolved_time_range():
     from engram.workers.text.timeexpr import resolve
 
     ref = datetime(2023, 5, 20, 12, tzinfo=UTC)
-    resp = SearchResponse(query="what did I buy last Tuesday", hits=[], took_ms=1.0,
-                          time_range=resolve("what did I buy last Tuesday", ref))
+    resp = SearchResponse(
+        query="what did I buy last Tuesday",
+        hits=[],
+        took_ms=1.0,
+        time_range=resolve("what did I buy last Tuesday", ref),
+    )
     out = StringIO()
     print_hits(resp, Console(file=out, width=200))
     assert "'last Tuesday' → 2023-05-16 00:00 UTC to 2023-05-17 00:00 UTC (as of 2023-05-20" in out.getvalue()
@@ -364,14 +454,35 @@ def test_search_output_shows_sources_by_their_file_names():
     from engram.schemas.search import SearchHit, SearchResponse
 
     at = datetime(2023, 5, 20, 12, tzinfo=UTC)
-    hits = [SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.5, text="ask not", time=at,
-                      source_name="/data/audio/jfk.flac", start_s=8.3),
-            SearchHit(id=uuid.uuid4(), memory_type=MemoryType.observation, score=0.45, text="notes", time=at,
-                      source_name="/data/Notes, May/plan, v2.png"),
-            SearchHit(id=uuid.uuid4(), memory_type=MemoryType.episodic, score=0.4, text="a morning", time=at,
-                      source_name="/data/audio/jfk.flac, /data/screens/a.png, b.png …"),
-            # a memory with no source names (``memory.search._hit`` gives None) prints an empty source
-            SearchHit(id=uuid.uuid4(), memory_type=MemoryType.core, score=0.3, text="likes kayaking", time=at)]
+    hits = [
+        SearchHit(
+            id=uuid.uuid4(),
+            memory_type=MemoryType.observation,
+            score=0.5,
+            text="ask not",
+            time=at,
+            source_name="/data/audio/jfk.flac",
+            start_s=8.3,
+        ),
+        SearchHit(
+            id=uuid.uuid4(),
+            memory_type=MemoryType.observation,
+            score=0.45,
+            text="notes",
+            time=at,
+            source_name="/data/Notes, May/plan, v2.png",
+        ),
+        SearchHit(
+            id=uuid.uuid4(),
+            memory_type=MemoryType.episodic,
+            score=0.4,
+            text="a morning",
+            time=at,
+            source_name="/data/audio/jfk.flac, /data/screens/a.png, b.png …",
+        ),
+        # a memory with no source names (``memory.search._hit`` gives None) prints an empty source
+        SearchHit(id=uuid.uuid4(), memory_type=MemoryType.core, score=0.3, text="likes kayaking", time=at),
+    ]
     out = StringIO()
     print_hits(SearchResponse(query="q", hits=hits, took_ms=1.0), Console(file=out, width=200))
     text = out.getvalue()

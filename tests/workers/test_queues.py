@@ -58,8 +58,10 @@ def test_messages_carry_no_representation_of_their_arguments(producer):
     assert message["headers"]["argsrepr"] == ", ..." and message["headers"]["kwargsrepr"] == ", ..."
     assert "budget review" in base64.b64decode(message["body"]).decode()  # the body holds them whole
     tasks = load_tasks().tasks
-    assert all(tasks[t.value].resultrepr_maxsize == REPR_MAXSIZE == 0 for t in (Task.ingest, Task.perceive,
-                                                                               Task.embed_batched, Task.store_batched))
+    assert all(
+        tasks[t.value].resultrepr_maxsize == REPR_MAXSIZE == 0
+        for t in (Task.ingest, Task.perceive, Task.embed_batched, Task.store_batched)
+    )
 
 
 def test_every_worker_serves_the_maintenance_queue(tmp_path):
@@ -114,25 +116,58 @@ def test_a_flood_from_one_tenant_does_not_starve_another(redis_server, tmp_path)
     ledger = open_ledger(settings)
 
     def publish(tenant: str, i: int) -> MediaEvent:
-        event = MediaEvent(event_id=uuid.uuid4(), tenant_id=tenant, user_id="u", device_id="d", kind=MediaKind.text,
-                           object_key=f"media/{tenant}/missing-{i}", sha256=f"{i:064x}", size=10,
-                           mime_type="application/x-ndjson", captured_at=datetime.now(UTC))
+        event = MediaEvent(
+            event_id=uuid.uuid4(),
+            tenant_id=tenant,
+            user_id="u",
+            device_id="d",
+            kind=MediaKind.text,
+            object_key=f"media/{tenant}/missing-{i}",
+            sha256=f"{i:064x}",
+            size=10,
+            mime_type="application/x-ndjson",
+            captured_at=datetime.now(UTC),
+        )
         ledger.record_queued(event)
-        app.send_task("workers.ingest.ingest", args=[event.model_dump(mode="json")], task_id=str(event.event_id),
-                      priority=tenant_priority(ledger, tenant, settings))
+        app.send_task(
+            "workers.ingest.ingest",
+            args=[event.model_dump(mode="json")],
+            task_id=str(event.event_id),
+            priority=tenant_priority(ledger, tenant, settings),
+        )
         return event
 
     flood = [publish("flood", i) for i in range(40)]
     small = publish("small", 0)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
-    env.update(ENGRAM_BROKER_URL=url, ENGRAM_DATA_DIR=str(tmp_path / "data"),
-               ENGRAM_VAULT_KEY=Fernet.generate_key().decode())
+    env.update(
+        ENGRAM_BROKER_URL=url, ENGRAM_DATA_DIR=str(tmp_path / "data"), ENGRAM_VAULT_KEY=Fernet.generate_key().decode()
+    )
     repo = Path(__file__).resolve().parents[2]
     with open(tmp_path / "worker.log", "wb") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "engram.workers.app", "worker", "-Q", "ingest", "--pool", "solo",
-             "--without-gossip", "--without-mingle", "-l", "warning"],
-            cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "engram.workers.app",
+                "worker",
+                "-Q",
+                "ingest",
+                "--pool",
+                "solo",
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "warning",
+            ],
+            cwd=repo,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         deadline = time.monotonic() + 180
         ids = [e.event_id for e in [*flood, small]]

@@ -48,13 +48,25 @@ def template(tmp_path_factory) -> Path:
         reset_runtimes()
         svc = EmbeddedService(linger=0)
         try:
-            assert svc.add(AddMemoryRequest(text=NOTE, user_id="alice", time=DAY), "default",
-                           "laptop").status is EventStatus.done
-            chat = AddMemoryRequest(messages=[{"speaker": "Bea", "text": "The harbour festival starts on the ninth"}],
-                                    user_id="bob", time=DAY)
+            assert (
+                svc.add(AddMemoryRequest(text=NOTE, user_id="alice", time=DAY), "default", "laptop").status
+                is EventStatus.done
+            )
+            chat = AddMemoryRequest(
+                messages=[{"speaker": "Bea", "text": "The harbour festival starts on the ninth"}],
+                user_id="bob",
+                time=DAY,
+            )
             assert svc.add(chat, "default", "phone").status is EventStatus.done
-            out = ingest_paths([_screenshot(root)], "default", "alice", "laptop", captured_at=DAY + timedelta(hours=1),
-                               app_name="Firefox", quiet=True)
+            out = ingest_paths(
+                [_screenshot(root)],
+                "default",
+                "alice",
+                "laptop",
+                captured_at=DAY + timedelta(hours=1),
+                app_name="Firefox",
+                quiet=True,
+            )
             assert len(out["done"]) == 1, out
         finally:
             svc.close()
@@ -80,8 +92,7 @@ def store(template, tmp_path, monkeypatch):
 def _originals(rt) -> dict[str, MediaKind | None]:
     from engram.workers.stores.retention import classify, list_objects
 
-    return {o.key: kind for o in list_objects(rt.objects) if (c := classify(o.key))[0] == "original"
-            for kind in [c[1]]}
+    return {o.key: kind for o in list_objects(rt.objects) if (c := classify(o.key))[0] == "original" for kind in [c[1]]}
 
 
 def _points(rt) -> dict[str, int]:
@@ -254,20 +265,31 @@ def test_beat_runs_it_on_a_cluster_and_the_worker_removes_from_s3(redis_server, 
 
     url = redis_server.rsplit("/", 1)[0] + "/11"  # a database of its own on the session's redis-server
     redis.Redis.from_url(url).flushdb()
-    s3 = {"ENGRAM_S3_ENDPOINT": seaweedfs_s3.endpoint, "ENGRAM_S3_ACCESS_KEY": seaweedfs_s3.access_key,
-          "ENGRAM_S3_SECRET_KEY": seaweedfs_s3.secret_key, "ENGRAM_S3_BUCKET": f"ret-{uuid.uuid4().hex[:12]}"}
-    env = {"ENGRAM_BROKER_URL": url, "ENGRAM_DATA_DIR": str(tmp_path / "data"), **s3,
-           "ENGRAM_STORAGE_CAP_BYTES": "6000", "ENGRAM_RETENTION_INTERVAL_SECONDS": "2"}
-    objects = S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key,
-                            s3["ENGRAM_S3_BUCKET"])
+    s3 = {
+        "ENGRAM_S3_ENDPOINT": seaweedfs_s3.endpoint,
+        "ENGRAM_S3_ACCESS_KEY": seaweedfs_s3.access_key,
+        "ENGRAM_S3_SECRET_KEY": seaweedfs_s3.secret_key,
+        "ENGRAM_S3_BUCKET": f"ret-{uuid.uuid4().hex[:12]}",
+    }
+    env = {
+        "ENGRAM_BROKER_URL": url,
+        "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+        **s3,
+        "ENGRAM_STORAGE_CAP_BYTES": "6000",
+        "ENGRAM_RETENTION_INTERVAL_SECONDS": "2",
+    }
+    objects = S3ObjectStore(
+        seaweedfs_s3.endpoint, seaweedfs_s3.access_key, seaweedfs_s3.secret_key, s3["ENGRAM_S3_BUCKET"]
+    )
     keys = [f"media/acme/{c * 64}.wav" for c in "abc"]
     for key in keys:  # stored in this order: LastModified is the order (S3 keeps whole seconds)
         objects.put_bytes(key, os.urandom(4000), "audio/wav")
         time.sleep(1.1)
     cluster = Cluster.create(tmp_path, env)
     try:
-        cluster.start("store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@ret",
-                                "--loglevel", "INFO"])
+        cluster.start(
+            "store", ["worker", "--role", "store", "--pool", "solo", "--hostname", "store@ret", "--loglevel", "INFO"]
+        )
         app = producer(Settings(broker_url=url))
         cluster.wait_ready(app, ["store@ret"])
         cluster.start("beat", ["beat", "--loglevel", "INFO"])

@@ -18,13 +18,23 @@ calls: list[str] = []
 
 def _event() -> MediaEvent:
     sha = hashlib.sha256(b"x").hexdigest()
-    return MediaEvent(tenant_id="acme", user_id="alice", device_id="laptop", kind=MediaKind.text,
-                      object_key=f"media/acme/{sha}.json", sha256=sha, size=1, mime_type="application/json",
-                      captured_at=datetime(2024, 5, 1, tzinfo=UTC))
+    return MediaEvent(
+        tenant_id="acme",
+        user_id="alice",
+        device_id="laptop",
+        kind=MediaKind.text,
+        object_key=f"media/acme/{sha}.json",
+        sha256=sha,
+        size=1,
+        mime_type="application/json",
+        captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+    )
 
 
-@app.task(name="tests.flaky", **{**STAGE_TASK_OPTIONS, "max_retries": 2, "retry_backoff": False,
-                                 "retry_jitter": False, "default_retry_delay": 0})
+@app.task(
+    name="tests.flaky",
+    **{**STAGE_TASK_OPTIONS, "max_retries": 2, "retry_backoff": False, "retry_jitter": False, "default_retry_delay": 0},
+)
 def flaky(event: MediaEvent, fail_times: int, error: str) -> str:
     """Raise ``error`` the first ``fail_times`` calls, inside the stage guard."""
     rt = runtime()
@@ -79,7 +89,6 @@ def test_bulk_work_collects_less_often_and_restores_the_collector():
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
 
 
-
 def test_a_worker_process_freezes_what_it_holds_at_start_and_collects_young_objects_less_often():
     """The receiver a worker's processes run as they start (``worker_process_init``, ``worker_ready``): what the
     process holds then is out of every collection, and young collections wait ``WORKER_GC_THRESHOLDS[0]``
@@ -100,6 +109,7 @@ def test_a_worker_process_freezes_what_it_holds_at_start_and_collects_young_obje
         if not frozen:
             gc.unfreeze()
 
+
 def test_a_lingering_lease_hands_the_store_to_a_process_that_asks_and_ignores_a_dead_ones_request(engram_env):
     """A lease lingering for 600 s keeps the store open between sessions; another process that waits for the store
     (20 s at most) gets it, because the lease reads its request and closes the store, and the lease's next session
@@ -118,8 +128,9 @@ def test_a_lingering_lease_hands_the_store_to_a_process_that_asks_and_ignores_a_
     assert lease.held
     store = engram_env.settings.data_dir / "vectors"
 
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     request = store.with_name(f"{store.name}{WANTED_SUFFIX}{gone}")
     request.touch()
     deadline = time.monotonic() + 30
@@ -133,8 +144,10 @@ def test_a_lingering_lease_hands_the_store_to_a_process_that_asks_and_ignores_a_
         time.sleep(0.05)
     assert len(watchers) == 20 and len(set(watchers)) == 1
 
-    code = ("import sys; from engram.workers.stores.vectors import EdgeVectorStore\n"
-            "s = EdgeVectorStore(sys.argv[1], wait=20); print('points', s.count('observations')); s.close()")
+    code = (
+        "import sys; from engram.workers.stores.vectors import EdgeVectorStore\n"
+        "s = EdgeVectorStore(sys.argv[1], wait=20); print('points', s.count('observations')); s.close()"
+    )
     out = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "points 0" in out.stdout, out.stderr[-2000:]
     assert not lease.held
@@ -167,8 +180,10 @@ def test_a_lease_opens_an_existing_store_only_when_no_other_process_holds_it_and
     assert lease.open_existing() == 0 and lease.held
     lease.close()
 
-    code = ("import sys, time; from engram.workers.stores.vectors import EdgeVectorStore\n"
-            "s = EdgeVectorStore(sys.argv[1]); s.hold(); print('held', flush=True); time.sleep(30)")
+    code = (
+        "import sys, time; from engram.workers.stores.vectors import EdgeVectorStore\n"
+        "s = EdgeVectorStore(sys.argv[1]); s.hold(); print('held', flush=True); time.sleep(30)"
+    )
     other = subprocess.Popen([sys.executable, "-c", code, str(store)], stdout=subprocess.PIPE, text=True)
     try:
         assert other.stdout.readline().strip() == "held"

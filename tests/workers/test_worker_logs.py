@@ -23,9 +23,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _event(tenant: str) -> MediaEvent:
-    return MediaEvent(event_id=uuid.uuid4(), tenant_id=tenant, user_id="u", device_id="d", kind=MediaKind.text,
-                      object_key=f"media/{tenant}/missing", sha256=uuid.uuid4().hex * 2, size=10,
-                      mime_type="application/x-ndjson", captured_at=datetime.now(UTC))
+    return MediaEvent(
+        event_id=uuid.uuid4(),
+        tenant_id=tenant,
+        user_id="u",
+        device_id="d",
+        kind=MediaKind.text,
+        object_key=f"media/{tenant}/missing",
+        sha256=uuid.uuid4().hex * 2,
+        size=10,
+        mime_type="application/x-ndjson",
+        captured_at=datetime.now(UTC),
+    )
 
 
 def test_worker_log_lines_keep_their_level(redis_server, tmp_path):
@@ -44,18 +53,38 @@ def test_worker_log_lines_keep_their_level(redis_server, tmp_path):
     for event in (final, missing):
         app.send_task("workers.ingest.ingest", args=[event.model_dump(mode="json")], task_id=str(event.event_id))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
-    env.update(ENGRAM_BROKER_URL=url, ENGRAM_DATA_DIR=str(tmp_path / "data"),
-               ENGRAM_VAULT_KEY=Fernet.generate_key().decode())
+    env.update(
+        ENGRAM_BROKER_URL=url, ENGRAM_DATA_DIR=str(tmp_path / "data"), ENGRAM_VAULT_KEY=Fernet.generate_key().decode()
+    )
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "engram.api.cli", "worker", "--role", "cpu", "--concurrency", "1",
-             "--loglevel", "INFO", "--hostname", f"logs-{uuid.uuid4().hex[:6]}@%h"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "engram.api.cli",
+                "worker",
+                "--role",
+                "cpu",
+                "--concurrency",
+                "1",
+                "--loglevel",
+                "INFO",
+                "--hostname",
+                f"logs-{uuid.uuid4().hex[:6]}@%h",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
         deadline = time.monotonic() + 180
-        while ledger.get(missing.event_id).status is not EventStatus.failed or "event already final" not in \
-                log.read_text():
+        while (
+            ledger.get(missing.event_id).status is not EventStatus.failed
+            or "event already final" not in log.read_text()
+        ):
             assert worker.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
     finally:

@@ -41,15 +41,21 @@ class Seen:
     def from_payload(cls, payload: dict, user_id: str) -> Seen:
         """From an observation's Qdrant payload."""
         speaker = payload.get("speaker")
-        return cls(text=payload.get("text") or "", kind=payload.get("kind") or "text",
-                   captured_at=datetime.fromtimestamp(payload["start_ts"], UTC), speaker=speaker,
-                   app=payload.get("app"), window=payload.get("window"), message_id=payload.get("message_id"),
-                   about_user=bool(speaker) and speaker.strip().lower() in {*USER_SPEAKERS, user_id.lower()})
+        return cls(
+            text=payload.get("text") or "",
+            kind=payload.get("kind") or "text",
+            captured_at=datetime.fromtimestamp(payload["start_ts"], UTC),
+            speaker=speaker,
+            app=payload.get("app"),
+            window=payload.get("window"),
+            message_id=payload.get("message_id"),
+            about_user=bool(speaker) and speaker.strip().lower() in {*USER_SPEAKERS, user_id.lower()},
+        )
 
     def own_text(self) -> str:
         """The text without a chat message's ``speaker:`` prefix."""
         if self.speaker and self.text.startswith(f"{self.speaker}:"):
-            return self.text[len(self.speaker) + 1:].strip()
+            return self.text[len(self.speaker) + 1 :].strip()
         return self.text
 
     def own_sentences(self) -> list[str]:

@@ -25,31 +25,37 @@ from engram.workers.models import ModelUnavailable, get_model
 from engram.workers.models.llm import ChatLlm, LlmUnavailable
 
 _DRAFTS = {"semantic": SemanticDraft, "procedural": ProceduralDraft, "resource": ResourceDraft, "core": CoreDraft}
-_ITEMS: dict[str, type[BaseModel]] = {k: create_model(f"{k.capitalize()}Items", items=(list[v], ...))
-                                      for k, v in _DRAFTS.items()}
+_ITEMS: dict[str, type[BaseModel]] = {
+    k: create_model(f"{k.capitalize()}Items", items=(list[v], ...)) for k, v in _DRAFTS.items()
+}
 
 _WHAT = {
     "semantic": "facts about people, places, organisations and concepts, independent of when they were said "
-                "(name = the subject; attribute and value when the fact sets one value of a single-valued "
-                "attribute such as lives_in, works_at, age)",
+    "(name = the subject; attribute and value when the fact sets one value of a single-valued "
+    "attribute such as lives_in, works_at, age)",
     "procedural": "workflows, instructions and step lists (how to do something), with their steps in order",
     "resource": "documents, files, URLs, web pages and app windows the user saw or shared",
     "core": "lasting facts about the user (label 'human': profile, preferences, relationships) or about the "
-            "assistant's persona (label 'persona'), each as a short 'attribute: value' line",
+    "assistant's persona (label 'persona'), each as a short 'attribute: value' line",
 }
 ROUTING_PROMPT = (
     "You are the meta memory manager of a personal memory system. Read the numbered observations and decide "
-    "which memory types must be updated with what they contain: " + "; ".join(f"{k}: {v}" for k, v in _WHAT.items())
-    + ". Answer with one JSON object matching this JSON schema: " + json.dumps(Routing.model_json_schema())
-    + ". Choose none when nothing lasting is said.")
+    "which memory types must be updated with what they contain: "
+    + "; ".join(f"{k}: {v}" for k, v in _WHAT.items())
+    + ". Answer with one JSON object matching this JSON schema: "
+    + json.dumps(Routing.model_json_schema())
+    + ". Choose none when nothing lasting is said."
+)
 
 
 def type_prompt(kind: str) -> str:
     """The instruction of one memory type's extraction step."""
-    return (f"You are the {kind} memory manager of a personal memory system. From the numbered observations, "
-            f"extract {_WHAT[kind]}. Cite in 'sources' the numbers of the observations each item comes from. "
-            "Never copy a placeholder such as [vault:...] into anything but where it stands. Answer with one "
-            f"JSON object matching this JSON schema: {json.dumps(_ITEMS[kind].model_json_schema())}")
+    return (
+        f"You are the {kind} memory manager of a personal memory system. From the numbered observations, "
+        f"extract {_WHAT[kind]}. Cite in 'sources' the numbers of the observations each item comes from. "
+        "Never copy a placeholder such as [vault:...] into anything but where it stands. Answer with one "
+        f"JSON object matching this JSON schema: {json.dumps(_ITEMS[kind].model_json_schema())}"
+    )
 
 
 def listing(seen: list[Seen], user_id: str) -> str:
@@ -82,7 +88,7 @@ class LlmExtractor(Extractor):
         """Routing, then one extraction per chosen type, for each batch. Raises ExtractionFailed."""
         out = Extraction()
         for start in range(0, len(seen), self.batch_size):
-            out.extend(self._batch(seen[start:start + self.batch_size], user_id).shifted(start))
+            out.extend(self._batch(seen[start : start + self.batch_size], user_id).shifted(start))
         return out
 
     def _batch(self, part: list[Seen], user_id: str) -> Extraction:
@@ -107,5 +113,6 @@ class LlmExtractor(Extractor):
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "answer"
-            raise ExtractionFailed(f"LLM {self.llm.name!r} {step} answer does not validate: {where}: "
-                                   f"{first['msg']}") from exc
+            raise ExtractionFailed(
+                f"LLM {self.llm.name!r} {step} answer does not validate: {where}: {first['msg']}"
+            ) from exc

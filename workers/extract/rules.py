@@ -29,57 +29,136 @@ _NAME = r"[A-Z][a-z]+(?: [A-Z][a-z]+)?"
 _PLACE = r"(?P<value>[A-Z][\w'.&-]*(?:(?:,? |-)[A-Z][\w'.&-]*){0,3})"
 _PHRASE = r"(?P<value>[\w'&-]+(?: [\w'&-]+){0,4}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|with|now|too)\b|$)"
 #: A longer phrase (up to 16 words) for what a speaker does: ends at punctuation or a conjunction, like _PHRASE
-_CLAUSE = (r"(?P<value>[\w'&-]+(?: [\w'&-]+){0,15}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|with|now|too|"
-           r"which|who|'cause)\b|$)")
+_CLAUSE = (
+    r"(?P<value>[\w'&-]+(?: [\w'&-]+){0,15}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|with|now|too|"
+    r"which|who|'cause)\b|$)"
+)
 _SUBJ = r"(?:(?<=^)|(?<=[\s,;(]))(?P<subj>I|" + _NAME + r")"
 _POSS = r"(?:(?<=^)|(?<=[\s,;(]))(?P<subj>[Mm]y|" + _NAME + r"'s)"
 
 #: (attribute, single-valued, summary template, pattern)
-FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [(a, single, tpl, re.compile(p)) for a, single, tpl, p in [
-    ("lives_in", True, "{s} lives in {v}", _SUBJ + r"(?: now| currently)?(?: live| lives| am living|'m living"
-                                             r"| is living) in " + _PLACE),
-    ("lives_in", True, "{s} lives in {v}", _SUBJ + r"(?:'ve|'s)? (?:just |recently |finally )?(?:have |has |had )?"
-                                             r"(?:moved|relocated) to " + _PLACE),
-    ("works_at", True, "{s} works at {v}", _SUBJ + r"(?: now| currently)?(?: work| works| am working|'m working|"
-                                             r" is working| started working| got a job) (?:at|for) " + _PLACE),
-    ("occupation", True, "{s} works as {v}", _SUBJ + r"(?: now| currently)?(?: work| works| am working|'m working|"
-                                               r" is working) as (?:a|an) " + _PHRASE),
-    ("age", True, "{s} is {v} years old", _SUBJ + r"(?: am|'m| is| just turned| turned) (?P<value>\d{1,3}) years old"),
-    ("origin", True, "{s} is from {v}", _SUBJ + r"(?: am|'m| is| come| comes) (?:originally )?from " + _PLACE),
-    ("origin", True, "{s} is from {v}", _POSS + r" (?:home country|home town|hometown)(?:,| is) " + _PLACE),
-    ("grew_up_in", True, "{s} grew up in {v}", _SUBJ + r" grew up in " + _PLACE),
-    ("spouse", True, "{s} is married to {v}", _SUBJ + r"(?: am|'m| is| got) married to (?P<value>" + _NAME + r")"),
-    ("birthday", True, "{s}'s birthday is {v}", _POSS + r" birthday is (?:on )?(?P<value>(?:\d{1,2}(?:st|nd|rd|th)? "
-                                                 r"[A-Z][a-z]+|[A-Z][a-z]+ \d{1,2}(?:st|nd|rd|th)?))"),
-    ("favourite", True, "{s}'s favourite {w} is {v}", _POSS + r" (?:all-time )?favou?rite (?P<what>[a-z]+(?: [a-z]+)?)"
-                                                        r" is " + _PHRASE),
-    ("studies", True, "{s} studies {v}", _SUBJ + r"(?: study| studies| am studying|'m studying| is studying| major in|"
-                                           r" majored in) " + _PHRASE),
-    ("pet", False, "{s} has a {v}", _SUBJ + r" (?:have|has|got|adopted) (?:a|an) (?P<value>(?:\w+ )?(?:dog|cat|puppy|"
-                                     r"kitten|parrot|rabbit|hamster|horse|turtle|fish)(?: named [A-Z][a-z]+)?)"),
-    ("likes", False, "{s} likes {v}", _SUBJ + r" (?:really |absolutely |just )?(?:love|loves|enjoy|enjoys) "
-                                       r"(?:to )?" + _PHRASE),
-    # what a speaker does, did or is into (multi-valued; ``what``: the verb as the summary says it)
-    ("interest", False, "{s} is {w} {v}", _SUBJ + r"(?:'m| am| is) (?:really |very |so |super |also )?"
-                                           r"(?P<what>passionate about|keen on|into|a (?:big |huge )?fan of) "
-                                           + _CLAUSE),
-    # who someone is, in their own words ("my own journey as a transgender woman"), and what they aim at
-    ("identity", True, "{s} is {v}", _POSS + r" (?:own )?(?:journey|path|life|story|experience) as (?P<value>an? "
-                                      r"(?:[a-z]+ ){0,2}(?:woman|man|person|mom|mother|dad|father|parent|student|"
-                                      r"teacher|artist|immigrant|veteran))\b"),
-    ("goal", True, "{s}'s goal is to {v}", _POSS + r" (?:biggest |main |ultimate |big )?(?:goal|dream) is (?:to )?"
-                                            r"(?P<value>[\w'-]+(?: [\w'&-]+){1,15}?)(?=[,.;:!?)]|$)"),
-    ("doing", False, "{s} is {w} {v}", _SUBJ + r"(?:'m| am| is|'ve been| have been| has been) (?:currently |still "
-                                        r"|now |also |just |really )?(?P<what>working on|preparing for|getting ready "
-                                        r"for|training for|planning to|planning on|looking for|searching for|on the "
-                                        r"hunt for|starting|opening|learning|taking|volunteering (?:at|with|for)|"
-                                        r"writing|building|organizing|organising|thinking about|thinking of|"
-                                        r"considering|hoping to|trying to) " + _CLAUSE),
-    ("did", False, "{s} {w} {v}", _SUBJ + r"(?:'ve| have| has)? (?:just |recently |finally |also |already )?"
-                                   r"(?P<what>launched|started|opened|finished|joined|signed up for|bought|adopted|"
-                                   r"lost|won|visited|attended|took up|quit|graduated from|volunteered (?:at|with|for)|"
-                                   r"used to|went to|ran|painted|wrote|published|created) " + _CLAUSE),
-]]
+FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [
+    (a, single, tpl, re.compile(p))
+    for a, single, tpl, p in [
+        (
+            "lives_in",
+            True,
+            "{s} lives in {v}",
+            _SUBJ + r"(?: now| currently)?(?: live| lives| am living|'m living"
+            r"| is living) in " + _PLACE,
+        ),
+        (
+            "lives_in",
+            True,
+            "{s} lives in {v}",
+            _SUBJ + r"(?:'ve|'s)? (?:just |recently |finally )?(?:have |has |had )?"
+            r"(?:moved|relocated) to " + _PLACE,
+        ),
+        (
+            "works_at",
+            True,
+            "{s} works at {v}",
+            _SUBJ + r"(?: now| currently)?(?: work| works| am working|'m working|"
+            r" is working| started working| got a job) (?:at|for) " + _PLACE,
+        ),
+        (
+            "occupation",
+            True,
+            "{s} works as {v}",
+            _SUBJ + r"(?: now| currently)?(?: work| works| am working|'m working|"
+            r" is working) as (?:a|an) " + _PHRASE,
+        ),
+        (
+            "age",
+            True,
+            "{s} is {v} years old",
+            _SUBJ + r"(?: am|'m| is| just turned| turned) (?P<value>\d{1,3}) years old",
+        ),
+        ("origin", True, "{s} is from {v}", _SUBJ + r"(?: am|'m| is| come| comes) (?:originally )?from " + _PLACE),
+        ("origin", True, "{s} is from {v}", _POSS + r" (?:home country|home town|hometown)(?:,| is) " + _PLACE),
+        ("grew_up_in", True, "{s} grew up in {v}", _SUBJ + r" grew up in " + _PLACE),
+        ("spouse", True, "{s} is married to {v}", _SUBJ + r"(?: am|'m| is| got) married to (?P<value>" + _NAME + r")"),
+        (
+            "birthday",
+            True,
+            "{s}'s birthday is {v}",
+            _POSS + r" birthday is (?:on )?(?P<value>(?:\d{1,2}(?:st|nd|rd|th)? "
+            r"[A-Z][a-z]+|[A-Z][a-z]+ \d{1,2}(?:st|nd|rd|th)?))",
+        ),
+        (
+            "favourite",
+            True,
+            "{s}'s favourite {w} is {v}",
+            _POSS + r" (?:all-time )?favou?rite (?P<what>[a-z]+(?: [a-z]+)?)"
+            r" is " + _PHRASE,
+        ),
+        (
+            "studies",
+            True,
+            "{s} studies {v}",
+            _SUBJ + r"(?: study| studies| am studying|'m studying| is studying| major in|"
+            r" majored in) " + _PHRASE,
+        ),
+        (
+            "pet",
+            False,
+            "{s} has a {v}",
+            _SUBJ + r" (?:have|has|got|adopted) (?:a|an) (?P<value>(?:\w+ )?(?:dog|cat|puppy|"
+            r"kitten|parrot|rabbit|hamster|horse|turtle|fish)(?: named [A-Z][a-z]+)?)",
+        ),
+        (
+            "likes",
+            False,
+            "{s} likes {v}",
+            _SUBJ + r" (?:really |absolutely |just )?(?:love|loves|enjoy|enjoys) "
+            r"(?:to )?" + _PHRASE,
+        ),
+        # what a speaker does, did or is into (multi-valued; ``what``: the verb as the summary says it)
+        (
+            "interest",
+            False,
+            "{s} is {w} {v}",
+            _SUBJ + r"(?:'m| am| is) (?:really |very |so |super |also )?"
+            r"(?P<what>passionate about|keen on|into|a (?:big |huge )?fan of) " + _CLAUSE,
+        ),
+        # who someone is, in their own words ("my own journey as a transgender woman"), and what they aim at
+        (
+            "identity",
+            True,
+            "{s} is {v}",
+            _POSS + r" (?:own )?(?:journey|path|life|story|experience) as (?P<value>an? "
+            r"(?:[a-z]+ ){0,2}(?:woman|man|person|mom|mother|dad|father|parent|student|"
+            r"teacher|artist|immigrant|veteran))\b",
+        ),
+        (
+            "goal",
+            True,
+            "{s}'s goal is to {v}",
+            _POSS + r" (?:biggest |main |ultimate |big )?(?:goal|dream) is (?:to )?"
+            r"(?P<value>[\w'-]+(?: [\w'&-]+){1,15}?)(?=[,.;:!?)]|$)",
+        ),
+        (
+            "doing",
+            False,
+            "{s} is {w} {v}",
+            _SUBJ + r"(?:'m| am| is|'ve been| have been| has been) (?:currently |still "
+            r"|now |also |just |really )?(?P<what>working on|preparing for|getting ready "
+            r"for|training for|planning to|planning on|looking for|searching for|on the "
+            r"hunt for|starting|opening|learning|taking|volunteering (?:at|with|for)|"
+            r"writing|building|organizing|organising|thinking about|thinking of|"
+            r"considering|hoping to|trying to) " + _CLAUSE,
+        ),
+        (
+            "did",
+            False,
+            "{s} {w} {v}",
+            _SUBJ + r"(?:'ve| have| has)? (?:just |recently |finally |also |already )?"
+            r"(?P<what>launched|started|opened|finished|joined|signed up for|bought|adopted|"
+            r"lost|won|visited|attended|took up|quit|graduated from|volunteered (?:at|with|for)|"
+            r"used to|went to|ran|painted|wrote|published|created) " + _CLAUSE,
+        ),
+    ]
+]
 #: Attributes whose value is a clause in the speaker's own words: its first person is made third ("my store" ->
 #: "their store") before it is stored.
 _CLAUSE_ATTRIBUTES = {"interest", "doing", "did", "identity", "goal"}
@@ -107,13 +186,58 @@ FACT_GATES: list[tuple[tuple[str, ...], ...]] = [
     (("passionate about ", " keen on ", " into ", " fan of "),),
     ((" as a",),),
     ((" goal is ", " dream is "),),
-    ((" working on ", " preparing for ", " getting ready for ", " training for ", " planning ", " looking for ",
-      " searching for ", " on the hunt for ", " starting ", " opening ", " learning ", " taking ", " volunteering ",
-      " writing ", " building ", " organizing ", " organising ", " thinking ", " considering ", " hoping to ",
-      " trying to "),),
-    ((" launched ", " started ", " opened ", " finished ", " joined ", " signed up for ", " bought ", " adopted ",
-      " lost ", " won ", " visited ", " attended ", " took up ", " quit ", " graduated from ", " volunteered ",
-      " used to ", " went to ", " ran ", " painted ", " wrote ", " published ", " created "),),
+    (
+        (
+            " working on ",
+            " preparing for ",
+            " getting ready for ",
+            " training for ",
+            " planning ",
+            " looking for ",
+            " searching for ",
+            " on the hunt for ",
+            " starting ",
+            " opening ",
+            " learning ",
+            " taking ",
+            " volunteering ",
+            " writing ",
+            " building ",
+            " organizing ",
+            " organising ",
+            " thinking ",
+            " considering ",
+            " hoping to ",
+            " trying to ",
+        ),
+    ),
+    (
+        (
+            " launched ",
+            " started ",
+            " opened ",
+            " finished ",
+            " joined ",
+            " signed up for ",
+            " bought ",
+            " adopted ",
+            " lost ",
+            " won ",
+            " visited ",
+            " attended ",
+            " took up ",
+            " quit ",
+            " graduated from ",
+            " volunteered ",
+            " used to ",
+            " went to ",
+            " ran ",
+            " painted ",
+            " wrote ",
+            " published ",
+            " created ",
+        ),
+    ),
 ]
 
 
@@ -128,45 +252,152 @@ def _passes(sentence: str, gate: tuple[tuple[str, ...], ...]) -> bool:
     return True
 
 
-_NOT_VALUES = {"it", "that", "this", "you", "them", "him", "her", "those", "these", "me", "us", "the", "a", "an",
-               "what", "how", "when", "being", "having", "doing", "seeing", "hearing", "your", "my"}
+_NOT_VALUES = {
+    "it",
+    "that",
+    "this",
+    "you",
+    "them",
+    "him",
+    "her",
+    "those",
+    "these",
+    "me",
+    "us",
+    "the",
+    "a",
+    "an",
+    "what",
+    "how",
+    "when",
+    "being",
+    "having",
+    "doing",
+    "seeing",
+    "hearing",
+    "your",
+    "my",
+}
 #: First words that make a clause no fact ("I'm into it", "I started again", "I went to bed")
-_NOT_CLAUSES = {"it", "that", "this", "you", "them", "him", "her", "those", "these", "me", "us", "what", "how",
-                "when", "again", "out", "up", "back", "over", "there", "here", "bed", "sleep", "something", "some",
-                "anything", "everything", "things", "stuff", "one", "so", "too", "really", "very", "just"}
-_NOT_NAMES = {"The", "Then", "So", "And", "But", "We", "They", "He", "She", "It", "This", "That", "Yes", "No",
-              "Oh", "Wow", "Well", "Also", "Now", "Today", "Yesterday", "Thanks", "Hey", "Hi", "Sure", "Maybe"}
+_NOT_CLAUSES = {
+    "it",
+    "that",
+    "this",
+    "you",
+    "them",
+    "him",
+    "her",
+    "those",
+    "these",
+    "me",
+    "us",
+    "what",
+    "how",
+    "when",
+    "again",
+    "out",
+    "up",
+    "back",
+    "over",
+    "there",
+    "here",
+    "bed",
+    "sleep",
+    "something",
+    "some",
+    "anything",
+    "everything",
+    "things",
+    "stuff",
+    "one",
+    "so",
+    "too",
+    "really",
+    "very",
+    "just",
+}
+_NOT_NAMES = {
+    "The",
+    "Then",
+    "So",
+    "And",
+    "But",
+    "We",
+    "They",
+    "He",
+    "She",
+    "It",
+    "This",
+    "That",
+    "Yes",
+    "No",
+    "Oh",
+    "Wow",
+    "Well",
+    "Also",
+    "Now",
+    "Today",
+    "Yesterday",
+    "Thanks",
+    "Hey",
+    "Hi",
+    "Sure",
+    "Maybe",
+}
 
 _NUMBERED = re.compile(r"^\s*(?:step\s*)?(\d{1,2})[.):]\s+(\S.*)$", re.IGNORECASE | re.MULTILINE)
 _SEQUENCE = re.compile(r"\b(?:first(?:ly)?|then|next|after that|afterwards|finally|lastly)\b,?\s*", re.IGNORECASE)
 _NOT_IMPERATIVE = {"i", "we", "he", "she", "they", "it", "my", "our", "his", "her", "their", "me", "us"}
 #: Verbs a step of a how-to starts with. A numbered list is a procedure when most of its steps start with one
 #: (a list of recommendations or facts is not).
-IMPERATIVE = set("""add adjust apply ask attach bake beat blend boil book bring buy call change check choose chop clean
+IMPERATIVE = set(
+    """add adjust apply ask attach bake beat blend boil book bring buy call change check choose chop clean
 click close combine configure connect copy cover create cut decide define deploy download drag drain drain drink
 edit enable enter fill find fold follow gather get go grab heat hold install keep knead launch leave let log look
 make measure melt mix move navigate note open order pack paste pay pick place plan plug pour prepare preheat press
 print pull push put read register reinstall remove repeat replace reset restart return review rinse roll run save
 scroll search season select send serve set share sign simmer slice soak sort spread start stir stop store submit
 switch take tap test tighten toggle transfer try turn type unplug update upload use verify visit wait wash watch
-whisk wipe write""".split())
+whisk wipe write""".split()
+)
 
 
 def _imperative(step: str) -> bool:
     words = re.sub(r"[*_`#>\[\]]", " ", step).split()
     return bool(words) and words[0].lower().strip(":,.") in IMPERATIVE
 
+
 _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"'()\[\]{}]+")
-_FILE = re.compile(r"(?<![\w/.@-])([\w][\w.-]{0,80}\.(pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|odt|ods|txt"
-                   r"|py|ipynb|js|ts|json|ya?ml|md|sql|sh))\b")
-_FILE_TYPES = {"pdf": "document", "doc": "document", "docx": "document", "odt": "document", "txt": "document",
-               "md": "document", "xls": "spreadsheet", "xlsx": "spreadsheet", "ods": "spreadsheet",
-               "csv": "spreadsheet", "ppt": "presentation", "pptx": "presentation", "png": "image",
-               "jpg": "image", "jpeg": "image", "mp4": "video", "mov": "video", "zip": "archive"}
+_FILE = re.compile(
+    r"(?<![\w/.@-])([\w][\w.-]{0,80}\.(pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|odt|ods|txt"
+    r"|py|ipynb|js|ts|json|ya?ml|md|sql|sh))\b"
+)
+_FILE_TYPES = {
+    "pdf": "document",
+    "doc": "document",
+    "docx": "document",
+    "odt": "document",
+    "txt": "document",
+    "md": "document",
+    "xls": "spreadsheet",
+    "xlsx": "spreadsheet",
+    "ods": "spreadsheet",
+    "csv": "spreadsheet",
+    "ppt": "presentation",
+    "pptx": "presentation",
+    "png": "image",
+    "jpg": "image",
+    "jpeg": "image",
+    "mp4": "video",
+    "mov": "video",
+    "zip": "archive",
+}
 #: The ``.<extension>`` every ``_FILE`` match ends with: a text without one has no file name (a fast scan
 #: before the slow one).
-_FILE_EXT = re.compile(r"\.(?:pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|odt|ods|txt|py|ipynb|js|ts|json|ya?ml"
-                       r"|md|sql|sh)\b")
+_FILE_EXT = re.compile(
+    r"\.(?:pdf|docx?|xlsx?|pptx?|csv|zip|png|jpe?g|mp4|mov|odt|ods|txt|py|ipynb|js|ts|json|ya?ml"
+    r"|md|sql|sh)\b"
+)
 _BROWSERS = ("chrome", "firefox", "safari", "edge", "brave", "opera", "arc", "chromium", "vivaldi")
 
 
@@ -179,8 +410,18 @@ def _clean_value(value: str) -> str:
     return value.strip(" ,.;:!?'\"").removeprefix("the ").strip()
 
 
-_FIRST_PERSON = {"my": "their", "me": "them", "myself": "themselves", "mine": "theirs", "i": "they", "i'm": "they're",
-                 "i've": "they've", "our": "their", "we": "they", "us": "them"}
+_FIRST_PERSON = {
+    "my": "their",
+    "me": "them",
+    "myself": "themselves",
+    "mine": "theirs",
+    "i": "they",
+    "i'm": "they're",
+    "i've": "they've",
+    "our": "their",
+    "we": "they",
+    "us": "them",
+}
 
 
 def _third_person(value: str) -> str:
@@ -213,8 +454,9 @@ class RulesExtractor(Extractor):
         return out
 
     @staticmethod
-    def _statements(asked: list[tuple[str, str]], owner: list[int], seen: list[Seen], user_id: str,
-                    out: Extraction) -> None:
+    def _statements(
+        asked: list[tuple[str, str]], owner: list[int], seen: list[Seen], user_id: str, out: Extraction
+    ) -> None:
         """One semantic draft per turn from what its speaker says about themselves (``extract.statements``); a
         multi-valued pattern draft of the same turn that it says in full ("Gina launched an ad campaign ...") is
         dropped for it."""
@@ -229,8 +471,13 @@ class RulesExtractor(Extractor):
                 name = user_id if obs.about_user else obs.speaker or user_id
                 made.append(SemanticDraft(name=name, summary=fact[:1000], details=obs.own_text()[:4000], sources=[i]))
                 said[i] = set(_WORDS.findall(fact.lower()))
-        out.semantic = [d for d in out.semantic if d.attribute or d.sources[0] not in said
-                        or not set(_WORDS.findall(d.summary.lower())) <= said[d.sources[0]]] + made
+        out.semantic = [
+            d
+            for d in out.semantic
+            if d.attribute
+            or d.sources[0] not in said
+            or not set(_WORDS.findall(d.summary.lower())) <= said[d.sources[0]]
+        ] + made
 
     def _facts(self, sentence: str, i: int, obs: Seen, names: set[str], user_id: str, out: Extraction) -> None:
         for (attribute, single, template, pattern), gate in zip(FACT_PATTERNS, FACT_GATES, strict=True):
@@ -260,9 +507,16 @@ class RulesExtractor(Extractor):
                 clause = attribute in _CLAUSE_ATTRIBUTES  # its verb is part of the value: "interest: into jazz"
                 attr = f"{attribute}_{what.replace(' ', '_')}" if what and not clause else attribute
                 summary = template.format(s=subject, v=value, w=what)
-                out.semantic.append(SemanticDraft(
-                    name=subject, summary=summary, details=sentence[:4000], sources=[i],
-                    attribute=attr if single else "", value=value if single else ""))
+                out.semantic.append(
+                    SemanticDraft(
+                        name=subject,
+                        summary=summary,
+                        details=sentence[:4000],
+                        sources=[i],
+                        attribute=attr if single else "",
+                        value=value if single else "",
+                    )
+                )
                 if (first_person and obs.about_user or subject == user_id) and attribute not in _EVENTS:
                     label = attr.replace("_", " ")
                     fact = f"{label}: {what} {value}".replace(":  ", ": ") if clause else f"{label}: {value}"
@@ -281,17 +535,21 @@ def procedures(text: str, i: int, sents: list[str] | None = None) -> list[Proced
             run.append(m)
             continue
         if 2 <= len(run) <= 30 and sum(map(_imperative, (r.group(2) for r in run))) * 2 > len(run):
-            line_no = text[:run[0].start()].count("\n") + (1 if text[run[0].start()] == "\n" else 0)
+            line_no = text[: run[0].start()].count("\n") + (1 if text[run[0].start()] == "\n" else 0)
             lines = text.splitlines()
             heading = next((ln.strip().rstrip(":") for ln in reversed(lines[:line_no]) if ln.strip()), "")
             steps = [r.group(2).strip() for r in run]
-            out.append(ProceduralDraft(entry_type="guide", summary=(heading or steps[0])[:500], steps=steps,
-                                       sources=[i]))
+            out.append(
+                ProceduralDraft(entry_type="guide", summary=(heading or steps[0])[:500], steps=steps, sources=[i])
+            )
         run = [m] if m is not None and m.group(1) == "1" else []
     for sentence in sentences(text) if sents is None else sents:
         low = sentence.lower()
-        if ("first" not in low or not re.search(r"\bfirst(?:ly)?\b", low)  # the substring test first: cheaper
-                or not re.search(r"\b(?:then|next|finally|lastly)\b", low)):
+        if (
+            "first" not in low
+            or not re.search(r"\bfirst(?:ly)?\b", low)  # the substring test first: cheaper
+            or not re.search(r"\b(?:then|next|finally|lastly)\b", low)
+        ):
             continue
         parts = _SEQUENCE.split(sentence)
         head, steps = parts[0].strip(" ,:;-"), [p.strip(" ,;.") for p in parts[1:] if p.strip(" ,;.")]
@@ -309,32 +567,53 @@ def resources(obs: Seen, i: int) -> list[ResourceDraft]:
     out: list[ResourceDraft] = []
     where = f"shared by {obs.speaker}" if obs.speaker else f"seen on {obs.kind}"
     spans = []
-    for m in (_URL.finditer(text) if "http" in text or "www." in text else ()):  # a URL holds one of these
+    for m in _URL.finditer(text) if "http" in text or "www." in text else ():  # a URL holds one of these
         url = m.group(0).rstrip(".,;:!?")
         spans.append((m.start(), m.end()))
         host = urlsplit(url if "://" in url else f"http://{url}").hostname or url
-        out.append(ResourceDraft(title=url[:500], resource_type="url", summary=f"link to {host} {where}"[:1000],
-                                 content=_around(text, m.start(), m.end()), sources=[i]))
-    for m in (_FILE.finditer(text) if _FILE_EXT.search(text) else ()):  # a file name holds a .<extension>
+        out.append(
+            ResourceDraft(
+                title=url[:500],
+                resource_type="url",
+                summary=f"link to {host} {where}"[:1000],
+                content=_around(text, m.start(), m.end()),
+                sources=[i],
+            )
+        )
+    for m in _FILE.finditer(text) if _FILE_EXT.search(text) else ():  # a file name holds a .<extension>
         if any(a <= m.start() < b for a, b in spans):
             continue
         name, ext = m.group(1), m.group(2).lower()
         base = name[: -len(ext) - 1]
         if ext in ("js", "ts", "md", "json", "py", "sh", "sql", "yml", "yaml", "txt") and not (
-                base.islower() or any(c in base for c in "_-0123456789")):
+            base.islower() or any(c in base for c in "_-0123456789")
+        ):
             continue  # "Node.js" names a technology, "notes.md" a file
-        out.append(ResourceDraft(title=name, resource_type=_FILE_TYPES.get(ext, "code"),
-                                 summary=f"file {name} {where}", content=_around(text, m.start(), m.end()),
-                                 sources=[i]))
+        out.append(
+            ResourceDraft(
+                title=name,
+                resource_type=_FILE_TYPES.get(ext, "code"),
+                summary=f"file {name} {where}",
+                content=_around(text, m.start(), m.end()),
+                sources=[i],
+            )
+        )
     if obs.kind == "screenshot" and (obs.window or obs.app):
         title = obs.window or obs.app or ""
         kind = "page" if any(b in (obs.app or "").lower() for b in _BROWSERS) else "window"
         summary = " — ".join(x for x in (obs.app, obs.window) if x)
-        out.append(ResourceDraft(title=title[:500], resource_type=kind, summary=f"{summary} (on screen)"[:1000],
-                                 content=text[:8000], sources=[i]))
+        out.append(
+            ResourceDraft(
+                title=title[:500],
+                resource_type=kind,
+                summary=f"{summary} (on screen)"[:1000],
+                content=text[:8000],
+                sources=[i],
+            )
+        )
     return out
 
 
 def _around(text: str, start: int, end: int, width: int = 300) -> str:
     """The text around ``[start, end)``, about ``width`` characters either side."""
-    return text[max(0, start - width):end + width].strip()
+    return text[max(0, start - width) : end + width].strip()

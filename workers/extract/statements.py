@@ -59,8 +59,12 @@ _SECOND = re.compile(r"\b(?:you|your|yours|yourself)\b", re.IGNORECASE)
 def telling(statement: Statement) -> bool:
     """Whether a statement tells something about its speaker: not about the other person ("Caroline is so happy
     for you"), not led by a vague subject or a question word, at least 4 words."""
-    return (not _SECOND.search(statement.text) and statement.subject not in _VAGUE_SUBJECTS
-            and statement.first not in _VAGUE_FIRST and len(statement.text.split()) >= 4)
+    return (
+        not _SECOND.search(statement.text)
+        and statement.subject not in _VAGUE_SUBJECTS
+        and statement.first not in _VAGUE_FIRST
+        and len(statement.text.split()) >= 4
+    )
 
 
 def turn_fact(found: list[Statement]) -> str:
@@ -120,16 +124,24 @@ def _clause_heads(doc) -> list:
         while stack:
             head = stack.pop()
             heads.append(head)
-            stack.extend(c for c in head.subtree if c.dep_ in _CLAUSE_DEPS and c.i != head.i and _has_subject(c)
-                         and c.pos_ in ("VERB", "AUX") and _owner(c).i == head.i)
+            stack.extend(
+                c
+                for c in head.subtree
+                if c.dep_ in _CLAUSE_DEPS
+                and c.i != head.i
+                and _has_subject(c)
+                and c.pos_ in ("VERB", "AUX")
+                and _owner(c).i == head.i
+            )
     return sorted(heads, key=lambda h: h.i)
 
 
 def _owner(token):
     """The clause head a token belongs to: its nearest ancestor that is a sentence root or a split clause."""
     node = token.head
-    while node.head.i != node.i and not (node.dep_ in _CLAUSE_DEPS and _has_subject(node)
-                                         and node.pos_ in ("VERB", "AUX")):
+    while node.head.i != node.i and not (
+        node.dep_ in _CLAUSE_DEPS and _has_subject(node) and node.pos_ in ("VERB", "AUX")
+    ):
         node = node.head
     return node
 
@@ -137,32 +149,60 @@ def _owner(token):
 def _read(doc, name: str) -> list[Statement]:
     out = []
     for head in _clause_heads(doc):
-        split = {c.i for c in head.subtree if c.i != head.i and c.dep_ in _CLAUSE_DEPS and _has_subject(c)
-                 and c.pos_ in ("VERB", "AUX")}
+        split = {
+            c.i
+            for c in head.subtree
+            if c.i != head.i and c.dep_ in _CLAUSE_DEPS and _has_subject(c) and c.pos_ in ("VERB", "AUX")
+        }
         cut = {t.i for i in split for t in doc[i].subtree}
         for i in split:  # the "and" / "but" / comma joining a split clause goes with it
             cut |= {c.i for c in doc[i].head.children if c.dep_ in ("cc", "punct") and c.i < i}
         cut |= {t.i for c in head.children if c.dep_ in ("intj", "punct") for t in c.subtree}
         cut |= {c.i for c in head.children if c.dep_ in ("cc", "mark") and c.i < head.i}
         # a name called out ("Caroline, since we last talked ..."): no part of the clause
-        cut |= {t.i for c in head.children if c.dep_ in ("npadvmod", "nsubj", "dep") and c.pos_ == "PROPN"
-                and c.i + 1 < len(doc) and doc[c.i + 1].text == "," and c.i < head.i for t in c.subtree}
+        cut |= {
+            t.i
+            for c in head.children
+            if c.dep_ in ("npadvmod", "nsubj", "dep")
+            and c.pos_ == "PROPN"
+            and c.i + 1 < len(doc)
+            and doc[c.i + 1].text == ","
+            and c.i < head.i
+            for t in c.subtree
+        }
         keep = [t for t in head.subtree if t.i not in cut]
         if not any(t.lower_ in _FIRST for t in keep):
             continue
         subj = next((c for c in head.children if c.dep_ in ("nsubj", "nsubjpass", "expl")), None)
-        kind = "" if subj is None else subj.lower_ if subj.lower_ in ("i", "we") else "my" if any(
-            c.lower_ in ("my", "our") for c in subj.children) else subj.lower_ if subj.pos_ == "PRON" else "np"
+        kind = (
+            ""
+            if subj is None
+            else subj.lower_
+            if subj.lower_ in ("i", "we")
+            else "my"
+            if any(c.lower_ in ("my", "our") for c in subj.children)
+            else subj.lower_
+            if subj.pos_ == "PRON"
+            else "np"
+        )
         if kind == "we" and _BOTH.search(doc.text) or any(t.lower_ == "'s" and t.norm_ == "us" for t in keep):
             continue  # both speakers, not the speaker and their family
         if text := _third_person(keep, name):
-            out.append(Statement(text=text, sentence=doc.text, verb=head.norm_, subject=kind,
-                                 first=keep[0].lower_))
+            out.append(Statement(text=text, sentence=doc.text, verb=head.norm_, subject=kind, first=keep[0].lower_))
     return out
 
 
-_IRREGULAR = {"'m": "is", "am": "is", "'re": "is", "are": "is", "were": "was", "'ve": "has", "have": "has",
-              "do": "does", "'s": "is"}
+_IRREGULAR = {
+    "'m": "is",
+    "am": "is",
+    "'re": "is",
+    "are": "is",
+    "were": "was",
+    "'ve": "has",
+    "have": "has",
+    "do": "does",
+    "'s": "is",
+}
 
 
 def _third(verb) -> str:

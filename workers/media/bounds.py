@@ -62,8 +62,9 @@ class UploadBudget:
         timeline") pass ``max_upload_media_seconds``."""
         limit = self.settings.max_upload_media_seconds
         if seconds > limit:
-            raise LimitExceeded(f"limit exceeded: {what} runs past {limit:,.0f} s "
-                                f"(ENGRAM_MAX_UPLOAD_MEDIA_SECONDS){self._declared()}")
+            raise LimitExceeded(
+                f"limit exceeded: {what} runs past {limit:,.0f} s (ENGRAM_MAX_UPLOAD_MEDIA_SECONDS){self._declared()}"
+            )
 
     def add_segment(self) -> None:
         """Count one more planned segment; raise LimitExceeded past ``max_upload_segments``."""
@@ -74,15 +75,18 @@ class UploadBudget:
         """Raise LimitExceeded when ``n`` segments pass ``max_upload_segments``."""
         limit = self.settings.max_upload_segments
         if n > limit:
-            raise LimitExceeded(f"limit exceeded: more than {limit:,} segments (ENGRAM_MAX_UPLOAD_SEGMENTS)"
-                                f"{self._declared()}")
+            raise LimitExceeded(
+                f"limit exceeded: more than {limit:,} segments (ENGRAM_MAX_UPLOAD_SEGMENTS){self._declared()}"
+            )
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
         """Write one derived object, counting its bytes; raise LimitExceeded (writing nothing) when it would
         pass ``max_upload_derived_bytes``."""
         limit = self.settings.max_upload_derived_bytes
         if self.derived_bytes + len(data) > limit:
-            raise LimitExceeded(f"limit exceeded: derived objects pass {limit:,} bytes "
-                                f"(ENGRAM_MAX_UPLOAD_DERIVED_BYTES){self._declared()}")
+            raise LimitExceeded(
+                f"limit exceeded: derived objects pass {limit:,} bytes "
+                f"(ENGRAM_MAX_UPLOAD_DERIVED_BYTES){self._declared()}"
+            )
         self.objects.put_bytes(key, data, content_type)
         self.derived_bytes += len(data)

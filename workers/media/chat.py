@@ -18,8 +18,8 @@ def message_context(messages: list, idx: int, turns: int = CONTEXT_TURNS) -> tup
     """Display texts of up to ``turns`` messages before and after ``messages[idx]`` in its session, in
     conversation order (the context of contextual indexing, ``workers.embed``)."""
     sid = messages[idx].session_id
-    before = [m.display_text() for m in messages[max(0, idx - turns):idx] if m.session_id == sid]
-    after = [m.display_text() for m in messages[idx + 1:idx + 1 + turns] if m.session_id == sid]
+    before = [m.display_text() for m in messages[max(0, idx - turns) : idx] if m.session_id == sid]
+    after = [m.display_text() for m in messages[idx + 1 : idx + 1 + turns] if m.session_id == sid]
     return before, after
 
 

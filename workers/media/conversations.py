@@ -53,8 +53,11 @@ def _locomo_session_times(sample: dict, index: int) -> list[tuple[str, str]]:
     conv = sample.get("conversation")
     if not isinstance(conv, dict):
         return []
-    return [(f"sample {sample_id}, {key}", str(value)) for key, value in conv.items()
-            if re.fullmatch(r"session_\d+_date_time", key)]
+    return [
+        (f"sample {sample_id}, {key}", str(value))
+        for key, value in conv.items()
+        if re.fullmatch(r"session_\d+_date_time", key)
+    ]
 
 
 def locomo_date_order(samples: list[dict]) -> str | None:
@@ -82,9 +85,16 @@ def locomo_sample_messages(sample: dict, index: int = 0, order: str | None = Non
             raise ValueError(f"sample {sample_id}, session_{n}_date_time: {exc}") from exc
         for i, turn in enumerate(conv[key]):
             atts = [Attachment(kind="image", caption=turn["blip_caption"])] if turn.get("blip_caption") else []
-            out.append(ConversationMessage(
-                message_id=turn["dia_id"], session_id=f"{sample_id}/session_{n}", speaker=turn["speaker"],
-                text=turn.get("text", ""), timestamp=start + i * TURN_SPACING, attachments=atts))
+            out.append(
+                ConversationMessage(
+                    message_id=turn["dia_id"],
+                    session_id=f"{sample_id}/session_{n}",
+                    speaker=turn["speaker"],
+                    text=turn.get("text", ""),
+                    timestamp=start + i * TURN_SPACING,
+                    attachments=atts,
+                )
+            )
     return out
 
 
@@ -97,12 +107,20 @@ def longmemeval_messages(item: dict) -> list[ConversationMessage]:
     """The haystack of one LongMemEval question: ``session_id`` from ``haystack_session_ids``,
     ``message_id`` ``<session>:<turn>``, speaker ``user``/``assistant``."""
     out: list[ConversationMessage] = []
-    for sid, date, session in zip(item["haystack_session_ids"], item["haystack_dates"],
-                                  item["haystack_sessions"], strict=True):
+    for sid, date, session in zip(
+        item["haystack_session_ids"], item["haystack_dates"], item["haystack_sessions"], strict=True
+    ):
         start = parse_longmemeval_date(date)
         for i, turn in enumerate(session):
-            out.append(ConversationMessage(message_id=f"{sid}:{i}", session_id=str(sid), speaker=turn["role"],
-                                           text=turn["content"], timestamp=start + i * TURN_SPACING))
+            out.append(
+                ConversationMessage(
+                    message_id=f"{sid}:{i}",
+                    session_id=str(sid),
+                    speaker=turn["role"],
+                    text=turn["content"],
+                    timestamp=start + i * TURN_SPACING,
+                )
+            )
     return out
 
 
@@ -127,8 +145,9 @@ def _records(items: list) -> list[ConversationMessage]:
     return out
 
 
-def parse_conversation_file(data: bytes, source_name: str = "", default_time: datetime | None = None,
-                            owner: str = "user") -> list[ConversationMessage]:
+def parse_conversation_file(
+    data: bytes, source_name: str = "", default_time: datetime | None = None, owner: str = "user"
+) -> list[ConversationMessage]:
     """Messages of a conversation file in any accepted format (the record, LoCoMo, LongMemEval, and the
     exports of ``workers.media.importers``: ChatGPT, WhatsApp, notes; ``default_time`` and ``owner`` are a note's
     time and speaker when it names none). Raises MediaError if it is none of them (the
@@ -160,8 +179,9 @@ def parse_conversation_file(data: bytes, source_name: str = "", default_time: da
     return out
 
 
-def _parse_conversation(data: bytes, source_name: str = "", default_time: datetime | None = None,
-                        owner: str = "user") -> list[ConversationMessage]:
+def _parse_conversation(
+    data: bytes, source_name: str = "", default_time: datetime | None = None, owner: str = "user"
+) -> list[ConversationMessage]:
     if not data.strip():
         raise MediaError("empty conversation file")
     if importers.is_zip(data):
@@ -243,8 +263,9 @@ def _chatgpt_zip(data: bytes) -> list[ConversationMessage]:
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidConversation(f"ChatGPT export zip: {importers.CHATGPT_MEMBER} is not JSON: {exc}") from exc
     if not importers.is_chatgpt_export(doc):
-        raise InvalidConversation(f"ChatGPT export zip: {importers.CHATGPT_MEMBER} holds no conversations "
-                                  "with a mapping of messages")
+        raise InvalidConversation(
+            f"ChatGPT export zip: {importers.CHATGPT_MEMBER} holds no conversations with a mapping of messages"
+        )
     try:
         return importers.chatgpt_messages(doc)
     except (ValueError, ValidationError) as exc:

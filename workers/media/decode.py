@@ -23,18 +23,35 @@ from engram.workers.codecs import read_wav as read_wav
 from engram.workers.codecs import wav_bytes as wav_bytes
 
 MEDIA_EXTENSIONS = {
-    ".png": MediaKind.screenshot, ".jpg": MediaKind.screenshot, ".jpeg": MediaKind.screenshot,
-    ".webp": MediaKind.screenshot, ".gif": MediaKind.screenshot, ".bmp": MediaKind.screenshot,
-    ".tif": MediaKind.screenshot, ".tiff": MediaKind.screenshot,
-    ".wav": MediaKind.audio, ".flac": MediaKind.audio, ".mp3": MediaKind.audio, ".ogg": MediaKind.audio,
-    ".m4a": MediaKind.audio, ".opus": MediaKind.audio, ".weba": MediaKind.audio,
-    ".mp4": MediaKind.clip, ".mov": MediaKind.clip, ".mkv": MediaKind.clip, ".webm": MediaKind.clip,
+    ".png": MediaKind.screenshot,
+    ".jpg": MediaKind.screenshot,
+    ".jpeg": MediaKind.screenshot,
+    ".webp": MediaKind.screenshot,
+    ".gif": MediaKind.screenshot,
+    ".bmp": MediaKind.screenshot,
+    ".tif": MediaKind.screenshot,
+    ".tiff": MediaKind.screenshot,
+    ".wav": MediaKind.audio,
+    ".flac": MediaKind.audio,
+    ".mp3": MediaKind.audio,
+    ".ogg": MediaKind.audio,
+    ".m4a": MediaKind.audio,
+    ".opus": MediaKind.audio,
+    ".weba": MediaKind.audio,
+    ".mp4": MediaKind.clip,
+    ".mov": MediaKind.clip,
+    ".mkv": MediaKind.clip,
+    ".webm": MediaKind.clip,
     ".avi": MediaKind.clip,
 }
 CONVERSATION_EXTENSIONS = {".json", ".jsonl", ".ndjson"}
 TEXT_CONVERSATION_EXTENSIONS = {".txt", ".md", ".markdown"}  # WhatsApp exports and notes (workers.media.importers)
-GUESS_MIME = {MediaKind.screenshot: "image/png", MediaKind.audio: "audio/wav", MediaKind.clip: "video/mp4",
-               MediaKind.text: "application/x-ndjson"}
+GUESS_MIME = {
+    MediaKind.screenshot: "image/png",
+    MediaKind.audio: "audio/wav",
+    MediaKind.clip: "video/mp4",
+    MediaKind.text: "application/x-ndjson",
+}
 
 
 def sniff(head: bytes) -> tuple[MediaKind, str] | None:
@@ -136,6 +153,7 @@ def _container_time(path: Path) -> tuple[datetime, str] | None:
 
 # --- images -------------------------------------------------------------------------------------------
 
+
 def perceptual_hash(img) -> str:
     """64-bit perceptual hash (DCT pHash, via ``imagehash``) as 16 hex digits."""
     import imagehash
@@ -196,6 +214,7 @@ def is_near_duplicate(a: str, b: str, hash_min: float, ssim_min: float) -> bool:
 
 
 # --- audio and video ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class AvInfo:
@@ -275,9 +294,14 @@ def audio_blocks(path: Path, block_samples: int = 30 * SAMPLE_RATE) -> Iterator[
         yield np.concatenate(pending)
 
 
-def keyframes(path: Path, segment_seconds: float, per_segment: int, sample_fps: float = 2.0,
-              scene_threshold: float = 12.0,
-              on_frame: Callable[[float], None] | None = None) -> dict[int, list[tuple[float, object]]]:
+def keyframes(
+    path: Path,
+    segment_seconds: float,
+    per_segment: int,
+    sample_fps: float = 2.0,
+    scene_threshold: float = 12.0,
+    on_frame: Callable[[float], None] | None = None,
+) -> dict[int, list[tuple[float, object]]]:
     """Keyframes of a video by scene change, per segment index: {segment: [(t seconds, PIL RGB image)]}.
 
     Frames are sampled at ``sample_fps``; a frame is a keyframe when it is the segment's first or its mean

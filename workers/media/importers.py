@@ -62,6 +62,7 @@ def _local(naive: datetime, tz: tzinfo) -> datetime:
 
 # --- ChatGPT --------------------------------------------------------------------------------------------
 
+
 def is_chatgpt_export(doc: object) -> bool:
     """True for a parsed ChatGPT export: a list of conversations (or one) with a ``mapping`` of nodes."""
     first = doc[0] if isinstance(doc, list) and doc else doc
@@ -99,8 +100,11 @@ def _chatgpt_conversation(conv: dict, session: str) -> list[ConversationMessage]
             continue
         role = (msg.get("author") or {}).get("role")
         content = msg.get("content") or {}
-        if (role not in ("user", "assistant") or content.get("content_type") not in ("text", "multimodal_text")
-                or (msg.get("metadata") or {}).get("is_visually_hidden_from_conversation")):
+        if (
+            role not in ("user", "assistant")
+            or content.get("content_type") not in ("text", "multimodal_text")
+            or (msg.get("metadata") or {}).get("is_visually_hidden_from_conversation")
+        ):
             continue
         text = "\n".join(p for p in content.get("parts") or [] if isinstance(p, str)).strip()
         when = _epoch(msg.get("create_time")) or last
@@ -109,8 +113,9 @@ def _chatgpt_conversation(conv: dict, session: str) -> list[ConversationMessage]
         if when is None:
             raise ValueError(f"message {node_id} has no create_time, nor has the conversation")
         last = when
-        out.append(ConversationMessage(message_id=str(node_id), session_id=session, speaker=role, text=text,
-                                       timestamp=when))
+        out.append(
+            ConversationMessage(message_id=str(node_id), session_id=session, speaker=role, text=text, timestamp=when)
+        )
     return out
 
 
@@ -146,12 +151,15 @@ def _epoch(value: object) -> datetime | None:
 _WA_HEADER = re.compile(
     r"^\[?(?P<date>\d{1,4}(?P<sep>[./-])\d{1,2}(?P=sep)\d{2,4}),?\s+"
     r"(?P<time>\d{1,2}[:.]\d{2}(?:[:.]\d{2})?)(?:\s*(?P<ampm>[AaPp])\.?\s?[Mm]\.?)?"
-    r"(?:\]\s+|\s+-\s+)(?P<rest>.*)$")
+    r"(?:\]\s+|\s+-\s+)(?P<rest>.*)$"
+)
 _WA_SYSTEM = re.compile(
     r"^(messages and calls are end-to-end encrypted|messages to this group are now secured|"
     r"this message was deleted|you deleted this message|<media omitted>|<attached: |null$|"
     r"(image|video|audio|sticker|gif|document|contact card) omitted|missed (voice|video) call|"
-    r"waiting for this message)", re.IGNORECASE)
+    r"waiting for this message)",
+    re.IGNORECASE,
+)
 _INVISIBLE = str.maketrans({"\u200e": None, "\u200f": None, "\ufeff": None, "\u202f": " ", "\u00a0": " "})
 
 
@@ -201,8 +209,15 @@ def whatsapp_messages(text: str, source_name: str = "", tz: tzinfo | None = None
             continue
         local = _whatsapp_time(m, day_first, n)
         when = _local(local, tz)
-        out.append(ConversationMessage(message_id=f"L{n}", session_id=f"{stem}/{local:%Y-%m-%d}",
-                                       speaker=sender.strip()[:256] or "unknown", text=body, timestamp=when))
+        out.append(
+            ConversationMessage(
+                message_id=f"L{n}",
+                session_id=f"{stem}/{local:%Y-%m-%d}",
+                speaker=sender.strip()[:256] or "unknown",
+                text=body,
+                timestamp=when,
+            )
+        )
     return out
 
 
@@ -217,8 +232,10 @@ def _whatsapp_day_first(headers: list[tuple[int, re.Match]]) -> bool:
         return True
     if numeric:
         n, m = numeric[0]
-        raise ValueError(f"ambiguous date order at line {n} ({m.string!r}): no day above 12 in the file says "
-                         "whether dates are day/month or month/day")
+        raise ValueError(
+            f"ambiguous date order at line {n} ({m.string!r}): no day above 12 in the file says "
+            "whether dates are day/month or month/day"
+        )
     return True
 
 
@@ -255,8 +272,13 @@ def is_note(text: str, source_name: str) -> bool:
     return suffix in NOTE_EXTENSIONS or (suffix == ".txt" and _FRONT_MATTER.match(text) is not None)
 
 
-def note_messages(text: str, source_name: str = "", owner: str = "user", default_time: datetime | None = None,
-                  tz: tzinfo | None = None) -> list[ConversationMessage]:
+def note_messages(
+    text: str,
+    source_name: str = "",
+    owner: str = "user",
+    default_time: datetime | None = None,
+    tz: tzinfo | None = None,
+) -> list[ConversationMessage]:
     """A note as messages: one per heading section (ATX headings outside fenced code; text before the first
     heading is a section of its own), or one for a note without headings; each spoken by ``owner``.
 
@@ -274,13 +296,16 @@ def note_messages(text: str, source_name: str = "", owner: str = "user", default
         except yaml.YAMLError as exc:
             raise ValueError(f"front matter is not YAML: {str(exc).splitlines()[0]}") from exc
         meta = loaded if isinstance(loaded, dict) else {}
-        text = text[fm.end():]
+        text = text[fm.end() :]
     when = _note_time(meta, tz or user_zone()) or default_time or datetime.now(UTC)
     stem = PurePath(source_name).stem if source_name else "note"
     session = str(meta.get("title") or stem or "note").strip()[:NOTE_SESSION_MAX] or "note"
-    return [ConversationMessage(message_id=f"section-{i}", session_id=session, speaker=owner[:256] or "user",
-                                text=section, timestamp=when)
-            for i, section in enumerate(_sections(text))]
+    return [
+        ConversationMessage(
+            message_id=f"section-{i}", session_id=session, speaker=owner[:256] or "user", text=section, timestamp=when
+        )
+        for i, section in enumerate(_sections(text))
+    ]
 
 
 def _note_time(meta: dict, tz: tzinfo) -> datetime | None:
@@ -318,6 +343,7 @@ def _sections(text: str) -> list[str]:
 
 # --- entry point ----------------------------------------------------------------------------------------
 
+
 def sniff_text(head: bytes, source_name: str) -> bool:
     """Whether a file whose first bytes are ``head`` may be a WhatsApp export or a note (checked before the
     whole file is read and parsed): a Markdown name, or a WhatsApp header or front matter at the start."""
@@ -327,8 +353,13 @@ def sniff_text(head: bytes, source_name: str) -> bool:
     return looks_like_whatsapp(text) or _FRONT_MATTER.match(text) is not None or text.startswith("---")
 
 
-def text_messages(data: bytes, source_name: str = "", owner: str = "user", default_time: datetime | None = None,
-                  tz: tzinfo | None = None) -> list[ConversationMessage] | None:
+def text_messages(
+    data: bytes,
+    source_name: str = "",
+    owner: str = "user",
+    default_time: datetime | None = None,
+    tz: tzinfo | None = None,
+) -> list[ConversationMessage] | None:
     """Messages of a WhatsApp export (by content) or a note (by name and content), or None when ``data`` is
     neither (not UTF-8, or another text); zoneless times read in ``tz`` (default: ``user_zone()``). Raises
     ValueError naming the line or field for one that is shaped like its format but cannot be read."""
@@ -347,13 +378,15 @@ def text_messages(data: bytes, source_name: str = "", owner: str = "user", defau
 
 # --- ChatGPT's zip --------------------------------------------------------------------------------------
 
+
 def is_zip(data: bytes) -> bool:
     """True when ``data`` starts like a zip archive (a local file header, or an empty archive's end record)."""
     return data[:4] in (b"PK\x03\x04", b"PK\x05\x06")
 
 
-def chatgpt_zip_member(data: bytes, max_members: int | None = None, max_total: int | None = None,
-                       max_member: int | None = None) -> bytes | None:
+def chatgpt_zip_member(
+    data: bytes, max_members: int | None = None, max_total: int | None = None, max_member: int | None = None
+) -> bytes | None:
     """The bytes of ``conversations.json`` in a ChatGPT export zip (at the top, or in one folder: the shallowest
     one), or None when the archive holds none (not a ChatGPT export).
 
@@ -369,20 +402,24 @@ def chatgpt_zip_member(data: bytes, max_members: int | None = None, max_total: i
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
             infos = zf.infolist()
-            found = sorted((i for i in infos if PurePath(i.filename).name == CHATGPT_MEMBER and not i.is_dir()),
-                           key=lambda i: i.filename.count("/"))
+            found = sorted(
+                (i for i in infos if PurePath(i.filename).name == CHATGPT_MEMBER and not i.is_dir()),
+                key=lambda i: i.filename.count("/"),
+            )
             if not found:
                 return None
             if len(infos) > max_members:
                 raise ValueError(f"zip has {len(infos):,} entries, over the limit of {max_members:,} (a zip bomb?)")
             total = sum(i.file_size for i in infos)
             if total > max_total:
-                raise ValueError(f"zip declares {total:,} bytes uncompressed, over the limit of {max_total:,} "
-                                 "(a zip bomb?)")
+                raise ValueError(
+                    f"zip declares {total:,} bytes uncompressed, over the limit of {max_total:,} (a zip bomb?)"
+                )
             member = found[0]
             if member.file_size > max_member:
-                raise ValueError(f"{member.filename} declares {member.file_size:,} bytes, over the limit of "
-                                 f"{max_member:,}")
+                raise ValueError(
+                    f"{member.filename} declares {member.file_size:,} bytes, over the limit of {max_member:,}"
+                )
             if member.flag_bits & 0x1:
                 raise ValueError(f"{member.filename} is encrypted")
             with zf.open(member) as fh:

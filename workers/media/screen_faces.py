@@ -47,12 +47,17 @@ REFERENCES = screens.ReferenceFrames()
 
 
 def _pad(box: Sequence[float], pad: int, w: int, h: int) -> list[int]:
-    return [max(0, int(box[0]) - pad), max(0, int(box[1]) - pad),
-            min(w, int(np.ceil(box[2])) + pad), min(h, int(np.ceil(box[3])) + pad)]
+    return [
+        max(0, int(box[0]) - pad),
+        max(0, int(box[1]) - pad),
+        min(w, int(np.ceil(box[2])) + pad),
+        min(h, int(np.ceil(box[3])) + pad),
+    ]
 
 
-def face_regions(prev: np.ndarray, cur: np.ndarray,
-                 prev_faces: list[FaceDetection]) -> tuple[list[Box], list[FaceDetection]]:
+def face_regions(
+    prev: np.ndarray, cur: np.ndarray, prev_faces: list[FaceDetection]
+) -> tuple[list[Box], list[FaceDetection]]:
     """(boxes of ``cur`` to search for faces, reference faces carried over in ``cur``'s coordinates).
 
     ``prev``, ``cur``: greyscale (h, w) frames of one shape; ``prev_faces``: the faces found on ``prev``.
@@ -86,9 +91,10 @@ def _text_blocks(shape: tuple[int, int], text: Sequence[Sequence[float]]) -> np.
     covered = np.zeros((hb, wb), bool)
     half = FACE_BLOCK / 2
     for x0, y0, x1, y1 in text:
-        covered[max(0, int(np.ceil((y0 - half) / FACE_BLOCK))):max(0, int(np.floor((y1 - half) / FACE_BLOCK)) + 1),
-                max(0, int(np.ceil((x0 - half) / FACE_BLOCK))):max(0, int(np.floor((x1 - half) / FACE_BLOCK)) + 1)] \
-            = True
+        covered[
+            max(0, int(np.ceil((y0 - half) / FACE_BLOCK))) : max(0, int(np.floor((y1 - half) / FACE_BLOCK)) + 1),
+            max(0, int(np.ceil((x0 - half) / FACE_BLOCK))) : max(0, int(np.floor((x1 - half) / FACE_BLOCK)) + 1),
+        ] = True
     return covered
 
 
@@ -107,7 +113,7 @@ def photo_regions(g: np.ndarray, within: Sequence[Box] | None, text: Sequence[Se
     if within is not None:
         inside = np.zeros_like(busy)
         for x0, y0, x1, y1 in within:
-            inside[y0 // FACE_BLOCK:-(-y1 // FACE_BLOCK), x0 // FACE_BLOCK:-(-x1 // FACE_BLOCK)] = True
+            inside[y0 // FACE_BLOCK : -(-y1 // FACE_BLOCK), x0 // FACE_BLOCK : -(-x1 // FACE_BLOCK)] = True
         busy &= inside
     # a face's blocks are busy nearly all (a window's borders, a widget's outline, text's leftovers are thin):
     # the 3 x 3 blocks (48 px) around each block 7 of whose 9 are busy, and the groups they form
@@ -125,9 +131,12 @@ def photo_regions(g: np.ndarray, within: Sequence[Box] | None, text: Sequence[Se
     return [(b[0], b[1], b[2], b[3]) for b in merged]
 
 
-def detect_changed(detect: Callable[[np.ndarray, list[Box] | None], list[FaceDetection]], pixels: np.ndarray,
-                   reference: tuple[np.ndarray, list[FaceDetection]] | None,
-                   text: Sequence[Sequence[float]] = ()) -> tuple[list[FaceDetection], float]:
+def detect_changed(
+    detect: Callable[[np.ndarray, list[Box] | None], list[FaceDetection]],
+    pixels: np.ndarray,
+    reference: tuple[np.ndarray, list[FaceDetection]] | None,
+    text: Sequence[Sequence[float]] = (),
+) -> tuple[list[FaceDetection], float]:
     """(faces of ``pixels``, largest first; share of the frame's area searched).
 
     ``detect(pixels, boxes)``: the face detector, searching the whole uint8 RGB frame when ``boxes`` is None,

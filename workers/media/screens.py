@@ -80,7 +80,7 @@ def _row_features(g: np.ndarray) -> np.ndarray:
     """(h, w // 16) float32: the means of 16 px wide column blocks of each row of a greyscale frame."""
     h, w = g.shape
     k = max(1, w // 16)
-    return cv2.resize(g[:, :k * 16].astype(np.float32), (k, h), interpolation=cv2.INTER_AREA)
+    return cv2.resize(g[:, : k * 16].astype(np.float32), (k, h), interpolation=cv2.INTER_AREA)
 
 
 def _shift_error(fp: np.ndarray, fc: np.ndarray, d: int) -> float:
@@ -90,7 +90,7 @@ def _shift_error(fp: np.ndarray, fc: np.ndarray, d: int) -> float:
     lo, hi = max(0, -d), min(h, h - d)
     if hi - lo < h // 4:
         return float("inf")
-    return float(np.abs(fc[lo:hi] - fp[lo + d:hi + d]).mean())
+    return float(np.abs(fc[lo:hi] - fp[lo + d : hi + d]).mean())
 
 
 def scroll_offset(prev: np.ndarray, cur: np.ndarray) -> int:
@@ -107,7 +107,7 @@ def scroll_offset(prev: np.ndarray, cur: np.ndarray) -> int:
     if h < 16 or base < SCROLL_MAX_ERROR / 4:  # (nearly) the same frame
         return 0
     q = h // 4
-    cp, cc = fp[:q * 4].reshape(q, 4, -1).mean(axis=1), fc[:q * 4].reshape(q, 4, -1).mean(axis=1)
+    cp, cc = fp[: q * 4].reshape(q, 4, -1).mean(axis=1), fc[: q * 4].reshape(q, 4, -1).mean(axis=1)
     coarse = min((d for d in range(-q + 1, q) if d), key=lambda d: _shift_error(cp, cc, d))
     d = min(range(4 * coarse - 4, 4 * coarse + 5), key=lambda d: _shift_error(fp, fc, d))
     err = _shift_error(fp, fc, d)
@@ -146,7 +146,7 @@ def _changed_blocks(prev: np.ndarray, cur: np.ndarray, d: int) -> np.ndarray:
     diff = np.full((h, w), 255, np.uint8)
     lo, hi = max(0, -d), min(h, h - d)  # rows y of cur with 0 <= y + d < h
     if lo < hi:
-        diff[lo:hi] = cv2.absdiff(cur[lo:hi], prev[lo + d:hi + d])
+        diff[lo:hi] = cv2.absdiff(cur[lo:hi], prev[lo + d : hi + d])
     return _block_means(diff, BLOCK) > DIFF_THRESHOLD
 
 
@@ -174,8 +174,14 @@ def changed_regions(prev: np.ndarray, cur: np.ndarray, prev_lines: list[OcrLine]
         for s, e in zip(starts, ends, strict=True):
             y0, y1 = int(rows[s]), int(rows[e - 1]) + 1
             cols = np.flatnonzero(changed[y0:y1].any(axis=0))
-            boxes.append([max(0, int(cols[0]) * BLOCK - MARGIN_X), max(0, y0 * BLOCK - MARGIN),
-                          min(w, (int(cols[-1]) + 1) * BLOCK + MARGIN_X), min(h, y1 * BLOCK + MARGIN)])
+            boxes.append(
+                [
+                    max(0, int(cols[0]) * BLOCK - MARGIN_X),
+                    max(0, y0 * BLOCK - MARGIN),
+                    min(w, (int(cols[-1]) + 1) * BLOCK + MARGIN_X),
+                    min(h, y1 * BLOCK + MARGIN),
+                ]
+            )
     lines = []
     for ln in prev_lines:
         box = _shift_box(ln.box, d)
@@ -198,8 +204,12 @@ def changed_regions(prev: np.ndarray, cur: np.ndarray, prev_lines: list[OcrLine]
                 carried.append(ln)
                 continue
             x0, y0, x1, y1 = ln.box  # the detector's box already has a margin around the glyphs
-            new = [min(hit[0], max(0, int(x0) - LINE_PAD)), min(hit[1], max(0, int(y0) - LINE_PAD)),
-                   max(hit[2], min(w, int(np.ceil(x1)) + LINE_PAD)), max(hit[3], min(h, int(np.ceil(y1)) + LINE_PAD))]
+            new = [
+                min(hit[0], max(0, int(x0) - LINE_PAD)),
+                min(hit[1], max(0, int(y0) - LINE_PAD)),
+                max(hit[2], min(w, int(np.ceil(x1)) + LINE_PAD)),
+                max(hit[3], min(h, int(np.ceil(y1)) + LINE_PAD)),
+            ]
             if new != hit:
                 hit[:] = new
                 grown = True
@@ -220,8 +230,9 @@ class LineReader(Protocol):
         """Text boxes of a uint8 (h, w, 3) RGB image: float32 (4, 2) quadrilaterals in its pixels."""
         ...
 
-    def recognize(self, image: np.ndarray, quads: list[np.ndarray],
-                  min_confidence: float = 0.5) -> list[OcrLine | None]:
+    def recognize(
+        self, image: np.ndarray, quads: list[np.ndarray], min_confidence: float = 0.5
+    ) -> list[OcrLine | None]:
         """The line of each quad (None: nothing legible), in order."""
         ...
 
@@ -239,7 +250,7 @@ class Glyphs:
 
     def __init__(self, pixels: np.ndarray, top: int, height: int, left: int, width: int) -> None:
         self.pixels, self.top, self.height, self.left, self.width = pixels, top, height, left, width
-        core = pixels[top:top + height, left:left + width]
+        core = pixels[top : top + height, left : left + width]
         cols = -(-width // BLOCK) * BLOCK
         padded = np.zeros((height, cols), np.float32)
         padded[:, :width] = core
@@ -273,7 +284,7 @@ class Glyphs:
         up or down and 1 px sideways with no ``BLOCK`` x ``BLOCK`` block differing by more than
         ``GLYPH_THRESHOLD`` grey levels on average (lossy compression noise passes, one character changed does
         not)."""
-        core = self.pixels[self.top:self.top + self.height, self.left:self.left + self.width].astype(np.int16)
+        core = self.pixels[self.top : self.top + self.height, self.left : self.left + self.width].astype(np.int16)
         h, w = core.shape
         big_h, big_w = other.pixels.shape
         y0, y1 = max(0, other.top - GLYPH_PAD), min(big_h - h, other.top + GLYPH_PAD)
@@ -281,7 +292,7 @@ class Glyphs:
         if y0 > y1 or x0 > x1:
             return False
         # every offset at once: (ny, nx, h, w) windows of the other's pixels
-        windows = np.lib.stride_tricks.sliding_window_view(other.pixels, (h, w))[y0:y1 + 1, x0:x1 + 1]
+        windows = np.lib.stride_tricks.sliding_window_view(other.pixels, (h, w))[y0 : y1 + 1, x0 : x1 + 1]
         hb, wb = -(-h // BLOCK), -(-w // BLOCK)
         diff = np.zeros((*windows.shape[:2], hb * BLOCK, wb * BLOCK), np.int16)
         diff[..., :h, :w] = np.abs(windows - core)
@@ -306,8 +317,10 @@ class GlyphShelf:
                 continue
             stack = self._stacks.get(key)
             if stack is None:
-                stack = self._stacks[key] = (np.stack([g.profile for g, _ in rows]),
-                                             np.array([g.height for g, _ in rows]))
+                stack = self._stacks[key] = (
+                    np.stack([g.profile for g, _ in rows]),
+                    np.array([g.height for g, _ in rows]),
+                )
             profiles, heights = stack
             n = min(profiles.shape[1], len(ink.profile))
             close = np.abs(profiles[:, :n] - ink.profile[:n]).max(axis=1) <= ink.bound(heights)
@@ -346,11 +359,11 @@ def glyphs(g: np.ndarray, box: tuple[float, float, float, float]) -> Glyphs | No
         return None
     ink = np.asarray(np.abs(g[by0:by1, bx0:bx1].astype(np.int16) - int(np.median(g[by0:by1, bx0:bx1]))) > INK)
     quarter = (by1 - by0) // 4
-    cols = _own_columns(np.asarray(ink[quarter:by1 - by0 - quarter].any(axis=0)))
+    cols = _own_columns(np.asarray(ink[quarter : by1 - by0 - quarter].any(axis=0)))
     if not cols.size:
         return None
-    rows = np.asarray(ink[:, cols[0]:cols[-1] + 1].any(axis=1))
-    mid = np.flatnonzero(rows[quarter:by1 - by0 - quarter]) + quarter
+    rows = np.asarray(ink[:, cols[0] : cols[-1] + 1].any(axis=1))
+    mid = np.flatnonzero(rows[quarter : by1 - by0 - quarter]) + quarter
     top, bottom = int(mid[0]), int(mid[-1]) + 1
     while top > 0 and rows[top - 1]:  # the line's own ascenders, up to a row without ink
         top -= 1
@@ -358,8 +371,9 @@ def glyphs(g: np.ndarray, box: tuple[float, float, float, float]) -> Glyphs | No
         bottom += 1
     x0, y0 = max(0, bx0 - GLYPH_PAD), max(0, by0 - GLYPH_PAD)
     x1, y1 = min(w, bx1 + GLYPH_PAD), min(h, by1 + GLYPH_PAD)
-    return Glyphs(g[y0:y1, x0:x1].copy(), by0 - y0 + top, bottom - top, bx0 - x0 + int(cols[0]),
-                  int(cols[-1] - cols[0]) + 1)
+    return Glyphs(
+        g[y0:y1, x0:x1].copy(), by0 - y0 + top, bottom - top, bx0 - x0 + int(cols[0]), int(cols[-1] - cols[0]) + 1
+    )
 
 
 def _own_columns(has_ink: np.ndarray) -> np.ndarray:
@@ -372,10 +386,10 @@ def _own_columns(has_ink: np.ndarray) -> np.ndarray:
         return cols
     gaps = np.flatnonzero(np.diff(cols) > EDGE_GAP)
     if gaps.size and cols[0] == 0:
-        cols = cols[gaps[0] + 1:]
+        cols = cols[gaps[0] + 1 :]
         gaps = gaps[1:] - (gaps[0] + 1)
     if gaps.size and cols[-1] == len(has_ink) - 1:
-        cols = cols[:gaps[-1] + 1]
+        cols = cols[: gaps[-1] + 1]
     return cols
 
 
@@ -414,8 +428,9 @@ class LineMemory:
                 self._count -= self._shelf.drop_oldest()
 
 
-def read_lines(reader: LineReader, pixels: np.ndarray, cur: np.ndarray, regions: list[Box] | None,
-               memory: LineMemory | None) -> list[OcrLine]:
+def read_lines(
+    reader: LineReader, pixels: np.ndarray, cur: np.ndarray, regions: list[Box] | None, memory: LineMemory | None
+) -> list[OcrLine]:
     """The lines of ``pixels`` (uint8 RGB; ``cur`` its ``grey``) inside ``regions`` (None: the whole frame):
     boxes detected in each region (in the whole frame, once, when the regions cover more than
     ``DETECT_WHOLE_SHARE`` of it, keeping the boxes that touch one), those ``memory`` knows taken from it, the
@@ -482,9 +497,13 @@ def _bounds(quad: np.ndarray) -> tuple[float, float, float, float]:
     return (float(quad[:, 0].min()), float(quad[:, 1].min()), float(quad[:, 0].max()), float(quad[:, 1].max()))
 
 
-def read_changed(read: Callable[[np.ndarray], list[OcrLine]], pixels: np.ndarray,
-                 reference: tuple[np.ndarray, list[OcrLine]] | None, reader: LineReader | None = None,
-                 memory: LineMemory | None = None) -> tuple[list[OcrLine], float]:
+def read_changed(
+    read: Callable[[np.ndarray], list[OcrLine]],
+    pixels: np.ndarray,
+    reference: tuple[np.ndarray, list[OcrLine]] | None,
+    reader: LineReader | None = None,
+    memory: LineMemory | None = None,
+) -> tuple[list[OcrLine], float]:
     """(OCR lines of ``pixels``, share of the frame's area read) using ``read`` (an OCR function of a uint8
     RGB image returning lines with boxes in its pixels) on the regions changed since ``reference`` (its
     greyscale pixels and lines; None or another shape: the whole frame is read, share 1.0). With ``reader``,

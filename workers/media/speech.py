@@ -111,8 +111,9 @@ def cluster_speakers(vectors: np.ndarray, threshold: float, min_windows: int = 1
         return np.zeros(len(vectors), dtype=int)
     from sklearn.cluster import AgglomerativeClustering
 
-    labels = AgglomerativeClustering(n_clusters=None, distance_threshold=threshold, metric="cosine",
-                                     linkage="average").fit_predict(vectors)
+    labels = AgglomerativeClustering(
+        n_clusters=None, distance_threshold=threshold, metric="cosine", linkage="average"
+    ).fit_predict(vectors)
     return absorb_small_clusters(vectors, labels, min_windows)
 
 
@@ -171,14 +172,22 @@ def spectral_speakers(vectors: np.ndarray, max_speakers: int = MAX_SPEAKERS) -> 
     from spectralcluster.refinement import RefinementName, SymmetrizeType, ThresholdType
 
     refinement = RefinementOptions(  # fresh objects per call: the library updates them while it tunes
-        thresholding_soft_multiplier=0.01, thresholding_type=ThresholdType.Percentile,
-        thresholding_with_binarization=True, thresholding_preserve_diagonal=True,
+        thresholding_soft_multiplier=0.01,
+        thresholding_type=ThresholdType.Percentile,
+        thresholding_with_binarization=True,
+        thresholding_preserve_diagonal=True,
         symmetrize_type=SymmetrizeType.Average,
-        refinement_sequence=[RefinementName.RowWiseThreshold, RefinementName.Symmetrize])
+        refinement_sequence=[RefinementName.RowWiseThreshold, RefinementName.Symmetrize],
+    )
     clusterer = SpectralClusterer(
-        min_clusters=2, max_clusters=max_speakers, refinement_options=refinement,
+        min_clusters=2,
+        max_clusters=max_speakers,
+        refinement_options=refinement,
         autotune=AutoTune(p_percentile_min=0.40, p_percentile_max=0.95, init_search_step=0.05, search_level=1),
-        laplacian_type=LaplacianType.GraphCut, row_wise_renorm=True, custom_dist="cosine")
+        laplacian_type=LaplacianType.GraphCut,
+        row_wise_renorm=True,
+        custom_dist="cosine",
+    )
     return np.asarray(clusterer.predict(vectors.astype(np.float64)), dtype=int)
 
 
@@ -192,8 +201,12 @@ def speaker_labels(vectors: np.ndarray, starts: list[float], settings) -> np.nda
     join their nearest (``speaker_min_windows``)."""
     smoothed = smooth_windows(vectors, starts, settings.speaker_smoothing_seconds)
     labels = cluster_speakers(smoothed, settings.speaker_distance_threshold, settings.speaker_min_windows)
-    if (settings.speaker_spectral and labels.max(initial=0) == 0 and len(vectors) >= SPECTRAL_MIN_WINDOWS
-            and not single_speaker(vectors)):
+    if (
+        settings.speaker_spectral
+        and labels.max(initial=0) == 0
+        and len(vectors) >= SPECTRAL_MIN_WINDOWS
+        and not single_speaker(vectors)
+    ):
         split = absorb_small_clusters(vectors, spectral_speakers(vectors), settings.speaker_min_windows)
         turns = 1 + int(np.count_nonzero(np.diff(split)))  # runs of one label over the windows in time order
         if len(split) / turns * settings.speaker_hop_seconds >= settings.speaker_min_turn_seconds:
@@ -228,14 +241,19 @@ def diarize(audio: np.ndarray, segments: list[Segment], offset: float, rt: Runti
     return out
 
 
-def _utterance(seg: Segment, run: list[int], nearest: list[int], labels: np.ndarray,
-               vectors: np.ndarray) -> Utterance:
+def _utterance(seg: Segment, run: list[int], nearest: list[int], labels: np.ndarray, vectors: np.ndarray) -> Utterance:
     words = tuple(seg.words[i] for i in run)
     wins = sorted({nearest[i] for i in run})
     voice = vectors[wins].mean(axis=0)
     voice /= np.linalg.norm(voice) or 1.0
-    return Utterance(words[0].start, words[-1].end, words_text(words), words,
-                     speaker=f"spk{labels[wins[0]]}", voice=voice.astype(np.float32))
+    return Utterance(
+        words[0].start,
+        words[-1].end,
+        words_text(words),
+        words,
+        speaker=f"spk{labels[wins[0]]}",
+        voice=voice.astype(np.float32),
+    )
 
 
 def speaker_voices(utterances: list[Utterance]) -> list[tuple[str, np.ndarray, float]]:
@@ -249,19 +267,21 @@ def speaker_voices(utterances: list[Utterance]) -> list[tuple[str, np.ndarray, f
             seconds = max(u.end - u.start, 1e-3)
             talk[u.speaker] = talk.get(u.speaker, 0.0) + seconds
             sums[u.speaker] = sums.get(u.speaker, 0.0) + u.voice * seconds
-    out = [(speaker, (sums[speaker] / (np.linalg.norm(sums[speaker]) or 1.0)).astype(np.float32), talk[speaker])
-           for speaker in talk]
+    out = [
+        (speaker, (sums[speaker] / (np.linalg.norm(sums[speaker]) or 1.0)).astype(np.float32), talk[speaker])
+        for speaker in talk
+    ]
     return sorted(out, key=lambda x: -x[2])
 
 
-def transcribe_chunk(rt: Runtime, audio: np.ndarray, offset: float, core_start: float | None = None,
-                     core_end: float | None = None) -> ChunkTranscript:
+def transcribe_chunk(
+    rt: Runtime, audio: np.ndarray, offset: float, core_start: float | None = None, core_end: float | None = None
+) -> ChunkTranscript:
     """Utterances of ``audio`` (float32 16 kHz mono starting ``offset`` s into the recording) whose words'
     midpoints lie in the core ``[core_start, core_end)`` (default: all of it), with speakers."""
     m = rt.settings.models
     with model_timer("asr", items=len(audio) / media.SAMPLE_RATE):  # per audio second
-        transcript = get_model("asr", rt.settings).transcribe(audio, beam_size=m.asr_beam_size,
-                                                              language=m.asr_language)
+        transcript = get_model("asr", rt.settings).transcribe(audio, beam_size=m.asr_beam_size, language=m.asr_language)
     segments = keep_core(transcript.segments, offset, offset if core_start is None else core_start, core_end)
     return ChunkTranscript(diarize(audio, segments, offset, rt), transcript.language)
 

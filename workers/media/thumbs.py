@@ -89,8 +89,9 @@ def webp_of_file(source: Path | bytes, max_pixels: int = 100_000_000) -> bytes:
         raise ThumbnailError(f"the picture cannot be read: {type(exc).__name__}") from exc
 
 
-def store_thumbnail(objects: Any, tenant_id: str, event_id: uuid.UUID | str, segment_index: int,
-                    img: Any) -> str | None:
+def store_thumbnail(
+    objects: Any, tenant_id: str, event_id: uuid.UUID | str, segment_index: int, img: Any
+) -> str | None:
     """Make ``img``'s thumbnail and store it under ``thumb_key`` in ``objects`` (an ``ObjectStore``); returns the
     key, or None when it could not be made or written (logged: a thumbnail never fails an ingest, the web app
     makes a missing one on first view)."""

@@ -51,9 +51,13 @@ def ocr_lines(rt: Runtime, tenant_id: str, pixels: np.ndarray, device_id: str | 
     except (ObjectNotFound, VaultError):  # not cached, or cached before it was sealed: read again
         with model_timer("ocr"):
             if device_id:
-                lines, _ = screens.read_changed(lambda img: model.read(img, min_confidence=0.0), pixels,
-                                                screens.REFERENCES.get(tenant_id, device_id), model,
-                                                screens.REFERENCES.memory(tenant_id, device_id))
+                lines, _ = screens.read_changed(
+                    lambda img: model.read(img, min_confidence=0.0),
+                    pixels,
+                    screens.REFERENCES.get(tenant_id, device_id),
+                    model,
+                    screens.REFERENCES.memory(tenant_id, device_id),
+                )
             else:
                 lines = model.read(pixels, min_confidence=0.0)
         rt.objects.put_bytes(key, seal(rt.settings, _LINES.dump_json(lines)), "application/octet-stream")
@@ -71,13 +75,15 @@ def faces(rt: Runtime, frames: list[np.ndarray], times: list[float | None], keyf
     if not frames or (not keyframes and not m.faces_on_screenshots):
         return []
     with model_timer("faces", items=len(frames)):
-        per_frame = get_model("faces", rt.settings).detect(frames, times,
-                                                           cnn_fallback=keyframes and m.face_cnn_fallback)
+        per_frame = get_model("faces", rt.settings).detect(
+            frames, times, cnn_fallback=keyframes and m.face_cnn_fallback
+        )
     return [face for found in per_frame for face in found]
 
 
-def screenshot_faces(rt: Runtime, tenant_id: str, pixels: np.ndarray,
-                     device_id: str | None = None) -> list[FaceDetection]:
+def screenshot_faces(
+    rt: Runtime, tenant_id: str, pixels: np.ndarray, device_id: str | None = None
+) -> list[FaceDetection]:
     """Faces of a screenshot (uint8 (h, w, 3) RGB), largest first; [] when ``models.faces_on_screenshots`` is off.
 
     With ``device_id`` (a frame of a device's stream) faces are searched only in the regions changed since the

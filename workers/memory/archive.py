@@ -102,8 +102,14 @@ class ArchiveResult:
 
     def to_json(self) -> dict[str, Any]:
         """The result as a JSON-ready dict."""
-        return {"path": self.path, "tenant_id": self.tenant_id, "user_id": self.user_id, "counts": self.counts,
-                "written": self.written, "seconds": round(self.seconds, 3)}
+        return {
+            "path": self.path,
+            "tenant_id": self.tenant_id,
+            "user_id": self.user_id,
+            "counts": self.counts,
+            "written": self.written,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 # --- vectors as JSON ---------------------------------------------------------------------------------------------
@@ -127,15 +133,22 @@ def _unpack_vector(packed: dict[str, Any]) -> Any:
 
 def _point_json(p: qm.Record) -> bytes:
     vectors = p.vector if isinstance(p.vector, dict) else {}
-    return json.dumps({"id": str(p.id), "payload": p.payload or {},
-                       "vector": {name: _pack_vector(v) for name, v in vectors.items() if v is not None}},
-                      ensure_ascii=False, separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "id": str(p.id),
+            "payload": p.payload or {},
+            "vector": {name: _pack_vector(v) for name, v in vectors.items() if v is not None},
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ).encode()
 
 
 def _point(line: bytes) -> qm.PointStruct:
     d = json.loads(line)
-    return qm.PointStruct(id=d["id"], payload=d["payload"],
-                          vector={name: _unpack_vector(v) for name, v in d["vector"].items()})
+    return qm.PointStruct(
+        id=d["id"], payload=d["payload"], vector={name: _unpack_vector(v) for name, v in d["vector"].items()}
+    )
 
 
 # --- writing -------------------------------------------------------------------------------------------------------
@@ -180,8 +193,9 @@ class _Writer:
         return size
 
 
-def _object_keys(rt: Runtime, tenant_id: str, user_id: str | None, events: list[LedgerRecord],
-                 observations: list[dict[str, Any]]) -> list[str]:
+def _object_keys(
+    rt: Runtime, tenant_id: str, user_id: str | None, events: list[LedgerRecord], observations: list[dict[str, Any]]
+) -> list[str]:
     """The objects of the export: the tenant's media, derived and vault folders, or (one user) the media of the
     user's events and observations, what ingest derived from those events, and the user's vault entries."""
     if user_id is None:
@@ -206,8 +220,11 @@ def _point_ids(rt: Runtime, tenant_id: str, user_id: str | None) -> dict[str, li
         named.update(e for p in points for e in (p.payload or {}).get("entity_ids") or [])
     own = [str(p.id) for p in rt.vectors.scroll(ENTITIES, flt, with_payload=False)]
     if user_id is not None and named:
-        known = {str(p.id) for p in rt.vectors.retrieve(ENTITIES, sorted(named), with_payload=["tenant_id"])
-                 if (p.payload or {}).get("tenant_id") == tenant_id}
+        known = {
+            str(p.id)
+            for p in rt.vectors.retrieve(ENTITIES, sorted(named), with_payload=["tenant_id"])
+            if (p.payload or {}).get("tenant_id") == tenant_id
+        }
         own = sorted(set(own) | known)
     ids[ENTITIES] = own
     return ids
@@ -218,16 +235,19 @@ def _write_points(rt: Runtime, w: _Writer, ids: dict[str, list[str]]) -> dict[st
     for coll, pids in ids.items():
         counts[coll] = 0
         for n, start in enumerate(range(0, len(pids), POINTS_PER_MEMBER)):
-            points = rt.vectors.retrieve(coll, pids[start:start + POINTS_PER_MEMBER], with_vectors=True)
-            w.add_bytes(f"points/{coll}/{n:06d}.jsonl.gz",
-                        gzip.compress(b"\n".join(_point_json(p) for p in points) + b"\n", compresslevel=3, mtime=0))
+            points = rt.vectors.retrieve(coll, pids[start : start + POINTS_PER_MEMBER], with_vectors=True)
+            w.add_bytes(
+                f"points/{coll}/{n:06d}.jsonl.gz",
+                gzip.compress(b"\n".join(_point_json(p) for p in points) + b"\n", compresslevel=3, mtime=0),
+            )
             counts[coll] += len(points)
     return counts
 
 
 def _event_json(rt: Runtime, rec: LedgerRecord) -> bytes:
-    return json.dumps({"record": rec.model_dump(mode="json"),
-                       "segments": sorted(rt.ledger.done_segments(rec.event_id))}).encode()
+    return json.dumps(
+        {"record": rec.model_dump(mode="json"), "segments": sorted(rt.ledger.done_segments(rec.event_id))}
+    ).encode()
 
 
 def export_archive(rt: Runtime, dest: Path, tenant_id: str, user_id: str | None = None) -> ArchiveResult:
@@ -236,17 +256,28 @@ def export_archive(rt: Runtime, dest: Path, tenant_id: str, user_id: str | None 
     The caller holds the store (``workers.runtime.store_session``) so the points and the ledger are of one moment.
     Raises ArchiveError when the tenant (or user) holds nothing, OSError when ``dest`` cannot be written."""
     started = time.monotonic()
-    events = (rt.ledger.user_events(tenant_id, user_id) if user_id is not None
-              else rt.ledger.records(tenant_id, limit=1 << 62))
+    events = (
+        rt.ledger.user_events(tenant_id, user_id)
+        if user_id is not None
+        else rt.ledger.records(tenant_id, limit=1 << 62)
+    )
     ids = _point_ids(rt, tenant_id, user_id)
     if not events and not any(ids.values()):
         who = f"user {user_id!r} of tenant {tenant_id!r}" if user_id else f"tenant {tenant_id!r}"
         raise ArchiveError(f"{who} holds nothing to export")
-    observations = [p.payload or {} for p in rt.vectors.retrieve(
-        "observations", ids["observations"], with_payload=["object_key", "event_id"])]
+    observations = [
+        p.payload or {}
+        for p in rt.vectors.retrieve("observations", ids["observations"], with_payload=["object_key", "event_id"])
+    ]
     keys = _object_keys(rt, tenant_id, user_id, events, observations)
-    header = {"format": FORMAT, "format_version": FORMAT_VERSION, "engram_version": engram_version(),
-              "tenant_id": tenant_id, "user_id": user_id, "created_at": datetime.now(UTC).isoformat()}
+    header = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "engram_version": engram_version(),
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "created_at": datetime.now(UTC).isoformat(),
+    }
     dest = Path(dest)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     try:
@@ -259,18 +290,29 @@ def export_archive(rt: Runtime, dest: Path, tenant_id: str, user_id: str | None 
                     object_bytes += w.add_file(f"objects/{key}", path)
             points = _write_points(rt, w, ids)
             w.add_bytes(EVENTS, gzip.compress(b"".join(_event_json(rt, r) + b"\n" for r in events), mtime=0))
-            counts = {"objects": len(keys), "object_bytes": object_bytes, "points": points, "events": len(events),
-                      "vault_entries": sum(k.startswith("vault/") for k in keys)}
-            w.add_bytes(MANIFEST, json.dumps({**header, "counts": counts, "members": w.members}).encode(),
-                        listed=False)
+            counts = {
+                "objects": len(keys),
+                "object_bytes": object_bytes,
+                "points": points,
+                "events": len(events),
+                "vault_entries": sum(k.startswith("vault/") for k in keys),
+            }
+            w.add_bytes(MANIFEST, json.dumps({**header, "counts": counts, "members": w.members}).encode(), listed=False)
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp, dest)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    log.info("archive exported", tenant=tenant_id, user=user_id, path=str(dest), objects=len(keys),
-             points=sum(points.values()), events=len(events))
+    log.info(
+        "archive exported",
+        tenant=tenant_id,
+        user=user_id,
+        path=str(dest),
+        objects=len(keys),
+        points=sum(points.values()),
+        events=len(events),
+    )
     return ArchiveResult(str(dest), tenant_id, user_id, counts, seconds=time.monotonic() - started)
 
 
@@ -298,8 +340,10 @@ def _check_header(path: Path, header: dict[str, Any]) -> None:
     except InvalidVersion:
         newer_engram = False
     if not isinstance(fmt, int) or fmt > FORMAT_VERSION or newer_engram:
-        raise ArchiveError(f"{path} was written by engram {theirs} (archive format {fmt}); this is engram {ours} "
-                           f"(archive format {FORMAT_VERSION}): upgrade engram to import it")
+        raise ArchiveError(
+            f"{path} was written by engram {theirs} (archive format {fmt}); this is engram {ours} "
+            f"(archive format {FORMAT_VERSION}): upgrade engram to import it"
+        )
 
 
 def _safe_name(path: Path, name: str) -> None:
@@ -308,8 +352,14 @@ def _safe_name(path: Path, name: str) -> None:
     parts = PurePosixPath(name).parts
     if name == EVENTS:
         return
-    if (name.startswith("/") or ".." in parts or len(parts) < 3 or parts[0] + "/" not in _FOLDERS
-            or parts[0] == "points" and (parts[1] not in COLLECTIONS or len(parts) != 3)):
+    if (
+        name.startswith("/")
+        or ".." in parts
+        or len(parts) < 3
+        or parts[0] + "/" not in _FOLDERS
+        or parts[0] == "points"
+        and (parts[1] not in COLLECTIONS or len(parts) != 3)
+    ):
         raise ArchiveError(f"{path} is not an engram archive (unexpected member {name!r})")
 
 
@@ -366,8 +416,9 @@ def verify_archive(path: Path) -> dict[str, Any]:
     return _check_manifest(path, header, manifest, seen)
 
 
-def _read_all(path: Path, members: Iterator[tuple[tarfile.TarInfo, IO[bytes]]]
-              ) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, dict[str, Any]]]:
+def _read_all(
+    path: Path, members: Iterator[tuple[tarfile.TarInfo, IO[bytes]]]
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, dict[str, Any]]]:
     """The header, the manifest (None: the archive ends before it) and {member: size and SHA-256} of the rest."""
     first = next(members, None)
     if first is None or first[0].name != HEADER:
@@ -384,15 +435,17 @@ def _read_all(path: Path, members: Iterator[tuple[tarfile.TarInfo, IO[bytes]]]
             continue
         _safe_name(path, info.name)
         if info.name.startswith("objects/") and PurePosixPath(info.name).parts[2] != header.get("tenant_id"):
-            raise ArchiveError(f"{path} is damaged: {info.name} is not an object of its tenant "
-                               f"{header.get('tenant_id')!r}")
+            raise ArchiveError(
+                f"{path} is damaged: {info.name} is not an object of its tenant {header.get('tenant_id')!r}"
+            )
         size, sha = _digest(fh)
         seen[info.name] = {"size": size, "sha256": sha}
     return header, manifest, seen
 
 
-def _check_manifest(path: Path, header: dict[str, Any], manifest: dict[str, Any],
-                    seen: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _check_manifest(
+    path: Path, header: dict[str, Any], manifest: dict[str, Any], seen: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     listed = manifest.get("members")
     if not isinstance(listed, dict) or any(manifest.get(k) != v for k, v in header.items()):
         raise ArchiveError(f"{path} is damaged: its manifest does not match its header")
@@ -465,10 +518,19 @@ def _media_event(rt: Runtime, rec: LedgerRecord) -> MediaEvent:
         size = rt.objects.size(rec.object_key)
     except ObjectNotFound:
         size = 0
-    return MediaEvent(event_id=rec.event_id, tenant_id=rec.tenant_id, user_id=rec.user_id, device_id=rec.device_id,
-                      kind=rec.kind, object_key=rec.object_key, sha256=rec.sha256, size=size,
-                      mime_type=mimetypes.guess_type(rec.object_key)[0] or "application/octet-stream",
-                      captured_at=rec.created_at or rec.updated_at, source_name=rec.source_name)
+    return MediaEvent(
+        event_id=rec.event_id,
+        tenant_id=rec.tenant_id,
+        user_id=rec.user_id,
+        device_id=rec.device_id,
+        kind=rec.kind,
+        object_key=rec.object_key,
+        sha256=rec.sha256,
+        size=size,
+        mime_type=mimetypes.guess_type(rec.object_key)[0] or "application/octet-stream",
+        captured_at=rec.created_at or rec.updated_at,
+        source_name=rec.source_name,
+    )
 
 
 def _import_event(rt: Runtime, rec: LedgerRecord, segments: list[int]) -> bool:
@@ -476,14 +538,22 @@ def _import_event(rt: Runtime, rec: LedgerRecord, segments: list[int]) -> bool:
     archive has it; whether anything was written. An event that was not finished when exported is recorded
     failed (``engram retry`` processes it)."""
     have = rt.ledger.get(rec.event_id)
-    if have is not None and have.status == rec.status and have.segments_done == len(segments) \
-            and have.observations == rec.observations:
+    if (
+        have is not None
+        and have.status == rec.status
+        and have.segments_done == len(segments)
+        and have.observations == rec.observations
+    ):
         return False
     eid = rec.event_id
     rt.ledger.record_queued(_media_event(rt, rec), created_at=rec.created_at)  # its time, not the import's
     if rec.status not in FINAL_STATUSES:
-        rt.ledger.mark(eid, EventStatus.failed, rec.stage, f"was {rec.status.value} when it was exported: "
-                       "`engram retry` processes it")
+        rt.ledger.mark(
+            eid,
+            EventStatus.failed,
+            rec.stage,
+            f"was {rec.status.value} when it was exported: `engram retry` processes it",
+        )
         return True
     if rec.segments_total is not None:
         rt.ledger.expect_segments(eid, rec.segments_total)
@@ -538,7 +608,15 @@ def import_archive(rt: Runtime, path: Path, manifest: dict[str, Any] | None = No
                 written["events"] += _import_events(rt, _checked(path, fh, listed[name], name), manifest["tenant_id"])
     finally:
         members.close()
-    log.info("archive imported", path=str(path), tenant=manifest["tenant_id"], user=manifest["user_id"],
-             objects=written["objects"], points=sum(written["points"].values()), events=written["events"])
-    return ArchiveResult(str(path), manifest["tenant_id"], manifest["user_id"], manifest["counts"], written,
-                         time.monotonic() - started)
+    log.info(
+        "archive imported",
+        path=str(path),
+        tenant=manifest["tenant_id"],
+        user=manifest["user_id"],
+        objects=written["objects"],
+        points=sum(written["points"].values()),
+        events=written["events"],
+    )
+    return ArchiveResult(
+        str(path), manifest["tenant_id"], manifest["user_id"], manifest["counts"], written, time.monotonic() - started
+    )

@@ -58,8 +58,9 @@ def _frames(rt: Runtime, tenant_id: str, hit: dict, start: float, end: float) ->
     if hit.get("device_id") is not None:
         flt.must.append(qm.FieldCondition(key="device_id", match=qm.MatchValue(value=hit["device_id"])))
     flt.must.append(qm.FieldCondition(key="start_ts", range=qm.Range(gte=start, lte=end)))
-    frames = [r for r in rt.vectors.scroll(OBSERVATIONS, flt, with_payload=FIELDS)
-              if _same_window(r.payload or {}, hit)]
+    frames = [
+        r for r in rt.vectors.scroll(OBSERVATIONS, flt, with_payload=FIELDS) if _same_window(r.payload or {}, hit)
+    ]
     frames.sort(key=lambda r: ((r.payload or {}).get("start_ts") or 0.0, str(r.id)))
     return frames
 
@@ -97,15 +98,18 @@ def burst_of(rt: Runtime, tenant_id: str, hit_id: str, hit: dict) -> list[str]:
         before, first = _walk(frames, pos, -1, words)
         after, last = _walk(frames, pos, 1, words)
         # a frame beyond the span read could continue the burst only if the run ends within one gap of its edge
-        cut = (first is not None and first - (t - span) <= BURST_GAP_SECONDS
-               or last is not None and (t + span) - last <= BURST_GAP_SECONDS)
+        cut = (
+            first is not None
+            and first - (t - span) <= BURST_GAP_SECONDS
+            or last is not None
+            and (t + span) - last <= BURST_GAP_SECONDS
+        )
         if not cut or span >= MAX_WINDOW_SECONDS:
             return [str(r.id) for r in [*reversed(before), *after]]
         span *= 2
 
 
-def collapse(rt: Runtime, tenant_id: str, picked: list[str], bursts: dict[str, list[str]], absorbed: set[str]
-             ) -> None:
+def collapse(rt: Runtime, tenant_id: str, picked: list[str], bursts: dict[str, list[str]], absorbed: set[str]) -> None:
     """Find the bursts of the observation hits ``picked`` (ids, best first) that are neither kept yet (keys of
     ``bursts``) nor in a kept hit's burst (``absorbed``): each gets ``bursts[id]`` = the other frames of its burst,
     which join ``absorbed`` at once, so a later id of ``picked`` in an earlier one's burst is absorbed instead of

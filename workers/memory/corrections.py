@@ -33,14 +33,30 @@ VOICE_CLIP_S = 6.0
 FACE_MARGIN = 0.25
 FACE_SIDE = 160
 #: The payload fields of an observation a sample's links need (whose, which recording chunk, when, which people).
-LINK_FIELDS = ("tenant_id", "event_id", "segment_index", "start_s", "end_s", "start_ts", "end_ts", "entity_ids",
-               "faces")
+LINK_FIELDS = (
+    "tenant_id",
+    "event_id",
+    "segment_index",
+    "start_s",
+    "end_s",
+    "start_ts",
+    "end_ts",
+    "entity_ids",
+    "faces",
+)
 #: The field a correction replaces, per memory type (what the memory's text is).
-TEXT_FIELD = {MemoryType.episodic: "summary", MemoryType.semantic: "summary", MemoryType.procedural: "summary",
-              MemoryType.resource: "summary", MemoryType.core: "value", MemoryType.knowledge_vault: "caption"}
+TEXT_FIELD = {
+    MemoryType.episodic: "summary",
+    MemoryType.semantic: "summary",
+    MemoryType.procedural: "summary",
+    MemoryType.resource: "summary",
+    MemoryType.core: "value",
+    MemoryType.knowledge_vault: "caption",
+}
 
 
 # --- corrections ------------------------------------------------------------------------------------------------
+
 
 def update_memory(rt: Any, tenant_id: str, memory_id: uuid.UUID, text: str) -> MemoryRecord | None:
     """Store ``text`` as a new version of memory ``memory_id`` (same type, user, evidence and sources; fresh
@@ -62,9 +78,20 @@ def update_memory(rt: Any, tenant_id: str, memory_id: uuid.UUID, text: str) -> M
     model = MEMORY_MODELS[old.memory_type]
     now = datetime.now(UTC)
     fields = {k: v for k, v in stored.items() if k in model.model_fields}
-    fields.update({TEXT_FIELD[old.memory_type]: text, "id": uuid.uuid4(), "created_at": now, "updated_at": now,
-                   "strength": 1.0, "recalls": 0, "last_recalled_at": None, "archived": False,
-                   "superseded_by": None, "valid_to": None})
+    fields.update(
+        {
+            TEXT_FIELD[old.memory_type]: text,
+            "id": uuid.uuid4(),
+            "created_at": now,
+            "updated_at": now,
+            "strength": 1.0,
+            "recalls": 0,
+            "last_recalled_at": None,
+            "archived": False,
+            "superseded_by": None,
+            "valid_to": None,
+        }
+    )
     if "details" in model.model_fields:
         fields["details"] = ""
     new = model.model_validate(fields)
@@ -79,6 +106,7 @@ def update_memory(rt: Any, tenant_id: str, memory_id: uuid.UUID, text: str) -> M
 
 
 # --- entities ---------------------------------------------------------------------------------------------------
+
 
 def _entity_payload(rt: Any, tenant_id: str, entity_id: uuid.UUID) -> dict | None:
 
@@ -123,13 +151,12 @@ def entity_samples(rt: Any, tenant_id: str, entity_id: uuid.UUID) -> list[dict[s
             else:
                 found = _voice_observations(rt, tenant_id, key, linked)
                 oid = found[0]["id"] if found else None
-            out.append({"key": key, "modality": modality, "at_ts": float(s.get("at_ts") or 0.0),
-                        "observation_id": oid})
+            out.append({"key": key, "modality": modality, "at_ts": float(s.get("at_ts") or 0.0), "observation_id": oid})
     return out
 
 
 def split_entity(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> Any:
-    """"Not this person": move the face or voice sample ``sample_key`` of entity ``entity_id`` into a new
+    """ "Not this person": move the face or voice sample ``sample_key`` of entity ``entity_id`` into a new
     entity (unnamed), with the observations it came from relinked (their ``entity_ids``, the face's
     ``entity_id``); counts move with it. Returns the new ``Entity``. Raises KeyError when the entity or the
     sample is unknown."""
@@ -185,6 +212,7 @@ def split_entity(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str)
 
 # --- a sample's media -------------------------------------------------------------------------------------------
 
+
 def face_crop(picture: Any, box: tuple[float, float, float, float], side: int = FACE_SIDE) -> bytes:
     """A WebP of ``box`` (x0, y0, x1, y1 in the picture's pixels) cut from a PIL image with ``FACE_MARGIN`` of
     context on each side, at most ``side`` px on its longer side. Raises ValueError for an empty box."""
@@ -193,8 +221,12 @@ def face_crop(picture: Any, box: tuple[float, float, float, float], side: int = 
     if w <= 0 or h <= 0:
         raise ValueError("an empty face box")
     m = FACE_MARGIN
-    area = (max(0, int(x0 - m * w)), max(0, int(y0 - m * h)), min(picture.width, int(x1 + m * w) + 1),
-            min(picture.height, int(y1 + m * h) + 1))
+    area = (
+        max(0, int(x0 - m * w)),
+        max(0, int(y0 - m * h)),
+        min(picture.width, int(x1 + m * w) + 1),
+        min(picture.height, int(y1 + m * h) + 1),
+    )
     crop = picture.crop(area).convert("RGB")
     crop.thumbnail((side, side))
     out = io.BytesIO()
@@ -239,7 +271,7 @@ def audio_span(path: Any, start: float, end: float) -> np.ndarray:
                 parts.append(out.to_ndarray().reshape(-1).astype(np.float32) / 32768.0)
     audio = np.concatenate(parts) if parts else np.zeros(0, np.float32)
     skip = int(max(0.0, start - (first if first is not None else start)) * SAMPLE_RATE)
-    return audio[skip:skip + int(max(0.0, end - start) * SAMPLE_RATE)]
+    return audio[skip : skip + int(max(0.0, end - start) * SAMPLE_RATE)]
 
 
 def sample_media(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str) -> tuple[str, str]:
@@ -249,7 +281,6 @@ def sample_media(rt: Any, tenant_id: str, entity_id: uuid.UUID, sample_key: str)
     cannot be made (the original is gone, the face has no box, the recording cannot be decoded)."""
     import av  # PyAV and Pillow: only when a sample's media is made
     from PIL import Image
-
 
     samples = entity_samples(rt, tenant_id, entity_id)
     ref = next((s for s in samples or [] if s["key"] == sample_key), None)
@@ -298,8 +329,7 @@ MEMORIES_FED = 50
 FED = (MemoryType.episodic, MemoryType.semantic, MemoryType.procedural, MemoryType.resource, MemoryType.core)
 
 
-def memories_from(rt: Any, tenant_id: str, observation_id: uuid.UUID, limit: int = MEMORIES_FED
-                  ) -> list[MemoryRecord]:
+def memories_from(rt: Any, tenant_id: str, observation_id: uuid.UUID, limit: int = MEMORIES_FED) -> list[MemoryRecord]:
     """The tenant's memories drawn from the observation ``observation_id`` (its id in their
     ``provenance.observation_ids``), current versions only (none superseded), newest content first, at most
     ``limit``: the "memories it fed" of an item's page. One filtered scroll per memory type."""

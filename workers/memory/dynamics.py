@@ -92,11 +92,23 @@ def reinforce(rt: Runtime, tenant_id: str, memory_ids: list[uuid.UUID | str], no
     ids = [str(i) for i in memory_ids]
     done = 0
     for mtype in MEMORY_TYPES:
-        found = {rec.id: rec.payload or {} for rec in rt.vectors.retrieve(mtype.value, ids)
-                 if (rec.payload or {}).get("tenant_id") == tenant_id}
-        rt.vectors.set_payloads(mtype.value, {pid: {  # one batch request per type
-            "recalls": int(p.get("recalls") or 0) + 1, "last_recalled_at": now.isoformat(), "strength": 1.0,
-            "archived": False} for pid, p in found.items()})
+        found = {
+            rec.id: rec.payload or {}
+            for rec in rt.vectors.retrieve(mtype.value, ids)
+            if (rec.payload or {}).get("tenant_id") == tenant_id
+        }
+        rt.vectors.set_payloads(
+            mtype.value,
+            {
+                pid: {  # one batch request per type
+                    "recalls": int(p.get("recalls") or 0) + 1,
+                    "last_recalled_at": now.isoformat(),
+                    "strength": 1.0,
+                    "archived": False,
+                }
+                for pid, p in found.items()
+            },
+        )
         done += len(found)
     return done
 
@@ -109,8 +121,11 @@ def archive_decayed(rt: Runtime, now: datetime | None = None) -> dict[str, int]:
     out: dict[str, int] = {}
     for mtype in DECAYING:
         flt = qm.Filter(must_not=[qm.FieldCondition(key="archived", match=qm.MatchValue(value=True))])
-        faded = [(rec.id, r) for rec in rt.vectors.scroll(mtype.value, flt)
-                 if (r := retention(rec.payload or {}, now, s.memory_stability_days)) < s.memory_archive_retention]
+        faded = [
+            (rec.id, r)
+            for rec in rt.vectors.scroll(mtype.value, flt)
+            if (r := retention(rec.payload or {}, now, s.memory_stability_days)) < s.memory_archive_retention
+        ]
         rt.vectors.set_payloads(mtype.value, {pid: {"archived": True, "strength": round(r, 4)} for pid, r in faded})
         out[mtype.value] = len(faded)
     if any(out.values()):
@@ -126,8 +141,14 @@ def active_filter(flt: qm.Filter | None = None) -> qm.Filter:
     return qm.Filter(must=[*(flt.must or []), current], must_not=[*(flt.must_not or []), archived], should=flt.should)
 
 
-def history(rt: Runtime, tenant_id: str, user_id: str, memory_type: MemoryType, name: str | None = None,
-            attribute: str | None = None) -> list[dict]:
+def history(
+    rt: Runtime,
+    tenant_id: str,
+    user_id: str,
+    memory_type: MemoryType,
+    name: str | None = None,
+    attribute: str | None = None,
+) -> list[dict]:
     """Every memory of a type for one user, superseded and archived ones included, oldest first
     (optionally one subject's ``name`` and ``attribute``: how a fact changed)."""
     must = {k: v for k, v in (("name", name), ("attribute", attribute)) if v is not None}
@@ -150,16 +171,24 @@ def _update_fields(payload: dict, new: MemoryBase, now: datetime) -> dict | None
     prov, grew = _merge_provenance(payload.get("provenance") or {}, new)
     if not grew:
         return None
-    fields = {"provenance": prov, "recalls": int(payload.get("recalls") or 0) + 1, "strength": 1.0,
-              "last_recalled_at": now.isoformat(), "updated_at": now.isoformat(), "archived": False,
-              "start_ts": _ts(prov["start"]), "end_ts": _ts(prov["end"])}
+    fields = {
+        "provenance": prov,
+        "recalls": int(payload.get("recalls") or 0) + 1,
+        "strength": 1.0,
+        "last_recalled_at": now.isoformat(),
+        "updated_at": now.isoformat(),
+        "archived": False,
+        "start_ts": _ts(prov["start"]),
+        "end_ts": _ts(prov["end"]),
+    }
     if isinstance(new, ResourceMemory):  # a page seen again: keep what it shows now
         fields.update(summary=new.summary, content=new.content)
     return fields
 
 
-def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: list[dict],
-          now: datetime | None = None) -> Counter:
+def apply(
+    rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: list[dict], now: datetime | None = None
+) -> Counter:
     """Write new memories of one type and user (in time order) against what is stored, with Mem0's operations
     (see the module docstring). ``vectors`` (n, 384) are their dense vectors; ``fields`` their source fields
     (``workers.memory.points.source_fields``). Returns a Counter of ``Op``."""
@@ -198,9 +227,15 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
         if near is not None:
             ops[_fold(near, mem)] += 1
             continue
-        hit = next((h for h in hits if h.score >= s.memory_merge_similarity
-                    and not _share_source((h.payload or {}).get("provenance", {}).get("observation_ids", []), mem)),
-                   None)
+        hit = next(
+            (
+                h
+                for h in hits
+                if h.score >= s.memory_merge_similarity
+                and not _share_source((h.payload or {}).get("provenance", {}).get("observation_ids", []), mem)
+            ),
+            None,
+        )
         if hit is not None:
             upd = _update_fields(hit.payload or {}, mem, now)
             if upd:
@@ -216,8 +251,9 @@ def apply(rt: Runtime, memories: list[MemoryBase], vectors: np.ndarray, fields: 
     return ops
 
 
-def _nearest_stored(rt: Runtime, collection: str, vectors: np.ndarray, flt: qm.Filter,
-                    limit: int = 3) -> list[list[qm.ScoredPoint]]:
+def _nearest_stored(
+    rt: Runtime, collection: str, vectors: np.ndarray, flt: qm.Filter, limit: int = 3
+) -> list[list[qm.ScoredPoint]]:
     """The ``limit`` stored points nearest each vector (dense cosine, under ``flt``), in one batch request."""
     return rt.vectors.nearest_batch(collection, DENSE, (v.tolist() for v in vectors), flt, limit)
 
@@ -236,8 +272,9 @@ def _share_source(observation_ids: list, mem: MemoryBase) -> bool:
     return bool({str(o) for o in observation_ids} & {str(o) for o in mem.provenance.observation_ids})
 
 
-def _nearest_pending(pending: list[tuple[MemoryBase, np.ndarray, dict]], new: MemoryBase, vec: np.ndarray,
-                     threshold: float) -> MemoryBase | None:
+def _nearest_pending(
+    pending: list[tuple[MemoryBase, np.ndarray, dict]], new: MemoryBase, vec: np.ndarray, threshold: float
+) -> MemoryBase | None:
     best, best_sim = None, threshold
     for mem, v, _ in pending:
         if mem.superseded_by is not None or _share_source(mem.provenance.observation_ids, new):
@@ -248,20 +285,34 @@ def _nearest_pending(pending: list[tuple[MemoryBase, np.ndarray, dict]], new: Me
     return best
 
 
-def _supersede(rt: Runtime, mem: SemanticMemory, pending: list, base: qm.Filter, now: datetime,
-               ops: Counter) -> bool:
+def _supersede(rt: Runtime, mem: SemanticMemory, pending: list, base: qm.Filter, now: datetime, ops: Counter) -> bool:
     """Resolve ``mem`` against the active facts with its subject and attribute: True when it is to be added
     (alone, or superseding older values; or as history, already superseded by a newer value it arrived after)."""
     key = (mem.name.lower(), mem.attribute)
     start = mem.provenance.start or now
-    stored = [r for r in rt.vectors.scroll(mem.memory_type.value, active_filter(qm.Filter(
-        must=[*base.must, qm.FieldCondition(key="attribute", match=qm.MatchValue(value=mem.attribute))])))
-        if str(r.payload.get("name", "")).lower() == key[0]]
-    olds = [(p[0].id, p[0].value, p[0].provenance.start, p[0]) for p in pending
-            if isinstance(p[0], SemanticMemory) and (p[0].name.lower(), p[0].attribute) == key
-            and p[0].superseded_by is None]
-    olds += [(uuid.UUID(str(r.id)), r.payload.get("value", ""), r.payload.get("provenance", {}).get("start"), None)
-             for r in stored]
+    stored = [
+        r
+        for r in rt.vectors.scroll(
+            mem.memory_type.value,
+            active_filter(
+                qm.Filter(
+                    must=[*base.must, qm.FieldCondition(key="attribute", match=qm.MatchValue(value=mem.attribute))]
+                )
+            ),
+        )
+        if str(r.payload.get("name", "")).lower() == key[0]
+    ]
+    olds = [
+        (p[0].id, p[0].value, p[0].provenance.start, p[0])
+        for p in pending
+        if isinstance(p[0], SemanticMemory)
+        and (p[0].name.lower(), p[0].attribute) == key
+        and p[0].superseded_by is None
+    ]
+    olds += [
+        (uuid.UUID(str(r.id)), r.payload.get("value", ""), r.payload.get("provenance", {}).get("start"), None)
+        for r in stored
+    ]
     if not olds:
         return True
     for old_id, value, old_start, obj in olds:
@@ -272,8 +323,9 @@ def _supersede(rt: Runtime, mem: SemanticMemory, pending: list, base: qm.Filter,
             if obj is not None:
                 obj.superseded_by, obj.valid_to = mem.id, start
             else:
-                rt.vectors.set_payload(mem.memory_type.value, [old_id], {
-                    "superseded_by": str(mem.id), "valid_to": start.isoformat()})
+                rt.vectors.set_payload(
+                    mem.memory_type.value, [old_id], {"superseded_by": str(mem.id), "valid_to": start.isoformat()}
+                )
             ops[Op.supersede] += 1
         else:  # an older value seen late: stored as history, already superseded
             mem.superseded_by = old_id
@@ -304,8 +356,10 @@ def merge_block(value: str, facts: list[str], limit: int) -> str:
         lines[key] = line
     out = list(lines.values())
     if len("\n".join(out)) > limit:
-        out = [f"{ln.partition(': ')[0]}: {', '.join(ln.partition(': ')[2].split(', ')[-5:])}" if ": " in ln else ln
-               for ln in out]
+        out = [
+            f"{ln.partition(': ')[0]}: {', '.join(ln.partition(': ')[2].split(', ')[-5:])}" if ": " in ln else ln
+            for ln in out
+        ]
     while out and len("\n".join(out)) > limit:
         out.pop(0)
     return "\n".join(out)

@@ -86,8 +86,9 @@ def embed_query(rt: Runtime, text: str) -> np.ndarray:
     return vec
 
 
-def sparse_vectors(settings: Settings, texts: list[str | list[str]],
-                   units: list[int] | None = None) -> list[tuple[list[int], list[float]]]:
+def sparse_vectors(
+    settings: Settings, texts: list[str | list[str]], units: list[int] | None = None
+) -> list[tuple[list[int], list[float]]]:
     """BM25 document vectors with the configured k1 and b. A text made of ``units[i]`` observations' texts
     (a turn with its context, an episode) is length-normalised against ``units[i]`` times the configured
     average length (default: one unit each). A text may be given as its parts (``sparse.tokenize_parts``)."""
@@ -95,18 +96,27 @@ def sparse_vectors(settings: Settings, texts: list[str | list[str]],
     return sparse.document_vectors(texts, settings.bm25_k1, settings.bm25_b, avgdl)
 
 
-def observation_sparse_vectors(settings: Settings, observations: list[Observation]
-                               ) -> list[tuple[list[int], list[float]]]:
+def observation_sparse_vectors(
+    settings: Settings, observations: list[Observation]
+) -> list[tuple[list[int], list[float]]]:
     """BM25 vectors of observations, one BM25F pass (``sparse.fielded_vectors``): an observation without context
     is one field, its text (weight 1, the configured average length: plain BM25); one with context is two,
     ``<day month year> <text>`` (weight 1, the configured average length) and its context turns (weight
     ``CONTEXT_TF_WEIGHT``, that many times the average length)."""
     avgdl = settings.bm25_avgdl
-    docs = [[([o.captured_at.strftime("%-d %B %Y"), o.text], 1.0, avgdl),
-             ([*o.context_before, *o.context_after], CONTEXT_TF_WEIGHT,
-              avgdl * (len(o.context_before) + len(o.context_after)))]
-            if o.context_before or o.context_after else [([o.text], 1.0, avgdl)]
-            for o in observations]
+    docs = [
+        [
+            ([o.captured_at.strftime("%-d %B %Y"), o.text], 1.0, avgdl),
+            (
+                [*o.context_before, *o.context_after],
+                CONTEXT_TF_WEIGHT,
+                avgdl * (len(o.context_before) + len(o.context_after)),
+            ),
+        ]
+        if o.context_before or o.context_after
+        else [([o.text], 1.0, avgdl)]
+        for o in observations
+    ]
     return sparse.fielded_vectors(docs, settings.bm25_k1, settings.bm25_b)
 
 
@@ -174,7 +184,7 @@ def embed_with_rows(rt: Runtime, texts: list[str]) -> tuple[np.ndarray, dict[str
 
 def _whole_turn(text: str, said: str) -> bool:
     """Whether ``said`` is all of the turn ``text``: the text itself or what follows its ``speaker:`` prefix."""
-    return text == said or text.endswith(said) and text[:-len(said)].rstrip().endswith(":")
+    return text == said or text.endswith(said) and text[: -len(said)].rstrip().endswith(":")
 
 
 def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list[np.ndarray | None]:
@@ -215,8 +225,14 @@ def sentence_vectors(rt: Runtime, origins: list[tuple[str, str] | None]) -> list
         if spans:
             found = rows.get(keys[text])
             # the sentence itself, or the first one without the turn's ``speaker:`` prefix
-            at = next((j for j, (a, b) in enumerate(spans)
-                       if text[a:b] == sentence or j == 0 and text[a:b].endswith(sentence)), None)
+            at = next(
+                (
+                    j
+                    for j, (a, b) in enumerate(spans)
+                    if text[a:b] == sentence or j == 0 and text[a:b].endswith(sentence)
+                ),
+                None,
+            )
             if found is not None and at is not None and at < len(found) // DIM:  # no row: cut by truncation
                 out[i] = found.reshape(-1, DIM)[at]
         elif keys[text] in whole and len(text.split()) <= SENTENCE_MAX_WORDS:
@@ -246,6 +262,8 @@ def dense_vectors(rt: Runtime, observations: list[Observation]) -> tuple[np.ndar
         for t in adj:
             v += CONTEXT_WEIGHT * vecs[where[t]]
         dense[n] = v / max(float(np.linalg.norm(v)), 1e-12)
-    multi = [np.vstack([dense[n:n + 1], rows[o.text]]) if o.text in rows else dense[n:n + 1]
-             for n, o in enumerate(observations)]
+    multi = [
+        np.vstack([dense[n : n + 1], rows[o.text]]) if o.text in rows else dense[n : n + 1]
+        for n, o in enumerate(observations)
+    ]
     return dense, multi

@@ -53,19 +53,24 @@ RECENT_RECORDINGS = 64  # recordings whose speaker label an entity keeps
 _UPPER, _LOWER = "A-ZÀ-ÖØ-Þ", "a-zß-öø-ÿ"  # Latin letters with their accented forms
 _WORD = rf"[{_UPPER}][{_LOWER}]+(?:[-'][{_UPPER}][{_LOWER}]+)?(?!\w)"
 _NAME = rf"(?P<name>{_WORD}(?:[ \t]+{_WORD})?)"
-_INTRODUCTIONS = [re.compile(p) for p in (
-    rf"\b(?i:my\s+name\s+is|my\s+name['’]s|call\s+me)\s+{_NAME}",
-    rf"\b(?i:I['’]m|I\s+am)\s+{_NAME}",
-    rf"\b(?i:this\s+is)\s+{_NAME}\s+(?i:speaking)\b",
-)]
+_INTRODUCTIONS = [
+    re.compile(p)
+    for p in (
+        rf"\b(?i:my\s+name\s+is|my\s+name['’]s|call\s+me)\s+{_NAME}",
+        rf"\b(?i:I['’]m|I\s+am)\s+{_NAME}",
+        rf"\b(?i:this\s+is)\s+{_NAME}\s+(?i:speaking)\b",
+    )
+]
 #: Capitalised words that follow "I'm"/"I am" or "call me" without being names.
-NOT_NAMES = frozenset("""
+NOT_NAMES = frozenset(
+    """
 I A An The Not So Just Sorry Here There Fine Good Okay Ok OK Back Home Done Ready Sure Still Also Very Really
 Going Gonna Trying Talking Calling Speaking Glad Happy Afraid Alone Late Tired Hungry Yes No Oh Well Now Mr Mrs Ms
 Dr Doctor Sir Madam Mom Mum Dad American English British Canadian French German Spanish Italian Chinese Japanese
 Indian Mexican Irish Scottish Russian Christian Catholic Jewish Muslim Monday Tuesday Wednesday Thursday Friday
 Saturday Sunday January February March April May June July August September October November December
-""".split())
+""".split()
+)
 
 
 def names_in_transcript(text: str) -> list[str]:
@@ -128,6 +133,7 @@ def founded_id(tenant_id: str, modality: Modality, key: str) -> uuid.UUID:
 
 # --- centroids -------------------------------------------------------------------------------------------------
 
+
 def centroid(entity: Entity, modality: Modality) -> np.ndarray | None:
     """The mean of an entity's face samples (128,), or of its voice samples L2-normalised (256,); None without
     samples of that modality."""
@@ -146,6 +152,7 @@ def closeness(modality: Modality, a: np.ndarray, b: np.ndarray) -> float:
 
 
 # --- the working set -----------------------------------------------------------------------------------------
+
 
 class EntityMemory:
     """The entities one ``link`` task reads and changes, for one tenant (see the module docstring)."""
@@ -205,10 +212,14 @@ class EntityMemory:
         self.load([*found, *(entity_id(self.tenant_id, k) for k in keys)])  # also points written before name_keys
         out: dict[str, Entity] = {}
         for key in keys:
-            holders = [e for e in self.entities.values()
-                       if key in {name_key(n) for n in e.names} and str(e.id) not in self.redirects]
-            holders.sort(key=lambda e: (ROLE_RANK[e.role], e.id != entity_id(self.tenant_id, key),
-                                        e.first_seen_ts or 0.0))
+            holders = [
+                e
+                for e in self.entities.values()
+                if key in {name_key(n) for n in e.names} and str(e.id) not in self.redirects
+            ]
+            holders.sort(
+                key=lambda e: (ROLE_RANK[e.role], e.id != entity_id(self.tenant_id, key), e.first_seen_ts or 0.0)
+            )
             if holders:
                 out[key] = holders[0]
         return out
@@ -219,15 +230,22 @@ class EntityMemory:
         found = self.candidates(modality, vector)
         return found[0][0] if found else None
 
-    def candidates(self, modality: Modality, vector: np.ndarray, limit: int = 3,
-                   threshold: float | None = None) -> list[tuple[Entity, float]]:
+    def candidates(
+        self, modality: Modality, vector: np.ndarray, limit: int = 3, threshold: float | None = None
+    ) -> list[tuple[Entity, float]]:
         """The entities whose face centroid is within ``entity_face_distance`` of ``vector`` (Euclidean) or whose
         voice centroid has cosine similarity ≥ ``entity_voice_similarity`` with it (or ``threshold``), nearest
         first, with that distance or similarity. Qdrant finds the candidates among stored entities (``limit`` of
         them); entities changed in this task are compared as they are now."""
         threshold = self._threshold(modality) if threshold is None else threshold
-        hits = self.rt.vectors.nearest(ENTITIES, FACE if modality == "face" else VOICE, vector.tolist(),
-                                       tenant_filter(self.tenant_id), limit=limit, score_threshold=threshold)
+        hits = self.rt.vectors.nearest(
+            ENTITIES,
+            FACE if modality == "face" else VOICE,
+            vector.tolist(),
+            tenant_filter(self.tenant_id),
+            limit=limit,
+            score_threshold=threshold,
+        )
         self.load([uuid.UUID(str(h.id)) for h in hits])
         found = []
         for eid in {uuid.UUID(str(h.id)) for h in hits} | self.dirty:
@@ -248,7 +266,7 @@ class EntityMemory:
             return False
         samples = entity.face_samples if modality == "face" else entity.voice_samples
         samples.append(EntitySample(key=key, vector=[float(x) for x in vector], at_ts=at_ts))
-        del samples[:-self.rt.settings.entity_samples]
+        del samples[: -self.rt.settings.entity_samples]
         if modality == "face":
             entity.face_count += 1
         else:
@@ -302,8 +320,11 @@ class EntityMemory:
         flt = tenant_filter(self.tenant_id)
         flt.must.append(qm.FieldCondition(key="name_keys", match=qm.MatchAny(any=sorted(keys))))
         self.load([uuid.UUID(str(r.id)) for r in self.rt.vectors.scroll(ENTITIES, flt, with_payload=False)])
-        others = [e for e in list(self.entities.values()) if e.id != entity.id and str(e.id) not in self.redirects
-                  and keys & {name_key(n) for n in e.names}]
+        others = [
+            e
+            for e in list(self.entities.values())
+            if e.id != entity.id and str(e.id) not in self.redirects and keys & {name_key(n) for n in e.names}
+        ]
         for other in sorted(others, key=_keep_order):
             if cannot_link(entity, other) or entity.role == other.role == "self":  # two users: one entity each
                 continue
@@ -351,8 +372,9 @@ class EntityMemory:
         if ROLE_RANK[drop.role] < ROLE_RANK[keep.role]:
             keep.role = drop.role
         keep.user_id = keep.user_id or drop.user_id
-        keep.merged_from.append(MergeRecord(entity_id=str(drop.id), names=drop.names, at=datetime.now(UTC),
-                                            reason=reason))
+        keep.merged_from.append(
+            MergeRecord(entity_id=str(drop.id), names=drop.names, at=datetime.now(UTC), reason=reason)
+        )
         self.redirects[str(drop.id)] = str(keep.id)
         for old, new in list(self.redirects.items()):
             if new == str(drop.id):
@@ -407,8 +429,9 @@ def voice_chunks(entity: Entity) -> dict[str, set[str]]:
     """{recording chunk (``<event id>:<segment>``): the speaker labels its clustering gave the voices linked to
     ``entity``}, from its voice sample keys and recent contribution keys (``<event id>:<segment>:<label>``)."""
     out: dict[str, set[str]] = {}
-    keys = [s.key for s in entity.voice_samples] + [k[len("voice:"):] for k in entity.recent_keys
-                                                     if k.startswith("voice:")]
+    keys = [s.key for s in entity.voice_samples] + [
+        k[len("voice:") :] for k in entity.recent_keys if k.startswith("voice:")
+    ]
     for key in keys:
         chunk, _, label = key.rpartition(":")
         if chunk and label:
@@ -463,16 +486,18 @@ def rewrite_references(rt: Runtime, tenant_id: str, redirects: dict[str, str]) -
             p = rec.payload or {}
             new: dict = {"entity_ids": sorted({redirects.get(e, e) for e in p.get("entity_ids") or []})}
             if p.get("faces"):
-                new["faces"] = [{**f, "entity_id": redirects.get(f.get("entity_id"), f.get("entity_id"))}
-                                for f in p["faces"]]
+                new["faces"] = [
+                    {**f, "entity_id": redirects.get(f.get("entity_id"), f.get("entity_id"))} for f in p["faces"]
+                ]
             payloads[str(rec.id)] = new
         rt.vectors.set_payloads(collection, payloads)
         changed += len(payloads)
     return changed
 
 
-def merge_entities(rt: Runtime, tenant_id: str, keep_id: uuid.UUID | str, drop_id: uuid.UUID | str,
-                   reason: str = "manual") -> Entity:
+def merge_entities(
+    rt: Runtime, tenant_id: str, keep_id: uuid.UUID | str, drop_id: uuid.UUID | str, reason: str = "manual"
+) -> Entity:
     """Merge entity ``drop_id`` into ``keep_id`` (see ``EntityMemory.merge``) and write the result. Raises
     KeyError when either is not an entity of the tenant, ValueError when they are the same."""
     memory = EntityMemory(rt, tenant_id)
@@ -511,6 +536,7 @@ def name_entity(rt: Runtime, tenant_id: str, entity_id: uuid.UUID | str, name: s
 
 
 # --- forgetting a user ----------------------------------------------------------------------------------------
+
 
 def given_names(payload: dict) -> set[str]:
     """The name keys an observation (its stored payload) gives the entities it names: its chat speaker unless an
@@ -558,8 +584,9 @@ def forget_observations(rt: Runtime, tenant_id: str, observations: list[qm.Recor
     # entity changes role
 
 
-def _take_out_all(rt: Runtime, tenant_id: str, memory: EntityMemory, observations: list[qm.Record],
-                  user_id: str) -> int:
+def _take_out_all(
+    rt: Runtime, tenant_id: str, memory: EntityMemory, observations: list[qm.Record], user_id: str
+) -> int:
     """Take what ``observations`` gave each entity loaded in ``memory`` out of it (``_take_out``, ``user_id`` the
     forgotten user's), delete the entities no remaining observation or memory names, save; returns how many
     were deleted."""
@@ -567,18 +594,24 @@ def _take_out_all(rt: Runtime, tenant_id: str, memory: EntityMemory, observation
     for entity in list(memory.entities.values()):
         eid = str(entity.id)
         fields = ["speaker", "transcript", "user_id", "start_ts", "end_ts"]
-        remaining = [r.payload or {} for r in rt.vectors.scroll(
-            OBSERVATIONS, tenant_filter(tenant_id, entity_ids=eid), with_payload=fields)]
-        if not remaining and not any(rt.vectors.count(c, tenant_filter(tenant_id, entity_ids=eid))
-                                     for c in COLLECTIONS if c not in (ENTITIES, OBSERVATIONS)):
+        remaining = [
+            r.payload or {}
+            for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant_id, entity_ids=eid), with_payload=fields)
+        ]
+        if not remaining and not any(
+            rt.vectors.count(c, tenant_filter(tenant_id, entity_ids=eid))
+            for c in COLLECTIONS
+            if c not in (ENTITIES, OBSERVATIONS)
+        ):
             doomed.append(eid)
             continue
         mine = [o for o in observations if eid in ((o.payload or {}).get("entity_ids") or [])]
         _take_out(entity, user_id, mine, remaining)
         memory.dirty.add(entity.id)
     if doomed:
-        rt.vectors.delete(ENTITIES, qm.Filter(must=[*(tenant_filter(tenant_id).must or []),
-                                               qm.HasIdCondition(has_id=doomed)]))
+        rt.vectors.delete(
+            ENTITIES, qm.Filter(must=[*(tenant_filter(tenant_id).must or []), qm.HasIdCondition(has_id=doomed)])
+        )
     for eid in doomed:
         memory.entities.pop(uuid.UUID(eid), None)
         memory.dirty.discard(uuid.UUID(eid))
@@ -605,11 +638,15 @@ def _take_out(entity: Entity, user_id: str, mine: list[qm.Record], remaining: li
     entity.observation_ids = [o for o in entity.observation_ids if o not in obs_ids]
     entity.observation_count = max(len(entity.observation_ids), entity.observation_count - len(mine))
     entity.recent_keys = [k for k in entity.recent_keys if not theirs(k.partition(":")[2])]
-    entity.cooccurrence = {k: left for k, seen in entity.cooccurrence.items()
-                           if (left := [o for o in seen if o not in obs_ids])}
+    entity.cooccurrence = {
+        k: left for k, seen in entity.cooccurrence.items() if (left := [o for o in seen if o not in obs_ids])
+    }
     entity.recording_speakers = {e: label for e, label in entity.recording_speakers.items() if e not in events}
-    spans = [(float(p["start_ts"]), float(p.get("end_ts") or p["start_ts"])) for p in remaining
-             if p.get("start_ts") is not None]
+    spans = [
+        (float(p["start_ts"]), float(p.get("end_ts") or p["start_ts"]))
+        for p in remaining
+        if p.get("start_ts") is not None
+    ]
     entity.first_seen_ts = min(s for s, _ in spans) if spans else None
     entity.last_seen_ts = max(e for _, e in spans) if spans else None
 
@@ -630,9 +667,17 @@ def _take_out(entity: Entity, user_id: str, mine: list[qm.Record], remaining: li
 def summary(e: Entity) -> EntitySummary:
     """What lists show of an entity: id, names, counts, first/last seen (UTC) and the ids merged into it."""
     when = [None if t is None else datetime.fromtimestamp(t, UTC) for t in (e.first_seen_ts, e.last_seen_ts)]
-    return EntitySummary(id=e.id, role=e.role, names=e.names, faces=e.face_count, voices=e.voice_count,
-                         observations=e.observation_count, first_seen=when[0], last_seen=when[1],
-                         merged_from=[m.entity_id for m in e.merged_from])
+    return EntitySummary(
+        id=e.id,
+        role=e.role,
+        names=e.names,
+        faces=e.face_count,
+        voices=e.voice_count,
+        observations=e.observation_count,
+        first_seen=when[0],
+        last_seen=when[1],
+        merged_from=[m.entity_id for m in e.merged_from],
+    )
 
 
 def list_entities(rt: Runtime, tenant_id: str) -> list[EntitySummary]:

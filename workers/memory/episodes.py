@@ -25,8 +25,12 @@ from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, OBSERVATIONS
 
-_EVENT_TYPES = {MediaKind.text: "conversation", MediaKind.screenshot: "screen_activity",
-                MediaKind.audio: "audio", MediaKind.clip: "video"}
+_EVENT_TYPES = {
+    MediaKind.text: "conversation",
+    MediaKind.screenshot: "screen_activity",
+    MediaKind.audio: "audio",
+    MediaKind.clip: "video",
+}
 
 
 SUMMARY_CHARS = 240
@@ -75,20 +79,30 @@ def extractive_summary(records: list[qm.Record], n: int) -> str:
 
 def build_episode(records: list[qm.Record], summary_sentences: int) -> EpisodicMemory:
     """The episodic memory of one group of observation records (same tenant and user)."""
-    first = records[0].payload
-    payloads = [r.payload for r in records]
+    payloads = [r.payload or {} for r in records]  # observation records always carry their payload
+    first = payloads[0]
     kinds = {MediaKind(p["kind"]) for p in payloads}
     speakers = sorted({p["speaker"] for p in payloads if p.get("speaker")})
     details = "\n".join(p["text"] for p in payloads)[:4000]
     now = datetime.now(UTC)
     prov = provenance(records)
     return EpisodicMemory(
-        id=memory_id(first["tenant_id"], first["user_id"], MemoryType.episodic,
-                     ",".join(sorted(str(r.id) for r in records))),
-        tenant_id=first["tenant_id"], user_id=first["user_id"], created_at=now, updated_at=now,
-        provenance=prov, occurred_at=prov.start, ended_at=prov.end, actor=first["user_id"],
+        id=memory_id(
+            first["tenant_id"], first["user_id"], MemoryType.episodic, ",".join(sorted(str(r.id) for r in records))
+        ),
+        tenant_id=first["tenant_id"],
+        user_id=first["user_id"],
+        created_at=now,
+        updated_at=now,
+        provenance=prov,
+        occurred_at=prov.start,
+        ended_at=prov.end,
+        actor=first["user_id"],
         event_type=_EVENT_TYPES[kinds.pop()] if len(kinds) == 1 else "activity",
-        summary=extractive_summary(records, summary_sentences), details=details, entities=speakers)
+        summary=extractive_summary(records, summary_sentences),
+        details=details,
+        entities=speakers,
+    )
 
 
 def episode_vector(records: list[qm.Record]) -> np.ndarray:
@@ -124,6 +138,9 @@ def due_users(rt: Runtime, now: float | None = None) -> tuple[list[tuple[str, st
     now = time.time() if now is None else now
     idle = s.consolidate_idle_seconds or s.consolidate_interval_seconds
     found = pending(rt)
-    due = sorted(pair for pair, (count, newest) in found.items()
-                 if count >= s.consolidate_min_observations or now - newest >= idle)
+    due = sorted(
+        pair
+        for pair, (count, newest) in found.items()
+        if count >= s.consolidate_min_observations or now - newest >= idle
+    )
     return due, len(found)

@@ -99,8 +99,15 @@ def scope_filter(tenant_id: str, scope: ForgetScope) -> qm.Filter:
     device, the events and the ids, every criterion given."""
     conds = list(tenant_filter(tenant_id, scope.user_id).must or [])
     if scope.since or scope.until:
-        conds.append(qm.FieldCondition(key="start_ts", range=qm.Range(
-            gte=scope.since.timestamp() if scope.since else None, lt=scope.until.timestamp() if scope.until else None)))
+        conds.append(
+            qm.FieldCondition(
+                key="start_ts",
+                range=qm.Range(
+                    gte=scope.since.timestamp() if scope.since else None,
+                    lt=scope.until.timestamp() if scope.until else None,
+                ),
+            )
+        )
     if scope.app:
         conds.append(qm.FieldCondition(key="app", match=qm.MatchValue(value=scope.app)))
     if scope.device_id:
@@ -124,8 +131,9 @@ def forget(rt: Runtime, tenant_id: str, scope: ForgetScope, dry_run: bool = Fals
         for mtype in MemoryType:
             coll = collection_for(mtype)
             if mtype is not MemoryType.observation and any(
-                    (p.payload or {}).get("tenant_id") == tenant_id and _user_ok(p, scope)
-                    for p in rt.vectors.retrieve(coll, [mid])):
+                (p.payload or {}).get("tenant_id") == tenant_id and _user_ok(p, scope)
+                for p in rt.vectors.retrieve(coll, [mid])
+            ):
                 direct[coll] += [mid, *_history(rt, tenant_id, coll, mid)]
     report.observations = len(doomed)
     deleted: dict[str, list[str]] = defaultdict(list, {c: list(dict.fromkeys(ids)) for c, ids in direct.items()})
@@ -155,12 +163,25 @@ def forget(rt: Runtime, tenant_id: str, scope: ForgetScope, dry_run: bool = Fals
     objects_deleted, report.objects_kept = _objects(rt, tenant_id, doomed, events)
     rt.ledger.forget_events(tenant_id, [uuid.UUID(e) for e in events["whole"]])
     report.objects_deleted = [*vault_keys, *objects_deleted]
-    touched = [c for c in COLLECTIONS if deleted.get(c) or rewrites.get(c)
-               or (c == ENTITIES and doomed) or (c == MemoryType.knowledge_vault.value and vault_keys)]
+    touched = [
+        c
+        for c in COLLECTIONS
+        if deleted.get(c)
+        or rewrites.get(c)
+        or (c == ENTITIES and doomed)
+        or (c == MemoryType.knowledge_vault.value and vault_keys)
+    ]
     report.compacted = leave_nothing(rt, touched)
-    log.info("forgotten", tenant=tenant_id, observations=report.observations,
-             points=sum(report.points_deleted.values()), rewritten=sum(report.memories_rewritten.values()),
-             events=len(report.event_ids), objects=len(report.objects_deleted), entities=report.entities_deleted)
+    log.info(
+        "forgotten",
+        tenant=tenant_id,
+        observations=report.observations,
+        points=sum(report.points_deleted.values()),
+        rewritten=sum(report.memories_rewritten.values()),
+        events=len(report.event_ids),
+        objects=len(report.objects_deleted),
+        entities=report.entities_deleted,
+    )
     return report
 
 
@@ -185,8 +206,9 @@ def _sources(payload: dict) -> list[str]:
     return [str(i) for i in ((payload.get("provenance") or {}).get("observation_ids") or [])]
 
 
-def _memories_of(rt: Runtime, tenant_id: str, doomed: list[qm.Record], gone: set[str],
-                 deleted: dict[str, list[str]]) -> dict[str, list[qm.PointStruct]]:
+def _memories_of(
+    rt: Runtime, tenant_id: str, doomed: list[qm.Record], gone: set[str], deleted: dict[str, list[str]]
+) -> dict[str, list[qm.PointStruct]]:
     """Sort the memories drawn from the ``doomed`` observations: those with every source gone are added to
     ``deleted``; the others come back as the points that rewrite them (per collection)."""
     rewrites: dict[str, list[qm.PointStruct]] = defaultdict(list)
@@ -228,13 +250,23 @@ def _neighbours(rt: Runtime, tenant_id: str, doomed: list[qm.Record], gone: set[
             payloads.append(p)
     if not payloads:
         return []
-    observations = [Observation.model_validate({k: v for k, v in p.items() if k in Observation.model_fields})
-                    for p in payloads]
+    observations = [
+        Observation.model_validate({k: v for k, v in p.items() if k in Observation.model_fields}) for p in payloads
+    ]
     dense, multi = dense_vectors(rt, observations)
     sparse = observation_sparse_vectors(rt.settings, observations)
-    return [qm.PointStruct(id=str(o.id), payload=p, vector={
-        DENSE: d.tolist(), SENTENCES: m.tolist(), SPARSE: qm.SparseVector(indices=list(si), values=list(sv))})
-        for o, p, d, m, (si, sv) in zip(observations, payloads, dense, multi, sparse, strict=True)]
+    return [
+        qm.PointStruct(
+            id=str(o.id),
+            payload=p,
+            vector={
+                DENSE: d.tolist(),
+                SENTENCES: m.tolist(),
+                SPARSE: qm.SparseVector(indices=list(si), values=list(sv)),
+            },
+        )
+        for o, p, d, m, (si, sv) in zip(observations, payloads, dense, multi, sparse, strict=True)
+    ]
 
 
 def _cuts(doomed: list[qm.Record]) -> list[str]:
@@ -268,8 +300,9 @@ def _scrub(value: Any, cuts: list[str]) -> Any:
     return value
 
 
-def _rewrite(rt: Runtime, mtype: MemoryType, mem: qm.Record, staying: list[str],
-             cuts: list[str]) -> qm.PointStruct | None:
+def _rewrite(
+    rt: Runtime, mtype: MemoryType, mem: qm.Record, staying: list[str], cuts: list[str]
+) -> qm.PointStruct | None:
     """The point that rewrites memory ``mem`` from its ``staying`` sources, embedded again; None when nothing of
     it is left (deleted instead)."""
     payload = dict(mem.payload or {})
@@ -278,17 +311,38 @@ def _rewrite(rt: Runtime, mtype: MemoryType, mem: qm.Record, staying: list[str],
         return None
     model = MEMORY_MODELS[mtype]
     fields = {k: v for k, v in payload.items() if k in model.model_fields}
-    keep = {k: fields[k] for k in ("id", "created_at", "strength", "recalls", "last_recalled_at", "archived",
-                                   "superseded_by", "valid_to") if k in fields}
+    keep = {
+        k: fields[k]
+        for k in (
+            "id",
+            "created_at",
+            "strength",
+            "recalls",
+            "last_recalled_at",
+            "archived",
+            "superseded_by",
+            "valid_to",
+        )
+        if k in fields
+    }
     if mtype is MemoryType.episodic:
         records.sort(key=_time_order)
         old = model.model_validate(fields)
-        episode = build_episode(records, rt.settings.summary_sentences).model_copy(update={
-            **{k: getattr(old, k) for k in keep}, "updated_at": _now()})
-        return memory_points(rt, [episode], [source_fields(records)], episode_vector(records)[None, :],
-                             [[(r.payload or {})["text"] for r in records]], [len(records)])[0]
-    scrubbed = {k: (v if k in ("id", "tenant_id", "user_id", "provenance") or k in keep else _scrub(v, cuts))
-                for k, v in fields.items()}
+        episode = build_episode(records, rt.settings.summary_sentences).model_copy(
+            update={**{k: getattr(old, k) for k in keep}, "updated_at": _now()}
+        )
+        return memory_points(
+            rt,
+            [episode],
+            [source_fields(records)],
+            episode_vector(records)[None, :],
+            [[(r.payload or {})["text"] for r in records]],
+            [len(records)],
+        )[0]
+    scrubbed = {
+        k: (v if k in ("id", "tenant_id", "user_id", "provenance") or k in keep else _scrub(v, cuts))
+        for k, v in fields.items()
+    }
     scrubbed["provenance"] = provenance(records).model_dump(mode="json")
     scrubbed["updated_at"] = _now().isoformat()
     try:
@@ -327,8 +381,11 @@ def _empty_events(rt: Runtime, tenant_id: str, scope: ForgetScope) -> set[str]:
     scope's device (and user) published in its time range. An app scope cannot tell them (the ledger has no app)."""
     if scope.app or scope.memory_ids:
         return set()
-    records = (rt.ledger.user_events(tenant_id, scope.user_id) if scope.user_id
-               else rt.ledger.records(tenant_id, None, 1_000_000))
+    records = (
+        rt.ledger.user_events(tenant_id, scope.user_id)
+        if scope.user_id
+        else rt.ledger.records(tenant_id, None, 1_000_000)
+    )
     named = {str(e) for e in scope.event_ids}
     out = set()
     for r in records:
@@ -339,15 +396,19 @@ def _empty_events(rt: Runtime, tenant_id: str, scope: ForgetScope) -> set[str]:
         if scope.device_id and r.device_id != scope.device_id:
             continue
         at = r.created_at.timestamp() if r.created_at else None
-        if (scope.since or scope.until) and (at is None or (scope.since and at < scope.since.timestamp())
-                                             or (scope.until and at >= scope.until.timestamp())):
+        if (scope.since or scope.until) and (
+            at is None
+            or (scope.since and at < scope.since.timestamp())
+            or (scope.until and at >= scope.until.timestamp())
+        ):
             continue
         out.add(str(r.event_id))
     return out
 
 
-def _objects(rt: Runtime, tenant_id: str, doomed: list[qm.Record], events: dict[str, set[str]],
-             dry_run: bool = False) -> tuple[list[str], list[str]]:
+def _objects(
+    rt: Runtime, tenant_id: str, doomed: list[qm.Record], events: dict[str, set[str]], dry_run: bool = False
+) -> tuple[list[str], list[str]]:
     """Delete (or with ``dry_run`` list) the objects of the deleted observations and events (see the module
     docstring, 6); returns (deleted, kept)."""
     keys: list[str] = []
@@ -361,20 +422,27 @@ def _objects(rt: Runtime, tenant_id: str, doomed: list[qm.Record], events: dict[
         names = {f"thumb-{o.id}.webp"}
         if p.get("kind") in _SEGMENTED:
             seg = f"{int(p.get('segment_index') or 0):05d}"
-            names |= {k.rsplit("/", 1)[-1] for k in rt.objects.keys(f"derived/{tenant_id}/{eid}/")
-                      if f"-{seg}-" in k.rsplit("/", 1)[-1] or k.endswith(f"-{seg}.webp") or k.endswith(f"-{seg}.wav")}
+            names |= {
+                k.rsplit("/", 1)[-1]
+                for k in rt.objects.keys(f"derived/{tenant_id}/{eid}/")
+                if f"-{seg}-" in k.rsplit("/", 1)[-1] or k.endswith(f"-{seg}.webp") or k.endswith(f"-{seg}.wav")
+            }
         keys += [k for n in sorted(names) if rt.objects.exists(k := f"derived/{tenant_id}/{eid}/{n}")]
     touched = events["whole"] | events["partial"]
-    originals = sorted({str(p["object_key"]) for o in doomed if (p := o.payload or {}).get("object_key")}
-                       | events["originals"])
+    originals = sorted(
+        {str(p["object_key"]) for o in doomed if (p := o.payload or {}).get("object_key")} | events["originals"]
+    )
     kept = []
     for key in originals:
         if not key.startswith(f"media/{tenant_id}/"):
             continue  # not this tenant's content-addressed media: never ours to delete
-        others = rt.vectors.count(OBSERVATIONS, qm.Filter(
-            must=list(tenant_filter(tenant_id, object_key=key).must or []),
-            must_not=[qm.FieldCondition(key="event_id", match=qm.MatchAny(any=sorted(touched)))]
-            if touched else []))
+        others = rt.vectors.count(
+            OBSERVATIONS,
+            qm.Filter(
+                must=list(tenant_filter(tenant_id, object_key=key).must or []),
+                must_not=[qm.FieldCondition(key="event_id", match=qm.MatchAny(any=sorted(touched)))] if touched else [],
+            ),
+        )
         refs = rt.ledger.object_references(tenant_id, key)  # the touched events' own records not counted
         refs -= sum(1 for e in touched if (r := rt.ledger.get(uuid.UUID(e))) and r.object_key == key)
         if others or refs > 0:
@@ -414,18 +482,23 @@ def delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
     for key in keys:
         if key.lower().endswith(_IMAGE_SUFFIXES):
             try:
-                digests.add(pixels_sha256(np.asarray(
-                    load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))))
+                digests.add(
+                    pixels_sha256(np.asarray(load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels)))
+                )
             except (ObjectNotFound, MediaError, OSError, ValueError, MemoryError):
                 pass  # not decodable (a broken or bomb file), so nothing was cached for it
-    cached = [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in digests] \
-        if digests else []
+    cached = (
+        [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in digests]
+        if digests
+        else []
+    )
     for key in [*keys, *cached]:
         rt.objects.delete(key)
     return [*keys, *cached]
 
 
 # --- leaving nothing behind ---------------------------------------------------------------------------------------
+
 
 def leave_nothing(rt: Runtime, collections: list[str]) -> list[str]:
     """After a deletion: empty the embedding cache, overwrite and drop SQLite's freed pages in the ledger and the
@@ -457,8 +530,9 @@ def redis_servers(rt: Runtime) -> list[str]:
     for url in (getattr(rt.ledger, "url", None), rt.settings.broker_url, rt.settings.result_backend):
         if url and url.startswith(("redis://", "rediss://", "unix://")):
             parts = urlsplit(url)
-            servers.setdefault((parts.scheme, parts.hostname, parts.port,
-                                parts.path if parts.scheme == "unix" else ""), url)
+            servers.setdefault(
+                (parts.scheme, parts.hostname, parts.port, parts.path if parts.scheme == "unix" else ""), url
+            )
     return list(servers.values())
 
 
@@ -495,8 +569,11 @@ def _rewrite_once(r: Any, kind: str, start: Any, deadline: float) -> None:
     ``rdb_saves``/``rdb_bgsave_in_progress``) once none is running (one that runs began before the deletion) and
     wait until it has finished; raises TimeoutError past ``deadline`` (monotonic seconds), RuntimeError when Redis
     reports it failed."""
-    count, busy = ("aof_rewrites", ("aof_rewrite_in_progress", "aof_rewrite_scheduled")) if kind == "aof" \
+    count, busy = (
+        ("aof_rewrites", ("aof_rewrite_in_progress", "aof_rewrite_scheduled"))
+        if kind == "aof"
         else ("rdb_saves", ("rdb_bgsave_in_progress",))
+    )
     import redis  # the distributed mode's client: the embedded default has no Redis
 
     status = "aof_last_bgrewrite_status" if kind == "aof" else "rdb_last_bgsave_status"

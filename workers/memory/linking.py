@@ -126,8 +126,12 @@ def _not_yet_linked(memory: EntityMemory, observations: list[Observation]) -> li
     for obs in observations:
         p = stored.get(str(obs.id))
         faces = (p or {}).get("faces") or []
-        done = (p is not None and len(faces) == len(obs.faces) and all(f.get("entity_id") for f in faces)
-                and (obs.voice_embedding is None or p.get("entity_ids")))
+        done = (
+            p is not None
+            and len(faces) == len(obs.faces)
+            and all(f.get("entity_id") for f in faces)
+            and (obs.voice_embedding is None or p.get("entity_ids"))
+        )
         if not done:
             todo.append(obs)
             continue
@@ -195,10 +199,14 @@ def _link_chunk(memory: EntityMemory, voices: dict[str, np.ndarray]) -> dict[str
     chosen: dict[str, Entity] = {}
     pairs: list[tuple[float, str, Entity]] = []
     for key, voice in voices.items():
-        found = [(e, sim) for e, sim in memory.candidates("voice", voice, 5, min(alike, s.entity_voice_similarity))
-                 if not _separated(e, key) and (sim >= s.entity_voice_similarity or _same_recording(e, key))]
-        again = memory.get(founded_id(memory.tenant_id, "voice", key)) \
-            or next((e for e, _ in found if f"voice:{key}" in e.recent_keys), None)
+        found = [
+            (e, sim)
+            for e, sim in memory.candidates("voice", voice, 5, min(alike, s.entity_voice_similarity))
+            if not _separated(e, key) and (sim >= s.entity_voice_similarity or _same_recording(e, key))
+        ]
+        again = memory.get(founded_id(memory.tenant_id, "voice", key)) or next(
+            (e for e, _ in found if f"voice:{key}" in e.recent_keys), None
+        )
         if again is not None:
             chosen[key] = again
         elif found and (len(found) == 1 or found[0][1] - found[1][1] >= s.entity_voice_margin):
@@ -273,8 +281,11 @@ def _faces(memory: EntityMemory, observations: list[Observation]) -> dict[str, s
         members = [faces[k] for k in np.flatnonzero(labels == label)]
         keys = [f"{obs.id}#{i}" for obs, i, _ in members]
         mean = np.mean([f.embedding for _, _, f in members], axis=0)
-        entity = memory.nearest("face", mean) or memory.get(founded_id(memory.tenant_id, "face", keys[0])) \
+        entity = (
+            memory.nearest("face", mean)
+            or memory.get(founded_id(memory.tenant_id, "face", keys[0]))
             or memory.create(founded_id(memory.tenant_id, "face", keys[0]))
+        )
         for key, (obs, _, face) in zip(keys, members, strict=True):
             at = obs.captured_at.timestamp() + (face.frame_s or 0.0) - (obs.start_s or 0.0)
             memory.add_sample(entity, "face", key, np.asarray(face.embedding), at)
@@ -284,8 +295,12 @@ def _faces(memory: EntityMemory, observations: list[Observation]) -> dict[str, s
     return out
 
 
-def _equivalences(memory: EntityMemory, observations: list[Observation], voice_of: dict[str, list[uuid.UUID]],
-                  face_entities: dict[str, set[uuid.UUID]]) -> None:
+def _equivalences(
+    memory: EntityMemory,
+    observations: list[Observation],
+    voice_of: dict[str, list[uuid.UUID]],
+    face_entities: dict[str, set[uuid.UUID]],
+) -> None:
     """Count face-voice co-occurrences per observation (every face with every voice of it), then merge the pairs
     that reach the setting and are each other's most frequent partner."""
     pairs: dict[tuple[uuid.UUID, uuid.UUID], int] = {}

@@ -20,16 +20,27 @@ from engram.workers.stores.vectors import DENSE, SPARSE
 def source_fields(records: list[qm.Record]) -> dict[str, list[str]]:
     """What a memory's filters match on, from its source observations: ``kinds``, ``device_ids``, ``apps``
     and ``entity_ids`` (each sorted, without repeats)."""
+
     def values(key: str) -> list[str]:
         got = (r.payload.get(key) for r in records)
         return sorted({str(x) for v in got if v for x in (v if isinstance(v, list) else [v])})
-    return {"kinds": values("kind"), "device_ids": values("device_id"), "apps": values("app"),
-            "entity_ids": values("entity_ids")}
+
+    return {
+        "kinds": values("kind"),
+        "device_ids": values("device_id"),
+        "apps": values("app"),
+        "entity_ids": values("entity_ids"),
+    }
 
 
-def memory_points(rt: Runtime, memories: list[EpisodicMemory], fields: list[dict[str, list[str]]],
-                  dense: np.ndarray | None = None, sparse_texts: list[str | list[str]] | None = None,
-                  sparse_units: list[int] | None = None) -> list[qm.PointStruct]:
+def memory_points(
+    rt: Runtime,
+    memories: list[EpisodicMemory],
+    fields: list[dict[str, list[str]]],
+    dense: np.ndarray | None = None,
+    sparse_texts: list[str | list[str]] | None = None,
+    sparse_units: list[int] | None = None,
+) -> list[qm.PointStruct]:
     """Qdrant points of memories: payload is the memory plus ``start_ts``/``end_ts`` and ``fields`` (what its
     sources are, ``source_fields``).
 
@@ -42,10 +53,14 @@ def memory_points(rt: Runtime, memories: list[EpisodicMemory], fields: list[dict
     points = []
     for mem, vec, (si, sv), extra in zip(memories, dense, sparse_vecs, fields, strict=True):
         payload = mem.model_dump(mode="json")
-        payload.update(start_ts=mem.provenance.start.timestamp(), end_ts=mem.provenance.end.timestamp(),
-                       **extra)
-        points.append(qm.PointStruct(id=str(mem.id), payload=payload, vector={
-            DENSE: vec.tolist(), SPARSE: qm.SparseVector(indices=si, values=sv)}))
+        payload.update(start_ts=mem.provenance.start.timestamp(), end_ts=mem.provenance.end.timestamp(), **extra)
+        points.append(
+            qm.PointStruct(
+                id=str(mem.id),
+                payload=payload,
+                vector={DENSE: vec.tolist(), SPARSE: qm.SparseVector(indices=si, values=sv)},
+            )
+        )
     return points
 
 
@@ -55,8 +70,14 @@ def provenance(records: list[qm.Record]) -> Provenance:
 
     def uniq(key: str) -> list:
         return list(dict.fromkeys(p[key] for p in payloads if p.get(key)))
+
     return Provenance(
-        observation_ids=[r.id for r in records], event_ids=uniq("event_id"), message_ids=uniq("message_id"),
-        session_ids=uniq("session_id"), object_keys=uniq("object_key"), source_names=uniq("source_name"),
+        observation_ids=[r.id for r in records],
+        event_ids=uniq("event_id"),
+        message_ids=uniq("message_id"),
+        session_ids=uniq("session_id"),
+        object_keys=uniq("object_key"),
+        source_names=uniq("source_name"),
         start=datetime.fromtimestamp(min(p["start_ts"] for p in payloads), UTC),
-        end=datetime.fromtimestamp(max(p["end_ts"] for p in payloads), UTC))
+        end=datetime.fromtimestamp(max(p["end_ts"] for p in payloads), UTC),
+    )

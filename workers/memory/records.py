@@ -68,10 +68,15 @@ def to_record(memory_type: MemoryType, point: qm.Record) -> MemoryRecord:
     """A stored point as a MemoryRecord (hidden fields removed)."""
     p = point.payload or {}
     return MemoryRecord(
-        id=uuid.UUID(str(point.id)), memory_type=memory_type, tenant_id=p["tenant_id"], user_id=p.get("user_id"),
-        time=_time(p.get("start_ts")), time_end=_time(p.get("end_ts")),
+        id=uuid.UUID(str(point.id)),
+        memory_type=memory_type,
+        tenant_id=p["tenant_id"],
+        user_id=p.get("user_id"),
+        time=_time(p.get("start_ts")),
+        time_end=_time(p.get("end_ts")),
         text=p.get("text") or p.get("summary") or p.get("caption") or p.get("value") or p.get("title") or "",
-        payload={k: v for k, v in p.items() if k not in HIDDEN_FIELDS})
+        payload={k: v for k, v in p.items() if k not in HIDDEN_FIELDS},
+    )
 
 
 def _find(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> tuple[MemoryType, qm.Record] | None:
@@ -88,8 +93,9 @@ def get_memory(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> MemoryRecor
     return to_record(*found) if found else None
 
 
-def list_memories(rt: Runtime, tenant_id: str, memory_type: MemoryType, user_id: str | None = None,
-                  limit: int = 50, offset: int = 0) -> MemoryPage:
+def list_memories(
+    rt: Runtime, tenant_id: str, memory_type: MemoryType, user_id: str | None = None, limit: int = 50, offset: int = 0
+) -> MemoryPage:
     """A page of one type, newest content first (by the start of the span it covers); an empty one says why
     (``MemoryPage.empty``: ``workers.memory.holdings.why_empty``). Cost grows with ``offset + limit`` (Qdrant's
     ordered scroll has no offset)."""
@@ -97,9 +103,15 @@ def list_memories(rt: Runtime, tenant_id: str, memory_type: MemoryType, user_id:
     coll = collection_for(memory_type)
     points = rt.vectors.newest(coll, flt, offset + limit)[offset:]
     total = rt.vectors.count(coll, flt)
-    return MemoryPage(memory_type=memory_type, user_id=user_id, total=total, limit=limit, offset=offset,
-                      items=[to_record(memory_type, p) for p in points],
-                      empty=None if total else why_empty(rt, tenant_id, user_id))
+    return MemoryPage(
+        memory_type=memory_type,
+        user_id=user_id,
+        total=total,
+        limit=limit,
+        offset=offset,
+        items=[to_record(memory_type, p) for p in points],
+        empty=None if total else why_empty(rt, tenant_id, user_id),
+    )
 
 
 def delete_memory(rt: Runtime, tenant_id: str, memory_id: uuid.UUID) -> MemoryType | None:
@@ -123,8 +135,13 @@ def export_user(rt: Runtime, tenant_id: str, user_id: str) -> UserExport:
         points = rt.vectors.scroll(collection_for(mtype), flt)
         points.sort(key=lambda p: -(p.payload or {}).get("start_ts", float("-inf")))
         memories[mtype] = [to_record(mtype, p) for p in points]
-    return UserExport(tenant_id=tenant_id, user_id=user_id, exported_at=datetime.now(UTC),
-                      events=rt.ledger.user_events(tenant_id, user_id), memories=memories)
+    return UserExport(
+        tenant_id=tenant_id,
+        user_id=user_id,
+        exported_at=datetime.now(UTC),
+        events=rt.ledger.user_events(tenant_id, user_id),
+        memories=memories,
+    )
 
 
 def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
@@ -134,12 +151,17 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
     events = rt.ledger.user_events(tenant_id, user_id)
     observations = rt.vectors.scroll(OBSERVATIONS, owned)
     payloads = [o.payload or {} for o in observations]
-    event_ids = list(dict.fromkeys([*(r.event_id for r in events),
-                                    *(uuid.UUID(p["event_id"]) for p in payloads if p.get("event_id"))]))
+    event_ids = list(
+        dict.fromkeys(
+            [*(r.event_id for r in events), *(uuid.UUID(p["event_id"]) for p in payloads if p.get("event_id"))]
+        )
+    )
     media_keys = sorted({r.object_key for r in events} | {p["object_key"] for p in payloads if p.get("object_key")})
-    vault_ids = sorted({str(p.id) for p in rt.vectors.scroll(collection_for(MemoryType.knowledge_vault), owned)}
-                       | {str(v) for v in vault.referenced_entries([json.dumps(p) for p in payloads])}
-                       | {str(e.id) for e in vault.list_entries(rt, tenant_id, user_id)})
+    vault_ids = sorted(
+        {str(p.id) for p in rt.vectors.scroll(collection_for(MemoryType.knowledge_vault), owned)}
+        | {str(v) for v in vault.referenced_entries([json.dumps(p) for p in payloads])}
+        | {str(e.id) for e in vault.list_entries(rt, tenant_id, user_id)}
+    )
 
     deleted: dict[str, int] = {}
     for coll in (c for c in COLLECTIONS if c != ENTITIES):  # the user's own entity may be others' memory too
@@ -158,14 +180,30 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
         if not key.startswith(f"media/{tenant_id}/"):
             continue  # not this tenant's content-addressed media: never ours to delete
         if rt.ledger.object_references(tenant_id, key) or rt.vectors.count(
-                OBSERVATIONS, tenant_filter(tenant_id, object_key=key)):
+            OBSERVATIONS, tenant_filter(tenant_id, object_key=key)
+        ):
             objects_kept.append(key)
         elif rt.objects.exists(key):
             doomed.append(key)
     objects_deleted = [*vault_deleted, *delete_objects(rt, tenant_id, doomed)]
     leave_nothing(rt, [c for c, n in deleted.items() if n] + [ENTITIES])
-    report = ForgetReport(tenant_id=tenant_id, user_id=user_id, points_deleted=deleted, event_ids=event_ids,
-                          objects_deleted=objects_deleted, objects_kept=objects_kept, entities_deleted=entities_deleted)
-    log.info("user forgotten", tenant=tenant_id, user=user_id, points=sum(deleted.values()), events=len(event_ids),
-             objects_deleted=len(objects_deleted), objects_kept=len(objects_kept), entities=entities_deleted)
+    report = ForgetReport(
+        tenant_id=tenant_id,
+        user_id=user_id,
+        points_deleted=deleted,
+        event_ids=event_ids,
+        objects_deleted=objects_deleted,
+        objects_kept=objects_kept,
+        entities_deleted=entities_deleted,
+    )
+    log.info(
+        "user forgotten",
+        tenant=tenant_id,
+        user=user_id,
+        points=sum(deleted.values()),
+        events=len(event_ids),
+        objects_deleted=len(objects_deleted),
+        objects_kept=len(objects_kept),
+        entities=entities_deleted,
+    )
     return report

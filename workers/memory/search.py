@@ -69,8 +69,20 @@ from engram.workers.text.timeexpr import resolve
 #: Observation candidates are ranked with no payload at all: the engine tells which of them a boost applies to
 #: by filter (``_boosted``), and the message ids of a returned memory's sources are read for those only
 #: (reading the payloads of ~400 candidate turns was most of a search's time in the engine).
-RANKING_FIELDS = ["memory_type", "last_recalled_at", "updated_at", "created_at", "recalls", "start_ts", "end_ts",
-                  "provenance.observation_ids", "entity_ids", "message_id", "session_id", "event_id"]
+RANKING_FIELDS = [
+    "memory_type",
+    "last_recalled_at",
+    "updated_at",
+    "created_at",
+    "recalls",
+    "start_ts",
+    "end_ts",
+    "provenance.observation_ids",
+    "entity_ids",
+    "message_id",
+    "session_id",
+    "event_id",
+]
 
 
 DENSE_WEIGHT = 1.5  # weight of the dense ranking in the fusion (BM25's: 1)
@@ -124,10 +136,12 @@ def build_filter(req: SearchRequest, memory_type: MemoryType) -> qm.Filter:
         conds.append(qm.FieldCondition(key="end_ts", range=qm.Range(gte=req.time_from.timestamp())))
     if req.time_to:
         conds.append(qm.FieldCondition(key="start_ts", range=qm.Range(lte=req.time_to.timestamp())))
-    for values, obs_key, mem_key in ((req.kinds and [k.value for k in req.kinds], "kind", "kinds"),
-                                     (req.devices, "device_id", "device_ids"),
-                                     (req.apps, "app", "apps"),
-                                     (req.entities, "entity_ids", "entity_ids")):
+    for values, obs_key, mem_key in (
+        (req.kinds and [k.value for k in req.kinds], "kind", "kinds"),
+        (req.devices, "device_id", "device_ids"),
+        (req.apps, "app", "apps"),
+        (req.entities, "entity_ids", "entity_ids"),
+    ):
         if values:
             conds.append(qm.FieldCondition(key=obs_key if obs else mem_key, match=qm.MatchAny(any=list(values))))
     flt = qm.Filter(must=conds)
@@ -145,19 +159,30 @@ def _in_range_filter(span: TimeRange) -> qm.Filter:
     """``_in_range`` as a filter: starts before the span ends, and ends (or, without an end, starts) in or after
     its start."""
     start, end = span.start.timestamp(), span.end.timestamp()
-    return qm.Filter(must=[qm.FieldCondition(key="start_ts", range=qm.Range(lt=end))], should=[
-        qm.FieldCondition(key="end_ts", range=qm.Range(gte=start)),
-        qm.Filter(must=[qm.IsEmptyCondition(is_empty=qm.PayloadField(key="end_ts")),
-                        qm.FieldCondition(key="start_ts", range=qm.Range(gte=start))])])
+    return qm.Filter(
+        must=[qm.FieldCondition(key="start_ts", range=qm.Range(lt=end))],
+        should=[
+            qm.FieldCondition(key="end_ts", range=qm.Range(gte=start)),
+            qm.Filter(
+                must=[
+                    qm.IsEmptyCondition(is_empty=qm.PayloadField(key="end_ts")),
+                    qm.FieldCondition(key="start_ts", range=qm.Range(gte=start)),
+                ]
+            ),
+        ],
+    )
 
 
-def _boosted(rt: Runtime, req: SearchRequest, ids: set[str], named: set[str], span: TimeRange | None
-             ) -> tuple[set[str], set[str]]:
+def _boosted(
+    rt: Runtime, req: SearchRequest, ids: set[str], named: set[str], span: TimeRange | None
+) -> tuple[set[str], set[str]]:
     """(the observations of ``ids`` linked to an entity of ``named``, those in ``span``), asked of the engine by
     filter: no payload is read."""
     out: list[set[str]] = []
-    for wanted, cond in ((named, lambda: qm.FieldCondition(key="entity_ids", match=qm.MatchAny(any=sorted(named)))),
-                         (span, lambda: _in_range_filter(span))):
+    for wanted, cond in (
+        (named, lambda: qm.FieldCondition(key="entity_ids", match=qm.MatchAny(any=sorted(named)))),
+        (span, lambda: _in_range_filter(span)),
+    ):
         if not wanted or not ids:
             out.append(set())
             continue
@@ -187,27 +212,45 @@ def _hit(memory_type: MemoryType, point: qm.ScoredPoint | qm.Record, score: floa
     p = point.payload or {}
     if memory_type is MemoryType.observation:
         return SearchHit(
-            id=uuid.UUID(str(point.id)), memory_type=memory_type, score=score, text=p.get("text", ""),
-            time=p.get("captured_at"), kind=p.get("kind"), user_id=p.get("user_id"),
-            source_name=p.get("source_name"), object_key=p.get("object_key"),
-            original_removed_at=p.get("original_removed_at"), start_s=p.get("start_s"),
-            end_s=p.get("end_s"), event_ids=[p["event_id"]], observation_ids=[uuid.UUID(str(point.id))],
+            id=uuid.UUID(str(point.id)),
+            memory_type=memory_type,
+            score=score,
+            text=p.get("text", ""),
+            time=p.get("captured_at"),
+            kind=p.get("kind"),
+            user_id=p.get("user_id"),
+            source_name=p.get("source_name"),
+            object_key=p.get("object_key"),
+            original_removed_at=p.get("original_removed_at"),
+            start_s=p.get("start_s"),
+            end_s=p.get("end_s"),
+            event_ids=[p["event_id"]],
+            observation_ids=[uuid.UUID(str(point.id))],
             message_ids=[p["message_id"]] if p.get("message_id") else [],
-            session_ids=[p["session_id"]] if p.get("session_id") else [])
+            session_ids=[p["session_id"]] if p.get("session_id") else [],
+        )
     prov = p.get("provenance") or {}
     names = prov.get("source_names") or []
     return SearchHit(
-        id=uuid.UUID(str(point.id)), memory_type=memory_type, score=score,
+        id=uuid.UUID(str(point.id)),
+        memory_type=memory_type,
+        score=score,
         text=p.get("summary") or p.get("caption") or p.get("value") or p.get("title") or "",
-        time=prov.get("start"), time_end=prov.get("end"), user_id=p.get("user_id"),
+        time=prov.get("start"),
+        time_end=prov.get("end"),
+        user_id=p.get("user_id"),
         source_name=", ".join(names[:3]) + (" …" if len(names) > 3 else "") or None,
-        event_ids=prov.get("event_ids", []), observation_ids=prov.get("observation_ids", []),
-        message_ids=prov.get("message_ids", []), session_ids=prov.get("session_ids", []))
+        event_ids=prov.get("event_ids", []),
+        observation_ids=prov.get("observation_ids", []),
+        message_ids=prov.get("message_ids", []),
+        session_ids=prov.get("session_ids", []),
+    )
 
 
 def _order_sources(hit: SearchHit, obs_rank: dict[str, int], msg_of: dict[str, str | None]) -> None:
-    order = sorted(range(len(hit.observation_ids)),
-                   key=lambda i: (obs_rank.get(str(hit.observation_ids[i]), 1 << 30), i))
+    order = sorted(
+        range(len(hit.observation_ids)), key=lambda i: (obs_rank.get(str(hit.observation_ids[i]), 1 << 30), i)
+    )
     hit.observation_ids = [hit.observation_ids[i] for i in order]
     ranked_msgs = [m for o in hit.observation_ids if (m := msg_of.get(str(o)))]
     hit.message_ids = list(dict.fromkeys([*ranked_msgs, *hit.message_ids]))
@@ -223,8 +266,12 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
     zone = ZoneInfo(req.timezone) if req.timezone else None  # None: the server's ENGRAM_TIMEZONE
     span = resolve(req.query, req.reference_time, zone) if req.resolve_time else None
     if span is not None and TIME_AS_FILTER:  # the alternative measured against the boost (bench/retrieval.py)
-        req = req.model_copy(update={"time_from": max(filter(None, [req.time_from, span.start])),
-                                     "time_to": min(filter(None, [req.time_to, span.end]))})
+        req = req.model_copy(
+            update={
+                "time_from": max(filter(None, [req.time_from, span.start])),
+                "time_to": min(filter(None, [req.time_to, span.end])),
+            }
+        )
     named, content = named_entities(rt, req.tenant_id, req.query)
     # self-query: the names the query gives act through the entity boost; the dense query keeps its content
     dense = embed_query(rt, content if DENSE_WITHOUT_NAMES and content else req.query).tolist()
@@ -237,8 +284,14 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
         if mtype is MemoryType.knowledge_vault:
             continue  # never searched by default; captions only, through its own call (later issue)
         dense_pts, sparse_pts = rt.vectors.search(
-            collection_for(mtype), dense, sparse_q, build_filter(req, mtype), depth,
-            idf_corpus=tenant_filter(req.tenant_id, req.user_id), with_payload=False)
+            collection_for(mtype),
+            dense,
+            sparse_q,
+            build_filter(req, mtype),
+            depth,
+            idf_corpus=tenant_filter(req.tenant_id, req.user_id),
+            with_payload=False,
+        )
         ev.ranked(dense_pts, sparse_pts)
         for p in (*dense_pts, *sparse_pts):
             points.setdefault(str(p.id), (mtype, p))
@@ -246,8 +299,13 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
             ids = list(dict.fromkeys(str(p.id) for p in (*dense_pts, *sparse_pts)))
             for rec in rt.vectors.retrieve(collection_for(mtype), ids, with_payload=RANKING_FIELDS):
                 points[str(rec.id)] = (mtype, rec)
-        scores.update(rrf([[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]], rt.settings.rrf_k,
-                          [DENSE_WEIGHT, 1.0]))
+        scores.update(
+            rrf(
+                [[str(p.id) for p in dense_pts], [str(p.id) for p in sparse_pts]],
+                rt.settings.rrf_k,
+                [DENSE_WEIGHT, 1.0],
+            )
+        )
     is_obs = {pid for pid, (mt, _) in points.items() if mt is MemoryType.observation}
     _, ev.timed = _boosted(rt, req, is_obs, set(), span)
     stability = rt.settings.memory_stability_days
@@ -271,14 +329,18 @@ def search(rt: Runtime, req: SearchRequest) -> SearchResponse:
         ev.linked, _ = _boosted(rt, req, is_obs, named, None)
         ev.prior = {pid for pid in is_obs if prior[pid] > 0}
         for pid in is_obs:
-            scores[pid] = (scores.get(pid, 0.0) + MEMORY_PRIOR * prior[pid]
-                           + (ENTITY_BOOST if pid in ev.linked else 0.0))
+            scores[pid] = scores.get(pid, 0.0) + MEMORY_PRIOR * prior[pid] + (ENTITY_BOOST if pid in ev.linked else 0.0)
     hits = _hits(rt, req, points, scores, is_obs, ev)
     recalled = [h.id for h in hits if h.memory_type is not MemoryType.observation]
     if req.reinforce and recalled:
         reinforce(rt, req.tenant_id, recalled, now)
-    return SearchResponse(query=req.query, hits=hits, took_ms=(time.perf_counter() - t0) * 1000, time_range=span,
-                          empty=None if hits else why_empty(rt, req.tenant_id, req.user_id))
+    return SearchResponse(
+        query=req.query,
+        hits=hits,
+        took_ms=(time.perf_counter() - t0) * 1000,
+        time_range=span,
+        empty=None if hits else why_empty(rt, req.tenant_id, req.user_id),
+    )
 
 
 class Evidence:
@@ -306,13 +368,24 @@ class Evidence:
     def matched(self, pid: str, text: str) -> Matched:
         """Why ``pid`` (whose text is ``text``) was found."""
         stems = set(sparse.tokenize([text])[0]) if text else set()
-        return Matched(dense_rank=self.dense.get(pid), sparse_rank=self.sparse.get(pid),
-                       words=[w for st, w in self.words if st in stems], time=pid in self.timed,
-                       entity=pid in self.linked, memory=pid in self.prior)
+        return Matched(
+            dense_rank=self.dense.get(pid),
+            sparse_rank=self.sparse.get(pid),
+            words=[w for st, w in self.words if st in stems],
+            time=pid in self.timed,
+            entity=pid in self.linked,
+            memory=pid in self.prior,
+        )
 
 
-def _hits(rt: Runtime, req: SearchRequest, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
-          scores: dict[str, float], is_obs: set[str], ev: Evidence) -> list[SearchHit]:
+def _hits(
+    rt: Runtime,
+    req: SearchRequest,
+    points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
+    scores: dict[str, float],
+    is_obs: set[str],
+    ev: Evidence,
+) -> list[SearchHit]:
     """The hits returned, best first: picked (bursts collapsed), read whole, with sources ordered, why they were
     found, and their context turns."""
     picked, burst = _pick_collapsed(rt, req, points, scores, is_obs)
@@ -334,8 +407,13 @@ def _hits(rt: Runtime, req: SearchRequest, points: dict[str, tuple[MemoryType, q
     return hits
 
 
-def _pick_collapsed(rt: Runtime, req: SearchRequest, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
-                    scores: dict[str, float], is_obs: set[str]) -> tuple[list[str], dict[str, list[str]]]:
+def _pick_collapsed(
+    rt: Runtime,
+    req: SearchRequest,
+    points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
+    scores: dict[str, float],
+    is_obs: set[str],
+) -> tuple[list[str], dict[str, list[str]]]:
     """(``_pick``'s ids with each burst of near-duplicate screenshots collapsed into its best-ranked frame and the
     list filled up to ``req.limit`` again, {kept id: the other frames of its burst}). Without ``req.collapse``: plain
     ``_pick``. Each round collapses the observations newly picked (``workers.memory.bursts.collapse``) and picks
@@ -354,8 +432,13 @@ def _pick_collapsed(rt: Runtime, req: SearchRequest, points: dict[str, tuple[Mem
             return picked, bursts
 
 
-def _pick(req: SearchRequest, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
-          scores: dict[str, float], is_obs: set[str], absorbed: set[str] | None = None) -> list[str]:
+def _pick(
+    req: SearchRequest,
+    points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
+    scores: dict[str, float],
+    is_obs: set[str],
+    absorbed: set[str] | None = None,
+) -> list[str]:
     """The ids of the hits to return, best first, at most ``req.limit``: a memory that only repeats observations
     shown (or about to be) is left out, and so are the observations ``absorbed`` into a kept hit's burst (which
     count as shown)."""
@@ -370,31 +453,47 @@ def _pick(req: SearchRequest, points: dict[str, tuple[MemoryType, qm.ScoredPoint
         if pid in absorbed:
             continue
         mtype, point = points[pid]
-        sources = {pid} if mtype is MemoryType.observation else {
-            str(o) for o in (point.payload or {}).get("provenance", {}).get("observation_ids", [])}
-        if mtype is not MemoryType.observation and sources and (
-                sources <= shown or (len(sources) == 1 and next(iter(sources)) in scores)):
+        sources = (
+            {pid}
+            if mtype is MemoryType.observation
+            else {str(o) for o in (point.payload or {}).get("provenance", {}).get("observation_ids", [])}
+        )
+        if (
+            mtype is not MemoryType.observation
+            and sources
+            and (sources <= shown or (len(sources) == 1 and next(iter(sources)) in scores))
+        ):
             continue  # a memory that only repeats observations shown (or about to be) adds nothing
         shown.update(sources)
         picked.append(pid)
     return picked
 
 
-def _message_ids(rt: Runtime, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]], picked: list[str],
-                 is_obs: set[str]) -> dict[str, str | None]:
+def _message_ids(
+    rt: Runtime, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]], picked: list[str], is_obs: set[str]
+) -> dict[str, str | None]:
     """{observation id: its message id} for the candidate observations among the sources of the picked
     memories (what ``_order_sources`` reads), in one request."""
-    wanted = sorted({str(o) for pid in picked if pid not in is_obs
-                     for o in (points[pid][1].payload or {}).get("provenance", {}).get("observation_ids", [])
-                     if str(o) in is_obs})
+    wanted = sorted(
+        {
+            str(o)
+            for pid in picked
+            if pid not in is_obs
+            for o in (points[pid][1].payload or {}).get("provenance", {}).get("observation_ids", [])
+            if str(o) in is_obs
+        }
+    )
     if not wanted:
         return {}
-    return {str(r.id): (r.payload or {}).get("message_id")
-            for r in rt.vectors.retrieve(OBSERVATIONS, wanted, with_payload=["message_id"])}
+    return {
+        str(r.id): (r.payload or {}).get("message_id")
+        for r in rt.vectors.retrieve(OBSERVATIONS, wanted, with_payload=["message_id"])
+    }
 
 
-def _whole_payloads(rt: Runtime, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
-                    pids: list[str]) -> None:
+def _whole_payloads(
+    rt: Runtime, points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]], pids: list[str]
+) -> None:
     """Replace the ranking payloads (``RANKING_FIELDS``) of the points ``pids`` by their whole payloads, one
     request per collection: only the hits returned are read whole."""
     by_type: dict[MemoryType, list[str]] = defaultdict(list)
@@ -429,13 +528,19 @@ def _sequences(rt: Runtime, req: SearchRequest, payloads: list[dict]) -> dict[tu
             if (key := _sequence_key(rec.payload or {})) and key[0] == field:
                 sequences[key].append(rec)
     for seq in sequences.values():
-        seq.sort(key=lambda r: ((r.payload or {}).get("start_ts") or 0.0, (r.payload or {}).get("segment_index", 0),
-                                str(r.id)))
+        seq.sort(
+            key=lambda r: (
+                (r.payload or {}).get("start_ts") or 0.0,
+                (r.payload or {}).get("segment_index", 0),
+                str(r.id),
+            )
+        )
     return sequences
 
 
-def attach_context(rt: Runtime, req: SearchRequest, hits: list[SearchHit],
-                   points: list[qm.ScoredPoint | qm.Record]) -> None:
+def attach_context(
+    rt: Runtime, req: SearchRequest, hits: list[SearchHit], points: list[qm.ScoredPoint | qm.Record]
+) -> None:
     """Set ``hit.context`` of each observation hit to the ``req.context_turns`` observations before and after
     it in its session (or event), the hit itself left out; memories get no context."""
     obs = [(h, p.payload or {}) for h, p in zip(hits, points, strict=True) if h.memory_type is MemoryType.observation]
@@ -447,18 +552,34 @@ def attach_context(rt: Runtime, req: SearchRequest, hits: list[SearchHit],
         if pos is None:
             continue
         hit.context = [
-            ContextTurn(id=uuid.UUID(str(r.id)), offset=i - pos, text=(r.payload or {}).get("text", ""),
-                        time=(r.payload or {}).get("captured_at"), message_id=(r.payload or {}).get("message_id"))
-            for i, r in enumerate(seq[max(0, pos - n):pos + n + 1], start=max(0, pos - n)) if i != pos]
+            ContextTurn(
+                id=uuid.UUID(str(r.id)),
+                offset=i - pos,
+                text=(r.payload or {}).get("text", ""),
+                time=(r.payload or {}).get("captured_at"),
+                message_id=(r.payload or {}).get("message_id"),
+            )
+            for i, r in enumerate(seq[max(0, pos - n) : pos + n + 1], start=max(0, pos - n))
+            if i != pos
+        ]
 
 
-def _add_memory_sources(rt: Runtime, req: SearchRequest, memory_ids: list[str],
-                        points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]], is_obs: set[str]) -> None:
+def _add_memory_sources(
+    rt: Runtime,
+    req: SearchRequest,
+    memory_ids: list[str],
+    points: dict[str, tuple[MemoryType, qm.ScoredPoint | qm.Record]],
+    is_obs: set[str],
+) -> None:
     """Fetch the source observations of the given memories that no ranking reached (same filters)."""
-    missing = list(dict.fromkeys(
-        str(oid) for mid in memory_ids
-        for oid in (points[mid][1].payload or {}).get("provenance", {}).get("observation_ids", [])
-        if str(oid) not in points))
+    missing = list(
+        dict.fromkeys(
+            str(oid)
+            for mid in memory_ids
+            for oid in (points[mid][1].payload or {}).get("provenance", {}).get("observation_ids", [])
+            if str(oid) not in points
+        )
+    )
     if not missing:
         return
     flt = build_filter(req, MemoryType.observation)

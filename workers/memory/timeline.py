@@ -30,9 +30,27 @@ from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
 #: The payload fields a timeline's records carry: where, when, whose, what it says in brief. A screenshot's OCR
 #: text is left out (a frame is drawn as its thumbnail; its text is on the item's page), as are the OCR boxes,
 #: words, faces and voices.
-TIMELINE_FIELDS = ("tenant_id", "user_id", "device_id", "event_id", "segment_index", "kind", "app", "window",
-                   "start_ts", "end_ts", "text", "speaker", "session_id", "message_id", "object_key", "source_name",
-                   "start_s", "end_s", "entity_ids")
+TIMELINE_FIELDS = (
+    "tenant_id",
+    "user_id",
+    "device_id",
+    "event_id",
+    "segment_index",
+    "kind",
+    "app",
+    "window",
+    "start_ts",
+    "end_ts",
+    "text",
+    "speaker",
+    "session_id",
+    "message_id",
+    "object_key",
+    "source_name",
+    "start_s",
+    "end_s",
+    "entity_ids",
+)
 
 
 #: Timeline records kept per process (a busy day is 1,680; ~2 kB each), and for how long, seconds.
@@ -54,9 +72,15 @@ def timeline_filter(req: TimelineRequest) -> qm.Filter:
     seconds, ``[time_from, time_to)``), and the kinds, apps and devices matched exactly."""
     conds: list[Any] = list(tenant_filter(req.tenant_id, req.user_id).must or [])
     if req.time_from or req.time_to:
-        conds.append(qm.FieldCondition(key="start_ts", range=qm.Range(
-            gte=req.time_from.timestamp() if req.time_from else None,
-            lt=req.time_to.timestamp() if req.time_to else None)))
+        conds.append(
+            qm.FieldCondition(
+                key="start_ts",
+                range=qm.Range(
+                    gte=req.time_from.timestamp() if req.time_from else None,
+                    lt=req.time_to.timestamp() if req.time_to else None,
+                ),
+            )
+        )
     for key, values in (("kind", [k.value for k in req.kinds or []]), ("app", req.apps), ("device_id", req.devices)):
         if values:
             conds.append(qm.FieldCondition(key=key, match=qm.MatchAny(any=list(values))))
@@ -68,21 +92,31 @@ def read_timeline(rt: Any, req: TimelineRequest, fields: tuple[str, ...] = TIMEL
     each record's payload holding ``fields`` only, and the total in the span (see the module's docstring for how
     it is read; records of ``TIMELINE_FIELDS`` are kept)."""
     flt = timeline_filter(req)
-    ids = [str(p.id) for p in rt.vectors.newest(OBSERVATIONS, flt, req.offset + req.limit,
-                                                 with_payload=False)[req.offset:]]
+    ids = [
+        str(p.id)
+        for p in rt.vectors.newest(OBSERVATIONS, flt, req.offset + req.limit, with_payload=False)[req.offset :]
+    ]
     keep = fields == TIMELINE_FIELDS
     with _cache_lock:
         cache = _caches.setdefault(rt.vectors, TTLCache(CACHE_SIZE, CACHE_TTL_S))
         found: dict[str, MemoryRecord | None] = {i: cache.get(i) if keep else None for i in ids}
     missing = [i for i, rec in found.items() if rec is None]
     if missing:
-        read = {str(p.id): to_record(MemoryType.observation, p)
-                for p in rt.vectors.retrieve(OBSERVATIONS, missing, with_payload=list(fields))}
+        read = {
+            str(p.id): to_record(MemoryType.observation, p)
+            for p in rt.vectors.retrieve(OBSERVATIONS, missing, with_payload=list(fields))
+        }
         found.update(read)
         if keep:
             with _cache_lock:
                 cache.update(read)
     total = rt.vectors.count(OBSERVATIONS, flt)
     items = [rec for i in ids if (rec := found.get(i)) is not None]  # one deleted between the two reads is gone
-    return MemoryPage(memory_type=MemoryType.observation, user_id=req.user_id, total=total, limit=req.limit,
-                      offset=req.offset, items=items)
+    return MemoryPage(
+        memory_type=MemoryType.observation,
+        user_id=req.user_id,
+        total=total,
+        limit=req.limit,
+        offset=req.offset,
+        items=items,
+    )

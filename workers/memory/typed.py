@@ -69,12 +69,19 @@ def _key(memory_type: MemoryType, draft: Draft) -> str:
             return draft.title.lower()
 
 
-def build(memory_type: MemoryType, draft: Draft, records: list[qm.Record], tenant_id: str, user_id: str,
-          now: datetime) -> MemoryBase:
+def build(
+    memory_type: MemoryType, draft: Draft, records: list[qm.Record], tenant_id: str, user_id: str, now: datetime
+) -> MemoryBase:
     """The memory of one draft, from the records its ``sources`` index."""
     prov = provenance(records)
-    common = dict(id=memory_id(tenant_id, user_id, memory_type.value, _key(memory_type, draft)), tenant_id=tenant_id,
-                  user_id=user_id, created_at=now, updated_at=now, provenance=prov)
+    common = dict(
+        id=memory_id(tenant_id, user_id, memory_type.value, _key(memory_type, draft)),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        created_at=now,
+        updated_at=now,
+        provenance=prov,
+    )
     content = draft.model_dump(exclude={"sources"})
     match memory_type:
         case MemoryType.semantic:
@@ -86,8 +93,9 @@ def build(memory_type: MemoryType, draft: Draft, records: list[qm.Record], tenan
             return ResourceMemory(**common, **content)
 
 
-def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[qm.Record],
-                      now: datetime | None = None) -> dict[str, int]:
+def consolidate_typed(
+    rt: Runtime, tenant_id: str, user_id: str, records: list[qm.Record], now: datetime | None = None
+) -> dict[str, int]:
     """Write the typed memories of a user's pending observation ``records``; returns counts per type and
     operation (e.g. ``{"semantic.ADD": 3, "core": 1, "knowledge_vault": 2}``). Raises ExtractionFailed
     (only with ``llm_extract_required``)."""
@@ -107,25 +115,40 @@ def consolidate_typed(rt: Runtime, tenant_id: str, user_id: str, records: list[q
             mems.append(build(mtype, d, src, tenant_id, user_id, now))
             fields.append(source_fields(src))
             # a fact read from one sentence of one observation: that sentence's vector from the turn's own pass
-            origins.append((src[0].payload.get("text") or "", d.details)
-                           if mtype is MemoryType.semantic and len(src) == 1 and d.details else None)
+            origins.append(
+                (src[0].payload.get("text") or "", d.details)
+                if mtype is MemoryType.semantic and len(src) == 1 and d.details
+                else None
+            )
         if mems:
             typed.append((mtype, mems, fields))
     vectors = _memory_vectors(rt, [m for _, mems, _ in typed for m in mems], origins) if typed else None
     at = 0
     for mtype, mems, fields in typed:
-        for op, n in dynamics.apply(rt, mems, vectors[at:at + len(mems)], fields, now).items():
+        for op, n in dynamics.apply(rt, mems, vectors[at : at + len(mems)], fields, now).items():
             counts[f"{mtype.value}.{op.value}"] += n
         at += len(mems)
     core = [d for d in found.core if all(0 <= i < len(records) for i in d.sources)]
     for label in dict.fromkeys(d.label for d in core):
         mine = [d for d in core if d.label == label]
-        write_core(rt, tenant_id, user_id, label, [f for d in mine for f in d.facts],
-                   [records[i] for d in mine for i in d.sources], now)
+        write_core(
+            rt,
+            tenant_id,
+            user_id,
+            label,
+            [f for d in mine for f in d.facts],
+            [records[i] for d in mine for i in d.sources],
+            now,
+        )
         counts["core"] += 1
     counts["knowledge_vault"] = index_vault_entries(rt, tenant_id, [r.payload.get("text", "") for r in records])
-    log.info("typed memories", tenant=tenant_id, user=user_id, extractor=rt.settings.extractor,
-             **{k.replace(".", "_"): v for k, v in counts.items()})
+    log.info(
+        "typed memories",
+        tenant=tenant_id,
+        user=user_id,
+        extractor=rt.settings.extractor,
+        **{k.replace(".", "_"): v for k, v in counts.items()},
+    )
     return dict(counts)
 
 
@@ -144,8 +167,9 @@ def _memory_vectors(rt: Runtime, memories: list[MemoryBase], origins: list[tuple
     return np.stack(vectors)
 
 
-def write_core(rt: Runtime, tenant_id: str, user_id: str, label: str, facts: list[str], records: list[qm.Record],
-               now: datetime) -> CoreMemory:
+def write_core(
+    rt: Runtime, tenant_id: str, user_id: str, label: str, facts: list[str], records: list[qm.Record], now: datetime
+) -> CoreMemory:
     """Rewrite the user's core block ``label`` with ``facts`` (``dynamics.merge_block``) and upsert it; its
     provenance gains ``records``."""
     mid = memory_id(tenant_id, user_id, MemoryType.core.value, label)
@@ -158,12 +182,22 @@ def write_core(rt: Runtime, tenant_id: str, user_id: str, label: str, facts: lis
         payload = old[0].payload or {}
         value, created = payload.get("value", ""), datetime.fromisoformat(payload["created_at"])
         prov = Provenance.model_validate(payload.get("provenance") or {}).union(prov)
-    block = CoreMemory(id=mid, tenant_id=tenant_id, user_id=user_id, created_at=created, updated_at=now,
-                       provenance=prov, label=label, value=dynamics.merge_block(value, facts, limit), limit=limit)
+    block = CoreMemory(
+        id=mid,
+        tenant_id=tenant_id,
+        user_id=user_id,
+        created_at=created,
+        updated_at=now,
+        provenance=prov,
+        label=label,
+        value=dynamics.merge_block(value, facts, limit),
+        limit=limit,
+    )
     fields = {"kinds": [], "device_ids": [], "apps": [], "entity_ids": []}
     fields.update(source_fields(records))
-    rt.vectors.upsert(MemoryType.core.value, memory_points(rt, [block], [fields],
-                                                          np.asarray(embed_texts(rt, [block.index_text()]))))
+    rt.vectors.upsert(
+        MemoryType.core.value, memory_points(rt, [block], [fields], np.asarray(embed_texts(rt, [block.index_text()])))
+    )
     return block
 
 

@@ -75,15 +75,19 @@ def _keys(settings: Settings) -> list[bytes]:
     if settings.vault_key is not None:
         return [k.strip().encode() for k in settings.vault_key.get_secret_value().split(",") if k.strip()]
     if not settings.embedded:
-        raise VaultKeyMissing("a secret was found but ENGRAM_VAULT_KEY is not set: set the same Fernet key on "
-                              "every worker (`engram vault keygen` prints one) and publish the event again")
+        raise VaultKeyMissing(
+            "a secret was found but ENGRAM_VAULT_KEY is not set: set the same Fernet key on "
+            "every worker (`engram vault keygen` prints one) and publish the event again"
+        )
     path = settings.data_dir / "vault.key"
     if not path.exists():
         at_rest = settings.data_dir / "objects" / "vault"  # the embedded object store's vault/<tenant>/ entries
         if not settings.s3_endpoint and at_rest.is_dir() and any(at_rest.rglob("*.json")):
-            raise VaultKeyMissing(f"the vault key {path} is missing but entries at rest under {at_rest} were "
-                                  "encrypted with it: restore the file (or set ENGRAM_VAULT_KEY to that key); a new "
-                                  "key could not read them")
+            raise VaultKeyMissing(
+                f"the vault key {path} is missing but entries at rest under {at_rest} were "
+                "encrypted with it: restore the file (or set ENGRAM_VAULT_KEY to that key); a new "
+                "key could not read them"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -107,8 +111,9 @@ def fernet(settings: Settings) -> MultiFernet:
 
 def entry_id(key: bytes, tenant_id: str, user_id: str, entry_type: str, secret: str) -> uuid.UUID:
     """The id of the vault entry of ``secret``: HMAC-SHA256 under the vault key, as a UUID."""
-    digest = hmac.new(base64.urlsafe_b64decode(key), f"{tenant_id}\x1f{user_id}\x1f{entry_type}\x1f{secret}".encode(),
-                      hashlib.sha256).digest()
+    digest = hmac.new(
+        base64.urlsafe_b64decode(key), f"{tenant_id}\x1f{user_id}\x1f{entry_type}\x1f{secret}".encode(), hashlib.sha256
+    ).digest()
     return uuid.UUID(bytes=digest[:16], version=5)
 
 
@@ -145,7 +150,7 @@ class Redactor:
             return text
         findings = detect(text, self.rt.settings.vault_phone_region)
         for f in reversed(findings):
-            text = text[:f.start] + self._placeholder(f, obs, own) + text[f.end:]
+            text = text[: f.start] + self._placeholder(f, obs, own) + text[f.end :]
         return text
 
     def words(self, words: list[WordTiming], obs: Observation, said: str | None = None) -> list[WordTiming]:
@@ -182,10 +187,17 @@ class Redactor:
             now = datetime.now(UTC)
             where = _where(obs) if own else "a neighbouring chat message"
             entry = self.entries[eid] = KnowledgeVaultEntry(
-                id=eid, tenant_id=obs.tenant_id, user_id=obs.user_id, created_at=now, updated_at=now,
-                entry_type=f.entry_type, sensitivity=f.sensitivity, source=where,
+                id=eid,
+                tenant_id=obs.tenant_id,
+                user_id=obs.user_id,
+                created_at=now,
+                updated_at=now,
+                entry_type=f.entry_type,
+                sensitivity=f.sensitivity,
+                source=where,
                 caption=f"{LABELS[f.entry_type]}{_hint(f)} seen in {where}",
-                secret_ciphertext=cipher.encrypt(f.secret.encode()).decode("ascii"))
+                secret_ciphertext=cipher.encrypt(f.secret.encode()).decode("ascii"),
+            )
         if own:
             _add_source(entry.provenance, obs)
         return f"[vault:{eid} {f.entry_type}]"
@@ -199,13 +211,19 @@ class Redactor:
         for holder, parts in spread.items():  # the text joins the lines too ("\n"; a clip's " | "): one placeholder
             text = re.sub(r"[\s|]*".join(map(re.escape, parts)), lambda _, h=holder: h, text)
         text = self.text(text, obs) or ""
-        return obs.model_copy(update={
-            "text": text, "transcript": self.text(obs.transcript, obs),
-            "caption": self.text(obs.caption, obs), "window": self.text(obs.window, obs),
-            "app": self.text(obs.app, obs), "ocr_lines": lines,
-            "words": self.words(obs.words, obs, obs.transcript),
-            "context_before": [self.text(t, obs, own=False) for t in obs.context_before],
-            "context_after": [self.text(t, obs, own=False) for t in obs.context_after]})
+        return obs.model_copy(
+            update={
+                "text": text,
+                "transcript": self.text(obs.transcript, obs),
+                "caption": self.text(obs.caption, obs),
+                "window": self.text(obs.window, obs),
+                "app": self.text(obs.app, obs),
+                "ocr_lines": lines,
+                "words": self.words(obs.words, obs, obs.transcript),
+                "context_before": [self.text(t, obs, own=False) for t in obs.context_before],
+                "context_after": [self.text(t, obs, own=False) for t in obs.context_after],
+            }
+        )
 
     def lines(self, lines: list[OcrLine], obs: Observation) -> list[OcrLine]:
         """OCR lines with every secret replaced. A secret spread over several lines (a private key block: BEGIN
@@ -229,11 +247,11 @@ class Redactor:
             touched = [i for i, (a, b) in enumerate(bounds) if a < f.end and f.start < b]
             if len(touched) > 1:
                 holder = self._placeholder(f, obs)
-                spread[holder] = [joined[max(f.start, a):min(f.end, b)] for a, b in (bounds[i] for i in touched)]
+                spread[holder] = [joined[max(f.start, a) : min(f.end, b)] for a, b in (bounds[i] for i in touched)]
                 for i in touched:
                     a, b = bounds[i]
                     t = texts[i]
-                    texts[i] = t[:max(f.start - a, 0)] + holder + t[min(f.end, b) - a:]
+                    texts[i] = t[: max(f.start - a, 0)] + holder + t[min(f.end, b) - a :]
         return [ln.model_copy(update={"text": self.text(t, obs)}) for ln, t in zip(lines, texts, strict=True)], spread
 
     def event(self, event: MediaEvent) -> MediaEvent:
@@ -241,9 +259,13 @@ class Redactor:
         ledger, the broker message and every log line of it hold)."""
         if not self.rt.settings.vault_redact:
             return event
-        return event.model_copy(update={
-            "app": self.text(event.app, event), "window": self.text(event.window, event),
-            "metadata": {k: self.text(v, event) or v for k, v in event.metadata.items()}})
+        return event.model_copy(
+            update={
+                "app": self.text(event.app, event),
+                "window": self.text(event.window, event),
+                "metadata": {k: self.text(v, event) or v for k, v in event.metadata.items()},
+            }
+        )
 
     def flush(self) -> int:
         """Write the collected entries (merged with what the store already holds for them); returns how many."""
@@ -262,8 +284,11 @@ class Redactor:
                 entry.created_at = old.created_at
             self.rt.objects.put_bytes(key, entry.model_dump_json().encode(), "application/json")
         if self.entries:
-            log.info("secrets redacted", vault_entries=len(self.entries),
-                     types=sorted({e.entry_type for e in self.entries.values()}))
+            log.info(
+                "secrets redacted",
+                vault_entries=len(self.entries),
+                types=sorted({e.entry_type for e in self.entries.values()}),
+            )
         return len(self.entries)
 
 
@@ -336,6 +361,7 @@ def _add_source(prov: Provenance, obs: Observation | MediaEvent) -> None:
     def add(values: list, value) -> None:
         if value and value not in values:
             values.append(value)
+
     add(prov.event_ids, obs.event_id)
     if isinstance(obs, Observation):
         add(prov.observation_ids, obs.id)

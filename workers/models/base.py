@@ -55,13 +55,13 @@ class ModelType(StrEnum):
 class ModelTask(StrEnum):
     """What a provider does with its input (Immich's ``ModelTask``)."""
 
-    TEXT = "text"            # texts to vectors
-    SCREEN = "screen"        # text lines read off screenshots and frames
-    SPEECH = "speech"        # speech to words with times
+    TEXT = "text"  # texts to vectors
+    SCREEN = "screen"  # text lines read off screenshots and frames
+    SPEECH = "speech"  # speech to words with times
     DETECT_EMBED = "detect+embed"  # faces found and described
-    EMBED = "embed"          # windows of a recording to voice vectors
-    CHAT = "chat"            # a conversation to a JSON reply
-    CAPTION = "caption"      # an image to a sentence
+    EMBED = "embed"  # windows of a recording to voice vectors
+    CHAT = "chat"  # a conversation to a JSON reply
+    CAPTION = "caption"  # an image to a sentence
 
 
 #: A provider's identity: (what it is, what it does).

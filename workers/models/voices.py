@@ -23,9 +23,11 @@ from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavail
 
 #: The pinned release engram is tested with, and how to install it (also in the README and scripts/setup.sh).
 RESEMBLYZER = "resemblyzer==0.1.4"
-INSTALL_HINT = (f"pip install --no-deps '{RESEMBLYZER}' (its declared webrtcvad needs a compiler and pkg_resources; "
-                "webrtcvad-wheels, librosa and torch come with engram-multimodal[worker,cpu]), or turn speaker "
-                "embeddings off with ENGRAM_MODELS__VOICE_MODEL=none")
+INSTALL_HINT = (
+    f"pip install --no-deps '{RESEMBLYZER}' (its declared webrtcvad needs a compiler and pkg_resources; "
+    "webrtcvad-wheels, librosa and torch come with engram-multimodal[worker,cpu]), or turn speaker "
+    "embeddings off with ENGRAM_MODELS__VOICE_MODEL=none"
+)
 
 DIM = 256
 FRAME_SAMPLES = 160  # the encoder's mel hop: 10 ms at 16 kHz
@@ -72,12 +74,15 @@ class ResemblyzerVoice(Model[np.ndarray]):
         try:
             from resemblyzer import VoiceEncoder
         except ImportError as exc:  # e.g. the sdist webrtcvad, whose module imports pkg_resources
-            raise ModelUnavailable(f"speaker embeddings: importing resemblyzer failed ({exc}); install "
-                                   f"webrtcvad-wheels in place of webrtcvad, then {INSTALL_HINT}") from exc
+            raise ModelUnavailable(
+                f"speaker embeddings: importing resemblyzer failed ({exc}); install "
+                f"webrtcvad-wheels in place of webrtcvad, then {INSTALL_HINT}"
+            ) from exc
         return VoiceEncoder(device=self.options.get("device", "cpu"), verbose=False)
 
-    def embed_windows(self, audio: np.ndarray, starts_s: list[float], window_s: float,
-                      batch_size: int = 64) -> np.ndarray:
+    def embed_windows(
+        self, audio: np.ndarray, starts_s: list[float], window_s: float, batch_size: int = 64
+    ) -> np.ndarray:
         """d-vectors of the windows ``[start, start + window_s)`` of ``audio`` (float32, 16 kHz mono): float32
         array (len(starts_s), 256), each row L2-normalised. The recording's mel spectrogram is computed once
         (after Resemblyzer's volume normalisation to -30 dBFS) and sliced, so overlapping windows cost one
@@ -108,11 +113,11 @@ class ResemblyzerVoice(Model[np.ndarray]):
         need = max(first) + n_frames
         if need > len(mel):
             mel = np.pad(mel, ((0, need - len(mel)), (0, 0)))
-        batch = np.stack([mel[f: f + n_frames] for f in first])
+        batch = np.stack([mel[f : f + n_frames] for f in first])
         out = []
         with self._predict_lock, torch.inference_mode(), _torch_threads(self.options.get("threads") or 1):
             for i in range(0, len(batch), batch_size):
-                out.append(encoder(torch.from_numpy(batch[i: i + batch_size]).to(encoder.device)).cpu().numpy())
+                out.append(encoder(torch.from_numpy(batch[i : i + batch_size]).to(encoder.device)).cpu().numpy())
         vecs = np.nan_to_num(np.concatenate(out).astype(np.float32))  # an all-silent window has no direction
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         return vecs / np.where(norms > 0, norms, 1.0)

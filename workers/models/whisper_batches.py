@@ -35,8 +35,14 @@ class PieceWiseWhisper(WhisperModel):
             return super().encode(features)
         return _storage(np.concatenate([np.asarray(super(PieceWiseWhisper, self).encode(f)) for f in features]))
 
-    def find_alignment(self, tokenizer: Tokenizer, text_tokens: list, encoder_output: ctranslate2.StorageView,
-                       num_frames, median_filter_width: int = 7) -> list:
+    def find_alignment(
+        self,
+        tokenizer: Tokenizer,
+        text_tokens: list,
+        encoder_output: ctranslate2.StorageView,
+        num_frames,
+        median_filter_width: int = 7,
+    ) -> list:
         """Per piece, the word alignment of ``text_tokens[i]`` (token ids) against ``encoder_output[i]`` over
         ``num_frames[i]`` frames (the library's list of word dicts per piece), aligned piece by piece; a single
         piece (``num_frames`` an int, from the sequential path) goes to the library as it is."""
@@ -48,6 +54,9 @@ class PieceWiseWhisper(WhisperModel):
             if not tokens:
                 out.append([])  # what the library returns for a piece without words
                 continue
-            out.extend(super().find_alignment(tokenizer, [tokens], _storage(encoded[i: i + 1]), [num_frames[i]],
-                                              median_filter_width))
+            out.extend(
+                super().find_alignment(
+                    tokenizer, [tokens], _storage(encoded[i : i + 1]), [num_frames[i]], median_filter_width
+                )
+            )
         return out

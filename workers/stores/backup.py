@@ -147,8 +147,10 @@ def chunk_hasher(manifest: dict[str, Any]) -> Callable[[bytes | memoryview], str
     manifest of format 1, which has none). Raises BackupError for a hash this engram does not know."""
     name = str(manifest.get("hash", "sha256"))
     if name not in CHUNK_HASHES:
-        raise BackupError(f"this backup names its blocks by {name!r}, which this engram does not know "
-                          f"(it knows {', '.join(sorted(CHUNK_HASHES))}): upgrade engram to restore it")
+        raise BackupError(
+            f"this backup names its blocks by {name!r}, which this engram does not know "
+            f"(it knows {', '.join(sorted(CHUNK_HASHES))}): upgrade engram to restore it"
+        )
     return CHUNK_HASHES[name]
 
 
@@ -298,8 +300,7 @@ class _Packed:
         pack_id = uuid.uuid4().hex
         try:
             self._put(f"packs/{pack_id[:2]}/{pack_id}.pack", data)
-            self._put(f"packs/{pack_id[:2]}/{pack_id}.idx",
-                      ["".join(f"{d} {o} {n}\n" for d, o, n in entries).encode()])
+            self._put(f"packs/{pack_id[:2]}/{pack_id}.idx", ["".join(f"{d} {o} {n}\n" for d, o, n in entries).encode()])
         except BaseException:
             with self._pack_lock:
                 for d, _, _ in entries:
@@ -373,8 +374,11 @@ class FolderRepository(_Packed):
         self._init_packs()
 
     def _clean_temporary(self) -> None:
-        for folder in [self.root / "snapshots", self.root / "packs",
-                       *(Path(d.path) for d in _scandir(self.root / "packs") if d.is_dir())]:
+        for folder in [
+            self.root / "snapshots",
+            self.root / "packs",
+            *(Path(d.path) for d in _scandir(self.root / "packs") if d.is_dir()),
+        ]:
             names = {e.name for e in _scandir(folder)}
             for name in names:
                 if name.startswith(".tmp-") or (name.endswith(".pack") and f"{name[:-5]}.idx" not in names):
@@ -451,8 +455,9 @@ class FolderRepository(_Packed):
             folder = self.root / "packs" / pack_id[:2]
             folder.mkdir(mode=0o700, exist_ok=True)
             os.rename(pack.tmp, folder / f"{pack_id}.pack")
-            _atomic_write(folder / f"{pack_id}.idx",
-                          "".join(f"{d} {o} {n}\n" for d, o, n in pack.entries).encode(), sync=False)
+            _atomic_write(
+                folder / f"{pack_id}.idx", "".join(f"{d} {o} {n}\n" for d, o, n in pack.entries).encode(), sync=False
+            )
         except BaseException:
             self._abandon_pack(pack)
             with contextlib.suppress(OSError):
@@ -504,16 +509,17 @@ class FolderRepository(_Packed):
                 out.extend(self._read(*places[k]) for k in range(i, j))
                 i = j
                 continue
-            view, got = whole[used:used + end - offset], 0
+            view, got = whole[used : used + end - offset], 0
             while got < len(view):
                 n = os.preadv(self._pack(pack_id), [view[got:]], offset + got)
                 if n == 0:
-                    raise BackupError(f"pack {pack_id} in {self.root} is shorter than its index says: the backup "
-                                      "is damaged")
+                    raise BackupError(
+                        f"pack {pack_id} in {self.root} is shorter than its index says: the backup is damaged"
+                    )
                 got += n
             pos = 0
             for k in range(i, j):
-                out.append(view[pos:pos + places[k][2]])
+                out.append(view[pos : pos + places[k][2]])
                 pos += places[k][2]
             used += len(view)
             i = j
@@ -532,8 +538,7 @@ class FolderRepository(_Packed):
                     try:
                         fd = os.open(self.root / "packs" / pack_id[:2] / f"{pack_id}.pack", os.O_RDONLY)
                     except FileNotFoundError as exc:
-                        raise BackupError(f"pack {pack_id} is missing from {self.root}: the backup is "
-                                          "damaged") from exc
+                        raise BackupError(f"pack {pack_id} is missing from {self.root}: the backup is damaged") from exc
                     self._fds[pack_id] = fd
         return fd
 
@@ -581,12 +586,12 @@ def _atomic_write(dest: Path, data: bytes | list[bytes], sync: bool) -> None:
         try:
             parts = [data] if isinstance(data, bytes) else data
             for i in range(0, len(parts), 512):
-                batch = parts[i:i + 512]
+                batch = parts[i : i + 512]
                 written, total = os.writev(fd, batch), sum(len(b) for b in batch)
                 if written < total:  # a short write: the rest one buffer at a time
                     rest = memoryview(b"".join(batch))[written:]
                     while rest:
-                        rest = rest[os.write(fd, rest):]
+                        rest = rest[os.write(fd, rest) :]
             if sync:
                 os.fsync(fd)
         finally:
@@ -607,8 +612,16 @@ class S3Repository(_Packed):
     """A repository under ``s3://bucket/prefix`` through the ``minio`` SDK. A PUT is atomic, so a pack, index or
     manifest is whole or absent. ``endpoint`` (``host:port``) and keys come from the caller."""
 
-    def __init__(self, url: str, endpoint: str, access_key: str | None, secret_key: str | None,
-                 secure: bool = False, region: str | None = None, create: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        endpoint: str,
+        access_key: str | None,
+        secret_key: str | None,
+        secure: bool = False,
+        region: str | None = None,
+        create: bool = True,
+    ) -> None:
         from minio import Minio
 
         parsed = urlparse(url)
@@ -658,17 +671,20 @@ class S3Repository(_Packed):
         return self._get(self._key(f"packs/{pack_id[:2]}/{pack_id}.pack"), f"pack {pack_id}", offset, length)
 
     def snapshots(self) -> list[str]:
-        return sorted(o.object_name.rsplit("/", 1)[-1]
-                      for o in self.client.list_objects(self.bucket, prefix=self._key("snapshots/"), recursive=True)
-                      if o.object_name.endswith(".json.gz"))
+        return sorted(
+            o.object_name.rsplit("/", 1)[-1]
+            for o in self.client.list_objects(self.bucket, prefix=self._key("snapshots/"), recursive=True)
+            if o.object_name.endswith(".json.gz")
+        )
 
     def get_snapshot(self, name: str) -> bytes:
         return self._get(self._key(f"snapshots/{name}"), f"snapshot {name}")
 
     def put_snapshot(self, name: str, data: bytes) -> None:
         self.flush()
-        self.client.put_object(self.bucket, self._key(f"snapshots/{name}"), io.BytesIO(data), len(data),
-                               content_type="application/gzip")
+        self.client.put_object(
+            self.bucket, self._key(f"snapshots/{name}"), io.BytesIO(data), len(data), content_type="application/gzip"
+        )
 
     def close(self) -> None:
         pass
@@ -714,16 +730,29 @@ class FileEntry:
         return h.hexdigest()
 
     def to_json(self) -> dict[str, Any]:
-        out = {"path": self.path, "size": self.size, "mtime_ns": self.mtime_ns, "digest": self.digest,
-               "blocks": self.blocks, "stat": list(self.stat)}
+        out = {
+            "path": self.path,
+            "size": self.size,
+            "mtime_ns": self.mtime_ns,
+            "digest": self.digest,
+            "blocks": self.blocks,
+            "stat": list(self.stat),
+        }
         if self.etag:
             out["etag"] = self.etag
         return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FileEntry:
-        return cls(d["path"], int(d["size"]), int(d["mtime_ns"]), [(int(o), str(h)) for o, h in d["blocks"]],
-                   d["digest"], tuple(d.get("stat") or (0, 0)), str(d.get("etag", "")))  # type: ignore[arg-type]
+        return cls(
+            d["path"],
+            int(d["size"]),
+            int(d["mtime_ns"]),
+            [(int(o), str(h)) for o, h in d["blocks"]],
+            d["digest"],
+            tuple(d.get("stat") or (0, 0)),
+            str(d.get("etag", "")),
+        )  # type: ignore[arg-type]
 
 
 def load_manifest(repo: Repository, name: str | None = None) -> tuple[str, dict[str, Any]]:
@@ -758,8 +787,10 @@ def check_versions(manifest: dict[str, Any]) -> None:
     except InvalidVersion:
         newer_engram = False
     if fmt > FORMAT_VERSION or newer_engram:
-        raise BackupError(f"this backup was written by engram {theirs} (backup format {fmt}); this is engram {ours} "
-                          f"(backup format {FORMAT_VERSION}): upgrade engram to restore it")
+        raise BackupError(
+            f"this backup was written by engram {theirs} (backup format {fmt}); this is engram {ours} "
+            f"(backup format {FORMAT_VERSION}): upgrade engram to restore it"
+        )
 
 
 # --- reading files into blocks -----------------------------------------------------------------------------
@@ -831,18 +862,20 @@ def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:
         i = j
 
 
-def _store_blocks(buf: bytearray, got: int, first: int, blocks: list[tuple[int, str]], repo: Repository,
-                  tally: Tally) -> None:
+def _store_blocks(
+    buf: bytearray, got: int, first: int, blocks: list[tuple[int, str]], repo: Repository, tally: Tally
+) -> None:
     """Hash the ``got`` bytes at the start of ``buf`` (the file's bytes from offset ``first``) block by block,
     append each block's (offset, digest) to ``blocks`` (all-zero blocks left out: holes on restore) and store the
     blocks ``repo`` lacks (claimed in ``tally`` so that two threads never write the same one)."""
     whole = memoryview(buf)
     new: list[tuple[str, bytes | memoryview]] = []
     for start in range(0, got, CHUNK_BYTES):
-        data = whole[start:min(start + CHUNK_BYTES, got)]
+        data = whole[start : min(start + CHUNK_BYTES, got)]
         # all zeros: not stored (a bytearray against bytes is one memcmp; memoryviews compare per byte)
-        if buf[start] == 0 and buf[start:start + len(data)] == (_ZERO if len(data) == CHUNK_BYTES
-                                                                else _ZERO[:len(data)]):
+        if buf[start] == 0 and buf[start : start + len(data)] == (
+            _ZERO if len(data) == CHUNK_BYTES else _ZERO[: len(data)]
+        ):
             continue
         digest = chunk_digest(data)
         blocks.append((first + start, digest))
@@ -859,8 +892,15 @@ def _store_blocks(buf: bytearray, got: int, first: int, blocks: list[tuple[int, 
         repo.put_chunks(new)
 
 
-def _chunk_file(path: Path, rel: str, repo: Repository, tally: Tally, progress: Callable[[int], None],
-                start: int = 0, stop: int | None = None) -> FileEntry:
+def _chunk_file(
+    path: Path,
+    rel: str,
+    repo: Repository,
+    tally: Tally,
+    progress: Callable[[int], None],
+    start: int = 0,
+    stop: int | None = None,
+) -> FileEntry:
     """Read ``path`` block by block (those from ``start`` up to ``stop``: a segment, by default all), store the
     blocks ``repo`` lacks and return its entry (as ``rel``; a segment's holds its blocks only). Raises
     FileNotFoundError when it vanished before it was opened."""
@@ -888,8 +928,16 @@ def _chunk_file(path: Path, rel: str, repo: Repository, tally: Tally, progress: 
         os.close(fd)
 
 
-def chunk_stream(read: Callable[[int], bytes], rel: str, size: int, mtime_ns: int, repo: Repository,
-                 tally: Tally, progress: Callable[[int], None], etag: str = "") -> FileEntry:
+def chunk_stream(
+    read: Callable[[int], bytes],
+    rel: str,
+    size: int,
+    mtime_ns: int,
+    repo: Repository,
+    tally: Tally,
+    progress: Callable[[int], None],
+    etag: str = "",
+) -> FileEntry:
     """The entry of a stream of ``size`` bytes (an S3 object: ``read(n)`` returns up to ``n`` bytes, b"" at its
     end), cut into blocks as ``_chunk_file`` cuts a file, the blocks ``repo`` lacks stored. Raises BackupError
     when the stream ends before ``size`` bytes (the object changed while it was read)."""
@@ -902,7 +950,7 @@ def chunk_stream(read: Callable[[int], bytes], rel: str, size: int, mtime_ns: in
             part = read(want - got)
             if not part:
                 raise BackupError(f"{rel} ended after {first + got} of its {size} bytes while it was read")
-            buf[got:got + len(part)] = part
+            buf[got : got + len(part)] = part
             got += len(part)
         progress(got)
         _store_blocks(buf, got, first, blocks, repo, tally)
@@ -1011,8 +1059,11 @@ def _classify(data_dir: Path, include_vault_key: bool) -> tuple[list[Path], list
             dirs.append((rel_root / d).as_posix())
         for name in fnames:
             rel = rel_root / name
-            if top is None and (name in SKIPPED_TOP or name.startswith("vectors.wanted-")
-                                or (name == VAULT_KEY and not include_vault_key)):
+            if top is None and (
+                name in SKIPPED_TOP
+                or name.startswith("vectors.wanted-")
+                or (name == VAULT_KEY and not include_vault_key)
+            ):
                 continue
             if name.startswith(".tmp-") or name.endswith(PART_SUFFIX) or name.endswith(SQLITE_SIDE_FILES):
                 continue
@@ -1058,7 +1109,7 @@ def _remove_stale_copies(data_dir: Path) -> None:
     process is gone. A copy of the ledger left behind would keep what a deletion removed since."""
     for entry in _scandir(data_dir):
         if entry.name.startswith(TMP_PREFIX) and entry.is_dir(follow_symlinks=False):
-            pid = entry.name[len(TMP_PREFIX):].split("-", 1)[0]
+            pid = entry.name[len(TMP_PREFIX) :].split("-", 1)[0]
             if not pid.isdigit() or not is_alive(int(pid), None):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
@@ -1101,8 +1152,10 @@ class _StoreHold:
         except Timeout as exc:
             from engram.workers.stores.vectors import StoreBusy  # imported only here: the engine's module is slow
 
-            raise StoreBusy(f"the embedded store {self.root} is open in another engram process (waited "
-                            f"{self.wait:g} s); wait for it to finish, then run the backup again") from exc
+            raise StoreBusy(
+                f"the embedded store {self.root} is open in another engram process (waited "
+                f"{self.wait:g} s); wait for it to finish, then run the backup again"
+            ) from exc
         finally:
             if request is not None:
                 request.unlink(missing_ok=True)
@@ -1121,8 +1174,9 @@ class BackupPass:
     ``report(phase, done, total)``: progress in bytes. Used by ``backup`` and by the cluster's store worker
     (``workers.stores.cluster_backup``)."""
 
-    def __init__(self, phase: str, repo: Repository, previous: dict[str, FileEntry], tally: Tally,
-                 report: Progress, threads: int) -> None:
+    def __init__(
+        self, phase: str, repo: Repository, previous: dict[str, FileEntry], tally: Tally, report: Progress, threads: int
+    ) -> None:
         self.phase, self.repo, self.previous, self.tally, self.report = phase, repo, previous, tally, report
         self.threads, self.done, self.total, self.lock = threads, 0, 0, threading.Lock()
 
@@ -1139,8 +1193,9 @@ class BackupPass:
             return None
         with contextlib.suppress(OSError):
             st = path.stat()
-            if ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (old.size, old.mtime_ns, *old.stat)
-                    and all(self.repo.has_chunk(d) for _, d in old.blocks)):
+            if (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (old.size, old.mtime_ns, *old.stat) and all(
+                self.repo.has_chunk(d) for _, d in old.blocks
+            ):
                 with self.tally.lock:
                     self.tally.unchanged_files += 1
                     self.tally.reused_chunks += len(old.blocks)
@@ -1148,8 +1203,9 @@ class BackupPass:
                 return old
         return None
 
-    def parts(self, jobs: list[tuple[Path, str]], entries: list[FileEntry], vanished: list[str]
-              ) -> list[tuple[Path, str, int, int | None]]:
+    def parts(
+        self, jobs: list[tuple[Path, str]], entries: list[FileEntry], vanished: list[str]
+    ) -> list[tuple[Path, str, int, int | None]]:
         """Segments of SEGMENT_BLOCKS of the files to read (not whole files: one large file does not keep one
         thread busy alone); unchanged objects go straight to ``entries``, files gone to ``vanished``."""
         segment = CHUNK_BYTES * SEGMENT_BLOCKS
@@ -1183,8 +1239,9 @@ class BackupPass:
         parts = self.parts(jobs, entries, vanished)
         self.report(self.phase, 0, self.total)
         pieces: dict[str, list[FileEntry | None]] = {}
-        for part, piece in zip(parts, thread_map(self.one, parts, self.threads, f"engram-backup-{self.phase}"),
-                               strict=True):
+        for part, piece in zip(
+            parts, thread_map(self.one, parts, self.threads, f"engram-backup-{self.phase}"), strict=True
+        ):
             pieces.setdefault(part[1], []).append(piece)
         paths = {rel: path for path, rel, _, _ in parts}
         for rel, got in pieces.items():
@@ -1212,9 +1269,19 @@ def write_manifest(repo: Repository, source: str, entries: list[FileEntry], dirs
     ``mode``...)."""
     entries.sort(key=lambda e: e.path)
     created = datetime.now(UTC)
-    manifest = {"format": FORMAT_VERSION, "engram_version": engram_version(), "created": created.isoformat(),
-                "source": source, "host": os.uname().nodename, "chunk_bytes": CHUNK_BYTES, "hash": CHUNK_HASH,
-                "vault_key": "excluded", **extra, "dirs": dirs, "files": [e.to_json() for e in entries]}
+    manifest = {
+        "format": FORMAT_VERSION,
+        "engram_version": engram_version(),
+        "created": created.isoformat(),
+        "source": source,
+        "host": os.uname().nodename,
+        "chunk_bytes": CHUNK_BYTES,
+        "hash": CHUNK_HASH,
+        "vault_key": "excluded",
+        **extra,
+        "dirs": dirs,
+        "files": [e.to_json() for e in entries],
+    }
     # level 1: the manifest is mostly hex digests, which no level packs much below half; 6 cost ~1.5 % of a backup
     raw = gzip.compress(json.dumps(manifest, separators=(",", ":")).encode(), compresslevel=1, mtime=0)
     name = f"{created.strftime('%Y%m%dT%H%M%S%fZ')}-{hashlib.sha256(raw).hexdigest()[:16]}.json.gz"
@@ -1223,8 +1290,15 @@ def write_manifest(repo: Repository, source: str, entries: list[FileEntry], dirs
 
 
 @without_gc
-def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vault_key: bool = False,
-           workers: int | None = None, progress: Progress | None = None) -> BackupResult:
+def backup(
+    data_dir: Path,
+    repo: Repository,
+    *,
+    wait: float = 300.0,
+    include_vault_key: bool = False,
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> BackupResult:
     """Write a snapshot of the embedded default's ``data_dir`` into ``repo`` (see the module docstring).
 
     ``wait``: seconds to wait for the store while another process works in it (``StoreBusy`` after);
@@ -1236,8 +1310,9 @@ def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vau
     if not data_dir.is_dir() or not any((data_dir / p).exists() for p in ("vectors", "ledger.sqlite", "objects")):
         raise BackupError(f"no engram data in {data_dir}: nothing to back up")
     if (data_dir / RESTORE_MARKER).exists():
-        raise BackupError(f"a restore into {data_dir} is not finished: run `engram restore` again to complete it "
-                          "before backing it up")
+        raise BackupError(
+            f"a restore into {data_dir} is not finished: run `engram restore` again to complete it before backing it up"
+        )
     t0 = time.perf_counter()
     os.umask(PRIVATE_UMASK)
     previous = previous_entries(repo, str(data_dir))
@@ -1270,12 +1345,22 @@ def backup(data_dir: Path, repo: Repository, *, wait: float = 300.0, include_vau
     _, _, others, dirs = _classify(data_dir, include_vault_key)
     run("objects", [(p, p.relative_to(data_dir).as_posix()) for p in others])
 
-    name = write_manifest(repo, str(data_dir), entries, dirs,
-                          vault_key="included" if include_vault_key else "excluded")
-    return BackupResult(repo.location, name, len(entries), sum(e.size for e in entries), tally.read_bytes,
-                        tally.written_bytes, tally.new_chunks, tally.reused_chunks, tally.unchanged_files,
-                        time.perf_counter() - t0, held_s, "included" if include_vault_key else "excluded",
-                        sorted(vanished))
+    name = write_manifest(repo, str(data_dir), entries, dirs, vault_key="included" if include_vault_key else "excluded")
+    return BackupResult(
+        repo.location,
+        name,
+        len(entries),
+        sum(e.size for e in entries),
+        tally.read_bytes,
+        tally.written_bytes,
+        tally.new_chunks,
+        tally.reused_chunks,
+        tally.unchanged_files,
+        time.perf_counter() - t0,
+        held_s,
+        "included" if include_vault_key else "excluded",
+        sorted(vanished),
+    )
 
 
 # --- restore -----------------------------------------------------------------------------------------------
@@ -1324,12 +1409,16 @@ def check_restorable(data_dir: Path, snapshot: str) -> bool:
             began = None
         if began == snapshot:
             return True
-        raise BackupError(f"{data_dir} holds an unfinished restore of snapshot {began}: run that restore again "
-                          f"(--snapshot {began}) or restore into another, empty folder")
+        raise BackupError(
+            f"{data_dir} holds an unfinished restore of snapshot {began}: run that restore again "
+            f"(--snapshot {began}) or restore into another, empty folder"
+        )
     left = list(_leftovers(data_dir))
     if left:
-        raise BackupError(f"{data_dir} is not empty ({len(left)} entries, e.g. {left[0].name}): restore into a new "
-                          "or empty folder (--data-dir DIR); nothing was written")
+        raise BackupError(
+            f"{data_dir} is not empty ({len(left)} entries, e.g. {left[0].name}): restore into a new "
+            "or empty folder (--data-dir DIR); nothing was written"
+        )
     return False
 
 
@@ -1339,10 +1428,24 @@ class _Restorer:
     (``segment``), every block checked against its digest (``hasher``), and the part renamed into place by the
     thread that wrote its last segment (no pass over the files in one thread before or after)."""
 
-    def __init__(self, name: str, repo: Repository, data_dir: Path, made: set[Path], total: int,
-                 report: Progress, hasher: Callable[[bytes | memoryview], str]) -> None:
-        self.name, self.repo, self.data_dir, self.made, self.total, self.report = (name, repo, data_dir, made,
-                                                                                  total, report)
+    def __init__(
+        self,
+        name: str,
+        repo: Repository,
+        data_dir: Path,
+        made: set[Path],
+        total: int,
+        report: Progress,
+        hasher: Callable[[bytes | memoryview], str],
+    ) -> None:
+        self.name, self.repo, self.data_dir, self.made, self.total, self.report = (
+            name,
+            repo,
+            data_dir,
+            made,
+            total,
+            report,
+        )
         self.hasher = hasher
         self.done, self.resumed, self.lock = 0, 0, threading.Lock()  # bytes, files an interrupted run completed
         self.left: dict[str, int] = {}  # segments of each file still to write
@@ -1404,8 +1507,10 @@ class _Restorer:
                 run = self.repo.read_blocks(wanted, buf)
                 for digest, data in zip(wanted, run, strict=True):
                     if self.hasher(data) != digest:
-                        raise BackupError(f"chunk {digest} in {self.repo.location} is damaged (its bytes do not "
-                                          f"match its digest); {entry.path} cannot be restored")
+                        raise BackupError(
+                            f"chunk {digest} in {self.repo.location} is damaged (its bytes do not "
+                            f"match its digest); {entry.path} cannot be restored"
+                        )
                 _pwritev_all(fd, run, first)
                 with self.lock:
                     self.done += CHUNK_BYTES * count
@@ -1425,9 +1530,18 @@ class _Restorer:
 
 
 @without_gc
-def restore_files(repo: Repository, name: str, files: list[dict[str, Any]], dirs: list[str], data_dir: Path,
-                  resuming: bool, *, hasher: Callable[[bytes | memoryview], str], workers: int | None = None,
-                  progress: Progress | None = None) -> _Restorer:
+def restore_files(
+    repo: Repository,
+    name: str,
+    files: list[dict[str, Any]],
+    dirs: list[str],
+    data_dir: Path,
+    resuming: bool,
+    *,
+    hasher: Callable[[bytes | memoryview], str],
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> _Restorer:
     """Write the manifest's ``files`` (entries as in the manifest) and ``dirs`` of snapshot ``name`` into
     ``data_dir`` (checked by ``check_restorable`` first: ``resuming`` is its answer), under ``RESTORE_MARKER``,
     as ``restore`` describes; ``hasher``: the manifest's block digest (``chunk_hasher``). Returns the writer
@@ -1437,8 +1551,9 @@ def restore_files(repo: Repository, name: str, files: list[dict[str, Any]], dirs
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
     if not resuming:
-        _atomic_write(data_dir / RESTORE_MARKER, json.dumps({"snapshot": name, "from": repo.location}).encode(),
-                      sync=True)
+        _atomic_write(
+            data_dir / RESTORE_MARKER, json.dumps({"snapshot": name, "from": repo.location}).encode(), sync=True
+        )
     made: set[Path] = {data_dir}
     for d in dirs:
         (data_dir / d).mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -1453,7 +1568,7 @@ def restore_files(repo: Repository, name: str, files: list[dict[str, Any]], dirs
     # threads spinning on it cost the restore a third of its CPU (perf: rwsem_spin_on_owner)
     by_file: list[list[tuple[FileEntry, list[tuple[int, str]]]]] = []
     for e in entries:
-        segments = [e.blocks[i:i + SEGMENT_BLOCKS] for i in range(0, len(e.blocks), SEGMENT_BLOCKS)] or [[]]
+        segments = [e.blocks[i : i + SEGMENT_BLOCKS] for i in range(0, len(e.blocks), SEGMENT_BLOCKS)] or [[]]
         if writer.check(e, len(segments)):
             by_file.append([(e, seg) for seg in segments])
     by_file.sort(key=len, reverse=True)
@@ -1480,8 +1595,14 @@ CLUSTER_MODE = "cluster"
 
 
 @without_gc
-def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, workers: int | None = None,
-            progress: Progress | None = None) -> RestoreResult:
+def restore(
+    repo: Repository,
+    data_dir: Path,
+    *,
+    snapshot: str | None = None,
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> RestoreResult:
     """Write ``snapshot`` (default: the newest) of ``repo`` into ``data_dir`` (new or empty; or holding an
     unfinished restore of the same snapshot, which is completed). Folders are made 0700 and files 0600; every
     chunk is checked against its digest as it is read, every file against its tree digest.
@@ -1492,15 +1613,35 @@ def restore(repo: Repository, data_dir: Path, *, snapshot: str | None = None, wo
     t0 = time.perf_counter()
     name, manifest = load_manifest(repo, snapshot)
     if manifest.get("mode") == CLUSTER_MODE:
-        raise BackupError(f"snapshot {name} is a backup of the distributed mode (S3, Redis and the store worker's "
-                          "store): restore it with ENGRAM_BROKER_URL set, into an empty cluster")
+        raise BackupError(
+            f"snapshot {name} is a backup of the distributed mode (S3, Redis and the store worker's "
+            "store): restore it with ENGRAM_BROKER_URL set, into an empty cluster"
+        )
     data_dir = Path(data_dir).expanduser().absolute()
     resuming = check_restorable(data_dir, name)
-    writer = restore_files(repo, name, manifest["files"], manifest.get("dirs", []), data_dir, resuming,
-                           hasher=chunk_hasher(manifest), workers=workers, progress=progress)
-    return RestoreResult(repo.location, name, str(manifest.get("engram_version")), str(manifest.get("created")),
-                         str(data_dir), len(manifest["files"]), sum(int(f["size"]) for f in manifest["files"]),
-                         writer.resumed, time.perf_counter() - t0, str(manifest.get("vault_key", "excluded")))
+    writer = restore_files(
+        repo,
+        name,
+        manifest["files"],
+        manifest.get("dirs", []),
+        data_dir,
+        resuming,
+        hasher=chunk_hasher(manifest),
+        workers=workers,
+        progress=progress,
+    )
+    return RestoreResult(
+        repo.location,
+        name,
+        str(manifest.get("engram_version")),
+        str(manifest.get("created")),
+        str(data_dir),
+        len(manifest["files"]),
+        sum(int(f["size"]) for f in manifest["files"]),
+        writer.resumed,
+        time.perf_counter() - t0,
+        str(manifest.get("vault_key", "excluded")),
+    )
 
 
 def snapshot_list(repo: Repository) -> list[dict[str, Any]]:
@@ -1512,12 +1653,36 @@ def snapshot_list(repo: Repository) -> list[dict[str, Any]]:
         except BackupError as exc:
             out.append({"snapshot": name, "error": str(exc)})
             continue
-        out.append({"snapshot": name, "created": m.get("created"), "engram_version": m.get("engram_version"),
-                    "source": m.get("source"), "files": len(m["files"]),
-                    "bytes": sum(int(f["size"]) for f in m["files"])})
+        out.append(
+            {
+                "snapshot": name,
+                "created": m.get("created"),
+                "engram_version": m.get("engram_version"),
+                "source": m.get("source"),
+                "files": len(m["files"]),
+                "bytes": sum(int(f["size"]) for f in m["files"]),
+            }
+        )
     return out
 
 
-__all__ = ["BackupError", "BackupResult", "CHUNK_BYTES", "CLUSTER_MODE", "FORMAT_VERSION", "FolderRepository",
-           "RestoreResult", "S3Repository", "backup", "check_restorable", "check_versions", "chunk_stream",
-           "load_manifest", "open_repository", "restore", "restore_files", "snapshot_list", "write_manifest"]
+__all__ = [
+    "BackupError",
+    "BackupResult",
+    "CHUNK_BYTES",
+    "CLUSTER_MODE",
+    "FORMAT_VERSION",
+    "FolderRepository",
+    "RestoreResult",
+    "S3Repository",
+    "backup",
+    "check_restorable",
+    "check_versions",
+    "chunk_stream",
+    "load_manifest",
+    "open_repository",
+    "restore",
+    "restore_files",
+    "snapshot_list",
+    "write_manifest",
+]

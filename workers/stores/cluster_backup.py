@@ -107,14 +107,19 @@ def dump_redis(url: str, batch: int = 500) -> bytes:
         out = []
         for i in range(0, len(keys), batch):
             pipe = r.pipeline(transaction=True)
-            for key in keys[i:i + batch]:
+            for key in keys[i : i + batch]:
                 pipe.pttl(key)
                 pipe.dump(key)
             got = pipe.execute()
-            for key, ttl, payload in zip(keys[i:i + batch], got[0::2], got[1::2], strict=True):
+            for key, ttl, payload in zip(keys[i : i + batch], got[0::2], got[1::2], strict=True):
                 if payload is not None:
-                    out.append({"key": base64.b64encode(key).decode(), "pttl": max(int(ttl), 0),
-                                "dump": base64.b64encode(payload).decode()})
+                    out.append(
+                        {
+                            "key": base64.b64encode(key).decode(),
+                            "pttl": max(int(ttl), 0),
+                            "dump": base64.b64encode(payload).decode(),
+                        }
+                    )
         return json.dumps({"format": 1, "prefix": REDIS_PREFIX, "keys": out}).encode()
     finally:
         r.close()
@@ -130,13 +135,15 @@ def load_redis(url: str, data: bytes, batch: int = 500) -> int:
     try:
         for i in range(0, len(keys), batch):
             pipe = r.pipeline(transaction=False)
-            for k in keys[i:i + batch]:
+            for k in keys[i : i + batch]:
                 pipe.restore(base64.b64decode(k["key"]), int(k["pttl"]), base64.b64decode(k["dump"]), replace=True)
             try:
                 pipe.execute()
             except redis.ResponseError as exc:
-                raise BackupError(f"Redis at {url} refused the backup's keys ({exc}): is it older than the Redis "
-                                  "the backup was taken from?") from exc
+                raise BackupError(
+                    f"Redis at {url} refused the backup's keys ({exc}): is it older than the Redis "
+                    "the backup was taken from?"
+                ) from exc
         return len(keys)
     finally:
         r.close()
@@ -164,8 +171,10 @@ def worker_target(repo: Repository, s3: dict[str, Any] | None) -> dict[str, Any]
         probe = f".probe-{uuid.uuid4().hex}"
         (repo.root / probe).touch(mode=0o600)
         return {"location": repo.location, "probe": probe}
-    return {"location": repo.location, "s3": {k: v for k, v in (s3 or {}).items()
-                                              if k in ("endpoint", "secure", "region")}}
+    return {
+        "location": repo.location,
+        "s3": {k: v for k, v in (s3 or {}).items() if k in ("endpoint", "secure", "region")},
+    }
 
 
 def drop_probe(target: dict[str, Any]) -> None:
@@ -182,8 +191,10 @@ def _open_target(target: dict[str, Any], settings: Settings, create: bool) -> Re
         return open_repository(location, create=create, s3=s3, shared=True)
     probe = target.get("probe")
     if not probe or not (Path(location) / probe).exists():
-        raise BackupError(f"the store worker ({os.uname().nodename}) cannot see the backup folder {location}: give "
-                          "an s3:// destination, or a folder that the store worker and this command share")
+        raise BackupError(
+            f"the store worker ({os.uname().nodename}) cannot see the backup folder {location}: give "
+            "an s3:// destination, or a folder that the store worker and this command share"
+        )
     return open_repository(location, create=create, shared=True)
 
 
@@ -232,13 +243,20 @@ def backup_store(store: Any, root: Path, target: dict[str, Any], settings: Setti
             syncfs(repo.root)  # durable before the command writes the manifest that names these blocks
     finally:
         repo.close()
-    return {"files": [e.to_json() for e in entries], "dirs": dirs, "read_bytes": tally.read_bytes,
-            "written_bytes": tally.written_bytes, "new_chunks": tally.new_chunks,
-            "reused_chunks": tally.reused_chunks, "held_seconds": held_s}
+    return {
+        "files": [e.to_json() for e in entries],
+        "dirs": dirs,
+        "read_bytes": tally.read_bytes,
+        "written_bytes": tally.written_bytes,
+        "new_chunks": tally.new_chunks,
+        "reused_chunks": tally.reused_chunks,
+        "held_seconds": held_s,
+    }
 
 
-def restore_store(store: Any, root: Path, target: dict[str, Any], snapshot: str, settings: Settings,
-                  resuming: bool = False) -> dict[str, Any]:
+def restore_store(
+    store: Any, root: Path, target: dict[str, Any], snapshot: str, settings: Settings, resuming: bool = False
+) -> dict[str, Any]:
     """Run by the store worker (``workers.backup.store_restore``): the ``vectors/`` files of ``snapshot`` into the
     store's folder ``root``, which must be empty or missing (or hold an unfinished restore of the same snapshot:
     completed), with the store's lock held. ``resuming``: the cluster's restore of this snapshot was begun
@@ -249,15 +267,19 @@ def restore_store(store: Any, root: Path, target: dict[str, Any], snapshot: str,
     try:
         name, manifest = load_manifest(repo, snapshot)
         prefix = f"{STORE_DIR}/"
-        files = [{**f, "path": f["path"][len(prefix):]} for f in manifest["files"] if f["path"].startswith(prefix)]
-        dirs = [d[len(prefix):] for d in manifest.get("dirs", []) if d.startswith(prefix)]
+        files = [{**f, "path": f["path"][len(prefix) :]} for f in manifest["files"] if f["path"].startswith(prefix)]
+        dirs = [d[len(prefix) :] for d in manifest.get("dirs", []) if d.startswith(prefix)]
         store.close()
         store.hold()
         try:
             done = resuming and root.is_dir() and not (root / RESTORE_MARKER).exists() and any(root.iterdir())
-            resumed = len(files) if done else restore_files(repo, name, files, dirs, root,
-                                                              check_restorable(root, name),
-                                                              hasher=chunk_hasher(manifest)).resumed
+            resumed = (
+                len(files)
+                if done
+                else restore_files(
+                    repo, name, files, dirs, root, check_restorable(root, name), hasher=chunk_hasher(manifest)
+                ).resumed
+            )
         finally:
             store.close()
     finally:
@@ -282,8 +304,14 @@ def _object_listing(objects: Any) -> list[tuple[str, int, int, str]]:
         for path in sorted(objects.root.rglob("*")):
             if path.is_file() and not path.is_symlink() and not path.name.startswith(".tmp-"):
                 st = path.stat()
-                out.append((path.relative_to(objects.root).as_posix(), st.st_size, st.st_mtime_ns,
-                            f"{st.st_ino}-{st.st_ctime_ns}"))
+                out.append(
+                    (
+                        path.relative_to(objects.root).as_posix(),
+                        st.st_size,
+                        st.st_mtime_ns,
+                        f"{st.st_ino}-{st.st_ctime_ns}",
+                    )
+                )
     return [row for row in out if not row[0].startswith(SKIPPED_OBJECTS)]
 
 
@@ -291,8 +319,9 @@ class _ObjectPass:
     """The objects of a cluster read into blocks (``chunk_stream``) by ``threads``: one unchanged since the
     previous snapshot (size and ETag) is taken from it without being read."""
 
-    def __init__(self, objects: Any, repo: Repository, previous: dict[str, FileEntry], tally: Tally,
-                 report: Progress) -> None:
+    def __init__(
+        self, objects: Any, repo: Repository, previous: dict[str, FileEntry], tally: Tally, report: Progress
+    ) -> None:
         self.objects, self.repo, self.previous, self.tally, self.report = objects, repo, previous, tally, report
         self.done, self.total = 0, 0
 
@@ -307,8 +336,12 @@ class _ObjectPass:
         key, size, mtime, etag = row
         rel = f"{OBJECTS_DIR}/{key}"
         old = self.previous.get(rel)
-        if (old is not None and (old.size, old.etag) == (size, etag) and etag
-                and all(self.repo.has_chunk(d) for _, d in old.blocks)):
+        if (
+            old is not None
+            and (old.size, old.etag) == (size, etag)
+            and etag
+            and all(self.repo.has_chunk(d) for _, d in old.blocks)
+        ):
             with self.tally.lock:
                 self.tally.unchanged_files += 1
                 self.tally.reused_chunks += len(old.blocks)
@@ -337,8 +370,10 @@ class _ObjectPass:
         rows = _object_listing(self.objects)
         self.total = sum(r[1] for r in rows)
         got = thread_map(self.one, rows, self.repo.threads, "engram-backup-objects")
-        return ([e for e in got if e is not None],
-                [f"{OBJECTS_DIR}/{r[0]}" for r, e in zip(rows, got, strict=True) if e is None])
+        return (
+            [e for e in got if e is not None],
+            [f"{OBJECTS_DIR}/{r[0]}" for r, e in zip(rows, got, strict=True) if e is None],
+        )
 
 
 def describe(settings: Settings) -> str:
@@ -347,16 +382,21 @@ def describe(settings: Settings) -> str:
     url = urlsplit(redis_url(settings) or "")
     host = url.hostname or url.path
     redis_at = f"{url.scheme}://{host}{f':{url.port}' if url.port else ''}{url.path if url.hostname else ''}"
-    objects = f"s3://{settings.s3_bucket}@{settings.s3_endpoint}" if settings.s3_endpoint else \
-        str(settings.data_dir / "objects")
+    objects = (
+        f"s3://{settings.s3_bucket}@{settings.s3_endpoint}"
+        if settings.s3_endpoint
+        else str(settings.data_dir / "objects")
+    )
     return f"cluster redis={redis_at} objects={objects} store=store-worker"
 
 
 def _refuse_qdrant_server(settings: Settings, what: str) -> None:
     if settings.qdrant_url:
-        raise BackupError(f"engram {what} of a cluster on a Qdrant server (ENGRAM_QDRANT_URL) is not built: take "
-                          "the collections' snapshots with Qdrant's snapshot API, and back up S3 and Redis with "
-                          "their own tools")
+        raise BackupError(
+            f"engram {what} of a cluster on a Qdrant server (ENGRAM_QDRANT_URL) is not built: take "
+            "the collections' snapshots with Qdrant's snapshot API, and back up S3 and Redis with "
+            "their own tools"
+        )
 
 
 #: How the command asks the store worker: ``ask(task name, args) -> dict`` (the task's answer; the caller sends it
@@ -371,8 +411,14 @@ def _answer(got: dict[str, Any]) -> dict[str, Any]:
 
 
 @without_gc
-def backup_cluster(settings: Settings, repo: Repository, ask: Ask, s3: dict[str, Any] | None = None, *,
-                   progress: Progress | None = None) -> BackupResult:
+def backup_cluster(
+    settings: Settings,
+    repo: Repository,
+    ask: Ask,
+    s3: dict[str, Any] | None = None,
+    *,
+    progress: Progress | None = None,
+) -> BackupResult:
     """Write a snapshot of the cluster of ``settings`` into ``repo`` (see the module's docstring). ``ask``: sends a
     task to the store worker (``Ask``); ``s3``: the endpoint options of an ``s3://`` repository (the store worker
     opens it too). Raises BackupError (a Qdrant server, the worker unable to reach ``repo``, what ``ask`` raises
@@ -389,15 +435,31 @@ def backup_cluster(settings: Settings, repo: Repository, ask: Ask, s3: dict[str,
         report("store", 1, 1)
     finally:
         drop_probe(target)
-    tally = Tally(read_bytes=got["read_bytes"], written_bytes=got["written_bytes"], new_chunks=got["new_chunks"],
-                   reused_chunks=got["reused_chunks"])
+    tally = Tally(
+        read_bytes=got["read_bytes"],
+        written_bytes=got["written_bytes"],
+        new_chunks=got["new_chunks"],
+        reused_chunks=got["reused_chunks"],
+    )
     entries = [FileEntry.from_json(d) for d in got["files"]]
     found, vanished = _ObjectPass(open_object_store(settings), repo, previous, tally, report).run()
     entries.extend(found)
     name = write_manifest(repo, source, entries, sorted(got["dirs"]), mode=CLUSTER_MODE)
-    return BackupResult(repo.location, name, len(entries), sum(e.size for e in entries), tally.read_bytes,
-                        tally.written_bytes, tally.new_chunks, tally.reused_chunks, tally.unchanged_files,
-                        time.perf_counter() - t0, float(got["held_seconds"]), "excluded", sorted(vanished))
+    return BackupResult(
+        repo.location,
+        name,
+        len(entries),
+        sum(e.size for e in entries),
+        tally.read_bytes,
+        tally.written_bytes,
+        tally.new_chunks,
+        tally.reused_chunks,
+        tally.unchanged_files,
+        time.perf_counter() - t0,
+        float(got["held_seconds"]),
+        "excluded",
+        sorted(vanished),
+    )
 
 
 def _check_empty(objects: Any, url: str | None, name: str) -> bool:
@@ -415,15 +477,21 @@ def _check_empty(objects: Any, url: str | None, name: str) -> bool:
         if began == name:
             return True
         if began:
-            raise BackupError(f"a restore of snapshot {began} into this cluster is not finished: run that restore "
-                              f"again (--snapshot {began})")
+            raise BackupError(
+                f"a restore of snapshot {began} into this cluster is not finished: run that restore "
+                f"again (--snapshot {began})"
+            )
         if _redis_keys(url):
-            raise BackupError(f"the cluster's Redis ({url}) holds engram keys ({REDIS_PREFIX}*): restore into an "
-                              "empty cluster (a new Redis database, bucket and store); nothing was written")
+            raise BackupError(
+                f"the cluster's Redis ({url}) holds engram keys ({REDIS_PREFIX}*): restore into an "
+                "empty cluster (a new Redis database, bucket and store); nothing was written"
+            )
     rows = _object_listing(objects)
     if rows:
-        raise BackupError(f"the cluster's object store holds {len(rows)} objects (e.g. {rows[0][0]}): restore into "
-                          "an empty cluster (a new bucket); nothing was written")
+        raise BackupError(
+            f"the cluster's object store holds {len(rows)} objects (e.g. {rows[0][0]}): restore into "
+            "an empty cluster (a new bucket); nothing was written"
+        )
     return False
 
 
@@ -441,8 +509,9 @@ def _marker(url: str, name: str | None) -> None:
         r.close()
 
 
-def _put_object(objects: Any, repo: Repository, entry: FileEntry, key: str,
-                hasher: Callable[[bytes | memoryview], str]) -> None:
+def _put_object(
+    objects: Any, repo: Repository, entry: FileEntry, key: str, hasher: Callable[[bytes | memoryview], str]
+) -> None:
     """Write one object of the snapshot into ``objects``, every block checked against its digest (``hasher``: the
     manifest's), through a temporary file (an object may be larger than memory allows)."""
     with tempfile.TemporaryDirectory(prefix="engram-restore-") as tmp:
@@ -458,8 +527,15 @@ def _put_object(objects: Any, repo: Repository, entry: FileEntry, key: str,
         objects.put_file(key, path)
 
 
-def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: str | None = None,
-                    s3: dict[str, Any] | None = None, *, progress: Progress | None = None) -> RestoreResult:
+def restore_cluster(
+    settings: Settings,
+    repo: Repository,
+    ask: Ask,
+    snapshot: str | None = None,
+    s3: dict[str, Any] | None = None,
+    *,
+    progress: Progress | None = None,
+) -> RestoreResult:
     """Write ``snapshot`` (default: the newest) of ``repo``, a backup of the distributed mode, into the empty
     cluster of ``settings`` (see the module's docstring): the store through the store worker (``ask``), then the
     objects, then the Redis keys. Raises BackupError (not a cluster backup, a non-empty cluster, a newer backup, a
@@ -469,8 +545,10 @@ def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: st
     report = progress or (lambda phase, done, total: None)
     name, manifest = load_manifest(repo, snapshot)
     if manifest.get("mode") != CLUSTER_MODE:
-        raise BackupError(f"snapshot {name} is a backup of the embedded default's data dir: restore it without "
-                          "ENGRAM_BROKER_URL (into a data dir), or move it with `engram export --archive`")
+        raise BackupError(
+            f"snapshot {name} is a backup of the embedded default's data dir: restore it without "
+            "ENGRAM_BROKER_URL (into a data dir), or move it with `engram export --archive`"
+        )
     hasher = chunk_hasher(manifest)
     objects, url = open_object_store(settings), redis_url(settings)
     resuming = _check_empty(objects, url, name)
@@ -491,7 +569,7 @@ def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: st
     have = {row[0]: row[1] for row in _object_listing(objects)} if resuming else {}
 
     def put(entry: FileEntry) -> None:
-        key = entry.path[len(OBJECTS_DIR) + 1:]
+        key = entry.path[len(OBJECTS_DIR) + 1 :]
         if have.get(key) != entry.size:  # written whole by an interrupted run otherwise (a PUT is atomic)
             _put_object(objects, repo, entry, key, hasher)
         with lock:
@@ -506,9 +584,18 @@ def restore_cluster(settings: Settings, repo: Repository, ask: Ask, snapshot: st
             chunk = repo.get_chunk(digest)
             if hasher(chunk) != digest:
                 raise BackupError(f"chunk {digest} in {repo.location} is damaged; the Redis keys cannot be restored")
-            data[off:off + len(chunk)] = chunk
+            data[off : off + len(chunk)] = chunk
         load_redis(url, bytes(data))
         _marker(url, None)
-    return RestoreResult(repo.location, name, str(manifest.get("engram_version")), str(manifest.get("created")),
-                         describe(settings), len(entries), sum(e.size for e in entries),
-                         int(got.get("resumed_files", 0)), time.perf_counter() - t0, "excluded")
+    return RestoreResult(
+        repo.location,
+        name,
+        str(manifest.get("engram_version")),
+        str(manifest.get("created")),
+        describe(settings),
+        len(entries),
+        sum(e.size for e in entries),
+        int(got.get("resumed_files", 0)),
+        time.perf_counter() - t0,
+        "excluded",
+    )

@@ -59,8 +59,10 @@ _READ = 1 << 22  # bytes read at a time
 def damaged(shard: Path, what: str, after_restore: str = "") -> StoreCorrupt:
     """The error for a shard that cannot be used as it is: the shard folder, ``what`` is wrong (naming the file),
     and what to do, in one line."""
-    return StoreCorrupt(f"the embedded store's shard {shard} {what}; restore the folder from a backup{after_restore}, "
-                        "or move it away to start that collection empty")
+    return StoreCorrupt(
+        f"the embedded store's shard {shard} {what}; restore the folder from a backup{after_restore}, "
+        "or move it away to start that collection empty"
+    )
 
 
 def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
@@ -109,8 +111,8 @@ def file_digest(path: Path) -> str:
                     break
                 view = memoryview(chunk)
                 for off in range(0, len(chunk), BLOCK):
-                    block = view[off:off + BLOCK]
-                    if block != _ZEROS[:len(block)]:
+                    block = view[off : off + BLOCK]
+                    if block != _ZEROS[: len(block)]:
                         h.update(struct.pack("<Q", (pos + off) // BLOCK))
                         h.update(block)
                 pos += len(chunk)
@@ -218,8 +220,11 @@ def verify_manifest(shard: Path, recorded: dict[str, list], full: bool = False) 
         if rel not in recorded:
             raise damaged(shard, f"holds {shard / rel}, which was not there when the store was last closed")
         if files[rel].st_size != recorded[rel][0] and not rel.endswith(".json"):  # JSON: by content (below)
-            raise damaged(shard, f"has a damaged {shard / rel}: {files[rel].st_size} bytes, {recorded[rel][0]} "
-                          "when the store was last closed")
+            raise damaged(
+                shard,
+                f"has a damaged {shard / rel}: {files[rel].st_size} bytes, {recorded[rel][0]} "
+                "when the store was last closed",
+            )
     out: Known = {}
     for rel in sorted(files):
         st, (_, digest, stamp) = files[rel], recorded[rel]
@@ -231,8 +236,9 @@ def verify_manifest(shard: Path, recorded: dict[str, list], full: bool = False) 
         except OSError as exc:
             raise damaged(shard, f"has an unreadable {shard / rel} ({exc.strerror or exc})") from exc
         if found != digest:
-            raise damaged(shard, f"has a damaged {shard / rel}: its content differs from when the store was last "
-                          "closed")
+            raise damaged(
+                shard, f"has a damaged {shard / rel}: its content differs from when the store was last closed"
+            )
         out[rel] = (_stamp(st), found, _settled(st, now))
     return out
 
@@ -256,8 +262,14 @@ def write_manifest(shard: Path, known: Known | None = None) -> Known:
         else:
             out[rel] = (stamp, file_digest(shard / rel), _settled(st, now))
     tmp = shard.with_name(f".{shard.name}.{MANIFEST}.tmp")
-    tmp.write_text(json.dumps({"version": MANIFEST_VERSION, "files": {
-        rel: [s[0], d, list(s) if settled else None] for rel, (s, d, settled) in sorted(out.items())}}))
+    tmp.write_text(
+        json.dumps(
+            {
+                "version": MANIFEST_VERSION,
+                "files": {rel: [s[0], d, list(s) if settled else None] for rel, (s, d, settled) in sorted(out.items())},
+            }
+        )
+    )
     tmp.replace(shard / MANIFEST)
     return out
 
@@ -271,6 +283,7 @@ def drop_manifest(shard: Path) -> None:
 
 
 # --- without a manifest: what the files' own configuration says ------------------------------------------------
+
 
 def _json(shard: Path, path: Path) -> dict:
     try:
@@ -337,8 +350,14 @@ def _check_storage(shard: Path, folder: Path) -> int:
         return 0
     if (folder / "store").is_dir():
         _check_pages(shard, folder / "store")
-    return max([_check_chunks(shard, folder / sub) for sub in ("vectors", "offsets")
-                if (folder / sub / "status.dat").exists() or (folder / sub / "config.json").exists()], default=0)
+    return max(
+        [
+            _check_chunks(shard, folder / sub)
+            for sub in ("vectors", "offsets")
+            if (folder / sub / "status.dat").exists() or (folder / sub / "config.json").exists()
+        ],
+        default=0,
+    )
 
 
 def check_structure(shard: Path, points: int | None = None) -> None:
@@ -372,12 +391,16 @@ def check_structure(shard: Path, points: int | None = None) -> None:
                 raise damaged(shard, f"is missing {folder}")
             vectors = max(vectors, _check_storage(shard, folder))
         mappings = segment / "mutable_id_tracker.mappings"
-        tracked = mappings.exists() or (not (segment / "mutable_id_tracker.versions").exists()
-                                        and any(segment.glob("*id_tracker*")))  # another kind of id tracker
+        tracked = mappings.exists() or (
+            not (segment / "mutable_id_tracker.versions").exists() and any(segment.glob("*id_tracker*"))
+        )  # another kind of id tracker
         if points is not None and vectors and not tracked:
             raise damaged(shard, f"is missing {mappings} (its id tracker; the segment holds {vectors} vectors)")
         known = known and mappings.exists()
         stored += vectors
     if points is not None and known and stored < points:
-        raise damaged(shard, f"holds vectors of at most {stored} points in {segments}, {points} when the store was "
-                      "last closed: a segment of it is missing or damaged")
+        raise damaged(
+            shard,
+            f"holds vectors of at most {stored} points in {segments}, {points} when the store was "
+            "last closed: a segment of it is missing or damaged",
+        )

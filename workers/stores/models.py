@@ -181,5 +181,6 @@ class Filter:
     min_should: MinShould | None = None
 
 
-Condition = (FieldCondition | IsEmptyCondition | IsNullCondition | HasIdCondition | HasVectorCondition
-             | NestedCondition | Filter)
+Condition = (
+    FieldCondition | IsEmptyCondition | IsNullCondition | HasIdCondition | HasVectorCondition | NestedCondition | Filter
+)

@@ -142,8 +142,11 @@ class LocalObjectStore:
         start = base if base.is_dir() else base.parent
         if not start.is_dir():
             return []
-        found = (p.relative_to(self.root).as_posix() for p in start.rglob("*")
-                 if p.is_file() and not p.name.startswith(".tmp-"))
+        found = (
+            p.relative_to(self.root).as_posix()
+            for p in start.rglob("*")
+            if p.is_file() and not p.name.startswith(".tmp-")
+        )
         return sorted(k for k in found if k.startswith(prefix))
 
     def ping(self) -> None:
@@ -155,12 +158,18 @@ class S3ObjectStore:
     """Objects in an S3 bucket (MinIO, SeaweedFS, AWS) through the ``minio`` SDK; the bucket is created
     on first use."""
 
-    def __init__(self, endpoint: str, access_key: str | None, secret_key: str | None, bucket: str,
-                 secure: bool = False, region: str | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        access_key: str | None,
+        secret_key: str | None,
+        bucket: str,
+        secure: bool = False,
+        region: str | None = None,
+    ) -> None:
         from minio import Minio
 
-        self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure,
-                            region=region)
+        self.client = Minio(endpoint, access_key=access_key, secret_key=secret_key, secure=secure, region=region)
         self.bucket = bucket
         self._ready = False
         self._lock = threading.Lock()
@@ -178,8 +187,7 @@ class S3ObjectStore:
 
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> None:
         self._ensure_bucket()
-        self.client.put_object(self.bucket, _check_key(key), io.BytesIO(data), len(data),
-                               content_type=content_type)
+        self.client.put_object(self.bucket, _check_key(key), io.BytesIO(data), len(data), content_type=content_type)
 
     def put_file(self, key: str, path: Path, content_type: str = "application/octet-stream") -> None:
         self._ensure_bucket()
@@ -247,8 +255,11 @@ class S3ObjectStore:
         self.client.remove_object(self.bucket, _check_key(key))
         if not self._versioned():
             return
-        versions = [DeleteObject(key, v.version_id) for v in self.client.list_objects(
-            self.bucket, prefix=key, include_version=True) if v.object_name == key and v.version_id]
+        versions = [
+            DeleteObject(key, v.version_id)
+            for v in self.client.list_objects(self.bucket, prefix=key, include_version=True)
+            if v.object_name == key and v.version_id
+        ]
         errors = list(self.client.remove_objects(self.bucket, versions)) if versions else []
         if errors:
             raise OSError(f"could not delete every version of {key!r}: {errors[0]}")
@@ -278,8 +289,14 @@ class S3ObjectStore:
 def open_object_store(settings: Settings) -> ObjectStore:
     """The configured store: S3 when ``s3_endpoint`` is set, else a folder under ``data_dir``."""
     if settings.s3_endpoint:
-        return S3ObjectStore(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
-                             settings.s3_bucket, settings.s3_secure, settings.s3_region)
+        return S3ObjectStore(
+            settings.s3_endpoint,
+            settings.s3_access_key,
+            settings.s3_secret_key,
+            settings.s3_bucket,
+            settings.s3_secure,
+            settings.s3_region,
+        )
     return LocalObjectStore(settings.data_dir / "objects")
 
 
@@ -299,8 +316,11 @@ def expire_staged(store: ObjectStore, older_than: timedelta, now: datetime | Non
     if client is None:
         return 0
     cutoff = (now or datetime.now(UTC)) - older_than
-    old = [o.object_name for o in client.list_objects(store.bucket, prefix=STAGING_PREFIX, recursive=True)
-           if o.last_modified is not None and o.last_modified < cutoff]
+    old = [
+        o.object_name
+        for o in client.list_objects(store.bucket, prefix=STAGING_PREFIX, recursive=True)
+        if o.last_modified is not None and o.last_modified < cutoff
+    ]
     for key in old:
         store.delete(key)
     return len(old)

@@ -58,8 +58,10 @@ def secure_data_dir(path: Path) -> int:
         return 0
     changed = _tighten(path)
     if changed:
-        sys.stderr.write(f"warning: {changed} files and folders under {path} were readable by other users; "
-                         "made owner-only (0700 folders, 0600 files)\n")
+        sys.stderr.write(
+            f"warning: {changed} files and folders under {path} were readable by other users; "
+            "made owner-only (0700 folders, 0600 files)\n"
+        )
     return changed
 
 

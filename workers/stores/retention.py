@@ -189,17 +189,27 @@ def _local_files(settings: Settings, objects: Any) -> dict[str, int | None]:
     other); store and ledger None where they are not kept there (a Qdrant server, Redis)."""
     root = settings.data_dir
     objects_root = objects.root.resolve() if isinstance(objects, LocalObjectStore) else None
-    out: dict[str, int | None] = {"store": None if settings.qdrant_url else 0,
-                                  "ledger": None if settings.broker_url or settings.redis_url else 0,
-                                  "embedding_cache": 0, "other_files": 0}
+    out: dict[str, int | None] = {
+        "store": None if settings.qdrant_url else 0,
+        "ledger": None if settings.broker_url or settings.redis_url else 0,
+        "embedding_cache": 0,
+        "other_files": 0,
+    }
     if not root.is_dir():
         return out
     for entry in root.iterdir():
         if objects_root is not None and entry.resolve() == objects_root:
             continue
         name = entry.name
-        what = ("store" if name.startswith("vectors") else "ledger" if name.startswith("ledger.sqlite")
-                else "embedding_cache" if name == "cache" else "other_files")
+        what = (
+            "store"
+            if name.startswith("vectors")
+            else "ledger"
+            if name.startswith("ledger.sqlite")
+            else "embedding_cache"
+            if name == "cache"
+            else "other_files"
+        )
         out[what] = (out[what] or 0) + _tree_bytes(entry)
     return out
 
@@ -235,10 +245,16 @@ def storage_use(rt: Any, tenant_id: str | None = None) -> StorageUse:
     embedding cache). Reads file sizes and the bucket's listing only: never the vector store."""
     listing = list(list_objects(rt.objects))
     files = _local_files(rt.settings, rt.objects)
-    use = StorageUse(tenant_id=tenant_id, measured_at=datetime.now(UTC),
-                     cap_bytes=rt.settings.storage_cap_bytes, retention_days=retention_days(rt.settings),
-                     store=files["store"], ledger=files["ledger"], embedding_cache=files["embedding_cache"],
-                     other_files=files["other_files"] or 0)
+    use = StorageUse(
+        tenant_id=tenant_id,
+        measured_at=datetime.now(UTC),
+        cap_bytes=rt.settings.storage_cap_bytes,
+        retention_days=retention_days(rt.settings),
+        store=files["store"],
+        ledger=files["ledger"],
+        embedding_cache=files["embedding_cache"],
+        other_files=files["other_files"] or 0,
+    )
     use.capped_total = _capped(rt.settings, listing, files)
     kinds: dict[str, MediaKind | None] = {}
     for o in listing:
@@ -249,11 +265,18 @@ def storage_use(rt: Any, tenant_id: str | None = None) -> StorageUse:
             _add(use.originals, kind or _derived_kind(rt, o.key, kinds), o.size)
         else:
             target = {"thumbnail": use.thumbnails, "ocr_cache": use.ocr_cache, "vault": use.vault}.get(
-                what, use.other_objects)
+                what, use.other_objects
+            )
             target.count += 1
             target.bytes += o.size
-    use.total = (sum(k.bytes for k in use.originals.values()) + use.thumbnails.bytes + use.ocr_cache.bytes
-                 + use.vault.bytes + use.other_objects.bytes + sum(v or 0 for v in files.values()))
+    use.total = (
+        sum(k.bytes for k in use.originals.values())
+        + use.thumbnails.bytes
+        + use.ocr_cache.bytes
+        + use.vault.bytes
+        + use.other_objects.bytes
+        + sum(v or 0 for v in files.values())
+    )
     return use
 
 
@@ -337,8 +360,12 @@ def _observations_of(rt: Any, tenant: str, keys: list[str]) -> list[Any]:
     fields = ["tenant_id", "event_id", "segment_index", "object_key", "kind", "original_removed_at"]
     found = []
     for i in range(0, len(keys), MARK_BATCH):
-        flt = qm.Filter(must=[qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant)),
-                              qm.FieldCondition(key="object_key", match=qm.MatchAny(any=keys[i:i + MARK_BATCH]))])
+        flt = qm.Filter(
+            must=[
+                qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value=tenant)),
+                qm.FieldCondition(key="object_key", match=qm.MatchAny(any=keys[i : i + MARK_BATCH])),
+            ]
+        )
         found += rt.vectors.scroll(OBSERVATIONS, flt, with_payload=fields)
     return found
 
@@ -386,14 +413,17 @@ def _mark(rt: Any, removed: list[_Candidate], at: datetime, report: RetentionRep
             payload = p.payload or {}
             report.thumbnails_made += _keep_thumbnail(rt, payload)
             if not payload.get("original_removed_at"):
-                payloads[str(p.id)] = {"original_removed_at": stamp,
-                                       "original_removed_by": reasons[payload["object_key"]].value}
+                payloads[str(p.id)] = {
+                    "original_removed_at": stamp,
+                    "original_removed_by": reasons[payload["object_key"]].value,
+                }
         rt.vectors.set_payloads(OBSERVATIONS, payloads)
         report.observations_marked += len(payloads)
 
 
-def apply_retention(rt: Any, dry_run: bool = False, now: datetime | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> RetentionReport:
+def apply_retention(
+    rt: Any, dry_run: bool = False, now: datetime | None = None, progress: Callable[[int, int], None] | None = None
+) -> RetentionReport:
     """Remove the originals ``plan`` names (see the module's docstring) and report what went; with ``dry_run``
     only report. ``progress(done, total)`` is called as objects are deleted. Opens the vector store (marking the
     observations) only when something is removed. Raises the stores' errors (StoreBusy, S3Error, OSError)."""
@@ -401,15 +431,29 @@ def apply_retention(rt: Any, dry_run: bool = False, now: datetime | None = None,
     at = now or datetime.now(UTC)
     removed, before, after, kept = plan(rt, at)
     s = rt.settings
-    report = RetentionReport(dry_run=dry_run, at=at, items_total=len(removed), kept_unfinished=kept,
-                             capped_total_before=before, capped_total_after=after, cap_bytes=s.storage_cap_bytes,
-                             over_cap=s.storage_cap_bytes is not None and after > s.storage_cap_bytes)
+    report = RetentionReport(
+        dry_run=dry_run,
+        at=at,
+        items_total=len(removed),
+        kept_unfinished=kept,
+        capped_total_before=before,
+        capped_total_after=after,
+        cap_bytes=s.storage_cap_bytes,
+        over_cap=s.storage_cap_bytes is not None and after > s.storage_cap_bytes,
+    )
     for c in removed:
         _add(report.removed, c.kind, c.obj.size)
         _add(report.by_reason, c.reason, c.obj.size)
-    report.items = [RemovedOriginal(key=c.obj.key, kind=c.kind, bytes=c.obj.size, reason=c.reason or RemovalReason.age,
-                                    stored_at=datetime.fromtimestamp(c.obj.modified or 0.0, UTC))
-                    for c in removed[:ITEMS_SHOWN]]
+    report.items = [
+        RemovedOriginal(
+            key=c.obj.key,
+            kind=c.kind,
+            bytes=c.obj.size,
+            reason=c.reason or RemovalReason.age,
+            stored_at=datetime.fromtimestamp(c.obj.modified or 0.0, UTC),
+        )
+        for c in removed[:ITEMS_SHOWN]
+    ]
     if not dry_run and removed:
         _mark(rt, removed, at, report)
         for i, c in enumerate(removed, 1):
@@ -418,8 +462,13 @@ def apply_retention(rt: Any, dry_run: bool = False, now: datetime | None = None,
                 progress(i, len(removed))
     report.seconds = round(time.monotonic() - t0, 3)
     if removed and not dry_run:
-        log.info("retention removed originals", originals=len(removed), bytes=before - after,
-                 observations=report.observations_marked, thumbnails=report.thumbnails_made)
+        log.info(
+            "retention removed originals",
+            originals=len(removed),
+            bytes=before - after,
+            observations=report.observations_marked,
+            thumbnails=report.thumbnails_made,
+        )
     return report
 
 
@@ -461,9 +510,14 @@ def describe(report: RetentionReport) -> Iterable[str]:
     for reason, kb in sorted(report.by_reason.items()):
         yield f"  by {'age' if reason is RemovalReason.age else 'the storage cap'}: {kb.count}, {human_bytes(kb.bytes)}"
     if report.cap_bytes is not None:
-        yield (f"storage: {human_bytes(report.capped_total_after)} of a {human_bytes(report.cap_bytes)} cap"
-               + (" (still over: the rest is text, vectors, memories and thumbnails, never removed)"
-                  if report.over_cap else ""))
+        yield (
+            f"storage: {human_bytes(report.capped_total_after)} of a {human_bytes(report.cap_bytes)} cap"
+            + (
+                " (still over: the rest is text, vectors, memories and thumbnails, never removed)"
+                if report.over_cap
+                else ""
+            )
+        )
 
 
 def human_bytes(n: int | float) -> str:
@@ -472,4 +526,3 @@ def human_bytes(n: int | float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.{2 if unit == 'GB' else 1}f} {unit}"
     return f"{int(n)} B"
-

@@ -58,17 +58,38 @@ class Finding:
     partial: bool = False  # a token with a known prefix but not its whole shape (cut at an edge, misread)
 
 
-LABELS = {"aws_access_key": "AWS access key id", "aws_secret_key": "AWS secret access key",
-          "api_key": "API key or token", "password": "password", "credit_card": "payment card number",
-          "iban": "bank account (IBAN)", "phone_number": "phone number", "email": "e-mail address",
-          "address": "street address", "private_key": "private key", "jwt": "JSON web token",
-          "webhook": "webhook URL", "pin": "PIN or access code"}
+LABELS = {
+    "aws_access_key": "AWS access key id",
+    "aws_secret_key": "AWS secret access key",
+    "api_key": "API key or token",
+    "password": "password",
+    "credit_card": "payment card number",
+    "iban": "bank account (IBAN)",
+    "phone_number": "phone number",
+    "email": "e-mail address",
+    "address": "street address",
+    "private_key": "private key",
+    "jwt": "JSON web token",
+    "webhook": "webhook URL",
+    "pin": "PIN or access code",
+}
 
 
-SENSITIVITY = {"aws_access_key": "high", "aws_secret_key": "high", "api_key": "high", "password": "high",
-               "credit_card": "high", "iban": "high", "phone_number": "medium", "address": "medium",
-               "email": "low", "private_key": "high", "jwt": "high", "webhook": "high",
-               "pin": "high"}
+SENSITIVITY = {
+    "aws_access_key": "high",
+    "aws_secret_key": "high",
+    "api_key": "high",
+    "password": "high",
+    "credit_card": "high",
+    "iban": "high",
+    "phone_number": "medium",
+    "address": "medium",
+    "email": "low",
+    "private_key": "high",
+    "jwt": "high",
+    "webhook": "high",
+    "pin": "high",
+}
 
 
 # (entry type, pattern, group holding the secret, a cheap test the text must pass first), tried in this
@@ -81,31 +102,74 @@ _DIGIT = re.compile(r"\d")  # the address pattern needs a \d: one regex scan ins
 
 _PATTERNS: list[tuple[str, re.Pattern, int, Callable[[str, str], bool]]] = [
     ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), 0, lambda t, low: "AKIA" in t or "ASIA" in t),
-    ("aws_secret_key", re.compile(r"(?i)aws_?secret_?(?:access_?)?key\s*[:=]\s*[\"']?"
-                                  r"([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"), 1, lambda t, low: "secret" in low),
-    ("api_key", re.compile(r"\b(?:sk-(?:[a-z]+-)?[A-Za-z0-9_-]{20,}|sk_(?:live|test)_[A-Za-z0-9]{16,}"
-                           r"|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,}|xox[abprs]-[A-Za-z0-9-]{10,}"
-                           r"|AIza[0-9A-Za-z_-]{35}|glpat-[A-Za-z0-9_-]{20,})"), 0,
-     lambda t, low: any(x in t for x in ("sk-", "sk_", "_", "xox", "AIza", "glpat-"))),
-    ("api_key", re.compile(r"(?i)\b(?:api[_ -]?key|access[_ -]?token|secret[_ -]?key|auth[_ -]?token)\b\s*[:=]\s*"
-                           r"[\"']?((?=[A-Za-z0-9_./+-]*\d)(?=[A-Za-z0-9_./+-]*[A-Za-z])[A-Za-z0-9_./+-]{16,})"), 1,
-     lambda t, low: "key" in low or "token" in low),
+    (
+        "aws_secret_key",
+        re.compile(
+            r"(?i)aws_?secret_?(?:access_?)?key\s*[:=]\s*[\"']?"
+            r"([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
+        ),
+        1,
+        lambda t, low: "secret" in low,
+    ),
+    (
+        "api_key",
+        re.compile(
+            r"\b(?:sk-(?:[a-z]+-)?[A-Za-z0-9_-]{20,}|sk_(?:live|test)_[A-Za-z0-9]{16,}"
+            r"|gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,}|xox[abprs]-[A-Za-z0-9-]{10,}"
+            r"|AIza[0-9A-Za-z_-]{35}|glpat-[A-Za-z0-9_-]{20,})"
+        ),
+        0,
+        lambda t, low: any(x in t for x in ("sk-", "sk_", "_", "xox", "AIza", "glpat-")),
+    ),
+    (
+        "api_key",
+        re.compile(
+            r"(?i)\b(?:api[_ -]?key|access[_ -]?token|secret[_ -]?key|auth[_ -]?token)\b\s*[:=]\s*"
+            r"[\"']?((?=[A-Za-z0-9_./+-]*\d)(?=[A-Za-z0-9_./+-]*[A-Za-z])[A-Za-z0-9_./+-]{16,})"
+        ),
+        1,
+        lambda t, low: "key" in low or "token" in low,
+    ),
     ("api_key", re.compile(r"(?i)\bbearer\s+([A-Za-z0-9._~+/-]{16,}=*)"), 1, lambda t, low: "bearer" in low),
-    ("password", re.compile(r"(?i)(?<![\w-])(?:password|passwd|passcode|passphrase|passwort|kennwort|pwd|pw)"
-                            r"\s*(?:[:=]\s*[\"']?(?P<v1>[^\s\"']{4,})"
-                            r"|(?:is|ist|lautet)\s+[\"']?(?P<v2>(?=[^\s\"']*[^A-Za-z\s\"'.,;:!?])[^\s\"']{4,}))"), -1,
-     lambda t, low: "pass" in low or "pw" in low or "wort" in low),
-    ("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"), 0,
-     lambda t, low: _DIGIT_RUN.search(t) is not None),
-    ("credit_card", re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"), 0,
-     lambda t, low: _DIGIT_RUN.search(t) is not None),
-    ("email", re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"), 0,
-     lambda t, low: "@" in t),
-    ("address", re.compile(r"\b\d{1,5}[ \t]+(?:[A-Z][a-z]+[ \t]+){1,3}"
-                           r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Way|Place|Pl"
-                           r"|Terrace)\b\.?(?:,?\s*(?:Apt|Suite|Unit)\.?\s*\w+)?"
-                           r"(?:,\s*[A-Z][a-z]+(?:\s[A-Z][a-z]+)*)?(?:,\s*[A-Z]{2}\s+\d{5})?"), 0,
-     lambda t, low: _DIGIT.search(t) is not None),
+    (
+        "password",
+        re.compile(
+            r"(?i)(?<![\w-])(?:password|passwd|passcode|passphrase|passwort|kennwort|pwd|pw)"
+            r"\s*(?:[:=]\s*[\"']?(?P<v1>[^\s\"']{4,})"
+            r"|(?:is|ist|lautet)\s+[\"']?(?P<v2>(?=[^\s\"']*[^A-Za-z\s\"'.,;:!?])[^\s\"']{4,}))"
+        ),
+        -1,
+        lambda t, low: "pass" in low or "pw" in low or "wort" in low,
+    ),
+    (
+        "iban",
+        re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b"),
+        0,
+        lambda t, low: _DIGIT_RUN.search(t) is not None,
+    ),
+    (
+        "credit_card",
+        re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])"),
+        0,
+        lambda t, low: _DIGIT_RUN.search(t) is not None,
+    ),
+    (
+        "email",
+        re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+        0,
+        lambda t, low: "@" in t,
+    ),
+    (
+        "address",
+        re.compile(
+            r"\b\d{1,5}[ \t]+(?:[A-Z][a-z]+[ \t]+){1,3}"
+            r"(?:Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Way|Place|Pl"
+            r"|Terrace)\b\.?(?:,?\s*(?:Apt|Suite|Unit)\.?\s*\w+)?"
+            r"(?:,\s*[A-Z][a-z]+(?:\s[A-Z][a-z]+)*)?(?:,\s*[A-Z]{2}\s+\d{5})?"
+        ),
+        0,
+        lambda t, low: _DIGIT.search(t) is not None,
+    ),
 ]
 
 
@@ -130,9 +194,11 @@ _PHONE_WORDS = re.compile(r"(?i)\b(?:phone|call|tel|mobile|cell|number|text me|w
 
 
 # an id's label right before a number: an order or ticket number written like a phone number is not one
-_ID_LABEL = re.compile(r"(?i)\b(?:order|invoice|tracking|reference|ref|booking|confirmation|ticket|case|serial|item"
-                       r"|sku|part|receipt|transaction|shipment|parcel|model)\b(?:[ \t]*(?:no\.?|nr\.?|number|id|#))?"
-                       r"[ \t]*[:#]?[ \t]*\Z")
+_ID_LABEL = re.compile(
+    r"(?i)\b(?:order|invoice|tracking|reference|ref|booking|confirmation|ticket|case|serial|item"
+    r"|sku|part|receipt|transaction|shipment|parcel|model)\b(?:[ \t]*(?:no\.?|nr\.?|number|id|#))?"
+    r"[ \t]*[:#]?[ \t]*\Z"
+)
 
 
 def _phone_shaped(raw: str, before: str) -> bool:
@@ -165,15 +231,33 @@ DETECT_CACHE_SIZE = 4096
 # detect-secrets' regex plugins (``analyze_string`` yields each raw value) and the entry type each one's
 # values get; its entropy, keyword and public-IP plugins are left out (noisy on prose), its private-key
 # plugin only finds the BEGIN line (the whole block is ours: ``_PRIVATE_KEY``)
-_SCANNERS = [(plugin(), entry_type) for plugin, entry_type in [
-    (AWSKeyDetector, "aws_access_key"), (JwtTokenDetector, "jwt"), (BasicAuthDetector, "password"),
-    (SlackDetector, "api_key"), (GitHubTokenDetector, "api_key"), (GitLabTokenDetector, "api_key"),
-    (OpenAIDetector, "api_key"), (StripeDetector, "api_key"), (ArtifactoryDetector, "api_key"),
-    (AzureStorageKeyDetector, "api_key"), (CloudantDetector, "api_key"), (DiscordBotTokenDetector, "api_key"),
-    (IbmCloudIamDetector, "api_key"), (IbmCosHmacDetector, "api_key"), (MailchimpDetector, "api_key"),
-    (NpmDetector, "api_key"), (PypiTokenDetector, "api_key"), (SendGridDetector, "api_key"),
-    (SoftlayerDetector, "api_key"), (SquareOAuthDetector, "api_key"), (TelegramBotTokenDetector, "api_key"),
-    (TwilioKeyDetector, "api_key")]]
+_SCANNERS = [
+    (plugin(), entry_type)
+    for plugin, entry_type in [
+        (AWSKeyDetector, "aws_access_key"),
+        (JwtTokenDetector, "jwt"),
+        (BasicAuthDetector, "password"),
+        (SlackDetector, "api_key"),
+        (GitHubTokenDetector, "api_key"),
+        (GitLabTokenDetector, "api_key"),
+        (OpenAIDetector, "api_key"),
+        (StripeDetector, "api_key"),
+        (ArtifactoryDetector, "api_key"),
+        (AzureStorageKeyDetector, "api_key"),
+        (CloudantDetector, "api_key"),
+        (DiscordBotTokenDetector, "api_key"),
+        (IbmCloudIamDetector, "api_key"),
+        (IbmCosHmacDetector, "api_key"),
+        (MailchimpDetector, "api_key"),
+        (NpmDetector, "api_key"),
+        (PypiTokenDetector, "api_key"),
+        (SendGridDetector, "api_key"),
+        (SoftlayerDetector, "api_key"),
+        (SquareOAuthDetector, "api_key"),
+        (TelegramBotTokenDetector, "api_key"),
+        (TwilioKeyDetector, "api_key"),
+    ]
+]
 
 
 _PRIVATE_KEY_PLUGIN = PrivateKeyDetector()
@@ -189,33 +273,42 @@ _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 
 # a PEM/OpenSSH/PGP private key block: from its BEGIN line (dashes optional: OCR drops them) to its END line,
 # or to the end of the text when the block is cut off (a screenshot, a truncated paste)
-_PRIVATE_KEY = re.compile(r"(?:-{2,}\s*)?BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?(?:\s*-{2,})?"
-                          r"(?:.*?END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?(?:\s*-{2,})?|.*\Z)"
-                          r"|PuTTY-User-Key-File-\d.*\Z", re.DOTALL)
+_PRIVATE_KEY = re.compile(
+    r"(?:-{2,}\s*)?BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?(?:\s*-{2,})?"
+    r"(?:.*?END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?(?:\s*-{2,})?|.*\Z)"
+    r"|PuTTY-User-Key-File-\d.*\Z",
+    re.DOTALL,
+)
 
 
 # a passphrase: letters-only words after a password label, up to the end of the sentence
-_PASSPHRASE = re.compile(r"(?i)(?<![\w-])(?:password|passwd|passcode|passphrase|passwort|kennwort|pwd|pw)"
-                         r"(?:\s*[:=]\s*|\s+(?:is|ist|lautet)\s+)[\"']?"
-                         r"(?P<v>[^\W\d_]+(?:[ \t]+[^\W\d_]+){0,7})(?=[\"']?[ \t]*(?:[.!?;,](?!\S)|\n|\Z))")
+_PASSPHRASE = re.compile(
+    r"(?i)(?<![\w-])(?:password|passwd|passcode|passphrase|passwort|kennwort|pwd|pw)"
+    r"(?:\s*[:=]\s*|\s+(?:is|ist|lautet)\s+)[\"']?"
+    r"(?P<v>[^\W\d_]+(?:[ \t]+[^\W\d_]+){0,7})(?=[\"']?[ \t]*(?:[.!?;,](?!\S)|\n|\Z))"
+)
 
 
 # words that say something about a password rather than being one ("the password is required")
-_NOT_A_PASSWORD = frozenset("""required incorrect correct wrong invalid valid expired short long weak strong secure
+_NOT_A_PASSWORD = frozenset(
+    """required incorrect correct wrong invalid valid expired short long weak strong secure
     insecure empty blank missing hidden changed unchanged reset set saved stored encrypted hashed ok okay fine good
     bad right case sensitive needed mandatory optional unknown forgotten new old same different here there below
     above attached enclosed following daily weekly monthly yearly always never often usually updated protected
     private secret public shared known unique complex simple easy hard safe unsafe masked visible readable true
     false none null undefined changeme pending ready gone lost compromised leaked ungültig falsch richtig erforderlich
     leer geändert characters chars letters digits numbers symbols enough days weeks months hours minutes years
-    times expiring expires locked temporary random generated""".split())
+    times expiring expires locked temporary random generated""".split()
+)
 
 
-_FUNCTION_WORDS = frozenset("""a an the and or but nor so yet of to in on at by for with from into onto about as is
+_FUNCTION_WORDS = frozenset(
+    """a an the and or but nor so yet of to in on at by for with from into onto about as is
     are was were be been being am do does did has have had not no too very still now also just only then than that
     this these those it its my your our their his her we you they he she i me us them what which who when where why
     how all any each every some more most less least much many such own same again der die das und oder ist nicht
-    sehr noch schon""".split())
+    sehr noch schon""".split()
+)
 
 
 def _passphrase(words: str) -> bool:
@@ -224,8 +317,7 @@ def _passphrase(words: str) -> bool:
     low = words.lower().split()
     if len(low) == 1:
         return low[0] not in _NOT_A_PASSWORD and low[0] not in _FUNCTION_WORDS
-    return (len(low) >= 3 and not any(w in _FUNCTION_WORDS for w in low)
-            and not all(w in _NOT_A_PASSWORD for w in low))
+    return len(low) >= 3 and not any(w in _FUNCTION_WORDS for w in low) and not all(w in _NOT_A_PASSWORD for w in low)
 
 
 # cues: a password, PIN or code told in words, typed or heard ---------------------------------------------------
@@ -236,28 +328,39 @@ def _passphrase(words: str) -> bool:
 # "code" after any other word ("error code", "zip code") is no cue
 # (its first letter outside the case-blind group: re then skips to the letters P, C, K in C, ~20x faster on a
 # long transcript than a case-blind pattern; the word's start is checked in ``_cued``)
-_CUE = re.compile(r"[PpCcKk](?i:ass[ -]?(?:word|phrase|code)s?|asswd|asswort|ennwort|wd|w|ins?|odes?"
-                  r"|ombinations?)\b")
+_CUE = re.compile(
+    r"[PpCcKk](?i:ass[ -]?(?:word|phrase|code)s?|asswd|asswort|ennwort|wd|w|ins?|odes?"
+    r"|ombinations?)\b"
+)
 _PIN_NOUN = re.compile(r"(?i)[ -](?:code|number)s?\b")
-_LOCKS = frozenset("""door gate alarm lock safe locker access entry entrance security garage building keypad unlock
-    wifi wi-fi verification confirmation login 2fa one-time pin""".split())
+_LOCKS = frozenset(
+    """door gate alarm lock safe locker access entry entrance security garage building keypad unlock
+    wifi wi-fi verification confirmation login 2fa one-time pin""".split()
+)
 _OWNERS = frozenset("my our your his her their the".split())
 _CUE_VERB = re.compile(r"[ \t]*(?:(?:is|was|are|were|ist|lautet)(?![\w-])|'s(?!\w)|(?P<mark>[:=#]))?[ \t]*")
-_NUMBER_WORDS = frozenset("""zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+_NUMBER_WORDS = frozenset(
+    """zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen
     fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
-    double triple""".split())
-_CLAUSE_WORDS = frozenset("""and but or so then because while whereas when if though although since until unless
-    which who whom whose where after before""".split())
+    double triple""".split()
+)
+_CLAUSE_WORDS = frozenset(
+    """and but or so then because while whereas when if though although since until unless
+    which who whom whose where after before""".split()
+)
 _CUE_WORDS = frozenset("password passwords passcode passcodes pin pins code codes passwort kennwort pw pwd".split())
-_CLAUSE_MARKS = frozenset(",;:!?()[]{}\"“”«»—–….")  # a token of these ends the clause
+_CLAUSE_MARKS = frozenset(',;:!?()[]{}"“”«»—–….')  # a token of these ends the clause
 _QUOTES = "'\"‘’“”`"
 _VALUE_CHARS = 160  # a told secret lies within this many characters of its cue
 
 
 def _numeric(word: str) -> bool:
     """Digits (with separators: "4,500", "9-3-7-1"), a number word, or a letter spelled out ("B")."""
-    return bool(re.fullmatch(r"[#$]?\d[\d,./-]*", word)) or word.lower() in _NUMBER_WORDS or (
-        len(word) == 1 and word.isalpha() and word not in "aAI")
+    return (
+        bool(re.fullmatch(r"[#$]?\d[\d,./-]*", word))
+        or word.lower() in _NUMBER_WORDS
+        or (len(word) == 1 and word.isalpha() and word not in "aAI")
+    )
 
 
 def _digit_count(words: list[str]) -> int:
@@ -271,7 +374,7 @@ def _clause(text: str, start: int) -> list[tuple[int, int, str]]:
     from syntok import segmenter
     from syntok.tokenizer import Tokenizer
 
-    window = text[start:start + _VALUE_CHARS].split("\n", 1)[0]
+    window = text[start : start + _VALUE_CHARS].split("\n", 1)[0]
     tokens = list(Tokenizer().tokenize(window))
     words: list[list] = []
     for tok in segmenter.split(iter(tokens))[0] if tokens else ():
@@ -293,8 +396,7 @@ def _told(words: list[tuple[int, int, str]], kind: str) -> list[tuple[int, int, 
     kept: list[tuple[int, int, str]] = []
     for i, (a, b, w) in enumerate(words):
         low = w.lower()
-        if (low == "and" and kept and _numeric(kept[-1][2]) and i + 1 < len(words)
-                and _numeric(words[i + 1][2])):
+        if low == "and" and kept and _numeric(kept[-1][2]) and i + 1 < len(words) and _numeric(words[i + 1][2]):
             kept.append((a, b, w))
             continue
         if low in _CLAUSE_WORDS or low in _FUNCTION_WORDS or low in _CUE_WORDS:
@@ -330,7 +432,7 @@ def _cue_kind(text: str, m: re.Match) -> tuple[str, int] | None:
     if noun.startswith("pin"):
         more = _PIN_NOUN.match(text, m.end())
         return "code", more.end() if more else m.end()
-    before = text[max(0, m.start() - 24):m.start()].split()
+    before = text[max(0, m.start() - 24) : m.start()].split()
     word = before[-1].lower() if before else ""
     return ("code", m.end()) if word in _LOCKS else ("own", m.end()) if word in _OWNERS else None
 
@@ -341,8 +443,11 @@ def _cued(text: str) -> list[tuple[str, int, int]]:
     code may follow its cue directly when the cue is a lock's code, a passcode or "PIN" in capitals."""
     out = []
     for m in _CUE.finditer(text):
-        cue = _cue_kind(text, m) if not m.start() or not (text[m.start() - 1].isalnum()
-                                                          or text[m.start() - 1] in "_-") else None
+        cue = (
+            _cue_kind(text, m)
+            if not m.start() or not (text[m.start() - 1].isalnum() or text[m.start() - 1] in "_-")
+            else None
+        )
         if cue is None:
             continue
         kind, end = cue
@@ -362,9 +467,32 @@ def _cued(text: str) -> list[tuple[str, int, int]]:
 
 #: Prefixes of tokens of a known shape (GitHub, GitLab, OpenAI/Stripe, Slack, AWS, Google, npm, PyPI, a JWT's
 #: header ``{"``): a run of token characters starting with one is a token even when cut short.
-_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "sk-", "sk_live_", "sk_test_",
-             "rk_live_", "rk_test_", "xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxr-", "xoxs-", "AKIA", "ASIA", "AIza",
-             "eyJ", "npm_", "pypi-")
+_PREFIXES = (
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "sk-",
+    "sk_live_",
+    "sk_test_",
+    "rk_live_",
+    "rk_test_",
+    "xoxa-",
+    "xoxb-",
+    "xoxp-",
+    "xoxo-",
+    "xoxr-",
+    "xoxs-",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "eyJ",
+    "npm_",
+    "pypi-",
+)
 _TOKEN_RUN = r"[A-Za-z0-9_\-+/=.]"
 _PREFIXED = re.compile(rf"(?<![A-Za-z0-9_\-+/])(?:{'|'.join(map(re.escape, _PREFIXES))}){_TOKEN_RUN}{{8,}}")
 _RUN_HEAD = re.compile(rf"{_TOKEN_RUN}+")
@@ -378,7 +506,7 @@ def _prefixed(text: str) -> list[tuple[str, int, int]]:
     out = []
     for m in _PREFIXED.finditer(text):
         prefix = next(p for p in _PREFIXES if m.group().startswith(p))
-        if re.search(r"[0-9A-Z]", m.group()[len(prefix):]):
+        if re.search(r"[0-9A-Z]", m.group()[len(prefix) :]):
             kind = {"AKIA": "aws_access_key", "ASIA": "aws_access_key", "eyJ": "jwt"}.get(prefix, "api_key")
             out.append((kind, m.start(), m.end()))
     return out
@@ -401,9 +529,12 @@ def _wrap_cuts(text: str) -> list[int]:
         if tail and head and len(head.group()) >= 2:
             r1, r2 = tail.group(), head.group()
             starts = _PREFIXED.match(r1 + r2) is not None
-            if ((starts or (len(r1) >= 12 and _token_like(r1))) and not r2.startswith(_PREFIXES)
-                    and not re.search(r"=[^=]", r2)  # "NAME=value" starts a new thing; base64 pads only at its end
-                    and (re.search(r"[\d_\-+/.]", r2) or any(c.isupper() for c in r2[1:]))):
+            if (
+                (starts or (len(r1) >= 12 and _token_like(r1)))
+                and not r2.startswith(_PREFIXES)
+                and not re.search(r"=[^=]", r2)  # "NAME=value" starts a new thing; base64 pads only at its end
+                and (re.search(r"[\d_\-+/.]", r2) or any(c.isupper() for c in r2[1:]))
+            ):
                 cuts.append(pos)
         pos += 1
     return cuts
@@ -442,8 +573,12 @@ def _scan(text: str, phone_region: str) -> list[Finding]:
         secret = text[start:end]
         stripped = secret.rstrip(trailing)
         end -= len(secret) - len(stripped)
-        if (stripped and _valid(entry_type, stripped) and not any(a < end and start < b for a, b in taken)
-                and not any(f.start < end and start < f.end for f in found)):
+        if (
+            stripped
+            and _valid(entry_type, stripped)
+            and not any(a < end and start < b for a, b in taken)
+            and not any(f.start < end and start < f.end for f in found)
+        ):
             found.append(Finding(entry_type, start, end, stripped, SENSITIVITY[entry_type], partial))
 
     if ("BEGIN" in text or "PuTTY" in text) and any(True for _ in _PRIVATE_KEY_PLUGIN.analyze_string(text)):
@@ -473,13 +608,17 @@ def _scan(text: str, phone_region: str) -> list[Finding]:
         for m in pattern.finditer(text):
             if group == -1:  # a password after "password:" keeps its "!" or "?"; after "password is", a sentence's
                 name = "v1" if m.group("v1") is not None else "v2"
-                add(entry_type, m.start(name), m.end(name), trailing=_TRAILING.replace("!", "").replace("?", "")
-                    if name == "v1" else _TRAILING)
+                add(
+                    entry_type,
+                    m.start(name),
+                    m.end(name),
+                    trailing=_TRAILING.replace("!", "").replace("?", "") if name == "v1" else _TRAILING,
+                )
             else:
                 add(entry_type, m.start(group), m.end(group))
     if _DIGIT_RUN.search(text):
         for m in phonenumbers.PhoneNumberMatcher(text, phone_region, leniency=phonenumbers.Leniency.VALID):
-            if _phone_shaped(m.raw_string, text[max(0, m.start - 24):m.start]):
+            if _phone_shaped(m.raw_string, text[max(0, m.start - 24) : m.start]):
                 add("phone_number", m.start, m.end)
     for entry_type, start, end in _prefixed(text) if any(p in text for p in _PREFIXES) else ():
         add(entry_type, start, end, trailing=".", partial=True)

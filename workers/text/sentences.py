@@ -32,8 +32,8 @@ def sentences_without_prefix(text: str, prefix: str) -> list[str]:
         return sentences(text)
     whole = sentences(text)
     if not whole or not whole[0].startswith(prefix):
-        return sentences(text[len(prefix):].strip())
-    first = whole[0][len(prefix):].strip()
+        return sentences(text[len(prefix) :].strip())
+    first = whole[0][len(prefix) :].strip()
     return [first, *whole[1:]] if first else whole[1:]
 
 

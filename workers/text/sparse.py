@@ -45,10 +45,43 @@ TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")
 
 #: bm25s's English stop words (``stopwords="en"``: ``bm25s.stopwords.STOPWORDS_EN``, Lucene's list), matched on
 #: the lower-cased token before stemming.
-STOPWORDS_EN = frozenset((
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of",
-    "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will",
-    "with"))
+STOPWORDS_EN = frozenset(
+    (
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    )
+)
 
 
 def tokenize(texts: list[str]) -> list[list[str]]:
@@ -72,8 +105,7 @@ def token_index(token: str) -> int:
     return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=4).digest(), "little")
 
 
-def _field_weights(fields: list[tuple[list[str], float, float]], k1: float, b: float
-                   ) -> tuple[list[int], list[float]]:
+def _field_weights(fields: list[tuple[list[str], float, float]], k1: float, b: float) -> tuple[list[int], list[float]]:
     """BM25F weights of one document given as (tokens, weight, avgdl) per field."""
     pseudo: dict[str, float] = {}
     for tokens, weight, avgdl in fields:
@@ -134,8 +166,9 @@ def tokenize_parts(docs: list[str | list[str]]) -> list[list[str]]:
     return [[t for p in ps for t in toks[p]] for ps in parts]
 
 
-def document_vectors(texts: list[str | list[str]], k1: float = 1.2, b: float = 0.75,
-                     avgdl: float | list[float] = 24.0) -> list[tuple[list[int], list[float]]]:
+def document_vectors(
+    texts: list[str | list[str]], k1: float = 1.2, b: float = 0.75, avgdl: float | list[float] = 24.0
+) -> list[tuple[list[int], list[float]]]:
     """BM25 document vectors (indices ascending, TF weights) for each text (a string, or its parts as
     ``tokenize_parts`` takes them).
 
@@ -146,12 +179,14 @@ def document_vectors(texts: list[str | list[str]], k1: float = 1.2, b: float = 0
     avgdls = avgdl if isinstance(avgdl, list) else [avgdl] * len(texts)
     if len(avgdls) != len(texts):
         raise ValueError("one avgdl per text")
-    return fielded_vectors([[([t] if isinstance(t, str) else t, 1.0, a)] for t, a in zip(texts, avgdls, strict=True)],
-                           k1, b)
+    return fielded_vectors(
+        [[([t] if isinstance(t, str) else t, 1.0, a)] for t, a in zip(texts, avgdls, strict=True)], k1, b
+    )
 
 
-def fielded_vectors(docs: list[list[tuple[list[str], float, float]]], k1: float = 1.2, b: float = 0.75
-                    ) -> list[tuple[list[int], list[float]]]:
+def fielded_vectors(
+    docs: list[list[tuple[list[str], float, float]]], k1: float = 1.2, b: float = 0.75
+) -> list[tuple[list[int], list[float]]]:
     """BM25F document vectors (indices ascending, TF weights; see the module docstring) of documents given as
     fields, each field ``(parts, weight, avgdl)``: its texts (tokenized as ``tokenize_parts`` does), its weight
     and the average length in tokens its length is compared with. E.g. a chat turn as ``[([date, text], 1.0,

@@ -39,9 +39,11 @@ from engram.schemas.search import TimeRange
 from engram.schemas.settings import get_settings
 
 _RELATIVE = re.compile(r"\b(yesterday|today|tonight|ago|last|past|previous|this|next|recently)\b", re.IGNORECASE)
-_NAMES = re.compile(r"\b(January|February|March|April|June|July|August|September|October|November|December|Monday|"
-                    r"Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|Jan|Feb|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|"
-                    r"Dec)\b")
+_NAMES = re.compile(
+    r"\b(January|February|March|April|June|July|August|September|October|November|December|Monday|"
+    r"Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|Jan|Feb|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|"
+    r"Dec)\b"
+)
 _YEAR = re.compile(r"\b(19|20)\d\d\b")
 _MAY = re.compile(r"\bMay\b")
 _RELATION = re.compile(r"\b(before|after|since|until)\b", re.IGNORECASE)
@@ -93,9 +95,9 @@ def _merge_adjacent(query: str, found: list[tuple[str, datetime]]) -> list[tuple
         if i < 0:
             spans.append([None, None, expr])
             continue
-        if spans and spans[-1][1] is not None and re.fullmatch(r"[\s,]*", query[spans[-1][1]:i]):
+        if spans and spans[-1][1] is not None and re.fullmatch(r"[\s,]*", query[spans[-1][1] : i]):
             spans[-1][1] = i + len(expr)
-            spans[-1][2] = query[spans[-1][0]:i + len(expr)]
+            spans[-1][2] = query[spans[-1][0] : i + len(expr)]
         else:
             spans.append([i, i + len(expr), expr])
         pos = i + len(expr)
@@ -134,15 +136,18 @@ def _resolve(query: str, reference: datetime | None, tz: tzinfo | None) -> TimeR
         tz = get_settings().tzinfo
     reference = (reference or datetime.now(UTC)).astimezone(UTC)
     local_ref = reference.astimezone(tz)  # wall-clock time in tz: what "today" and "yesterday" count from
-    settings = {"RELATIVE_BASE": local_ref.replace(tzinfo=None), "PREFER_DATES_FROM": "past",
-                "RETURN_AS_TIMEZONE_AWARE": False}
+    settings = {
+        "RELATIVE_BASE": local_ref.replace(tzinfo=None),
+        "PREFER_DATES_FROM": "past",
+        "RETURN_AS_TIMEZONE_AWARE": False,
+    }
     query, spans, exprs = _vague(query, local_ref)
     found = search_dates(query, languages=["en"], settings=settings) or []
     parser = DateDataParser(languages=["en"], settings=settings)
     for pos, expr in _merge_adjacent(query, found):
         relation = None
         if (rel := _RELATION.search(expr)) is not None:  # "the Saturday after October 28": October 28 is the anchor
-            before, after = expr[:rel.start()].strip(" ,"), expr[rel.end():].strip(" ,")
+            before, after = expr[: rel.start()].strip(" ,"), expr[rel.end() :].strip(" ,")
             if after and _plausible(after, query):
                 relation, expr = rel.group(1).lower(), after
             else:  # "in December 2023 after a long time"
@@ -163,14 +168,21 @@ def _resolve(query: str, reference: datetime | None, tz: tzinfo | None) -> TimeR
         spans.append((start, end))
         exprs.append(f"{relation} {expr}" if relation else expr)
     # an expression inside another's range is the more specific one ("on May 3" beside "in 2023")
-    narrow = [i for i, (s, e) in enumerate(spans)
-              if not any(j != i and s <= s2 and e2 <= e and (s2, e2) != (s, e) for j, (s2, e2) in enumerate(spans))]
+    narrow = [
+        i
+        for i, (s, e) in enumerate(spans)
+        if not any(j != i and s <= s2 and e2 <= e and (s2, e2) != (s, e) for j, (s2, e2) in enumerate(spans))
+    ]
     spans, exprs = [spans[i] for i in narrow], [exprs[i] for i in narrow]
     if not spans:
         return None
     start, end = min(s for s, _ in spans), max(e for _, e in spans)
-    return TimeRange(expression="; ".join(exprs), start=start.replace(tzinfo=tz).astimezone(UTC),
-                     end=end.replace(tzinfo=tz).astimezone(UTC), reference_time=reference)
+    return TimeRange(
+        expression="; ".join(exprs),
+        start=start.replace(tzinfo=tz).astimezone(UTC),
+        end=end.replace(tzinfo=tz).astimezone(UTC),
+        reference_time=reference,
+    )
 
 
 def warm_up() -> float:
@@ -231,15 +243,28 @@ def parse_locomo_datetime(text: str, tz: tzinfo = UTC, order: str | None = None)
     import dateparser  # only for files in another format
 
     zone = getattr(tz, "key", None) or "UTC"
-    read = {o: dateparser.parse(stripped, languages=["en"], settings={
-        "DATE_ORDER": o, "TIMEZONE": zone, "TO_TIMEZONE": "UTC", "RETURN_AS_TIMEZONE_AWARE": True,
-        "PARSERS": ["timestamp", "custom-formats", "absolute-time"], "REQUIRE_PARTS": ["day", "month", "year"]})
-        for o in ([order] if order else DATE_ORDERS)}
+    read = {
+        o: dateparser.parse(
+            stripped,
+            languages=["en"],
+            settings={
+                "DATE_ORDER": o,
+                "TIMEZONE": zone,
+                "TO_TIMEZONE": "UTC",
+                "RETURN_AS_TIMEZONE_AWARE": True,
+                "PARSERS": ["timestamp", "custom-formats", "absolute-time"],
+                "REQUIRE_PARTS": ["day", "month", "year"],
+            },
+        )
+        for o in ([order] if order else DATE_ORDERS)
+    }
     found = {d for d in read.values() if d is not None}
     if not found:
         raise ValueError(f"not a date with day, month and year: {stripped!r}")
     if len(found) > 1:
-        raise ValueError(f"ambiguous date {stripped!r}: day-first it is {read['DMY']:%d %B %Y}, month-first "
-                         f"{read['MDY']:%d %B %Y}, and no date in the file has a day above 12 to tell which (one "
-                         "such date, or dates written year first, 2024-04-03, settle it)")
+        raise ValueError(
+            f"ambiguous date {stripped!r}: day-first it is {read['DMY']:%d %B %Y}, month-first "
+            f"{read['MDY']:%d %B %Y}, and no date in the file has a day above 12 to tell which (one "
+            "such date, or dates written year first, 2024-04-03, settle it)"
+        )
     return found.pop().astimezone(UTC)

@@ -76,9 +76,19 @@ def archive_upload(tenant: Tenant, svc: Svc) -> ArchiveUpload:
     return ArchiveUpload(key=key, url=url, expires_in=expiry)
 
 
-@router.post("/v1/archives/imports", response_model=ArchiveAnswer,
-             responses=responses(*AUTH_ERRORS, 403, 404, 422, 504, e404="Nothing was uploaded to the key.",
-                                 e422="The archive is refused (bad, truncated, newer, another tenant's): the reason."))
+@router.post(
+    "/v1/archives/imports",
+    response_model=ArchiveAnswer,
+    responses=responses(
+        *AUTH_ERRORS,
+        403,
+        404,
+        422,
+        504,
+        e404="Nothing was uploaded to the key.",
+        e422="The archive is refused (bad, truncated, newer, another tenant's): the reason.",
+    ),
+)
 def archive_import(body: ArchiveImportRequest, tenant: Tenant, svc: Svc) -> ArchiveAnswer:
     """Import the archive uploaded to ``key`` into the key's tenant, ids kept; what is already stored as the
     archive has it is not written again. The staged archive is deleted after. 403 for a key of another tenant's
@@ -86,8 +96,9 @@ def archive_import(body: ArchiveImportRequest, tenant: Tenant, svc: Svc) -> Arch
     if not body.key.startswith(_staging(tenant)) or "/" in body.key.removeprefix(_staging(tenant)):
         raise HTTPException(403, "not an archive key of this API key's tenant (POST /v1/archives/uploads gives one)")
     if not svc.objects.exists(body.key):
-        raise HTTPException(404, "nothing uploaded to this key: PUT the archive to the URL of POST "
-                                 "/v1/archives/uploads")
+        raise HTTPException(
+            404, "nothing uploaded to this key: PUT the archive to the URL of POST /v1/archives/uploads"
+        )
     try:
         got = _ask(svc, Task.archive_import, [body.key, tenant])
     finally:
@@ -96,8 +107,11 @@ def archive_import(body: ArchiveImportRequest, tenant: Tenant, svc: Svc) -> Arch
     return ArchiveAnswer.model_validate(got)
 
 
-@router.post("/v1/archives/exports", response_model=ArchiveAnswer,
-             responses=responses(*AUTH_ERRORS, 422, 501, 504, e422="Nothing to export: the reason."))
+@router.post(
+    "/v1/archives/exports",
+    response_model=ArchiveAnswer,
+    responses=responses(*AUTH_ERRORS, 422, 501, 504, e422="Nothing to export: the reason."),
+)
 def archive_export(body: ArchiveExportRequest, tenant: Tenant, svc: Svc) -> ArchiveAnswer:
     """Write the archive of a user of the key's tenant (or of the whole tenant) and answer a presigned GET URL of
     it (the archive is removed with the stale uploads after its grace). 422 when there is nothing to export."""

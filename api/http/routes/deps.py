@@ -51,11 +51,20 @@ def _minio(endpoint: str, settings: Settings, secure: bool) -> Minio:
     """A Minio client with short timeouts (the SDK's default connect timeout is 5 minutes) and the region
     set, so presigning never needs a network round trip."""
     http = urllib3.PoolManager(
-        timeout=urllib3.Timeout(connect=3, read=30), maxsize=16, cert_reqs="CERT_REQUIRED",
+        timeout=urllib3.Timeout(connect=3, read=30),
+        maxsize=16,
+        cert_reqs="CERT_REQUIRED",
         ca_certs=os.environ.get("SSL_CERT_FILE") or certifi.where(),
-        retries=urllib3.Retry(total=2, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]))
-    return Minio(endpoint, access_key=settings.s3_access_key, secret_key=settings.s3_secret_key, secure=secure,
-                 region=settings.s3_region or "us-east-1", http_client=http)
+        retries=urllib3.Retry(total=2, backoff_factor=0.2, status_forcelist=[500, 502, 503, 504]),
+    )
+    return Minio(
+        endpoint,
+        access_key=settings.s3_access_key,
+        secret_key=settings.s3_secret_key,
+        secure=secure,
+        region=settings.s3_region or "us-east-1",
+        http_client=http,
+    )
 
 
 def build_services(settings: Settings, celery: Celery | None = None) -> Services:
@@ -78,8 +87,16 @@ def build_services(settings: Settings, celery: Celery | None = None) -> Services
         presigner = _minio(public, settings, secure)
     registry = metrics_registry(settings.redis_url or settings.broker_url, [q.value for q in Queue])
     ledger = open_ledger(settings)
-    return Services(settings, r, ledger, objects, presigner, celery, registry,
-                    QueueService(celery, settings.service_timeout_seconds, ledger, objects, settings))
+    return Services(
+        settings,
+        r,
+        ledger,
+        objects,
+        presigner,
+        celery,
+        registry,
+        QueueService(celery, settings.service_timeout_seconds, ledger, objects, settings),
+    )
 
 
 #: The bearer credentials of a request, None without an ``Authorization`` header (each route says what that means).
@@ -97,8 +114,9 @@ def tenant_of(request: Request, creds: Credentials) -> str:
     limit (``api.ratelimit``), 503 when Redis (which holds the keys) is down (``RedisError``, see
     ``api.routes.errors``)."""
     if creds is None:
-        raise HTTPException(401, "missing API key (send Authorization: Bearer <key>)",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(
+            401, "missing API key (send Authorization: Bearer <key>)", headers={"WWW-Authenticate": "Bearer"}
+        )
     tenant = keys.tenant_for(services(request).redis, creds.credentials)
     if tenant is None:
         raise HTTPException(401, "invalid API key", headers={"WWW-Authenticate": "Bearer"})

@@ -28,8 +28,11 @@ def list_entities(tenant: Tenant, svc: Svc) -> EntityList:
         return svc.service.list_entities(tenant)
 
 
-@router.post("/v1/entities/{entity_id}/merge", response_model=EntitySummary,
-             responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422))
+@router.post(
+    "/v1/entities/{entity_id}/merge",
+    response_model=EntitySummary,
+    responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422),
+)
 def merge_entities(entity_id: uuid.UUID, body: EntityMergeRequest, tenant: Tenant, svc: Svc) -> EntitySummary:
     """Merge ``body.entity_id`` into ``entity_id`` (two entities found for one person): the kept entity takes
     the other's samples, names, links and counts, the merge is recorded in its ``merged_from``, and stored
@@ -45,8 +48,11 @@ def merge_entities(entity_id: uuid.UUID, body: EntityMergeRequest, tenant: Tenan
     return kept
 
 
-@router.post("/v1/entities/{entity_id}/name", response_model=EntitySummary,
-             responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422))
+@router.post(
+    "/v1/entities/{entity_id}/name",
+    response_model=EntitySummary,
+    responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422),
+)
 def name_entity(entity_id: uuid.UUID, body: EntityNameRequest, tenant: Tenant, svc: Svc) -> EntitySummary:
     """Give a person entity (a face or voice found without a name, or another name for someone) the name
     ``body.name``, first among its names: a search naming it then filters to it and ``ask`` shows it in its

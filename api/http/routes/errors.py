@@ -59,8 +59,9 @@ def unavailable(what: str, exc: Exception) -> HTTPException:
 async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     """422 listing each invalid field as {loc, msg, type}; the offending input is not echoed back (it may be
     10 kB of hostile text)."""
-    detail = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", "invalid"), "type": e.get("type", "")}
-              for e in exc.errors()]
+    detail = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", "invalid"), "type": e.get("type", "")} for e in exc.errors()
+    ]
     return JSONResponse({"detail": detail}, status_code=422)
 
 

@@ -19,9 +19,16 @@ log = structlog.get_logger(__name__)
 router = APIRouter(tags=["health"])
 
 
-@router.get("/metrics", response_class=Response, responses=responses(
-    401, 404, e401="ENGRAM_API_METRICS_TOKEN is set and not given.", e404="No metrics token is set and "
-    "ENGRAM_API_PUBLIC_METRICS is off."))
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses=responses(
+        401,
+        404,
+        e401="ENGRAM_API_METRICS_TOKEN is set and not given.",
+        e404="No metrics token is set and ENGRAM_API_PUBLIC_METRICS is off.",
+    ),
+)
 def metrics(svc: Svc, creds: Credentials) -> Response:
     """Prometheus metrics: this process's (or, with PROMETHEUS_MULTIPROC_DIR, every api process's) and
     the depth of each Celery queue, read from the broker now. Open with ENGRAM_API_PUBLIC_METRICS; else
@@ -30,8 +37,7 @@ def metrics(svc: Svc, creds: Credentials) -> Response:
         token = svc.settings.api_metrics_token
         if token is None:
             raise HTTPException(404, "not found")
-        if creds is None or not secrets.compare_digest(creds.credentials.encode(),
-                                                       token.get_secret_value().encode()):
+        if creds is None or not secrets.compare_digest(creds.credentials.encode(), token.get_secret_value().encode()):
             raise HTTPException(401, "metrics need the metrics token", headers={"WWW-Authenticate": "Bearer"})
     body, content_type = render(svc.metrics)
     return Response(body, media_type=content_type)
@@ -48,11 +54,13 @@ def readyz(svc: Svc) -> JSONResponse:
     """Readiness: the broker answers, the object store is reachable and a worker consumes the query
     queue. 200 with every check ``ok``, else 503 naming the failed ones."""
     broker = _check_broker(svc)
-    checks = {"broker": broker, "object_store": _check_objects(svc),
-              "query_worker": _check_query_worker(svc) if broker == "ok" else "unknown (no broker)"}
+    checks = {
+        "broker": broker,
+        "object_store": _check_objects(svc),
+        "query_worker": _check_query_worker(svc) if broker == "ok" else "unknown (no broker)",
+    }
     ok = all(v == "ok" for v in checks.values())
-    return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks},
-                        status_code=200 if ok else 503)
+    return JSONResponse({"status": "ready" if ok else "not ready", "checks": checks}, status_code=200 if ok else 503)
 
 
 def _check_broker(svc: Services) -> str:

@@ -66,8 +66,11 @@ def _final(svc: Services, event_id: uuid.UUID, wait_s: float, idle_s: float | No
         now = time.monotonic()
         if rec is not None and rec.updated_at != last:
             last, moved = rec.updated_at, now
-        if (rec is not None and rec.status in FINAL_STATUSES) or now - start >= wait_s \
-                or (idle_s is not None and now - moved >= idle_s):
+        if (
+            (rec is not None and rec.status in FINAL_STATUSES)
+            or now - start >= wait_s
+            or (idle_s is not None and now - moved >= idle_s)
+        ):
             return rec
         time.sleep(0.1)
 
@@ -95,28 +98,47 @@ def added_before(svc: Services, event_id: uuid.UUID, owner: str, tenant: str) ->
         return None
     resumed = False
     idle = datetime.now(UTC) - rec.updated_at >= timedelta(seconds=RESUME_GRACE_S)  # not still moving on
-    if rec.status not in FINAL_STATUSES and idle and svc.redis.set(RESUME_PREFIX + str(event_id), tenant, nx=True,
-                                                                   ex=int(RESUME_WAIT_S)):
+    if (
+        rec.status not in FINAL_STATUSES
+        and idle
+        and svc.redis.set(RESUME_PREFIX + str(event_id), tenant, nx=True, ex=int(RESUME_WAIT_S))
+    ):
         event = svc.ledger.take_up(event_id)
         if event is not None:
             try:
-                svc.celery.send_task(Task.ingest.value, args=[event.model_dump(mode="json")],
-                                     task_id=str(event_id), retry_policy=REQUEST_PUBLISH_RETRY,
-                                     priority=tenant_priority(svc.ledger, tenant, svc.settings), ignore_result=True)
+                svc.celery.send_task(
+                    Task.ingest.value,
+                    args=[event.model_dump(mode="json")],
+                    task_id=str(event_id),
+                    retry_policy=REQUEST_PUBLISH_RETRY,
+                    priority=tenant_priority(svc.ledger, tenant, svc.settings),
+                    ignore_result=True,
+                )
             except Exception as exc:
                 svc.redis.delete(RESUME_PREFIX + str(event_id))  # not enqueued: the next retry publishes it
                 raise unavailable("queue", exc) from exc
             resumed = True
-            log.warning("unfinished addition published again", tenant=tenant, event_id=str(event_id),
-                        status=rec.status.value)
+            log.warning(
+                "unfinished addition published again", tenant=tenant, event_id=str(event_id), status=rec.status.value
+            )
     if idle and rec.status not in FINAL_STATUSES:  # taken up by this retry, or by another one at once
         rec = _final(svc, event_id, RESUME_WAIT_S) or rec
-    return AddMemoryResponse(event_id=event_id, status=rec.status, duplicate=True, resumed=resumed,
-                             observations=rec.observations, reason=rec.reason)
+    return AddMemoryResponse(
+        event_id=event_id,
+        status=rec.status,
+        duplicate=True,
+        resumed=resumed,
+        observations=rec.observations,
+        reason=rec.reason,
+    )
 
 
-@router.post("/v1/memories", status_code=202, response_model=AddMemoryResponse,
-             responses=responses(*AUTH_ERRORS, 409, 413, 422, e409="The id was added by another tenant."))
+@router.post(
+    "/v1/memories",
+    status_code=202,
+    response_model=AddMemoryResponse,
+    responses=responses(*AUTH_ERRORS, 409, 413, 422, e409="The id was added by another tenant."),
+)
 def add_memory(body: AddMemoryQuery, tenant: Tenant, svc: Svc) -> AddMemoryResponse:
     """Remember one ``text`` or chat ``messages`` for ``user_id``: written as a conversation record to the object
     store and published as a ``text`` event like an uploaded chat file (``POST /v1/events``), so the same
@@ -136,12 +158,14 @@ def add_memory(body: AddMemoryQuery, tenant: Tenant, svc: Svc) -> AddMemoryRespo
     if stored_size(svc, event.object_key) != len(data):
         svc.objects.put_bytes(event.object_key, data, ADD_MIME)
     published = publish_event(PublishRequest.model_validate(event.model_dump()), tenant, svc)
-    return AddMemoryResponse(event_id=published.event_id, status=published.status,
-                             duplicate=published.duplicate, captured_at=when)
+    return AddMemoryResponse(
+        event_id=published.event_id, status=published.status, duplicate=published.duplicate, captured_at=when
+    )
 
 
-@router.get("/v1/memories/{memory_id}", response_model=MemoryRecord,
-            responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
+@router.get(
+    "/v1/memories/{memory_id}", response_model=MemoryRecord, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422)
+)
 def get_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> MemoryRecord:
     """One observation or memory of any type, as stored (vault entries without their secret). 404 for
     an unknown id and for another tenant's."""
@@ -153,18 +177,25 @@ def get_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> MemoryRecord:
 
 
 @router.get("/v1/memories", response_model=MemoryPage, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
-def list_memories(tenant: Tenant, svc: Svc,
-                  memory_type: Annotated[MemoryType, Query(alias="type", description="Which collection.")],
-                  user: Annotated[str | None, Query(pattern=_ID_PATTERN, description="Only this user's.")] = None,
-                  limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                  offset: Annotated[int, Query(ge=0, le=100_000)] = 0) -> MemoryPage:
+def list_memories(
+    tenant: Tenant,
+    svc: Svc,
+    memory_type: Annotated[MemoryType, Query(alias="type", description="Which collection.")],
+    user: Annotated[str | None, Query(pattern=_ID_PATTERN, description="Only this user's.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+) -> MemoryPage:
     """A page of one memory type of the tenant, newest content first, with the total."""
     with answered("list"):
         return svc.service.list_memories(tenant, memory_type, user, limit, offset)
 
 
-@router.delete("/v1/memories/{memory_id}", status_code=204, response_class=Response,
-               responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
+@router.delete(
+    "/v1/memories/{memory_id}",
+    status_code=204,
+    response_class=Response,
+    responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422),
+)
 def delete_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> Response:
     """Delete one observation or memory. 404 for an unknown id and for another tenant's."""
     with answered("delete"):
@@ -174,8 +205,9 @@ def delete_memory(memory_id: uuid.UUID, tenant: Tenant, svc: Svc) -> Response:
     return Response(status_code=204)
 
 
-@router.delete("/v1/users/{user_id}", response_model=ForgetReport,
-               responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
+@router.delete(
+    "/v1/users/{user_id}", response_model=ForgetReport, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422)
+)
 def forget_user(user_id: UserId, tenant: Tenant, svc: Svc) -> ForgetReport:
     """Forget a user entirely: every collection (the knowledge vault included), the ledger's records of
     the user's events, and the objects no other user of the tenant references. Publishing the same
@@ -188,8 +220,9 @@ def forget_user(user_id: UserId, tenant: Tenant, svc: Svc) -> ForgetReport:
     return report
 
 
-@router.get("/v1/users/{user_id}/export", response_model=UserExport,
-            responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
+@router.get(
+    "/v1/users/{user_id}/export", response_model=UserExport, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422)
+)
 def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> UserExport:
     """Everything stored about a user as JSON: ledger events and every observation and memory with its
     provenance, newest first per type; vault entries without their secrets."""
@@ -197,8 +230,11 @@ def export_user(user_id: UserId, tenant: Tenant, svc: Svc) -> UserExport:
         return svc.service.export_user(tenant, user_id)
 
 
-@router.patch("/v1/memories/{memory_id}", response_model=MemoryRecord,
-              responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422, 501))
+@router.patch(
+    "/v1/memories/{memory_id}",
+    response_model=MemoryRecord,
+    responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422, 501),
+)
 def update_memory(memory_id: uuid.UUID, body: MemoryUpdate, tenant: Tenant, svc: Svc) -> MemoryRecord:
     """Correct a memory: ``text`` is stored as a new version that supersedes the old one, which is kept as its
     history; the new version is returned. 404 for an unknown id and another tenant's; 422 for an observation
@@ -215,11 +251,15 @@ def update_memory(memory_id: uuid.UUID, body: MemoryUpdate, tenant: Tenant, svc:
     return got
 
 
-@router.post("/v1/forget", response_model=ForgetScopeReport,
-             responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 413, 422, 501))
-def forget_scope(body: ForgetScope, tenant: Tenant, svc: Svc,
-                 dry_run: Annotated[bool, Query(description="Only count what would be forgotten.")] = False
-                 ) -> ForgetScopeReport:
+@router.post(
+    "/v1/forget", response_model=ForgetScopeReport, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 413, 422, 501)
+)
+def forget_scope(
+    body: ForgetScope,
+    tenant: Tenant,
+    svc: Svc,
+    dry_run: Annotated[bool, Query(description="Only count what would be forgotten.")] = False,
+) -> ForgetScopeReport:
     """Forget, leaving nothing behind, what ``body`` selects of the tenant: a time range (``since``/``until``), an
     application, a device, events or ids, optionally of one user. Memories drawn only from it are deleted, those
     drawn also from other sources rewritten without it; its originals, derived objects, cached text, ledger rows
@@ -232,6 +272,11 @@ def forget_scope(body: ForgetScope, tenant: Tenant, svc: Svc,
             raise HTTPException(501, str(exc)) from exc
     if report.event_ids and not dry_run:  # the events' publish claims: publishing them again is heard again
         svc.redis.delete(*(CLAIM_PREFIX + str(e) for e in report.event_ids))
-    log.info("forgotten by scope", tenant=tenant, dry_run=dry_run, observations=report.observations,
-             events=len(report.event_ids))
+    log.info(
+        "forgotten by scope",
+        tenant=tenant,
+        dry_run=dry_run,
+        observations=report.observations,
+        events=len(report.event_ids),
+    )
     return report

@@ -46,8 +46,11 @@ def kinds_for_mime(mime_type: str) -> set[MediaKind]:
     if mime_type in _TEXT_MIMES:
         return {MediaKind.text}
     family = mime_type.split("/", 1)[0]
-    return {"image": {MediaKind.screenshot}, "audio": {MediaKind.audio},
-            "video": {MediaKind.clip, MediaKind.audio}}.get(family, set())
+    return {
+        "image": {MediaKind.screenshot},
+        "audio": {MediaKind.audio},
+        "video": {MediaKind.clip, MediaKind.audio},
+    }.get(family, set())
 
 
 def stored_size(svc: Services, key: str) -> int | None:
@@ -83,8 +86,11 @@ def _check_size(size: int, svc: Services) -> None:
         raise HTTPException(413, f"object too large: {size} bytes exceeds the limit of {svc.settings.max_object_bytes}")
 
 
-@router.post("/v1/uploads", response_model=UploadResponse,
-             responses=responses(*AUTH_ERRORS, 413, 422, 501, e501="No S3 object store (ENGRAM_S3_ENDPOINT)."))
+@router.post(
+    "/v1/uploads",
+    response_model=UploadResponse,
+    responses=responses(*AUTH_ERRORS, 413, 422, 501, e501="No S3 object store (ENGRAM_S3_ENDPOINT)."),
+)
 def create_upload(body: UploadRequest, tenant: Tenant, svc: Svc) -> UploadResponse:
     """A presigned PUT URL for the content-addressed key of (sha256, mime type), or ``exists`` when the
     object is already stored with this size (the client then skips the PUT). The URL writes a staging key
@@ -123,8 +129,9 @@ def _event_of(body: PublishRequest, tenant: str) -> MediaEvent:
     key = object_key(tenant, body.sha256, body.mime_type)
     if body.object_key is not None and body.object_key != key:
         raise invalid("object_key", f"must be {key} (as returned by POST /v1/uploads), or left out")
-    return MediaEvent.model_validate({**body.model_dump(exclude={"tenant_id", "object_key"}),
-                                      "tenant_id": tenant, "object_key": key})
+    return MediaEvent.model_validate(
+        {**body.model_dump(exclude={"tenant_id", "object_key"}), "tenant_id": tenant, "object_key": key}
+    )
 
 
 def _check_stored(svc: Services, event: MediaEvent) -> None:
@@ -142,11 +149,23 @@ def _check_stored(svc: Services, event: MediaEvent) -> None:
         raise HTTPException(409, f"stored object has {stored} bytes, the event says {event.size}")
 
 
-@router.post("/v1/events", status_code=202, response_model=PublishResponse,
-             responses=responses(*AUTH_ERRORS, 403, 404, 409, 413, 422, e404="The object was not uploaded.",
-                                 e409="The stored object's size or sha256 differs, or the event id is another "
-                                 "tenant's.", e503=ERROR_MEANINGS[503] + " Or a secret was found in the event's "
-                                 "names or metadata and the API has no ENGRAM_VAULT_KEY."))
+@router.post(
+    "/v1/events",
+    status_code=202,
+    response_model=PublishResponse,
+    responses=responses(
+        *AUTH_ERRORS,
+        403,
+        404,
+        409,
+        413,
+        422,
+        e404="The object was not uploaded.",
+        e409="The stored object's size or sha256 differs, or the event id is another tenant's.",
+        e503=ERROR_MEANINGS[503] + " Or a secret was found in the event's "
+        "names or metadata and the API has no ENGRAM_VAULT_KEY.",
+    ),
+)
 def publish_event(body: PublishRequest, tenant: Tenant, svc: Svc) -> PublishResponse:
     """Publish a MediaEvent whose object was uploaded: record it as queued and send it to ingest.
 
@@ -169,10 +188,14 @@ def publish_event(body: PublishRequest, tenant: Tenant, svc: Svc) -> PublishResp
         return already_published(svc, event.event_id, svc.redis.get(claim), tenant)
     try:
         svc.ledger.record_queued(event)
-        svc.celery.send_task(Task.ingest.value, args=[event.model_dump(mode="json")], task_id=str(event.event_id),
-                             retry_policy=REQUEST_PUBLISH_RETRY,  # lower while the tenant has much in flight
-                             priority=tenant_priority(svc.ledger, tenant, svc.settings),
-                             ignore_result=True)  # the ledger has its outcome: no result channel to subscribe to
+        svc.celery.send_task(
+            Task.ingest.value,
+            args=[event.model_dump(mode="json")],
+            task_id=str(event.event_id),
+            retry_policy=REQUEST_PUBLISH_RETRY,  # lower while the tenant has much in flight
+            priority=tenant_priority(svc.ledger, tenant, svc.settings),
+            ignore_result=True,
+        )  # the ledger has its outcome: no result channel to subscribe to
     except Exception as exc:
         svc.redis.delete(claim)  # not enqueued: publishing it again must enqueue it
         raise unavailable("queue", exc) from exc

@@ -48,9 +48,13 @@ UserQuery = Annotated[str | None, Query(alias="user", pattern=_ID_PATTERN, descr
 
 
 @router.get("/v1/events", response_model=EventList, responses=responses(*AUTH_ERRORS, 422))
-def list_events(tenant: Tenant, svc: Svc, user: UserQuery = None,
-                status: Annotated[EventStatus | None, Query(description="Only events in this status.")] = None,
-                limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> EventList:
+def list_events(
+    tenant: Tenant,
+    svc: Svc,
+    user: UserQuery = None,
+    status: Annotated[EventStatus | None, Query(description="Only events in this status.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> EventList:
     """The tenant's events (``user``'s when given), most recently changed first, optionally of one ``status``
     (``failed``: the failures with their stage and reason), and how many of the tenant's events are in each
     status."""
@@ -63,8 +67,9 @@ def list_events(tenant: Tenant, svc: Svc, user: UserQuery = None,
     return EventList(items=items, counts=ledger.counts(tenant))
 
 
-@router.post("/v1/events/{event_id}/retry", response_model=EventStatusResponse,
-             responses=responses(*AUTH_ERRORS, 404, 422))
+@router.post(
+    "/v1/events/{event_id}/retry", response_model=EventStatusResponse, responses=responses(*AUTH_ERRORS, 404, 422)
+)
 def retry_event(event_id: uuid.UUID, tenant: Tenant, svc: Svc) -> EventStatusResponse:
     """Run a failed event again: it is queued again in the ledger (its reason cleared; the segments already stored
     are kept) and published to the ``ingest`` queue; answers its status (as ``GET /v1/events/{id}``), ``queued``.
@@ -92,20 +97,33 @@ def list_users(tenant: Tenant, svc: Svc) -> list[str]:
 
 
 @router.get("/v1/timeline", response_model=MemoryPage, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
-def timeline(tenant: Tenant, svc: Svc, user: UserQuery = None,
-             time_from: Annotated[datetime | None, Query(description="From (inclusive), ISO 8601 with a zone.")] = None,
-             time_to: Annotated[datetime | None, Query(description="Before (exclusive), ISO 8601 with a zone.")] = None,
-             kind: Annotated[list[MediaKind] | None, Query(description="Only these media kinds (repeated).")] = None,
-             app: Annotated[list[str] | None, Query(description="Only these applications (repeated).")] = None,
-             device: Annotated[list[str] | None, Query(description="Only these devices (repeated).")] = None,
-             limit: Annotated[int, Query(ge=1, le=10_000)] = 2000,
-             offset: Annotated[int, Query(ge=0, le=100_000)] = 0) -> MemoryPage:
+def timeline(
+    tenant: Tenant,
+    svc: Svc,
+    user: UserQuery = None,
+    time_from: Annotated[datetime | None, Query(description="From (inclusive), ISO 8601 with a zone.")] = None,
+    time_to: Annotated[datetime | None, Query(description="Before (exclusive), ISO 8601 with a zone.")] = None,
+    kind: Annotated[list[MediaKind] | None, Query(description="Only these media kinds (repeated).")] = None,
+    app: Annotated[list[str] | None, Query(description="Only these applications (repeated).")] = None,
+    device: Annotated[list[str] | None, Query(description="Only these devices (repeated).")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 2000,
+    offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+) -> MemoryPage:
     """The tenant's observations whose content started in ``[time_from, time_to)``, newest first, filtered by
     user, media kind, application and device (``schemas.timeline.TimelineRequest``; each record's payload holds
     the fields a timeline shows). 422 for a time without a zone or an empty span."""
     try:
-        req = TimelineRequest(tenant_id=tenant, user_id=user, time_from=time_from, time_to=time_to, kinds=kind,
-                              apps=app, devices=device, limit=limit, offset=offset)
+        req = TimelineRequest(
+            tenant_id=tenant,
+            user_id=user,
+            time_from=time_from,
+            time_to=time_to,
+            kinds=kind,
+            apps=app,
+            devices=device,
+            limit=limit,
+            offset=offset,
+        )
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False, include_context=False)) from exc
     with answered("timeline"):
@@ -114,8 +132,11 @@ def timeline(tenant: Tenant, svc: Svc, user: UserQuery = None,
 
 MEDIA_ERRORS = {
     **responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422),
-    410: {"model": ApiError, "description": "Its object is gone (deleted, or removed by retention), or it has no "
-          "picture (a thumbnail of a recording or a chat): `detail` says which."},
+    410: {
+        "model": ApiError,
+        "description": "Its object is gone (deleted, or removed by retention), or it has no "
+        "picture (a thumbnail of a recording or a chat): `detail` says which.",
+    },
     416: {"description": "The range asked lies past the object's end (no body; `Content-Range: bytes */size`)."},
 }
 
@@ -146,10 +167,14 @@ def media(observation_id: uuid.UUID, request: Request, tenant: Tenant, svc: Svc,
     return stream_object(svc.objects, obj, request.headers.get("range"))
 
 
-@router.get("/v1/thumbnails/{observation_id}", response_class=Response,
-            responses={k: v for k, v in MEDIA_ERRORS.items() if k != 416})
-def thumbnail(observation_id: uuid.UUID, request: Request, tenant: Tenant, svc: Svc,
-              user: UserQuery = None) -> Response:
+@router.get(
+    "/v1/thumbnails/{observation_id}",
+    response_class=Response,
+    responses={k: v for k, v in MEDIA_ERRORS.items() if k != 416},
+)
+def thumbnail(
+    observation_id: uuid.UUID, request: Request, tenant: Tenant, svc: Svc, user: UserQuery = None
+) -> Response:
     """A small WebP of an observation's picture (made at ingest), with ``ETag`` and ``Cache-Control: private``;
     304 to a matching ``If-None-Match``. 404 for an unknown observation or another tenant's; 410 when it has no
     picture (a recording, a chat) or its original is gone."""
@@ -160,8 +185,12 @@ def thumbnail(observation_id: uuid.UUID, request: Request, tenant: Tenant, svc: 
         raise HTTPException(410, str(exc)) from exc
 
 
-@router.get("/v1/memories/{observation_id}/derived", response_model=list[MemoryRecord], tags=["memories"],
-            responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422))
+@router.get(
+    "/v1/memories/{observation_id}/derived",
+    response_model=list[MemoryRecord],
+    tags=["memories"],
+    responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 422),
+)
 def derived_memories(observation_id: uuid.UUID, tenant: Tenant, svc: Svc) -> list[MemoryRecord]:
     """The memories drawn from an observation (its id in their ``provenance.observation_ids``): current versions
     only, newest content first, at most 50; read by a query worker. Empty for an unknown id or another tenant's."""
@@ -171,8 +200,13 @@ def derived_memories(observation_id: uuid.UUID, tenant: Tenant, svc: Svc) -> lis
 
 # --- the People screen: an entity's samples, their media, "not this person" -------------------------------------
 
-@router.get("/v1/entities/{entity_id}/samples", response_model=EntitySampleList, tags=["entities"],
-            responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422))
+
+@router.get(
+    "/v1/entities/{entity_id}/samples",
+    response_model=EntitySampleList,
+    tags=["entities"],
+    responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 422),
+)
 def entity_samples(entity_id: uuid.UUID, tenant: Tenant, svc: Svc) -> EntitySampleList:
     """The entity's face and voice samples (faces first, newest first), each with the observation it came from.
     404 for an unknown entity or another tenant's."""
@@ -183,11 +217,18 @@ def entity_samples(entity_id: uuid.UUID, tenant: Tenant, svc: Svc) -> EntitySamp
     return EntitySampleList(items=[SampleInfo(**dataclasses.asdict(s)) for s in got])
 
 
-@router.get("/v1/entities/{entity_id}/samples/media", response_class=Response, tags=["entities"],
-            responses={k: v for k, v in MEDIA_ERRORS.items() if k != 416})
-def sample_media(entity_id: uuid.UUID, tenant: Tenant, svc: Svc,
-                 key: Annotated[str, Query(min_length=1, max_length=300, description="The sample's key.")]
-                 ) -> Response:
+@router.get(
+    "/v1/entities/{entity_id}/samples/media",
+    response_class=Response,
+    tags=["entities"],
+    responses={k: v for k, v in MEDIA_ERRORS.items() if k != 416},
+)
+def sample_media(
+    entity_id: uuid.UUID,
+    tenant: Tenant,
+    svc: Svc,
+    key: Annotated[str, Query(min_length=1, max_length=300, description="The sample's key.")],
+) -> Response:
     """A sample's face crop (WebP) or voice clip (WAV, at most a few seconds), made and stored once by a query
     worker. 404 for an unknown entity or sample (or another tenant's); 410 with the reason when it cannot be made
     (the original gone, no face box, an unreadable recording)."""
@@ -201,10 +242,14 @@ def sample_media(entity_id: uuid.UUID, tenant: Tenant, svc: Svc,
     return media_response(obj)
 
 
-@router.post("/v1/entities/{entity_id}/split", response_model=EntitySummary, tags=["entities"],
-             responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422))
+@router.post(
+    "/v1/entities/{entity_id}/split",
+    response_model=EntitySummary,
+    tags=["entities"],
+    responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 404, 413, 422),
+)
 def split_entity(entity_id: uuid.UUID, body: EntitySplitRequest, tenant: Tenant, svc: Svc) -> EntitySummary:
-    """"Not this person": move the face or voice sample ``body.sample_key`` off the entity into a new entity
+    """ "Not this person": move the face or voice sample ``body.sample_key`` off the entity into a new entity
     (unnamed), with the observations it came from relinked; returns the new entity. 404 for an unknown entity or
     sample (or another tenant's)."""
     with answered("split"):

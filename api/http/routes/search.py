@@ -17,8 +17,9 @@ from engram.workers.metrics import SEARCH_SECONDS
 router = APIRouter(tags=["search"])
 
 
-@router.post("/v1/search", response_model=SearchResponse,
-             responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 403, 413, 422))
+@router.post(
+    "/v1/search", response_model=SearchResponse, responses=responses(*AUTH_ERRORS, *WORKER_ERRORS, 403, 413, 422)
+)
 def search(body: SearchQuery, tenant: Tenant, svc: Svc) -> SearchResponse:
     """Hybrid search over the key's tenant, run by a query worker. 403 for a body naming another
     tenant; 504 when no query worker answers in time; 502 when the search failed."""

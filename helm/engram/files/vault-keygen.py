@@ -23,8 +23,12 @@ SA = "/var/run/secrets/kubernetes.io/serviceaccount"
 def call(method, url, token, context, body=None):
     """(HTTP status, parsed JSON body or None) of one Kubernetes API request."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={
-        "Authorization": "Bearer " + token, "Accept": "application/json", "Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url,
+        data=data,
+        method=method,
+        headers={"Authorization": "Bearer " + token, "Accept": "application/json", "Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, context=context, timeout=30) as response:
             return response.status, json.load(response)
@@ -62,10 +66,17 @@ def main():
     if value is None:
         value = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
 
-    body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "labels": json.loads(os.environ.get("LABELS") or "{}"),
-                         "annotations": {"helm.sh/resource-policy": "keep"}},
-            "stringData": {key: value}}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "labels": json.loads(os.environ.get("LABELS") or "{}"),
+            "annotations": {"helm.sh/resource-policy": "keep"},
+        },
+        "stringData": {key: value},
+    }
     status, _ = call("POST", base, token, context, body)
     if status == 201:
         print(f"Secret {namespace}/{name} made with {source}")

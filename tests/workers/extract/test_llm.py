@@ -13,24 +13,44 @@ from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
 from tests.llm_stub import ScriptedLlm
 from tests.workers.memory.test_typed import TENANT, USER, chat, ingest, memories
 
-TURNS = [("alice", "I live in Paris."), ("Bob", "How do you make the sourdough?"),
-         ("alice", "Feed the starter, mix the dough, bake it at 250 degrees.")]
+TURNS = [
+    ("alice", "I live in Paris."),
+    ("Bob", "How do you make the sourdough?"),
+    ("alice", "Feed the starter, mix the dough, bake it at 250 degrees."),
+]
 ANSWERS = {
     "meta memory manager": {"memory_types": ["semantic", "procedural"]},
-    "semantic memory manager": {"items": [{"name": "alice", "summary": "Alice lives in Paris", "attribute": "lives_in",
-                                           "value": "Paris", "sources": [0]}]},
-    "procedural memory manager": {"items": [{"entry_type": "recipe", "summary": "Making sourdough bread",
-                                             "steps": ["feed the starter", "mix the dough", "bake at 250 degrees"],
-                                             "sources": [1, 2, 99]}]},  # 99: not in the batch (dropped)
+    "semantic memory manager": {
+        "items": [
+            {
+                "name": "alice",
+                "summary": "Alice lives in Paris",
+                "attribute": "lives_in",
+                "value": "Paris",
+                "sources": [0],
+            }
+        ]
+    },
+    "procedural memory manager": {
+        "items": [
+            {
+                "entry_type": "recipe",
+                "summary": "Making sourdough bread",
+                "steps": ["feed the starter", "mix the dough", "bake at 250 degrees"],
+                "sources": [1, 2, 99],
+            }
+        ]
+    },  # 99: not in the batch (dropped)
 }
 
 
 def by_prompt(answers: dict):
     """A stub step answering by which manager the system prompt addresses (OpenAI or Gemini request)."""
+
     def answer(body: dict):
-        system = body["messages"][0]["content"] if "messages" in body else \
-            body["systemInstruction"]["parts"][0]["text"]
+        system = body["messages"][0]["content"] if "messages" in body else body["systemInstruction"]["parts"][0]["text"]
         return next(v for k, v in answers.items() if k in system)
+
     return answer
 
 
@@ -42,6 +62,7 @@ def llm_env(engram_env, monkeypatch):
         monkeypatch.setenv("ENGRAM_MODELS__LLM_BASE_URL", stub.openai_url if provider == "openai" else stub.url)
         monkeypatch.setenv("ENGRAM_MODELS__LLM_MAX_RETRIES", "0")
         monkeypatch.setenv("ENGRAM_LLM_EXTRACT_REQUIRED", str(required).lower())
+
     return use
 
 
@@ -53,14 +74,20 @@ def test_llm_routing_then_extraction(llm_env, tmp_path, provider):
         from engram.workers.runtime import runtime
 
         rt = runtime()
-        systems = [b["messages"][0]["content"] if "messages" in b else b["systemInstruction"]["parts"][0]["text"]
-                   for _, b in stub.requests]
+        systems = [
+            b["messages"][0]["content"] if "messages" in b else b["systemInstruction"]["parts"][0]["text"]
+            for _, b in stub.requests
+        ]
     assert len(systems) == 3 and "meta memory manager" in systems[0]  # route first, then each chosen type
-    assert {"semantic", "procedural"} == {t for t in ("semantic", "procedural") if any(
-        f"{t} memory manager" in s for s in systems[1:])}
+    assert {"semantic", "procedural"} == {
+        t for t in ("semantic", "procedural") if any(f"{t} memory manager" in s for s in systems[1:])
+    }
     [fact] = memories(rt, MemoryType.semantic)
-    assert (fact["summary"], fact["value"], fact["provenance"]["message_ids"]) == ("Alice lives in Paris", "Paris",
-                                                                                  ["m1"])
+    assert (fact["summary"], fact["value"], fact["provenance"]["message_ids"]) == (
+        "Alice lives in Paris",
+        "Paris",
+        ["m1"],
+    )
     [proc] = memories(rt, MemoryType.procedural)
     assert proc["steps"][0] == "feed the starter" and proc["provenance"]["message_ids"] == ["m2", "m3"]
 

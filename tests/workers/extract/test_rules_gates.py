@@ -24,20 +24,46 @@ from engram.workers.extract.rules import (
 )
 
 EXAMPLES = [
-    "I live in Paris now.", "Ann lives in New York, and she likes it.", "I'm living in Berlin", "I am living in Rome.",
-    "I've just moved to Lisbon.", "Ann has relocated to San Francisco", "I work at Google.",
-    "I'm working for Acme Corp.", "Ann got a job at Siemens.", "I started working at the Louvre",
-    "I work as a nurse.", "I'm working as an engineer at a startup.", "I am 34 years old.",
+    "I live in Paris now.",
+    "Ann lives in New York, and she likes it.",
+    "I'm living in Berlin",
+    "I am living in Rome.",
+    "I've just moved to Lisbon.",
+    "Ann has relocated to San Francisco",
+    "I work at Google.",
+    "I'm working for Acme Corp.",
+    "Ann got a job at Siemens.",
+    "I started working at the Louvre",
+    "I work as a nurse.",
+    "I'm working as an engineer at a startup.",
+    "I am 34 years old.",
     "I just turned 40 years old",
-    "I'm from Lyon.", "Ann comes originally from Osaka.", "I grew up in Ohio.", "I'm married to John.",
-    "My birthday is on 3rd May.", "Ann's birthday is June 12th", "My favourite band is Muse.",
-    "My all-time favorite film genre is horror, but I watch dramas too.", "I study physics.",
-    "I'm studying law at Yale.", "Ann majored in history", "I have a dog named Rex.", "I adopted an old cat.",
-    "Ann got a puppy", "I love hiking in the Alps.", "I really enjoy to cook with friends.", "Ann loves jazz",
-    "I'm passionate about dancing and music.", "Ann is a huge fan of jazz", "I'm working on my business.",
-    "I've been training for a marathon since May.", "I just launched an ad campaign for my clothing store.",
-    "Ann used to compete in dance shows, and won.", "I lost my job as a banker.",
-    "See https://example.org/a and www.b.com", "open notes_v2.md then report.PDF and data.json or budget.xlsx",
+    "I'm from Lyon.",
+    "Ann comes originally from Osaka.",
+    "I grew up in Ohio.",
+    "I'm married to John.",
+    "My birthday is on 3rd May.",
+    "Ann's birthday is June 12th",
+    "My favourite band is Muse.",
+    "My all-time favorite film genre is horror, but I watch dramas too.",
+    "I study physics.",
+    "I'm studying law at Yale.",
+    "Ann majored in history",
+    "I have a dog named Rex.",
+    "I adopted an old cat.",
+    "Ann got a puppy",
+    "I love hiking in the Alps.",
+    "I really enjoy to cook with friends.",
+    "Ann loves jazz",
+    "I'm passionate about dancing and music.",
+    "Ann is a huge fan of jazz",
+    "I'm working on my business.",
+    "I've been training for a marathon since May.",
+    "I just launched an ad campaign for my clothing store.",
+    "Ann used to compete in dance shows, and won.",
+    "I lost my job as a banker.",
+    "See https://example.org/a and www.b.com",
+    "open notes_v2.md then report.PDF and data.json or budget.xlsx",
 ]
 
 
@@ -64,8 +90,10 @@ def _check(texts: list[str], speakers: list[str | None]) -> None:
                 if pattern.search(sentence):
                     assert _passes(sentence, gate), (attribute, sentence)
     when = datetime(2024, 5, 1, tzinfo=UTC)
-    seen = [Seen(text=t, kind="text", captured_at=when, speaker=s, about_user=s == "user")
-            for t, s in zip(texts, speakers, strict=True)]
+    seen = [
+        Seen(text=t, kind="text", captured_at=when, speaker=s, about_user=s == "user")
+        for t, s in zip(texts, speakers, strict=True)
+    ]
     extractor = RulesExtractor()
     assert extractor.extract(seen, "user") == _ungated(extractor, seen, "user")
 
@@ -73,8 +101,17 @@ def _check(texts: list[str], speakers: list[str | None]) -> None:
 def test_gates_pass_every_example():
     assert len(FACT_GATES) == len(FACT_PATTERNS)
     _check(EXAMPLES, ["user" if i % 2 else "Ann" for i in range(len(EXAMPLES))])
-    assert RulesExtractor().extract([Seen(text=t, kind="text", captured_at=datetime(2024, 5, 1, tzinfo=UTC),
-                                          speaker="user", about_user=True) for t in EXAMPLES], "user").semantic
+    assert (
+        RulesExtractor()
+        .extract(
+            [
+                Seen(text=t, kind="text", captured_at=datetime(2024, 5, 1, tzinfo=UTC), speaker="user", about_user=True)
+                for t in EXAMPLES
+            ],
+            "user",
+        )
+        .semantic
+    )
 
 
 @pytest.mark.slow  # ~40 s: every LoCoMo turn extracted twice, each time parsed by spaCy (extract.statements)
@@ -94,12 +131,20 @@ def test_gates_on_locomo():
     _check(texts, speakers)
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("I met Dr. Smith at 3 p.m. on Friday. He served in the U.S. Navy! Did you?",
-     ["I met Dr. Smith at 3 p.m. on Friday.", "He served in the U.S. Navy!", "Did you?"]),
-    ("It costs 2.5 dollars, e.g. a coffee. Then  we left.", ["It costs 2.5 dollars, e.g. a coffee.", "Then  we left."]),
-    ("first line\nsecond line. And more", ["first line", "second line.", "And more"]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (
+            "I met Dr. Smith at 3 p.m. on Friday. He served in the U.S. Navy! Did you?",
+            ["I met Dr. Smith at 3 p.m. on Friday.", "He served in the U.S. Navy!", "Did you?"],
+        ),
+        (
+            "It costs 2.5 dollars, e.g. a coffee. Then  we left.",
+            ["It costs 2.5 dollars, e.g. a coffee.", "Then  we left."],
+        ),
+        ("first line\nsecond line. And more", ["first line", "second line.", "And more"]),
+        ("", []),
+    ],
+)
 def test_sentences_keep_abbreviations_and_the_text_as_written(text, want):
     assert sentences(text) == want

@@ -18,14 +18,21 @@ def _texts(sentence: str, name: str = "Caroline") -> list[str]:
 
 def test_clauses_in_the_third_person():
     assert _texts("I went to a LGBTQ support group yesterday and it was so powerful.") == [
-        "Caroline went to a LGBTQ support group yesterday"]  # "it was so powerful" is not about her
+        "Caroline went to a LGBTQ support group yesterday"
+    ]  # "it was so powerful" is not about her
     assert _texts("The support group has made me feel accepted and given me courage to embrace myself.") == [
-        "The support group has made Caroline feel accepted and given them courage to embrace themselves"]
-    assert _texts("I'm keen on counseling or working in mental health - I'd love to support those with similar "
-                  "issues.") == ["Caroline is keen on counseling or working in mental health",
-                                 "Caroline would love to support those with similar issues"]
+        "The support group has made Caroline feel accepted and given them courage to embrace themselves"
+    ]
+    assert _texts(
+        "I'm keen on counseling or working in mental health - I'd love to support those with similar issues."
+    ) == [
+        "Caroline is keen on counseling or working in mental health",
+        "Caroline would love to support those with similar issues",
+    ]
     assert _texts("I've been painting a lot lately, I don't have much time though.") == [
-        "Caroline has been painting a lot lately", "Caroline doesn't have much time though"]
+        "Caroline has been painting a lot lately",
+        "Caroline doesn't have much time though",
+    ]
     assert _texts("My daughter loves dinosaurs.", "Melanie") == ["Melanie's daughter loves dinosaurs"]
 
 
@@ -40,19 +47,33 @@ def test_questions_and_other_people_make_no_statement():
 def test_one_fact_per_turn_when_it_tells_enough():
     [short] = statements([("I'm swamped with the kids & work.", "Melanie")])
     assert turn_fact(short) == ""  # 7 words: fewer than MIN_WORDS
-    found = [s for sents in statements([("I went to a LGBTQ support group yesterday.", "Caroline"),
-                                        ("I'm keen on counseling or working in mental health.", "Caroline")])
-             for s in sents]
-    assert turn_fact(found) == ("Caroline went to a LGBTQ support group yesterday; "
-                                "Caroline is keen on counseling or working in mental health")
+    found = [
+        s
+        for sents in statements(
+            [
+                ("I went to a LGBTQ support group yesterday.", "Caroline"),
+                ("I'm keen on counseling or working in mental health.", "Caroline"),
+            ]
+        )
+        for s in sents
+    ]
+    assert turn_fact(found) == (
+        "Caroline went to a LGBTQ support group yesterday; Caroline is keen on counseling or working in mental health"
+    )
 
 
 def test_a_turn_becomes_one_semantic_draft_citing_it():
     when = datetime(2024, 5, 1, tzinfo=UTC)
-    seen = [Seen(text="Caroline: Hey Mel! I went to a LGBTQ support group yesterday and it was so powerful. I'm "
-                      "keen on counseling or working in mental health. How are you?", kind="text", captured_at=when,
-                 speaker="Caroline"),
-            Seen(text="Melanie: Wow, that's cool!", kind="text", captured_at=when, speaker="Melanie")]
+    seen = [
+        Seen(
+            text="Caroline: Hey Mel! I went to a LGBTQ support group yesterday and it was so powerful. I'm "
+            "keen on counseling or working in mental health. How are you?",
+            kind="text",
+            captured_at=when,
+            speaker="Caroline",
+        ),
+        Seen(text="Melanie: Wow, that's cool!", kind="text", captured_at=when, speaker="Melanie"),
+    ]
     [draft] = RulesExtractor().extract(seen, "user").semantic
     assert (draft.name, draft.sources, draft.attribute) == ("Caroline", [0], "")
     assert draft.summary.startswith("Caroline went to a LGBTQ support group yesterday; Caroline is keen on")
@@ -60,18 +81,24 @@ def test_a_turn_becomes_one_semantic_draft_citing_it():
 
 def test_profile_lines_of_the_user():
     when = datetime(2024, 5, 1, tzinfo=UTC)
-    texts = ["This necklace is a gift from my grandma in my home country, Sweden.",
-             "I made it to show my own journey as a transgender woman.",
-             "My dream is to create a safe and loving home for these kids."]
+    texts = [
+        "This necklace is a gift from my grandma in my home country, Sweden.",
+        "I made it to show my own journey as a transgender woman.",
+        "My dream is to create a safe and loving home for these kids.",
+    ]
     seen = [Seen(text=t, kind="text", captured_at=when, speaker="Caroline", about_user=True) for t in texts]
     got = RulesExtractor().extract(seen, "Caroline")
     assert [f for c in got.core for f in c.facts] == [
-        "origin: Sweden", "identity: a transgender woman", "goal: create a safe and loving home for these kids"]
+        "origin: Sweden",
+        "identity: a transgender woman",
+        "goal: create a safe and loving home for these kids",
+    ]
 
 
 def test_a_turn_too_short_to_make_a_fact_is_not_parsed():
     from engram.workers.extract.statements import turn_worth_parsing
 
     assert not turn_worth_parsing(["Hey Mel!", "I'm swamped with the kids & work.", "What's up with you?"])
-    assert turn_worth_parsing(["I went to a LGBTQ support group yesterday.",
-                               "I'm keen on counseling or working in mental health."])
+    assert turn_worth_parsing(
+        ["I went to a LGBTQ support group yesterday.", "I'm keen on counseling or working in mental health."]
+    )

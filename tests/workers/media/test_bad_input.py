@@ -48,8 +48,12 @@ def png_chunk(kind: bytes, data: bytes) -> bytes:
 def png_bomb(width: int = 30000, height: int = 30000) -> bytes:
     """A ~100-byte PNG whose header declares ``width`` x ``height`` RGB pixels (a decompression bomb)."""
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr)
-            + png_chunk(b"IDAT", zlib.compress(b"\x00" * 1024)) + png_chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + png_chunk(b"IHDR", ihdr)
+        + png_chunk(b"IDAT", zlib.compress(b"\x00" * 1024))
+        + png_chunk(b"IEND", b"")
+    )
 
 
 def small_mp4() -> bytes:
@@ -80,9 +84,12 @@ BAD_FILES = {
     "f-text-as-video.mp4": (lambda good: b"just some notes, not a video\n" * 3, ["not clip media"]),
     "g-random-after-ftyp.mp4": (
         lambda good: b"\x00\x00\x00\x18ftypmp42\x00\x00\x00\x00mp42isom" + random.Random(7).randbytes(8000),
-        ["not a readable", "cannot be decoded"]),
-    "h-truncated-real.mp4": (lambda good: small_mp4()[: len(small_mp4()) // 2],  # cut before its moov atom
-                             ["not a readable", "cannot be decoded", "neither audio nor video"]),
+        ["not a readable", "cannot be decoded"],
+    ),
+    "h-truncated-real.mp4": (
+        lambda good: small_mp4()[: len(small_mp4()) // 2],  # cut before its moov atom
+        ["not a readable", "cannot be decoded", "neither audio nor video"],
+    ),
     "i-empty.mp4": (lambda good: b"", ["empty"]),
     "z-bomb.png": (lambda good: png_bomb(), ["too large"]),
 }
@@ -99,7 +106,7 @@ def _jpeg(png: bytes) -> bytes:
 def _garble_idat(png: bytes) -> bytes:
     data = bytearray(png)
     at = data.find(b"IDAT") + 10
-    data[at:at + 32] = bytes(b ^ 0xFF for b in data[at:at + 32])
+    data[at : at + 32] = bytes(b ^ 0xFF for b in data[at : at + 32])
     return bytes(data)
 
 
@@ -146,12 +153,15 @@ def test_image_bomb_is_refused_without_decoding(tmp_path):
     """In a process limited to 1 GiB of address space: refused by its header, not a MemoryError."""
     bomb = tmp_path / "bomb.png"
     bomb.write_bytes(png_bomb())
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
-            "from engram.workers.media.decode import MediaError, load_image; data = open(sys.argv[1], 'rb').read()\n"
-            "try:\n    load_image(data, 60_000_000)\nexcept MediaError as exc:\n    print('refused:', exc)\n")
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+        "from engram.workers.media.decode import MediaError, load_image; data = open(sys.argv[1], 'rb').read()\n"
+        "try:\n    load_image(data, 60_000_000)\nexcept MediaError as exc:\n    print('refused:', exc)\n"
+    )
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-c", code, str(bomb)], capture_output=True, text=True, cwd=REPO,
-                         env=env, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(bomb)], capture_output=True, text=True, cwd=REPO, env=env, timeout=60
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.startswith("refused: image too large: declared 30000x30000")
 
@@ -190,17 +200,29 @@ def test_each_user_of_a_tenant_gets_their_own_copy_of_shared_content(engram_env,
     from engram.workers.memory.search import search
 
     chat = tmp_path / "shared.jsonl"
-    chat.write_text(json.dumps({"message_id": "m1", "session_id": "s1", "speaker": "Ann",
-                                "text": "The offsite is in Lisbon on June 3", "timestamp": "2024-05-02T18:03:00Z"}))
-    runs = {u: ingest_paths([chat], tenant="acme", user=u, device="laptop", quiet=True, consolidate=False)
-            for u in ("alice", "bob")}
+    chat.write_text(
+        json.dumps(
+            {
+                "message_id": "m1",
+                "session_id": "s1",
+                "speaker": "Ann",
+                "text": "The offsite is in Lisbon on June 3",
+                "timestamp": "2024-05-02T18:03:00Z",
+            }
+        )
+    )
+    runs = {
+        u: ingest_paths([chat], tenant="acme", user=u, device="laptop", quiet=True, consolidate=False)
+        for u in ("alice", "bob")
+    }
     assert all(len(out["done"]) == 1 and not out["skipped"] for out in runs.values()), runs
     [(_, rec_a)], [(_, rec_b)] = runs["alice"]["done"], runs["bob"]["done"]
     assert rec_a.object_key == rec_b.object_key  # one object
 
     def found(user: str) -> list[str]:
-        resp = search(engram_env, SearchRequest(query="where is the offsite", tenant_id="acme", user_id=user,
-                                                reinforce=False))
+        resp = search(
+            engram_env, SearchRequest(query="where is the offsite", tenant_id="acme", user_id=user, reinforce=False)
+        )
         return [h.text for h in resp.hits if h.user_id == user]
 
     assert any("Lisbon" in t for t in found("alice")) and any("Lisbon" in t for t in found("bob"))
@@ -231,8 +253,9 @@ def test_cli_prints_one_line_per_bad_file(engram_env, tmp_path):
     from engram.api.cli.main import app
 
     folder = make_bad_folder(tmp_path / "cli")
-    result = CliRunner().invoke(app, ["ingest", str(folder), "--tenant", "acme", "--user", "alice",
-                                      "--device", "laptop", "--no-consolidate"])
+    result = CliRunner().invoke(
+        app, ["ingest", str(folder), "--tenant", "acme", "--user", "alice", "--device", "laptop", "--no-consolidate"]
+    )
     assert result.exit_code == 0, result.output  # one file was good
     failed_lines = [ln for ln in result.stderr.splitlines() if ln.startswith("failed ")]
     assert len(failed_lines) == len(BAD_FILES), result.stderr
@@ -256,8 +279,9 @@ def test_cli_exits_non_zero_when_every_file_failed(engram_env, tmp_path):
     folder.mkdir()
     (folder / "empty.png").write_bytes(b"")
     (folder / "bomb.png").write_bytes(png_bomb())
-    result = CliRunner().invoke(app, ["ingest", str(folder), "--tenant", "acme", "--user", "alice",
-                                      "--device", "laptop", "--no-consolidate"])
+    result = CliRunner().invoke(
+        app, ["ingest", str(folder), "--tenant", "acme", "--user", "alice", "--device", "laptop", "--no-consolidate"]
+    )
     assert result.exit_code == 1
     assert "empty.png: empty file (0 bytes)" in result.stderr
     assert "bomb.png: image too large" in result.stderr
@@ -276,8 +300,7 @@ def test_cli_reports_a_missing_path(engram_env, tmp_path):
 def test_invalid_conversation_fails_with_its_location_other_json_is_skipped(engram_env, tmp_path):
     folder = tmp_path / "convs"
     folder.mkdir()
-    good = {"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "hi",
-            "timestamp": "2024-05-01T10:00:00Z"}
+    good = {"message_id": "m1", "session_id": "s1", "speaker": "Ann", "text": "hi", "timestamp": "2024-05-01T10:00:00Z"}
     (folder / "broken.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "speaker": ""}) + "\n")
     (folder / "cut.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "message_id": "m2"})[:30])
     (folder / "settings.json").write_text(json.dumps({"theme": "dark", "tests": [1, 2]}))

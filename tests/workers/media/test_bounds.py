@@ -36,7 +36,7 @@ def tone_mp4(seconds: int = 2, fps: int = 10) -> bytes:
         t = np.arange(seconds * 16000) / 16000
         pcm = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)[None, :]
         for k in range(0, pcm.shape[1], 1024):
-            frame = av.AudioFrame.from_ndarray(pcm[:, k:k + 1024].copy(), format="fltp", layout="mono")
+            frame = av.AudioFrame.from_ndarray(pcm[:, k : k + 1024].copy(), format="fltp", layout="mono")
             frame.sample_rate = 16000
             for packet in audio.encode(frame):
                 container.mux(packet)
@@ -74,8 +74,8 @@ def lying_mp4(data: bytes, seconds: int = 2_000_000, timescale: int = 1000) -> b
         u32(at + 16, timescale)
         u32(at + 20, total)
         stts = out.find(b"stts", at)
-        entries = struct.unpack(">I", out[stts + 8:stts + 12])[0]
-        samples = sum(struct.unpack(">I", out[stts + 12 + 8 * e:stts + 16 + 8 * e])[0] for e in range(entries))
+        entries = struct.unpack(">I", out[stts + 8 : stts + 12])[0]
+        samples = sum(struct.unpack(">I", out[stts + 12 + 8 * e : stts + 16 + 8 * e])[0] for e in range(entries))
         for e in range(entries):
             u32(stts + 16 + 8 * e, total // samples)
     return bytes(out)
@@ -90,8 +90,27 @@ def lying_wav(seconds: int = 36_000, rate: int = 16_000) -> bytes:
 
 def silent_flac(path, seconds: int) -> None:
     """``seconds`` of digital silence as FLAC (8 kHz mono, ffmpeg's anullsrc): about 190 bytes a second."""
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "anullsrc=r=8000:cl=mono", "-t",
-                    str(seconds), "-c:a", "flac", "-sample_fmt", "s16", str(path)], check=True, timeout=120)
+    subprocess.run(
+        [
+            "ffmpeg",
+            "-loglevel",
+            "error",
+            "-y",
+            "-f",
+            "lavfi",
+            "-i",
+            "anullsrc=r=8000:cl=mono",
+            "-t",
+            str(seconds),
+            "-c:a",
+            "flac",
+            "-sample_fmt",
+            "s16",
+            str(path),
+        ],
+        check=True,
+        timeout=120,
+    )
 
 
 def only(out: dict, status: str):
@@ -121,9 +140,17 @@ def test_honest_clip_keeps_its_segments(engram_env, tmp_path, monkeypatch):
 
     path = tmp_path / "tone.mp4"
     path.write_bytes(tone_mp4(seconds=3))
-    event = MediaEvent(tenant_id="acme", user_id="alice", device_id="laptop", kind=MediaKind.clip,
-                       object_key="media/acme/tone", sha256=sha256_file(path), size=path.stat().st_size,
-                       mime_type="video/mp4", captured_at="2024-05-02T18:03:00Z")
+    event = MediaEvent(
+        tenant_id="acme",
+        user_id="alice",
+        device_id="laptop",
+        kind=MediaKind.clip,
+        object_key="media/acme/tone",
+        sha256=sha256_file(path),
+        size=path.stat().st_size,
+        mime_type="video/mp4",
+        captured_at="2024-05-02T18:03:00Z",
+    )
     engram_env.objects.put_file(event.object_key, path)
     engram_env.ledger.record_queued(event)
     monkeypatch.setenv("ENGRAM_CLIP_SEGMENT_SECONDS", "2")
@@ -162,8 +189,9 @@ def test_audio_past_the_media_seconds_limit_fails(engram_env, tmp_path, monkeypa
     silent_flac(path, 600)
     rec = only(ingest_paths([path], **WHO, quiet=True, consolidate=False), "failed")
     assert rec.stage == "ingest"
-    assert rec.reason.startswith("limit exceeded: the audio decoded runs past 120 s "
-                                 "(ENGRAM_MAX_UPLOAD_MEDIA_SECONDS); the header declares 600 s")
+    assert rec.reason.startswith(
+        "limit exceeded: the audio decoded runs past 120 s (ENGRAM_MAX_UPLOAD_MEDIA_SECONDS); the header declares 600 s"
+    )
 
 
 def test_derived_bytes_limit_fails_before_writing_past_it(engram_env, tmp_path, monkeypatch):
@@ -184,9 +212,20 @@ def test_segments_limit_fails_a_long_conversation(engram_env, tmp_path, monkeypa
     monkeypatch.setenv("ENGRAM_CHAT_BATCH_SIZE", "2")
     monkeypatch.setenv("ENGRAM_MAX_UPLOAD_SEGMENTS", "3")
     path = tmp_path / "chat.jsonl"
-    path.write_text("\n".join(json.dumps({"message_id": f"m{i}", "session_id": "s1", "speaker": "Ann",
-                                          "text": f"message number {i}", "timestamp": "2024-05-02T18:03:00Z"})
-                              for i in range(7)))
+    path.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "message_id": f"m{i}",
+                    "session_id": "s1",
+                    "speaker": "Ann",
+                    "text": f"message number {i}",
+                    "timestamp": "2024-05-02T18:03:00Z",
+                }
+            )
+            for i in range(7)
+        )
+    )
     rec = only(ingest_paths([path], **WHO, quiet=True, consolidate=False), "failed")
     assert rec.stage == "ingest"
     assert rec.reason == "limit exceeded: more than 3 segments (ENGRAM_MAX_UPLOAD_SEGMENTS)"

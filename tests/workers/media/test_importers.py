@@ -23,11 +23,22 @@ T0 = 1_704_067_200.0  # 2024-01-01T00:00:00Z
 
 
 def _node(node_id, parent, children, role=None, text=None, t=None, content_type="text", **meta):
-    message = None if role is None else {
-        "id": node_id, "author": {"role": role, "name": None, "metadata": {}}, "create_time": t,
-        "update_time": None, "content": {"content_type": content_type, "parts": text if isinstance(text, list)
-                                         else [text]},
-        "status": "finished_successfully", "end_turn": True, "weight": 1.0, "metadata": meta, "recipient": "all"}
+    message = (
+        None
+        if role is None
+        else {
+            "id": node_id,
+            "author": {"role": role, "name": None, "metadata": {}},
+            "create_time": t,
+            "update_time": None,
+            "content": {"content_type": content_type, "parts": text if isinstance(text, list) else [text]},
+            "status": "finished_successfully",
+            "end_turn": True,
+            "weight": 1.0,
+            "metadata": meta,
+            "recipient": "all",
+        }
+    )
     return {"id": node_id, "message": message, "parent": parent, "children": children}
 
 
@@ -42,13 +53,30 @@ def chatgpt_export() -> list[dict]:
         "u1b": _node("u1b", "sys", ["a1b"], "user", "Which ferry goes to Tangier from Algeciras?", T0 + 60),
         "a1b": _node("a1b", "u1b", ["t1"], "assistant", "Baleària sails from Algeciras at 09:00.", T0 + 62),
         "t1": _node("t1", "a1b", ["u2"], "tool", "search results ...", T0 + 63),
-        "u2": _node("u2", "t1", ["a2"], "user", [{"content_type": "image_asset_pointer", "asset_pointer": "x"},
-                                                 "Here is my ticket, gate B7"], T0 + 120, "multimodal_text"),
+        "u2": _node(
+            "u2",
+            "t1",
+            ["a2"],
+            "user",
+            [{"content_type": "image_asset_pointer", "asset_pointer": "x"}, "Here is my ticket, gate B7"],
+            T0 + 120,
+            "multimodal_text",
+        ),
         "a2": _node("a2", "u2", [], "assistant", "Gate B7 opens an hour before departure.", None),
     }
-    return [{"title": "Ferry to Tangier", "create_time": T0, "update_time": T0 + 200, "mapping": mapping,
-             "current_node": "a2", "conversation_id": "c-ferry", "id": "c-ferry", "moderation_results": []},
-            {"title": "Empty", "create_time": T0, "mapping": {"r": _node("r", None, [])}, "conversation_id": "c-0"}]
+    return [
+        {
+            "title": "Ferry to Tangier",
+            "create_time": T0,
+            "update_time": T0 + 200,
+            "mapping": mapping,
+            "current_node": "a2",
+            "conversation_id": "c-ferry",
+            "id": "c-ferry",
+            "moderation_results": [],
+        },
+        {"title": "Empty", "create_time": T0, "mapping": {"r": _node("r", None, [])}, "conversation_id": "c-0"},
+    ]
 
 
 def test_chatgpt_export_follows_the_current_branch(tmp_path):
@@ -56,8 +84,12 @@ def test_chatgpt_export_follows_the_current_branch(tmp_path):
     path.write_text(json.dumps(chatgpt_export()))
     assert detect(path) == (MediaKind.text, "application/json")
     msgs = parse_conversation_file(path.read_bytes(), str(path))
-    assert [(m.message_id, m.speaker) for m in msgs] == [("u1b", "user"), ("a1b", "assistant"), ("u2", "user"),
-                                                         ("a2", "assistant")]
+    assert [(m.message_id, m.speaker) for m in msgs] == [
+        ("u1b", "user"),
+        ("a1b", "assistant"),
+        ("u2", "user"),
+        ("a2", "assistant"),
+    ]
     assert msgs[0].text == "Which ferry goes to Tangier from Algeciras?"
     assert msgs[2].text == "Here is my ticket, gate B7"
     assert {m.session_id for m in msgs} == {"c-ferry"}
@@ -110,19 +142,41 @@ DAY_FIRST_SLASHED = """\
 """
 
 
-@pytest.mark.parametrize("name,text,expected", [
-    ("WhatsApp Chat with Bob.txt", ANDROID_US, [
-        ("L3", "Alice", "The ferry to Lisbon leaves at 7", datetime(2023, 12, 31, 21, 41, tzinfo=UTC)),
-        ("L4", "Bob", "Great, I'll bring the\nboarding passes\n\nand the snacks",
-         datetime(2023, 12, 31, 21, 42, tzinfo=UTC)),
-        ("L10", "Alice", "meet at pier 3: the blue gate", datetime(2024, 1, 2, 12, 7, tzinfo=UTC))]),
-    ("WhatsApp Chat - Lisbon trip.txt", IOS_DOTTED, [
-        ("L2", "Alice", "Die Fähre nach Lissabon fährt um 7", datetime(2023, 12, 31, 21, 41, 9, tzinfo=UTC)),
-        ("L4", "Bob", "Treffpunkt Pier 3", datetime(2024, 1, 2, 8, 16, 30, tzinfo=UTC))]),
-    ("chat.txt", DAY_FIRST_SLASHED, [
-        ("L1", "Alice", "The ferry to Lisbon leaves at 7", datetime(2023, 12, 31, 21, 41, tzinfo=UTC)),
-        ("L2", "Bob", "Happy new year", datetime(2024, 1, 1, 9, 0, tzinfo=UTC))]),
-])
+@pytest.mark.parametrize(
+    "name,text,expected",
+    [
+        (
+            "WhatsApp Chat with Bob.txt",
+            ANDROID_US,
+            [
+                ("L3", "Alice", "The ferry to Lisbon leaves at 7", datetime(2023, 12, 31, 21, 41, tzinfo=UTC)),
+                (
+                    "L4",
+                    "Bob",
+                    "Great, I'll bring the\nboarding passes\n\nand the snacks",
+                    datetime(2023, 12, 31, 21, 42, tzinfo=UTC),
+                ),
+                ("L10", "Alice", "meet at pier 3: the blue gate", datetime(2024, 1, 2, 12, 7, tzinfo=UTC)),
+            ],
+        ),
+        (
+            "WhatsApp Chat - Lisbon trip.txt",
+            IOS_DOTTED,
+            [
+                ("L2", "Alice", "Die Fähre nach Lissabon fährt um 7", datetime(2023, 12, 31, 21, 41, 9, tzinfo=UTC)),
+                ("L4", "Bob", "Treffpunkt Pier 3", datetime(2024, 1, 2, 8, 16, 30, tzinfo=UTC)),
+            ],
+        ),
+        (
+            "chat.txt",
+            DAY_FIRST_SLASHED,
+            [
+                ("L1", "Alice", "The ferry to Lisbon leaves at 7", datetime(2023, 12, 31, 21, 41, tzinfo=UTC)),
+                ("L2", "Bob", "Happy new year", datetime(2024, 1, 1, 9, 0, tzinfo=UTC)),
+            ],
+        ),
+    ],
+)
 def test_whatsapp_exports(tmp_path, name, text, expected):
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
@@ -173,11 +227,16 @@ def test_markdown_note_one_message_per_section(tmp_path):
     path.write_text(NOTE_MD)
     assert detect(path) == (MediaKind.text, "text/plain")
     msgs = parse_conversation_file(path.read_bytes(), str(path), owner="alice")
-    assert [m.text.splitlines()[0] for m in msgs] == ["Loose thoughts before the headings.", "# Lisbon", "## Packing",
-                                                      "# Budget"]
+    assert [m.text.splitlines()[0] for m in msgs] == [
+        "Loose thoughts before the headings.",
+        "# Lisbon",
+        "## Packing",
+        "# Budget",
+    ]
     assert "# not a heading inside code" in msgs[2].text
     assert {(m.speaker, m.session_id, m.timestamp) for m in msgs} == {
-        ("alice", "Trip planning", datetime(2024, 3, 5, 9, 30, tzinfo=UTC))}
+        ("alice", "Trip planning", datetime(2024, 3, 5, 9, 30, tzinfo=UTC))
+    }
 
 
 def test_notes_without_front_matter_take_the_file_time(tmp_path):
@@ -185,8 +244,12 @@ def test_notes_without_front_matter_take_the_file_time(tmp_path):
     path.write_text("oat milk, lemons, the good coffee\n")
     when = datetime(2024, 6, 1, 8, 0, tzinfo=UTC)
     [msg] = parse_conversation_file(path.read_bytes(), str(path), default_time=when, owner="bob")
-    assert (msg.text, msg.speaker, msg.session_id, msg.timestamp) == ("oat milk, lemons, the good coffee", "bob",
-                                                                      "groceries", when)
+    assert (msg.text, msg.speaker, msg.session_id, msg.timestamp) == (
+        "oat milk, lemons, the good coffee",
+        "bob",
+        "groceries",
+        when,
+    )
 
 
 def test_plain_text_is_a_note_only_with_front_matter(tmp_path):
@@ -216,17 +279,19 @@ def test_zoneless_export_times_are_read_in_the_users_zone(tmp_path, monkeypatch)
     assert (msgs[-1].text, msgs[-1].timestamp) == ("fireworks over the river", datetime(2024, 7, 5, 3, 30, tzinfo=UTC))
     note = tmp_path / "trip.md"
     note.write_text("---\ndate: 2024-03-05 09:30\n---\nferry at seven\n")
-    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(2024, 3, 5, 14, 30,
-                                                                                        tzinfo=UTC)
+    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(
+        2024, 3, 5, 14, 30, tzinfo=UTC
+    )
     note.write_text("---\ndate: 2024-07-01T09:30:00+02:00\n---\nferry at seven\n")  # a zone given: kept
-    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(2024, 7, 1, 7, 30,
-                                                                                        tzinfo=UTC)
+    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(2024, 7, 1, 7, 30, tzinfo=UTC)
     note.write_text("---\ndate: 5 March 2024 09:30\n---\nferry at seven\n")  # read by dateparser
-    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(2024, 3, 5, 14, 30,
-                                                                                        tzinfo=UTC)
+    assert parse_conversation_file(note.read_bytes(), str(note))[0].timestamp == datetime(
+        2024, 3, 5, 14, 30, tzinfo=UTC
+    )
     monkeypatch.setenv("ENGRAM_TIMEZONE", "Asia/Tokyo")
-    assert parse_conversation_file(chat.read_bytes(), str(chat))[0].timestamp == datetime(2023, 12, 31, 12, 41,
-                                                                                        tzinfo=UTC)
+    assert parse_conversation_file(chat.read_bytes(), str(chat))[0].timestamp == datetime(
+        2023, 12, 31, 12, 41, tzinfo=UTC
+    )
 
 
 def _chatgpt_zip(path: Path, extra: dict[str, bytes] | None = None, folder: str = "") -> Path:
@@ -278,8 +343,9 @@ def test_chatgpt_zip_bombs_fail_with_the_bound(tmp_path, monkeypatch):
 
 
 def _cli(env: dict, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", *args], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return " ".join(out.stdout.split())
 
@@ -290,11 +356,20 @@ def test_engram_ingest_and_search_each_format(tmp_path: Path):
     _chatgpt_zip(folder / "chatgpt-export.zip")
     (folder / "WhatsApp Chat with Bob.txt").write_text(ANDROID_US)
     (folder / "trip.md").write_text(NOTE_MD)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-           "ENGRAM_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "300", "ENGRAM_USER": "alice"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+        "COLUMNS": "300",
+        "ENGRAM_USER": "alice",
+    }
     out = _cli(env, "ingest", str(folder), "--no-consolidate")
     assert "3 done (11 observations), 0 skipped, 0 failed, 0 not media" in out, out  # 4 + 3 + 4 messages
-    for query, found in (("Baleària Algeciras ferry", "Baleària sails from Algeciras"),
-                         ("who brings the boarding passes", "boarding passes"),
-                         ("green umbrella packing", "the green umbrella")):
+    for query, found in (
+        ("Baleària Algeciras ferry", "Baleària sails from Algeciras"),
+        ("who brings the boarding passes", "boarding passes"),
+        ("green umbrella packing", "the green umbrella"),
+    ):
         assert found in _cli(env, "search", query, "-k", "3"), query

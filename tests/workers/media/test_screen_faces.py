@@ -38,6 +38,7 @@ def recording_detector(rt, calls: list):
     def detect(img: np.ndarray, boxes):
         calls.append(boxes)
         return model.detect([img])[0] if boxes is None else model.detect_regions(img, boxes)
+
     return detect
 
 
@@ -51,8 +52,9 @@ def test_faces_carried_over_away_from_a_change_and_detected_again_over_one(engra
     assert len(calls) == 1 and len(first) == 1  # no reference: the whole frame, where it is not plain or text
     assert calls[0] is not None and share < 0.4
     face = first[0]
-    assert any(r[0] <= face.box[0] and r[1] <= face.box[1] and face.box[2] <= r[2] and face.box[3] <= r[3]
-               for r in calls[0])  # the photo searched
+    assert any(
+        r[0] <= face.box[0] and r[1] <= face.box[1] and face.box[2] <= r[2] and face.box[3] <= r[3] for r in calls[0]
+    )  # the photo searched
     assert PHOTO_AT[0] <= face.box[0] < face.box[2] <= PHOTO_AT[0] + photo.width
 
     # nothing changed: no detection at all
@@ -70,12 +72,13 @@ def test_faces_carried_over_away_from_a_change_and_detected_again_over_one(engra
     # a change over the face (a few rows of the photo scribbled over): the face is detected again, whole
     c = b.copy()
     x0, y0 = int(face.box[0]), int(face.box[1])
-    c[y0 + 5:y0 + 15, x0 + 10:x0 + 40] = 0
+    c[y0 + 5 : y0 + 15, x0 + 10 : x0 + 40] = 0
     calls.clear()
     third, _ = screen_faces.detect_changed(detect, c, (screens.grey(b), second))
     assert len(calls) == 1 and calls[0] is not None
-    assert any(r[0] <= face.box[0] and r[1] <= face.box[1] and face.box[2] <= r[2] and face.box[3] <= r[3]
-               for r in calls[0])  # a region holding the whole face
+    assert any(
+        r[0] <= face.box[0] and r[1] <= face.box[1] and face.box[2] <= r[2] and face.box[3] <= r[3] for r in calls[0]
+    )  # a region holding the whole face
     assert len(third) == 1 and third[0] is not face
     assert face_distance(third[0].embedding, face.embedding) < SAME_PERSON_DISTANCE
 
@@ -101,8 +104,11 @@ def test_text_and_plain_screens_are_not_searched_for_faces(engram_env, eval_data
     OCR lines are left out; the same screen with a photo pasted: the photo's region alone, and the face is in it."""
     if not have_real_desktop():
         pytest.skip("openbox, xterm and xdotool are not installed")
-    with xvfb("1280x720x24") as display, openbox(display), \
-            xterm(display, "PS1='$ ' exec sh -i", "user@host: ~", "120x40+0+0") as term:
+    with (
+        xvfb("1280x720x24") as display,
+        openbox(display),
+        xterm(display, "PS1='$ ' exec sh -i", "user@host: ~", "120x40+0+0") as term,
+    ):
         type_text(display, term, "ls -la /usr/bin | head -38\n", delay_ms=5)
         time.sleep(1.5)
         with mss.MSS(display=display) as grab:

@@ -16,9 +16,19 @@ from engram.workers.media import screens
 from engram.workers.models import get_model
 from tests.workers.media.test_screen_lines import Recorder, texts
 
-LISTING = [f"-rwxr-xr-x 1 root root {size:>6} Aug  4 04:53 {name}" for size, name in
-           ((27592, "amqp-consume"), (131192, "apt-key"), (88456, "aria_chk"), (18752, "basenc"),
-            (59784, "b2sum"), (26944, "bunzip2"), (60400, "cat"), (5404576, "containerd"))]
+LISTING = [
+    f"-rwxr-xr-x 1 root root {size:>6} Aug  4 04:53 {name}"
+    for size, name in (
+        (27592, "amqp-consume"),
+        (131192, "apt-key"),
+        (88456, "aria_chk"),
+        (18752, "basenc"),
+        (59784, "b2sum"),
+        (26944, "bunzip2"),
+        (60400, "cat"),
+        (5404576, "containerd"),
+    )
+]
 
 
 def terminal(lines: list[str], dx: int = 0, dy: int = 0) -> np.ndarray:

@@ -17,8 +17,13 @@ from engram.workers.models import get_model
 from tests.workers.media.test_bad_input import render_png
 from tests.xdesktop import have_real_desktop, openbox, type_text, xterm, xvfb
 
-LINES = ["Quarterly budget review", "Alice sent the draft", "Bob approved travel", "Carol booked the room",
-         "Dave wrote the minutes"]
+LINES = [
+    "Quarterly budget review",
+    "Alice sent the draft",
+    "Bob approved travel",
+    "Carol booked the room",
+    "Dave wrote the minutes",
+]
 
 
 class Recorder:
@@ -118,11 +123,16 @@ def test_frames_of_a_real_desktop_read_by_lines_give_the_full_read_text(engram_e
     model = get_model("ocr", engram_env.settings)
     rec = Recorder(model)
     memory = screens.LineMemory()
-    ticker = "i=0; while true; do i=$((i+1)); echo \"ferry departure $i at harbour gate $((i*7%13))\"; sleep 1; done"
+    ticker = 'i=0; while true; do i=$((i+1)); echo "ferry departure $i at harbour gate $((i*7%13))"; sleep 1; done'
     frames = []
-    with xvfb("1280x720x24") as display, openbox(display), \
-            xterm(display, "cat /etc/os-release; ls -la /usr/bin | head -20; exec sh -i", "user@host: ~",
-                  "70x28+0+0") as shell, xterm(display, ticker, "ticker", "60x20+660+80"):
+    with (
+        xvfb("1280x720x24") as display,
+        openbox(display),
+        xterm(
+            display, "cat /etc/os-release; ls -la /usr/bin | head -20; exec sh -i", "user@host: ~", "70x28+0+0"
+        ) as shell,
+        xterm(display, ticker, "ticker", "60x20+660+80"),
+    ):
         with mss.MSS(display=display) as grabber:
             for step in range(4):
                 if step == 2:

@@ -14,8 +14,13 @@ from engram.workers.media import screens, vision
 from engram.workers.models import get_model
 from tests.workers.media.test_bad_input import render_png
 
-LINES = ["Quarterly budget review", "Alice sent the draft", "Bob approved travel", "Carol booked the room",
-         "Dave wrote the minutes"]
+LINES = [
+    "Quarterly budget review",
+    "Alice sent the draft",
+    "Bob approved travel",
+    "Carol booked the room",
+    "Dave wrote the minutes",
+]
 
 
 def pixels(path) -> np.ndarray:
@@ -28,6 +33,7 @@ def recording_reader(rt, crops: list):
     def read(img: np.ndarray) -> list[OcrLine]:
         crops.append(img.shape[:2])
         return model.read(img, min_confidence=0.0)
+
     return read
 
 
@@ -55,7 +61,8 @@ def test_one_changed_line_is_read_alone_and_the_text_stays_whole(engram_env, tmp
     # through vision.ocr_lines with the device: the same text as reading the frame whole
     vision.ocr_lines(rt, "acme", a, device_id="desk")
     assert text_of(vision.ocr_lines(rt, "acme", b, device_id="desk")) == text_of(
-        get_model("ocr", rt.settings).read(b, min_confidence=rt.settings.ocr_min_confidence))
+        get_model("ocr", rt.settings).read(b, min_confidence=rt.settings.ocr_min_confidence)
+    )
 
 
 def test_unchanged_frame_reads_nothing_and_other_shapes_read_whole():
@@ -63,8 +70,9 @@ def test_unchanged_frame_reads_nothing_and_other_shapes_read_whole():
     line = OcrLine(text="kept", confidence=0.9, box=(10.0, 10.0, 60.0, 30.0))
     assert screens.changed_regions(prev, prev.copy(), [line]) == ([], [line])
     calls = []
-    lines, share = screens.read_changed(lambda img: calls.append(img.shape) or [], np.zeros((50, 50, 3), np.uint8),
-                                        (prev, [line]))
+    lines, share = screens.read_changed(
+        lambda img: calls.append(img.shape) or [], np.zeros((50, 50, 3), np.uint8), (prev, [line])
+    )
     assert share == 1.0 and calls == [(50, 50, 3)] and lines == []
 
 
@@ -84,7 +92,7 @@ def test_scrolled_page_reads_the_new_band_only(engram_env, eval_data):
     _, shot, full = ev.webui_pages(eval_data / "screens" / "webui")[0]  # 1280x720 viewport of a 1163 px page
     page = pixels(full)
     top = 200
-    first, second = page[:720], page[top:top + 720]
+    first, second = page[:720], page[top : top + 720]
     assert screens.scroll_offset(screens.grey(first), screens.grey(second)) == top
     crops: list = []
     read = recording_reader(rt, crops)

@@ -43,12 +43,24 @@ def test_chunks_overlap_and_cover_the_recording(engram_env):
 
     rate = media.SAMPLE_RATE
     audio = np.linspace(-0.5, 0.5, int(11.5 * rate), dtype=np.float32)
-    event = MediaEvent(tenant_id="t1", user_id="u", device_id="d", kind=MediaKind.audio, object_key="k",
-                       sha256="0" * 64, size=1, mime_type="audio/wav", captured_at=datetime.now(UTC))
-    blocks = (audio[i:i + 3 * rate] for i in range(0, len(audio), 3 * rate))
+    event = MediaEvent(
+        tenant_id="t1",
+        user_id="u",
+        device_id="d",
+        kind=MediaKind.audio,
+        object_key="k",
+        sha256="0" * 64,
+        size=1,
+        mime_type="audio/wav",
+        captured_at=datetime.now(UTC),
+    )
+    blocks = (audio[i : i + 3 * rate] for i in range(0, len(audio), 3 * rate))
     jobs = _audio_chunks(engram_env, event, blocks, seconds=5.0, overlap=1.0, prefix="chunk")
-    assert [(j.start_s, j.end_s, j.audio_start_s) for j in jobs] == [(0.0, 5.0, 0.0), (5.0, 10.0, 4.0),
-                                                                      (10.0, 11.5, 9.0)]
+    assert [(j.start_s, j.end_s, j.audio_start_s) for j in jobs] == [
+        (0.0, 5.0, 0.0),
+        (5.0, 10.0, 4.0),
+        (10.0, 11.5, 9.0),
+    ]
     lengths = [len(media.read_wav(engram_env.objects.get_bytes(j.audio_key))) / rate for j in jobs]
     assert lengths == [6.0, 7.0, 2.5]  # core plus 1 s of each neighbour
     second = media.read_wav(engram_env.objects.get_bytes(jobs[1].audio_key))
@@ -58,8 +70,17 @@ def test_chunks_overlap_and_cover_the_recording(engram_env):
 def test_short_audio_is_one_chunk(engram_env):
     from engram.workers.ingest import _audio_chunks
 
-    event = MediaEvent(tenant_id="t1", user_id="u", device_id="d", kind=MediaKind.audio, object_key="k",
-                       sha256="0" * 64, size=1, mime_type="audio/wav", captured_at=datetime.now(UTC))
+    event = MediaEvent(
+        tenant_id="t1",
+        user_id="u",
+        device_id="d",
+        kind=MediaKind.audio,
+        object_key="k",
+        sha256="0" * 64,
+        size=1,
+        mime_type="audio/wav",
+        captured_at=datetime.now(UTC),
+    )
     jobs = _audio_chunks(engram_env, event, iter([np.zeros(1600, np.float32)]), 300.0, 5.0, "chunk")
     assert [(j.start_s, j.end_s, j.audio_start_s) for j in jobs] == [(0.0, 0.1, 0.0)]
 
@@ -72,9 +93,11 @@ def test_speaker_windows_cover_speech_and_short_segments():
 def test_clustering_separates_two_voices_and_absorbs_stray_windows():
     rng = np.random.default_rng(0)
     a, b = np.eye(8)[0], np.eye(8)[1]
-    vecs = np.stack([a + 0.05 * rng.standard_normal(8) for _ in range(6)]
-                    + [b + 0.05 * rng.standard_normal(8) for _ in range(6)]
-                    + [np.eye(8)[2]])  # one stray window
+    vecs = np.stack(
+        [a + 0.05 * rng.standard_normal(8) for _ in range(6)]
+        + [b + 0.05 * rng.standard_normal(8) for _ in range(6)]
+        + [np.eye(8)[2]]
+    )  # one stray window
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     labels = cluster_speakers(vecs, threshold=0.3, min_windows=3)
     assert labels[:6].tolist() == [0] * 6 and labels[6:12].tolist() == [1] * 6 and labels[12] in (0, 1)
@@ -91,6 +114,7 @@ def test_pairwise_f1_and_one_cluster_baseline():
 
 
 # --- real recordings ------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def perceived(eval_data: Path, tmp_path_factory):
@@ -115,8 +139,7 @@ def perceived(eval_data: Path, tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["jfk.flac", "leopard_test.wav"])
 def test_wer_on_real_speech(perceived, eval_data, name):
-    reference = (bench.JFK_REFERENCE if name == "jfk.flac"
-                 else bench.leopard_reference(eval_data / "audio", "test.wav"))
+    reference = bench.JFK_REFERENCE if name == "jfk.flac" else bench.leopard_reference(eval_data / "audio", "test.wav")
     observations = perceived(name)
     assert bench.wer(reference, " ".join(o.text for o in observations)) <= 0.05
     for o in observations:
@@ -201,8 +224,10 @@ def test_single_speaker_test_and_spectral_clustering_on_real_voices(eval_data):
 
     voice = get_model("voice", Settings())
     audio = {n: media.decode_audio(eval_data / "audio" / n) for n in ("jfk.flac", "leopard_test.wav")}
-    windows = {n: voice.embed_windows(a, [i * 0.5 for i in range(int(len(a) / 16_000 / 0.5) - 3)], 1.5)
-               for n, a in audio.items()}
+    windows = {
+        n: voice.embed_windows(a, [i * 0.5 for i in range(int(len(a) / 16_000 / 0.5) - 3)], 1.5)
+        for n, a in audio.items()
+    }
     assert single_speaker(windows["jfk.flac"]) and single_speaker(windows["leopard_test.wav"])
     both = np.concatenate([windows["jfk.flac"], windows["leopard_test.wav"]])
     assert not single_speaker(both) and single_speaker(both[:2])
@@ -269,6 +294,7 @@ def test_multilingual_model_detects_the_language(eval_data, lang, max_wer):
 
 # --- bad input ------------------------------------------------------------------------------------------
 
+
 def _ingest(path: Path):
     from engram.api.cli.main import ingest_paths
 
@@ -278,8 +304,11 @@ def _ingest(path: Path):
 @pytest.mark.parametrize(("seconds", "signal"), [(3.0, "silence"), (0.1, "tone"), (0.02, "tone")])
 def test_silent_audio_is_skipped_and_tiny_audio_done_with_no_observations(engram_env, tmp_path, seconds, signal):
     n = int(seconds * media.SAMPLE_RATE)
-    samples = (np.zeros(n, np.float32) if signal == "silence"
-               else 0.3 * np.sin(np.arange(n) * 2 * np.pi * 440 / media.SAMPLE_RATE).astype(np.float32))
+    samples = (
+        np.zeros(n, np.float32)
+        if signal == "silence"
+        else 0.3 * np.sin(np.arange(n) * 2 * np.pi * 440 / media.SAMPLE_RATE).astype(np.float32)
+    )
     path = tmp_path / f"{signal}-{seconds}.wav"
     path.write_bytes(media.wav_bytes(samples))
     out = _ingest(path)

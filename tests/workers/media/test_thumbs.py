@@ -48,9 +48,17 @@ def _event(engram_env, tmp_path, name: str, data: bytes, kind, mime: str):
 
     path = tmp_path / name
     path.write_bytes(data)
-    event = MediaEvent(tenant_id="acme", user_id="alice", device_id="laptop", kind=kind,
-                       object_key=f"media/acme/{name}", sha256=sha256_file(path), size=len(data),
-                       mime_type=mime, captured_at="2024-05-02T18:03:00Z")
+    event = MediaEvent(
+        tenant_id="acme",
+        user_id="alice",
+        device_id="laptop",
+        kind=kind,
+        object_key=f"media/acme/{name}",
+        sha256=sha256_file(path),
+        size=len(data),
+        mime_type=mime,
+        captured_at="2024-05-02T18:03:00Z",
+    )
     engram_env.objects.put_file(event.object_key, path)
     engram_env.ledger.record_queued(event)
     return event
@@ -84,6 +92,7 @@ def test_each_clip_segment_gets_a_thumbnail_of_its_first_keyframe(engram_env, tm
     jobs = plan(runtime(), event)
     assert len(jobs) == 2
     for job in jobs:
-        with Image.open(io.BytesIO(engram_env.objects.get_bytes(thumb_key("acme", event.event_id,
-                                                                           job.segment_index)))) as thumb:
+        with Image.open(
+            io.BytesIO(engram_env.objects.get_bytes(thumb_key("acme", event.event_id, job.segment_index)))
+        ) as thumb:
             assert thumb.format == "WEBP" and thumb.size == (64, 64)  # a small video is never enlarged

@@ -35,8 +35,11 @@ def pixels(path: Path) -> np.ndarray:
 
 # --- OCR ----------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("name", "needle"), [("screenpipe_testing_OCR.png", "receiver_count"),
-                                              ("screenpipe_testing_OCR_chinese.png", "管理分支")])
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [("screenpipe_testing_OCR.png", "receiver_count"), ("screenpipe_testing_OCR_chinese.png", "管理分支")],
+)
 def test_ocr_finds_the_named_strings(engram_env, eval_data, name, needle):
     lines = vision.ocr_lines(engram_env, "acme", pixels(eval_data / "screens" / name))
     assert any(needle in ln.text for ln in lines)
@@ -82,8 +85,10 @@ def test_ocr_cache_is_keyed_by_pixels_and_read_back(engram_env, tmp_path):
     Image.fromarray(shot).save(buf, format="WEBP", lossless=True)
     again = np.asarray(Image.open(buf).convert("RGB"))
     assert vision.pixels_sha256(again) == vision.pixels_sha256(shot)
-    planted = [OcrLine(text="from the cache", confidence=0.9, box=(0, 0, 1, 1)),
-               OcrLine(text="too faint", confidence=0.1, box=(0, 2, 1, 3))]
+    planted = [
+        OcrLine(text="from the cache", confidence=0.9, box=(0, 0, 1, 1)),
+        OcrLine(text="too faint", confidence=0.1, box=(0, 2, 1, 3)),
+    ]
     rt.objects.put_bytes(key, vault.seal(rt.settings, TypeAdapter(list[OcrLine]).dump_json(planted)))
     assert [ln.text for ln in vision.ocr_lines(rt, "acme", again)] == ["from the cache"]
     assert not rt.objects.exists(vision.ocr_cache_key("globex", model_id, vision.pixels_sha256(shot)))
@@ -99,8 +104,9 @@ def test_an_image_without_text_reads_no_lines_and_prints_no_warning(engram_env, 
 
 def test_screenshot_keeps_lines_app_and_window(engram_env, tmp_path):
     shot = render_png(tmp_path / "mail.png", ["Re: quarterly budget review"])
-    out = ingest_paths([shot], **WHO, device="laptop", app_name="Thunderbird", window="Inbox", quiet=True,
-                       consolidate=False)
+    out = ingest_paths(
+        [shot], **WHO, device="laptop", app_name="Thunderbird", window="Inbox", quiet=True, consolidate=False
+    )
     assert [p.name for p, _ in out["done"]] == ["mail.png"]
     [point] = engram_env.vectors.scroll("observations", None)
     obs = point.payload
@@ -110,6 +116,7 @@ def test_screenshot_keeps_lines_app_and_window(engram_env, tmp_path):
 
 
 # --- near-duplicates -----------------------------------------------------------------------------------------
+
 
 def test_static_screen_drops_and_new_content_is_kept(eval_data):
     from engram.schemas.settings import Settings
@@ -123,12 +130,13 @@ def test_static_screen_drops_and_new_content_is_kept(eval_data):
     for what, img in ev.changed_screens(base).items():
         assert not dup(frames[0], sig(img)), what
     real = [sig(Image.open(p).convert("RGB")) for p in sorted((eval_data / "screens").glob("screenpipe_*.png"))]
-    assert not any(dup(a, b) for i, a in enumerate(real) for b in real[i + 1:])
+    assert not any(dup(a, b) for i, a in enumerate(real) for b in real[i + 1 :])
     # a signature stored before thumbnails were kept (a bare pHash) still compares by its hash
     assert dup(frames[0].split(":")[0], frames[1]) and media.frame_similarity(frames[0], frames[1])[1] > 0.99
 
 
 # --- faces -----------------------------------------------------------------------------------------------------
+
 
 def test_face_clustering_pairwise_f1(engram_env, eval_data):
     folder = eval_data / "faces" / "deepface"
@@ -144,8 +152,7 @@ def test_face_clustering_pairwise_f1(engram_env, eval_data):
 def test_clip_faces_match_the_reference_faces(engram_env, eval_data):
     video = eval_data / "video"
     faces = ev.clip_faces(video / "short_hamilton_clip.mp4")
-    assert faces and all(f.frame_s is not None and 0 <= f.frame_s <= 10.1 and len(f.embedding) == 128
-                         for f in faces)
+    assert faces and all(f.frame_s is not None and 0 <= f.frame_s <= 10.1 and len(f.embedding) == 128 for f in faces)
     assert all(0 <= f.box[0] < f.box[2] <= 640 and 0 <= f.box[1] < f.box[3] <= 360 for f in faces)
     best = ev.match_references(faces, ev.reference_faces(video))
     assert set(best) == {"alex-lacamoire", "lin-manuel-miranda"}
@@ -164,6 +171,7 @@ def test_large_frames_are_downscaled_and_boxes_mapped_back(engram_env, eval_data
 
 
 # --- captions (a stub HTTP server stands in for the VLM endpoint) ------------------------------------------
+
 
 @pytest.fixture
 def vlm_stub():
@@ -237,6 +245,7 @@ def test_caption_endpoint_down_fails_the_event_when_required(engram_env, monkeyp
 
 
 # --- bad input ---------------------------------------------------------------------------------------------------
+
 
 def _broken_clip(seconds: int = 4) -> bytes:
     """A real MPEG-4 video (64x64, 10 fps, changing frames) with random bytes over the middle of its stream."""

@@ -33,11 +33,24 @@ def ingested(eval_data: Path, tmp_path_factory):
     from engram.workers.runtime import reset_runtimes, runtime
 
     media_dir = tmp_path_factory.mktemp("entity-media")
-    files = [*be.jfk_halves(eval_data / "audio", media_dir), eval_data / "audio" / "leopard_test.wav",
-             eval_data / "audio" / "pyannote_sample.wav", eval_data / "video" / "short_hamilton_clip.mp4"]
+    files = [
+        *be.jfk_halves(eval_data / "audio", media_dir),
+        eval_data / "audio" / "leopard_test.wav",
+        eval_data / "audio" / "pyannote_sample.wav",
+        eval_data / "video" / "short_hamilton_clip.mp4",
+    ]
     if shutil.which("espeak-ng"):
-        subprocess.run(["espeak-ng", "-s", "140", "-w", str(media_dir / "alice.wav"), "Hello, my name is Alice. "
-                        "I am recording a note about the budget review on Friday."], check=True)
+        subprocess.run(
+            [
+                "espeak-ng",
+                "-s",
+                "140",
+                "-w",
+                str(media_dir / "alice.wav"),
+                "Hello, my name is Alice. I am recording a note about the budget review on Friday.",
+            ],
+            check=True,
+        )
         files.append(media_dir / "alice.wav")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENGRAM_DATA_DIR", str(tmp_path_factory.mktemp("entity-data")))
@@ -80,20 +93,36 @@ def _dialogue(folder: Path) -> Path:
     """Two espeak-ng voices taking turns (a man's, a woman's, the man's again; 18 s): a recording whose two
     speakers the clustering separates on any machine (their windows' last merge at cosine distance ~0.41 against
     ~0.14 within a voice, the threshold 0.3)."""
-    turns = [("en-us+m3", "Good morning. I checked the budget numbers for the second quarter and the travel costs "
-              "went up again."),
-             ("en-us+f2", "Thanks. Then we should move the review to Friday and ask finance for the new figures "
-              "before lunch."),
-             ("en-us+m3", "Fine, I will send them the spreadsheet this afternoon.")]
+    turns = [
+        (
+            "en-us+m3",
+            "Good morning. I checked the budget numbers for the second quarter and the travel costs went up again.",
+        ),
+        (
+            "en-us+f2",
+            "Thanks. Then we should move the review to Friday and ask finance for the new figures before lunch.",
+        ),
+        ("en-us+m3", "Fine, I will send them the spreadsheet this afternoon."),
+    ]
     parts = []
     for i, (voice, text) in enumerate(turns):
         parts.append(folder / f"turn{i}.wav")
         subprocess.run(["espeak-ng", "-v", voice, "-s", "145", "-w", str(parts[-1]), text], check=True)
     out = folder / "dialogue.wav"
     inputs = [arg for part in parts for arg in ("-i", str(part))]
-    subprocess.run(["ffmpeg", "-loglevel", "error", "-y", *inputs, "-filter_complex",
-                    f"{''.join(f'[{i}:a]' for i in range(len(parts)))}concat=n={len(parts)}:v=0:a=1", str(out)],
-                   check=True)
+    subprocess.run(
+        [
+            "ffmpeg",
+            "-loglevel",
+            "error",
+            "-y",
+            *inputs,
+            "-filter_complex",
+            f"{''.join(f'[{i}:a]' for i in range(len(parts)))}concat=n={len(parts)}:v=0:a=1",
+            str(out),
+        ],
+        check=True,
+    )
     return out
 
 
@@ -137,15 +166,18 @@ def test_a_spoken_name_binds_to_the_voice_entity(ingested):
     assert all(not _entity(rt, TENANT, e).names for e in _voice_entities(by_file["jfk-half0.wav"]))
 
 
-@pytest.mark.parametrize("text, names", [
-    ("Hello, my name is Alice. I work here.", ["Alice"]),
-    ("hi this is Bob Smith speaking, can you hear me", ["Bob Smith"]),
-    ("This is Diane in New Jersey and I'm Sheila and Texas", ["Sheila"]),
-    ("I'm going to the store. I am American. I'm Sorry.", []),
-    ("this is Python and my name is not important", []),
-    ("My name's Zoë-Ann? No, call me Friday.", ["Zoë-Ann"]),
-    ("my name is JSON-like and I am Ready", []),
-])
+@pytest.mark.parametrize(
+    "text, names",
+    [
+        ("Hello, my name is Alice. I work here.", ["Alice"]),
+        ("hi this is Bob Smith speaking, can you hear me", ["Bob Smith"]),
+        ("This is Diane in New Jersey and I'm Sheila and Texas", ["Sheila"]),
+        ("I'm going to the store. I am American. I'm Sorry.", []),
+        ("this is Python and my name is not important", []),
+        ("My name's Zoë-Ann? No, call me Friday.", ["Zoë-Ann"]),
+        ("my name is JSON-like and I am Ready", []),
+    ],
+)
 def test_names_in_transcript(text, names):
     from engram.workers.memory.entities import names_in_transcript
 
@@ -160,12 +192,14 @@ def _copy(rt, by_file: dict, names: list[str], tenant: str) -> list[EmbeddedObse
     for name in names:
         for obs in by_file[name]:
             (rec,) = rt.vectors.retrieve(OBSERVATIONS, [obs.id], with_vectors=True)
-            copy = obs.model_copy(deep=True, update={"tenant_id": tenant, "entity_ids": [],
-                                                     "id": uuid.uuid5(obs.id, tenant)})
+            copy = obs.model_copy(
+                deep=True, update={"tenant_id": tenant, "entity_ids": [], "id": uuid.uuid5(obs.id, tenant)}
+            )
             for face in copy.faces:
                 face.entity_id = None
-            out.append(EmbeddedObservation(observation=copy, dense=rec.vector[DENSE], sparse_indices=[],
-                                           sparse_values=[]))
+            out.append(
+                EmbeddedObservation(observation=copy, dense=rec.vector[DENSE], sparse_indices=[], sparse_values=[])
+            )
     return out
 
 
@@ -210,8 +244,12 @@ def test_merge_moves_samples_and_links_and_search_follows(ingested):
     assert len(entities) == 2
     jfk_id = next(iter(_stored_entity_ids(rt, "merge", "jfk-half0.wav")))
     leopard_id = next(iter(_stored_entity_ids(rt, "merge", "leopard_test.wav")))
-    hits = search(rt, SearchRequest(query="ask what your country can do", tenant_id="merge", entities=[leopard_id],
-                                    memory_types=["observation"])).hits
+    hits = search(
+        rt,
+        SearchRequest(
+            query="ask what your country can do", tenant_id="merge", entities=[leopard_id], memory_types=["observation"]
+        ),
+    ).hits
     assert hits and all(Path(h.source_name).name == "leopard_test.wav" for h in hits)
 
     kept = merge_entities(rt, "merge", jfk_id, leopard_id)
@@ -219,8 +257,9 @@ def test_merge_moves_samples_and_links_and_search_follows(ingested):
     assert kept.merged_from[0].reason == "manual" and kept.voice_count == 2 and len(kept.voice_samples) == 2
     assert [e.id for e in list_entities(rt, "merge")] == [kept.id]
     assert _stored_entity_ids(rt, "merge", "leopard_test.wav") == {jfk_id}
-    hits = search(rt, SearchRequest(query="country", tenant_id="merge", entities=[jfk_id],
-                                    memory_types=["observation"])).hits
+    hits = search(
+        rt, SearchRequest(query="country", tenant_id="merge", entities=[jfk_id], memory_types=["observation"])
+    ).hits
     assert {Path(h.source_name).name for h in hits} == {"jfk-half0.wav", "leopard_test.wav"}
     assert not search(rt, SearchRequest(query="country", tenant_id="merge", entities=[leopard_id])).hits
     with pytest.raises(KeyError):
@@ -230,8 +269,12 @@ def test_merge_moves_samples_and_links_and_search_follows(ingested):
 def _stored_entity_ids(rt, tenant: str, file_name: str) -> set[str]:
     from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
 
-    return {e for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant))
-            if Path(r.payload["source_name"]).name == file_name for e in r.payload["entity_ids"]}
+    return {
+        e
+        for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(tenant))
+        if Path(r.payload["source_name"]).name == file_name
+        for e in r.payload["entity_ids"]
+    }
 
 
 def test_search_by_entity_returns_only_its_observations(ingested):
@@ -240,23 +283,42 @@ def test_search_by_entity_returns_only_its_observations(ingested):
     rt, by_file = ingested
     (jfk,) = _voice_entities(by_file["jfk-half0.wav"])
     linked = {str(o.id) for obs in by_file.values() for o in obs if jfk in o.entity_ids}
-    hits = search(rt, SearchRequest(query="ask not what your country can do for you", tenant_id=TENANT,
-                                    entities=[jfk], memory_types=["observation"], limit=20)).hits
+    hits = search(
+        rt,
+        SearchRequest(
+            query="ask not what your country can do for you",
+            tenant_id=TENANT,
+            entities=[jfk],
+            memory_types=["observation"],
+            limit=20,
+        ),
+    ).hits
     assert hits and {str(h.id) for h in hits} <= linked
     assert {Path(h.source_name).name for h in hits} == {"jfk-half0.wav"}
 
 
-def _clip_like(source: Observation, tenant: str, n: int, faces: list, voice: list[float],
-               *others: list[float]) -> Observation:
+def _clip_like(
+    source: Observation, tenant: str, n: int, faces: list, voice: list[float], *others: list[float]
+) -> Observation:
     """A copy of clip observation ``source`` in ``tenant`` (segment ``n`` of a new event) with these faces, main
     voice and other speakers' voices."""
     event = uuid.uuid5(source.event_id, f"{tenant}-{n}")
-    voices = [SpeakerVoice(speaker_label=f"spk{i}", embedding=v, seconds=10.0 - i)
-              for i, v in enumerate([voice, *others])]
-    return source.model_copy(deep=True, update={
-        "tenant_id": tenant, "event_id": event, "id": uuid.uuid5(event, "clip"), "entity_ids": [],
-        "faces": [f.model_copy(update={"entity_id": None}) for f in faces], "voice_embedding": voice,
-        "speaker_label": "spk0", "speaker_voices": voices})
+    voices = [
+        SpeakerVoice(speaker_label=f"spk{i}", embedding=v, seconds=10.0 - i) for i, v in enumerate([voice, *others])
+    ]
+    return source.model_copy(
+        deep=True,
+        update={
+            "tenant_id": tenant,
+            "event_id": event,
+            "id": uuid.uuid5(event, "clip"),
+            "entity_ids": [],
+            "faces": [f.model_copy(update={"entity_id": None}) for f in faces],
+            "voice_embedding": voice,
+            "speaker_label": "spk0",
+            "speaker_voices": voices,
+        },
+    )
 
 
 def test_every_voice_of_a_clip_segment_is_linked(ingested):

@@ -15,9 +15,17 @@ from engram.schemas.observations import Observation
 
 def _observation(tenant: str, n: int, **fields) -> Observation:
     event = uuid.uuid5(uuid.NAMESPACE_URL, f"{tenant}-{n}")
-    return Observation(id=uuid.uuid5(event, "obs"), tenant_id=tenant, user_id="u", device_id="d", event_id=event,
-                       segment_index=0, captured_at=datetime(2024, 5, 1, 9, n, tzinfo=UTC), object_key="media/x",
-                       **fields)
+    return Observation(
+        id=uuid.uuid5(event, "obs"),
+        tenant_id=tenant,
+        user_id="u",
+        device_id="d",
+        event_id=event,
+        segment_index=0,
+        captured_at=datetime(2024, 5, 1, 9, n, tzinfo=UTC),
+        object_key="media/x",
+        **fields,
+    )
 
 
 def test_an_old_entities_collection_on_a_server_is_rebuilt_and_its_people_kept(tmp_path):
@@ -31,10 +39,25 @@ def test_an_old_entities_collection_on_a_server_is_rebuilt_and_its_people_kept(t
 
     client = QdrantClient(path=str(tmp_path / "server"))
     old = entity_id("t", "Alice")
-    client.create_collection(ENTITIES, vectors_config={"text": qm.VectorParams(
-        size=384, distance=qm.Distance.COSINE)})  # as the first link stage made it
-    client.upsert(ENTITIES, [qm.PointStruct(id=str(old), vector={"text": [1.0] + [0.0] * 383}, payload={
-        "tenant_id": "t", "entity_type": "person", "names": ["Alice"], "first_seen_ts": 100.0, "last_seen_ts": 200.0})])
+    client.create_collection(
+        ENTITIES, vectors_config={"text": qm.VectorParams(size=384, distance=qm.Distance.COSINE)}
+    )  # as the first link stage made it
+    client.upsert(
+        ENTITIES,
+        [
+            qm.PointStruct(
+                id=str(old),
+                vector={"text": [1.0] + [0.0] * 383},
+                payload={
+                    "tenant_id": "t",
+                    "entity_type": "person",
+                    "names": ["Alice"],
+                    "first_seen_ts": 100.0,
+                    "last_seen_ts": 200.0,
+                },
+            )
+        ],
+    )
     store = ClientVectorStore(client, local=True)
     store.ensure(ENTITIES)
     assert {FACE, VOICE} <= set(client.get_collection(ENTITIES).config.params.vectors)
@@ -52,14 +75,39 @@ def test_a_name_in_an_utterance_binds_to_its_voice_and_chat_names_stay_apart(eng
     rng = np.random.default_rng(0)
     voice = rng.normal(size=256)
     voice /= np.linalg.norm(voice)
-    said = _observation("t", 1, kind=MediaKind.audio, text="Hi, my name is Carol and I run the budget review.",
-                        transcript="Hi, my name is Carol and I run the budget review.", start_s=0.0, end_s=3.0,
-                        voice_embedding=voice.tolist(), speaker_label="spk0")
-    later = _observation("t", 2, kind=MediaKind.audio, text="The review moved to Friday.", start_s=0.0, end_s=2.0,
-                         transcript="The review moved to Friday.", voice_embedding=voice.tolist(), speaker_label="spk0")
+    said = _observation(
+        "t",
+        1,
+        kind=MediaKind.audio,
+        text="Hi, my name is Carol and I run the budget review.",
+        transcript="Hi, my name is Carol and I run the budget review.",
+        start_s=0.0,
+        end_s=3.0,
+        voice_embedding=voice.tolist(),
+        speaker_label="spk0",
+    )
+    later = _observation(
+        "t",
+        2,
+        kind=MediaKind.audio,
+        text="The review moved to Friday.",
+        start_s=0.0,
+        end_s=2.0,
+        transcript="The review moved to Friday.",
+        voice_embedding=voice.tolist(),
+        speaker_label="spk0",
+    )
     other = rng.normal(size=256)
-    stranger = _observation("t", 3, kind=MediaKind.audio, text="I'm going home.", transcript="I'm going home.",
-                            start_s=0.0, end_s=1.0, voice_embedding=(other / np.linalg.norm(other)).tolist())
+    stranger = _observation(
+        "t",
+        3,
+        kind=MediaKind.audio,
+        text="I'm going home.",
+        transcript="I'm going home.",
+        start_s=0.0,
+        end_s=1.0,
+        voice_embedding=(other / np.linalg.norm(other)).tolist(),
+    )
     for obs in (said, later, stranger):
         link_observations(EntityMemory(rt, "t"), [obs])
     assert said.entity_ids == later.entity_ids != stranger.entity_ids
@@ -79,8 +127,10 @@ def test_engram_entities_lists_and_merges(engram_env, capsys):
     from engram.workers.memory.entities import EntityMemory, list_entities
 
     rt = engram_env
-    turns = [_observation("t", n, kind=MediaKind.text, text=f"turn {n}", speaker=s)
-             for n, s in enumerate(["Ann", "Ben", "Ann", "u"])]  # "u": the user id, the user's own entity
+    turns = [
+        _observation("t", n, kind=MediaKind.text, text=f"turn {n}", speaker=s)
+        for n, s in enumerate(["Ann", "Ben", "Ann", "u"])
+    ]  # "u": the user id, the user's own entity
     link_observations(EntityMemory(rt, "t"), turns)
     people = list_entities(rt, "t")
     ann, ben = (str(e.id) for e in people if e.role == "person")  # most observations first

@@ -41,10 +41,13 @@ def persisted(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` (the published originals included), by path. Read by a child process: closing a
     file of an SQLite database this process has open would drop this process's POSIX locks on it (all of them, by
     the process), and another process's close would then delete the write-ahead log under its connections."""
-    code = ("import pathlib, pickle, sys; r = pathlib.Path(sys.argv[1]); "
-            "sys.stdout.buffer.write(pickle.dumps({str(p): p.read_bytes() for p in r.rglob('*') if p.is_file()}))")
-    return pickle.loads(subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, check=True,
-                                       timeout=120).stdout)
+    code = (
+        "import pathlib, pickle, sys; r = pathlib.Path(sys.argv[1]); "
+        "sys.stdout.buffer.write(pickle.dumps({str(p): p.read_bytes() for p in r.rglob('*') if p.is_file()}))"
+    )
+    return pickle.loads(
+        subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, check=True, timeout=120).stdout
+    )
 
 
 def found_in(blobs: dict[str, bytes], needles: list[bytes]) -> list[tuple[str, str]]:
@@ -54,9 +57,14 @@ def found_in(blobs: dict[str, bytes], needles: list[bytes]) -> list[tuple[str, s
 
 def cli(data: Path, *args: str) -> bytes:
     """``engram --log-format json -v <args>`` on ``data``: what it printed with its log lines (exit 0 asserted)."""
-    proc = subprocess.run([sys.executable, "-m", "engram.api.cli", "--log-format", "json", "-v", *args],
-                          env={**os.environ, "ENGRAM_DATA_DIR": str(data)}, cwd=REPO, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "--log-format", "json", "-v", *args],
+        env={**os.environ, "ENGRAM_DATA_DIR": str(data)},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     return proc.stdout
 
@@ -78,8 +86,9 @@ def searched(rt, query: str, user: str | None = None) -> str:
     from engram.schemas.search import SearchRequest
     from engram.workers.memory.search import search
 
-    resp = search(rt, SearchRequest(query=query, tenant_id=TENANT, user_id=user, memory_types=list(MemoryType),
-                                    limit=50))
+    resp = search(
+        rt, SearchRequest(query=query, tenant_id=TENANT, user_id=user, memory_types=list(MemoryType), limit=50)
+    )
     return json.dumps([h.model_dump(mode="json") for h in resp.hits])
 
 
@@ -99,12 +108,34 @@ def write_inputs(folder: Path) -> tuple[Path, Path, Path, Path]:
     to delete (``SHOT_LINES``), one to keep (``KEPT_SHOT``) and bob's chat (``BOBS``); returns (chat, shot,
     kept shot, bob's chat)."""
     chat = folder / "chat.jsonl"
-    chat.write_text("".join(json.dumps({"message_id": f"m{i}", "session_id": "s1", "speaker": "alice", "text": t,
-                                        "timestamp": f"2024-05-01T10:0{i}:00+00:00"}) + "\n"
-                            for i, t in enumerate([KEPT, GONE, KEPT_TOO])))
+    chat.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "message_id": f"m{i}",
+                    "session_id": "s1",
+                    "speaker": "alice",
+                    "text": t,
+                    "timestamp": f"2024-05-01T10:0{i}:00+00:00",
+                }
+            )
+            + "\n"
+            for i, t in enumerate([KEPT, GONE, KEPT_TOO])
+        )
+    )
     bob = folder / "bob.jsonl"
-    bob.write_text(json.dumps({"message_id": "b0", "session_id": "b", "speaker": "bob", "text": BOBS,
-                               "timestamp": "2024-05-01T10:00:00+00:00"}) + "\n")
+    bob.write_text(
+        json.dumps(
+            {
+                "message_id": "b0",
+                "session_id": "b",
+                "speaker": "bob",
+                "text": BOBS,
+                "timestamp": "2024-05-01T10:00:00+00:00",
+            }
+        )
+        + "\n"
+    )
     shot = render_png(folder / "ledger.png", SHOT_LINES, size=(900, 140))
     kept_shot = render_png(folder / "roadmap.png", KEPT_SHOT, size=(900, 100))
     return chat, shot, kept_shot, bob
@@ -117,10 +148,12 @@ def ingest(rt, folder: Path) -> dict[str, object]:
     from engram.workers.consolidate import consolidate_user
 
     chat, shot, kept_shot, bob = write_inputs(folder)
-    events = [publish_file(rt, classify(chat), TENANT, USER, "laptop"),
-              publish_file(rt, classify(shot), TENANT, USER, "laptop", captured_at=MAY, app_name="Ledgerly"),
-              publish_file(rt, classify(kept_shot), TENANT, USER, "laptop", captured_at=MAY, app_name="Firefox"),
-              publish_file(rt, classify(bob), TENANT, OTHER, "phone")]
+    events = [
+        publish_file(rt, classify(chat), TENANT, USER, "laptop"),
+        publish_file(rt, classify(shot), TENANT, USER, "laptop", captured_at=MAY, app_name="Ledgerly"),
+        publish_file(rt, classify(kept_shot), TENANT, USER, "laptop", captured_at=MAY, app_name="Firefox"),
+        publish_file(rt, classify(bob), TENANT, OTHER, "phone"),
+    ]
     assert all(r.status is EventStatus.done for r in run_events(rt, events))
     consolidate_user(TENANT, USER)
     consolidate_user(TENANT, OTHER)
@@ -141,7 +174,7 @@ def test_deleted_items_are_nowhere(engram_env, tmp_path, capsys):
     read = shot_obs.payload["text"]  # the screenshot as OCR read it: what is stored
     assert "Marguerite" in read and "Halvorsen" in read, read
     png = Path(got["shot"]).read_bytes()
-    shot_needles = [w.encode() for w in read.split() if len(w) >= 8] + [png[len(png) // 2:len(png) // 2 + 48]]
+    shot_needles = [w.encode() for w in read.split() if len(w) >= 8] + [png[len(png) // 2 : len(png) // 2 + 48]]
     episode = json.dumps([p.payload for p in rt.vectors.scroll(MemoryType.episodic.value, tenant_filter(TENANT))])
     assert GONE in episode and KEPT in episode  # one episode quotes the sentence and the kept ones
     before = persisted(data)
@@ -157,8 +190,11 @@ def test_deleted_items_are_nowhere(engram_env, tmp_path, capsys):
     assert found_in(blobs, [KEPT.encode()])  # another item's content stays
     rt = fresh_runtime()
     assert GONE not in stored(rt) and "violet lighthouse" not in searched(rt, "zebra quokka treaty lighthouse")
-    kept_episode = [p.payload for p in rt.vectors.scroll(MemoryType.episodic.value, tenant_filter(TENANT, USER))
-                    if KEPT in p.payload.get("details", "")]
+    kept_episode = [
+        p.payload
+        for p in rt.vectors.scroll(MemoryType.episodic.value, tenant_filter(TENANT, USER))
+        if KEPT in p.payload.get("details", "")
+    ]
     assert kept_episode and KEPT_TOO in kept_episode[0]["details"]  # rewritten, not deleted
     assert str(gone_obs.id) not in json.dumps(kept_episode[0]["provenance"])
     assert KEPT in searched(rt, "lunch with Priya Thai place")
@@ -190,13 +226,28 @@ def test_deleted_items_are_nowhere(engram_env, tmp_path, capsys):
     assert not found_in(blobs, [BOBS.encode(), b"ceramic hedgehog"]), found_in(blobs, [BOBS.encode()])
 
     rt = fresh_runtime()
-    everything = stored(rt) + searched(rt, "saffron walrus cloves") + searched(rt, "spare garage key hedgehog") \
+    everything = (
+        stored(rt)
+        + searched(rt, "saffron walrus cloves")
+        + searched(rt, "spare garage key hedgehog")
         + searched(rt, "zebra quokka treaty")
+    )
     captured = capsys.readouterr()
-    blobs = {**blobs, "cli logs": logs, "store": everything.encode(),
-             "in-process log": (captured.out + captured.err).encode()}
-    needles = [GONE.encode(), b"violet lighthouse", NOTE.encode(), b"saffron walrus", BOBS.encode(),
-               b"ceramic hedgehog", *shot_needles]
+    blobs = {
+        **blobs,
+        "cli logs": logs,
+        "store": everything.encode(),
+        "in-process log": (captured.out + captured.err).encode(),
+    }
+    needles = [
+        GONE.encode(),
+        b"violet lighthouse",
+        NOTE.encode(),
+        b"saffron walrus",
+        BOBS.encode(),
+        b"ceramic hedgehog",
+        *shot_needles,
+    ]
     assert not found_in(blobs, needles), found_in(blobs, needles)
     assert KEPT in everything or KEPT in searched(rt, "lunch with Priya")
     assert b'"event"' in logs  # JSON log lines were written

@@ -18,10 +18,17 @@ from tests.workers.media.test_importers import chatgpt_export
 
 def _observation(tenant: str, n: int, event: uuid.UUID | None = None, **fields) -> Observation:
     event = event or uuid.uuid5(uuid.NAMESPACE_URL, f"{tenant}-{n}")
-    return Observation(id=uuid.uuid5(event, f"obs-{n}"), tenant_id=tenant, user_id=fields.pop("user_id", "sam"),
-                       device_id="d",
-                       event_id=event, segment_index=0, captured_at=datetime(2024, 5, 1, 9, n, tzinfo=UTC),
-                       object_key="media/x", **fields)
+    return Observation(
+        id=uuid.uuid5(event, f"obs-{n}"),
+        tenant_id=tenant,
+        user_id=fields.pop("user_id", "sam"),
+        device_id="d",
+        event_id=event,
+        segment_index=0,
+        captured_at=datetime(2024, 5, 1, 9, n, tzinfo=UTC),
+        object_key="media/x",
+        **fields,
+    )
 
 
 def _people(rt, tenant: str) -> dict[str, list]:
@@ -43,15 +50,26 @@ def test_an_assistant_export_and_added_memories_are_one_user_and_one_assistant(e
 
     rt = engram_env
     (tmp_path / "conversations.json").write_text(json.dumps(chatgpt_export()))
-    result = ingest_paths([tmp_path / "conversations.json"], tenant="t", user="sam", device="d", consolidate=False,
-                          quiet=True)
+    result = ingest_paths(
+        [tmp_path / "conversations.json"], tenant="t", user="sam", device="d", consolidate=False, quiet=True
+    )
     assert not result["failed"]
-    add_embedded(rt, AddMemoryRequest(text="I moved to Leeds in March.", user_id="sam"), "t", "d",
-                 consolidate=False)
-    add_embedded(rt, AddMemoryRequest(user_id="sam", messages=[
-        {"speaker": "user", "text": "Book the ferry."}, {"speaker": "assistant", "text": "Booked for 09:00."},
-        {"speaker": "Sam", "text": "Thanks!"}, {"speaker": "tool", "text": "booking ok"}]), "t", "d",
-        consolidate=False)
+    add_embedded(rt, AddMemoryRequest(text="I moved to Leeds in March.", user_id="sam"), "t", "d", consolidate=False)
+    add_embedded(
+        rt,
+        AddMemoryRequest(
+            user_id="sam",
+            messages=[
+                {"speaker": "user", "text": "Book the ferry."},
+                {"speaker": "assistant", "text": "Booked for 09:00."},
+                {"speaker": "Sam", "text": "Thanks!"},
+                {"speaker": "tool", "text": "booking ok"},
+            ],
+        ),
+        "t",
+        "d",
+        consolidate=False,
+    )
     people = _people(rt, "t")
     assert set(people) == {"self", "assistant"}, people
     (me,), (assistant,) = people["self"], people["assistant"]
@@ -70,8 +88,10 @@ def test_the_users_full_name_and_a_name_held_twice_join(engram_env):
     friend = _observation("t", 0, kind=MediaKind.text, text="hi", speaker="Sam Carter", user_id="maya")
     link_observations(EntityMemory(rt, "t"), [friend])
     assert [p.names for p in _people(rt, "t")["person"]] == [["Sam Carter"]]
-    turns = [_observation("t", n, kind=MediaKind.text, text=f"turn {n}", speaker=s)
-             for n, s in enumerate(["sam", "Sam Carter", "Dana", "Sam Smith"], 1)]
+    turns = [
+        _observation("t", n, kind=MediaKind.text, text=f"turn {n}", speaker=s)
+        for n, s in enumerate(["sam", "Sam Carter", "Dana", "Sam Smith"], 1)
+    ]
     link_observations(EntityMemory(rt, "t"), turns)
     people = _people(rt, "t")
     (me,) = people["self"]
@@ -85,9 +105,17 @@ def test_the_users_full_name_and_a_name_held_twice_join(engram_env):
     assert [p.names for p in _people(rt, "t")["person"]] == [["Dana", "Sam Smith"]]
 
     voice = np.random.default_rng(1).normal(size=256)
-    said = _observation("t", 6, kind=MediaKind.audio, text="Hi, my name is Dana.", transcript="Hi, my name is Dana.",
-                        start_s=0.0, end_s=2.0, voice_embedding=(voice / np.linalg.norm(voice)).tolist(),
-                        speaker_label="spk0")
+    said = _observation(
+        "t",
+        6,
+        kind=MediaKind.audio,
+        text="Hi, my name is Dana.",
+        transcript="Hi, my name is Dana.",
+        start_s=0.0,
+        end_s=2.0,
+        voice_embedding=(voice / np.linalg.norm(voice)).tolist(),
+        speaker_label="spk0",
+    )
     link_observations(EntityMemory(rt, "t"), [said])
     (dana,) = _people(rt, "t")["person"]
     assert said.entity_ids == [str(dana.id)] and dana.voices == 1 and dana.observations == 3
@@ -99,8 +127,10 @@ def test_two_users_own_entities_never_join(engram_env):
     from engram.workers.memory.entities import EntityMemory, name_entity, own_id
 
     rt = engram_env
-    turns = [_observation("t", n, kind=MediaKind.text, text="hi", speaker="user", user_id=u)
-             for n, u in enumerate(["ann", "bea"])]
+    turns = [
+        _observation("t", n, kind=MediaKind.text, text="hi", speaker="user", user_id=u)
+        for n, u in enumerate(["ann", "bea"])
+    ]
     link_observations(EntityMemory(rt, "t"), turns)
     kept = name_entity(rt, "t", own_id("t", "self", "bea"), "ann")
     assert kept.id == own_id("t", "self", "bea") and kept.user_id == "bea"
@@ -116,8 +146,18 @@ def _unit(*parts: tuple[float, int]) -> list[float]:
 
 
 def _utterance(tenant: str, n: int, event: uuid.UUID, label: str, voice: list[float]) -> Observation:
-    return _observation(tenant, n, event, kind=MediaKind.audio, text=f"utterance {n}", transcript=f"utterance {n}",
-                        start_s=float(n), end_s=n + 2.0, voice_embedding=voice, speaker_label=label)
+    return _observation(
+        tenant,
+        n,
+        event,
+        kind=MediaKind.audio,
+        text=f"utterance {n}",
+        transcript=f"utterance {n}",
+        start_s=float(n),
+        end_s=n + 2.0,
+        voice_embedding=voice,
+        speaker_label=label,
+    )
 
 
 def test_speakers_a_recording_separated_never_share_an_entity(engram_env):

@@ -32,25 +32,40 @@ def add_vault_entry(rt, user: str, what: str = "wifi", index: bool = True) -> Kn
 
     now = datetime(2024, 5, 3, 12, tzinfo=UTC)
     entry = KnowledgeVaultEntry(
-        id=memory_id(T, user, "knowledge_vault", what), tenant_id=T, user_id=user, created_at=now, updated_at=now,
-        entry_type="password", caption=f"home {what} password", secret_ciphertext=CIPHERTEXT,
-        provenance=Provenance(start=now, end=now))
+        id=memory_id(T, user, "knowledge_vault", what),
+        tenant_id=T,
+        user_id=user,
+        created_at=now,
+        updated_at=now,
+        entry_type="password",
+        caption=f"home {what} password",
+        secret_ciphertext=CIPHERTEXT,
+        provenance=Provenance(start=now, end=now),
+    )
     if index:
         payload = entry.model_dump(mode="json") | {"start_ts": now.timestamp(), "end_ts": now.timestamp()}
         vec = embed_texts(rt, [entry.index_text()])[0].tolist()
-        rt.vectors.upsert(collection_for(MemoryType.knowledge_vault),
-                          [qm.PointStruct(id=str(entry.id), vector={DENSE: vec}, payload=payload)])
+        rt.vectors.upsert(
+            collection_for(MemoryType.knowledge_vault),
+            [qm.PointStruct(id=str(entry.id), vector={DENSE: vec}, payload=payload)],
+        )
     rt.objects.put_bytes(object_key(T, entry.id), entry.model_dump_json().encode())
     return entry
 
 
 FILES = {
-    "shared.jsonl": [("Alice", "Flights to Lisbon are booked for the budget review."),
-                     ("Dan", "Great, the review is on Thursday at 10.")],
-    "alice.jsonl": [("Alice", "My tomatoes finally turned red in the garden."),
-                    ("Erin", "Pick them before the birds do!")],
-    "bob.jsonl": [("Bob", "I started learning the cello last month."),
-                  ("Frank", "Wonderful, the cello is a lovely instrument.")],
+    "shared.jsonl": [
+        ("Alice", "Flights to Lisbon are booked for the budget review."),
+        ("Dan", "Great, the review is on Thursday at 10."),
+    ],
+    "alice.jsonl": [
+        ("Alice", "My tomatoes finally turned red in the garden."),
+        ("Erin", "Pick them before the birds do!"),
+    ],
+    "bob.jsonl": [
+        ("Bob", "I started learning the cello last month."),
+        ("Frank", "Wonderful, the cello is a lovely instrument."),
+    ],
 }
 
 
@@ -120,8 +135,10 @@ def test_get_list_and_delete(people):
     episodes = list_memories(rt, T, MemoryType.episodic, "alice").items
     assert len(episodes) == 3 and episodes[0].payload["kinds"] == ["screenshot"]  # captured now: newest
     got = get_memory(rt, T, episodes[-1].id)
-    assert got.memory_type is MemoryType.episodic and got.payload["provenance"]["message_ids"] == ["shared-0",
-                                                                                                  "shared-1"]
+    assert got.memory_type is MemoryType.episodic and got.payload["provenance"]["message_ids"] == [
+        "shared-0",
+        "shared-1",
+    ]
     assert get_memory(rt, "another-tenant", got.id) is None  # another tenant's id is unknown
 
     turn = page.items[0]
@@ -143,7 +160,8 @@ def test_export_has_every_type_with_provenance_and_no_secret(people):
     assert len(obs) == 5 and all(m.payload["event_id"] and m.user_id == "alice" for m in obs)
     assert {m.payload.get("message_id") for m in obs} >= {"shared-0", "alice-1"}
     assert export.memories[MemoryType.episodic] and all(
-        m.payload["provenance"]["observation_ids"] for m in export.memories[MemoryType.episodic])
+        m.payload["provenance"]["observation_ids"] for m in export.memories[MemoryType.episodic]
+    )
     [vault] = export.memories[MemoryType.knowledge_vault]
     assert vault.payload["caption"] == "home wifi password"
     bob = export_user(people, T, "bob")
@@ -156,6 +174,7 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
     from engram.workers.memory.records import forget_user
     from engram.workers.memory.search import search
     from engram.workers.memory.vault import list_entries, object_key
+
     rt = people
     alice, bob = keys_of(rt, "alice"), keys_of(rt, "bob")
     shared, own, shot = alice["shared.jsonl"], alice["alice.jsonl"], alice["alice.png"]

@@ -16,9 +16,13 @@ from engram.workers.memory.bursts import jaccard
 from engram.workers.memory.search import search
 
 T0 = datetime(2024, 6, 3, 9, 0, tzinfo=UTC)
-TERMINAL = ["sam@db-primary:~$ df -h /var/lib/postgresql", "/dev/nvme0n1p2 468G 451G 17G 97%",
-            "sam@db-primary:~$ du -sh pg_wal", "112G /var/lib/postgresql/16/main/pg_wal",
-            "replication slot analytics_sync inactive"]
+TERMINAL = [
+    "sam@db-primary:~$ df -h /var/lib/postgresql",
+    "/dev/nvme0n1p2 468G 451G 17G 97%",
+    "sam@db-primary:~$ du -sh pg_wal",
+    "112G /var/lib/postgresql/16/main/pg_wal",
+    "replication slot analytics_sync inactive",
+]
 MAIL = ["From: Dana Whitfield", "Subject: lease renewal Flat 4B", "Please sign the renewal form by 31 March"]
 
 
@@ -64,9 +68,11 @@ def frames(tmp_path_factory) -> Frames:
     src.mkdir()
     term = "sam@db-primary: ~"
     shots = [(f"term-{i}.png", TERMINAL, i, None, "laptop", "xterm", term, T0 + timedelta(minutes=i)) for i in range(5)]
-    shots += [("mail.png", MAIL, 0, None, "laptop", "Thunderbird", "Inbox", T0 + timedelta(minutes=2, seconds=30)),
-              ("term-later.png", TERMINAL, 2, (250, 200, 150), "laptop", "xterm", term, T0 + timedelta(minutes=25)),
-              ("term-desk.png", TERMINAL, 1, (180, 250, 180), "desktop", "xterm", term, T0 + timedelta(minutes=1))]
+    shots += [
+        ("mail.png", MAIL, 0, None, "laptop", "Thunderbird", "Inbox", T0 + timedelta(minutes=2, seconds=30)),
+        ("term-later.png", TERMINAL, 2, (250, 200, 150), "laptop", "xterm", term, T0 + timedelta(minutes=25)),
+        ("term-desk.png", TERMINAL, 1, (180, 250, 180), "desktop", "xterm", term, T0 + timedelta(minutes=1)),
+    ]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENGRAM_DATA_DIR", str(root / "data"))
         for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_BROKER_URL"):
@@ -75,11 +81,21 @@ def frames(tmp_path_factory) -> Frames:
         rt = runtime()
         for name, lines, row, shade, device, app, window, when in shots:
             path = _frame(src / name, lines, row, *([shade] if shade else []))
-            out = ingest_paths([path], tenant="acme", user="sam", device=device, captured_at=when, app_name=app,
-                               window=window, consolidate=False, quiet=True)
+            out = ingest_paths(
+                [path],
+                tenant="acme",
+                user="sam",
+                device=device,
+                captured_at=when,
+                app_name=app,
+                window=window,
+                consolidate=False,
+                quiet=True,
+            )
             assert [p.name for p, _ in out["done"]] == [name], out
-        event_of = {Path(r.source_name).name: str(r.event_id)
-                    for r in rt.ledger.records("acme", EventStatus.done, limit=100)}
+        event_of = {
+            Path(r.source_name).name: str(r.event_id) for r in rt.ledger.records("acme", EventStatus.done, limit=100)
+        }
         yield Frames(rt, event_of)
         reset_runtimes()
 
@@ -93,8 +109,11 @@ def test_a_burst_is_one_hit_that_lists_its_frames(frames):
     loose = frames.find("pg_wal replication slot", collapse=False, kinds=["screenshot"])
     assert sum(h.burst_size for h in loose) == len(loose) and len(loose) >= 7
     hits = frames.find("pg_wal replication slot", kinds=["screenshot"])
-    laptop = [h for h in hits if "term-later.png" not in _names(frames, h)
-              and _names(frames, h) & {f"term-{i}.png" for i in range(5)}]
+    laptop = [
+        h
+        for h in hits
+        if "term-later.png" not in _names(frames, h) and _names(frames, h) & {f"term-{i}.png" for i in range(5)}
+    ]
     assert len(laptop) == 1, [(_names(frames, h), h.burst_size) for h in hits]
     burst = laptop[0]
     assert burst.burst_size == 5 and len(burst.burst_ids) == 4 and burst.id not in burst.burst_ids

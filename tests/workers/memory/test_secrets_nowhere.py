@@ -34,20 +34,28 @@ from tests.workers.media.test_bad_input import render_png
 REPO = Path(__file__).resolve().parents[3]
 TENANT, USER = "acme", "alice"
 # a private key's shape (not a usable key): BEGIN line, base64 body, END line
-PRIVATE_KEY = "\n".join([
-    "-----BEGIN OPENSSH PRIVATE KEY-----",
-    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
-    "QyNTUxOQAAACAg6YhrPzecK5YBwPUKjPYpnTGl4rqOpktfpywYJWq6DQAAAJBJj0j6SY9I",
-    "+gAAAAtzc2gtZWQyNTUxOQAAACAg6YhrPzecK5YBwPUKjPYpnTGl4rqOpktfpywYJWq6DQ",
-    "-----END OPENSSH PRIVATE KEY-----"])
-JWT = ("eyJhbGciOiAiSFMyNTYiLCAidHlwIjogIkpXVCJ9.eyJzdWIiOiAiMTIzNDU2Nzg5MCIsICJuYW1lIjogIkFkYSIsICJpYXQiOiAxNzE2"
-       "MjAwMDAwfQ.q86-mEKsrLv2qJReR0yeRE-L-L8gfPUQ2MR_k-WExMM")
+PRIVATE_KEY = "\n".join(
+    [
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+        "QyNTUxOQAAACAg6YhrPzecK5YBwPUKjPYpnTGl4rqOpktfpywYJWq6DQAAAJBJj0j6SY9I",
+        "+gAAAAtzc2gtZWQyNTUxOQAAACAg6YhrPzecK5YBwPUKjPYpnTGl4rqOpktfpywYJWq6DQ",
+        "-----END OPENSSH PRIVATE KEY-----",
+    ]
+)
+JWT = (
+    "eyJhbGciOiAiSFMyNTYiLCAidHlwIjogIkpXVCJ9.eyJzdWIiOiAiMTIzNDU2Nzg5MCIsICJuYW1lIjogIkFkYSIsICJpYXQiOiAxNzE2"
+    "MjAwMDAwfQ.q86-mEKsrLv2qJReR0yeRE-L-L8gfPUQ2MR_k-WExMM"
+)
 # (entry type, secret, how it is said in a chat message)
 CHAT = [
     ("private_key", PRIVATE_KEY, f"here is the deploy key:\n{PRIVATE_KEY}\nkeep it safe"),
     ("jwt", JWT, f"curl -H 'Authorization: Bearer {JWT}' https://api.example.com/v1/me"),
-    ("webhook", "https://hooks.slack.com/services/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",
-     "post alerts to https://hooks.slack.com/services/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 please"),
+    (
+        "webhook",
+        "https://hooks.slack.com/services/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",
+        "post alerts to https://hooks.slack.com/services/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 please",
+    ),
     ("password", "s3cretDbPw9", "the db is at https://alice:s3cretDbPw9@db.example.com/prod"),
     ("password", "BlueFalcon77", "the wifi password is BlueFalcon77"),
     ("password", "Xk9pQ2zz!", "pw: Xk9pQ2zz!"),
@@ -62,13 +70,17 @@ CHAT = [
     ("email", "alice.w@example.org", "Mail alice.w@example.org about it."),
     ("phone_number", "(415) 555-2671", "or call (415) 555-2671 tonight"),
 ]
-SCREEN = [("password", "Scr33nPass!", "password: Scr33nPass!"),
-          ("aws_access_key", "AKIAJ7Q2WXYZ3ABCD4EF", "key AKIAJ7Q2WXYZ3ABCD4EF"),
-          ("email", "bob.k@example.net", "from bob.k@example.net")]
+SCREEN = [
+    ("password", "Scr33nPass!", "password: Scr33nPass!"),
+    ("aws_access_key", "AKIAJ7Q2WXYZ3ABCD4EF", "key AKIAJ7Q2WXYZ3ABCD4EF"),
+    ("email", "bob.k@example.net", "from bob.k@example.net"),
+]
 WINDOW = ("password", "W1ndowTitle#Pw", "Terminal — mysql -u root password: W1ndowTitle#Pw")
 APP = ("email", "carol.m@example.com", "Mail (carol.m@example.com)")
-METADATA = [("api_key", "sk-live-M3taDataK3yZ9x8w7v6u5t4", "deploy token sk-live-M3taDataK3yZ9x8w7v6u5t4"),
-            ("password", "MetaPw!2024x", "password: MetaPw!2024x")]
+METADATA = [
+    ("api_key", "sk-live-M3taDataK3yZ9x8w7v6u5t4", "deploy token sk-live-M3taDataK3yZ9x8w7v6u5t4"),
+    ("password", "MetaPw!2024x", "password: MetaPw!2024x"),
+]
 EVERY = [*CHAT, *SCREEN, WINDOW, APP, *METADATA]
 # a terminal's screenshot: a JWT wrapped after its 76th character, a GitHub token cut by the window's right edge
 WRAPPED = [f"Authorization: Bearer {JWT[:76]}", f"{JWT[76:]}  (expires in 1 h)"]
@@ -123,33 +135,66 @@ def wrapped_as_read(rt, shot: Path) -> tuple[str, str]:
 def make_inputs(folder: Path) -> tuple[Path, Path, Path]:
     """The chat (every class of secret, one a message), the screenshot and the metadata event's own file."""
     chat = folder / "chat.jsonl"
-    chat.write_text("".join(json.dumps({"message_id": f"m{i}", "session_id": "s1", "speaker": "alice", "text": said,
-                                        "timestamp": f"2024-05-01T10:{i:02d}:00+00:00"}) + "\n"
-                            for i, (_, _, said) in enumerate(CHAT)))
+    chat.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "message_id": f"m{i}",
+                    "session_id": "s1",
+                    "speaker": "alice",
+                    "text": said,
+                    "timestamp": f"2024-05-01T10:{i:02d}:00+00:00",
+                }
+            )
+            + "\n"
+            for i, (_, _, said) in enumerate(CHAT)
+        )
+    )
     shot = render_png(folder / "shot.png", [said for _, _, said in SCREEN], size=(900, 180))
     note = folder / "note.jsonl"
-    note.write_text(json.dumps({"message_id": "x1", "session_id": "s0", "speaker": "alice", "text": "see metadata",
-                                "timestamp": "2024-05-01T09:00:00+00:00"}) + "\n")
+    note.write_text(
+        json.dumps(
+            {
+                "message_id": "x1",
+                "session_id": "s0",
+                "speaker": "alice",
+                "text": "see metadata",
+                "timestamp": "2024-05-01T09:00:00+00:00",
+            }
+        )
+        + "\n"
+    )
     return chat, shot, note
 
 
 def publish_metadata(rt, note: Path):
     """The metadata event (no CLI flag for it), published as a producer does."""
-    return publish_file(rt, classify(note), TENANT, USER, "laptop", captured_at=datetime(2024, 5, 1, tzinfo=UTC),
-                        metadata={f"k{i}": said for i, (_, _, said) in enumerate(METADATA)})
+    return publish_file(
+        rt,
+        classify(note),
+        TENANT,
+        USER,
+        "laptop",
+        captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+        metadata={f"k{i}": said for i, (_, _, said) in enumerate(METADATA)},
+    )
 
 
 def find_leaks(blobs: dict[str, bytes]) -> list[tuple[str, str]]:
     """(entry type, where) of every secret found in ``blobs`` (name -> bytes)."""
-    return [(entry_type, where) for entry_type, secret, _ in EVERY for needle in needles(secret)
-            for where, blob in blobs.items() if needle in blob]
+    return [
+        (entry_type, where)
+        for entry_type, secret, _ in EVERY
+        for needle in needles(secret)
+        for where, blob in blobs.items()
+        if needle in blob
+    ]
 
 
 def persisted(root: Path, skip: str = "media") -> dict[str, bytes]:
     """Every file under ``root`` but the published originals (``objects/media/...``: the user's files as
     given), by path."""
-    return {str(p): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and skip not in p.relative_to(root).parts}
+    return {str(p): p.read_bytes() for p in root.rglob("*") if p.is_file() and skip not in p.relative_to(root).parts}
 
 
 def assert_revealed_whole(rt) -> set[str]:
@@ -185,10 +230,34 @@ def test_secrets_are_nowhere_but_the_vault(engram_env, tmp_path, capsys):
     logs = tmp_path / "cli.log"
     with open(logs, "wb") as out:
         proc = subprocess.run(
-            [sys.executable, "-m", "engram.api.cli", "--log-format", "json", "-v", "ingest", str(chat), str(shot),
-             str(wrapped), "--tenant", TENANT, "--user", USER, "--device", "laptop", "--app", APP[2],
-             "--window", WINDOW[2]],
-            env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "engram.api.cli",
+                "--log-format",
+                "json",
+                "-v",
+                "ingest",
+                str(chat),
+                str(shot),
+                str(wrapped),
+                "--tenant",
+                TENANT,
+                "--user",
+                USER,
+                "--device",
+                "laptop",
+                "--app",
+                APP[2],
+                "--window",
+                WINDOW[2],
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        )
     assert proc.returncode == 0, logs.read_text()[-3000:]
     rt = runtime()
     blobs = persisted(data)
@@ -207,9 +276,14 @@ def test_secrets_are_nowhere_but_the_vault(engram_env, tmp_path, capsys):
 def run_cli(data: Path, *args: str) -> bytes:
     """``engram --log-format json -v <args>`` on the embedded data dir ``data``: what it printed, log lines with
     it (exit 0 asserted)."""
-    proc = subprocess.run([sys.executable, "-m", "engram.api.cli", "--log-format", "json", "-v", *args],
-                          env={**os.environ, "ENGRAM_DATA_DIR": str(data)}, cwd=REPO, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "--log-format", "json", "-v", *args],
+        env={**os.environ, "ENGRAM_DATA_DIR": str(data)},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     return proc.stdout
 
@@ -242,10 +316,16 @@ def test_secrets_said_aloud_are_nowhere_but_the_vault(engram_env, tmp_path, caps
     assert any("falcon" in v.lower() for v in values) and any("hunter" in v.lower() for v in values), values
     points = {c: json.dumps([r.payload for r in rt.vectors.scroll(c, tenant_filter(TENANT))]) for c in COLLECTIONS}
     assert "[vault:" in points[MemoryType.episodic.value]  # consolidation made its memory of the redacted text
-    found = search(rt, SearchRequest(query="what is the wifi password", tenant_id=TENANT,
-                                     memory_types=list(MemoryType), limit=50))
-    blobs = {**persisted(data), "cli": ingested, "export": export_user(rt, TENANT, USER).model_dump_json().encode(),
-             "search": found.model_dump_json().encode(), **{c: p.encode() for c, p in points.items()}}
+    found = search(
+        rt, SearchRequest(query="what is the wifi password", tenant_id=TENANT, memory_types=list(MemoryType), limit=50)
+    )
+    blobs = {
+        **persisted(data),
+        "cli": ingested,
+        "export": export_user(rt, TENANT, USER).model_dump_json().encode(),
+        "search": found.model_dump_json().encode(),
+        **{c: p.encode() for c, p in points.items()},
+    }
     captured = capsys.readouterr()
     blobs["in-process log"] = (captured.out + captured.err).encode()
     leaks = [(where, m.group()) for where, blob in blobs.items() for m in SPOKEN_WORDS.finditer(blob)]
@@ -265,8 +345,12 @@ def test_secrets_are_nowhere_in_the_distributed_mode(restartable_redis, tmp_path
     from engram.workers.runtime import reset_runtimes, runtime
 
     data = tmp_path / "data"
-    env = {"ENGRAM_BROKER_URL": restartable_redis.url, "ENGRAM_DATA_DIR": str(data),
-           "ENGRAM_VAULT_KEY": Fernet.generate_key().decode(), "ENGRAM_TENANT": TENANT}
+    env = {
+        "ENGRAM_BROKER_URL": restartable_redis.url,
+        "ENGRAM_DATA_DIR": str(data),
+        "ENGRAM_VAULT_KEY": Fernet.generate_key().decode(),
+        "ENGRAM_TENANT": TENANT,
+    }
     for var in ("ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "ENGRAM_RESULT_BACKEND", "ENGRAM_REDIS_URL"):
         monkeypatch.delenv(var, raising=False)
     for k, v in env.items():
@@ -277,18 +361,40 @@ def test_secrets_are_nowhere_in_the_distributed_mode(restartable_redis, tmp_path
     proc_env = {**{k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}, **env}
     with open(logs, "wb") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "engram.api.cli", "--log-format", "json", "-v", "worker", "--role", "all",
-             "--pool", "solo", "--hostname", "secrets@test", "--loglevel", "INFO"],
-            env=proc_env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "engram.api.cli",
+                "--log-format",
+                "json",
+                "-v",
+                "worker",
+                "--role",
+                "all",
+                "--pool",
+                "solo",
+                "--hostname",
+                "secrets@test",
+                "--loglevel",
+                "INFO",
+            ],
+            env=proc_env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 120
         while not any("secrets@test" in r for r in (app.control.ping(timeout=1.0) or [])):
             assert worker.poll() is None and time.monotonic() < deadline, logs.read_text()[-3000:]
         rt = runtime()
         chat, shot, note = make_inputs(tmp_path)
-        events = [publish_metadata(rt, note),
-                  publish_file(rt, classify(chat), TENANT, USER, "laptop"),
-                  publish_file(rt, classify(shot), TENANT, USER, "laptop", app_name=APP[2], window=WINDOW[2])]
+        events = [
+            publish_metadata(rt, note),
+            publish_file(rt, classify(chat), TENANT, USER, "laptop"),
+            publish_file(rt, classify(shot), TENANT, USER, "laptop", app_name=APP[2], window=WINDOW[2]),
+        ]
         for event in events:
             app.send_task("workers.ingest.ingest", args=[event.model_dump(mode="json")])
         deadline = time.monotonic() + 240
@@ -308,7 +414,7 @@ def test_secrets_are_nowhere_in_the_distributed_mode(restartable_redis, tmp_path
     blobs["worker log"] = logs.read_bytes()
     captured = capsys.readouterr()
     blobs["test process log"] = (captured.out + captured.err).encode()
-    assert b'succeeded in' in blobs["worker log"] and b'"event"' in blobs["worker log"]
+    assert b"succeeded in" in blobs["worker log"] and b'"event"' in blobs["worker log"]
     assert b"<not logged>" in blobs["worker log"]  # Celery's task lines without their values
     assert not find_leaks(blobs), find_leaks(blobs)
     monkeypatch.setenv("ENGRAM_DATA_DIR", str(data))

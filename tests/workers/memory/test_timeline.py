@@ -21,8 +21,9 @@ def test_kept_records_match_a_fresh_read_and_a_deleted_one_is_gone_at_once(engra
 
     svc = EmbeddedService(linger=60)
     try:
-        for i, (user, text) in enumerate([("alice", "piano tuner on Thursday"), ("alice", "dentist at noon"),
-                                          ("bob", "cello lesson on Friday")]):
+        for i, (user, text) in enumerate(
+            [("alice", "piano tuner on Thursday"), ("alice", "dentist at noon"), ("bob", "cello lesson on Friday")]
+        ):
             resp = svc.add(AddMemoryRequest(text=text, user_id=user, time=DAY + timedelta(hours=8 + i)), "acme", "x")
             assert resp.status is EventStatus.done
         req = TimelineRequest(tenant_id="acme", user_id="alice", time_from=DAY, time_to=DAY + timedelta(days=1))
@@ -34,7 +35,10 @@ def test_kept_records_match_a_fresh_read_and_a_deleted_one_is_gone_at_once(engra
         assert kept.total == 2
         assert "text" in kept.items[0].payload and "ocr_lines" not in kept.items[0].payload
         assert [r.user_id for r in svc.timeline(req.model_copy(update={"user_id": None})).items] == [
-            "bob", "alice", "alice"]
+            "bob",
+            "alice",
+            "alice",
+        ]
         assert svc.timeline(req.model_copy(update={"tenant_id": "globex"})).items == []
         svc.delete_memory("acme", kept.items[0].id)
         after = svc.timeline(req)

@@ -25,12 +25,22 @@ TENANT, USER = "acme", "alice"
 T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
 
 
-def chat(path: Path, turns: list[tuple[str, str]], start: datetime = T0, session: str = "s1",
-         prefix: str = "m") -> Path:
+def chat(
+    path: Path, turns: list[tuple[str, str]], start: datetime = T0, session: str = "s1", prefix: str = "m"
+) -> Path:
     """A JSONL conversation of (speaker, text) turns a minute apart, message ids ``<prefix><n>``."""
-    lines = [json.dumps({"message_id": f"{prefix}{i}", "session_id": session, "speaker": who, "text": text,
-                         "timestamp": (start + timedelta(minutes=i)).isoformat()})
-             for i, (who, text) in enumerate(turns, start=1)]
+    lines = [
+        json.dumps(
+            {
+                "message_id": f"{prefix}{i}",
+                "session_id": session,
+                "speaker": who,
+                "text": text,
+                "timestamp": (start + timedelta(minutes=i)).isoformat(),
+            }
+        )
+        for i, (who, text) in enumerate(turns, start=1)
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -46,16 +56,25 @@ def memories(rt, mtype: MemoryType) -> list[dict]:
 
 def test_typed_memories_with_provenance(engram_env, tmp_path):
     rt = engram_env
-    ingest(chat(tmp_path / "c.jsonl", [
-        ("alice", "I live in Paris and I love painting."),
-        ("Bob", "Nice! My favourite band is Muse."),
-        ("alice", "To publish the blog, first write the draft, then add the photos, finally press publish."),
-        ("Bob", "Here is the guide: https://example.com/blog-guide and the budget.xlsx file."),
-        ("alice", "I'm 34 years old."),
-    ]))
+    ingest(
+        chat(
+            tmp_path / "c.jsonl",
+            [
+                ("alice", "I live in Paris and I love painting."),
+                ("Bob", "Nice! My favourite band is Muse."),
+                ("alice", "To publish the blog, first write the draft, then add the photos, finally press publish."),
+                ("Bob", "Here is the guide: https://example.com/blog-guide and the budget.xlsx file."),
+                ("alice", "I'm 34 years old."),
+            ],
+        )
+    )
     sem = {m["summary"]: m for m in memories(rt, MemoryType.semantic)}
-    assert {"alice lives in Paris", "alice likes painting", "Bob's favourite band is Muse",
-            "alice is 34 years old"} <= set(sem)
+    assert {
+        "alice lives in Paris",
+        "alice likes painting",
+        "Bob's favourite band is Muse",
+        "alice is 34 years old",
+    } <= set(sem)
     paris = sem["alice lives in Paris"]
     assert (paris["name"], paris["attribute"], paris["value"]) == ("alice", "lives_in", "Paris")
     assert paris["provenance"]["message_ids"] == ["m1"]  # the turn's id survives into the memory
@@ -92,14 +111,21 @@ def test_a_fact_takes_its_sentence_vector_from_its_turns_own_pass(engram_env, tm
         return embed(texts, *a, **k)
 
     monkeypatch.setattr(model, "embed", counting_embed)  # a spy: the real model runs
-    ingest(chat(tmp_path / "c.jsonl", [
-        ("alice", "Good morning! I live in Paris and I love painting."),
-        ("Bob", "My favourite band is Muse."),
-        ("alice", "To publish the blog, first write the draft, then add the photos, finally press publish."),
-    ]))
+    ingest(
+        chat(
+            tmp_path / "c.jsonl",
+            [
+                ("alice", "Good morning! I live in Paris and I love painting."),
+                ("Bob", "My favourite band is Muse."),
+                ("alice", "To publish the blog, first write the draft, then add the photos, finally press publish."),
+            ],
+        )
+    )
     texts = {r.payload["message_id"]: r.payload["text"] for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))}
-    sem = {r.payload["summary"]: (r.payload, np.asarray(r.vector[DENSE]))
-           for r in rt.vectors.scroll(MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])}
+    sem = {
+        r.payload["summary"]: (r.payload, np.asarray(r.vector[DENSE]))
+        for r in rt.vectors.scroll(MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])
+    }
     assert set(sem) == {"alice lives in Paris", "alice likes painting", "Bob's favourite band is Muse"}
     _, rows = model.embed_spans([texts["m1"]], [sentence_spans(texts["m1"])])
     assert rows[0].shape == (2, DIM)  # "alice: Good morning!" and the sentence both facts were read from
@@ -125,12 +151,16 @@ def test_a_statement_fact_takes_its_turns_own_embedding(engram_env, tmp_path, mo
         return embed(texts, *a, **k)
 
     monkeypatch.setattr(model, "embed", counting_embed)  # a spy: the real model runs
-    turn = ("I went to a LGBTQ support group yesterday and it was so powerful. The support group has made me "
-            "feel accepted and given me the courage to embrace myself.")
+    turn = (
+        "I went to a LGBTQ support group yesterday and it was so powerful. The support group has made me "
+        "feel accepted and given me the courage to embrace myself."
+    )
     ingest(chat(tmp_path / "c.jsonl", [("Caroline", turn)]))
     [text] = [r.payload["text"] for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))]
-    sem = [(r.payload, np.asarray(r.vector[DENSE])) for r in rt.vectors.scroll(
-        MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])]
+    sem = [
+        (r.payload, np.asarray(r.vector[DENSE]))
+        for r in rt.vectors.scroll(MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])
+    ]
     [(payload, vector)] = [(p, v) for p, v in sem if p["details"] == turn]
     assert payload["summary"].startswith("Caroline went to a LGBTQ support group yesterday")
     assert np.allclose(vector, embed_texts(rt, [text])[0], atol=1e-5)
@@ -143,8 +173,10 @@ def test_a_fact_past_the_models_word_pieces_is_encoded_as_its_own_text(engram_en
     rt = engram_env
     turn = "Xyzzyqwv plorkbat " * 50 + "zorp. My favourite food is ramen."
     ingest(chat(tmp_path / "c.jsonl", [("alice", turn)]))
-    [(payload, vector)] = [(r.payload, np.asarray(r.vector[DENSE])) for r in rt.vectors.scroll(
-        MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])]
+    [(payload, vector)] = [
+        (r.payload, np.asarray(r.vector[DENSE]))
+        for r in rt.vectors.scroll(MemoryType.semantic.value, tenant_filter(TENANT, USER), with_vectors=[DENSE])
+    ]
     assert payload["details"] == "My favourite food is ramen."
     index_text = f"{payload['name']}: {payload['summary']}\n{payload['details']}"
     assert np.allclose(vector, embed_texts(rt, [index_text])[0], atol=1e-5)
@@ -153,9 +185,15 @@ def test_a_fact_past_the_models_word_pieces_is_encoded_as_its_own_text(engram_en
 def test_repeat_reinforces_contradiction_supersedes(engram_env, tmp_path):
     rt = engram_env
     ingest(chat(tmp_path / "a.jsonl", [("alice", "I live in Paris."), ("alice", "My favourite food is ramen.")]))
-    ingest(chat(tmp_path / "b.jsonl", [("Bob", "Alice lives in Paris, right?"),
-                                       ("alice", "Not any more: I moved to Berlin last month.")],
-                start=T0 + timedelta(days=30), session="s2", prefix="n"))
+    ingest(
+        chat(
+            tmp_path / "b.jsonl",
+            [("Bob", "Alice lives in Paris, right?"), ("alice", "Not any more: I moved to Berlin last month.")],
+            start=T0 + timedelta(days=30),
+            session="s2",
+            prefix="n",
+        )
+    )
     facts = {(m["attribute"], m["value"]): m for m in memories(rt, MemoryType.semantic)}
     paris, berlin = facts[("lives_in", "Paris")], facts[("lives_in", "Berlin")]
     # "Alice lives in Paris" again: the same fact, reinforced, not a second memory
@@ -173,8 +211,9 @@ def test_repeat_reinforces_contradiction_supersedes(engram_env, tmp_path):
 
     # a consolidation that runs again over the same observations changes nothing (NOOP)
     before = {m["id"]: (m["recalls"], m["provenance"]) for m in memories(rt, MemoryType.semantic)}
-    rt.vectors.set_payload(OBSERVATIONS, [r.id for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))],
-                           {"consolidated": False})
+    rt.vectors.set_payload(
+        OBSERVATIONS, [r.id for r in rt.vectors.scroll(OBSERVATIONS, tenant_filter(TENANT))], {"consolidated": False}
+    )
     consolidate_user.delay(TENANT, USER).get()
     after = {m["id"]: (m["recalls"], m["provenance"]) for m in memories(rt, MemoryType.semantic)}
     assert after == before
@@ -183,8 +222,15 @@ def test_repeat_reinforces_contradiction_supersedes(engram_env, tmp_path):
 def test_near_duplicate_by_meaning_updates(engram_env, tmp_path):
     rt = engram_env
     ingest(chat(tmp_path / "a.jsonl", [("Bob", "See https://example.com/report for the numbers.")]))
-    ingest(chat(tmp_path / "b.jsonl", [("Bob", "See https://example.com/report for the numbers.")],
-                start=T0 + timedelta(days=1), session="s2", prefix="n"))
+    ingest(
+        chat(
+            tmp_path / "b.jsonl",
+            [("Bob", "See https://example.com/report for the numbers.")],
+            start=T0 + timedelta(days=1),
+            session="s2",
+            prefix="n",
+        )
+    )
     [res] = memories(rt, MemoryType.resource)
     assert res["provenance"]["message_ids"] == ["m1", "n1"] and res["recalls"] == 1
 
@@ -237,13 +283,21 @@ def test_bad_conversations_in_one_batch(engram_env, tmp_path):
     message, an id used twice) go all the way to memories."""
     rt = engram_env
     good = chat(tmp_path / "good.jsonl", [("alice", "I live in Lisbon."), ("Bob", "")])
-    long = chat(tmp_path / "long.jsonl", [("alice", "word " * 20_000), ("alice", "I work at Acme Corp.")],
-                session="s2", prefix="n")
+    long = chat(
+        tmp_path / "long.jsonl",
+        [("alice", "word " * 20_000), ("alice", "I work at Acme Corp.")],
+        session="s2",
+        prefix="n",
+    )
     dup = chat(tmp_path / "dup.jsonl", [("alice", "one"), ("alice", "two")], session="s3", prefix="d")
     dup.write_text(dup.read_text().replace('"d2"', '"d1"'))
     latin = tmp_path / "latin.jsonl"
-    latin.write_bytes(json.dumps({"message_id": "l1", "session_id": "s", "speaker": "a", "text": "café",
-                                  "timestamp": T0.isoformat()}, ensure_ascii=False).encode("latin-1"))
+    latin.write_bytes(
+        json.dumps(
+            {"message_id": "l1", "session_id": "s", "speaker": "a", "text": "café", "timestamp": T0.isoformat()},
+            ensure_ascii=False,
+        ).encode("latin-1")
+    )
     no_ts = tmp_path / "nots.jsonl"
     no_ts.write_text(json.dumps({"message_id": "t1", "session_id": "s", "speaker": "a", "text": "hi"}) + "\n")
     out = ingest_paths([good, long, dup, latin, no_ts], tenant=TENANT, user=USER, device="d", quiet=True)

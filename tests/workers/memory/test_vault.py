@@ -29,53 +29,71 @@ SECRETS = {
     "phone_number": "(415) 555-2671",
     "iban": "DE89 3704 0044 0532 0130 00",
 }
-TURNS = [("alice", f"my OpenAI key is {SECRETS['api_key']} keep it safe"),
-         ("alice", f"AWS: {SECRETS['aws_access_key']} and the password: {SECRETS['password']}"),
-         ("Bob", f"Pay with {SECRETS['credit_card']} or transfer to {SECRETS['iban']}."),
-         ("alice", f"Mail {SECRETS['email']} or call {SECRETS['phone_number']} tomorrow."),
-         ("Bob", "The password is short and the meeting is on 2024-05-08 at 13:56, room 1234567.")]
+TURNS = [
+    ("alice", f"my OpenAI key is {SECRETS['api_key']} keep it safe"),
+    ("alice", f"AWS: {SECRETS['aws_access_key']} and the password: {SECRETS['password']}"),
+    ("Bob", f"Pay with {SECRETS['credit_card']} or transfer to {SECRETS['iban']}."),
+    ("alice", f"Mail {SECRETS['email']} or call {SECRETS['phone_number']} tomorrow."),
+    ("Bob", "The password is short and the meeting is on 2024-05-08 at 13:56, room 1234567."),
+]
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("token ghp_" + "a1" * 18, [("api_key", "ghp_" + "a1" * 18)]),
-    ("export GITHUB=github_pat_" + "A" * 40, [("api_key", "github_pat_" + "A" * 40)]),
-    ("api_key = abcd1234efgh5678ijkl", [("api_key", "abcd1234efgh5678ijkl")]),
-    ("my password is hunter2!", [("password", "hunter2")]),
-    ("card 4242424242424242 exp 12/27", [("credit_card", "4242424242424242")]),
-    ("ship to 221 Baker Street, London", [("address", "221 Baker Street, London")]),
-    ("+44 20 7946 0958", [("phone_number", "+44 20 7946 0958")]),
-    # detect-secrets' plugins, private key blocks, URL credentials, passwords after labels and passphrases
-    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7\nq2Xb==\n-----END RSA PRIVATE KEY-----\nok",
-     [("private_key", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7\nq2Xb==\n-----END RSA PRIVATE KEY-----")]),
-    ("cut off: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXkt",
-     [("private_key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXkt")]),
-    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJlLXBhcnQ.",
-     [("jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJlLXBhcnQ")]),
-    ("hook https://hooks.slack.com/services/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 ok",
-     [("webhook", "https://hooks.slack.com/services/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")]),
-    ("db https://alice:s3cretPw9@db.example.com/x", [("password", "s3cretPw9")]),
-    ("the wifi password is BlueFalcon77", [("password", "BlueFalcon77")]),
-    ("the wifi password is sunshine.", [("password", "sunshine")]),
-    ("pw: Xk9pQ2!", [("password", "Xk9pQ2!")]),
-    ("Passwort: geheim123", [("password", "geheim123")]),
-    ("password: hunter2RelWork!", [("password", "hunter2RelWork!")]),
-    ("password: MetaPw!2024x", [("password", "MetaPw!2024x")]),
-    ("my password is correct horse battery staple. ok", [("password", "correct horse battery staple")]),
-    ("Das Passwort ist geheim.", [("password", "geheim")]),
-    # precision: none of these is a secret
-    ("the password is changed daily.", []),
-    ("Password: required", []),
-    ("password is too short", []),
-    ("Password is case sensitive.", []),
-    ("card 4111 1111 1111 1112 fails Luhn", []),
-    ("IBAN DE89 3704 0044 0532 0130 01 fails mod 97", []),
-    ("The password is required. Password is incorrect.", []),
-    ("password: ******** (hidden)", []),
-    ('password = "your_password"', []),
-    ("values 401425728 0 and 4.195655033 in a table", []),
-    ("on 2023-05-08 at 13:56 I paid 1234567890 dollars", []),
-    ("Node.js and sk-short", []),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("token ghp_" + "a1" * 18, [("api_key", "ghp_" + "a1" * 18)]),
+        ("export GITHUB=github_pat_" + "A" * 40, [("api_key", "github_pat_" + "A" * 40)]),
+        ("api_key = abcd1234efgh5678ijkl", [("api_key", "abcd1234efgh5678ijkl")]),
+        ("my password is hunter2!", [("password", "hunter2")]),
+        ("card 4242424242424242 exp 12/27", [("credit_card", "4242424242424242")]),
+        ("ship to 221 Baker Street, London", [("address", "221 Baker Street, London")]),
+        ("+44 20 7946 0958", [("phone_number", "+44 20 7946 0958")]),
+        # detect-secrets' plugins, private key blocks, URL credentials, passwords after labels and passphrases
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7\nq2Xb==\n-----END RSA PRIVATE KEY-----\nok",
+            [
+                (
+                    "private_key",
+                    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7\nq2Xb==\n-----END RSA PRIVATE KEY-----",
+                )
+            ],
+        ),
+        (
+            "cut off: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXkt",
+            [("private_key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXkt")],
+        ),
+        (
+            "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJlLXBhcnQ.",
+            [("jwt", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZGEifQ.c2lnbmF0dXJlLXBhcnQ")],
+        ),
+        (
+            "hook https://hooks.slack.com/services/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 ok",
+            [("webhook", "https://hooks.slack.com/services/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")],
+        ),
+        ("db https://alice:s3cretPw9@db.example.com/x", [("password", "s3cretPw9")]),
+        ("the wifi password is BlueFalcon77", [("password", "BlueFalcon77")]),
+        ("the wifi password is sunshine.", [("password", "sunshine")]),
+        ("pw: Xk9pQ2!", [("password", "Xk9pQ2!")]),
+        ("Passwort: geheim123", [("password", "geheim123")]),
+        ("password: hunter2RelWork!", [("password", "hunter2RelWork!")]),
+        ("password: MetaPw!2024x", [("password", "MetaPw!2024x")]),
+        ("my password is correct horse battery staple. ok", [("password", "correct horse battery staple")]),
+        ("Das Passwort ist geheim.", [("password", "geheim")]),
+        # precision: none of these is a secret
+        ("the password is changed daily.", []),
+        ("Password: required", []),
+        ("password is too short", []),
+        ("Password is case sensitive.", []),
+        ("card 4111 1111 1111 1112 fails Luhn", []),
+        ("IBAN DE89 3704 0044 0532 0130 01 fails mod 97", []),
+        ("The password is required. Password is incorrect.", []),
+        ("password: ******** (hidden)", []),
+        ('password = "your_password"', []),
+        ("values 401425728 0 and 4.195655033 in a table", []),
+        ("on 2023-05-08 at 13:56 I paid 1234567890 dollars", []),
+        ("Node.js and sk-short", []),
+    ],
+)
 def test_detect(text, expected):
     assert [(f.entry_type, f.secret) for f in vault.detect(text)] == expected
 
@@ -98,8 +116,10 @@ def test_secrets_never_stored_searched_or_logged(engram_env, tmp_path, caplog, c
             dumped = json.dumps(rec.payload)
             for secret in SECRETS.values():
                 assert secret not in dumped, (coll, secret)
-    entries = {r.payload["entry_type"]: r.payload
-               for r in rt.vectors.scroll(MemoryType.knowledge_vault.value, tenant_filter(TENANT, USER))}
+    entries = {
+        r.payload["entry_type"]: r.payload
+        for r in rt.vectors.scroll(MemoryType.knowledge_vault.value, tenant_filter(TENANT, USER))
+    }
     assert set(entries) == set(SECRETS)
     card = entries["credit_card"]
     assert card["caption"] == "payment card number ending 1111 seen in chat message m3 by Bob"
@@ -130,13 +150,25 @@ def test_secrets_never_stored_searched_or_logged(engram_env, tmp_path, caplog, c
 
 def test_redacts_every_text_of_an_observation(engram_env):
     obs = Observation(
-        id=uuid.uuid4(), tenant_id=TENANT, user_id=USER, device_id="d", event_id=uuid.uuid4(), kind="audio",
-        segment_index=0, object_key="media/x", captured_at=datetime(2024, 5, 1, tzinfo=UTC),
-        text="my password is hunter2! ok", transcript="my password is hunter2! ok", window="Mail - bob@example.com",
+        id=uuid.uuid4(),
+        tenant_id=TENANT,
+        user_id=USER,
+        device_id="d",
+        event_id=uuid.uuid4(),
+        kind="audio",
+        segment_index=0,
+        object_key="media/x",
+        captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+        text="my password is hunter2! ok",
+        transcript="my password is hunter2! ok",
+        window="Mail - bob@example.com",
         ocr_lines=[OcrLine(text="AKIAIOSFODNN7EXAMPLE", confidence=0.9, box=(0, 0, 1, 1))],
-        words=[WordTiming(word=w, start_s=i, end_s=i + 0.5) for i, w in enumerate(
-            ["my", "password", "is", "hunter2!", "ok"])],
-        context_before=["Bob: call me on +1 415 555 2671"])
+        words=[
+            WordTiming(word=w, start_s=i, end_s=i + 0.5)
+            for i, w in enumerate(["my", "password", "is", "hunter2!", "ok"])
+        ],
+        context_before=["Bob: call me on +1 415 555 2671"],
+    )
     red = vault.Redactor(engram_env)
     out = red.observation(obs)
     dumped = out.model_dump_json()
@@ -161,8 +193,9 @@ def test_keys(engram_env, tmp_path):
     with pytest.raises(vault.VaultError, match="not a Fernet key"):
         vault.fernet(Settings(vault_key="not-a-key", data_dir=tmp_path))
     # rotation: a new key first, the old one still decrypts
-    rotated = vault.fernet(Settings(vault_key=f"{Fernet.generate_key().decode()},{key_file.read_text().strip()}",
-                                    data_dir=tmp_path))
+    rotated = vault.fernet(
+        Settings(vault_key=f"{Fernet.generate_key().decode()},{key_file.read_text().strip()}", data_dir=tmp_path)
+    )
     assert rotated.decrypt(token) == b"s3cret"
 
 
@@ -185,9 +218,18 @@ def test_distributed_mode_without_key_raises_before_storing(engram_env, tmp_path
     import dataclasses
 
     rt = dataclasses.replace(engram_env, settings=Settings(broker_url="redis://localhost:1/0", data_dir=tmp_path))
-    obs = Observation(id=uuid.uuid4(), tenant_id=TENANT, user_id=USER, device_id="d", event_id=uuid.uuid4(),
-                      kind="text", segment_index=0, object_key="media/x", captured_at=datetime(2024, 5, 1, tzinfo=UTC),
-                      text="nothing secret here")
+    obs = Observation(
+        id=uuid.uuid4(),
+        tenant_id=TENANT,
+        user_id=USER,
+        device_id="d",
+        event_id=uuid.uuid4(),
+        kind="text",
+        segment_index=0,
+        object_key="media/x",
+        captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+        text="nothing secret here",
+    )
     assert vault.redact_observations(rt, [obs]) == [obs]
     with pytest.raises(vault.VaultKeyMissing, match="publish the event again"):
         vault.redact_observations(rt, [obs.model_copy(update={"text": f"key {SECRETS['api_key']}"})])
@@ -196,13 +238,26 @@ def test_distributed_mode_without_key_raises_before_storing(engram_env, tmp_path
 def test_a_private_key_over_ocr_lines_is_one_entry(engram_env):
     """A key block read from a screenshot arrives as one OCR line per text line: every line of it becomes the
     block's placeholder, the lines around it stay."""
-    body = ["-----BEGIN OPENSSH PRIVATE KEY-----", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAAB",
-            "QyNTUxOQAAACAg6YhrPzecK5YBwPUKjPYpnTGl4rqOpktfpywYJWq6", "-----END OPENSSH PRIVATE KEY-----"]
+    body = [
+        "-----BEGIN OPENSSH PRIVATE KEY-----",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAAB",
+        "QyNTUxOQAAACAg6YhrPzecK5YBwPUKjPYpnTGl4rqOpktfpywYJWq6",
+        "-----END OPENSSH PRIVATE KEY-----",
+    ]
     lines = [OcrLine(text=t, confidence=0.9, box=(0, i, 1, i + 1)) for i, t in enumerate(["id_ed25519", *body, "ok"])]
-    obs = Observation(id=uuid.uuid4(), tenant_id=TENANT, user_id=USER, device_id="d", event_id=uuid.uuid4(),
-                      kind="screenshot", segment_index=0, object_key="media/x",
-                      captured_at=datetime(2024, 5, 1, tzinfo=UTC), text="\n".join(ln.text for ln in lines),
-                      ocr_lines=lines)
+    obs = Observation(
+        id=uuid.uuid4(),
+        tenant_id=TENANT,
+        user_id=USER,
+        device_id="d",
+        event_id=uuid.uuid4(),
+        kind="screenshot",
+        segment_index=0,
+        object_key="media/x",
+        captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+        text="\n".join(ln.text for ln in lines),
+        ocr_lines=lines,
+    )
     red = vault.Redactor(engram_env)
     out = red.observation(obs)
     texts = [ln.text for ln in out.ocr_lines]
@@ -216,17 +271,30 @@ def test_a_private_key_over_ocr_lines_is_one_entry(engram_env):
 def test_an_events_window_title_app_and_metadata_are_redacted(engram_env):
     from engram.schemas.events import MediaEvent
 
-    event = MediaEvent(tenant_id=TENANT, user_id=USER, device_id="d", kind="screenshot", object_key="media/x.png",
-                       sha256="0" * 64, size=1, mime_type="image/png", captured_at=datetime(2024, 5, 1, tzinfo=UTC),
-                       app="Mail (carol.m@example.com)", window="mysql -u root password: W1ndow#Pw",
-                       metadata={"note": f"key {SECRETS['api_key']}", "plain": "nothing here"})
+    event = MediaEvent(
+        tenant_id=TENANT,
+        user_id=USER,
+        device_id="d",
+        kind="screenshot",
+        object_key="media/x.png",
+        sha256="0" * 64,
+        size=1,
+        mime_type="image/png",
+        captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+        app="Mail (carol.m@example.com)",
+        window="mysql -u root password: W1ndow#Pw",
+        metadata={"note": f"key {SECRETS['api_key']}", "plain": "nothing here"},
+    )
     out = vault.redact_event(engram_env, event)
     dumped = out.model_dump_json()
     assert not any(s in dumped for s in ("carol.m@example.com", "W1ndow#Pw", SECRETS["api_key"]))
     assert out.metadata["plain"] == "nothing here" and out.window.startswith("mysql -u root password: [vault:")
     ids = vault.referenced_entries([out.app, out.window, *out.metadata.values()])
-    assert {vault.reveal(engram_env, TENANT, i) for i in ids} == {"carol.m@example.com", "W1ndow#Pw",
-                                                                     SECRETS["api_key"]}
+    assert {vault.reveal(engram_env, TENANT, i) for i in ids} == {
+        "carol.m@example.com",
+        "W1ndow#Pw",
+        SECRETS["api_key"],
+    }
     entry = vault.get_entry(engram_env, TENANT, ids[1])
     assert entry.provenance.event_ids == [event.event_id] and "window title" in entry.caption
 
@@ -239,8 +307,14 @@ def test_celery_task_lines_log_no_arguments_or_results(caplog):
 
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.INFO, logger="celery.app.trace")  # a CLI test in this process may have quietened it
-    context = {"id": "t1", "name": "workers.query.search", "return_value": "hunter2RelWork!", "runtime": 0.1,
-               "args": "('W1ndow#Pw',)", "kwargs": "{}"}
+    context = {
+        "id": "t1",
+        "name": "workers.query.search",
+        "return_value": "hunter2RelWork!",
+        "runtime": 0.1,
+        "args": "('W1ndow#Pw',)",
+        "kwargs": "{}",
+    }
     logging.getLogger("celery.app.trace").info(LOG_SUCCESS, context, extra={"data": context})
     assert "workers.query.search[t1] succeeded" in caplog.text
     assert "hunter2RelWork!" not in caplog.text and "W1ndow#Pw" not in repr(caplog.records[-1].__dict__)
@@ -253,6 +327,11 @@ def test_a_distributed_worker_does_not_start_without_a_vault_key(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(ENGRAM_BROKER_URL="redis://127.0.0.1:1/0", ENGRAM_DATA_DIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "celery", "-A", "engram.workers.app", "worker", "-Q", "ingest",
-                           "--pool", "solo"], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "engram.workers.app", "worker", "-Q", "ingest", "--pool", "solo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1 and "ENGRAM_VAULT_KEY is not set" in proc.stderr

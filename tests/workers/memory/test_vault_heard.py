@@ -15,8 +15,17 @@ from tests.workers.text.test_secrets import JWT
 
 
 def observation(**fields) -> Observation:
-    return Observation(id=uuid.uuid4(), tenant_id=TENANT, user_id=USER, device_id="d", event_id=uuid.uuid4(),
-                       segment_index=0, object_key="media/x", captured_at=datetime(2024, 5, 1, tzinfo=UTC), **fields)
+    return Observation(
+        id=uuid.uuid4(),
+        tenant_id=TENANT,
+        user_id=USER,
+        device_id="d",
+        event_id=uuid.uuid4(),
+        segment_index=0,
+        object_key="media/x",
+        captured_at=datetime(2024, 5, 1, tzinfo=UTC),
+        **fields,
+    )
 
 
 def test_an_utterances_words_are_redacted_as_its_transcript(engram_env):
@@ -57,8 +66,14 @@ def test_a_wrapped_token_on_a_clips_keyframe_leaves_its_text_too(engram_env):
     texts = [f"Authorization: Bearer {JWT[:62]}", JWT[62:], "ok"]
     lines = [OcrLine(text=t, confidence=0.9, box=(0, 30 * i, 900, 30 * i + 25)) for i, t in enumerate(texts)]
     red = vault.Redactor(engram_env)
-    out = red.observation(observation(kind="clip", text="so here it is\n[on screen] " + " | ".join(texts),
-                                      transcript="so here it is", ocr_lines=lines))
+    out = red.observation(
+        observation(
+            kind="clip",
+            text="so here it is\n[on screen] " + " | ".join(texts),
+            transcript="so here it is",
+            ocr_lines=lines,
+        )
+    )
     [entry] = red.entries.values()
     holder = f"[vault:{entry.id} jwt]"
     assert out.text == f"so here it is\n[on screen] Authorization: Bearer {holder} | ok"
@@ -68,8 +83,9 @@ def test_a_wrapped_token_on_a_clips_keyframe_leaves_its_text_too(engram_env):
 def test_a_token_cut_at_the_edge_is_a_partial_entry(engram_env):
     cut = "export GITHUB_TOKEN=ghp_Q7xN2mK9pR4tL8vB3w"
     red = vault.Redactor(engram_env)
-    out = red.observation(observation(kind="screenshot", text=cut,
-                                      ocr_lines=[OcrLine(text=cut, confidence=0.9, box=(600, 0, 1024, 25))]))
+    out = red.observation(
+        observation(kind="screenshot", text=cut, ocr_lines=[OcrLine(text=cut, confidence=0.9, box=(600, 0, 1024, 25))])
+    )
     [entry] = red.entries.values()
     assert out.ocr_lines[0].text == f"export GITHUB_TOKEN=[vault:{entry.id} api_key]"
     assert entry.caption == "API key or token (partial: cut off or misread) seen in a screenshot"
@@ -77,9 +93,14 @@ def test_a_token_cut_at_the_edge_is_a_partial_entry(engram_env):
     assert vault.reveal(engram_env, TENANT, entry.id) == "ghp_Q7xN2mK9pR4tL8vB3w"
 
 
-ORDINARY = ["the number of people is 12", "the meeting code review is at 3", "We paid $4,512 on 2024-05-08.",
-            "Order #415-555-2671 shipped, 3 boxes of 24", "PIN codes are 4 digits, passwords 12 characters",
-            "the error code is 404"]
+ORDINARY = [
+    "the number of people is 12",
+    "the meeting code review is at 3",
+    "We paid $4,512 on 2024-05-08.",
+    "Order #415-555-2671 shipped, 3 boxes of 24",
+    "PIN codes are 4 digits, passwords 12 characters",
+    "the error code is 404",
+]
 
 
 def test_ordinary_notes_stay_as_written(engram_env, tmp_path):

@@ -56,18 +56,25 @@ def test_onnx_runtime_without_the_export_says_how_to_make_it(tmp_path):
 
 
 def test_a_search_in_a_new_process_does_not_import_torch(onnx_dir, tmp_path):
-    code = ("import json, sys\n"
-            "from engram.schemas.search import SearchRequest\n"
-            "from engram.workers.query import search\n"
-            "from engram.workers.runtime import runtime\n"
-            "resp = search(runtime(), SearchRequest(query='where did she go camping last May?', tenant_id='t'))\n"
-            "print(json.dumps({'hits': len(resp.hits), 'torch': 'torch' in sys.modules,\n"
-            "                  'transformers': 'transformers' in sys.modules}))\n")
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-           "ENGRAM_DATA_DIR": str(tmp_path / "data"), "ENGRAM_MODELS__CACHE_DIR": str(onnx_dir),
-           "ENGRAM_MODELS__EMBEDDING_RUNTIME": "onnx"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
-                         cwd=REPO)
+    code = (
+        "import json, sys\n"
+        "from engram.schemas.search import SearchRequest\n"
+        "from engram.workers.query import search\n"
+        "from engram.workers.runtime import runtime\n"
+        "resp = search(runtime(), SearchRequest(query='where did she go camping last May?', tenant_id='t'))\n"
+        "print(json.dumps({'hits': len(resp.hits), 'torch': 'torch' in sys.modules,\n"
+        "                  'transformers': 'transformers' in sys.modules}))\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+        "ENGRAM_MODELS__CACHE_DIR": str(onnx_dir),
+        "ENGRAM_MODELS__EMBEDDING_RUNTIME": "onnx",
+    }
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"hits": 0, "torch": False, "transformers": False}
 
@@ -77,8 +84,11 @@ def test_onnx_and_torch_give_the_same_sentence_rows(onnx_dir):
     pieces the model reads has no row."""
     from engram.workers.memory.embedding import sentence_spans
 
-    texts = ["Caroline: Hey Mel! Good to see you! How have you been?", "  Mel: Great.  Busy with the kids!",
-             "Wow. " * 300 + "End here."]
+    texts = [
+        "Caroline: Hey Mel! Good to see you! How have you been?",
+        "  Mel: Great.  Busy with the kids!",
+        "Wow. " * 300 + "End here.",
+    ]
     spans = [sentence_spans(texts[0]), sentence_spans(texts[1]), [(0, 4), (len(texts[2]) - 9, len(texts[2]))]]
     onnx = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="onnx", onnx_dir=str(onnx_dir))
     torch = MiniLMEmbedder("all-MiniLM-L6-v2", runtime="torch")
@@ -109,12 +119,17 @@ def test_batches_group_texts_of_similar_token_counts():
         got = length_batches(ls, batch_size=4)
 
         def cost(runs, ls=ls):
-            return sum(emb.RUN_OVERHEAD_SLOTS + len(r) * ls[r].max() * (1 + emb.ATTENTION_PER_TOKEN * ls[r].max())
-                       for r in runs)
+            return sum(
+                emb.RUN_OVERHEAD_SLOTS + len(r) * ls[r].max() * (1 + emb.ATTENTION_PER_TOKEN * ls[r].max())
+                for r in runs
+            )
 
         srt = np.argsort(-ls, kind="stable")
-        cuts = [[srt[a:b] for a, b in zip((0, *c), (*c, 9), strict=True)]
-                for m in range(1 << 8) for c in [tuple(i + 1 for i in range(8) if m >> i & 1)]]
+        cuts = [
+            [srt[a:b] for a, b in zip((0, *c), (*c, 9), strict=True)]
+            for m in range(1 << 8)
+            for c in [tuple(i + 1 for i in range(8) if m >> i & 1)]
+        ]
         least = min(cost(r) for r in cuts if max(len(x) for x in r) <= 4)
         assert all(len(b) <= 4 for b in got) and cost(got) <= least + 1e-9
 
@@ -135,8 +150,9 @@ def test_the_embedder_takes_the_configured_threads_per_model(onnx_dir):
     from engram.workers.models import get_model
 
     for threads in (1, 0):
-        model = get_model("embedding", Settings(models={"cpu_threads": threads, "cache_dir": onnx_dir,
-                                                        "embedding_runtime": "onnx"}))
+        model = get_model(
+            "embedding", Settings(models={"cpu_threads": threads, "cache_dir": onnx_dir, "embedding_runtime": "onnx"})
+        )
         assert model.embed(["one thread"]).shape == (1, 384)
         assert model.session.runs == (threads or emb.usable_cores())
         assert model.session.session.get_session_options().intra_op_num_threads == 1
@@ -174,8 +190,10 @@ def test_spans_given_as_a_function_are_found_on_the_run_threads_with_the_same_ro
     want, want_rows = onnx.embed_spans(texts, [spans[t] for t in texts], 8)
     got, got_rows = onnx.embed_spans(texts, spans_of, 8)
     assert np.allclose(got, want, atol=1e-5)
-    assert all(x.shape == y.shape == (2, 384) and np.allclose(x, y, atol=1e-5)
-               for x, y in zip(got_rows, want_rows, strict=True))
+    assert all(
+        x.shape == y.shape == (2, 384) and np.allclose(x, y, atol=1e-5)
+        for x, y in zip(got_rows, want_rows, strict=True)
+    )
     assert sorted(t for t, _ in called) == sorted(texts)
     assert {name.split("_")[0] for _, name in called} == {"engram-embed"}
     called.clear()

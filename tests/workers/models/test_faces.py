@@ -15,8 +15,17 @@ from engram.schemas.settings import Settings
 from engram.workers.models import DlibFaces, ModelTask, ModelType, get_model
 from engram.workers.models.faces import SAME_PERSON_DISTANCE, face_distance
 
-PEOPLE = ["img1.jpg", "img2.jpg", "img4.jpg", "img16.jpg", "img33.jpg", "img38.jpg", "img39.jpg", "img40.jpg",
-          "img53.jpg"]
+PEOPLE = [
+    "img1.jpg",
+    "img2.jpg",
+    "img4.jpg",
+    "img16.jpg",
+    "img33.jpg",
+    "img38.jpg",
+    "img39.jpg",
+    "img40.jpg",
+    "img53.jpg",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +55,10 @@ def test_people_of_the_deepface_set_are_told_apart(faces, eval_data):
     found = faces.detect([_rgb(folder / name) for name in PEOPLE])
     vectors = {name: f[0].embedding for name, f in zip(PEOPLE, found, strict=True) if len(f) == 1}
     assert set(vectors) == set(PEOPLE)  # one face each
-    pairs = [(r["file_x"].rsplit("/", 1)[-1], r["file_y"].rsplit("/", 1)[-1], r["decision"] == "Yes")
-             for r in csv.DictReader((folder / "face-recognition-pivot.csv").open())]
+    pairs = [
+        (r["file_x"].rsplit("/", 1)[-1], r["file_y"].rsplit("/", 1)[-1], r["decision"] == "Yes")
+        for r in csv.DictReader((folder / "face-recognition-pivot.csv").open())
+    ]
     pairs = [(x, y, same) for x, y, same in pairs if x in vectors and y in vectors]
     assert sum(same for *_, same in pairs) >= 5 and sum(not same for *_, same in pairs) >= 5
     for x, y, same in pairs:

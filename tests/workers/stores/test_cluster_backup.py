@@ -58,18 +58,20 @@ def test_folder_objects_are_cut_into_blocks_and_a_second_pass_reuses_them(tmp_pa
             data = bytearray(e.size)  # a block left out (all zeros) stays zeros
             for off, digest in e.blocks:
                 chunk = repo.get_chunk(digest)
-                data[off:off + len(chunk)] = chunk
+                data[off : off + len(chunk)] = chunk
             assert bytes(data) == payloads[e.path.removeprefix("objects/")]
         again = Tally()
         second, _ = _ObjectPass(objects, repo, {e.path: e for e in entries}, again, lambda *a: None).run()
         assert again.unchanged_files == 3 and again.written_bytes == 0 and again.read_bytes == 0
-        assert [e.to_json() for e in sorted(second, key=lambda e: e.path)] == \
-            [e.to_json() for e in sorted(entries, key=lambda e: e.path)]
+        assert [e.to_json() for e in sorted(second, key=lambda e: e.path)] == [
+            e.to_json() for e in sorted(entries, key=lambda e: e.path)
+        ]
     finally:
         repo.close()
 
 
 def test_a_manifest_names_the_cluster_without_its_password():
-    got = describe(Settings(broker_url="redis://:hunter2@redis.example:6380/4", s3_endpoint="s3:9000",
-                            s3_bucket="engram"))
+    got = describe(
+        Settings(broker_url="redis://:hunter2@redis.example:6380/4", s3_endpoint="s3:9000", s3_bucket="engram")
+    )
     assert "hunter2" not in got and "redis://redis.example:6380/4" in got and "s3://engram@s3:9000" in got

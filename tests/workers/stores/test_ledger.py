@@ -15,14 +15,27 @@ from engram.schemas.events import EventStatus, MediaEvent, MediaKind
 from engram.workers.stores.ledger import RedisLedger, SqliteLedger
 
 
-def make_event(tenant: str = "acme", user: str = "alice", device: str = "laptop", content: bytes = b"x",
-               kind: MediaKind = MediaKind.screenshot) -> MediaEvent:
+def make_event(
+    tenant: str = "acme",
+    user: str = "alice",
+    device: str = "laptop",
+    content: bytes = b"x",
+    kind: MediaKind = MediaKind.screenshot,
+) -> MediaEvent:
     """A queued-to-be MediaEvent whose sha256 and object key follow from ``content``."""
     sha = hashlib.sha256(content).hexdigest()
-    return MediaEvent(tenant_id=tenant, user_id=user, device_id=device, kind=kind,
-                      object_key=f"media/{tenant}/{sha}.png", sha256=sha, size=len(content),
-                      mime_type="image/png", captured_at=datetime(2024, 5, 1, 12, tzinfo=UTC),
-                      source_name=f"{content[:8].decode(errors='replace')}.png")
+    return MediaEvent(
+        tenant_id=tenant,
+        user_id=user,
+        device_id=device,
+        kind=kind,
+        object_key=f"media/{tenant}/{sha}.png",
+        sha256=sha,
+        size=len(content),
+        mime_type="image/png",
+        captured_at=datetime(2024, 5, 1, 12, tzinfo=UTC),
+        source_name=f"{content[:8].decode(errors='replace')}.png",
+    )
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -54,8 +67,7 @@ def test_queued_processing_done_after_all_segments(ledger):
     ledger.record_queued(ev)
     rec = ledger.get(ev.event_id)
     assert rec.status is EventStatus.queued
-    assert (rec.tenant_id, rec.user_id, rec.device_id, rec.kind) == \
-        ("acme", "alice", "laptop", MediaKind.screenshot)
+    assert (rec.tenant_id, rec.user_id, rec.device_id, rec.kind) == ("acme", "alice", "laptop", MediaKind.screenshot)
     assert rec.object_key == ev.object_key and rec.sha256 == ev.sha256
 
     ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
@@ -63,15 +75,19 @@ def test_queued_processing_done_after_all_segments(ledger):
     assert ledger.segment_done(ev.event_id, 0, 2) is False
     assert ledger.segment_done(ev.event_id, 0, 2) is False  # repeated (redelivered task): no double count
     rec = ledger.get(ev.event_id)
-    assert (rec.status, rec.segments_total, rec.segments_done, rec.observations) == \
-        (EventStatus.processing, 3, 1, 2)
+    assert (rec.status, rec.segments_total, rec.segments_done, rec.observations) == (EventStatus.processing, 3, 1, 2)
 
     assert ledger.segment_done(ev.event_id, 2, 5) is False
     assert ledger.get(ev.event_id).status is EventStatus.processing  # segment 1 still missing
     assert ledger.segment_done(ev.event_id, 1, 0) is True  # the last one completes the event
     rec = ledger.get(ev.event_id)
-    assert (rec.status, rec.segments_done, rec.observations, rec.stage, rec.reason) == \
-        (EventStatus.done, 3, 7, None, None)
+    assert (rec.status, rec.segments_done, rec.observations, rec.stage, rec.reason) == (
+        EventStatus.done,
+        3,
+        7,
+        None,
+        None,
+    )
 
     assert ledger.segment_done(ev.event_id, 1, 0) is False  # done only once
     assert ledger.get(ev.event_id).segments_done == 3
@@ -156,10 +172,12 @@ def test_each_step_of_an_event_is_one_round_trip_on_redis(redis_server):
     def calls() -> dict[str, int]:
         return {k.removeprefix("cmdstat_"): v["calls"] for k, v in ledger.r.info("commandstats").items()}
 
-    for step in (lambda: ledger.mark(ev.event_id, EventStatus.processing, stage="perceive"),
-                 lambda: ledger.claim_content(ev.tenant_id, ev.user_id, "other", ev.event_id),
-                 lambda: ledger.expect_segments(ev.event_id, 2),
-                 lambda: ledger.segment_done(ev.event_id, 1, 3)):
+    for step in (
+        lambda: ledger.mark(ev.event_id, EventStatus.processing, stage="perceive"),
+        lambda: ledger.claim_content(ev.tenant_id, ev.user_id, "other", ev.event_id),
+        lambda: ledger.expect_segments(ev.event_id, 2),
+        lambda: ledger.segment_done(ev.event_id, 1, 3),
+    ):
         before = calls()
         step()
         grew = {k: n - before.get(k, 0) for k, n in calls().items() if n != before.get(k, 0)}
@@ -252,14 +270,18 @@ def test_counts_and_records(ledger):
     ledger.mark(events[2].event_id, EventStatus.processing, stage="perceive")
     ledger.expect_segments(events[3].event_id, 0)
 
-    assert ledger.counts("acme") == {EventStatus.failed: 1, EventStatus.skipped: 1, EventStatus.processing: 1,
-                                     EventStatus.done: 1, EventStatus.queued: 1}
+    assert ledger.counts("acme") == {
+        EventStatus.failed: 1,
+        EventStatus.skipped: 1,
+        EventStatus.processing: 1,
+        EventStatus.done: 1,
+        EventStatus.queued: 1,
+    }
     assert ledger.counts("globex") == {EventStatus.queued: 1}
     assert sum(ledger.counts().values()) == 6
 
     failed = ledger.records("acme", EventStatus.failed)
-    assert [(r.event_id, r.stage, r.reason) for r in failed] == \
-        [(events[0].event_id, "ingest", "empty file (0 bytes)")]
+    assert [(r.event_id, r.stage, r.reason) for r in failed] == [(events[0].event_id, "ingest", "empty file (0 bytes)")]
     assert {r.event_id for r in ledger.records("acme")} == {e.event_id for e in events}
     assert [r.event_id for r in ledger.records("globex")] == [other.event_id]
     assert len(ledger.records(limit=2)) == 2
@@ -292,9 +314,13 @@ def test_concurrent_segment_done_from_processes(ledger):
     ledger.expect_segments(ev.event_id, total)
     ctx = mp.get_context("spawn")  # the test process may hold threads (models): no fork
     barrier, results = ctx.Barrier(procs_n), ctx.Queue()
-    procs = [ctx.Process(target=_segment_worker, args=(_spec(ledger), str(ev.event_id), p * per_proc // 2,
-                                                       per_proc, barrier, results))
-             for p in range(procs_n)]
+    procs = [
+        ctx.Process(
+            target=_segment_worker,
+            args=(_spec(ledger), str(ev.event_id), p * per_proc // 2, per_proc, barrier, results),
+        )
+        for p in range(procs_n)
+    ]
     for p in procs:
         p.start()
     finished = [results.get(timeout=120) for _ in procs]
@@ -303,8 +329,12 @@ def test_concurrent_segment_done_from_processes(ledger):
         assert p.exitcode == 0
     rec = ledger.get(ev.event_id)
     assert sum(finished) == 1  # exactly one call saw the event complete
-    assert (rec.status, rec.segments_total, rec.segments_done, rec.observations) == \
-        (EventStatus.done, total, total, total)
+    assert (rec.status, rec.segments_total, rec.segments_done, rec.observations) == (
+        EventStatus.done,
+        total,
+        total,
+        total,
+    )
 
 
 def test_stalled_events_are_claimed_for_redelivery_then_given_up(ledger):
@@ -378,10 +408,14 @@ def test_segments_recorded_together_finish_their_events_as_one_by_one(ledger):
         ledger.record_queued(ev)
         ledger.mark(ev.event_id, EventStatus.processing, stage="ingest")
         ledger.expect_segments(ev.event_id, total)
-    assert ledger.segments_done([(a.event_id, 0, 4), (b.event_id, 0, 2), (a.event_id, 1, 3), (c.event_id, 0, 1),
-                                 (a.event_id, 1, 3)]) == [False, True, True, False, False]
-    assert [ledger.get(e.event_id).status for e in (a, b, c)] == \
-        [EventStatus.done, EventStatus.done, EventStatus.processing]
+    assert ledger.segments_done(
+        [(a.event_id, 0, 4), (b.event_id, 0, 2), (a.event_id, 1, 3), (c.event_id, 0, 1), (a.event_id, 1, 3)]
+    ) == [False, True, True, False, False]
+    assert [ledger.get(e.event_id).status for e in (a, b, c)] == [
+        EventStatus.done,
+        EventStatus.done,
+        EventStatus.processing,
+    ]
     assert (ledger.get(a.event_id).segments_done, ledger.get(a.event_id).observations) == (2, 7)
     assert ledger.segments_done([(c.event_id, 1, 1)]) == [False]
     assert ledger.segments_done([]) == []
@@ -431,5 +465,6 @@ def test_unfinished_work_outlives_the_process_that_died_running_it(ledger):
         import sqlite3
 
         with sqlite3.connect(ledger.path) as db:
-            assert db.execute("SELECT COUNT(*) FROM unfinished WHERE event_id=?",
-                              (str(done.event_id),)).fetchone() == (0,)
+            assert db.execute("SELECT COUNT(*) FROM unfinished WHERE event_id=?", (str(done.event_id),)).fetchone() == (
+                0,
+            )

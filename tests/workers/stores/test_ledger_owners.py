@@ -35,8 +35,9 @@ with led.try_lock(sys.argv[3], 600) as got:
 
 
 def _child(path, event_json: str = "-", lock: str = "-") -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(path), event_json, lock], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(path), event_json, lock], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
@@ -110,13 +111,18 @@ def test_process_identity_tells_a_reused_pid_from_its_holder():
 def test_an_old_ledger_is_migrated_once_and_its_events_can_be_resumed(tmp_path):
     path = tmp_path / "ledger.sqlite"
     with sqlite3.connect(path) as db:  # the first ledger: no redelivery, no owners, user_version 0
-        db.execute("CREATE TABLE events (event_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, user_id TEXT NOT NULL,"
-                   " device_id TEXT NOT NULL, kind TEXT NOT NULL, object_key TEXT NOT NULL, sha256 TEXT NOT NULL,"
-                   " source_name TEXT, status TEXT NOT NULL, stage TEXT, reason TEXT, segments_total INTEGER,"
-                   " created_at TEXT NOT NULL, updated_at TEXT NOT NULL)")
+        db.execute(
+            "CREATE TABLE events (event_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, user_id TEXT NOT NULL,"
+            " device_id TEXT NOT NULL, kind TEXT NOT NULL, object_key TEXT NOT NULL, sha256 TEXT NOT NULL,"
+            " source_name TEXT, status TEXT NOT NULL, stage TEXT, reason TEXT, segments_total INTEGER,"
+            " created_at TEXT NOT NULL, updated_at TEXT NOT NULL)"
+        )
         db.execute("CREATE TABLE locks (name TEXT PRIMARY KEY, token TEXT NOT NULL, expires REAL NOT NULL)")
-        db.execute("INSERT INTO events VALUES (?, 'acme', 'ann', 'pc', 'text', 'k', 's', 'a.md', 'queued', NULL,"
-                   " NULL, NULL, '2024-05-01T00:00:00+00:00', '2024-05-01T00:00:00+00:00')", (str(uuid.uuid4()),))
+        db.execute(
+            "INSERT INTO events VALUES (?, 'acme', 'ann', 'pc', 'text', 'k', 's', 'a.md', 'queued', NULL,"
+            " NULL, NULL, '2024-05-01T00:00:00+00:00', '2024-05-01T00:00:00+00:00')",
+            (str(uuid.uuid4()),),
+        )
         db.execute("INSERT INTO locks VALUES ('consolidate:acme:ann', 't', 9e99)")  # a lock of no known holder
     ledger = SqliteLedger(path)
     SqliteLedger(path)  # a second open finds it migrated
@@ -148,7 +154,7 @@ def test_reveals_are_counted_on_redis_too(redis_server):
     ledger = RedisLedger(redis_server, prefix=f"test-{uuid.uuid4().hex[:8]}:")
     ledger.record_reveal("acme", "e1", "ann", 123)
     assert (ledger.reveal_count("acme"), ledger.reveal_count("other")) == (1, 0)
-    (_, fields), = ledger.r.xrange(f"{ledger.p}reveals:acme")
+    ((_, fields),) = ledger.r.xrange(f"{ledger.p}reveals:acme")
     assert fields["entry_id"] == "e1" and fields["os_user"] == "ann" and fields["pid"] == "123"
 
 

@@ -27,14 +27,31 @@ from engram.workers.stores.vectors import (
 
 def _old_store(data_dir) -> dict[str, list[qm.PointStruct]]:
     rng = np.random.default_rng(3)
-    obs = [qm.PointStruct(id=str(uuid.UUID(int=i + 1)), payload={"tenant_id": "t", "user_id": "u", "text": f"turn {i}",
-                                                               "start_ts": 1000.0 + i, "consolidated": i % 2 == 0},
-                          vector={DENSE: rng.normal(size=384).tolist(),
-                                  SENTENCES: rng.normal(size=(2, 384)).tolist(),
-                                  SPARSE: qm.SparseVector(indices=[i, i + 1], values=[1.0, 2.0])})
-           for i in range(1200)]  # more than one page of the copy
-    ents = [qm.PointStruct(id=str(uuid.UUID(int=9000)), payload={"tenant_id": "t", "names": ["Alice"]},
-                           vector={DENSE: rng.normal(size=384).tolist(), FACE: rng.normal(size=128).tolist()})]
+    obs = [
+        qm.PointStruct(
+            id=str(uuid.UUID(int=i + 1)),
+            payload={
+                "tenant_id": "t",
+                "user_id": "u",
+                "text": f"turn {i}",
+                "start_ts": 1000.0 + i,
+                "consolidated": i % 2 == 0,
+            },
+            vector={
+                DENSE: rng.normal(size=384).tolist(),
+                SENTENCES: rng.normal(size=(2, 384)).tolist(),
+                SPARSE: qm.SparseVector(indices=[i, i + 1], values=[1.0, 2.0]),
+            },
+        )
+        for i in range(1200)
+    ]  # more than one page of the copy
+    ents = [
+        qm.PointStruct(
+            id=str(uuid.UUID(int=9000)),
+            payload={"tenant_id": "t", "names": ["Alice"]},
+            vector={DENSE: rng.normal(size=384).tolist(), FACE: rng.normal(size=128).tolist()},
+        )
+    ]
     old = ClientVectorStore(QdrantClient(path=str(data_dir / "qdrant")), local=True)
     old.upsert(OBSERVATIONS, obs)
     old.upsert(ENTITIES, ents)
@@ -73,10 +90,22 @@ def test_engram_migrate_moves_the_old_store_and_says_so(tmp_path):
 
     data_dir = tmp_path / "data"
     _old_store(data_dir)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-           "ENGRAM_DATA_DIR": str(data_dir), "COLUMNS": "200"}
-    run = lambda: subprocess.run([sys.executable, "-m", "engram.api.cli", "migrate"], capture_output=True,  # noqa: E731
-                                 text=True, env=env, timeout=300, cwd=REPO)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "ENGRAM_DATA_DIR": str(data_dir),
+        "COLUMNS": "200",
+    }
+    run = lambda: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "engram.api.cli", "migrate"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=REPO,
+    )
     out = run()
     assert out.returncode == 0, out.stderr[-2000:]
     assert "migrated 1201 points in 2 collections" in " ".join(out.stdout.split())

@@ -115,8 +115,11 @@ def test_s3_wrong_secret_key_is_refused(seaweedfs_s3):
     good.put_bytes("media/t/secret.txt", b"only for the right key")
 
     bad = S3ObjectStore(seaweedfs_s3.endpoint, seaweedfs_s3.access_key, "not-the-secret", "engram-auth")
-    for attempt in (lambda: bad.get_bytes("media/t/secret.txt"), lambda: bad.size("media/t/secret.txt"),
-                    lambda: bad.put_bytes("media/t/other.txt", b"x")):
+    for attempt in (
+        lambda: bad.get_bytes("media/t/secret.txt"),
+        lambda: bad.size("media/t/secret.txt"),
+        lambda: bad.put_bytes("media/t/other.txt", b"x"),
+    ):
         with pytest.raises(S3Error) as info:
             attempt()
         assert info.value.code in ("SignatureDoesNotMatch", "AccessDenied", "InvalidAccessKeyId")
@@ -149,8 +152,9 @@ def test_s3_delete_on_a_versioned_bucket_leaves_no_version(seaweedfs_s3):
     store.put_bytes("media/t/note.txt.kept", b"another key sharing the prefix")
 
     def versions(key: str) -> list:
-        return [v for v in store.client.list_objects(store.bucket, prefix=key, include_version=True)
-                if v.object_name == key]
+        return [
+            v for v in store.client.list_objects(store.bucket, prefix=key, include_version=True) if v.object_name == key
+        ]
 
     assert len(versions("media/t/note.txt")) == 3
     store.delete("media/t/note.txt")

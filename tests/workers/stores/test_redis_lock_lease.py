@@ -29,8 +29,12 @@ with ledger.try_lock(sys.argv[4], 600) as got:
 def test_a_killed_holders_lock_is_taken_within_its_lease_a_live_one_keeps_it(redis_server):
     prefix, name = f"test-{uuid.uuid4().hex[:8]}:", "consolidate:t1:ann"
     ledger = RedisLedger(redis_server, prefix=prefix, lock_lease_s=LEASE_S)
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, redis_server, prefix, str(LEASE_S), name],
-                              cwd=REPO, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, redis_server, prefix, str(LEASE_S), name],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         for _ in range(4):  # 3 s: three leases, each renewed by the live holder

@@ -32,24 +32,38 @@ pytestmark = pytest.mark.slow
 
 NOTES = {
     "garden.md": "# Garden plan\n\nThe tomatoes go along the south fence this year. Basil between them keeps the "
-                 "aphids away.\nWater the seedlings every morning before nine.\n",
+    "aphids away.\nWater the seedlings every morning before nine.\n",
     "trip.md": "# Lisbon trip\n\nFlight TP1353 leaves on the 14th of June at 07:40. The hotel in Alfama is booked "
-               "for four nights.\nMaria recommended the tram 28 and the pasteis at Belem.\n",
+    "for four nights.\nMaria recommended the tram 28 and the pasteis at Belem.\n",
     "meeting.md": "# Budget meeting\n\nThe quarterly budget review moved to Thursday. Tom will bring the hiring "
-                  "numbers; we cut travel by ten percent.\n",
+    "numbers; we cut travel by ten percent.\n",
 }
 QUERY = "where do the tomatoes go"
 COMMANDS = {"search": ["search", QUERY, "--json"], "status": ["status"], "export": ["export", "--user", "ann"]}
 
 
 def _env(data: Path) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(data.parent), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-            "ENGRAM_DATA_DIR": str(data), "ENGRAM_USER": "ann", "COLUMNS": "200", "ENGRAM_TIMEZONE": "UTC"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(data.parent),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "ENGRAM_DATA_DIR": str(data),
+        "ENGRAM_USER": "ann",
+        "COLUMNS": "200",
+        "ENGRAM_TIMEZONE": "UTC",
+    }
 
 
 def _engram(data: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engram.api.cli", *args], env=_env(data), cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", *args],
+        env=_env(data),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def _answer(command: str, stdout: str) -> object:
@@ -86,8 +100,10 @@ def pristine(tmp_path_factory) -> tuple[Path, dict[str, object]]:
 
 def _segment(shard: Path) -> Path:
     """The shard's segment holding its points (the largest on disk)."""
-    return max((p for p in (shard / "segments").iterdir() if p.is_dir()),
-               key=lambda p: sum(f.stat().st_blocks for f in p.rglob("*") if f.is_file()))
+    return max(
+        (p for p in (shard / "segments").iterdir() if p.is_dir()),
+        key=lambda p: sum(f.stat().st_blocks for f in p.rglob("*") if f.is_file()),
+    )
 
 
 def _zero(path: Path, size: int = 256 * 1024) -> None:
@@ -152,8 +168,9 @@ def _named(line: str, target: Path, shard: Path, manifest: bool) -> bool:
     without one, where the files cannot say which: the storage folder or the segments folder holding it)."""
     if manifest:
         return str(target) in line
-    return any(str(p) in line for p in (target, *target.parents) if p.is_relative_to(shard / "segments")
-               or p == shard / "wal")
+    return any(
+        str(p) in line for p in (target, *target.parents) if p.is_relative_to(shard / "segments") or p == shard / "wal"
+    )
 
 
 @pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "no manifest"])

@@ -15,8 +15,10 @@ IDS = [str(uuid.UUID(int=i + 1)) for i in range(300)]
 
 
 def _points(n: int) -> list[qm.PointStruct]:
-    return [qm.PointStruct(id=IDS[i], vector={DENSE: [1.0] + [0.0] * (DIM - 1)}, payload={"tenant_id": "t", "i": i})
-            for i in range(n)]
+    return [
+        qm.PointStruct(id=IDS[i], vector={DENSE: [1.0] + [0.0] * (DIM - 1)}, payload={"tenant_id": "t", "i": i})
+        for i in range(n)
+    ]
 
 
 def test_the_embedded_store_keeps_points_across_a_reopen(engram_env):
@@ -151,10 +153,18 @@ def test_payload_indexes_are_memory_mapped_and_optimize_moves_old_ones_to_disk(t
     old.mkdir(parents=True)
     shard = qdrant_edge.EdgeShard.create(str(old), EdgeVectorStore._config(OBSERVATIONS))
     for field, kind in INDEXED_FIELDS.items():
-        shard.update(qdrant_edge.UpdateOperation.create_field_index(field, qdrant_edge.KeywordIndexParams(
-            is_tenant=True) if field == "tenant_id" else {"keyword": qdrant_edge.PayloadSchemaType.Keyword,
-                                                          "float": qdrant_edge.PayloadSchemaType.Float,
-                                                          "bool": qdrant_edge.PayloadSchemaType.Bool}[kind]))
+        shard.update(
+            qdrant_edge.UpdateOperation.create_field_index(
+                field,
+                qdrant_edge.KeywordIndexParams(is_tenant=True)
+                if field == "tenant_id"
+                else {
+                    "keyword": qdrant_edge.PayloadSchemaType.Keyword,
+                    "float": qdrant_edge.PayloadSchemaType.Float,
+                    "bool": qdrant_edge.PayloadSchemaType.Bool,
+                }[kind],
+            )
+        )
     shard.close()
     store = EdgeVectorStore(tmp_path / "vectors")
     store.upsert(OBSERVATIONS, _points(300))
@@ -164,7 +174,9 @@ def test_payload_indexes_are_memory_mapped_and_optimize_moves_old_ones_to_disk(t
     assert set(_index_memory(old).values()) == {"None"}  # opened, written: still in memory until optimized
     store = EdgeVectorStore(tmp_path / "vectors")
     store.optimize()
-    assert (store.count(OBSERVATIONS, flt), [str(p.id) for p in store.scroll(OBSERVATIONS, flt, with_payload=False)]
-            ) == before and store.indexed_fields(OBSERVATIONS) == set(INDEXED_FIELDS)
+    assert (
+        store.count(OBSERVATIONS, flt),
+        [str(p.id) for p in store.scroll(OBSERVATIONS, flt, with_payload=False)],
+    ) == before and store.indexed_fields(OBSERVATIONS) == set(INDEXED_FIELDS)
     store.close()
     assert set(_index_memory(old).values()) == {"Memory.Cold"}

@@ -41,16 +41,25 @@ def _unit(a: np.ndarray) -> np.ndarray:
 
 
 def _payload(i: int) -> dict:
-    return {"tenant_id": "t1" if i % 4 else "t2", "user_id": f"u{i % 3}", "kind": ["text", "screenshot"][i % 2],
-            "start_ts": float(1000 + i) if i % 10 else None, "text": f"point {i}", "entity_ids": [f"e{i % 5}"]}
+    return {
+        "tenant_id": "t1" if i % 4 else "t2",
+        "user_id": f"u{i % 3}",
+        "kind": ["text", "screenshot"][i % 2],
+        "start_ts": float(1000 + i) if i % 10 else None,
+        "text": f"point {i}",
+        "entity_ids": [f"e{i % 5}"],
+    }
 
 
 def _points() -> list[qm.PointStruct]:
     out = []
     for i in range(N):
         words = sorted({WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(1 + i % 5)})
-        vector = {DENSE: DENSE_VECS[i].tolist(), SENTENCES: [DENSE_VECS[i].tolist(), *SENT_VECS[i].tolist()],
-                  SPARSE: qm.SparseVector(indices=words, values=[1.0 + (w % 3) for w in words])}
+        vector = {
+            DENSE: DENSE_VECS[i].tolist(),
+            SENTENCES: [DENSE_VECS[i].tolist(), *SENT_VECS[i].tolist()],
+            SPARSE: qm.SparseVector(indices=words, values=[1.0 + (w % 3) for w in words]),
+        }
         payload = {k: v for k, v in _payload(i).items() if v is not None}
         out.append(qm.PointStruct(id=IDS[i], vector=vector, payload=payload))
     return out
@@ -130,12 +139,23 @@ def test_sparse_search_counts_idf_over_the_given_corpus(store, reference):
 
 
 def test_filters_scroll_count_and_newest(store, reference):
-    flt = qm.Filter(must=[qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value="t1")),
-                          qm.FieldCondition(key="kind", match=qm.MatchAny(any=["screenshot"])),
-                          qm.FieldCondition(key="start_ts", range=qm.Range(gte=1010, lt=1080))],
-                    must_not=[qm.FieldCondition(key="entity_ids", match=qm.MatchValue(value="e3"))])
-    want = [IDS[i] for i in range(N) if _payload(i)["tenant_id"] == "t1" and i % 2 and _payload(i)["start_ts"]
-            and 1010 <= _payload(i)["start_ts"] < 1080 and i % 5 != 3]
+    flt = qm.Filter(
+        must=[
+            qm.FieldCondition(key="tenant_id", match=qm.MatchValue(value="t1")),
+            qm.FieldCondition(key="kind", match=qm.MatchAny(any=["screenshot"])),
+            qm.FieldCondition(key="start_ts", range=qm.Range(gte=1010, lt=1080)),
+        ],
+        must_not=[qm.FieldCondition(key="entity_ids", match=qm.MatchValue(value="e3"))],
+    )
+    want = [
+        IDS[i]
+        for i in range(N)
+        if _payload(i)["tenant_id"] == "t1"
+        and i % 2
+        and _payload(i)["start_ts"]
+        and 1010 <= _payload(i)["start_ts"] < 1080
+        and i % 5 != 3
+    ]
     got = store.scroll(OBSERVATIONS, flt)
     assert sorted(str(r.id) for r in got) == sorted(want)
     assert [str(r.id) for r in got] == [str(r.id) for r in reference.scroll(OBSERVATIONS, flt)]
@@ -185,15 +205,20 @@ def test_reading_a_collection_never_written_finds_nothing_and_makes_nothing(stor
     store.delete(never, flt)
     store.delete(never, IDS[:2])
     assert not store.has_collection(never) and never not in store.collections()
-    store.upsert(never, [qm.PointStruct(id=IDS[i], vector={DENSE: DENSE_VECS[i].tolist()}, payload=_payload(i))
-                         for i in (1, 2)])  # a write makes it
+    store.upsert(
+        never, [qm.PointStruct(id=IDS[i], vector={DENSE: DENSE_VECS[i].tolist()}, payload=_payload(i)) for i in (1, 2)]
+    )  # a write makes it
     assert store.has_collection(never) and store.count(never) == 2
 
 
 def test_euclidean_vectors_and_a_threshold(store):
     face = RNG.normal(size=128).astype(np.float32) * 0.1
-    pts = [qm.PointStruct(id=str(uuid.UUID(int=10_000 + i)), vector={FACE: (face + i * 0.05).tolist()},
-                          payload={"tenant_id": "t1"}) for i in range(5)]
+    pts = [
+        qm.PointStruct(
+            id=str(uuid.UUID(int=10_000 + i)), vector={FACE: (face + i * 0.05).tolist()}, payload={"tenant_id": "t1"}
+        )
+        for i in range(5)
+    ]
     store.upsert(ENTITIES, pts)
     near = store.nearest(ENTITIES, FACE, face.tolist(), tenant_filter("t1"), limit=5, score_threshold=0.05 * 12)
     dist = [float(np.linalg.norm(np.full(128, i * 0.05))) for i in range(5)]
@@ -207,11 +232,14 @@ def test_a_second_process_gets_store_busy_and_a_broken_shard_a_clear_error(tmp_p
 
     store = EdgeVectorStore(tmp_path / "vectors")
     store.upsert(OBSERVATIONS, _points()[:3])
-    code = ("import sys; from engram.workers.stores.vectors import EdgeVectorStore, StoreBusy\n"
-            "try: EdgeVectorStore(sys.argv[1]).count('observations')\n"
-            "except StoreBusy as e: print('busy:', e)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "vectors")], capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import sys; from engram.workers.stores.vectors import EdgeVectorStore, StoreBusy\n"
+        "try: EdgeVectorStore(sys.argv[1]).count('observations')\n"
+        "except StoreBusy as e: print('busy:', e)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "vectors")], capture_output=True, text=True, timeout=120
+    )
     assert "busy: the embedded store" in out.stdout, out.stderr[-2000:]
     store.close()
     shard = tmp_path / "vectors" / OBSERVATIONS
@@ -230,16 +258,17 @@ def test_every_acknowledged_write_survives_a_sigkill(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, uuid\n"
-            "from qdrant_client import models as qm\n"
-            "from engram.workers.stores.vectors import EdgeVectorStore, DENSE\n"
-            "s = EdgeVectorStore(sys.argv[1])\n"
-            "for b in range(10_000):\n"
-            "    s.upsert('observations', [qm.PointStruct(id=str(uuid.UUID(int=b * 50 + i + 1)), payload={'b': b},\n"
-            "             vector={DENSE: [1.0, float(i)] + [0.0] * 382}) for i in range(50)])\n"
-            "    print(b, flush=True)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "vectors")], stdout=subprocess.PIPE,
-                            text=True)
+    code = (
+        "import sys, uuid\n"
+        "from qdrant_client import models as qm\n"
+        "from engram.workers.stores.vectors import EdgeVectorStore, DENSE\n"
+        "s = EdgeVectorStore(sys.argv[1])\n"
+        "for b in range(10_000):\n"
+        "    s.upsert('observations', [qm.PointStruct(id=str(uuid.UUID(int=b * 50 + i + 1)), payload={'b': b},\n"
+        "             vector={DENSE: [1.0, float(i)] + [0.0] * 382}) for i in range(50)])\n"
+        "    print(b, flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "vectors")], stdout=subprocess.PIPE, text=True)
     acked = -1
     for line in proc.stdout:
         acked = int(line)
@@ -275,10 +304,21 @@ def test_the_cli_names_a_broken_shard_in_one_line(tmp_path):
     for p in [tmp_path / "data", *(tmp_path / "data").rglob("*")]:  # owner-only, as engram makes it: no warning
         p.chmod(0o700 if p.is_dir() else 0o600)
     before = sorted(p.name for p in shard.rglob("*"))
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO),
-           "ENGRAM_DATA_DIR": str(tmp_path / "data")}
-    out = subprocess.run([sys.executable, "-m", "engram.api.cli", "search", "hello"], capture_output=True, text=True,
-                         env=env, timeout=300, cwd=REPO)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "ENGRAM_DATA_DIR": str(tmp_path / "data"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "search", "hello"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=REPO,
+    )
     assert out.returncode == 3, out.stderr[-2000:]
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(shard) in out.stderr.replace("\n", "")
@@ -350,8 +390,10 @@ def test_a_shard_that_lost_points_since_it_was_closed_is_refused(tmp_path, remov
     assert (shard / MANIFEST).is_file()
     if not manifest:
         (shard / MANIFEST).unlink()
-    biggest = max((p for p in (shard / "segments").iterdir()), key=lambda p: sum(f.stat().st_size for f in
-                                                                               p.rglob("*") if f.is_file()))
+    biggest = max(
+        (p for p in (shard / "segments").iterdir()),
+        key=lambda p: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()),
+    )
     gone = shard / "segments" if removed == "segments" else biggest
     if removed == "id tracker":
         for f in biggest.glob("*id_tracker*"):

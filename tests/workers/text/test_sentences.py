@@ -11,7 +11,9 @@ from engram.workers.text.sentences import sentences, sentences_without_prefix
 
 def test_the_prefix_is_cut_from_the_first_sentence_or_drops_it():
     assert sentences_without_prefix("Bob: Dr. Smith came at 3 p.m. on Friday. It rained.", "Bob:") == [
-        "Dr. Smith came at 3 p.m. on Friday.", "It rained."]
+        "Dr. Smith came at 3 p.m. on Friday.",
+        "It rained.",
+    ]
     assert sentences_without_prefix("Bob:\nHello there. Bye.", "Bob:") == ["Hello there.", "Bye."]
     assert sentences_without_prefix("Bob:", "Bob:") == []
     assert sentences_without_prefix("Ann: hi", "Bob:") == ["Ann: hi"]  # not its prefix: split as given
@@ -38,6 +40,6 @@ def test_the_same_sentences_as_splitting_the_turn_without_its_speaker_on_every_l
             for turn in session:
                 prefix = f"{turn['speaker']}:"
                 text = f"{prefix} {turn['text']}"
-                assert sentences_without_prefix(text, prefix) == sentences(text[len(prefix):].strip()), text
+                assert sentences_without_prefix(text, prefix) == sentences(text[len(prefix) :].strip()), text
                 turns += 1
     assert turns > 5000

@@ -54,20 +54,28 @@ def test_tokens_are_those_of_bm25s_over_real_text(eval_data):
     assert sparse.STOPWORDS_EN == frozenset(STOPWORDS_EN)
     texts = _real_texts(eval_data)
     assert len(texts) > 10_000
-    want = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False,
-                          show_progress=False)
+    want = bm25s.tokenize(
+        texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False, show_progress=False
+    )
     assert sparse.tokenize(texts) == [list(t) for t in want]
     for text in texts[:500]:  # one at a time, as a query is
-        assert sparse.tokenize([text]) == [list(t) for t in bm25s.tokenize(
-            [text], stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False, show_progress=False)]
+        assert sparse.tokenize([text]) == [
+            list(t)
+            for t in bm25s.tokenize(
+                [text], stopwords="en", stemmer=Stemmer.Stemmer("english"), return_ids=False, show_progress=False
+            )
+        ]
 
 
 def test_tokenizing_imports_neither_bm25s_nor_numba():
-    code = ("import sys; from engram.workers.text import sparse; sparse.query_vector('Where did Caroline move from?'); "
-            "sparse.document_vectors(['a turn', ['parts', 'of one']]); "
-            "print(sorted(m for m in ('bm25s', 'numba', 'scipy') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
-                         timeout=120)
+    code = (
+        "import sys; from engram.workers.text import sparse; sparse.query_vector('Where did Caroline move from?'); "
+        "sparse.document_vectors(['a turn', ['parts', 'of one']]); "
+        "print(sorted(m for m in ('bm25s', 'numba', 'scipy') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO, timeout=120
+    )
     assert out.stdout.split() == ["[]"]
 
 
@@ -96,12 +104,21 @@ def test_indices_are_stable_across_calls_and_batches():
 
 def test_indices_are_stable_across_processes():
     texts = ["Quarterly invoice total 4812 dollars", "Melanie painted a sunrise by the lake"]
-    code = ("import json, sys; from engram.workers.text import sparse; "
-            "print(json.dumps([sparse.document_vectors(json.loads(sys.argv[1])), "
-            "sparse.query_vector('invoice sunrise')]))")
+    code = (
+        "import json, sys; from engram.workers.text import sparse; "
+        "print(json.dumps([sparse.document_vectors(json.loads(sys.argv[1])), "
+        "sparse.query_vector('invoice sunrise')]))"
+    )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # a different str hash seed must not matter
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(texts)], capture_output=True, text=True,
-                         check=True, cwd=REPO, env=env, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
     docs, query = json.loads(out.stdout)
     assert [tuple(d) for d in docs] == [(list(i), list(v)) for i, v in sparse.document_vectors(texts)]
     assert tuple(query) == tuple(list(x) for x in sparse.query_vector("invoice sunrise"))
@@ -129,8 +146,7 @@ def test_weights_follow_k1_b_and_document_length():
     assert w_long < w_short  # longer documents weigh each occurrence less
 
     # b = 0: no length normalisation; the weight is tf (k1 + 1) / (tf + k1)
-    [(i0, v0), (i1, v1)] = sparse.document_vectors(["invoice invoice", "invoice invoice x y z w v u"],
-                                                   k1=2.0, b=0.0)
+    [(i0, v0), (i1, v1)] = sparse.document_vectors(["invoice invoice", "invoice invoice x y z w v u"], k1=2.0, b=0.0)
     assert dict(zip(i0, v0, strict=True))[idx] == pytest.approx(2 * 3 / (2 + 2))
     assert dict(zip(i1, v1, strict=True))[idx] == pytest.approx(2 * 3 / (2 + 2))
 
@@ -159,7 +175,7 @@ def test_avgdl_per_text_normalises_joined_texts_as_that_many_units():
     turn = "the blue bicycle is parked by the library"
     joined = " ".join([turn] * 5)  # a turn with four neighbours of the same length
     (_, alone), (_, ctx) = document_vectors([turn, joined], avgdl=[8.0, 40.0])
-    (_, ctx_fixed), = document_vectors([joined], avgdl=8.0)
+    ((_, ctx_fixed),) = document_vectors([joined], avgdl=8.0)
     assert max(ctx) > max(alone)  # five occurrences still weigh more than one
     assert max(ctx_fixed) < max(ctx)  # but a fixed avgdl would call the joined text long and shrink it
     with pytest.raises(ValueError):
@@ -167,12 +183,18 @@ def test_avgdl_per_text_normalises_joined_texts_as_that_many_units():
 
 
 def test_a_document_given_as_parts_gets_the_vector_of_the_joined_text():
-    turns = ["Caroline went to the LGBTQ support group yesterday.", "That's great! How did it go?",
-             "It was really empowering; ΟΔΟΣ naïve café—résumé.", "", "I'm painting a lake sunrise.\nIt's calm."]
-    docs = [["8 May 2023", *turns[max(0, i - 2):i], turns[i], *turns[i + 1:i + 3]] for i in range(len(turns))]
+    turns = [
+        "Caroline went to the LGBTQ support group yesterday.",
+        "That's great! How did it go?",
+        "It was really empowering; ΟΔΟΣ naïve café—résumé.",
+        "",
+        "I'm painting a lake sunrise.\nIt's calm.",
+    ]
+    docs = [["8 May 2023", *turns[max(0, i - 2) : i], turns[i], *turns[i + 1 : i + 3]] for i in range(len(turns))]
     avgdl = [24.0 * len(d) for d in docs]
-    assert sparse.document_vectors(docs, avgdl=avgdl) == sparse.document_vectors([" ".join(d) for d in docs],
-                                                                                 avgdl=avgdl)
+    assert sparse.document_vectors(docs, avgdl=avgdl) == sparse.document_vectors(
+        [" ".join(d) for d in docs], avgdl=avgdl
+    )
     assert sparse.tokenize_parts([["Painting", "lakes"], "painted lake"]) == [["paint", "lake"], ["paint", "lake"]]
 
 
@@ -190,9 +212,9 @@ def test_a_long_context_field_dilutes_only_itself():
     turn = "I got a 10% discount on my first purchase from that new clothing brand"
     answer = " ".join(f"tip{i} engagement" for i in range(250))
     alone = dict(zip(*sparse.document_vectors([turn])[0], strict=True))
-    (idx, vals), = sparse.fielded_vectors([[([turn], 1.0, 24.0), ([answer], 1.0, 24.0)]])
+    ((idx, vals),) = sparse.fielded_vectors([[([turn], 1.0, 24.0), ([answer], 1.0, 24.0)]])
     fielded = dict(zip(idx, vals, strict=True))
-    (jidx, jvals), = sparse.document_vectors([[turn, answer]], avgdl=48.0)
+    ((jidx, jvals),) = sparse.document_vectors([[turn, answer]], avgdl=48.0)
     joined = dict(zip(jidx, jvals, strict=True))
     discount = sparse.token_index("discount")
     assert fielded[discount] > 0.9 * alone[discount]
@@ -200,7 +222,7 @@ def test_a_long_context_field_dilutes_only_itself():
     # a term in both fields counts more than in one; a weight of 0 drops the context field
     both = sparse.fielded_vectors([[([turn], 1.0, 24.0), (["discount codes"], 1.0, 24.0)]])[0]
     assert dict(zip(*both, strict=True))[discount] > fielded[discount]
-    (zidx, _), = sparse.fielded_vectors([[([turn], 1.0, 24.0), ([answer], 0.0, 24.0)]])
+    ((zidx, _),) = sparse.fielded_vectors([[([turn], 1.0, 24.0), ([answer], 0.0, 24.0)]])
     assert zidx == sparse.document_vectors([turn])[0][0]
     with pytest.raises(ValueError):
         sparse.fielded_vectors([[([turn], 1.0, 0.0)]])

@@ -20,5 +20,15 @@ from engram.workers.stores.ledger.redis_ledger import UNFINISHED_TTL_S, RedisLed
 from engram.workers.stores.ledger.sqlite_ledger import _MIGRATIONS as _MIGRATIONS  # read by the migration tests
 from engram.workers.stores.ledger.sqlite_ledger import SqliteLedger, migrate
 
-__all__ = ["FINAL_STATUSES", "LOCK_LEASE_S", "UNFINISHED_TTL_S", "Ledger", "LockLease", "RedisLedger", "SqliteLedger",
-           "log_lock_expired", "migrate", "open_ledger"]
+__all__ = [
+    "FINAL_STATUSES",
+    "LOCK_LEASE_S",
+    "UNFINISHED_TTL_S",
+    "Ledger",
+    "LockLease",
+    "RedisLedger",
+    "SqliteLedger",
+    "log_lock_expired",
+    "migrate",
+    "open_ledger",
+]

@@ -25,8 +25,9 @@ class Ledger(Protocol):
     def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
         """The event's record, or None."""
 
-    def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
-             reason: str | None = None) -> None:
+    def mark(
+        self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None, reason: str | None = None
+    ) -> None:
         """Set the status (a final status is not overwritten by ``processing`` or ``queued``)."""
 
     def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
@@ -34,8 +35,9 @@ class Ledger(Protocol):
         user already has the content in an event that did not fail (then this event is an exact duplicate). The
         object is stored once per tenant; each user who publishes it gets their own observations."""
 
-    def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
-                   is_near_duplicate) -> uuid.UUID | None:
+    def swap_frame(
+        self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID, is_near_duplicate
+    ) -> uuid.UUID | None:
         """Compare ``phash`` with the device's last kept frame using ``is_near_duplicate(prev, new)``;
         return that frame's event id if it is a near-duplicate, else make this frame the last kept one."""
 
@@ -59,8 +61,9 @@ class Ledger(Protocol):
         block runs (``LockLease``), so a dead holder's lock lapses within ``LOCK_LEASE_S``. Yields True when
         acquired, False (without waiting) when someone else holds it."""
 
-    def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
-                limit: int = 100) -> list[LedgerRecord]:
+    def records(
+        self, tenant_id: str | None = None, status: EventStatus | None = None, limit: int = 100
+    ) -> list[LedgerRecord]:
         """Recent records, newest first."""
 
     def done_segments(self, event_id: uuid.UUID) -> set[int]:
@@ -84,16 +87,22 @@ class Ledger(Protocol):
     def end_work(self, event_id: uuid.UUID, work: str) -> None:
         """``work`` ended in this process, however it ended: its start no longer counts (``begin_work``)."""
 
-    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
-                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+    def claim_stalled(
+        self, older_than_s: float, max_redeliveries: int, limit: int = 500
+    ) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         """Events queued or processing without progress for ``older_than_s`` seconds (their task was lost:
         acknowledged while the broker restarted, or a chain's next publish failed). Each is claimed for
         one redelivery (its progress time is reset, so the next sweep leaves it alone for another
         ``older_than_s``); one already redelivered ``max_redeliveries`` times is marked failed instead.
         Returns (events to publish again, event ids given up)."""
 
-    def claim_interrupted(self, max_redeliveries: int, event_ids: list[uuid.UUID] | None = None,
-                          include_own: bool = False, limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+    def claim_interrupted(
+        self,
+        max_redeliveries: int,
+        event_ids: list[uuid.UUID] | None = None,
+        include_own: bool = False,
+        limit: int = 500,
+    ) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         """Embedded default: events queued or processing whose owner process is gone (``owners.is_alive``: killed,
         crashed; an event of a process that still lives, running it or waiting for the store, is never taken), or
         held by this process too with ``include_own`` (its caller has none of its own in flight). Each is claimed
@@ -123,5 +132,6 @@ def _now() -> str:
 
 
 def _stalled_reason(stage: str | None, older_than_s: float, redeliveries: int) -> str:
-    return (f"stalled: no progress for {older_than_s:.0f} s after {redeliveries} redeliveries"
-            + (f" (last stage {stage})" if stage else ""))
+    return f"stalled: no progress for {older_than_s:.0f} s after {redeliveries} redeliveries" + (
+        f" (last stage {stage})" if stage else ""
+    )

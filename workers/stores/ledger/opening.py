@@ -1,5 +1,4 @@
-"""Opening the configured ledger (``open_ledger``): Redis in the distributed mode, else SQLite under ``data_dir``.
-"""
+"""Opening the configured ledger (``open_ledger``): Redis in the distributed mode, else SQLite under ``data_dir``."""
 
 from __future__ import annotations
 

@@ -29,6 +29,7 @@ log = structlog.get_logger(__name__)
 #: Seconds the Redis ledger keeps an event's count of unfinished work after its last start (``begin_work``).
 UNFINISHED_TTL_S = 7 * 24 * 3600
 
+
 class RedisLedger:
     """The ledger in Redis (the distributed mode), for any number of processes.
 
@@ -74,8 +75,9 @@ class RedisLedger:
                     continue
 
     @staticmethod
-    def _finished(outcome: list, event_id: uuid.UUID | None, status: EventStatus, stage: str | None,
-                  reason: str | None) -> bool:
+    def _finished(
+        outcome: list, event_id: uuid.UUID | None, status: EventStatus, stage: str | None, reason: str | None
+    ) -> bool:
         """Read an event script's ``outcome`` (``{-1}`` unknown event, ``{1, kind}`` it entered ``status``, a final
         one, else ``{0}``): count the finish (``metrics.count_finished``) and return whether it happened. An unknown
         event raises KeyError, unless ``event_id`` is None (the caller leaves unknown events alone)."""
@@ -85,14 +87,20 @@ class RedisLedger:
             count_finished(outcome[1], status.value, stage, reason)
         return outcome[0] == 1
 
-    def _set_status(self, pipe, rec: dict, status: EventStatus, stage: str | None,
-                    reason: str | None) -> tuple | None:
+    def _set_status(self, pipe, rec: dict, status: EventStatus, stage: str | None, reason: str | None) -> tuple | None:
         """Queue (in MULTI) the writes that move ``rec`` to ``status``; returns the arguments of
         ``metrics.count_finished`` when this enters a final status, to count once the transaction commits."""
         now = datetime.now(UTC)
         tenant, eid, old = rec["tenant_id"], rec["event_id"], rec.get("status")
-        pipe.hset(self._ek(eid), mapping={"status": status.value, "stage": stage or "", "reason": reason or "",
-                                          "updated_at": now.isoformat()})
+        pipe.hset(
+            self._ek(eid),
+            mapping={
+                "status": status.value,
+                "stage": stage or "",
+                "reason": reason or "",
+                "updated_at": now.isoformat(),
+            },
+        )
         if old and old != status.value:
             pipe.zrem(f"{self.p}tenant:{tenant}:status:{old}", eid)
         pipe.zadd(f"{self.p}tenant:{tenant}:status:{status.value}", {eid: now.timestamp()})
@@ -118,12 +126,21 @@ class RedisLedger:
                 pipe.multi()
                 return False
             now = datetime.now(UTC).isoformat()
-            rec = {"event_id": str(event.event_id), "tenant_id": event.tenant_id, "user_id": event.user_id,
-                   "device_id": event.device_id, "kind": event.kind.value, "object_key": event.object_key,
-                   "sha256": event.sha256, "source_name": event.source_name or "",
-                   "created_at": created_at.astimezone(UTC).isoformat() if created_at else now,
-                   "updated_at": now, "segments_total": "", "event_json": event.model_dump_json(),
-                   "redeliveries": 0}
+            rec = {
+                "event_id": str(event.event_id),
+                "tenant_id": event.tenant_id,
+                "user_id": event.user_id,
+                "device_id": event.device_id,
+                "kind": event.kind.value,
+                "object_key": event.object_key,
+                "sha256": event.sha256,
+                "source_name": event.source_name or "",
+                "created_at": created_at.astimezone(UTC).isoformat() if created_at else now,
+                "updated_at": now,
+                "segments_total": "",
+                "event_json": event.model_dump_json(),
+                "redeliveries": 0,
+            }
             pipe.multi()
             pipe.hset(key, mapping=rec)
             self._set_status(pipe, rec, EventStatus.queued, None, None)
@@ -140,28 +157,48 @@ class RedisLedger:
         if not rec:
             return None
         return LedgerRecord(
-            event_id=uuid.UUID(rec["event_id"]), tenant_id=rec["tenant_id"], user_id=rec["user_id"],
-            device_id=rec["device_id"], kind=rec["kind"], object_key=rec["object_key"], sha256=rec["sha256"],
-            source_name=rec.get("source_name") or None, status=rec["status"], stage=rec.get("stage") or None,
+            event_id=uuid.UUID(rec["event_id"]),
+            tenant_id=rec["tenant_id"],
+            user_id=rec["user_id"],
+            device_id=rec["device_id"],
+            kind=rec["kind"],
+            object_key=rec["object_key"],
+            sha256=rec["sha256"],
+            source_name=rec.get("source_name") or None,
+            status=rec["status"],
+            stage=rec.get("stage") or None,
             reason=rec.get("reason") or None,
             segments_total=int(rec["segments_total"]) if rec.get("segments_total") else None,
-            segments_done=len(segs), observations=sum(int(v) for v in segs),
-            created_at=datetime.fromisoformat(rec["created_at"]), updated_at=datetime.fromisoformat(rec["updated_at"]))
+            segments_done=len(segs),
+            observations=sum(int(v) for v in segs),
+            created_at=datetime.fromisoformat(rec["created_at"]),
+            updated_at=datetime.fromisoformat(rec["updated_at"]),
+        )
 
-    def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
-             reason: str | None = None) -> None:
+    def mark(
+        self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None, reason: str | None = None
+    ) -> None:
         now = datetime.now(UTC)
-        self._finished(self._mark(keys=[self._ek(event_id)], args=[self.p, status.value, stage or "", reason or "",
-                                                                   now.isoformat(), now.timestamp()]),
-                       event_id, status, stage, reason)
+        self._finished(
+            self._mark(
+                keys=[self._ek(event_id)],
+                args=[self.p, status.value, stage or "", reason or "", now.isoformat(), now.timestamp()],
+            ),
+            event_id,
+            status,
+            stage,
+            reason,
+        )
 
     def claim_content(self, tenant_id: str, user_id: str, sha256: str, event_id: uuid.UUID) -> uuid.UUID | None:
-        holder = self._claim_content(keys=[f"{self.p}content:{tenant_id}:{user_id}:{sha256}"],
-                                     args=[self.p, str(event_id)])
+        holder = self._claim_content(
+            keys=[f"{self.p}content:{tenant_id}:{user_id}:{sha256}"], args=[self.p, str(event_id)]
+        )
         return uuid.UUID(holder) if holder else None
 
-    def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
-                   is_near_duplicate) -> uuid.UUID | None:
+    def swap_frame(
+        self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID, is_near_duplicate
+    ) -> uuid.UUID | None:
         fkey = f"{self.p}frame:{tenant_id}:{device_id}"
 
         def fn(pipe):
@@ -178,13 +215,24 @@ class RedisLedger:
         key, now = self._ek(event_id), datetime.now(UTC)
         reason = "no content to store" if total == 0 else None
         # an unknown event is left alone, as the SQLite ledger's UPDATE leaves it
-        self._finished(self._expect_segments(keys=[key, key + ":segments"],
-                                             args=[self.p, total, reason or "", now.isoformat(), now.timestamp()]),
-                       None, EventStatus.done, None, reason)
+        self._finished(
+            self._expect_segments(
+                keys=[key, key + ":segments"], args=[self.p, total, reason or "", now.isoformat(), now.timestamp()]
+            ),
+            None,
+            EventStatus.done,
+            None,
+            reason,
+        )
 
     def segment_done(self, event_id: uuid.UUID, segment_index: int, observations: int) -> bool:
-        return self._finished(self._segment_done(**self._segment_args(event_id, segment_index, observations)),
-                              event_id, EventStatus.done, None, None)
+        return self._finished(
+            self._segment_done(**self._segment_args(event_id, segment_index, observations)),
+            event_id,
+            EventStatus.done,
+            None,
+            None,
+        )
 
     def segments_done(self, segments: list[tuple[uuid.UUID, int, int]]) -> list[bool]:
         if len(segments) == 1:  # one EVALSHA; a pipeline asks SCRIPT EXISTS first
@@ -194,15 +242,18 @@ class RedisLedger:
                 self._segment_done(**self._segment_args(*segment), client=pipe)
             outcomes = pipe.execute()
         finished = [self._finished(outcome, None, EventStatus.done, None, None) for outcome in outcomes]
-        if unknown := [str(event_id) for outcome, (event_id, _, _) in zip(outcomes, segments, strict=True)
-                       if outcome[0] == -1]:
+        if unknown := [
+            str(event_id) for outcome, (event_id, _, _) in zip(outcomes, segments, strict=True) if outcome[0] == -1
+        ]:
             raise KeyError(f"unknown events {', '.join(unknown)}")
         return finished
 
     def _segment_args(self, event_id: uuid.UUID, segment_index: int, observations: int) -> dict[str, list]:
         key, now = self._ek(event_id), datetime.now(UTC)
-        return {"keys": [key, key + ":segments"],
-                "args": [self.p, segment_index, observations, now.isoformat(), now.timestamp()]}
+        return {
+            "keys": [key, key + ":segments"],
+            "args": [self.p, segment_index, observations, now.isoformat(), now.timestamp()],
+        }
 
     def counts(self, tenant_id: str | None = None) -> dict[EventStatus, int]:
         tenants = [tenant_id] if tenant_id else self._tenants()
@@ -244,8 +295,12 @@ class RedisLedger:
 
         token = lock.local.token  # Lock.release() forgets the token before it talks to Redis: retry with it
 
-        @retry(retry=retry_if_exception_type((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)),
-               stop=stop_after_delay(30), wait=wait_exponential(multiplier=0.2, max=3), reraise=True)
+        @retry(
+            retry=retry_if_exception_type((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)),
+            stop=stop_after_delay(30),
+            wait=wait_exponential(multiplier=0.2, max=3),
+            reraise=True,
+        )
         def release() -> None:
             lock.do_release(token)
 
@@ -254,9 +309,7 @@ class RedisLedger:
         except redis.exceptions.LockError:
             log_lock_expired(name)
         except redis.exceptions.RedisError as exc:
-
-            log.error("lock not released: it blocks its work until its ttl ends",
-                                                 lock=name, error=str(exc))
+            log.error("lock not released: it blocks its work until its ttl ends", lock=name, error=str(exc))
 
     def done_segments(self, event_id: uuid.UUID) -> set[int]:
         return {int(i) for i in self.r.hkeys(self._ek(event_id) + ":segments")}
@@ -297,8 +350,13 @@ class RedisLedger:
                 holds_content = pipe.get(ckey) == eid
                 holds_frame = pipe.hget(fkey, "event_id") == eid
                 pipe.multi()
-                pipe.delete(key, key + ":segments", key + ":unfinished", *([ckey] if holds_content else []),
-                            *([fkey] if holds_frame else []))
+                pipe.delete(
+                    key,
+                    key + ":segments",
+                    key + ":unfinished",
+                    *([ckey] if holds_content else []),
+                    *([fkey] if holds_frame else []),
+                )
                 pipe.zrem(f"{self.p}tenant:{tenant_id}:events", eid)
                 for st in EventStatus:
                     pipe.zrem(f"{self.p}tenant:{tenant_id}:status:{st.value}", eid)
@@ -310,8 +368,9 @@ class RedisLedger:
     def object_references(self, tenant_id: str, object_key: str) -> int:
         return sum(key == object_key for _, (key,) in self._tenant_fields(tenant_id, "object_key"))
 
-    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
-                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+    def claim_stalled(
+        self, older_than_s: float, max_redeliveries: int, limit: int = 500
+    ) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         cutoff = time.time() - older_than_s
         republish: list[MediaEvent] = []
         given_up: list[uuid.UUID] = []
@@ -324,15 +383,19 @@ class RedisLedger:
                     def fn(pipe, key=key, status=status):
                         rec = pipe.hgetall(key)
                         pipe.multi()
-                        if rec.get("status") != status.value or \
-                                datetime.fromisoformat(rec["updated_at"]).timestamp() >= cutoff:
+                        if (
+                            rec.get("status") != status.value
+                            or datetime.fromisoformat(rec["updated_at"]).timestamp() >= cutoff
+                        ):
                             return None  # it moved on meanwhile
                         done = int(rec.get("redeliveries") or 0)
                         if not rec.get("event_json") or done >= max_redeliveries:
-                            reason = (_stalled_reason(rec.get("stage"), older_than_s, done) if rec.get("event_json")
-                                      else "stalled, and recorded before redelivery existed: publish it again")
-                            return self._set_status(pipe, rec, EventStatus.failed, rec.get("stage") or "ingest",
-                                                    reason)
+                            reason = (
+                                _stalled_reason(rec.get("stage"), older_than_s, done)
+                                if rec.get("event_json")
+                                else "stalled, and recorded before redelivery existed: publish it again"
+                            )
+                            return self._set_status(pipe, rec, EventStatus.failed, rec.get("stage") or "ingest", reason)
                         pipe.hset(key, "redeliveries", done + 1)
                         self._touch(pipe, rec)
                         return MediaEvent.model_validate_json(rec["event_json"])
@@ -345,8 +408,13 @@ class RedisLedger:
                         republish.append(outcome)
         return republish, given_up
 
-    def claim_interrupted(self, max_redeliveries: int, event_ids: list[uuid.UUID] | None = None,
-                          include_own: bool = False, limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+    def claim_interrupted(
+        self,
+        max_redeliveries: int,
+        event_ids: list[uuid.UUID] | None = None,
+        include_own: bool = False,
+        limit: int = 500,
+    ) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         """The Redis ledger keeps no owner process (its events are the broker's workers', redelivered by the broker
         and ``claim_stalled``): every unfinished event counts as interrupted, as before owners existed. Only the
         embedded default asks this, with a Redis ledger only when ``ENGRAM_REDIS_URL`` is set without a broker. Named
@@ -383,8 +451,9 @@ class RedisLedger:
         def fn(pipe):
             rec = pipe.hgetall(key)
             pipe.multi()
-            if rec.get("status") not in (EventStatus.queued.value, EventStatus.processing.value) \
-                    or not rec.get("event_json"):
+            if rec.get("status") not in (EventStatus.queued.value, EventStatus.processing.value) or not rec.get(
+                "event_json"
+            ):
                 return None
             self._touch(pipe, rec)
             return MediaEvent.model_validate_json(rec["event_json"])
@@ -392,18 +461,21 @@ class RedisLedger:
         return self._transact(fn, key)
 
     def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
-        self.r.xadd(f"{self.p}reveals:{tenant_id}", {"entry_id": entry_id, "os_user": os_user, "pid": pid,
-                                                      "at": datetime.now(UTC).isoformat()})
+        self.r.xadd(
+            f"{self.p}reveals:{tenant_id}",
+            {"entry_id": entry_id, "os_user": os_user, "pid": pid, "at": datetime.now(UTC).isoformat()},
+        )
 
     def reveal_count(self, tenant_id: str) -> int:
         return int(self.r.xlen(f"{self.p}reveals:{tenant_id}"))
 
     def _tenants(self) -> list[str]:
         pat = f"{self.p}tenant:*:events"
-        return sorted({k[len(self.p) + 7:-7] for k in self.r.scan_iter(match=pat)})
+        return sorted({k[len(self.p) + 7 : -7] for k in self.r.scan_iter(match=pat)})
 
-    def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
-                limit: int = 100) -> list[LedgerRecord]:
+    def records(
+        self, tenant_id: str | None = None, status: EventStatus | None = None, limit: int = 100
+    ) -> list[LedgerRecord]:
         out: list[LedgerRecord] = []
         for t in [tenant_id] if tenant_id else self._tenants():
             key = f"{self.p}tenant:{t}:status:{status.value}" if status else f"{self.p}tenant:{t}:events"

@@ -21,7 +21,9 @@ end
 
 # The event scripts return {-1} for an unknown event, {1, kind} when the event entered a final status, else {0}.
 #: ``mark``: KEYS the event's hash; ARGV prefix, status, stage, reason, now (ISO 8601), now (epoch seconds).
-_LUA_MARK = _LUA_COMMON + """
+_LUA_MARK = (
+    _LUA_COMMON
+    + """
 local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind')
 if not rec[1] then return {-1} end
 if is_final(rec[1]) and not is_final(ARGV[2]) then return {0} end
@@ -29,9 +31,12 @@ set_status(KEYS[1], ARGV[1], rec[2], rec[3], rec[1], ARGV[2], ARGV[3], ARGV[4], 
 if is_final(ARGV[2]) and not is_final(rec[1]) then return {1, rec[4]} end
 return {0}
 """
+)
 #: ``expect_segments``: KEYS the event's hash and its segments; ARGV prefix, total, reason when done now, now
 #: (ISO 8601), now (epoch seconds).
-_LUA_EXPECT_SEGMENTS = _LUA_COMMON + """
+_LUA_EXPECT_SEGMENTS = (
+    _LUA_COMMON
+    + """
 local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind')
 if not rec[1] then return {-1} end
 redis.call('HSET', KEYS[1], 'segments_total', ARGV[2])
@@ -41,9 +46,12 @@ if not is_final(rec[1]) and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[2]) the
 end
 return {0}
 """
+)
 #: ``segment_done``: KEYS the event's hash and its segments; ARGV prefix, segment index, observations, now
 #: (ISO 8601), now (epoch seconds). An event not final yet gets a new progress time (``_touch``).
-_LUA_SEGMENT_DONE = _LUA_COMMON + """
+_LUA_SEGMENT_DONE = (
+    _LUA_COMMON
+    + """
 local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind', 'segments_total')
 if not rec[1] then return {-1} end
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
@@ -57,6 +65,7 @@ redis.call('ZADD', ARGV[1] .. 'tenant:' .. rec[2] .. ':status:' .. rec[1], ARGV[
 redis.call('ZADD', ARGV[1] .. 'tenant:' .. rec[2] .. ':events', ARGV[5], rec[3])
 return {0}
 """
+)
 #: ``claim_content``: KEYS the content key; ARGV prefix, event id. Returns the event holding the content (not
 #: failed), or nil when this event now holds it.
 _LUA_CLAIM_CONTENT = f"""

@@ -55,8 +55,12 @@ CREATE INDEX IF NOT EXISTS reveals_tenant ON reveals(tenant_id);
 #: (``workers.stores.owners``).
 _MIGRATIONS: tuple[tuple[tuple[str, str, str], ...], ...] = (
     (("events", "event_json", "TEXT"), ("events", "redeliveries", "INTEGER NOT NULL DEFAULT 0")),
-    (("events", "owner_pid", "INTEGER"), ("events", "owner_started", "REAL"),
-     ("locks", "owner_pid", "INTEGER"), ("locks", "owner_started", "REAL")),
+    (
+        ("events", "owner_pid", "INTEGER"),
+        ("events", "owner_started", "REAL"),
+        ("locks", "owner_pid", "INTEGER"),
+        ("locks", "owner_started", "REAL"),
+    ),
 )
 
 
@@ -110,9 +114,23 @@ class SqliteLedger:
                 "INSERT OR IGNORE INTO events (event_id, tenant_id, user_id, device_id, kind, object_key, sha256,"
                 " source_name, status, created_at, updated_at, event_json, owner_pid, owner_started)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (str(event.event_id), event.tenant_id, event.user_id, event.device_id, event.kind.value,
-                 event.object_key, event.sha256, event.source_name, EventStatus.queued.value, created_at_s, now,
-                 event.model_dump_json(), me.pid, me.started)).rowcount
+                (
+                    str(event.event_id),
+                    event.tenant_id,
+                    event.user_id,
+                    event.device_id,
+                    event.kind.value,
+                    event.object_key,
+                    event.sha256,
+                    event.source_name,
+                    EventStatus.queued.value,
+                    created_at_s,
+                    now,
+                    event.model_dump_json(),
+                    me.pid,
+                    me.started,
+                ),
+            ).rowcount
         if created:
             EVENTS_RECEIVED.labels(kind=event.kind.value).inc()
 
@@ -122,33 +140,67 @@ class SqliteLedger:
             " stage, reason, segments_total, created_at, updated_at, COUNT(s.segment_index),"
             " COALESCE(SUM(s.observations),0)"
             " FROM events e LEFT JOIN segments s ON s.event_id = e.event_id WHERE e.event_id = ?"
-            " GROUP BY e.event_id", (event_id,)).fetchone()
+            " GROUP BY e.event_id",
+            (event_id,),
+        ).fetchone()
         return self._record(row) if row else None
 
     @staticmethod
     def _record(row: tuple) -> LedgerRecord:
-        (event_id, tenant, user, device, kind, key, sha, name, status, stage, reason, total, created, updated,
-         done, obs) = row
-        return LedgerRecord(event_id=uuid.UUID(event_id), tenant_id=tenant, user_id=user, device_id=device,
-                            kind=kind, object_key=key, sha256=sha, source_name=name, status=status,
-                            stage=stage, reason=reason, segments_total=total, segments_done=done,
-                            observations=obs, created_at=datetime.fromisoformat(created),
-                            updated_at=datetime.fromisoformat(updated))
+        (
+            event_id,
+            tenant,
+            user,
+            device,
+            kind,
+            key,
+            sha,
+            name,
+            status,
+            stage,
+            reason,
+            total,
+            created,
+            updated,
+            done,
+            obs,
+        ) = row
+        return LedgerRecord(
+            event_id=uuid.UUID(event_id),
+            tenant_id=tenant,
+            user_id=user,
+            device_id=device,
+            kind=kind,
+            object_key=key,
+            sha256=sha,
+            source_name=name,
+            status=status,
+            stage=stage,
+            reason=reason,
+            segments_total=total,
+            segments_done=done,
+            observations=obs,
+            created_at=datetime.fromisoformat(created),
+            updated_at=datetime.fromisoformat(updated),
+        )
 
     def get(self, event_id: uuid.UUID) -> LedgerRecord | None:
         with self._tx() as db:
             return self._row(db, str(event_id))
 
-    def mark(self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None,
-             reason: str | None = None) -> None:
+    def mark(
+        self, event_id: uuid.UUID, status: EventStatus, stage: str | None = None, reason: str | None = None
+    ) -> None:
         with self._tx() as db:
             row = db.execute("SELECT status, kind FROM events WHERE event_id=?", (str(event_id),)).fetchone()
             if row is None:
                 raise KeyError(f"unknown event {event_id}")
             if row[0] in FINAL_STATUSES and status not in FINAL_STATUSES:
                 return
-            db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
-                       (status.value, stage, reason, _now(), str(event_id)))
+            db.execute(
+                "UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
+                (status.value, stage, reason, _now(), str(event_id)),
+            )
         if status in FINAL_STATUSES and row[0] not in FINAL_STATUSES:
             count_finished(row[1], status.value, stage, reason)
 
@@ -156,32 +208,45 @@ class SqliteLedger:
         with self._tx() as db:
             row = db.execute(
                 "SELECT c.event_id, e.status FROM user_content c LEFT JOIN events e ON e.event_id = c.event_id"
-                " WHERE c.tenant_id=? AND c.user_id=? AND c.sha256=?", (tenant_id, user_id, sha256)).fetchone()
+                " WHERE c.tenant_id=? AND c.user_id=? AND c.sha256=?",
+                (tenant_id, user_id, sha256),
+            ).fetchone()
             if row and row[0] != str(event_id) and row[1] not in (None, EventStatus.failed.value):
                 return uuid.UUID(row[0])
-            db.execute("INSERT OR REPLACE INTO user_content (tenant_id, user_id, sha256, event_id) VALUES (?,?,?,?)",
-                       (tenant_id, user_id, sha256, str(event_id)))
+            db.execute(
+                "INSERT OR REPLACE INTO user_content (tenant_id, user_id, sha256, event_id) VALUES (?,?,?,?)",
+                (tenant_id, user_id, sha256, str(event_id)),
+            )
             return None
 
-    def swap_frame(self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID,
-                   is_near_duplicate) -> uuid.UUID | None:
+    def swap_frame(
+        self, tenant_id: str, device_id: str, phash: str, event_id: uuid.UUID, is_near_duplicate
+    ) -> uuid.UUID | None:
         with self._tx() as db:
-            row = db.execute("SELECT phash, event_id FROM frames WHERE tenant_id=? AND device_id=?",
-                             (tenant_id, device_id)).fetchone()
+            row = db.execute(
+                "SELECT phash, event_id FROM frames WHERE tenant_id=? AND device_id=?", (tenant_id, device_id)
+            ).fetchone()
             if row and row[1] != str(event_id) and is_near_duplicate(row[0], phash):
                 return uuid.UUID(row[1])
-            db.execute("INSERT OR REPLACE INTO frames (tenant_id, device_id, phash, event_id) VALUES (?,?,?,?)",
-                       (tenant_id, device_id, phash, str(event_id)))
+            db.execute(
+                "INSERT OR REPLACE INTO frames (tenant_id, device_id, phash, event_id) VALUES (?,?,?,?)",
+                (tenant_id, device_id, phash, str(event_id)),
+            )
             return None
 
     def expect_segments(self, event_id: uuid.UUID, total: int) -> None:
         with self._tx() as db:
-            db.execute("UPDATE events SET segments_total=?, updated_at=? WHERE event_id=?",
-                       (total, _now(), str(event_id)))
-            finished = total == 0 and db.execute(
-                "UPDATE events SET status=?, stage=NULL, reason=? WHERE event_id=? AND status NOT IN (?,?,?)",
-                (EventStatus.done.value, "no content to store", str(event_id),
-                 *(s.value for s in FINAL_STATUSES))).rowcount == 1
+            db.execute(
+                "UPDATE events SET segments_total=?, updated_at=? WHERE event_id=?", (total, _now(), str(event_id))
+            )
+            finished = (
+                total == 0
+                and db.execute(
+                    "UPDATE events SET status=?, stage=NULL, reason=? WHERE event_id=? AND status NOT IN (?,?,?)",
+                    (EventStatus.done.value, "no content to store", str(event_id), *(s.value for s in FINAL_STATUSES)),
+                ).rowcount
+                == 1
+            )
             kind = db.execute("SELECT kind FROM events WHERE event_id=?", (str(event_id),)).fetchone()
         if finished:
             count_finished(kind[0], EventStatus.done.value, None, "no content to store")
@@ -193,19 +258,24 @@ class SqliteLedger:
         kinds: list[str | None] = []  # the kind of each event finished here, None for the others
         with self._tx() as db:
             for event_id, segment_index, observations in segments:
-                db.execute("INSERT OR REPLACE INTO segments (event_id, segment_index, observations) VALUES (?,?,?)",
-                           (str(event_id), segment_index, observations))
+                db.execute(
+                    "INSERT OR REPLACE INTO segments (event_id, segment_index, observations) VALUES (?,?,?)",
+                    (str(event_id), segment_index, observations),
+                )
                 db.execute("UPDATE events SET updated_at=? WHERE event_id=?", (_now(), str(event_id)))  # progress
-                row = db.execute("SELECT segments_total, status, kind FROM events WHERE event_id=?",
-                                 (str(event_id),)).fetchone()
+                row = db.execute(
+                    "SELECT segments_total, status, kind FROM events WHERE event_id=?", (str(event_id),)
+                ).fetchone()
                 if row is None:
                     raise KeyError(f"unknown event {event_id}")
                 total, status, kind = row
                 done = db.execute("SELECT COUNT(*) FROM segments WHERE event_id=?", (str(event_id),)).fetchone()[0]
                 finished = total is not None and done >= total and status not in FINAL_STATUSES
                 if finished:
-                    db.execute("UPDATE events SET status=?, stage=NULL, reason=NULL, updated_at=? WHERE event_id=?",
-                               (EventStatus.done.value, _now(), str(event_id)))
+                    db.execute(
+                        "UPDATE events SET status=?, stage=NULL, reason=NULL, updated_at=? WHERE event_id=?",
+                        (EventStatus.done.value, _now(), str(event_id)),
+                    )
                 kinds.append(kind if finished else None)
         for kind in kinds:  # counted once committed
             if kind is not None:
@@ -227,9 +297,13 @@ class SqliteLedger:
                 if held[0] >= time.time():
                     log.warning("lock taken over from a process that is gone", lock=name, pid=held[1])
                 db.execute("DELETE FROM locks WHERE name=?", (name,))
-            got = db.execute("INSERT OR IGNORE INTO locks (name, token, expires, owner_pid, owner_started)"
-                             " VALUES (?,?,?,?,?)", (name, token, time.time() + ttl_s, me.pid,
-                                                     me.started)).rowcount == 1
+            got = (
+                db.execute(
+                    "INSERT OR IGNORE INTO locks (name, token, expires, owner_pid, owner_started) VALUES (?,?,?,?,?)",
+                    (name, token, time.time() + ttl_s, me.pid, me.started),
+                ).rowcount
+                == 1
+            )
         try:
             yield got
         finally:
@@ -237,8 +311,9 @@ class SqliteLedger:
                 with self._tx() as db:
                     db.execute("DELETE FROM locks WHERE name=? AND token=?", (name, token))
 
-    def records(self, tenant_id: str | None = None, status: EventStatus | None = None,
-                limit: int = 100) -> list[LedgerRecord]:
+    def records(
+        self, tenant_id: str | None = None, status: EventStatus | None = None, limit: int = 100
+    ) -> list[LedgerRecord]:
         where, args = [], []
         if tenant_id:
             where.append("tenant_id=?")
@@ -248,8 +323,9 @@ class SqliteLedger:
             args.append(status.value)
         clause = (" WHERE " + " AND ".join(where)) if where else ""
         with self._tx() as db:
-            ids = db.execute(f"SELECT event_id FROM events{clause} ORDER BY updated_at DESC LIMIT ?",
-                             (*args, limit)).fetchall()
+            ids = db.execute(
+                f"SELECT event_id FROM events{clause} ORDER BY updated_at DESC LIMIT ?", (*args, limit)
+            ).fetchall()
             return [r for (i,) in ids if (r := self._row(db, i))]
 
     def done_segments(self, event_id: uuid.UUID) -> set[int]:
@@ -259,8 +335,9 @@ class SqliteLedger:
 
     def user_events(self, tenant_id: str, user_id: str) -> list[LedgerRecord]:
         with self._tx() as db:
-            ids = db.execute("SELECT event_id FROM events WHERE tenant_id=? AND user_id=? ORDER BY created_at",
-                             (tenant_id, user_id)).fetchall()
+            ids = db.execute(
+                "SELECT event_id FROM events WHERE tenant_id=? AND user_id=? ORDER BY created_at", (tenant_id, user_id)
+            ).fetchall()
             return [r for (i,) in ids if (r := self._row(db, i))]
 
     def forget_events(self, tenant_id: str, event_ids: list[uuid.UUID]) -> int:
@@ -276,54 +353,72 @@ class SqliteLedger:
 
     def object_references(self, tenant_id: str, object_key: str) -> int:
         with self._tx() as db:
-            return db.execute("SELECT COUNT(*) FROM events WHERE tenant_id=? AND object_key=?",
-                              (tenant_id, object_key)).fetchone()[0]
+            return db.execute(
+                "SELECT COUNT(*) FROM events WHERE tenant_id=? AND object_key=?", (tenant_id, object_key)
+            ).fetchone()[0]
 
     def begin_work(self, event_id: uuid.UUID, work: str) -> int:
         with self._tx() as db:
-            return db.execute("INSERT INTO unfinished (event_id, work, starts) VALUES (?,?,1) ON CONFLICT"
-                              " (event_id, work) DO UPDATE SET starts=starts+1 RETURNING starts",
-                              (str(event_id), work)).fetchone()[0]
+            return db.execute(
+                "INSERT INTO unfinished (event_id, work, starts) VALUES (?,?,1) ON CONFLICT"
+                " (event_id, work) DO UPDATE SET starts=starts+1 RETURNING starts",
+                (str(event_id), work),
+            ).fetchone()[0]
 
     def end_work(self, event_id: uuid.UUID, work: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM unfinished WHERE event_id=? AND work=? AND starts<=1", (str(event_id), work))
             db.execute("UPDATE unfinished SET starts=starts-1 WHERE event_id=? AND work=?", (str(event_id), work))
 
-    def claim_stalled(self, older_than_s: float, max_redeliveries: int,
-                      limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+    def claim_stalled(
+        self, older_than_s: float, max_redeliveries: int, limit: int = 500
+    ) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         cutoff = datetime.fromtimestamp(time.time() - older_than_s, UTC).isoformat()
         republish, given_up, failed = [], [], []
         with self._tx() as db:
             rows = db.execute(
                 "SELECT event_id, event_json, redeliveries, stage, kind FROM events WHERE status IN (?,?)"
                 " AND updated_at < ? ORDER BY updated_at LIMIT ?",
-                (EventStatus.queued.value, EventStatus.processing.value, cutoff, limit)).fetchall()
+                (EventStatus.queued.value, EventStatus.processing.value, cutoff, limit),
+            ).fetchall()
             for event_id, event_json, redeliveries, stage, kind in rows:
                 if event_json is None or redeliveries >= max_redeliveries:
-                    reason = (_stalled_reason(stage, older_than_s, redeliveries) if event_json
-                              else "stalled, and recorded before redelivery existed: publish it again")
+                    reason = (
+                        _stalled_reason(stage, older_than_s, redeliveries)
+                        if event_json
+                        else "stalled, and recorded before redelivery existed: publish it again"
+                    )
                     failed.append(self._give_up(db, event_id, kind, stage, reason))
                     given_up.append(uuid.UUID(event_id))
                 else:
-                    db.execute("UPDATE events SET redeliveries=redeliveries+1, updated_at=? WHERE event_id=?",
-                               (_now(), event_id))
+                    db.execute(
+                        "UPDATE events SET redeliveries=redeliveries+1, updated_at=? WHERE event_id=?",
+                        (_now(), event_id),
+                    )
                     republish.append(MediaEvent.model_validate_json(event_json))
         for kind, stage, reason in failed:
             count_finished(kind, EventStatus.failed.value, stage, reason)
         return republish, given_up
 
     @staticmethod
-    def _give_up(db: sqlite3.Connection, event_id: str, kind: str, stage: str | None,
-                 reason: str) -> tuple[str, str, str]:
+    def _give_up(
+        db: sqlite3.Connection, event_id: str, kind: str, stage: str | None, reason: str
+    ) -> tuple[str, str, str]:
         """Mark the event failed at ``stage`` (default ``ingest``) with ``reason``, inside ``db``'s transaction;
         returns the arguments of ``metrics.count_finished``, to count once it commits."""
-        db.execute("UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
-                   (EventStatus.failed.value, stage or "ingest", reason, _now(), event_id))
+        db.execute(
+            "UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
+            (EventStatus.failed.value, stage or "ingest", reason, _now(), event_id),
+        )
         return kind, stage or "ingest", reason
 
-    def claim_interrupted(self, max_redeliveries: int, event_ids: list[uuid.UUID] | None = None,
-                          include_own: bool = False, limit: int = 500) -> tuple[list[MediaEvent], list[uuid.UUID]]:
+    def claim_interrupted(
+        self,
+        max_redeliveries: int,
+        event_ids: list[uuid.UUID] | None = None,
+        include_own: bool = False,
+        limit: int = 500,
+    ) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         if event_ids is not None and not event_ids:
             return [], []
         me, republish, given_up, failed = this_process(), [], [], []
@@ -332,21 +427,27 @@ class SqliteLedger:
             rows = db.execute(
                 "SELECT event_id, event_json, redeliveries, stage, kind, owner_pid, owner_started FROM events"
                 f" WHERE status IN (?,?){only} ORDER BY updated_at LIMIT ?",
-                (EventStatus.queued.value, EventStatus.processing.value, *map(str, event_ids or []),
-                 limit)).fetchall()
+                (EventStatus.queued.value, EventStatus.processing.value, *map(str, event_ids or []), limit),
+            ).fetchall()
             for event_id, event_json, redeliveries, stage, kind, pid, started in rows:
                 own = pid == me.pid and started == me.started
                 if (own and not include_own) or (not own and is_alive(pid, started)):
                     continue  # its process lives: running it, or about to
                 if event_json is None or (not own and redeliveries >= max_redeliveries):
-                    reason = (f"interrupted {redeliveries + 1} times: the process running it was gone each time"
-                              + (f" (last stage {stage})" if stage else "") if event_json else
-                              "interrupted, and recorded before redelivery existed: ingest it again")
+                    reason = (
+                        f"interrupted {redeliveries + 1} times: the process running it was gone each time"
+                        + (f" (last stage {stage})" if stage else "")
+                        if event_json
+                        else "interrupted, and recorded before redelivery existed: ingest it again"
+                    )
                     failed.append(self._give_up(db, event_id, kind, stage, reason))
                     given_up.append(uuid.UUID(event_id))
                     continue
-                db.execute("UPDATE events SET redeliveries=redeliveries+?, owner_pid=?, owner_started=?, updated_at=?"
-                           " WHERE event_id=?", (int(not own), me.pid, me.started, _now(), event_id))
+                db.execute(
+                    "UPDATE events SET redeliveries=redeliveries+?, owner_pid=?, owner_started=?, updated_at=?"
+                    " WHERE event_id=?",
+                    (int(not own), me.pid, me.started, _now(), event_id),
+                )
                 republish.append(MediaEvent.model_validate_json(event_json))
         for kind, stage, reason in failed:
             count_finished(kind, EventStatus.failed.value, stage, reason)
@@ -355,26 +456,35 @@ class SqliteLedger:
     def retry(self, event_id: uuid.UUID) -> MediaEvent | None:
         me = this_process()
         with self._tx() as db:
-            row = db.execute("SELECT event_json FROM events WHERE event_id=? AND status=?",
-                             (str(event_id), EventStatus.failed.value)).fetchone()
+            row = db.execute(
+                "SELECT event_json FROM events WHERE event_id=? AND status=?", (str(event_id), EventStatus.failed.value)
+            ).fetchone()
             if row is None or row[0] is None:
                 return None
-            db.execute("UPDATE events SET status=?, stage=NULL, reason=NULL, redeliveries=0, owner_pid=?,"
-                       " owner_started=?, updated_at=? WHERE event_id=?",
-                       (EventStatus.queued.value, me.pid, me.started, _now(), str(event_id)))
+            db.execute(
+                "UPDATE events SET status=?, stage=NULL, reason=NULL, redeliveries=0, owner_pid=?,"
+                " owner_started=?, updated_at=? WHERE event_id=?",
+                (EventStatus.queued.value, me.pid, me.started, _now(), str(event_id)),
+            )
         return MediaEvent.model_validate_json(row[0])
 
     def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
         with self._tx() as db:
-            rows = [db.execute("SELECT owner_pid, owner_started FROM events WHERE event_id=? AND status IN (?,?)",
-                               (str(e), EventStatus.queued.value, EventStatus.processing.value)).fetchone()
-                    for e in event_ids]
+            rows = [
+                db.execute(
+                    "SELECT owner_pid, owner_started FROM events WHERE event_id=? AND status IN (?,?)",
+                    (str(e), EventStatus.queued.value, EventStatus.processing.value),
+                ).fetchone()
+                for e in event_ids
+            ]
         return {e for e, row in zip(event_ids, rows, strict=True) if row and is_alive(*row)}
 
     def record_reveal(self, tenant_id: str, entry_id: str, os_user: str, pid: int) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO reveals (tenant_id, entry_id, os_user, pid, at) VALUES (?,?,?,?,?)",
-                       (tenant_id, entry_id, os_user, pid, _now()))
+            db.execute(
+                "INSERT INTO reveals (tenant_id, entry_id, os_user, pid, at) VALUES (?,?,?,?,?)",
+                (tenant_id, entry_id, os_user, pid, _now()),
+            )
 
     def reveal_count(self, tenant_id: str) -> int:
         with self._tx() as db:

@@ -90,13 +90,21 @@ class VectorStore(ABC):
     def _query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]: ...
 
     @abstractmethod
-    def _scroll_page(self, collection: str, flt: qm.Filter | None, limit: int, offset: Any, with_payload: Any,
-                     with_vectors: bool | list[str], order_by: str | None = None
-                     ) -> tuple[list[qm.Record], Any]: ...
+    def _scroll_page(
+        self,
+        collection: str,
+        flt: qm.Filter | None,
+        limit: int,
+        offset: Any,
+        with_payload: Any,
+        with_vectors: bool | list[str],
+        order_by: str | None = None,
+    ) -> tuple[list[qm.Record], Any]: ...
 
     @abstractmethod
-    def _retrieve(self, collection: str, ids: list[str], with_payload: Payload,
-                  with_vectors: bool | list[str]) -> list[qm.Record]: ...
+    def _retrieve(
+        self, collection: str, ids: list[str], with_payload: Payload, with_vectors: bool | list[str]
+    ) -> list[qm.Record]: ...
 
     @abstractmethod
     def _set_payloads(self, collection: str, groups: list[tuple[dict[str, Any], list[str]]]) -> None:
@@ -148,9 +156,16 @@ class VectorStore(ABC):
             return [[] for _ in queries]
         return self._query(collection, queries)
 
-    def search(self, collection: str, dense: list[float] | None, sparse: tuple[list[int], list[float]] | None,
-               flt: qm.Filter, limit: int, idf_corpus: qm.Filter | None = None, with_payload: Payload = True,
-               ) -> tuple[list[qm.ScoredPoint], list[qm.ScoredPoint]]:
+    def search(
+        self,
+        collection: str,
+        dense: list[float] | None,
+        sparse: tuple[list[int], list[float]] | None,
+        flt: qm.Filter,
+        limit: int,
+        idf_corpus: qm.Filter | None = None,
+        with_payload: Payload = True,
+    ) -> tuple[list[qm.ScoredPoint], list[qm.ScoredPoint]]:
         """Dense and sparse rankings of ``collection`` under ``flt`` (either may be skipped with None). A
         collection in ``DENSE_SEARCH_MULTIVECTOR`` (observations) is ranked dense by that multivector (MaxSim:
         the best cosine of a point's own vector and its sentences'), the others by ``DENSE``.
@@ -165,28 +180,50 @@ class VectorStore(ABC):
             queries.append(VectorQuery(multi or DENSE, [dense] if multi else dense, flt, limit, with_payload))
             which.append("dense")
         if sparse is not None and sparse[0]:
-            queries.append(VectorQuery(SPARSE, qm.SparseVector(indices=list(sparse[0]), values=list(sparse[1])),
-                                       flt, limit, with_payload, idf_corpus=idf_corpus))
+            queries.append(
+                VectorQuery(
+                    SPARSE,
+                    qm.SparseVector(indices=list(sparse[0]), values=list(sparse[1])),
+                    flt,
+                    limit,
+                    with_payload,
+                    idf_corpus=idf_corpus,
+                )
+            )
             which.append("sparse")
         got = dict(zip(which, self.query(collection, queries), strict=True))
         return got.get("dense", []), got.get("sparse", [])
 
-    def nearest(self, collection: str, using: str, vector: list[float], flt: qm.Filter, limit: int = 1,
-                score_threshold: float | None = None) -> list[qm.ScoredPoint]:
+    def nearest(
+        self,
+        collection: str,
+        using: str,
+        vector: list[float],
+        flt: qm.Filter,
+        limit: int = 1,
+        score_threshold: float | None = None,
+    ) -> list[qm.ScoredPoint]:
         """The points whose named vector ``using`` is nearest ``vector`` under ``flt``, best first. ``score`` is
         Qdrant's: cosine similarity (higher is nearer) or Euclidean distance (lower is nearer); with
         ``score_threshold`` points beyond it (below a similarity, above a distance) are left out. Points
         without that vector are never returned."""
         return self.query(collection, [VectorQuery(using, vector, flt, limit, score_threshold=score_threshold)])[0]
 
-    def nearest_batch(self, collection: str, using: str, vectors: Iterable[list[float]], flt: qm.Filter,
-                      limit: int) -> list[list[qm.ScoredPoint]]:
+    def nearest_batch(
+        self, collection: str, using: str, vectors: Iterable[list[float]], flt: qm.Filter, limit: int
+    ) -> list[list[qm.ScoredPoint]]:
         """``nearest`` for each of ``vectors``, in one request."""
         return self.query(collection, [VectorQuery(using, list(v), flt, limit) for v in vectors])
 
-    def scroll(self, collection: str, flt: qm.Filter | None, with_vectors: bool | list[str] = False,
-               batch: int = 1024, without: list[str] | None = None, with_payload: Payload = True
-               ) -> list[qm.Record]:
+    def scroll(
+        self,
+        collection: str,
+        flt: qm.Filter | None,
+        with_vectors: bool | list[str] = False,
+        batch: int = 1024,
+        without: list[str] | None = None,
+        with_payload: Payload = True,
+    ) -> list[qm.Record]:
         """Every point matching ``flt``, in id order. ``with_payload``: True, False or the keys to return;
         ``without``: payload keys left out instead (less to copy when the caller does not read them)."""
         if not self._readable(collection):
@@ -200,8 +237,13 @@ class VectorStore(ABC):
             if offset is None:
                 return out
 
-    def retrieve(self, collection: str, ids: Iterable[PointId], with_vectors: bool | list[str] = False,
-                 with_payload: Payload = True) -> list[qm.Record]:
+    def retrieve(
+        self,
+        collection: str,
+        ids: Iterable[PointId],
+        with_vectors: bool | list[str] = False,
+        with_payload: Payload = True,
+    ) -> list[qm.Record]:
         """Points by id (missing ids are left out)."""
         wanted = [str(i) for i in ids]
         if not wanted or not self._readable(collection):
@@ -226,13 +268,15 @@ class VectorStore(ABC):
         does not exist)."""
         if not self._readable(collection):
             return
-        points: list[str] | qm.Filter = (cast(qm.Filter, selector) if _is_filter(selector)
-                                         else [str(i) for i in cast("list[PointId]", selector)])
+        points: list[str] | qm.Filter = (
+            cast(qm.Filter, selector) if _is_filter(selector) else [str(i) for i in cast("list[PointId]", selector)]
+        )
         if points:
             self._delete(collection, points)
 
-    def newest(self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts",
-               with_payload: Payload = True) -> list[qm.Record]:
+    def newest(
+        self, collection: str, flt: qm.Filter, limit: int, key: str = "start_ts", with_payload: Payload = True
+    ) -> list[qm.Record]:
         """The first ``limit`` points matching ``flt`` by descending payload ``key`` (points without it come
         last, in id order). Qdrant orders by an indexed payload field (``INDEXED_FIELDS``). ``with_payload``: True,
         or the payload keys to return (a day's timeline reads ~6x faster without the frames' OCR boxes)."""

@@ -62,9 +62,11 @@ def _qm_vector_params(spec: VectorSpec) -> Any:
     qm = _client_models()
     distance = {"cosine": qm.Distance.COSINE, "euclid": qm.Distance.EUCLID}
     return qm.VectorParams(
-        size=spec.size, distance=distance[spec.distance],
+        size=spec.size,
+        distance=distance[spec.distance],
         multivector_config=qm.MultiVectorConfig(comparator=qm.MultiVectorComparator.MAX_SIM) if spec.multi else None,
-        hnsw_config=None if spec.searched else qm.HnswConfigDiff(m=0))
+        hnsw_config=None if spec.searched else qm.HnswConfigDiff(m=0),
+    )
 
 
 class ClientVectorStore(VectorStore):
@@ -94,8 +96,10 @@ class ClientVectorStore(VectorStore):
         if not self.client.collection_exists(collection):
             try:
                 self.client.create_collection(
-                    collection, vectors_config={n: _qm_vector_params(s) for n, s in VECTORS[collection].items()},
-                    sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)})
+                    collection,
+                    vectors_config={n: _qm_vector_params(s) for n, s in VECTORS[collection].items()},
+                    sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+                )
             except Exception:
                 if not self.client.collection_exists(collection):  # lost a creation race: fine
                     raise
@@ -104,20 +108,30 @@ class ClientVectorStore(VectorStore):
             for field, schema in INDEXED_FIELDS.items():
                 if field not in have:
                     self.client.create_payload_index(
-                        collection, field, field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD,
-                                                                              is_tenant=True)
-                        if field == "tenant_id" else {"keyword": qm.PayloadSchemaType.KEYWORD,
-                                                      "float": qm.PayloadSchemaType.FLOAT,
-                                                      "bool": qm.PayloadSchemaType.BOOL}[schema])
+                        collection,
+                        field,
+                        field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+                        if field == "tenant_id"
+                        else {
+                            "keyword": qm.PayloadSchemaType.KEYWORD,
+                            "float": qm.PayloadSchemaType.FLOAT,
+                            "bool": qm.PayloadSchemaType.BOOL,
+                        }[schema],
+                    )
         if kept:
-            self._upsert(collection, _complete([qm.PointStruct(id=r.id, vector=r.vector or {}, payload=r.payload)
-                                                for r in kept], collection))
+            self._upsert(
+                collection,
+                _complete(
+                    [qm.PointStruct(id=r.id, vector=r.vector or {}, payload=r.payload) for r in kept], collection
+                ),
+            )
 
     def _scroll_all(self, collection: str) -> list[Any]:
         out, offset = [], None
         while True:
-            page, offset = self.client.scroll(collection, limit=1024, offset=offset, with_payload=True,
-                                              with_vectors=True)
+            page, offset = self.client.scroll(
+                collection, limit=1024, offset=offset, with_payload=True, with_vectors=True
+            )
             out.extend(page)
             if offset is None:
                 return out
@@ -129,11 +143,20 @@ class ClientVectorStore(VectorStore):
     @_answering
     def _query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]:
         qm = _client_models()
-        requests = [qm.QueryRequest(
-            query=to_client(q.vector), using=q.using, filter=to_client(q.filter), limit=q.limit,
-            with_payload=q.with_payload, score_threshold=q.score_threshold,
-            params=qm.SearchParams(idf=qm.IdfCorpusParams(corpus=to_client(q.idf_corpus)))
-            if q.idf_corpus is not None else None) for q in queries]
+        requests = [
+            qm.QueryRequest(
+                query=to_client(q.vector),
+                using=q.using,
+                filter=to_client(q.filter),
+                limit=q.limit,
+                with_payload=q.with_payload,
+                score_threshold=q.score_threshold,
+                params=qm.SearchParams(idf=qm.IdfCorpusParams(corpus=to_client(q.idf_corpus)))
+                if q.idf_corpus is not None
+                else None,
+            )
+            for q in queries
+        ]
         return [r.points for r in self.client.query_batch_points(collection, requests=requests)]
 
     @_answering
@@ -143,8 +166,15 @@ class ClientVectorStore(VectorStore):
         if isinstance(with_payload, tuple):
             with_payload = qm.PayloadSelectorExclude(exclude=with_payload[1])
         order = qm.OrderBy(key=order_by, direction=qm.Direction.DESC) if order_by else None
-        points, nxt = self.client.scroll(collection, scroll_filter=flt, limit=limit, offset=offset,
-                                         order_by=order, with_payload=with_payload, with_vectors=with_vectors)
+        points, nxt = self.client.scroll(
+            collection,
+            scroll_filter=flt,
+            limit=limit,
+            offset=offset,
+            order_by=order,
+            with_payload=with_payload,
+            with_vectors=with_vectors,
+        )
         return points, None if order else nxt
 
     @_answering
@@ -154,8 +184,13 @@ class ClientVectorStore(VectorStore):
     @_answering
     def _set_payloads(self, collection, groups):
         qm = _client_models()
-        self.client.batch_update_points(collection, update_operations=[
-            qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=ids)) for p, ids in groups], wait=True)
+        self.client.batch_update_points(
+            collection,
+            update_operations=[
+                qm.SetPayloadOperation(set_payload=qm.SetPayload(payload=p, points=ids)) for p, ids in groups
+            ],
+            wait=True,
+        )
 
     @_answering
     def _delete(self, collection, selector):

@@ -107,8 +107,10 @@ def _with_indexes(shard: Any, new: bool = False, move: bool = False) -> bool:
         shard.update(qe.UpdateOperation.create_field_index(field, _index_params(field, schema)))
         made = True
         if not new:
-            log.info("payload index moved to disk" if info is not None else "payload index added to an existing shard",
-                     field=field)
+            log.info(
+                "payload index moved to disk" if info is not None else "payload index added to an existing shard",
+                field=field,
+            )
     return made
 
 
@@ -166,9 +168,11 @@ class EdgeVectorStore(VectorStore):
             self._file_lock.acquire(timeout=self.wait)
             _close_before_filelock_at_exit()
         except Timeout as exc:
-            raise StoreBusy(f"the embedded store {self.root} is open in another engram process (waited "
-                            f"{self.wait:g} s); wait for it to finish, or run a Qdrant server and set "
-                            "ENGRAM_QDRANT_URL") from exc
+            raise StoreBusy(
+                f"the embedded store {self.root} is open in another engram process (waited "
+                f"{self.wait:g} s); wait for it to finish, or run a Qdrant server and set "
+                "ENGRAM_QDRANT_URL"
+            ) from exc
         finally:
             if request is not None:
                 request.unlink(missing_ok=True)
@@ -181,7 +185,7 @@ class EdgeVectorStore(VectorStore):
         """Whether another live process waits for the store's lock (a ``<root>.wanted-<pid>`` file, written by its
         ``hold``). A request whose process is gone (killed while it waited) is removed and not counted."""
         for request in self.root.parent.glob(f"{self.root.name}{WANTED_SUFFIX}*"):
-            pid = request.name[len(self.root.name) + len(WANTED_SUFFIX):]
+            pid = request.name[len(self.root.name) + len(WANTED_SUFFIX) :]
             if not pid.isdigit() or int(pid) == os.getpid():
                 continue
             if _alive(int(pid)):
@@ -247,7 +251,8 @@ class EdgeVectorStore(VectorStore):
             if "WouldBlock" in str(exc):  # the write-ahead log's lock, held by another process
                 raise StoreBusy(
                     f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
-                    "or run a Qdrant server and set ENGRAM_QDRANT_URL") from exc
+                    "or run a Qdrant server and set ENGRAM_QDRANT_URL"
+                ) from exc
             raise _corrupt(copy_of or path, f"cannot be opened ({_one_line(exc)})") from exc
 
     def _trial_open(self, collection: str, path: Path) -> None:
@@ -281,13 +286,22 @@ class EdgeVectorStore(VectorStore):
         distance = {"cosine": qe.Distance.Cosine, "euclid": qe.Distance.Euclid}
         maxsim = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
         no_graph = qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
-        vectors = {name: qe.EdgeVectorParams(size=spec.size, distance=distance[spec.distance],
-                                             memory=qe.Memory.Cold, hnsw_config=no_graph,
-                                             multivector_config=maxsim if spec.multi else None)
-                   for name, spec in VECTORS[collection].items()}
-        return qe.EdgeConfig(vectors=vectors, sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(
-            modifier=qe.Modifier.Idf, memory=qe.Memory.Cold)}, payload_memory=qe.Memory.Cold,
-            id_tracker_memory=qe.Memory.Cold)
+        vectors = {
+            name: qe.EdgeVectorParams(
+                size=spec.size,
+                distance=distance[spec.distance],
+                memory=qe.Memory.Cold,
+                hnsw_config=no_graph,
+                multivector_config=maxsim if spec.multi else None,
+            )
+            for name, spec in VECTORS[collection].items()
+        }
+        return qe.EdgeConfig(
+            vectors=vectors,
+            sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=qe.Memory.Cold)},
+            payload_memory=qe.Memory.Cold,
+            id_tracker_memory=qe.Memory.Cold,
+        )
 
     def optimize(self, collections: Iterable[str] | None = None) -> dict[str, float]:
         """Run Qdrant's segment optimizers on ``collections`` (default: every one the store has), blocking
@@ -337,11 +351,13 @@ class EdgeVectorStore(VectorStore):
                 _with_indexes(new, new=True)
                 offset = None
                 while True:
-                    points, offset = old.scroll(qe.ScrollRequest(offset=offset, limit=256, with_payload=True,
-                                                                 with_vector=True))
+                    points, offset = old.scroll(
+                        qe.ScrollRequest(offset=offset, limit=256, with_payload=True, with_vector=True)
+                    )
                     if points:
-                        new.update(qe.UpdateOperation.upsert_points(
-                            [qe.Point(p.id, p.vector, p.payload) for p in points]))
+                        new.update(
+                            qe.UpdateOperation.upsert_points([qe.Point(p.id, p.vector, p.payload) for p in points])
+                        )
                     if offset is None:
                         break
                 count = new.info().points_count
@@ -373,7 +389,7 @@ class EdgeVectorStore(VectorStore):
         ``.compacting`` one. Returns the collections touched."""
         touched = []
         for trash in self.root.glob(f"*{FORGOTTEN_SUFFIX}"):
-            collection = trash.name[:-len(FORGOTTEN_SUFFIX)]
+            collection = trash.name[: -len(FORGOTTEN_SUFFIX)]
             path, fresh = self.root / collection, self.root / f"{collection}{COMPACTING_SUFFIX}"
             if not path.exists():
                 os.replace(fresh if fresh.is_dir() else trash, path)
@@ -419,9 +435,12 @@ class EdgeVectorStore(VectorStore):
             return
         have = shard.info().points_count
         if have < recorded:
-            raise _corrupt(self.root / collection, f"holds {have} points, {recorded - have} fewer than when it was "
-                           "last closed: a file of it is missing or damaged",
-                           f" (then delete {self.root / CLOSED_FILE}, which holds that count)")
+            raise _corrupt(
+                self.root / collection,
+                f"holds {have} points, {recorded - have} fewer than when it was "
+                "last closed: a file of it is missing or damaged",
+                f" (then delete {self.root / CLOSED_FILE}, which holds that count)",
+            )
 
     def _closed_counts(self) -> dict[str, int]:
         """``CLOSED_FILE``'s counts, read once while this process holds the store (only it writes them)."""
@@ -454,8 +473,9 @@ class EdgeVectorStore(VectorStore):
         if self.optimize_after:
             self.pending_points(collection)  # counted from the engine before this write, on first use
         self._wrote(collection)
-        self._shard(collection).update(qe.UpdateOperation.upsert_points(
-            [qe.Point(str(p.id), _edge_vector(p.vector), p.payload) for p in points]))
+        self._shard(collection).update(
+            qe.UpdateOperation.upsert_points([qe.Point(str(p.id), _edge_vector(p.vector), p.payload) for p in points])
+        )
         if self.optimize_after:
             with self._lock:
                 pending = self._pending[collection] = self._pending.get(collection, 0) + len(points)
@@ -472,31 +492,47 @@ class EdgeVectorStore(VectorStore):
                 converted[id(flt)] = edge_filter(flt)
             return converted[id(flt)]
 
-        requests = [qe.QueryRequest(
-            limit=q.limit, query=qe.Query.Nearest(_edge_vector(q.vector), using=q.using),
-            filter=translated(q.filter), with_payload=_edge_payload(q.with_payload), with_vector=False,
-            score_threshold=q.score_threshold,
-            params=qe.SearchParams(idf=qe.IdfParams(corpus=translated(q.idf_corpus)))
-            if q.idf_corpus is not None else None) for q in queries]
+        requests = [
+            qe.QueryRequest(
+                limit=q.limit,
+                query=qe.Query.Nearest(_edge_vector(q.vector), using=q.using),
+                filter=translated(q.filter),
+                with_payload=_edge_payload(q.with_payload),
+                with_vector=False,
+                score_threshold=q.score_threshold,
+                params=qe.SearchParams(idf=qe.IdfParams(corpus=translated(q.idf_corpus)))
+                if q.idf_corpus is not None
+                else None,
+            )
+            for q in queries
+        ]
         shard = self._shard(collection)
         if len(requests) == 1:
             return [_ranked(shard.query(requests[0]), queries[0].with_payload)]
-        return [_ranked(ranked, q.with_payload)
-                for ranked, q in zip(shard.query_batch(qe.QueryBatchRequest(requests)), queries, strict=True)]
+        return [
+            _ranked(ranked, q.with_payload)
+            for ranked, q in zip(shard.query_batch(qe.QueryBatchRequest(requests)), queries, strict=True)
+        ]
 
     @_engine_errors
     def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
         qe = _edge()
         order = qe.OrderBy(order_by, direction=qe.Direction.Desc) if order_by else None
-        points, nxt = self._shard(collection).scroll(qe.ScrollRequest(
-            offset=offset, limit=limit, filter=edge_filter(flt), with_payload=_edge_payload(with_payload),
-            with_vector=with_vectors, order_by=order))
+        points, nxt = self._shard(collection).scroll(
+            qe.ScrollRequest(
+                offset=offset,
+                limit=limit,
+                filter=edge_filter(flt),
+                with_payload=_edge_payload(with_payload),
+                with_vector=with_vectors,
+                order_by=order,
+            )
+        )
         return [_record(p) for p in points], None if order else nxt
 
     @_engine_errors
     def _retrieve(self, collection, ids, with_payload, with_vectors):
-        found = {str(p.id): p for p in self._shard(collection).retrieve(ids, _edge_payload(with_payload),
-                                                                         with_vectors)}
+        found = {str(p.id): p for p in self._shard(collection).retrieve(ids, _edge_payload(with_payload), with_vectors)}
         return [_record(found[i]) for i in dict.fromkeys(ids) if i in found]
 
     @_engine_errors
@@ -510,8 +546,11 @@ class EdgeVectorStore(VectorStore):
     @_engine_errors
     def _delete(self, collection, selector):
         qe = _edge()
-        op = (qe.UpdateOperation.delete_points_by_filter(edge_filter(selector)) if _is_filter(selector)
-              else qe.UpdateOperation.delete_points(selector))
+        op = (
+            qe.UpdateOperation.delete_points_by_filter(edge_filter(selector))
+            if _is_filter(selector)
+            else qe.UpdateOperation.delete_points(selector)
+        )
         self._wrote(collection)
         self._shard(collection).update(op)
 
@@ -553,8 +592,10 @@ class EdgeVectorStore(VectorStore):
                 if any(counts.get(c) != n for c, n in now.items()):  # a reader that changed nothing writes nothing
                     self._write_json(CLOSED_FILE, {**counts, **now})
             elif self._shards:
-                log.warning("the embedded store's lock was released before its shards were closed; no manifest "
-                            "written", store=str(self.root))
+                log.warning(
+                    "the embedded store's lock was released before its shards were closed; no manifest written",
+                    store=str(self.root),
+                )
             self._changed.clear()
             self._closed = None  # another process may write it once the lock is released
             for collection, shard in self._shards.items():

@@ -24,8 +24,9 @@ def _corrupt(path: Path, what: str, after_restore: str = "") -> StoreCorrupt:
 def _storage_failure(exc: BaseException) -> bool:
     """Whether the engine's error ``exc`` is a storage failure (its files), not a bad request."""
     text = str(exc)
-    return type(exc) is Exception and (text.startswith(("Service runtime error", "Service internal error"))
-                                       or "IO error" in text)
+    return type(exc) is Exception and (
+        text.startswith(("Service runtime error", "Service internal error")) or "IO error" in text
+    )
 
 
 def _one_line(exc: BaseException, limit: int = 200) -> str:
@@ -46,20 +47,27 @@ def read_back(path: Path, shard: Any, page: int = 512) -> None:
     offset = None
     while True:
         try:
-            points, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=page, with_payload=True,
-                                                           with_vector=[DENSE]))
+            points, offset = shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=page, with_payload=True, with_vector=[DENSE])
+            )
         except Exception as exc:
             if not _storage_failure(exc):
                 raise
-            raise _corrupt(path, f"cannot be read back: {_segment_files(path, 'payload_storage')} or its "
-                           f"vector storage is damaged ({_one_line(exc)})") from exc
+            raise _corrupt(
+                path,
+                f"cannot be read back: {_segment_files(path, 'payload_storage')} or its "
+                f"vector storage is damaged ({_one_line(exc)})",
+            ) from exc
         dense = [(p.id, p.vector[DENSE]) for p in points if p.vector and p.vector.get(DENSE)]
         if dense:
             norms = np.linalg.norm(np.asarray([v for _, v in dense], dtype=np.float32), axis=1)
             if float(norms.min()) < _MIN_NORM:
                 pid = dense[int(norms.argmin())][0]
-                raise _corrupt(path, f"has a damaged {_segment_files(path, f'vector_storage-{DENSE}')}: point "
-                               f"{pid}'s vector was overwritten with zeros")
+                raise _corrupt(
+                    path,
+                    f"has a damaged {_segment_files(path, f'vector_storage-{DENSE}')}: point "
+                    f"{pid}'s vector was overwritten with zeros",
+                )
         if offset is None:
             return
 

@@ -34,10 +34,12 @@ def edge_filter(flt: qm.Filter | None) -> Any:
     min_should = None
     if flt.min_should is not None:
         min_should = qe.MinShould([_edge_condition(c) for c in flt.min_should.conditions], flt.min_should.min_count)
-    return qe.Filter(must=[_edge_condition(c) for c in _listify(flt.must)] or None,
-                     should=[_edge_condition(c) for c in _listify(flt.should)] or None,
-                     must_not=[_edge_condition(c) for c in _listify(flt.must_not)] or None,
-                     min_should=min_should)
+    return qe.Filter(
+        must=[_edge_condition(c) for c in _listify(flt.must)] or None,
+        should=[_edge_condition(c) for c in _listify(flt.should)] or None,
+        must_not=[_edge_condition(c) for c in _listify(flt.must_not)] or None,
+        min_should=min_should,
+    )
 
 
 def _edge_match(m: Any) -> Any:
@@ -63,8 +65,9 @@ def _edge_field_condition(cond: Any) -> Any:
         kw["match"] = _edge_match(cond.match)
     r = cond.range
     if type(r).__name__ == "DatetimeRange":  # qdrant-client's only
-        kw["range"] = qe.RangeDateTime(**{k: (v.isoformat() if hasattr(v, "isoformat") else v)
-                                          for k, v in r.model_dump(exclude_none=True).items()})
+        kw["range"] = qe.RangeDateTime(
+            **{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in r.model_dump(exclude_none=True).items()}
+        )
     elif r is not None:
         kw["range"] = qe.RangeFloat(gte=r.gte, gt=r.gt, lte=r.lte, lt=r.lt)
     if (vc := cond.values_count) is not None:

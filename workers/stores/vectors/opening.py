@@ -43,8 +43,9 @@ def open_vector_store(settings: Settings, progress: Callable[[str, int, int], No
             if settings.qdrant_url:
                 from qdrant_client import QdrantClient  # the server's client: ~1 s to import, only when used
 
-                store = ClientVectorStore(QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key,
-                                                       timeout=60))
+                store = ClientVectorStore(
+                    QdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key, timeout=60)
+                )
             else:
                 if legacy_store_dir(settings).is_dir():
                     migrate_local_store(settings, progress)
@@ -83,8 +84,10 @@ def migrate_local_store(settings: Settings, progress: Callable[[str, int, int], 
             while True:
                 page, offset = old.scroll(collection, limit=512, offset=offset, with_payload=True, with_vectors=True)
                 # engram's collections have named vectors only: each point's vector is a dict of them
-                points = [qm.PointStruct(id=str(r.id), vector=cast(dict[str, Any], r.vector or {}), payload=r.payload)
-                          for r in page]
+                points = [
+                    qm.PointStruct(id=str(r.id), vector=cast(dict[str, Any], r.vector or {}), payload=r.payload)
+                    for r in page
+                ]
                 new.upsert(collection, points)
                 ids.update(str(r.id) for r in page)
                 done += len(page)
@@ -94,8 +97,10 @@ def migrate_local_store(settings: Settings, progress: Callable[[str, int, int], 
                     break
             stored = {str(r.id) for r in new.scroll(collection, None, with_payload=False)}
             if stored != ids:
-                raise RuntimeError(f"migrating {collection}: {len(ids)} points read from {old_dir}, "
-                                   f"{len(stored & ids)} found in {embedded_store_dir(settings)}; old store kept")
+                raise RuntimeError(
+                    f"migrating {collection}: {len(ids)} points read from {old_dir}, "
+                    f"{len(stored & ids)} found in {embedded_store_dir(settings)}; old store kept"
+                )
             copied[collection] = len(ids)
         new.optimize()  # an import: its points into immutable, memory-mapped segments
         new.close()

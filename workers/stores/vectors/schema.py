@@ -43,13 +43,16 @@ class VectorSpec:
 
 
 #: Every collection's named dense vectors (besides these, one sparse vector ``bm25`` with the IDF modifier).
-VECTORS: dict[str, dict[str, VectorSpec]] = {
-    name: {DENSE: VectorSpec(DIM)} for name in COLLECTIONS
-}
+VECTORS: dict[str, dict[str, VectorSpec]] = {name: {DENSE: VectorSpec(DIM)} for name in COLLECTIONS}
 VECTORS[OBSERVATIONS][SENTENCES] = VectorSpec(DIM, multi=True)
-VECTORS[ENTITIES].update({FACE: VectorSpec(128, "euclid"), VOICE: VectorSpec(256),
-                          FACE_SAMPLES: VectorSpec(128, "euclid", multi=True, searched=False),
-                          VOICE_SAMPLES: VectorSpec(256, multi=True, searched=False)})
+VECTORS[ENTITIES].update(
+    {
+        FACE: VectorSpec(128, "euclid"),
+        VOICE: VectorSpec(256),
+        FACE_SAMPLES: VectorSpec(128, "euclid", multi=True, searched=False),
+        VOICE_SAMPLES: VectorSpec(256, multi=True, searched=False),
+    }
+)
 
 #: Collections whose dense search scores a multivector by MaxSim instead of the single ``text`` vector: the
 #: multivector's first row is the point's own ``text`` vector (an observation: its contextual vector, then its
@@ -82,8 +85,15 @@ INDEXED_FIELDS = {
 #: Observation payload fields that only the observation itself needs (the chat context indexed with a turn, OCR
 #: lines, ASR words, faces, voices): consolidation never reads them and leaves them out of its scroll
 #: (``without=``), so less is copied out of the engine.
-UNREAD_OBSERVATION_FIELDS = ["context_before", "context_after", "ocr_lines", "words", "faces", "speaker_voices",
-                             "voice_embedding"]
+UNREAD_OBSERVATION_FIELDS = [
+    "context_before",
+    "context_after",
+    "ocr_lines",
+    "words",
+    "faces",
+    "speaker_voices",
+    "voice_embedding",
+]
 
 
 def collection_for(memory_type: MemoryType) -> str:
