@@ -26,7 +26,9 @@ machine's cores, so both run slower than alone; the CPU seconds each used are it
 capture wrote before: compression level 1) and as WebP at several qualities, read back through engram's decoder
 and OCR: bytes, encoding CPU and OCR word recall (webui: against the accessibility tree's visible words, as
 ``../shared/data/README.md`` counts them; screenpipe: against the words read from the PNG), and screenpipe's named
-strings found. ``--json FILE`` writes the table.
+strings found. ``--json FILE`` writes the table under ``formats`` and, for the format capture keeps
+(``api.capture.agent.WEBP_QUALITY``, always among the qualities), ``stored_format`` and ``frame_bytes_ratio`` (its
+bytes as a share of PNG's): the one comparison of frame formats.
 
     python bench/capture_cpu.py --formats [--json bench/results/capture-format.json]
 
@@ -580,7 +582,15 @@ def main() -> None:
         return
     if args.formats:
         os.environ["ENGRAM_DATA_DIR"] = tempfile.mkdtemp(prefix="engram-bench-formats-")
-        result = {"formats": formats(args.qualities), "load": [round(x, 2) for x in os.getloadavg()]}
+        from engram.api.capture.agent import WEBP_QUALITY  # the stored format: only --formats reads it
+
+        table, stored = formats(sorted({*args.qualities, WEBP_QUALITY})), f"webp q{WEBP_QUALITY}"
+        result = {
+            "formats": table,
+            "stored_format": stored,
+            "frame_bytes_ratio": table[stored]["bytes_share_of_png"],
+            "load": [round(x, 2) for x in os.getloadavg()],
+        }
     else:
         result = desktop_run(args.minutes, args.seed, ["--cpu-budget", "0"] if args.baseline else None)
     print(json.dumps(result, ensure_ascii=False))

@@ -64,7 +64,7 @@ HEADLINES = [
     Headline("voices: pairwise F1 across recordings", "voices", ("pairwise_f1", "engram (threshold 0.88)", "f1"), ""),
     Headline("web app: a busy day's timeline", "ui", "timeline_ms", "≤ 300", " ms"),
     Headline("backup: speed against cp -r", "keep", "backup_ratio_to_cp", "≥ 0.5"),
-    Headline("stored frame bytes against PNG", "frames", "frame_bytes_ratio", "≤ 0.25"),
+    Headline("stored frame bytes against PNG", "capture-format", "frame_bytes_ratio", "≤ 0.25"),
 ]
 
 

@@ -84,8 +84,8 @@ def quiet_logs() -> None:
 
 def merge_json(path: Path, results: dict) -> None:
     """Write ``results``' keys into the JSON object in ``path`` (made when absent; other keys kept; text as it is,
-    not escaped: the screenshot section's strings include Chinese). ``bench/ingest.py``, ``bench/perception_speed.py``,
-    ``bench/frames.py`` and ``bench/capture_cpu.py`` write with it."""
+    not escaped: the screenshot section's strings include Chinese). ``bench/ingest.py``, ``bench/perception_speed.py``
+    and ``bench/capture_cpu.py`` write with it."""
     data = json.loads(path.read_text()) if path.exists() and path.stat().st_size else {}
     data.update(results)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
