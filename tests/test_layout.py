@@ -286,9 +286,7 @@ def test_schemas_and_the_sdk_stand_on_their_own():
 
 
 #: Bench scripts a test may import: those whose ``main()`` a test runs (``tests/bench/test_compare.py``).
-#: ``bench.typed``: its fact scoring moves to ``bench.lib`` once the work in progress on ``bench/typed.py`` lands
-#: (issue 46).
-BENCH_SCRIPTS_TESTS_RUN = {"bench.retrieval", "bench.typed"}
+BENCH_SCRIPTS_TESTS_RUN = {"bench.retrieval"}
 
 
 def test_tests_import_bench_scripts_only_through_bench_lib():

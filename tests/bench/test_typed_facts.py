@@ -1,11 +1,11 @@
-"""bench/typed.py's fact scoring: the rules extractor's drafts of a LoCoMo-shaped sample matched against its
-``observation`` annotations (same turn, MiniLM cosine >= MATCH_COSINE)."""
+"""bench/lib/facts.py, the fact scoring of bench/typed.py: the rules extractor's drafts of a LoCoMo-shaped sample
+matched against its ``observation`` annotations (same turn, MiniLM cosine >= MATCH_COSINE), summed per half."""
 
 from __future__ import annotations
 
-import numpy as np
+from collections import Counter
 
-from bench.typed import MATCH_COSINE, annotations, fact_scores
+from bench.lib.facts import MATCH_COSINE, annotations, by_half, embedder, fact_scores
 
 
 def _sample() -> dict:
@@ -37,17 +37,19 @@ def test_annotations_are_read_with_their_turns():
 
 
 def test_a_draft_matches_the_annotation_of_its_turn():
-    from engram.schemas.settings import get_settings
-    from engram.workers.models import get_model
-
-    model = get_model("embedding", get_settings())
-
-    def embed(texts):
-        v = np.asarray(model.embed(texts), dtype=np.float32)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
-
+    embed = embedder()
     got = fact_scores(_sample(), 0, embed)
     assert (got["drafts"], got["matched_drafts"], got["annotations"], got["matched_annotations"]) == (1, 1, 2, 1)
     [(summary, best, cosine)] = got["pairs"]
     assert summary == "Ann likes painting landscapes" and best.startswith("Ann loves") and cosine >= MATCH_COSINE
     assert fact_scores(_sample(), 0, embed, threshold=0.99)["matched_drafts"] == 0
+
+
+def test_counts_are_summed_per_half():
+    counts = {0: Counter(drafts=4, matched_drafts=3, annotations=10, matched_annotations=2)}
+    counts[7] = Counter(drafts=1, matched_drafts=0, annotations=5, matched_annotations=1)
+    got = by_half(counts)
+    assert (got["chosen_on"]["precision"], got["chosen_on"]["recall"]) == (0.75, 0.2)
+    assert (got["held_out"]["precision"], got["held_out"]["recall"]) == (0.0, 0.2)
+    assert (got["all"]["precision"], got["all"]["recall"], got["all"]["drafts"]) == (0.6, 0.2, 5)
+    assert set(by_half({1: counts[0]})) == {"all", "chosen_on"}
