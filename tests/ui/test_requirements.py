@@ -1,0 +1,118 @@
+"""Issue 42's requirements that the other web app tests do not name, each read from the served HTML (httpx against
+the ``ui`` store on loopback): the timeline's groups by application and window and its chat turns with their
+speaker, an item's time, device, source and linked people, the six memory types in tabs with evidence and
+strength, the activity's events by status and the capture's denied applications and titles, and every POST route
+the app has refusing a change without the session's CSRF token."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from engram.schemas.memories import MEMORY_TYPES
+from tests.ui.conftest import NOTE
+
+
+@pytest.fixture
+def client(ui):
+    with httpx.Client(base_url=ui.url, timeout=120) as c:
+        yield c
+
+
+def test_the_timeline_groups_frames_by_application_and_window_and_shows_chat_turns_with_their_speaker(client, ui):
+    day = client.get("/timeline", params={"date": "2024-05-02"}).text
+    assert re.search(r"<h2><bdi>Firefox</bdi> — <bdi>Budget - Mozilla Firefox</bdi></h2>", day), day[-3000:]
+    turn = re.search(r"<li>.*?<b><bdi>Bea</bdi></b>\s*<span class=\"t\">([^<]*)</span>", day, re.S)
+    assert turn and turn.group(1) == "The harbour festival starts on the ninth"
+    assert NOTE in day and f"/thumb/{ui.screenshot_id}" in day
+
+
+def test_an_items_page_gives_its_time_device_source_and_linked_people(client, ui):
+    shot = client.get(f"/item/{ui.screenshot_id}").text
+    facts = dict(re.findall(r"<dt>([^<]+)</dt><dd>(.*?)</dd>", shot, re.S))
+    assert "2024-05-02 10:00:00" in facts["When"] and "laptop" in facts["Device"]
+    assert "shot.png" in facts["Source"] and "Firefox" in facts["Application"]
+    chat = client.get(f"/item/{ui.bob_id}").text
+    people = re.search(r"<dt>People</dt><dd>(.*?)</dd>", chat, re.S)
+    assert people, chat[-2000:]
+    link = re.search(r'<a href="/people#person-([0-9a-f-]{36})">', people.group(1))
+    entity = next(e for e in ui.service.list_entities("default").items if str(e.id) == link.group(1))
+    assert entity.names and f'id="person-{entity.id}"' in client.get("/people").text
+
+
+def test_memories_come_in_six_tabs_with_evidence_and_strength(client, ui):
+    page = client.get("/memories").text
+    tabs = re.search(r'<nav class="tabs" aria-label="Memory types">(.*?)</nav>', page, re.S).group(1)
+    types = re.findall(r'href="/memories\?type=([a-z_]+)"', tabs)
+    assert types == [t.value for t in MEMORY_TYPES] and len(types) == 6
+    for t in types:
+        assert client.get("/memories", params={"type": t}).status_code == 200, t
+    episodic = client.get("/memories", params={"type": "episodic", "user": "alice"}).text
+    assert re.search(r'class="strength">strength \d\.\d\d<', episodic), episodic[-2000:]
+    evidence = re.findall(r'<p class="evidence">Evidence: <a href="/item/([0-9a-f-]{36})\?user=alice"', episodic)
+    assert evidence
+    observation = client.get(f"/item/{evidence[0]}", params={"user": "alice"})
+    assert observation.status_code == 200 and "Observation" in observation.text
+
+
+def test_activity_shows_events_by_status_and_the_captures_denied_apps_and_titles(client, ui):
+    page = client.get("/activity").text
+    counts = dict(re.findall(r'href="/activity\?status=([a-z]+)"[^>]*>\1: (\d+)</a>', page))
+    done = [r for r in ui.service.events("default", None, None, 10_000) if r.status.value == "done"]
+    assert int(counts["done"]) == len(done) > 0 and {"failed", "queued"} <= counts.keys()
+    only_done = client.get("/activity", params={"status": "done"}).text
+    assert "<h2>Events: done</h2>" in only_done and "<td>failed</td>" not in only_done
+    assert client.get("/activity", params={"status": "bogus"}).status_code == 400
+    apps = re.search(r'<h3 id="deny-apps">.*?</section>', page, re.S).group(0)
+    titles = re.search(r'<h3 id="deny-titles">.*?</section>', page, re.S).group(0)
+    assert "<bdi>keepassxc</bdi>" in apps and "<code>private browsing</code>" in titles
+
+
+def test_every_post_route_refuses_a_change_without_the_sessions_csrf_token(ui):
+    """Every POST route of the app (read from its routes, so a new one is checked too) answers 403 without a token,
+    with another session's token, and from another site; nothing changes."""
+    from engram.api.ui.app import create_ui
+    from engram.api.ui.pages import UiConfig
+
+    guarded = create_ui(UiConfig(ui.service, "default", ui.data_dir, None))
+    posts = [r.path for r in guarded.app.routes if "POST" in getattr(r, "methods", ())]
+    assert len(posts) >= 7, posts
+    names = {e.id: e.names for e in ui.service.list_entities("default").items}
+    with TestClient(guarded) as mine, TestClient(guarded) as theirs:
+        mine.get("/people")
+        token = re.search(r'name="csrf_token" value="([0-9a-f]+)"', theirs.get("/people").text).group(1)
+        for path in posts:
+            url = re.sub(r"\{[a-z_]+\}", str(uuid.uuid4()), path)
+            form = {"name": "Mallory", "text": "x", "key": "x", "into": str(uuid.uuid4()), "pause": "1"}
+            assert mine.post(url, data=form).status_code == 403, url
+            assert mine.post(url, data={**form, "csrf_token": token}).status_code == 403, url  # not its session's
+            mine_token = re.search(r'name="csrf_token" value="([0-9a-f]+)"', mine.get("/people").text).group(1)
+            elsewhere = mine.post(url, data={**form, "csrf_token": mine_token}, headers={"Origin": "http://evil"})
+            assert elsewhere.status_code == 403, url
+    assert {e.id: e.names for e in ui.service.list_entities("default").items} == names
+    assert not (ui.data_dir / "capture.pause").exists()
+
+
+def test_search_works_with_javascript_off(browser, ui):
+    """Without JavaScript the pages still work: the search form submits, hits show their text, why they matched and
+    their thumbnail, and a hit's link opens its item."""
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto(f"{ui.url}/search")
+        page.get_by_role("searchbox").fill("quarterly budget review")
+        with page.expect_navigation():
+            page.get_by_role("searchbox").press("Enter")
+        hit = page.locator("li.hit").filter(has=page.locator("img")).first
+        assert "Why:" in hit.inner_text() and "quarterly budget review" in hit.inner_text().lower()
+        hit.locator("img").scroll_into_view_if_needed()
+        page.wait_for_function("() => [...document.querySelectorAll('li.hit img')].some(i => i.naturalWidth > 0)")
+        with page.expect_navigation():
+            hit.locator("a").first.click()
+        assert "/item/" in page.url and page.get_by_role("heading", name=re.compile("Observation")).is_visible()
+    finally:
+        context.close()
