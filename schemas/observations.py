@@ -101,6 +101,12 @@ class Observation(BaseModel):
     )
     faces: list[FaceDetection] = Field(default_factory=list)
     caption: str | None = Field(None, description="Caption by a vision-language model, when one is configured.")
+    pixel_digests: dict[str, str] = Field(
+        default_factory=dict,
+        description="The sha256 of the pixels of each image read with OCR for this observation (a screenshot's "
+        "original, a clip segment's keyframes), by the image's object key: the OCR cache's keys, so a forget deletes "
+        "the cached text without decoding the image.",
+    )
     entity_ids: list[str] = Field(default_factory=list)
     context_before: list[str] = Field(
         default_factory=list,

@@ -23,6 +23,7 @@ from engram.schemas.ids import point_id
 from engram.schemas.jobs import ObservationBatch, SegmentJob
 from engram.schemas.observations import Observation, OcrLine, SpeakerVoice, WordTiming
 from engram.workers.app import task
+from engram.workers.codecs import pixels_sha256
 from engram.workers.media import decode as media
 from engram.workers.media import speech, vision
 from engram.workers.media.chat import conversation_messages, message_context
@@ -93,8 +94,9 @@ def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
     data = rt.objects.get_bytes(event.object_key)
     img = media.load_image(data, rt.settings.max_image_pixels)
     pixels = np.asarray(img)
-    lines = vision.ocr_lines(rt, event.tenant_id, pixels, device_id=event.device_id)
-    faces = vision.screenshot_faces(rt, event.tenant_id, pixels, device_id=event.device_id)
+    digest = pixels_sha256(pixels)  # the OCR cache's key, kept with the observation for a forget
+    lines = vision.ocr_lines(rt, event.tenant_id, pixels, device_id=event.device_id, digest=digest)
+    faces = vision.screenshot_faces(rt, event.tenant_id, pixels, device_id=event.device_id, digest=digest)
     caption = vision.caption(rt, img, str(event.event_id))
     parts = [" — ".join(x for x in (event.app, event.window) if x), "\n".join(ln.text for ln in lines)]
     if caption:
@@ -105,7 +107,8 @@ def _screenshot(rt: Runtime, job: SegmentJob) -> list[Observation]:
         text = f"[photo: {n}, no text]" if is_photo(data, event) else f"[{n} on screen, no text]"
     if not text:
         return []
-    return [_base(event, 0, "ocr", text, ocr_lines=lines, faces=faces, caption=caption)]
+    digests = {event.object_key: digest}
+    return [_base(event, 0, "ocr", text, ocr_lines=lines, faces=faces, caption=caption, pixel_digests=digests)]
 
 
 #: Screen sizes in pixels (landscape): desktop and laptop panels, at scale factors 1, 1.25, 1.5 and 2 where the
@@ -193,8 +196,9 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
         media.load_image(rt.objects.get_bytes(kf.object_key), rt.settings.max_image_pixels) for kf in job.keyframes
     ]
     frames = [np.asarray(img) for img in images]
-    for pixels in frames:
-        for line in vision.ocr_lines(rt, job.event.tenant_id, pixels):
+    digests = {kf.object_key: pixels_sha256(pixels) for kf, pixels in zip(job.keyframes, frames, strict=True)}
+    for kf, pixels in zip(job.keyframes, frames, strict=True):
+        for line in vision.ocr_lines(rt, job.event.tenant_id, pixels, digest=digests[kf.object_key]):
             if line.text not in seen:  # text that stays on screen across keyframes is kept once
                 seen.add(line.text)
                 screen_lines.append(line)
@@ -230,6 +234,7 @@ def _clip(rt: Runtime, job: SegmentJob) -> list[Observation]:
             ocr_lines=screen_lines,
             faces=faces,
             caption=" | ".join(captions) or None,
+            pixel_digests=digests,
             speaker_label=speaker,
             voice_embedding=voice,
             speaker_voices=voices,

@@ -21,7 +21,8 @@ What goes, for the observations a scope selects (tenant-scoped; all of the crite
 6. objects: each touched event's published original (a chat file, a recording: it holds the deleted content even
    when other parts of it stay) unless an event or observation that stays references the same bytes; what ingest
    cut from a deleted event, or from a deleted observation's segment (keyframes, audio chunks, thumbnails); the OCR
-   text cached for a deleted image;
+   text cached for a deleted image, found by the digest of its pixels the observation keeps (``pixel_digests``), so
+   also when the image is gone already, and by decoding the image for an observation stored without it;
 7. then ``leave_nothing``: the embedding cache emptied (it is keyed by the text's hash and holds each text's
    vector), SQLite's freed pages overwritten and the files rewritten (``secure_delete``, ``VACUUM``, the
    write-ahead log truncated) for the ledger and the cache, and the embedded store's touched collections rewritten
@@ -41,6 +42,7 @@ import sqlite3
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -92,6 +94,8 @@ _SEGMENTED = ("screenshot", "audio", "clip")
 #: How long a forget waits for each Redis server to rewrite its append-only file and snapshot, seconds.
 REDIS_REWRITE_TIMEOUT_S = 120.0
 _IMAGE_SUFFIXES = (".png", ".jpg", ".webp", ".gif", ".bmp", ".tif")
+#: A clip keyframe's object name (``workers.ingest``: ``seg-<segment>-key-<k>.jpg``).
+_KEYFRAME = re.compile(r"seg-\d+-key-\d+\.")
 
 
 def scope_filter(tenant_id: str, scope: ForgetScope) -> qm.Filter:
@@ -452,7 +456,7 @@ def _objects(
     keys = list(dict.fromkeys(keys))
     if dry_run:
         return keys, kept
-    return delete_objects(rt, tenant_id, keys), kept
+    return delete_objects(rt, tenant_id, keys, pixel_digests(tenant_id, (o.payload or {} for o in doomed), kept)), kept
 
 
 def _forget_vault(rt: Runtime, tenant_id: str, doomed: list[qm.Record], report: ForgetScopeReport) -> list[str]:
@@ -475,22 +479,42 @@ def _forget_vault(rt: Runtime, tenant_id: str, doomed: list[qm.Record], report: 
     return vault.delete_entries(rt, tenant_id, sorted(named))
 
 
-def delete_objects(rt: Runtime, tenant_id: str, keys: list[str]) -> list[str]:
-    """Delete ``keys`` and the OCR text cached for the pixels of the images among them (by any OCR model);
-    returns every key deleted."""
-    digests = set()
+def pixel_digests(tenant_id: str, payloads: Iterable[dict[str, Any]], kept: Collection[str] = ()) -> dict[str, str]:
+    """The pixel digests (``Observation.pixel_digests``: the OCR cache's keys) the deleted observations'
+    ``payloads`` name, by object key: the tenant's images (``media/``, ``derived/``) but the ``kept`` objects,
+    whether the image is still stored or not (retention may have removed an original)."""
+    mine = (f"media/{tenant_id}/", f"derived/{tenant_id}/")
+    return {
+        key: str(digest)
+        for p in payloads
+        for key, digest in (p.get("pixel_digests") or {}).items()
+        if key.startswith(mine) and key not in kept
+    }
+
+
+def _read_by_ocr(key: str) -> bool:
+    """Whether perceive may have read the object ``key`` with OCR: an image published as such (``media/``) or a
+    clip's keyframe (``derived/.../seg-<n>-key-<k>.jpg``); not a thumbnail or a face crop."""
+    name = key.rsplit("/", 1)[-1]
+    return key.lower().endswith(_IMAGE_SUFFIXES) and (key.startswith("media/") or _KEYFRAME.match(name) is not None)
+
+
+def delete_objects(rt: Runtime, tenant_id: str, keys: list[str], digests: dict[str, str] | None = None) -> list[str]:
+    """Delete ``keys`` and the OCR text cached (by any OCR model) for the images among them and for the images of
+    ``digests`` (``pixel_digests``: pixel sha256 by object key, read from the deleted observations); returns every
+    key deleted. An image among ``keys`` whose digest is not given (its observation was stored before observations
+    kept their digests, or no observation was kept of it: a blank frame) is decoded to find it."""
+    known = digests or {}
+    found = set(known.values())
     for key in keys:
-        if key.lower().endswith(_IMAGE_SUFFIXES):
-            try:
-                digests.add(
-                    pixels_sha256(np.asarray(load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels)))
-                )
-            except (ObjectNotFound, MediaError, OSError, ValueError, MemoryError):
-                pass  # not decodable (a broken or bomb file), so nothing was cached for it
+        if key in known or not _read_by_ocr(key):
+            continue
+        try:
+            found.add(pixels_sha256(np.asarray(load_image(rt.objects.get_bytes(key), rt.settings.max_image_pixels))))
+        except (ObjectNotFound, MediaError, OSError, ValueError, MemoryError):
+            pass  # not decodable (a broken or bomb file), so nothing was cached for it
     cached = (
-        [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in digests]
-        if digests
-        else []
+        [k for k in rt.objects.keys(f"cache/{tenant_id}/ocr/") if k.rsplit("/", 1)[-1][:-5] in found] if found else []
     )
     for key in [*keys, *cached]:
         rt.objects.delete(key)

@@ -20,7 +20,9 @@ Forgetting a user (the right to erasure) deletes, for one (tenant, user):
    chunks) and each published object (``media/<tenant>/<sha256>.<ext>``) that no remaining event of the
    tenant references in the ledger and no remaining observation names as its ``object_key``. Objects are
    content-addressed per tenant, so another user who published the same bytes keeps them. The OCR text
-   cached for a deleted image (``cache/<tenant>/ocr/<model>/<sha256 of its pixels>.json``) goes with it.
+   cached for a deleted image (``cache/<tenant>/ocr/<model>/<sha256 of its pixels>.json``) goes with it: the
+   observations keep the digest of the pixels they read (``pixel_digests``), so no image is decoded for it
+   (but those of observations stored before they kept it: ``workers.memory.forget.delete_objects``).
 
 5. then what every forget ends with (``workers.memory.forget.leave_nothing``): the embedding cache emptied,
    SQLite's freed pages overwritten and dropped, and the embedded store's collections rewritten without the
@@ -51,7 +53,7 @@ from engram.schemas.memory_admin import (
 )
 from engram.workers.memory import vault
 from engram.workers.memory.entities import forget_user_entities
-from engram.workers.memory.forget import delete_objects, forget, leave_nothing
+from engram.workers.memory.forget import delete_objects, forget, leave_nothing, pixel_digests
 from engram.workers.memory.holdings import why_empty
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
@@ -185,7 +187,8 @@ def forget_user(rt: Runtime, tenant_id: str, user_id: str) -> ForgetReport:
             objects_kept.append(key)
         elif rt.objects.exists(key):
             doomed.append(key)
-    objects_deleted = [*vault_deleted, *delete_objects(rt, tenant_id, doomed)]
+    digests = pixel_digests(tenant_id, payloads, objects_kept)
+    objects_deleted = [*vault_deleted, *delete_objects(rt, tenant_id, doomed, digests)]
     leave_nothing(rt, [c for c, n in deleted.items() if n] + [ENTITIES])
     report = ForgetReport(
         tenant_id=tenant_id,

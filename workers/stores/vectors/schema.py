@@ -83,12 +83,13 @@ INDEXED_FIELDS = {
 }
 
 #: Observation payload fields that only the observation itself needs (the chat context indexed with a turn, OCR
-#: lines, ASR words, faces, voices): consolidation never reads them and leaves them out of its scroll
-#: (``without=``), so less is copied out of the engine.
+#: lines and the digests of the pixels read, ASR words, faces, voices): consolidation never reads them and leaves
+#: them out of its scroll (``without=``), so less is copied out of the engine.
 UNREAD_OBSERVATION_FIELDS = [
     "context_before",
     "context_after",
     "ocr_lines",
+    "pixel_digests",
     "words",
     "faces",
     "speaker_voices",
