@@ -66,3 +66,31 @@ def test_an_empty_setting_sets_no_limit(redis_server, seaweedfs_s3, tmp_path):
     with served(settings) as url, httpx.Client(base_url=url, timeout=30) as http:
         token = csrf_of(http.get("/ui/signin").text)
         assert {_try(http, token, f"egk_not-a-key-{n}").status_code for n in range(12)} == {401}
+
+
+def test_every_change_under_serve_needs_the_sessions_csrf_token(redis_server, seaweedfs_s3, tmp_path):
+    """Signing in and out and a key's creation and revocation (the changes only ``engram serve``'s app has; the
+    shared ones: tests/ui/test_requirements.py) answer 403 without the session's token and change nothing."""
+    import redis
+
+    from engram.api.http.keys import create_key, list_keys
+
+    settings = make_settings(redis_server, seaweedfs_s3, tmp_path, db=SIGNIN_DB, ui_signin_rate_limit="")
+    r = redis.Redis.from_url(settings.broker_url, decode_responses=True)
+    r.flushdb()
+    key = create_key(r, "acme", "test")
+    with served(settings) as url, httpx.Client(base_url=url, timeout=30) as http:
+        token = csrf_of(http.get("/ui/signin").text)
+        assert http.post("/ui/signin", data={"api_key": key}).status_code == 403
+        assert "engram_ui_auth" not in http.cookies
+        assert _try(http, token, key).status_code == 303
+        keys_before = {k.key_id for k in list_keys(r, "acme")}
+        token = csrf_of(http.get("/ui/connect").text)
+        mine = next(iter(keys_before))
+        for path in ("/ui/connect/keys", f"/ui/connect/keys/{mine}/revoke", "/ui/signout"):
+            assert http.post(path, data={"label": "x"}).status_code == 403, path
+            assert http.post(path, data={"label": "x", "csrf_token": "0" * 64}).status_code == 403, path
+        assert {k.key_id for k in list_keys(r, "acme")} == keys_before
+        assert http.get("/ui/connect").status_code == 200  # still signed in
+        assert http.post("/ui/signout", data={"csrf_token": token}).status_code == 303
+    r.close()
