@@ -1,10 +1,11 @@
-"""The service layer's one typed interface: everything a front door (the web app; next the CLI, the MCP server
-and the HTTP routes) asks of engram's memory, with one timeout (``ENGRAM_SERVICE_TIMEOUT_SECONDS``).
+"""The service layer's one typed interface: everything a front door (the CLI, the MCP server, the HTTP routes and
+the web app) asks of engram's memory, with one timeout (``ENGRAM_SERVICE_TIMEOUT_SECONDS``).
 
-Two implementations: ``api.service.embedded.EmbeddedService`` (the pipeline's tasks in this process, or on the
-workers through the broker, as ``engram search`` runs them) and ``api.service.remote.RemoteService`` (the HTTP API
-through the SDK's ``EngramClient``). Every argument and answer is a model of ``schemas/``; the two answer alike,
-only where the work runs differs. Calls are blocking; each implementation says which of them may run at once.
+Three implementations: ``api.service.embedded.EmbeddedService`` (the pipeline's tasks in this process, or on the
+workers through the broker, as ``engram search`` runs them), ``api.service.queue.QueueService`` (the HTTP routes'
+and ``engram serve``'s web app's: the query workers' request tasks) and ``api.service.remote.RemoteService`` (the
+HTTP API through the SDK's ``EngramClient``). Every argument and answer is a model of ``schemas/``; they answer
+alike, only where the work runs differs. Calls are blocking; each implementation says which of them may run at once.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class MediaMissing(NotFound):
 
 
 class NotOffered(ServiceError, NotImplementedError):
-    """This implementation cannot do the call yet (e.g. the timeline through the HTTP API, which has no route for
-    it); the message names what is missing."""
+    """This implementation cannot do the call (a default of this base class an implementation did not override;
+    none of the web app's calls raise it with the three implementations now); the message names what is missing."""
 
 
 class ServiceTimeout(ServiceError, TimeoutError):
