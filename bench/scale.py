@@ -13,14 +13,23 @@ queries), then for ``--questions`` of that conversation's LoCoMo questions the r
 hits, the query embedding uncached, reinforcement off; wall and CPU ms), and the same fusion computed exactly in
 numpy over the user's rows (dense cosine / MaxSim, BM25 with IDF over the user's rows, weighted RRF per
 collection): its time, and the overlap of each collection's fused top 10 with the engine's. Then the wall time
-of a cold ``engram search`` in a new process on the largest store.
+of a cold ``engram search`` in a new process on the largest store (``bench/lib/cold.py``).
 
     python bench/scale.py --seed-dir DIR [--sizes 10000 100000] [--json scale.json]
+    python bench/scale.py --seed-dir DIR --cold-only --cold-steps [--question "..."] [--json FILE]
 
 Prints a table; ``--json FILE`` writes ``{"sizes": {"<N>": {"p50_ms", "p95_ms", "overlap", "build_s",
 "disk_bytes", "rss_bytes", "open_s", "numpy_p50_ms", ...}}, "growth_per_10x", "cli_search_s", "load"}``
-(``cli_search_s``: the median wall time of ``--cli-runs`` cold searches, beside ``cli_search_cpu_s``).
-Not a test: figures depend on the machine and its load (printed with them).
+(``cli_search_s``: the median wall time of ``--cli-runs`` cold searches of ``cli_search_question``, beside
+``cli_search_cpu_s``).
+
+Where a cold search spends its time: ``--cold-steps`` precedes each cold ``engram search`` by a new process that
+times the steps of one search (``bench.lib.cold.STEPS``: the imports, the runtime, opening the shards, entity
+names, time expressions, the query's tokens and embedding, the search), printed as medians (wall and CPU s) and
+written under ``cli_search_steps`` ({step: [[wall s, CPU s], ...]}). ``--cold-only`` builds no store and measures
+only the cold search, on ``--seed-dir`` as it is (e.g. a data dir made by ``bench/retrieval.py --ingest-only
+--data-dir DIR``, or a store an earlier run built: ``WORK/store-<N>``). The question is ``--question`` or the
+conversation's first. Not a test: figures depend on the machine and its load (printed with them).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402,F401  (the offline model environment)
+from bench.lib.cold import cold_search  # noqa: E402
 from bench.lib.embedded import BENCH_VAULT_KEY, TENANT  # noqa: E402
 from bench.lib.locomo import load_locomo, sample_questions  # noqa: E402
 from bench.lib.seed import build, seed_points  # noqa: E402
@@ -201,33 +211,7 @@ def measure(data_dir: Path, user: str, questions: list[str]) -> dict:
     }
 
 
-def cli_search(data_dir: Path, user: str, question: str, runs: int = 5) -> dict:
-    """``engram search QUESTION --user USER`` in a new process on the store under ``data_dir``, ``runs`` times:
-    {"wall_s": [...], "cpu_s": [...]} (CPU: user + system seconds of the process, less moved by the load)."""
-    import resource
-
-    env = {**os.environ, "ENGRAM_DATA_DIR": str(data_dir), "ENGRAM_TENANT": TENANT}
-    env.setdefault("ENGRAM_VAULT_KEY", BENCH_VAULT_KEY)
-    engram = Path(sys.executable).with_name("engram")
-    wall, cpu = [], []
-    for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        subprocess.run(
-            [str(engram), "search", question, "--user", user, "-k", "5"],
-            env=env,
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-        wall.append(time.perf_counter() - t0)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line entry point."""
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--seed-dir",
@@ -249,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedding-cache", type=Path, default=None, help="kept embedding cache for the seed ingest")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
     ap.add_argument("--cli-runs", type=int, default=5, help="cold `engram search` runs (the median is reported)")
+    ap.add_argument("--cold-steps", action="store_true", help="also time each step of the cold search (new processes)")
+    ap.add_argument("--cold-only", action="store_true", help="only the cold search, on --seed-dir: no store built")
+    ap.add_argument("--question", default=None, help="the cold search's question (default: the conversation's first)")
     ap.add_argument(
         "--reuse",
         action="store_true",
@@ -256,9 +243,76 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # internal: one size
     ap.add_argument("--user", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
 
-    from engram.workers.media.conversations import locomo_sample_id
+
+def _measure_size(args, seed: dict, user: str, n: int, work: Path) -> dict:
+    """Build (or with ``--reuse`` reuse) the store of ``n`` observations under ``work`` and measure it in a
+    fresh process (``--measure``): the figures of one size."""
+    data_dir = work / f"store-{n}"
+    record = data_dir / "build.json"
+    if args.reuse and record.is_file():
+        built = json.loads(record.read_text())
+        print(f"reusing the store of {n:,} observations in {data_dir}", file=sys.stderr)
+    else:
+        if data_dir.exists():
+            import shutil  # only when a store is built again
+
+            shutil.rmtree(data_dir)
+        print(f"building {n:,} observations ...", file=sys.stderr)
+        built = build(seed, user, n, data_dir)
+        record.write_text(json.dumps(built))
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--seed-dir",
+            str(args.seed_dir),
+            "--measure",
+            str(data_dir),
+            "--user",
+            user,
+            "--conversation",
+            str(args.conversation),
+            "--questions",
+            str(args.questions),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode:
+        raise SystemExit(f"measuring {n}: {out.stderr[-3000:]}")
+    figures = {**built, **json.loads(out.stdout.strip().splitlines()[-1])}
+    print(
+        f"{n:>9,}  p50 {figures['p50_ms']:.1f} ms  p95 {figures['p95_ms']:.1f} ms  numpy p50 "
+        f"{figures['numpy_p50_ms']:.1f} ms  overlap {figures['overlap']:.3f}  build {built['build_s']:.0f} s "
+        f"+ optimize {built['optimize_s']:.0f} s  "
+        f"disk {built['disk_bytes'] / 1e6:.0f} MB  rss {figures['rss_bytes'] / 1e6:.0f} MB  open "
+        f"{figures['open_s']:.2f} s",
+        file=sys.stderr,
+    )
+    return figures
+
+
+def _grow(args, user: str) -> tuple[dict, Path]:
+    """The sizes' figures (``{"sizes": {...}, "growth_per_10x"}``) and the largest store's data dir."""
+    seed = seed_points(args.seed_dir)
+    if user not in seed:
+        raise SystemExit(f"{args.seed_dir} holds no points of {user} (conversation {args.conversation})")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="engram-scale-"))
+    result: dict = {"sizes": {str(n): _measure_size(args, seed, user, n, work) for n in sorted(args.sizes)}}
+    sizes = sorted(args.sizes)
+    if len(sizes) > 1:
+        first, last = result["sizes"][str(sizes[0])], result["sizes"][str(sizes[-1])]
+        result["growth_per_10x"] = (last["p50_ms"] / first["p50_ms"]) ** (1 / math.log10(sizes[-1] / sizes[0]))
+    return result, work / f"store-{sizes[-1]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    args = _parser().parse_args(argv)
+    from engram.workers.media.conversations import locomo_sample_id  # after the arguments: --help stays quick
 
     sample = load_locomo()[args.conversation]
     user = f"locomo-{locomo_sample_id(sample, args.conversation)}"
@@ -267,72 +321,29 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.measure, args.user or user, questions)))
         return 0
     if not (args.seed_dir / "vectors").is_dir():
-        from bench.lib.retrieval import evaluate
+        from bench.lib.retrieval import evaluate  # only when the seed must be ingested
 
         print(f"ingesting LoCoMo conversations {args.seed_conversations} into {args.seed_dir} ...", file=sys.stderr)
         evaluate(
             args.seed_conversations, data_dir=args.seed_dir, ingest_only=True, embedding_cache=args.embedding_cache
         )
-    seed = seed_points(args.seed_dir)
-    if user not in seed:
-        raise SystemExit(f"{args.seed_dir} holds no points of {user} (conversation {args.conversation})")
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="engram-scale-"))
-    result: dict = {"sizes": {}, "load": list(os.getloadavg())}
-    for n in sorted(args.sizes):
-        data_dir = work / f"store-{n}"
-        record = data_dir / "build.json"
-        if args.reuse and record.is_file():
-            built = json.loads(record.read_text())
-            print(f"reusing the store of {n:,} observations in {data_dir}", file=sys.stderr)
-        else:
-            if data_dir.exists():
-                import shutil
-
-                shutil.rmtree(data_dir)
-            print(f"building {n:,} observations ...", file=sys.stderr)
-            built = build(seed, user, n, data_dir)
-            record.write_text(json.dumps(built))
-        out = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--seed-dir",
-                str(args.seed_dir),
-                "--measure",
-                str(data_dir),
-                "--user",
-                user,
-                "--conversation",
-                str(args.conversation),
-                "--questions",
-                str(args.questions),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if out.returncode:
-            raise SystemExit(f"measuring {n}: {out.stderr[-3000:]}")
-        figures = {**built, **json.loads(out.stdout.strip().splitlines()[-1])}
-        result["sizes"][str(n)] = figures
-        print(
-            f"{n:>9,}  p50 {figures['p50_ms']:.1f} ms  p95 {figures['p95_ms']:.1f} ms  numpy p50 "
-            f"{figures['numpy_p50_ms']:.1f} ms  overlap {figures['overlap']:.3f}  build {built['build_s']:.0f} s "
-            f"+ optimize {built['optimize_s']:.0f} s  "
-            f"disk {built['disk_bytes'] / 1e6:.0f} MB  rss {figures['rss_bytes'] / 1e6:.0f} MB  open "
-            f"{figures['open_s']:.2f} s",
-            file=sys.stderr,
-        )
-    sizes = sorted(int(n) for n in result["sizes"])
-    if len(sizes) > 1:
-        first, last = result["sizes"][str(sizes[0])], result["sizes"][str(sizes[-1])]
-        result["growth_per_10x"] = (last["p50_ms"] / first["p50_ms"]) ** (1 / math.log10(sizes[-1] / sizes[0]))
-    cold = cli_search(work / f"store-{sizes[-1]}", user, questions[0], args.cli_runs)
+    load = list(os.getloadavg())
+    if args.cold_only:
+        result, store = {"store": str(args.seed_dir)}, args.seed_dir
+    else:
+        result, store = _grow(args, user)
+    result["load"] = load
+    question = args.question or questions[0]
+    cold = cold_search(store, TENANT, user, question, args.cli_runs, steps=args.cold_steps)
+    steps = cold.pop("steps", None)
     result.update(
         cli_search_s=statistics.median(cold["wall_s"]),
         cli_search_cpu_s=statistics.median(cold["cpu_s"]),
         cli_search_runs=cold,
+        cli_search_question=question,
     )
+    if steps:
+        result["cli_search_steps"] = steps
     result["load_after"] = list(os.getloadavg())
     _print(result)
     if args.json:
@@ -341,8 +352,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _print(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """The sizes' table (none with ``--cold-only``), the growth, the cold search and with ``--cold-steps`` its
+    steps (medians), on stderr."""
+    if "sizes" in result:
+        _print_sizes(result)
+    print(
+        f"cold `engram search` (median of {len(result['cli_search_runs']['wall_s'])}): "
+        f"{result['cli_search_s']:.2f} s wall, {result['cli_search_cpu_s']:.2f} CPU s"
+        f" (load {result['load'][0]:.1f} before, {result['load_after'][0]:.1f} after)",
+        file=sys.stderr,
+    )
+    if "cli_search_steps" in result:
+        print(f"{'step':<27} {'wall s':>8} {'CPU s':>8}   (medians of new processes)", file=sys.stderr)
+        for step, runs in result["cli_search_steps"].items():
+            wall, cpu = statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
+            print(f"{step:<27} {wall:8.3f} {cpu:8.3f}", file=sys.stderr)
+
+
+def _print_sizes(result: dict) -> None:
+    from rich.console import Console  # only where a table is printed
+    from rich.table import Table  # as above
 
     table = Table(
         title=f"search as the store grows (load {result['load'][0]:.1f} before, {result['load_after'][0]:.1f} after)"
@@ -382,11 +411,6 @@ def _print(result: dict) -> None:
     Console(stderr=True, width=200).print(table)
     if "growth_per_10x" in result:
         print(f"growth per 10x: {result['growth_per_10x']:.2f}", file=sys.stderr)
-    print(
-        f"cold `engram search` (median of {len(result['cli_search_runs']['wall_s'])}): "
-        f"{result['cli_search_s']:.2f} s wall, {result['cli_search_cpu_s']:.2f} CPU s",
-        file=sys.stderr,
-    )
 
 
 if __name__ == "__main__":
