@@ -199,6 +199,17 @@ def test_models_and_memory_never_import_media():
     assert upward == []
 
 
+def test_stores_never_import_media():
+    """``stores/`` sits below ``media/``: it does not import it, not even inside a function. The thumbnail that
+    retention keeps of a removed original is made by ``workers/thumbs.py``, beside ``workers/codecs.py``."""
+    upward = [
+        (a, b, line)
+        for a, b, _, line, _ in imports()
+        if _within(a, "engram.workers.stores") and _within(b, "engram.workers.media")
+    ]
+    assert upward == []
+
+
 def test_only_stages_define_celery_tasks():
     defining = set()
     for name, path in modules().items():

@@ -35,12 +35,12 @@ from engram.workers.media import bounds
 from engram.workers.media import decode as media
 from engram.workers.media.bounds import UploadBudget
 from engram.workers.media.chat import conversation_messages  # parsed once, kept for the perceive tasks
-from engram.workers.media.thumbs import store_thumbnail
 from engram.workers.metrics import NEAR_DUPLICATES
 from engram.workers.runtime import Runtime, each_alone, runtime, stage
 from engram.workers.stores.ledger import FINAL_STATUSES
 from engram.workers.stores.objects import ObjectNotFound
 from engram.workers.tasks import Queue, Task
+from engram.workers.thumbs import store_thumbnail
 
 log = structlog.get_logger(__name__)
 

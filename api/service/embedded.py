@@ -8,7 +8,7 @@ The embedded store is shared with other engram commands the way ``engram mcp`` s
 Calls may come from several threads (a web server's pool): the lease runs one store call at a time. The ledger
 and the object store are read without holding the store (SQLite and files).
 
-Thumbnails: the one made at ingest (``workers.media.thumbs``), else made from the picture on first request and
+Thumbnails: the one made at ingest (``workers.thumbs``), else made from the picture on first request and
 stored under the same key (``api.service.media.thumbnail_object``), so forgetting the user removes them with the
 event's other derived objects.
 """

@@ -1,5 +1,5 @@
 """Reading an observation's objects for the service layer: its original (``read_object``) and its thumbnail
-(``thumbnail_object``: the one stored at ingest, ``workers.media.thumbs``, else made now from the original and
+(``thumbnail_object``: the one stored at ingest, ``workers.thumbs``, else made now from the original and
 stored for the next time: items ingested before thumbnails were made at ingest). Shared by
 ``embedded.EmbeddedService`` (the local folder) and ``queue.QueueService`` (S3 beside the API).
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 from engram.api.service.base import MediaMissing, MediaObject
 from engram.schemas.memory_admin import MemoryRecord
-from engram.workers.media.thumbs import THUMB_MIME, ThumbnailError, thumb_key_of, webp_of_file
 from engram.workers.stores.objects import LocalObjectStore, ObjectNotFound
+from engram.workers.thumbs import THUMB_MIME, ThumbnailError, thumb_key_of, webp_of_file
 
 #: Suffixes of an original a thumbnail can be made from when none was stored (a clip's is made at ingest only).
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff")

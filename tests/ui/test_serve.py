@@ -186,8 +186,8 @@ def test_a_url_of_tenant_a_is_404_for_tenant_b(cluster):
 
 
 def test_the_thumbnail_stored_at_ingest_is_served_with_cache_headers(cluster):
-    from engram.workers.media.thumbs import thumb_key
     from engram.workers.stores.objects import open_object_store
+    from engram.workers.thumbs import thumb_key
 
     objects = open_object_store(cluster.settings)
     key = thumb_key("acme", cluster.shot_event, 0)

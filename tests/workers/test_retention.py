@@ -112,10 +112,10 @@ def _later(days: float) -> datetime:
 def test_old_screenshots_go_and_their_text_thumbnail_and_memories_stay(store, monkeypatch):
     from engram.api.service.base import MediaMissing
     from engram.api.service.embedded import EmbeddedService
-    from engram.workers.media.thumbs import thumb_key_of
     from engram.workers.runtime import reset_runtimes, runtime
     from engram.workers.stores.retention import apply_retention
     from engram.workers.stores.vectors import OBSERVATIONS, tenant_filter
+    from engram.workers.thumbs import thumb_key_of
 
     monkeypatch.setenv("ENGRAM_RETENTION_SCREENSHOT_DAYS", "30")
     reset_runtimes()

@@ -53,10 +53,10 @@ from engram.schemas.storage import (
     RetentionReport,
     StorageUse,
 )
-from engram.workers.media.thumbs import THUMB_MIME, ThumbnailError, thumb_key_of, webp_of_file
 from engram.workers.stores import models as qm
 from engram.workers.stores.objects import LocalObjectStore, ObjectNotFound, S3ObjectStore
 from engram.workers.stores.vectors import OBSERVATIONS
+from engram.workers.thumbs import THUMB_MIME, ThumbnailError, thumb_key_of, webp_of_file
 
 log = structlog.get_logger(__name__)
 

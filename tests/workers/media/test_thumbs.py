@@ -1,4 +1,4 @@
-"""Thumbnails made once at ingest (``workers.media.thumbs``): small WebPs beside the event's derived objects."""
+"""Thumbnails made once at ingest (``workers.thumbs``): small WebPs beside the event's derived objects."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _screen(seed: int = 0) -> Image.Image:
 
 
 def test_a_full_hd_screen_gives_a_webp_320_wide_under_20_kb():
-    from engram.workers.media.thumbs import MAX_THUMB_BYTES, webp, webp_of_file
+    from engram.workers.thumbs import MAX_THUMB_BYTES, webp, webp_of_file
 
     img = _screen()
     data = webp(img)
@@ -36,7 +36,7 @@ def test_a_full_hd_screen_gives_a_webp_320_wide_under_20_kb():
 
 
 def test_an_unreadable_picture_is_a_thumbnail_error():
-    from engram.workers.media.thumbs import ThumbnailError, webp_of_file
+    from engram.workers.thumbs import ThumbnailError, webp_of_file
 
     with pytest.raises(ThumbnailError, match="cannot be read"):
         webp_of_file(b"not a picture at all")
@@ -67,7 +67,7 @@ def _event(engram_env, tmp_path, name: str, data: bytes, kind, mime: str):
 def test_a_screenshot_planned_at_ingest_has_its_thumbnail_stored(engram_env, tmp_path):
     from engram.schemas.events import MediaKind
     from engram.workers.ingest import plan
-    from engram.workers.media.thumbs import thumb_key, thumb_key_of
+    from engram.workers.thumbs import thumb_key, thumb_key_of
 
     png = io.BytesIO()
     _screen(1).save(png, "PNG")
@@ -84,8 +84,8 @@ def test_a_screenshot_planned_at_ingest_has_its_thumbnail_stored(engram_env, tmp
 def test_each_clip_segment_gets_a_thumbnail_of_its_first_keyframe(engram_env, tmp_path, monkeypatch):
     from engram.schemas.events import MediaKind
     from engram.workers.ingest import plan
-    from engram.workers.media.thumbs import thumb_key
     from engram.workers.runtime import runtime
+    from engram.workers.thumbs import thumb_key
 
     event = _event(engram_env, tmp_path, "tone.mp4", tone_mp4(seconds=3), MediaKind.clip, "video/mp4")
     monkeypatch.setenv("ENGRAM_CLIP_SEGMENT_SECONDS", "2")

@@ -9,6 +9,10 @@ Deleting a single observation must delete ``thumb_key`` of its event and segment
 Size: at most ``THUMB_WIDTH`` px wide and ``THUMB_HEIGHT`` high (aspect kept, never enlarged), WebP at
 ``THUMB_QUALITY``; a picture whose thumbnail would pass ``MAX_THUMB_BYTES`` is encoded again at lower quality
 (a 1920x1080 screenshot gives 3-10 kB). Pillow does the work (its WebP encoder is libwebp).
+
+Pure helpers beside ``workers.codecs``, not under ``media/``: ingest makes a thumbnail, the web app's service one
+missing, and retention one when it removes an original (``workers.stores.retention``), and ``stores/`` does not
+import ``media/`` (``tests/test_layout.py``).
 """
 
 from __future__ import annotations
