@@ -116,3 +116,21 @@ def test_search_works_with_javascript_off(browser, ui):
         assert "/item/" in page.url and page.get_by_role("heading", name=re.compile("Observation")).is_visible()
     finally:
         context.close()
+
+
+def test_the_timeline_shows_a_range_of_days(client, ui):
+    """A range (``date`` to ``to``) holds every day's items, its scrubber names each busy hour's day, and the pager
+    moves by the range's length."""
+    span = client.get("/timeline", params={"date": "2024-05-01", "to": "2024-05-03"}).text
+    assert NOTE in span and f"/thumb/{ui.screenshot_id}" in span
+    assert re.search(r'<a href="#h-2024-05-02-08">05-02 08:00 ', span)
+    assert 'href="/timeline?date=2024-04-28&amp;to=2024-04-30" rel="prev"' in span
+    assert client.get("/timeline", params={"date": "2024-05-03", "to": "2024-05-01"}).status_code == 400
+
+
+def test_search_reads_the_clis_time_words(client):
+    """The search page is the CLI's search: time words in the query are resolved by the search layer (said on the
+    page) and rank what is inside them."""
+    page = client.get("/search", params={"q": "the piano tuner in May 2024"}).text
+    assert re.search(r"· time: <bdi>[^<]*May 2024</bdi>", page), page[-3000:]
+    assert NOTE in page
