@@ -69,10 +69,11 @@ def _faces(ui) -> list:
     return [e for e in ui.service.list_entities("default").items if e.faces]
 
 
-def _shot(page, name: str, top: bool = True) -> None:
-    """The page's screenshot (1200x900, from its top unless ``top`` is False), kept as docs/screens/<name>.png
-    when ENGRAM_UPDATE_SCREENS=1 (a test run otherwise leaves the committed pictures alone)."""
-    page.set_viewport_size({"width": 1200, "height": 900})
+def _shot(page, name: str, top: bool = True, height: int = 900) -> None:
+    """The page's screenshot (1200 wide, ``height`` high, from its top unless ``top`` is False), kept as
+    docs/screens/<name>.png when ENGRAM_UPDATE_SCREENS=1 (a test run otherwise leaves the committed pictures
+    alone)."""
+    page.set_viewport_size({"width": 1200, "height": height})
     if top:
         page.evaluate("() => window.scrollTo(0, 0)")
     png = page.screenshot()
@@ -191,6 +192,7 @@ def test_editing_a_memory_shows_its_history(page, ui, media):
         page.get_by_role("link", name="a newer version").click()
     assert page.url.endswith(f"/item/{new_id}") and page.get_by_text(CORRECTION).first.is_visible()
     page.goto(f"{ui.url}/memories?type=episodic#m-{new_id}")
+    edited.locator("details.history summary").click()  # the picture shows the history open
     edited.scroll_into_view_if_needed()
     _shot(page, "memories", top=False)
     assert page.dialogs == []
@@ -306,7 +308,8 @@ def test_no_serious_violation_and_a_screenshot_of_each_screen(page, ui, media):
     from axe_playwright_python.sync_playwright import Axe
 
     axe = Axe()
-    for name, path in [*SCREENS.items(), ("item", f"/item/{ui.screenshot_id}")]:
+    item = f"/item/{ui.screenshot_id}?hl=quarterly%20budget%20review"  # as a search hit opens it: words marked
+    for name, path in [*SCREENS.items(), ("item", item)]:
         page.goto(ui.url + path)
         page.wait_for_load_state("networkidle")
         for summary in page.locator("details.history summary").all()[:1]:
@@ -319,5 +322,5 @@ def test_no_serious_violation_and_a_screenshot_of_each_screen(page, ui, media):
         ]
         assert bad == [], (path, bad)
         if name not in ("memories", "activity", "timeline") or not (SCREENS_DIR / f"{name}.png").exists():
-            _shot(page, name)
+            _shot(page, name, height=1250 if name == "item" else 900)  # the item's frame, then its marked text
     assert page.dialogs == []
