@@ -134,3 +134,12 @@ def test_search_reads_the_clis_time_words(client):
     page = client.get("/search", params={"q": "the piano tuner in May 2024"}).text
     assert re.search(r"· time: <bdi>[^<]*May 2024</bdi>", page), page[-3000:]
     assert NOTE in page
+
+
+def test_another_users_media_and_thumbnail_urls_answer_404(client, ui):
+    """With ``?user=`` an item's page, original and thumbnail of another user answer 404 like an unknown one;
+    the owner's answer."""
+    for path in (f"/item/{ui.screenshot_id}", f"/media/{ui.screenshot_id}", f"/thumb/{ui.screenshot_id}"):
+        assert client.get(path, params={"user": "bob"}).status_code == 404, path
+        assert client.get(path, params={"user": "alice"}).status_code == 200, path
+    assert client.get(f"/media/{ui.bob_id}", params={"user": "alice"}).status_code == 404
