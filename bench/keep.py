@@ -19,8 +19,12 @@ restored store is checked: its collections hold the points the original held.
     python bench/keep.py [--seed-dir DIR] [--observations 100000] [--json bench/results/keep.json]
 
 ``--json FILE`` writes ``{"backup_ratio_to_cp", "restore_ratio_to_cp", "incremental_ratio",
-"frame_bytes_ratio", "ocr_recall", "load", ...}`` (``frame_bytes_ratio`` and ``ocr_recall`` are another
-measure's, written null here). Not a test: figures depend on the machine and its load (printed with them).
+"frame_bytes_ratio", "ocr_recall", "load", ...}``. ``frame_bytes_ratio`` (stored bytes per kept frame / PNG's) and
+``ocr_recall`` (OCR word recall of the webui pages read back from the stored WebP, against their accessibility
+tree; ``ocr_recall_png`` the same from the PNG) are the frame format's figures, measured by ``python
+bench/capture_cpu.py --formats`` (OCR of every shared screenshot in both forms: minutes of CPU) and read here from
+its JSON (``--formats-json``, default ``bench/results/capture-format.json``; ``frames_source`` names it, its load
+and the format), not measured again. Not a test: figures depend on the machine and its load (printed with them).
 """
 
 from __future__ import annotations
@@ -42,6 +46,38 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench  # noqa: E402,F401  (the offline model environment)
+
+#: The frame format's figures (``python bench/capture_cpu.py --formats --json ...``), read by ``frame_figures``.
+FORMATS_JSON = Path(__file__).resolve().parent / "results" / "capture-format.json"
+
+
+def frame_figures(path: Path) -> dict[str, Any]:
+    """``frame_bytes_ratio``, ``ocr_recall`` and ``ocr_recall_png`` of the frame format ``engram capture`` keeps,
+    read from ``bench/capture_cpu.py --formats``'s JSON at ``path`` (its ``stored_format`` row of ``formats``:
+    ``webui_recall``; the ``png`` row's for ``ocr_recall_png``), with ``frames_source`` (the file, the command that
+    wrote it, its load and the format). All None, with the reason in ``frames_source``, when the file is absent or
+    holds no such row."""
+    missing = dict.fromkeys(("frame_bytes_ratio", "ocr_recall", "ocr_recall_png"))
+    if not path.is_file():
+        return {
+            **missing,
+            "frames_source": f"{path} not found: run python bench/capture_cpu.py --formats --json {path}",
+        }
+    got = json.loads(path.read_text())
+    stored, rows = got.get("stored_format"), got.get("formats", {})
+    if stored not in rows or "png" not in rows:
+        return {**missing, "frames_source": f"{path} has no {stored!r} and 'png' rows under formats"}
+    return {
+        "frame_bytes_ratio": got.get("frame_bytes_ratio", rows[stored]["bytes_share_of_png"]),
+        "ocr_recall": rows[stored]["webui_recall"],
+        "ocr_recall_png": rows["png"]["webui_recall"],
+        "frames_source": {
+            "file": str(path.relative_to(path.parents[2])) if path.is_relative_to(path.parents[2]) else str(path),
+            "command": "python bench/capture_cpu.py --formats",
+            "stored_format": stored,
+            "load": got.get("load"),
+        },
+    }
 
 
 def _du(path: Path) -> int:
@@ -170,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", type=Path, default=None, help="where everything is written (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true", help="reuse the data dir an earlier run built in --work-dir")
     ap.add_argument("--json", type=Path, default=None, help="write the figures here")
+    ap.add_argument(
+        "--formats-json",
+        type=Path,
+        default=FORMATS_JSON,
+        help="the frame format's figures to read (bench/capture_cpu.py --formats --json; default %(default)s)",
+    )
     args = ap.parse_args(argv)
 
     from bench.lib.locomo import load_locomo
@@ -250,8 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         backup_ratio_to_cp_unsynced=statistics.median(cp_s) / statistics.median(backup_s),
         restore_ratio_to_cp_unsynced=statistics.median(cp_restored_s) / statistics.median(restore_s),
         incremental_ratio=inc["written_bytes"] / full_written,
-        frame_bytes_ratio=None,
-        ocr_recall=None,
+        **frame_figures(args.formats_json),
         cp_mb_s=size / mb / cp_med,
         backup_mb_s=size / mb / statistics.median(backup_s),
         restore_mb_s=size / mb / statistics.median(restore_s),
@@ -281,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['restore_ratio_to_cp']:.2f} (to cp -r alone {result['restore_ratio_to_cp_unsynced']:.2f})\n"
         f"incremental after {added:,} new observations: wrote {inc['written_bytes'] / mb:.1f} MB of the full "
         f"{full_written / mb:.0f} MB ({result['incremental_ratio']:.3f}) in {inc_s:.1f} s\n"
+        f"kept frames: {result['frame_bytes_ratio']} of PNG's bytes, OCR recall {result['ocr_recall']} "
+        f"(PNG {result['ocr_recall_png']}; from {args.formats_json})\n"
         f"load {result['load']} -> {result['load_after']}",
         file=sys.stderr,
     )
