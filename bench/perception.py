@@ -1,4 +1,7 @@
-"""Perception figures on the real data (``ENGRAM_EVAL_DATA``, default ``../shared/data``), issue 4's table.
+"""Perception quality on the real data (``ENGRAM_EVAL_DATA``, default ``../shared/data``), issue 4's table: word
+error rates, chunk seams, voices and speaker clustering, OCR, faces, near-duplicates, entities. The speed of
+perception (the models' CPU per item, the pipeline's CPU per frame and per audio second, a long recording's memory)
+is ``bench/perception_speed.py``'s.
 
 The file is a list of sections (``SECTIONS``); each is a function of a ``Context`` returning rows
 ``(what, data, figure, floor)``, grouped as ``audio``, ``vision`` or ``entities``. Audio runs engram's real path:
@@ -8,11 +11,7 @@ Resemblyzer speaker windows, clustering) on a temporary embedded data dir. Visio
 ingest's plan and the ``perceive`` task) with the evaluation helpers of ``bench/lib/vision.py``. Entities ingest
 real media through the whole path, link included (``bench/lib/entities.py``).
 
-    python bench/perception.py [--only audio|vision|entities] [--section NAME ...] [--runs 5] [--json out.json]
-                               [--long [--long-hours 3]]
-
-``--long`` adds the long-recording section: a recording of ``--long-hours`` made by looping the real audio files
-(in a temporary folder), ingested and transcribed in a child process that reports its peak RSS and time.
+    python bench/perception.py [--only audio|vision|entities] [--section NAME ...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -43,11 +41,9 @@ Row = tuple[str, str, str, str]  # (what, data, figure, floor)
 
 @dataclass
 class Context:
-    """What every section gets: the data folder, how many timing runs, and the long-recording length."""
+    """What every section gets: the data folder and a cache of observations shared by the sections."""
 
     data: Path
-    runs: int = 5
-    long_hours: float = 3.0
     cache: dict = field(default_factory=dict)
 
 
@@ -57,15 +53,6 @@ class Section:
 
     group: str
     run: Callable[[Context], list[Row]]
-    long: bool = False  # only with --long
-
-
-def cpu_ms(fn: Callable[[], object]) -> float:
-    """Process CPU milliseconds of one call of ``fn`` (all threads of this process; steadier than wall time on a
-    shared machine)."""
-    t = time.process_time()
-    fn()
-    return (time.process_time() - t) * 1000
 
 
 # --- audio ----------------------------------------------------------------------------------------------
@@ -211,77 +198,6 @@ def audio_speakers(ctx: Context) -> list[Row]:
                 )
             )
     return rows
-
-
-def audio_speed(ctx: Context) -> list[Row]:
-    """CPU milliseconds: ASR per second of audio, speaker embedding per window (medians of ``runs``)."""
-    from engram.workers.media import decode as media
-    from engram.workers.models import get_model
-    from engram.workers.runtime import runtime
-
-    s = runtime().settings
-    asr, voice = get_model("asr", s), get_model("voice", s)
-    audio = media.decode_audio(ctx.data / "audio" / "leopard_diarization_test.wav")
-    seconds = len(audio) / media.SAMPLE_RATE
-    asr.transcribe(audio[: media.SAMPLE_RATE * 2])  # load
-    starts = [
-        i * s.speaker_hop_seconds for i in range(int((seconds - s.speaker_window_seconds) / s.speaker_hop_seconds))
-    ]
-    voice.embed_windows(audio, starts[:2], s.speaker_window_seconds)  # load
-
-    asr_ms = [
-        cpu_ms(lambda: asr.transcribe(audio, beam_size=s.models.asr_beam_size)) / seconds for _ in range(ctx.runs)
-    ]
-    voice_ms = [
-        cpu_ms(lambda: voice.embed_windows(audio, starts, s.speaker_window_seconds)) / len(starts)
-        for _ in range(ctx.runs)
-    ]
-    return [
-        (
-            f"CPU ms per audio second, ASR {asr.name} (beam {s.models.asr_beam_size})",
-            "audio/leopard_diarization_test.wav",
-            f"{statistics.median(asr_ms):.0f} ms",
-            f"median of {ctx.runs}",
-        ),
-        (
-            f"CPU ms per speaker window ({s.speaker_window_seconds} s, batched)",
-            f"{len(starts)} windows",
-            f"{statistics.median(voice_ms):.1f} ms",
-            f"median of {ctx.runs}",
-        ),
-    ]
-
-
-def audio_long(ctx: Context) -> list[Row]:
-    """A recording of ``long_hours`` (real files looped) through ingest + perceive in a child process."""
-    import multiprocessing
-
-    with tempfile.TemporaryDirectory(prefix="engram-long-") as tmp:
-        path = speech.looped_recording(ctx.data / "audio", Path(tmp) / "long.flac", ctx.long_hours * 3600)
-        queue = multiprocessing.get_context("spawn").Queue()
-        child = multiprocessing.get_context("spawn").Process(
-            target=speech.transcribe_in_child, args=(str(path), tmp, queue)
-        )
-        child.start()
-        result = queue.get()
-        child.join()
-    if "error" in result:
-        raise RuntimeError(result["error"])
-    hours = ctx.long_hours
-    return [
-        (
-            "long recording: peak RSS",
-            f"{hours:g} h looped real speech, {result['chunks']} chunks",
-            f"{result['peak_rss_mb']:.0f} MB",
-            "bounded",
-        ),
-        (
-            "long recording: wall time",
-            f"{result['words']} words, {result['observations']} observations",
-            f"{result['seconds'] / 60:.1f} min ({result['seconds'] / (hours * 3600):.3f} x real time)",
-            "-",
-        ),
-    ]
 
 
 # --- vision -----------------------------------------------------------------------------------------------
@@ -460,55 +376,6 @@ def vision_near_duplicates(ctx: Context) -> list[Row]:
     return rows
 
 
-def vision_speed(ctx: Context) -> list[Row]:
-    """CPU milliseconds per item: OCR per screenshot, face detection + embedding per photo and per keyframe
-    (HOG; the CNN fallback on a keyframe where HOG finds no face), near-duplicate signature per screenshot
-    (medians of ``runs``; models loaded before timing)."""
-    import numpy as np
-    from PIL import Image
-
-    from engram.workers.media import decode as media
-    from engram.workers.models import get_model
-    from engram.workers.runtime import runtime
-
-    s = runtime().settings
-    ocr, faces = get_model("ocr", s), get_model("faces", s)
-    shot_img = Image.open(ctx.data / "screens" / "screenpipe_testing_OCR.png").convert("RGB")
-    shot = np.asarray(shot_img)
-    photo = _pixels(ctx.data / "faces" / "deepface" / "img1.jpg")
-    keyframes = [
-        np.asarray(img)
-        for _, img in media.keyframes(
-            ctx.data / "video" / "short_hamilton_clip.mp4", s.clip_segment_seconds, s.clip_keyframes_per_segment
-        )[0]
-    ]
-    no_hog = [k for k in keyframes if not faces.detect([k])[0]]  # also loads the face models
-    ocr.read(shot[:64])  # load
-
-    side = s.models.face_max_side
-    runs = {
-        f"OCR per screenshot ({shot.shape[1]}x{shot.shape[0]})": lambda: ocr.read(shot),
-        f"faces per photo, HOG + embedding ({photo.shape[1]}x{photo.shape[0]} downscaled to {side})": lambda: (
-            faces.detect([photo])
-        ),
-        f"faces per keyframe, HOG + embedding ({keyframes[0].shape[1]}x{keyframes[0].shape[0]})": lambda: faces.detect(
-            [keyframes[0]]
-        ),
-        "near-duplicate signature per screenshot (pHash + thumbnail)": lambda: media.frame_signature(
-            shot_img, s.near_duplicate_thumb_side
-        ),
-    }
-    if no_hog:
-        runs["faces per keyframe where HOG finds none, + CNN fallback"] = lambda: faces.detect(
-            [no_hog[0]], cnn_fallback=True
-        )
-    rows = []
-    for what, fn in runs.items():
-        ms = [cpu_ms(fn) for _ in range(ctx.runs)]
-        rows.append((f"CPU ms, {what}", "real data", f"{statistics.median(ms):.0f} ms", f"median of {ctx.runs}"))
-    return rows
-
-
 # --- entities ---------------------------------------------------------------------------------------------
 
 
@@ -601,14 +468,11 @@ SECTIONS: list[Section] = [
     Section("audio", audio_seams),
     Section("audio", audio_voices),
     Section("audio", audio_speakers),
-    Section("audio", audio_speed),
-    Section("audio", audio_long, long=True),
     Section("vision", vision_ocr_finds),
     Section("vision", vision_ocr_recall),
     Section("vision", vision_faces),
     Section("vision", vision_clip_faces),
     Section("vision", vision_near_duplicates),
-    Section("vision", vision_speed),
     Section("entities", entities_voices),
     Section("entities", entities_clip),
 ]
@@ -622,12 +486,9 @@ def main(argv: list[str] | None = None) -> int:
         "--section",
         nargs="+",
         metavar="NAME",
-        help="run only these sections (function names, e.g. audio_wer audio_long)",
+        help="run only these sections (function names, e.g. audio_wer vision_faces)",
     )
-    parser.add_argument("--runs", type=int, default=5, help="timing runs per figure (median)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON to this file")
-    parser.add_argument("--long", action="store_true", help="add the long-recording section (slow)")
-    parser.add_argument("--long-hours", type=float, default=3.0, help="length of the long recording, hours")
     args = parser.parse_args(argv)
     from rich.console import Console
     from rich.table import Table
@@ -636,14 +497,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (data / "README.md").exists():
         print(f"real evaluation data not found at {data} (set ENGRAM_EVAL_DATA)", file=sys.stderr)
         return 2
-    ctx = Context(data=data, runs=args.runs, long_hours=args.long_hours)
+    ctx = Context(data=data)
     table = Table("what", "data", "figure", "floor", title="engram perception")
     out = []
     for section in SECTIONS:
         name = section.run.__name__
         if args.section and name not in args.section:
             continue
-        if not args.section and ((args.only and section.group != args.only) or (section.long and not args.long)):
+        if not args.section and args.only and section.group != args.only:
             continue
         started = time.perf_counter()
         rows = section.run(ctx)

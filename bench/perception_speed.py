@@ -1,4 +1,5 @@
-"""CPU cost of perceiving screenshots and audio, before and after in one run (issue 15).
+"""The speed of perception: CPU cost of perceiving screenshots and audio (before and after in one run), the
+models' CPU per item and a long recording's memory and time. ``bench/perception.py`` measures the quality.
 
 Section ``screenshot``: a capture sequence per webui viewport (``screens/webui``): the viewport screenshot, then
 windows of the same size scrolled down the full-page screenshot (``--scroll`` px apart), then the last window
@@ -33,12 +34,24 @@ settings of ``BEFORE_AUDIO`` (the former defaults) and once with the current one
   configuration N times in turn and reports medians (``runs_x_real_time``: each run's; ``loads``: the load
   average after each round).
 
-    python bench/perception_speed.py [--sections screenshot audio] [--runs N] [--variant ...] [--json FILE]
+Section ``models``: CPU milliseconds of each model per item, loaded before timing, medians of ``--model-runs``
+calls: ``asr_cpu_ms_per_audio_s`` (the settings' ASR model and beam on leopard_diarization_test.wav),
+``speaker_window_cpu_ms`` (the speaker embedding per window, batched over that file's windows), ``ocr_cpu_ms``
+(screenpipe_testing_OCR.png), ``faces_photo_cpu_ms`` and ``faces_keyframe_cpu_ms`` (HOG detection and embedding of
+a deepface photo and of the Hamilton clip's first keyframe), ``faces_cnn_fallback_cpu_ms`` (a keyframe where HOG
+finds no face, with the CNN fallback), ``signature_cpu_ms`` (the near-duplicate signature of a screenshot).
 
-``--json FILE`` merges ``{"screenshot": {...}, "audio": {...}, "load": <1-minute load average>}`` into FILE's
-JSON object (created when absent), keeping other keys (``bench/ingest.py`` writes ``text`` and ``distributed``
-into the same file, and runs these two sections itself with ``--sections screenshot audio``); without it the
-figures are printed as JSON.
+Section ``long`` (only when named: an hour or more): a recording of ``--long-hours`` made by looping the real audio
+files, ingested and transcribed in a child process: ``peak_rss_mb``, ``wall_s``, ``wall_share_of_audio``, and its
+chunks, words and observations.
+
+    python bench/perception_speed.py [--sections screenshot audio models long] [--runs N] [--variant ...]
+                                     [--model-runs 5] [--long-hours 3] [--json FILE]
+
+``--json FILE`` merges ``{"screenshot": {...}, "audio": {...}, "models": {...}, "load": <1-minute load average>}``
+(the sections run) into FILE's JSON object (created when absent), keeping other keys (``bench/ingest.py`` writes
+``text`` and ``distributed`` into the same file, and runs the screenshot and audio sections itself with
+``--sections``); without it the figures are printed as JSON.
 """
 
 from __future__ import annotations
@@ -314,12 +327,125 @@ def audio(args) -> dict:
     return {**now, **figures, "loads": loads}
 
 
-SECTIONS = {"screenshot": screenshot, "audio": audio}
+def _cpu_ms(fn) -> float:
+    """Process CPU milliseconds of one call of ``fn`` (all threads of this process; steadier than wall time on a
+    shared machine)."""
+    t = time.process_time()
+    fn()
+    return (time.process_time() - t) * 1000
+
+
+def _median_ms(fn, runs: int) -> float:
+    return round(statistics.median(_cpu_ms(fn) for _ in range(runs)), 1)
+
+
+def _audio_models(runs: int) -> dict:
+    """CPU ms of the audio models, loaded before timing: ASR per second of leopard_diarization_test.wav (the
+    settings' model and beam), the speaker embedding per window (batched over the file's windows)."""
+    from engram.workers.media import decode as media
+    from engram.workers.models import get_model
+    from engram.workers.runtime import runtime
+
+    s = runtime().settings
+    asr, voice = get_model("asr", s), get_model("voice", s)
+    audio = media.decode_audio(DATA / "audio" / "leopard_diarization_test.wav")
+    seconds = len(audio) / media.SAMPLE_RATE
+    asr.transcribe(audio[: media.SAMPLE_RATE * 2])  # load
+    hop, window = s.speaker_hop_seconds, s.speaker_window_seconds
+    starts = [i * hop for i in range(int((seconds - window) / hop))]
+    voice.embed_windows(audio, starts[:2], window)  # load
+    return {
+        "asr_model": asr.name,
+        "asr_beam_size": s.models.asr_beam_size,
+        "asr_cpu_ms_per_audio_s": round(
+            _median_ms(lambda: asr.transcribe(audio, beam_size=s.models.asr_beam_size), runs) / seconds, 1
+        ),
+        "speaker_window_s": window,
+        "speaker_windows": len(starts),
+        "speaker_window_cpu_ms": round(
+            _median_ms(lambda: voice.embed_windows(audio, starts, window), runs) / len(starts), 2
+        ),
+    }
+
+
+def _vision_models(runs: int) -> dict:
+    """CPU ms of the vision models per item, loaded before timing: OCR of a screenshot, face detection and
+    embedding of a photo (downscaled to ``face_max_side``) and of a keyframe (HOG; the CNN fallback on a keyframe
+    where HOG finds none, None when HOG finds a face on every one), the near-duplicate signature of a screenshot
+    (pHash + thumbnail)."""
+    import numpy as np
+
+    from engram.workers.media import decode as media
+    from engram.workers.models import get_model
+    from engram.workers.runtime import runtime
+
+    s = runtime().settings
+    ocr, faces = get_model("ocr", s), get_model("faces", s)
+    shot_img = ev_frame(DATA / "screens" / "screenpipe_testing_OCR.png")
+    shot, photo = np.asarray(shot_img), np.asarray(ev_frame(DATA / "faces" / "deepface" / "img1.jpg"))
+    clip = DATA / "video" / "short_hamilton_clip.mp4"
+    keyframes = [
+        np.asarray(img) for _, img in media.keyframes(clip, s.clip_segment_seconds, s.clip_keyframes_per_segment)[0]
+    ]
+    no_hog = [k for k in keyframes if not faces.detect([k])[0]]  # also loads the face models
+    ocr.read(shot[:64])  # load
+    size = lambda a: f"{a.shape[1]}x{a.shape[0]}"  # noqa: E731
+    return {
+        "ocr_screenshot": size(shot),
+        "ocr_cpu_ms": _median_ms(lambda: ocr.read(shot), runs),
+        "faces_photo": f"{size(photo)} downscaled to {s.models.face_max_side}",
+        "faces_photo_cpu_ms": _median_ms(lambda: faces.detect([photo]), runs),
+        "faces_keyframe": size(keyframes[0]),
+        "faces_keyframe_cpu_ms": _median_ms(lambda: faces.detect([keyframes[0]]), runs),
+        "faces_cnn_fallback_cpu_ms": (
+            _median_ms(lambda: faces.detect([no_hog[0]], cnn_fallback=True), runs) if no_hog else None
+        ),
+        "signature_cpu_ms": _median_ms(lambda: media.frame_signature(shot_img, s.near_duplicate_thumb_side), runs),
+    }
+
+
+def models(args) -> dict:
+    """The ``models`` section (module docstring): medians of ``--model-runs`` timed calls."""
+    out = {**_audio_models(args.model_runs), **_vision_models(args.model_runs), "runs": args.model_runs}
+    print("models", out, flush=True)
+    return out
+
+
+def long(args) -> dict:
+    """The ``long`` section (module docstring): a recording of ``--long-hours`` through ingest + perceive in a
+    child process. Raises RuntimeError when the child reports an error."""
+    import multiprocessing
+
+    hours = args.long_hours
+    with tempfile.TemporaryDirectory(prefix="engram-long-") as tmp:
+        path = speech.looped_recording(DATA / "audio", Path(tmp) / "long.flac", hours * 3600)
+        context = multiprocessing.get_context("spawn")
+        queue = context.Queue()
+        child = context.Process(target=speech.transcribe_in_child, args=(str(path), tmp, queue))
+        child.start()
+        result = queue.get()
+        child.join()
+    if "error" in result:
+        raise RuntimeError(result["error"])
+    out = {
+        "hours": hours,
+        "peak_rss_mb": round(result["peak_rss_mb"]),
+        "wall_s": round(result["seconds"], 1),
+        "wall_share_of_audio": round(result["seconds"] / (hours * 3600), 3),
+        **{k: result[k] for k in ("chunks", "words", "observations")},
+    }
+    print("long", out, flush=True)
+    return out
+
+
+SECTIONS = {"screenshot": screenshot, "audio": audio, "models": models, "long": long}
+#: The sections run without ``--sections`` (``long`` takes an hour or more).
+DEFAULT_SECTIONS = ["screenshot", "audio", "models"]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    parser.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=DEFAULT_SECTIONS)
     parser.add_argument("--scroll", type=int, default=150, help="px between scrolled windows of the full page")
     parser.add_argument("--long-seconds", type=float, default=300.0, help="length of the looped recording")
     parser.add_argument("--runs", type=int, default=1, help="audio: rounds of every configuration (medians)")
@@ -330,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LABEL:VAR=VALUE[,VAR=VALUE]",
         help="audio: also run with these ENGRAM_* settings, reported under LABEL (repeatable)",
     )
+    parser.add_argument("--model-runs", type=int, default=5, help="models: timed calls per figure (median)")
+    parser.add_argument("--long-hours", type=float, default=3.0, help="long: length of the recording, hours")
     parser.add_argument("--json", type=Path, help="merge the figures into this JSON file")
     args = parser.parse_args(argv)
     if not DATA.is_dir():

@@ -1,7 +1,7 @@
 """Speech evaluation helpers: WER as the data README defines it, pairwise F1 of speaker labels, and the
 references of the real audio files (leopard json, pyannote RTTM) aligned to ASR words.
 
-Used by ``bench/perception.py`` (the figures) and the tests (the floors).
+Used by ``bench/perception.py`` (quality), ``bench/perception_speed.py`` (speed) and the tests (the floors).
 """
 
 from __future__ import annotations

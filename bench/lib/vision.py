@@ -1,9 +1,9 @@
 """Vision evaluation helpers: OCR word recall against the webui accessibility trees, P/R/F1 of face pairs of
 the deepface lists, and synthetic sequences of nearly identical frames made from a real screenshot.
 
-Used by ``bench/perception.py`` (the figures) and the tests (the floors). Definitions follow
-``../shared/data/README.md``: the visible text of a webui screenshot is the words of its accessibility tree's
-``StaticText`` names whose element box lies inside the image (top y < image height).
+Used by ``bench/perception.py`` (quality), ``bench/perception_speed.py`` (speed) and the tests (the floors).
+Definitions follow ``../shared/data/README.md``: the visible text of a webui screenshot is the words of its
+accessibility tree's ``StaticText`` names whose element box lies inside the image (top y < image height).
 """
 
 from __future__ import annotations
