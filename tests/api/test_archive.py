@@ -105,6 +105,7 @@ def test_a_user_moved_to_a_new_data_dir_answers_the_same_ids_in_the_same_order(e
     from engram.workers.runtime import reset_runtimes, runtime
 
     archive, searches, holdings = exported
+    assert holdings["entities"], holdings  # her own entity (an entity is moved with the points that name it)
     with tarfile.open(archive) as tar:
         names = tar.getnames()
     assert names[0] == "engram-archive.json" and names[-1] == "manifest.json"
