@@ -171,3 +171,24 @@ def test_a_cluster_without_its_store_worker_is_said_at_once(redis_server, tmp_pa
     )
     assert run.returncode == 2 and "no worker serves the consolidate queue" in run.stderr, run.stderr[-2000:]
     assert not list((tmp_path / "b" / "snapshots").glob("*"))
+
+
+def test_a_cluster_on_a_qdrant_server_is_refused_with_what_to_use_instead(redis_server, tmp_path):
+    """A cluster whose store is a Qdrant server (ENGRAM_QDRANT_URL) is not backed up or restored by engram (its
+    collections' snapshots are Qdrant's own API's): both commands say so at once, with what to use, and write
+    nothing."""
+    url = redis_server.rsplit("/", 1)[0] + "/2"
+    env = {**_env(tmp_path / "data"), "ENGRAM_BROKER_URL": url, "ENGRAM_QDRANT_URL": "http://127.0.0.1:9"}
+    for args in (("backup", str(tmp_path / "b"), "--wait", "2"), ("restore", str(tmp_path / "b"))):
+        run = subprocess.run(
+            [sys.executable, "-m", "engram.api.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            cwd=REPO,
+        )
+        said = " ".join(run.stderr.split())
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+        assert "Qdrant server" in said and "snapshot API" in said, said
+    assert not list((tmp_path / "b" / "snapshots").glob("*"))

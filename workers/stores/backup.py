@@ -361,7 +361,9 @@ class FolderRepository(_Packed):
                 folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise BackupError(f"cannot use {self.root} as a backup folder: {exc.strerror or exc}") from exc
-        self._lock = FileLock(str(self.root / "lock"), thread_local=False) if create and not shared else None
+        self._lock = (
+            FileLock(str(self.root / "lock"), mode=0o600, thread_local=False) if create and not shared else None
+        )
         if self._lock is not None:
             try:
                 self._lock.acquire(timeout=0)
@@ -1130,7 +1132,7 @@ class _StoreHold:
         from filelock import FileLock
 
         self.root, self.wait = Path(root), wait
-        self._lock = FileLock(str(self.root) + ".lock", thread_local=False)
+        self._lock = FileLock(str(self.root) + ".lock", mode=0o600, thread_local=False)
 
     def hold(self) -> None:
         """Take the lock (see the class). Raises StoreBusy after ``wait`` seconds."""

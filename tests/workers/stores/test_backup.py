@@ -104,6 +104,9 @@ def test_a_restored_data_dir_is_the_backed_up_one_owner_only(tmp_path):
     result = bk.backup(data, repo)
     repo.close()
     assert result.files > 10 and result.written_bytes > 2 << 20 and result.vault_key == "excluded"
+    for p in [tmp_path / "backup", *(tmp_path / "backup").rglob("*")]:  # the backup is as private as the data dir
+        mode = stat.S_IMODE(p.stat().st_mode)
+        assert mode == (0o700 if p.is_dir() else 0o600), (p, oct(mode))
     os.chmod(tmp_path / "backup", 0o755)
     restored = tmp_path / "restored"
     out = bk.restore(bk.open_repository(str(tmp_path / "backup"), create=False), restored)
