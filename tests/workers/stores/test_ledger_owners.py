@@ -12,7 +12,7 @@ import time
 import uuid
 
 from engram.schemas.events import EventStatus
-from engram.workers.stores.ledger import _MIGRATIONS, SqliteLedger
+from engram.workers.stores.ledger import MIGRATIONS, SqliteLedger
 from engram.workers.stores.owners import is_alive, this_process
 from tests.conftest import REPO
 from tests.workers.stores.test_ledger import make_event
@@ -127,7 +127,7 @@ def test_an_old_ledger_is_migrated_once_and_its_events_can_be_resumed(tmp_path):
     ledger = SqliteLedger(path)
     SqliteLedger(path)  # a second open finds it migrated
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == len(_MIGRATIONS)
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         have = {row[1] for row in db.execute("PRAGMA table_info(events)")}
     assert {"event_json", "redeliveries", "owner_pid", "owner_started"} <= have
     _, given_up = ledger.claim_interrupted(max_redeliveries=3)  # no owner: gone; no event JSON: cannot run

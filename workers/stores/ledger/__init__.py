@@ -17,12 +17,12 @@ from engram.workers.stores.ledger.base import FINAL_STATUSES, Ledger
 from engram.workers.stores.ledger.leases import LOCK_LEASE_S, LockLease, log_lock_expired
 from engram.workers.stores.ledger.opening import open_ledger
 from engram.workers.stores.ledger.redis_ledger import UNFINISHED_TTL_S, RedisLedger
-from engram.workers.stores.ledger.sqlite_ledger import _MIGRATIONS as _MIGRATIONS  # read by the migration tests
-from engram.workers.stores.ledger.sqlite_ledger import SqliteLedger, migrate
+from engram.workers.stores.ledger.sqlite_ledger import MIGRATIONS, SqliteLedger, migrate
 
 __all__ = [
     "FINAL_STATUSES",
     "LOCK_LEASE_S",
+    "MIGRATIONS",
     "UNFINISHED_TTL_S",
     "Ledger",
     "LockLease",

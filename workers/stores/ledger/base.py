@@ -127,11 +127,14 @@ class Ledger(Protocol):
         """How many reveals of the tenant's vault entries were audited (``record_reveal``)."""
 
 
-def _now() -> str:
+def now_iso() -> str:
+    """Now (UTC) in ISO 8601, as the ledgers write ``created_at``/``updated_at``."""
     return datetime.now(UTC).isoformat()
 
 
-def _stalled_reason(stage: str | None, older_than_s: float, redeliveries: int) -> str:
+def stalled_reason(stage: str | None, older_than_s: float, redeliveries: int) -> str:
+    """The reason a stalled event fails with (``Ledger.claim_stalled``): how long without progress, after how many
+    redeliveries, and its last stage when known."""
     return f"stalled: no progress for {older_than_s:.0f} s after {redeliveries} redeliveries" + (
         f" (last stage {stage})" if stage else ""
     )

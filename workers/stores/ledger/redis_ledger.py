@@ -14,14 +14,14 @@ import structlog
 
 from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
 from engram.workers.metrics import EVENTS_RECEIVED, count_finished
-from engram.workers.stores.ledger.base import FINAL_STATUSES, _stalled_reason
+from engram.workers.stores.ledger.base import FINAL_STATUSES, stalled_reason
 from engram.workers.stores.ledger.leases import LOCK_LEASE_S, LockLease, log_lock_expired
 from engram.workers.stores.ledger.redis_scripts import (
-    _LUA_CLAIM_CONTENT,
-    _LUA_END_WORK,
-    _LUA_EXPECT_SEGMENTS,
-    _LUA_MARK,
-    _LUA_SEGMENT_DONE,
+    LUA_CLAIM_CONTENT,
+    LUA_END_WORK,
+    LUA_EXPECT_SEGMENTS,
+    LUA_MARK,
+    LUA_SEGMENT_DONE,
 )
 
 log = structlog.get_logger(__name__)
@@ -51,11 +51,11 @@ class RedisLedger:
         self.r = redis.Redis.from_url(url, decode_responses=True, health_check_interval=30)
         self.p = prefix
         # redis-py's Script: EVALSHA, loading the script again after a server restart forgot it (NOSCRIPT)
-        self._mark = self.r.register_script(_LUA_MARK)
-        self._expect_segments = self.r.register_script(_LUA_EXPECT_SEGMENTS)
-        self._segment_done = self.r.register_script(_LUA_SEGMENT_DONE)
-        self._claim_content = self.r.register_script(_LUA_CLAIM_CONTENT)
-        self._end_work = self.r.register_script(_LUA_END_WORK)
+        self._mark = self.r.register_script(LUA_MARK)
+        self._expect_segments = self.r.register_script(LUA_EXPECT_SEGMENTS)
+        self._segment_done = self.r.register_script(LUA_SEGMENT_DONE)
+        self._claim_content = self.r.register_script(LUA_CLAIM_CONTENT)
+        self._end_work = self.r.register_script(LUA_END_WORK)
 
     def _ek(self, event_id: uuid.UUID | str) -> str:
         return f"{self.p}event:{event_id}"
@@ -391,7 +391,7 @@ class RedisLedger:
                         done = int(rec.get("redeliveries") or 0)
                         if not rec.get("event_json") or done >= max_redeliveries:
                             reason = (
-                                _stalled_reason(rec.get("stage"), older_than_s, done)
+                                stalled_reason(rec.get("stage"), older_than_s, done)
                                 if rec.get("event_json")
                                 else "stalled, and recorded before redelivery existed: publish it again"
                             )

@@ -21,7 +21,7 @@ end
 
 # The event scripts return {-1} for an unknown event, {1, kind} when the event entered a final status, else {0}.
 #: ``mark``: KEYS the event's hash; ARGV prefix, status, stage, reason, now (ISO 8601), now (epoch seconds).
-_LUA_MARK = (
+LUA_MARK = (
     _LUA_COMMON
     + """
 local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind')
@@ -34,7 +34,7 @@ return {0}
 )
 #: ``expect_segments``: KEYS the event's hash and its segments; ARGV prefix, total, reason when done now, now
 #: (ISO 8601), now (epoch seconds).
-_LUA_EXPECT_SEGMENTS = (
+LUA_EXPECT_SEGMENTS = (
     _LUA_COMMON
     + """
 local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind')
@@ -49,7 +49,7 @@ return {0}
 )
 #: ``segment_done``: KEYS the event's hash and its segments; ARGV prefix, segment index, observations, now
 #: (ISO 8601), now (epoch seconds). An event not final yet gets a new progress time (``_touch``).
-_LUA_SEGMENT_DONE = (
+LUA_SEGMENT_DONE = (
     _LUA_COMMON
     + """
 local rec = redis.call('HMGET', KEYS[1], 'status', 'tenant_id', 'event_id', 'kind', 'segments_total')
@@ -68,7 +68,7 @@ return {0}
 )
 #: ``claim_content``: KEYS the content key; ARGV prefix, event id. Returns the event holding the content (not
 #: failed), or nil when this event now holds it.
-_LUA_CLAIM_CONTENT = f"""
+LUA_CLAIM_CONTENT = f"""
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[2] then
   local status = redis.call('HGET', ARGV[1] .. 'event:' .. holder, 'status')
@@ -80,7 +80,7 @@ return false
 
 #: ``end_work``: KEYS the event's unfinished hash; ARGV the work. One start fewer; the field goes at zero (and the
 #: hash with its last field), so an event whose work all ended keeps nothing.
-_LUA_END_WORK = """
+LUA_END_WORK = """
 if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end
 return 0
 """

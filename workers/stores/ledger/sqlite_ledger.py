@@ -16,7 +16,7 @@ import structlog
 
 from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
 from engram.workers.metrics import EVENTS_RECEIVED, count_finished
-from engram.workers.stores.ledger.base import FINAL_STATUSES, _now, _stalled_reason
+from engram.workers.stores.ledger.base import FINAL_STATUSES, now_iso, stalled_reason
 from engram.workers.stores.owners import is_alive, this_process
 from engram.workers.stores.sqlite import ThreadConnections
 
@@ -53,7 +53,7 @@ CREATE INDEX IF NOT EXISTS reveals_tenant ON reveals(tenant_id);
 #: (table, column, declaration) that a ledger written by an earlier engram lacks; the tables it lacks are made by
 #: ``_SCHEMA``. 1: redelivery (the event itself and its count); 2: the owner process of each event and lock
 #: (``workers.stores.owners``).
-_MIGRATIONS: tuple[tuple[tuple[str, str, str], ...], ...] = (
+MIGRATIONS: tuple[tuple[tuple[str, str, str], ...], ...] = (
     (("events", "event_json", "TEXT"), ("events", "redeliveries", "INTEGER NOT NULL DEFAULT 0")),
     (
         ("events", "owner_pid", "INTEGER"),
@@ -72,7 +72,7 @@ def migrate(db: sqlite3.Connection) -> int:
     try:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         ran = 0
-        for migration in _MIGRATIONS[version:]:
+        for migration in MIGRATIONS[version:]:
             for table, column, decl in migration:
                 have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}  # fixed table names
                 if have and column not in have:
@@ -80,7 +80,7 @@ def migrate(db: sqlite3.Connection) -> int:
             ran += 1
         for statement in filter(str.strip, _SCHEMA.split(";")):
             db.execute(statement)
-        db.execute(f"PRAGMA user_version={len(_MIGRATIONS)}")
+        db.execute(f"PRAGMA user_version={len(MIGRATIONS)}")
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -106,7 +106,7 @@ class SqliteLedger:
         return self._db.transaction()
 
     def record_queued(self, event: MediaEvent, created_at: datetime | None = None) -> None:
-        now = _now()
+        now = now_iso()
         created_at_s = created_at.astimezone(UTC).isoformat() if created_at else now
         with self._tx() as db:
             me = this_process()
@@ -199,7 +199,7 @@ class SqliteLedger:
                 return
             db.execute(
                 "UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
-                (status.value, stage, reason, _now(), str(event_id)),
+                (status.value, stage, reason, now_iso(), str(event_id)),
             )
         if status in FINAL_STATUSES and row[0] not in FINAL_STATUSES:
             count_finished(row[1], status.value, stage, reason)
@@ -237,7 +237,7 @@ class SqliteLedger:
     def expect_segments(self, event_id: uuid.UUID, total: int) -> None:
         with self._tx() as db:
             db.execute(
-                "UPDATE events SET segments_total=?, updated_at=? WHERE event_id=?", (total, _now(), str(event_id))
+                "UPDATE events SET segments_total=?, updated_at=? WHERE event_id=?", (total, now_iso(), str(event_id))
             )
             finished = (
                 total == 0
@@ -262,7 +262,7 @@ class SqliteLedger:
                     "INSERT OR REPLACE INTO segments (event_id, segment_index, observations) VALUES (?,?,?)",
                     (str(event_id), segment_index, observations),
                 )
-                db.execute("UPDATE events SET updated_at=? WHERE event_id=?", (_now(), str(event_id)))  # progress
+                db.execute("UPDATE events SET updated_at=? WHERE event_id=?", (now_iso(), str(event_id)))  # progress
                 row = db.execute(
                     "SELECT segments_total, status, kind FROM events WHERE event_id=?", (str(event_id),)
                 ).fetchone()
@@ -274,7 +274,7 @@ class SqliteLedger:
                 if finished:
                     db.execute(
                         "UPDATE events SET status=?, stage=NULL, reason=NULL, updated_at=? WHERE event_id=?",
-                        (EventStatus.done.value, _now(), str(event_id)),
+                        (EventStatus.done.value, now_iso(), str(event_id)),
                     )
                 kinds.append(kind if finished else None)
         for kind in kinds:  # counted once committed
@@ -384,7 +384,7 @@ class SqliteLedger:
             for event_id, event_json, redeliveries, stage, kind in rows:
                 if event_json is None or redeliveries >= max_redeliveries:
                     reason = (
-                        _stalled_reason(stage, older_than_s, redeliveries)
+                        stalled_reason(stage, older_than_s, redeliveries)
                         if event_json
                         else "stalled, and recorded before redelivery existed: publish it again"
                     )
@@ -393,7 +393,7 @@ class SqliteLedger:
                 else:
                     db.execute(
                         "UPDATE events SET redeliveries=redeliveries+1, updated_at=? WHERE event_id=?",
-                        (_now(), event_id),
+                        (now_iso(), event_id),
                     )
                     republish.append(MediaEvent.model_validate_json(event_json))
         for kind, stage, reason in failed:
@@ -408,7 +408,7 @@ class SqliteLedger:
         returns the arguments of ``metrics.count_finished``, to count once it commits."""
         db.execute(
             "UPDATE events SET status=?, stage=?, reason=?, updated_at=? WHERE event_id=?",
-            (EventStatus.failed.value, stage or "ingest", reason, _now(), event_id),
+            (EventStatus.failed.value, stage or "ingest", reason, now_iso(), event_id),
         )
         return kind, stage or "ingest", reason
 
@@ -446,7 +446,7 @@ class SqliteLedger:
                 db.execute(
                     "UPDATE events SET redeliveries=redeliveries+?, owner_pid=?, owner_started=?, updated_at=?"
                     " WHERE event_id=?",
-                    (int(not own), me.pid, me.started, _now(), event_id),
+                    (int(not own), me.pid, me.started, now_iso(), event_id),
                 )
                 republish.append(MediaEvent.model_validate_json(event_json))
         for kind, stage, reason in failed:
@@ -464,7 +464,7 @@ class SqliteLedger:
             db.execute(
                 "UPDATE events SET status=?, stage=NULL, reason=NULL, redeliveries=0, owner_pid=?,"
                 " owner_started=?, updated_at=? WHERE event_id=?",
-                (EventStatus.queued.value, me.pid, me.started, _now(), str(event_id)),
+                (EventStatus.queued.value, me.pid, me.started, now_iso(), str(event_id)),
             )
         return MediaEvent.model_validate_json(row[0])
 
@@ -483,7 +483,7 @@ class SqliteLedger:
         with self._tx() as db:
             db.execute(
                 "INSERT INTO reveals (tenant_id, entry_id, os_user, pid, at) VALUES (?,?,?,?,?)",
-                (tenant_id, entry_id, os_user, pid, _now()),
+                (tenant_id, entry_id, os_user, pid, now_iso()),
             )
 
     def reveal_count(self, tenant_id: str) -> int:

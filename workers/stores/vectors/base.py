@@ -43,7 +43,7 @@ class VectorQuery:
     score_threshold: float | None = None
 
 
-def _complete(points: list[qm.PointStruct], collection: str) -> list[qm.PointStruct]:
+def complete_points(points: list[qm.PointStruct], collection: str) -> list[qm.PointStruct]:
     """``points`` with the collection's dense search multivector (``DENSE_SEARCH_MULTIVECTOR``) set to their own
     ``DENSE`` vector where they have none (written by an older engram or a caller that knows no sentences): a
     point lacking the vector its dense search uses would never be found by it."""
@@ -55,7 +55,7 @@ def _complete(points: list[qm.PointStruct], collection: str) -> list[qm.PointStr
     return points
 
 
-def _is_filter(obj: Any) -> bool:
+def is_filter(obj: Any) -> bool:
     """Whether ``obj`` is a filter: the store's own (``models.Filter``) or qdrant-client's."""
     return type(obj).__name__ == "Filter"
 
@@ -145,7 +145,7 @@ class VectorStore(ABC):
         """Insert or replace points (ids are deterministic, so repeats overwrite)."""
         if points:
             self.ensure(collection)
-            self._upsert(collection, _complete(points, collection))
+            self._upsert(collection, complete_points(points, collection))
 
     def query(self, collection: str, queries: list[VectorQuery]) -> list[list[qm.ScoredPoint]]:
         """Each query's ranking (best first, at most its ``limit``), in one request (empty rankings from a collection
@@ -269,7 +269,7 @@ class VectorStore(ABC):
         if not self._readable(collection):
             return
         points: list[str] | qm.Filter = (
-            cast(qm.Filter, selector) if _is_filter(selector) else [str(i) for i in cast("list[PointId]", selector)]
+            cast(qm.Filter, selector) if is_filter(selector) else [str(i) for i in cast("list[PointId]", selector)]
         )
         if points:
             self._delete(collection, points)

@@ -14,7 +14,7 @@ from typing import Any
 
 from engram.schemas.errors import StoreError
 from engram.workers.stores import models as qm
-from engram.workers.stores.vectors.base import VectorQuery, VectorStore, _complete
+from engram.workers.stores.vectors.base import VectorQuery, VectorStore, complete_points
 from engram.workers.stores.vectors.schema import DENSE, INDEXED_FIELDS, SPARSE, VECTORS, VectorSpec
 
 
@@ -121,7 +121,7 @@ class ClientVectorStore(VectorStore):
         if kept:
             self._upsert(
                 collection,
-                _complete(
+                complete_points(
                     [qm.PointStruct(id=r.id, vector=r.vector or {}, payload=r.payload) for r in kept], collection
                 ),
             )

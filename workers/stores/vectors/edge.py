@@ -39,18 +39,18 @@ from engram.workers.stores.integrity import (
     verify_manifest,
     write_manifest,
 )
-from engram.workers.stores.vectors.base import StoreBusy, VectorStore, _is_filter
-from engram.workers.stores.vectors.edge_checks import _corrupt, _one_line, _storage_failure, read_back
+from engram.workers.stores.vectors.base import StoreBusy, VectorStore, is_filter
+from engram.workers.stores.vectors.edge_checks import corrupt, one_line, read_back, storage_failure
 from engram.workers.stores.vectors.edge_types import (
-    _edge,
-    _edge_payload,
-    _edge_vector,
-    _index_params,
-    _ranked,
-    _record,
+    edge_engine,
     edge_filter,
+    edge_payload,
+    edge_vector,
+    index_params,
+    ranked_points,
+    stored_point,
 )
-from engram.workers.stores.vectors.locking import WANTED_SUFFIX, _alive, _close_before_filelock_at_exit
+from engram.workers.stores.vectors.locking import WANTED_SUFFIX, alive, close_before_filelock_at_exit
 from engram.workers.stores.vectors.schema import COLLECTIONS, INDEXED_FIELDS, SPARSE, VECTORS
 
 log = structlog.get_logger(__name__)
@@ -83,9 +83,9 @@ def _engine_errors(method: Callable) -> Callable:
         except StoreError:
             raise
         except Exception as exc:
-            if not _storage_failure(exc):
+            if not storage_failure(exc):
                 raise
-            raise _corrupt(self.root / collection, f"cannot be read ({_one_line(exc)})") from exc
+            raise corrupt(self.root / collection, f"cannot be read ({one_line(exc)})") from exc
 
     return call
 
@@ -94,7 +94,7 @@ def _with_indexes(shard: Any, new: bool = False, move: bool = False) -> bool:
     """Give ``shard`` a payload index on each of ``INDEXED_FIELDS`` (those missing made now: a ``new`` shard, or
     one made before an index was added, which is logged); with ``move``, an index kept in memory (made by an
     earlier engram) is made again memory-mapped (seconds per 100 k points). True when an index was made."""
-    qe = _edge()
+    qe = edge_engine()
     have = {} if new else shard.info().payload_schema
     made = False
     for field, schema in INDEXED_FIELDS.items():
@@ -104,7 +104,7 @@ def _with_indexes(shard: Any, new: bool = False, move: bool = False) -> bool:
             continue
         if info is not None:
             shard.update(qe.UpdateOperation.delete_field_index(field))
-        shard.update(qe.UpdateOperation.create_field_index(field, _index_params(field, schema)))
+        shard.update(qe.UpdateOperation.create_field_index(field, index_params(field, schema)))
         made = True
         if not new:
             log.info(
@@ -151,7 +151,7 @@ class EdgeVectorStore(VectorStore):
         self.root.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._file_lock.acquire(timeout=0)
-            _close_before_filelock_at_exit()
+            close_before_filelock_at_exit()
             return
         except Timeout as exc:
             if not wait:
@@ -166,7 +166,7 @@ class EdgeVectorStore(VectorStore):
             request = None
         try:
             self._file_lock.acquire(timeout=self.wait)
-            _close_before_filelock_at_exit()
+            close_before_filelock_at_exit()
         except Timeout as exc:
             raise StoreBusy(
                 f"the embedded store {self.root} is open in another engram process (waited "
@@ -188,7 +188,7 @@ class EdgeVectorStore(VectorStore):
             pid = request.name[len(self.root.name) + len(WANTED_SUFFIX) :]
             if not pid.isdigit() or int(pid) == os.getpid():
                 continue
-            if _alive(int(pid)):
+            if alive(int(pid)):
                 return True
             request.unlink(missing_ok=True)
         return False
@@ -204,7 +204,7 @@ class EdgeVectorStore(VectorStore):
         return shard
 
     def _create(self, collection: str) -> None:
-        qe = _edge()
+        qe = edge_engine()
         self.hold()
         path = self.root / collection
         if path.is_dir() and any(path.iterdir()):
@@ -246,14 +246,14 @@ class EdgeVectorStore(VectorStore):
         """The engine's handle on the shard at ``path`` (a scratch copy of ``copy_of``, named in errors instead).
         Raises StoreBusy when another process holds its write-ahead log, StoreCorrupt when the engine refuses it."""
         try:
-            return _edge().EdgeShard.load(str(path))
+            return edge_engine().EdgeShard.load(str(path))
         except Exception as exc:
             if "WouldBlock" in str(exc):  # the write-ahead log's lock, held by another process
                 raise StoreBusy(
                     f"the embedded store {self.root} is open in another engram process; wait for it to finish, "
                     "or run a Qdrant server and set ENGRAM_QDRANT_URL"
                 ) from exc
-            raise _corrupt(copy_of or path, f"cannot be opened ({_one_line(exc)})") from exc
+            raise corrupt(copy_of or path, f"cannot be opened ({one_line(exc)})") from exc
 
     def _trial_open(self, collection: str, path: Path) -> None:
         """Check a shard without a manifest (an older engram's, or one whose process was killed while it had the
@@ -282,7 +282,7 @@ class EdgeVectorStore(VectorStore):
         index narrows a search to those points and the engine scores them exactly, so no vector has an HNSW graph
         (``m=0``: nothing to build, nothing in memory). Vectors, sparse vectors, payloads and the id tracker stay
         on disk, memory-mapped (``Memory.Cold``): what stays in memory after open does not grow with the store."""
-        qe = _edge()
+        qe = edge_engine()
         distance = {"cosine": qe.Distance.Cosine, "euclid": qe.Distance.Euclid}
         maxsim = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
         no_graph = qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
@@ -337,7 +337,7 @@ class EdgeVectorStore(VectorStore):
         ``<collection>.forgotten``, the new one into its place, and the old one removed (an interrupted swap: the
         next ``compact`` or ``recover_compaction`` finishes it).
         Blocking; seconds per collection returned (~1 s per few thousand points; a search meanwhile waits)."""
-        qe = _edge()
+        qe = edge_engine()
         took: dict[str, float] = {}
         with self._lock:
             self.recover_compaction()
@@ -435,7 +435,7 @@ class EdgeVectorStore(VectorStore):
             return
         have = shard.info().points_count
         if have < recorded:
-            raise _corrupt(
+            raise corrupt(
                 self.root / collection,
                 f"holds {have} points, {recorded - have} fewer than when it was "
                 "last closed: a file of it is missing or damaged",
@@ -469,12 +469,12 @@ class EdgeVectorStore(VectorStore):
 
     @_engine_errors
     def _upsert(self, collection, points):
-        qe = _edge()
+        qe = edge_engine()
         if self.optimize_after:
             self.pending_points(collection)  # counted from the engine before this write, on first use
         self._wrote(collection)
         self._shard(collection).update(
-            qe.UpdateOperation.upsert_points([qe.Point(str(p.id), _edge_vector(p.vector), p.payload) for p in points])
+            qe.UpdateOperation.upsert_points([qe.Point(str(p.id), edge_vector(p.vector), p.payload) for p in points])
         )
         if self.optimize_after:
             with self._lock:
@@ -484,7 +484,7 @@ class EdgeVectorStore(VectorStore):
 
     @_engine_errors
     def _query(self, collection, queries):
-        qe = _edge()
+        qe = edge_engine()
         converted: dict[int, Any] = {}  # a filter shared by the queries (dense and sparse) is translated once
 
         def translated(flt: Any) -> Any:
@@ -495,9 +495,9 @@ class EdgeVectorStore(VectorStore):
         requests = [
             qe.QueryRequest(
                 limit=q.limit,
-                query=qe.Query.Nearest(_edge_vector(q.vector), using=q.using),
+                query=qe.Query.Nearest(edge_vector(q.vector), using=q.using),
                 filter=translated(q.filter),
-                with_payload=_edge_payload(q.with_payload),
+                with_payload=edge_payload(q.with_payload),
                 with_vector=False,
                 score_threshold=q.score_threshold,
                 params=qe.SearchParams(idf=qe.IdfParams(corpus=translated(q.idf_corpus)))
@@ -508,36 +508,36 @@ class EdgeVectorStore(VectorStore):
         ]
         shard = self._shard(collection)
         if len(requests) == 1:
-            return [_ranked(shard.query(requests[0]), queries[0].with_payload)]
+            return [ranked_points(shard.query(requests[0]), queries[0].with_payload)]
         return [
-            _ranked(ranked, q.with_payload)
+            ranked_points(ranked, q.with_payload)
             for ranked, q in zip(shard.query_batch(qe.QueryBatchRequest(requests)), queries, strict=True)
         ]
 
     @_engine_errors
     def _scroll_page(self, collection, flt, limit, offset, with_payload, with_vectors, order_by=None):
-        qe = _edge()
+        qe = edge_engine()
         order = qe.OrderBy(order_by, direction=qe.Direction.Desc) if order_by else None
         points, nxt = self._shard(collection).scroll(
             qe.ScrollRequest(
                 offset=offset,
                 limit=limit,
                 filter=edge_filter(flt),
-                with_payload=_edge_payload(with_payload),
+                with_payload=edge_payload(with_payload),
                 with_vector=with_vectors,
                 order_by=order,
             )
         )
-        return [_record(p) for p in points], None if order else nxt
+        return [stored_point(p) for p in points], None if order else nxt
 
     @_engine_errors
     def _retrieve(self, collection, ids, with_payload, with_vectors):
-        found = {str(p.id): p for p in self._shard(collection).retrieve(ids, _edge_payload(with_payload), with_vectors)}
-        return [_record(found[i]) for i in dict.fromkeys(ids) if i in found]
+        found = {str(p.id): p for p in self._shard(collection).retrieve(ids, edge_payload(with_payload), with_vectors)}
+        return [stored_point(found[i]) for i in dict.fromkeys(ids) if i in found]
 
     @_engine_errors
     def _set_payloads(self, collection, groups):
-        qe = _edge()
+        qe = edge_engine()
         shard = self._shard(collection)
         self._wrote(collection)
         for p, ids in groups:
@@ -545,10 +545,10 @@ class EdgeVectorStore(VectorStore):
 
     @_engine_errors
     def _delete(self, collection, selector):
-        qe = _edge()
+        qe = edge_engine()
         op = (
             qe.UpdateOperation.delete_points_by_filter(edge_filter(selector))
-            if _is_filter(selector)
+            if is_filter(selector)
             else qe.UpdateOperation.delete_points(selector)
         )
         self._wrote(collection)
@@ -556,7 +556,7 @@ class EdgeVectorStore(VectorStore):
 
     @_engine_errors
     def _count(self, collection, flt):
-        return self._shard(collection).count(_edge().CountRequest(exact=True, filter=edge_filter(flt)))
+        return self._shard(collection).count(edge_engine().CountRequest(exact=True, filter=edge_filter(flt)))
 
     def _write_manifest(self, collection: str) -> None:
         """Record the closed shard's files (``integrity.write_manifest``) for the next open to compare with; a

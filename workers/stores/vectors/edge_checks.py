@@ -12,16 +12,16 @@ import numpy as np
 
 from engram.schemas.errors import StoreCorrupt
 from engram.workers.stores.integrity import damaged
-from engram.workers.stores.vectors.edge_types import _edge
+from engram.workers.stores.vectors.edge_types import edge_engine
 from engram.workers.stores.vectors.schema import DENSE
 
 
-def _corrupt(path: Path, what: str, after_restore: str = "") -> StoreCorrupt:
+def corrupt(path: Path, what: str, after_restore: str = "") -> StoreCorrupt:
     """The error for a shard that cannot be used as it is: ``path`` and ``what`` is wrong, and what to do."""
     return damaged(path, what, after_restore)
 
 
-def _storage_failure(exc: BaseException) -> bool:
+def storage_failure(exc: BaseException) -> bool:
     """Whether the engine's error ``exc`` is a storage failure (its files), not a bad request."""
     text = str(exc)
     return type(exc) is Exception and (
@@ -29,7 +29,8 @@ def _storage_failure(exc: BaseException) -> bool:
     )
 
 
-def _one_line(exc: BaseException, limit: int = 200) -> str:
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """The engine's error ``exc`` on one line, at most ``limit`` characters (for an error message or a log)."""
     return " ".join(str(exc).split())[:limit]
 
 
@@ -43,7 +44,7 @@ def read_back(path: Path, shard: Any, page: int = 512) -> None:
     normalized). Raises StoreCorrupt naming the shard's payload or vector storage when a page cannot be read or
     decoded, or a vector was zeroed. About 2 s per 10 k observations on a busy machine (the multivectors are
     left out: 5 s more): only when the manifest is missing."""
-    qe = _edge()
+    qe = edge_engine()
     offset = None
     while True:
         try:
@@ -51,19 +52,19 @@ def read_back(path: Path, shard: Any, page: int = 512) -> None:
                 qe.ScrollRequest(offset=offset, limit=page, with_payload=True, with_vector=[DENSE])
             )
         except Exception as exc:
-            if not _storage_failure(exc):
+            if not storage_failure(exc):
                 raise
-            raise _corrupt(
+            raise corrupt(
                 path,
                 f"cannot be read back: {_segment_files(path, 'payload_storage')} or its "
-                f"vector storage is damaged ({_one_line(exc)})",
+                f"vector storage is damaged ({one_line(exc)})",
             ) from exc
         dense = [(p.id, p.vector[DENSE]) for p in points if p.vector and p.vector.get(DENSE)]
         if dense:
             norms = np.linalg.norm(np.asarray([v for _, v in dense], dtype=np.float32), axis=1)
             if float(norms.min()) < _MIN_NORM:
                 pid = dense[int(norms.argmin())][0]
-                raise _corrupt(
+                raise corrupt(
                     path,
                     f"has a damaged {_segment_files(path, f'vector_storage-{DENSE}')}: point "
                     f"{pid}'s vector was overwritten with zeros",

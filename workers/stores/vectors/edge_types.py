@@ -13,7 +13,8 @@ from engram.workers.stores import models as qm
 from engram.workers.stores.models import StoredPoint
 
 
-def _edge():
+def edge_engine():
+    """The ``qdrant_edge`` module (Qdrant Edge's Python binding), imported on first use."""
     import qdrant_edge  # the embedded default's engine; imported when an embedded store is opened
 
     return qdrant_edge
@@ -30,7 +31,7 @@ def edge_filter(flt: qm.Filter | None) -> Any:
     Raises ValueError for a condition engram does not use (geo conditions)."""
     if flt is None:
         return None
-    qe = _edge()
+    qe = edge_engine()
     min_should = None
     if flt.min_should is not None:
         min_should = qe.MinShould([_edge_condition(c) for c in flt.min_should.conditions], flt.min_should.min_count)
@@ -43,7 +44,7 @@ def edge_filter(flt: qm.Filter | None) -> Any:
 
 
 def _edge_match(m: Any) -> Any:
-    qe = _edge()
+    qe = edge_engine()
     kind = type(m).__name__
     if kind == "MatchValue":
         # qdrant-edge-py 0.9 reads a Python bool as the integer 1 or 0 (bool is an int), which never matches a
@@ -59,7 +60,7 @@ def _edge_match(m: Any) -> Any:
 
 
 def _edge_field_condition(cond: Any) -> Any:
-    qe = _edge()
+    qe = edge_engine()
     kw: dict[str, Any] = {}
     if cond.match is not None:
         kw["match"] = _edge_match(cond.match)
@@ -82,7 +83,7 @@ def _edge_field_condition(cond: Any) -> Any:
 
 def _edge_condition(cond: Any) -> Any:
     """One condition (the store's own type or qdrant-client's, told apart by class name only) as Qdrant Edge's."""
-    qe = _edge()
+    qe = edge_engine()
     kind = type(cond).__name__
     if kind == "Filter":
         return edge_filter(cond)
@@ -101,11 +102,12 @@ def _edge_condition(cond: Any) -> Any:
     raise ValueError(f"unsupported filter condition: {cond!r}")
 
 
-def _edge_vector(vector: Any) -> Any:
+def edge_vector(vector: Any) -> Any:
+    """A point's vector or named vectors (dense lists or arrays, sparse vectors) as Qdrant Edge takes them."""
     if isinstance(vector, dict):
-        return {name: _edge_vector(v) for name, v in vector.items()}
+        return {name: edge_vector(v) for name, v in vector.items()}
     if hasattr(vector, "indices"):  # a sparse vector (the store's own or qdrant-client's)
-        return _edge().SparseVector(list(vector.indices), [float(x) for x in vector.values])
+        return edge_engine().SparseVector(list(vector.indices), [float(x) for x in vector.values])
     if hasattr(vector, "tolist"):
         return vector.tolist()
     return vector
@@ -119,22 +121,24 @@ def _qm_vector(vector: Any) -> Any:
     return vector
 
 
-def _edge_payload(with_payload: Any) -> Any:
+def edge_payload(with_payload: Any) -> Any:
+    """``with_payload`` (True/False, a list of fields, or ``("exclude", fields)``) as Qdrant Edge's selector."""
     if isinstance(with_payload, tuple):  # ("exclude", keys)
-        return _edge().PayloadSelector.Exclude(list(with_payload[1]))
+        return edge_engine().PayloadSelector.Exclude(list(with_payload[1]))
     if isinstance(with_payload, list):
-        return _edge().PayloadSelector.Include(with_payload)
+        return edge_engine().PayloadSelector.Include(with_payload)
     return bool(with_payload)
 
 
-def _record(p: Any) -> StoredPoint:
+def stored_point(p: Any) -> StoredPoint:
+    """A point of Qdrant Edge (a scroll's or a retrieve's) as ``StoredPoint``, sparse vectors as the store's own."""
     return StoredPoint(str(p.id), p.payload, _qm_vector(p.vector) if p.vector is not None else None)
 
 
-def _index_params(field: str, schema: str) -> Any:
+def index_params(field: str, schema: str) -> Any:
     """The payload index of ``field`` (``INDEXED_FIELDS``' kind ``schema``), memory-mapped; ``tenant_id`` is the
     tenant index."""
-    qe = _edge()
+    qe = edge_engine()
     if schema == "keyword":
         return qe.KeywordIndexParams(is_tenant=True if field == "tenant_id" else None, memory=qe.Memory.Cold)
     if schema == "float":
@@ -142,7 +146,7 @@ def _index_params(field: str, schema: str) -> Any:
     return qe.BoolIndexParams(memory=qe.Memory.Cold)
 
 
-def _ranked(points: list[Any], with_payload: Any) -> list[StoredPoint]:
+def ranked_points(points: list[Any], with_payload: Any) -> list[StoredPoint]:
     """Qdrant Edge's scored points (asked without vectors) as ``StoredPoint``: their payload read only when it was
     asked for (each attribute read copies out of the engine: a search reads ~500 candidates)."""
     if with_payload is False:

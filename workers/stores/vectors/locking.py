@@ -17,7 +17,7 @@ from engram.workers.stores.vectors.base import VectorStore
 WANTED_SUFFIX = ".wanted-"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether process ``pid`` exists (signal 0: nothing is sent; one owned by another user exists too)."""
     try:
         os.kill(pid, 0)
@@ -28,23 +28,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
-_stores: dict[str, VectorStore] = {}
-_stores_lock = threading.Lock()
+#: The stores this process opened, by location (``opening.open_vector_store``), and the lock opening one takes.
+open_stores: dict[str, VectorStore] = {}
+open_stores_lock = threading.Lock()
 
 
 @atexit.register
 def close_vector_stores() -> None:
     """Close every store this process opened (flushes the embedded store and releases its lock)."""
-    with _stores_lock:
-        for store in _stores.values():
+    with open_stores_lock:
+        for store in open_stores.values():
             store.close()
-        _stores.clear()
+        open_stores.clear()
 
 
 _exit_order_set = False
 
 
-def _close_before_filelock_at_exit() -> None:
+def close_before_filelock_at_exit() -> None:
     """Make ``close_vector_stores`` run at exit before filelock's own exit handler, which releases the locks the
     process still holds (filelock 4, when only the main thread is left). Exit handlers run last registered
     first, and filelock registers its handler when it is first imported, after this module registered

@@ -14,7 +14,7 @@ from engram.workers.stores import models as qm
 from engram.workers.stores.vectors.base import StoreBusy, VectorStore
 from engram.workers.stores.vectors.client import ClientVectorStore
 from engram.workers.stores.vectors.edge import EdgeVectorStore
-from engram.workers.stores.vectors.locking import _stores, _stores_lock
+from engram.workers.stores.vectors.locking import open_stores, open_stores_lock
 from engram.workers.stores.vectors.schema import COLLECTIONS
 
 
@@ -37,8 +37,8 @@ def open_vector_store(settings: Settings, progress: Callable[[str, int, int], No
     Raises StoreBusy when the embedded store is held by another process, StoreCorrupt when one of its shards
     does not open."""
     where = settings.qdrant_url or str(embedded_store_dir(settings))
-    with _stores_lock:
-        store = _stores.get(where)
+    with open_stores_lock:
+        store = open_stores.get(where)
         if store is None:
             if settings.qdrant_url:
                 from qdrant_client import QdrantClient  # the server's client: ~1 s to import, only when used
@@ -50,7 +50,7 @@ def open_vector_store(settings: Settings, progress: Callable[[str, int, int], No
                 if legacy_store_dir(settings).is_dir():
                     migrate_local_store(settings, progress)
                 store = EdgeVectorStore(embedded_store_dir(settings), wait=settings.store_wait_seconds)
-            _stores[where] = store
+            open_stores[where] = store
         return store
 
 

@@ -56,7 +56,7 @@ VECTORS[ENTITIES].update(
 
 #: Collections whose dense search scores a multivector by MaxSim instead of the single ``text`` vector: the
 #: multivector's first row is the point's own ``text`` vector (an observation: its contextual vector, then its
-#: sentences'). A point written without it gets ``[text]`` as its one row (``_complete``).
+#: sentences'). A point written without it gets ``[text]`` as its one row (``complete_points``).
 DENSE_SEARCH_MULTIVECTOR: dict[str, str] = {OBSERVATIONS: SENTENCES}
 
 #: Payload indexes of every collection: what filters, tenancy and ``order_by`` (``newest``) use. ``tenant_id`` is
