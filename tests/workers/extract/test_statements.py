@@ -102,3 +102,34 @@ def test_a_turn_too_short_to_make_a_fact_is_not_parsed():
     assert turn_worth_parsing(
         ["I went to a LGBTQ support group yesterday.", "I'm keen on counseling or working in mental health."]
     )
+
+
+def test_a_turn_whose_long_sentences_speak_to_the_other_person_is_not_parsed():
+    """Words of a sentence with "you" in it do not count toward a turn worth parsing (issue 45)."""
+    from engram.workers.extract.statements import turn_worth_parsing
+
+    assert not turn_worth_parsing(["I'm so proud of you, your kids must be thrilled with what you built for them!"])
+    assert turn_worth_parsing(
+        ["I'm so proud of you!", "I finally finished the garden shed I started in May, and I painted it green."]
+    )
+
+
+def test_spacy_loads_only_for_a_batch_with_something_to_parse():
+    """Screens, transcripts and short turns give nothing to parse: spaCy (and the torch thinc imports with it) is not
+    imported (issue 45)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from datetime import UTC, datetime\n"
+        "from engram.workers.extract.base import Seen\n"
+        "from engram.workers.extract.rules import RulesExtractor\n"
+        "seen = [Seen(text='Invoice batch 42 is late. I will look at it.', kind='screenshot',"
+        " captured_at=datetime.now(UTC)), Seen(text='Sam: Booked the flights!', kind='text',"
+        " captured_at=datetime.now(UTC), speaker='Sam')]\n"
+        "RulesExtractor().extract(seen, 'Sam')\n"
+        "print('spacy' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"], done.stderr
