@@ -105,11 +105,11 @@ def test_a_shard_made_before_an_index_was_added_gets_it_on_open(tmp_path):
     indexes (``superseded_by``, ``archived``: every memory search filters on them)."""
     import qdrant_edge
 
-    from engram.workers.stores.vectors import INDEXED_FIELDS, EdgeVectorStore
+    from engram.workers.stores.vectors import INDEXED_FIELDS, EdgeVectorStore, shard_config
 
     old = tmp_path / "vectors" / OBSERVATIONS
     old.mkdir(parents=True)
-    shard = qdrant_edge.EdgeShard.create(str(old), EdgeVectorStore._config(OBSERVATIONS))  # no payload index
+    shard = qdrant_edge.EdgeShard.create(str(old), shard_config(OBSERVATIONS))  # no payload index
     shard.close()
     store = EdgeVectorStore(tmp_path / "vectors")
     assert store.indexed_fields(OBSERVATIONS) == set(INDEXED_FIELDS)
@@ -142,7 +142,7 @@ def test_payload_indexes_are_memory_mapped_and_optimize_moves_old_ones_to_disk(t
     with the same answers."""
     import qdrant_edge
 
-    from engram.workers.stores.vectors import INDEXED_FIELDS, EdgeVectorStore
+    from engram.workers.stores.vectors import INDEXED_FIELDS, EdgeVectorStore, shard_config
 
     store = EdgeVectorStore(tmp_path / "new")
     store.upsert(OBSERVATIONS, _points(3))
@@ -151,7 +151,7 @@ def test_payload_indexes_are_memory_mapped_and_optimize_moves_old_ones_to_disk(t
 
     old = tmp_path / "vectors" / OBSERVATIONS  # as engram made it before: every index in memory
     old.mkdir(parents=True)
-    shard = qdrant_edge.EdgeShard.create(str(old), EdgeVectorStore._config(OBSERVATIONS))
+    shard = qdrant_edge.EdgeShard.create(str(old), shard_config(OBSERVATIONS))
     for field, kind in INDEXED_FIELDS.items():
         shard.update(
             qdrant_edge.UpdateOperation.create_field_index(

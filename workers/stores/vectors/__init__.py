@@ -5,13 +5,14 @@
 - ``base``: the abstract ``VectorStore``, ``VectorQuery`` and ``StoreBusy``.
 - ``edge``: ``EdgeVectorStore``, the embedded default: Qdrant's own engine in-process (Qdrant Edge,
   ``qdrant-edge-py``), one shard per collection under ``ENGRAM_DATA_DIR/vectors/<collection>``, with payload
-  indexes, a write-ahead log and no server; ``edge_types`` translates the store's types to the engine's, and
-  ``edge_checks`` tells a damaged shard (``StoreCorrupt``).
+  indexes, a write-ahead log and no server; ``edge_types`` translates the store's types to the engine's,
+  ``edge_checks`` tells a damaged shard (``StoreCorrupt``), and ``edge_shards`` makes a shard (its configuration
+  and payload indexes) and rewrites one into a new folder (``compact``).
 - ``client``: ``ClientVectorStore``, qdrant-client against a Qdrant server (``ENGRAM_QDRANT_URL``; the distributed
   mode at scale), or qdrant-client's local mode as the server's stand-in in tests.
 - ``opening``: ``open_vector_store`` (this process's store, once per location) and ``migrate_local_store``;
-  ``locking``: the request a process waiting for the embedded store leaves beside its lock, and the stores closed at
-  this process's exit (``close_vector_stores``).
+  ``locking``: the embedded store's file lock taken, the request a process waiting for it leaves beside it, and the
+  stores closed at this process's exit (``close_vector_stores``).
 
 Both backends take the store's own point and filter types (``workers.stores.models``, with qdrant-client's names
 and fields, so that the embedded default never imports qdrant-client: a cold ``engram search`` saves about a
@@ -28,14 +29,13 @@ from engram.workers.stores.vectors.base import Payload, PointId, StoreBusy, Vect
 from engram.workers.stores.vectors.client import ClientVectorStore, StoreUnavailable, to_client
 from engram.workers.stores.vectors.edge import (
     CLOSED_FILE,
-    COMPACTING_SUFFIX,
-    FORGOTTEN_SUFFIX,
     OPTIMIZE_AFTER_POINTS,
     OPTIMIZED_FILE,
     TRIAL_SUFFIX,
     EdgeVectorStore,
 )
 from engram.workers.stores.vectors.edge_checks import read_back
+from engram.workers.stores.vectors.edge_shards import COMPACTING_SUFFIX, FORGOTTEN_SUFFIX, shard_config
 from engram.workers.stores.vectors.edge_types import edge_filter
 from engram.workers.stores.vectors.locking import WANTED_SUFFIX, close_vector_stores
 from engram.workers.stores.vectors.opening import (
@@ -106,6 +106,7 @@ __all__ = [
     "migrate_local_store",
     "open_vector_store",
     "read_back",
+    "shard_config",
     "tenant_filter",
     "to_client",
 ]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -41,17 +40,24 @@ from engram.workers.stores.integrity import (
 )
 from engram.workers.stores.vectors.base import StoreBusy, VectorStore, is_filter
 from engram.workers.stores.vectors.edge_checks import corrupt, one_line, read_back, storage_failure
+from engram.workers.stores.vectors.edge_shards import (
+    COMPACTING_SUFFIX,
+    copy_shard,
+    recover_compaction,
+    shard_config,
+    swap_in,
+    with_indexes,
+)
 from engram.workers.stores.vectors.edge_types import (
     edge_engine,
     edge_filter,
     edge_payload,
     edge_vector,
-    index_params,
     ranked_points,
     stored_point,
 )
-from engram.workers.stores.vectors.locking import WANTED_SUFFIX, alive, close_before_filelock_at_exit
-from engram.workers.stores.vectors.schema import COLLECTIONS, INDEXED_FIELDS, SPARSE, VECTORS
+from engram.workers.stores.vectors.locking import take_lock, waiting
+from engram.workers.stores.vectors.schema import COLLECTIONS
 
 log = structlog.get_logger(__name__)
 
@@ -64,9 +70,6 @@ OPTIMIZED_FILE = "optimized.json"  # {collection: points after its last optimiza
 #: that opens with fewer lost files (``EdgeVectorStore._check_count``); a write drops its entry until the next close.
 CLOSED_FILE = "closed.json"
 
-#: ``EdgeVectorStore.compact``'s folders beside a collection's: the new shard being written, the old one being removed.
-COMPACTING_SUFFIX = ".compacting"
-FORGOTTEN_SUFFIX = ".forgotten"
 #: ``EdgeVectorStore._trial_open``'s scratch copy of a shard without a manifest, beside it.
 TRIAL_SUFFIX = ".trial"
 
@@ -88,30 +91,6 @@ def _engine_errors(method: Callable) -> Callable:
             raise corrupt(self.root / collection, f"cannot be read ({one_line(exc)})") from exc
 
     return call
-
-
-def _with_indexes(shard: Any, new: bool = False, move: bool = False) -> bool:
-    """Give ``shard`` a payload index on each of ``INDEXED_FIELDS`` (those missing made now: a ``new`` shard, or
-    one made before an index was added, which is logged); with ``move``, an index kept in memory (made by an
-    earlier engram) is made again memory-mapped (seconds per 100 k points). True when an index was made."""
-    qe = edge_engine()
-    have = {} if new else shard.info().payload_schema
-    made = False
-    for field, schema in INDEXED_FIELDS.items():
-        info = have.get(field)
-        in_memory = info is not None and getattr(info.params, "memory", None) != qe.Memory.Cold
-        if info is not None and not (move and in_memory):
-            continue
-        if info is not None:
-            shard.update(qe.UpdateOperation.delete_field_index(field))
-        shard.update(qe.UpdateOperation.create_field_index(field, index_params(field, schema)))
-        made = True
-        if not new:
-            log.info(
-                "payload index moved to disk" if info is not None else "payload index added to an existing shard",
-                field=field,
-            )
-    return made
 
 
 class EdgeVectorStore(VectorStore):
@@ -144,54 +123,12 @@ class EdgeVectorStore(VectorStore):
         """Take the store's file lock now (once; released by ``close``), e.g. before a unit of work that must not
         interleave with another process's. Raises StoreBusy after the store's ``wait`` seconds, or at once with
         ``wait=False``, which neither waits nor asks the holder to let go (a warm-up that may do without)."""
-        from filelock import Timeout
-
-        if self._file_lock.is_locked:
-            return
-        self.root.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._file_lock.acquire(timeout=0)
-            close_before_filelock_at_exit()
-            return
-        except Timeout as exc:
-            if not wait:
-                raise StoreBusy(f"the embedded store {self.root} is open in another engram process") from exc
-        # held by another process: say so (``wanted``), so a holder that is only lingering lets it go now
-        wanted = self._request_file(os.getpid())
-        request: Path | None = wanted
-        try:
-            wanted.touch()
-        except OSError as exc:  # a folder this process may not write: it waits without asking
-            log.info("cannot ask the store's holder to let it go", path=str(request), error=str(exc)[:200])
-            request = None
-        try:
-            self._file_lock.acquire(timeout=self.wait)
-            close_before_filelock_at_exit()
-        except Timeout as exc:
-            raise StoreBusy(
-                f"the embedded store {self.root} is open in another engram process (waited "
-                f"{self.wait:g} s); wait for it to finish, or run a Qdrant server and set "
-                "ENGRAM_QDRANT_URL"
-            ) from exc
-        finally:
-            if request is not None:
-                request.unlink(missing_ok=True)
-
-    def _request_file(self, pid: int) -> Path:
-        """The file a process waiting for the store's lock keeps beside it: ``<root>.wanted-<pid>``."""
-        return self.root.with_name(f"{self.root.name}{WANTED_SUFFIX}{pid}")
+        take_lock(self._file_lock, self.root, self.wait if wait else None)
 
     def wanted(self) -> bool:
-        """Whether another live process waits for the store's lock (a ``<root>.wanted-<pid>`` file, written by its
-        ``hold``). A request whose process is gone (killed while it waited) is removed and not counted."""
-        for request in self.root.parent.glob(f"{self.root.name}{WANTED_SUFFIX}*"):
-            pid = request.name[len(self.root.name) + len(WANTED_SUFFIX) :]
-            if not pid.isdigit() or int(pid) == os.getpid():
-                continue
-            if alive(int(pid)):
-                return True
-            request.unlink(missing_ok=True)
-        return False
+        """Whether another live process waits for the store's lock (``locking.waiting``: a ``<root>.wanted-<pid>``
+        file, written by its ``hold``; one whose process is gone is removed and not counted)."""
+        return waiting(self.root)
 
     def has_collection(self, collection: str) -> bool:
         return collection in self._shards or (self.root / collection).is_dir()
@@ -209,12 +146,12 @@ class EdgeVectorStore(VectorStore):
         path = self.root / collection
         if path.is_dir() and any(path.iterdir()):
             shard = self._open_checked(collection, path)
-            changed = _with_indexes(shard)
+            changed = with_indexes(shard)
         else:
             path.mkdir(parents=True, exist_ok=True)
             drop_manifest(path)  # a new shard: nothing of an old one's record applies
-            shard = qe.EdgeShard.create(str(path), self._config(collection))
-            changed = _with_indexes(shard, new=True)
+            shard = qe.EdgeShard.create(str(path), shard_config(collection))
+            changed = with_indexes(shard, new=True)
         self._shards[collection] = shard
         if changed:
             self._wrote(collection)
@@ -276,33 +213,6 @@ class EdgeVectorStore(VectorStore):
         finally:
             shutil.rmtree(trial, ignore_errors=True)
 
-    @staticmethod
-    def _config(collection: str) -> Any:
-        """A new shard's configuration. Every search is filtered by tenant (and mostly by user): the payload
-        index narrows a search to those points and the engine scores them exactly, so no vector has an HNSW graph
-        (``m=0``: nothing to build, nothing in memory). Vectors, sparse vectors, payloads and the id tracker stay
-        on disk, memory-mapped (``Memory.Cold``): what stays in memory after open does not grow with the store."""
-        qe = edge_engine()
-        distance = {"cosine": qe.Distance.Cosine, "euclid": qe.Distance.Euclid}
-        maxsim = qe.MultiVectorConfig(qe.MultiVectorComparator.MaxSim)
-        no_graph = qe.HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
-        vectors = {
-            name: qe.EdgeVectorParams(
-                size=spec.size,
-                distance=distance[spec.distance],
-                memory=qe.Memory.Cold,
-                hnsw_config=no_graph,
-                multivector_config=maxsim if spec.multi else None,
-            )
-            for name, spec in VECTORS[collection].items()
-        }
-        return qe.EdgeConfig(
-            vectors=vectors,
-            sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=qe.Memory.Cold)},
-            payload_memory=qe.Memory.Cold,
-            id_tracker_memory=qe.Memory.Cold,
-        )
-
     def optimize(self, collections: Iterable[str] | None = None) -> dict[str, float]:
         """Run Qdrant's segment optimizers on ``collections`` (default: every one the store has), blocking
         (seconds per collection; returned per collection): the points written since the last run move from the
@@ -317,7 +227,7 @@ class EdgeVectorStore(VectorStore):
             for collection in [c for c in (collections or COLLECTIONS) if self.has_collection(c)]:
                 shard = self._shard(collection)
                 t0 = time.perf_counter()
-                _with_indexes(shard, move=True)
+                with_indexes(shard, move=True)
                 shard.optimize()
                 shard.flush()
                 took[collection] = time.perf_counter() - t0
@@ -337,42 +247,17 @@ class EdgeVectorStore(VectorStore):
         ``<collection>.forgotten``, the new one into its place, and the old one removed (an interrupted swap: the
         next ``compact`` or ``recover_compaction`` finishes it).
         Blocking; seconds per collection returned (~1 s per few thousand points; a search meanwhile waits)."""
-        qe = edge_engine()
         took: dict[str, float] = {}
         with self._lock:
             self.recover_compaction()
             for collection in dict.fromkeys(c for c in collections if self.has_collection(c)):
                 t0 = time.perf_counter()
-                old = self._shard(collection)
-                path, fresh = self.root / collection, self.root / f"{collection}{COMPACTING_SUFFIX}"
-                if fresh.exists():
-                    shutil.rmtree(fresh)
-                new = qe.EdgeShard.create(str(fresh), self._config(collection))
-                _with_indexes(new, new=True)
-                offset = None
-                while True:
-                    points, offset = old.scroll(
-                        qe.ScrollRequest(offset=offset, limit=256, with_payload=True, with_vector=True)
-                    )
-                    if points:
-                        new.update(
-                            qe.UpdateOperation.upsert_points([qe.Point(p.id, p.vector, p.payload) for p in points])
-                        )
-                    if offset is None:
-                        break
-                count = new.info().points_count
-                optimized = count >= (self.optimize_after or OPTIMIZE_AFTER_POINTS)
-                if optimized:  # else it stays one appendable segment, as the store keeps a collection that small
-                    new.optimize()
-                new.flush()
-                new.close()
-                old.close()
-                del self._shards[collection]
+                fresh = self.root / f"{collection}{COMPACTING_SUFFIX}"
+                optimize_at = self.optimize_after or OPTIMIZE_AFTER_POINTS
+                count, optimized = copy_shard(self._shard(collection), fresh, collection, optimize_at)
+                self._shards.pop(collection).close()
                 self._ready.discard(collection)
-                trash = self.root / f"{collection}{FORGOTTEN_SUFFIX}"
-                os.replace(path, trash)
-                os.replace(fresh, path)
-                shutil.rmtree(trash)
+                swap_in(self.root, collection)
                 self._pending[collection] = 0 if optimized else count
                 self._write_optimized({collection: count if optimized else 0})
                 self._wrote(collection)
@@ -386,19 +271,8 @@ class EdgeVectorStore(VectorStore):
         """Finish a ``compact`` that was interrupted: a ``<collection>.forgotten`` folder whose collection folder
         is missing was swapped out before the new shard was moved in (the complete new shard is moved in, or,
         when it is not there, the old one back); one beside its collection is removed, as is a leftover
-        ``.compacting`` one. Returns the collections touched."""
-        touched = []
-        for trash in self.root.glob(f"*{FORGOTTEN_SUFFIX}"):
-            collection = trash.name[: -len(FORGOTTEN_SUFFIX)]
-            path, fresh = self.root / collection, self.root / f"{collection}{COMPACTING_SUFFIX}"
-            if not path.exists():
-                os.replace(fresh if fresh.is_dir() else trash, path)
-            if trash.exists():
-                shutil.rmtree(trash)
-            touched.append(collection)
-        for fresh in self.root.glob(f"*{COMPACTING_SUFFIX}"):
-            shutil.rmtree(fresh)
-        return touched
+        ``.compacting`` one. Returns the collections touched (``edge_shards.recover_compaction``)."""
+        return recover_compaction(self.root)
 
     def indexed_fields(self, collection: str) -> set[str]:
         """The payload fields ``collection`` has an index on."""
