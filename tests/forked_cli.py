@@ -13,6 +13,7 @@ Run as ``python -m tests.forked_cli MODULE...`` (the modules to import first): o
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import signal
@@ -64,8 +65,6 @@ def _child(request: dict) -> None:
 def serve(preload: list[str]) -> None:
     """The server: import the modules named in ``preload`` (those missing are left out), then one forked child per
     request line, answered with its exit code (negative: the signal that ended it)."""
-    import importlib
-
     for name in preload:
         try:
             importlib.import_module(name)
