@@ -143,13 +143,24 @@ class Pages:
         return self.render(request, "error.html", http_status=status, message=message, user=None)
 
 
+#: The policy an original is sent with (kept by ``security.Guard``): opened on its own, nothing in it runs.
+MEDIA_CSP = "sandbox; default-src 'none'"
+
+
+def media_type_of(mime_type: str, download: bool = False) -> tuple[str, str]:
+    """The Content-Type and Content-Disposition type an original of ``mime_type`` is sent with: itself and
+    ``inline`` for a picture (not SVG), a recording or a video; anything else (a page, a script, a document) as
+    ``application/octet-stream`` and ``attachment``, so the browser never renders it under the app's origin."""
+    inline = mime_type.split("/")[0] in ("image", "audio", "video") and mime_type != "image/svg+xml"
+    return (mime_type if inline else "application/octet-stream", "inline" if inline and not download else "attachment")
+
+
 def media_response(obj: Any, download: bool = False) -> Response:
     """A ``MediaObject`` as a response: a local file with HTTP range requests (Starlette's FileResponse), else its
-    bytes. Anything but a picture, a recording or a video is sent as an attachment, never rendered here."""
-    inline = obj.mime_type.split("/")[0] in ("image", "audio", "video") and obj.mime_type != "image/svg+xml"
-    headers = {"cache-control": "private, max-age=86400", "content-security-policy": "sandbox; default-src 'none'"}
-    disposition = "inline" if inline and not download else "attachment"
-    media_type = obj.mime_type if inline else "application/octet-stream"
+    bytes. Anything but a picture, a recording or a video is sent as an attachment, never rendered here
+    (``media_type_of``)."""
+    headers = {"cache-control": "private, max-age=86400", "content-security-policy": MEDIA_CSP}
+    media_type, disposition = media_type_of(obj.mime_type, download)
     if obj.path is not None:
         return FileResponse(
             obj.path,

@@ -35,6 +35,16 @@ HEADERS = {
 }
 
 
+def with_security_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """A response's raw headers with ``HEADERS`` set (each replacing the response's own), except that a policy
+    the response set itself is kept: an original's ``sandbox`` (``api.ui.pages.media_response``) is stricter than
+    the pages' one."""
+    own_csp = any(k.decode("latin-1").lower() == "content-security-policy" for k, _ in raw)
+    keep = {"content-security-policy"} if own_csp else set()
+    out = [(k, v) for k, v in raw if k.decode("latin-1").lower() not in HEADERS or k.decode("latin-1").lower() in keep]
+    return out + [(k.encode(), v.encode()) for k, v in HEADERS.items() if k not in keep]
+
+
 def loopback_hosts(host: str, port: int) -> frozenset[str]:
     """The Host header values a UI bound to ``host``:``port`` answers: the address itself and, for a loopback
     address, ``localhost`` (with and without the port). A DNS-rebinding page's Host is its own name: refused."""
@@ -64,8 +74,7 @@ class Guard:
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                raw = [(k, v) for k, v in message.get("headers", []) if k.decode("latin-1").lower() not in HEADERS]
-                message["headers"] = raw + [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+                message["headers"] = with_security_headers(message.get("headers", []))
             await send(message)
 
         await self.app(scope, receive, with_headers)

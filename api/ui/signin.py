@@ -55,7 +55,7 @@ from starlette.types import Message, Receive, Scope, Send
 from engram.api.http import keys
 from engram.api.service.base import MediaMissing, MediaObject, NotFound
 from engram.api.service.queue import QueueService
-from engram.api.ui.pages import HERE, Pages, UiConfig, media_response, parse_id
+from engram.api.ui.pages import HERE, MEDIA_CSP, Pages, UiConfig, media_response, media_type_of, parse_id
 from engram.api.ui.security import CSRF_FIELD, HEADERS, SESSION_COOKIE, Csrf, Guard
 
 log = structlog.get_logger(__name__)
@@ -506,12 +506,15 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
 
 def stream_object(objects: Any, obj: MediaObject, range_header: str | None) -> Response:
     """An original kept in S3 (``obj`` names its key and size) streamed from the store: the whole (200) or the one
-    range asked (206 with ``Content-Range``, the store's ranged GET); 416 for a range past the end."""
+    range asked (206 with ``Content-Range``, the store's ranged GET); 416 for a range past the end. Sent as
+    ``media_response`` sends a local one: inline only when a picture, recording or video, in a sandbox."""
+    media_type, disposition = media_type_of(obj.mime_type)
     headers = {
         "accept-ranges": "bytes",
         "cache-control": "private, max-age=86400",
+        "content-security-policy": MEDIA_CSP,
         "etag": '"' + hashlib.sha256(f"{obj.key}:{obj.size}".encode()).hexdigest()[:32] + '"',
-        "content-disposition": f'inline; filename="{Path(obj.key).name}"',
+        "content-disposition": f'{disposition}; filename="{Path(obj.key).name}"',
     }
     try:
         span = byte_range(range_header, obj.size)
@@ -535,7 +538,7 @@ def stream_object(objects: Any, obj: MediaObject, range_header: str | None) -> R
     if span is not None:
         headers["content-range"] = f"bytes {start}-{end}/{obj.size}"
     return StreamingResponse(
-        chunks(), status_code=206 if span is not None else 200, media_type=obj.mime_type, headers=headers
+        chunks(), status_code=206 if span is not None else 200, media_type=media_type, headers=headers
     )
 
 

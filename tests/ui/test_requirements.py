@@ -143,3 +143,36 @@ def test_another_users_media_and_thumbnail_urls_answer_404(client, ui):
         assert client.get(path, params={"user": "bob"}).status_code == 404, path
         assert client.get(path, params={"user": "alice"}).status_code == 200, path
     assert client.get(f"/media/{ui.bob_id}", params={"user": "alice"}).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "mime, sent",
+    [
+        ("image/png", ("image/png", "inline")),
+        ("audio/flac", ("audio/flac", "inline")),
+        ("video/mp4", ("video/mp4", "inline")),
+        ("image/svg+xml", ("application/octet-stream", "attachment")),
+        ("text/html", ("application/octet-stream", "attachment")),
+        ("text/javascript", ("application/octet-stream", "attachment")),
+        ("text/plain", ("application/octet-stream", "attachment")),
+    ],
+)
+def test_an_original_is_rendered_only_when_a_picture_recording_or_video(mime, sent):
+    """What ``engram ui`` and ``engram serve``'s /ui send an original as (``media_type_of``): a stored page or
+    script is a download, never a document or a script of the app's origin."""
+    from engram.api.ui.pages import media_type_of
+
+    assert media_type_of(mime) == sent
+
+
+def test_an_original_keeps_its_sandbox_policy_and_pages_keep_theirs(client, ui):
+    """The guard adds the pages' policy to every answer but keeps an original's own, stricter one."""
+    for path in (f"/media/{ui.screenshot_id}", f"/thumb/{ui.screenshot_id}"):
+        sent = client.get(path)
+        assert sent.headers["content-security-policy"] == "sandbox; default-src 'none'", path
+        assert sent.headers["x-content-type-options"] == "nosniff"
+    note = client.get(f"/media/{ui.bob_id}")
+    assert note.status_code == 200 and note.headers["content-type"] == "application/octet-stream"
+    assert note.headers["content-disposition"].startswith("attachment")
+    for path in ("/", "/nowhere", f"/item/{ui.screenshot_id}"):
+        assert "script-src 'self'" in client.get(path).headers["content-security-policy"], path

@@ -216,6 +216,8 @@ def test_a_recording_streams_with_range_requests_from_s3(cluster):
         assert part.status_code == 206 and part.headers["content-range"] == f"bytes 100-1123/{size}"
         assert part.content == original[100:1124] and part.headers["accept-ranges"] == "bytes"
         assert part.headers["content-type"].startswith("audio/")
+        assert part.headers["content-security-policy"].startswith("sandbox")  # the original's own, kept
+        assert part.headers["content-disposition"].startswith("inline")
         tail = http.get(f"/ui/media/{cluster.audio_id}", headers={"Range": "bytes=-16"})
         assert tail.status_code == 206 and tail.content == original[-16:]
         assert http.get(f"/ui/media/{cluster.audio_id}", headers={"Range": f"bytes={size}-"}).status_code == 416
