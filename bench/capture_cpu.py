@@ -8,7 +8,8 @@ screenshots) with their titles, and idle stretches; a seeded script changes what
 average. ``engram capture --json --duration`` runs at its defaults (2-30 s interval, batches of 5) publishing
 into the embedded store of a fresh ``ENGRAM_DATA_DIR`` (OCR, embedding, storing inline: the pipeline runs in the
 capture's process). Measured from the process's rusage (``os.wait4``): CPU of the capture agent and the
-pipeline together, user + system, over the capture's length (as % of one core), peak RSS; the data dir's
+pipeline together, user + system, over the capture's length (as % of one core), peak RSS (the larger of rusage's,
+the largest single process of its tree, and the tree's summed RSS sampled every 0.5 s); the data dir's
 allocated bytes per hour of capture; frames kept; coverage: of the script's changes (a sentence typed, a
 command run, which ends by echoing a few words, a page switched to: its title), the share for which a frame
 kept while the change was its window's newest holds 80 % of the change's words in its stored text (read back from
@@ -20,7 +21,10 @@ the data dir by folder, the load average before).
 
 ``--baseline``: a second capture without its CPU budget (``--cpu-budget 0``) runs on the same desktop at the same
 time into its own store: its figures under ``baseline``, the ratios under ``ratio_to_baseline`` (the two share the
-machine's cores, so both run slower than alone; the CPU seconds each used are its own).
+machine's cores, so both run slower than alone; the CPU seconds each used are its own). ``--before CHECKOUT``:
+one more capture, from another checkout (``git worktree add /tmp/wt-before <commit>``) at its defaults, beside
+them: the code before a change measured side by side with it (figures under ``before``, ratios under
+``ratio_to_before``).
 
 ``--formats``: each shared screenshot (``screens/screenpipe_*.png``, the webui viewports) stored as PNG (what
 capture wrote before: compression level 1) and as WebP at several qualities, read back through engram's decoder
@@ -203,6 +207,53 @@ def speech_wavs(folder: Path) -> list[Path]:
     return out
 
 
+def engram_path(checkout: Path, root: Path) -> str:
+    """``PYTHONPATH`` that makes ``engram`` the code of ``checkout`` (this repository, or a ``git worktree`` of an
+    earlier commit) in a child process: a package folder under ``root`` whose ``engram`` links the checkout's
+    ``api``, ``schemas`` and ``workers`` (found before the editable install's finder, which maps ``engram`` to the
+    checkout it was installed from), then the checkout itself (``tests``, ``bench``)."""
+    pkg = root / f"engram-of-{checkout.name}" / "engram"
+    if not pkg.exists():
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        for part in ("api", "schemas", "workers"):
+            (pkg / part).symlink_to(checkout.resolve() / part)
+    return os.pathsep.join((str(pkg.parent), str(checkout)))
+
+
+class TreeRss:
+    """The peak of the summed RSS of a process and its descendants, sampled every ``every`` s by a thread (psutil)
+    until ``stop``: ``os.wait4``'s ``ru_maxrss`` gives the largest single process of a tree, not their sum."""
+
+    def __init__(self, pid: int, every: float = 0.5) -> None:
+        import psutil
+
+        self.proc, self.every, self.peak = psutil.Process(pid), every, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        import psutil
+
+        while not self._stop.wait(self.every):
+            try:
+                tree = [self.proc, *self.proc.children(recursive=True)]
+                total = 0
+                for p in tree:
+                    with contextlib.suppress(psutil.Error):
+                        total += p.memory_info().rss
+            except psutil.Error:  # the process ended
+                return
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        """End the sampling; the peak in bytes."""
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 # --- the scripted desktop ----------------------------------------------------------------------------------
 
 SCREEN = (1920, 1080)
@@ -372,13 +423,16 @@ def allocated_bytes(folder: Path) -> dict[str, int]:
     return out
 
 
-def _figures(stats: dict, usage, disk: dict[str, int], elapsed: float) -> dict:
-    """A capture run's figures (module docstring) from its ``--json`` counts, rusage and data dir."""
+def _figures(stats: dict, usage, disk: dict[str, int], elapsed: float, tree_rss: int = 0) -> dict:
+    """A capture run's figures (module docstring) from its ``--json`` counts, rusage, data dir and the sampled
+    peak of its process tree's summed RSS (``TreeRss``); ``rss_peak_bytes`` is the larger of that and rusage's."""
     cpu = usage.ru_utime + usage.ru_stime
     hours = stats["wall_seconds"] / 3600
     return {
         "cpu_percent": round(100 * cpu / stats["wall_seconds"], 2),
-        "rss_peak_bytes": usage.ru_maxrss * 1024,
+        "rss_peak_bytes": max(usage.ru_maxrss * 1024, tree_rss),
+        "rss_peak_process_bytes": usage.ru_maxrss * 1024,
+        "rss_tree_sampled_peak_bytes": tree_rss,
         "disk_bytes_per_hour": round(sum(disk.values()) / hours),
         "frames_kept": stats["kept"],
         "cpu_seconds": round(cpu, 1),
@@ -394,13 +448,17 @@ def _figures(stats: dict, usage, disk: dict[str, int], elapsed: float) -> dict:
     }
 
 
-def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) -> dict:
+def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None, before: Path | None = None) -> dict:
     """The scripted desktop for ``minutes`` with ``engram capture`` publishing into a fresh embedded store;
     the figures of the module docstring. ``baseline``: extra ``engram capture`` arguments of a second capture
     run at the same time on the same desktop into its own store (``--baseline``: ``--cpu-budget 0``, capture
-    without its CPU budget); its figures under ``baseline`` and the ratios of the first's to its."""
+    without its CPU budget); its figures under ``baseline`` and the ratios of the first's to its. ``before``:
+    another checkout (a ``git worktree`` of earlier code) whose capture runs at its defaults beside them: its
+    figures under ``before``, the ratios under ``ratio_to_before``."""
     seconds = minutes * 60
-    runs = {"run": []} | ({"baseline": baseline} if baseline is not None else {})
+    runs = {"run": ([], REPO)} | ({"baseline": (baseline, REPO)} if baseline is not None else {})
+    if before is not None:
+        runs["before"] = ([], before)
     with (
         tempfile.TemporaryDirectory(prefix="engram-bench-capture-") as tmp,
         xvfb(f"{SCREEN[0]}x{SCREEN[1]}x24") as display,
@@ -413,13 +471,14 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
         stop = threading.Event()
         player = threading.Thread(target=desktop.play, args=(stop,), name="desktop", daemon=True)
         procs, envs = {}, {}
-        for name, extra in runs.items():
+        trees: dict[str, TreeRss] = {}
+        for name, (extra, checkout) in runs.items():
             env = {
                 **os.environ,
                 "DISPLAY": display,
                 "ENGRAM_DATA_DIR": str(root / name / "data"),
                 "HF_HUB_OFFLINE": "1",
-                "PYTHONPATH": str(REPO),
+                "PYTHONPATH": engram_path(checkout, root),
             }
             for var in ("ENGRAM_BROKER_URL", "ENGRAM_QDRANT_URL", "ENGRAM_S3_ENDPOINT", "WAYLAND_DISPLAY"):
                 env.pop(var, None)
@@ -431,10 +490,11 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
             procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "engram.api.cli", "capture", "--json", "--duration", str(seconds), *extra],
                 env=env,
-                cwd=REPO,
+                cwd=checkout,
                 stdout=out,
                 stderr=err,
             )
+            trees[name] = TreeRss(procs[name].pid)
         started = time.monotonic()
         player.start()
         ending = threading.Timer(seconds, stop.set)  # the desktop plays while the capture grabs, not its drain
@@ -459,7 +519,8 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
             if code != 0:
                 raise SystemExit((root / name / "err.txt").read_text()[-3000:])
             stats = json.loads((root / name / "out.txt").read_text().strip().splitlines()[-1])
-            results[name] = _figures(stats, usage, allocated_bytes(root / name / "data"), elapsed)
+            disk = allocated_bytes(root / name / "data")
+            results[name] = _figures(stats, usage, disk, elapsed, trees[name].stop())
             results[name] |= coverage(desktop.log, stored_frames(envs[name]), ended)
     result = {
         **results["run"],
@@ -469,13 +530,16 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None) ->
         "screen": "x".join(map(str, SCREEN)),
         "changes": desktop.changes,
     }
-    if "baseline" in results:
-        base = results["baseline"]
-        result["baseline"] = {"args": baseline, **base}
-        result["ratio_to_baseline"] = {
-            k: round(result[k] / base[k], 3) if base[k] else None
-            for k in ("cpu_percent", "rss_peak_bytes", "disk_bytes_per_hour", "frames_kept", "coverage")
-        }
+    for name, ratios in (("baseline", "ratio_to_baseline"), ("before", "ratio_to_before")):
+        if name in results:
+            base = results[name]
+            result[name] = {"args": runs[name][0], **base}
+            if name == "before":
+                result[name]["checkout"] = str(before)
+            result[ratios] = {
+                k: round(result[k] / base[k], 3) if base[k] else None
+                for k in ("cpu_percent", "rss_peak_bytes", "disk_bytes_per_hour", "frames_kept", "coverage")
+            }
     return result
 
 
@@ -554,6 +618,12 @@ def main() -> None:
         help="Also run a capture without its CPU budget "
         "(--cpu-budget 0) on the same desktop at the same time, and give the ratios to it.",
     )
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="Also run the capture of this checkout (a git worktree of the code before) at its defaults, "
+        "on the same desktop at the same time; its figures under before, the ratios under ratio_to_before.",
+    )
     ap.add_argument("--formats", action="store_true", help="Measure the frame formats instead (bytes, recall).")
     ap.add_argument("--qualities", type=int, nargs="+", default=[50, 65, 75, 80, 85, 90], help="WebP qualities.")
     ap.add_argument("--seconds", type=float, default=150.0, help="Length of each --only/--microphone run.")
@@ -592,7 +662,8 @@ def main() -> None:
             "load": [round(x, 2) for x in os.getloadavg()],
         }
     else:
-        result = desktop_run(args.minutes, args.seed, ["--cpu-budget", "0"] if args.baseline else None)
+        baseline = ["--cpu-budget", "0"] if args.baseline else None
+        result = desktop_run(args.minutes, args.seed, baseline, args.before)
     print(json.dumps(result, ensure_ascii=False))
     if args.json:
         merge_json(args.json, result)
