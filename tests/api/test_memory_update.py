@@ -50,9 +50,9 @@ def _versions(env: dict[str, str], data) -> dict[str, dict]:
     return {m["id"]: m for m in json.loads(run.stdout)["items"]}
 
 
-def _episodic_texts(env: dict[str, str], data) -> list[str]:
-    """The texts ``engram search --type episodic`` answers (a search of every type shows the note's observation, what
-    was captured, in place of the episodic memory drawn from it alone)."""
+def _episodic_texts(env: dict[str, str], data, *types: str) -> list[str]:
+    """The texts ``engram search --type episodic`` answers (a search of every type, ``types=()``, shows the note's
+    observation, what was captured, in place of an uncorrected episodic memory drawn from it alone)."""
     run = _cli(
         env,
         data,
@@ -60,8 +60,7 @@ def _episodic_texts(env: dict[str, str], data) -> list[str]:
         "where is the spare key to the bike shed?",
         "--user",
         "alice",
-        "--type",
-        "episodic",
+        *[a for t in types for a in ("--type", t)],
         "--json",
     )
     assert run.returncode == 0, run.stderr[-2000:]
@@ -107,8 +106,11 @@ def test_a_correction_supersedes_the_old_version_which_is_kept_and_moves_with_an
     old = versions[ids["old"]]
     assert FACT in old["text"] and old["payload"]["superseded_by"] == ids["first"] and old["payload"]["valid_to"]
     assert versions[ids["first"]]["payload"]["corrected_from"] == ids["old"]
-    texts = _episodic_texts(env, data)
+    texts = _episodic_texts(env, data, "episodic")
     assert any("red hook" in t for t in texts) and not any("blue hook" in t for t in texts), texts
+    # a search of every type shows the correction beside the note it corrects (not dropped as a repeat of it)
+    every = _episodic_texts(env, data)
+    assert any("red hook" in t for t in every) and any("blue hook" in t for t in every), every
 
     # the CLI: the newest version corrected again; the superseded one refused
     refused = _cli(env, data, "memories", "update", ids["old"], SECOND)
@@ -116,7 +118,7 @@ def test_a_correction_supersedes_the_old_version_which_is_kept_and_moves_with_an
     run = _cli(env, data, "memories", "update", ids["first"], SECOND, "--json")
     assert run.returncode == 0, run.stderr[-2000:]
     ids["second"] = json.loads(run.stdout)["id"]
-    texts = _episodic_texts(env, data)
+    texts = _episodic_texts(env, data, "episodic")
     assert any("toaster" in t for t in texts) and not any("red hook" in t or "blue hook" in t for t in texts), texts
     history = _versions(env, data)
     assert set(ids.values()) <= set(history), history
@@ -137,4 +139,4 @@ def test_a_correction_supersedes_the_old_version_which_is_kept_and_moves_with_an
         k: (m["text"], m["payload"].get("superseded_by"), m["payload"].get("corrected_from"))
         for k, m in history.items()
     }
-    assert _episodic_texts(env, moved) == texts
+    assert _episodic_texts(env, moved, "episodic") == texts

@@ -82,6 +82,7 @@ RANKING_FIELDS = [
     "message_id",
     "session_id",
     "event_id",
+    "corrected_from",  # a user's correction is never left out as a repeat of its sources (``_pick``)
 ]
 
 
@@ -440,8 +441,8 @@ def _pick(
     absorbed: set[str] | None = None,
 ) -> list[str]:
     """The ids of the hits to return, best first, at most ``req.limit``: a memory that only repeats observations
-    shown (or about to be) is left out, and so are the observations ``absorbed`` into a kept hit's burst (which
-    count as shown)."""
+    shown (or about to be) is left out, unless it is a user's correction (``corrected_from``: its text says what
+    its sources do not), and so are the observations ``absorbed`` into a kept hit's burst (which count as shown)."""
     # ties go to observations, the more specific evidence
     order = sorted(scores, key=lambda pid: (-scores[pid], pid not in is_obs))
     picked: list[str] = []
@@ -453,13 +454,15 @@ def _pick(
         if pid in absorbed:
             continue
         mtype, point = points[pid]
+        payload = point.payload or {}
         sources = (
             {pid}
             if mtype is MemoryType.observation
-            else {str(o) for o in (point.payload or {}).get("provenance", {}).get("observation_ids", [])}
+            else {str(o) for o in payload.get("provenance", {}).get("observation_ids", [])}
         )
         if (
             mtype is not MemoryType.observation
+            and not payload.get("corrected_from")  # a user's correction says what its sources do not
             and sources
             and (sources <= shown or (len(sources) == 1 and next(iter(sources)) in scores))
         ):
