@@ -48,7 +48,6 @@ def make_settings(redis_url: str, s3, data_dir: Path, db: int = API_DB, **overri
         data_dir=data_dir,
         max_object_bytes=5_000_000,
         api_max_body_bytes=64 * 1024,
-        api_search_timeout_seconds=60,
         api_public_docs=True,
         api_rate_limit="",
     )  # rate limits: tests/api/test_ratelimit.py
