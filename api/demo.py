@@ -69,11 +69,28 @@ MEMO = (
 SLIDE = ["Sprint demo", "Release 2.4 ships on Friday", "• Offline sync for mobile", "• Search is 40% faster"]
 CLIP_SECONDS = 8
 CLIP_SPEECH = "Sprint demo. Release two point four ships on Friday, with offline sync for mobile."
+#: Sam is the demo's user (``USER``): his chat turns say who he is in the first person, in turns long enough for the
+#: offline extractor's statements (``workers.extract.statements``: 14 words or more) and in its profile patterns
+#: ("I work as ...", "I grew up in ...", "I love ..."), so the demo ends with a profile (the ``human`` core block)
 CHAT = [  # (session, day offset, speaker, text, attachment caption)
     ("lisbon-1", -3, "Maya", "Hey! Are we still doing the trip to Lisbon in May?", None),
-    ("lisbon-1", -3, "Sam", "Yes! I was thinking May 16 to 20, flights are cheapest then.", None),
+    (
+        "lisbon-1",
+        -3,
+        "Sam",
+        "Yes! I was thinking May 16 to 20, flights are cheapest then. I work as a database engineer at Northwind and "
+        "our release goes out on the 14th, so I already asked for that week off.",
+        None,
+    ),
     ("lisbon-1", -3, "Maya", "Perfect. I'll look for a place in Alfama, somewhere with a view.", None),
-    ("lisbon-1", -3, "Sam", "Sounds great. Can we squeeze in a day in Sintra too?", None),
+    (
+        "lisbon-1",
+        -3,
+        "Sam",
+        "Sounds great. Can we squeeze in a day in Sintra too? I grew up in Cork and I have never seen a real palace, "
+        "so I really want to walk up to Pena Palace.",
+        None,
+    ),
     (
         "lisbon-1",
         -3,
@@ -85,8 +102,17 @@ CHAT = [  # (session, day offset, speaker, text, attachment caption)
     ("lisbon-2", -1, "Maya", "Amazing. I reserved the Alfama apartment, 460 euros for four nights.", None),
     ("lisbon-2", -1, "Sam", "I'll send you my half tonight.", None),
     ("lisbon-2", -1, "Maya", "Don't forget tickets for tram 28, the queue gets long.", None),
-    ("lisbon-2", -1, "Sam", "Noted. I'll also book the seafood place near the market for Saturday.", None),
+    (
+        "lisbon-2",
+        -1,
+        "Sam",
+        "Noted. I'll also book the seafood place near the market for Saturday. I love grilled sardines, and I have "
+        "been learning Portuguese on my commute since January.",
+        None,
+    ),
 ]
+#: The user the sample is ingested for: the chat's Sam (the terminal's sam@, the e-mail's "Hi Sam", his voice memo)
+USER = "Sam"
 SEARCHES = [  # (query, sample file the first hit should come from, chat message id it should include)
     ("reconcile_invoice_batches", "1-code-editor.png", None),
     ("when is the budget review", "voice-memo.wav", None),
@@ -254,11 +280,21 @@ def make_samples(sample: Path, morning: datetime) -> dict[str, Path]:
     return {name: sample / name for name in sorted(made)}
 
 
+def _profile(rt) -> str:
+    """The demo user's ``human`` core block as consolidation wrote it ("occupation: ...", one fact a line), or ""."""
+    from engram.schemas.ids import memory_id  # with the pipeline's other imports, once the sample is made
+    from engram.schemas.memories import MemoryType
+
+    got = rt.vectors.retrieve(MemoryType.core.value, [memory_id("demo", USER, MemoryType.core.value, "human")])
+    return (got[0].payload or {}).get("value", "") if got else ""
+
+
 def run_demo(workdir: Path | None, console: Console) -> dict:
     """Make the sample in ``workdir/sample``, ingest it (and consolidate) on the embedded default under
-    ``workdir/data``, print what was stored and a few searches. Returns {'workdir', 'files', 'ingest'
-    (``ingest_paths``'s result), 'counts' (points per collection), 'searches' (a list of {'query', 'expect':
-    the sample file it is about, 'message_id': the chat message or None, 'response'}), 'seconds'}."""
+    ``workdir/data`` for ``USER``, print what was stored, the user's profile and a few searches. Returns {'workdir',
+    'files', 'ingest' (``ingest_paths``'s result), 'counts' (points per collection), 'profile' (the user's core
+    block), 'searches' (a list of {'query', 'expect': the sample file it is about, 'message_id': the chat message or
+    None, 'response'}), 'seconds'}."""
     from engram.api.processes import warm_up_for_searches
     from engram.schemas.search import SearchRequest
     from engram.workers.runtime import reset_runtimes, runtime
@@ -286,9 +322,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
     warm_up_for_searches()  # the searches after the ingest: the time parser is ready for the first to name a time
     try:
         console.print("Ingesting: OCR, speech-to-text, embeddings, then consolidation (a minute or less)…")
-        result = ingest_paths(
-            [workdir / "sample"], tenant="demo", user="demo-user", device="demo-laptop", consolidate=True
-        )
+        result = ingest_paths([workdir / "sample"], tenant="demo", user=USER, device="demo-laptop", consolidate=True)
         console.print(ingest_summary(result), highlight=False)
         notes = [*result["ignored"], *((p, r.reason) for p, r in result["skipped"] + result["failed"])]
         for path, why in notes:
@@ -299,6 +333,13 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
         for name, n in counts.items():
             table.add_row(name, str(n))
         console.print(table)
+        profile = _profile(rt)
+        console.print(
+            Text(
+                f"What engram knows about {USER} (core memory, `human` block):\n  "
+                + (profile or "(nothing yet)").replace("\n", "\n  ")
+            )
+        )
         searches = []
         for query, expect, message_id in SEARCHES:
             if expect in files:
@@ -327,6 +368,7 @@ def run_demo(workdir: Path | None, console: Console) -> dict:
         "files": files,
         "ingest": result,
         "counts": counts,
+        "profile": profile,
         "searches": searches,
         "seconds": seconds,
     }

@@ -22,13 +22,17 @@ from engram.api.console import err
 from engram.schemas.memories import MemoryType
 from engram.schemas.search import EmptyReason
 
-#: What the offline rules extractor (``workers.extract.rules``) writes each type from.
+#: What the offline rules extractor (``workers.extract.rules``, with ``workers.extract.statements``' spaCy parse)
+#: writes each type from (14 words: ``statements.MIN_WORDS``, not imported: the CLI's install may lack the workers').
 RULES_WRITE = {
     MemoryType.semantic: "facts from statements such as 'I live in Lisbon', 'Ann works at Acme' or 'my favourite "
-    "band is Muse'",
+    "band is Muse', and from what a chat's speaker says about themselves in a turn of "
+    '14 words or more ("I went to a support group yesterday and it was so powerful" becomes \'Caroline '
+    "went to a support group yesterday'); a question, a turn about the other person or small talk gives none",
     MemoryType.procedural: "workflows from numbered step lists and 'first ..., then ..., finally ...' instructions",
-    MemoryType.core: "the user's profile from facts about the user in the first person ('I live in ...', 'I work "
-    "at ...')",
+    MemoryType.core: "the user's profile from the user's own statements in the first person ('I live in ...', 'I "
+    "work as ...', 'I grew up in ...', 'I love ...'): chat turns whose speaker is the user (named as --user, or "
+    "'me' or 'user')",
     MemoryType.resource: "resources from URLs, file names and the windows seen on screenshots",
 }
 LLM_HINT = (

@@ -46,6 +46,10 @@ def test_demo_ingests_its_sample_and_finds_each_part(tmp_path, monkeypatch):
     assert [p.name for p, _ in ingest["ignored"]] == ["README.txt"]  # reported, not media
     assert captured["counts"]["observations"] >= len(expected)
     assert captured["counts"]["episodic"] >= 1  # consolidation ran
+    # the user's chat turns give statement facts and a profile (issue 45)
+    assert captured["counts"]["semantic"] >= 3 and captured["counts"]["core"] == 1
+    assert "occupation: database engineer" in captured["profile"] and "grew up in: Cork" in captured["profile"]
+    assert "What engram knows about Sam" in result.output
     assert str(tmp_path / "elsewhere") == os.environ["ENGRAM_DATA_DIR"]  # restored
 
     searches = {s["query"]: s for s in captured["searches"]}
