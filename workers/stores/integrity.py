@@ -42,7 +42,7 @@ import struct
 import time
 from pathlib import Path
 
-from engram.schemas.errors import StoreCorrupt
+from engram.schemas.errors import StoreCorrupt, StoreError
 
 #: The manifest's name, inside the shard folder (so a backup of the folder carries it).
 MANIFEST = "engram-manifest.json"
@@ -124,16 +124,23 @@ def sparse_copy(src: Path, dst: Path) -> None:
     """Copy the folder ``src`` to ``dst`` (which must not exist) with only the data extents of each file
     (``_data_extents``): the engine's 32 MiB pages and chunks stay holes in the copy, so a shard copies in the time
     of its data, not of its nominal size. Folders are made owner-only (0700), files 0600; the manifest is not
-    copied. Raises OSError (e.g. ENOSPC), leaving a partial ``dst`` for the caller to remove."""
-    dst.mkdir(mode=0o700, parents=True)
-    for folder, dirs, files in os.walk(src):
-        rel = Path(folder).relative_to(src)
-        for name in dirs:
-            (dst / rel / name).mkdir(mode=0o700)
-        for name in files:
-            if rel == Path(".") and name == MANIFEST:
-                continue
-            _sparse_copy_file(Path(folder) / name, dst / rel / name)
+    copied. Raises StoreError naming both folders when the copy cannot be made (e.g. ENOSPC: a store error told
+    in one line like the others, not a traceback), leaving a partial ``dst`` for the caller to remove."""
+    try:
+        dst.mkdir(mode=0o700, parents=True)
+        for folder, dirs, files in os.walk(src):
+            rel = Path(folder).relative_to(src)
+            for name in dirs:
+                (dst / rel / name).mkdir(mode=0o700)
+            for name in files:
+                if rel == Path(".") and name == MANIFEST:
+                    continue
+                _sparse_copy_file(Path(folder) / name, dst / rel / name)
+    except OSError as exc:
+        raise StoreError(
+            f"the embedded store's shard {src} cannot be checked: its scratch copy {dst} could not be made "
+            f"({exc.strerror or exc}); it is left as it was: make room for the copy and run the command again"
+        ) from exc
 
 
 def _sparse_copy_file(src: Path, dst: Path) -> None:

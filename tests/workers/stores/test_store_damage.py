@@ -226,3 +226,24 @@ def test_a_damaged_shard_is_named_or_repaired(cli, pristine, tmp_path, damage, m
         assert _named(lines[0], target, shard, manifest), f"{damage}, {command}: not named: {lines[0]}"
         assert _files(shard) == before, f"{damage}, {command}: the refused shard was written to"
         assert not shard.with_name(shard.name + ".trial").exists(), "the scratch copy was left behind"
+
+
+def test_a_shard_that_cannot_be_copied_for_its_check_is_one_line(cli, pristine, tmp_path):
+    """A shard without a manifest whose scratch copy cannot be made (a full disk; here a file in the copy's place)
+    is refused in one line naming the shard and the copy, exit 3, no traceback, the shard left as it was."""
+    from engram.workers.stores.integrity import MANIFEST
+
+    source, _ = pristine
+    data = tmp_path / "data"
+    copy_tree(source, data)
+    shard = data / "vectors" / "observations"
+    (shard / MANIFEST).unlink()
+    blocker = shard.with_name(shard.name + ".trial")
+    blocker.write_text("not a folder")
+    blocker.chmod(0o600)  # as engram makes its files: no warning beside the error
+    before = _files(shard)
+    out = _engram(cli, data, "status")
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 3 and len(lines) == 1, out.stderr[-3000:]
+    assert str(shard) in lines[0] and str(blocker) in lines[0] and "could not be made" in lines[0], lines[0]
+    assert _files(shard) == before
