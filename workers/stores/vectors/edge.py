@@ -199,7 +199,7 @@ class EdgeVectorStore(VectorStore):
         the last clean close is compared and every point is read back (``read_back``), and the copy is removed.
         So the shard itself is written to only once it was found sound, whatever command opens it. Costs a copy
         of the shard's data (once: the next clean close writes a manifest). Raises StoreCorrupt naming the shard's
-        damaged storage; OSError when the copy cannot be made (e.g. a full disk)."""
+        damaged storage; StoreError when the copy cannot be made (e.g. a full disk)."""
         trial = self.root / f"{collection}{TRIAL_SUFFIX}"
         shutil.rmtree(trial, ignore_errors=True)  # a killed trial's
         try:
