@@ -338,10 +338,10 @@ class Settings(BaseSettings):
         256, ge=16, le=1024, description="Width of the greyscale thumbnail compared by SSIM, pixels."
     )
     capture_cpu_budget: float = Field(
-        0.06,
+        0.08,
         ge=0,
         le=64,
-        description="`engram capture`'s CPU budget, in cores (0.06: 6 % of one core), averaged "
+        description="`engram capture`'s CPU budget, in cores (0.08: 8 % of one core), averaged "
         "over its run with its pipeline on the embedded default: past it the screen is grabbed less often (fewer "
         "frames to read), never more CPU. 0: no budget.",
     )

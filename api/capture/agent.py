@@ -19,11 +19,13 @@ The loop (MIRIX's screenshot memory, screenpipe's capture, with the CPU cost in 
    ``api.client.EngramClient``. Published frames are removed from the spool; failed ones stay there.
 5. The interval: ``--interval`` (2 s) after a kept frame, doubled after each repeat up to ``--max-interval``
    (30 s), so a static screen costs one grab every 30 s.
-6. The CPU budget (``--cpu-budget``, ``ENGRAM_CAPTURE_CPU_BUDGET``: 0.06 of a core): ``CpuBudget``, a token
+6. The CPU budget (``--cpu-budget``, ``ENGRAM_CAPTURE_CPU_BUDGET``: 0.08 of a core): ``CpuBudget``, a token
    bucket over the whole process's CPU seconds (the grabs and, on the embedded default, the pipeline's OCR and
    embedding), holds the next grab while it is spent (counting what the frames queued for the pipeline will
-   cost, at what published frames cost so far), and on the embedded default no frame is grabbed while two
-   batches wait for the pipeline. A busy screen is grabbed less often, never read at more CPU. The pipeline reads
+   cost, at what published frames cost so far; the frames gathered for the next batch are handed to the
+   publisher at once then, not when the batch fills: a batch that the budget cannot fill would otherwise wait
+   ``--flush-seconds`` with the grabs held), and on the embedded default no frame is grabbed while two batches
+   wait for the pipeline. A busy screen is grabbed less often, never read at more CPU. The pipeline reads
    each frame by lines against the last (``workers.media.screens``: only the lines not seen before are
    recognized), and the user is consolidated once ``consolidate_min_observations`` frames are in and at the end,
    not after every batch.
@@ -612,6 +614,9 @@ class Capture:
                     st.paused_seconds += time.monotonic() - now
                     continue
                 if hold := self._throttle(budget):
+                    if pending:  # held for what they will cost: read them now, not when the batch fills or flushes
+                        batches.put(pending)
+                        pending = []
                     if cfg.duration is not None:
                         hold = min(hold, max(0.0, cfg.duration - (now - start)))
                     self.stop.wait(hold)
