@@ -535,7 +535,9 @@ def desktop_run(minutes: float, seed: int, baseline: list[str] | None = None, be
             base = results[name]
             result[name] = {"args": runs[name][0], **base}
             if name == "before":
-                result[name]["checkout"] = str(before)
+                result[name]["checkout"] = subprocess.run(
+                    ["git", "-C", str(before), "log", "-1", "--format=%h %cs"], capture_output=True, text=True
+                ).stdout.strip()
             result[ratios] = {
                 k: round(result[k] / base[k], 3) if base[k] else None
                 for k in ("cpu_percent", "rss_peak_bytes", "disk_bytes_per_hour", "frames_kept", "coverage")
