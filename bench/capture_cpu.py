@@ -226,7 +226,7 @@ class TreeRss:
     until ``stop``: ``os.wait4``'s ``ru_maxrss`` gives the largest single process of a tree, not their sum."""
 
     def __init__(self, pid: int, every: float = 0.5) -> None:
-        import psutil
+        import psutil  # the sampler only: the --formats and older runs do without
 
         self.proc, self.every, self.peak = psutil.Process(pid), every, 0
         self._stop = threading.Event()
@@ -234,7 +234,7 @@ class TreeRss:
         self._thread.start()
 
     def _sample(self) -> None:
-        import psutil
+        import psutil  # the sampler only: the --formats and older runs do without
 
         while not self._stop.wait(self.every):
             try:
