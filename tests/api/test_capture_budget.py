@@ -100,3 +100,29 @@ def test_capture_holds_its_grabs_while_a_batch_waits_for_the_pipeline(changing_s
     stats = Capture(config, slow_sink, PrivacyRules()).run()
     assert stats.throttled_seconds > 1.0, stats
     assert stats.kept <= 5 and stats.published == stats.kept == len(done), stats  # ~1 s a frame, 3 s
+
+
+def test_frames_gathered_for_a_batch_go_to_the_pipeline_when_the_budget_holds_the_grabs(changing_screen, tmp_path):
+    """A batch of 5 the budget will not let fill: the frames kept so far are published as soon as the grabs are
+    held, not ``flush_seconds`` (60) later nor at the end of the run."""
+    arrived: list[tuple[float, int]] = []
+    started = time.monotonic()
+
+    def sink(frames):
+        arrived.append((time.monotonic() - started, len(frames)))
+        return len(frames), 0
+
+    config = CaptureConfig(
+        spool=tmp_path / "spool",
+        interval=0.2,
+        max_interval=0.2,
+        duration=4.0,
+        batch=5,
+        flush_seconds=60.0,
+        pause_file=None,
+        cpu_budget=0.001,
+        cpu_burst=0.1,  # a grab or two, then held
+    )
+    stats = Capture(config, sink, PrivacyRules()).run()
+    assert stats.kept >= 1 and stats.throttled_seconds > 2, stats
+    assert arrived and arrived[0][0] < 2.0 and arrived[0][1] < config.batch, arrived
