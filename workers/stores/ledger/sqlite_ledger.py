@@ -8,12 +8,13 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
 
+from engram.schemas.errors import StoreCorrupt
 from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
 from engram.workers.metrics import EVENTS_RECEIVED, count_finished
 from engram.workers.stores.ledger.base import FINAL_STATUSES, now_iso, stalled_reason
@@ -64,6 +65,27 @@ MIGRATIONS: tuple[tuple[tuple[str, str, str], ...], ...] = (
 )
 
 
+#: SQLite's primary result codes for a file that is not a sound database: SQLITE_CORRUPT ("database disk image is
+#: malformed": a page cut off or overwritten) and SQLITE_NOTADB ("file is not a database": its header overwritten).
+DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+@contextmanager
+def damage_named(path: Path) -> Iterator[None]:
+    """Raise StoreCorrupt, in one line naming the ledger file ``path`` and what to do, for SQLite's damage errors
+    (``DAMAGE_CODES``: the file truncated, overwritten or not a database) inside the block; any other error (the
+    database locked past its timeout, a bad statement) passes as it was."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) not in DAMAGE_CODES:
+            raise
+        raise StoreCorrupt(
+            f"the embedded store's ledger {path} is damaged (SQLite: {exc}); restore it from a backup "
+            "(`engram restore`), or move it away to start an empty one (the record of the files ingested is lost)"
+        ) from exc
+
+
 def migrate(db: sqlite3.Connection) -> int:
     """Bring the ledger open on ``db`` (autocommit) to the current schema: the migrations it has not had, then the
     tables and indexes it lacks, in one write transaction (two processes opening an old ledger at once migrate it
@@ -98,12 +120,17 @@ class SqliteLedger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = ThreadConnections(self.path)
-        db = self._db.connection()
-        db.execute("PRAGMA journal_mode=WAL")
-        migrate(db)
+        with damage_named(self.path):
+            db = self._db.connection()
+            db.execute("PRAGMA journal_mode=WAL")
+            migrate(db)
 
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._db.transaction()
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction of this thread (``ThreadConnections.transaction``); SQLite's damage errors inside
+        it (a page found malformed once the file is open) raise StoreCorrupt naming the file (``damage_named``)."""
+        with damage_named(self.path), self._db.transaction() as db:
+            yield db
 
     def record_queued(self, event: MediaEvent, created_at: datetime | None = None) -> None:
         now = now_iso()
