@@ -183,22 +183,26 @@ def _ingest_paths(
     run.resume(quiet)
     with progress:
         run.task = progress.add_task("ingest", total=len(files), current="")
-        for path in files:
-            progress.update(run.task, current=shown_name(path.name)[:50])
-            if (cand := run.classify(path)) is None:
-                continue
-            try:
-                run.pending.append(
-                    (path, publish_file(run.rt, cand, tenant, user, device, captured_at, app_name, window))
-                )
-            except (StoreBusy, StoreCorrupt):
-                raise  # the store, not this file: nothing else can be stored either
-            except Exception as exc:  # noqa: BLE001 (one file never stops the batch, whatever it raises)
-                run.fail(path, f"{type(exc).__name__}: {exc}"[:500])
-                continue
-            if len(run.pending) >= RUN_BATCH_FILES:
-                run.run_pending()
-        run.run_pending()
+        try:
+            for path in files:
+                progress.update(run.task, current=shown_name(path.name)[:50])
+                if (cand := run.classify(path)) is None:
+                    continue
+                try:
+                    run.pending.append(
+                        (path, publish_file(run.rt, cand, tenant, user, device, captured_at, app_name, window))
+                    )
+                except (StoreBusy, StoreCorrupt):
+                    raise  # the store, not this file: nothing else can be stored either
+                except Exception as exc:  # noqa: BLE001 (one file never stops the batch, whatever it raises)
+                    run.fail(path, f"{type(exc).__name__}: {exc}"[:500])
+                    continue
+                if len(run.pending) >= RUN_BATCH_FILES:
+                    run.run_pending()
+            run.run_pending()
+        except (StoreBusy, StoreCorrupt):
+            progress.remove_task(run.task)  # the store's one line alone on stderr: no bar left half done above it
+            raise
     if consolidate and run.users:
         from engram.workers.consolidate import consolidate_user  # a stage: the workers' stack
 

@@ -33,7 +33,7 @@ from engram.workers.ingest import ingest_events
 from engram.workers.link import link_batches
 from engram.workers.metrics import TASK_CPU
 from engram.workers.perceive import perceive_segments
-from engram.workers.runtime import STAGE_TASK_OPTIONS, TRANSIENT_ERRORS, Runtime, run_together
+from engram.workers.runtime import STAGE_TASK_OPTIONS, STORE_DOWN_ERRORS, TRANSIENT_ERRORS, Runtime, run_together
 from engram.workers.store import store_batches
 from engram.workers.tasks import Task
 
@@ -133,7 +133,8 @@ def _step(name: str, run: Callable[[bool], T]) -> T | None:
     error runs it again at once, up to ``TRIES`` times (``final`` True on the last: a per-event stage then marks
     its event failed, "retries exhausted"); any other error has marked its events failed inside the stage (or left
     them unfinished, for ``engram ingest`` to resume). Returns None when the step did not end: the run goes on with
-    the other events, as each stage's task applied in process did."""
+    the other events, as each stage's task applied in process did. Raises a store that cannot be used
+    (``runtime.STORE_DOWN_ERRORS``): every other event would meet it."""
     TASK_CPU.start()
     try:
         for attempt in range(TRIES):
@@ -145,6 +146,8 @@ def _step(name: str, run: Callable[[bool], T]) -> T | None:
                     log.error("pipeline step failed, retries exhausted", step=name, error=reason)
                     return None
                 log.warning("pipeline step retried after a transient error", step=name, error=reason)
+            except STORE_DOWN_ERRORS:
+                raise  # the store cannot be used: the run stops, its events left unfinished (runtime.stage)
             except Exception as exc:  # noqa: BLE001 (its events fail or stay unfinished; the others go on)
                 log.error("pipeline step failed", step=name, error=f"{type(exc).__name__}: {exc}"[:300])
                 return None

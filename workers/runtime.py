@@ -23,7 +23,7 @@ import urllib3
 from celery import current_task
 from celery.exceptions import Ignore
 
-from engram.schemas.errors import MediaError
+from engram.schemas.errors import MediaError, StoreCorrupt
 from engram.schemas.events import EventStatus, MediaEvent
 from engram.schemas.settings import Settings, get_settings
 from engram.workers.metrics import STAGE_ERRORS, STAGE_SECONDS
@@ -57,6 +57,17 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     urllib3.exceptions.HTTPError,
     StoreBusy,
 )  # a server not answering: StoreUnavailable
+
+#: Errors of the store itself, not of the item at hand: a file of the embedded store damaged (its shards, its
+#: ledger: ``StoreCorrupt``, one line naming the file). Every other item would meet it too, and it will not pass by
+#: itself: it stops the run (raised through ``stage``, ``each_alone``, ``run_together``), no event is marked
+#: failed for it, and the events it stopped stay unfinished for a run after the store is restored (``engram
+#: ingest`` resumes them).
+STORE_DOWN_ERRORS: tuple[type[BaseException], ...] = (StoreCorrupt,)
+
+#: Errors a stage raises to its caller instead of failing its item: ``TRANSIENT_ERRORS`` (retried) and
+#: ``STORE_DOWN_ERRORS`` (the run stops).
+RAISED_ERRORS: tuple[type[BaseException], ...] = TRANSIENT_ERRORS + STORE_DOWN_ERRORS
 
 #: Options shared by the pipeline's stage tasks: pydantic arguments, late acks (a killed worker's task is
 #: redelivered), and retries with exponential backoff and jitter on transient errors only.
@@ -323,12 +334,13 @@ def bulk_work() -> Iterator[None]:
 def each_alone(items: list[T], run: Callable[[T], R]) -> list[R]:
     """``run`` of each of ``items`` in order (a stage over a batch, ``workers.pipeline``), leaving out an item whose
     ``stage`` failed: ``stage`` has marked its event failed with the stage and reason (or raised Ignore for bad
-    input), so the item fails alone. A transient error (``TRANSIENT_ERRORS``) is raised for the caller's retry."""
+    input), so the item fails alone. A transient error (``TRANSIENT_ERRORS``) is raised for the caller's retry, a
+    store that cannot be used (``STORE_DOWN_ERRORS``) to stop the run."""
     out: list[R] = []
     for item in items:
         try:
             out.append(run(item))
-        except TRANSIENT_ERRORS:
+        except RAISED_ERRORS:
             raise
         except Exception:  # noqa: BLE001 (stage marked the event failed with its reason; Ignore for bad input)
             continue
@@ -340,8 +352,9 @@ def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str, final: bool | N
     """Run one stage of one event: bad input (MediaError) marks the event failed with the stage and reason
     and stops its chain without retrying; a transient error is re-raised for the caller's retry policy and
     marks the event failed only when no retry is left (``final``: this try is the last, as the embedded runner
-    ``workers.pipeline`` says; None: asks the Celery task running it, the last when none runs); any other error
-    marks it failed and is re-raised.
+    ``workers.pipeline`` says; None: asks the Celery task running it, the last when none runs); a store that cannot
+    be used (``STORE_DOWN_ERRORS``: not this event's fault) is re-raised with the event left unfinished; any other
+    error marks it failed and is re-raised.
 
     The stage's wall time goes to ``engram_stage_duration_seconds{stage}``, its errors to
     ``engram_stage_errors_total{stage, error}``; log lines inside carry the event id, the stage and the task
@@ -372,6 +385,9 @@ def stage(rt: Runtime, event: MediaEvent | uuid.UUID, name: str, final: bool | N
                 rt.ledger.mark(event_id, EventStatus.failed, stage=name, reason=f"{reason} (retries exhausted)")
                 log.error("event failed", reason=reason)
             raise  # retried by the task's autoretry policy (backoff), or by workers.pipeline
+        except STORE_DOWN_ERRORS:
+            STAGE_ERRORS.labels(stage=name, error="store").inc()
+            raise  # the store, not this event: left unfinished for a run once the store is restored
         except Exception as exc:
             STAGE_ERRORS.labels(stage=name, error="error").inc()
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
@@ -438,7 +454,8 @@ def run_together(
 
     Returns the outputs of the items that succeeded, in order. A transient error (``TRANSIENT_ERRORS``) is
     re-raised, joint or alone, for the caller's retry policy: every stage is idempotent, so the batch is run
-    again whole (``final``: whether this is the last try, as for ``stage``). The joint run's wall time goes to
+    again whole (``final``: whether this is the last try, as for ``stage``); so is a store that cannot be used
+    (``STORE_DOWN_ERRORS``), which stops the run with no item failed. The joint run's wall time goes to
     ``engram_stage_duration_seconds{stage}`` once."""
     with structlog.contextvars.bound_contextvars(stage=name, segments=len(items)):
         try:
@@ -447,7 +464,7 @@ def run_together(
             if len(out) != len(items):
                 raise AssertionError(f"{name}: {len(out)} outputs for {len(items)} items")
             return out
-        except TRANSIENT_ERRORS:
+        except RAISED_ERRORS:
             raise
         except Exception as exc:  # noqa: BLE001 (each item alone meets its own error, in its own stage)
             log.warning("batch failed; each item runs alone", error=f"{type(exc).__name__}: {exc}"[:300])
@@ -456,7 +473,7 @@ def run_together(
         try:
             with stage(rt, event_of(item), name, final):
                 kept.extend(run([item]))
-        except TRANSIENT_ERRORS:
+        except RAISED_ERRORS:
             raise
         except Exception:  # noqa: BLE001 (stage marked its event failed with its reason; Ignore for bad input)
             continue

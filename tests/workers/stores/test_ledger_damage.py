@@ -4,6 +4,9 @@
   export`` exit 3 with one line naming the file (``StoreCorrupt``, from SQLite's "file is not a database" and
   "database disk image is malformed"); in process, a page overwritten after the header is the same error from the
   first query that reads it.
+- The ``observations`` shard damaged (its segment's ``segment.json`` not JSON) under ``engram ingest`` of two healthy
+  notes: exit 3, one line naming the file, neither note marked ``failed`` in the ledger; once the shard is copied
+  back, the next ``engram ingest`` stores both.
 
 Each command is its own process (``python -m engram.api.cli``), as a user runs it.
 """
@@ -11,6 +14,7 @@ Each command is its own process (``python -m engram.api.cli``), as a user runs i
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -122,3 +126,43 @@ def test_a_page_damaged_after_the_header_is_named_by_the_query_that_reads_it(tmp
     _overwrite(path, at=(root - 1) * page, size=page)  # the events table's root page
     with pytest.raises(StoreCorrupt, match=str(path)):
         SqliteLedger(path).records(limit=1000)
+
+
+def _shard_segment_json(data: Path) -> Path:
+    segments = data / "vectors" / "observations" / "segments"
+    return next(p / "segment.json" for p in sorted(segments.iterdir()) if (p / "segment.json").is_file())
+
+
+@pytest.mark.slow
+def test_ingest_on_a_damaged_shard_stops_in_one_line_and_fails_no_file(pristine, tmp_path):
+    """Two healthy notes on a store whose observations shard is damaged: exit 3, one line naming the damaged file,
+    no event ``failed``; with the shard copied back, the next ingest stores both (resumed)."""
+    data = tmp_path / "data"
+    copy_tree(pristine, data)
+    shard = data / "vectors" / "observations"
+    copy_tree(shard, tmp_path / "shard-backup")
+    target = _shard_segment_json(data)
+    target.write_text("{ not json")
+    notes = _notes(tmp_path / "new", NEW_NOTES)
+
+    line = _one_line(_engram(data, "ingest", str(notes)))
+    assert str(target) in line, line
+    with sqlite3.connect(data / "ledger.sqlite") as db:
+        rows = db.execute("SELECT source_name, status, reason FROM events").fetchall()
+    new = [r for r in rows if Path(r[0]).name in NEW_NOTES]
+    assert new and all(status != "failed" for _, status, _ in new), rows
+
+    shutil.rmtree(shard)
+    copy_tree(tmp_path / "shard-backup", shard)
+    out = _engram(data, "ingest", str(notes))
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    with sqlite3.connect(data / "ledger.sqlite") as db:
+        done = {
+            Path(name).name
+            for (name,) in db.execute("SELECT source_name FROM events WHERE status='done'").fetchall()
+            if name
+        }
+        failed = db.execute("SELECT COUNT(*) FROM events WHERE status='failed'").fetchone()[0]
+    assert set(NEW_NOTES) <= done and failed == 0, (done, failed)
+    hits = _engram(data, "search", "when is the budget review", "--json")
+    assert hits.returncode == 0 and "Thursday" in hits.stdout, hits.stderr[-2000:]
