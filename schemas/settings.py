@@ -7,6 +7,7 @@ Flat names for the main settings (DESIGN.md "Contracts"); ``__`` only for nested
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -345,6 +346,19 @@ class Settings(BaseSettings):
         "over its run with its pipeline on the embedded default: past it the screen is grabbed less often (fewer "
         "frames to read), never more CPU. 0: no budget.",
     )
+    capture_deny_apps: list[str] = Field(
+        [],
+        description="Applications `engram capture` never grabs, beside its own list (password managers): a JSON "
+        'list of names, each matched case-insensitively within a window\'s WM_CLASS, e.g. ["signal", "thunderbird"]. '
+        "While such a window is on screen nothing is grabbed. The web app's Activity page lists them; "
+        "`--deny-app` adds more for one run.",
+    )
+    capture_deny_titles: list[str] = Field(
+        [],
+        description="Window titles `engram capture` never grabs, beside its own list (private browsing, password "
+        'managers): a JSON list of regular expressions, searched case-insensitively, e.g. ["\\\\bbank\\\\b", '
+        '"medical record"]. The web app\'s Activity page lists them; `--deny-title` adds more for one run.',
+    )
     clip_segment_seconds: float = Field(30.0, gt=0, description="Clip segment length (M3-Agent: 30 s).")
     clip_keyframes_per_segment: int = Field(4, ge=1, description="Upper bound on keyframes per clip segment.")
     audio_chunk_seconds: float = Field(300.0, gt=0, description="Audio is transcribed in chunks this long.")
@@ -533,6 +547,16 @@ class Settings(BaseSettings):
     bm25_k1: float = Field(1.2, description="BM25 term-frequency saturation.")
     bm25_b: float = Field(0.75, description="BM25 length normalisation.")
     bm25_avgdl: float = Field(24.0, gt=0, description="Assumed average document length in tokens.")
+
+    @field_validator("capture_deny_titles")
+    @classmethod
+    def _patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {pattern!r} ({exc})") from exc
+        return patterns
 
     @field_validator("timezone")
     @classmethod

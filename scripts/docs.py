@@ -188,6 +188,8 @@ def _default(field: Any) -> str:
         return "unset"
     if hasattr(value, "get_secret_value"):
         return "(secret)"
+    if isinstance(value, list) and not value:
+        return "`[]`"
     if isinstance(value, Path) and value.is_absolute():  # made from the checkout's place: shown relative to it
         return f"`{os.path.relpath(value, ROOT)}` (from the repository)"
     return f"`{show(value)}`" if show(value) else '`""`'

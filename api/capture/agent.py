@@ -1002,12 +1002,25 @@ def open_microphone(spool: Path, chunk_seconds: float, device: str | None, repor
         raise typer.Exit(2) from exc
 
 
+def configured_rules() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(applications, title patterns) never captured on any run: the built-in ones (``DEFAULT_DENY_APPS``,
+    ``DEFAULT_DENY_TITLES``) and the settings' ``capture_deny_apps`` / ``capture_deny_titles``, as the web app's
+    Activity page shows them."""
+    from engram.schemas.settings import get_settings  # the CLI's own settings import is deferred too
+
+    settings = get_settings()
+    apps = tuple(dict.fromkeys((*DEFAULT_DENY_APPS, *settings.capture_deny_apps)))
+    return apps, tuple(dict.fromkeys((*DEFAULT_DENY_TITLES, *settings.capture_deny_titles)))
+
+
 def privacy_rules(
     deny_app: list[str] | None, deny_title: list[str] | None, report: Callable[[str], None]
 ) -> PrivacyRules:
-    """The default rules plus ``--deny-app``/``--deny-title``; exits 2 with one line for a bad pattern."""
+    """The built-in rules, those of the settings (``ENGRAM_CAPTURE_DENY_APPS``/``_TITLES``) and ``--deny-app``/
+    ``--deny-title``; exits 2 with one line for a bad pattern."""
+    apps, titles = configured_rules()
     try:
-        return PrivacyRules((*DEFAULT_DENY_APPS, *(deny_app or [])), (*DEFAULT_DENY_TITLES, *(deny_title or [])))
+        return PrivacyRules((*apps, *(deny_app or [])), (*titles, *(deny_title or [])))
     except re.error as exc:
         report(f"error: --deny-title: {exc}")
         raise typer.Exit(2) from exc

@@ -18,7 +18,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from engram.api.capture.agent import DEFAULT_DENY_APPS, DEFAULT_DENY_TITLES
+from engram.api.capture.agent import configured_rules
 from engram.api.service.base import MediaMissing, MemoryService, NotFound, NotOffered, ServiceError
 from engram.api.ui import present
 from engram.api.ui.pages import Pages, UiConfig, media_response, parse_id
@@ -282,6 +282,7 @@ def _lists(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
         tz = get_settings().tzinfo
         plot = present.ingest_plot(svc.events(tenant, user, None, PLOT_EVENTS), datetime.now(tz), tz)
         pause = cfg.data_dir / CAPTURE_PAUSE
+        deny_apps, deny_titles = configured_rules()
         return pages.render(
             request,
             "activity.html",
@@ -292,8 +293,8 @@ def _lists(app: FastAPI, cfg: UiConfig, pages: Pages) -> None:
             events=svc.events(tenant, user, wanted, 200),
             failures=svc.failures(tenant, user, 50),
             plot=plot,
-            deny_apps=DEFAULT_DENY_APPS,
-            deny_titles=DEFAULT_DENY_TITLES,
+            deny_apps=deny_apps,
+            deny_titles=deny_titles,
             pause_file=str(pause),
             paused=pause.exists(),
             storage=_storage(svc, tenant),

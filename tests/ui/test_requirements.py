@@ -176,3 +176,25 @@ def test_an_original_keeps_its_sandbox_policy_and_pages_keep_theirs(client, ui):
     assert note.headers["content-disposition"].startswith("attachment")
     for path in ("/", "/nowhere", f"/item/{ui.screenshot_id}"):
         assert "script-src 'self'" in client.get(path).headers["content-security-policy"], path
+
+
+def test_activity_lists_the_privacy_rules_of_the_settings_which_capture_applies(client, monkeypatch):
+    from engram.api.capture.agent import privacy_rules
+
+    monkeypatch.setenv("ENGRAM_CAPTURE_DENY_APPS", '["signal-desktop"]')
+    monkeypatch.setenv("ENGRAM_CAPTURE_DENY_TITLES", '["\\\\bmedical record\\\\b"]')
+    page = client.get("/activity").text
+    apps = re.search(r'<h3 id="deny-apps">.*?</section>', page, re.S).group(0)
+    titles = re.search(r'<h3 id="deny-titles">.*?</section>', page, re.S).group(0)
+    assert "<bdi>keepassxc</bdi>" in apps and "<bdi>signal-desktop</bdi>" in apps
+    assert r"<code>\bmedical record\b</code>" in titles and "<code>private browsing</code>" in titles
+    rules = privacy_rules(["thunderbird"], None, print)  # what engram capture --deny-app thunderbird applies
+    assert {"keepassxc", "signal-desktop", "thunderbird"} <= set(rules.deny_apps)
+    assert any(p.search("Medical Record 2024 - Viewer") for p in rules.deny_titles)
+
+
+def test_a_bad_title_pattern_in_the_settings_is_refused_naming_it(monkeypatch):
+    from engram.schemas.settings import Settings
+
+    with pytest.raises(ValueError, match=r"not a regular expression: '\(unclosed'"):
+        Settings(capture_deny_titles=["(unclosed"])
