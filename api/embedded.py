@@ -65,6 +65,22 @@ class _IngestRun:
                     )
                 )
 
+    def _resumed_copy(self, record: Any) -> Any:
+        """The record of the event this run resumed (``resume``) and finished, taken out of ``out['resumed']``, when
+        ``record`` (a file of this run) was skipped as its exact duplicate: the same content of the same user, whose
+        event an earlier run left unfinished. None otherwise. So the summary counts such a file done, not skipped."""
+        if record.status is not EventStatus.skipped:
+            return None
+        for at, (_, earlier) in enumerate(self.out["resumed"]):
+            if (earlier.tenant_id, earlier.user_id, earlier.sha256) == (
+                record.tenant_id,
+                record.user_id,
+                record.sha256,
+            ) and earlier.status is EventStatus.done:
+                del self.out["resumed"][at]
+                return earlier
+        return None
+
     def classify(self, path: Path):
         """``path``'s ``api.local.Candidate``, or None when it failed (unreadable, larger than
         ``ENGRAM_MAX_OBJECT_BYTES``, a detector's crash) or is not media (recorded as ignored). A file over the
@@ -106,6 +122,8 @@ class _IngestRun:
             if isinstance(record, str):
                 self.fail(path, record)
                 continue
+            if (resumed := self._resumed_copy(record)) is not None:
+                record = resumed  # this file is the one the run resumed: done by this run, not a duplicate
             status = (
                 record.status.value
                 if record.status in (EventStatus.done, EventStatus.skipped, EventStatus.failed)
@@ -166,6 +184,7 @@ def _ingest_paths(
     quiet: bool,
 ) -> dict[str, list]:
     from engram.api.local import RUN_BATCH_FILES, iter_files, publish_file  # the workers' stack, when it runs
+    from engram.workers.pipeline import release_held  # idem
     from engram.workers.stores.vectors import StoreBusy, StoreCorrupt  # idem
 
     files = list(iter_files(paths))
@@ -202,6 +221,7 @@ def _ingest_paths(
             run.run_pending()
         except (StoreBusy, StoreCorrupt):
             progress.remove_task(run.task)  # the store's one line alone on stderr: no bar left half done above it
+            release_held(run.rt, [event.event_id for _, event in run.pending])  # published, not run: not a death
             raise
     if consolidate and run.users:
         from engram.workers.consolidate import consolidate_user  # a stage: the workers' stack

@@ -21,6 +21,7 @@ never imports another stage, nor the runner.
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Callable
 from typing import TypeVar, cast
 
@@ -65,11 +66,17 @@ TRIES = cast(int, STAGE_TASK_OPTIONS["max_retries"]) + 1
 def run_events(rt: Runtime, events: list[MediaEvent]) -> list[LedgerRecord]:
     """Run the pipeline for ``events`` together: each is validated and cut into segments by its own ingest, then
     the segments of all of them are perceived, embedded in rounds and stored (``run_segments``). A bad file fails
-    alone, with its stage and reason in its record. Returns the events' ledger records, in order."""
+    alone, with its stage and reason in its record. Returns the events' ledger records, in order. A store that
+    cannot be used (``runtime.STORE_DOWN_ERRORS``) is raised with the events not finished given back
+    (``release_held``): a rerun on a store still damaged counts no death of theirs."""
     jobs: list[SegmentJob] = []
-    for event in events:
-        jobs.extend(_step("ingest", functools.partial(ingest_events, rt, [event])) or [])
-    run_segments(rt, jobs)
+    try:
+        for event in events:
+            jobs.extend(_step("ingest", functools.partial(ingest_events, rt, [event])) or [])
+        run_segments(rt, jobs)
+    except STORE_DOWN_ERRORS:
+        release_held(rt, [event.event_id for event in events])
+        raise
     records = []
     for event in events:
         record = rt.ledger.get(event.event_id)
@@ -154,6 +161,18 @@ def _step(name: str, run: Callable[[bool], T]) -> T | None:
         return None
     finally:
         TASK_CPU.stop(CPU_NAMES[name])
+
+
+def release_held(rt: Runtime, event_ids: list[uuid.UUID]) -> int:
+    """Give back the events of ``event_ids`` this process holds unfinished (``Ledger.release``: queued again, held by
+    none, no redelivery counted when taken up) as a run stops on a store that cannot be used; returns how many.
+    The ledger itself damaged or unreachable releases none (logged at info: the run's own error is the one line the
+    user sees), and the events are then taken up as a dead process's."""
+    try:
+        return rt.ledger.release(event_ids)
+    except STORE_DOWN_ERRORS + TRANSIENT_ERRORS as exc:
+        log.info("events not released", events=len(event_ids), error=f"{type(exc).__name__}: {exc}"[:300])
+        return 0
 
 
 def resume_interrupted(rt: Runtime) -> list[LedgerRecord]:

@@ -247,10 +247,13 @@ def status(
 ) -> None:
     """Event counts by status from the ledger, stored points per collection, and recent failures."""
     from engram.schemas.settings import get_settings
+    from engram.workers.stores.ledger import SqliteLedger  # the workers' stack, when the command runs
     from engram.workers.stores.vectors import COLLECTIONS, tenant_filter
 
     tenant = tenant or get_settings().tenant
     rt = _runtime()
+    if isinstance(rt.ledger, SqliteLedger):
+        rt.ledger.check()  # every page read: damage no query below touches is named too (StoreCorrupt, exit 3)
     counts = rt.ledger.counts(tenant)
     table = Table(title=f"events of tenant {tenant!r}")
     table.add_column("status")

@@ -105,10 +105,18 @@ class Ledger(Protocol):
     ) -> tuple[list[MediaEvent], list[uuid.UUID]]:
         """Embedded default: events queued or processing whose owner process is gone (``owners.is_alive``: killed,
         crashed; an event of a process that still lives, running it or waiting for the store, is never taken), or
-        held by this process too with ``include_own`` (its caller has none of its own in flight). Each is claimed
-        for this process (its owner from now on), a dead owner's counting one redelivery; one already redelivered
-        ``max_redeliveries`` times is marked failed instead. ``event_ids``: only these events. Returns (events to
-        run again, event ids given up)."""
+        held by this process too with ``include_own`` (its caller has none of its own in flight), or held by none
+        (``release``d by a run the store stopped). Each is claimed for this process (its owner from now on), a dead
+        owner's counting one redelivery (a released one's none: no process died running it); one already
+        redelivered ``max_redeliveries`` times is marked failed instead. ``event_ids``: only these events. Returns
+        (events to run again, event ids given up)."""
+
+    def release(self, event_ids: list[uuid.UUID]) -> int:
+        """Give back ``event_ids``, unfinished events this process holds, when the store stopped its run
+        (``runtime.STORE_DOWN_ERRORS``: a damaged shard or ledger, no fault of theirs): each is queued again, held
+        by no process, and the next run that claims it (``claim_interrupted``; on Redis ``claim_stalled`` too) counts
+        no redelivery, so reruns on a store still damaged never fail it as "interrupted N times". Final events,
+        unknown ones and those another process holds are left as they are. Returns how many were released."""
 
     def retry(self, event_id: uuid.UUID) -> MediaEvent | None:
         """A user's retry of a failed event: it is queued again (stage, reason and redeliveries cleared; the

@@ -389,14 +389,16 @@ class RedisLedger:
                         ):
                             return None  # it moved on meanwhile
                         done = int(rec.get("redeliveries") or 0)
-                        if not rec.get("event_json") or done >= max_redeliveries:
+                        released = bool(rec.get("released"))  # ``release``d by a stopped run: no death to count
+                        if not rec.get("event_json") or (done >= max_redeliveries and not released):
                             reason = (
                                 stalled_reason(rec.get("stage"), older_than_s, done)
                                 if rec.get("event_json")
                                 else "stalled, and recorded before redelivery existed: publish it again"
                             )
                             return self._set_status(pipe, rec, EventStatus.failed, rec.get("stage") or "ingest", reason)
-                        pipe.hset(key, "redeliveries", done + 1)
+                        pipe.hset(key, "redeliveries", done + int(not released))
+                        pipe.hdel(key, "released")
                         self._touch(pipe, rec)
                         return MediaEvent.model_validate_json(rec["event_json"])
 
@@ -436,6 +438,24 @@ class RedisLedger:
             return MediaEvent.model_validate_json(rec["event_json"])
 
         return self._transact(fn, key)
+
+    def release(self, event_ids: list[uuid.UUID]) -> int:
+        """The Redis ledger keeps no owner: each unfinished one of ``event_ids`` is flagged ``released``, so the
+        next ``claim_stalled`` (or ``claim_interrupted``) of it counts no redelivery; its status stays."""
+        released = 0
+        for event_id in event_ids:
+            key = self._ek(event_id)
+
+            def fn(pipe, key=key):
+                status = pipe.hget(key, "status")
+                pipe.multi()
+                if status not in (EventStatus.queued.value, EventStatus.processing.value):
+                    return 0
+                pipe.hset(key, "released", 1)
+                return 1
+
+            released += self._transact(fn, key)
+        return released
 
     def running(self, event_ids: list[uuid.UUID]) -> set[uuid.UUID]:
         return set()
