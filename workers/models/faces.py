@@ -11,6 +11,9 @@ Kazemi & Sullivan 2014; the 5-point model moves descriptors by about 0.11, so st
 compare) and described by dlib's ResNet-29 (``dlib_face_recognition_resnet_model_v1.dat``: metric learning on
 about 3 million faces; 99.38 % on LFW): faces of one person lie within about 0.6 Euclidean distance. The
 vectors are kept as dlib makes them (float, norm about 1.5, not L2-normalised): that 0.6 holds for them.
+The landmark predictor and the network (92 MB of RSS) are loaded on the first face found
+(``DlibFaces.describer_loaded``), so a process that never meets one (a capture of terminals and editors) holds
+only dlib and its HOG detector (9 MB).
 """
 
 from __future__ import annotations
@@ -41,25 +44,46 @@ Css = tuple[int, int, int, int]
 
 
 class _DlibModels:
-    """The loaded dlib objects: the HOG detector, the 68-landmark predictor, the descriptor network, and the
-    CNN detector built on its first use (``cnn``). ``dlib`` is the imported module."""
+    """The loaded dlib objects: the HOG detector (built at once: dlib's own, no model file), and, each on its first
+    use, the 68-landmark predictor with the descriptor network (``describer``: the first face to describe) and
+    the CNN detector (``cnn``). ``dlib`` is the imported module, ``files`` the ``face_recognition_models`` one."""
 
     def __init__(self, dlib: Any, files: Any) -> None:
         self.dlib = dlib
+        self.files = files
         self.hog = dlib.get_frontal_face_detector()
-        self.landmarks = dlib.shape_predictor(files.pose_predictor_model_location())
-        self.encoder = dlib.face_recognition_model_v1(files.face_recognition_model_location())
-        self._cnn_file = files.cnn_face_detector_model_location()
+        self._describer: tuple[Any, Any] | None = None
         self._cnn: Any = None
-        self._cnn_lock = threading.Lock()
+        self._lock = threading.Lock()
+
+    @property
+    def describer_loaded(self) -> bool:
+        """Whether ``describer`` has loaded its two models."""
+        return self._describer is not None
+
+    @property
+    def describer(self) -> tuple[Any, Any]:
+        """(dlib's 68-landmark ``shape_predictor``, its ``face_recognition_model_v1``), loaded on first use: 92 MB
+        of RSS (70 + 22) a run that never finds a face (a capture of terminals and editors) does without, against
+        9 MB for dlib and its HOG detector. Raises ModelUnavailable when dlib cannot read a model file."""
+        if self._describer is None:
+            with self._lock:
+                if self._describer is None:
+                    try:
+                        landmarks = self.dlib.shape_predictor(self.files.pose_predictor_model_location())
+                        encoder = self.dlib.face_recognition_model_v1(self.files.face_recognition_model_location())
+                    except RuntimeError as exc:  # dlib's "Unable to open ..." for a missing or corrupt model file
+                        raise ModelUnavailable(f"faces: dlib could not load its model files: {exc}") from exc
+                    self._describer = (landmarks, encoder)
+        return self._describer
 
     @property
     def cnn(self) -> Any:
         """dlib's CNN face detector (``cnn_face_detection_model_v1``), loaded on first use (0.7 MB)."""
         if self._cnn is None:
-            with self._cnn_lock:
+            with self._lock:
                 if self._cnn is None:
-                    self._cnn = self.dlib.cnn_face_detection_model_v1(self._cnn_file)
+                    self._cnn = self.dlib.cnn_face_detection_model_v1(self.files.cnn_face_detector_model_location())
         return self._cnn
 
     def hog_boxes(self, image: np.ndarray, upsample: int) -> list[Css]:
@@ -75,10 +99,13 @@ class _DlibModels:
         """The 128-d descriptor (float64) of each face box of ``image``, in order: 68 landmarks on the box, then
         the network on the aligned 150x150 chip, one face per call (dlib's batched call moved the second face of
         a photo by 0.018: the descriptors stay bit for bit those stored before)."""
+        if not boxes:
+            return []
+        landmarks, encoder = self.describer
         out = []
         for top, right, bottom, left in boxes:
-            shape = self.landmarks(image, self.dlib.rectangle(left, top, right, bottom))
-            out.append(np.array(self.encoder.compute_face_descriptor(image, shape, jitters)))
+            shape = landmarks(image, self.dlib.rectangle(left, top, right, bottom))
+            out.append(np.array(encoder.compute_face_descriptor(image, shape, jitters)))
         return out
 
 
@@ -101,6 +128,12 @@ class DlibFaces(Model[list[list[FaceDetection]]]):
     model_type = ModelType.FACES
     model_task = ModelTask.DETECT_EMBED
     task = "faces"
+
+    @property
+    def describer_loaded(self) -> bool:
+        """Whether the landmark and descriptor models (92 MB) are loaded: on the first face found in this process,
+        so never by a run that finds none. Loads nothing."""
+        return self.loaded and self.session.describer_loaded
 
     def _load(self) -> _DlibModels:
         try:
