@@ -320,3 +320,19 @@ def test_tests_import_bench_scripts_only_through_bench_lib():
                 and ".".join(n.split(".")[:2]) not in BENCH_SCRIPTS_TESTS_RUN
             ]
     assert reached == []
+
+
+def test_a_search_in_a_new_process_imports_no_perception_stack():
+    """A cold ``engram search`` pays for every module its path imports: the service layer and the query task must
+    not pull in the pipeline (perceive's OpenCV, scipy and models; 0.3 CPU s per search when they did)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, engram.api.cli.main, engram.api.embedded, engram.api.service.embedded, engram.workers.query; "
+        "print(sorted(m for m in ('cv2', 'scipy', 'engram.workers.pipeline', 'engram.workers.perceive', 'spacy') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from engram.api.local import run_event
 from engram.api.service.base import SampleRef
 from engram.schemas.events import MediaEvent
 from engram.workers.ingest import ingest
@@ -66,6 +65,8 @@ def retry_event(rt: Any, tenant_id: str, event_id: uuid.UUID) -> Any:
     if event is None:
         return None
     if rt.settings.embedded:
+        from engram.api.local import run_event  # the pipeline (perceive's models, scipy, OpenCV): a retry only
+
         return run_event(rt, event)
     ingest.apply_async(args=[event.model_dump(mode="json")])
     return rt.ledger.get(event_id)
