@@ -242,6 +242,16 @@ def embedded_service() -> Any:
     return _service
 
 
+def close_embedded_service() -> None:
+    """Release the process's ``EmbeddedService``, if one was made: its store closed now and its lingering (up to
+    ``STORE_HOLD_SECONDS``) stopped, so no watcher closes the process's stores later (``StoreLease``'s release
+    closes every Runtime of the process). For a process that goes on with another data dir, e.g. the tests."""
+    global _service
+    if _service is not None:
+        _service.close()
+        _service = None
+
+
 @contextmanager
 def service_call() -> Iterator[Any]:
     """Yield the process's ``EmbeddedService`` for a command's calls; a ``ServiceError`` it raises (the store busy
