@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,32 @@ def _no_lingering_cli_service() -> None:
     embedded = sys.modules.get("engram.api.embedded")
     if embedded is not None:
         embedded.close_embedded_service()
+
+
+def cli_env(root: Path, **extra: str) -> dict[str, str]:
+    """A bare environment for ``engram`` run as a new process: HOME under ``root``, models offline, wide output, the
+    store waited for up to 60 s, plus ``extra`` (e.g. ``ENGRAM_TIMEZONE="UTC"``)."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(REPO),
+        "COLUMNS": "300",
+        "ENGRAM_STORE_WAIT_SECONDS": "60",
+        **extra,
+    }
+
+
+def run_cli(env: dict[str, str], data: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -m engram.api.cli --data-dir DATA ARGS`` in a new process with ``env``; output captured, 300 s."""
+    return subprocess.run(
+        [sys.executable, "-m", "engram.api.cli", "--data-dir", str(data), *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def eval_data_dir() -> Path:

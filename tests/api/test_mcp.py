@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, cli_env, run_cli
 
 pytest.importorskip("mcp")
 
@@ -22,25 +22,10 @@ SECOND = "The car is parked on level minus three of the parking garage, spot 47"
 
 
 def _env(root) -> dict[str, str]:
-    return {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(root),
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(REPO),
-        "COLUMNS": "300",
-        "ENGRAM_STORE_WAIT_SECONDS": "60",
-    }
+    return cli_env(root)
 
 
-def _cli(env: dict[str, str], data, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "engram.api.cli", "--data-dir", str(data), *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+_cli = run_cli
 
 
 def test_mcp_server_over_stdio_adds_finds_and_deletes_while_the_cli_uses_the_store(tmp_path):

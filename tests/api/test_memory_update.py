@@ -6,13 +6,12 @@ be edited again; and ``engram export --archive`` / ``engram import`` carry the w
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import anyio
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, cli_env, run_cli
 
 pytest.importorskip("mcp")
 
@@ -22,25 +21,10 @@ SECOND = "The spare key to the bike shed is in the kitchen drawer under the toas
 
 
 def _env(root) -> dict[str, str]:
-    return {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(root),
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(REPO),
-        "COLUMNS": "300",
-        "ENGRAM_STORE_WAIT_SECONDS": "60",
-    }
+    return cli_env(root)
 
 
-def _cli(env: dict[str, str], data, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "engram.api.cli", "--data-dir", str(data), *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+_cli = run_cli
 
 
 def _versions(env: dict[str, str], data) -> dict[str, dict]:

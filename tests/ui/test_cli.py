@@ -11,31 +11,14 @@ import sys
 import httpx
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, cli_env, run_cli
 
 
 def _env(root) -> dict[str, str]:
-    return {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(root),
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": str(REPO),
-        "COLUMNS": "300",
-        "ENGRAM_STORE_WAIT_SECONDS": "60",
-        "ENGRAM_TIMEZONE": "UTC",
-        "ENGRAM_USER": "ann",
-    }
+    return cli_env(root, ENGRAM_TIMEZONE="UTC", ENGRAM_USER="ann")
 
 
-def _cli(env: dict[str, str], data, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "engram.api.cli", "--data-dir", str(data), *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+_cli = run_cli
 
 
 def _first_id(html: str) -> str:
