@@ -244,8 +244,8 @@ def embedded_service() -> Any:
 
 def close_embedded_service() -> None:
     """Release the process's ``EmbeddedService``, if one was made: its store closed now and its lingering (up to
-    ``STORE_HOLD_SECONDS``) stopped, so no watcher closes the process's stores later (``StoreLease``'s release
-    closes every Runtime of the process). For a process that goes on with another data dir, e.g. the tests."""
+    ``STORE_HOLD_SECONDS``) stopped, so its store's lock is not held for minutes after the last call. For a process
+    that goes on with another data dir, e.g. the tests."""
     global _service
     if _service is not None:
         _service.close()

@@ -36,6 +36,7 @@ from engram.workers.stores.vectors import (
     COLLECTIONS,
     StoreBusy,
     VectorStore,
+    close_vector_store,
     close_vector_stores,
     embedded_store_dir,
     open_vector_store,
@@ -172,13 +173,15 @@ class StoreLease:
             return
         with self._lock:
             self._stop_lingering()
+            rt = runtime(settings)
             try:
-                rt = runtime(settings)
                 if self._held is None:
                     rt.vectors.hold(wait=wait)
                     self._held = rt.vectors
                 yield rt
             except BaseException:
+                if self._held is None:
+                    release_runtime(rt)  # opened, never held: closed all the same (its lock released)
                 self._release()
                 raise
             if self.linger <= 0:
@@ -240,14 +243,37 @@ class StoreLease:
                     return
 
     def _release(self) -> None:
-        """Close the runtimes and their stores (the file lock released). Called with ``_lock`` held."""
-        reset_runtimes()
+        """Close the held store and forget the runtimes that use it (the file lock released); the process's other
+        runtimes and stores (another data dir's) stay open. Called with ``_lock`` held."""
+        if self._held is not None:
+            release_store(self._held)
         self._held = None
 
 
 def store_session() -> AbstractContextManager[Runtime]:
     """Hold the embedded store for one unit of work and release it after (``StoreLease(linger=0).session()``)."""
     return StoreLease().session()
+
+
+def release_store(store: VectorStore) -> None:
+    """Close ``store`` (flushed, its file lock released) and forget every cached Runtime that uses it, so the next
+    ``runtime()`` of its settings opens it again; Runtimes of other stores are left as they are."""
+    with _lock:
+        for key, rt in list(_runtimes.items()):
+            if rt._vectors is store:
+                del _runtimes[key]
+    close_vector_store(store)
+
+
+def release_runtime(rt: Runtime) -> None:
+    """Forget ``rt`` and close its vector store when it opened one (``release_store``)."""
+    if rt._vectors is not None:
+        release_store(rt._vectors)
+        return
+    with _lock:
+        for key, cached in list(_runtimes.items()):
+            if cached is rt:
+                del _runtimes[key]
 
 
 def reset_runtimes() -> None:

@@ -194,3 +194,32 @@ def test_a_lease_opens_an_existing_store_only_when_no_other_process_holds_it_and
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_lease_letting_go_closes_its_own_store_only(engram_env, tmp_path, monkeypatch):
+    """When a lingering lease lets its store go, only that store is closed: a Runtime of another data dir in the same
+    process (a test's, or a command working on a second store) keeps its store open and its file lock held."""
+    import time
+
+    from engram.workers.runtime import StoreLease, runtime
+    from engram.workers.stores.vectors import OBSERVATIONS
+
+    other = runtime()  # this test's data dir (engram_env)
+    other.vectors.ensure(OBSERVATIONS)
+    other_store = other.vectors
+
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path / "leased"))
+    lease = StoreLease(linger=0.3)
+    with lease.session() as rt:
+        rt.vectors.ensure(OBSERVATIONS)
+        leased_store = rt.vectors
+    assert lease.held
+    deadline = time.monotonic() + 10
+    while lease.held:
+        assert time.monotonic() < deadline, "the lease never let its store go"
+        time.sleep(0.05)
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(engram_env.settings.data_dir))
+    assert runtime() is other and other.vectors is other_store  # not forgotten, not reopened
+    assert other_store.count(OBSERVATIONS) == 0  # still open: a closed store would raise
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path / "leased"))
+    assert runtime().vectors is not leased_store  # the leased one was closed and forgotten: opened anew

@@ -37,7 +37,7 @@ from engram.workers.stores.vectors.edge import (
 from engram.workers.stores.vectors.edge_checks import read_back
 from engram.workers.stores.vectors.edge_shards import COMPACTING_SUFFIX, FORGOTTEN_SUFFIX, shard_config
 from engram.workers.stores.vectors.edge_types import edge_filter
-from engram.workers.stores.vectors.locking import WANTED_SUFFIX, close_vector_stores
+from engram.workers.stores.vectors.locking import WANTED_SUFFIX, close_vector_store, close_vector_stores
 from engram.workers.stores.vectors.opening import (
     embedded_store_dir,
     legacy_store_dir,
@@ -98,6 +98,7 @@ __all__ = [
     "VectorQuery",
     "VectorSpec",
     "VectorStore",
+    "close_vector_store",
     "close_vector_stores",
     "collection_for",
     "edge_filter",

@@ -39,6 +39,16 @@ open_stores: dict[str, VectorStore] = {}
 open_stores_lock = threading.Lock()
 
 
+def close_vector_store(store: VectorStore) -> None:
+    """Close one store this process opened (flushed, its lock released) and forget it, so the next
+    ``open_vector_store`` of its location opens it again; the process's other stores stay open."""
+    with open_stores_lock:
+        for where, opened in list(open_stores.items()):
+            if opened is store:
+                del open_stores[where]
+    store.close()
+
+
 @atexit.register
 def close_vector_stores() -> None:
     """Close every store this process opened (flushes the embedded store and releases its lock)."""
