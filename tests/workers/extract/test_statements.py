@@ -133,3 +133,27 @@ def test_spacy_loads_only_for_a_batch_with_something_to_parse():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def test_the_parse_runs_on_one_blas_thread_and_gives_the_threads_back():
+    """The parse's matrix products run on numpy's BLAS (thinc's NumpyOps without blis) with one thread (a second one
+    spun more than it worked); the process's BLAS thread counts are what they were once the parse is done
+    (issue 45)."""
+    from threadpoolctl import threadpool_info
+
+    from engram.workers.extract import statements as st
+
+    def blas_threads() -> list[tuple[str, int]]:
+        return [(i["filepath"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]
+
+    nlp = st._nlp()
+    assert {(type(proc.model.ops).__name__, proc.model.ops.use_blis) for _, proc in nlp.pipeline} == {
+        ("NumpyOps", False)
+    }
+    before = blas_threads()
+    with st._one_blas_thread():
+        assert {n for _, n in blas_threads()} <= {1}
+    assert _texts("I went to a LGBTQ support group yesterday and it was so powerful.") == [
+        "Caroline went to a LGBTQ support group yesterday"
+    ]
+    assert blas_threads() == before
