@@ -7,7 +7,9 @@ A backup is a *repository* (a folder, or ``s3://bucket/prefix``) holding
   ``blake3`` package, the reference Rust implementation with SIMD, hashed 64 KiB blocks at 2.1-5.4 GB/s on one
   core here against SHA-256's 0.8-1.5 GB/s with SHA-NI; manifests of format 1 named blocks by their SHA-256 and
   are still restored), gathered into packs of about ``PACK_BYTES`` whose index (written after the pack) says
-  where each block is. Each thread of a backup appends to a pack of its own (no lock held while writing).
+  where each block is. Each thread of a backup appends to a pack of its own (no lock held while writing), in a
+  folder with ``O_DIRECT`` (from the read buffer to the disk, no copy into the page cache; small blocks gathered
+  and padded to a page: ``FolderRepository.put_chunks``) where the filesystem takes it.
   A block that is a hole of a sparse file (``os.SEEK_DATA``/``SEEK_HOLE``) or all zeros is not stored at all (the
   store's engine preallocates 32 MiB files mostly empty). Blocks at fixed offsets suit the store's files, which
   change in place (memory-mapped vectors, pages, bitmaps) or grow at their end: a block that did not change has
@@ -64,6 +66,7 @@ import hashlib
 import io
 import itertools
 import json
+import mmap
 import os
 import shutil
 import sqlite3
@@ -329,15 +332,79 @@ class _Packed:
         return self._read(*where)
 
 
+#: Alignment (bytes) of the memory, file offsets and lengths of a pack's direct writes (``O_DIRECT``): a page,
+#: which is also a multiple of every disk's logical block (512 or 4096).
+DIRECT_ALIGN = mmap.PAGESIZE
+#: Bytes of a pack's stage (``_OpenPack``): small files' blocks (vault entries, thumbnails) gathered back to back
+#: before a direct write, so that each does not cost a padded page of its own in the pack.
+STAGE_BYTES = 1 << 20
+
+
+def aligned_buffer(n_bytes: int) -> mmap.mmap:
+    """A zeroed, writable buffer of ``n_bytes`` whose start is page-aligned (an anonymous ``mmap``): its slices at
+    multiples of ``DIRECT_ALIGN`` can be written to a file opened with ``O_DIRECT``."""
+    return mmap.mmap(-1, max(n_bytes, 1))
+
+
+def _direct_ready(view: memoryview) -> bool:
+    """Whether ``view`` can go to an ``O_DIRECT`` write as it is: its address and length multiples of
+    ``DIRECT_ALIGN`` (its address read through ``ctypes``; a read-only buffer, e.g. ``bytes``, is not)."""
+    if len(view) % DIRECT_ALIGN or not len(view):
+        return False
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(view)) % DIRECT_ALIGN == 0
+    except TypeError:  # read-only: ctypes cannot take its address
+        return False
+
+
 @dataclass
 class _OpenPack:
     """A pack a thread is appending to: its temporary file (descriptor, path), its blocks (digest, offset,
-    length) and bytes so far."""
+    length), bytes written so far (with the padding of direct writes), whether it is written with ``O_DIRECT``,
+    and its stage: small or unaligned blocks gathered back to back in an aligned buffer (``staged`` bytes of
+    it), written as one padded piece (``_take_stage``) before the next aligned block or when the pack ends."""
 
     fd: int
     tmp: str
     entries: list[tuple[str, int, int]] = field(default_factory=list)
     size: int = 0
+    direct: bool = False
+    stage: mmap.mmap | None = None
+    staged: int = 0
+
+    def take_stage(self) -> list[memoryview]:
+        """The staged blocks as one piece to append (padded with zeros to ``DIRECT_ALIGN``; none when nothing is
+        staged), counted in ``size``; the next blocks are staged in a new buffer (this one is still to write)."""
+        if not self.staged or self.stage is None:
+            return []
+        n = -(-self.staged // DIRECT_ALIGN) * DIRECT_ALIGN
+        view = memoryview(self.stage)[:n]  # the padding is zeros already: a new buffer is zeroed
+        self.size += n
+        self.stage, self.staged = None, 0
+        return [view]
+
+    def layout(self, fresh: list[tuple[str, bytes | memoryview]]) -> tuple[list[memoryview], list[int]]:
+        """Where each of ``fresh`` blocks goes in the pack and what to append now: (buffers to write, in order;
+        each block's offset). A direct pack takes a block aligned in memory and length as it is (no copy) and
+        stages the others (``take_stage``); a buffered one takes every block as it is."""
+        writes: list[memoryview] = []
+        offsets: list[int] = []
+        for _, data in fresh:
+            view = memoryview(data).cast("B")
+            if not self.direct or _direct_ready(view):
+                writes += self.take_stage()
+                offsets.append(self.size)
+                writes.append(view)
+                self.size += len(view)
+                continue
+            if self.stage is not None and self.staged + len(view) > len(self.stage):
+                writes += self.take_stage()
+            if self.stage is None:
+                self.stage = aligned_buffer(max(STAGE_BYTES, len(view)))
+            offsets.append(self.size + self.staged)
+            self.stage[self.staged : self.staged + len(view)] = view
+            self.staged += len(view)
+        return writes, offsets
 
 
 class FolderRepository(_Packed):
@@ -373,6 +440,8 @@ class FolderRepository(_Packed):
         self._fds: dict[str, int] = {}
         self._fds_lock = threading.Lock()
         self._open_packs: dict[int, _OpenPack] = {}  # each writing thread's pack (by thread id)
+        # packs are written with O_DIRECT until the folder's filesystem refuses it (tmpfs, some FUSE): see put_chunks
+        self._direct = hasattr(os, "O_DIRECT")
         self._init_packs()
 
     def _clean_temporary(self) -> None:
@@ -395,7 +464,17 @@ class FolderRepository(_Packed):
         """``put_chunk`` of each, the blocks not yet stored appended with one ``writev`` to the calling thread's
         own open pack (a run of a file's blocks stays together in the pack, so a restore reads it with one call).
         Only the index is shared, under ``_pack_lock`` for a moment: with one pack for all, the threads queued
-        for its lock while one wrote (and waited for the GIL inside it) for half of a backup's wall time."""
+        for its lock while one wrote (and waited for the GIL inside it) for half of a backup's wall time.
+
+        Packs are written with ``O_DIRECT`` (``_open_pack``): straight from the caller's buffer to the disk, not
+        copied into the page cache first. On ext4 the buffered write (the copy and the filesystem's per-page
+        work) was a third of a backup's CPU, and the pages it dirtied were all written again at the ``syncfs``
+        before the manifest: 1.4 GB written direct took 0.9-1.5 s and 0.2-0.6 CPU s here, buffered and synced
+        2.8-2.9 s and 1.2-1.3 CPU s (``dd``). A block whose memory or length is not page-aligned (a file's last
+        block, a small file, bytes from a caller) is copied into the pack's stage with the next such blocks and
+        written padded with zeros to a page (``_OpenPack.layout``): the pack index gives each block's offset and
+        true length, so a reader never sees the padding. Durability still comes from ``syncfs`` alone (a direct
+        write may sit in the disk's cache until the flush)."""
         with self._pack_lock:
             fresh: list[tuple[str, bytes | memoryview]] = []
             for digest, data in chunks:
@@ -406,28 +485,46 @@ class FolderRepository(_Packed):
                 return
             pack = self._open_packs.get(threading.get_ident())
         if pack is None:
-            tmp = str(self.root / "packs" / f".tmp-{uuid.uuid4().hex}.pack")
-            pack = _OpenPack(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp)
+            pack = self._open_pack()
             with self._pack_lock:
                 self._open_packs[threading.get_ident()] = pack
         try:
-            views = [memoryview(data) for _, data in fresh]
-            while views:
-                n = os.writev(pack.fd, views)
-                if n <= 0:
-                    raise OSError(errno.EIO, "a write wrote nothing")
-                while views and n >= len(views[0]):
-                    n -= len(views.pop(0))
-                if views and n:
-                    views[0] = views[0][n:]
+            writes, offsets = pack.layout(fresh)
+            _writev_all(pack.fd, writes, lambda: self._go_buffered(pack))
         except BaseException:
             self._abandon_pack(pack, [d for d, _ in fresh])
             raise
-        for digest, data in fresh:
-            pack.entries.append((digest, pack.size, len(data)))
-            pack.size += len(data)
-        if pack.size >= PACK_BYTES:
+        for (digest, data), offset in zip(fresh, offsets, strict=True):
+            pack.entries.append((digest, offset, len(data)))
+        if pack.size + pack.staged >= PACK_BYTES:
             self._finish_pack(pack)
+
+    def _open_pack(self) -> _OpenPack:
+        """A new temporary pack file, opened ``O_DIRECT`` while the folder's filesystem takes it (else buffered,
+        for this and every later pack: tmpfs and some FUSE filesystems refuse the flag with EINVAL)."""
+        tmp = str(self.root / "packs" / f".tmp-{uuid.uuid4().hex}.pack")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        if self._direct:
+            try:
+                return _OpenPack(os.open(tmp, flags | os.O_DIRECT, 0o600), tmp, direct=True)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                self._direct = False
+                Path(tmp).unlink(missing_ok=True)
+        return _OpenPack(os.open(tmp, flags, 0o600), tmp)
+
+    def _go_buffered(self, pack: _OpenPack) -> bool:
+        """After a write refused with EINVAL: clear ``O_DIRECT`` on ``pack`` (the write is tried again through the
+        page cache, and so are the later ones) and open no more packs with it; True. False when ``pack`` was not
+        direct (the error is the write's own). The pack's size so far stays a multiple of ``DIRECT_ALIGN``."""
+        import fcntl  # here only: POSIX, and needed only when a filesystem refuses a direct write
+
+        if not pack.direct:
+            return False
+        fcntl.fcntl(pack.fd, fcntl.F_SETFL, fcntl.fcntl(pack.fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+        pack.direct, self._direct = False, False
+        return True
 
     def _abandon_pack(self, pack: _OpenPack, also: Iterable[str] = ()) -> None:
         """Drop an open pack (a write failed: a full disk): its file removed, its blocks (and ``also``, blocks
@@ -442,7 +539,7 @@ class FolderRepository(_Packed):
             for ident, p in list(self._open_packs.items()):
                 if p is pack:
                     del self._open_packs[ident]
-        pack.entries, pack.size = [], 0
+        pack.entries, pack.size, pack.stage, pack.staged = [], 0, None, 0
 
     def _finish_pack(self, pack: _OpenPack) -> None:
         """Rename an open pack into place and write its index; its blocks are then readable (named by its id)."""
@@ -452,7 +549,9 @@ class FolderRepository(_Packed):
                     del self._open_packs[ident]
         pack_id = uuid.uuid4().hex
         try:
-            _start_writeback(pack.fd)
+            _writev_all(pack.fd, pack.take_stage(), lambda: self._go_buffered(pack))
+            if not pack.direct:  # a direct pack's bytes are on their way to the disk already
+                _start_writeback(pack.fd)
             os.close(pack.fd)
             folder = self.root / "packs" / pack_id[:2]
             folder.mkdir(mode=0o700, exist_ok=True)
@@ -864,8 +963,21 @@ def _runs(offsets: list[int]) -> Iterator[tuple[int, int]]:
         i = j
 
 
+_BUFFERS = threading.local()
+
+
+def _run_buffer() -> mmap.mmap:
+    """The calling thread's buffer for a run of ``RUN_BLOCKS`` blocks read from a file (``aligned_buffer``: the
+    blocks go from it to a pack's direct write as they are), made once per thread and reused: no allocation and
+    no page faults per file or segment."""
+    buf = getattr(_BUFFERS, "buf", None)
+    if buf is None:
+        buf = _BUFFERS.buf = aligned_buffer(CHUNK_BYTES * RUN_BLOCKS)
+    return buf
+
+
 def _store_blocks(
-    buf: bytearray, got: int, first: int, blocks: list[tuple[int, str]], repo: Repository, tally: Tally
+    buf: bytearray | mmap.mmap, got: int, first: int, blocks: list[tuple[int, str]], repo: Repository, tally: Tally
 ) -> None:
     """Hash the ``got`` bytes at the start of ``buf`` (the file's bytes from offset ``first``) block by block,
     append each block's (offset, digest) to ``blocks`` (all-zero blocks left out: holes on restore) and store the
@@ -911,8 +1023,7 @@ def _chunk_file(
         st = os.fstat(fd)
         size = st.st_size
         blocks: list[tuple[int, str]] = []
-        # one buffer for every run of blocks: no allocation (page faults) per block
-        buf = bytearray(CHUNK_BYTES * min(RUN_BLOCKS, max(1, -(-size // CHUNK_BYTES))))
+        buf = _run_buffer()
         whole = memoryview(buf)
         for first, count in _runs(_data_blocks(fd, size, start, stop)):
             want, got = min(CHUNK_BYTES * count, size - first), 0
@@ -944,7 +1055,7 @@ def chunk_stream(
     end), cut into blocks as ``_chunk_file`` cuts a file, the blocks ``repo`` lacks stored. Raises BackupError
     when the stream ends before ``size`` bytes (the object changed while it was read)."""
     blocks: list[tuple[int, str]] = []
-    buf = bytearray(CHUNK_BYTES * RUN_BLOCKS)
+    buf = _run_buffer()
     first = 0
     while first < size:
         want, got = min(len(buf), size - first), 0
@@ -960,6 +1071,25 @@ def chunk_stream(
     entry = FileEntry(rel, size, mtime_ns, blocks, etag=etag)
     entry.digest = entry.tree_digest()
     return entry
+
+
+def _writev_all(fd: int, views: list[memoryview], on_einval: Callable[[], bool] = lambda: False) -> None:
+    """Append ``views`` one after another to ``fd`` (``writev``, again after a short write; ``views`` is
+    consumed). A write refused with EINVAL (a filesystem that takes ``O_DIRECT`` files but not this write) is
+    tried again when ``on_einval()`` says it changed the file's mode (True), else raised."""
+    while views:
+        try:
+            n = os.writev(fd, views)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL and on_einval():
+                continue
+            raise
+        if n <= 0:
+            raise OSError(errno.EIO, "a write wrote nothing")
+        while views and n >= len(views[0]):
+            n -= len(views.pop(0))
+        if views and n:
+            views[0] = views[0][n:]
 
 
 def _pwritev_all(fd: int, parts: list[bytes | memoryview], offset: int) -> None:
