@@ -20,6 +20,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("ENGRAM_BROKER_URL", None)  # tests of the embedded default run eagerly
 os.environ.setdefault("ENGRAM_TIMEZONE", "UTC")  # times without a zone read the same on every machine
+if os.environ.get("PYTEST_XDIST_WORKER"):  # the fast tier's parallel workers (pytest -n 2): execnet gives them
+    # COLUMNS=80 and LINES=24, which narrow engram's tables in this process; without a terminal they are 180 wide,
+    # as in a run without -n
+    for var in ("COLUMNS", "LINES"):
+        os.environ.pop(var, None)
 
 REPO = Path(__file__).resolve().parent.parent
 

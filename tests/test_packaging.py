@@ -67,6 +67,7 @@ def test_every_subpackage_is_listed_in_pyproject():
     assert found == listed
 
 
+@pytest.mark.slow
 def test_sdk_installs_alone_beside_a_users_api_package(wheel: Path, tmp_path: Path):
     """`pip install engram-multimodal[client]` in a fresh virtual environment, run from a project whose own
     top-level package is called ``api``: the SDK imports and nothing of the server came with it."""

@@ -101,6 +101,7 @@ def exported(template, tmp_path, monkeypatch):  # noqa: F811 (the fixture import
     reset_runtimes()
 
 
+@pytest.mark.slow
 def test_a_user_moved_to_a_new_data_dir_answers_the_same_ids_in_the_same_order(exported, tmp_path, monkeypatch):
     from engram.workers.runtime import reset_runtimes, runtime
 

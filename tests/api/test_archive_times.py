@@ -4,11 +4,14 @@ age and the web app's hours read it); both ledgers record the creation time they
 
 from __future__ import annotations
 
+import pytest
+
 from tests.api.test_archive import _cli, exported  # noqa: F401 (a fixture)
 from tests.workers.memory.test_records import T, template, use_data_dir  # noqa: F401 (a fixture)
 from tests.workers.stores.test_ledger import ledger, make_event  # noqa: F401 (a fixture: SQLite and a real Redis)
 
 
+@pytest.mark.slow
 def test_an_imported_event_keeps_its_creation_time(exported, tmp_path, monkeypatch):  # noqa: F811
     from engram.workers.runtime import reset_runtimes, runtime
 

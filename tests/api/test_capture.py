@@ -348,6 +348,7 @@ class _Blocks:
         pass
 
 
+@pytest.mark.slow
 def test_microphone_chunks_gate_silence_and_hand_kept_chunks_to_the_publisher(tmp_path, eval_data):
     """5 s of silence, JFK's 11 s speech, 6 s of silence, fed through the recorder's PortAudio callback in
     100 ms blocks: 5 s chunks; silent ones dropped by WebRTC's VAD before anything is written; the kept ones

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -25,6 +27,7 @@ def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_engram_add_text_and_file_then_search(tmp_path):
     chat = tmp_path / "chat.json"
     chat.write_text(

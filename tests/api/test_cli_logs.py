@@ -7,9 +7,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_verbose_logs_to_a_file_have_no_colour_and_no_broker_warning(tmp_path):
     chat = tmp_path / "chat.jsonl"
     chat.write_text(

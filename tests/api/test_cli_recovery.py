@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -55,6 +57,7 @@ def _segments_done(db) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_kill_9_mid_conversation_then_the_next_ingest_resumes_it(tmp_path):
     chat = tmp_path / "long.jsonl"
     _chat(chat, 640)  # ten segments of 64 messages
@@ -94,6 +97,7 @@ def test_kill_9_mid_conversation_then_the_next_ingest_resumes_it(tmp_path):
     assert counted.stdout.split() == ["640", "640"], counted.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_json_nested_200000_deep_fails_alone(tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -123,6 +127,7 @@ def test_a_json_nested_200000_deep_fails_alone(tmp_path):
     assert listed.returncode == 0 and "Message 1" in listed.stdout  # consolidation ran after the batch
 
 
+@pytest.mark.slow
 def test_a_fifo_and_a_symlink_loop_in_a_folder_do_not_stop_the_ingest(tmp_path):
     """A folder holding a FIFO (reading it would wait for a writer for ever) and a symlink to itself: the FIFO is
     left out as not media without being opened, the loop fails with its reason, the conversation is done."""
@@ -147,6 +152,7 @@ def test_a_fifo_and_a_symlink_loop_in_a_folder_do_not_stop_the_ingest(tmp_path):
     assert "a-pipe.png: not media" in summary and "b-loop: cannot read: Too many levels of symbolic links" in errors
 
 
+@pytest.mark.slow
 def test_a_file_over_the_size_limit_fails_unread(tmp_path):
     """A conversation file larger than ENGRAM_MAX_OBJECT_BYTES (a sparse file here) fails with the limit as its
     reason before anything reads it: not parsed, hashed or copied into the object store; the file beside it is
@@ -191,6 +197,7 @@ def _unfinished_starts(db, source: str) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_a_file_that_kills_engram_ingest_fails_on_a_later_run_and_the_others_are_kept(tmp_path):
     """``engram ingest`` of a folder dies (SIGKILLed here, as a decoder crashing on a hostile file or the kernel's
     out-of-memory killer would kill it) each time it perceives one screenshot: each next run resumes the files the

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -22,6 +24,7 @@ def _engram(tmp_path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_read_only_commands_refuse_a_data_dir_without_a_store(tmp_path):
     missing = tmp_path / "nowhere"
     for command in (["search", "hello"], ["memories", "list"], ["status"], ["entities"]):
@@ -40,6 +43,7 @@ def test_read_only_commands_refuse_a_data_dir_without_a_store(tmp_path):
     assert found.returncode == 0 and "Lisbon is booked" in found.stdout
 
 
+@pytest.mark.slow
 def test_since_and_until_take_the_words_a_query_takes(tmp_path):
     chat = tmp_path / "chat.jsonl"
     chat.write_text(

@@ -77,6 +77,7 @@ def store(tmp_path_factory):
     return env, out
 
 
+@pytest.mark.slow
 def test_control_characters_are_shown_not_sent_to_the_terminal(store):
     """A file name and a stored message holding terminal escapes and a bidirectional override are printed with
     each such character written as its escape (every character shown, none acted on)."""
@@ -115,6 +116,7 @@ def test_ingest_names_files_with_brackets_whole(store):
     assert "[notes] readme.txt" in " ".join(out.stdout.split())
 
 
+@pytest.mark.slow
 def test_search_ask_and_memories_print_stored_text_as_stored(store):
     env, _ = store
     for args in (["search", "key"], ["ask", "which key"], ["memories", "list", "--user", "ann"]):

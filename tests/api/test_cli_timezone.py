@@ -38,6 +38,7 @@ def _engram(root, zone: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_times_print_in_the_zone_and_naive_times_are_read_in_it(store):
     utc = _engram(store, "UTC", "search", "Lisbon", "--since", "2024-05-02T12:00")  # 12:00 UTC: before 18:03
     assert utc.returncode == 0 and "2024-05-02 18:03 UTC" in utc.stdout, utc.stdout + utc.stderr[-2000:]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 import engram.api.demo
 from engram.api.cli.main import app
 
 
+@pytest.mark.slow
 def test_demo_ingests_its_sample_and_finds_each_part(tmp_path, monkeypatch):
     """One run through the CLI (``engram demo --workdir``); the returned dict is captured for assertions."""
     from engram.workers.runtime import reset_runtimes

@@ -28,6 +28,7 @@ def _env(root) -> dict[str, str]:
 _cli = run_cli
 
 
+@pytest.mark.slow
 def test_mcp_server_over_stdio_adds_finds_and_deletes_while_the_cli_uses_the_store(tmp_path):
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -206,6 +207,7 @@ def test_an_embedded_mcp_server_opens_an_existing_store_as_it_starts_and_lets_a_
     assert proc.returncode == 0
 
 
+@pytest.mark.slow
 def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_server):
     import httpx
     import httpx2
@@ -274,6 +276,7 @@ def test_mcp_over_http_needs_an_api_key_and_uses_its_tenant(tmp_path, redis_serv
         proc.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_mcp_through_the_http_api(tmp_path, query_worker):
     """``engram mcp --api URL`` (key from ENGRAM_API_KEY): the tools call a real API (uvicorn in this process)
     backed by a real Celery worker through the SDK; the MCP process opens no store. A memory is added (stored

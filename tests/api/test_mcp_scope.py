@@ -30,6 +30,7 @@ def _server(data, env, *args: str):
     )
 
 
+@pytest.mark.slow
 def test_mcp_user_scope_all_users_hostile_ids_and_quoted_stored_text(tmp_path):
     from mcp import Client
 

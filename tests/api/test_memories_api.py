@@ -69,6 +69,7 @@ def cite(needle: str):
     return step
 
 
+@pytest.mark.slow
 def test_ask_and_memory_management(llm_worker):
     settings, llm = llm_worker
     with TestClient(create_app(settings)) as c:

@@ -71,6 +71,7 @@ def store(tmp_path_factory):
         reset_runtimes()
 
 
+@pytest.mark.slow
 def test_embedded_service_answers_every_call(store):
     svc, _ = store
     found = svc.search(SearchRequest(query="when does the piano tuner come", tenant_id="default", user_id="alice"))

@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -33,6 +35,7 @@ def _wait_for(lines: queue.Queue, needle: str, timeout: float, seen: list[str]) 
     raise AssertionError(f"{needle!r} not printed within {timeout} s; output: {''.join(seen)[-3000:]}")
 
 
+@pytest.mark.slow
 def test_watch_embedded_ingests_dropped_files_and_releases_the_store(tmp_path):
     folder = tmp_path / "inbox"
     folder.mkdir()

@@ -81,6 +81,7 @@ def test_the_machine_control_times_the_same_python_work_alone_and_beside_busy_co
 @pytest.mark.integration
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed (scripts/setup.sh)")
+@pytest.mark.slow
 def test_distributed_bench_smoke(tmp_path):
     out = tmp_path / "figures.json"
     run = subprocess.run(

@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.integration]
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "ingest.py"
 
 
+@pytest.mark.slow
 def test_ingest_bench_merges_its_section(tmp_path, eval_data):
     out = tmp_path / "figures.json"
     out.write_text(json.dumps({"audio": {"x_real_time": 25.0}, "load": 9.0}))
@@ -59,6 +60,7 @@ def test_ingest_bench_merges_its_section(tmp_path, eval_data):
     assert sum(tasks.values()) <= text["cpu_s"]["cold"] * 1.05 and "its CPU s by task: embed_many" in run.stdout
 
 
+@pytest.mark.slow
 def test_ingest_bench_runs_the_audio_section_in_its_own_process(tmp_path, eval_data):
     """``--sections audio`` runs ``bench/perception_speed.py`` in a process of its own and merges its figures
     under ``audio`` (the text section's figures kept); ``--long-seconds`` and ``--audio-runs`` reach it."""

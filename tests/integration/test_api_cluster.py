@@ -345,6 +345,7 @@ def stop_and_count(stack: Stack, final: dict, users) -> dict[str, int]:
 # --- tests --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sixty_mixed_events_through_the_api(make_stack, redis_server, tmp_path):
     """60 mixed events (conversations, screenshots, speech, real files) from three users, published by the
     SDK to two cpu workers, the store worker and beat: every event ends done, skipped or failed with a
@@ -389,6 +390,7 @@ def test_sixty_mixed_events_through_the_api(make_stack, redis_server, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_redis_restart_mid_run_loses_nothing(make_stack, restartable_redis, tmp_path):
     """~20 events published, redis-server stopped (SIGTERM: AOF with appendfsync always) while the workers
     process them and started again on the same port and data dir, then the rest published: the workers
@@ -424,6 +426,7 @@ def test_redis_restart_mid_run_loses_nothing(make_stack, restartable_redis, tmp_
     )
 
 
+@pytest.mark.slow
 def test_same_event_published_twice_is_stored_once(make_stack, redis_server, tmp_path):
     """The SDK publishes one event id twice (one after the other, then from six threads at once, then again
     once it is done): one ingest, its observations stored once. The same bytes under a new event id are an

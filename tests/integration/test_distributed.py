@@ -276,6 +276,7 @@ def check_exactly_once(rt, items_by_event: dict[uuid.UUID, Item], records: dict)
     assert not twice, f"{len(twice)} observations in more than one episodic memory"
 
 
+@pytest.mark.slow
 def test_events_through_worker_processes(make_cluster, tmp_path):
     """~20 events (chats, screenshots, a duplicate, a corrupt file, one event sent twice): all final in the
     Redis ledger, observations stored exactly once, searchable through the query worker, episodic
@@ -351,6 +352,7 @@ def test_events_through_worker_processes(make_cluster, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
     """30 events; the cpu worker (main process and pool children) is SIGKILLed while it works and started
     again: its unacknowledged tasks come back after the visibility timeout and every event ends final with
@@ -402,6 +404,7 @@ def test_sigkill_worker_mid_run(make_cluster, tmp_path, request):
     )
 
 
+@pytest.mark.slow
 def test_media_that_kill_their_worker_process_fail_alone(make_cluster, tmp_path):
     """A screenshot whose perception kills the pool process running it, each time (SIGKILLed here as soon as it
     starts, as the kernel's out-of-memory killer or a decoder crashing on a hostile file would): Celery puts the
@@ -446,6 +449,7 @@ def test_media_that_kill_their_worker_process_fail_alone(make_cluster, tmp_path)
     )
 
 
+@pytest.mark.slow
 def test_a_bad_segment_in_a_store_batch_fails_alone_on_the_store_worker(make_cluster, tmp_path):
     """The store worker's batched consumer (``store_batched``, celery-batches) gets six embedded chats at once,
     three in one message as the cpu workers' ``embed_batched`` sends them and three alone, one of the three

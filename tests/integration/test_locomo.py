@@ -16,6 +16,7 @@ if str(REPO) not in sys.path:
 
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
+@pytest.mark.slow
 def test_engram_recall_at_10_beats_raw_turn_rrf_on_conversation_0(tmp_path):
     from bench.lib.locomo import locomo_path
 

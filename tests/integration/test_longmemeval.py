@@ -18,6 +18,7 @@ QUESTIONS = 3
 
 @pytest.mark.integration
 @pytest.mark.timeout(1200)
+@pytest.mark.slow
 def test_engram_session_recall_on_first_longmemeval_questions():
     from bench.lib.longmemeval import longmemeval_path
 

@@ -49,6 +49,7 @@ def _obs_source(hit) -> str:
     return Path(hit.source_name).name
 
 
+@pytest.mark.slow
 def test_everything_ingests(ingested, eval_data):
     rt, result, _ = ingested
     assert not result["failed"], result["failed"]

@@ -157,3 +157,22 @@ def test_the_parse_runs_on_one_blas_thread_and_gives_the_threads_back():
         "Caroline went to a LGBTQ support group yesterday"
     ]
     assert blas_threads() == before
+
+
+def test_parses_in_two_threads_at_once_give_the_blas_threads_back():
+    """Two threads parsing at once (the extractor is shared between threads) leave the process's BLAS thread counts
+    as they found them: the parses take turns (issue 45)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> list[tuple[str, int]]:
+        return [(i["filepath"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]
+
+    statements([("I went to a support group yesterday.", "Caroline")])  # spaCy loaded
+    before = blas_threads()
+    sentence = "I went to a LGBTQ support group yesterday and it was so powerful."
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: _texts(sentence), range(8)))
+    assert got == [["Caroline went to a LGBTQ support group yesterday"]] * 8
+    assert blas_threads() == before

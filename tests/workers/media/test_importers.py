@@ -350,6 +350,7 @@ def _cli(env: dict, *args: str) -> str:
     return " ".join(out.stdout.split())
 
 
+@pytest.mark.slow
 def test_engram_ingest_and_search_each_format(tmp_path: Path):
     folder = tmp_path / "exports"
     folder.mkdir()

@@ -99,6 +99,7 @@ def test_screenshot_faces_of_a_device_stream_match_whole_frame_detection(engram_
     assert np.array_equal(grey_now, screens.grey(b)) and faces_now == kept
 
 
+@pytest.mark.slow
 def test_text_and_plain_screens_are_not_searched_for_faces(engram_env, eval_data, tmp_path):
     """``photo_regions`` of a screen of text (a real xterm's listing on a real desktop): nothing to search once its
     OCR lines are left out; the same screen with a photo pasted: the photo's region alone, and the face is in it."""

@@ -46,6 +46,7 @@ def test_ocr_finds_the_named_strings(engram_env, eval_data, name, needle):
     assert all(0.5 <= ln.confidence <= 1 and ln.box[0] <= ln.box[2] and ln.box[1] <= ln.box[3] for ln in lines)
 
 
+@pytest.mark.slow
 def test_webui_viewport_word_recall(engram_env, eval_data):
     pages = ev.webui_pages(eval_data / "screens" / "webui")
     assert len(pages) == 4

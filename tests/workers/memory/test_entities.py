@@ -70,6 +70,7 @@ def _entity(rt, tenant: str, eid: str):
     return EntityMemory(rt, tenant).get(uuid.UUID(eid))
 
 
+@pytest.mark.slow
 def test_jfk_halves_below_the_threshold_are_two_voice_entities(ingested):
     """jfk.flac's halves, two recordings of one man, are 0.82 similar: below the measured threshold (0.88: 2 % of
     different speakers in two recordings reach it, bench/voices.py), each founds its own entity, for a merge by

@@ -118,6 +118,7 @@ def keys_of(rt, user: str) -> dict[str, str]:
     return {Path(r.source_name).name: r.object_key for r in rt.ledger.user_events(T, user)}
 
 
+@pytest.mark.slow
 def test_get_list_and_delete(people):
     from engram.workers.memory.records import delete_memory, get_memory, list_memories
 
@@ -217,6 +218,7 @@ def test_forget_deletes_the_user_everywhere_and_keeps_shared_objects(people, tmp
     assert me["role"] == "self" and me["user_id"] == "alice"  # she is back: her own entity again, one of her
 
 
+@pytest.mark.slow
 def test_forget_the_last_user_of_a_shared_object_deletes_it(people):
     from engram.workers.memory.records import forget_user
 
@@ -228,6 +230,7 @@ def test_forget_the_last_user_of_a_shared_object_deletes_it(people):
     assert forget_user(people, T, "nobody").event_ids == []
 
 
+@pytest.mark.slow
 def test_cli(people):
     from typer.testing import CliRunner
 

@@ -216,6 +216,7 @@ def assert_wrapped_nowhere(rt, shot: Path, blobs: dict[str, bytes], revealed: se
     assert [e.entry_type for e in partial] == ["api_key"], [e.caption for e in partial]
 
 
+@pytest.mark.slow
 def test_secrets_are_nowhere_but_the_vault(engram_env, tmp_path, capsys):
     from engram.workers.runtime import reset_runtimes, runtime
 
@@ -335,6 +336,7 @@ def test_secrets_said_aloud_are_nowhere_but_the_vault(engram_env, tmp_path, caps
 
 @pytest.mark.integration
 @pytest.mark.timeout(400)
+@pytest.mark.slow
 def test_secrets_are_nowhere_in_the_distributed_mode(restartable_redis, tmp_path, monkeypatch, capsys):
     """The same on the distributed mode: a real redis-server (broker, result backend, ledger; its AOF and an
     RDB snapshot searched too) and one ``engram --log-format json -v worker --role all`` process."""

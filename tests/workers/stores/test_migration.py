@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 
 import numpy as np
+import pytest
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
@@ -82,6 +83,7 @@ def test_an_old_local_mode_store_is_migrated_on_first_open(tmp_path):
         close_vector_stores()
 
 
+@pytest.mark.slow
 def test_engram_migrate_moves_the_old_store_and_says_so(tmp_path):
     import subprocess
     import sys

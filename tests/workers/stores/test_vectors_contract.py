@@ -287,6 +287,7 @@ def test_every_acknowledged_write_survives_a_sigkill(tmp_path):
         store.close()
 
 
+@pytest.mark.slow
 def test_the_cli_names_a_broken_shard_in_one_line(tmp_path):
     """``engram search`` on a store whose observations shard is damaged: exit 3 and one line naming the shard
     folder, no traceback, nothing made in its place."""
