@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -119,6 +120,11 @@ def _nlp():
         return spacy.load(MODEL, exclude=EXCLUDED)
 
 
+#: Held around a parse: two threads' limits would interleave, and the later one would give back the one thread the
+#: earlier set, leaving the process's BLAS on one thread for good
+_PARSING = threading.Lock()
+
+
 @functools.cache
 def _blas():
     from threadpoolctl import ThreadpoolController  # on demand: with spaCy (scikit-learn's dependency, installed)
@@ -161,7 +167,7 @@ def statements(items: Iterable[tuple[str, str]]) -> list[list[Statement]]:
     if not todo:  # spaCy (and the torch thinc imports with it) loads only for a batch with something to parse
         return out
     nlp = _nlp()
-    with _one_blas_thread():
+    with _PARSING, _one_blas_thread():  # one parse at a time: the limit is the process's, and gives back what it found
         docs = list(nlp.pipe((items[k][0] for k in todo), batch_size=BATCH_SIZE))
     for k, doc in zip(todo, docs, strict=True):
         out[k] = _read(doc, items[k][1])

@@ -172,7 +172,9 @@ def test_parses_in_two_threads_at_once_give_the_blas_threads_back():
     statements([("I went to a support group yesterday.", "Caroline")])  # spaCy loaded
     before = blas_threads()
     sentence = "I went to a LGBTQ support group yesterday and it was so powerful."
-    with ThreadPoolExecutor(2) as pool:
-        got = list(pool.map(lambda _: _texts(sentence), range(8)))
-    assert got == [["Caroline went to a LGBTQ support group yesterday"]] * 8
+    with ThreadPoolExecutor(2) as pool:  # parses long enough to overlap (without the lock: 1 thread left, 2 runs of 3)
+        got = list(pool.map(lambda _: statements([(sentence, "Caroline")] * 300), range(4)))
+    assert {s.text for found in got for each in found for s in each} == {
+        "Caroline went to a LGBTQ support group yesterday"
+    }
     assert blas_threads() == before
