@@ -56,12 +56,9 @@ def engram_env(tmp_path, monkeypatch):
 
 
 def _no_lingering_cli_service() -> None:
-    """An in-process CLI command of an earlier test leaves the process's EmbeddedService holding its store for up to
-    300 s; its watcher then closes every store of the process, a later test's included, mid-way (seen once in CI:
-    the test's Runtime reopened its store outside the registry and kept the lock, so the test's own reopen waited
-    30 s and failed). Released here, before and after a test that opens its own store."""
-    import sys
-
+    """An in-process CLI command of an earlier test leaves the process's EmbeddedService holding its store (an
+    earlier test's data dir) and a watcher thread for up to 300 s: released here, before and after a test that
+    opens its own store."""
     embedded = sys.modules.get("engram.api.embedded")
     if embedded is not None:
         embedded.close_embedded_service()

@@ -180,8 +180,8 @@ class StoreLease:
                     self._held = rt.vectors
                 yield rt
             except BaseException:
-                if self._held is None:
-                    release_runtime(rt)  # opened, never held: closed all the same (its lock released)
+                if self._held is None and rt._vectors is not None:
+                    release_store(rt._vectors)  # opened, never held: closed all the same (its lock released)
                 self._release()
                 raise
             if self.linger <= 0:
@@ -263,17 +263,6 @@ def release_store(store: VectorStore) -> None:
             if rt._vectors is store:
                 del _runtimes[key]
     close_vector_store(store)
-
-
-def release_runtime(rt: Runtime) -> None:
-    """Forget ``rt`` and close its vector store when it opened one (``release_store``)."""
-    if rt._vectors is not None:
-        release_store(rt._vectors)
-        return
-    with _lock:
-        for key, cached in list(_runtimes.items()):
-            if cached is rt:
-                del _runtimes[key]
 
 
 def reset_runtimes() -> None:

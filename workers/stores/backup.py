@@ -76,7 +76,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -490,7 +490,7 @@ class FolderRepository(_Packed):
                 self._open_packs[threading.get_ident()] = pack
         try:
             writes, offsets = pack.layout(fresh)
-            _writev_all(pack.fd, writes, lambda: self._go_buffered(pack))
+            _write_all(pack.fd, writes, on_einval=lambda: self._go_buffered(pack))
         except BaseException:
             self._abandon_pack(pack, [d for d, _ in fresh])
             raise
@@ -549,7 +549,7 @@ class FolderRepository(_Packed):
                     del self._open_packs[ident]
         pack_id = uuid.uuid4().hex
         try:
-            _writev_all(pack.fd, pack.take_stage(), lambda: self._go_buffered(pack))
+            _write_all(pack.fd, pack.take_stage(), on_einval=lambda: self._go_buffered(pack))
             if not pack.direct:  # a direct pack's bytes are on their way to the disk already
                 _start_writeback(pack.fd)
             os.close(pack.fd)
@@ -685,14 +685,7 @@ def _atomic_write(dest: Path, data: bytes | list[bytes], sync: bool) -> None:
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-")
     try:
         try:
-            parts = [data] if isinstance(data, bytes) else data
-            for i in range(0, len(parts), 512):
-                batch = parts[i : i + 512]
-                written, total = os.writev(fd, batch), sum(len(b) for b in batch)
-                if written < total:  # a short write: the rest one buffer at a time
-                    rest = memoryview(b"".join(batch))[written:]
-                    while rest:
-                        rest = rest[os.write(fd, rest) :]
+            _write_all(fd, [data] if isinstance(data, bytes) else data)
             if sync:
                 os.fsync(fd)
         finally:
@@ -1073,37 +1066,39 @@ def chunk_stream(
     return entry
 
 
-def _writev_all(fd: int, views: list[memoryview], on_einval: Callable[[], bool] = lambda: False) -> None:
-    """Append ``views`` one after another to ``fd`` (``writev``, again after a short write; ``views`` is
-    consumed). A write refused with EINVAL (a filesystem that takes ``O_DIRECT`` files but not this write) is
-    tried again when ``on_einval()`` says it changed the file's mode (True), else raised."""
-    while views:
+#: Buffers per ``writev``/``pwritev`` call (``_write_all``): Linux refuses more than IOV_MAX (1024) with EINVAL.
+IOV_BATCH = 512
+
+
+def _write_all(
+    fd: int,
+    parts: Sequence[bytes | memoryview],
+    offset: int | None = None,
+    on_einval: Callable[[], bool] = lambda: False,
+) -> None:
+    """Write ``parts`` one after another to ``fd``: appended (``writev``) or at ``offset`` (``pwritev``), up to
+    ``IOV_BATCH`` buffers a call, again after a short write. A write refused with EINVAL (a filesystem that takes
+    ``O_DIRECT`` files but not this write) is tried again when ``on_einval()`` says it changed the file's mode
+    (True), else raised; OSError(EIO) when a write writes nothing."""
+    views = [v for v in (memoryview(b).cast("B") for b in parts) if len(v)]
+    i = 0
+    while i < len(views):
+        batch = views[i : i + IOV_BATCH]
         try:
-            n = os.writev(fd, views)
+            n = os.writev(fd, batch) if offset is None else os.pwritev(fd, batch, offset)
         except OSError as exc:
             if exc.errno == errno.EINVAL and on_einval():
                 continue
             raise
         if n <= 0:
             raise OSError(errno.EIO, "a write wrote nothing")
-        while views and n >= len(views[0]):
-            n -= len(views.pop(0))
-        if views and n:
-            views[0] = views[0][n:]
-
-
-def _pwritev_all(fd: int, parts: list[bytes | memoryview], offset: int) -> None:
-    """Write ``parts`` one after another at ``offset`` of ``fd`` (``pwritev``, again after a short write)."""
-    views = [memoryview(b) for b in parts]
-    while views:
-        n = os.pwritev(fd, views, offset)
-        if n <= 0:
-            raise OSError(errno.EIO, "a write wrote nothing")
-        offset += n
-        while views and n >= len(views[0]):
-            n -= len(views.pop(0))
-        if views and n:
-            views[0] = views[0][n:]
+        if offset is not None:
+            offset += n
+        while i < len(views) and n >= len(views[i]):
+            n -= len(views[i])
+            i += 1
+        if n:
+            views[i] = views[i][n:]
 
 
 def sqlite_copy(src: Path, dest: Path) -> None:
@@ -1643,7 +1638,7 @@ class _Restorer:
                             f"chunk {digest} in {self.repo.location} is damaged (its bytes do not "
                             f"match its digest); {entry.path} cannot be restored"
                         )
-                _pwritev_all(fd, run, first)
+                _write_all(fd, run, first)
                 with self.lock:
                     self.done += CHUNK_BYTES * count
                     self.report("restore", self.done, self.total)
