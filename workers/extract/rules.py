@@ -110,8 +110,9 @@ FACT_PATTERNS: list[tuple[str, bool, str, re.Pattern]] = [
             "likes",
             False,
             "{s} likes {v}",
-            _SUBJ + r" (?:really |absolutely |just )?(?:love|loves|enjoy|enjoys) "
-            r"(?:to )?" + _PHRASE,
+            # not "the things I love makes ...", nor "I love their work" (said of what is seen; "the color": _facts)
+            r"(?<!things )(?<!thing )(?<!what )" + _SUBJ + r" (?:really |absolutely |just )?(?:love|loves|enjoy|"
+            r"enjoys) (?:to )?(?!(?:their|his|her|its|our|your|all the) )" + _PHRASE,
         ),
         # what a speaker does, did or is into (multi-valued; ``what``: the verb as the summary says it)
         (
@@ -239,6 +240,116 @@ FACT_GATES: list[tuple[tuple[str, ...], ...]] = [
         ),
     ),
 ]
+
+
+#: Occupations "I'm a/an ..." and "as a ..." name: a closed list, so "I'm a huge fan", "I'm a bit tired" name none
+_JOBS = (
+    r"(?:teacher|nurse|doctor|physician|surgeon|dentist|vet|veterinarian|engineer|manager|developer|programmer|"
+    r"designer|writer|author|novelist|screenwriter|journalist|editor|artist|painter|illustrator|musician|singer|"
+    r"dancer|actor|actress|chef|baker|cook|lawyer|attorney|accountant|banker|consultant|analyst|scientist|"
+    r"researcher|professor|lecturer|firefighter|police officer|officer|soldier|veteran|counselor|counsellor|"
+    r"therapist|psychologist|social worker|photographer|mechanic|carpenter|electrician|plumber|pilot|driver|"
+    r"farmer|entrepreneur|business owner|shop owner|student|coach|trainer|instructor|librarian|pharmacist|"
+    r"paramedic|architect|programmer|streamer|gamer|athlete|player|volunteer|caregiver|stay-at-home mom|"
+    r"stay-at-home dad|homemaker|retiree)"
+)
+_FAMILY = (
+    r"(?:wife|husband|partner|boyfriend|girlfriend|fianc[ée]e?|sons?|daughters?|kids|children|sisters?|brothers?|"
+    r"twins|grandsons?|granddaughters?|grandkids|grandchildren|stepson|stepdaughter)"
+)
+_PETS = (
+    r"(?:dogs?|cats?|pupp(?:y|ies)|kittens?|parrots?|rabbits?|bunn(?:y|ies)|hamsters?|horses?|turtles?|fish|"
+    r"snakes?|lizards?|guinea pigs?|birds?|ferrets?|chickens?)"
+)
+#: a name after a family member or pet ("my daughter Sara", "my dog, Max", "my cat named Luna")
+_CALLED = (
+    r"(?:,? (?:named |called )?(?!(?:"
+    + "|".join(["The", "Then", "So", "And", "But", "We", "They", "He", "She", "It", "This", "That", "I", "Oh", "Wow"])
+    + r")\b)[A-Z][a-z]+)?"
+)
+#: a job left behind ("Lost my job as a banker", "quitting my job at the bank")
+_LEFT = r"(?:[Ll]ost|[Qq]uit|[Ll]eft|[Ll]osing|[Ll]eaving|[Qq]uitting)"
+_COUNT = r"(?:two|three|four|five|six|2|3|4|5|6)"
+#: Lines of the user's profile (the core ``human`` block) read from the user's own first-person sentences only, with
+#: no semantic draft: each says who the user is in a form too bare to be a fact worth searching on its own ("my
+#: daughter Sara", "my dog Max", "I'm allergic to cats"), and LoCoMo's annotations say them inside longer facts.
+#: (label, literals one of which the sentence must hold, pattern with a ``value`` group). Chosen on the first speakers
+#: of LoCoMo conversations 0-4 (``bench/typed.py --facts-only --profiles 0 1 2 3 4``; docs/quality.md).
+PROFILE_PATTERNS: list[tuple[str, tuple[str, ...], re.Pattern]] = [
+    (label, gate, re.compile(p))
+    for label, gate, p in [
+        (
+            "family",
+            ("my ", "My "),
+            r"\b[Mm]y (?:(?:little|baby|younger|older|big|eldest|oldest|youngest|twin|teenage|lovely|"
+            r"(?:\d+|one|two|three|four|five|six)[- ]years?[- ]old) )?(?P<value>" + _FAMILY + _CALLED + r")\b",
+        ),
+        ("family", ("the missus",), r"\b(?P<value>the missus)\b"),
+        (
+            "pets",
+            ("my ", "My "),
+            r"\b[Mm]y (?:(?:little|new|old|sweet|rescue|furry|" + _COUNT + r") )?(?P<value>" + _PETS + _CALLED + r")"
+            r"\b",
+        ),
+        (  # "Oscar, my guinea pig." (a name then the pet, the sentence ending there: not "Mel, my dog is ...")
+            "pets",
+            (", my ",),
+            r"\b(?P<name>[A-Z][a-z]+), my (?:(?:little|new|old|sweet|rescue|furry) )?(?P<value>" + _PETS + r")"
+            r"(?=[.!?]|$)",
+        ),
+        (
+            "pets",
+            (" have ", " got ", " adopted "),
+            r"\bI (?:have|'ve got|got|adopted) (?P<value>" + _COUNT + " " + _PETS + r")\b",
+        ),
+        (
+            "occupation",
+            ("I'm ", "I am "),
+            r"\bI(?:'m| am)(?: now| currently| also)? an? (?P<value>(?:[a-z-]+ )?" + _JOBS + r")\b(?! (?:of|at heart))",
+        ),
+        ("occupation", ("As a", "As an"), r"^As an? (?P<value>(?:[a-z-]+ )?" + _JOBS + r"), (?:I|my)\b"),
+        (
+            "former job",
+            ("job as", "career as", "9-5 as"),
+            r"\b" + _LEFT + r" my (?:\w+ )?(?:job|career|9-5) as an? (?P<value>[\w-]+"
+            r"(?: [\w-]+){0,2}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|yesterday|last|today)\b|$)",
+        ),
+        (
+            "former job",
+            ("job at",),
+            r"\b" + _LEFT + r" my (?:\w+ )?job at (?P<value>(?:the |a )?[\w&'-]+"
+            r"(?: [\w&'-]+){0,3}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|yesterday|last|today)\b|$)",
+        ),
+        (
+            "works on",
+            ("my ", "My "),
+            r"\b[Mm]y (?:own |dream |new |first |latest )*(?P<value>(?:dance |clothing |coffee |online |small |"
+            r"photography |art |yoga )?(?:business|studio|shop|store|startup|restaurant|bakery|salon|gym|band|blog|"
+            r"podcast|channel|screenplay|script|novel|memoir|album|clothing line|nonprofit|charity))\b"
+            r"(?! (?:collection|shelf|club|posts?|account))",
+        ),
+        (
+            "student",
+            ("my ", "My "),
+            r"\b[Mm]y (?P<value>[A-Z][a-z]+(?: lit| literature)? class|(?:final |midterm )?exams?|studies|semester"
+            r"|homework|assignments|thesis|dissertation|major|professors?)\b",
+        ),
+        (  # "I used to have a dog back in Michigan": where they lived (not "back in March", "back in the day")
+            "lived in",
+            ("back in ", "back home in "),
+            r"\bback (?:home )?in (?!(?:January|February|March|April|May|June|July|August|September|October|"
+            r"November|December|High|College|School|The)\b)(?P<value>[A-Z][a-z]+(?: [A-Z][a-z]+)?)\b",
+        ),
+        (
+            "allergic to",
+            ("allergic to",),
+            r"\bI(?:'m| am)(?: also| really| very| super)? allergic to (?P<value>[\w'-]+(?: [\w'-]+){0,5}?)"
+            r"(?=[,.;:!?)]|\s+(?:and so|but|because|since|so|too|as well)\b|$)",
+        ),
+    ]
+]
+#: Family words said for one member ("the missus" is a wife)
+_PROFILE_VALUES = {"missus": "wife", "children": "kids"}
 
 
 def _passes(sentence: str, gate: tuple[tuple[str, ...], ...]) -> bool:
@@ -445,6 +556,8 @@ class RulesExtractor(Extractor):
             sents = obs.own_sentences()
             for sentence in sents:
                 self._facts(sentence, i, obs, names, user_id, out)
+                if obs.about_user and obs.speaker:
+                    out.core.extend(profile_lines(sentence, i, names))
             if obs.speaker and obs.speaker.lower() not in _NOT_PEOPLE and turn_worth_parsing(sents):
                 asked.extend((sentence, user_id if obs.about_user else obs.speaker) for sentence in sents)
                 owner.extend([i] * len(sents))
@@ -503,6 +616,12 @@ class RulesExtractor(Extractor):
                         continue
                 elif not value or value.lower().split()[0] in _NOT_VALUES:
                     continue
+                shown = False  # "I love the color", "the tech": mostly said of what the other shows, no profile line
+                if attribute == "likes":
+                    if " " in value and value.split()[-1].lower() in names:  # a name called out: "the thought Nate!"
+                        value = value.rpartition(" ")[0]
+                    shown = m.group("value").startswith("the ") and " " not in value
+                    value = _third_person(value)  # "running my own studio" -> "running their own studio"
                 what = m.groupdict().get("what") or ""
                 clause = attribute in _CLAUSE_ATTRIBUTES  # its verb is part of the value: "interest: into jazz"
                 attr = f"{attribute}_{what.replace(' ', '_')}" if what and not clause else attribute
@@ -517,10 +636,35 @@ class RulesExtractor(Extractor):
                         value=value if single else "",
                     )
                 )
-                if (first_person and obs.about_user or subject == user_id) and attribute not in _EVENTS:
+                if (first_person and obs.about_user or subject == user_id) and attribute not in _EVENTS and not shown:
                     label = attr.replace("_", " ")
-                    fact = f"{label}: {what} {value}".replace(":  ", ": ") if clause else f"{label}: {value}"
+                    line = value.split(" - ")[0]  # a dash starts another thought: "counseling - I'd love to ..."
+                    fact = f"{label}: {what} {line}".replace(":  ", ": ") if clause else f"{label}: {line}"
                     out.core.append(CoreDraft(label="human", sources=[i], facts=[fact]))
+
+
+def profile_lines(sentence: str, i: int, names: set[str]) -> list[CoreDraft]:
+    """The lines of the user's profile block that ``sentence``, said by the user, gives (``PROFILE_PATTERNS``);
+    ``names``: the speakers' names, lower-cased (no pet or family member's name: "Mel, my dog ...")."""
+    found: list[tuple[str, str]] = []
+    for label, gate, pattern in PROFILE_PATTERNS:
+        if not any(lit in sentence for lit in gate):
+            continue
+        for m in pattern.finditer(sentence):
+            value = _clean_value(m.group("value"))
+            value = _PROFILE_VALUES.get(value.lower(), value)
+            if name := m.groupdict().get("name"):
+                if name.lower() in names or name in _NOT_NAMES:
+                    continue
+                value = f"{value} {name}"
+            if value and value.lower().split()[0] not in _NOT_VALUES:
+                found.append((label, value))
+    # no line a longer one of its label says in full ("pets: guinea pig" beside "pets: guinea pig Oscar")
+    return [
+        CoreDraft(label="human", sources=[i], facts=[f"{label}: {value}"])
+        for label, value in found
+        if not any(k == label and (v.startswith(f"{value} ") or v.endswith(f" {value}")) for k, v in found)
+    ]
 
 
 def procedures(text: str, i: int, sents: list[str] | None = None) -> list[ProceduralDraft]:

@@ -336,12 +336,25 @@ def _supersede(rt: Runtime, mem: SemanticMemory, pending: list, base: qm.Filter,
 # core memory -----------------------------------------------------------------------------------------
 
 
+#: Core-block labels that hold several values, comma separated: what the user likes or is into, their family, pets,
+#: what they work on, study or are allergic to (``workers.extract.rules``: ``PROFILE_PATTERNS`` and the likes and
+#: interest patterns)
+MULTI_VALUED = {"likes", "pet", "pets", "interest", "family", "works on", "student", "allergic to"}
+
+
+def _words_in(short: str, long: str) -> bool:
+    """Whether ``short`` is ``long``, its first words or its last ones ("son" of "son Kyle", "studio" of "dance
+    studio"; not "fantasy" of "getting lost in fantasy stories")."""
+    return long == short or long.startswith(f"{short} ") or long.endswith(f" {short}")
+
+
 def merge_block(value: str, facts: list[str], limit: int) -> str:
     """DigitalLife's recursive profile rewrite, made deterministic: ``value`` is a block of lines, each
     ``label: value`` or free text; each new fact replaces the line with its label (or its identical text)
-    and moves to the end (newest last); labels seen with several values (likes, pet) keep them all, comma
-    separated. Over ``limit`` characters, multi-valued lines keep their newest five values, then the oldest
-    lines are dropped until the block fits."""
+    and moves to the end (newest last); labels of ``MULTI_VALUED`` (likes, pets, family, ...) keep all their
+    values, comma separated, a value said in full by another one kept once ("son" and "son Kyle": "son Kyle").
+    Over ``limit`` characters, multi-valued lines keep their newest five values, then the oldest lines are
+    dropped until the block fits."""
     lines: dict[str, str] = {}
     for line in [*value.splitlines(), *facts]:
         line = " ".join(line.split())
@@ -349,9 +362,13 @@ def merge_block(value: str, facts: list[str], limit: int) -> str:
             continue
         label, sep, val = line.partition(": ")
         key = label.lower() if sep else line.lower()
-        if sep and key in {"likes", "pet"} and key in lines:
-            vals = [v for v in lines.pop(key).partition(": ")[2].split(", ") if v.lower() != val.lower()]
-            line = f"{label}: {', '.join([*vals, val])}"
+        if sep and key in MULTI_VALUED and key in lines:
+            vals = lines.pop(key).partition(": ")[2].split(", ")
+            low = val.lower()
+            if low in (v.lower() for v in vals) or not any(_words_in(low, v.lower()) for v in vals):
+                vals = [v for v in vals if not _words_in(v.lower(), low)] + [val]  # newest last
+            # else: a longer value says it already ("son Kyle" then "son"), and stays
+            line = f"{label}: {', '.join(vals)}"
         lines.pop(key, None)
         lines[key] = line
     out = list(lines.values())

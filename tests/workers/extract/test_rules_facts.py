@@ -50,4 +50,5 @@ def test_what_the_user_does_stays_out_of_the_profile_block():
     ]
     got = RulesExtractor().extract(seen, "alice")
     assert [d.summary for d in got.semantic] == ["alice is working on their novel", "alice is passionate about jazz"]
-    assert [c.facts for c in got.core] == [["interest: passionate about jazz"]]
+    # no "working on" line; "my novel" says what they work on (``PROFILE_PATTERNS``, tests/.../test_rules_profile.py)
+    assert [c.facts for c in got.core] == [["works on: novel"], ["interest: passionate about jazz"]]
