@@ -648,7 +648,7 @@ def profile_lines(sentence: str, i: int, names: set[str]) -> list[CoreDraft]:
     ``names``: the speakers' names, lower-cased (no pet or family member's name: "Mel, my dog ...")."""
     found: list[tuple[str, str]] = []
     for label, gate, pattern in PROFILE_PATTERNS:
-        if not any(lit in sentence for lit in gate):
+        if not _passes(sentence, (gate,)):
             continue
         for m in pattern.finditer(sentence):
             value = _clean_value(m.group("value"))
