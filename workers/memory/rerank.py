@@ -16,7 +16,9 @@ candidate turns, 399 of them evidence; scikit-learn ``StandardScaler`` + ``Logis
 by leave-one-conversation-out cross-validation, and judged once on the held-out half: R@10 0.784 -> 0.795 (+0.012,
 95 % interval +0.003 to +0.021), multi-hop 0.513 -> 0.535, open-domain 0.508 -> 0.549 (``docs/quality.md``,
 "Tried and not landed"). Those figures used bm25s and MiniLM over the raw turns for the BM25 and dense features;
-fed with the engine's own ranks and scores the model has to be measured again before it is switched on.
+fitted again on the engine's own ranks and scores (Qdrant's, contextual BM25 and best-sentence cosine) the
+same model shows no held-out gain (R@10 +0.004, −0.004 to +0.012), so switching it on needs the raw-turn evidence
+(BM25 over a turn's own text, its whole-text cosine) in ``search`` first.
 
 Pure functions over arrays (one entry per candidate turn); no store or model is read here.
 """
