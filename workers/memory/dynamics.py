@@ -199,15 +199,15 @@ def apply(
     mtype = memories[0].memory_type
     coll = mtype.value
     ops: Counter = Counter()
-    pending: list[tuple[MemoryBase, np.ndarray, dict]] = []  # ADDs of this run, written at the end
+    pending = _Pending(vectors.shape[1])  # ADDs of this run, written at the end
     existing = {str(r.id): r.payload or {} for r in rt.vectors.retrieve(coll, [m.id for m in memories])}
     base = tenant_filter(memories[0].tenant_id, memories[0].user_id)
     neighbours = _nearest_stored(rt, coll, vectors, active_filter(base))
     for mem, vec, extra, hits in zip(memories, vectors, fields, neighbours, strict=True):
         # 1. the same key: an exact repeat
-        same = next((p for p in pending if p[0].id == mem.id), None)
+        same = pending.by_id.get(mem.id)
         if same is not None:
-            ops[_fold(same[0], mem)] += 1
+            ops[_fold(same, mem)] += 1
             continue
         if str(mem.id) in existing:
             upd = _update_fields(existing[str(mem.id)], mem, now)
@@ -219,11 +219,11 @@ def apply(
         # 2. a fact on the same subject and single-valued attribute
         if isinstance(mem, SemanticMemory) and mem.attribute:
             if _supersede(rt, mem, pending, base, now, ops):
-                pending.append((mem, vec, extra))
+                pending.add(mem, vec, extra)
                 ops[Op.add] += 1
                 continue
         # 3. a near-duplicate by meaning
-        near = _nearest_pending(pending, mem, vec, s.memory_merge_similarity)
+        near = pending.nearest(mem, vec, s.memory_merge_similarity)
         if near is not None:
             ops[_fold(near, mem)] += 1
             continue
@@ -242,11 +242,11 @@ def apply(
                 rt.vectors.set_payload(coll, [hit.id], upd)
             ops[Op.update if upd else Op.noop] += 1
             continue
-        pending.append((mem, vec, extra))
+        pending.add(mem, vec, extra)
         ops[Op.add] += 1
-    if pending:
-        mems = [p[0] for p in pending]
-        rt.vectors.upsert(coll, memory_points(rt, mems, [p[2] for p in pending], np.stack([p[1] for p in pending])))
+    if pending.entries:
+        mems = [p[0] for p in pending.entries]
+        rt.vectors.upsert(coll, memory_points(rt, mems, [p[2] for p in pending.entries], pending.matrix()))
         MEMORIES_WRITTEN.labels(memory_type=coll).inc(len(mems))
     return ops
 
@@ -272,20 +272,46 @@ def _share_source(observation_ids: list, mem: MemoryBase) -> bool:
     return bool({str(o) for o in observation_ids} & {str(o) for o in mem.provenance.observation_ids})
 
 
-def _nearest_pending(
-    pending: list[tuple[MemoryBase, np.ndarray, dict]], new: MemoryBase, vec: np.ndarray, threshold: float
-) -> MemoryBase | None:
-    best, best_sim = None, threshold
-    for mem, v, _ in pending:
-        if mem.superseded_by is not None or _share_source(mem.provenance.observation_ids, new):
-            continue
-        sim = float(np.dot(v, vec))
-        if sim >= best_sim:
-            best, best_sim = mem, sim
-    return best
+class _Pending:
+    """The memories one ``apply`` adds, in arrival order, not yet written: ``entries`` (memory, vector, source
+    fields), ``by_id`` and their vectors as the rows of one matrix, so a new memory's cosine to all of them is one
+    matrix-vector product instead of a Python loop (``dim``: the dense vectors' length, 384 for MiniLM)."""
+
+    def __init__(self, dim: int) -> None:
+        self.entries: list[tuple[MemoryBase, np.ndarray, dict]] = []
+        self.by_id: dict[uuid.UUID, MemoryBase] = {}
+        self._rows = np.empty((16, dim), dtype=np.float32)
+
+    def add(self, mem: MemoryBase, vec: np.ndarray, extra: dict) -> None:
+        """Keep ``mem`` with its vector (dim,) and source fields; the matrix doubles when full."""
+        n = len(self.entries)
+        if n == len(self._rows):
+            self._rows = np.concatenate([self._rows, np.empty_like(self._rows)])
+        self._rows[n] = vec
+        self.entries.append((mem, vec, extra))
+        self.by_id[mem.id] = mem
+
+    def matrix(self) -> np.ndarray:
+        """The kept vectors, (n, dim), in arrival order."""
+        return self._rows[: len(self.entries)]
+
+    def nearest(self, new: MemoryBase, vec: np.ndarray, threshold: float) -> MemoryBase | None:
+        """The kept memory most similar to ``new`` (dense cosine of unit vectors ≥ ``threshold``; on a tie the
+        later one) that is not superseded and shares no source observation with it, or None."""
+        if not self.entries:
+            return None
+        sims = self.matrix() @ vec
+        above = np.flatnonzero(sims >= threshold)
+        for i in sorted(above.tolist(), key=lambda j: (-float(sims[j]), -j)):
+            mem = self.entries[i][0]
+            if mem.superseded_by is None and not _share_source(mem.provenance.observation_ids, new):
+                return mem
+        return None
 
 
-def _supersede(rt: Runtime, mem: SemanticMemory, pending: list, base: qm.Filter, now: datetime, ops: Counter) -> bool:
+def _supersede(
+    rt: Runtime, mem: SemanticMemory, pending: _Pending, base: qm.Filter, now: datetime, ops: Counter
+) -> bool:
     """Resolve ``mem`` against the active facts with its subject and attribute: True when it is to be added
     (alone, or superseding older values; or as history, already superseded by a newer value it arrived after)."""
     key = (mem.name.lower(), mem.attribute)
@@ -304,7 +330,7 @@ def _supersede(rt: Runtime, mem: SemanticMemory, pending: list, base: qm.Filter,
     ]
     olds = [
         (p[0].id, p[0].value, p[0].provenance.start, p[0])
-        for p in pending
+        for p in pending.entries
         if isinstance(p[0], SemanticMemory)
         and (p[0].name.lower(), p[0].attribute) == key
         and p[0].superseded_by is None

@@ -309,3 +309,47 @@ def test_bad_conversations_in_one_batch(engram_env, tmp_path):
     assert set(msgs) == {"m1", "n1", "n2", "d1", "d1#2"}  # Bob's empty message is left out; a reused id renamed
     assert len(msgs["n1"]["text"]) == len("alice: ") + 100_000 - 1
     assert {m["value"] for m in memories(rt, MemoryType.semantic)} == {"Lisbon", "Acme Corp"}
+
+
+def test_near_duplicates_of_one_run_fold_into_the_nearest_other_source(engram_env):
+    """Within one ``apply``: a new memory folds into the most similar one added before it (cosine ≥
+    ``memory_merge_similarity``), never into one it shares a source observation with, and a dissimilar one is
+    added on its own."""
+    import uuid
+
+    from engram.schemas.memories import Provenance, SemanticMemory
+
+    rt = engram_env
+    rng = np.random.default_rng(7)
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    v0, noise, other = (rng.standard_normal(DIM) for _ in range(3))
+    obs = [uuid.uuid4() for _ in range(4)]
+
+    def fact(text: str, source: uuid.UUID) -> SemanticMemory:
+        return SemanticMemory(
+            id=uuid.uuid4(),
+            tenant_id=TENANT,
+            user_id=USER,
+            created_at=T0,
+            updated_at=T0,
+            name="alice",
+            summary=text,
+            provenance=Provenance(observation_ids=[source], message_ids=[str(source)], start=T0, end=T0),
+        )
+
+    a, b, c, d = (
+        fact("Alice plays the guitar most evenings.", obs[0]),
+        fact("Alice plays guitar in the evenings.", obs[1]),
+        fact("Alice keeps two cats.", obs[2]),
+        fact("Alice plays the guitar at night.", obs[0]),
+    )
+    vectors = np.stack([unit(v0), unit(v0 + 0.05 * noise), unit(other), unit(v0 + 0.02 * noise)])
+    ops = dynamics.apply(rt, [a, b, c, d], vectors, [{}, {}, {}, {}], now=T0)
+    # b folds into a; d is nearest a but shares a's observation, so it is a memory of its own
+    assert ops[dynamics.Op.add] == 3 and sum(ops.values()) == 4
+    stored = {m["summary"]: m for m in memories(rt, MemoryType.semantic)}
+    assert set(stored) == {a.summary, c.summary, d.summary}
+    assert stored[a.summary]["provenance"]["message_ids"] == [str(obs[0]), str(obs[1])]
