@@ -16,7 +16,7 @@ import numpy as np
 from engram.schemas.errors import ConfigError
 from engram.schemas.settings import get_settings
 from engram.workers.models.base import Model, ModelTask, ModelType, ModelUnavailable
-from engram.workers.stores.sqlite import ThreadConnections
+from engram.workers.stores.sqlite import ThreadConnections, set_wal
 
 DIM = 384
 
@@ -528,7 +528,7 @@ class EmbeddingCache:
         # a cache: a power loss may cost the last writes (encoded again), never the file's consistency (WAL)
         self._db = ThreadConnections(self.path, pragmas=("PRAGMA synchronous=NORMAL",))
         db = self._db.connection()
-        db.execute("PRAGMA journal_mode=WAL")
+        set_wal(db)
         db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, sha TEXT, vec BLOB, PRIMARY KEY(model, sha))")
 
     @staticmethod

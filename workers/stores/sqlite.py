@@ -17,8 +17,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
 #: Seconds a writer waits for another process's write lock before ``sqlite3.OperationalError`` ("database is locked").
 BUSY_TIMEOUT_S = 60
+
+
+def _locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
+def set_wal(db: sqlite3.Connection) -> None:
+    """Put ``db``'s file in WAL journal mode (kept by the file: a no-op once set). The switch needs the file's
+    exclusive lock, and when several processes open a new file at once (two ``engram ingest`` on a fresh data dir)
+    SQLite answers some of them "database is locked" at once, without waiting out the busy timeout; so the switch
+    is retried (tenacity: backoff from 10 ms to 0.5 s) for up to ``BUSY_TIMEOUT_S``, then raises
+    ``sqlite3.OperationalError``."""
+    for attempt in Retrying(
+        retry=retry_if_exception(_locked),
+        stop=stop_after_delay(BUSY_TIMEOUT_S),
+        wait=wait_exponential(multiplier=0.01, max=0.5),
+        reraise=True,
+    ):
+        with attempt:
+            db.execute("PRAGMA journal_mode=WAL")
 
 
 class ThreadConnections:

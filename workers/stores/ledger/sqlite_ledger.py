@@ -19,7 +19,7 @@ from engram.schemas.events import EventStatus, LedgerRecord, MediaEvent
 from engram.workers.metrics import EVENTS_RECEIVED, count_finished
 from engram.workers.stores.ledger.base import FINAL_STATUSES, now_iso, stalled_reason
 from engram.workers.stores.owners import is_alive, this_process
-from engram.workers.stores.sqlite import ThreadConnections
+from engram.workers.stores.sqlite import ThreadConnections, set_wal
 
 log = structlog.get_logger(__name__)
 
@@ -127,7 +127,7 @@ class SqliteLedger:
         self._db = ThreadConnections(self.path)
         with damage_named(self.path):
             db = self._db.connection()
-            db.execute("PRAGMA journal_mode=WAL")
+            set_wal(db)
             migrate(db)
 
     @contextmanager
