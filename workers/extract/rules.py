@@ -637,7 +637,7 @@ class RulesExtractor(Extractor):
                     )
                 )
                 if (first_person and obs.about_user or subject == user_id) and attribute not in _EVENTS and not shown:
-                    label = attr.replace("_", " ")
+                    label = "pets" if attr == "pet" else attr.replace("_", " ")  # one line with PROFILE_PATTERNS'
                     line = value.split(" - ")[0]  # a dash starts another thought: "counseling - I'd love to ..."
                     fact = f"{label}: {what} {line}".replace(":  ", ": ") if clause else f"{label}: {line}"
                     out.core.append(CoreDraft(label="human", sources=[i], facts=[fact]))

@@ -246,7 +246,7 @@ def apply(
         ops[Op.add] += 1
     if pending.entries:
         mems = [p[0] for p in pending.entries]
-        rt.vectors.upsert(coll, memory_points(rt, mems, [p[2] for p in pending.entries], pending.matrix()))
+        rt.vectors.upsert(coll, memory_points(rt, mems, [p[1] for p in pending.entries], pending.matrix()))
         MEMORIES_WRITTEN.labels(memory_type=coll).inc(len(mems))
     return ops
 
@@ -273,12 +273,12 @@ def _share_source(observation_ids: list, mem: MemoryBase) -> bool:
 
 
 class _Pending:
-    """The memories one ``apply`` adds, in arrival order, not yet written: ``entries`` (memory, vector, source
-    fields), ``by_id`` and their vectors as the rows of one matrix, so a new memory's cosine to all of them is one
+    """The memories one ``apply`` adds, in arrival order, not yet written: ``entries`` (memory, source fields),
+    ``by_id`` and their vectors as the rows of one matrix (``matrix()``), so a new memory's cosine to all of them is one
     matrix-vector product instead of a Python loop (``dim``: the dense vectors' length, 384 for MiniLM)."""
 
     def __init__(self, dim: int) -> None:
-        self.entries: list[tuple[MemoryBase, np.ndarray, dict]] = []
+        self.entries: list[tuple[MemoryBase, dict]] = []
         self.by_id: dict[uuid.UUID, MemoryBase] = {}
         self._rows = np.empty((16, dim), dtype=np.float32)
 
@@ -288,7 +288,7 @@ class _Pending:
         if n == len(self._rows):
             self._rows = np.concatenate([self._rows, np.empty_like(self._rows)])
         self._rows[n] = vec
-        self.entries.append((mem, vec, extra))
+        self.entries.append((mem, extra))
         self.by_id[mem.id] = mem
 
     def matrix(self) -> np.ndarray:
@@ -365,7 +365,7 @@ def _supersede(
 #: Core-block labels that hold several values, comma separated: what the user likes or is into, their family, pets,
 #: what they work on, study or are allergic to (``workers.extract.rules``: ``PROFILE_PATTERNS`` and the likes and
 #: interest patterns)
-MULTI_VALUED = {"likes", "pet", "pets", "interest", "family", "works on", "student", "allergic to"}
+MULTI_VALUED = {"likes", "pets", "interest", "family", "works on", "student", "allergic to"}
 
 
 def _words_in(short: str, long: str) -> bool:
