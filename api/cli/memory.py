@@ -114,8 +114,9 @@ def _records_table(title: str, items: list[MemoryRecord]) -> Table:
         ("text", {"ratio": 1, "overflow": "fold"}),
     ):
         table.add_column(col, **opts)
-    for m in items:
-        table.add_row(str(m.id), m.memory_type.value, local_time(m.time), m.user_id or "", Text(snippet(m.text, "")))
+    for m in items:  # a core block (a profile, bounded by its limit) keeps its lines: one "label: value" each
+        text = m.text if m.memory_type is MemoryType.core else snippet(m.text, "")
+        table.add_row(str(m.id), m.memory_type.value, local_time(m.time), m.user_id or "", Text(text))
     return table
 
 

@@ -53,6 +53,15 @@ def test_demo_ingests_its_sample_and_finds_each_part(tmp_path, monkeypatch):
     assert "occupation: database engineer" in captured["profile"] and "grew up in: Cork" in captured["profile"]
     assert "What engram knows about Sam" in result.output
     assert str(tmp_path / "elsewhere") == os.environ["ENGRAM_DATA_DIR"]  # restored
+    try:  # the profile listed as a person reads it: one "label: value" a line, not run together
+        listed = CliRunner().invoke(
+            app, ["--data-dir", str(tmp_path / "data"), "memories", "list", "--type", "core", "--tenant", "demo"]
+        )
+    finally:
+        reset_runtimes()
+    assert listed.exit_code == 0, listed.output + repr(listed.exception)
+    [occupation] = [line for line in listed.output.splitlines() if "occupation: database engineer" in line]
+    assert "grew up in" not in occupation and any("grew up in: Cork" in line for line in listed.output.splitlines())
 
     searches = {s["query"]: s for s in captured["searches"]}
     assert "reconcile_invoice_batches" in searches and "trip to Lisbon" in searches
