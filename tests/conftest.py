@@ -29,6 +29,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # the fast tier's parallel workers (p
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Kill the multiprocessing children a test left running, and name them: at interpreter exit multiprocessing
+    joins every non-daemon child, so one hung child kept pytest from ever exiting (CI of 2026-11-30 timed out
+    after its last test so, on a forked child of test_sqlite_wal that had deadlocked)."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(timeout=10)
+        print(f"\nconftest: killed {child.name} (pid {child.pid}), left running by a test", file=sys.stderr)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def eager_process_app():
     """The process-wide Celery app (``workers.app.app``) takes its settings from the environment when its
