@@ -320,12 +320,12 @@ PROFILE_PATTERNS: list[tuple[str, tuple[str, ...], re.Pattern]] = [
             r"\b" + _LEFT + r" my (?:\w+ )?job at (?P<value>(?:the |a )?[\w&'-]+"
             r"(?: [\w&'-]+){0,3}?)(?=[,.;:!?)]|\s+(?:and|but|because|since|so|yesterday|last|today)\b|$)",
         ),
-        (
+        (  # "my gym" is where one trains, "my own gym" a business
             "works on",
             ("my ", "My "),
             r"\b[Mm]y (?:own |dream |new |first |latest )*(?P<value>(?:dance |clothing |coffee |online |small |"
-            r"photography |art |yoga )?(?:business|studio|shop|store|startup|restaurant|bakery|salon|gym|band|blog|"
-            r"podcast|channel|screenplay|script|novel|memoir|album|clothing line|nonprofit|charity))\b"
+            r"photography |art |yoga )?(?:business|studio|shop|store|startup|restaurant|bakery|salon|band|blog|"
+            r"(?<=own )gym|podcast|channel|screenplay|script|novel|memoir|album|clothing line|nonprofit|charity))\b"
             r"(?! (?:collection|shelf|club|posts?|account))",
         ),
         (
@@ -513,6 +513,8 @@ _BROWSERS = ("chrome", "firefox", "safari", "edge", "brave", "opera", "arc", "ch
 
 
 _WORDS = re.compile(r"[\w']+")
+#: words that point at something in the conversation; a profile value ending in one names nothing on its own
+_DEICTIC = {"this", "that", "these", "those"}
 #: Speakers whose "I" is a program's, not a person's: no statements read from their turns
 _NOT_PEOPLE = {"assistant", "system", "bot", "ai"}
 
@@ -622,6 +624,8 @@ class RulesExtractor(Extractor):
                         value = value.rpartition(" ")[0]
                     shown = m.group("value").startswith("the ") and " " not in value
                     value = _third_person(value)  # "running my own studio" -> "running their own studio"
+                # a line ending in "this" or "these" points at what was shown: "a big fan of scents like this"
+                shown = shown or (value.split(" - ")[0].split() or [""])[-1].lower() in _DEICTIC
                 what = m.groupdict().get("what") or ""
                 clause = attribute in _CLAUSE_ATTRIBUTES  # its verb is part of the value: "interest: into jazz"
                 attr = f"{attribute}_{what.replace(' ', '_')}" if what and not clause else attribute

@@ -368,10 +368,18 @@ def _supersede(
 MULTI_VALUED = {"likes", "pets", "interest", "family", "works on", "student", "allergic to"}
 
 
+def _plurals(word: str) -> tuple[str, ...]:
+    """``word`` and its regular plurals ("dog": "dogs", "dogses"; "puppy": "puppies"): enough to see one value
+    again in a profile's lines, where a pet or a relative is said in either number ("my dog", "the dogs")."""
+    forms = (word, f"{word}s", f"{word}es")
+    return (*forms, f"{word[:-1]}ies") if word.endswith("y") else forms
+
+
 def _words_in(short: str, long: str) -> bool:
-    """Whether ``short`` is ``long``, its first words or its last ones ("son" of "son Kyle", "studio" of "dance
-    studio"; not "fantasy" of "getting lost in fantasy stories")."""
-    return long == short or long.startswith(f"{short} ") or long.endswith(f" {short}")
+    """Whether ``short`` is ``long``, its first words or its last ones, its last word in either number ("son" of
+    "son Kyle", "studio" of "dance studio", "dog" of "three dogs"; not "fantasy" of "getting lost in fantasy
+    stories")."""
+    return any(long == f or long.startswith(f"{f} ") or long.endswith(f" {f}") for f in _plurals(short))
 
 
 def merge_block(value: str, facts: list[str], limit: int) -> str:

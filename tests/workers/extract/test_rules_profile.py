@@ -148,3 +148,27 @@ def test_merge_keeps_the_values_of_multi_valued_labels():
         "likes: fantasy, getting lost in fantasy stories",
         "family: son Kyle",  # "son" said again: said in full already, kept as it was
     ]
+
+
+def test_a_value_said_again_in_the_other_number_is_one_value():
+    block = merge_block(
+        "pets: dog\nfamily: kids",
+        ["pets: dogs", "pets: puppies", "pets: puppy", "family: kid", "pets: three dogs", "pets: dog"],
+        2000,
+    )
+    # "dog" then "dogs" then "three dogs" keep the fullest; "puppy" after "puppies" is said by it already
+    assert block.splitlines() == ["family: kids", "pets: puppies, three dogs"]
+
+
+@pytest.mark.parametrize(
+    ("turn", "lines"),
+    [
+        ("I go to my gym every morning before work, it keeps me sane and happy all day.", []),  # where one trains
+        ("I finally opened my own gym last month!", ["works on: gym"]),
+        ("I'm a big fan of scents like this.", []),  # "this" is what the other person showed
+        ("I'm a big fan of lavender scents.", ["interest: a big fan of lavender scents"]),
+        ("I love the taste of these.", []),
+    ],
+)
+def test_no_profile_line_for_a_gym_one_trains_at_or_for_what_was_shown(turn, lines):
+    assert _profile(turn) == lines
