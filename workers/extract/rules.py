@@ -24,6 +24,7 @@ from engram.schemas.extraction import CoreDraft, Extraction, ProceduralDraft, Re
 from engram.workers.extract.base import Extractor, Seen
 from engram.workers.extract.statements import statements, turn_fact, turn_worth_parsing
 from engram.workers.text.sentences import sentences
+from engram.workers.text.values import said_in
 
 _NAME = r"[A-Z][a-z]+(?: [A-Z][a-z]+)?"
 _PLACE = r"(?P<value>[A-Z][\w'.&-]*(?:(?:,? |-)[A-Z][\w'.&-]*){0,3})"
@@ -667,7 +668,7 @@ def profile_lines(sentence: str, i: int, names: set[str]) -> list[CoreDraft]:
     return [
         CoreDraft(label="human", sources=[i], facts=[f"{label}: {value}"])
         for label, value in found
-        if not any(k == label and (v.startswith(f"{value} ") or v.endswith(f" {value}")) for k, v in found)
+        if not any(k == label and v != value and said_in(value, v) for k, v in found)
     ]
 
 

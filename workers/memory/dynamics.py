@@ -36,6 +36,7 @@ from engram.workers.metrics import MEMORIES_WRITTEN
 from engram.workers.runtime import Runtime
 from engram.workers.stores import models as qm
 from engram.workers.stores.vectors import DENSE, tenant_filter
+from engram.workers.text.values import said_in
 
 log = structlog.get_logger(__name__)
 
@@ -368,20 +369,6 @@ def _supersede(
 MULTI_VALUED = {"likes", "pets", "interest", "family", "works on", "student", "allergic to"}
 
 
-def _plurals(word: str) -> tuple[str, ...]:
-    """``word`` and its regular plurals ("dog": "dogs", "dogses"; "puppy": "puppies"): enough to see one value
-    again in a profile's lines, where a pet or a relative is said in either number ("my dog", "the dogs")."""
-    forms = (word, f"{word}s", f"{word}es")
-    return (*forms, f"{word[:-1]}ies") if word.endswith("y") else forms
-
-
-def _words_in(short: str, long: str) -> bool:
-    """Whether ``short`` is ``long``, its first words or its last ones, its last word in either number ("son" of
-    "son Kyle", "studio" of "dance studio", "dog" of "three dogs"; not "fantasy" of "getting lost in fantasy
-    stories")."""
-    return any(long == f or long.startswith(f"{f} ") or long.endswith(f" {f}") for f in _plurals(short))
-
-
 def merge_block(value: str, facts: list[str], limit: int) -> str:
     """DigitalLife's recursive profile rewrite, made deterministic: ``value`` is a block of lines, each
     ``label: value`` or free text; each new fact replaces the line with its label (or its identical text)
@@ -399,8 +386,8 @@ def merge_block(value: str, facts: list[str], limit: int) -> str:
         if sep and key in MULTI_VALUED and key in lines:
             vals = lines.pop(key).partition(": ")[2].split(", ")
             low = val.lower()
-            if low in (v.lower() for v in vals) or not any(_words_in(low, v.lower()) for v in vals):
-                vals = [v for v in vals if not _words_in(v.lower(), low)] + [val]  # newest last
+            if low in (v.lower() for v in vals) or not any(said_in(low, v.lower()) for v in vals):
+                vals = [v for v in vals if not said_in(v.lower(), low)] + [val]  # newest last
             # else: a longer value says it already ("son Kyle" then "son"), and stays
             line = f"{label}: {', '.join(vals)}"
         lines.pop(key, None)

@@ -1,1 +1,2 @@
-"""Text helpers with no model and no store: sparse vectors, time expressions, sentences, secret detection."""
+"""Text helpers with no model and no store: sparse vectors, time expressions, sentences, secret detection, short
+values compared as phrases."""
