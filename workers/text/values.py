@@ -16,5 +16,5 @@ def regular_forms(word: str) -> tuple[str, ...]:
 def said_in(short: str, long: str) -> bool:
     """Whether ``short`` is ``long``, its first words or its last ones, its last word in either number ("son" in
     "son Kyle", "studio" in "dance studio", "dog" in "three dogs"; not "fantasy" in "getting lost in fantasy
-    stories"). Case-sensitive: callers lower-case both."""
+    stories"). Case-sensitive (``merge_block`` lower-cases both, ``profile_lines`` compares values as read)."""
     return any(long == f or long.startswith(f"{f} ") or long.endswith(f" {f}") for f in regular_forms(short))
