@@ -625,8 +625,9 @@ class RulesExtractor(Extractor):
                         value = value.rpartition(" ")[0]
                     shown = m.group("value").startswith("the ") and " " not in value
                     value = _third_person(value)  # "running my own studio" -> "running their own studio"
+                line = value.split(" - ")[0]  # a dash starts another thought: "counseling - I'd love to ..."
                 # a line ending in "this" or "these" points at what was shown: "a big fan of scents like this"
-                shown = shown or (value.split(" - ")[0].split() or [""])[-1].lower() in _DEICTIC
+                shown = shown or (line.split() or [""])[-1].lower() in _DEICTIC
                 what = m.groupdict().get("what") or ""
                 clause = attribute in _CLAUSE_ATTRIBUTES  # its verb is part of the value: "interest: into jazz"
                 attr = f"{attribute}_{what.replace(' ', '_')}" if what and not clause else attribute
@@ -643,7 +644,6 @@ class RulesExtractor(Extractor):
                 )
                 if (first_person and obs.about_user or subject == user_id) and attribute not in _EVENTS and not shown:
                     label = "pets" if attr == "pet" else attr.replace("_", " ")  # one line with PROFILE_PATTERNS'
-                    line = value.split(" - ")[0]  # a dash starts another thought: "counseling - I'd love to ..."
                     fact = f"{label}: {what} {line}".replace(":  ", ": ") if clause else f"{label}: {line}"
                     out.core.append(CoreDraft(label="human", sources=[i], facts=[fact]))
 
