@@ -42,6 +42,7 @@ log = structlog.get_logger(__name__)
 
 #: Memory types that decay and get archived (core memory and the vault are kept as they are).
 DECAYING = (MemoryType.episodic, MemoryType.semantic, MemoryType.procedural, MemoryType.resource)
+_DECAYING_VALUES = frozenset(t.value for t in DECAYING)  # read per candidate memory by every search
 SECONDS_PER_DAY = 86400.0
 
 
@@ -79,7 +80,7 @@ def decayed_score(payload: dict, now: datetime, stability_days: float = 30.0, fl
     """The factor a ranking multiplies a memory's relevance by: ``floor + (1 - floor) * retention`` in
     [floor, 1], so a faded memory ranks lower but relevance still decides (a fresh one keeps its score).
     Observations and memories that never decay (core, vault) get 1."""
-    if payload.get("memory_type") not in {t.value for t in DECAYING}:
+    if payload.get("memory_type") not in _DECAYING_VALUES:
         return 1.0
     return floor + (1.0 - floor) * retention(payload, now, stability_days)
 
