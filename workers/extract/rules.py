@@ -516,6 +516,22 @@ _BROWSERS = ("chrome", "firefox", "safari", "edge", "brave", "opera", "arc", "ch
 _WORDS = re.compile(r"[\w']+")
 #: words that point at something in the conversation; a profile value ending in one names nothing on its own
 _DEICTIC = {"this", "that", "these", "those"}
+#: Words of a profile line that point at someone the line does not name: "making him happy"
+_UNNAMED = {"him", "them"}
+
+
+def _unreadable_line(line: str, inside: bool) -> bool:
+    """Whether a profile line, read alone, points at what only the conversation shows: it ends in a deictic word
+    ("a big fan of scents like this"), or, with ``inside`` (a like: a thing, not a plan), holds "this", "these",
+    "those" or an unnamed person before its last word ("making this cake", "making him happy"). A "that" inside a
+    line stays: "songs that rhyme" reads alone, and a tag-free pattern cannot tell it from "that world"; so does
+    a goal's "for these kids"."""
+    words = line.lower().split()
+    if not words:
+        return False
+    return words[-1] in _DEICTIC or (inside and bool((_UNNAMED | _DEICTIC - {"that"}) & set(words[:-1])))
+
+
 #: Speakers whose "I" is a program's, not a person's: no statements read from their turns
 _NOT_PEOPLE = {"assistant", "system", "bot", "ai"}
 
@@ -626,8 +642,7 @@ class RulesExtractor(Extractor):
                     shown = m.group("value").startswith("the ") and " " not in value
                     value = _third_person(value)  # "running my own studio" -> "running their own studio"
                 line = value.split(" - ")[0]  # a dash starts another thought: "counseling - I'd love to ..."
-                # a line ending in "this" or "these" points at what was shown: "a big fan of scents like this"
-                shown = shown or (line.split() or [""])[-1].lower() in _DEICTIC
+                shown = shown or _unreadable_line(line, inside=attribute == "likes")
                 what = m.groupdict().get("what") or ""
                 clause = attribute in _CLAUSE_ATTRIBUTES  # its verb is part of the value: "interest: into jazz"
                 attr = f"{attribute}_{what.replace(' ', '_')}" if what and not clause else attribute

@@ -95,6 +95,20 @@ def test_likes_said_of_what_the_other_shows_give_no_profile_line():
     assert lines == ["likes: running their own studio", "works on: studio", "likes: fantasy"]
 
 
+def test_likes_pointing_at_what_only_the_conversation_shows_give_no_profile_line():
+    """A like read alone must name its thing: "this cake", "that world" and "him" are the chat's, not the profile's
+    (LoCoMo's conversation 3, and a like of the held-out half's kind); "that" inside a line stays."""
+    lines = _profile(
+        "Hey Nate, I love making this dairy-free chocolate cake with raspberries.",
+        "I love making him happy.",
+        "I love songs that rhyme.",
+        "I love painting landscapes.",
+        user="Joanna",
+        other="Nate",
+    )
+    assert lines == ["likes: songs that rhyme", "likes: painting landscapes"]
+
+
 def test_a_clause_line_ends_at_a_dash():
     assert _profile(
         "Lately, I've been looking into counseling and mental health as a career. I'm keen on counseling or working in "
