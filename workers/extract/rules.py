@@ -516,20 +516,17 @@ _BROWSERS = ("chrome", "firefox", "safari", "edge", "brave", "opera", "arc", "ch
 _WORDS = re.compile(r"[\w']+")
 #: words that point at something in the conversation; a profile value ending in one names nothing on its own
 _DEICTIC = {"this", "that", "these", "those"}
-#: Words of a profile line that point at someone the line does not name: "making him happy"
-_UNNAMED = {"him", "them"}
+#: Words inside a like that point at what only the chat shows ("making this cake", "making him happy"). Not "that":
+#: "songs that rhyme" reads alone, and a tag-free pattern cannot tell it from "that world"
+_POINTING = frozenset({"this", "these", "those", "him", "them"})
 
 
 def _unreadable_line(line: str, inside: bool) -> bool:
     """Whether a profile line, read alone, points at what only the conversation shows: it ends in a deictic word
-    ("a big fan of scents like this"), or, with ``inside`` (a like: a thing, not a plan), holds "this", "these",
-    "those" or an unnamed person before its last word ("making this cake", "making him happy"). A "that" inside a
-    line stays: "songs that rhyme" reads alone, and a tag-free pattern cannot tell it from "that world"; so does
-    a goal's "for these kids"."""
+    ("a big fan of scents like this"), or, with ``inside`` (a like: a thing, not a plan such as a goal's "for these
+    kids"), holds one of ``_POINTING`` before its last word."""
     words = line.lower().split()
-    if not words:
-        return False
-    return words[-1] in _DEICTIC or (inside and bool((_UNNAMED | _DEICTIC - {"that"}) & set(words[:-1])))
+    return bool(words) and (words[-1] in _DEICTIC or (inside and not _POINTING.isdisjoint(words[:-1])))
 
 
 #: Speakers whose "I" is a program's, not a person's: no statements read from their turns

@@ -96,8 +96,8 @@ def test_likes_said_of_what_the_other_shows_give_no_profile_line():
 
 
 def test_likes_pointing_at_what_only_the_conversation_shows_give_no_profile_line():
-    """A like read alone must name its thing: "this cake", "that world" and "him" are the chat's, not the profile's
-    (LoCoMo's conversation 3, and a like of the held-out half's kind); "that" inside a line stays."""
+    """A like read alone must name its thing: "this cake" and "him" are the chat's, not the profile's (LoCoMo's
+    conversation 3, and a like of the held-out half's kind); "that" inside a line stays."""
     lines = _profile(
         "Hey Nate, I love making this dairy-free chocolate cake with raspberries.",
         "I love making him happy.",
